@@ -1,0 +1,488 @@
+//! One request against the server: the body each backend sends, reading the answer (streamed
+//! or not) chunk by chunk with per-read idle timeouts, and classifying failures.
+//!
+//! Backends and their endpoints are SGLang's: `sglang` posts to the native `/generate`,
+//! `sglang-oai`/`vllm` to `/v1/completions`, `sglang-oai-chat`/`vllm-chat` to
+//! `/v1/chat/completions`. Unlike SGLang's client, OpenAI-style requests always ask for usage
+//! (`stream_options.include_usage`, plus `continuous_usage_stats` so each chunk tells how many
+//! tokens it carries), since output counts must come from the server.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use serde_json::{json, Map, Value};
+use sparrow_protocol::sse::{SseDecoder, DONE};
+use sparrow_tokenizer::Tokenizer;
+use tokio_util::sync::CancellationToken;
+
+use crate::record::{Chunk, Failure, FailureKind, RequestRecord, TokenCountSource};
+
+/// The API dialect a backend speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    /// SGLang native `/generate`.
+    #[value(name = "sglang")]
+    Sglang,
+    /// SGLang's OpenAI completions endpoint.
+    #[value(name = "sglang-oai")]
+    SglangOai,
+    /// SGLang's OpenAI chat endpoint.
+    #[value(name = "sglang-oai-chat")]
+    SglangOaiChat,
+    /// vLLM's OpenAI completions endpoint.
+    #[value(name = "vllm")]
+    Vllm,
+    /// vLLM's OpenAI chat endpoint.
+    #[value(name = "vllm-chat")]
+    VllmChat,
+}
+
+/// The request and answer shape of an endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    /// `/generate`: cumulative `text`, `meta_info.completion_tokens`.
+    Generate,
+    /// `/v1/completions`: `choices[0].text` deltas.
+    Completions,
+    /// `/v1/chat/completions`: `choices[0].delta.content` deltas.
+    Chat,
+}
+
+impl Backend {
+    /// The name as spelled on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Sglang => "sglang",
+            Backend::SglangOai => "sglang-oai",
+            Backend::SglangOaiChat => "sglang-oai-chat",
+            Backend::Vllm => "vllm",
+            Backend::VllmChat => "vllm-chat",
+        }
+    }
+
+    /// Which API the backend uses.
+    pub fn api(self) -> Api {
+        match self {
+            Backend::Sglang => Api::Generate,
+            Backend::SglangOai | Backend::Vllm => Api::Completions,
+            Backend::SglangOaiChat | Backend::VllmChat => Api::Chat,
+        }
+    }
+
+    /// Default port of the server family (SGLang 30000, vLLM 8000).
+    pub fn default_port(self) -> u16 {
+        match self {
+            Backend::Vllm | Backend::VllmChat => 8000,
+            _ => 30000,
+        }
+    }
+}
+
+impl Api {
+    /// The endpoint path.
+    pub fn path(self) -> &'static str {
+        match self {
+            Api::Generate => "/generate",
+            Api::Completions => "/v1/completions",
+            Api::Chat => "/v1/chat/completions",
+        }
+    }
+}
+
+/// How requests are sent in one run.
+#[derive(Debug, Clone)]
+pub struct RequestOptions {
+    /// The API dialect.
+    pub api: Api,
+    /// `model` field of OpenAI requests.
+    pub model: String,
+    /// Stream the answers.
+    pub stream: bool,
+    /// Send `ignore_eos: true`.
+    pub ignore_eos: bool,
+    /// Merged into every body last, so it overrides our fields.
+    pub extra_body: Map<String, Value>,
+}
+
+/// The JSON body for one prompt.
+pub fn build_body(o: &RequestOptions, prompt: &str, max_tokens: u64) -> Value {
+    let mut body = match o.api {
+        Api::Generate => json!({
+            "text": prompt,
+            "sampling_params": {
+                "temperature": 0.0,
+                "max_new_tokens": max_tokens,
+                "ignore_eos": o.ignore_eos,
+            },
+            "stream": o.stream,
+        }),
+        Api::Completions | Api::Chat => {
+            let mut b = json!({
+                "model": o.model,
+                "temperature": 0.0,
+                "max_tokens": max_tokens,
+                "stream": o.stream,
+                "ignore_eos": o.ignore_eos,
+            });
+            if o.api == Api::Chat {
+                b["messages"] = json!([{"role": "user", "content": prompt}]);
+            } else {
+                b["prompt"] = json!(prompt);
+            }
+            if o.stream {
+                b["stream_options"] = json!({"include_usage": true, "continuous_usage_stats": true});
+            }
+            b
+        }
+    };
+    if let Value::Object(map) = &mut body {
+        for (k, v) in &o.extra_body {
+            map.insert(k.clone(), v.clone());
+        }
+    }
+    body
+}
+
+/// What every request of a run shares.
+#[derive(Debug, Clone)]
+pub struct ClientCtx {
+    /// The pooled HTTP client.
+    pub http: reqwest::Client,
+    /// Full endpoint URL.
+    pub url: String,
+    /// Extra headers (`--header`, `OPENAI_API_KEY`).
+    pub headers: reqwest::header::HeaderMap,
+    /// The API dialect.
+    pub api: Api,
+    /// Whether answers are streamed.
+    pub stream: bool,
+    /// Longest wait for the next byte.
+    pub read_timeout: Duration,
+    /// Longest a whole request may take.
+    pub request_timeout: Duration,
+    /// Counts output tokens when the server reports none.
+    pub tokenizer: Arc<Tokenizer>,
+    /// The run's clock origin.
+    pub t0: Instant,
+}
+
+impl ClientCtx {
+    /// Seconds since the run start.
+    pub fn now(&self) -> f64 {
+        self.t0.elapsed().as_secs_f64()
+    }
+}
+
+/// Sends `body` and fills `rec` (whose `index`, `prompt_len`, `requested_output_len`,
+/// `scheduled_s` and `dispatched_s` the caller set) with what came back. Never returns an
+/// error: a failure is recorded in `rec.failure`.
+pub async fn send(ctx: &ClientCtx, body: Bytes, rec: &mut RequestRecord, cancel: &CancellationToken) {
+    rec.sent_s = ctx.now();
+    let mut acc = Accumulator::default();
+    let outcome = tokio::select! {
+        r = tokio::time::timeout(ctx.request_timeout, exchange(ctx, body, rec, &mut acc)) => match r {
+            Ok(r) => r,
+            Err(_) => Err(failure(FailureKind::Deadline, format!("no answer within {:?}", ctx.request_timeout))),
+        },
+        () = cancel.cancelled() => Err(failure(FailureKind::Interrupted, "run interrupted".into())),
+    };
+    rec.end_s = ctx.now();
+    rec.text = acc.text;
+    rec.finish_reason = acc.finish_reason;
+    if let Some(p) = acc.prompt_tokens.filter(|p| *p > 0) {
+        rec.prompt_len = p;
+    }
+    match outcome {
+        Ok(()) => {
+            match acc.completion_tokens {
+                Some(n) => {
+                    rec.output_tokens = n;
+                    rec.output_tokens_source = TokenCountSource::Server;
+                }
+                None => {
+                    rec.output_tokens = ctx
+                        .tokenizer
+                        .encode(&rec.text, false)
+                        .map_or(0, |ids| ids.len() as u64);
+                    rec.output_tokens_source = TokenCountSource::Estimated;
+                }
+            }
+            rec.failure = None;
+        }
+        Err(f) => {
+            rec.output_tokens = 0;
+            rec.failure = Some(f);
+        }
+    }
+}
+
+fn failure(kind: FailureKind, message: String) -> Failure {
+    Failure { kind, message }
+}
+
+/// Classifies a transport error from reqwest/hyper.
+pub fn classify(e: &reqwest::Error) -> FailureKind {
+    if e.is_timeout() {
+        return FailureKind::Timeout;
+    }
+    let mut src: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = src {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::ConnectionRefused {
+                return FailureKind::ConnectionRefused;
+            }
+        }
+        src = s.source();
+    }
+    FailureKind::ConnectionReset
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(x) = src {
+        s.push_str(": ");
+        s.push_str(&x.to_string());
+        src = x.source();
+    }
+    s
+}
+
+/// Running state of one answer.
+#[derive(Debug, Default)]
+struct Accumulator {
+    text: String,
+    /// Latest cumulative completion-token count the server reported.
+    completion_tokens: Option<u64>,
+    /// Cumulative count at the previous content chunk.
+    tokens_at_last_chunk: u64,
+    prompt_tokens: Option<u64>,
+    finish_reason: Option<String>,
+    done: bool,
+}
+
+impl Accumulator {
+    /// Applies one decoded frame; returns the new content and, when the frame told it, the
+    /// number of tokens that content carries.
+    fn apply(&mut self, api: Api, v: &Value) -> (String, Option<u64>) {
+        let usage = v.get("usage").filter(|u| !u.is_null()).or_else(|| v.get("meta_info"));
+        let cum = usage.and_then(|u| u.get("completion_tokens")).and_then(Value::as_u64);
+        if let Some(p) = usage.and_then(|u| u.get("prompt_tokens")).and_then(Value::as_u64) {
+            self.prompt_tokens = Some(p);
+        }
+        let first_choice = v.get("choices").and_then(|c| c.get(0));
+        let (new_text, finish) = match api {
+            Api::Generate => {
+                let full = v.get("text").and_then(Value::as_str).unwrap_or("");
+                // `text` is cumulative; take what is new.
+                let new = full.strip_prefix(self.text.as_str()).unwrap_or(full).to_owned();
+                let fin = v
+                    .get("meta_info")
+                    .and_then(|m| m.get("finish_reason"))
+                    .filter(|f| !f.is_null())
+                    .map(|f| f.get("type").and_then(Value::as_str).map_or_else(|| f.to_string(), str::to_owned));
+                if !new.is_empty() || full.len() != self.text.len() {
+                    self.text = full.to_owned();
+                    (new, fin)
+                } else {
+                    (String::new(), fin)
+                }
+            }
+            Api::Completions => {
+                let t = first_choice.and_then(|c| c.get("text")).and_then(Value::as_str).unwrap_or("");
+                self.text.push_str(t);
+                (t.to_owned(), finish_of(first_choice))
+            }
+            Api::Chat => {
+                let d = first_choice.and_then(|c| c.get("delta"));
+                let content = d.and_then(|d| d.get("content")).and_then(Value::as_str).unwrap_or("");
+                let reasoning = d.and_then(|d| d.get("reasoning_content")).and_then(Value::as_str).unwrap_or("");
+                self.text.push_str(content);
+                (format!("{reasoning}{content}"), finish_of(first_choice))
+            }
+        };
+        if fin_is_some(&finish) {
+            self.finish_reason = finish;
+        }
+        let mut tokens = None;
+        if let Some(c) = cum {
+            if !new_text.is_empty() {
+                tokens = Some(c.saturating_sub(self.tokens_at_last_chunk));
+                self.tokens_at_last_chunk = c;
+            }
+            self.completion_tokens = Some(c);
+        }
+        (new_text, tokens)
+    }
+}
+
+fn fin_is_some(f: &Option<String>) -> bool {
+    f.as_deref().is_some_and(|s| !s.is_empty())
+}
+
+fn finish_of(choice: Option<&Value>) -> Option<String> {
+    choice
+        .and_then(|c| c.get("finish_reason"))
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
+async fn next_or_timeout<T>(
+    ctx: &ClientCtx,
+    fut: impl std::future::Future<Output = T>,
+) -> Result<T, Failure> {
+    tokio::time::timeout(ctx.read_timeout, fut).await.map_err(|_| {
+        failure(
+            FailureKind::Timeout,
+            format!("no data for {:.1}s", ctx.read_timeout.as_secs_f64()),
+        )
+    })
+}
+
+async fn exchange(
+    ctx: &ClientCtx,
+    body: Bytes,
+    rec: &mut RequestRecord,
+    acc: &mut Accumulator,
+) -> Result<(), Failure> {
+    let req = ctx
+        .http
+        .post(&ctx.url)
+        .headers(ctx.headers.clone())
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(body);
+    let resp = next_or_timeout(ctx, req.send())
+        .await?
+        .map_err(|e| failure(classify(&e), error_chain(&e)))?;
+    rec.first_byte_s = Some(ctx.now());
+    let status = resp.status();
+    if !status.is_success() {
+        let text = next_or_timeout(ctx, resp.text()).await?.unwrap_or_default();
+        let msg = serde_json::from_str::<Value>(&text)
+            .ok()
+            .and_then(|v| sparrow_protocol::in_band_error(&v))
+            .unwrap_or_else(|| text.chars().take(500).collect());
+        return Err(failure(FailureKind::Http(status.as_u16()), msg));
+    }
+    if !ctx.stream {
+        let bytes = next_or_timeout(ctx, resp.bytes())
+            .await?
+            .map_err(|e| failure(classify(&e), error_chain(&e)))?;
+        let t = ctx.now();
+        let v: Value = serde_json::from_slice(&bytes)
+            .map_err(|e| failure(FailureKind::InvalidResponse, e.to_string()))?;
+        if let Some(msg) = sparrow_protocol::in_band_error(&v) {
+            return Err(failure(FailureKind::InBandError, msg));
+        }
+        let text = match ctx.api {
+            Api::Generate => v.get("text").and_then(Value::as_str),
+            Api::Completions => v.pointer("/choices/0/text").and_then(Value::as_str),
+            Api::Chat => v.pointer("/choices/0/message/content").and_then(Value::as_str),
+        }
+        .ok_or_else(|| failure(FailureKind::InvalidResponse, "answer has no text".into()))?;
+        acc.text = text.to_owned();
+        let usage = v.get("usage").filter(|u| !u.is_null()).or_else(|| v.get("meta_info"));
+        acc.completion_tokens = usage.and_then(|u| u.get("completion_tokens")).and_then(Value::as_u64);
+        acc.prompt_tokens = usage.and_then(|u| u.get("prompt_tokens")).and_then(Value::as_u64);
+        // The whole answer arrives at once: it is the first (and only) chunk.
+        rec.chunks.push(Chunk { t, tokens: acc.completion_tokens });
+        return Ok(());
+    }
+    let mut stream = resp.bytes_stream();
+    let mut sse = SseDecoder::new();
+    loop {
+        let Some(item) = next_or_timeout(ctx, stream.next()).await? else {
+            break;
+        };
+        let bytes = item.map_err(|e| failure(classify(&e), error_chain(&e)))?;
+        for data in sse.feed(&bytes) {
+            let t = ctx.now();
+            if data.trim() == DONE {
+                acc.done = true;
+                continue;
+            }
+            let v: Value = serde_json::from_str(&data).map_err(|e| {
+                failure(FailureKind::InvalidResponse, format!("{e}: {}", data.chars().take(200).collect::<String>()))
+            })?;
+            if let Some(msg) = sparrow_protocol::in_band_error(&v) {
+                return Err(failure(FailureKind::InBandError, msg));
+            }
+            let (content, tokens) = acc.apply(ctx.api, &v);
+            if !content.is_empty() {
+                rec.chunks.push(Chunk { t, tokens });
+            }
+        }
+    }
+    let cut = sse.finish();
+    if acc.done || (fin_is_some(&acc.finish_reason) && !cut) {
+        Ok(())
+    } else {
+        Err(failure(
+            FailureKind::StreamEndedEarly,
+            if cut { "body ended mid-frame" } else { "body ended without [DONE] or finish_reason" }.into(),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generate_text_is_cumulative() {
+        let mut a = Accumulator::default();
+        let f = |t: &str, n: u64| json!({"text": t, "meta_info": {"completion_tokens": n, "prompt_tokens": 7, "finish_reason": null}});
+        assert_eq!(a.apply(Api::Generate, &f("He", 1)), ("He".into(), Some(1)));
+        assert_eq!(a.apply(Api::Generate, &f("Hello wor", 3)), ("llo wor".into(), Some(2)));
+        // A frame with no new text adds no chunk; its tokens count towards the next one.
+        assert_eq!(a.apply(Api::Generate, &f("Hello wor", 4)), (String::new(), None));
+        assert_eq!(a.apply(Api::Generate, &f("Hello world", 5)), ("ld".into(), Some(2)));
+        assert_eq!(a.completion_tokens, Some(5));
+        assert_eq!(a.prompt_tokens, Some(7));
+    }
+
+    #[test]
+    fn completions_usage_only_chunk() {
+        let mut a = Accumulator::default();
+        assert_eq!(
+            a.apply(Api::Completions, &json!({"choices": [{"index": 0, "text": "a b", "finish_reason": null}]})),
+            ("a b".into(), None)
+        );
+        assert_eq!(
+            a.apply(Api::Completions, &json!({"choices": [{"index": 0, "text": "", "finish_reason": "stop"}]})),
+            (String::new(), None)
+        );
+        assert_eq!(
+            a.apply(Api::Completions, &json!({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}})),
+            (String::new(), None)
+        );
+        assert_eq!(a.completion_tokens, Some(2));
+        assert_eq!(a.finish_reason.as_deref(), Some("stop"));
+    }
+
+    #[test]
+    fn chat_reasoning_counts_as_content() {
+        let mut a = Accumulator::default();
+        let (c, _) = a.apply(Api::Chat, &json!({"choices": [{"index": 0, "delta": {"reasoning_content": "think"}, "finish_reason": null}]}));
+        assert_eq!(c, "think");
+        assert_eq!(a.text, "");
+    }
+
+    #[test]
+    fn extra_body_overrides() {
+        let o = RequestOptions {
+            api: Api::Completions,
+            model: "m".into(),
+            stream: true,
+            ignore_eos: true,
+            extra_body: serde_json::from_str(r#"{"temperature": 0.7, "top_k": 5}"#).expect("json"),
+        };
+        let b = build_body(&o, "hi", 9);
+        assert_eq!(b["temperature"], json!(0.7));
+        assert_eq!(b["top_k"], json!(5));
+        assert_eq!(b["max_tokens"], json!(9));
+        assert_eq!(b["stream_options"]["include_usage"], json!(true));
+    }
+}

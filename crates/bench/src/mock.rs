@@ -1,0 +1,379 @@
+//! A scripted OpenAI/SGLang-compatible server for testing `sparrow bench` (and for measuring
+//! the client's own ceiling). It generates no text of its own: it answers every generation
+//! request with `n` words, `k` tokens per chunk, with the delays, usage reporting and
+//! failures its [`MockScript`] asks for.
+//!
+//! Prompts are not tokenized: `prompt_tokens` is always reported as 0, which clients treat as
+//! "unknown".
+//!
+//! Endpoints: `POST /generate`, `/v1/completions`, `/v1/chat/completions`, `GET /v1/models`,
+//! `/health`, `/get_model_info`, `/get_server_info`, `POST /flush_cache`.
+//!
+//! Failures are deterministic: generation requests are numbered from 0 in arrival order, and
+//! when `fail_every = k`, requests `k-1, 2k-1, ...` fail, taking the modes of `fail_modes` in
+//! turn. `die_after = n` makes the server "die" when request `n` arrives: every open stream
+//! is cut mid-body and the listener closes, so later connections are refused.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use bytes::Bytes;
+use serde_json::{json, Value};
+use sparrow_protocol::sse;
+use tokio_util::sync::CancellationToken;
+
+/// How (and whether) an OpenAI-style stream reports token usage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum UsageMode {
+    /// Cumulative `usage` on every chunk, plus the final usage-only chunk when asked.
+    #[default]
+    Continuous,
+    /// Only one final chunk with empty `choices` and the usage, whether asked or not.
+    Final,
+    /// Never any usage (the native endpoint then omits `completion_tokens` too).
+    None,
+}
+
+/// How a scripted failure looks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FailMode {
+    /// HTTP 500 with an OpenAI error body.
+    Http500,
+    /// One content chunk, then an `{"error": ...}` frame, then the body ends.
+    InBandError,
+    /// Every content chunk, then the body ends without `[DONE]` or a finish reason.
+    NoDone,
+    /// One content chunk, then nothing, forever.
+    Stall,
+}
+
+/// The behaviour of a mock server.
+#[derive(Debug, Clone, clap::Args)]
+pub struct MockScript {
+    /// Tokens per answer; default: the request's max_tokens. A smaller value ends the answer
+    /// early with `finish_reason: "stop"`, as an EOS would.
+    #[arg(long)]
+    pub output_tokens: Option<u64>,
+    /// Tokens per chunk.
+    #[arg(long, default_value_t = 1)]
+    pub tokens_per_chunk: u64,
+    /// Usage reporting of OpenAI-style streams.
+    #[arg(long, value_enum, default_value = "continuous")]
+    pub usage: UsageMode,
+    /// Delay before the first chunk, ms.
+    #[arg(long, default_value_t = 0)]
+    pub first_chunk_delay_ms: u64,
+    /// Delay before every later chunk, ms.
+    #[arg(long, default_value_t = 0)]
+    pub chunk_delay_ms: u64,
+    /// Every this-many-th generation request fails.
+    #[arg(long)]
+    pub fail_every: Option<u64>,
+    /// Failure modes, used in turn.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "http500")]
+    pub fail_modes: Vec<FailMode>,
+    /// Die when this generation request (0-based) arrives.
+    #[arg(long)]
+    pub die_after: Option<u64>,
+    /// Tokenizer path reported by /get_model_info (so a client can find it).
+    #[arg(long)]
+    pub tokenizer_path: Option<String>,
+    /// Model id served.
+    #[arg(long, default_value = "mock-model")]
+    pub model_id: String,
+}
+
+impl Default for MockScript {
+    fn default() -> Self {
+        MockScript {
+            output_tokens: None,
+            tokens_per_chunk: 1,
+            usage: UsageMode::Continuous,
+            first_chunk_delay_ms: 0,
+            chunk_delay_ms: 0,
+            fail_every: None,
+            fail_modes: vec![FailMode::Http500],
+            die_after: None,
+            tokenizer_path: None,
+            model_id: "mock-model".into(),
+        }
+    }
+}
+
+/// The words answers are made of; each is one token in common BPE vocabularies and in the
+/// test word-level tokenizer.
+pub const WORDS: [&str; 4] = [" hello", " world", " sparrow", " bench"];
+
+#[derive(Debug)]
+struct MockState {
+    script: MockScript,
+    received: AtomicU64,
+    kill: CancellationToken,
+}
+
+/// A running mock server.
+#[derive(Debug)]
+pub struct MockServer {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    state: Arc<MockState>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl MockServer {
+    /// Base URL, `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+    /// Generation requests received so far.
+    pub fn received(&self) -> u64 {
+        self.state.received.load(Ordering::SeqCst)
+    }
+    /// Resolves when the server has died (by `die_after` or [`Self::kill`]).
+    pub async fn died(&self) {
+        self.state.kill.cancelled().await;
+    }
+    /// Kills the server now: cuts every stream and stops listening.
+    pub fn kill(&self) {
+        self.state.kill.cancel();
+    }
+    /// Stops the server (same as [`Self::kill`]) and waits for the listener to close.
+    pub async fn shutdown(self) {
+        self.state.kill.cancel();
+        let _ = self.task.await;
+    }
+}
+
+/// The router, apart from any socket (tests can drive it with `oneshot`).
+fn app(state: Arc<MockState>) -> Router {
+    Router::new()
+        .route("/generate", post(generate))
+        .route("/v1/completions", post(completions))
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/models", get(models))
+        .route("/health", get(|| async { "ok" }))
+        .route("/get_model_info", get(model_info))
+        .route("/get_server_info", get(|State(s): State<Arc<MockState>>| async move { Json(json!({"mock": true, "model_id": s.script.model_id})) }))
+        .route("/flush_cache", post(|| async { "Cache flushed." }))
+        .with_state(state)
+}
+
+/// Starts a mock server on `addr` (port 0 picks a free one).
+///
+/// # Errors
+/// The bind error, if the address is taken or not local.
+pub async fn start(addr: SocketAddr, script: MockScript) -> std::io::Result<MockServer> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let addr = listener.local_addr()?;
+    let state = Arc::new(MockState { script, received: AtomicU64::new(0), kill: CancellationToken::new() });
+    let router = app(state.clone());
+    let kill = state.kill.clone();
+    let task = tokio::spawn(async move {
+        // On kill the listener closes (later connects are refused), idle keep-alive
+        // connections are closed, and streams in flight are cut by their own kill branch.
+        let _ = axum::serve(listener, router).with_graceful_shutdown(kill.cancelled_owned()).await;
+    });
+    Ok(MockServer { addr, state, task })
+}
+
+async fn models(State(s): State<Arc<MockState>>) -> Json<Value> {
+    Json(json!({"object": "list", "data": [{"id": s.script.model_id, "object": "model", "owned_by": "sparrow-mock"}]}))
+}
+
+async fn model_info(State(s): State<Arc<MockState>>) -> Json<Value> {
+    Json(json!({"model_path": s.script.model_id, "tokenizer_path": s.script.tokenizer_path, "is_generation": true}))
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Dialect {
+    Generate,
+    Completions,
+    Chat,
+}
+
+/// What one request will get.
+struct Plan {
+    dialect: Dialect,
+    stream: bool,
+    tokens: u64,
+    finish: &'static str,
+    include_usage: bool,
+    fail: Option<FailMode>,
+}
+
+fn plan(s: &MockState, dialect: Dialect, body: &Value) -> Plan {
+    let n = s.received.fetch_add(1, Ordering::SeqCst);
+    if s.script.die_after == Some(n) {
+        s.kill.cancel();
+    }
+    let max = match dialect {
+        Dialect::Generate => body.pointer("/sampling_params/max_new_tokens").and_then(Value::as_u64),
+        _ => body.get("max_completion_tokens").or_else(|| body.get("max_tokens")).and_then(Value::as_u64),
+    }
+    .unwrap_or(16);
+    let tokens = s.script.output_tokens.map_or(max, |o| o.min(max));
+    let fail = s.script.fail_every.filter(|k| *k > 0 && n % k == k - 1).map(|k| {
+        let i = (n / k) as usize % s.script.fail_modes.len().max(1);
+        s.script.fail_modes.get(i).copied().unwrap_or(FailMode::Http500)
+    });
+    Plan {
+        dialect,
+        stream: body.get("stream").and_then(Value::as_bool).unwrap_or(false),
+        tokens,
+        finish: if tokens < max { "stop" } else { "length" },
+        include_usage: body.pointer("/stream_options/include_usage").and_then(Value::as_bool).unwrap_or(false),
+        fail,
+    }
+}
+
+fn text_of(from: u64, to: u64) -> String {
+    (from..to).map(|i| WORDS[(i % WORDS.len() as u64) as usize]).collect()
+}
+
+/// One frame of a scripted stream.
+enum Step {
+    Send(Duration, String),
+    Stall,
+}
+
+fn chunk_json(p: &Plan, s: &MockScript, text: &str, done_tokens: u64, finish: Option<&str>, full_text: &str) -> Value {
+    let usage = json!({"prompt_tokens": 0, "completion_tokens": done_tokens, "total_tokens": done_tokens});
+    match p.dialect {
+        Dialect::Generate => {
+            let mut meta = json!({"id": "mock", "prompt_tokens": 0, "completion_tokens": done_tokens, "cached_tokens": 0,
+                "finish_reason": finish.map(|f| json!({"type": f}))});
+            if s.usage == UsageMode::None {
+                if let Value::Object(m) = &mut meta {
+                    m.remove("completion_tokens");
+                }
+            }
+            json!({"text": full_text, "meta_info": meta, "index": 0})
+        }
+        Dialect::Completions | Dialect::Chat => {
+            let choice = if p.dialect == Dialect::Chat {
+                json!({"index": 0, "delta": {"content": text}, "finish_reason": finish})
+            } else {
+                json!({"index": 0, "text": text, "finish_reason": finish})
+            };
+            let mut c = json!({"id": "mock", "object": "chunk", "created": 0, "model": s.model_id, "choices": [choice]});
+            if s.usage == UsageMode::Continuous {
+                c["usage"] = usage;
+            }
+            c
+        }
+    }
+}
+
+fn steps(p: &Plan, s: &MockScript) -> Vec<Step> {
+    let first = Duration::from_millis(s.first_chunk_delay_ms);
+    let later = Duration::from_millis(s.chunk_delay_ms);
+    let per = s.tokens_per_chunk.max(1);
+    let mut out = Vec::new();
+    let mut done = 0;
+    while done < p.tokens {
+        let next = (done + per).min(p.tokens);
+        let last = next == p.tokens;
+        let finish = (last && p.fail != Some(FailMode::NoDone)).then_some(p.finish);
+        let v = chunk_json(p, s, &text_of(done, next), next, finish, &text_of(0, next));
+        out.push(Step::Send(if done == 0 { first } else { later }, sse::frame(&v.to_string())));
+        done = next;
+        if done == next && out.len() == 1 {
+            match p.fail {
+                Some(FailMode::InBandError) => {
+                    let e = json!({"error": {"message": "scripted failure", "type": "server_error", "code": 500}});
+                    out.push(Step::Send(later, sse::frame(&e.to_string())));
+                    return out;
+                }
+                Some(FailMode::Stall) => {
+                    out.push(Step::Stall);
+                    return out;
+                }
+                _ => {}
+            }
+        }
+    }
+    if p.fail == Some(FailMode::NoDone) {
+        return out;
+    }
+    let wants_final_usage = match s.usage {
+        UsageMode::Continuous => p.include_usage,
+        UsageMode::Final => true,
+        UsageMode::None => false,
+    };
+    if p.dialect != Dialect::Generate && wants_final_usage {
+        let u = json!({"id": "mock", "object": "chunk", "created": 0, "model": s.model_id, "choices": [],
+            "usage": {"prompt_tokens": 0, "completion_tokens": p.tokens, "total_tokens": p.tokens}});
+        out.push(Step::Send(Duration::ZERO, sse::frame(&u.to_string())));
+    }
+    out.push(Step::Send(Duration::ZERO, sse::frame(sse::DONE)));
+    out
+}
+
+fn respond(state: Arc<MockState>, p: Plan) -> Response {
+    if p.fail == Some(FailMode::Http500) {
+        let e = json!({"error": {"message": "scripted failure", "type": "server_error", "code": 500}});
+        return (StatusCode::INTERNAL_SERVER_ERROR, Json(e)).into_response();
+    }
+    let s = &state.script;
+    if !p.stream {
+        let text = text_of(0, p.tokens);
+        let usage = json!({"prompt_tokens": 0, "completion_tokens": p.tokens, "total_tokens": p.tokens});
+        let v = match p.dialect {
+            Dialect::Generate => json!({"text": text, "meta_info": {"prompt_tokens": 0, "completion_tokens": p.tokens, "finish_reason": {"type": p.finish}}}),
+            Dialect::Completions => json!({"id": "mock", "object": "text_completion", "choices": [{"index": 0, "text": text, "finish_reason": p.finish}], "usage": usage}),
+            Dialect::Chat => json!({"id": "mock", "object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": p.finish}], "usage": usage}),
+        };
+        return Json(v).into_response();
+    }
+    let steps = steps(&p, s);
+    let kill = state.kill.clone();
+    let stream = futures_util::stream::unfold((steps.into_iter(), kill), |(mut it, kill)| async move {
+        let step = it.next()?;
+        let (delay, frame) = match step {
+            Step::Send(d, f) => (d, Some(f)),
+            Step::Stall => (Duration::from_secs(86_400), None),
+        };
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {},
+            // Dying mid-stream: an error makes hyper abort the connection without the
+            // terminating chunk, as a crashed process would.
+            () = kill.cancelled() => return Some((Err(std::io::Error::other("server died")), (it, kill))),
+        }
+        let frame = frame.unwrap_or_default();
+        Some((Ok::<Bytes, std::io::Error>(Bytes::from(frame)), (it, kill)))
+    });
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(Body::from_stream(stream))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+async fn handle(state: Arc<MockState>, dialect: Dialect, body: Value) -> Result<Response, Infallible> {
+    if state.kill.is_cancelled() {
+        return Ok(StatusCode::SERVICE_UNAVAILABLE.into_response());
+    }
+    let p = plan(&state, dialect, &body);
+    Ok(respond(state, p))
+}
+
+async fn generate(State(s): State<Arc<MockState>>, Json(body): Json<Value>) -> Result<Response, Infallible> {
+    handle(s, Dialect::Generate, body).await
+}
+
+async fn completions(State(s): State<Arc<MockState>>, Json(body): Json<Value>) -> Result<Response, Infallible> {
+    handle(s, Dialect::Completions, body).await
+}
+
+async fn chat(State(s): State<Arc<MockState>>, Json(body): Json<Value>) -> Result<Response, Infallible> {
+    handle(s, Dialect::Chat, body).await
+}

@@ -1,0 +1,326 @@
+//! The printed result block and the JSONL result line.
+//!
+//! The block reproduces SGLang's (`python/sglang/benchmark/serving.py`, `benchmark()`): the
+//! same labels in the same order, `"{:<40} {:<10}"` / `"{:<40} {:<10.2f}"` columns, 50-wide
+//! separators. Sparrow adds `Failed requests:` after `Successful requests:`, a line when
+//! output counts had to be estimated, and, when anything failed, a `Failures` section with
+//! one line per cause and what is known of a server that stopped answering.
+//!
+//! The JSONL line has SGLang's keys in SGLang's order (written as Python's `json.dumps`
+//! writes them: `", "` and `": "` separators, `Infinity` for an infinite request rate unless
+//! `strict_json`), followed by Sparrow's own keys.
+
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+use crate::metrics::{BenchmarkMetrics, Distribution};
+
+/// When and how the server was seen to stop answering.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerDown {
+    /// Seconds since the run start when the first sign appeared.
+    pub at_s: f64,
+    /// Requests sent and not finished at that moment.
+    pub in_flight: usize,
+    /// Requests never sent because of it.
+    pub not_sent: usize,
+    /// What was seen (e.g. `health probe: connection refused`).
+    pub reason: String,
+}
+
+/// The run-level facts the report shows besides the metrics.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunSummary {
+    /// `--backend`.
+    pub backend: String,
+    /// `--dataset-name`.
+    pub dataset_name: String,
+    /// `--request-rate` (req/s; infinite means all at once).
+    pub request_rate: f64,
+    /// `--max-concurrency`.
+    pub max_concurrency: Option<usize>,
+    /// `--sharegpt-output-len`.
+    pub sharegpt_output_len: Option<u64>,
+    /// `--random-input-len`.
+    pub random_input_len: u64,
+    /// `--random-output-len`.
+    pub random_output_len: u64,
+    /// `--random-range-ratio`.
+    pub random_range_ratio: f64,
+    /// `--tag`.
+    pub tag: Option<String>,
+    /// Wall time of the run, seconds.
+    pub duration_s: f64,
+    /// The server's `/server_info` (or `/get_server_info`) JSON, when it answered.
+    pub server_info: Option<Value>,
+    /// Set when the server stopped answering during the run.
+    pub server_down: Option<ServerDown>,
+    /// Set when the run was cut short by a signal.
+    pub interrupted: Option<String>,
+}
+
+/// Python's `str(float)`: `inf`, `nan`, `16.0` for whole numbers, shortest round-trip
+/// digits otherwise.
+pub fn py_float(x: f64) -> String {
+    if x.is_nan() {
+        "nan".into()
+    } else if x.is_infinite() {
+        if x > 0.0 { "inf" } else { "-inf" }.into()
+    } else if x == x.trunc() && x.abs() < 1e16 {
+        format!("{x:.1}")
+    } else {
+        format!("{x}")
+    }
+}
+
+fn line_s(out: &mut String, label: &str, v: impl std::fmt::Display) {
+    let _ = writeln!(out, "{:<40} {:<10}", label, v.to_string());
+}
+
+fn line_f(out: &mut String, label: &str, v: f64) {
+    let _ = writeln!(out, "{:<40} {:<10}", label, format!("{v:.2}"));
+}
+
+fn section(out: &mut String, title: &str) {
+    let _ = writeln!(out, "{title:-^50}");
+}
+
+fn dist(out: &mut String, name: &str, d: &Distribution, with_max: bool) {
+    line_f(out, &format!("Mean {name} (ms):"), d.mean);
+    line_f(out, &format!("Median {name} (ms):"), d.median);
+    line_f(out, &format!("P90 {name} (ms):"), d.p90);
+    line_f(out, &format!("P95 {name} (ms):"), d.p95);
+    line_f(out, &format!("P99 {name} (ms):"), d.p99);
+    if with_max {
+        line_f(out, &format!("Max {name} (ms):"), d.max);
+    }
+}
+
+/// The result block, starting with a blank line as SGLang's does.
+pub fn render_block(s: &RunSummary, m: &BenchmarkMetrics) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "\n{:=^50}", " Serving Benchmark Result ");
+    line_s(&mut o, "Backend:", &s.backend);
+    line_s(&mut o, "Traffic request rate:", py_float(s.request_rate));
+    match s.max_concurrency {
+        Some(c) => line_s(&mut o, "Max request concurrency:", c),
+        None => line_s(&mut o, "Max request concurrency:", "not set"),
+    }
+    line_s(&mut o, "Successful requests:", m.completed);
+    line_s(&mut o, "Failed requests:", m.failed);
+    line_f(&mut o, "Benchmark duration (s):", s.duration_s);
+    line_s(&mut o, "Total input tokens:", m.total_input);
+    line_s(&mut o, "Total input text tokens:", m.total_input);
+    line_s(&mut o, "Total generated tokens:", m.total_output);
+    line_s(&mut o, "Total generated tokens (retokenized):", m.total_output_retokenized);
+    if m.estimated_output_requests > 0 {
+        line_s(&mut o, "Requests with estimated output tokens:", m.estimated_output_requests);
+    }
+    line_f(&mut o, "Request throughput (req/s):", m.request_throughput);
+    line_f(&mut o, "Input token throughput (tok/s):", m.input_throughput);
+    line_f(&mut o, "Output token throughput (tok/s):", m.output_throughput);
+    line_f(&mut o, "Peak output token throughput (tok/s):", m.max_output_tokens_per_s);
+    line_s(&mut o, "Peak concurrent requests:", m.max_concurrent_requests);
+    line_f(&mut o, "Total token throughput (tok/s):", m.total_throughput);
+    line_f(&mut o, "Concurrency:", m.concurrency);
+    section(&mut o, "End-to-End Latency");
+    dist(&mut o, "E2E Latency", &m.e2e_ms, false);
+    section(&mut o, "Time to First Token");
+    dist(&mut o, "TTFT", &m.ttft_ms, false);
+    section(&mut o, "Time per Output Token (excl. 1st token)");
+    dist(&mut o, "TPOT", &m.tpot_ms, false);
+    if m.itl_per_token {
+        section(&mut o, "Inter-Token Latency");
+    } else {
+        section(&mut o, "Inter-Token Latency (per chunk)");
+    }
+    dist(&mut o, "ITL", &m.itl_ms, true);
+    if m.failed > 0 || s.server_down.is_some() || s.interrupted.is_some() {
+        section(&mut o, "Failures");
+        for (cause, n) in &m.errors_by_cause {
+            line_s(&mut o, &format!("  {cause}:"), n);
+        }
+        if let Some(d) = &s.server_down {
+            line_f(&mut o, "Server stopped answering at (s):", d.at_s);
+            line_s(&mut o, "Requests in flight then:", d.in_flight);
+            line_s(&mut o, "Requests never sent:", d.not_sent);
+            let _ = writeln!(o, "Server down: {}", d.reason);
+        }
+        if let Some(why) = &s.interrupted {
+            let _ = writeln!(o, "Run interrupted: {why}");
+        }
+    }
+    let _ = writeln!(o, "{}", "=".repeat(50));
+    o
+}
+
+/// A JSON value for the result line; floats are kept apart so infinity can be written the
+/// way Python writes it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum JVal {
+    /// Any JSON value.
+    Json(Value),
+    /// A float that may be non-finite.
+    Float(f64),
+}
+
+impl From<Value> for JVal {
+    fn from(v: Value) -> Self {
+        JVal::Json(v)
+    }
+}
+
+/// The ordered key/value pairs of the JSONL result line.
+pub fn result_pairs(s: &RunSummary, m: &BenchmarkMetrics) -> Vec<(String, JVal)> {
+    use serde_json::json;
+    let mut v: Vec<(String, JVal)> = Vec::new();
+    let mut put = |k: &str, x: JVal| v.push((k.to_owned(), x));
+    put("tag", json!(s.tag).into());
+    put("backend", json!(s.backend).into());
+    put("dataset_name", json!(s.dataset_name).into());
+    put("request_rate", JVal::Float(s.request_rate));
+    put("max_concurrency", json!(s.max_concurrency).into());
+    put("sharegpt_output_len", json!(s.sharegpt_output_len).into());
+    put("random_input_len", json!(s.random_input_len).into());
+    put("random_output_len", json!(s.random_output_len).into());
+    put("random_range_ratio", JVal::Float(s.random_range_ratio));
+    put("server_info", s.server_info.clone().unwrap_or(Value::Null).into());
+    put("duration", JVal::Float(s.duration_s));
+    put("completed", json!(m.completed).into());
+    put("total_input_tokens", json!(m.total_input).into());
+    put("total_input_text_tokens", json!(m.total_input).into());
+    put("total_input_vision_tokens", json!(0).into());
+    put("total_output_tokens", json!(m.total_output).into());
+    put("total_output_tokens_retokenized", json!(m.total_output_retokenized).into());
+    put("request_throughput", JVal::Float(m.request_throughput));
+    put("input_throughput", JVal::Float(m.input_throughput));
+    put("output_throughput", JVal::Float(m.output_throughput));
+    put("total_throughput", JVal::Float(m.total_throughput));
+    for (name, d) in [
+        ("e2e_latency", &m.e2e_ms),
+        ("ttft", &m.ttft_ms),
+        ("tpot", &m.tpot_ms),
+        ("itl", &m.itl_ms),
+    ] {
+        put(&format!("mean_{name}_ms"), JVal::Float(d.mean));
+        put(&format!("median_{name}_ms"), JVal::Float(d.median));
+        put(&format!("std_{name}_ms"), JVal::Float(d.std));
+        put(&format!("p90_{name}_ms"), JVal::Float(d.p90));
+        put(&format!("p95_{name}_ms"), JVal::Float(d.p95));
+        put(&format!("p99_{name}_ms"), JVal::Float(d.p99));
+    }
+    put("concurrency", JVal::Float(m.concurrency));
+    put("accept_length", Value::Null.into());
+    put("max_output_tokens_per_s", JVal::Float(m.max_output_tokens_per_s));
+    put("max_concurrent_requests", json!(m.max_concurrent_requests).into());
+    // Sparrow's own keys.
+    put("max_itl_ms", JVal::Float(m.itl_ms.max));
+    put("itl_per_token", json!(m.itl_per_token).into());
+    put("failed", json!(m.failed).into());
+    put("errors_by_cause", json!(m.errors_by_cause).into());
+    put("output_tokens_estimated_requests", json!(m.estimated_output_requests).into());
+    put("send_lag_ms_p50", JVal::Float(m.send_lag_ms.median));
+    put("send_lag_ms_p99", JVal::Float(m.send_lag_ms.p99));
+    put("send_lag_ms_max", JVal::Float(m.send_lag_ms.max));
+    put("queue_wait_ms_mean", JVal::Float(m.queue_wait_ms.mean));
+    put("server_down_at_s", s.server_down.as_ref().map_or(JVal::Json(Value::Null), |d| JVal::Float(d.at_s)));
+    put("in_flight_at_server_down", json!(s.server_down.as_ref().map(|d| d.in_flight)).into());
+    put("server_down_reason", json!(s.server_down.as_ref().map(|d| d.reason.clone())).into());
+    put("interrupted", json!(s.interrupted).into());
+    v
+}
+
+/// Writes JSON the way Python's `json.dumps` does by default: `", "` between items, `": "`
+/// after keys.
+struct PyFormatter;
+
+impl serde_json::ser::Formatter for PyFormatter {
+    fn begin_array_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+        if first { Ok(()) } else { w.write_all(b", ") }
+    }
+    fn begin_object_key<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+        if first { Ok(()) } else { w.write_all(b", ") }
+    }
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        w.write_all(b": ")
+    }
+}
+
+/// One value as Python's `json.dumps` writes it.
+pub fn py_json_value(v: &Value) -> String {
+    let mut buf = Vec::new();
+    let mut ser = serde_json::Serializer::with_formatter(&mut buf, PyFormatter);
+    // Serializing a `Value` into memory cannot fail.
+    let _ = serde::Serialize::serialize(v, &mut ser);
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+fn py_json_float(x: f64, strict: bool) -> String {
+    if x.is_finite() {
+        let s = format!("{x:?}");
+        // Rust's Debug for f64 is the shortest round-trip form, like Python's repr, except
+        // that Rust writes `1e-7` where Python writes `1e-07`.
+        match s.split_once('e') {
+            Some((m, e)) => {
+                let (sign, digits) = e.strip_prefix('-').map_or(("+", e), |d| ("-", d));
+                format!("{m}e{sign}{digits:0>2}")
+            }
+            None => s,
+        }
+    } else if strict {
+        "null".into()
+    } else if x.is_nan() {
+        "NaN".into()
+    } else if x > 0.0 {
+        "Infinity".into()
+    } else {
+        "-Infinity".into()
+    }
+}
+
+/// One JSON object line (no trailing newline) from ordered pairs. Non-finite floats are
+/// written `Infinity`/`NaN` as Python does, or `null` when `strict`.
+pub fn to_json_line(pairs: &[(String, JVal)], strict: bool) -> String {
+    let mut o = String::from("{");
+    for (i, (k, v)) in pairs.iter().enumerate() {
+        if i > 0 {
+            o.push_str(", ");
+        }
+        o.push_str(&py_json_value(&Value::String(k.clone())));
+        o.push_str(": ");
+        match v {
+            JVal::Json(j) => o.push_str(&py_json_value(j)),
+            JVal::Float(x) => o.push_str(&py_json_float(*x, strict)),
+        }
+    }
+    o.push('}');
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn python_float_forms() {
+        assert_eq!(py_float(f64::INFINITY), "inf");
+        assert_eq!(py_float(16.0), "16.0");
+        assert_eq!(py_float(2.5), "2.5");
+        assert_eq!(py_json_float(f64::INFINITY, false), "Infinity");
+        assert_eq!(py_json_float(f64::INFINITY, true), "null");
+        assert_eq!(py_json_float(1.0, false), "1.0");
+        assert_eq!(py_json_float(1e-7, false), "1e-07");
+        assert_eq!(py_json_float(1.5e20, false), "1.5e+20");
+    }
+
+    #[test]
+    fn json_line_is_python_shaped() {
+        let pairs = vec![
+            ("a".to_owned(), JVal::Float(f64::INFINITY)),
+            ("b".to_owned(), JVal::Json(serde_json::json!({"x": [1, 2], "y": null}))),
+        ];
+        assert_eq!(to_json_line(&pairs, false), r#"{"a": Infinity, "b": {"x": [1, 2], "y": null}}"#);
+        assert_eq!(to_json_line(&pairs, true), r#"{"a": null, "b": {"x": [1, 2], "y": null}}"#);
+    }
+}

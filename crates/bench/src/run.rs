@@ -1,0 +1,646 @@
+//! A whole benchmark: set-up (model, tokenizer, prompts, warmup), the timed run, the report.
+//!
+//! The timed run spawns one task per request. Each sleeps until its absolute due time, then
+//! waits for a `--max-concurrency` slot, then sends; the three moments are recorded apart so
+//! client send lag and concurrency wait never hide inside latency figures. Finished records
+//! go through one channel to a collector that appends them to the details file at once (so a
+//! crash of the client or the server loses nothing that finished) and drives the progress bar.
+//!
+//! A health monitor probes `GET /health` during the run. When the server stops answering
+//! (a refused connection, or three probes in a row without an answer) no further request is
+//! sent, the ones in flight end by themselves (reset or read timeout), and the report says
+//! when it happened and how many were in flight. Ctrl-C or SIGTERM cancels everything and
+//! reports what finished.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use serde_json::Value;
+use sparrow_tokenizer::Tokenizer;
+use tokio::sync::{mpsc, Notify, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+use crate::args::{BenchConfig, DatasetName};
+use crate::client::{self, ClientCtx, RequestOptions};
+use crate::dataset::{self, DatasetRow, GspSpec, RandomSpec, ShareGptSpec};
+use crate::metrics::{self, BenchmarkMetrics};
+use crate::record::{Failure, FailureKind, RequestRecord, TokenCountSource};
+use crate::report::{self, RunSummary, ServerDown};
+use crate::schedule;
+
+/// Exit status of a run (also documented in `sparrow bench --help`).
+pub mod exit {
+    /// Every request succeeded, or failures stayed within `--max-failure-rate`.
+    pub const OK: i32 = 0;
+    /// More requests failed than `--max-failure-rate` allows.
+    pub const FAILURES: i32 = 1;
+    /// Bad flags, or set-up failed before the run (no server, no tokenizer, no dataset).
+    pub const SETUP: i32 = 2;
+    /// The server stopped answering during the run.
+    pub const SERVER_DOWN: i32 = 3;
+    /// Interrupted by SIGINT.
+    pub const SIGINT: i32 = 130;
+    /// Interrupted by SIGTERM.
+    pub const SIGTERM: i32 = 143;
+}
+
+/// Failures before the timed run starts.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// Set-up could not complete; the message says what to fix.
+    #[error("{0}")]
+    Setup(String),
+    /// The dataset could not be built.
+    #[error(transparent)]
+    Dataset(#[from] dataset::DatasetError),
+    /// The warmup requests all failed.
+    #[error("warmup failed: {0}")]
+    Warmup(Failure),
+    /// The results could not be written.
+    #[error("cannot write {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+impl BenchError {
+    /// The exit status for this error.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            BenchError::Warmup(f) if f.kind.is_connection_level() => exit::SERVER_DOWN,
+            _ => exit::SETUP,
+        }
+    }
+}
+
+/// What a finished run produced.
+#[derive(Debug)]
+pub struct RunOutcome {
+    /// Exit status to end the process with.
+    pub exit_code: i32,
+    /// Run-level facts.
+    pub summary: RunSummary,
+    /// The figures.
+    pub metrics: BenchmarkMetrics,
+    /// Every request's record, in dataset order.
+    pub records: Vec<RequestRecord>,
+    /// The JSONL file the result line was appended to.
+    pub output_file: PathBuf,
+    /// The per-request details file.
+    pub details_file: PathBuf,
+}
+
+fn http_client() -> Result<reqwest::Client, BenchError> {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(usize::MAX)
+        .tcp_nodelay(true)
+        .connect_timeout(Duration::from_secs(10))
+        .no_proxy()
+        .build()
+        .map_err(|e| BenchError::Setup(format!("cannot build HTTP client: {e}")))
+}
+
+/// GET `url` as JSON with a short timeout; `None` on any failure (calls made outside the timed
+/// run must never abort it).
+async fn get_json(http: &reqwest::Client, url: &str, headers: &reqwest::header::HeaderMap) -> Result<Value, String> {
+    let resp = http
+        .get(url)
+        .headers(headers.clone())
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    if !resp.status().is_success() {
+        return Err(format!("HTTP {}", resp.status()));
+    }
+    resp.json::<Value>().await.map_err(|e| e.to_string())
+}
+
+fn header_map(cfg: &BenchConfig) -> Result<reqwest::header::HeaderMap, BenchError> {
+    use reqwest::header::{HeaderName, HeaderValue};
+    let mut h = reqwest::header::HeaderMap::new();
+    if let Ok(key) = std::env::var("OPENAI_API_KEY") {
+        if let Ok(v) = HeaderValue::from_str(&format!("Bearer {key}")) {
+            h.insert(reqwest::header::AUTHORIZATION, v);
+        }
+    }
+    for (k, v) in &cfg.headers {
+        let name = HeaderName::from_bytes(k.as_bytes()).map_err(|e| BenchError::Setup(format!("--header {k}: {e}")))?;
+        let value = HeaderValue::from_str(v).map_err(|e| BenchError::Setup(format!("--header {k}: {e}")))?;
+        h.insert(name, value);
+    }
+    Ok(h)
+}
+
+/// Picks the tokenizer: `--tokenizer`, else `--model` when it is a local path, else the path
+/// the server reports in `/get_model_info` when this machine can read it.
+async fn resolve_tokenizer(cfg: &BenchConfig, http: &reqwest::Client, headers: &reqwest::header::HeaderMap) -> Result<Tokenizer, BenchError> {
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Some(t) = &cfg.args.tokenizer {
+        candidates.push(t.clone());
+    } else {
+        if let Some(m) = cfg.args.model.as_deref().map(PathBuf::from).filter(|p| p.exists()) {
+            candidates.push(m);
+        }
+        if let Ok(info) = get_json(http, &format!("{}/get_model_info", cfg.base_url), headers).await {
+            for key in ["tokenizer_path", "model_path"] {
+                if let Some(p) = info.get(key).and_then(Value::as_str).map(PathBuf::from).filter(|p| p.exists()) {
+                    candidates.push(p);
+                }
+            }
+        }
+    }
+    let Some(path) = candidates.first() else {
+        return Err(BenchError::Setup(
+            "no tokenizer: pass --tokenizer (a tokenizer.json, a directory holding one, or a GGUF file)".into(),
+        ));
+    };
+    Tokenizer::load(path).map_err(|e| BenchError::Setup(format!("--tokenizer {}: {e}", path.display())))
+}
+
+fn sharegpt_path(cfg: &BenchConfig) -> Result<PathBuf, BenchError> {
+    if cfg.args.dataset_path.is_empty() {
+        sparrow_assets::ensure(sparrow_assets::SHAREGPT_JSON).map_err(|e| BenchError::Setup(format!("ShareGPT dataset: {e}")))
+    } else {
+        Ok(PathBuf::from(&cfg.args.dataset_path))
+    }
+}
+
+/// Builds every prompt of the run.
+///
+/// # Errors
+/// [`BenchError::Dataset`] or [`BenchError::Setup`] when the dataset cannot be built.
+pub fn build_dataset(cfg: &BenchConfig, tok: &Tokenizer) -> Result<Vec<DatasetRow>, BenchError> {
+    let a = &cfg.args;
+    let mut rng = StdRng::seed_from_u64(a.seed);
+    let rspec = RandomSpec {
+        num_prompts: a.num_prompts,
+        input_len: a.random_input_len,
+        output_len: a.random_output_len,
+        range_ratio: a.random_range_ratio,
+    };
+    Ok(match a.dataset_name {
+        DatasetName::Random => {
+            // Check the flags before the (slow) dataset load.
+            dataset::random(tok, &[], RandomSpec { num_prompts: 0, ..rspec }, &mut rng.clone())?;
+            let pairs = dataset::load_sharegpt(&sharegpt_path(cfg)?)?;
+            dataset::random(tok, &pairs, rspec, &mut rng)?
+        }
+        DatasetName::RandomIds => dataset::random_ids(tok, rspec, &mut rng)?,
+        DatasetName::ShareGpt => {
+            let pairs = dataset::load_sharegpt(&sharegpt_path(cfg)?)?;
+            let spec = ShareGptSpec {
+                num_prompts: a.num_prompts,
+                output_len: a.sharegpt_output_len,
+                context_len: a.sharegpt_context_len,
+                apply_chat_template: a.apply_chat_template,
+            };
+            dataset::sharegpt(tok, &pairs, spec, &mut rng)?
+        }
+        DatasetName::GeneratedSharedPrefix => {
+            let spec = GspSpec {
+                num_groups: a.gsp_num_groups,
+                prompts_per_group: a.gsp_prompts_per_group,
+                system_prompt_len: a.gsp_system_prompt_len,
+                question_len: a.gsp_question_len,
+                output_len: a.gsp_output_len,
+            };
+            dataset::generated_shared_prefix(tok, spec, &mut rng)?
+        }
+        DatasetName::Custom => dataset::custom(tok, Path::new(&a.dataset_path), a.num_prompts, a.sharegpt_output_len, a.apply_chat_template)?,
+    })
+}
+
+/// SGLang's default output file name: `{backend}_{MMDD}_{n}_{in}_{out}.jsonl` for the random
+/// datasets, else `{backend}_{MMDD}_{n}_{dataset}.jsonl` (date in UTC).
+pub fn default_output_file(cfg: &BenchConfig) -> PathBuf {
+    let days = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() / 86_400) as i64;
+    let (_, m, d) = civil_from_days(days);
+    let a = &cfg.args;
+    let b = a.backend.name();
+    PathBuf::from(match a.dataset_name {
+        DatasetName::Random | DatasetName::RandomIds => {
+            format!("{b}_{m:02}{d:02}_{}_{}_{}.jsonl", a.num_prompts, a.random_input_len, a.random_output_len)
+        }
+        other => format!("{b}_{m:02}{d:02}_{}_{}.jsonl", a.num_prompts, other.name()),
+    })
+}
+
+/// Proleptic Gregorian date of a day count since 1970-01-01 (H. Hinnant, "chrono-Compatible
+/// Low-Level Date Algorithms", `civil_from_days`).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+/// The details file beside `output`: `x.jsonl` → `x.requests.jsonl`.
+pub fn default_details_file(output: &Path) -> PathBuf {
+    let stem = output.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    output.with_file_name(format!("{stem}.requests.jsonl"))
+}
+
+fn new_record(index: usize, row: &DatasetRow, scheduled_s: f64) -> RequestRecord {
+    RequestRecord {
+        index,
+        prompt_len: row.prompt_len,
+        requested_output_len: row.output_len,
+        scheduled_s,
+        dispatched_s: -1.0,
+        sent_s: scheduled_s,
+        first_byte_s: None,
+        chunks: Vec::new(),
+        end_s: scheduled_s,
+        output_tokens: 0,
+        output_tokens_source: TokenCountSource::Server,
+        finish_reason: None,
+        text: String::new(),
+        failure: None,
+    }
+}
+
+/// Shared state of the server-liveness watch.
+#[derive(Debug, Default)]
+struct Liveness {
+    /// Set once the server is judged down; no further request is sent.
+    down: CancellationToken,
+    /// (seconds since start, reason) of the first sign, and of the verdict.
+    first_sign: Mutex<Option<(f64, String)>>,
+    verdict: Mutex<Option<String>>,
+    /// Wakes the monitor for an immediate probe.
+    probe_now: Notify,
+}
+
+impl Liveness {
+    fn sign(&self, t: f64, reason: String) {
+        if let Ok(mut s) = self.first_sign.lock() {
+            if s.as_ref().is_none_or(|(t0, _)| t < *t0) {
+                *s = Some((t, reason));
+            }
+        }
+    }
+    fn declare(&self, reason: String) {
+        if let Ok(mut v) = self.verdict.lock() {
+            if v.is_none() {
+                *v = Some(reason);
+            }
+        }
+        self.down.cancel();
+    }
+}
+
+async fn health_monitor(ctx: ClientCtx, url: String, interval: Duration, live: Arc<Liveness>, stop: CancellationToken) {
+    let mut misses = 0u32;
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = live.down.cancelled() => return,
+            () = tokio::time::sleep(interval) => {},
+            () = live.probe_now.notified() => {},
+        }
+        let t = ctx.now();
+        let probe = ctx.http.get(&url).headers(ctx.headers.clone()).timeout(Duration::from_secs(5).max(interval * 2)).send().await;
+        match probe {
+            Ok(r) if r.status() == reqwest::StatusCode::NOT_FOUND => return,
+            Ok(_) => misses = 0,
+            Err(e) => {
+                let kind = client::classify(&e);
+                live.sign(t, format!("health probe: {}", kind.label()));
+                misses += 1;
+                if kind == FailureKind::ConnectionRefused {
+                    live.declare("health probe: connection refused".into());
+                    return;
+                }
+                if misses >= 3 {
+                    live.declare(format!("{misses} health probes in a row got no answer ({})", kind.label()));
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Runs warmup requests (concurrently) with the first prompt, at most 32 output tokens.
+async fn warmup(ctx: &ClientCtx, opts: &RequestOptions, row: &DatasetRow, n: usize) -> Result<(), BenchError> {
+    if n == 0 {
+        return Ok(());
+    }
+    println!("Starting warmup with {n} sequences...");
+    let body = Bytes::from(client::build_body(opts, &row.prompt, row.output_len.min(32)).to_string());
+    let never = CancellationToken::new();
+    let futs = (0..n).map(|i| {
+        let body = body.clone();
+        let never = never.clone();
+        async move {
+            let mut rec = new_record(i, row, 0.0);
+            client::send(ctx, body, &mut rec, &never).await;
+            rec
+        }
+    });
+    let recs = futures_util::future::join_all(futs).await;
+    if let Some(f) = recs.iter().find_map(|r| r.failure.clone()).filter(|_| recs.iter().all(|r| !r.success())) {
+        return Err(BenchError::Warmup(f));
+    }
+    println!("Warmup completed with {n} sequences. Starting main benchmark run...");
+    Ok(())
+}
+
+fn progress_bar(n: usize, hidden: bool) -> ProgressBar {
+    let pb = ProgressBar::with_draw_target(Some(n as u64), if hidden { ProgressDrawTarget::hidden() } else { ProgressDrawTarget::stderr() });
+    if let Ok(style) = ProgressStyle::with_template("{bar:40} {pos}/{len} [{elapsed_precise}<{eta_precise}] {msg}") {
+        pb.set_style(style);
+    }
+    pb
+}
+
+/// Waits for SIGINT or SIGTERM; returns the exit status and a description.
+async fn interrupted() -> (i32, String) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => return (exit::SIGINT, "SIGINT (Ctrl-C)".into()),
+                _ = term.recv() => return (exit::SIGTERM, "SIGTERM".into()),
+            }
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+    (exit::SIGINT, "SIGINT (Ctrl-C)".into())
+}
+
+/// One details-file line: the record plus its derived latencies.
+fn details_line(r: &RequestRecord) -> String {
+    let mut v = serde_json::to_value(r).unwrap_or(Value::Null);
+    if let Value::Object(m) = &mut v {
+        m.insert("success".into(), Value::Bool(r.success()));
+        m.insert("ttft".into(), serde_json::json!(r.ttft()));
+        m.insert("e2e".into(), serde_json::json!(r.e2e()));
+        m.insert("itl".into(), serde_json::json!(r.itl().0));
+    }
+    v.to_string()
+}
+
+/// Runs the whole benchmark described by `cfg`: set-up, warmup, timed run, report.
+///
+/// # Errors
+/// [`BenchError`] when set-up fails before the timed run. Once the run has started, every
+/// problem is a recorded result, not an error.
+pub async fn run(cfg: BenchConfig) -> Result<RunOutcome, BenchError> {
+    let a = &cfg.args;
+    let http = http_client()?;
+    let headers = header_map(&cfg)?;
+
+    let model = match &a.model {
+        Some(m) => m.clone(),
+        None => {
+            let url = format!("{}/v1/models", cfg.base_url);
+            let v = get_json(&http, &url, &headers)
+                .await
+                .map_err(|e| BenchError::Setup(format!("cannot list models at {url}: {e}; is the server up? (or pass --model)")))?;
+            v.pointer("/data/0/id")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .ok_or_else(|| BenchError::Setup(format!("{url} lists no model; pass --model")))?
+        }
+    };
+    let tokenizer = Arc::new(resolve_tokenizer(&cfg, &http, &headers).await?);
+    let rows = build_dataset(&cfg, &tokenizer)?;
+    if rows.is_empty() {
+        return Err(BenchError::Setup("the dataset produced no prompts".into()));
+    }
+    println!("#Input tokens: {}", rows.iter().map(|r| r.prompt_len).sum::<u64>());
+    println!("#Output tokens: {}", rows.iter().map(|r| r.output_len).sum::<u64>());
+
+    let opts = RequestOptions {
+        api: a.backend.api(),
+        model: a.served_model_name.clone().unwrap_or(model),
+        stream: !a.disable_stream,
+        ignore_eos: !a.disable_ignore_eos,
+        extra_body: cfg.extra_body.clone(),
+    };
+    // Bodies are serialized before the clock starts so the send path does no JSON work.
+    let bodies: Vec<Bytes> = rows.iter().map(|r| Bytes::from(client::build_body(&opts, &r.prompt, r.output_len).to_string())).collect();
+    let mut ctx = ClientCtx {
+        http: http.clone(),
+        url: format!("{}{}", cfg.base_url, opts.api.path()),
+        headers: headers.clone(),
+        api: opts.api,
+        stream: opts.stream,
+        read_timeout: cfg.read_timeout,
+        request_timeout: cfg.request_timeout,
+        tokenizer: tokenizer.clone(),
+        t0: Instant::now(),
+    };
+    warmup(&ctx, &opts, &rows[0], a.warmup_requests).await?;
+    if a.flush_cache {
+        if let Err(e) = http.post(format!("{}/flush_cache", cfg.base_url)).headers(headers.clone()).timeout(Duration::from_secs(30)).send().await {
+            eprintln!("warning: POST /flush_cache failed: {e}");
+        }
+    }
+
+    let output_file = a.output_file.clone().unwrap_or_else(|| default_output_file(&cfg));
+    let details_file = a.details_file.clone().unwrap_or_else(|| default_details_file(&output_file));
+    let details = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&details_file)
+        .map_err(|source| BenchError::Io { path: details_file.clone(), source })?;
+    let mut details = std::io::BufWriter::new(details);
+
+    let mut rng = StdRng::seed_from_u64(a.seed ^ 0x5eed_a441);
+    let offsets = schedule::arrival_offsets(rows.len(), a.request_rate, a.burstiness, &mut rng);
+    let sem = a.max_concurrency.map(|c| Arc::new(Semaphore::new(c)));
+    let cancel = CancellationToken::new();
+    let live = Arc::new(Liveness::default());
+    let stop_monitor = CancellationToken::new();
+    let (tx, mut rx) = mpsc::unbounded_channel::<RequestRecord>();
+
+    ctx.t0 = Instant::now();
+    let ctx = Arc::new(ctx);
+    if let Some(interval) = cfg.health_interval {
+        tokio::spawn(health_monitor((*ctx).clone(), format!("{}/health", cfg.base_url), interval, live.clone(), stop_monitor.clone()));
+    }
+    let interrupt: Arc<Mutex<Option<(i32, String)>>> = Arc::default();
+    {
+        let (cancel, interrupt) = (cancel.clone(), interrupt.clone());
+        tokio::spawn(async move {
+            let got = interrupted().await;
+            if let Ok(mut i) = interrupt.lock() {
+                *i = Some(got);
+            }
+            cancel.cancel();
+        });
+    }
+    for (i, (row, body)) in rows.iter().zip(bodies).enumerate() {
+        let (ctx, tx, sem, cancel, live) = (ctx.clone(), tx.clone(), sem.clone(), cancel.clone(), live.clone());
+        let mut rec = new_record(i, row, offsets[i]);
+        let due = ctx.t0 + Duration::from_secs_f64(offsets[i]);
+        tokio::spawn(async move {
+            let not_sent = |rec: &mut RequestRecord, kind: FailureKind, msg: &str| {
+                rec.end_s = ctx.now();
+                rec.failure = Some(Failure { kind, message: msg.into() });
+            };
+            tokio::select! {
+                () = tokio::time::sleep_until(due.into()) => {},
+                () = cancel.cancelled() => { not_sent(&mut rec, FailureKind::Interrupted, "interrupted before send"); let _ = tx.send(rec); return; }
+                () = live.down.cancelled() => { not_sent(&mut rec, FailureKind::NotSent, "server down before send"); let _ = tx.send(rec); return; }
+            }
+            rec.dispatched_s = ctx.now();
+            let _permit = match &sem {
+                None => None,
+                Some(s) => tokio::select! {
+                    p = s.clone().acquire_owned() => p.ok(),
+                    () = cancel.cancelled() => { not_sent(&mut rec, FailureKind::Interrupted, "interrupted before send"); let _ = tx.send(rec); return; }
+                    () = live.down.cancelled() => { not_sent(&mut rec, FailureKind::NotSent, "server down before send"); let _ = tx.send(rec); return; }
+                },
+            };
+            if live.down.is_cancelled() {
+                not_sent(&mut rec, FailureKind::NotSent, "server down before send");
+            } else {
+                client::send(&ctx, body, &mut rec, &cancel).await;
+            }
+            if let Some(f) = &rec.failure {
+                if f.kind.is_connection_level() {
+                    live.sign(rec.end_s, format!("request {}: {}", rec.index, f.kind.label()));
+                    live.probe_now.notify_one();
+                }
+                if f.kind == FailureKind::ConnectionRefused {
+                    live.declare("requests: connection refused".into());
+                }
+            }
+            let _ = tx.send(rec);
+        });
+    }
+    drop(tx);
+
+    let pb = progress_bar(rows.len(), a.disable_tqdm);
+    let mut records: Vec<Option<RequestRecord>> = vec![None; rows.len()];
+    let (mut failed, mut out_tokens) = (0usize, 0u64);
+    let details_ok = AtomicBool::new(true);
+    while let Some(rec) = rx.recv().await {
+        if details_ok.load(Ordering::Relaxed) {
+            let line = details_line(&rec);
+            if writeln!(details, "{line}").and_then(|()| details.flush()).is_err() {
+                details_ok.store(false, Ordering::Relaxed);
+                eprintln!("warning: cannot write {}; per-request records stop here", details_file.display());
+            }
+        }
+        failed += usize::from(!rec.success());
+        out_tokens += rec.output_tokens;
+        let el = ctx.now().max(1e-9);
+        pb.set_message(format!("failed {failed} | out {:.0} tok/s", out_tokens as f64 / el));
+        pb.inc(1);
+        let idx = rec.index;
+        records[idx] = Some(rec);
+    }
+    let duration_s = ctx.now();
+    stop_monitor.cancel();
+    pb.finish_and_clear();
+    let records: Vec<RequestRecord> = records.into_iter().flatten().collect();
+
+    let interrupted = interrupt.lock().ok().and_then(|i| i.clone());
+    let server_down = live.verdict.lock().ok().and_then(|v| v.clone()).map(|verdict| {
+        let (at_s, first) = live.first_sign.lock().ok().and_then(|s| s.clone()).unwrap_or((duration_s, verdict.clone()));
+        ServerDown {
+            at_s,
+            in_flight: records
+                .iter()
+                .filter(|r| r.dispatched_s >= 0.0 && r.sent_s <= at_s && r.end_s >= at_s)
+                .filter(|r| r.failure.as_ref().is_none_or(|f| f.kind != FailureKind::NotSent))
+                .count(),
+            not_sent: records.iter().filter(|r| r.failure.as_ref().is_some_and(|f| f.kind == FailureKind::NotSent)).count(),
+            reason: if first == verdict { verdict } else { format!("{first}; then {verdict}") },
+        }
+    });
+    let server_info = if server_down.is_some() {
+        None
+    } else {
+        match get_json(&http, &format!("{}/server_info", cfg.base_url), &headers).await {
+            Ok(v) => Some(v),
+            Err(_) => get_json(&http, &format!("{}/get_server_info", cfg.base_url), &headers).await.ok(),
+        }
+    };
+    let metrics = metrics::calculate(&records, duration_s, |t| tokenizer.encode(t, false).map_or(0, |ids| ids.len() as u64));
+    let summary = RunSummary {
+        backend: a.backend.name().into(),
+        dataset_name: a.dataset_name.name().into(),
+        request_rate: a.request_rate,
+        max_concurrency: a.max_concurrency,
+        sharegpt_output_len: a.sharegpt_output_len,
+        random_input_len: a.random_input_len,
+        random_output_len: a.random_output_len,
+        random_range_ratio: a.random_range_ratio,
+        tag: a.tag.clone(),
+        duration_s,
+        server_info,
+        server_down,
+        interrupted: interrupted.as_ref().map(|i| i.1.clone()),
+    };
+    print!("{}", report::render_block(&summary, &metrics));
+    let mut pairs = report::result_pairs(&summary, &metrics);
+    if a.output_details {
+        use serde_json::json;
+        let d = |f: &dyn Fn(&RequestRecord) -> Value| -> report::JVal { Value::Array(records.iter().map(f).collect()).into() };
+        pairs.push(("input_lens".into(), d(&|r| json!(r.prompt_len))));
+        pairs.push(("output_lens".into(), d(&|r| json!(r.output_tokens))));
+        pairs.push(("ttfts".into(), d(&|r| json!(r.ttft().unwrap_or(0.0)))));
+        pairs.push(("itls".into(), d(&|r| json!(r.itl().0))));
+        pairs.push(("generated_texts".into(), d(&|r| json!(r.text))));
+        pairs.push(("errors".into(), d(&|r| json!(r.failure.as_ref().map_or(String::new(), |f| format!("{}: {}", f.kind.label(), f.message))))));
+    }
+    let line = report::to_json_line(&pairs, a.strict_json);
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&output_file)
+        .and_then(|mut f| writeln!(f, "{line}"))
+        .map_err(|source| BenchError::Io { path: output_file.clone(), source })?;
+
+    let total = records.len().max(1);
+    let exit_code = if let Some((code, _)) = interrupted {
+        code
+    } else if summary.server_down.is_some() {
+        exit::SERVER_DOWN
+    } else if metrics.failed as f64 / total as f64 > a.max_failure_rate {
+        exit::FAILURES
+    } else {
+        exit::OK
+    };
+    Ok(RunOutcome { exit_code, summary, metrics, records, output_file, details_file })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(20_786), (2026, 11, 29));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+    }
+
+    #[test]
+    fn details_file_beside_output() {
+        assert_eq!(default_details_file(Path::new("out/x.jsonl")), PathBuf::from("out/x.requests.jsonl"));
+    }
+}

@@ -1,0 +1,117 @@
+//! Wire types shared by the Sparrow server and `sparrow bench`.
+//!
+//! - [`openai`]: `/v1/completions`, `/v1/chat/completions` and `/v1/models` bodies, following the
+//!   OpenAI API reference (streaming chunk objects, `stream_options.include_usage`).
+//! - [`sglang`]: SGLang's native `/generate` body and its streamed `meta_info`
+//!   (`python/sglang/srt/managers/io_struct.py` upstream).
+//! - [`sse`]: Server-Sent Events framing, per the WHATWG HTML "server-sent events" section.
+//! - [`ErrorBody`]: OpenAI-style error JSON, also the shape of an in-band error frame.
+
+pub mod openai;
+pub mod sglang;
+pub mod sse;
+
+use serde::{Deserialize, Serialize};
+
+/// Token accounting a server reports for one request (OpenAI `usage`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Tokens in the prompt.
+    #[serde(default)]
+    pub prompt_tokens: u64,
+    /// Tokens generated so far (final value in the last usage report).
+    #[serde(default)]
+    pub completion_tokens: u64,
+    /// `prompt_tokens + completion_tokens`.
+    #[serde(default)]
+    pub total_tokens: u64,
+}
+
+/// OpenAI-style error body: `{"error": {"message", "type", "param", "code"}}`.
+///
+/// Sent with a non-2xx status, or as an in-band SSE frame once a stream has started.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// The error details.
+    pub error: ErrorDetail,
+}
+
+/// The inside of [`ErrorBody`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorDetail {
+    /// Human-readable message.
+    pub message: String,
+    /// Error class, e.g. `invalid_request_error`, `server_error`.
+    #[serde(rename = "type", default)]
+    pub kind: String,
+    /// The request field the error is about, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub param: Option<String>,
+    /// The HTTP status code the error maps to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<u16>,
+}
+
+impl ErrorBody {
+    /// A body with `message`, error class `kind` and status `code`.
+    pub fn new(message: impl Into<String>, kind: impl Into<String>, code: u16) -> Self {
+        ErrorBody {
+            error: ErrorDetail {
+                message: message.into(),
+                kind: kind.into(),
+                param: None,
+                code: Some(code),
+            },
+        }
+    }
+}
+
+/// If `frame` is an error report rather than data, its message.
+///
+/// Recognises OpenAI's `{"error": {...}}`, SGLang's `{"error": "..."}` and vLLM's
+/// `{"object": "error", "message": ...}`.
+pub fn in_band_error(frame: &serde_json::Value) -> Option<String> {
+    if let Some(e) = frame.get("error") {
+        if e.is_null() {
+            return None;
+        }
+        return Some(
+            e.get("message")
+                .and_then(|m| m.as_str())
+                .map(str::to_owned)
+                .or_else(|| e.as_str().map(str::to_owned))
+                .unwrap_or_else(|| e.to_string()),
+        );
+    }
+    if frame.get("object").and_then(|o| o.as_str()) == Some("error") {
+        return Some(
+            frame
+                .get("message")
+                .and_then(|m| m.as_str())
+                .unwrap_or("error")
+                .to_owned(),
+        );
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn in_band_error_shapes() {
+        assert_eq!(
+            in_band_error(&json!({"error": {"message": "boom", "type": "server_error"}})),
+            Some("boom".to_owned())
+        );
+        assert_eq!(in_band_error(&json!({"error": "oom"})), Some("oom".to_owned()));
+        assert_eq!(
+            in_band_error(&json!({"object": "error", "message": "bad"})),
+            Some("bad".to_owned())
+        );
+        assert_eq!(in_band_error(&json!({"choices": [], "error": null})), None);
+        assert_eq!(in_band_error(&json!({"choices": []})), None);
+    }
+}

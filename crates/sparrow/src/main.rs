@@ -1,0 +1,91 @@
+//! The `sparrow` binary: `sparrow bench` (and a hidden `sparrow mock-server` for trying the
+//! client without a model server).
+
+use std::net::SocketAddr;
+
+use clap::{Parser, Subcommand};
+use sparrow_bench::args::BenchArgs;
+use sparrow_bench::mock::MockScript;
+use sparrow_bench::run::{self, exit};
+
+#[derive(Debug, Parser)]
+#[command(name = "sparrow", version, about = "Sparrow: an LLM serving stack")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Benchmark a running server (flags as `python -m sglang.bench_serving`).
+    Bench(Box<BenchArgs>),
+    /// A scripted OpenAI/SGLang-compatible server for testing the client.
+    #[command(hide = true)]
+    MockServer {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:30000")]
+        listen: SocketAddr,
+        #[command(flatten)]
+        script: MockScript,
+    },
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return std::process::ExitCode::from(exit::SETUP as u8);
+        }
+    };
+    let code = rt.block_on(async move {
+        match cli.command {
+            Command::Bench(args) => bench(*args).await,
+            Command::MockServer { listen, script } => mock(listen, script).await,
+        }
+    });
+    std::process::ExitCode::from(code.clamp(0, 255) as u8)
+}
+
+async fn bench(args: BenchArgs) -> i32 {
+    let cfg = match args.validate() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::SETUP;
+        }
+    };
+    match run::run(cfg).await {
+        Ok(outcome) => {
+            eprintln!(
+                "results appended to {}; per-request records in {}",
+                outcome.output_file.display(),
+                outcome.details_file.display()
+            );
+            outcome.exit_code
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            e.exit_code()
+        }
+    }
+}
+
+async fn mock(listen: SocketAddr, script: MockScript) -> i32 {
+    let server = match sparrow_bench::mock::start(listen, script).await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: cannot listen on {listen}: {e}");
+            return exit::SETUP;
+        }
+    };
+    eprintln!("mock server listening on {}", server.url());
+    tokio::select! {
+        () = server.died() => {
+            eprintln!("mock server: scripted death");
+            1
+        }
+        _ = tokio::signal::ctrl_c() => 0,
+    }
+}

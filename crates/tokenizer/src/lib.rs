@@ -1,0 +1,255 @@
+//! Tokenizer and chat template loading shared by `sparrow serve` and `sparrow bench`.
+//!
+//! A tokenizer comes from one of three places, picked by [`Tokenizer::load`]:
+//! - a HF `tokenizer.json` file (loaded by the `tokenizers` crate as is);
+//! - a directory holding `tokenizer.json` (and optionally `tokenizer_config.json` with a
+//!   `chat_template`), or holding exactly one `.gguf` file;
+//! - a GGUF file, whose `tokenizer.ggml.*` metadata is turned into an equivalent HF tokenizer
+//!   (see [`gguf`]); the chat template comes from `tokenizer.chat_template`.
+//!
+//! Chat templates are rendered with minijinja, the way HF `apply_chat_template` renders them
+//! (`messages`, `add_generation_prompt`, `bos_token`, `eos_token`, `raise_exception`).
+
+pub mod gguf;
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+/// Errors from loading a tokenizer or using it.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenizerError {
+    /// The path does not exist or could not be read.
+    #[error("cannot read tokenizer at {path}: {source}")]
+    Io {
+        /// The path we tried.
+        path: PathBuf,
+        /// The underlying I/O error.
+        source: std::io::Error,
+    },
+    /// A directory held neither `tokenizer.json` nor a single GGUF file.
+    #[error("{0} holds no tokenizer.json and no single .gguf file")]
+    NotFound(PathBuf),
+    /// The `tokenizers` crate rejected the file or an encode/decode call.
+    #[error("tokenizer error: {0}")]
+    Hf(String),
+    /// The GGUF metadata is missing a key, has a wrong type, or names a tokenizer we do not build.
+    #[error("GGUF tokenizer: {0}")]
+    Gguf(String),
+    /// The model has no chat template, or rendering it failed.
+    #[error("chat template: {0}")]
+    ChatTemplate(String),
+}
+
+impl From<tokenizers::Error> for TokenizerError {
+    fn from(e: tokenizers::Error) -> Self {
+        TokenizerError::Hf(e.to_string())
+    }
+}
+
+/// One chat message as chat templates see it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChatMessage {
+    /// `system`, `user` or `assistant`.
+    pub role: String,
+    /// The text of the message.
+    pub content: String,
+}
+
+/// A loaded tokenizer with the special tokens and chat template the model declares.
+#[derive(Clone)]
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+    bos: Option<(u32, String)>,
+    eos: Option<(u32, String)>,
+    chat_template: Option<String>,
+    source: PathBuf,
+}
+
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokenizer")
+            .field("source", &self.source)
+            .field("vocab_size", &self.vocab_size())
+            .field("bos", &self.bos)
+            .field("eos", &self.eos)
+            .finish()
+    }
+}
+
+impl Tokenizer {
+    /// Loads a tokenizer from a `tokenizer.json`, a directory holding one (or one `.gguf`), or a
+    /// GGUF file.
+    ///
+    /// # Errors
+    /// [`TokenizerError`] when the path cannot be read or its contents are not understood.
+    pub fn load(path: &Path) -> Result<Self, TokenizerError> {
+        let meta = std::fs::metadata(path).map_err(|source| TokenizerError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        if meta.is_dir() {
+            let json = path.join("tokenizer.json");
+            if json.is_file() {
+                return Self::from_json_file(&json, Some(&path.join("tokenizer_config.json")));
+            }
+            let ggufs: Vec<PathBuf> = std::fs::read_dir(path)
+                .map_err(|source| TokenizerError::Io {
+                    path: path.to_owned(),
+                    source,
+                })?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "gguf"))
+                .collect();
+            return match ggufs.as_slice() {
+                [one] => gguf::load(one),
+                _ => Err(TokenizerError::NotFound(path.to_owned())),
+            };
+        }
+        if gguf::is_gguf(path)? {
+            gguf::load(path)
+        } else {
+            let config = path.with_file_name("tokenizer_config.json");
+            Self::from_json_file(path, Some(&config))
+        }
+    }
+
+    fn from_json_file(path: &Path, config: Option<&Path>) -> Result<Self, TokenizerError> {
+        let inner = tokenizers::Tokenizer::from_file(path)?;
+        let cfg: Option<serde_json::Value> = config
+            .and_then(|c| std::fs::read_to_string(c).ok())
+            .and_then(|s| serde_json::from_str(&s).ok());
+        let special = |key: &str| -> Option<(u32, String)> {
+            let v = cfg.as_ref()?.get(key)?;
+            // tokenizer_config.json spells a special token either as a string or as an
+            // AddedToken object with a `content` field.
+            let text = v.as_str().or_else(|| v.get("content")?.as_str())?;
+            Some((inner.token_to_id(text)?, text.to_owned()))
+        };
+        let chat_template = cfg
+            .as_ref()
+            .and_then(|c| c.get("chat_template"))
+            .and_then(|t| t.as_str())
+            .map(str::to_owned);
+        Ok(Tokenizer {
+            bos: special("bos_token"),
+            eos: special("eos_token"),
+            chat_template,
+            inner,
+            source: path.to_owned(),
+        })
+    }
+
+    pub(crate) fn from_parts(
+        inner: tokenizers::Tokenizer,
+        bos: Option<(u32, String)>,
+        eos: Option<(u32, String)>,
+        chat_template: Option<String>,
+        source: PathBuf,
+    ) -> Self {
+        Tokenizer {
+            inner,
+            bos,
+            eos,
+            chat_template,
+            source,
+        }
+    }
+
+    /// Token ids of `text`. With `add_special_tokens` the model's post-processor runs (a BOS
+    /// token is prepended when the model asks for one), as HF `encode` does by default.
+    ///
+    /// # Errors
+    /// [`TokenizerError::Hf`] if the tokenizer fails on the input.
+    pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, TokenizerError> {
+        Ok(self
+            .inner
+            .encode_fast(text, add_special_tokens)?
+            .get_ids()
+            .to_vec())
+    }
+
+    /// Text of `ids`; special tokens are dropped when `skip_special_tokens` is set.
+    ///
+    /// # Errors
+    /// [`TokenizerError::Hf`] for ids outside the vocabulary.
+    pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String, TokenizerError> {
+        Ok(self.inner.decode(ids, skip_special_tokens)?)
+    }
+
+    /// Number of ids the tokenizer knows, added tokens included.
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
+    /// How many tokens `encode(text, true)` adds around the text (0 or 1 for BOS-adding
+    /// tokenizers; more for pair templates).
+    pub fn num_special_tokens_to_add(&self) -> usize {
+        self.inner
+            .get_post_processor()
+            .map_or(0, |p| tokenizers::PostProcessor::added_tokens(p, false))
+    }
+
+    /// BOS token id and text, if the model declares one.
+    pub fn bos(&self) -> Option<(u32, &str)> {
+        self.bos.as_ref().map(|(i, s)| (*i, s.as_str()))
+    }
+
+    /// EOS token id and text, if the model declares one.
+    pub fn eos(&self) -> Option<(u32, &str)> {
+        self.eos.as_ref().map(|(i, s)| (*i, s.as_str()))
+    }
+
+    /// The raw Jinja chat template, if any.
+    pub fn chat_template(&self) -> Option<&str> {
+        self.chat_template.as_deref()
+    }
+
+    /// The file this tokenizer was loaded from.
+    pub fn source(&self) -> &Path {
+        &self.source
+    }
+
+    /// The wrapped `tokenizers` tokenizer, for callers that need offsets or the vocabulary.
+    pub fn hf(&self) -> &tokenizers::Tokenizer {
+        &self.inner
+    }
+
+    /// Renders the chat template for `messages`, as HF `apply_chat_template(..., tokenize=False)`.
+    ///
+    /// # Errors
+    /// [`TokenizerError::ChatTemplate`] when the model has no template or rendering fails
+    /// (including a template's own `raise_exception`).
+    pub fn apply_chat_template(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String, TokenizerError> {
+        let template = self
+            .chat_template
+            .as_deref()
+            .ok_or_else(|| TokenizerError::ChatTemplate("the model has no chat template".into()))?;
+        let mut env = minijinja::Environment::new();
+        env.add_function(
+            "raise_exception",
+            |msg: String| -> Result<String, minijinja::Error> {
+                Err(minijinja::Error::new(
+                    minijinja::ErrorKind::InvalidOperation,
+                    msg,
+                ))
+            },
+        );
+        env.add_template("chat", template)
+            .map_err(|e| TokenizerError::ChatTemplate(e.to_string()))?;
+        let tmpl = env
+            .get_template("chat")
+            .map_err(|e| TokenizerError::ChatTemplate(e.to_string()))?;
+        tmpl.render(minijinja::context! {
+            messages => messages,
+            add_generation_prompt => add_generation_prompt,
+            bos_token => self.bos.as_ref().map_or("", |b| b.1.as_str()),
+            eos_token => self.eos.as_ref().map_or("", |e| e.1.as_str()),
+        })
+        .map_err(|e| TokenizerError::ChatTemplate(e.to_string()))
+    }
+}
