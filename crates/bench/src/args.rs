@@ -47,6 +47,8 @@ impl DatasetName {
 /// Raw command-line flags of `sparrow bench`.
 #[derive(Debug, Clone, Parser)]
 #[command(
+    // argparse semantics: a repeated flag takes its last value.
+    args_override_self = true,
     about = "Benchmark an LLM server (drop-in for `python -m sglang.bench_serving`)",
     after_help = "Exit status: 0 clean; 1 requests failed above --max-failure-rate; 2 bad flags or setup; \
                   3 the server stopped answering; 130/143 interrupted by SIGINT/SIGTERM."

@@ -180,6 +180,11 @@ pub async fn start(addr: SocketAddr, script: MockScript) -> std::io::Result<Mock
     let task = tokio::spawn(async move {
         // On kill the listener closes (later connects are refused), idle keep-alive
         // connections are closed, and streams in flight are cut by their own kill branch.
+        // Nagle's algorithm would hold small SSE frames back until the client's delayed ACK
+        // (~40 ms), bunching chunks together and faking ITL figures.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
+            let _ = tcp.set_nodelay(true);
+        });
         let _ = axum::serve(listener, router).with_graceful_shutdown(kill.cancelled_owned()).await;
     });
     Ok(MockServer { addr, state, task })

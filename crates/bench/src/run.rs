@@ -307,6 +307,15 @@ impl Liveness {
     }
 }
 
+/// One `GET /health`: `Ok(true)` answered, `Ok(false)` the endpoint does not exist (404),
+/// `Err` no answer, with its cause.
+async fn probe(ctx: &ClientCtx, url: &str, timeout: Duration) -> Result<bool, FailureKind> {
+    match ctx.http.get(url).headers(ctx.headers.clone()).timeout(timeout).send().await {
+        Ok(r) => Ok(r.status() != reqwest::StatusCode::NOT_FOUND),
+        Err(e) => Err(client::classify(&e)),
+    }
+}
+
 async fn health_monitor(ctx: ClientCtx, url: String, interval: Duration, live: Arc<Liveness>, stop: CancellationToken) {
     let mut misses = 0u32;
     loop {
@@ -317,12 +326,10 @@ async fn health_monitor(ctx: ClientCtx, url: String, interval: Duration, live: A
             () = live.probe_now.notified() => {},
         }
         let t = ctx.now();
-        let probe = ctx.http.get(&url).headers(ctx.headers.clone()).timeout(Duration::from_secs(5).max(interval * 2)).send().await;
-        match probe {
-            Ok(r) if r.status() == reqwest::StatusCode::NOT_FOUND => return,
-            Ok(_) => misses = 0,
-            Err(e) => {
-                let kind = client::classify(&e);
+        match probe(&ctx, &url, Duration::from_secs(5).max(interval * 2)).await {
+            Ok(false) => return,
+            Ok(true) => misses = 0,
+            Err(kind) => {
                 live.sign(t, format!("health probe: {}", kind.label()));
                 misses += 1;
                 if kind == FailureKind::ConnectionRefused {
@@ -554,6 +561,14 @@ pub async fn run(cfg: BenchConfig) -> Result<RunOutcome, BenchError> {
     }
     let duration_s = ctx.now();
     stop_monitor.cancel();
+    // Requests broke at the connection level but the monitor had no time to look (e.g. all
+    // streams were cut at once at the end): one last probe decides whether the server is gone.
+    let signs = live.first_sign.lock().ok().is_some_and(|s| s.is_some());
+    if signs && !live.down.is_cancelled() {
+        if let Err(kind) = probe(&ctx, &format!("{}/health", cfg.base_url), Duration::from_secs(5)).await {
+            live.declare(format!("health probe after the run: {}", kind.label()));
+        }
+    }
     pb.finish_and_clear();
     let records: Vec<RequestRecord> = records.into_iter().flatten().collect();
 
