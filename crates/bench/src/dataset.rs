@@ -171,8 +171,12 @@ fn fit_to_length(tok: &Tokenizer, source: &[u32], target: u64) -> Result<(String
     Ok(best.unwrap_or_default())
 }
 
-/// Checks that the shortest prompt `len`/`ratio` can draw leaves room for content.
-fn check_room(tok: &Tokenizer, len: u64, ratio: f64) -> Result<(), DatasetError> {
+/// Checks that the shortest prompt `len`/`ratio` can draw leaves room for content after the
+/// tokenizer's special tokens (case B03: input length 1 with a BOS-adding tokenizer).
+///
+/// # Errors
+/// [`DatasetError::BadFlag`] naming `--random-input-len`.
+pub fn check_room(tok: &Tokenizer, len: u64, ratio: f64) -> Result<(), DatasetError> {
     let special = tok.num_special_tokens_to_add() as u64;
     let shortest = ((len as f64 * ratio).floor() as u64).max(1);
     if len == 0 || shortest <= special {
@@ -202,6 +206,15 @@ pub struct RandomSpec {
     pub range_ratio: f64,
 }
 
+/// Input and output lengths of every prompt of a `random`/`random-ids` run, after checking
+/// that the shortest input leaves room for content.
+fn draw_random_lengths(tok: &Tokenizer, spec: RandomSpec, rng: &mut StdRng) -> Result<(Vec<u64>, Vec<u64>), DatasetError> {
+    check_room(tok, spec.input_len, spec.range_ratio)?;
+    let input_lens = draw_lengths(rng, spec.input_len, spec.range_ratio, spec.num_prompts);
+    let output_lens = draw_lengths(rng, spec.output_len, spec.range_ratio, spec.num_prompts);
+    Ok((input_lens, output_lens))
+}
+
 /// `random`: ShareGPT prompts, tokenized, repeated or cut to each drawn length, decoded.
 ///
 /// # Errors
@@ -213,9 +226,7 @@ pub fn random(
     spec: RandomSpec,
     rng: &mut StdRng,
 ) -> Result<Vec<DatasetRow>, DatasetError> {
-    check_room(tok, spec.input_len, spec.range_ratio)?;
-    let input_lens = draw_lengths(rng, spec.input_len, spec.range_ratio, spec.num_prompts);
-    let output_lens = draw_lengths(rng, spec.output_len, spec.range_ratio, spec.num_prompts);
+    let (input_lens, output_lens) = draw_random_lengths(tok, spec, rng)?;
     let mut order: Vec<usize> = (0..sharegpt.len()).collect();
     order.shuffle(rng);
     let mut rows = Vec::with_capacity(spec.num_prompts);
@@ -243,9 +254,7 @@ pub fn random(
 /// # Errors
 /// As [`random`].
 pub fn random_ids(tok: &Tokenizer, spec: RandomSpec, rng: &mut StdRng) -> Result<Vec<DatasetRow>, DatasetError> {
-    check_room(tok, spec.input_len, spec.range_ratio)?;
-    let input_lens = draw_lengths(rng, spec.input_len, spec.range_ratio, spec.num_prompts);
-    let output_lens = draw_lengths(rng, spec.output_len, spec.range_ratio, spec.num_prompts);
+    let (input_lens, output_lens) = draw_random_lengths(tok, spec, rng)?;
     let special = special_ids(tok);
     let vocab = tok.vocab_size() as u32;
     let mut rows = Vec::with_capacity(spec.num_prompts);

@@ -14,7 +14,6 @@
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -192,7 +191,7 @@ pub fn build_dataset(cfg: &BenchConfig, tok: &Tokenizer) -> Result<Vec<DatasetRo
     Ok(match a.dataset_name {
         DatasetName::Random => {
             // Check the flags before the (slow) dataset load.
-            dataset::random(tok, &[], RandomSpec { num_prompts: 0, ..rspec }, &mut rng.clone())?;
+            dataset::check_room(tok, rspec.input_len, rspec.range_ratio)?;
             let pairs = dataset::load_sharegpt(&sharegpt_path(cfg)?)?;
             dataset::random(tok, &pairs, rspec, &mut rng)?
         }
@@ -542,12 +541,12 @@ pub async fn run(cfg: BenchConfig) -> Result<RunOutcome, BenchError> {
     let pb = progress_bar(rows.len(), a.disable_tqdm);
     let mut records: Vec<Option<RequestRecord>> = vec![None; rows.len()];
     let (mut failed, mut out_tokens) = (0usize, 0u64);
-    let details_ok = AtomicBool::new(true);
+    let mut details_ok = true;
     while let Some(rec) = rx.recv().await {
-        if details_ok.load(Ordering::Relaxed) {
+        if details_ok {
             let line = details_line(&rec);
             if writeln!(details, "{line}").and_then(|()| details.flush()).is_err() {
-                details_ok.store(false, Ordering::Relaxed);
+                details_ok = false;
                 eprintln!("warning: cannot write {}; per-request records stop here", details_file.display());
             }
         }

@@ -122,20 +122,16 @@ fn from_metadata(gguf: &GGuf<'_>, path: &Path) -> Result<Tokenizer, TokenizerErr
     inner.with_pre_tokenizer(Some(pre_tokenizer(pre)?));
     inner.with_decoder(Some(ByteLevelDecoder::default()));
 
-    let special: Vec<AddedToken> = tokens
-        .iter()
-        .zip(&types)
-        .filter(|(_, t)| **t == TOKEN_TYPE_CONTROL)
-        .map(|(s, _)| AddedToken::from((*s).to_owned(), true))
-        .collect();
-    let user: Vec<AddedToken> = tokens
-        .iter()
-        .zip(&types)
-        .filter(|(_, t)| **t == TOKEN_TYPE_USER_DEFINED)
-        .map(|(s, _)| AddedToken::from((*s).to_owned(), false))
-        .collect();
-    inner.add_special_tokens(&special);
-    inner.add_tokens(&user);
+    let added_of_type = |ty: i32, special: bool| -> Vec<AddedToken> {
+        tokens
+            .iter()
+            .zip(&types)
+            .filter(|(_, t)| **t == ty)
+            .map(|(s, _)| AddedToken::from((*s).to_owned(), special))
+            .collect()
+    };
+    inner.add_special_tokens(&added_of_type(TOKEN_TYPE_CONTROL, true));
+    inner.add_tokens(&added_of_type(TOKEN_TYPE_USER_DEFINED, false));
 
     let token_at = |key: &str| -> Option<(u32, String)> {
         let id = gguf.get_usize(key).ok()?;
