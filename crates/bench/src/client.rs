@@ -178,7 +178,10 @@ impl ClientCtx {
 /// Sends `body` and fills `rec` (whose `index`, `prompt_len`, `requested_output_len`,
 /// `scheduled_s` and `dispatched_s` the caller set) with what came back. Never returns an
 /// error: a failure is recorded in `rec.failure`.
-pub async fn send(ctx: &ClientCtx, body: Bytes, rec: &mut RequestRecord, cancel: &CancellationToken) {
+///
+/// `cancel` interrupts the request (recorded as `interrupted`); `abandon` gives it up because
+/// the server was declared down (recorded as `connection reset`).
+pub async fn send(ctx: &ClientCtx, body: Bytes, rec: &mut RequestRecord, cancel: &CancellationToken, abandon: &CancellationToken) {
     rec.sent_s = ctx.now();
     let mut acc = Accumulator::default();
     let outcome = tokio::select! {
@@ -187,6 +190,7 @@ pub async fn send(ctx: &ClientCtx, body: Bytes, rec: &mut RequestRecord, cancel:
             Err(_) => Err(failure(FailureKind::Deadline, format!("no answer within {:?}", ctx.request_timeout))),
         },
         () = cancel.cancelled() => Err(failure(FailureKind::Interrupted, "run interrupted".into())),
+        () = abandon.cancelled() => Err(failure(FailureKind::ConnectionReset, "abandoned: the server stopped answering".into())),
     };
     rec.end_s = ctx.now();
     rec.text = acc.text;
@@ -236,7 +240,11 @@ pub fn classify(e: &reqwest::Error) -> FailureKind {
         }
         src = s.source();
     }
-    FailureKind::ConnectionReset
+    if e.is_connect() {
+        FailureKind::ConnectionFailed
+    } else {
+        FailureKind::ConnectionReset
+    }
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {
@@ -299,6 +307,8 @@ impl Accumulator {
                 let d = first_choice.and_then(|c| c.get("delta"));
                 let content = d.and_then(|d| d.get("content")).and_then(Value::as_str).unwrap_or("");
                 let reasoning = d.and_then(|d| d.get("reasoning_content")).and_then(Value::as_str).unwrap_or("");
+                // Reasoning tokens are output tokens: keep them for counting.
+                self.text.push_str(reasoning);
                 self.text.push_str(content);
                 (format!("{reasoning}{content}"), finish_of(first_choice))
             }
@@ -353,8 +363,9 @@ async fn exchange(
         .headers(ctx.headers.clone())
         .header(reqwest::header::CONTENT_TYPE, "application/json")
         .body(body);
-    let resp = next_or_timeout(ctx, req.send())
-        .await?
+    // Without streaming the headers come only once the whole answer is generated, so only
+    // the overall deadline applies to them.
+    let resp = if ctx.stream { next_or_timeout(ctx, req.send()).await? } else { req.send().await }
         .map_err(|e| failure(classify(&e), error_chain(&e)))?;
     rec.first_byte_s = Some(ctx.now());
     let status = resp.status();
@@ -399,9 +410,13 @@ async fn exchange(
         let bytes = item.map_err(|e| failure(classify(&e), error_chain(&e)))?;
         for data in sse.feed(&bytes) {
             let t = ctx.now();
-            if data.trim() == DONE {
-                acc.done = true;
+            if data.trim().is_empty() {
                 continue;
+            }
+            if data.trim() == DONE {
+                // Some servers keep the connection open after [DONE]; nothing after it counts.
+                acc.done = true;
+                break;
             }
             let v: Value = serde_json::from_str(&data).map_err(|e| {
                 failure(FailureKind::InvalidResponse, format!("{e}: {}", data.chars().take(200).collect::<String>()))
@@ -413,6 +428,14 @@ async fn exchange(
             if !content.is_empty() {
                 rec.chunks.push(Chunk { t, tokens });
             }
+            if acc.finish_reason.as_deref() == Some("abort") {
+                // SGLang ends an aborted request with finish_reason "abort" (its message in
+                // meta_info or the choice); it produced no complete answer.
+                return Err(failure(FailureKind::InBandError, format!("request aborted by the server: {data}")));
+            }
+        }
+        if acc.done {
+            break;
         }
     }
     let cut = sse.finish();
@@ -467,7 +490,7 @@ mod tests {
         let mut a = Accumulator::default();
         let (c, _) = a.apply(Api::Chat, &json!({"choices": [{"index": 0, "delta": {"reasoning_content": "think"}, "finish_reason": null}]}));
         assert_eq!(c, "think");
-        assert_eq!(a.text, "");
+        assert_eq!(a.text, "think", "reasoning tokens are counted as output");
     }
 
     #[test]

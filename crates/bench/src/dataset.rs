@@ -171,20 +171,18 @@ fn fit_to_length(tok: &Tokenizer, source: &[u32], target: u64) -> Result<(String
     Ok(best.unwrap_or_default())
 }
 
-/// Checks that the shortest prompt `len`/`ratio` can draw leaves room for content after the
+/// Checks that a prompt of `--random-input-len` tokens leaves room for content after the
 /// tokenizer's special tokens (case B03: input length 1 with a BOS-adding tokenizer).
 ///
 /// # Errors
 /// [`DatasetError::BadFlag`] naming `--random-input-len`.
-pub fn check_room(tok: &Tokenizer, len: u64, ratio: f64) -> Result<(), DatasetError> {
+pub fn check_room(tok: &Tokenizer, len: u64) -> Result<(), DatasetError> {
     let special = tok.num_special_tokens_to_add() as u64;
-    let shortest = ((len as f64 * ratio).floor() as u64).max(1);
-    if len == 0 || shortest <= special {
+    if len <= special {
         return Err(DatasetError::BadFlag {
             flag: "--random-input-len",
             message: format!(
-                "prompts of {shortest} token(s) can be drawn (--random-input-len {len}, --random-range-ratio {ratio}), \
-                 but the tokenizer adds {special} special token(s) to every prompt, leaving no room for content; \
+                "{len} leaves no room for content: the tokenizer adds {special} special token(s) to every prompt; \
                  use --random-input-len of at least {}",
                 special + 1
             ),
@@ -209,8 +207,12 @@ pub struct RandomSpec {
 /// Input and output lengths of every prompt of a `random`/`random-ids` run, after checking
 /// that the shortest input leaves room for content.
 fn draw_random_lengths(tok: &Tokenizer, spec: RandomSpec, rng: &mut StdRng) -> Result<(Vec<u64>, Vec<u64>), DatasetError> {
-    check_room(tok, spec.input_len, spec.range_ratio)?;
-    let input_lens = draw_lengths(rng, spec.input_len, spec.range_ratio, spec.num_prompts);
+    check_room(tok, spec.input_len)?;
+    // Inputs are drawn from U[max(floor(L·r), 1 + special tokens), L], so every prompt has at
+    // least one content token.
+    let special = tok.num_special_tokens_to_add() as u64;
+    let ratio = spec.range_ratio.max((special + 1) as f64 / spec.input_len as f64);
+    let input_lens = draw_lengths(rng, spec.input_len, ratio, spec.num_prompts);
     let output_lens = draw_lengths(rng, spec.output_len, spec.range_ratio, spec.num_prompts);
     Ok((input_lens, output_lens))
 }

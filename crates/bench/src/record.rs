@@ -21,6 +21,9 @@ pub enum FailureKind {
     Deadline,
     /// The TCP connection was refused (nothing listening).
     ConnectionRefused,
+    /// The connection could not be made for another reason (name lookup, unreachable host,
+    /// connect timeout).
+    ConnectionFailed,
     /// The connection broke mid-request (reset, closed mid-frame, any transport error after
     /// the connection was made).
     ConnectionReset,
@@ -42,6 +45,7 @@ impl FailureKind {
             FailureKind::Timeout => "timeout".into(),
             FailureKind::Deadline => "deadline exceeded".into(),
             FailureKind::ConnectionRefused => "connection refused".into(),
+            FailureKind::ConnectionFailed => "connection failed".into(),
             FailureKind::ConnectionReset => "connection reset".into(),
             FailureKind::InvalidResponse => "invalid response".into(),
             FailureKind::Interrupted => "interrupted".into(),
@@ -53,7 +57,7 @@ impl FailureKind {
     pub fn is_connection_level(self) -> bool {
         matches!(
             self,
-            FailureKind::ConnectionRefused | FailureKind::ConnectionReset
+            FailureKind::ConnectionRefused | FailureKind::ConnectionFailed | FailureKind::ConnectionReset
         )
     }
 }
@@ -173,6 +177,14 @@ impl RequestRecord {
                 _ => out.push(gap),
             }
             prev = c.t;
+        }
+        // A trailing chunk that carried no new token (a detokenizer flush) still took time:
+        // its gap goes to the last token, so TTFT + sum(ITL) still reaches the last chunk.
+        if let Some(last) = self.chunks.last().filter(|l| l.t > prev) {
+            match out.last_mut() {
+                Some(x) => *x += last.t - prev,
+                None => out.push(last.t - prev),
+            }
         }
         (out, per_token)
     }

@@ -50,6 +50,9 @@ pub mod exit {
     pub const SIGTERM: i32 = 143;
 }
 
+/// How long requests in flight may go on after the server is declared down.
+const ABANDON_GRACE: Duration = Duration::from_secs(5);
+
 /// Failures before the timed run starts.
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
@@ -191,7 +194,7 @@ pub fn build_dataset(cfg: &BenchConfig, tok: &Tokenizer) -> Result<Vec<DatasetRo
     Ok(match a.dataset_name {
         DatasetName::Random => {
             // Check the flags before the (slow) dataset load.
-            dataset::check_room(tok, rspec.input_len, rspec.range_ratio)?;
+            dataset::check_room(tok, rspec.input_len)?;
             let pairs = dataset::load_sharegpt(&sharegpt_path(cfg)?)?;
             dataset::random(tok, &pairs, rspec, &mut rng)?
         }
@@ -357,7 +360,7 @@ async fn warmup(ctx: &ClientCtx, opts: &RequestOptions, row: &DatasetRow, n: usi
         let never = never.clone();
         async move {
             let mut rec = new_record(i, row, 0.0);
-            client::send(ctx, body, &mut rec, &never).await;
+            client::send(ctx, body, &mut rec, &never, &never).await;
             rec
         }
     });
@@ -465,10 +468,8 @@ pub async fn run(cfg: BenchConfig) -> Result<RunOutcome, BenchError> {
 
     let output_file = a.output_file.clone().unwrap_or_else(|| default_output_file(&cfg));
     let details_file = a.details_file.clone().unwrap_or_else(|| default_details_file(&output_file));
-    let details = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&details_file)
+    // One run per details file: a rerun with the same output name starts it afresh.
+    let details = std::fs::File::create(&details_file)
         .map_err(|source| BenchError::Io { path: details_file.clone(), source })?;
     let mut details = std::io::BufWriter::new(details);
 
@@ -496,8 +497,25 @@ pub async fn run(cfg: BenchConfig) -> Result<RunOutcome, BenchError> {
             cancel.cancel();
         });
     }
+    // Once the server is declared down, requests still in flight get a grace period to end
+    // by themselves (a dead process resets them at once), then are abandoned, so a hung server
+    // cannot hold the report back for a whole --read-timeout.
+    let abandon = CancellationToken::new();
+    {
+        let (live, abandon, stop) = (live.clone(), abandon.clone(), stop_monitor.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                () = live.down.cancelled() => {
+                    tokio::time::sleep(ABANDON_GRACE).await;
+                    abandon.cancel();
+                }
+                () = stop.cancelled() => {}
+            }
+        });
+    }
     for (i, (row, body)) in rows.iter().zip(bodies).enumerate() {
-        let (ctx, tx, sem, cancel, live) = (ctx.clone(), tx.clone(), sem.clone(), cancel.clone(), live.clone());
+        let (ctx, tx, sem, cancel, live, abandon) =
+            (ctx.clone(), tx.clone(), sem.clone(), cancel.clone(), live.clone(), abandon.clone());
         let mut rec = new_record(i, row, offsets[i]);
         let due = ctx.t0 + Duration::from_secs_f64(offsets[i]);
         tokio::spawn(async move {
@@ -522,7 +540,7 @@ pub async fn run(cfg: BenchConfig) -> Result<RunOutcome, BenchError> {
             if live.down.is_cancelled() {
                 not_sent(&mut rec, FailureKind::NotSent, "server down before send");
             } else {
-                client::send(&ctx, body, &mut rec, &cancel).await;
+                client::send(&ctx, body, &mut rec, &cancel, &abandon).await;
             }
             if let Some(f) = &rec.failure {
                 if f.kind.is_connection_level() {
