@@ -275,7 +275,7 @@ impl Accumulator {
     /// Applies one decoded frame; returns the new content and, when the frame told it, the
     /// number of tokens that content carries.
     fn apply(&mut self, api: Api, v: &Value) -> (String, Option<u64>) {
-        let usage = v.get("usage").filter(|u| !u.is_null()).or_else(|| v.get("meta_info"));
+        let usage = usage_of(v);
         let cum = usage.and_then(|u| u.get("completion_tokens")).and_then(Value::as_u64);
         if let Some(p) = usage.and_then(|u| u.get("prompt_tokens")).and_then(Value::as_u64) {
             self.prompt_tokens = Some(p);
@@ -326,6 +326,11 @@ impl Accumulator {
         }
         (new_text, tokens)
     }
+}
+
+/// Token accounting of a frame or answer: OpenAI `usage`, else SGLang `meta_info`.
+fn usage_of(v: &Value) -> Option<&Value> {
+    v.get("usage").filter(|u| !u.is_null()).or_else(|| v.get("meta_info"))
 }
 
 fn fin_is_some(f: &Option<String>) -> bool {
@@ -394,7 +399,7 @@ async fn exchange(
         }
         .ok_or_else(|| failure(FailureKind::InvalidResponse, "answer has no text".into()))?;
         acc.text = text.to_owned();
-        let usage = v.get("usage").filter(|u| !u.is_null()).or_else(|| v.get("meta_info"));
+        let usage = usage_of(&v);
         acc.completion_tokens = usage.and_then(|u| u.get("completion_tokens")).and_then(Value::as_u64);
         acc.prompt_tokens = usage.and_then(|u| u.get("prompt_tokens")).and_then(Value::as_u64);
         // The whole answer arrives at once: it is the first (and only) chunk.

@@ -22,11 +22,16 @@ use crate::record::{RequestRecord, TokenCountSource};
 /// value `x[floor h] + (h - floor h)·(x[floor h + 1] - x[floor h])` on sorted `xs`.
 /// Returns 0 for an empty slice (SGLang computes over `xs or 0`).
 pub fn percentile(xs: &[f64], q: f64) -> f64 {
-    if xs.is_empty() {
-        return 0.0;
-    }
     let mut v = xs.to_vec();
     v.sort_by(f64::total_cmp);
+    percentile_sorted(&v, q)
+}
+
+/// [`percentile`] of an already sorted slice.
+fn percentile_sorted(v: &[f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
     let h = (v.len() - 1) as f64 * q / 100.0;
     let lo = h.floor() as usize;
     let hi = (lo + 1).min(v.len() - 1);
@@ -73,15 +78,17 @@ pub struct Distribution {
 impl Distribution {
     /// Summarises `seconds`, reporting milliseconds.
     pub fn from_seconds(seconds: &[f64]) -> Self {
-        let ms: Vec<f64> = seconds.iter().map(|s| s * 1000.0).collect();
+        // Sorted once for every percentile (ITL lists hold one entry per token of the run).
+        let mut ms: Vec<f64> = seconds.iter().map(|s| s * 1000.0).collect();
+        ms.sort_by(f64::total_cmp);
         Distribution {
             mean: mean(&ms),
-            median: percentile(&ms, 50.0),
+            median: percentile_sorted(&ms, 50.0),
             std: std_dev(&ms),
-            p90: percentile(&ms, 90.0),
-            p95: percentile(&ms, 95.0),
-            p99: percentile(&ms, 99.0),
-            max: ms.iter().copied().fold(0.0, f64::max),
+            p90: percentile_sorted(&ms, 90.0),
+            p95: percentile_sorted(&ms, 95.0),
+            p99: percentile_sorted(&ms, 99.0),
+            max: ms.last().copied().unwrap_or(0.0).max(0.0),
         }
     }
 }
