@@ -1,5 +1,7 @@
-//! The `sparrow` binary: `sparrow bench` (and a hidden `sparrow mock-server` for trying the
-//! client without a model server).
+//! The `sparrow` binary: `sparrow serve` (the inference server), `sparrow bench` (the
+//! benchmark client), and a hidden `sparrow mock-server` for trying the client without a model.
+
+mod serve;
 
 use std::net::SocketAddr;
 
@@ -17,6 +19,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Serve a GGUF model over OpenAI and SGLang-native HTTP APIs.
+    Serve(Box<serve::ServeArgs>),
     /// Benchmark a running server (flags as `python -m sglang.bench_serving`).
     Bench(Box<BenchArgs>),
     /// A scripted OpenAI/SGLang-compatible server for testing the client.
@@ -41,6 +45,13 @@ fn main() -> std::process::ExitCode {
     };
     let code = rt.block_on(async move {
         match cli.command {
+            Command::Serve(args) => match serve::serve(*args).await {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    exit::SETUP
+                }
+            },
             Command::Bench(args) => bench(*args).await,
             Command::MockServer { listen, script } => mock(listen, script).await,
         }

@@ -177,6 +177,40 @@ impl Tokenizer {
         Ok(self.inner.decode(ids, skip_special_tokens)?)
     }
 
+    /// The raw bytes each token id stands for, `[vocab_size]`, for incremental decoding.
+    ///
+    /// Byte-level BPE tokens map back through GPT-2's byte↔unicode table (the inverse of
+    /// `bytes_to_unicode` in OpenAI's `gpt-2/src/encoder.py`); added tokens are their content,
+    /// and special tokens are empty when `skip_special_tokens` is set. Concatenating the bytes of
+    /// a sequence and decoding them as UTF-8 gives what [`Tokenizer::decode`] gives.
+    ///
+    /// # Errors
+    /// [`TokenizerError::Hf`] when the tokenizer is not byte-level BPE.
+    pub fn token_bytes(&self, skip_special_tokens: bool) -> Result<Vec<Vec<u8>>, TokenizerError> {
+        let is_byte_level = matches!(self.inner.get_decoder(), Some(tokenizers::DecoderWrapper::ByteLevel(_)));
+        if !is_byte_level {
+            return Err(TokenizerError::Hf("incremental decoding needs a byte-level BPE tokenizer".into()));
+        }
+        let inverse = byte_level_inverse();
+        let added = self.inner.get_added_tokens_decoder();
+        let n = self.vocab_size();
+        let mut out = Vec::with_capacity(n);
+        for id in 0..n as u32 {
+            if let Some(t) = added.get(&id) {
+                out.push(if t.special && skip_special_tokens { Vec::new() } else { t.content.as_bytes().to_vec() });
+                continue;
+            }
+            let piece = self.inner.id_to_token(id).unwrap_or_default();
+            let bytes = piece
+                .chars()
+                .map(|c| inverse.get(&c).copied())
+                .collect::<Option<Vec<u8>>>()
+                .unwrap_or_else(|| piece.as_bytes().to_vec());
+            out.push(bytes);
+        }
+        Ok(out)
+    }
+
     /// Number of ids the tokenizer knows, added tokens included.
     pub fn vocab_size(&self) -> usize {
         self.inner.get_vocab_size(true)
@@ -252,4 +286,26 @@ impl Tokenizer {
         })
         .map_err(|e| TokenizerError::ChatTemplate(e.to_string()))
     }
+}
+
+/// GPT-2's byte-level alphabet, inverted: the printable character each byte was mapped to,
+/// back to the byte.
+fn byte_level_inverse() -> std::collections::HashMap<char, u8> {
+    let mut printable: Vec<u32> = (u32::from(b'!')..=u32::from(b'~')).collect();
+    printable.extend(0xA1..=0xAC);
+    printable.extend(0xAE..=0xFF);
+    let mut map = std::collections::HashMap::with_capacity(256);
+    let mut extra = 0u32;
+    for b in 0u32..256 {
+        let c = if printable.contains(&b) {
+            b
+        } else {
+            extra += 1;
+            255 + extra
+        };
+        if let Some(ch) = char::from_u32(c) {
+            map.insert(ch, b as u8);
+        }
+    }
+    map
 }

@@ -1,0 +1,452 @@
+//! Llama-family decoder (Touvron et al. 2023) loaded from GGUF, run on the CPU over the paged
+//! KV cache.
+//!
+//! Tensor names and metadata keys follow llama.cpp's `llama` architecture (`src/llama-model.cpp`):
+//! `token_embd`, `blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate,
+//! ffn_up, ffn_down}`, `output_norm`, `output` (absent when tied to `token_embd`), and
+//! `llama.{block_count, embedding_length, feed_forward_length, attention.head_count,
+//! attention.head_count_kv, rope.freq_base, attention.layer_norm_rms_epsilon, context_length}`.
+//! GGUF stores Q and K permuted so that RoPE rotates adjacent pairs `(x[2i], x[2i+1])`
+//! (llama.cpp's `LLAMA_ROPE_TYPE_NORM`); we rotate them the same way.
+//!
+//! One step: embed → for each layer { RMSNorm → fused QKV → RoPE → write K,V to their slots →
+//! causal attention over each sequence's slot list → output projection + residual → RMSNorm →
+//! fused gate/up → SwiGLU → down + residual } → final RMSNorm and the output head for the
+//! `logits_rows` only.
+
+use std::path::Path;
+
+use ggus::{GGuf, GGufMetaMapExt};
+
+use super::{AttentionNeeds, Model, ModelInfo};
+use crate::batch::ForwardBatch;
+use crate::kernels::{self, Isa};
+use crate::kv_cache::{KvLayout, KvStore};
+use crate::pool::ThreadPool;
+use crate::quant::{dequantize_row, GgmlType, QActs, QMatrix, Weight};
+use crate::EngineError;
+
+/// Hyper-parameters read from GGUF metadata.
+#[derive(Debug, Clone)]
+pub struct LlamaConfig {
+    /// Decoder layers.
+    pub layers: usize,
+    /// Hidden size.
+    pub hidden: usize,
+    /// MLP inner size.
+    pub ffn: usize,
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads (GQA).
+    pub kv_heads: usize,
+    /// Per-head dimension.
+    pub head_dim: usize,
+    /// RoPE base θ.
+    pub rope_base: f32,
+    /// RMSNorm ε.
+    pub rms_eps: f32,
+    /// Vocabulary size.
+    pub vocab: usize,
+    /// Trained context length.
+    pub context_length: usize,
+}
+
+struct Layer {
+    attn_norm: Vec<f32>,
+    qkv: Weight,
+    wo: Weight,
+    ffn_norm: Vec<f32>,
+    gate_up: Weight,
+    down: Weight,
+}
+
+#[derive(Default)]
+struct Scratch {
+    x: Vec<f32>,
+    h: Vec<f32>,
+    qkv: Vec<f32>,
+    attn: Vec<f32>,
+    proj: Vec<f32>,
+    gu: Vec<f32>,
+    act: Vec<f32>,
+    xq: QActs,
+    row_seq: Vec<u32>,
+}
+
+/// A loaded Llama model.
+pub struct LlamaModel {
+    cfg: LlamaConfig,
+    info: ModelInfo,
+    embed: Weight,
+    output: Option<Weight>,
+    output_norm: Vec<f32>,
+    layers: Vec<Layer>,
+    /// `cos/sin[pos · head_dim/2 + i]` for `pos < context_length`.
+    rope_cos: Vec<f32>,
+    rope_sin: Vec<f32>,
+    pool: ThreadPool,
+    isa: Isa,
+    s: Scratch,
+}
+
+impl std::fmt::Debug for LlamaModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LlamaModel").field("cfg", &self.cfg).field("isa", &self.isa).finish()
+    }
+}
+
+fn merr(m: impl Into<String>) -> EngineError {
+    EngineError::Model(m.into())
+}
+
+struct Loader<'a> {
+    g: GGuf<'a>,
+    path: &'a Path,
+}
+
+impl Loader<'_> {
+    fn tensor(&self, name: &str) -> Result<(GgmlType, Vec<usize>, &[u8]), EngineError> {
+        let t = self
+            .g
+            .tensors
+            .get(name)
+            .ok_or_else(|| merr(format!("{}: tensor {name} missing", self.path.display())))?;
+        let info = t.to_info();
+        let ty = GgmlType::from_u32(info.ty() as u32)
+            .ok_or_else(|| merr(format!("tensor {name}: type {:?} is not supported (Q4_0, Q4_1, Q8_0, F16, F32 are)", info.ty())))?;
+        let shape: Vec<usize> = info.shape().iter().map(|&d| d as usize).collect();
+        let n: usize = shape.iter().product();
+        let bytes = ty.bytes_for(n);
+        let data = self
+            .g
+            .data
+            .get(info.offset()..info.offset() + bytes)
+            .ok_or_else(|| merr(format!("tensor {name}: data runs past the end of the file")))?;
+        Ok((ty, shape, data))
+    }
+
+    fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>, EngineError> {
+        let (ty, shape, data) = self.tensor(name)?;
+        if shape.iter().product::<usize>() != len || ty.is_block() {
+            return Err(merr(format!("tensor {name}: shape {shape:?} type {ty:?}, want [{len}] F32/F16")));
+        }
+        let mut v = vec![0f32; len];
+        dequantize_row(ty, data, &mut v);
+        Ok(v)
+    }
+
+    /// A `[rows, cols]` weight (GGUF shape `[cols, rows]`).
+    fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Weight, EngineError> {
+        let (ty, shape, data) = self.tensor(name)?;
+        if shape != [cols, rows] {
+            return Err(merr(format!("tensor {name}: GGUF shape {shape:?}, want [{cols}, {rows}]")));
+        }
+        if ty.is_block() {
+            if cols % crate::quant::QK != 0 {
+                return Err(merr(format!("tensor {name}: {cols} columns is not a multiple of 32")));
+            }
+            Ok(Weight::Quant(QMatrix::from_ggml(ty, data, rows, cols)))
+        } else {
+            let mut v = vec![0f32; rows * cols];
+            dequantize_row(ty, data, &mut v);
+            Ok(Weight::Dense { rows, cols, data: v })
+        }
+    }
+}
+
+fn fuse(parts: Vec<Weight>) -> Weight {
+    let refs: Vec<&Weight> = parts.iter().collect();
+    if let Some(w) = Weight::concat(&refs) {
+        return w;
+    }
+    // Mixed formats: fall back to dense f32 (slower, exact).
+    let cols = parts[0].cols();
+    let mut data = Vec::new();
+    let mut rows = 0;
+    for p in &parts {
+        let mut row = vec![0f32; cols];
+        for r in 0..p.rows() {
+            p.row_f32(r, &mut row);
+            data.extend_from_slice(&row);
+        }
+        rows += p.rows();
+    }
+    Weight::Dense { rows, cols, data }
+}
+
+fn weight_bytes(w: &Weight) -> usize {
+    match w {
+        Weight::Quant(q) => q.codes.len() + 8 * q.d.len(),
+        Weight::Dense { data, .. } => 4 * data.len(),
+    }
+}
+
+impl LlamaModel {
+    /// Loads a Llama-architecture GGUF file; `threads` is the size of the compute pool.
+    ///
+    /// # Errors
+    /// [`EngineError::Model`] for an unreadable file, another architecture, a missing tensor,
+    /// an unsupported tensor type or inconsistent shapes.
+    pub fn load(path: &Path, threads: usize) -> Result<Self, EngineError> {
+        let file = std::fs::File::open(path).map_err(|e| merr(format!("{}: {e}", path.display())))?;
+        // SAFETY: read-only mapping, dropped at the end of this function once the weights are
+        // copied into our own layout.
+        #[allow(unsafe_code)]
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| merr(format!("{}: {e}", path.display())))?;
+        let g = GGuf::new(&map).map_err(|e| merr(format!("{}: not a GGUF file: {e}", path.display())))?;
+        let ld = Loader { g, path };
+        let arch = ld.g.general_architecture().map_err(|e| merr(format!("general.architecture: {e:?}")))?.to_owned();
+        if arch != "llama" {
+            return Err(merr(format!("architecture {arch:?} is not supported by the Llama loader")));
+        }
+        let get = |k: &str| ld.g.get_usize(&format!("{arch}.{k}")).map_err(|e| merr(format!("{arch}.{k}: {e:?}")));
+        let hidden = get("embedding_length")?;
+        let heads = get("attention.head_count")?;
+        let kv_heads = get("attention.head_count_kv").unwrap_or(heads);
+        let head_dim = hidden / heads;
+        if let Ok(rd) = get("rope.dimension_count") {
+            if rd != head_dim {
+                return Err(merr(format!("partial RoPE ({rd} of {head_dim} dims) is not supported")));
+            }
+        }
+        if let Ok(s) = ld.g.get_str(&format!("{arch}.rope.scaling.type")) {
+            if s != "none" {
+                return Err(merr(format!("RoPE scaling {s:?} is not supported")));
+            }
+        }
+        if ld.g.tensors.contains_key("rope_freqs.weight") {
+            return Err(merr("rope_freqs (Llama 3.1 RoPE scaling) is not supported"));
+        }
+        let (_, embd_shape, _) = ld.tensor("token_embd.weight")?;
+        let vocab = embd_shape.get(1).copied().ok_or_else(|| merr("token_embd.weight is not 2-D"))?;
+        let cfg = LlamaConfig {
+            layers: get("block_count")?,
+            hidden,
+            ffn: get("feed_forward_length")?,
+            heads,
+            kv_heads,
+            head_dim,
+            rope_base: ld.g.get_f32(&format!("{arch}.rope.freq_base")).unwrap_or(10000.0),
+            rms_eps: ld.g.get_f32(&format!("{arch}.attention.layer_norm_rms_epsilon")).unwrap_or(1e-5),
+            vocab,
+            context_length: get("context_length")?,
+        };
+        if heads % kv_heads != 0 || head_dim * heads != hidden {
+            return Err(merr(format!("inconsistent heads: {heads} heads, {kv_heads} KV heads, hidden {hidden}")));
+        }
+        let kvd = kv_heads * head_dim;
+        let embed = ld.matrix("token_embd.weight", vocab, hidden)?;
+        let output = match ld.g.tensors.contains_key("output.weight") {
+            true => Some(ld.matrix("output.weight", vocab, hidden)?),
+            false => None,
+        };
+        let mut layers = Vec::with_capacity(cfg.layers);
+        for l in 0..cfg.layers {
+            let p = |n: &str| format!("blk.{l}.{n}.weight");
+            layers.push(Layer {
+                attn_norm: ld.vector(&p("attn_norm"), hidden)?,
+                qkv: fuse(vec![
+                    ld.matrix(&p("attn_q"), hidden, hidden)?,
+                    ld.matrix(&p("attn_k"), kvd, hidden)?,
+                    ld.matrix(&p("attn_v"), kvd, hidden)?,
+                ]),
+                wo: ld.matrix(&p("attn_output"), hidden, hidden)?,
+                ffn_norm: ld.vector(&p("ffn_norm"), hidden)?,
+                gate_up: fuse(vec![ld.matrix(&p("ffn_gate"), cfg.ffn, hidden)?, ld.matrix(&p("ffn_up"), cfg.ffn, hidden)?]),
+                down: ld.matrix(&p("ffn_down"), hidden, cfg.ffn)?,
+            });
+        }
+        let output_norm = ld.vector("output_norm.weight", hidden)?;
+        let half = head_dim / 2;
+        let mut rope_cos = vec![0f32; cfg.context_length * half];
+        let mut rope_sin = vec![0f32; cfg.context_length * half];
+        for pos in 0..cfg.context_length {
+            for i in 0..half {
+                // θ_i = base^(−2i/d), computed in f64 as llama.cpp's rope cache effectively is.
+                let theta = (cfg.rope_base as f64).powf(-2.0 * i as f64 / head_dim as f64);
+                let a = pos as f64 * theta;
+                rope_cos[pos * half + i] = a.cos() as f32;
+                rope_sin[pos * half + i] = a.sin() as f32;
+            }
+        }
+        let mut wbytes = weight_bytes(&embed) + output.as_ref().map_or(0, weight_bytes);
+        for l in &layers {
+            wbytes += weight_bytes(&l.qkv) + weight_bytes(&l.wo) + weight_bytes(&l.gate_up) + weight_bytes(&l.down);
+        }
+        let info = ModelInfo {
+            architecture: arch,
+            name: ld.g.general_name().unwrap_or("unnamed").to_owned(),
+            vocab_size: vocab,
+            context_length: cfg.context_length,
+            num_layers: cfg.layers,
+            hidden_size: hidden,
+            weight_bytes: wbytes,
+        };
+        let pool = ThreadPool::new(threads).map_err(|e| merr(format!("thread pool: {e}")))?;
+        Ok(LlamaModel { cfg, info, embed, output, output_norm, layers, rope_cos, rope_sin, pool, isa: Isa::detect(), s: Scratch::default() })
+    }
+
+    /// The hyper-parameters.
+    pub fn config(&self) -> &LlamaConfig {
+        &self.cfg
+    }
+
+    /// The instruction set in use.
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    /// Forces an instruction set (tests compare the SIMD path against the scalar one).
+    pub fn set_isa(&mut self, isa: Isa) {
+        self.isa = isa;
+    }
+}
+
+/// Output rows shared by attention tasks that write disjoint head ranges.
+#[derive(Clone, Copy)]
+struct SharedOut(*mut f32);
+// SAFETY: each attention task writes only its own (token, kv-group) head range.
+#[allow(unsafe_code)]
+unsafe impl Send for SharedOut {}
+#[allow(unsafe_code)]
+unsafe impl Sync for SharedOut {}
+
+impl SharedOut {
+    // A method (not `.0`) so closures capture the Sync wrapper, not the raw pointer.
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
+impl Model for LlamaModel {
+    fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    fn attention_needs(&self) -> AttentionNeeds {
+        AttentionNeeds { kind: "gqa", kv_layout: KvLayout::gqa(self.cfg.layers, self.cfg.kv_heads, self.cfg.head_dim) }
+    }
+
+    fn forward(&mut self, batch: &ForwardBatch, kv: &mut KvStore) -> Result<Vec<f32>, EngineError> {
+        let c = self.cfg.clone();
+        let t_n = batch.num_tokens();
+        let (h, hd, kvd) = (c.hidden, c.head_dim, c.kv_heads * c.head_dim);
+        let qkv_w = h + 2 * kvd;
+        if let Some(&p) = batch.positions.iter().max() {
+            if p as usize >= c.context_length {
+                return Err(merr(format!("position {p} beyond the context length {}", c.context_length)));
+            }
+        }
+        let mut s = std::mem::take(&mut self.s);
+        s.x.resize(t_n * h, 0.0);
+        s.h.resize(t_n * h, 0.0);
+        s.qkv.resize(t_n * qkv_w, 0.0);
+        s.attn.resize(t_n * h, 0.0);
+        s.proj.resize(t_n * h, 0.0);
+        s.gu.resize(t_n * 2 * c.ffn, 0.0);
+        s.act.resize(t_n * c.ffn, 0.0);
+        s.row_seq.clear();
+        for (i, sq) in batch.seqs.iter().enumerate() {
+            s.row_seq.extend(std::iter::repeat_n(i as u32, sq.extend_len as usize));
+        }
+        for (t, &id) in batch.input_ids.iter().enumerate() {
+            if id as usize >= c.vocab {
+                self.s = s;
+                return Err(merr(format!("token id {id} outside the vocabulary ({})", c.vocab)));
+            }
+            self.embed.row_f32(id as usize, &mut s.x[t * h..(t + 1) * h]);
+        }
+        let scale = 1.0 / (hd as f32).sqrt();
+        let group = c.heads / c.kv_heads;
+        let isa = self.isa;
+        for (l, layer) in self.layers.iter().enumerate() {
+            kernels::rms_norm(&s.x, &layer.attn_norm, c.rms_eps, &mut s.h);
+            kernels::matmul(&self.pool, isa, &layer.qkv, &s.h, t_n, &mut s.xq, &mut s.qkv);
+            {
+                let (kc, vc) = kv.pair_mut(l);
+                for t in 0..t_n {
+                    let pos = batch.positions[t] as usize;
+                    let row = &mut s.qkv[t * qkv_w..(t + 1) * qkv_w];
+                    let (q, rest) = row.split_at_mut(h);
+                    let (k, v) = rest.split_at_mut(kvd);
+                    rope_inplace(&self.rope_cos, &self.rope_sin, hd, q, pos);
+                    rope_inplace(&self.rope_cos, &self.rope_sin, hd, k, pos);
+                    let slot = batch.out_cache_loc[t] as usize;
+                    kc[slot * kvd..(slot + 1) * kvd].copy_from_slice(k);
+                    vc[slot * kvd..(slot + 1) * kvd].copy_from_slice(v);
+                }
+            }
+            let (kc, vc) = (kv.component(l, 0), kv.component(l, 1));
+            let out = SharedOut(s.attn.as_mut_ptr());
+            let (qkv, row_seq) = (&s.qkv, &s.row_seq);
+            self.pool.run(t_n * c.kv_heads, |task| {
+                let (t, g) = (task / c.kv_heads, task % c.kv_heads);
+                let si = row_seq[t] as usize;
+                let pos = batch.positions[t] as usize;
+                let slots = &batch.kv_slots(si)[..=pos];
+                let mut scores = vec![0f32; slots.len()];
+                let mut o = vec![0f32; group * hd];
+                for hq in 0..group {
+                    let head = g * group + hq;
+                    let q = &qkv[t * qkv_w + head * hd..t * qkv_w + (head + 1) * hd];
+                    let mut mx = f32::NEG_INFINITY;
+                    for (sc, &slot) in scores.iter_mut().zip(slots) {
+                        let k = &kc[slot as usize * kvd + g * hd..slot as usize * kvd + (g + 1) * hd];
+                        *sc = kernels::dot(isa, q, k) * scale;
+                        mx = mx.max(*sc);
+                    }
+                    let mut sum = 0f32;
+                    for sc in scores.iter_mut() {
+                        *sc = (*sc - mx).exp();
+                        sum += *sc;
+                    }
+                    let oh = &mut o[hq * hd..(hq + 1) * hd];
+                    for (sc, &slot) in scores.iter().zip(slots) {
+                        let v = &vc[slot as usize * kvd + g * hd..slot as usize * kvd + (g + 1) * hd];
+                        kernels::axpy(isa, sc / sum, v, oh);
+                    }
+                }
+                // SAFETY: heads g·group .. (g+1)·group of token t belong to this task alone.
+                #[allow(unsafe_code)]
+                unsafe {
+                    let dst = out.get().add(t * h + g * group * hd);
+                    std::ptr::copy_nonoverlapping(o.as_ptr(), dst, group * hd);
+                }
+            });
+            kernels::matmul(&self.pool, isa, &layer.wo, &s.attn, t_n, &mut s.xq, &mut s.proj);
+            s.x.iter_mut().zip(&s.proj).for_each(|(x, p)| *x += p);
+            kernels::rms_norm(&s.x, &layer.ffn_norm, c.rms_eps, &mut s.h);
+            kernels::matmul(&self.pool, isa, &layer.gate_up, &s.h, t_n, &mut s.xq, &mut s.gu);
+            for t in 0..t_n {
+                let gu = &s.gu[t * 2 * c.ffn..(t + 1) * 2 * c.ffn];
+                kernels::silu_mul(&gu[..c.ffn], &gu[c.ffn..], &mut s.act[t * c.ffn..(t + 1) * c.ffn]);
+            }
+            kernels::matmul(&self.pool, isa, &layer.down, &s.act, t_n, &mut s.xq, &mut s.proj);
+            s.x.iter_mut().zip(&s.proj).for_each(|(x, p)| *x += p);
+        }
+        let r_n = batch.logits_rows.len();
+        let mut sel = vec![0f32; r_n * h];
+        for (i, &r) in batch.logits_rows.iter().enumerate() {
+            sel[i * h..(i + 1) * h].copy_from_slice(&s.x[r as usize * h..(r as usize + 1) * h]);
+        }
+        let mut normed = vec![0f32; r_n * h];
+        kernels::rms_norm(&sel, &self.output_norm, c.rms_eps, &mut normed);
+        let mut logits = vec![0f32; r_n * c.vocab];
+        let head = self.output.as_ref().unwrap_or(&self.embed);
+        kernels::matmul(&self.pool, isa, head, &normed, r_n, &mut s.xq, &mut logits);
+        self.s = s;
+        Ok(logits)
+    }
+}
+
+fn rope_inplace(cos: &[f32], sin: &[f32], hd: usize, v: &mut [f32], pos: usize) {
+    let half = hd / 2;
+    let (c, s) = (&cos[pos * half..(pos + 1) * half], &sin[pos * half..(pos + 1) * half]);
+    for head in v.chunks_exact_mut(hd) {
+        for i in 0..half {
+            let (a, b) = (head[2 * i], head[2 * i + 1]);
+            head[2 * i] = a * c[i] - b * s[i];
+            head[2 * i + 1] = a * s[i] + b * c[i];
+        }
+    }
+}

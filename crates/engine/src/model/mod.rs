@@ -1,0 +1,92 @@
+//! Models and the one trait the scheduler drives them through.
+//!
+//! Compatibility is settled at start-up, by capability: a model states what its attention
+//! needs ([`AttentionNeeds`]) and the backend states what it provides ([`BackendCaps`]);
+//! [`check_compat`] refuses a mismatched pair with a message before any request is admitted.
+
+pub mod llama;
+
+use crate::batch::ForwardBatch;
+use crate::kv_cache::{KvLayout, KvStore};
+use crate::EngineError;
+
+/// Static facts about a loaded model, for `/get_model_info` and admission checks.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ModelInfo {
+    /// Architecture name from the checkpoint (e.g. `llama`).
+    pub architecture: String,
+    /// Human name (`general.name`).
+    pub name: String,
+    /// Vocabulary size (logit width).
+    pub vocab_size: usize,
+    /// Longest sequence the model was trained for.
+    pub context_length: usize,
+    /// Layers.
+    pub num_layers: usize,
+    /// Hidden size.
+    pub hidden_size: usize,
+    /// Bytes of weights held in memory.
+    pub weight_bytes: usize,
+}
+
+/// What a model's attention requires from the backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttentionNeeds {
+    /// Attention kind (`"gqa"`, later `"mla"`, `"mla+dsa"`).
+    pub kind: &'static str,
+    /// The per-token cache layout.
+    pub kv_layout: KvLayout,
+}
+
+/// What an attention backend provides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendCaps {
+    /// Backend name (`--attention-backend`).
+    pub name: &'static str,
+    /// Attention kinds it implements.
+    pub kinds: &'static [&'static str],
+    /// Whether it runs EXTEND and DECODE rows in one batch.
+    pub mixed_batches: bool,
+    /// Whether EXTEND rows may start from a cached prefix (chunked prefill, radix hits).
+    pub extend_with_prefix: bool,
+}
+
+/// The CPU backend: paged GQA attention over the slot lists of a [`ForwardBatch`].
+pub const CPU_BACKEND: BackendCaps = BackendCaps { name: "cpu", kinds: &["gqa"], mixed_batches: true, extend_with_prefix: true };
+
+/// Every attention backend this build has.
+pub const BACKENDS: &[BackendCaps] = &[CPU_BACKEND];
+
+/// Refuses a model/backend pair the backend cannot run.
+///
+/// # Errors
+/// [`EngineError::Incompatible`] naming the missing capability.
+pub fn check_compat(needs: &AttentionNeeds, caps: &BackendCaps) -> Result<(), EngineError> {
+    if !caps.kinds.contains(&needs.kind) {
+        return Err(EngineError::Incompatible(format!(
+            "attention backend {:?} implements {:?}, the model needs {:?}",
+            caps.name, caps.kinds, needs.kind
+        )));
+    }
+    if !caps.mixed_batches || !caps.extend_with_prefix {
+        return Err(EngineError::Incompatible(format!(
+            "attention backend {:?} lacks mixed batches or prefix extend, which the scheduler uses for every request",
+            caps.name
+        )));
+    }
+    Ok(())
+}
+
+/// A model the engine can run.
+pub trait Model: Send {
+    /// Static facts.
+    fn info(&self) -> &ModelInfo;
+    /// What the attention needs (checked once at start-up).
+    fn attention_needs(&self) -> AttentionNeeds;
+    /// Runs one step: writes the new tokens' KV into `kv` at `batch.out_cache_loc` and returns
+    /// the logits of `batch.logits_rows`, `[logits_rows.len() × vocab_size]` row-major.
+    ///
+    /// # Errors
+    /// Only for conditions the model cannot recover from (the engine fails the batch's requests).
+    fn forward(&mut self, batch: &ForwardBatch, kv: &mut KvStore) -> Result<Vec<f32>, EngineError>;
+}

@@ -1,0 +1,214 @@
+//! A small fork-join thread pool for the model runner.
+//!
+//! `run(n, f)` calls `f(i)` for every `i < n` across the calling thread and `threads − 1`
+//! workers and returns when all calls are done. Tasks are handed out through one atomic counter,
+//! so a slow or descheduled worker costs only the tasks it took. Workers spin briefly for the
+//! next job (a decode step issues hundreds of short jobs), then sleep on a condition variable,
+//! so the pool does not burn a core that another process (the bench client) needs.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+/// Spin iterations before a waiting thread sleeps. At ~1–5 ns per iteration this is a few
+/// microseconds: enough to catch the next job of the same step, short enough not to starve a
+/// busy neighbour.
+const SPIN: usize = 4000;
+
+type Job = &'static (dyn Fn(usize) + Sync);
+
+struct State {
+    epoch: u64,
+    job: Option<(Job, usize)>,
+    /// Workers that took the current job and have not finished it.
+    active: usize,
+    shutdown: bool,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    wake: Condvar,
+    done: Condvar,
+    next: AtomicUsize,
+    finished: AtomicUsize,
+    epoch_hint: AtomicUsize,
+}
+
+/// The pool. Dropping it stops the workers.
+pub struct ThreadPool {
+    shared: Arc<Shared>,
+    handles: Vec<std::thread::JoinHandle<()>>,
+    threads: usize,
+}
+
+impl std::fmt::Debug for ThreadPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThreadPool").field("threads", &self.threads).finish()
+    }
+}
+
+fn lock(m: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
+    // A panic inside a task poisons nothing we rely on: the state is plain counters.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl ThreadPool {
+    /// A pool of `threads` threads in all (the caller counts as one); `threads` ≥ 1.
+    ///
+    /// # Errors
+    /// The OS refused to spawn a thread.
+    pub fn new(threads: usize) -> std::io::Result<Self> {
+        let threads = threads.max(1);
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State { epoch: 0, job: None, active: 0, shutdown: false }),
+            wake: Condvar::new(),
+            done: Condvar::new(),
+            next: AtomicUsize::new(0),
+            finished: AtomicUsize::new(0),
+            epoch_hint: AtomicUsize::new(0),
+        });
+        let handles = (1..threads)
+            .map(|i| {
+                let sh = shared.clone();
+                std::thread::Builder::new()
+                    .name(format!("sparrow-worker-{i}"))
+                    .spawn(move || worker(&sh))
+            })
+            .collect::<std::io::Result<Vec<_>>>()?;
+        Ok(ThreadPool { shared, handles, threads })
+    }
+
+    /// Threads in all, the caller included.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Calls `f(i)` for each `i` in `0..n`, in parallel, and waits for all of them.
+    pub fn run<F: Fn(usize) + Sync>(&self, n: usize, f: F) {
+        if n == 0 {
+            return;
+        }
+        if self.threads == 1 || n == 1 {
+            (0..n).for_each(f);
+            return;
+        }
+        let f_ref: &(dyn Fn(usize) + Sync) = &f;
+        // SAFETY: the 'static lifetime is a lie told only to the workers. `run` does not return
+        // until `finished == n` and no worker holds the job (`active == 0`, checked under the
+        // lock that also clears it), so no worker can call `f` after this frame ends.
+        #[allow(unsafe_code)]
+        let job: Job = unsafe { std::mem::transmute::<&(dyn Fn(usize) + Sync), Job>(f_ref) };
+        let sh = &*self.shared;
+        sh.next.store(0, Ordering::Relaxed);
+        sh.finished.store(0, Ordering::Relaxed);
+        {
+            let mut st = lock(&sh.state);
+            st.epoch += 1;
+            st.job = Some((job, n));
+            sh.epoch_hint.store(st.epoch as usize, Ordering::Release);
+            sh.wake.notify_all();
+        }
+        work(sh, job, n);
+        let mut spins = 0;
+        loop {
+            if sh.finished.load(Ordering::Acquire) >= n {
+                let mut st = lock(&sh.state);
+                if st.active == 0 {
+                    st.job = None;
+                    return;
+                }
+                // A worker took the job but has no task left to run; it will finish at once.
+                drop(st);
+            }
+            spins += 1;
+            if spins < SPIN {
+                std::hint::spin_loop();
+            } else {
+                let st = lock(&sh.state);
+                if sh.finished.load(Ordering::Acquire) >= n && st.active == 0 {
+                    continue;
+                }
+                let _st = sh
+                    .done
+                    .wait_timeout(st, std::time::Duration::from_millis(1))
+                    .unwrap_or_else(|p| p.into_inner());
+            }
+        }
+    }
+}
+
+fn work(sh: &Shared, job: Job, n: usize) {
+    loop {
+        let i = sh.next.fetch_add(1, Ordering::Relaxed);
+        if i >= n {
+            return;
+        }
+        job(i);
+        sh.finished.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+fn worker(sh: &Shared) {
+    let mut seen = 0u64;
+    loop {
+        // Spin on the hint first: a job usually follows within microseconds during a step.
+        let mut spins = 0;
+        while (sh.epoch_hint.load(Ordering::Acquire) as u64) == seen && spins < SPIN {
+            std::hint::spin_loop();
+            spins += 1;
+        }
+        let (job, n) = {
+            let mut st = lock(&sh.state);
+            loop {
+                if st.shutdown {
+                    return;
+                }
+                if st.epoch != seen {
+                    seen = st.epoch;
+                    if let Some(j) = st.job {
+                        st.active += 1;
+                        break j;
+                    }
+                }
+                st = sh.wake.wait(st).unwrap_or_else(|p| p.into_inner());
+            }
+        };
+        work(sh, job, n);
+        let mut st = lock(&sh.state);
+        st.active -= 1;
+        if st.active == 0 {
+            sh.done.notify_all();
+        }
+    }
+}
+
+impl Drop for ThreadPool {
+    fn drop(&mut self) {
+        {
+            let mut st = lock(&self.shared.state);
+            st.shutdown = true;
+            self.shared.wake.notify_all();
+        }
+        for h in self.handles.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_task_runs_once_across_many_jobs() {
+        let pool = ThreadPool::new(3).expect("spawn");
+        for n in [1usize, 2, 7, 100, 1000] {
+            for _ in 0..50 {
+                let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+                pool.run(n, |i| {
+                    hits[i].fetch_add(1, Ordering::Relaxed);
+                });
+                assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+            }
+        }
+    }
+}

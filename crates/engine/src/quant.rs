@@ -1,0 +1,422 @@
+//! Weight formats: GGML blocks as stored in GGUF files, and the one affine 8/4-bit layout the
+//! kernels run on.
+//!
+//! GGML block layouts follow `ggml/src/ggml-common.h` (llama.cpp):
+//! - `Q4_0`: `{ d: f16, qs: [u8; 16] }`, 32 weights, `w = d · (q − 8)`;
+//! - `Q4_1`: `{ d: f16, m: f16, qs: [u8; 16] }`, `w = d · q + m`;
+//! - `Q8_0`: `{ d: f16, qs: [i8; 32] }`, `w = d · q`.
+//!
+//! In both 4-bit blocks byte `j` holds weight `j` in its low nibble and weight `j + 16` in its
+//! high nibble. Every quantized format is loaded into [`QMatrix`], where each 32-weight block is
+//! `w = d · u + m` with unsigned codes `u` (4-bit packed or 8-bit): `Q4_0` becomes `m = −8d`,
+//! `Q8_0` becomes `u = q + 128, m = −128d`. The conversion is exact, so one integer kernel
+//! serves all three formats. F16 and F32 matrices stay in f32 ([`Weight::Dense`]).
+
+/// Weights per quantization block (all GGML formats used here, and activations).
+pub const QK: usize = 32;
+
+/// GGML tensor types this crate reads (values are GGML's `ggml_type` numbers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GgmlType {
+    /// 32-bit float.
+    F32,
+    /// IEEE half.
+    F16,
+    /// 4-bit, scale only.
+    Q4_0,
+    /// 4-bit, scale and min.
+    Q4_1,
+    /// 8-bit, scale only.
+    Q8_0,
+}
+
+impl GgmlType {
+    /// Maps GGML's type number; `None` for types we do not load.
+    pub fn from_u32(t: u32) -> Option<Self> {
+        Some(match t {
+            0 => Self::F32,
+            1 => Self::F16,
+            2 => Self::Q4_0,
+            3 => Self::Q4_1,
+            8 => Self::Q8_0,
+            _ => return None,
+        })
+    }
+
+    /// Bytes taken by `n` elements (`n` a multiple of [`QK`] for block types).
+    pub fn bytes_for(self, n: usize) -> usize {
+        match self {
+            Self::F32 => 4 * n,
+            Self::F16 => 2 * n,
+            Self::Q4_0 => n / QK * 18,
+            Self::Q4_1 => n / QK * 20,
+            Self::Q8_0 => n / QK * 34,
+        }
+    }
+
+    /// True for block-quantized types (row length must be a multiple of [`QK`]).
+    pub fn is_block(self) -> bool {
+        matches!(self, Self::Q4_0 | Self::Q4_1 | Self::Q8_0)
+    }
+}
+
+/// IEEE 754 half → f32 (exact; handles subnormals, infinities and NaN).
+pub fn f16_to_f32(h: u16) -> f32 {
+    let sign = ((h >> 15) as u32) << 31;
+    let exp = ((h >> 10) & 0x1f) as u32;
+    let frac = (h & 0x3ff) as u32;
+    let bits = match (exp, frac) {
+        (0, 0) => sign,
+        (0, f) => {
+            // Subnormal: value = f · 2^-24; renormalise into an f32.
+            let lz = f.leading_zeros() - 21; // shifts that bring the top set bit to bit 10
+            let f = (f << lz) & 0x3ff;
+            let e = 127 - 15 + 1 - lz;
+            sign | (e << 23) | (f << 13)
+        }
+        (0x1f, f) => sign | 0x7f80_0000 | (f << 13),
+        (e, f) => sign | ((e + 127 - 15) << 23) | (f << 13),
+    };
+    f32::from_bits(bits)
+}
+
+fn rd_f16(b: &[u8], at: usize) -> f32 {
+    f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
+}
+
+/// Dequantizes one row of `n` elements of type `ty` from `src` into `out` (length `n`).
+///
+/// This is the scalar reference the kernels are tested against.
+pub fn dequantize_row(ty: GgmlType, src: &[u8], out: &mut [f32]) {
+    let n = out.len();
+    match ty {
+        GgmlType::F32 => {
+            for (o, c) in out.iter_mut().zip(src.chunks_exact(4)) {
+                *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            }
+        }
+        GgmlType::F16 => {
+            for (o, c) in out.iter_mut().zip(src.chunks_exact(2)) {
+                *o = f16_to_f32(u16::from_le_bytes([c[0], c[1]]));
+            }
+        }
+        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 => {
+            let bs = ty.bytes_for(QK);
+            for b in 0..n / QK {
+                let blk = &src[b * bs..(b + 1) * bs];
+                let o = &mut out[b * QK..(b + 1) * QK];
+                match ty {
+                    GgmlType::Q4_0 => {
+                        let d = rd_f16(blk, 0);
+                        for j in 0..16 {
+                            o[j] = d * ((blk[2 + j] & 0xf) as f32 - 8.0);
+                            o[j + 16] = d * ((blk[2 + j] >> 4) as f32 - 8.0);
+                        }
+                    }
+                    GgmlType::Q4_1 => {
+                        let (d, m) = (rd_f16(blk, 0), rd_f16(blk, 2));
+                        for j in 0..16 {
+                            o[j] = d * (blk[4 + j] & 0xf) as f32 + m;
+                            o[j + 16] = d * (blk[4 + j] >> 4) as f32 + m;
+                        }
+                    }
+                    _ => {
+                        let d = rd_f16(blk, 0);
+                        for j in 0..QK {
+                            o[j] = d * (blk[2 + j] as i8) as f32;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Code width of a [`QMatrix`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bits {
+    /// Two codes per byte, GGML nibble order (byte j: weight j low, weight j+16 high).
+    U4,
+    /// One code per byte.
+    U8,
+}
+
+/// A row-major quantized matrix `[rows, cols]`: row `r` holds the weights that produce output
+/// `r`; block `b` of row `r` is `w = d[r·nb + b] · u + m[r·nb + b]`, `nb = cols / 32`.
+#[derive(Debug, Clone)]
+pub struct QMatrix {
+    /// Output features.
+    pub rows: usize,
+    /// Input features (a multiple of 32).
+    pub cols: usize,
+    /// Code width.
+    pub bits: Bits,
+    /// Codes, `rows · cols / 2` bytes for U4 or `rows · cols` for U8.
+    pub codes: Vec<u8>,
+    /// Per-block scales, `rows · cols / 32`.
+    pub d: Vec<f32>,
+    /// Per-block offsets, `rows · cols / 32`.
+    pub m: Vec<f32>,
+}
+
+impl QMatrix {
+    /// Bytes of codes per row.
+    pub fn row_bytes(&self) -> usize {
+        match self.bits {
+            Bits::U4 => self.cols / 2,
+            Bits::U8 => self.cols,
+        }
+    }
+
+    /// Converts GGML block data (`rows` rows of `cols` weights) into the affine layout.
+    /// `ty` must be a block type.
+    pub fn from_ggml(ty: GgmlType, src: &[u8], rows: usize, cols: usize) -> Self {
+        let nb = rows * cols / QK;
+        let bits = if ty == GgmlType::Q8_0 { Bits::U8 } else { Bits::U4 };
+        let mut q = QMatrix {
+            rows,
+            cols,
+            bits,
+            codes: Vec::with_capacity(match bits {
+                Bits::U4 => nb * 16,
+                Bits::U8 => nb * 32,
+            }),
+            d: Vec::with_capacity(nb),
+            m: Vec::with_capacity(nb),
+        };
+        let bs = ty.bytes_for(QK);
+        for blk in src[..nb * bs].chunks_exact(bs) {
+            match ty {
+                GgmlType::Q4_0 => {
+                    let d = rd_f16(blk, 0);
+                    q.d.push(d);
+                    q.m.push(-8.0 * d);
+                    q.codes.extend_from_slice(&blk[2..18]);
+                }
+                GgmlType::Q4_1 => {
+                    q.d.push(rd_f16(blk, 0));
+                    q.m.push(rd_f16(blk, 2));
+                    q.codes.extend_from_slice(&blk[4..20]);
+                }
+                _ => {
+                    let d = rd_f16(blk, 0);
+                    q.d.push(d);
+                    q.m.push(-128.0 * d);
+                    q.codes.extend(blk[2..34].iter().map(|&c| (c as i8 as i16 + 128) as u8));
+                }
+            }
+        }
+        q
+    }
+
+    /// Stacks matrices with the same `cols` and `bits` along rows (e.g. Q, K, V into one QKV
+    /// projection); `None` when they differ.
+    pub fn concat(parts: &[&QMatrix]) -> Option<QMatrix> {
+        let first = parts.first()?;
+        if parts.iter().any(|p| p.cols != first.cols || p.bits != first.bits) {
+            return None;
+        }
+        let mut out = QMatrix {
+            rows: 0,
+            cols: first.cols,
+            bits: first.bits,
+            codes: Vec::new(),
+            d: Vec::new(),
+            m: Vec::new(),
+        };
+        for p in parts {
+            out.rows += p.rows;
+            out.codes.extend_from_slice(&p.codes);
+            out.d.extend_from_slice(&p.d);
+            out.m.extend_from_slice(&p.m);
+        }
+        Some(out)
+    }
+
+    /// Dequantizes row `r` into `out` (length `cols`).
+    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        let nb = self.cols / QK;
+        let rb = self.row_bytes();
+        let codes = &self.codes[r * rb..(r + 1) * rb];
+        for b in 0..nb {
+            let (d, m) = (self.d[r * nb + b], self.m[r * nb + b]);
+            let o = &mut out[b * QK..(b + 1) * QK];
+            match self.bits {
+                Bits::U4 => {
+                    let c = &codes[b * 16..(b + 1) * 16];
+                    for j in 0..16 {
+                        o[j] = d * (c[j] & 0xf) as f32 + m;
+                        o[j + 16] = d * (c[j] >> 4) as f32 + m;
+                    }
+                }
+                Bits::U8 => {
+                    let c = &codes[b * QK..(b + 1) * QK];
+                    for j in 0..QK {
+                        o[j] = d * c[j] as f32 + m;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A weight matrix in the form the kernels use.
+#[derive(Debug, Clone)]
+pub enum Weight {
+    /// Quantized; multiplied with 8-bit quantized activations.
+    Quant(QMatrix),
+    /// Dense f32 `[rows, cols]` row-major (from F16/F32 tensors).
+    Dense {
+        /// Output features.
+        rows: usize,
+        /// Input features.
+        cols: usize,
+        /// `rows · cols` values.
+        data: Vec<f32>,
+    },
+}
+
+impl Weight {
+    /// Output features.
+    pub fn rows(&self) -> usize {
+        match self {
+            Weight::Quant(q) => q.rows,
+            Weight::Dense { rows, .. } => *rows,
+        }
+    }
+    /// Input features.
+    pub fn cols(&self) -> usize {
+        match self {
+            Weight::Quant(q) => q.cols,
+            Weight::Dense { cols, .. } => *cols,
+        }
+    }
+    /// Dequantizes row `r` (used for embedding lookups).
+    pub fn row_f32(&self, r: usize, out: &mut [f32]) {
+        match self {
+            Weight::Quant(q) => q.dequantize_row(r, out),
+            Weight::Dense { cols, data, .. } => out.copy_from_slice(&data[r * cols..(r + 1) * cols]),
+        }
+    }
+    /// Stacks weights along rows when all are quantized alike or all dense.
+    pub fn concat(parts: &[&Weight]) -> Option<Weight> {
+        if parts.iter().all(|p| matches!(p, Weight::Quant(_))) {
+            let qs: Vec<&QMatrix> = parts
+                .iter()
+                .filter_map(|p| match p {
+                    Weight::Quant(q) => Some(q),
+                    Weight::Dense { .. } => None,
+                })
+                .collect();
+            return QMatrix::concat(&qs).map(Weight::Quant);
+        }
+        let cols = parts.first()?.cols();
+        let mut data = Vec::new();
+        let mut rows = 0;
+        for p in parts {
+            match p {
+                Weight::Dense { rows: r, cols: c, data: d } if *c == cols => {
+                    rows += r;
+                    data.extend_from_slice(d);
+                }
+                _ => return None,
+            }
+        }
+        Some(Weight::Dense { rows, cols, data })
+    }
+}
+
+/// Activations quantized per 32-block to signed 8 bits (llama.cpp's `Q8_1` idea): for row `t`
+/// and block `b`, `x ≈ d · q` and `s = d · Σq` (the term the weight offsets multiply).
+#[derive(Debug, Default, Clone)]
+pub struct QActs {
+    /// Rows (tokens).
+    pub rows: usize,
+    /// Values per row (a multiple of 32).
+    pub cols: usize,
+    /// `rows · cols` codes.
+    pub q: Vec<i8>,
+    /// `rows · cols / 32` scales.
+    pub d: Vec<f32>,
+    /// `rows · cols / 32` sums `d · Σq`.
+    pub s: Vec<f32>,
+}
+
+impl QActs {
+    /// Quantizes `x` (`rows · cols` row-major) in place of the previous contents.
+    ///
+    /// Rounding is to nearest, ties away from zero; the scale is `max|x| / 127`.
+    pub fn quantize(&mut self, x: &[f32], rows: usize, cols: usize) {
+        debug_assert_eq!(x.len(), rows * cols);
+        self.rows = rows;
+        self.cols = cols;
+        self.q.resize(rows * cols, 0);
+        let nb = rows * cols / QK;
+        self.d.resize(nb, 0.0);
+        self.s.resize(nb, 0.0);
+        for (b, (xs, qs)) in x.chunks_exact(QK).zip(self.q.chunks_exact_mut(QK)).enumerate() {
+            let amax = xs.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+            let d = amax / 127.0;
+            let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+            let mut sum = 0i32;
+            for (q, v) in qs.iter_mut().zip(xs) {
+                let r = (v * id).round() as i32;
+                *q = r as i8;
+                sum += r;
+            }
+            self.d[b] = d;
+            self.s[b] = d * sum as f32;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn f16_values() {
+        assert_eq!(f16_to_f32(0x3c00), 1.0);
+        assert_eq!(f16_to_f32(0xc000), -2.0);
+        assert_eq!(f16_to_f32(0x7bff), 65504.0);
+        assert_eq!(f16_to_f32(0x0001), 2f32.powi(-24));
+        assert_eq!(f16_to_f32(0x03ff), 1023.0 * 2f32.powi(-24));
+        assert!(f16_to_f32(0x7c00).is_infinite());
+        assert!(f16_to_f32(0x7e00).is_nan());
+    }
+
+    /// The affine repacking must reproduce GGML's dequantization exactly.
+    #[test]
+    fn repack_is_exact() {
+        let mut rng = 0x1234_5678u32;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 17;
+            rng ^= rng << 5;
+            rng
+        };
+        for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+            let (rows, cols) = (3, 64);
+            let mut raw = vec![0u8; ty.bytes_for(rows * cols)];
+            raw.iter_mut().for_each(|b| *b = next() as u8);
+            // Keep scales finite and small: f16 0x2xxx is around 1e-3..1e-2.
+            let bs = ty.bytes_for(QK);
+            for blk in raw.chunks_exact_mut(bs) {
+                blk[1] = 0x20 | (blk[1] & 0x0f);
+                if ty == GgmlType::Q4_1 {
+                    blk[3] = 0xa0 | (blk[3] & 0x0f);
+                }
+            }
+            let q = QMatrix::from_ggml(ty, &raw, rows, cols);
+            for r in 0..rows {
+                let mut want = vec![0f32; cols];
+                dequantize_row(ty, &raw[r * ty.bytes_for(cols)..], &mut want);
+                let mut got = vec![0f32; cols];
+                q.dequantize_row(r, &mut got);
+                for (g, w) in got.iter().zip(&want) {
+                    assert!((g - w).abs() <= 1e-6 * w.abs().max(1e-3), "{ty:?}: {g} vs {w}");
+                }
+            }
+        }
+    }
+}

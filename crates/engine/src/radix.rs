@@ -1,0 +1,305 @@
+//! Radix prefix cache over KV pages.
+//!
+//! Follows the contract of SGLang's `RadixCache` (`mem_cache/radix_cache.py`) and
+//! mini-sglang's `kvcache/base.py`: `match_prefix` finds the longest cached prefix and changes
+//! nothing but access times; the caller `lock`s the returned node before using its slots (a
+//! lock pins the whole path to the root) and `unlock`s it when done; `insert` adopts a finished
+//! request's pages, returning the ones already cached so the caller frees them; `evict(n)` frees
+//! least-recently-used unlocked leaves until `n` pages are free (it may free more than asked
+//! once a whole leaf goes). Sizes are split into evictable and protected pages.
+//!
+//! Edges are whole pages (`page_size` tokens), as in SGLang with `page_size > 1`: a page is
+//! shared only when all of its tokens match, so a prefix match is always page-aligned.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+
+use crate::kv_cache::PageAllocator;
+
+const ROOT: usize = 0;
+
+#[derive(Debug)]
+struct Node {
+    parent: usize,
+    key: Box<[u32]>,
+    page: u32,
+    children: HashMap<Box<[u32]>, usize>,
+    lock_ref: u32,
+    last_access: u64,
+}
+
+/// A prefix match: the deepest node reached and the pages of the matched tokens in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrefixMatch {
+    /// Node to lock while the pages are in use.
+    pub node: usize,
+    /// Pages covering positions `0 .. pages.len() · page_size`.
+    pub pages: Vec<u32>,
+}
+
+/// The cache. Node 0 is the root (no page).
+#[derive(Debug)]
+pub struct RadixCache {
+    page_size: usize,
+    nodes: Vec<Option<Node>>,
+    free_ids: Vec<usize>,
+    clock: u64,
+    evictable: usize,
+    protected: usize,
+}
+
+impl RadixCache {
+    /// An empty cache for pages of `page_size` tokens.
+    pub fn new(page_size: usize) -> Self {
+        let root = Node { parent: ROOT, key: Box::new([]), page: 0, children: HashMap::new(), lock_ref: 1, last_access: 0 };
+        RadixCache { page_size, nodes: vec![Some(root)], free_ids: Vec::new(), clock: 0, evictable: 0, protected: 0 }
+    }
+
+    fn node(&self, id: usize) -> &Node {
+        self.nodes[id].as_ref().expect("live radix node")
+    }
+
+    fn node_mut(&mut self, id: usize) -> &mut Node {
+        self.nodes[id].as_mut().expect("live radix node")
+    }
+
+    /// Pages held by unlocked nodes (freeable by [`RadixCache::evict`]).
+    pub fn evictable_pages(&self) -> usize {
+        self.evictable
+    }
+
+    /// Pages held by locked nodes.
+    pub fn protected_pages(&self) -> usize {
+        self.protected
+    }
+
+    /// Pages held in all.
+    pub fn total_pages(&self) -> usize {
+        self.evictable + self.protected
+    }
+
+    /// Longest cached prefix of `tokens` made of whole pages, at most `max_pages` pages.
+    pub fn match_prefix(&mut self, tokens: &[u32], max_pages: usize) -> PrefixMatch {
+        self.clock += 1;
+        let now = self.clock;
+        let mut node = ROOT;
+        let mut pages = Vec::new();
+        for key in tokens.chunks_exact(self.page_size).take(max_pages) {
+            let Some(&child) = self.node(node).children.get(key) else { break };
+            node = child;
+            let n = self.node_mut(node);
+            n.last_access = now;
+            pages.push(n.page);
+        }
+        PrefixMatch { node, pages }
+    }
+
+    /// Pins `node` and its ancestors.
+    pub fn lock(&mut self, mut node: usize) {
+        while node != ROOT {
+            let n = self.node_mut(node);
+            n.lock_ref += 1;
+            let parent = n.parent;
+            if n.lock_ref == 1 {
+                self.evictable -= 1;
+                self.protected += 1;
+            }
+            node = parent;
+        }
+    }
+
+    /// Releases a [`RadixCache::lock`].
+    pub fn unlock(&mut self, mut node: usize) {
+        while node != ROOT {
+            let n = self.node_mut(node);
+            debug_assert!(n.lock_ref > 0, "unlock of an unlocked radix node");
+            n.lock_ref -= 1;
+            let parent = n.parent;
+            if n.lock_ref == 0 {
+                self.evictable += 1;
+                self.protected -= 1;
+            }
+            node = parent;
+        }
+    }
+
+    /// Adopts the pages of `tokens` (`pages.len() · page_size` tokens, page `i` holding
+    /// positions `i·page_size ..`). Returns the pages the caller must free: those whose contents
+    /// were already cached under another page.
+    pub fn insert(&mut self, tokens: &[u32], pages: &[u32]) -> Vec<u32> {
+        debug_assert_eq!(tokens.len(), pages.len() * self.page_size);
+        self.clock += 1;
+        let now = self.clock;
+        let mut dup = Vec::new();
+        let mut node = ROOT;
+        for (key, &page) in tokens.chunks_exact(self.page_size).zip(pages) {
+            if let Some(&child) = self.node(node).children.get(key) {
+                let c = self.node_mut(child);
+                c.last_access = now;
+                if c.page != page {
+                    dup.push(page);
+                }
+                node = child;
+                continue;
+            }
+            let id = self.free_ids.pop().unwrap_or(self.nodes.len());
+            let new = Node { parent: node, key: key.into(), page, children: HashMap::new(), lock_ref: 0, last_access: now };
+            if id == self.nodes.len() {
+                self.nodes.push(Some(new));
+            } else {
+                self.nodes[id] = Some(new);
+            }
+            self.node_mut(node).children.insert(key.into(), id);
+            self.evictable += 1;
+            node = id;
+        }
+        dup
+    }
+
+    /// Frees least-recently-used unlocked leaves into `alloc` until it has `want_free` free
+    /// pages or nothing is evictable. Returns the pages freed.
+    pub fn evict(&mut self, want_free: usize, alloc: &mut PageAllocator) -> usize {
+        if alloc.free_pages() >= want_free || self.evictable == 0 {
+            return 0;
+        }
+        let mut heap: BinaryHeap<Reverse<(u64, usize)>> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(id, n)| n.as_ref().map(|n| (id, n)))
+            .filter(|(id, n)| *id != ROOT && n.lock_ref == 0 && n.children.is_empty())
+            .map(|(id, n)| Reverse((n.last_access, id)))
+            .collect();
+        let mut freed = 0;
+        while alloc.free_pages() < want_free {
+            let Some(Reverse((_, id))) = heap.pop() else { break };
+            let Some(n) = self.nodes[id].take() else { continue };
+            alloc.release(n.page);
+            self.free_ids.push(id);
+            self.evictable -= 1;
+            freed += 1;
+            let parent = self.node_mut(n.parent);
+            parent.children.remove(&n.key);
+            if n.parent != ROOT && parent.lock_ref == 0 && parent.children.is_empty() {
+                heap.push(Reverse((parent.last_access, n.parent)));
+            }
+        }
+        freed
+    }
+
+    /// Drops every unlocked page (SGLang's `/flush_cache`). Returns pages freed.
+    pub fn flush(&mut self, alloc: &mut PageAllocator) -> usize {
+        self.evict(usize::MAX, alloc)
+    }
+
+    /// Checks the size accounting against the tree (for tests and idle-time checks).
+    ///
+    /// # Errors
+    /// A description of the first inconsistency.
+    pub fn check(&self) -> Result<(), String> {
+        let (mut ev, mut pr) = (0, 0);
+        for (id, n) in self.nodes.iter().enumerate() {
+            let Some(n) = n else { continue };
+            if id == ROOT {
+                continue;
+            }
+            if n.lock_ref == 0 {
+                ev += 1;
+            } else {
+                pr += 1;
+            }
+            if self.node(n.parent).children.get(&n.key) != Some(&id) {
+                return Err(format!("node {id} not linked from its parent"));
+            }
+            if n.children.values().any(|&c| self.node(c).lock_ref > n.lock_ref) {
+                return Err(format!("node {id} has a child locked more than itself"));
+            }
+        }
+        if (ev, pr) != (self.evictable, self.protected) {
+            return Err(format!("counted {ev}/{pr} evictable/protected, tracked {}/{}", self.evictable, self.protected));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn match_lock_insert_evict() {
+        let mut alloc = PageAllocator::new(8, 2);
+        let mut rc = RadixCache::new(2);
+        let a: Vec<u32> = vec![1, 2, 3, 4, 5, 6];
+        let pa: Vec<u32> = (0..3).map(|_| alloc.alloc().expect("page")).collect();
+        assert!(rc.insert(&a, &pa).is_empty());
+        assert_eq!(rc.evictable_pages(), 3);
+        // A prompt sharing two pages and a half.
+        let m = rc.match_prefix(&[1, 2, 3, 4, 5, 9, 9], usize::MAX);
+        assert_eq!(m.pages, pa[..2]);
+        rc.lock(m.node);
+        assert_eq!((rc.evictable_pages(), rc.protected_pages()), (1, 2));
+        // Eviction can take only the unlocked leaf.
+        assert_eq!(rc.evict(usize::MAX, &mut alloc), 1);
+        assert_eq!(alloc.free_pages(), 8 - 2);
+        rc.unlock(m.node);
+        rc.check().expect("consistent");
+        // Re-inserting the same contents under new pages hands the new pages back.
+        let pb: Vec<u32> = (0..2).map(|_| alloc.alloc().expect("page")).collect();
+        assert_eq!(rc.insert(&[1, 2, 3, 4], &pb), pb);
+        pb.iter().for_each(|&p| alloc.release(p));
+        assert_eq!(rc.flush(&mut alloc), 2);
+        assert_eq!(alloc.free_pages(), 8);
+        rc.check().expect("consistent");
+    }
+
+    /// Seeded randomized invariant test (after TGI's radix allocator test): a tiny vocabulary
+    /// forces sharing; pages are never lost or double-freed and accounting always matches.
+    #[test]
+    fn random_rounds_keep_accounting() {
+        let mut seed = 99u64;
+        let mut rnd = |m: u64| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+            (seed >> 33) % m
+        };
+        for page_size in [1usize, 2, 4] {
+            let mut alloc = PageAllocator::new(64, page_size);
+            let mut rc = RadixCache::new(page_size);
+            let mut held: Vec<(usize, Vec<u32>)> = Vec::new();
+            for _ in 0..3000 {
+                if rnd(3) == 0 && !held.is_empty() {
+                    let (node, _) = held.swap_remove(rnd(held.len() as u64) as usize);
+                    rc.unlock(node);
+                } else {
+                    let len = 1 + rnd(12) as usize;
+                    let toks: Vec<u32> = (0..len * page_size).map(|_| rnd(2) as u32).collect();
+                    let m = rc.match_prefix(&toks, usize::MAX);
+                    rc.lock(m.node);
+                    let need = len - m.pages.len();
+                    rc.evict(need, &mut alloc);
+                    if alloc.free_pages() < need {
+                        rc.unlock(m.node);
+                        continue;
+                    }
+                    let mut pages = m.pages.clone();
+                    pages.extend((0..need).map(|_| alloc.alloc().expect("checked free")));
+                    for p in rc.insert(&toks, &pages) {
+                        alloc.release(p);
+                    }
+                    let m2 = rc.match_prefix(&toks, usize::MAX);
+                    assert_eq!(m2.pages.len(), len);
+                    rc.lock(m2.node);
+                    rc.unlock(m.node);
+                    held.push((m2.node, m2.pages));
+                }
+                rc.check().expect("consistent");
+                assert_eq!(alloc.free_pages() + rc.total_pages(), 64);
+            }
+            for (node, _) in held.drain(..) {
+                rc.unlock(node);
+            }
+            rc.flush(&mut alloc);
+            assert_eq!(alloc.free_pages(), 64);
+        }
+    }
+}

