@@ -245,10 +245,18 @@ fn engine_loop(mut model: Box<dyn Model>, cfg: SchedulerConfig, eos: Option<u32>
                 Err(mpsc::TryRecvError::Disconnected) => return,
             }
         };
+        let mut replies = Vec::new();
         if let Some(c) = cmd {
-            handle(&mut live, c);
+            handle(&mut live, c, &mut replies);
             while let Ok(c) = rx.try_recv() {
-                handle(&mut live, c);
+                handle(&mut live, c, &mut replies);
+            }
+        }
+        if !replies.is_empty() {
+            // Publish first, so a caller that reads the stats after the reply sees the effect.
+            publish(&live, &stats);
+            for r in replies {
+                r();
             }
         }
         if live.sched.is_idle() {
@@ -288,7 +296,7 @@ fn publish(live: &Live, stats: &Mutex<SchedulerStats>) {
     }
 }
 
-fn handle(live: &mut Live, cmd: Command) {
+fn handle(live: &mut Live, cmd: Command, replies: &mut Vec<Box<dyn FnOnce()>>) {
     match cmd {
         Command::Submit(req, mut sink) => {
             let id = req.id;
@@ -306,7 +314,10 @@ fn handle(live: &mut Live, cmd: Command) {
                 route(live, vec![o]);
             }
         }
-        Command::FlushCache(done) => done(live.sched.flush_cache()),
+        Command::FlushCache(done) => {
+            let n = live.sched.flush_cache();
+            replies.push(Box::new(move || done(n)));
+        }
     }
 }
 
