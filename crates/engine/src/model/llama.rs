@@ -379,7 +379,10 @@ impl Model for LlamaModel {
             let (kc, vc) = (kv.component(l, 0), kv.component(l, 1));
             let out = SharedOut(s.attn.as_mut_ptr());
             let (qkv, row_seq) = (&s.qkv, &s.row_seq);
-            self.pool.run(t_n * c.kv_heads, |task| {
+            let pairs = t_n * c.kv_heads;
+            let per_task = pairs.div_ceil(self.pool.threads() * 4).max(1);
+            self.pool.run(pairs.div_ceil(per_task), |chunk| {
+              for task in chunk * per_task..((chunk + 1) * per_task).min(pairs) {
                 let (t, g) = (task / c.kv_heads, task % c.kv_heads);
                 let si = row_seq[t] as usize;
                 let pos = batch.positions[t] as usize;
@@ -412,6 +415,7 @@ impl Model for LlamaModel {
                     let dst = out.get().add(t * h + g * group * hd);
                     std::ptr::copy_nonoverlapping(o.as_ptr(), dst, group * hd);
                 }
+              }
             });
             kernels::matmul(&self.pool, isa, &layer.wo, &s.attn, t_n, &mut s.xq, &mut s.proj);
             s.x.iter_mut().zip(&s.proj).for_each(|(x, p)| *x += p);

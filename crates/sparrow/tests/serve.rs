@@ -1,0 +1,101 @@
+//! `sparrow serve` as its own process, driven by unchanged clients: the OpenAI Python SDK
+//! (streaming chat and a plain completion) and `sparrow bench` (OpenAI and native backends).
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn sparrow() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_sparrow"))
+}
+
+struct Server(Child, u16);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn serve() -> Server {
+    let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
+    let child = sparrow()
+        .args(["serve", "--port", &port.to_string(), "--max-total-tokens", "30000", "--chunked-prefill-size", "256"])
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("sparrow serve starts");
+    let server = Server(child, port);
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "sparrow serve never listened");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    server
+}
+
+const SDK_SCRIPT: &str = r#"
+import json, sys
+from openai import OpenAI
+client = OpenAI(base_url=f"http://127.0.0.1:{sys.argv[1]}/v1", api_key="none")
+model = client.models.list().data[0].id
+stream = client.chat.completions.create(
+    model=model,
+    messages=[{"role": "user", "content": "What is the capital of France?"}],
+    max_tokens=24, temperature=0, stream=True, stream_options={"include_usage": True})
+text, finish, usage, chunks = "", None, None, 0
+for chunk in stream:
+    chunks += 1
+    if chunk.usage is not None:
+        usage = chunk.usage.completion_tokens
+    for c in chunk.choices:
+        text += c.delta.content or ""
+        finish = c.finish_reason or finish
+plain = client.chat.completions.create(model=model, max_tokens=24, temperature=0,
+    messages=[{"role": "user", "content": "What is the capital of France?"}])
+comp = client.completions.create(model=model, prompt="The capital of France is", max_tokens=4, temperature=0)
+print(json.dumps({"model": model, "text": text, "finish": finish, "usage": usage, "chunks": chunks,
+                  "plain": plain.choices[0].message.content, "plain_usage": plain.usage.completion_tokens,
+                  "completion": comp.choices[0].text}))
+"#;
+
+#[test]
+fn openai_python_sdk_and_sparrow_bench_against_the_server() {
+    let s = serve();
+    let out = Command::new("python3").args(["-c", SDK_SCRIPT, &s.1.to_string()]).output().expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "OpenAI SDK script failed (.ci/run installs the `openai` package):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("script prints JSON");
+    let text = v["text"].as_str().expect("text");
+    assert!(!text.is_empty(), "{v}");
+    assert_eq!(v["text"], v["plain"], "streamed and non-streamed greedy answers differ");
+    assert_eq!(v["usage"], v["plain_usage"]);
+    assert!(v["chunks"].as_u64() > v["usage"].as_u64().map(|u| u / 2), "{v}");
+    assert!(["stop", "length"].contains(&v["finish"].as_str().unwrap_or("")), "{v}");
+    assert_eq!(v["completion"], " Paris.\n\n", "{v}");
+
+    let dir = std::env::temp_dir().join(format!("sparrow-serve-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    for backend in ["sglang-oai-chat", "sglang"] {
+        let out_file = dir.join(format!("{backend}.jsonl"));
+        let out = sparrow()
+            .args(["bench", "--backend", backend, "--port", &s.1.to_string(), "--dataset-name", "random"])
+            .args(["--random-input-len", "48", "--random-output-len", "12", "--num-prompts", "8", "--max-concurrency", "4"])
+            .arg("--output-file")
+            .arg(&out_file)
+            .output()
+            .expect("sparrow bench runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{backend}: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+        assert!(stdout.contains("Successful requests:                     8"), "{stdout}");
+        assert!(stdout.contains("Failed requests:                         0"), "{stdout}");
+        let line = std::fs::read_to_string(&out_file).expect("JSONL written");
+        // Python-json (bare Infinity allowed), as bench_serving writes it: check the fields as text.
+        let rec = line.lines().last().expect("a line");
+        assert!(rec.contains("\"completed\": 8,"), "{rec}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
