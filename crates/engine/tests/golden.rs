@@ -1,16 +1,20 @@
 //! SmolLM2-135M-Instruct Q4_1 against llama.cpp on the same GGUF.
 //!
-//! Goldens come from `scripts/reference_goldens.py` (llama-cpp-python, argmax over raw logits,
-//! no EOS stop) and are committed as `fixtures/smollm2_greedy.json`. Both implementations
-//! quantize activations to 8 bits per 32-block, but they sum in different orders, so logits
-//! agree to a tolerance, not bit for bit:
+//! Goldens come from `scripts/reference_goldens.py` (llama-cpp-python 0.3.36, llama.cpp
+//! 0c1e570, argmax over raw logits, no EOS stop) and are committed as
+//! `fixtures/smollm2_greedy.json`. Both implementations quantize activations to 8 bits per
+//! 32-block, but llama.cpp also keeps K/V, queries and softmax weights in f16 and sums in other
+//! orders: against an exact f64 forward of the same dequantized weights its top-1 logits are off
+//! by 0.17 on average and up to 0.94 (measured when the goldens were made), and on five of 256
+//! steps its argmax differs from the exact one, all at margins ≤ 0.33. Hence:
 //! - every logit we compare (the top 20 after the prompt, top-1 and top-2 at each of 32
 //!   teacher-forced steps) is within [`LOGIT_TOL`] of llama.cpp's;
 //! - our argmax equals llama.cpp's wherever llama.cpp's top-1/top-2 margin is at least
 //!   [`MARGIN`];
 //! - free-running greedy generation equals llama.cpp's 32 tokens exactly, up to the first
 //!   position whose reference margin is below [`MARGIN`] (a near-tie either implementation may
-//!   break either way); at least six of the eight cases must match in full.
+//!   break either way); at least four of the eight cases must match in full (the exact f64
+//!   forward also matches four).
 
 use std::path::PathBuf;
 
@@ -22,9 +26,9 @@ use sparrow_engine::model::Model;
 use sparrow_engine::sampler::argmax;
 
 /// Largest allowed |ours − llama.cpp| for a logit.
-const LOGIT_TOL: f32 = 5.0;
+const LOGIT_TOL: f32 = 1.25;
 /// Reference margins below this are near-ties.
-const MARGIN: f32 = 100.0;
+const MARGIN: f32 = 0.5;
 
 fn fixture(name: &str) -> Value {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
@@ -106,14 +110,15 @@ fn greedy_and_logits_match_llama_cpp() {
             full_matches += 1;
         } else {
             let first = got.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(0);
-            let margin = steps[first]["top1_logit"].as_f64().unwrap_or(0.0) - steps[first]["top2_logit"].as_f64().unwrap_or(0.0);
+            let margin_at = |i: usize| (steps[i]["top1_logit"].as_f64().unwrap_or(0.0) - steps[i]["top2_logit"].as_f64().unwrap_or(0.0)) as f32;
+            let near_tie = (0..=first).find(|&i| margin_at(i) < MARGIN);
             assert!(
-                (margin as f32) < MARGIN,
-                "{name}: greedy output differs from llama.cpp at token {first} where llama.cpp's margin is {margin}\nours {got:?}\nref  {want:?}"
+                near_tie.is_some(),
+                "{name}: greedy output differs from llama.cpp at token {first} with no near-tie before it\nours {got:?}\nref  {want:?}"
             );
-            eprintln!("{name}: diverges at token {first}, a near-tie (llama.cpp margin {margin:.4})");
+            eprintln!("{name}: diverges at token {first}, after a near-tie at {near_tie:?} (llama.cpp margin {:.4})", margin_at(near_tie.unwrap_or(0)));
         }
     }
     eprintln!("largest logit difference: {worst:.4}; full greedy matches: {full_matches}/8");
-    assert!(full_matches >= 6, "only {full_matches} of 8 greedy sequences match llama.cpp in full");
+    assert!(full_matches >= 4, "only {full_matches} of 8 greedy sequences match llama.cpp in full");
 }
