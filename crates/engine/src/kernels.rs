@@ -98,7 +98,7 @@ pub fn matmul(pool: &ThreadPool, isa: Isa, w: &Weight, x: &[f32], tokens: usize,
     let tasks = n.div_ceil(rpt);
     match w {
         Weight::Quant(q) => {
-            xq.quantize(x, tokens, k);
+            quantize_parallel(pool, x, tokens, k, xq);
             let xq = &*xq;
             pool.run(tasks, |i| {
                 let r0 = i * rpt;
@@ -122,6 +122,42 @@ pub fn matmul(pool: &ThreadPool, isa: Isa, w: &Weight, x: &[f32], tokens: usize,
                 }
             });
         }
+    }
+}
+
+/// Quantizes activations on the pool, a run of whole blocks per task.
+fn quantize_parallel(pool: &ThreadPool, x: &[f32], rows: usize, cols: usize, xq: &mut QActs) {
+    xq.resize(rows, cols);
+    let nb = rows * cols / QK;
+    if nb < 256 {
+        crate::quant::quantize_blocks(x, &mut xq.q, &mut xq.d, &mut xq.s, 0, nb);
+        return;
+    }
+    let tasks = pool.threads() * 2;
+    let per = nb.div_ceil(tasks);
+    let (qp, dp, sp) = (SharedI8(xq.q.as_mut_ptr()), OutPtr(xq.d.as_mut_ptr()), OutPtr(xq.s.as_mut_ptr()));
+    pool.run(tasks, |i| {
+        let (b0, b1) = ((i * per).min(nb), ((i + 1) * per).min(nb));
+        // SAFETY: task i owns blocks b0..b1 of every buffer; the buffers outlive the call.
+        let (q, d, s) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(qp.get().add(b0 * QK), (b1 - b0) * QK),
+                std::slice::from_raw_parts_mut(dp.get().add(b0), b1 - b0),
+                std::slice::from_raw_parts_mut(sp.get().add(b0), b1 - b0),
+            )
+        };
+        crate::quant::quantize_blocks(&x[b0 * QK..b1 * QK], q, d, s, 0, b1 - b0);
+    });
+}
+
+#[derive(Clone, Copy)]
+struct SharedI8(*mut i8);
+// SAFETY: used by `quantize_parallel`, whose tasks write disjoint blocks.
+unsafe impl Send for SharedI8 {}
+unsafe impl Sync for SharedI8 {}
+impl SharedI8 {
+    fn get(self) -> *mut i8 {
+        self.0
     }
 }
 
@@ -223,6 +259,66 @@ fn dot_scalar(a: &[f32], b: &[f32]) -> f32 {
         s += a[i] * b[i];
     }
     s
+}
+
+/// Causal attention of the `group` query heads that share one KV head (GQA), over the KV
+/// slots `slots` (positions `0 ..= p` of one sequence): for each head `h`,
+/// `out_h = Σ_j softmax_j(scale · q_h·k_j) · v_j`.
+///
+/// Shapes: `q` and `out` are `[group × hd]`; key and value of slot `s` are
+/// `k[s·stride + off ..][..hd]` and `v[...]` likewise. `scores` is scratch. Each K and V row is
+/// read once for all heads of the group.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_group(isa: Isa, q: &[f32], hd: usize, k: &[f32], v: &[f32], stride: usize, off: usize, slots: &[u32], scale: f32, scores: &mut Vec<f32>, out: &mut [f32]) {
+    let group = q.len() / hd;
+    let n = slots.len();
+    scores.resize(group * n, 0.0);
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Scalar && hd % 8 == 0 && group <= 8 {
+        // SAFETY: AVX2+FMA were detected; indices are checked by the slice bounds below.
+        unsafe { x86::attn_scores(q, hd, group, k, stride, off, slots, scale, scores) };
+    } else {
+        attn_scores_scalar(q, hd, group, k, stride, off, slots, scale, scores);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    attn_scores_scalar(q, hd, group, k, stride, off, slots, scale, scores);
+    for h in 0..group {
+        let sc = &mut scores[h * n..(h + 1) * n];
+        let mx = sc.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut sum = 0f32;
+        for x in sc.iter_mut() {
+            *x = (*x - mx).exp();
+            sum += *x;
+        }
+        let inv = 1.0 / sum;
+        sc.iter_mut().for_each(|x| *x *= inv);
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Vnni && hd == 64 && group == 3 {
+        // SAFETY: Vnni implies AVX-512F/VL (32 vector registers hold all 24 accumulators).
+        unsafe { x86::attn_values_g3_hd64(scores, v, stride, off, slots, out) };
+        return;
+    }
+    out.iter_mut().for_each(|o| *o = 0.0);
+    for (j, &slot) in slots.iter().enumerate() {
+        let base = slot as usize * stride + off;
+        let vr = &v[base..base + hd];
+        for h in 0..group {
+            axpy(isa, scores[h * n + j], vr, &mut out[h * hd..(h + 1) * hd]);
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn attn_scores_scalar(q: &[f32], hd: usize, group: usize, k: &[f32], stride: usize, off: usize, slots: &[u32], scale: f32, scores: &mut [f32]) {
+    let n = slots.len();
+    for (j, &slot) in slots.iter().enumerate() {
+        let base = slot as usize * stride + off;
+        let kr = &k[base..base + hd];
+        for h in 0..group {
+            scores[h * n + j] = dot_scalar(&q[h * hd..(h + 1) * hd], kr) * scale;
+        }
+    }
 }
 
 /// RMSNorm (Zhang & Sennrich 2019, as in HF `LlamaRMSNorm`): `y = x / sqrt(mean(x²) + eps) · g`,
@@ -397,6 +493,58 @@ mod x86 {
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn quant_rows_avx2(w: &QMatrix, r0: usize, r1: usize, x: &QActs, out: *mut f32) {
         rows_generic::<false, 2>(w, r0, r1, x, out)
+    }
+
+    /// Scores of up to 8 heads against each key, every key row loaded once.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn attn_scores(q: &[f32], hd: usize, group: usize, k: &[f32], stride: usize, off: usize, slots: &[u32], scale: f32, scores: &mut [f32]) {
+        let n = slots.len();
+        let qp = q.as_ptr();
+        for (j, &slot) in slots.iter().enumerate() {
+            let base = slot as usize * stride + off;
+            let kr = &k[base..base + hd];
+            let kp = kr.as_ptr();
+            let mut acc = [_mm256_setzero_ps(); 8];
+            let mut c = 0;
+            while c < hd {
+                let kv = _mm256_loadu_ps(kp.add(c));
+                for h in 0..group {
+                    acc[h] = _mm256_fmadd_ps(kv, _mm256_loadu_ps(qp.add(h * hd + c)), acc[h]);
+                }
+                c += 8;
+            }
+            for h in 0..group {
+                scores[h * n + j] = hsum(acc[h]) * scale;
+            }
+        }
+    }
+
+    /// `out_h = Σ_j p[h][j] · v_j` for 3 heads of 64 dims with all accumulators in registers:
+    /// each V row is read once, and `out` is written once. Same summation order as the
+    /// generic path (slot by slot), so results do not depend on which path ran... per ISA.
+    #[target_feature(enable = "avx2,fma,avx512f,avx512vl")]
+    pub(super) unsafe fn attn_values_g3_hd64(p: &[f32], v: &[f32], stride: usize, off: usize, slots: &[u32], out: &mut [f32]) {
+        let n = slots.len();
+        let mut acc = [[_mm256_setzero_ps(); 8]; 3];
+        for (j, &slot) in slots.iter().enumerate() {
+            let base = slot as usize * stride + off;
+            let vr = &v[base..base + 64];
+            let vp = vr.as_ptr();
+            let w = [_mm256_set1_ps(p[j]), _mm256_set1_ps(p[n + j]), _mm256_set1_ps(p[2 * n + j])];
+            for c in 0..8 {
+                let vv = _mm256_loadu_ps(vp.add(c * 8));
+                for h in 0..3 {
+                    acc[h][c] = _mm256_fmadd_ps(w[h], vv, acc[h][c]);
+                }
+            }
+        }
+        let o = &mut out[..192];
+        for h in 0..3 {
+            for c in 0..8 {
+                _mm256_storeu_ps(o.as_mut_ptr().add(h * 64 + c * 8), acc[h][c]);
+            }
+        }
     }
 
     #[target_feature(enable = "avx2,fma")]

@@ -345,28 +345,64 @@ pub struct QActs {
 impl QActs {
     /// Quantizes `x` (`rows · cols` row-major) in place of the previous contents.
     ///
-    /// Rounding is to nearest, ties away from zero; the scale is `max|x| / 127`.
+    /// Rounding is to nearest, ties to even (llama.cpp's `quantize_row_q8_1` rounds with
+    /// `_MM_ROUND_NEAREST`); the scale is `max|x| / 127`.
     pub fn quantize(&mut self, x: &[f32], rows: usize, cols: usize) {
-        debug_assert_eq!(x.len(), rows * cols);
+        self.resize(rows, cols);
+        let nb = rows * cols / QK;
+        quantize_blocks(x, &mut self.q, &mut self.d, &mut self.s, 0, nb);
+    }
+
+    /// Sets the shape and sizes the buffers (contents unspecified until quantized).
+    pub fn resize(&mut self, rows: usize, cols: usize) {
+        debug_assert_eq!(cols % QK, 0);
         self.rows = rows;
         self.cols = cols;
         self.q.resize(rows * cols, 0);
         let nb = rows * cols / QK;
         self.d.resize(nb, 0.0);
         self.s.resize(nb, 0.0);
-        for (b, (xs, qs)) in x.chunks_exact(QK).zip(self.q.chunks_exact_mut(QK)).enumerate() {
-            let amax = xs.iter().fold(0.0f32, |a, v| a.max(v.abs()));
-            let d = amax / 127.0;
-            let id = if d > 0.0 { 1.0 / d } else { 0.0 };
-            let mut sum = 0i32;
-            for (q, v) in qs.iter_mut().zip(xs) {
-                let r = (v * id).round() as i32;
-                *q = r as i8;
-                sum += r;
-            }
-            self.d[b] = d;
-            self.s[b] = d * sum as f32;
+    }
+}
+
+/// Quantizes blocks `b0 .. b1` of `x` into the matching slices of `q`, `d`, `s` (which hold
+/// exactly those blocks).
+pub fn quantize_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32], b0: usize, b1: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: the features were just detected; the body is plain safe Rust.
+        #[allow(unsafe_code)]
+        unsafe {
+            return quantize_blocks_avx2(x, q, d, s, b0, b1);
         }
+    }
+    quantize_blocks_body(x, q, d, s, b0, b1)
+}
+
+/// The same body compiled with AVX2 enabled, so the rounding and min/max vectorize.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn quantize_blocks_avx2(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32], b0: usize, b1: usize) {
+    quantize_blocks_body(x, q, d, s, b0, b1)
+}
+
+#[inline(always)]
+fn quantize_blocks_body(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32], b0: usize, b1: usize) {
+    let xs = &x[b0 * QK..b1 * QK];
+    let (q, d, s) = (&mut q[b0 * QK..b1 * QK], &mut d[b0..b1], &mut s[b0..b1]);
+    for (b, (xs, qs)) in xs.chunks_exact(QK).zip(q.chunks_exact_mut(QK)).enumerate() {
+        let amax = xs.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+        let db = amax / 127.0;
+        let id = if db > 0.0 { 1.0 / db } else { 0.0 };
+        let mut sum = 0i32;
+        for (qv, v) in qs.iter_mut().zip(xs) {
+            let r = (v * id).round_ties_even() as i32;
+            *qv = r as i8;
+            sum += r;
+        }
+        d[b] = db;
+        s[b] = db * sum as f32;
     }
 }
 

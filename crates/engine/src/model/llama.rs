@@ -382,33 +382,15 @@ impl Model for LlamaModel {
             let pairs = t_n * c.kv_heads;
             let per_task = pairs.div_ceil(self.pool.threads() * 4).max(1);
             self.pool.run(pairs.div_ceil(per_task), |chunk| {
+              let mut scores = Vec::new();
+              let mut o = vec![0f32; group * hd];
               for task in chunk * per_task..((chunk + 1) * per_task).min(pairs) {
                 let (t, g) = (task / c.kv_heads, task % c.kv_heads);
                 let si = row_seq[t] as usize;
                 let pos = batch.positions[t] as usize;
                 let slots = &batch.kv_slots(si)[..=pos];
-                let mut scores = vec![0f32; slots.len()];
-                let mut o = vec![0f32; group * hd];
-                for hq in 0..group {
-                    let head = g * group + hq;
-                    let q = &qkv[t * qkv_w + head * hd..t * qkv_w + (head + 1) * hd];
-                    let mut mx = f32::NEG_INFINITY;
-                    for (sc, &slot) in scores.iter_mut().zip(slots) {
-                        let k = &kc[slot as usize * kvd + g * hd..slot as usize * kvd + (g + 1) * hd];
-                        *sc = kernels::dot(isa, q, k) * scale;
-                        mx = mx.max(*sc);
-                    }
-                    let mut sum = 0f32;
-                    for sc in scores.iter_mut() {
-                        *sc = (*sc - mx).exp();
-                        sum += *sc;
-                    }
-                    let oh = &mut o[hq * hd..(hq + 1) * hd];
-                    for (sc, &slot) in scores.iter().zip(slots) {
-                        let v = &vc[slot as usize * kvd + g * hd..slot as usize * kvd + (g + 1) * hd];
-                        kernels::axpy(isa, sc / sum, v, oh);
-                    }
-                }
+                let q = &qkv[t * qkv_w + g * group * hd..t * qkv_w + (g + 1) * group * hd];
+                kernels::attend_group(isa, q, hd, kc, vc, kvd, g * hd, slots, scale, &mut scores, &mut o);
                 // SAFETY: heads g·group .. (g+1)·group of token t belong to this task alone.
                 #[allow(unsafe_code)]
                 unsafe {
