@@ -83,7 +83,7 @@ pub fn derive_config(args: &EngineArgs, bytes_per_token: usize, model_ctx: usize
     let total = match args.max_total_tokens {
         Some(t) => t,
         None => {
-            if !(args.kv_cache_gb > 0.0) {
+            if args.kv_cache_gb.is_nan() || args.kv_cache_gb <= 0.0 {
                 return cerr(format!("--kv-cache-gb {} must be positive", args.kv_cache_gb));
             }
             (args.kv_cache_gb * (1u64 << 30) as f64 / bytes_per_token as f64) as usize

@@ -25,6 +25,8 @@
 //! Instruction sets are picked once at run time ([`Isa::detect`]): AVX-512 VNNI on 256-bit
 //! vectors, else AVX2+FMA, else portable scalar code (also the tests' reference).
 #![allow(unsafe_code)]
+// SIMD tiles index several parallel arrays by the same small constant bounds.
+#![allow(clippy::needless_range_loop)]
 
 use crate::pool::ThreadPool;
 use crate::quant::{Bits, QActs, QMatrix, Weight, QK};
@@ -291,7 +293,7 @@ pub fn attend_group(isa: Isa, q: &[f32], hd: usize, k: &[f32], v: &[f32], stride
     let n = slots.len();
     scores.resize(group * n, 0.0);
     #[cfg(target_arch = "x86_64")]
-    if isa != Isa::Scalar && hd % 8 == 0 && group <= 8 {
+    if isa != Isa::Scalar && hd.is_multiple_of(8) && group <= 8 {
         // SAFETY: AVX2+FMA were detected; indices are checked by the slice bounds below.
         unsafe { x86::attn_scores(q, hd, group, k, stride, off, slots, scale, scores) };
     } else {

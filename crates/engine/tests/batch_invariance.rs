@@ -29,7 +29,7 @@ fn run(m: &mut LlamaModel, c: SchedulerConfig, prompts: &[Vec<u32>], alone: bool
     let mut s = Scheduler::new(c, None);
     let mut kv = KvStore::new(m.attention_needs().kv_layout, s.num_slots());
     let mut out = vec![Vec::new(); prompts.len()];
-    let mut submit = |s: &mut Scheduler, i: usize| {
+    let submit = |s: &mut Scheduler, i: usize| {
         let r = NewRequest {
             id: i as u64,
             input_ids: prompts[i].clone(),

@@ -142,7 +142,7 @@ impl Loader<'_> {
             return Err(merr(format!("tensor {name}: GGUF shape {shape:?}, want [{cols}, {rows}]")));
         }
         if ty.is_block() {
-            if cols % crate::quant::QK != 0 {
+            if !cols.is_multiple_of(crate::quant::QK) {
                 return Err(merr(format!("tensor {name}: {cols} columns is not a multiple of 32")));
             }
             Ok(Weight::Quant(QMatrix::from_ggml(ty, data, rows, cols)))

@@ -90,3 +90,30 @@ pub trait Model: Send {
     /// Only for conditions the model cannot recover from (the engine fails the batch's requests).
     fn forward(&mut self, batch: &ForwardBatch, kv: &mut KvStore) -> Result<Vec<f32>, EngineError>;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A GLM-5-style model (MLA latent cache + sparse indexer keys) is refused by the CPU
+    /// backend at start-up, by capability, with a message naming what is missing.
+    #[test]
+    fn incompatible_attention_is_refused_by_capability() {
+        let mla = AttentionNeeds {
+            kind: "mla+dsa",
+            kv_layout: KvLayout {
+                layers: 2,
+                components: vec![
+                    crate::kv_cache::KvComponent { name: "latent", width: 512 + 64 },
+                    crate::kv_cache::KvComponent { name: "index_k", width: 128 },
+                ],
+            },
+        };
+        let e = check_compat(&mla, &CPU_BACKEND).expect_err("cpu has no MLA");
+        assert!(e.to_string().contains("mla+dsa") && e.to_string().contains("cpu"), "{e}");
+        let gqa = AttentionNeeds { kind: "gqa", kv_layout: KvLayout::gqa(2, 3, 64) };
+        check_compat(&gqa, &CPU_BACKEND).expect("cpu runs GQA");
+        let no_mixed = BackendCaps { name: "prefill-only", kinds: &["gqa"], mixed_batches: false, extend_with_prefix: true };
+        assert!(check_compat(&gqa, &no_mixed).is_err());
+    }
+}
