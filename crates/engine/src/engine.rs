@@ -64,6 +64,9 @@ pub struct EngineArgs {
     pub eos: Option<u32>,
 }
 
+/// Largest `--max-running-requests` accepted (request slots are 32-bit and preallocated).
+pub const MAX_RUNNING_LIMIT: usize = 1 << 16;
+
 /// Derives the scheduler configuration from flags and the model, as SGLang does
 /// (`model_executor/model_runner.py`): the request pool holds
 /// `clamp(max_total_tokens / context_len · 512, 2048, 4096)` rows and
@@ -94,10 +97,14 @@ pub fn derive_config(args: &EngineArgs, bytes_per_token: usize, model_ctx: usize
         return cerr(format!("a KV pool of {total} tokens holds no page of {} tokens", args.page_size));
     }
     let total = num_pages * args.page_size;
+    if (num_pages + 1) * args.page_size > u32::MAX as usize {
+        return cerr(format!("a KV pool of {total} tokens exceeds the 32-bit slot index space"));
+    }
     let req_pool = (total as f64 / ctx as f64 * 512.0) as usize;
     let req_pool = req_pool.clamp(2048, 4096);
     let max_running = match args.max_running_requests {
         Some(0) => return cerr("--max-running-requests must be at least 1".into()),
+        Some(m) if m > MAX_RUNNING_LIMIT => return cerr(format!("--max-running-requests {m} is above the limit of {MAX_RUNNING_LIMIT}")),
         Some(m) => m,
         None => (total / 2).min(req_pool).max(1),
     };
@@ -325,7 +332,7 @@ fn route(live: &mut Live, outs: Vec<Output>) {
     let mut gone = Vec::new();
     for o in outs {
         let id = match &o {
-            Output::Started { id } | Output::Token { id, .. } | Output::Finished { id, .. } => *id,
+            Output::Started { id, .. } | Output::Token { id, .. } | Output::Finished { id, .. } => *id,
         };
         let finished = matches!(o, Output::Finished { .. });
         if let Some(sink) = live.sinks.get_mut(&id) {

@@ -197,8 +197,6 @@ unsafe fn quant_rows(isa: Isa, w: &QMatrix, r0: usize, r1: usize, x: &QActs, out
 /// the reference the SIMD kernels are tested against bit for bit.
 pub fn quant_dot_scalar(w: &QMatrix, r: usize, x: &QActs, t: usize) -> f32 {
     let nb = w.cols / QK;
-    let rb = w.row_bytes();
-    let codes = &w.codes[r * rb..(r + 1) * rb];
     let xq = &x.q[t * w.cols..(t + 1) * w.cols];
     let mut acc = 0f32;
     let mut macc = 0f32;
@@ -207,13 +205,13 @@ pub fn quant_dot_scalar(w: &QMatrix, r: usize, x: &QActs, t: usize) -> f32 {
         let mut isum = 0i32;
         match w.bits {
             Bits::U4 => {
-                let c = &codes[b * 16..(b + 1) * 16];
+                let c = &w.codes[w.block_offset(r, b)..w.block_offset(r, b) + 16];
                 for j in 0..16 {
                     isum += (c[j] & 0xf) as i32 * qb[j] as i32 + (c[j] >> 4) as i32 * qb[j + 16] as i32;
                 }
             }
             Bits::U8 => {
-                let c = &codes[b * QK..(b + 1) * QK];
+                let c = &w.codes[w.block_offset(r, b)..w.block_offset(r, b) + QK];
                 for j in 0..QK {
                     isum += c[j] as i32 * qb[j] as i32;
                 }
@@ -375,18 +373,18 @@ mod x86 {
         _mm_cvtss_f32(s)
     }
 
-    /// Loads block `b` of a row as 32 unsigned codes in weight order.
+    /// Loads one block (at `codes`) as 32 unsigned codes in weight order.
     #[inline(always)]
-    unsafe fn load_codes(bits: Bits, codes: *const u8, b: usize) -> __m256i {
+    unsafe fn load_codes(bits: Bits, codes: *const u8) -> __m256i {
         match bits {
             Bits::U4 => {
-                let v = _mm_loadu_si128(codes.add(b * 16) as *const __m128i);
+                let v = _mm_loadu_si128(codes as *const __m128i);
                 let mask = _mm_set1_epi8(0x0f);
                 let lo = _mm_and_si128(v, mask);
                 let hi = _mm_and_si128(_mm_srli_epi16(v, 4), mask);
                 _mm256_set_m128i(hi, lo)
             }
-            Bits::U8 => _mm256_loadu_si256(codes.add(b * 32) as *const __m256i),
+            Bits::U8 => _mm256_loadu_si256(codes as *const __m256i),
         }
     }
 
@@ -413,13 +411,12 @@ mod x86 {
     #[inline(always)]
     unsafe fn tokens_tile<const NR: usize, const NG: usize, const VNNI: bool>(w: &QMatrix, r0: usize, x: &QActs, g0: usize, out: *mut f32) {
         let nb = w.cols / QK;
-        let rb = w.row_bytes();
         let mut acc = [[_mm256_setzero_ps(); NG]; NR];
         let mut macc = [[_mm256_setzero_ps(); NG]; NR];
         for b in 0..nb {
             let mut wa = [[0i32; 8]; NR];
             for i in 0..NR {
-                let wv = load_codes(w.bits, w.codes.as_ptr().add((r0 + i) * rb), b);
+                let wv = load_codes(w.bits, w.codes.as_ptr().add(w.block_offset(r0 + i, b)));
                 _mm256_storeu_si256(wa[i].as_mut_ptr() as *mut __m256i, wv);
             }
             let mut isum = [[_mm256_setzero_si256(); NG]; NR];
@@ -475,15 +472,17 @@ mod x86 {
     #[inline(always)]
     unsafe fn rows_tile<const VNNI: bool>(w: &QMatrix, r0: usize, x: &QActs, t: usize, out: *mut f32) {
         let nb = w.cols / QK;
-        let rb = w.row_bytes();
+        let bb = w.block_bytes();
         let g = r0 / 8;
         let mut acc = _mm256_setzero_ps();
         let mut macc = _mm256_setzero_ps();
         for b in 0..nb {
             let xv = _mm256_loadu_si256(x.q.as_ptr().add(t * w.cols + b * QK) as *const __m256i);
+            // The group's 8 rows of block b are one contiguous run.
+            let base = w.codes.as_ptr().add(w.block_offset(r0, b));
             let mut p = [_mm256_setzero_si256(); 8];
             for (i, pi) in p.iter_mut().enumerate() {
-                let wv = load_codes(w.bits, w.codes.as_ptr().add((r0 + i) * rb), b);
+                let wv = load_codes(w.bits, base.add(i * bb));
                 *pi = dot4::<VNNI>(w.bits, _mm256_setzero_si256(), wv, xv);
             }
             let isum = reduce8(&p);

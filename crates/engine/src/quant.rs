@@ -151,7 +151,9 @@ pub struct QMatrix {
     pub cols: usize,
     /// Code width.
     pub bits: Bits,
-    /// Codes, `rows · cols / 2` bytes for U4 or `rows · cols` for U8.
+    /// Codes, `rows · cols / 2` bytes for U4 or `rows · cols` for U8, grouped so that block `b`
+    /// of 8 consecutive rows is one contiguous run (see [`QMatrix::block_offset`]): a
+    /// single-token step streams each weight group in one pass instead of eight.
     pub codes: Vec<u8>,
     /// Per-block scales, `rows · cols / 32`.
     pub d: Vec<f32>,
@@ -179,6 +181,50 @@ impl QMatrix {
                 }
             }
         }
+    }
+
+    /// Bytes of codes per 32-weight block.
+    pub fn block_bytes(&self) -> usize {
+        match self.bits {
+            Bits::U4 => 16,
+            Bits::U8 => 32,
+        }
+    }
+
+    /// Offset in `codes` of block `b` of row `r`: rows in whole groups of 8 are stored
+    /// `[group][block][row in group]`, the remaining rows row-major after them.
+    #[inline]
+    pub fn block_offset(&self, r: usize, b: usize) -> usize {
+        let nb = self.cols / QK;
+        let bb = self.block_bytes();
+        let full = self.rows / 8 * 8;
+        if r < full {
+            ((r / 8 * nb + b) * 8 + r % 8) * bb
+        } else {
+            (full * nb + (r - full) * nb + b) * bb
+        }
+    }
+
+    /// Builds the matrix from row-major codes (block `b` of row `r` at `(r·nb + b)·bb`).
+    fn from_row_major(rows: usize, cols: usize, bits: Bits, row_major: &[u8], d: Vec<f32>, m: Vec<f32>) -> Self {
+        let mut q = QMatrix { rows, cols, bits, codes: vec![0; row_major.len()], d, m, dt: Vec::new(), mt: Vec::new() };
+        let nb = cols / QK;
+        let bb = q.block_bytes();
+        for r in 0..rows {
+            for b in 0..nb {
+                let src = (r * nb + b) * bb;
+                let dst = q.block_offset(r, b);
+                q.codes[dst..dst + bb].copy_from_slice(&row_major[src..src + bb]);
+            }
+        }
+        q.regroup();
+        q
+    }
+
+    /// Row `r`'s codes in row-major order.
+    fn row_codes(&self, r: usize) -> Vec<u8> {
+        let bb = self.block_bytes();
+        (0..self.cols / QK).flat_map(|b| self.codes[self.block_offset(r, b)..self.block_offset(r, b) + bb].iter().copied()).collect()
     }
 
     /// Bytes of codes per row.
@@ -229,8 +275,7 @@ impl QMatrix {
                 }
             }
         }
-        q.regroup();
-        q
+        QMatrix::from_row_major(rows, cols, bits, &q.codes, q.d, q.m)
     }
 
     /// Stacks matrices with the same `cols` and `bits` along rows (e.g. Q, K, V into one QKV
@@ -240,31 +285,22 @@ impl QMatrix {
         if parts.iter().any(|p| p.cols != first.cols || p.bits != first.bits) {
             return None;
         }
-        let mut out = QMatrix {
-            rows: 0,
-            cols: first.cols,
-            bits: first.bits,
-            codes: Vec::new(),
-            d: Vec::new(),
-            m: Vec::new(),
-            dt: Vec::new(),
-            mt: Vec::new(),
-        };
+        let (mut rows, mut codes, mut d, mut m) = (0, Vec::new(), Vec::new(), Vec::new());
         for p in parts {
-            out.rows += p.rows;
-            out.codes.extend_from_slice(&p.codes);
-            out.d.extend_from_slice(&p.d);
-            out.m.extend_from_slice(&p.m);
+            rows += p.rows;
+            for r in 0..p.rows {
+                codes.extend(p.row_codes(r));
+            }
+            d.extend_from_slice(&p.d);
+            m.extend_from_slice(&p.m);
         }
-        out.regroup();
-        Some(out)
+        Some(QMatrix::from_row_major(rows, first.cols, first.bits, &codes, d, m))
     }
 
     /// Dequantizes row `r` into `out` (length `cols`).
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
         let nb = self.cols / QK;
-        let rb = self.row_bytes();
-        let codes = &self.codes[r * rb..(r + 1) * rb];
+        let codes = self.row_codes(r);
         for b in 0..nb {
             let (d, m) = (self.d[r * nb + b], self.m[r * nb + b]);
             let o = &mut out[b * QK..(b + 1) * QK];

@@ -34,11 +34,15 @@ impl Default for SamplingParams {
 }
 
 impl SamplingParams {
-    /// True when the choice is argmax.
+    /// True when the choice is argmax: temperature below vLLM's `_SAMPLING_EPS` (1e-5; smaller
+    /// temperatures overflow `1 / t`) or `top_k == 1`.
     pub fn is_greedy(&self) -> bool {
-        self.temperature == 0.0 || self.top_k == 1
+        self.temperature < SAMPLING_EPS || self.top_k == 1
     }
 }
+
+/// Temperatures below this are greedy (vLLM's `_SAMPLING_EPS`).
+pub const SAMPLING_EPS: f32 = 1e-5;
 
 /// Index of the largest value; the lowest index wins ties; NaN never wins.
 pub fn argmax(v: &[f32]) -> u32 {
@@ -71,6 +75,10 @@ pub fn sample(logits: &mut [f32], p: &SamplingParams, step: u64) -> u32 {
         .map(|(i, &l)| (i as u32, ((l - mx) * inv_t).exp()))
         .filter(|(_, w)| *w > 0.0)
         .collect();
+    if cand.is_empty() {
+        // Only possible with non-finite logits: fall back to the (NaN-proof) argmax.
+        return argmax(logits);
+    }
     // Stable sort by descending probability keeps the lowest id first among equals.
     cand.sort_by(|a, b| b.1.total_cmp(&a.1));
     if p.top_k > 0 {
@@ -92,6 +100,9 @@ pub fn sample(logits: &mut [f32], p: &SamplingParams, step: u64) -> u32 {
     if p.min_p > 0.0 {
         let pmax = cand[0].1;
         cand.retain(|c| c.1 >= p.min_p * pmax);
+        if cand.is_empty() {
+            return argmax(logits);
+        }
     }
     let total: f32 = cand.iter().map(|c| c.1).sum();
     let mut rng = rand::rngs::StdRng::seed_from_u64(p.seed ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15));
@@ -117,6 +128,17 @@ mod tests {
         assert_eq!(sample(&mut [0.0, 1.0, 0.5], &p, 0), 1);
         let biased = SamplingParams { temperature: 0.0, logit_bias: vec![(0, 100.0)], ..Default::default() };
         assert_eq!(sample(&mut [0.0, 1.0, 0.5], &biased, 0), 0);
+    }
+
+    /// Tiny temperatures overflow 1/t; they are greedy, and non-finite logits never panic.
+    #[test]
+    fn degenerate_inputs_do_not_panic() {
+        let tiny = SamplingParams { temperature: 1e-39, min_p: 0.1, ..Default::default() };
+        assert_eq!(sample(&mut [0.0, 2.0, 1.0], &tiny, 0), 1);
+        let hot = SamplingParams { temperature: 1.0, min_p: 0.5, top_p: 0.5, ..Default::default() };
+        let _ = sample(&mut [f32::NAN, f32::NAN, f32::NAN], &hot, 0);
+        let _ = sample(&mut [f32::INFINITY, 0.0, f32::NEG_INFINITY], &hot, 3);
+        let _ = sample(&mut [f32::NEG_INFINITY; 4], &hot, 1);
     }
 
     #[test]

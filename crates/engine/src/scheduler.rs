@@ -72,6 +72,10 @@ impl SchedulerConfig {
         if prompt_len == 0 {
             return Err(EngineError::InvalidRequest("the prompt is empty".into()));
         }
+        if max_new_tokens == 0 {
+            // Nothing to sample: callers answer such requests without the engine.
+            return Err(EngineError::InvalidRequest("max_new_tokens must be at least 1".into()));
+        }
         if prompt_len + max_new_tokens.max(1) > self.context_length {
             return Err(EngineError::InvalidRequest(format!(
                 "prompt of {prompt_len} tokens plus max_new_tokens {max_new_tokens} exceeds the context length of {} tokens",
@@ -137,6 +141,8 @@ pub enum Output {
     Started {
         /// Request id.
         id: u64,
+        /// Prompt tokens served from the radix cache.
+        cached_tokens: usize,
     },
     /// One generated token.
     Token {
@@ -528,7 +534,7 @@ impl Scheduler {
             r.page_table.extend(pages);
             if !r.started {
                 r.started = true;
-                out.push(Output::Started { id: r.id });
+                out.push(Output::Started { id: r.id, cached_tokens: r.cached_tokens.unwrap_or(0) });
             }
             budget -= n;
             self.running.push(r);

@@ -94,24 +94,25 @@ pub fn prepare(state: &AppState, prompt_ids: Vec<u32>, params: GenParams) -> Res
             format!("the prompt has {p} tokens; this model's context length is {ctx} tokens, and the prompt must leave room for at least one generated token"),
         ));
     }
+    let field = params.max_tokens_field;
     let max_new = match params.max_tokens {
         Some(m) if p + m > ctx => {
             return Err(ApiError::bad(
-                "max_tokens",
-                format!("the prompt has {p} tokens and max_tokens is {m}: {} tokens exceed the context length of {ctx} tokens", p + m),
+                field,
+                format!("the prompt has {p} tokens and {field} is {m}: {} tokens exceed the context length of {ctx} tokens", p + m),
             ))
         }
         Some(m) if p + m > pool => {
             return Err(ApiError::bad(
-                "max_tokens",
-                format!("the prompt has {p} tokens and max_tokens is {m}: {} tokens can never fit the KV pool of {pool} tokens", p + m),
+                field,
+                format!("the prompt has {p} tokens and {field} is {m}: {} tokens can never fit the KV pool of {pool} tokens", p + m),
             ))
         }
         Some(m) => m,
         None if p >= pool => {
             return Err(ApiError::bad("prompt", format!("the prompt has {p} tokens; the KV pool holds {pool} tokens")));
         }
-        None => (ctx - p).min(pool - p),
+        None => (ctx - p).min(pool - p).min(params.default_max.unwrap_or(usize::MAX)),
     };
     Ok(Prepared { prompt_ids, params, max_new })
 }
@@ -139,6 +140,8 @@ struct Choice {
     utf8: Utf8Stream,
     stop: StopMatcher,
     tokens: usize,
+    cached: usize,
+    stop_ids: Arc<Vec<u32>>,
     done: bool,
     engine: Engine,
     state: AppState,
@@ -155,7 +158,10 @@ impl Choice {
     fn on_output(&mut self, o: Output) -> Vec<ChoiceEvent> {
         let index = self.index;
         match o {
-            Output::Started { .. } => Vec::new(),
+            Output::Started { cached_tokens, .. } => {
+                self.cached = cached_tokens;
+                Vec::new()
+            }
             Output::Token { token, .. } => {
                 let now = Instant::now();
                 match self.last {
@@ -164,7 +170,9 @@ impl Choice {
                 }
                 self.last = Some(now);
                 self.tokens += 1;
-                let piece = self.text_of(token);
+                // A `stop_token_ids` token ends the sequence and, as in SGLang, is trimmed from
+                // the text (it still counts as a completion token).
+                let piece = if self.stop_ids.contains(&token) { String::new() } else { self.text_of(token) };
                 match self.stop.push(&piece) {
                     StopResult::Continue(text) => vec![ChoiceEvent::Text { index, text, tokens: self.tokens }],
                     StopResult::Stopped { text, matched } => {
@@ -175,7 +183,7 @@ impl Choice {
                             ChoiceEvent::Text { index, text, tokens: self.tokens },
                             ChoiceEvent::Done {
                                 index,
-                                finish: Finish { reason: "stop", matched: Some(Value::String(matched)), completion_tokens: self.tokens, cached_tokens: 0, error: None },
+                                finish: Finish { reason: "stop", matched: Some(Value::String(matched)), completion_tokens: self.tokens, cached_tokens: self.cached, error: None },
                             },
                         ]
                     }
@@ -226,6 +234,7 @@ impl Choice {
 /// [`ApiError::Unavailable`] when the engine is gone.
 pub fn start(state: &AppState, prep: Prepared) -> Result<BoxStream<'static, ChoiceEvent>, ApiError> {
     let GenParams { sampling, stop, stop_token_ids, ignore_eos, n, skip_special_tokens, .. } = prep.params;
+    let stop_ids = Arc::new(stop_token_ids.clone());
     let bytes = if skip_special_tokens { state.bytes_skip.clone() } else { state.bytes_all.clone() };
     state.metrics.requests.inc();
     if prep.max_new == 0 {
@@ -261,6 +270,8 @@ pub fn start(state: &AppState, prep: Prepared) -> Result<BoxStream<'static, Choi
             utf8: Utf8Stream::default(),
             stop: StopMatcher::new(stop.clone()),
             tokens: 0,
+            cached: 0,
+            stop_ids: stop_ids.clone(),
             done: false,
             engine: state.engine.clone(),
             state: state.clone(),

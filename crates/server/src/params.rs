@@ -19,8 +19,12 @@ pub const MAX_N: usize = 16;
 /// Validated parameters of one request.
 #[derive(Debug, Clone)]
 pub struct GenParams {
-    /// `max_tokens` as given (`None`: up to the context limit).
+    /// `max_tokens` as given (`None`: up to the context limit, or `default_max`).
     pub max_tokens: Option<usize>,
+    /// Cap applied when `max_tokens` is absent (SGLang's `/generate` default of 128).
+    pub default_max: Option<usize>,
+    /// The field the client uses for the limit (named in errors).
+    pub max_tokens_field: &'static str,
     /// Sampling (the seed is per request; choice `i` of `n` uses `seed + i`).
     pub sampling: SamplingParams,
     /// Stop strings (not included in the output).
@@ -120,7 +124,7 @@ pub enum Api {
 pub fn parse(map: &Map<String, Value>, api: Api) -> Result<GenParams, ApiError> {
     let f = Fields(map);
     let max_tokens = match api {
-        Api::Native => f.count("max_new_tokens")?.or(Some(128)),
+        Api::Native => f.count("max_new_tokens")?,
         Api::Chat => match f.count("max_completion_tokens")? {
             Some(v) => Some(v),
             None => f.count("max_tokens")?,
@@ -191,6 +195,12 @@ pub fn parse(map: &Map<String, Value>, api: Api) -> Result<GenParams, ApiError> 
     }
     Ok(GenParams {
         max_tokens,
+        default_max: (api == Api::Native).then_some(128),
+        max_tokens_field: match api {
+            Api::Native => "max_new_tokens",
+            Api::Chat if f.get("max_completion_tokens").is_some() => "max_completion_tokens",
+            _ => "max_tokens",
+        },
         sampling: SamplingParams { temperature: temperature as f32, top_p: top_p as f32, top_k, min_p: min_p as f32, seed, logit_bias },
         stop,
         stop_token_ids,

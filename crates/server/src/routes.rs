@@ -71,6 +71,8 @@ async fn health() -> StatusCode {
 async fn health_generate(State(s): State<AppState>) -> Response {
     let params = params::GenParams {
         max_tokens: Some(1),
+        default_max: None,
+        max_tokens_field: "max_tokens",
         sampling: sparrow_engine::sampler::SamplingParams { temperature: 0.0, ..Default::default() },
         stop: Vec::new(),
         stop_token_ids: Vec::new(),
@@ -165,7 +167,7 @@ async fn detokenize(State(s): State<AppState>, body: Bytes) -> Result<Json<Value
     }
     let skip = Fields(&m).bool("skip_special_tokens")?.unwrap_or(false);
     let bytes = if skip { &s.bytes_skip } else { &s.bytes_all };
-    let raw: Vec<u8> = ids.iter().flat_map(|&t| bytes[t as usize].iter().copied()).collect();
+    let raw: Vec<u8> = ids.iter().flat_map(|&t| bytes.get(t as usize).into_iter().flatten().copied()).collect();
     Ok(Json(json!({"text": String::from_utf8_lossy(&raw)})))
 }
 

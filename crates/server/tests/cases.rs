@@ -71,6 +71,13 @@ async fn s03_max_tokens_at_the_context_edge() {
         let msg = v["error"]["message"].as_str().unwrap_or("");
         assert!(msg.contains("76") && msg.contains(&m.to_string()) && msg.contains("96"), "{msg}");
     }
+    // SGLang's /generate: an absent max_new_tokens is a default of 128, capped by the context.
+    let (st, v) = post(&s, "/generate", json!({"input_ids": prompt, "sampling_params": {"temperature": 0, "ignore_eos": true}})).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["meta_info"]["completion_tokens"], 20);
+    let (st, v) = post(&s, "/generate", json!({"input_ids": prompt, "sampling_params": {"max_new_tokens": 21}})).await;
+    assert_eq!(st, 400);
+    assert!(v["error"]["message"].as_str().unwrap_or("").contains("max_new_tokens is 21"), "{v}");
     // Without max_tokens the rest of the context is the limit: exactly 20 tokens.
     let (st, v) = post(&s, "/v1/completions", json!({"prompt": prompt, "temperature": 0, "ignore_eos": true})).await;
     assert_eq!(st, 200, "{v}");
@@ -144,6 +151,10 @@ async fn s06_sampling_ranges() {
     }
     let (st, _) = post(s, "/v1/chat/completions", json!({"messages": [{"role": "user", "content": "x"}], "top_p": 2, "stream": true})).await;
     assert_eq!(st, 400);
+    // A temperature too small for 1/t is greedy, not a crash of the engine.
+    let (st, c) = post(s, "/v1/completions", json!({"prompt": PARIS, "max_tokens": 6, "temperature": 1e-39, "min_p": 0.1})).await;
+    assert_eq!(st, 200, "{c}");
+    assert_eq!(text0(&c), text0(&a));
     assert_drained(s).await;
 }
 
@@ -169,6 +180,16 @@ async fn s07_stop_strings() {
         assert_eq!(fins.len(), 1);
         assert_eq!(fins[0]["finish_reason"], "stop");
     }
+    // A stop token id (".", 30) ends the text before it, as SGLang trims it, and is counted.
+    let body = json!({"prompt": PARIS, "max_tokens": 20, "temperature": 0, "stop_token_ids": [30]});
+    let (_, v) = post(s, "/v1/completions", body.clone()).await;
+    assert_eq!(text0(&v), " Paris");
+    assert_eq!(v["choices"][0]["matched_stop"], 30);
+    assert_eq!(v["usage"]["completion_tokens"], 2);
+    let mut sb = body;
+    sb["stream"] = json!(true);
+    let (_, _, frames) = post_sse(s, "/v1/completions", sb).await;
+    assert_eq!(stream_text(&frames, 0), " Paris");
     assert_drained(s).await;
 }
 
