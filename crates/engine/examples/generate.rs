@@ -2,7 +2,7 @@
 //! `cargo run --release -p sparrow-engine --example generate -- MODEL.gguf 32 1 2 3`
 //! (model, new tokens, prompt ids). Prints the generated ids and the decode rate.
 
-use sparrow_engine::batch::{ForwardBatch, SeqMeta};
+use sparrow_engine::batch::ForwardBatch;
 use sparrow_engine::kv_cache::KvStore;
 use sparrow_engine::model::llama::LlamaModel;
 use sparrow_engine::model::Model;
@@ -21,15 +21,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut t0 = std::time::Instant::now();
     for step in 0..n {
         let new = ids.len() - kv_len;
-        let b = ForwardBatch {
-            input_ids: ids[kv_len..].to_vec(),
-            positions: (kv_len as u32..ids.len() as u32).collect(),
-            out_cache_loc: (kv_len as u32 + 1..ids.len() as u32 + 1).collect(),
-            seqs: vec![SeqMeta { req_pool_idx: 0, prefix_len: kv_len as u32, extend_len: new as u32, token_start: 0, wants_logits: true }],
-            kv_indptr: vec![0, ids.len() as u32],
-            kv_indices: (1..ids.len() as u32 + 1).collect(),
-            logits_rows: vec![new as u32 - 1],
-        };
+        let b = ForwardBatch::single_sequence(&ids, kv_len);
         let logits = m.forward(&b, &mut kv)?;
         kv_len = ids.len();
         let t = argmax(&logits);

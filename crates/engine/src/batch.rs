@@ -62,6 +62,26 @@ pub struct ForwardBatch {
 pub struct BatchError(pub String);
 
 impl ForwardBatch {
+    /// One sequence whose position `p` lives in slot `p + 1` (slot 0 is never used): the
+    /// tokens `all[kv_len..]` are new, `all[..kv_len]` already cached; logits of the last token.
+    /// For tools and tests that drive a model without the scheduler.
+    ///
+    /// # Panics
+    /// When `kv_len >= all.len()`.
+    pub fn single_sequence(all: &[u32], kv_len: usize) -> ForwardBatch {
+        assert!(kv_len < all.len(), "no new token");
+        let (n, len) = ((all.len() - kv_len) as u32, all.len() as u32);
+        ForwardBatch {
+            input_ids: all[kv_len..].to_vec(),
+            positions: (kv_len as u32..len).collect(),
+            out_cache_loc: (kv_len as u32 + 1..len + 1).collect(),
+            seqs: vec![SeqMeta { req_pool_idx: 0, prefix_len: kv_len as u32, extend_len: n, token_start: 0, wants_logits: true }],
+            kv_indptr: vec![0, len],
+            kv_indices: (1..len + 1).collect(),
+            logits_rows: vec![n - 1],
+        }
+    }
+
     /// Tokens on the flattened axis.
     pub fn num_tokens(&self) -> usize {
         self.input_ids.len()

@@ -24,7 +24,7 @@
 use std::path::PathBuf;
 
 use serde_json::Value;
-use sparrow_engine::batch::{ForwardBatch, SeqMeta};
+use sparrow_engine::batch::ForwardBatch;
 use sparrow_engine::kv_cache::KvStore;
 use sparrow_engine::model::llama::LlamaModel;
 use sparrow_engine::model::Model;
@@ -52,16 +52,7 @@ fn ids(v: &Value) -> Vec<u32> {
 
 /// Runs `new` tokens after `kv_len` cached ones and returns the last position's logits.
 fn step(m: &mut LlamaModel, kv: &mut KvStore, all: &[u32], kv_len: usize) -> Vec<f32> {
-    let n = all.len() - kv_len;
-    let b = ForwardBatch {
-        input_ids: all[kv_len..].to_vec(),
-        positions: (kv_len as u32..all.len() as u32).collect(),
-        out_cache_loc: (kv_len as u32 + 1..all.len() as u32 + 1).collect(),
-        seqs: vec![SeqMeta { req_pool_idx: 0, prefix_len: kv_len as u32, extend_len: n as u32, token_start: 0, wants_logits: true }],
-        kv_indptr: vec![0, all.len() as u32],
-        kv_indices: (1..all.len() as u32 + 1).collect(),
-        logits_rows: vec![n as u32 - 1],
-    };
+    let b = ForwardBatch::single_sequence(all, kv_len);
     b.validate(kv.component(0, 0).len() / 192).expect("valid batch");
     m.forward(&b, kv).expect("forward")
 }

@@ -234,21 +234,25 @@ fn random_schedules_keep_metadata_complete_and_outputs_exact() {
     eprintln!("retractions {}, cached tokens {}, mixed batches {}, chunk steps {}", seen.retractions, seen.cached, seen.mixed, seen.chunked);
 }
 
-/// Retraction happens in these schedules (not only in theory): a pool that holds one request
-/// and a half, many requests decoding long outputs.
-#[test]
-fn retraction_recomputes_the_same_greedy_output() {
-    let cfg = SchedulerConfig {
-        page_size: 4,
-        num_pages: 30,
+/// A FCFS scheduler with radix cache over `num_pages` pages of `page_size`.
+fn small_pool(page_size: usize, num_pages: usize) -> SchedulerConfig {
+    SchedulerConfig {
+        page_size,
+        num_pages,
         max_running_requests: 8,
         chunked_prefill_size: 16,
         max_prefill_tokens: 64,
         context_length: 300,
         disable_radix_cache: false,
         policy: SchedulePolicy::Fcfs,
-    };
-    let mut sched = Scheduler::new(cfg, None);
+    }
+}
+
+/// Retraction happens in these schedules (not only in theory): a pool that holds one request
+/// and a half, many requests decoding long outputs.
+#[test]
+fn retraction_recomputes_the_same_greedy_output() {
+    let mut sched = Scheduler::new(small_pool(4, 30), None);
     let mut model = FakeModel::new();
     let mut kv = KvStore::new(model.attention_needs().kv_layout, sched.num_slots());
     let prompts: Vec<Vec<u32>> = (0..8u32).map(|i| (0..20).map(|j| (i * 7 + j) % 37).collect()).collect();
@@ -272,17 +276,7 @@ fn retraction_recomputes_the_same_greedy_output() {
 
 #[test]
 fn a_request_that_can_never_fit_is_refused_at_admission() {
-    let cfg = SchedulerConfig {
-        page_size: 16,
-        num_pages: 4,
-        max_running_requests: 8,
-        chunked_prefill_size: 16,
-        max_prefill_tokens: 64,
-        context_length: 300,
-        disable_radix_cache: false,
-        policy: SchedulePolicy::Fcfs,
-    };
-    let mut sched = Scheduler::new(cfg, None);
+    let mut sched = Scheduler::new(small_pool(16, 4), None);
     let r = NewRequest { id: 1, input_ids: vec![1; 60], max_new_tokens: 5, sampling: SamplingParams::default(), stop_token_ids: vec![], ignore_eos: false };
     let e = sched.submit(r).expect_err("65 tokens > 64-token pool");
     assert!(e.to_string().contains("KV pool holds 64"), "{e}");

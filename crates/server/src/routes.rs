@@ -395,16 +395,22 @@ fn oai_stream(run: OaiRun, events: BoxStream<'static, ChoiceEvent>, opts: Stream
     sse_response(body)
 }
 
-/// Collects a non-streamed OpenAI answer.
-async fn oai_collect(run: OaiRun, mut events: BoxStream<'static, ChoiceEvent>) -> Result<Response, ApiError> {
-    let mut texts: Vec<String> = vec![String::new(); run.n];
-    let mut fin: Vec<Option<Finish>> = vec![None; run.n];
+/// Drains a request's events into each choice's whole text and finish.
+async fn collect(mut events: BoxStream<'static, ChoiceEvent>, n: usize) -> (Vec<String>, Vec<Option<Finish>>) {
+    let mut texts: Vec<String> = vec![String::new(); n];
+    let mut fin: Vec<Option<Finish>> = vec![None; n];
     while let Some(e) = events.next().await {
         match e {
             ChoiceEvent::Text { index, text, .. } => texts[index].push_str(&text),
             ChoiceEvent::Done { index, finish } => fin[index] = Some(finish),
         }
     }
+    (texts, fin)
+}
+
+/// Collects a non-streamed OpenAI answer.
+async fn oai_collect(run: OaiRun, events: BoxStream<'static, ChoiceEvent>) -> Result<Response, ApiError> {
+    let (texts, fin) = collect(events, run.n).await;
     let mut choices = Vec::new();
     let (mut completion, mut cached) = (0, 0);
     for (i, (text, f)) in texts.into_iter().zip(fin).enumerate() {
@@ -579,14 +585,7 @@ async fn generate(State(s): State<AppState>, body: Bytes) -> Result<Response, Ap
         })
     };
     if !stream {
-        let mut texts = vec![String::new(); n];
-        let mut fins: Vec<Option<Finish>> = vec![None; n];
-        while let Some(e) = events.next().await {
-            match e {
-                ChoiceEvent::Text { index, text, .. } => texts[index].push_str(&text),
-                ChoiceEvent::Done { index, finish } => fins[index] = Some(finish),
-            }
-        }
+        let (texts, fins) = collect(events, n).await;
         let mut outs = Vec::new();
         for (i, (t, fin)) in texts.into_iter().zip(fins).enumerate() {
             let fin = fin.ok_or(ApiError::Unavailable)?;
