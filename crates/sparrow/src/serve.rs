@@ -163,26 +163,41 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let addr = format!("{}:{}", a.host, a.port);
     let listener = tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("binding {addr}"))?;
     eprintln!("listening on http://{addr}");
-    let shutdown = async {
-        #[cfg(unix)]
-        {
-            let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = tokio::signal::ctrl_c().await;
-                    return;
-                }
-            };
+    // On SIGINT/SIGTERM stop accepting, give streams in flight a short grace, then exit: a
+    // 2000-token stream must not hold the process for minutes.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        let _ = stop_tx.send(true);
+    });
+    let mut rx = stop_rx.clone();
+    let shutdown = async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let mut grace = stop_rx;
+    tokio::select! {
+        r = sparrow_server::serve(listener, state, shutdown) => r.context("serving")?,
+        _ = async move {
+            let _ = grace.wait_for(|s| *s).await;
+            tokio::time::sleep(std::time::Duration::from_secs(SHUTDOWN_GRACE_S)).await;
+        } => eprintln!("sparrow serve: requests still running after {SHUTDOWN_GRACE_S} s; exiting"),
+    }
+    Ok(())
+}
+
+/// Seconds streams in flight get after SIGINT/SIGTERM.
+const SHUTDOWN_GRACE_S: u64 = 5;
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        if let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => {},
                 _ = term.recv() => {},
             }
+            return;
         }
-        #[cfg(not(unix))]
-        {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    };
-    sparrow_server::serve(listener, state, shutdown).await.context("serving")?;
-    Ok(())
+    }
+    let _ = tokio::signal::ctrl_c().await;
 }
