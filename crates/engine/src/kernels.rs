@@ -671,7 +671,12 @@ mod tests {
                 let x: Vec<f32> = (0..tokens * k).map(|_| (lcg(&mut seed) % 2001) as f32 / 1000.0 - 1.0).collect();
                 let mut xq = QActs::default();
                 let mut out = vec![0f32; tokens * n];
-                for isa in [Isa::detect(), Isa::Scalar] {
+                let mut isas = vec![Isa::detect(), Isa::Scalar];
+                #[cfg(target_arch = "x86_64")]
+                if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                    isas.push(Isa::Avx2);
+                }
+                for isa in isas {
                     matmul(&pool, isa, &w, &x, tokens, &mut xq, &mut out);
                     let Weight::Quant(q) = &w else { unreachable!() };
                     for t in 0..tokens {

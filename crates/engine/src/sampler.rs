@@ -79,6 +79,12 @@ pub fn sample(logits: &mut [f32], p: &SamplingParams, step: u64) -> u32 {
         // Only possible with non-finite logits: fall back to the (NaN-proof) argmax.
         return argmax(logits);
     }
+    let mut rng = rand::rngs::StdRng::seed_from_u64(p.seed ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    if p.top_k <= 0 && p.top_p >= 1.0 && p.min_p <= 0.0 {
+        // No filtering: draw from the whole distribution without sorting the vocabulary.
+        let total: f32 = cand.iter().map(|c| c.1).sum();
+        return draw(&cand, total, &mut rng);
+    }
     // Stable sort by descending probability keeps the lowest id first among equals.
     cand.sort_by(|a, b| b.1.total_cmp(&a.1));
     if p.top_k > 0 {
@@ -105,9 +111,13 @@ pub fn sample(logits: &mut [f32], p: &SamplingParams, step: u64) -> u32 {
         }
     }
     let total: f32 = cand.iter().map(|c| c.1).sum();
-    let mut rng = rand::rngs::StdRng::seed_from_u64(p.seed ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    draw(&cand, total, &mut rng)
+}
+
+/// Inverse-CDF draw from weights summing to `total`, in the order given.
+fn draw(cand: &[(u32, f32)], total: f32, rng: &mut rand::rngs::StdRng) -> u32 {
     let mut r = rng.random::<f32>() * total;
-    for c in &cand {
+    for c in cand {
         r -= c.1;
         if r < 0.0 {
             return c.0;
@@ -149,6 +159,19 @@ mod tests {
         let b: Vec<u32> = (0..20).map(|s| sample(&mut logits.clone(), &p, s)).collect();
         assert_eq!(a, b);
         assert!(a.iter().any(|&t| t != a[0]), "a temperature of 0.8 over 100 tokens should vary");
+    }
+
+    /// Unfiltered sampling follows the softmax: p = (0.25, 0.75) for logits (ln 1, ln 3).
+    #[test]
+    fn unfiltered_sampling_follows_the_distribution() {
+        let p = SamplingParams { temperature: 1.0, seed: 9, ..Default::default() };
+        let logits = [0.0f32, 3f32.ln()];
+        let ones = (0..4000).filter(|&s| sample(&mut logits.clone(), &p, s) == 1).count();
+        assert!((2880..=3120).contains(&ones), "{ones} of 4000, want about 3000");
+        // Temperature 2 flattens it: p1 = √3 / (1 + √3) ≈ 0.634.
+        let warm = SamplingParams { temperature: 2.0, seed: 9, ..Default::default() };
+        let ones = (0..4000).filter(|&s| sample(&mut logits.clone(), &warm, s) == 1).count();
+        assert!((2416..=2656).contains(&ones), "{ones} of 4000, want about 2536");
     }
 
     #[test]
