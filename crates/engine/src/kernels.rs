@@ -34,9 +34,9 @@ use crate::quant::{Bits, QActs, QMatrix, Weight, QK};
 /// The instruction set the kernels use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Isa {
-    /// AVX2 + FMA + AVX-512 VNNI/VL (`vpdpbusd` on 256-bit registers).
+    /// AVX2 + FMA + F16C + AVX-512 VNNI/VL (`vpdpbusd` on 256-bit registers).
     Vnni,
-    /// AVX2 + FMA (`vpmaddubsw`).
+    /// AVX2 + FMA + F16C (`vpmaddubsw`).
     Avx2,
     /// Portable Rust.
     Scalar,
@@ -47,7 +47,7 @@ impl Isa {
     pub fn detect() -> Isa {
         #[cfg(target_arch = "x86_64")]
         {
-            let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+            let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c");
             if avx2 && is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl") {
                 return Isa::Vnni;
             }
@@ -278,6 +278,58 @@ fn dot_scalar(a: &[f32], b: &[f32]) -> f32 {
     s
 }
 
+/// An element of the KV cache: f32, or IEEE half stored as `u16` bits.
+pub trait KvElem: Copy + Send + Sync + 'static {
+    /// The value as f32.
+    fn to_f32(self) -> f32;
+    /// Loads 8 consecutive values as f32.
+    ///
+    /// # Safety
+    /// `p` must point at 8 readable values; AVX (and F16C for `u16`) must be available.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256;
+}
+
+impl KvElem for f32 {
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        self
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load8(p: *const f32) -> std::arch::x86_64::__m256 {
+        std::arch::x86_64::_mm256_loadu_ps(p)
+    }
+}
+
+impl KvElem for u16 {
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        crate::quant::f16_to_f32(self)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load8(p: *const u16) -> std::arch::x86_64::__m256 {
+        use std::arch::x86_64::*;
+        _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
+    }
+}
+
+/// Writes `src` into `dst` as IEEE-half bits, rounding to nearest even.
+pub fn to_f16(isa: Isa, src: &[f32], dst: &mut [u16]) {
+    debug_assert_eq!(src.len(), dst.len());
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Scalar {
+        // SAFETY: F16C was detected (both SIMD ISAs require it).
+        unsafe { x86::to_f16(src, dst) };
+        return;
+    }
+    let _ = isa;
+    for (d, v) in dst.iter_mut().zip(src) {
+        *d = crate::quant::f32_to_f16(*v);
+    }
+}
+
 /// Causal attention of the `group` query heads that share one KV head (GQA), over the KV
 /// slots `slots` (positions `0 ..= p` of one sequence): for each head `h`,
 /// `out_h = Σ_j softmax_j(scale · q_h·k_j) · v_j`.
@@ -286,7 +338,7 @@ fn dot_scalar(a: &[f32], b: &[f32]) -> f32 {
 /// `k[s·stride + off ..][..hd]` and `v[...]` likewise. `scores` is scratch. Each K and V row is
 /// read once for all heads of the group.
 #[allow(clippy::too_many_arguments)]
-pub fn attend_group(isa: Isa, q: &[f32], hd: usize, k: &[f32], v: &[f32], stride: usize, off: usize, slots: &[u32], scale: f32, scores: &mut Vec<f32>, out: &mut [f32]) {
+pub fn attend_group<E: KvElem>(isa: Isa, q: &[f32], hd: usize, k: &[E], v: &[E], stride: usize, off: usize, slots: &[u32], scale: f32, scores: &mut Vec<f32>, out: &mut [f32]) {
     let group = q.len() / hd;
     let n = slots.len();
     scores.resize(group * n, 0.0);
@@ -317,23 +369,25 @@ pub fn attend_group(isa: Isa, q: &[f32], hd: usize, k: &[f32], v: &[f32], stride
         return;
     }
     out.iter_mut().for_each(|o| *o = 0.0);
+    let mut vr = vec![0f32; hd];
     for (j, &slot) in slots.iter().enumerate() {
         let base = slot as usize * stride + off;
-        let vr = &v[base..base + hd];
+        vr.iter_mut().zip(&v[base..base + hd]).for_each(|(d, s)| *d = s.to_f32());
         for h in 0..group {
-            axpy(isa, scores[h * n + j], vr, &mut out[h * hd..(h + 1) * hd]);
+            axpy(isa, scores[h * n + j], &vr, &mut out[h * hd..(h + 1) * hd]);
         }
     }
 }
 
 #[allow(clippy::too_many_arguments)]
-fn attn_scores_scalar(q: &[f32], hd: usize, group: usize, k: &[f32], stride: usize, off: usize, slots: &[u32], scale: f32, scores: &mut [f32]) {
+fn attn_scores_scalar<E: KvElem>(q: &[f32], hd: usize, group: usize, k: &[E], stride: usize, off: usize, slots: &[u32], scale: f32, scores: &mut [f32]) {
     let n = slots.len();
+    let mut kr = vec![0f32; hd];
     for (j, &slot) in slots.iter().enumerate() {
         let base = slot as usize * stride + off;
-        let kr = &k[base..base + hd];
+        kr.iter_mut().zip(&k[base..base + hd]).for_each(|(d, s)| *d = s.to_f32());
         for h in 0..group {
-            scores[h * n + j] = dot_scalar(&q[h * hd..(h + 1) * hd], kr) * scale;
+            scores[h * n + j] = dot_scalar(&q[h * hd..(h + 1) * hd], &kr) * scale;
         }
     }
 }
@@ -549,8 +603,8 @@ mod x86 {
 
     /// Scores of up to 8 heads against each key, every key row loaded once.
     #[allow(clippy::too_many_arguments)]
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn attn_scores(q: &[f32], hd: usize, group: usize, k: &[f32], stride: usize, off: usize, slots: &[u32], scale: f32, scores: &mut [f32]) {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn attn_scores<E: KvElem>(q: &[f32], hd: usize, group: usize, k: &[E], stride: usize, off: usize, slots: &[u32], scale: f32, scores: &mut [f32]) {
         let n = slots.len();
         let qp = q.as_ptr();
         for (j, &slot) in slots.iter().enumerate() {
@@ -560,7 +614,7 @@ mod x86 {
             let mut acc = [_mm256_setzero_ps(); 8];
             let mut c = 0;
             while c < hd {
-                let kv = _mm256_loadu_ps(kp.add(c));
+                let kv = E::load8(kp.add(c));
                 for h in 0..group {
                     acc[h] = _mm256_fmadd_ps(kv, _mm256_loadu_ps(qp.add(h * hd + c)), acc[h]);
                 }
@@ -575,8 +629,8 @@ mod x86 {
     /// `out_h = Σ_j p[h][j] · v_j` for 3 heads of 64 dims with all accumulators in registers:
     /// each V row is read once, and `out` is written once. Same summation order as the
     /// generic path (slot by slot), so results do not depend on which path ran... per ISA.
-    #[target_feature(enable = "avx2,fma,avx512f,avx512vl")]
-    pub(super) unsafe fn attn_values_g3_hd64(p: &[f32], v: &[f32], stride: usize, off: usize, slots: &[u32], out: &mut [f32]) {
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
+    pub(super) unsafe fn attn_values_g3_hd64<E: KvElem>(p: &[f32], v: &[E], stride: usize, off: usize, slots: &[u32], out: &mut [f32]) {
         let n = slots.len();
         let mut acc = [[_mm256_setzero_ps(); 8]; 3];
         for (j, &slot) in slots.iter().enumerate() {
@@ -585,7 +639,7 @@ mod x86 {
             let vp = vr.as_ptr();
             let w = [_mm256_set1_ps(p[j]), _mm256_set1_ps(p[n + j]), _mm256_set1_ps(p[2 * n + j])];
             for c in 0..8 {
-                let vv = _mm256_loadu_ps(vp.add(c * 8));
+                let vv = E::load8(vp.add(c * 8));
                 for h in 0..3 {
                     acc[h][c] = _mm256_fmadd_ps(w[h], vv, acc[h][c]);
                 }
@@ -596,6 +650,21 @@ mod x86 {
             for c in 0..8 {
                 _mm256_storeu_ps(o.as_mut_ptr().add(h * 64 + c * 8), acc[h][c]);
             }
+        }
+    }
+
+    /// f32 → f16 bits, 8 at a time with `vcvtps2ph` (round to nearest even).
+    #[target_feature(enable = "avx2,f16c")]
+    pub(super) unsafe fn to_f16(src: &[f32], dst: &mut [u16]) {
+        let n = src.len().min(dst.len());
+        let mut i = 0;
+        while i + 8 <= n {
+            let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_loadu_ps(src.as_ptr().add(i)));
+            _mm_storeu_si128(dst.as_mut_ptr().add(i) as *mut __m128i, h);
+            i += 8;
+        }
+        for j in i..n {
+            dst[j] = crate::quant::f32_to_f16(src[j]);
         }
     }
 

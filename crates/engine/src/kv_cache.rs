@@ -19,6 +19,25 @@ pub struct KvComponent {
     pub width: usize,
 }
 
+/// Element type of the cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvDtype {
+    /// 32-bit float.
+    F32,
+    /// IEEE half (as llama.cpp's default KV cache): half the memory and bandwidth.
+    F16,
+}
+
+impl KvDtype {
+    /// Bytes per value.
+    pub fn bytes(self) -> usize {
+        match self {
+            KvDtype::F32 => 4,
+            KvDtype::F16 => 2,
+        }
+    }
+}
+
 /// What a model caches per token and layer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KvLayout {
@@ -26,6 +45,8 @@ pub struct KvLayout {
     pub layers: usize,
     /// Components stored for each layer.
     pub components: Vec<KvComponent>,
+    /// Element type of every component.
+    pub dtype: KvDtype,
 }
 
 impl KvLayout {
@@ -37,12 +58,19 @@ impl KvLayout {
                 KvComponent { name: "k", width: kv_heads * head_dim },
                 KvComponent { name: "v", width: kv_heads * head_dim },
             ],
+            dtype: KvDtype::F32,
         }
+    }
+
+    /// The same layout with another element type.
+    pub fn with_dtype(mut self, dtype: KvDtype) -> Self {
+        self.dtype = dtype;
+        self
     }
 
     /// Bytes one token takes across all layers.
     pub fn bytes_per_token(&self) -> usize {
-        self.layers * self.components.iter().map(|c| c.width).sum::<usize>() * 4
+        self.layers * self.components.iter().map(|c| c.width).sum::<usize>() * self.dtype.bytes()
     }
 }
 
@@ -94,21 +122,34 @@ impl PageAllocator {
     }
 }
 
-/// Per-layer storage for a [`KvLayout`]: `data[layer][component]` is `num_slots × width` f32.
+/// Per-layer storage for a [`KvLayout`]: `[layer][component]` is `num_slots × width` values
+/// of the layout's dtype (f16 as raw IEEE-half bits).
 #[derive(Debug)]
 pub struct KvStore {
     layout: KvLayout,
-    data: Vec<Vec<Vec<f32>>>,
+    num_slots: usize,
+    f32: Vec<Vec<Vec<f32>>>,
+    f16: Vec<Vec<Vec<u16>>>,
+}
+
+fn wrong_dtype(want: KvDtype) -> ! {
+    // A model reading its cache with the wrong element type is a bug in that model, found by
+    // its first test; the engine's panic containment keeps the server up meanwhile.
+    panic!("KV store accessed as {want:?}, but it holds another element type")
 }
 
 impl KvStore {
     /// Zeroed storage for `num_slots` slots. The allocation is lazy (the OS maps pages on first
     /// write), so a large budget costs memory only as it fills.
     pub fn new(layout: KvLayout, num_slots: usize) -> Self {
-        let data = (0..layout.layers)
-            .map(|_| layout.components.iter().map(|c| vec![0f32; c.width * num_slots]).collect())
-            .collect();
-        KvStore { layout, data }
+        let (mut f32s, mut f16s) = (Vec::new(), Vec::new());
+        for _ in 0..layout.layers {
+            match layout.dtype {
+                KvDtype::F32 => f32s.push(layout.components.iter().map(|c| vec![0f32; c.width * num_slots]).collect()),
+                KvDtype::F16 => f16s.push(layout.components.iter().map(|c| vec![0u16; c.width * num_slots]).collect()),
+            }
+        }
+        KvStore { layout, num_slots, f32: f32s, f16: f16s }
     }
 
     /// The layout.
@@ -116,19 +157,41 @@ impl KvStore {
         &self.layout
     }
 
-    /// Component `c` of `layer` for all slots.
+    /// Slots held (including the reserved slot range of page 0).
+    pub fn num_slots(&self) -> usize {
+        self.num_slots
+    }
+
+    /// Component `c` of `layer` for all slots (an f32 store).
     pub fn component(&self, layer: usize, c: usize) -> &[f32] {
-        &self.data[layer][c]
+        match self.layout.dtype {
+            KvDtype::F32 => &self.f32[layer][c],
+            KvDtype::F16 => wrong_dtype(KvDtype::F32),
+        }
     }
 
-    /// Mutable component `c` of `layer`.
+    /// Mutable component `c` of `layer` (an f32 store).
     pub fn component_mut(&mut self, layer: usize, c: usize) -> &mut [f32] {
-        &mut self.data[layer][c]
+        match self.layout.dtype {
+            KvDtype::F32 => &mut self.f32[layer][c],
+            KvDtype::F16 => wrong_dtype(KvDtype::F32),
+        }
     }
 
-    /// Two components of one layer, mutably (e.g. K and V).
-    pub fn pair_mut(&mut self, layer: usize) -> (&mut [f32], &mut [f32]) {
-        let (a, b) = self.data[layer].split_at_mut(1);
+    /// Component `c` of `layer` as f16 bits (an f16 store).
+    pub fn component_f16(&self, layer: usize, c: usize) -> &[u16] {
+        match self.layout.dtype {
+            KvDtype::F16 => &self.f16[layer][c],
+            KvDtype::F32 => wrong_dtype(KvDtype::F16),
+        }
+    }
+
+    /// Components 0 and 1 of one layer, mutably, as f16 bits (e.g. K and V).
+    pub fn pair_mut_f16(&mut self, layer: usize) -> (&mut [u16], &mut [u16]) {
+        if self.layout.dtype != KvDtype::F16 {
+            wrong_dtype(KvDtype::F16)
+        }
+        let (a, b) = self.f16[layer].split_at_mut(1);
         (&mut a[0], &mut b[0])
     }
 }

@@ -80,6 +80,43 @@ pub fn f16_to_f32(h: u16) -> f32 {
     f32::from_bits(bits)
 }
 
+/// f32 → IEEE half, rounding to nearest even (as `vcvtps2ph` with `_MM_FROUND_TO_NEAREST_INT`);
+/// overflow gives ±inf, NaN stays NaN, values below half the smallest subnormal give ±0.
+pub fn f32_to_f16(x: f32) -> u16 {
+    let b = x.to_bits();
+    let sign = ((b >> 16) & 0x8000) as u16;
+    let exp = ((b >> 23) & 0xff) as i32;
+    let man = b & 0x7f_ffff;
+    if exp == 0xff {
+        return sign | 0x7c00 | if man != 0 { 0x200 | (man >> 13) as u16 } else { 0 };
+    }
+    let e = exp - 127 + 15;
+    if e >= 0x1f {
+        return sign | 0x7c00;
+    }
+    if e <= 0 {
+        if e < -10 {
+            return sign;
+        }
+        // Subnormal half: value = m · 2^-24 with m = mantissa24 >> (14 − e), rounded.
+        let m = man | 0x80_0000;
+        let shift = (14 - e) as u32;
+        let half = 1u32 << (shift - 1);
+        let rem = m & ((1 << shift) - 1);
+        let mut r = m >> shift;
+        if rem > half || (rem == half && r & 1 == 1) {
+            r += 1;
+        }
+        return sign | r as u16;
+    }
+    let mut r = ((e as u32) << 10) | (man >> 13);
+    let rem = man & 0x1fff;
+    if rem > 0x1000 || (rem == 0x1000 && r & 1 == 1) {
+        r += 1; // a carry into the exponent is the correct rounding (up to inf)
+    }
+    sign | r as u16
+}
+
 fn rd_f16(b: &[u8], at: usize) -> f32 {
     f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
 }
@@ -514,6 +551,44 @@ mod tests {
         assert_eq!(f16_to_f32(0x03ff), 1023.0 * 2f32.powi(-24));
         assert!(f16_to_f32(0x7c00).is_infinite());
         assert!(f16_to_f32(0x7e00).is_nan());
+    }
+
+    /// The software conversion equals the hardware one (F16C) bit for bit, and round-trips.
+    #[test]
+    fn f32_to_f16_matches_hardware() {
+        let mut x = 0x9e37_79b9u32;
+        let mut vals: Vec<f32> = vec![0.0, -0.0, 1.0, 65504.0, 65520.0, 1e-8, 5.96e-8, 2.98e-8, 6.1e-5, f32::INFINITY, f32::NAN];
+        for _ in 0..200_000 {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            vals.push(f32::from_bits(x));
+        }
+        for v in vals {
+            let h = f32_to_f16(v);
+            if v.is_nan() {
+                assert!(f16_to_f32(h).is_nan());
+                continue;
+            }
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("f16c") {
+                // SAFETY: F16C detected.
+                #[allow(unsafe_code)]
+                let hw = unsafe { hw_f16(v) };
+                assert_eq!(h, hw, "{v:e}");
+            }
+            if v.abs() <= 65504.0 && v.abs() >= 6.2e-5 {
+                assert!((f16_to_f32(h) - v).abs() <= v.abs() / 2048.0, "{v:e}");
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[allow(unsafe_code)]
+    #[target_feature(enable = "f16c")]
+    unsafe fn hw_f16(v: f32) -> u16 {
+        use std::arch::x86_64::*;
+        _mm_extract_epi16::<0>(_mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_set1_ps(v))) as u16
     }
 
     /// The affine repacking must reproduce GGML's dequantization exactly.

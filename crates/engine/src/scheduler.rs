@@ -643,11 +643,7 @@ impl Scheduler {
 }
 
 fn kv_slots_of(kv: &KvStore) -> usize {
-    let l = kv.layout();
-    match l.components.first() {
-        Some(c) if l.layers > 0 && c.width > 0 => kv.component(0, 0).len() / c.width,
-        _ => usize::MAX,
-    }
+    kv.num_slots()
 }
 
 fn logits_row(logits: &[f32], i: usize, vocab: usize) -> Vec<f32> {

@@ -12,14 +12,15 @@
 //!   teacher-forced steps) is within [`LOGIT_TOL`] of llama.cpp's;
 //! - the five largest exact-f64 logits at each step (`fixtures/smollm2_f64.json`, from
 //!   `scripts/reference_f64.py`) are within [`F64_TOL`] of ours, and on average within
-//!   [`F64_MEAN_TOL`] (measured: ours 0.16, llama.cpp 0.17; the largest single gaps, ~1.3 for us
-//!   and ~0.9 for llama.cpp, come from 8-bit activation rounding that both share);
+//!   [`F64_MEAN_TOL`] (measured: ours 0.151 with a largest gap of 0.85, llama.cpp 0.17 and 0.94;
+//!   both round activations to 8 bits and keep K/V in f16; against llama.cpp our largest gap is
+//!   0.73);
 //! - our argmax equals llama.cpp's wherever llama.cpp's top-1/top-2 margin is at least
 //!   [`MARGIN`];
 //! - free-running greedy generation equals llama.cpp's 32 tokens exactly, up to the first
 //!   position whose reference margin is below [`MARGIN`] (a near-tie either implementation may
-//!   break either way); at least four of the eight cases must match in full (the exact f64
-//!   forward also matches four).
+//!   break either way); at least five of the eight cases must match in full (measured: five;
+//!   the exact f64 forward matches four).
 
 use std::path::PathBuf;
 
@@ -32,12 +33,12 @@ use sparrow_engine::sampler::argmax;
 
 /// Largest allowed |ours − llama.cpp| for a logit (llama.cpp is itself up to ~0.94 from the
 /// exact f64 forward).
-const LOGIT_TOL: f32 = 1.5;
+const LOGIT_TOL: f32 = 1.0;
 /// Largest allowed |ours − exact f64| for a logit (`fixtures/smollm2_f64.json`, from
 /// `scripts/reference_f64.py`: the same weights, no activation quantization, no f16).
-const F64_TOL: f32 = 1.5;
+const F64_TOL: f32 = 1.0;
 /// Largest allowed mean |ours − exact f64| over all compared logits (llama.cpp's is 0.17).
-const F64_MEAN_TOL: f64 = 0.25;
+const F64_MEAN_TOL: f64 = 0.2;
 /// Reference margins below this are near-ties.
 const MARGIN: f32 = 0.5;
 
@@ -53,7 +54,7 @@ fn ids(v: &Value) -> Vec<u32> {
 /// Runs `new` tokens after `kv_len` cached ones and returns the last position's logits.
 fn step(m: &mut LlamaModel, kv: &mut KvStore, all: &[u32], kv_len: usize) -> Vec<f32> {
     let b = ForwardBatch::single_sequence(all, kv_len);
-    b.validate(kv.component(0, 0).len() / 192).expect("valid batch");
+    b.validate(kv.num_slots()).expect("valid batch");
     m.forward(&b, kv).expect("forward")
 }
 
@@ -137,5 +138,5 @@ fn greedy_and_logits_match_llama_cpp() {
     let mean_f64 = sum_f64 / n_f64 as f64;
     eprintln!("largest logit difference: {worst:.4} from llama.cpp, {worst_f64:.4} from exact f64 (mean {mean_f64:.4}); full greedy matches: {full_matches}/8");
     assert!(mean_f64 <= F64_MEAN_TOL, "mean deviation from the exact forward {mean_f64}");
-    assert!(full_matches >= 4, "only {full_matches} of 8 greedy sequences match llama.cpp in full");
+    assert!(full_matches >= 5, "only {full_matches} of 8 greedy sequences match llama.cpp in full");
 }

@@ -21,7 +21,7 @@ use ggus::{GGuf, GGufMetaMapExt};
 use super::{AttentionNeeds, Model, ModelInfo};
 use crate::batch::ForwardBatch;
 use crate::kernels::{self, Isa};
-use crate::kv_cache::{KvLayout, KvStore};
+use crate::kv_cache::{KvDtype, KvLayout, KvStore};
 use crate::pool::ThreadPool;
 use crate::quant::{dequantize_row, GgmlType, QActs, QMatrix, Weight};
 use crate::EngineError;
@@ -324,7 +324,8 @@ impl Model for LlamaModel {
     }
 
     fn attention_needs(&self) -> AttentionNeeds {
-        AttentionNeeds { kind: "gqa", kv_layout: KvLayout::gqa(self.cfg.layers, self.cfg.kv_heads, self.cfg.head_dim) }
+        // f16 K/V, as llama.cpp keeps them: half the memory and attention bandwidth.
+        AttentionNeeds { kind: "gqa", kv_layout: KvLayout::gqa(self.cfg.layers, self.cfg.kv_heads, self.cfg.head_dim).with_dtype(KvDtype::F16) }
     }
 
     fn forward(&mut self, batch: &ForwardBatch, kv: &mut KvStore) -> Result<Vec<f32>, EngineError> {
@@ -363,7 +364,7 @@ impl Model for LlamaModel {
             kernels::rms_norm(&s.x, &layer.attn_norm, c.rms_eps, &mut s.h);
             kernels::matmul(&self.pool, isa, &layer.qkv, &s.h, t_n, &mut s.xq, &mut s.qkv);
             {
-                let (kc, vc) = kv.pair_mut(l);
+                let (kc, vc) = kv.pair_mut_f16(l);
                 for t in 0..t_n {
                     let pos = batch.positions[t] as usize;
                     let row = &mut s.qkv[t * qkv_w..(t + 1) * qkv_w];
@@ -372,11 +373,11 @@ impl Model for LlamaModel {
                     rope_inplace(&self.rope_cos, &self.rope_sin, hd, q, pos);
                     rope_inplace(&self.rope_cos, &self.rope_sin, hd, k, pos);
                     let slot = batch.out_cache_loc[t] as usize;
-                    kc[slot * kvd..(slot + 1) * kvd].copy_from_slice(k);
-                    vc[slot * kvd..(slot + 1) * kvd].copy_from_slice(v);
+                    kernels::to_f16(isa, k, &mut kc[slot * kvd..(slot + 1) * kvd]);
+                    kernels::to_f16(isa, v, &mut vc[slot * kvd..(slot + 1) * kvd]);
                 }
             }
-            let (kc, vc) = (kv.component(l, 0), kv.component(l, 1));
+            let (kc, vc) = (kv.component_f16(l, 0), kv.component_f16(l, 1));
             let out = SharedOut(s.attn.as_mut_ptr());
             let (qkv, row_seq) = (&s.qkv, &s.row_seq);
             let pairs = t_n * c.kv_heads;

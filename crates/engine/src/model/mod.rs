@@ -107,6 +107,7 @@ mod tests {
                     crate::kv_cache::KvComponent { name: "latent", width: 512 + 64 },
                     crate::kv_cache::KvComponent { name: "index_k", width: 128 },
                 ],
+                dtype: crate::kv_cache::KvDtype::F16,
             },
         };
         let e = check_compat(&mla, &CPU_BACKEND).expect_err("cpu has no MLA");
