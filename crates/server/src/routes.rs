@@ -475,16 +475,25 @@ async fn completions(State(s): State<AppState>, body: Result<Bytes, BytesRejecti
     let p = params::parse(&m, Api::Completions)?;
     let (ids, prompt_text) = completion_prompt(&s, m.get("prompt"))?;
     let prep = gen::prepare(&s, ids, p)?;
+    oai_respond(&s, Kind::Completion, prep, echo.then_some(prompt_text), stream, opts).await
+}
+
+/// Starts a prepared OpenAI request and answers it as a stream or one JSON body.
+async fn oai_respond(s: &AppState, kind: Kind, prep: gen::Prepared, echo: Option<String>, stream: bool, opts: StreamOpts) -> Result<Response, ApiError> {
+    let prefix = match kind {
+        Kind::Completion => "cmpl",
+        Kind::Chat => "chatcmpl",
+    };
     let run = OaiRun {
-        kind: Kind::Completion,
-        id: format!("cmpl-{:016x}", s.next_engine_id()),
+        kind,
+        id: format!("{prefix}-{:016x}", s.next_engine_id()),
         model: s.model_id.clone(),
         created: now_secs(),
         prompt_tokens: prep.prompt_ids.len(),
         n: prep.params.n,
-        echo: echo.then_some(prompt_text),
+        echo,
     };
-    let events = gen::start(&s, prep)?;
+    let events = gen::start(s, prep)?;
     if stream {
         Ok(oai_stream(run, events, opts))
     } else {
@@ -540,21 +549,7 @@ async fn chat(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) ->
     let text = s.tokenizer.apply_chat_template(&conv, true).map_err(|e| ApiError::bad("messages", e.to_string()))?;
     let ids = s.tokenizer.encode(&text, false).map_err(|e| ApiError::bad("messages", e.to_string()))?;
     let prep = gen::prepare(&s, ids, p)?;
-    let run = OaiRun {
-        kind: Kind::Chat,
-        id: format!("chatcmpl-{:016x}", s.next_engine_id()),
-        model: s.model_id.clone(),
-        created: now_secs(),
-        prompt_tokens: prep.prompt_ids.len(),
-        n: prep.params.n,
-        echo: None,
-    };
-    let events = gen::start(&s, prep)?;
-    if stream {
-        Ok(oai_stream(run, events, opts))
-    } else {
-        oai_collect(run, events).await
-    }
+    oai_respond(&s, Kind::Chat, prep, None, stream, opts).await
 }
 
 fn native_finish(f: &Finish) -> Value {
