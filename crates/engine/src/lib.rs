@@ -8,6 +8,8 @@
 //! - [`radix`]: the radix prefix cache over pages;
 //! - [`batch`]: `ForwardBatch`, the complete per-step metadata, and its validator;
 //! - [`model`]: the `Model` trait, capability checks, and the Llama GGUF model;
+//! - [`nvfp4`]: ModelOpt NVFP4 weights (E2M1 + E4M3 block scales) and their quantizer, the
+//!   first piece of the GLM-5 work;
 //! - [`sampler`]: temperature / top-k / top-p / min-p sampling, seeded per request;
 //! - [`scheduler`]: continuous batching, chunked prefill, retraction;
 //! - [`engine`]: the engine thread and its typed command channel.
@@ -17,6 +19,7 @@ pub mod engine;
 pub mod kernels;
 pub mod kv_cache;
 pub mod model;
+pub mod nvfp4;
 pub mod pool;
 pub mod quant;
 pub mod radix;
