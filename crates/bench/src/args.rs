@@ -252,7 +252,9 @@ impl BenchArgs {
             ("--gsp-range-ratio", self.gsp_range_ratio.is_some()),
         ];
         if let Some((flag, _)) = unsupported.iter().find(|(_, used)| *used) {
-            return Err(FlagError(format!("{flag} is an SGLang bench_serving flag that sparrow bench does not support")));
+            return Err(FlagError(format!(
+                "{flag} is an SGLang bench_serving flag that sparrow bench does not support"
+            )));
         }
         if self.num_prompts == 0 && self.dataset_name != DatasetName::GeneratedSharedPrefix {
             return Err(FlagError("--num-prompts must be at least 1".into()));
@@ -303,7 +305,8 @@ impl BenchArgs {
         }
         let read_timeout = secs("--read-timeout", self.read_timeout)?;
         let request_timeout = secs("--request-timeout", self.request_timeout)?;
-        let health_interval = if self.health_interval == 0.0 { None } else { Some(secs("--health-interval", self.health_interval)?) };
+        let health_interval =
+            if self.health_interval == 0.0 { None } else { Some(secs("--health-interval", self.health_interval)?) };
         Ok(BenchConfig { base_url, extra_body, headers, read_timeout, request_timeout, health_interval, args: self })
     }
 }

@@ -181,7 +181,13 @@ impl ClientCtx {
 ///
 /// `cancel` interrupts the request (recorded as `interrupted`); `abandon` gives it up because
 /// the server was declared down (recorded as `connection reset`).
-pub async fn send(ctx: &ClientCtx, body: Bytes, rec: &mut RequestRecord, cancel: &CancellationToken, abandon: &CancellationToken) {
+pub async fn send(
+    ctx: &ClientCtx,
+    body: Bytes,
+    rec: &mut RequestRecord,
+    cancel: &CancellationToken,
+    abandon: &CancellationToken,
+) {
     rec.sent_s = ctx.now();
     let mut acc = Accumulator::default();
     let outcome = tokio::select! {
@@ -206,10 +212,7 @@ pub async fn send(ctx: &ClientCtx, body: Bytes, rec: &mut RequestRecord, cancel:
                     rec.output_tokens_source = TokenCountSource::Server;
                 }
                 None => {
-                    rec.output_tokens = ctx
-                        .tokenizer
-                        .encode(&rec.text, false)
-                        .map_or(0, |ids| ids.len() as u64);
+                    rec.output_tokens = ctx.tokenizer.encode(&rec.text, false).map_or(0, |ids| ids.len() as u64);
                     rec.output_tokens_source = TokenCountSource::Estimated;
                 }
             }
@@ -338,30 +341,16 @@ fn fin_is_some(f: &Option<String>) -> bool {
 }
 
 fn finish_of(choice: Option<&Value>) -> Option<String> {
-    choice
-        .and_then(|c| c.get("finish_reason"))
-        .and_then(Value::as_str)
-        .map(str::to_owned)
+    choice.and_then(|c| c.get("finish_reason")).and_then(Value::as_str).map(str::to_owned)
 }
 
-async fn next_or_timeout<T>(
-    ctx: &ClientCtx,
-    fut: impl std::future::Future<Output = T>,
-) -> Result<T, Failure> {
-    tokio::time::timeout(ctx.read_timeout, fut).await.map_err(|_| {
-        failure(
-            FailureKind::Timeout,
-            format!("no data for {:.1}s", ctx.read_timeout.as_secs_f64()),
-        )
-    })
+async fn next_or_timeout<T>(ctx: &ClientCtx, fut: impl std::future::Future<Output = T>) -> Result<T, Failure> {
+    tokio::time::timeout(ctx.read_timeout, fut)
+        .await
+        .map_err(|_| failure(FailureKind::Timeout, format!("no data for {:.1}s", ctx.read_timeout.as_secs_f64())))
 }
 
-async fn exchange(
-    ctx: &ClientCtx,
-    body: Bytes,
-    rec: &mut RequestRecord,
-    acc: &mut Accumulator,
-) -> Result<(), Failure> {
+async fn exchange(ctx: &ClientCtx, body: Bytes, rec: &mut RequestRecord, acc: &mut Accumulator) -> Result<(), Failure> {
     let req = ctx
         .http
         .post(&ctx.url)
@@ -383,12 +372,10 @@ async fn exchange(
         return Err(failure(FailureKind::Http(status.as_u16()), msg));
     }
     if !ctx.stream {
-        let bytes = next_or_timeout(ctx, resp.bytes())
-            .await?
-            .map_err(|e| failure(classify(&e), error_chain(&e)))?;
+        let bytes = next_or_timeout(ctx, resp.bytes()).await?.map_err(|e| failure(classify(&e), error_chain(&e)))?;
         let t = ctx.now();
-        let v: Value = serde_json::from_slice(&bytes)
-            .map_err(|e| failure(FailureKind::InvalidResponse, e.to_string()))?;
+        let v: Value =
+            serde_json::from_slice(&bytes).map_err(|e| failure(FailureKind::InvalidResponse, e.to_string()))?;
         if let Some(msg) = sparrow_protocol::in_band_error(&v) {
             return Err(failure(FailureKind::InBandError, msg));
         }
@@ -483,7 +470,10 @@ mod tests {
             (String::new(), None)
         );
         assert_eq!(
-            a.apply(Api::Completions, &json!({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}})),
+            a.apply(
+                Api::Completions,
+                &json!({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}})
+            ),
             (String::new(), None)
         );
         assert_eq!(a.completion_tokens, Some(2));
@@ -493,7 +483,10 @@ mod tests {
     #[test]
     fn chat_reasoning_counts_as_content() {
         let mut a = Accumulator::default();
-        let (c, _) = a.apply(Api::Chat, &json!({"choices": [{"index": 0, "delta": {"reasoning_content": "think"}, "finish_reason": null}]}));
+        let (c, _) = a.apply(
+            Api::Chat,
+            &json!({"choices": [{"index": 0, "delta": {"reasoning_content": "think"}, "finish_reason": null}]}),
+        );
         assert_eq!(c, "think");
         assert_eq!(a.text, "think", "reasoning tokens are counted as output");
     }

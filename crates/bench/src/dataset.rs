@@ -88,10 +88,8 @@ struct Turn {
 /// [`DatasetError::Io`] if the file cannot be read; a malformed file is not an error, it
 /// just yields the records before the damage.
 pub fn load_sharegpt(path: &Path) -> Result<Vec<(String, String)>, DatasetError> {
-    let text = std::fs::read_to_string(path).map_err(|source| DatasetError::Io {
-        path: path.display().to_string(),
-        source,
-    })?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| DatasetError::Io { path: path.display().to_string(), source })?;
     Ok(parse_sharegpt_lenient(&text))
 }
 
@@ -134,12 +132,7 @@ pub fn draw_lengths(rng: &mut StdRng, len: u64, ratio: f64, n: usize) -> Vec<u64
 
 /// Token ids never used as content: the tokenizer's special tokens.
 fn special_ids(tok: &Tokenizer) -> std::collections::HashSet<u32> {
-    tok.hf()
-        .get_added_tokens_decoder()
-        .into_iter()
-        .filter(|(_, t)| t.special)
-        .map(|(id, _)| id)
-        .collect()
+    tok.hf().get_added_tokens_decoder().into_iter().filter(|(_, t)| t.special).map(|(id, _)| id).collect()
 }
 
 /// Text whose encoding (special tokens included) is as close to `target` tokens as we can
@@ -206,7 +199,11 @@ pub struct RandomSpec {
 
 /// Input and output lengths of every prompt of a `random`/`random-ids` run, after checking
 /// that the shortest input leaves room for content.
-fn draw_random_lengths(tok: &Tokenizer, spec: RandomSpec, rng: &mut StdRng) -> Result<(Vec<u64>, Vec<u64>), DatasetError> {
+fn draw_random_lengths(
+    tok: &Tokenizer,
+    spec: RandomSpec,
+    rng: &mut StdRng,
+) -> Result<(Vec<u64>, Vec<u64>), DatasetError> {
     check_room(tok, spec.input_len)?;
     // Inputs are drawn from U[max(floor(L·r), 1 + special tokens), L], so every prompt has at
     // least one content token.
@@ -288,10 +285,7 @@ pub struct ShareGptSpec {
 /// Wraps `prompt` in the model's chat template as one user turn, without the BOS text the
 /// server's tokenizer will add again.
 pub fn chat_wrap(tok: &Tokenizer, prompt: &str) -> Result<String, DatasetError> {
-    let text = tok.apply_chat_template(
-        &[ChatMessage { role: "user".into(), content: prompt.into() }],
-        true,
-    )?;
+    let text = tok.apply_chat_template(&[ChatMessage { role: "user".into(), content: prompt.into() }], true)?;
     Ok(match tok.bos() {
         Some((_, bos)) if tok.num_special_tokens_to_add() > 0 && !bos.is_empty() => text.replacen(bos, "", 1),
         _ => text,
@@ -310,7 +304,10 @@ pub fn sharegpt(
     rng: &mut StdRng,
 ) -> Result<Vec<DatasetRow>, DatasetError> {
     if let Some(n) = spec.output_len.filter(|n| *n < 4) {
-        return Err(DatasetError::BadFlag { flag: "--sharegpt-output-len", message: format!("{n} is too small (minimum 4)") });
+        return Err(DatasetError::BadFlag {
+            flag: "--sharegpt-output-len",
+            message: format!("{n} is too small (minimum 4)"),
+        });
     }
     let mut order: Vec<usize> = (0..pairs.len()).collect();
     order.shuffle(rng);
@@ -361,7 +358,11 @@ pub struct GspSpec {
 ///
 /// # Errors
 /// [`DatasetError::Tokenizer`] if decoding fails.
-pub fn generated_shared_prefix(tok: &Tokenizer, spec: GspSpec, rng: &mut StdRng) -> Result<Vec<DatasetRow>, DatasetError> {
+pub fn generated_shared_prefix(
+    tok: &Tokenizer,
+    spec: GspSpec,
+    rng: &mut StdRng,
+) -> Result<Vec<DatasetRow>, DatasetError> {
     let special = special_ids(tok);
     let pool: Vec<u32> = (0..tok.vocab_size() as u32).filter(|i| !special.contains(i)).collect();
     let mut gen = |n: usize| -> Result<String, DatasetError> {
@@ -398,7 +399,8 @@ pub fn custom(
     fixed_output_len: Option<u64>,
     apply_chat_template: bool,
 ) -> Result<Vec<DatasetRow>, DatasetError> {
-    let text = std::fs::read_to_string(path).map_err(|source| DatasetError::Io { path: path.display().to_string(), source })?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| DatasetError::Io { path: path.display().to_string(), source })?;
     let mut rows = Vec::new();
     for (n, line) in text.lines().enumerate() {
         if rows.len() == num_prompts {
@@ -425,7 +427,8 @@ pub fn custom(
                     .as_str()
             })
             .ok_or_else(|| err("no prompt (expected prompt, text, conversations or messages)".into()))?;
-        let explicit = ["output_len", "output_tokens", "max_tokens"].iter().find_map(|k| v.get(*k).and_then(|x| x.as_u64()));
+        let explicit =
+            ["output_len", "output_tokens", "max_tokens"].iter().find_map(|k| v.get(*k).and_then(|x| x.as_u64()));
         let output_len = match explicit.or(fixed_output_len) {
             Some(n) => n,
             None => match turn(1) {

@@ -151,10 +151,7 @@ pub fn calculate(
     duration_s: f64,
     mut retokenize: impl FnMut(&str) -> u64,
 ) -> BenchmarkMetrics {
-    let mut m = BenchmarkMetrics {
-        itl_per_token: true,
-        ..Default::default()
-    };
+    let mut m = BenchmarkMetrics { itl_per_token: true, ..Default::default() };
     let (mut ttfts, mut tpots, mut itls, mut e2es) = (vec![], vec![], vec![], vec![]);
     let (mut lags, mut waits) = (vec![], vec![]);
     let mut token_buckets: BTreeMap<i64, f64> = BTreeMap::new();

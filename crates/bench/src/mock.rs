@@ -269,7 +269,8 @@ fn chunk_json(p: &Plan, s: &MockScript, text: &str, done_tokens: u64, finish: Op
             } else {
                 json!({"index": 0, "text": text, "finish_reason": finish})
             };
-            let mut c = json!({"id": "mock", "object": "chunk", "created": 0, "model": s.model_id, "choices": [choice]});
+            let mut c =
+                json!({"id": "mock", "object": "chunk", "created": 0, "model": s.model_id, "choices": [choice]});
             if s.usage == UsageMode::Continuous {
                 c["usage"] = usage;
             }
@@ -333,9 +334,15 @@ fn respond(state: Arc<MockState>, p: Plan) -> Response {
         let text = text_of(0, p.tokens);
         let usage = json!({"prompt_tokens": 0, "completion_tokens": p.tokens, "total_tokens": p.tokens});
         let v = match p.dialect {
-            Dialect::Generate => json!({"text": text, "meta_info": {"prompt_tokens": 0, "completion_tokens": p.tokens, "finish_reason": {"type": p.finish}}}),
-            Dialect::Completions => json!({"id": "mock", "object": "text_completion", "choices": [{"index": 0, "text": text, "finish_reason": p.finish}], "usage": usage}),
-            Dialect::Chat => json!({"id": "mock", "object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": p.finish}], "usage": usage}),
+            Dialect::Generate => {
+                json!({"text": text, "meta_info": {"prompt_tokens": 0, "completion_tokens": p.tokens, "finish_reason": {"type": p.finish}}})
+            }
+            Dialect::Completions => {
+                json!({"id": "mock", "object": "text_completion", "choices": [{"index": 0, "text": text, "finish_reason": p.finish}], "usage": usage})
+            }
+            Dialect::Chat => {
+                json!({"id": "mock", "object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": p.finish}], "usage": usage})
+            }
         };
         return Json(v).into_response();
     }

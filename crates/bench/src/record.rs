@@ -55,10 +55,7 @@ impl FailureKind {
 
     /// True for causes that mean the server process is gone or unreachable.
     pub fn is_connection_level(self) -> bool {
-        matches!(
-            self,
-            FailureKind::ConnectionRefused | FailureKind::ConnectionFailed | FailureKind::ConnectionReset
-        )
+        matches!(self, FailureKind::ConnectionRefused | FailureKind::ConnectionFailed | FailureKind::ConnectionReset)
     }
 }
 
@@ -199,11 +196,7 @@ impl RequestRecord {
             return Vec::new();
         }
         if self.chunks.iter().all(|c| c.tokens.is_some()) {
-            return self
-                .chunks
-                .iter()
-                .map(|c| (c.t, c.tokens.unwrap_or(0) as f64))
-                .collect();
+            return self.chunks.iter().map(|c| (c.t, c.tokens.unwrap_or(0) as f64)).collect();
         }
         let each = self.output_tokens as f64 / self.chunks.len() as f64;
         self.chunks.iter().map(|c| (c.t, each)).collect()

@@ -197,12 +197,7 @@ pub fn result_pairs(s: &RunSummary, m: &BenchmarkMetrics) -> Vec<(String, JVal)>
     put("input_throughput", JVal::Float(m.input_throughput));
     put("output_throughput", JVal::Float(m.output_throughput));
     put("total_throughput", JVal::Float(m.total_throughput));
-    for (name, d) in [
-        ("e2e_latency", &m.e2e_ms),
-        ("ttft", &m.ttft_ms),
-        ("tpot", &m.tpot_ms),
-        ("itl", &m.itl_ms),
-    ] {
+    for (name, d) in [("e2e_latency", &m.e2e_ms), ("ttft", &m.ttft_ms), ("tpot", &m.tpot_ms), ("itl", &m.itl_ms)] {
         put(&format!("mean_{name}_ms"), JVal::Float(d.mean));
         put(&format!("median_{name}_ms"), JVal::Float(d.median));
         put(&format!("std_{name}_ms"), JVal::Float(d.std));
@@ -237,10 +232,18 @@ struct PyFormatter;
 
 impl serde_json::ser::Formatter for PyFormatter {
     fn begin_array_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
-        if first { Ok(()) } else { w.write_all(b", ") }
+        if first {
+            Ok(())
+        } else {
+            w.write_all(b", ")
+        }
     }
     fn begin_object_key<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
-        if first { Ok(()) } else { w.write_all(b", ") }
+        if first {
+            Ok(())
+        } else {
+            w.write_all(b", ")
+        }
     }
     fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
         w.write_all(b": ")

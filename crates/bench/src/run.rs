@@ -146,7 +146,11 @@ fn header_map(cfg: &BenchConfig) -> Result<reqwest::header::HeaderMap, BenchErro
 
 /// Picks the tokenizer: `--tokenizer`, else `--model` when it is a local path, else the path
 /// the server reports in `/get_model_info` when this machine can read it.
-async fn resolve_tokenizer(cfg: &BenchConfig, http: &reqwest::Client, headers: &reqwest::header::HeaderMap) -> Result<Tokenizer, BenchError> {
+async fn resolve_tokenizer(
+    cfg: &BenchConfig,
+    http: &reqwest::Client,
+    headers: &reqwest::header::HeaderMap,
+) -> Result<Tokenizer, BenchError> {
     let mut candidates: Vec<PathBuf> = Vec::new();
     if let Some(t) = &cfg.args.tokenizer {
         candidates.push(t.clone());
@@ -172,7 +176,8 @@ async fn resolve_tokenizer(cfg: &BenchConfig, http: &reqwest::Client, headers: &
 
 fn sharegpt_path(cfg: &BenchConfig) -> Result<PathBuf, BenchError> {
     if cfg.args.dataset_path.is_empty() {
-        sparrow_assets::ensure(sparrow_assets::SHAREGPT_JSON).map_err(|e| BenchError::Setup(format!("ShareGPT dataset: {e}")))
+        sparrow_assets::ensure(sparrow_assets::SHAREGPT_JSON)
+            .map_err(|e| BenchError::Setup(format!("ShareGPT dataset: {e}")))
     } else {
         Ok(PathBuf::from(&cfg.args.dataset_path))
     }
@@ -219,16 +224,21 @@ pub fn build_dataset(cfg: &BenchConfig, tok: &Tokenizer) -> Result<Vec<DatasetRo
             };
             dataset::generated_shared_prefix(tok, spec, &mut rng)?
         }
-        DatasetName::Custom => dataset::custom(tok, Path::new(&a.dataset_path), a.num_prompts, a.sharegpt_output_len, a.apply_chat_template)?,
+        DatasetName::Custom => dataset::custom(
+            tok,
+            Path::new(&a.dataset_path),
+            a.num_prompts,
+            a.sharegpt_output_len,
+            a.apply_chat_template,
+        )?,
     })
 }
 
 /// SGLang's default output file name: `{backend}_{MMDD}_{n}_{in}_{out}.jsonl` for the random
 /// datasets, else `{backend}_{MMDD}_{n}_{dataset}.jsonl` (date in UTC).
 pub fn default_output_file(cfg: &BenchConfig) -> PathBuf {
-    let days = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() / 86_400) as i64;
+    let days =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() / 86_400) as i64;
     let (_, m, d) = civil_from_days(days);
     let a = &cfg.args;
     let b = a.backend.name();
@@ -373,7 +383,10 @@ async fn warmup(ctx: &ClientCtx, opts: &RequestOptions, row: &DatasetRow, n: usi
 }
 
 fn progress_bar(n: usize, hidden: bool) -> ProgressBar {
-    let pb = ProgressBar::with_draw_target(Some(n as u64), if hidden { ProgressDrawTarget::hidden() } else { ProgressDrawTarget::stderr() });
+    let pb = ProgressBar::with_draw_target(
+        Some(n as u64),
+        if hidden { ProgressDrawTarget::hidden() } else { ProgressDrawTarget::stderr() },
+    );
     if let Ok(style) = ProgressStyle::with_template("{bar:40} {pos}/{len} [{elapsed_precise}<{eta_precise}] {msg}") {
         pb.set_style(style);
     }
@@ -422,9 +435,9 @@ pub async fn run(cfg: BenchConfig) -> Result<RunOutcome, BenchError> {
         Some(m) => m.clone(),
         None => {
             let url = format!("{}/v1/models", cfg.base_url);
-            let v = get_json(&http, &url, &headers)
-                .await
-                .map_err(|e| BenchError::Setup(format!("cannot list models at {url}: {e}; is the server up? (or pass --model)")))?;
+            let v = get_json(&http, &url, &headers).await.map_err(|e| {
+                BenchError::Setup(format!("cannot list models at {url}: {e}; is the server up? (or pass --model)"))
+            })?;
             v.pointer("/data/0/id")
                 .and_then(Value::as_str)
                 .map(str::to_owned)
@@ -447,7 +460,8 @@ pub async fn run(cfg: BenchConfig) -> Result<RunOutcome, BenchError> {
         extra_body: cfg.extra_body.clone(),
     };
     // Bodies are serialized before the clock starts so the send path does no JSON work.
-    let bodies: Vec<Bytes> = rows.iter().map(|r| Bytes::from(client::build_body(&opts, &r.prompt, r.output_len).to_string())).collect();
+    let bodies: Vec<Bytes> =
+        rows.iter().map(|r| Bytes::from(client::build_body(&opts, &r.prompt, r.output_len).to_string())).collect();
     let mut ctx = ClientCtx {
         http: http.clone(),
         url: format!("{}{}", cfg.base_url, opts.api.path()),
@@ -461,7 +475,13 @@ pub async fn run(cfg: BenchConfig) -> Result<RunOutcome, BenchError> {
     };
     warmup(&ctx, &opts, &rows[0], a.warmup_requests).await?;
     if a.flush_cache {
-        if let Err(e) = http.post(format!("{}/flush_cache", cfg.base_url)).headers(headers.clone()).timeout(Duration::from_secs(30)).send().await {
+        if let Err(e) = http
+            .post(format!("{}/flush_cache", cfg.base_url))
+            .headers(headers.clone())
+            .timeout(Duration::from_secs(30))
+            .send()
+            .await
+        {
             eprintln!("warning: POST /flush_cache failed: {e}");
         }
     }
@@ -469,8 +489,8 @@ pub async fn run(cfg: BenchConfig) -> Result<RunOutcome, BenchError> {
     let output_file = a.output_file.clone().unwrap_or_else(|| default_output_file(&cfg));
     let details_file = a.details_file.clone().unwrap_or_else(|| default_details_file(&output_file));
     // One run per details file: a rerun with the same output name starts it afresh.
-    let details = std::fs::File::create(&details_file)
-        .map_err(|source| BenchError::Io { path: details_file.clone(), source })?;
+    let details =
+        std::fs::File::create(&details_file).map_err(|source| BenchError::Io { path: details_file.clone(), source })?;
     let mut details = std::io::BufWriter::new(details);
 
     let mut rng = StdRng::seed_from_u64(a.seed ^ 0x5eed_a441);
@@ -484,7 +504,13 @@ pub async fn run(cfg: BenchConfig) -> Result<RunOutcome, BenchError> {
     ctx.t0 = Instant::now();
     let ctx = Arc::new(ctx);
     if let Some(interval) = cfg.health_interval {
-        tokio::spawn(health_monitor((*ctx).clone(), format!("{}/health", cfg.base_url), interval, live.clone(), stop_monitor.clone()));
+        tokio::spawn(health_monitor(
+            (*ctx).clone(),
+            format!("{}/health", cfg.base_url),
+            interval,
+            live.clone(),
+            stop_monitor.clone(),
+        ));
     }
     let interrupt: Arc<Mutex<Option<(i32, String)>>> = Arc::default();
     {
@@ -591,7 +617,8 @@ pub async fn run(cfg: BenchConfig) -> Result<RunOutcome, BenchError> {
 
     let interrupted = interrupt.lock().ok().and_then(|i| i.clone());
     let server_down = live.verdict.lock().ok().and_then(|v| v.clone()).map(|verdict| {
-        let (at_s, first) = live.first_sign.lock().ok().and_then(|s| s.clone()).unwrap_or((duration_s, verdict.clone()));
+        let (at_s, first) =
+            live.first_sign.lock().ok().and_then(|s| s.clone()).unwrap_or((duration_s, verdict.clone()));
         ServerDown {
             at_s,
             in_flight: records
@@ -599,7 +626,10 @@ pub async fn run(cfg: BenchConfig) -> Result<RunOutcome, BenchError> {
                 .filter(|r| r.dispatched_s >= 0.0 && r.sent_s <= at_s && r.end_s >= at_s)
                 .filter(|r| r.failure.as_ref().is_none_or(|f| f.kind != FailureKind::NotSent))
                 .count(),
-            not_sent: records.iter().filter(|r| r.failure.as_ref().is_some_and(|f| f.kind == FailureKind::NotSent)).count(),
+            not_sent: records
+                .iter()
+                .filter(|r| r.failure.as_ref().is_some_and(|f| f.kind == FailureKind::NotSent))
+                .count(),
             reason: if first == verdict { verdict } else { format!("{first}; then {verdict}") },
         }
     });
@@ -611,7 +641,8 @@ pub async fn run(cfg: BenchConfig) -> Result<RunOutcome, BenchError> {
             Err(_) => get_json(&http, &format!("{}/get_server_info", cfg.base_url), &headers).await.ok(),
         }
     };
-    let metrics = metrics::calculate(&records, duration_s, |t| tokenizer.encode(t, false).map_or(0, |ids| ids.len() as u64));
+    let metrics =
+        metrics::calculate(&records, duration_s, |t| tokenizer.encode(t, false).map_or(0, |ids| ids.len() as u64));
     let summary = RunSummary {
         backend: a.backend.name().into(),
         dataset_name: a.dataset_name.name().into(),
@@ -631,13 +662,18 @@ pub async fn run(cfg: BenchConfig) -> Result<RunOutcome, BenchError> {
     let mut pairs = report::result_pairs(&summary, &metrics);
     if a.output_details {
         use serde_json::json;
-        let d = |f: &dyn Fn(&RequestRecord) -> Value| -> report::JVal { Value::Array(records.iter().map(f).collect()).into() };
+        let d = |f: &dyn Fn(&RequestRecord) -> Value| -> report::JVal {
+            Value::Array(records.iter().map(f).collect()).into()
+        };
         pairs.push(("input_lens".into(), d(&|r| json!(r.prompt_len))));
         pairs.push(("output_lens".into(), d(&|r| json!(r.output_tokens))));
         pairs.push(("ttfts".into(), d(&|r| json!(r.ttft().unwrap_or(0.0)))));
         pairs.push(("itls".into(), d(&|r| json!(r.itl().0))));
         pairs.push(("generated_texts".into(), d(&|r| json!(r.text))));
-        pairs.push(("errors".into(), d(&|r| json!(r.failure.as_ref().map_or(String::new(), |f| format!("{}: {}", f.kind.label(), f.message))))));
+        pairs.push((
+            "errors".into(),
+            d(&|r| json!(r.failure.as_ref().map_or(String::new(), |f| format!("{}: {}", f.kind.label(), f.message)))),
+        ));
     }
     let line = report::to_json_line(&pairs, a.strict_json);
     std::fs::OpenOptions::new()

@@ -26,9 +26,27 @@ async fn bench(server: &mock::MockServer, dir: &Path, extra: &[&str]) -> Result<
     let tok = fixture("words.tokenizer.json");
     let url = server.url();
     let mut argv: Vec<String> = [
-        "bench", "--base-url", &url, "--tokenizer", tok.to_str().expect("utf8"), "--dataset-name", "random-ids",
-        "--random-input-len", "6", "--random-output-len", "5", "--random-range-ratio", "1", "--num-prompts", "10",
-        "--warmup-requests", "0", "--disable-tqdm", "--health-interval", "0.2", "--output-file",
+        "bench",
+        "--base-url",
+        &url,
+        "--tokenizer",
+        tok.to_str().expect("utf8"),
+        "--dataset-name",
+        "random-ids",
+        "--random-input-len",
+        "6",
+        "--random-output-len",
+        "5",
+        "--random-range-ratio",
+        "1",
+        "--num-prompts",
+        "10",
+        "--warmup-requests",
+        "0",
+        "--disable-tqdm",
+        "--health-interval",
+        "0.2",
+        "--output-file",
         out.to_str().expect("utf8"),
     ]
     .iter()
@@ -156,10 +174,7 @@ async fn b04_failures_are_counted_by_cause_and_left_out_of_figures() {
     assert_eq!(o.metrics.completed, 24);
     assert_eq!(o.metrics.failed, 6);
     let by: Vec<(String, usize)> = o.metrics.errors_by_cause.clone().into_iter().collect();
-    assert_eq!(
-        by,
-        vec![("HTTP 500".into(), 2), ("in-band error".into(), 2), ("stream ended early".into(), 2)]
-    );
+    assert_eq!(by, vec![("HTTP 500".into(), 2), ("in-band error".into(), 2), ("stream ended early".into(), 2)]);
     assert_eq!(o.metrics.total_output, 24 * 5, "failed requests add no tokens");
     assert_eq!(o.metrics.total_input, 24 * 6);
     assert_eq!(o.exit_code, exit::FAILURES, "default --max-failure-rate is 0");
@@ -168,16 +183,18 @@ async fn b04_failures_are_counted_by_cause_and_left_out_of_figures() {
     assert!(block.contains(&format!("{:<40} {:<10}\n", "  HTTP 500:", 2)), "{block}");
     assert!(block.contains(&format!("{:<40} {:<10}\n", "  in-band error:", 2)), "{block}");
 
-    let o = bench(&server, dir.path(), &["--backend", "sglang-oai", "--num-prompts", "30", "--max-failure-rate", "0.25"])
-        .await
-        .expect("run");
+    let o =
+        bench(&server, dir.path(), &["--backend", "sglang-oai", "--num-prompts", "30", "--max-failure-rate", "0.25"])
+            .await
+            .expect("run");
     assert_eq!(o.metrics.failed, 6);
     assert_eq!(o.exit_code, exit::OK, "20% failed, 25% allowed");
 }
 
 #[tokio::test]
 async fn b05_a_stalled_stream_times_out_and_the_rest_is_reported() {
-    let server = start(MockScript { fail_every: Some(4), fail_modes: vec![FailMode::Stall], ..Default::default() }).await;
+    let server =
+        start(MockScript { fail_every: Some(4), fail_modes: vec![FailMode::Stall], ..Default::default() }).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let o = bench(&server, dir.path(), &["--num-prompts", "8", "--read-timeout", "0.5"]).await.expect("run");
     assert_eq!(o.metrics.completed, 6);
@@ -212,7 +229,8 @@ async fn b05_server_death_with_200_in_flight_is_reported_and_saved() {
     let details = std::fs::read_to_string(&o.details_file).expect("details file");
     assert_eq!(details.lines().count(), 200);
     let line = std::fs::read_to_string(&o.output_file).expect("output file");
-    let v: serde_json::Value = serde_json::from_str(line.lines().last().expect("a line").replace("Infinity", "null").as_str()).expect("json");
+    let v: serde_json::Value =
+        serde_json::from_str(line.lines().last().expect("a line").replace("Infinity", "null").as_str()).expect("json");
     assert_eq!(v["failed"], 200);
     assert!(v["server_down_at_s"].as_f64().is_some());
     assert_eq!(v["in_flight_at_server_down"], 200);
@@ -247,19 +265,68 @@ async fn jsonl_line_has_sglang_keys_in_order_then_ours() {
     let obj = v.as_object().expect("object");
     let names: Vec<&str> = obj.keys().map(String::as_str).collect();
     let sglang = [
-        "tag", "backend", "dataset_name", "request_rate", "max_concurrency", "sharegpt_output_len",
-        "random_input_len", "random_output_len", "random_range_ratio", "server_info", "duration", "completed",
-        "total_input_tokens", "total_input_text_tokens", "total_input_vision_tokens", "total_output_tokens",
-        "total_output_tokens_retokenized", "request_throughput", "input_throughput", "output_throughput",
-        "total_throughput", "mean_e2e_latency_ms", "median_e2e_latency_ms", "std_e2e_latency_ms",
-        "p90_e2e_latency_ms", "p95_e2e_latency_ms", "p99_e2e_latency_ms", "mean_ttft_ms", "median_ttft_ms",
-        "std_ttft_ms", "p90_ttft_ms", "p95_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "std_tpot_ms",
-        "p90_tpot_ms", "p95_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "median_itl_ms", "std_itl_ms", "p90_itl_ms",
-        "p95_itl_ms", "p99_itl_ms", "concurrency", "accept_length", "max_output_tokens_per_s",
+        "tag",
+        "backend",
+        "dataset_name",
+        "request_rate",
+        "max_concurrency",
+        "sharegpt_output_len",
+        "random_input_len",
+        "random_output_len",
+        "random_range_ratio",
+        "server_info",
+        "duration",
+        "completed",
+        "total_input_tokens",
+        "total_input_text_tokens",
+        "total_input_vision_tokens",
+        "total_output_tokens",
+        "total_output_tokens_retokenized",
+        "request_throughput",
+        "input_throughput",
+        "output_throughput",
+        "total_throughput",
+        "mean_e2e_latency_ms",
+        "median_e2e_latency_ms",
+        "std_e2e_latency_ms",
+        "p90_e2e_latency_ms",
+        "p95_e2e_latency_ms",
+        "p99_e2e_latency_ms",
+        "mean_ttft_ms",
+        "median_ttft_ms",
+        "std_ttft_ms",
+        "p90_ttft_ms",
+        "p95_ttft_ms",
+        "p99_ttft_ms",
+        "mean_tpot_ms",
+        "median_tpot_ms",
+        "std_tpot_ms",
+        "p90_tpot_ms",
+        "p95_tpot_ms",
+        "p99_tpot_ms",
+        "mean_itl_ms",
+        "median_itl_ms",
+        "std_itl_ms",
+        "p90_itl_ms",
+        "p95_itl_ms",
+        "p99_itl_ms",
+        "concurrency",
+        "accept_length",
+        "max_output_tokens_per_s",
         "max_concurrent_requests",
     ];
     assert_eq!(&names[..sglang.len()], &sglang[..]);
-    for k in ["failed", "errors_by_cause", "send_lag_ms_p50", "input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors"] {
+    for k in [
+        "failed",
+        "errors_by_cause",
+        "send_lag_ms_p50",
+        "input_lens",
+        "output_lens",
+        "ttfts",
+        "itls",
+        "generated_texts",
+        "errors",
+    ] {
         assert!(obj.contains_key(k), "{k}");
     }
     assert_eq!(v["tag"], "t1");
@@ -282,7 +349,16 @@ async fn custom_dataset_and_concurrency_limit() {
     let o = bench(
         &server,
         dir.path(),
-        &["--dataset-name", "custom", "--dataset-path", path.to_str().expect("utf8"), "--num-prompts", "8", "--max-concurrency", "2"],
+        &[
+            "--dataset-name",
+            "custom",
+            "--dataset-path",
+            path.to_str().expect("utf8"),
+            "--num-prompts",
+            "8",
+            "--max-concurrency",
+            "2",
+        ],
     )
     .await
     .expect("run");

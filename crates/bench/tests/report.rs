@@ -114,11 +114,8 @@ fn block_matches_sglang_format_byte_for_byte() {
 #[test]
 fn trailing_chunk_without_new_tokens_keeps_ttft_plus_itl_whole() {
     let mut r = fixed_trace().remove(0);
-    r.chunks = vec![
-        Chunk { t: 0.5, tokens: Some(1) },
-        Chunk { t: 0.8, tokens: Some(1) },
-        Chunk { t: 1.0, tokens: Some(0) },
-    ];
+    r.chunks =
+        vec![Chunk { t: 0.5, tokens: Some(1) }, Chunk { t: 0.8, tokens: Some(1) }, Chunk { t: 1.0, tokens: Some(0) }];
     let (itl, per_token) = r.itl();
     assert!(per_token);
     assert_eq!(itl.len(), 1, "one token after the first");

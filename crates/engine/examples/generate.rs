@@ -13,7 +13,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let path = args.get(1).ok_or("usage: generate MODEL N IDS...")?;
     let n: usize = args.get(2).ok_or("usage")?.parse()?;
     let mut ids: Vec<u32> = args[3..].iter().map(|s| s.parse()).collect::<Result<_, _>>()?;
-    let threads = std::env::var("THREADS").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    let threads = std::env::var("THREADS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
     let mut m = LlamaModel::load(std::path::Path::new(path), threads)?;
     let mut kv = KvStore::new(m.attention_needs().kv_layout, 4096);
     let mut kv_len = 0usize;

@@ -8,8 +8,14 @@ fn main() {
     let ty = GgmlType::Q4_1;
     let mut raw = vec![0u8; ty.bytes_for(n * k)];
     let mut x = 1u32;
-    raw.iter_mut().for_each(|b| { x = x.wrapping_mul(1664525).wrapping_add(1013904223); *b = (x >> 24) as u8; });
-    for blk in raw.chunks_exact_mut(20) { blk[1] = 0x20; blk[3] = 0xa0; }
+    raw.iter_mut().for_each(|b| {
+        x = x.wrapping_mul(1664525).wrapping_add(1013904223);
+        *b = (x >> 24) as u8;
+    });
+    for blk in raw.chunks_exact_mut(20) {
+        blk[1] = 0x20;
+        blk[3] = 0xa0;
+    }
     let w = Weight::Quant(QMatrix::from_ggml(ty, &raw, n, k));
     let xs: Vec<f32> = (0..t * k).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
     for threads in [1, 2] {
@@ -18,7 +24,9 @@ fn main() {
         let mut out = vec![0f32; t * n];
         let iters = (2e10 / (n * k * t) as f64).max(3.0) as usize;
         let t0 = std::time::Instant::now();
-        for _ in 0..iters { matmul(&pool, Isa::detect(), &w, &xs, t, &mut q, &mut out); }
+        for _ in 0..iters {
+            matmul(&pool, Isa::detect(), &w, &xs, t, &mut q, &mut out);
+        }
         let dt = t0.elapsed().as_secs_f64() / iters as f64;
         println!("threads {threads}: {:.3} ms, {:.1} GMAC/s", dt * 1e3, (n * k * t) as f64 / dt / 1e9);
     }

@@ -75,7 +75,13 @@ impl ForwardBatch {
             input_ids: all[kv_len..].to_vec(),
             positions: (kv_len as u32..len).collect(),
             out_cache_loc: (kv_len as u32 + 1..len + 1).collect(),
-            seqs: vec![SeqMeta { req_pool_idx: 0, prefix_len: kv_len as u32, extend_len: n, token_start: 0, wants_logits: true }],
+            seqs: vec![SeqMeta {
+                req_pool_idx: 0,
+                prefix_len: kv_len as u32,
+                extend_len: n,
+                token_start: 0,
+                wants_logits: true,
+            }],
             kv_indptr: vec![0, len],
             kv_indices: (1..len + 1).collect(),
             logits_rows: vec![n - 1],
@@ -112,7 +118,11 @@ impl ForwardBatch {
         let err = |m: String| Err(BatchError(m));
         let n = self.num_tokens();
         if self.positions.len() != n || self.out_cache_loc.len() != n {
-            return err(format!("{n} input ids, {} positions, {} out_cache_loc", self.positions.len(), self.out_cache_loc.len()));
+            return err(format!(
+                "{n} input ids, {} positions, {} out_cache_loc",
+                self.positions.len(),
+                self.out_cache_loc.len()
+            ));
         }
         if self.seqs.is_empty() {
             return err("no sequences".into());
@@ -140,7 +150,12 @@ impl ForwardBatch {
             next_token += s.extend_len;
             let slots = self.kv_slots(i);
             if slots.len() != (s.prefix_len + s.extend_len) as usize {
-                return err(format!("seq {i}: {} kv slots for {} + {} tokens", slots.len(), s.prefix_len, s.extend_len));
+                return err(format!(
+                    "seq {i}: {} kv slots for {} + {} tokens",
+                    slots.len(),
+                    s.prefix_len,
+                    s.extend_len
+                ));
             }
             for j in 0..s.extend_len {
                 let row = (s.token_start + j) as usize;
@@ -148,10 +163,17 @@ impl ForwardBatch {
                     return err(format!("seq {i}: token row {row} out of range"));
                 }
                 if self.positions[row] != s.prefix_len + j {
-                    return err(format!("seq {i}: position {} at row {row}, want {}", self.positions[row], s.prefix_len + j));
+                    return err(format!(
+                        "seq {i}: position {} at row {row}, want {}",
+                        self.positions[row],
+                        s.prefix_len + j
+                    ));
                 }
                 if self.out_cache_loc[row] != slots[(s.prefix_len + j) as usize] {
-                    return err(format!("seq {i}: out_cache_loc disagrees with kv_indices at position {}", s.prefix_len + j));
+                    return err(format!(
+                        "seq {i}: out_cache_loc disagrees with kv_indices at position {}",
+                        s.prefix_len + j
+                    ));
                 }
                 if !seen_slot.insert(self.out_cache_loc[row]) {
                     return err(format!("slot {} written twice", self.out_cache_loc[row]));

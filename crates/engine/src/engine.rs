@@ -74,7 +74,11 @@ pub const MAX_RUNNING_LIMIT: usize = 1 << 16;
 ///
 /// # Errors
 /// [`EngineError::Config`] for contradicting flags.
-pub fn derive_config(args: &EngineArgs, bytes_per_token: usize, model_ctx: usize) -> Result<SchedulerConfig, EngineError> {
+pub fn derive_config(
+    args: &EngineArgs,
+    bytes_per_token: usize,
+    model_ctx: usize,
+) -> Result<SchedulerConfig, EngineError> {
     let cerr = |m: String| Err(EngineError::Config(m));
     if !(1..=4096).contains(&args.page_size) {
         return cerr(format!("--page-size {} must be between 1 and 4096", args.page_size));
@@ -104,7 +108,9 @@ pub fn derive_config(args: &EngineArgs, bytes_per_token: usize, model_ctx: usize
     let req_pool = req_pool.clamp(2048, 4096);
     let max_running = match args.max_running_requests {
         Some(0) => return cerr("--max-running-requests must be at least 1".into()),
-        Some(m) if m > MAX_RUNNING_LIMIT => return cerr(format!("--max-running-requests {m} is above the limit of {MAX_RUNNING_LIMIT}")),
+        Some(m) if m > MAX_RUNNING_LIMIT => {
+            return cerr(format!("--max-running-requests {m} is above the limit of {MAX_RUNNING_LIMIT}"))
+        }
         Some(m) => m,
         None => (total / 2).min(req_pool).max(1),
     };
@@ -155,11 +161,14 @@ impl Engine {
     ///
     /// # Errors
     /// Compatibility or configuration errors.
-    pub fn start_with_model(model: Box<dyn Model>, args: &EngineArgs, isa: &'static str) -> Result<Engine, EngineError> {
-        let caps = BACKENDS
-            .iter()
-            .find(|b| b.name == args.attention_backend)
-            .ok_or_else(|| EngineError::Config(format!("unknown --attention-backend {:?} (have: cpu)", args.attention_backend)))?;
+    pub fn start_with_model(
+        model: Box<dyn Model>,
+        args: &EngineArgs,
+        isa: &'static str,
+    ) -> Result<Engine, EngineError> {
+        let caps = BACKENDS.iter().find(|b| b.name == args.attention_backend).ok_or_else(|| {
+            EngineError::Config(format!("unknown --attention-backend {:?} (have: cpu)", args.attention_backend))
+        })?;
         let needs = model.attention_needs();
         check_compat(&needs, caps)?;
         let info = model.info().clone();
@@ -230,7 +239,13 @@ struct Live {
     sinks: std::collections::HashMap<u64, Sink>,
 }
 
-fn engine_loop(mut model: Box<dyn Model>, cfg: SchedulerConfig, eos: Option<u32>, rx: mpsc::Receiver<Command>, stats: Arc<Mutex<SchedulerStats>>) {
+fn engine_loop(
+    mut model: Box<dyn Model>,
+    cfg: SchedulerConfig,
+    eos: Option<u32>,
+    rx: mpsc::Receiver<Command>,
+    stats: Arc<Mutex<SchedulerStats>>,
+) {
     let layout = model.attention_needs().kv_layout;
     let fresh = |cfg: &SchedulerConfig| {
         let sched = Scheduler::new(cfg.clone(), eos);
@@ -313,7 +328,11 @@ fn handle(live: &mut Live, cmd: Command, replies: &mut Vec<Box<dyn FnOnce()>>) {
                     live.sinks.insert(id, sink);
                 }
                 Err(e) => {
-                    sink(Output::Finished { id, reason: FinishReason::Error(e.to_string()), usage: Default::default() });
+                    sink(Output::Finished {
+                        id,
+                        reason: FinishReason::Error(e.to_string()),
+                        usage: Default::default(),
+                    });
                 }
             }
         }

@@ -47,7 +47,8 @@ impl Isa {
     pub fn detect() -> Isa {
         #[cfg(target_arch = "x86_64")]
         {
-            let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c");
+            let avx2 =
+                is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c");
             if avx2 && is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl") {
                 return Isa::Vnni;
             }
@@ -338,7 +339,19 @@ pub fn to_f16(isa: Isa, src: &[f32], dst: &mut [u16]) {
 /// `k[s·stride + off ..][..hd]` and `v[...]` likewise. `scores` is scratch. Each K and V row is
 /// read once for all heads of the group.
 #[allow(clippy::too_many_arguments)]
-pub fn attend_group<E: KvElem>(isa: Isa, q: &[f32], hd: usize, k: &[E], v: &[E], stride: usize, off: usize, slots: &[u32], scale: f32, scores: &mut Vec<f32>, out: &mut [f32]) {
+pub fn attend_group<E: KvElem>(
+    isa: Isa,
+    q: &[f32],
+    hd: usize,
+    k: &[E],
+    v: &[E],
+    stride: usize,
+    off: usize,
+    slots: &[u32],
+    scale: f32,
+    scores: &mut Vec<f32>,
+    out: &mut [f32],
+) {
     let group = q.len() / hd;
     let n = slots.len();
     scores.resize(group * n, 0.0);
@@ -380,7 +393,17 @@ pub fn attend_group<E: KvElem>(isa: Isa, q: &[f32], hd: usize, k: &[E], v: &[E],
 }
 
 #[allow(clippy::too_many_arguments)]
-fn attn_scores_scalar<E: KvElem>(q: &[f32], hd: usize, group: usize, k: &[E], stride: usize, off: usize, slots: &[u32], scale: f32, scores: &mut [f32]) {
+fn attn_scores_scalar<E: KvElem>(
+    q: &[f32],
+    hd: usize,
+    group: usize,
+    k: &[E],
+    stride: usize,
+    off: usize,
+    slots: &[u32],
+    scale: f32,
+    scores: &mut [f32],
+) {
     let n = slots.len();
     let mut kr = vec![0f32; hd];
     for (j, &slot) in slots.iter().enumerate() {
@@ -463,7 +486,13 @@ mod x86 {
 
     /// Tokens in lanes: rows `r0..r0+NR` against token groups `g0..g0+NG` (8 tokens each).
     #[inline(always)]
-    unsafe fn tokens_tile<const NR: usize, const NG: usize, const VNNI: bool>(w: &QMatrix, r0: usize, x: &QActs, g0: usize, out: *mut f32) {
+    unsafe fn tokens_tile<const NR: usize, const NG: usize, const VNNI: bool>(
+        w: &QMatrix,
+        r0: usize,
+        x: &QActs,
+        g0: usize,
+        out: *mut f32,
+    ) {
         let nb = w.cols / QK;
         let mut acc = [[_mm256_setzero_ps(); NG]; NR];
         let mut macc = [[_mm256_setzero_ps(); NG]; NR];
@@ -477,7 +506,8 @@ mod x86 {
             for k in 0..8 {
                 let mut xv = [_mm256_setzero_si256(); NG];
                 for gi in 0..NG {
-                    xv[gi] = _mm256_loadu_si256(x.xi.as_ptr().add((((g0 + gi) * nb + b) * 8 + k) * 32) as *const __m256i);
+                    xv[gi] =
+                        _mm256_loadu_si256(x.xi.as_ptr().add((((g0 + gi) * nb + b) * 8 + k) * 32) as *const __m256i);
                 }
                 for i in 0..NR {
                     let wb = _mm256_set1_epi32(wa[i][k]);
@@ -541,13 +571,17 @@ mod x86 {
             }
             let isum = reduce8(&p);
             let at = (g * nb + b) * 8;
-            let scale = _mm256_mul_ps(_mm256_loadu_ps(w.dt.as_ptr().add(at)), _mm256_set1_ps(*x.d.as_ptr().add(t * nb + b)));
+            let scale =
+                _mm256_mul_ps(_mm256_loadu_ps(w.dt.as_ptr().add(at)), _mm256_set1_ps(*x.d.as_ptr().add(t * nb + b)));
             acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc);
-            macc = _mm256_fmadd_ps(_mm256_loadu_ps(w.mt.as_ptr().add(at)), _mm256_set1_ps(*x.s.as_ptr().add(t * nb + b)), macc);
+            macc = _mm256_fmadd_ps(
+                _mm256_loadu_ps(w.mt.as_ptr().add(at)),
+                _mm256_set1_ps(*x.s.as_ptr().add(t * nb + b)),
+                macc,
+            );
         }
         _mm256_storeu_ps(out.add(t * w.rows + r0), _mm256_add_ps(acc, macc));
     }
-
 
     #[inline(always)]
     unsafe fn vnni_dot(acc: __m256i, wv: __m256i, xv: __m256i) -> __m256i {
@@ -561,7 +595,13 @@ mod x86 {
 
     /// Rows `r0..r1` (whole groups of 8, `r0` a multiple of 8) for every token.
     #[inline(always)]
-    unsafe fn rows_generic<const VNNI: bool, const NR: usize>(w: &QMatrix, r0: usize, r1: usize, x: &QActs, out: *mut f32) {
+    unsafe fn rows_generic<const VNNI: bool, const NR: usize>(
+        w: &QMatrix,
+        r0: usize,
+        r1: usize,
+        x: &QActs,
+        out: *mut f32,
+    ) {
         let groups = x.rows / 8;
         let mut g = 0;
         while g + 2 <= groups {
@@ -604,7 +644,17 @@ mod x86 {
     /// Scores of up to 8 heads against each key, every key row loaded once.
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn attn_scores<E: KvElem>(q: &[f32], hd: usize, group: usize, k: &[E], stride: usize, off: usize, slots: &[u32], scale: f32, scores: &mut [f32]) {
+    pub(super) unsafe fn attn_scores<E: KvElem>(
+        q: &[f32],
+        hd: usize,
+        group: usize,
+        k: &[E],
+        stride: usize,
+        off: usize,
+        slots: &[u32],
+        scale: f32,
+        scores: &mut [f32],
+    ) {
         let n = slots.len();
         let qp = q.as_ptr();
         for (j, &slot) in slots.iter().enumerate() {
@@ -630,7 +680,14 @@ mod x86 {
     /// each V row is read once, and `out` is written once. Same summation order as the
     /// generic path (slot by slot), so results do not depend on which path ran... per ISA.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
-    pub(super) unsafe fn attn_values_g3_hd64<E: KvElem>(p: &[f32], v: &[E], stride: usize, off: usize, slots: &[u32], out: &mut [f32]) {
+    pub(super) unsafe fn attn_values_g3_hd64<E: KvElem>(
+        p: &[f32],
+        v: &[E],
+        stride: usize,
+        off: usize,
+        slots: &[u32],
+        out: &mut [f32],
+    ) {
         let n = slots.len();
         let mut acc = [[_mm256_setzero_ps(); 8]; 3];
         for (j, &slot) in slots.iter().enumerate() {
@@ -756,11 +813,19 @@ mod tests {
                         for r in 0..n {
                             assert_eq!(out[t * n + r].to_bits(), one[r].to_bits(), "{ty:?} {isa:?} batch invariance");
                             let refv = quant_dot_scalar(q, r, &xq, t);
-                            assert_eq!(out[t * n + r].to_bits(), refv.to_bits(), "{ty:?} {isa:?} row {r} token {t} of {tokens}");
+                            assert_eq!(
+                                out[t * n + r].to_bits(),
+                                refv.to_bits(),
+                                "{ty:?} {isa:?} row {r} token {t} of {tokens}"
+                            );
                             q.dequantize_row(r, &mut wr);
                             let exact: f32 = wr.iter().zip(&x[t * k..(t + 1) * k]).map(|(a, b)| a * b).sum();
                             let scale: f32 = wr.iter().map(|v| v.abs()).sum::<f32>() / 127.0;
-                            assert!((out[t * n + r] - exact).abs() <= scale + 1e-3, "{ty:?}: {} vs {exact}", out[t * n + r]);
+                            assert!(
+                                (out[t * n + r] - exact).abs() <= scale + 1e-3,
+                                "{ty:?}: {} vs {exact}",
+                                out[t * n + r]
+                            );
                         }
                     }
                 }

@@ -127,7 +127,10 @@ impl Nvfp4Matrix {
     /// # Panics
     /// When `cols` is not a multiple of 16 or `w.len() != rows · cols`.
     pub fn quantize(w: &[f32], rows: usize, cols: usize) -> Self {
-        assert!(cols.is_multiple_of(BLOCK) && w.len() == rows * cols, "NVFP4 needs [rows, cols] with cols a multiple of 16");
+        assert!(
+            cols.is_multiple_of(BLOCK) && w.len() == rows * cols,
+            "NVFP4 needs [rows, cols] with cols a multiple of 16"
+        );
         let amax = w.iter().fold(0f32, |a, v| a.max(v.abs()));
         let global = if amax > 0.0 { amax / (6.0 * E4M3_MAX) } else { 1.0 };
         let mut weight = vec![0u8; rows * cols / 2];
@@ -184,7 +187,15 @@ mod tests {
         }
         // (byte, value): 0x38 = 0.0111.000 → 2^0; 0x7e = 0.1111.110 → 1.75·2^8 = 448;
         // 0x01 = smallest subnormal 2^-9; 0x08 = smallest normal 2^-6; 0xc0 = 1.1000.000 → −2.
-        for (b, v) in [(0x38u8, 1.0f32), (0x7e, 448.0), (0x01, 0.001953125), (0x08, 0.015625), (0xc0, -2.0), (0x3c, 1.5), (0x00, 0.0)] {
+        for (b, v) in [
+            (0x38u8, 1.0f32),
+            (0x7e, 448.0),
+            (0x01, 0.001953125),
+            (0x08, 0.015625),
+            (0xc0, -2.0),
+            (0x3c, 1.5),
+            (0x00, 0.0),
+        ] {
             assert_eq!(e4m3_to_f32(b), v, "{b:#x}");
             assert_eq!(f32_to_e4m3(v), b, "{v}");
         }
@@ -200,7 +211,13 @@ mod tests {
     /// Layout: element 2j in the low nibble, 2j+1 in the high nibble; scales per 16 of a row.
     #[test]
     fn layout_and_scales() {
-        let m = Nvfp4Matrix { rows: 1, cols: 16, weight: vec![0x21, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xf7], weight_scale: vec![0x40], weight_scale_2: 0.5 };
+        let m = Nvfp4Matrix {
+            rows: 1,
+            cols: 16,
+            weight: vec![0x21, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xf7],
+            weight_scale: vec![0x40],
+            weight_scale_2: 0.5,
+        };
         // Scale 0x40 = 0.1000.000 → 2; times 0.5 → 1.
         assert_eq!(m.get(0, 0), 0.5); // low nibble of 0x21: code 1
         assert_eq!(m.get(0, 1), 1.0); // high nibble: code 2
@@ -211,7 +228,9 @@ mod tests {
     #[test]
     fn quantize_round_trip_and_matmul() {
         let (rows, cols) = (5, 64);
-        let w: Vec<f32> = (0..rows * cols).map(|i| ((i * 7919 % 1000) as f32 / 500.0 - 1.0) * if i % 13 == 0 { 4.0 } else { 1.0 }).collect();
+        let w: Vec<f32> = (0..rows * cols)
+            .map(|i| ((i * 7919 % 1000) as f32 / 500.0 - 1.0) * if i % 13 == 0 { 4.0 } else { 1.0 })
+            .collect();
         let q = Nvfp4Matrix::quantize(&w, rows, cols);
         let mut row = vec![0f32; cols];
         for r in 0..rows {

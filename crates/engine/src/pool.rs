@@ -81,9 +81,7 @@ impl ThreadPool {
         let handles = (1..threads)
             .map(|i| {
                 let sh = shared.clone();
-                std::thread::Builder::new()
-                    .name(format!("sparrow-worker-{i}"))
-                    .spawn(move || worker(&sh))
+                std::thread::Builder::new().name(format!("sparrow-worker-{i}")).spawn(move || worker(&sh))
             })
             .collect::<std::io::Result<Vec<_>>>()?;
         Ok(ThreadPool { shared, handles, threads })
@@ -139,10 +137,8 @@ impl ThreadPool {
                 if sh.finished.load(Ordering::Acquire) >= n && st.active == 0 {
                     continue;
                 }
-                let _st = sh
-                    .done
-                    .wait_timeout(st, std::time::Duration::from_millis(1))
-                    .unwrap_or_else(|p| p.into_inner());
+                let _st =
+                    sh.done.wait_timeout(st, std::time::Duration::from_millis(1)).unwrap_or_else(|p| p.into_inner());
             }
         }
     }

@@ -261,7 +261,9 @@ impl QMatrix {
     /// Row `r`'s codes in row-major order.
     fn row_codes(&self, r: usize) -> Vec<u8> {
         let bb = self.block_bytes();
-        (0..self.cols / QK).flat_map(|b| self.codes[self.block_offset(r, b)..self.block_offset(r, b) + bb].iter().copied()).collect()
+        (0..self.cols / QK)
+            .flat_map(|b| self.codes[self.block_offset(r, b)..self.block_offset(r, b) + bb].iter().copied())
+            .collect()
     }
 
     /// Bytes of codes per row.
@@ -557,7 +559,8 @@ mod tests {
     #[test]
     fn f32_to_f16_matches_hardware() {
         let mut x = 0x9e37_79b9u32;
-        let mut vals: Vec<f32> = vec![0.0, -0.0, 1.0, 65504.0, 65520.0, 1e-8, 5.96e-8, 2.98e-8, 6.1e-5, f32::INFINITY, f32::NAN];
+        let mut vals: Vec<f32> =
+            vec![0.0, -0.0, 1.0, 65504.0, 65520.0, 1e-8, 5.96e-8, 2.98e-8, 6.1e-5, f32::INFINITY, f32::NAN];
         for _ in 0..200_000 {
             x ^= x << 13;
             x ^= x >> 17;

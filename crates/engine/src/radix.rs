@@ -51,7 +51,8 @@ pub struct RadixCache {
 impl RadixCache {
     /// An empty cache for pages of `page_size` tokens.
     pub fn new(page_size: usize) -> Self {
-        let root = Node { parent: ROOT, key: Box::new([]), page: 0, children: HashMap::new(), lock_ref: 1, last_access: 0 };
+        let root =
+            Node { parent: ROOT, key: Box::new([]), page: 0, children: HashMap::new(), lock_ref: 1, last_access: 0 };
         RadixCache { page_size, nodes: vec![Some(root)], free_ids: Vec::new(), clock: 0, evictable: 0, protected: 0 }
     }
 
@@ -143,7 +144,8 @@ impl RadixCache {
                 continue;
             }
             let id = self.free_ids.pop().unwrap_or(self.nodes.len());
-            let new = Node { parent: node, key: key.into(), page, children: HashMap::new(), lock_ref: 0, last_access: now };
+            let new =
+                Node { parent: node, key: key.into(), page, children: HashMap::new(), lock_ref: 0, last_access: now };
             if id == self.nodes.len() {
                 self.nodes.push(Some(new));
             } else {
@@ -216,7 +218,10 @@ impl RadixCache {
             }
         }
         if (ev, pr) != (self.evictable, self.protected) {
-            return Err(format!("counted {ev}/{pr} evictable/protected, tracked {}/{}", self.evictable, self.protected));
+            return Err(format!(
+                "counted {ev}/{pr} evictable/protected, tracked {}/{}",
+                self.evictable, self.protected
+            ));
         }
         Ok(())
     }

@@ -427,12 +427,8 @@ impl Scheduler {
         let budget_total = self.cfg.chunked_prefill_size.min(self.cfg.max_prefill_tokens).max(1);
         // 1. Every DECODE row needs one slot; retract the newest requests until they all fit.
         loop {
-            let need: usize = self
-                .running
-                .iter()
-                .filter(|r| r.tokens.len() - r.kv_len == 1)
-                .map(|r| self.pages_for(r, 1))
-                .sum();
+            let need: usize =
+                self.running.iter().filter(|r| r.tokens.len() - r.kv_len == 1).map(|r| self.pages_for(r, 1)).sum();
             if self.ensure_free(need) || self.running.len() <= 1 {
                 break;
             }
@@ -448,7 +444,8 @@ impl Scheduler {
         let mut rows: Vec<(usize, usize)> = Vec::new(); // (index in running, new tokens)
         let mut budget = budget_total;
         let mut order: Vec<usize> = (0..self.running.len()).collect();
-        order.sort_by_key(|&i| (self.running[i].tokens.len() - self.running[i].kv_len > 1, self.running[i].admitted_at));
+        order
+            .sort_by_key(|&i| (self.running[i].tokens.len() - self.running[i].kv_len > 1, self.running[i].admitted_at));
         for i in order {
             let rem = self.running[i].tokens.len() - self.running[i].kv_len;
             let n = if rem == 1 { 1 } else { rem.min(budget) };
@@ -495,11 +492,7 @@ impl Scheduler {
             let n = rem.min(budget);
             let need_now = (prefix_tokens + n).div_ceil(ps) - matched;
             // Reserve room for the growth of everything running, as SGLang's admission does.
-            let future: f64 = self
-                .running
-                .iter()
-                .map(|q| (q.max_new - q.output_len()) as f64)
-                .sum::<f64>()
+            let future: f64 = self.running.iter().map(|q| (q.max_new - q.output_len()) as f64).sum::<f64>()
                 + (rem - n + r.max_new - r.output_len()) as f64;
             let reserve = (future * self.new_token_ratio / ps as f64).ceil() as usize;
             let want = if self.running.is_empty() { need_now } else { need_now + reserve };
@@ -636,7 +629,13 @@ impl Scheduler {
                 b.logits_rows.push(start + n as u32 - 1);
             }
             b.kv_indptr.push(b.kv_indices.len() as u32);
-            b.seqs.push(SeqMeta { req_pool_idx: r.pool_idx, prefix_len: r.kv_len as u32, extend_len: n as u32, token_start: start, wants_logits });
+            b.seqs.push(SeqMeta {
+                req_pool_idx: r.pool_idx,
+                prefix_len: r.kv_len as u32,
+                extend_len: n as u32,
+                token_start: start,
+                wants_logits,
+            });
         }
         b
     }
@@ -651,5 +650,9 @@ fn logits_row(logits: &[f32], i: usize, vocab: usize) -> Vec<f32> {
 }
 
 fn usage(r: &Req) -> Usage {
-    Usage { prompt_tokens: r.prompt_len, completion_tokens: r.output_len(), cached_tokens: r.cached_tokens.unwrap_or(0) }
+    Usage {
+        prompt_tokens: r.prompt_len,
+        completion_tokens: r.output_len(),
+        cached_tokens: r.cached_tokens.unwrap_or(0),
+    }
 }

@@ -45,7 +45,9 @@ fn run(m: &mut LlamaModel, c: SchedulerConfig, prompts: &[Vec<u32>], alone: bool
             for o in s.step(m, kv) {
                 match o {
                     Output::Token { id, token } => out[id as usize].push(token),
-                    Output::Finished { reason, .. } => assert!(!matches!(reason, sparrow_engine::scheduler::FinishReason::Error(_)), "{reason:?}"),
+                    Output::Finished { reason, .. } => {
+                        assert!(!matches!(reason, sparrow_engine::scheduler::FinishReason::Error(_)), "{reason:?}")
+                    }
                     Output::Started { .. } => {}
                 }
             }

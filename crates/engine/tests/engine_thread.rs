@@ -54,7 +54,14 @@ fn args() -> EngineArgs {
 
 fn run(engine: &Engine, id: u64, prompt: Vec<u32>) -> (Vec<u32>, FinishReason) {
     let (tx, rx) = mpsc::channel();
-    let req = NewRequest { id, input_ids: prompt, max_new_tokens: 3, sampling: SamplingParams { temperature: 0.0, ..Default::default() }, stop_token_ids: vec![], ignore_eos: true };
+    let req = NewRequest {
+        id,
+        input_ids: prompt,
+        max_new_tokens: 3,
+        sampling: SamplingParams { temperature: 0.0, ..Default::default() },
+        stop_token_ids: vec![],
+        ignore_eos: true,
+    };
     engine.submit(req, Box::new(move |o| tx.send(o).is_ok())).expect("engine running");
     let mut toks = Vec::new();
     loop {
@@ -68,7 +75,15 @@ fn run(engine: &Engine, id: u64, prompt: Vec<u32>) -> (Vec<u32>, FinishReason) {
 
 #[test]
 fn a_panicking_model_fails_the_batch_and_the_engine_keeps_serving() {
-    let info = ModelInfo { architecture: "fake".into(), name: "fragile".into(), vocab_size: 100, context_length: 256, num_layers: 1, hidden_size: 8, weight_bytes: 0 };
+    let info = ModelInfo {
+        architecture: "fake".into(),
+        name: "fragile".into(),
+        vocab_size: 100,
+        context_length: 256,
+        num_layers: 1,
+        hidden_size: 8,
+        weight_bytes: 0,
+    };
     let engine = Engine::start_with_model(Box::new(Fragile(info)), &args(), "scalar").expect("starts");
     assert_eq!(run(&engine, 1, vec![5, 6]), (vec![7, 8, 9], FinishReason::Length));
     let (toks, reason) = run(&engine, 2, vec![12, 13]);

@@ -110,7 +110,15 @@ fn weights(types: &dyn Fn(&str) -> GgmlType, tied: bool) -> (Vec<Tensor>, Vec<Te
     let kvd = HIDDEN / HEADS * KV_HEADS;
     let mut mats: Vec<(String, usize, usize)> = vec![("token_embd.weight".into(), VOCAB, HIDDEN)];
     for l in 0..LAYERS {
-        for (n, r, c) in [("attn_q", HIDDEN, HIDDEN), ("attn_k", kvd, HIDDEN), ("attn_v", kvd, HIDDEN), ("attn_output", HIDDEN, HIDDEN), ("ffn_gate", FFN, HIDDEN), ("ffn_up", FFN, HIDDEN), ("ffn_down", HIDDEN, FFN)] {
+        for (n, r, c) in [
+            ("attn_q", HIDDEN, HIDDEN),
+            ("attn_k", kvd, HIDDEN),
+            ("attn_v", kvd, HIDDEN),
+            ("attn_output", HIDDEN, HIDDEN),
+            ("ffn_gate", FFN, HIDDEN),
+            ("ffn_up", FFN, HIDDEN),
+            ("ffn_down", HIDDEN, FFN),
+        ] {
             mats.push((format!("blk.{l}.{n}.weight"), r, c));
         }
     }

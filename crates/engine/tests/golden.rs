@@ -125,7 +125,9 @@ fn greedy_and_logits_match_llama_cpp() {
             full_matches += 1;
         } else {
             let first = got.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(0);
-            let margin_at = |i: usize| (steps[i]["top1_logit"].as_f64().unwrap_or(0.0) - steps[i]["top2_logit"].as_f64().unwrap_or(0.0)) as f32;
+            let margin_at = |i: usize| {
+                (steps[i]["top1_logit"].as_f64().unwrap_or(0.0) - steps[i]["top2_logit"].as_f64().unwrap_or(0.0)) as f32
+            };
             // The path up to `first` is llama.cpp's, so the divergence itself must be a near-tie.
             assert!(
                 margin_at(first) < MARGIN,

@@ -136,7 +136,8 @@ fn run_schedule(seed: u64, seen: &mut Seen) {
     let mut model = FakeModel::new();
     let mut kv = KvStore::new(model.attention_needs().kv_layout, sched.num_slots());
     let start_free = sched.free_pages();
-    let bases: Vec<Vec<u32>> = (0..3).map(|_| (0..rng.random_range(1..120)).map(|_| rng.random_range(1..VOCAB as u32)).collect()).collect();
+    let bases: Vec<Vec<u32>> =
+        (0..3).map(|_| (0..rng.random_range(1..120)).map(|_| rng.random_range(1..VOCAB as u32)).collect()).collect();
     let n_req = rng.random_range(1..25);
     let mut reqs: Vec<Expect> = Vec::new();
     let mut steps = 0;
@@ -231,7 +232,10 @@ fn random_schedules_keep_metadata_complete_and_outputs_exact() {
     assert!(seen.cached > 1000, "cached prompt tokens: {}", seen.cached);
     assert!(seen.mixed > 1000, "mixed batches: {}", seen.mixed);
     assert!(seen.chunked > 1000, "chunked continuations: {}", seen.chunked);
-    eprintln!("retractions {}, cached tokens {}, mixed batches {}, chunk steps {}", seen.retractions, seen.cached, seen.mixed, seen.chunked);
+    eprintln!(
+        "retractions {}, cached tokens {}, mixed batches {}, chunk steps {}",
+        seen.retractions, seen.cached, seen.mixed, seen.chunked
+    );
 }
 
 /// A FCFS scheduler with radix cache over `num_pages` pages of `page_size`.
@@ -257,7 +261,14 @@ fn retraction_recomputes_the_same_greedy_output() {
     let mut kv = KvStore::new(model.attention_needs().kv_layout, sched.num_slots());
     let prompts: Vec<Vec<u32>> = (0..8u32).map(|i| (0..20).map(|j| (i * 7 + j) % 37).collect()).collect();
     for (i, p) in prompts.iter().enumerate() {
-        let r = NewRequest { id: i as u64, input_ids: p.clone(), max_new_tokens: 60, sampling: SamplingParams { temperature: 0.0, ..Default::default() }, stop_token_ids: vec![], ignore_eos: true };
+        let r = NewRequest {
+            id: i as u64,
+            input_ids: p.clone(),
+            max_new_tokens: 60,
+            sampling: SamplingParams { temperature: 0.0, ..Default::default() },
+            stop_token_ids: vec![],
+            ignore_eos: true,
+        };
         sched.submit(r).expect("fits alone");
     }
     let mut got = vec![Vec::new(); 8];
@@ -277,7 +288,14 @@ fn retraction_recomputes_the_same_greedy_output() {
 #[test]
 fn a_request_that_can_never_fit_is_refused_at_admission() {
     let mut sched = Scheduler::new(small_pool(16, 4), None);
-    let r = NewRequest { id: 1, input_ids: vec![1; 60], max_new_tokens: 5, sampling: SamplingParams::default(), stop_token_ids: vec![], ignore_eos: false };
+    let r = NewRequest {
+        id: 1,
+        input_ids: vec![1; 60],
+        max_new_tokens: 5,
+        sampling: SamplingParams::default(),
+        stop_token_ids: vec![],
+        ignore_eos: false,
+    };
     let e = sched.submit(r).expect_err("65 tokens > 64-token pool");
     assert!(e.to_string().contains("KV pool holds 64"), "{e}");
     assert!(sched.is_idle());

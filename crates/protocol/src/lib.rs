@@ -55,14 +55,7 @@ pub struct ErrorDetail {
 impl ErrorBody {
     /// A body with `message`, error class `kind` and status `code`.
     pub fn new(message: impl Into<String>, kind: impl Into<String>, code: u16) -> Self {
-        ErrorBody {
-            error: ErrorDetail {
-                message: message.into(),
-                kind: kind.into(),
-                param: None,
-                code: Some(code),
-            },
-        }
+        ErrorBody { error: ErrorDetail { message: message.into(), kind: kind.into(), param: None, code: Some(code) } }
     }
 }
 
@@ -84,13 +77,7 @@ pub fn in_band_error(frame: &serde_json::Value) -> Option<String> {
         );
     }
     if frame.get("object").and_then(|o| o.as_str()) == Some("error") {
-        return Some(
-            frame
-                .get("message")
-                .and_then(|m| m.as_str())
-                .unwrap_or("error")
-                .to_owned(),
-        );
+        return Some(frame.get("message").and_then(|m| m.as_str()).unwrap_or("error").to_owned());
     }
     None
 }
@@ -107,10 +94,7 @@ mod tests {
             Some("boom".to_owned())
         );
         assert_eq!(in_band_error(&json!({"error": "oom"})), Some("oom".to_owned()));
-        assert_eq!(
-            in_band_error(&json!({"object": "error", "message": "bad"})),
-            Some("bad".to_owned())
-        );
+        assert_eq!(in_band_error(&json!({"object": "error", "message": "bad"})), Some("bad".to_owned()));
         assert_eq!(in_band_error(&json!({"choices": [], "error": null})), None);
         assert_eq!(in_band_error(&json!({"choices": []})), None);
     }

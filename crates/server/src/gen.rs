@@ -89,7 +89,10 @@ pub fn prepare(state: &AppState, prompt_ids: Vec<u32>, params: GenParams) -> Res
         return Err(ApiError::bad("prompt", format!("token id {bad} is outside the vocabulary (size {vocab})")));
     }
     if let Some((bad, _)) = params.sampling.logit_bias.iter().find(|(t, _)| *t as usize >= vocab) {
-        return Err(ApiError::bad("logit_bias", format!("logit_bias names token id {bad}, outside the vocabulary (size {vocab})")));
+        return Err(ApiError::bad(
+            "logit_bias",
+            format!("logit_bias names token id {bad}, outside the vocabulary (size {vocab})"),
+        ));
     }
     if p >= ctx {
         return Err(ApiError::bad(
@@ -102,15 +105,19 @@ pub fn prepare(state: &AppState, prompt_ids: Vec<u32>, params: GenParams) -> Res
         Some(m) if p + m > ctx => {
             return Err(ApiError::bad(
                 field,
-                format!("the prompt has {p} tokens and {field} is {m}: {} tokens exceed the context length of {ctx} tokens", p + m),
+                format!(
+                    "the prompt has {p} tokens and {field} is {m}: {} tokens exceed the context length of {ctx} tokens",
+                    p + m
+                ),
             ))
         }
-        Some(m) if p + m > pool => {
-            return Err(ApiError::bad(
-                field,
-                format!("the prompt has {p} tokens and {field} is {m}: {} tokens can never fit the KV pool of {pool} tokens", p + m),
-            ))
-        }
+        Some(m) if p + m > pool => return Err(ApiError::bad(
+            field,
+            format!(
+                "the prompt has {p} tokens and {field} is {m}: {} tokens can never fit the KV pool of {pool} tokens",
+                p + m
+            ),
+        )),
         Some(m) => m,
         None if p >= pool => {
             return Err(ApiError::bad("prompt", format!("the prompt has {p} tokens; the KV pool holds {pool} tokens")));
@@ -186,7 +193,13 @@ impl Choice {
                             ChoiceEvent::Text { index, text, tokens: self.tokens },
                             ChoiceEvent::Done {
                                 index,
-                                finish: Finish { reason: "stop", matched: Some(Value::String(matched)), completion_tokens: self.tokens, cached_tokens: self.cached, error: None },
+                                finish: Finish {
+                                    reason: "stop",
+                                    matched: Some(Value::String(matched)),
+                                    completion_tokens: self.tokens,
+                                    cached_tokens: self.cached,
+                                    error: None,
+                                },
                             },
                         ]
                     }
@@ -203,7 +216,13 @@ impl Choice {
                             ChoiceEvent::Text { index, text, tokens: self.tokens },
                             ChoiceEvent::Done {
                                 index,
-                                finish: Finish { reason: "stop", matched: Some(Value::String(matched)), completion_tokens: self.tokens, cached_tokens: usage.cached_tokens, error: None },
+                                finish: Finish {
+                                    reason: "stop",
+                                    matched: Some(Value::String(matched)),
+                                    completion_tokens: self.tokens,
+                                    cached_tokens: usage.cached_tokens,
+                                    error: None,
+                                },
                             },
                         ];
                     }
@@ -215,7 +234,13 @@ impl Choice {
                     FinishReason::Abort => ("abort", None, None),
                     FinishReason::Error(e) => ("abort", None, Some(e)),
                 };
-                let finish = Finish { reason: r, matched, completion_tokens: usage.completion_tokens, cached_tokens: usage.cached_tokens, error };
+                let finish = Finish {
+                    reason: r,
+                    matched,
+                    completion_tokens: usage.completion_tokens,
+                    cached_tokens: usage.cached_tokens,
+                    error,
+                };
                 let mut ev = Vec::new();
                 if !text.is_empty() {
                     ev.push(ChoiceEvent::Text { index, text, tokens: self.tokens });
@@ -243,7 +268,10 @@ pub fn start(state: &AppState, prep: Prepared) -> Result<BoxStream<'static, Choi
     if prep.max_new == 0 {
         // Nothing to sample: no engine request, no KV pages.
         let events: Vec<ChoiceEvent> = (0..n)
-            .map(|index| ChoiceEvent::Done { index, finish: Finish { reason: "length", matched: None, completion_tokens: 0, cached_tokens: 0, error: None } })
+            .map(|index| ChoiceEvent::Done {
+                index,
+                finish: Finish { reason: "length", matched: None, completion_tokens: 0, cached_tokens: 0, error: None },
+            })
             .collect();
         return Ok(stream::iter(events).boxed());
     }

@@ -55,11 +55,17 @@ impl Metrics {
     /// Registers every metric.
     pub fn new() -> Self {
         let mut registry = Registry::default();
-        let ttft = Histogram::new([0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 120.0, 160.0]);
-        let itl = Histogram::new([
-            0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040, 0.050, 0.075, 0.100, 0.150, 0.200, 0.300, 0.400, 0.500, 0.750, 1.0, 2.0,
+        let ttft = Histogram::new([
+            0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 120.0, 160.0,
         ]);
-        let e2e = Histogram::new([0.1, 0.2, 0.4, 0.8, 1.0, 2.0, 5.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0, 150.0, 200.0, 250.0, 300.0, 350.0, 500.0, 1000.0]);
+        let itl = Histogram::new([
+            0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040, 0.050, 0.075, 0.100, 0.150,
+            0.200, 0.300, 0.400, 0.500, 0.750, 1.0, 2.0,
+        ]);
+        let e2e = Histogram::new([
+            0.1, 0.2, 0.4, 0.8, 1.0, 2.0, 5.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0, 150.0, 200.0, 250.0, 300.0, 350.0,
+            500.0, 1000.0,
+        ]);
         let m = Metrics {
             ttft,
             itl,
@@ -78,13 +84,25 @@ impl Metrics {
         };
         registry.register("sglang:time_to_first_token_seconds", "Time to first token", m.ttft.clone());
         registry.register("sglang:inter_token_latency_seconds", "Time between tokens of one choice", m.itl.clone());
-        registry.register("sglang:e2e_request_latency_seconds", "Request latency, arrival to last token", m.e2e.clone());
+        registry.register(
+            "sglang:e2e_request_latency_seconds",
+            "Request latency, arrival to last token",
+            m.e2e.clone(),
+        );
         registry.register("sglang:num_requests", "Generation requests received", m.requests.clone());
         registry.register("sglang:num_running_reqs", "Requests prefilling or decoding", m.running.clone());
         registry.register("sglang:num_queue_reqs", "Requests waiting for admission", m.queued.clone());
         registry.register("sglang:token_usage", "Fraction of KV pages in use", m.token_usage.clone());
-        registry.register("sglang:cache_hit_rate", "Prompt tokens served from the radix cache / prompt tokens", m.cache_hit_rate.clone());
-        registry.register("sglang:gen_throughput", "Generated tokens per second since the last scrape", m.gen_throughput.clone());
+        registry.register(
+            "sglang:cache_hit_rate",
+            "Prompt tokens served from the radix cache / prompt tokens",
+            m.cache_hit_rate.clone(),
+        );
+        registry.register(
+            "sglang:gen_throughput",
+            "Generated tokens per second since the last scrape",
+            m.gen_throughput.clone(),
+        );
         registry.register("sglang:prompt_tokens", "Prompt tokens admitted", m.prompt_tokens.clone());
         registry.register("sglang:generation_tokens", "Tokens generated", m.gen_tokens.clone());
         registry.register("sparrow:num_retractions", "Requests retracted for lack of KV pages", m.retractions.clone());
@@ -97,7 +115,11 @@ impl Metrics {
         self.queued.set(s.num_queue_reqs as i64);
         let used = s.used_pages.saturating_sub(s.evictable_pages);
         self.token_usage.set(if s.total_pages > 0 { used as f64 / s.total_pages as f64 } else { 0.0 });
-        self.cache_hit_rate.set(if s.prompt_tokens_total > 0 { s.cached_tokens_total as f64 / s.prompt_tokens_total as f64 } else { 0.0 });
+        self.cache_hit_rate.set(if s.prompt_tokens_total > 0 {
+            s.cached_tokens_total as f64 / s.prompt_tokens_total as f64
+        } else {
+            0.0
+        });
         catch_up(&self.prompt_tokens, s.prompt_tokens_total);
         catch_up(&self.gen_tokens, s.generation_tokens_total);
         catch_up(&self.retractions, s.num_retractions);

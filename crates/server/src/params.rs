@@ -16,8 +16,21 @@ use crate::error::ApiError;
 /// `sampling_params` keys `/generate` understands (SGLang's `SamplingParams` names); others are
 /// a 400, as SGLang's constructor rejects them.
 pub const NATIVE_SAMPLING_KEYS: &[&str] = &[
-    "max_new_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "stop_token_ids", "ignore_eos",
-    "skip_special_tokens", "n", "seed", "sampling_seed", "logit_bias", "presence_penalty", "frequency_penalty",
+    "max_new_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "stop",
+    "stop_token_ids",
+    "ignore_eos",
+    "skip_special_tokens",
+    "n",
+    "seed",
+    "sampling_seed",
+    "logit_bias",
+    "presence_penalty",
+    "frequency_penalty",
     "repetition_penalty",
 ];
 
@@ -109,7 +122,9 @@ impl Fields<'_> {
     /// Refuses a field we do not implement unless it holds its neutral value.
     pub fn refuse_unless(&self, k: &str, neutral: &[Value], what: &str) -> Result<(), ApiError> {
         match self.get(k) {
-            Some(v) if !neutral.contains(v) => Err(ApiError::bad(k, format!("{k} is not supported by this server ({what})"))),
+            Some(v) if !neutral.contains(v) => {
+                Err(ApiError::bad(k, format!("{k} is not supported by this server ({what})")))
+            }
             _ => Ok(()),
         }
     }
@@ -159,13 +174,16 @@ pub fn parse(map: &Map<String, Value>, api: Api) -> Result<GenParams, ApiError> 
     }
     let mut logit_bias = Vec::new();
     if let Some(v) = f.get("logit_bias") {
-        let obj = v.as_object().ok_or_else(|| ApiError::bad("logit_bias", "logit_bias must be an object of token id → bias"))?;
+        let obj = v
+            .as_object()
+            .ok_or_else(|| ApiError::bad("logit_bias", "logit_bias must be an object of token id → bias"))?;
         for (k, b) in obj {
-            let id: u32 = k.parse().map_err(|_| ApiError::bad("logit_bias", format!("logit_bias key {k:?} is not a token id")))?;
-            let b = b
-                .as_f64()
-                .filter(|b| (-100.0..=100.0).contains(b))
-                .ok_or_else(|| ApiError::bad("logit_bias", format!("logit_bias[{k}] must be a number in [-100, 100]")))?;
+            let id: u32 = k
+                .parse()
+                .map_err(|_| ApiError::bad("logit_bias", format!("logit_bias key {k:?} is not a token id")))?;
+            let b = b.as_f64().filter(|b| (-100.0..=100.0).contains(b)).ok_or_else(|| {
+                ApiError::bad("logit_bias", format!("logit_bias[{k}] must be a number in [-100, 100]"))
+            })?;
             logit_bias.push((id, b as f32));
         }
     }
@@ -174,7 +192,11 @@ pub fn parse(map: &Map<String, Value>, api: Api) -> Result<GenParams, ApiError> 
         Some(Value::String(s)) => vec![s.clone()],
         Some(Value::Array(a)) => a
             .iter()
-            .map(|v| v.as_str().map(str::to_owned).ok_or_else(|| ApiError::bad("stop", "stop must be a string or a list of strings")))
+            .map(|v| {
+                v.as_str()
+                    .map(str::to_owned)
+                    .ok_or_else(|| ApiError::bad("stop", "stop must be a string or a list of strings"))
+            })
             .collect::<Result<_, _>>()?,
         Some(_) => return Err(ApiError::bad("stop", "stop must be a string or a list of strings")),
     };
@@ -185,7 +207,11 @@ pub fn parse(map: &Map<String, Value>, api: Api) -> Result<GenParams, ApiError> 
         None => Vec::new(),
         Some(Value::Array(a)) => a
             .iter()
-            .map(|v| v.as_u64().map(|x| x as u32).ok_or_else(|| ApiError::bad("stop_token_ids", "stop_token_ids must be a list of token ids")))
+            .map(|v| {
+                v.as_u64()
+                    .map(|x| x as u32)
+                    .ok_or_else(|| ApiError::bad("stop_token_ids", "stop_token_ids must be a list of token ids"))
+            })
             .collect::<Result<_, _>>()?,
         Some(_) => return Err(ApiError::bad("stop_token_ids", "stop_token_ids must be a list of token ids")),
     };
@@ -210,7 +236,14 @@ pub fn parse(map: &Map<String, Value>, api: Api) -> Result<GenParams, ApiError> 
             Api::Chat if f.get("max_completion_tokens").is_some() => "max_completion_tokens",
             _ => "max_tokens",
         },
-        sampling: SamplingParams { temperature: temperature as f32, top_p: top_p as f32, top_k, min_p: min_p as f32, seed, logit_bias },
+        sampling: SamplingParams {
+            temperature: temperature as f32,
+            top_p: top_p as f32,
+            top_k,
+            min_p: min_p as f32,
+            seed,
+            logit_bias,
+        },
         stop,
         stop_token_ids,
         ignore_eos: f.bool("ignore_eos")?.unwrap_or(false),

@@ -111,7 +111,10 @@ async fn health_generate(State(s): State<AppState>) -> Response {
     match tokio::time::timeout(Duration::from_secs(20), run).await {
         Ok(Ok(())) => StatusCode::OK.into_response(),
         Ok(Err(e)) => (StatusCode::SERVICE_UNAVAILABLE, Json(e.body())).into_response(),
-        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, Json(ApiError::Engine("health generation timed out".into()).body())).into_response(),
+        Err(_) => {
+            (StatusCode::SERVICE_UNAVAILABLE, Json(ApiError::Engine("health generation timed out".into()).body()))
+                .into_response()
+        }
     }
 }
 
@@ -220,7 +223,9 @@ fn completion_prompt(s: &AppState, v: Option<&Value>) -> Result<(Vec<u32>, Strin
         }
         Value::Array(a) if a.len() == 1 => completion_prompt(s, a.first()),
         Value::Array(a) if a.is_empty() => Err(ApiError::bad("prompt", "the prompt is empty; send at least one token")),
-        Value::Array(_) => Err(ApiError::bad("prompt", "batched prompts are not supported: send one prompt per request")),
+        Value::Array(_) => {
+            Err(ApiError::bad("prompt", "batched prompts are not supported: send one prompt per request"))
+        }
         _ => Err(ApiError::bad("prompt", "prompt must be a string or a list of token ids")),
     }
 }
@@ -289,7 +294,8 @@ impl OaiRun {
             Kind::Completion => "text_completion",
             Kind::Chat => "chat.completion.chunk",
         };
-        let mut c = json!({"id": self.id, "object": object, "created": self.created, "model": self.model, "choices": choices});
+        let mut c =
+            json!({"id": self.id, "object": object, "created": self.created, "model": self.model, "choices": choices});
         if let Some(u) = usage {
             c["usage"] = u;
         }
@@ -305,8 +311,12 @@ impl OaiRun {
 
     fn finish_choice(&self, index: usize, f: &Finish) -> Value {
         match self.kind {
-            Kind::Completion => json!({"index": index, "text": "", "logprobs": null, "finish_reason": f.reason, "matched_stop": f.matched}),
-            Kind::Chat => json!({"index": index, "delta": {}, "logprobs": null, "finish_reason": f.reason, "matched_stop": f.matched}),
+            Kind::Completion => {
+                json!({"index": index, "text": "", "logprobs": null, "finish_reason": f.reason, "matched_stop": f.matched})
+            }
+            Kind::Chat => {
+                json!({"index": index, "delta": {}, "logprobs": null, "finish_reason": f.reason, "matched_stop": f.matched})
+            }
         }
     }
 }
@@ -317,11 +327,7 @@ fn error_frame(message: &str) -> String {
 
 fn sse_response(body: BoxStream<'static, String>) -> Response {
     let body = Body::from_stream(body.map(|s| Ok::<_, Infallible>(Bytes::from(s))));
-    (
-        [(header::CONTENT_TYPE, "text/event-stream"), (header::CACHE_CONTROL, "no-cache")],
-        body,
-    )
-        .into_response()
+    ([(header::CONTENT_TYPE, "text/event-stream"), (header::CACHE_CONTROL, "no-cache")], body).into_response()
 }
 
 /// Renders an OpenAI stream from choice events.
@@ -337,7 +343,16 @@ fn oai_stream(run: OaiRun, events: BoxStream<'static, ChoiceEvent>, opts: Stream
         finished: bool,
     }
     let n = run.n;
-    let st = St { run, events: Some(events), opts, tokens: vec![0; n], cached: 0, done: vec![false; n], prologue: true, finished: false };
+    let st = St {
+        run,
+        events: Some(events),
+        opts,
+        tokens: vec![0; n],
+        cached: 0,
+        done: vec![false; n],
+        prologue: true,
+        finished: false,
+    };
     let body = stream::unfold(st, |mut st| async move {
         if st.finished {
             return None;
@@ -479,7 +494,14 @@ async fn completions(State(s): State<AppState>, body: Result<Bytes, BytesRejecti
 }
 
 /// Starts a prepared OpenAI request and answers it as a stream or one JSON body.
-async fn oai_respond(s: &AppState, kind: Kind, prep: gen::Prepared, echo: Option<String>, stream: bool, opts: StreamOpts) -> Result<Response, ApiError> {
+async fn oai_respond(
+    s: &AppState,
+    kind: Kind,
+    prep: gen::Prepared,
+    echo: Option<String>,
+    stream: bool,
+    opts: StreamOpts,
+) -> Result<Response, ApiError> {
     let prefix = match kind {
         Kind::Completion => "cmpl",
         Kind::Chat => "chatcmpl",
@@ -511,7 +533,12 @@ fn message_text(v: &Value, i: usize) -> Result<String, ApiError> {
             for p in parts {
                 match (p.get("type").and_then(Value::as_str), p.get("text").and_then(Value::as_str)) {
                     (Some("text"), Some(t)) => out.push_str(t),
-                    _ => return Err(ApiError::bad("messages", format!("messages[{i}]: only text content parts are supported"))),
+                    _ => {
+                        return Err(ApiError::bad(
+                            "messages",
+                            format!("messages[{i}]: only text content parts are supported"),
+                        ))
+                    }
                 }
             }
             Ok(out)
@@ -530,7 +557,10 @@ async fn chat(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) ->
         return Err(ApiError::bad("tools", "tools are not supported by this server (no tool-call parser)"));
     }
     let p = params::parse(&m, Api::Chat)?;
-    let msgs = m.get("messages").and_then(Value::as_array).ok_or_else(|| ApiError::bad("messages", "messages must be a list"))?;
+    let msgs = m
+        .get("messages")
+        .and_then(Value::as_array)
+        .ok_or_else(|| ApiError::bad("messages", "messages must be a list"))?;
     if msgs.is_empty() {
         return Err(ApiError::bad("messages", "messages must not be empty"));
     }
@@ -541,7 +571,10 @@ async fn chat(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) ->
             .and_then(Value::as_str)
             .ok_or_else(|| ApiError::bad("messages", format!("messages[{i}].role must be a string")))?;
         if !matches!(role, "system" | "user" | "assistant" | "developer" | "tool") {
-            return Err(ApiError::bad("messages", format!("messages[{i}].role {role:?} is not one of system, user, assistant, developer, tool")));
+            return Err(ApiError::bad(
+                "messages",
+                format!("messages[{i}].role {role:?} is not one of system, user, assistant, developer, tool"),
+            ));
         }
         let content = message_text(msg.get("content").unwrap_or(&Value::Null), i)?;
         conv.push(ChatMessage { role: if role == "developer" { "system".into() } else { role.into() }, content });
@@ -584,7 +617,9 @@ async fn generate(State(s): State<AppState>, body: Result<Bytes, BytesRejection>
         }
         (None, Some(v)) => token_ids(v, "input_ids")?,
         (Some(_), Some(_)) => return Err(ApiError::bad_body("send either text or input_ids, not both")),
-        (Some(_), None) => return Err(ApiError::bad("text", "text must be a string (batched prompts are not supported)")),
+        (Some(_), None) => {
+            return Err(ApiError::bad("text", "text must be a string (batched prompts are not supported)"))
+        }
         (None, None) => return Err(ApiError::bad_body("text or input_ids is required")),
     };
     let prep = gen::prepare(&s, ids, p)?;

@@ -31,7 +31,9 @@ async fn s01_empty_prompt_and_empty_messages() {
     let (st, v) = post(s, "/v1/chat/completions", json!({"messages": [], "max_tokens": 4})).await;
     assert_eq!(st, 400, "{v}");
     assert!(v["error"]["message"].as_str().unwrap_or("").contains("messages"), "{v}");
-    let (st, _) = post(s, "/v1/chat/completions", json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})).await;
+    let (st, _) =
+        post(s, "/v1/chat/completions", json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}))
+            .await;
     assert_eq!(st, 200);
     assert_drained(s).await;
 }
@@ -47,7 +49,9 @@ async fn s02_prompt_longer_than_context() {
         assert_eq!(st, 400, "{v}");
         let m = v["error"]["message"].as_str().unwrap_or("");
         assert!(m.contains(&len.to_string()) && m.contains(&ctx.to_string()), "{m}");
-        let (st, v) = post(s, "/generate", json!({"input_ids": vec![100u32; len], "sampling_params": {"max_new_tokens": 4}})).await;
+        let (st, v) =
+            post(s, "/generate", json!({"input_ids": vec![100u32; len], "sampling_params": {"max_new_tokens": 4}}))
+                .await;
         assert_eq!(st, 400, "{v}");
     }
     let (st, _) = post(s, "/v1/completions", json!({"prompt": PARIS, "max_tokens": 2})).await;
@@ -66,13 +70,20 @@ async fn s03_max_tokens_at_the_context_edge() {
         assert_eq!((n, fin.as_str()), (m as u64, "length"), "max_tokens {m}");
     }
     for m in [21usize, 40] {
-        let (st, v) = post(&s, "/v1/completions", json!({"prompt": prompt, "max_tokens": m, "temperature": 0, "ignore_eos": true})).await;
+        let (st, v) = post(
+            &s,
+            "/v1/completions",
+            json!({"prompt": prompt, "max_tokens": m, "temperature": 0, "ignore_eos": true}),
+        )
+        .await;
         assert_eq!(st, 400, "{v}");
         let msg = v["error"]["message"].as_str().unwrap_or("");
         assert!(msg.contains("76") && msg.contains(&m.to_string()) && msg.contains("96"), "{msg}");
     }
     // SGLang's /generate: an absent max_new_tokens is a default of 128, capped by the context.
-    let (st, v) = post(&s, "/generate", json!({"input_ids": prompt, "sampling_params": {"temperature": 0, "ignore_eos": true}})).await;
+    let (st, v) =
+        post(&s, "/generate", json!({"input_ids": prompt, "sampling_params": {"temperature": 0, "ignore_eos": true}}))
+            .await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["meta_info"]["completion_tokens"], 20);
     let (st, v) = post(&s, "/generate", json!({"input_ids": prompt, "sampling_params": {"max_new_tokens": 21}})).await;
@@ -102,9 +113,11 @@ async fn s04_zero_max_tokens_with_echo() {
     let after = stats(s).await;
     assert_eq!(before["generation_tokens_total"], after["generation_tokens_total"], "a token was sampled");
     assert_eq!(before["free_pages"], after["free_pages"]);
-    let (_, _, frames) = post_sse(s, "/v1/completions", json!({"prompt": PARIS, "max_tokens": 0, "echo": true, "stream": true})).await;
+    let (_, _, frames) =
+        post_sse(s, "/v1/completions", json!({"prompt": PARIS, "max_tokens": 0, "echo": true, "stream": true})).await;
     assert_eq!(stream_text(&frames, 0), PARIS);
-    let (st, v) = post(s, "/v1/completions", json!({"prompt": PARIS, "max_tokens": 0, "echo": true, "logprobs": 1})).await;
+    let (st, v) =
+        post(s, "/v1/completions", json!({"prompt": PARIS, "max_tokens": 0, "echo": true, "logprobs": 1})).await;
     assert_eq!(st, 400);
     assert!(v["error"]["message"].as_str().unwrap_or("").contains("logprobs"), "{v}");
     assert_drained(s).await;
@@ -114,14 +127,18 @@ async fn s04_zero_max_tokens_with_echo() {
 #[tokio::test]
 async fn s05_null_and_absent_max_tokens() {
     let s = TestServer::start(Opts { context_length: Some(64), ..Opts::default() });
-    for body in [json!({"prompt": PARIS, "max_tokens": null, "temperature": 0}), json!({"prompt": PARIS, "temperature": 0})] {
+    for body in
+        [json!({"prompt": PARIS, "max_tokens": null, "temperature": 0}), json!({"prompt": PARIS, "temperature": 0})]
+    {
         let (st, v) = post(&s, "/v1/completions", body).await;
         assert_eq!(st, 200, "{v}");
         let n = v["usage"]["completion_tokens"].as_u64().expect("count");
         let fin = v["choices"][0]["finish_reason"].as_str().expect("finish");
         assert!(fin == "stop" || (fin == "length" && n == 64 - 5), "{fin} after {n}");
     }
-    let (st, v) = post(&s, "/v1/chat/completions", json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": null})).await;
+    let (st, v) =
+        post(&s, "/v1/chat/completions", json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": null}))
+            .await;
     assert_eq!(st, 200, "{v}");
     assert_drained(&s).await;
 }
@@ -132,8 +149,10 @@ async fn s05_null_and_absent_max_tokens() {
 async fn s06_sampling_ranges() {
     let s = shared();
     let _g = lock();
-    let (_, a) = post(s, "/v1/completions", json!({"prompt": PARIS, "max_tokens": 6, "temperature": 0, "top_p": 0})).await;
-    let (_, b) = post(s, "/v1/completions", json!({"prompt": PARIS, "max_tokens": 6, "temperature": 0, "top_p": 1})).await;
+    let (_, a) =
+        post(s, "/v1/completions", json!({"prompt": PARIS, "max_tokens": 6, "temperature": 0, "top_p": 0})).await;
+    let (_, b) =
+        post(s, "/v1/completions", json!({"prompt": PARIS, "max_tokens": 6, "temperature": 0, "top_p": 1})).await;
     assert_eq!(text0(&a), text0(&b));
     assert!(text0(&a).starts_with(" Paris"), "{a}");
     for bad in [json!({"top_p": 1.5}), json!({"temperature": -1}), json!({"top_p": "NaN"})] {
@@ -149,10 +168,16 @@ async fn s06_sampling_ranges() {
             assert!(frames[0]["error"]["message"].as_str().unwrap_or("").contains(&field), "{:?}", frames[0]);
         }
     }
-    let (st, _) = post(s, "/v1/chat/completions", json!({"messages": [{"role": "user", "content": "x"}], "top_p": 2, "stream": true})).await;
+    let (st, _) = post(
+        s,
+        "/v1/chat/completions",
+        json!({"messages": [{"role": "user", "content": "x"}], "top_p": 2, "stream": true}),
+    )
+    .await;
     assert_eq!(st, 400);
     // A temperature too small for 1/t is greedy, not a crash of the engine.
-    let (st, c) = post(s, "/v1/completions", json!({"prompt": PARIS, "max_tokens": 6, "temperature": 1e-39, "min_p": 0.1})).await;
+    let (st, c) =
+        post(s, "/v1/completions", json!({"prompt": PARIS, "max_tokens": 6, "temperature": 1e-39, "min_p": 0.1})).await;
     assert_eq!(st, 200, "{c}");
     assert_eq!(text0(&c), text0(&a));
     assert_drained(s).await;
@@ -166,7 +191,9 @@ async fn s07_stop_strings() {
     let _g = lock();
     // The greedy continuation starts " Paris.\n\n" (" Paris" is one token, then "." and "\n"
     // twice); later tokens are taken from the run itself rather than hard-coded.
-    let (_, g) = post(s, "/v1/completions", json!({"prompt": PARIS, "max_tokens": 20, "temperature": 0, "ignore_eos": true})).await;
+    let (_, g) =
+        post(s, "/v1/completions", json!({"prompt": PARIS, "max_tokens": 20, "temperature": 0, "ignore_eos": true}))
+            .await;
     let g = text0(&g);
     assert!(g.starts_with(" Paris.\n\n") && g.is_ascii() && g.len() > 16, "{g:?}");
     let late = g[12..16].to_owned();
@@ -182,7 +209,8 @@ async fn s07_stop_strings() {
         sb["stream"] = json!(true);
         let (_, _, frames) = post_sse(s, "/v1/completions", sb).await;
         assert_eq!(stream_text(&frames, 0), want, "streamed, stop {stop:?}");
-        let fins: Vec<&Value> = frames.iter().filter_map(|f| f["choices"].get(0)).filter(|c| !c["finish_reason"].is_null()).collect();
+        let fins: Vec<&Value> =
+            frames.iter().filter_map(|f| f["choices"].get(0)).filter(|c| !c["finish_reason"].is_null()).collect();
         assert_eq!(fins.len(), 1);
         assert_eq!(fins[0]["finish_reason"], "stop");
     }
@@ -230,10 +258,16 @@ async fn s08_invalid_utf8_bytes_keep_flowing() {
 async fn s09_logprobs_with_top_p() {
     let s = shared();
     let _g = lock();
-    let (st, v) = post(s, "/v1/completions", json!({"prompt": PARIS, "max_tokens": 4, "logprobs": 5, "top_p": 0.3})).await;
+    let (st, v) =
+        post(s, "/v1/completions", json!({"prompt": PARIS, "max_tokens": 4, "logprobs": 5, "top_p": 0.3})).await;
     assert_eq!(st, 400);
     assert!(v["error"]["message"].as_str().unwrap_or("").contains("logprobs are not implemented"), "{v}");
-    let (st, _) = post(s, "/v1/chat/completions", json!({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 5})).await;
+    let (st, _) = post(
+        s,
+        "/v1/chat/completions",
+        json!({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 5}),
+    )
+    .await;
     assert_eq!(st, 400);
     assert_drained(s).await;
 }
@@ -254,7 +288,8 @@ async fn s10_n3_stream_with_usage() {
         let (st, _, frames) = post_sse(s, path, body).await;
         assert_eq!(st, 200);
         assert_eq!(frames.last(), Some(&json!("[DONE]")));
-        let usage_chunks: Vec<&Value> = frames.iter().filter(|f| f["choices"].as_array().is_some_and(Vec::is_empty)).collect();
+        let usage_chunks: Vec<&Value> =
+            frames.iter().filter(|f| f["choices"].as_array().is_some_and(Vec::is_empty)).collect();
         assert_eq!(usage_chunks.len(), 1, "{path}");
         assert!(std::ptr::eq(usage_chunks[0], &frames[frames.len() - 2]), "usage chunk must come last before [DONE]");
         assert_eq!(usage_chunks[0]["usage"]["completion_tokens"], 21, "{path}");
@@ -289,7 +324,10 @@ async fn s11_disconnects_abort_and_free_pages() {
     // A second request queues behind the first (max_running_requests = 1) and leaves.
     let before = stats(&s).await;
     let queued_prompt: Vec<u32> = (0..50).map(|i| 400 + i).collect();
-    let q = c.post(s.url("/v1/completions")).json(&json!({"prompt": queued_prompt, "max_tokens": 10, "stream": true})).send();
+    let q = c
+        .post(s.url("/v1/completions"))
+        .json(&json!({"prompt": queued_prompt, "max_tokens": 10, "stream": true}))
+        .send();
     let _ = tokio::time::timeout(Duration::from_millis(300), q).await;
     let st = stats(&s).await;
     assert_eq!(st["num_running_reqs"], 1, "{st}");
@@ -343,7 +381,8 @@ async fn s12_prefix_at_page_boundaries() {
 async fn s13_repeated_prompt_full_cache_hit() {
     let s = shared();
     let _g = lock();
-    let body = json!({"messages": [{"role": "user", "content": "Name three colors."}], "max_tokens": 12, "temperature": 0});
+    let body =
+        json!({"messages": [{"role": "user", "content": "Name three colors."}], "max_tokens": 12, "temperature": 0});
     let (_, first) = post(s, "/v1/chat/completions", body.clone()).await;
     for _ in 0..4 {
         let (st, v) = post(s, "/v1/chat/completions", body.clone()).await;
@@ -362,7 +401,8 @@ async fn s13_repeated_prompt_full_cache_hit() {
 async fn s14_small_pool_waits_and_retracts() {
     let _g = lock();
     let small = TestServer::start(Opts { max_total_tokens: Some(400), chunked_prefill_size: 32, ..Opts::default() });
-    let prompts: Vec<Vec<u32>> = (0..64u32).map(|j| (0..12 + j % 9).map(|i| 500 + (i * 31 + j * 17) % 3000).collect()).collect();
+    let prompts: Vec<Vec<u32>> =
+        (0..64u32).map(|j| (0..12 + j % 9).map(|i| 500 + (i * 31 + j * 17) % 3000).collect()).collect();
     let big = futures_util::future::join_all(prompts.iter().map(|p| greedy_ids(shared(), p, 24))).await;
     let got = futures_util::future::join_all(prompts.iter().map(|p| greedy_ids(&small, p, 24))).await;
     assert_eq!(got, big);
@@ -381,7 +421,8 @@ async fn s15_seeded_sampling_is_batch_independent() {
     let _g = lock();
     let a = json!({"prompt": "Once upon a time", "max_tokens": 16, "temperature": 0.8, "seed": 42, "ignore_eos": true});
     let b = json!({"prompt": "The weather today", "max_tokens": 16, "temperature": 0.8, "ignore_eos": true});
-    let c = json!({"prompt": "In a galaxy far away", "max_tokens": 16, "temperature": 0.9, "seed": 7, "ignore_eos": true});
+    let c =
+        json!({"prompt": "In a galaxy far away", "max_tokens": 16, "temperature": 0.9, "seed": 7, "ignore_eos": true});
     let (r1, _) = tokio::join!(post(s, "/v1/completions", a.clone()), post(s, "/v1/completions", b));
     let r2 = post(s, "/v1/completions", a.clone()).await;
     let (r3, _) = tokio::join!(post(s, "/v1/completions", a), post(s, "/v1/completions", c));
@@ -427,7 +468,12 @@ async fn s17_usage_chunk_only_when_asked() {
     let mut with = body;
     with["stream_options"] = json!({"include_usage": true});
     let (_, _, frames) = post_sse(s, "/v1/completions", with).await;
-    let empty: Vec<usize> = frames.iter().enumerate().filter(|(_, f)| f["choices"].as_array().is_some_and(Vec::is_empty)).map(|(i, _)| i).collect();
+    let empty: Vec<usize> = frames
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| f["choices"].as_array().is_some_and(Vec::is_empty))
+        .map(|(i, _)| i)
+        .collect();
     assert_eq!(empty, vec![frames.len() - 2]);
     assert_eq!(frames[frames.len() - 2]["usage"]["completion_tokens"], 5);
     assert_drained(s).await;
@@ -449,15 +495,27 @@ async fn bad_input_gets_openai_error_json() {
     // server has read all of it when it answers (no half-written body, no broken pipe).
     let addr = s.base.trim_start_matches("http://").to_owned();
     let mut tcp = tokio::net::TcpStream::connect(&addr).await.expect("connect");
-    let head = format!("POST /v1/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n", (16usize << 20) + 1);
+    let head = format!(
+        "POST /v1/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        (16usize << 20) + 1
+    );
     tokio::io::AsyncWriteExt::write_all(&mut tcp, head.as_bytes()).await.expect("write");
     tokio::io::AsyncWriteExt::write_all(&mut tcp, &vec![b' '; (16usize << 20) + 1]).await.expect("write body");
     let mut buf = vec![0u8; 4096];
-    let n = tokio::time::timeout(Duration::from_secs(30), tokio::io::AsyncReadExt::read(&mut tcp, &mut buf)).await.expect("an answer").expect("read");
+    let n = tokio::time::timeout(Duration::from_secs(30), tokio::io::AsyncReadExt::read(&mut tcp, &mut buf))
+        .await
+        .expect("an answer")
+        .expect("read");
     let resp = String::from_utf8_lossy(&buf[..n]);
     assert!(resp.starts_with("HTTP/1.1 413"), "{resp}");
     assert!(resp.contains("application/json") && resp.contains("MiB"), "{resp}");
-    let r = c.post(s.url("/v1/chat/completions")).header("content-type", "application/json").body("{\"messages\": [").send().await.expect("send");
+    let r = c
+        .post(s.url("/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body("{\"messages\": [")
+        .send()
+        .await
+        .expect("send");
     assert_eq!(r.status().as_u16(), 400);
     let r = c.get(s.url("/no/such/route")).send().await.expect("send");
     assert_eq!(r.status().as_u16(), 404);
@@ -470,8 +528,16 @@ async fn bad_input_gets_openai_error_json() {
         ("/v1/completions", json!({"prompt": "hi", "stream": "yes"}), "stream"),
         ("/generate", json!({"text": "hi", "sampling_params": {"foo": 1}}), "sampling_params"),
         ("/generate", json!({"text": "hi", "return_logprob": true}), "return_logprob"),
-        ("/v1/chat/completions", json!({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}), "tools"),
-        ("/v1/chat/completions", json!({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}}), "response_format"),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}),
+            "tools",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}}),
+            "response_format",
+        ),
         ("/detokenize", json!({"tokens": [999999]}), "tokens"),
         ("/tokenize", json!({}), "text"),
     ] {

@@ -93,11 +93,18 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         anyhow::bail!("--model-path {}: no such file", model_path.display());
     }
     if !sparrow_tokenizer::gguf::is_gguf(&model_path).unwrap_or(false) {
-        anyhow::bail!("--model-path {}: not a GGUF file (Llama-family GGUF models are supported)", model_path.display());
+        anyhow::bail!(
+            "--model-path {}: not a GGUF file (Llama-family GGUF models are supported)",
+            model_path.display()
+        );
     }
     let tok_path = a.tokenizer_path.clone().unwrap_or_else(|| model_path.clone());
-    let tokenizer = sparrow_tokenizer::Tokenizer::load(&tok_path).with_context(|| format!("loading the tokenizer from {}", tok_path.display()))?;
-    let threads = a.threads.map(usize::from).unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    let tokenizer = sparrow_tokenizer::Tokenizer::load(&tok_path)
+        .with_context(|| format!("loading the tokenizer from {}", tok_path.display()))?;
+    let threads = a
+        .threads
+        .map(usize::from)
+        .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
     let eargs = EngineArgs {
         model_path: model_path.clone(),
         threads,
@@ -140,10 +147,9 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         format!("{:?}", a.schedule_policy).to_lowercase(),
         engine.backend(),
     );
-    let model_id = a
-        .served_model_name
-        .clone()
-        .unwrap_or_else(|| model_path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into()));
+    let model_id = a.served_model_name.clone().unwrap_or_else(|| {
+        model_path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into())
+    });
     let server_info = json!({
         "version": env!("CARGO_PKG_VERSION"),
         "model_path": model_path,
@@ -166,7 +172,8 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         "threads": threads,
         "kv_cache_gb": a.kv_cache_gb,
     });
-    let state = sparrow_server::AppState::new(engine, tokenizer, model_id, model_path, server_info).context("preparing the detokenizer")?;
+    let state = sparrow_server::AppState::new(engine, tokenizer, model_id, model_path, server_info)
+        .context("preparing the detokenizer")?;
     let addr = format!("{}:{}", a.host, a.port);
     let listener = tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("binding {addr}"))?;
     eprintln!("listening on http://{addr}");

@@ -83,7 +83,16 @@ fn openai_python_sdk_and_sparrow_bench_against_the_server() {
         let out_file = dir.join(format!("{backend}.jsonl"));
         let out = sparrow()
             .args(["bench", "--backend", backend, "--port", &s.1.to_string(), "--dataset-name", "random"])
-            .args(["--random-input-len", "48", "--random-output-len", "12", "--num-prompts", "8", "--max-concurrency", "4"])
+            .args([
+                "--random-input-len",
+                "48",
+                "--random-output-len",
+                "12",
+                "--num-prompts",
+                "8",
+                "--max-concurrency",
+                "4",
+            ])
             .arg("--output-file")
             .arg(&out_file)
             .output()

@@ -37,10 +37,7 @@ const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L
 /// [`TokenizerError::Io`] when the file cannot be opened or read.
 pub fn is_gguf(path: &Path) -> Result<bool, TokenizerError> {
     use std::io::Read;
-    let io = |source| TokenizerError::Io {
-        path: path.to_owned(),
-        source,
-    };
+    let io = |source| TokenizerError::Io { path: path.to_owned(), source };
     let mut f = std::fs::File::open(path).map_err(io)?;
     let mut magic = [0u8; 4];
     match f.read_exact(&mut magic) {
@@ -56,17 +53,12 @@ pub fn is_gguf(path: &Path) -> Result<bool, TokenizerError> {
 /// [`TokenizerError::Gguf`] for a missing key, an unknown `tokenizer.ggml.model` or
 /// `tokenizer.ggml.pre`; [`TokenizerError::Io`] when the file cannot be mapped.
 pub fn load(path: &Path) -> Result<Tokenizer, TokenizerError> {
-    let file = std::fs::File::open(path).map_err(|source| TokenizerError::Io {
-        path: path.to_owned(),
-        source,
-    })?;
+    let file = std::fs::File::open(path).map_err(|source| TokenizerError::Io { path: path.to_owned(), source })?;
     // SAFETY: the mapping is read-only and dropped before this function returns; a GGUF file
     // being rewritten underneath us would be a user error we cannot guard against anyway.
     #[allow(unsafe_code)]
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|source| TokenizerError::Io {
-        path: path.to_owned(),
-        source,
-    })?;
+    let map =
+        unsafe { memmap2::Mmap::map(&file) }.map_err(|source| TokenizerError::Io { path: path.to_owned(), source })?;
     let gguf = GGuf::new(&map).map_err(|e| TokenizerError::Gguf(format!("{}: {e}", path.display())))?;
     from_metadata(&gguf, path)
 }
@@ -76,9 +68,7 @@ fn meta_err(key: &str, e: ggus::GGufMetaError) -> TokenizerError {
 }
 
 fn from_metadata(gguf: &GGuf<'_>, path: &Path) -> Result<Tokenizer, TokenizerError> {
-    let model = gguf
-        .tokenizer_ggml_model()
-        .map_err(|e| meta_err("tokenizer.ggml.model", e))?;
+    let model = gguf.tokenizer_ggml_model().map_err(|e| meta_err("tokenizer.ggml.model", e))?;
     if model != "gpt2" {
         return Err(TokenizerError::Gguf(format!(
             "tokenizer.ggml.model = {model:?} is not supported (only byte-level BPE, \"gpt2\")"
@@ -100,22 +90,14 @@ fn from_metadata(gguf: &GGuf<'_>, path: &Path) -> Result<Tokenizer, TokenizerErr
         .map_err(|e| meta_err("tokenizer.ggml.merges", e))?
         .map(|m| {
             let m = m.map_err(|e| TokenizerError::Gguf(format!("tokenizer.ggml.merges: {e:?}")))?;
-            let (a, b) = m
-                .split_once(' ')
-                .ok_or_else(|| TokenizerError::Gguf(format!("merge {m:?} has no space")))?;
+            let (a, b) = m.split_once(' ').ok_or_else(|| TokenizerError::Gguf(format!("merge {m:?} has no space")))?;
             Ok((a.to_owned(), b.to_owned()))
         })
         .collect::<Result<_, TokenizerError>>()?;
 
-    let vocab: tokenizers::models::bpe::Vocab = tokens
-        .iter()
-        .enumerate()
-        .map(|(i, t)| ((*t).to_owned(), i as u32))
-        .collect();
-    let bpe = BPE::builder()
-        .vocab_and_merges(vocab, merges)
-        .ignore_merges(false)
-        .build()?;
+    let vocab: tokenizers::models::bpe::Vocab =
+        tokens.iter().enumerate().map(|(i, t)| ((*t).to_owned(), i as u32)).collect();
+    let bpe = BPE::builder().vocab_and_merges(vocab, merges).ignore_merges(false).build()?;
     let mut inner = tokenizers::Tokenizer::new(bpe);
 
     let pre = gguf.get_str("tokenizer.ggml.pre").unwrap_or("default");
@@ -140,9 +122,9 @@ fn from_metadata(gguf: &GGuf<'_>, path: &Path) -> Result<Tokenizer, TokenizerErr
     let bos = token_at("tokenizer.ggml.bos_token_id");
     let eos = token_at("tokenizer.ggml.eos_token_id");
     if gguf.get_bool("tokenizer.ggml.add_bos_token").unwrap_or(false) {
-        let (id, text) = bos.clone().ok_or_else(|| {
-            TokenizerError::Gguf("add_bos_token is set but bos_token_id is missing".into())
-        })?;
+        let (id, text) = bos
+            .clone()
+            .ok_or_else(|| TokenizerError::Gguf("add_bos_token is set but bos_token_id is missing".into()))?;
         let post = TemplateProcessing::builder()
             .try_single(format!("{text} $A"))
             .and_then(|b| b.try_pair(format!("{text} $A {text} $B")))
@@ -153,13 +135,7 @@ fn from_metadata(gguf: &GGuf<'_>, path: &Path) -> Result<Tokenizer, TokenizerErr
         inner.with_post_processor(Some(post));
     }
     let chat_template = gguf.tokenizer_chat_template().ok().map(str::to_owned);
-    Ok(Tokenizer::from_parts(
-        inner,
-        bos,
-        eos,
-        chat_template,
-        path.to_owned(),
-    ))
+    Ok(Tokenizer::from_parts(inner, bos, eos, chat_template, path.to_owned()))
 }
 
 /// The HF pre-tokenizer equivalent to llama.cpp's `tokenizer.ggml.pre` name.
@@ -172,15 +148,9 @@ fn pre_tokenizer(pre: &str) -> Result<PreTokenizerWrapper, TokenizerError> {
             byte_level(true),
         ])),
         "llama-bpe" | "llama3" | "smaug-bpe" => {
-            let split = Split::new(
-                SplitPattern::Regex(LLAMA3_REGEX.to_owned()),
-                SplitDelimiterBehavior::Isolated,
-                false,
-            )?;
-            PreTokenizerWrapper::Sequence(Sequence::new(vec![
-                PreTokenizerWrapper::Split(split),
-                byte_level(false),
-            ]))
+            let split =
+                Split::new(SplitPattern::Regex(LLAMA3_REGEX.to_owned()), SplitDelimiterBehavior::Isolated, false)?;
+            PreTokenizerWrapper::Sequence(Sequence::new(vec![PreTokenizerWrapper::Split(split), byte_level(false)]))
         }
         other => {
             return Err(TokenizerError::Gguf(format!(

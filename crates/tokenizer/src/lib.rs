@@ -84,20 +84,14 @@ impl Tokenizer {
     /// # Errors
     /// [`TokenizerError`] when the path cannot be read or its contents are not understood.
     pub fn load(path: &Path) -> Result<Self, TokenizerError> {
-        let meta = std::fs::metadata(path).map_err(|source| TokenizerError::Io {
-            path: path.to_owned(),
-            source,
-        })?;
+        let meta = std::fs::metadata(path).map_err(|source| TokenizerError::Io { path: path.to_owned(), source })?;
         if meta.is_dir() {
             let json = path.join("tokenizer.json");
             if json.is_file() {
                 return Self::from_json_file(&json, Some(&path.join("tokenizer_config.json")));
             }
             let ggufs: Vec<PathBuf> = std::fs::read_dir(path)
-                .map_err(|source| TokenizerError::Io {
-                    path: path.to_owned(),
-                    source,
-                })?
+                .map_err(|source| TokenizerError::Io { path: path.to_owned(), source })?
                 .filter_map(|e| e.ok().map(|e| e.path()))
                 .filter(|p| p.extension().is_some_and(|x| x == "gguf"))
                 .collect();
@@ -116,9 +110,8 @@ impl Tokenizer {
 
     fn from_json_file(path: &Path, config: Option<&Path>) -> Result<Self, TokenizerError> {
         let inner = tokenizers::Tokenizer::from_file(path)?;
-        let cfg: Option<serde_json::Value> = config
-            .and_then(|c| std::fs::read_to_string(c).ok())
-            .and_then(|s| serde_json::from_str(&s).ok());
+        let cfg: Option<serde_json::Value> =
+            config.and_then(|c| std::fs::read_to_string(c).ok()).and_then(|s| serde_json::from_str(&s).ok());
         let special = |key: &str| -> Option<(u32, String)> {
             let v = cfg.as_ref()?.get(key)?;
             // tokenizer_config.json spells a special token either as a string or as an
@@ -126,11 +119,8 @@ impl Tokenizer {
             let text = v.as_str().or_else(|| v.get("content")?.as_str())?;
             Some((inner.token_to_id(text)?, text.to_owned()))
         };
-        let chat_template = cfg
-            .as_ref()
-            .and_then(|c| c.get("chat_template"))
-            .and_then(|t| t.as_str())
-            .map(str::to_owned);
+        let chat_template =
+            cfg.as_ref().and_then(|c| c.get("chat_template")).and_then(|t| t.as_str()).map(str::to_owned);
         Ok(Tokenizer {
             bos: special("bos_token"),
             eos: special("eos_token"),
@@ -147,13 +137,7 @@ impl Tokenizer {
         chat_template: Option<String>,
         source: PathBuf,
     ) -> Self {
-        Tokenizer {
-            inner,
-            bos,
-            eos,
-            chat_template,
-            source,
-        }
+        Tokenizer { inner, bos, eos, chat_template, source }
     }
 
     /// Token ids of `text`. With `add_special_tokens` the model's post-processor runs (a BOS
@@ -162,11 +146,7 @@ impl Tokenizer {
     /// # Errors
     /// [`TokenizerError::Hf`] if the tokenizer fails on the input.
     pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, TokenizerError> {
-        Ok(self
-            .inner
-            .encode_fast(text, add_special_tokens)?
-            .get_ids()
-            .to_vec())
+        Ok(self.inner.encode_fast(text, add_special_tokens)?.get_ids().to_vec())
     }
 
     /// Text of `ids`; special tokens are dropped when `skip_special_tokens` is set.
@@ -219,9 +199,7 @@ impl Tokenizer {
     /// How many tokens `encode(text, true)` adds around the text (0 or 1 for BOS-adding
     /// tokenizers; more for pair templates).
     pub fn num_special_tokens_to_add(&self) -> usize {
-        self.inner
-            .get_post_processor()
-            .map_or(0, |p| tokenizers::PostProcessor::added_tokens(p, false))
+        self.inner.get_post_processor().map_or(0, |p| tokenizers::PostProcessor::added_tokens(p, false))
     }
 
     /// BOS token id and text, if the model declares one.
@@ -264,20 +242,11 @@ impl Tokenizer {
             .as_deref()
             .ok_or_else(|| TokenizerError::ChatTemplate("the model has no chat template".into()))?;
         let mut env = minijinja::Environment::new();
-        env.add_function(
-            "raise_exception",
-            |msg: String| -> Result<String, minijinja::Error> {
-                Err(minijinja::Error::new(
-                    minijinja::ErrorKind::InvalidOperation,
-                    msg,
-                ))
-            },
-        );
-        env.add_template("chat", template)
-            .map_err(|e| TokenizerError::ChatTemplate(e.to_string()))?;
-        let tmpl = env
-            .get_template("chat")
-            .map_err(|e| TokenizerError::ChatTemplate(e.to_string()))?;
+        env.add_function("raise_exception", |msg: String| -> Result<String, minijinja::Error> {
+            Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
+        });
+        env.add_template("chat", template).map_err(|e| TokenizerError::ChatTemplate(e.to_string()))?;
+        let tmpl = env.get_template("chat").map_err(|e| TokenizerError::ChatTemplate(e.to_string()))?;
         tmpl.render(minijinja::context! {
             messages => messages,
             add_generation_prompt => add_generation_prompt,

