@@ -111,13 +111,15 @@ pub fn prepare(state: &AppState, prompt_ids: Vec<u32>, params: GenParams) -> Res
                 ),
             ))
         }
-        Some(m) if p + m > pool => return Err(ApiError::bad(
-            field,
-            format!(
+        Some(m) if p + m > pool => {
+            return Err(ApiError::bad(
+                field,
+                format!(
                 "the prompt has {p} tokens and {field} is {m}: {} tokens can never fit the KV pool of {pool} tokens",
                 p + m
             ),
-        )),
+            ))
+        }
         Some(m) => m,
         None if p >= pool => {
             return Err(ApiError::bad("prompt", format!("the prompt has {p} tokens; the KV pool holds {pool} tokens")));
