@@ -28,7 +28,7 @@
 // SIMD tiles index several parallel arrays by the same small constant bounds.
 #![allow(clippy::needless_range_loop)]
 
-use crate::pool::ThreadPool;
+use crate::pool::{SyncPtr, ThreadPool};
 use crate::quant::{Bits, QActs, QMatrix, Weight, QK};
 
 /// The instruction set the kernels use.
@@ -69,20 +69,6 @@ impl Isa {
     }
 }
 
-/// A raw output pointer shared by tasks that write disjoint elements.
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-// SAFETY: only used by `matmul`, whose tasks write disjoint (token, row) elements.
-unsafe impl Send for OutPtr {}
-unsafe impl Sync for OutPtr {}
-
-impl OutPtr {
-    // A method (not `.0`) so closures capture the Sync wrapper, not the raw pointer.
-    fn get(self) -> *mut f32 {
-        self.0
-    }
-}
-
 /// Tasks per thread and matmul: enough to balance a thread that gets descheduled, few enough
 /// that handing tasks out (an atomic on a shared cache line) stays cheap.
 const TASKS_PER_THREAD: usize = 4;
@@ -106,7 +92,7 @@ pub fn matmul(pool: &ThreadPool, isa: Isa, w: &Weight, x: &[f32], tokens: usize,
     if tokens == 0 {
         return;
     }
-    let ptr = OutPtr(out.as_mut_ptr());
+    let ptr = SyncPtr(out.as_mut_ptr());
     let rpt = rows_per_task(pool, n);
     let tasks = n.div_ceil(rpt);
     match w {
@@ -151,7 +137,7 @@ fn quantize_parallel(pool: &ThreadPool, x: &[f32], rows: usize, cols: usize, xq:
     }
     let tasks = pool.threads() * 2;
     let per = nb.div_ceil(tasks);
-    let (qp, dp, sp) = (SharedI8(xq.q.as_mut_ptr()), OutPtr(xq.d.as_mut_ptr()), OutPtr(xq.s.as_mut_ptr()));
+    let (qp, dp, sp) = (SyncPtr(xq.q.as_mut_ptr()), SyncPtr(xq.d.as_mut_ptr()), SyncPtr(xq.s.as_mut_ptr()));
     pool.run(tasks, |i| {
         let (b0, b1) = ((i * per).min(nb), ((i + 1) * per).min(nb));
         // SAFETY: task i owns blocks b0..b1 of every buffer; the buffers outlive the call.
@@ -166,21 +152,10 @@ fn quantize_parallel(pool: &ThreadPool, x: &[f32], rows: usize, cols: usize, xq:
     });
 }
 
-#[derive(Clone, Copy)]
-struct SharedI8(*mut i8);
-// SAFETY: used by `quantize_parallel`, whose tasks write disjoint blocks.
-unsafe impl Send for SharedI8 {}
-unsafe impl Sync for SharedI8 {}
-impl SharedI8 {
-    fn get(self) -> *mut i8 {
-        self.0
-    }
-}
-
 /// # Safety
 /// `isa` must be supported by the CPU; rows `r0..r1` of `out` (for every token) must not be
 /// accessed by anyone else during the call.
-unsafe fn quant_rows(isa: Isa, w: &QMatrix, r0: usize, r1: usize, x: &QActs, out: OutPtr) {
+unsafe fn quant_rows(isa: Isa, w: &QMatrix, r0: usize, r1: usize, x: &QActs, out: SyncPtr<f32>) {
     let out = out.get();
     // SIMD kernels take whole groups of 8 rows (r0 is a multiple of 8); the rest is scalar.
     let r_simd = r0 + (r1 - r0) / 8 * 8;

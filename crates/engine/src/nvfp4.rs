@@ -23,7 +23,7 @@
 pub const E2M1: [f32; 8] = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0];
 
 use crate::kernels::Isa;
-use crate::pool::ThreadPool;
+use crate::pool::{SyncPtr, ThreadPool};
 
 /// Weights per block scale.
 pub const BLOCK: usize = 16;
@@ -172,7 +172,7 @@ impl Nvfp4Matrix {
         assert_eq!(x.len(), tokens * self.cols, "nvfp4 matmul: activations shape");
         assert_eq!(out.len(), tokens * self.rows, "nvfp4 matmul: output shape");
         let per = self.rows.div_ceil(pool.threads() * 4).max(1);
-        let ptr = Out(out.as_mut_ptr());
+        let ptr = SyncPtr(out.as_mut_ptr());
         pool.run(self.rows.div_ceil(per), |i| {
             let (r0, r1) = (i * per, ((i + 1) * per).min(self.rows));
             let mut acc = vec![[0f32; 8]; tokens];
@@ -221,20 +221,7 @@ impl Nvfp4Matrix {
     }
 }
 
-#[derive(Clone, Copy)]
-struct Out(*mut f32);
-// SAFETY: `matmul`'s tasks write disjoint rows of the output.
-#[allow(unsafe_code)]
-unsafe impl Send for Out {}
-#[allow(unsafe_code)]
-unsafe impl Sync for Out {}
-impl Out {
-    fn get(self) -> *mut f32 {
-        self.0
-    }
-}
-
-fn write_row(out: Out, rows: usize, r: usize, res: &[f32]) {
+fn write_row(out: SyncPtr<f32>, rows: usize, r: usize, res: &[f32]) {
     for (t, v) in res.iter().enumerate() {
         // SAFETY: element (t, r) belongs to the task that owns row r.
         #[allow(unsafe_code)]

@@ -45,6 +45,32 @@ struct Shared {
     epoch_hint: Padded<AtomicUsize>,
 }
 
+/// A raw pointer that pool tasks may share because each task writes a disjoint part of the
+/// buffer behind it (the caller of `run` guarantees this, and that the buffer outlives the run).
+#[derive(Debug)]
+pub(crate) struct SyncPtr<T>(pub(crate) *mut T);
+
+impl<T> Clone for SyncPtr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for SyncPtr<T> {}
+
+// SAFETY: see the type's docs: tasks write disjoint elements only.
+#[allow(unsafe_code)]
+unsafe impl<T> Send for SyncPtr<T> {}
+#[allow(unsafe_code)]
+unsafe impl<T> Sync for SyncPtr<T> {}
+
+impl<T> SyncPtr<T> {
+    /// The pointer. A method (not `.0`) so closures capture the `Sync` wrapper, not the raw
+    /// pointer.
+    pub(crate) fn get(self) -> *mut T {
+        self.0
+    }
+}
+
 /// The pool. Dropping it stops the workers.
 pub struct ThreadPool {
     shared: Arc<Shared>,

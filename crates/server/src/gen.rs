@@ -191,19 +191,7 @@ impl Choice {
                         self.done = true;
                         self.engine.abort(self.engine_id);
                         self.observe_e2e();
-                        vec![
-                            ChoiceEvent::Text { index, text, tokens: self.tokens },
-                            ChoiceEvent::Done {
-                                index,
-                                finish: Finish {
-                                    reason: "stop",
-                                    matched: Some(Value::String(matched)),
-                                    completion_tokens: self.tokens,
-                                    cached_tokens: self.cached,
-                                    error: None,
-                                },
-                            },
-                        ]
+                        self.stopped(text, matched, self.cached)
                     }
                 }
             }
@@ -213,21 +201,7 @@ impl Choice {
                 let tail = self.utf8.finish();
                 let mut text = match self.stop.push(&tail) {
                     StopResult::Continue(t) => t,
-                    StopResult::Stopped { text, matched } => {
-                        return vec![
-                            ChoiceEvent::Text { index, text, tokens: self.tokens },
-                            ChoiceEvent::Done {
-                                index,
-                                finish: Finish {
-                                    reason: "stop",
-                                    matched: Some(Value::String(matched)),
-                                    completion_tokens: self.tokens,
-                                    cached_tokens: usage.cached_tokens,
-                                    error: None,
-                                },
-                            },
-                        ];
-                    }
+                    StopResult::Stopped { text, matched } => return self.stopped(text, matched, usage.cached_tokens),
                 };
                 text.push_str(&self.stop.finish());
                 let (r, matched, error) = match reason {
@@ -251,6 +225,19 @@ impl Choice {
                 ev
             }
         }
+    }
+
+    /// The last text before a stop string, and the choice's end.
+    fn stopped(&self, text: String, matched: String, cached_tokens: usize) -> Vec<ChoiceEvent> {
+        let index = self.index;
+        let finish = Finish {
+            reason: "stop",
+            matched: Some(Value::String(matched)),
+            completion_tokens: self.tokens,
+            cached_tokens,
+            error: None,
+        };
+        vec![ChoiceEvent::Text { index, text, tokens: self.tokens }, ChoiceEvent::Done { index, finish }]
     }
 
     fn observe_e2e(&self) {

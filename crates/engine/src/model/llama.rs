@@ -22,7 +22,7 @@ use super::{AttentionNeeds, Model, ModelInfo};
 use crate::batch::ForwardBatch;
 use crate::kernels::{self, Isa};
 use crate::kv_cache::{KvDtype, KvLayout, KvStore};
-use crate::pool::ThreadPool;
+use crate::pool::{SyncPtr, ThreadPool};
 use crate::quant::{dequantize_row, GgmlType, QActs, QMatrix, Weight};
 use crate::EngineError;
 
@@ -315,22 +315,6 @@ impl LlamaModel {
     }
 }
 
-/// Output rows shared by attention tasks that write disjoint head ranges.
-#[derive(Clone, Copy)]
-struct SharedOut(*mut f32);
-// SAFETY: each attention task writes only its own (token, kv-group) head range.
-#[allow(unsafe_code)]
-unsafe impl Send for SharedOut {}
-#[allow(unsafe_code)]
-unsafe impl Sync for SharedOut {}
-
-impl SharedOut {
-    // A method (not `.0`) so closures capture the Sync wrapper, not the raw pointer.
-    fn get(self) -> *mut f32 {
-        self.0
-    }
-}
-
 impl Model for LlamaModel {
     fn info(&self) -> &ModelInfo {
         &self.info
@@ -394,7 +378,8 @@ impl Model for LlamaModel {
                 }
             }
             let (kc, vc) = (kv.component_f16(l, 0), kv.component_f16(l, 1));
-            let out = SharedOut(s.attn.as_mut_ptr());
+            // Each task writes only its own (token, kv-group) head range.
+            let out = SyncPtr(s.attn.as_mut_ptr());
             let (qkv, row_seq) = (&s.qkv, &s.row_seq);
             let pairs = t_n * c.kv_heads;
             let per_task = pairs.div_ceil(self.pool.threads() * 4).max(1);
