@@ -58,8 +58,20 @@ pub struct EngineArgs {
     pub disable_radix_cache: bool,
     /// Admission order.
     pub schedule_policy: SchedulePolicy,
-    /// Attention backend name.
+    /// Attention backend name (`auto` picks the first backend that implements the model's
+    /// attention).
     pub attention_backend: String,
+    /// DSA attention for EXTEND rows (`sparse` or `dense`).
+    pub nsa_prefill_backend: String,
+    /// DSA attention for DECODE rows (`sparse` or `dense`).
+    pub nsa_decode_backend: String,
+    /// MoE implementation: `auto` (autotuned, or a default when autotune is off),
+    /// `token_major` or `expert_major`.
+    pub moe_runner_backend: String,
+    /// Skip the start-up MoE autotune.
+    pub disable_autotune: bool,
+    /// Where autotune results are kept (none: not kept).
+    pub autotune_cache_dir: Option<PathBuf>,
     /// End-of-sequence token of the tokenizer.
     pub eos: Option<u32>,
 }
@@ -138,6 +150,7 @@ pub struct Engine {
     config: SchedulerConfig,
     backend: &'static str,
     isa: &'static str,
+    notes: serde_json::Value,
 }
 
 impl std::fmt::Debug for Engine {
@@ -152,9 +165,15 @@ impl Engine {
     /// # Errors
     /// Loading, compatibility or configuration errors, all before any request is accepted.
     pub fn start(args: &EngineArgs) -> Result<Engine, EngineError> {
-        let model = LlamaModel::load(&args.model_path, args.threads)?;
-        let isa = model.isa().name();
-        Self::start_with_model(Box::new(model), args, isa)
+        let (model, isa, notes) = load_model(args)?;
+        let mut e = Self::start_with_model(model, args, isa)?;
+        e.notes = notes;
+        Ok(e)
+    }
+
+    /// Start-up facts worth reporting (backend choices, autotune results), as JSON.
+    pub fn notes(&self) -> &serde_json::Value {
+        &self.notes
     }
 
     /// Starts the engine thread around an already built model (tests use a fake one).
@@ -166,10 +185,22 @@ impl Engine {
         args: &EngineArgs,
         isa: &'static str,
     ) -> Result<Engine, EngineError> {
-        let caps = BACKENDS.iter().find(|b| b.name == args.attention_backend).ok_or_else(|| {
-            EngineError::Config(format!("unknown --attention-backend {:?} (have: cpu)", args.attention_backend))
-        })?;
         let needs = model.attention_needs();
+        let caps = if args.attention_backend == "auto" {
+            BACKENDS
+                .iter()
+                .find(|b| b.kinds.contains(&needs.kind))
+                .ok_or_else(|| EngineError::Incompatible(format!("no attention backend implements {:?}", needs.kind)))?
+        } else {
+            BACKENDS.iter().find(|b| b.name == args.attention_backend).ok_or_else(|| {
+                let names: Vec<&str> = BACKENDS.iter().map(|b| b.name).collect();
+                EngineError::Config(format!(
+                    "unknown --attention-backend {:?} (have: auto, {})",
+                    args.attention_backend,
+                    names.join(", ")
+                ))
+            })?
+        };
         check_compat(&needs, caps)?;
         let info = model.info().clone();
         let config = derive_config(args, needs.kv_layout.bytes_per_token(), info.context_length)?;
@@ -182,7 +213,7 @@ impl Engine {
             .name("sparrow-engine".into())
             .spawn(move || engine_loop(model, cfg, eos, rx, st))
             .map_err(|e| EngineError::Config(format!("cannot spawn the engine thread: {e}")))?;
-        Ok(Engine { tx, stats, info, config, backend: caps.name, isa })
+        Ok(Engine { tx, stats, info, config, backend: caps.name, isa, notes: serde_json::Value::Null })
     }
 
     /// Queues a request.
@@ -230,6 +261,93 @@ impl Engine {
     /// Kernel instruction set name.
     pub fn isa(&self) -> &'static str {
         self.isa
+    }
+}
+
+/// Loads the model `args.model_path` names: a GGUF file (Llama family), or a Hugging Face
+/// checkpoint directory whose `config.json` says `glm_moe_dsa` (GLM-5) or `llama`. For GLM-5
+/// the NSA backends and the MoE implementation are applied, autotuning the MoE choice unless
+/// told otherwise. Returns the model, its kernel ISA name, and start-up notes.
+///
+/// # Errors
+/// Unreadable or unsupported checkpoints, unknown backend names.
+pub fn load_model(args: &EngineArgs) -> Result<(Box<dyn Model>, &'static str, serde_json::Value), EngineError> {
+    use crate::model::glm5::{AttnImpl, Glm5Model, Glm5Options, MoeChoice, MoeImpl};
+    let p = &args.model_path;
+    if p.is_dir() {
+        let cfg = crate::hf::read_json(&p.join("config.json"))?;
+        let mt = cfg.get("model_type").and_then(|v| v.as_str()).unwrap_or("").to_owned();
+        match mt.as_str() {
+            "glm_moe_dsa" => {
+                let fixed = match args.moe_runner_backend.as_str() {
+                    "auto" => None,
+                    "token_major" => Some(MoeImpl::TokenMajor),
+                    "expert_major" => Some(MoeImpl::ExpertMajor),
+                    other => {
+                        return Err(EngineError::Config(format!(
+                            "unknown --moe-runner-backend {other:?} (have: auto, token_major, expert_major)"
+                        )))
+                    }
+                };
+                let opts = Glm5Options {
+                    prefill_attn: AttnImpl::parse(&args.nsa_prefill_backend)?,
+                    decode_attn: AttnImpl::parse(&args.nsa_decode_backend)?,
+                    moe: MoeChoice::Fixed(fixed.unwrap_or(MoeImpl::ExpertMajor)),
+                };
+                let mut m = Glm5Model::load(p, args.threads, opts.clone())?;
+                let mut notes = serde_json::json!({
+                    "nsa_prefill_backend": args.nsa_prefill_backend,
+                    "nsa_decode_backend": args.nsa_decode_backend,
+                });
+                let moe = match fixed {
+                    Some(f) => {
+                        notes["moe_runner_backend"] = f.name().into();
+                        MoeChoice::Fixed(f)
+                    }
+                    None if args.disable_autotune => {
+                        // Without timings: a GEMV per pair for one token, grouped GEMMs beyond.
+                        notes["moe_runner_backend"] =
+                            "auto (autotune disabled: token_major for 1 token, expert_major beyond)".into();
+                        MoeChoice::Buckets(vec![(1, MoeImpl::TokenMajor), (usize::MAX, MoeImpl::ExpertMajor)])
+                    }
+                    None => {
+                        let max_tokens = args.chunked_prefill_size.min(args.max_prefill_tokens).clamp(1, 1024);
+                        let bl = crate::autotune::buckets(max_tokens);
+                        let key = crate::autotune::key(&m);
+                        let cached =
+                            args.autotune_cache_dir.as_deref().and_then(|d| crate::autotune::load(d, &key, &bl));
+                        let (tune, source) = match cached {
+                            Some(t) => (t, "cache"),
+                            None => (crate::autotune::tune(&m, &bl, args.autotune_cache_dir.as_deref())?, "measured"),
+                        };
+                        notes["moe_runner_backend"] = "auto".into();
+                        notes["moe_autotune"] = serde_json::json!({
+                            "source": source,
+                            "key": tune.key,
+                            "file": args.autotune_cache_dir.as_ref().map(|d| d.join(format!("{}.json", tune.key))),
+                            "summary": tune.summary(),
+                        });
+                        MoeChoice::Buckets(tune.choices())
+                    }
+                };
+                m.set_options(Glm5Options { moe, ..opts });
+                let isa = m.isa().name();
+                Ok((Box::new(m), isa, notes))
+            }
+            "llama" => {
+                let m = LlamaModel::load_hf(p, args.threads)?;
+                let isa = m.isa().name();
+                Ok((Box::new(m), isa, serde_json::Value::Null))
+            }
+            other => Err(EngineError::Model(format!(
+                "{}: model_type {other:?} is not supported (glm_moe_dsa and llama checkpoints, or Llama GGUF files)",
+                p.display()
+            ))),
+        }
+    } else {
+        let m = LlamaModel::load(p, args.threads)?;
+        let isa = m.isa().name();
+        Ok((Box::new(m), isa, serde_json::Value::Null))
     }
 }
 

@@ -110,6 +110,7 @@ pub fn matmul(pool: &ThreadPool, isa: Isa, w: &Weight, x: &[f32], tokens: usize,
                 unsafe { quant_rows(isa, q, r0, r1, xq, ptr) }
             });
         }
+        Weight::Nvfp4(m) => m.matmul(pool, isa, x, tokens, out),
         Weight::Dense { data, .. } => {
             pool.run(tasks, |i| {
                 let r0 = i * rpt;

@@ -14,8 +14,11 @@
 //! - [`scheduler`]: continuous batching, chunked prefill, retraction;
 //! - [`engine`]: the engine thread and its typed command channel.
 
+pub mod autotune;
 pub mod batch;
+pub mod convert;
 pub mod engine;
+pub mod hf;
 pub mod kernels;
 pub mod kv_cache;
 pub mod model;
@@ -25,6 +28,7 @@ pub mod quant;
 pub mod radix;
 pub mod sampler;
 pub mod scheduler;
+pub mod toy;
 
 /// Engine errors. Request-level errors never stop the engine.
 #[derive(Debug, Clone, thiserror::Error)]

@@ -110,8 +110,9 @@ pub struct Nvfp4Matrix {
     pub weight: Vec<u8>,
     /// `rows · cols / 16` E4M3 block scales.
     pub weight_scale: Vec<u8>,
-    /// The tensor-wide scale.
-    pub weight_scale_2: f32,
+    /// The tensor-wide scale, repeated per row (`[rows]`): one value for an exported tensor,
+    /// and rows stacked from several tensors by [`Nvfp4Matrix::concat`] keep their own.
+    pub weight_scale_2: Vec<f32>,
 }
 
 impl Nvfp4Matrix {
@@ -119,13 +120,46 @@ impl Nvfp4Matrix {
     pub fn get(&self, r: usize, c: usize) -> f32 {
         let byte = self.weight[r * self.cols / 2 + c / 2];
         let code = if c.is_multiple_of(2) { byte & 0xf } else { byte >> 4 };
-        e2m1_to_f32(code) * e4m3_to_f32(self.weight_scale[r * self.cols / BLOCK + c / BLOCK]) * self.weight_scale_2
+        e2m1_to_f32(code) * e4m3_to_f32(self.weight_scale[r * self.cols / BLOCK + c / BLOCK]) * self.weight_scale_2[r]
     }
 
     /// Row `r` as f32 (the reference the kernel is tested against).
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
         for (c, o) in out.iter_mut().enumerate().take(self.cols) {
             *o = self.get(r, c);
+        }
+    }
+
+    /// Stacks matrices with the same column count along rows (fused projections such as
+    /// gate/up); `None` for an empty list or differing column counts.
+    pub fn concat(parts: &[&Nvfp4Matrix]) -> Option<Nvfp4Matrix> {
+        let cols = parts.first()?.cols;
+        if parts.iter().any(|p| p.cols != cols) {
+            return None;
+        }
+        let mut m =
+            Nvfp4Matrix { rows: 0, cols, weight: Vec::new(), weight_scale: Vec::new(), weight_scale_2: Vec::new() };
+        for p in parts {
+            m.rows += p.rows;
+            m.weight.extend_from_slice(&p.weight);
+            m.weight_scale.extend_from_slice(&p.weight_scale);
+            m.weight_scale_2.extend_from_slice(&p.weight_scale_2);
+        }
+        Some(m)
+    }
+
+    /// Rows `r0..r1` as their own matrix (splits a stacked expert tensor).
+    ///
+    /// # Panics
+    /// When the range is out of bounds.
+    pub fn slice_rows(&self, r0: usize, r1: usize) -> Nvfp4Matrix {
+        let (hb, sb) = (self.cols / 2, self.cols / BLOCK);
+        Nvfp4Matrix {
+            rows: r1 - r0,
+            cols: self.cols,
+            weight: self.weight[r0 * hb..r1 * hb].to_vec(),
+            weight_scale: self.weight_scale[r0 * sb..r1 * sb].to_vec(),
+            weight_scale_2: self.weight_scale_2[r0..r1].to_vec(),
         }
     }
 
@@ -153,7 +187,7 @@ impl Nvfp4Matrix {
                 weight[idx / 2] |= if idx.is_multiple_of(2) { code } else { code << 4 };
             }
         }
-        Nvfp4Matrix { rows, cols, weight, weight_scale, weight_scale_2: global }
+        Nvfp4Matrix { rows, cols, weight, weight_scale, weight_scale_2: vec![global; rows] }
     }
 
     /// `out[t·rows + r] = Σ_c W[r, c] · x[t·cols + c]` on the pool, decoding one 16-weight
@@ -199,7 +233,7 @@ impl Nvfp4Matrix {
     fn row_scalar(&self, r: usize, x: &[f32], tokens: usize, acc: &mut [[f32; 8]], res: &mut [f32]) {
         acc.iter_mut().for_each(|a| *a = [0.0; 8]);
         for b in 0..self.cols / BLOCK {
-            let scale = e4m3_to_f32(self.weight_scale[r * self.cols / BLOCK + b]) * self.weight_scale_2;
+            let scale = e4m3_to_f32(self.weight_scale[r * self.cols / BLOCK + b]) * self.weight_scale_2[r];
             let bytes = &self.weight[r * self.cols / 2 + b * BLOCK / 2..][..BLOCK / 2];
             let mut w = [0f32; BLOCK];
             for (j, byte) in bytes.iter().enumerate() {
@@ -246,7 +280,7 @@ mod x86 {
         let nib = _mm_set1_epi8(0x0f);
         let mut acc = vec![_mm256_setzero_ps(); tokens];
         for b in 0..m.cols / BLOCK {
-            let scale = _mm256_set1_ps(e4m3_to_f32(m.weight_scale[r * m.cols / BLOCK + b]) * m.weight_scale_2);
+            let scale = _mm256_set1_ps(e4m3_to_f32(m.weight_scale[r * m.cols / BLOCK + b]) * m.weight_scale_2[r]);
             let bytes = &m.weight[r * m.cols / 2 + b * BLOCK / 2..][..BLOCK / 2];
             let v = _mm_loadl_epi64(bytes.as_ptr() as *const __m128i);
             // Element 2j is byte j's low nibble, 2j+1 its high nibble: interleave them.
@@ -317,7 +351,7 @@ mod tests {
             cols: 16,
             weight: vec![0x21, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xf7],
             weight_scale: vec![0x40],
-            weight_scale_2: 0.5,
+            weight_scale_2: vec![0.5],
         };
         // Scale 0x40 = 0.1000.000 → 2; times 0.5 → 1.
         assert_eq!(m.get(0, 0), 0.5); // low nibble of 0x21: code 1
@@ -338,7 +372,7 @@ mod tests {
             q.dequantize_row(r, &mut row);
             for (c, (d, o)) in row.iter().zip(&w[r * cols..]).enumerate() {
                 // Error within half a step of the coarsest E2M1 spacing at this block's scale.
-                let s = e4m3_to_f32(q.weight_scale[(r * cols + c) / BLOCK]) * q.weight_scale_2;
+                let s = e4m3_to_f32(q.weight_scale[(r * cols + c) / BLOCK]) * q.weight_scale_2[r];
                 assert!((d - o).abs() <= s + 1e-6, "({r},{c}): {d} vs {o}");
             }
         }

@@ -376,6 +376,8 @@ pub enum Weight {
         /// `rows · cols` values.
         data: Vec<f32>,
     },
+    /// NVFP4 (ModelOpt); multiplied with f32 activations, decoded block by block.
+    Nvfp4(crate::nvfp4::Nvfp4Matrix),
 }
 
 impl Weight {
@@ -384,6 +386,7 @@ impl Weight {
         match self {
             Weight::Quant(q) => q.rows,
             Weight::Dense { rows, .. } => *rows,
+            Weight::Nvfp4(m) => m.rows,
         }
     }
     /// Input features.
@@ -391,6 +394,7 @@ impl Weight {
         match self {
             Weight::Quant(q) => q.cols,
             Weight::Dense { cols, .. } => *cols,
+            Weight::Nvfp4(m) => m.cols,
         }
     }
     /// Dequantizes row `r` (used for embedding lookups).
@@ -398,6 +402,33 @@ impl Weight {
         match self {
             Weight::Quant(q) => q.dequantize_row(r, out),
             Weight::Dense { cols, data, .. } => out.copy_from_slice(&data[r * cols..(r + 1) * cols]),
+            Weight::Nvfp4(m) => m.dequantize_row(r, out),
+        }
+    }
+    /// Row `i` of the result is row `perm[i]` of `self` (undoes a checkpoint's head layout).
+    /// `None` for the GGUF-repacked form, whose rows are interleaved in groups of 8.
+    pub fn permute_rows(&self, perm: &[usize]) -> Option<Weight> {
+        match self {
+            Weight::Quant(_) => None,
+            Weight::Dense { rows, cols, data } => {
+                debug_assert_eq!(perm.len(), *rows);
+                let data = perm.iter().flat_map(|&r| data[r * cols..(r + 1) * cols].iter().copied()).collect();
+                Some(Weight::Dense { rows: *rows, cols: *cols, data })
+            }
+            Weight::Nvfp4(m) => {
+                let parts: Vec<crate::nvfp4::Nvfp4Matrix> = perm.iter().map(|&r| m.slice_rows(r, r + 1)).collect();
+                let refs: Vec<&crate::nvfp4::Nvfp4Matrix> = parts.iter().collect();
+                crate::nvfp4::Nvfp4Matrix::concat(&refs).map(Weight::Nvfp4)
+            }
+        }
+    }
+
+    /// Bytes held in memory.
+    pub fn bytes(&self) -> usize {
+        match self {
+            Weight::Quant(q) => q.codes.len() + 8 * q.d.len(),
+            Weight::Dense { data, .. } => 4 * data.len(),
+            Weight::Nvfp4(m) => m.weight.len() + m.weight_scale.len() + 4,
         }
     }
     /// Stacks weights along rows when all are quantized alike or all dense.
@@ -407,10 +438,20 @@ impl Weight {
                 .iter()
                 .filter_map(|p| match p {
                     Weight::Quant(q) => Some(q),
-                    Weight::Dense { .. } => None,
+                    _ => None,
                 })
                 .collect();
             return QMatrix::concat(&qs).map(Weight::Quant);
+        }
+        if parts.iter().all(|p| matches!(p, Weight::Nvfp4(_))) {
+            let ms: Vec<&crate::nvfp4::Nvfp4Matrix> = parts
+                .iter()
+                .filter_map(|p| match p {
+                    Weight::Nvfp4(m) => Some(m),
+                    _ => None,
+                })
+                .collect();
+            return crate::nvfp4::Nvfp4Matrix::concat(&ms).map(Weight::Nvfp4);
         }
         let cols = parts.first()?.cols();
         let mut data = Vec::new();

@@ -48,6 +48,11 @@ fn args() -> EngineArgs {
         disable_radix_cache: false,
         schedule_policy: SchedulePolicy::Fcfs,
         attention_backend: "cpu".into(),
+        nsa_prefill_backend: "sparse".into(),
+        nsa_decode_backend: "sparse".into(),
+        moe_runner_backend: "auto".into(),
+        disable_autotune: true,
+        autotune_cache_dir: None,
         eos: None,
     }
 }

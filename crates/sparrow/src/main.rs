@@ -2,6 +2,7 @@
 //! benchmark client), and a hidden `sparrow mock-server` for trying the client without a model.
 
 mod serve;
+mod tools;
 
 use std::net::SocketAddr;
 
@@ -23,6 +24,12 @@ enum Command {
     Serve(Box<serve::ServeArgs>),
     /// Benchmark a running server (flags as `python -m sglang.bench_serving`).
     Bench(Box<BenchArgs>),
+    /// Write a toy checkpoint (`glm5-tiny`) in the ModelOpt NVFP4 format.
+    GenModel(tools::GenModelArgs),
+    /// Convert a GGUF file or a BF16/F32 safetensors checkpoint to ModelOpt NVFP4.
+    Quantize(tools::QuantizeArgs),
+    /// Perplexity of a model on ShareGPT replies.
+    Perplexity(tools::PerplexityArgs),
     /// A scripted OpenAI/SGLang-compatible server for testing the client.
     #[command(hide = true)]
     MockServer {
@@ -53,10 +60,28 @@ fn main() -> std::process::ExitCode {
                 }
             },
             Command::Bench(args) => bench(*args).await,
+            Command::GenModel(a) => blocking(move || tools::gen_model(&a)).await,
+            Command::Quantize(a) => blocking(move || tools::quantize(&a)).await,
+            Command::Perplexity(a) => blocking(move || tools::perplexity(&a)).await,
             Command::MockServer { listen, script } => mock(listen, script).await,
         }
     });
     std::process::ExitCode::from(code.clamp(0, 255) as u8)
+}
+
+/// Runs a CPU-bound tool off the async runtime; errors exit with the set-up status.
+async fn blocking(f: impl FnOnce() -> anyhow::Result<()> + Send + 'static) -> i32 {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => {
+            eprintln!("error: {e:#}");
+            exit::SETUP
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            exit::SETUP
+        }
+    }
 }
 
 async fn bench(args: BenchArgs) -> i32 {

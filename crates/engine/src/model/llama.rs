@@ -173,10 +173,7 @@ fn fuse(parts: Vec<Weight>) -> Weight {
 }
 
 fn weight_bytes(w: &Weight) -> usize {
-    match w {
-        Weight::Quant(q) => q.codes.len() + 8 * q.d.len(),
-        Weight::Dense { data, .. } => 4 * data.len(),
-    }
+    w.bytes()
 }
 
 impl LlamaModel {
@@ -258,6 +255,196 @@ impl LlamaModel {
             });
         }
         let output_norm = ld.vector("output_norm.weight", hidden)?;
+        let name = ld.g.general_name().unwrap_or("unnamed").to_owned();
+        Self::assemble(cfg, arch, name, embed, output, output_norm, layers, threads)
+    }
+
+    /// Loads a Hugging Face Llama checkpoint directory (`LlamaForCausalLM` `config.json`,
+    /// safetensors weights, optionally ModelOpt NVFP4, e.g. from `sparrow quantize`).
+    ///
+    /// HF stores Q and K for `rotate_half` RoPE (pairs `(i, i + d/2)` of a head); their rows are
+    /// permuted here into the adjacent-pair layout the GGUF path uses, the inverse of
+    /// llama.cpp's `convert_hf_to_gguf.py` `permute`.
+    ///
+    /// # Errors
+    /// As [`Checkpoint::open`](crate::hf::Checkpoint::open), plus another architecture, RoPE
+    /// scaling, or tensors of the wrong shape.
+    pub fn load_hf(dir: &Path, threads: usize) -> Result<Self, EngineError> {
+        let ck = crate::hf::Checkpoint::open(dir)?;
+        let v = &ck.config;
+        let mt = v.get("model_type").and_then(|x| x.as_str()).unwrap_or("");
+        if mt != "llama" {
+            return Err(merr(format!("config.json model_type {mt:?}: the Llama loader reads llama")));
+        }
+        if v.get("rope_scaling").is_some_and(|x| !x.is_null()) {
+            return Err(merr("config.json: rope_scaling is not supported"));
+        }
+        let u = |k: &str| {
+            v.get(k)
+                .and_then(|x| x.as_u64())
+                .map(|x| x as usize)
+                .ok_or_else(|| merr(format!("config.json: {k} missing")))
+        };
+        let (hidden, heads) = (u("hidden_size")?, u("num_attention_heads")?);
+        let kv_heads = u("num_key_value_heads").unwrap_or(heads);
+        let head_dim = v.get("head_dim").and_then(|x| x.as_u64()).map_or(hidden / heads, |x| x as usize);
+        let cfg = LlamaConfig {
+            layers: u("num_hidden_layers")?,
+            hidden,
+            ffn: u("intermediate_size")?,
+            heads,
+            kv_heads,
+            head_dim,
+            rope_base: v.get("rope_theta").and_then(|x| x.as_f64()).unwrap_or(10000.0) as f32,
+            rms_eps: v.get("rms_norm_eps").and_then(|x| x.as_f64()).unwrap_or(1e-5) as f32,
+            vocab: u("vocab_size")?,
+            context_length: u("max_position_embeddings")?,
+        };
+        if heads % kv_heads != 0 || head_dim * heads != hidden {
+            return Err(merr(format!("inconsistent heads: {heads} heads, {kv_heads} KV heads, hidden {hidden}")));
+        }
+        let kvd = kv_heads * head_dim;
+        let rope_perm = |n_heads: usize| -> Vec<usize> {
+            let half = head_dim / 2;
+            (0..n_heads * head_dim)
+                .map(|r| {
+                    let (h, i) = (r / head_dim, r % head_dim);
+                    h * head_dim + if i % 2 == 0 { i / 2 } else { half + i / 2 }
+                })
+                .collect()
+        };
+        let permuted = |w: Weight, n_heads: usize| {
+            w.permute_rows(&rope_perm(n_heads)).ok_or_else(|| merr("cannot permute a GGUF-repacked weight"))
+        };
+        let (es, ed) = ck.f32("model.embed_tokens.weight")?;
+        if es != [cfg.vocab, hidden] {
+            return Err(merr(format!("model.embed_tokens.weight: shape {es:?}, want [{}, {hidden}]", cfg.vocab)));
+        }
+        let embed = Weight::Dense { rows: cfg.vocab, cols: hidden, data: ed };
+        let tied = v.get("tie_word_embeddings").and_then(|x| x.as_bool()).unwrap_or(false) || !ck.has("lm_head.weight");
+        let output = if tied { None } else { Some(ck.linear("lm_head", cfg.vocab, hidden)?) };
+        let mut layers = Vec::with_capacity(cfg.layers);
+        for l in 0..cfg.layers {
+            let p = format!("model.layers.{l}");
+            layers.push(Layer {
+                attn_norm: ck.vector(&format!("{p}.input_layernorm.weight"), hidden)?,
+                qkv: fuse(vec![
+                    permuted(ck.linear(&format!("{p}.self_attn.q_proj"), hidden, hidden)?, heads)?,
+                    permuted(ck.linear(&format!("{p}.self_attn.k_proj"), kvd, hidden)?, kv_heads)?,
+                    ck.linear(&format!("{p}.self_attn.v_proj"), kvd, hidden)?,
+                ]),
+                wo: ck.linear(&format!("{p}.self_attn.o_proj"), hidden, hidden)?,
+                ffn_norm: ck.vector(&format!("{p}.post_attention_layernorm.weight"), hidden)?,
+                gate_up: fuse(vec![
+                    ck.linear(&format!("{p}.mlp.gate_proj"), cfg.ffn, hidden)?,
+                    ck.linear(&format!("{p}.mlp.up_proj"), cfg.ffn, hidden)?,
+                ]),
+                down: ck.linear(&format!("{p}.mlp.down_proj"), hidden, cfg.ffn)?,
+            });
+        }
+        let output_norm = ck.vector("model.norm.weight", hidden)?;
+        let name = dir.file_name().map_or("llama".into(), |n| n.to_string_lossy().into_owned());
+        Self::assemble(cfg, "llama".into(), name, embed, output, output_norm, layers, threads)
+    }
+
+    /// Reads a Llama GGUF file as a Hugging Face state dict in f32 (every tensor dequantized,
+    /// names and Q/K row order as `LlamaForCausalLM` has them) plus its `config.json`: the
+    /// input `sparrow quantize` converts.
+    ///
+    /// # Errors
+    /// As [`LlamaModel::load`].
+    pub fn gguf_to_hf(path: &Path) -> Result<(serde_json::Value, Vec<crate::convert::Tensor>), EngineError> {
+        let file = std::fs::File::open(path).map_err(|e| merr(format!("{}: {e}", path.display())))?;
+        // SAFETY: read-only mapping, dropped at the end of this function.
+        #[allow(unsafe_code)]
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| merr(format!("{}: {e}", path.display())))?;
+        let g = GGuf::new(&map).map_err(|e| merr(format!("{}: not a GGUF file: {e}", path.display())))?;
+        let ld = Loader { g, path };
+        // Reuse the loader's checks by loading the config the same way.
+        let m = LlamaModel::load(path, 1)?;
+        let c = m.cfg.clone();
+        let tied = !ld.g.tensors.contains_key("output.weight");
+        let config = serde_json::json!({
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            "hidden_size": c.hidden,
+            "intermediate_size": c.ffn,
+            "num_attention_heads": c.heads,
+            "num_key_value_heads": c.kv_heads,
+            "num_hidden_layers": c.layers,
+            "head_dim": c.head_dim,
+            "rms_norm_eps": c.rms_eps,
+            "rope_theta": c.rope_base,
+            "vocab_size": c.vocab,
+            "max_position_embeddings": c.context_length,
+            "tie_word_embeddings": tied,
+            "hidden_act": "silu",
+            "torch_dtype": "float32",
+        });
+        let hd = c.head_dim;
+        let unpermute = |data: Vec<f32>, rows: usize, cols: usize| -> Vec<f32> {
+            let half = hd / 2;
+            let mut out = Vec::with_capacity(data.len());
+            for r in 0..rows {
+                let (h, j) = (r / hd, r % hd);
+                let src = h * hd + if j < half { 2 * j } else { 2 * (j - half) + 1 };
+                out.extend_from_slice(&data[src * cols..(src + 1) * cols]);
+            }
+            out
+        };
+        let mut names: Vec<&str> = ld.g.tensors.keys().map(|k| &**k).collect();
+        names.sort();
+        let mut out = Vec::new();
+        for name in names {
+            let (ty, shape, data) = ld.tensor(name)?;
+            let n: usize = shape.iter().product();
+            let mut v = vec![0f32; n];
+            dequantize_row(ty, data, &mut v);
+            let hf_shape: Vec<usize> = shape.iter().rev().copied().collect();
+            let (hf_name, v) = match name.strip_prefix("blk.").and_then(|r| r.split_once('.')) {
+                Some((l, rest)) => {
+                    let p = format!("model.layers.{l}");
+                    match rest {
+                        "attn_norm.weight" => (format!("{p}.input_layernorm.weight"), v),
+                        "attn_q.weight" => {
+                            (format!("{p}.self_attn.q_proj.weight"), unpermute(v, hf_shape[0], hf_shape[1]))
+                        }
+                        "attn_k.weight" => {
+                            (format!("{p}.self_attn.k_proj.weight"), unpermute(v, hf_shape[0], hf_shape[1]))
+                        }
+                        "attn_v.weight" => (format!("{p}.self_attn.v_proj.weight"), v),
+                        "attn_output.weight" => (format!("{p}.self_attn.o_proj.weight"), v),
+                        "ffn_norm.weight" => (format!("{p}.post_attention_layernorm.weight"), v),
+                        "ffn_gate.weight" => (format!("{p}.mlp.gate_proj.weight"), v),
+                        "ffn_up.weight" => (format!("{p}.mlp.up_proj.weight"), v),
+                        "ffn_down.weight" => (format!("{p}.mlp.down_proj.weight"), v),
+                        other => return Err(merr(format!("GGUF tensor {name}: {other} has no Llama HF name"))),
+                    }
+                }
+                None => match name {
+                    "token_embd.weight" => ("model.embed_tokens.weight".into(), v),
+                    "output_norm.weight" => ("model.norm.weight".into(), v),
+                    "output.weight" => ("lm_head.weight".into(), v),
+                    other => return Err(merr(format!("GGUF tensor {other} has no Llama HF name"))),
+                },
+            };
+            out.push(crate::convert::Tensor { name: hf_name, shape: hf_shape, data: v });
+        }
+        Ok((config, out))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn assemble(
+        cfg: LlamaConfig,
+        arch: String,
+        name: String,
+        embed: Weight,
+        output: Option<Weight>,
+        output_norm: Vec<f32>,
+        layers: Vec<Layer>,
+        threads: usize,
+    ) -> Result<Self, EngineError> {
+        let head_dim = cfg.head_dim;
         let half = head_dim / 2;
         let mut rope_cos = vec![0f32; cfg.context_length * half];
         let mut rope_sin = vec![0f32; cfg.context_length * half];
@@ -276,11 +463,11 @@ impl LlamaModel {
         }
         let info = ModelInfo {
             architecture: arch,
-            name: ld.g.general_name().unwrap_or("unnamed").to_owned(),
-            vocab_size: vocab,
+            name,
+            vocab_size: cfg.vocab,
             context_length: cfg.context_length,
             num_layers: cfg.layers,
-            hidden_size: hidden,
+            hidden_size: cfg.hidden,
             weight_bytes: wbytes,
         };
         let pool = ThreadPool::new(threads).map_err(|e| merr(format!("thread pool: {e}")))?;

@@ -4,6 +4,7 @@
 //! needs ([`AttentionNeeds`]) and the backend states what it provides ([`BackendCaps`]);
 //! [`check_compat`] refuses a mismatched pair with a message before any request is admitted.
 
+pub mod glm5;
 pub mod llama;
 
 use crate::batch::ForwardBatch;
@@ -55,8 +56,13 @@ pub struct BackendCaps {
 pub const CPU_BACKEND: BackendCaps =
     BackendCaps { name: "cpu", kinds: &["gqa"], mixed_batches: true, extend_with_prefix: true };
 
+/// The CPU NSA backend: MLA over the latent cache with DeepSeek sparse attention (indexer
+/// top-k), named after SGLang's `--attention-backend nsa`.
+pub const NSA_BACKEND: BackendCaps =
+    BackendCaps { name: "nsa", kinds: &["mla+dsa"], mixed_batches: true, extend_with_prefix: true };
+
 /// Every attention backend this build has.
-pub const BACKENDS: &[BackendCaps] = &[CPU_BACKEND];
+pub const BACKENDS: &[BackendCaps] = &[CPU_BACKEND, NSA_BACKEND];
 
 /// Refuses a model/backend pair the backend cannot run.
 ///
@@ -64,9 +70,14 @@ pub const BACKENDS: &[BackendCaps] = &[CPU_BACKEND];
 /// [`EngineError::Incompatible`] naming the missing capability.
 pub fn check_compat(needs: &AttentionNeeds, caps: &BackendCaps) -> Result<(), EngineError> {
     if !caps.kinds.contains(&needs.kind) {
+        let fit: Vec<&str> = BACKENDS.iter().filter(|b| b.kinds.contains(&needs.kind)).map(|b| b.name).collect();
         return Err(EngineError::Incompatible(format!(
-            "attention backend {:?} implements {:?}, the model needs {:?}",
-            caps.name, caps.kinds, needs.kind
+            "attention backend {:?} implements {:?}, but the model needs {:?}{}; backends that do: {:?}",
+            caps.name,
+            caps.kinds,
+            needs.kind,
+            if needs.kind.contains("dsa") { " (DeepSeek sparse attention)" } else { "" },
+            fit
         )));
     }
     if !caps.mixed_batches || !caps.extend_with_prefix {

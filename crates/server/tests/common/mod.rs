@@ -62,6 +62,11 @@ impl TestServer {
             disable_radix_cache: o.disable_radix_cache,
             schedule_policy: SchedulePolicy::Fcfs,
             attention_backend: "cpu".into(),
+            nsa_prefill_backend: "sparse".into(),
+            nsa_decode_backend: "sparse".into(),
+            moe_runner_backend: "auto".into(),
+            disable_autotune: true,
+            autotune_cache_dir: None,
             eos: tok.eos().map(|(id, _)| id),
         };
         let engine = Engine::start(&args).expect("engine starts");

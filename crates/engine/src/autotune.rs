@@ -1,0 +1,136 @@
+//! Start-up autotune of the MoE implementation, the way SGLang tunes its fused-MoE kernel
+//! configs (`benchmark/kernels/fused_moe_triton/tuning_fused_moe_triton.py`): time every
+//! implementation on the shapes the server will run, pick the fastest per batch-size bucket, and
+//! keep the choice in a JSON file keyed by the shapes, the instruction set and the thread count,
+//! so the next start reads it instead of timing again.
+//!
+//! Buckets are powers of two up to the largest batch the scheduler builds; a batch uses the
+//! smallest bucket at least as large as its token count. Each (bucket, implementation) is run
+//! once to warm up, then timed as the minimum of [`REPEATS`] runs on the first MoE layer's real
+//! experts with a real routing of random activations.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+use crate::model::glm5::{Glm5Model, MoeImpl};
+use crate::quant::QActs;
+use crate::EngineError;
+
+/// Timed runs per (bucket, implementation); the minimum is kept.
+pub const REPEATS: usize = 3;
+
+/// One bucket's measurement.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BucketChoice {
+    /// Largest token count of the bucket.
+    pub tokens: usize,
+    /// The faster implementation.
+    pub choice: MoeImpl,
+    /// Microseconds per run of each implementation, `[token_major, expert_major]`.
+    pub micros: [f64; 2],
+}
+
+/// The stored result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MoeTune {
+    /// What the timing was for (shapes, ISA, threads).
+    pub key: String,
+    /// Per bucket, ascending.
+    pub buckets: Vec<BucketChoice>,
+}
+
+impl MoeTune {
+    /// `(bucket, choice)` pairs for [`crate::model::glm5::MoeChoice::Buckets`].
+    pub fn choices(&self) -> Vec<(usize, MoeImpl)> {
+        self.buckets.iter().map(|b| (b.tokens, b.choice)).collect()
+    }
+
+    /// One line per bucket for the start-up log.
+    pub fn summary(&self) -> String {
+        self.buckets
+            .iter()
+            .map(|b| format!("T≤{}: {} ({:.0}/{:.0} µs)", b.tokens, b.choice.name(), b.micros[0], b.micros[1]))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// Bucket sizes: 1, 2, 4, … up to the first power of two ≥ `max_tokens`.
+pub fn buckets(max_tokens: usize) -> Vec<usize> {
+    let mut v = vec![1];
+    while *v.last().unwrap_or(&1) < max_tokens.max(1) {
+        let n = v.last().unwrap_or(&1) * 2;
+        v.push(n);
+    }
+    v
+}
+
+/// The cache key of a model's MoE shapes on this machine.
+pub fn key(model: &Glm5Model) -> String {
+    let c = model.config();
+    format!(
+        "moe_E{}_top{}_H{}_I{}_shared{}_{}_{}t",
+        c.n_routed,
+        c.top_k,
+        c.hidden,
+        c.moe_inter,
+        c.n_shared,
+        model.isa().name(),
+        model.pool().threads()
+    )
+}
+
+/// Reads a stored tune for `key` from `dir`, if present and readable.
+pub fn load(dir: &Path, key: &str, bucket_list: &[usize]) -> Option<MoeTune> {
+    let text = std::fs::read_to_string(path(dir, key)).ok()?;
+    let t: MoeTune = serde_json::from_str(&text).ok()?;
+    let same = t.key == key && t.buckets.iter().map(|b| b.tokens).eq(bucket_list.iter().copied());
+    same.then_some(t)
+}
+
+fn path(dir: &Path, key: &str) -> PathBuf {
+    dir.join(format!("{key}.json"))
+}
+
+/// Times both implementations on every bucket and, when `dir` is given, stores the result.
+///
+/// # Errors
+/// A model without MoE layers, or a failure to write the cache file.
+pub fn tune(model: &Glm5Model, bucket_list: &[usize], dir: Option<&Path>) -> Result<MoeTune, EngineError> {
+    let moe = model.first_moe().ok_or_else(|| EngineError::Config("autotune: the model has no MoE layer".into()))?;
+    let c = model.config();
+    let pool = model.pool();
+    let isa = model.isa();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0);
+    let mut xq = QActs::default();
+    let mut out = Vec::new();
+    for &t in bucket_list {
+        let x: Vec<f32> = (0..t * c.hidden).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+        let routes = moe.routes(c, pool, isa, &x, t, &mut xq);
+        let mut y = vec![0f32; t * c.hidden];
+        let mut micros = [0f64; 2];
+        for (i, imp) in [MoeImpl::TokenMajor, MoeImpl::ExpertMajor].into_iter().enumerate() {
+            moe.run_routed(pool, isa, imp, &routes, &x, c.hidden, &mut xq, &mut y);
+            let mut best = f64::INFINITY;
+            for _ in 0..REPEATS {
+                let t0 = Instant::now();
+                moe.run_routed(pool, isa, imp, &routes, &x, c.hidden, &mut xq, &mut y);
+                best = best.min(t0.elapsed().as_secs_f64() * 1e6);
+            }
+            micros[i] = best;
+        }
+        let choice = if micros[0] < micros[1] { MoeImpl::TokenMajor } else { MoeImpl::ExpertMajor };
+        out.push(BucketChoice { tokens: t, choice, micros });
+    }
+    let tune = MoeTune { key: key(model), buckets: out };
+    if let Some(dir) = dir {
+        std::fs::create_dir_all(dir).map_err(|e| EngineError::Config(format!("{}: {e}", dir.display())))?;
+        let p = path(dir, &tune.key);
+        let text = serde_json::to_string_pretty(&tune).map_err(|e| EngineError::Config(e.to_string()))?;
+        std::fs::write(&p, text).map_err(|e| EngineError::Config(format!("{}: {e}", p.display())))?;
+    }
+    Ok(tune)
+}

@@ -1,0 +1,338 @@
+//! Hugging Face checkpoint directories: `config.json`, safetensors weights (one file or shards
+//! named by `model.safetensors.index.json`), and the NVIDIA ModelOpt NVFP4 quantization config.
+//!
+//! The quantization config comes in two styles, both read by SGLang's `ModelOptFp4Config`
+//! (`python/sglang/srt/layers/quantization/modelopt_quant.py`):
+//! - `hf_quant_config.json`: `{"quantization": {"quant_algo": "NVFP4", "group_size": 16,
+//!   "exclude_modules": [...]}}`;
+//! - `config.json`: `"quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4",
+//!   "group_size": 16, "ignore": [...]}` (some exports spell the list `exclude_modules`).
+//!
+//! Patterns are globs over module names (`lm_head`, `model.layers.*.self_attn*`); `*` crosses
+//! dots, as SGLang's `is_layer_excluded` turns it into `.*` and matches the whole name.
+//! A linear layer is NVFP4 when the checkpoint holds `weight_scale` next to its `weight`; the
+//! loader checks that this agrees with the config and fails with the module's name otherwise.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use safetensors::tensor::Dtype;
+use safetensors::SafeTensors;
+use serde_json::Value;
+
+use crate::nvfp4::{Nvfp4Matrix, BLOCK};
+use crate::quant::{f16_to_f32, Weight};
+use crate::EngineError;
+
+fn merr(m: impl Into<String>) -> EngineError {
+    EngineError::Model(m.into())
+}
+
+/// The NVFP4 quantization config of a checkpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuantConfig {
+    /// Which file it came from (for messages).
+    pub source: String,
+    /// Weights per block scale (16 for NVFP4).
+    pub group_size: usize,
+    /// Module-name globs kept unquantized.
+    pub exclude: Vec<String>,
+}
+
+impl QuantConfig {
+    /// Whether module `name` (a state-dict prefix without `.weight`) is excluded.
+    pub fn is_excluded(&self, name: &str) -> bool {
+        self.exclude.iter().any(|p| match glob::Pattern::new(p) {
+            Ok(g) => g.matches(name),
+            Err(_) => p == name,
+        })
+    }
+
+    /// Reads the config of `dir`: `hf_quant_config.json` first, else `config.json`'s
+    /// `quantization_config`; `Ok(None)` for an unquantized checkpoint.
+    ///
+    /// # Errors
+    /// A quantization method or algorithm other than ModelOpt NVFP4, or a malformed file.
+    pub fn read(dir: &Path, config: &Value) -> Result<Option<QuantConfig>, EngineError> {
+        let hqc = dir.join("hf_quant_config.json");
+        let (source, q) = if hqc.is_file() {
+            let v = read_json(&hqc)?;
+            let q = v.get("quantization").cloned().ok_or_else(|| {
+                merr(format!("{}: no \"quantization\" object (ModelOpt's hf_quant_config.json has one)", hqc.display()))
+            })?;
+            (hqc.display().to_string(), q)
+        } else if let Some(q) = config.get("quantization_config") {
+            let method = q.get("quant_method").and_then(Value::as_str).unwrap_or("");
+            if method != "modelopt" {
+                return Err(merr(format!(
+                    "config.json quantization_config.quant_method {method:?} is not supported (ModelOpt NVFP4 is)"
+                )));
+            }
+            (format!("{}/config.json quantization_config", dir.display()), q.clone())
+        } else {
+            return Ok(None);
+        };
+        let algo = q.get("quant_algo").and_then(Value::as_str).unwrap_or("");
+        if algo != "NVFP4" {
+            return Err(merr(format!("{source}: quant_algo {algo:?} is not supported (NVFP4 is)")));
+        }
+        let group_size = q.get("group_size").and_then(Value::as_u64).unwrap_or(BLOCK as u64) as usize;
+        if group_size != BLOCK {
+            return Err(merr(format!("{source}: group_size {group_size} is not supported (NVFP4 uses {BLOCK})")));
+        }
+        let list = q.get("exclude_modules").or_else(|| q.get("ignore"));
+        let exclude = match list {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|p| p.as_str().map(str::to_owned).ok_or_else(|| merr(format!("{source}: non-string pattern {p}"))))
+                .collect::<Result<_, _>>()?,
+            Some(other) => return Err(merr(format!("{source}: exclude list is {other}, want an array of globs"))),
+        };
+        Ok(Some(QuantConfig { source, group_size, exclude }))
+    }
+}
+
+/// Reads and parses a JSON file.
+///
+/// # Errors
+/// [`EngineError::Model`] naming the file.
+pub fn read_json(path: &Path) -> Result<Value, EngineError> {
+    let text = std::fs::read_to_string(path).map_err(|e| merr(format!("{}: {e}", path.display())))?;
+    serde_json::from_str(&text).map_err(|e| merr(format!("{}: {e}", path.display())))
+}
+
+/// An open checkpoint directory: memory-mapped shards and the tensor → shard map.
+pub struct Checkpoint {
+    /// The directory.
+    pub dir: PathBuf,
+    /// `config.json`.
+    pub config: Value,
+    /// The NVFP4 config, if quantized.
+    pub quant: Option<QuantConfig>,
+    maps: Vec<(PathBuf, memmap2::Mmap)>,
+    /// Tensor name → shard index.
+    index: HashMap<String, usize>,
+}
+
+impl std::fmt::Debug for Checkpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checkpoint").field("dir", &self.dir).field("tensors", &self.index.len()).finish()
+    }
+}
+
+/// A tensor's raw view.
+#[derive(Debug, Clone)]
+pub struct RawTensor<'a> {
+    /// Element type.
+    pub dtype: Dtype,
+    /// Shape.
+    pub shape: Vec<usize>,
+    /// Little-endian bytes.
+    pub data: &'a [u8],
+}
+
+impl Checkpoint {
+    /// Opens `dir`: `config.json`, the quantization config, and the weights
+    /// (`model.safetensors.index.json`'s shards, else every `*.safetensors` file).
+    ///
+    /// # Errors
+    /// Missing or malformed files, a tensor named twice, an index naming a missing shard.
+    pub fn open(dir: &Path) -> Result<Checkpoint, EngineError> {
+        let config = read_json(&dir.join("config.json"))?;
+        let quant = QuantConfig::read(dir, &config)?;
+        let index_path = dir.join("model.safetensors.index.json");
+        let files: Vec<PathBuf> = if index_path.is_file() {
+            let idx = read_json(&index_path)?;
+            let map = idx
+                .get("weight_map")
+                .and_then(Value::as_object)
+                .ok_or_else(|| merr(format!("{}: no weight_map object", index_path.display())))?;
+            let mut shards: Vec<String> = map.values().filter_map(Value::as_str).map(str::to_owned).collect();
+            shards.sort();
+            shards.dedup();
+            shards.into_iter().map(|s| dir.join(s)).collect()
+        } else {
+            let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+                .map_err(|e| merr(format!("{}: {e}", dir.display())))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+                .collect();
+            v.sort();
+            v
+        };
+        if files.is_empty() {
+            return Err(merr(format!("{}: no *.safetensors weights", dir.display())));
+        }
+        let mut maps = Vec::new();
+        let mut index = HashMap::new();
+        for (i, f) in files.iter().enumerate() {
+            let file = std::fs::File::open(f).map_err(|e| merr(format!("{}: {e}", f.display())))?;
+            // SAFETY: read-only mapping of a file we do not modify; weights are copied out.
+            #[allow(unsafe_code)]
+            let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| merr(format!("{}: {e}", f.display())))?;
+            let st = SafeTensors::deserialize(&map).map_err(|e| merr(format!("{}: {e}", f.display())))?;
+            for name in st.names() {
+                if index.insert(name.to_owned(), i).is_some() {
+                    return Err(merr(format!("tensor {name} appears in more than one shard")));
+                }
+            }
+            maps.push((f.clone(), map));
+        }
+        Ok(Checkpoint { dir: dir.to_owned(), config, quant, maps, index })
+    }
+
+    /// Whether tensor `name` exists.
+    pub fn has(&self, name: &str) -> bool {
+        self.index.contains_key(name)
+    }
+
+    /// All tensor names.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.index.keys().map(String::as_str)
+    }
+
+    /// The raw tensor `name`.
+    ///
+    /// # Errors
+    /// A missing tensor, named with the directory.
+    pub fn raw(&self, name: &str) -> Result<RawTensor<'_>, EngineError> {
+        let &i = self.index.get(name).ok_or_else(|| merr(format!("{}: tensor {name} missing", self.dir.display())))?;
+        let (path, map) = &self.maps[i];
+        let st = SafeTensors::deserialize(map).map_err(|e| merr(format!("{}: {e}", path.display())))?;
+        let t = st.tensor(name).map_err(|e| merr(format!("{}: {name}: {e}", path.display())))?;
+        // The view borrows `st`, which borrows the map; rebuild it over the map's lifetime.
+        let (dtype, shape, off) = (t.dtype(), t.shape().to_vec(), t.data().as_ptr() as usize - map.as_ptr() as usize);
+        let len = t.data().len();
+        Ok(RawTensor { dtype, shape, data: &map[off..off + len] })
+    }
+
+    /// Tensor `name` as f32 (F32, BF16 or F16 on disk), with its shape.
+    ///
+    /// # Errors
+    /// Missing tensor or another dtype.
+    pub fn f32(&self, name: &str) -> Result<(Vec<usize>, Vec<f32>), EngineError> {
+        let t = self.raw(name)?;
+        let shape = t.shape.clone();
+        Ok((shape, to_f32(name, t)?))
+    }
+
+    /// A 1-D f32 vector of length `len`.
+    ///
+    /// # Errors
+    /// Missing tensor, wrong shape or dtype.
+    pub fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>, EngineError> {
+        let (shape, v) = self.f32(name)?;
+        if shape != [len] {
+            return Err(merr(format!("tensor {name}: shape {shape:?}, want [{len}]")));
+        }
+        Ok(v)
+    }
+
+    /// The linear layer `module` (`module.weight`, `[rows, cols]`): NVFP4 when the checkpoint
+    /// holds `module.weight_scale`, else dense from F32/BF16/F16. Checked against the
+    /// quantization config: a module the config quantizes must be NVFP4 and an excluded one
+    /// must not be.
+    ///
+    /// # Errors
+    /// Missing tensors, shapes other than `[rows, cols]`, dtypes other than the format's, or a
+    /// disagreement with the quantization config.
+    pub fn linear(&self, module: &str, rows: usize, cols: usize) -> Result<Weight, EngineError> {
+        let wname = format!("{module}.weight");
+        let quantized = self.has(&format!("{module}.weight_scale"));
+        match (&self.quant, quantized) {
+            (None, true) => {
+                return Err(merr(format!(
+                    "{module} has NVFP4 tensors but the checkpoint has no quantization config \
+                     (hf_quant_config.json or config.json quantization_config)"
+                )))
+            }
+            (Some(q), true) if q.is_excluded(module) => {
+                return Err(merr(format!("{module} is NVFP4 but {} excludes it from quantization", q.source)))
+            }
+            (Some(q), false) if !q.is_excluded(module) => {
+                return Err(merr(format!(
+                    "{module} is not quantized but {} does not exclude it (no {module}.weight_scale)",
+                    q.source
+                )))
+            }
+            _ => {}
+        }
+        if !quantized {
+            let (shape, data) = self.f32(&wname)?;
+            if shape != [rows, cols] {
+                return Err(merr(format!("tensor {wname}: shape {shape:?}, want [{rows}, {cols}]")));
+            }
+            return Ok(Weight::Dense { rows, cols, data });
+        }
+        Ok(Weight::Nvfp4(self.nvfp4(module, rows, cols)?))
+    }
+
+    /// The NVFP4 tensors of `module`, checked: `weight` U8 `[rows, cols/2]`, `weight_scale`
+    /// F8_E4M3 `[rows, cols/16]`, `weight_scale_2` F32 scalar (`[]` or `[1]`).
+    ///
+    /// # Errors
+    /// Missing tensors, wrong dtypes or shapes.
+    pub fn nvfp4(&self, module: &str, rows: usize, cols: usize) -> Result<Nvfp4Matrix, EngineError> {
+        if !cols.is_multiple_of(BLOCK) {
+            return Err(merr(format!("{module}: {cols} input features is not a multiple of {BLOCK}")));
+        }
+        let w = self.raw(&format!("{module}.weight"))?;
+        let s = self.raw(&format!("{module}.weight_scale"))?;
+        let s2 = self.raw(&format!("{module}.weight_scale_2"))?;
+        let want = |t: &RawTensor<'_>, what: &str, dt: Dtype, shape: &[usize]| {
+            if t.dtype != dt || t.shape.as_slice() != shape {
+                Err(merr(format!(
+                    "{module}.{what}: {:?} {:?}, want {dt:?} {shape:?} (NVFP4 of a [{rows}, {cols}] layer)",
+                    t.dtype, t.shape
+                )))
+            } else {
+                Ok(())
+            }
+        };
+        want(&w, "weight", Dtype::U8, &[rows, cols / 2])?;
+        want(&s, "weight_scale", Dtype::F8_E4M3, &[rows, cols / BLOCK])?;
+        if s2.dtype != Dtype::F32 || s2.shape.iter().product::<usize>() != 1 {
+            return Err(merr(format!("{module}.weight_scale_2: {:?} {:?}, want one F32", s2.dtype, s2.shape)));
+        }
+        let g = f32::from_le_bytes([s2.data[0], s2.data[1], s2.data[2], s2.data[3]]);
+        if !g.is_finite() || g <= 0.0 {
+            return Err(merr(format!("{module}.weight_scale_2 is {g}, want a positive finite scale")));
+        }
+        Ok(Nvfp4Matrix {
+            rows,
+            cols,
+            weight: w.data.to_vec(),
+            weight_scale: s.data.to_vec(),
+            weight_scale_2: vec![g; rows],
+        })
+    }
+}
+
+/// Converts F32/BF16/F16 bytes to f32.
+///
+/// # Errors
+/// Any other dtype, named.
+pub fn to_f32(name: &str, t: RawTensor<'_>) -> Result<Vec<f32>, EngineError> {
+    let d = t.data;
+    Ok(match t.dtype {
+        Dtype::F32 => d.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+        Dtype::BF16 => {
+            d.chunks_exact(2).map(|c| f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16)).collect()
+        }
+        Dtype::F16 => d.chunks_exact(2).map(|c| f16_to_f32(u16::from_le_bytes([c[0], c[1]]))).collect(),
+        other => {
+            return Err(merr(format!("tensor {name}: dtype {other:?} is not supported here (F32, BF16, F16 are)")))
+        }
+    })
+}
+
+/// Rounds f32 to bf16 (nearest, ties to even), as torch's `.to(torch.bfloat16)` does.
+pub fn f32_to_bf16(x: f32) -> u16 {
+    let b = x.to_bits();
+    if x.is_nan() {
+        return ((b >> 16) | 0x40) as u16;
+    }
+    let round = 0x7fff + ((b >> 16) & 1);
+    ((b + round) >> 16) as u16
+}
