@@ -12,7 +12,7 @@ use safetensors::tensor::{Dtype, TensorView};
 use serde_json::{json, Value};
 
 use crate::hf::f32_to_bf16;
-use crate::nvfp4::{Nvfp4Matrix, BLOCK};
+use crate::nvfp4::{Nvfp4Matrix, ScaleRule, BLOCK};
 use crate::EngineError;
 
 fn merr(m: impl Into<String>) -> EngineError {
@@ -100,12 +100,30 @@ pub fn matches_any(patterns: &[String], module: &str) -> bool {
     patterns.iter().any(|p| glob::Pattern::new(p).map_or(p == module, |g| g.matches(module)))
 }
 
-/// Quantizes every 2-D `*.weight` whose module is not excluded to NVFP4 (ModelOpt's recipe,
-/// [`Nvfp4Matrix::quantize`]); everything else becomes BF16.
+/// Quantizes every 2-D `*.weight` whose module is not excluded to NVFP4 (amax-based global
+/// scale, block scales by `rule`, [`Nvfp4Matrix::quantize_with`]); everything else becomes BF16.
 ///
 /// # Errors
 /// A quantized weight whose column count is not a multiple of 16.
-pub fn quantize_state_dict(tensors: &[Tensor], exclude: &[String]) -> Result<Vec<TensorOut>, EngineError> {
+pub fn quantize_state_dict(
+    tensors: &[Tensor],
+    exclude: &[String],
+    rule: ScaleRule,
+) -> Result<Vec<TensorOut>, EngineError> {
+    quantize_state_dict_gptq(tensors, exclude, rule, &|_| None)
+}
+
+/// [`quantize_state_dict`], but a module for which `hessian` returns calibration statistics
+/// (`[cols × cols]`, see [`crate::gptq`]) is quantized with GPTQ instead of round-to-nearest.
+///
+/// # Errors
+/// As [`quantize_state_dict`], plus a GPTQ failure, named.
+pub fn quantize_state_dict_gptq(
+    tensors: &[Tensor],
+    exclude: &[String],
+    rule: ScaleRule,
+    hessian: &dyn Fn(&str) -> Option<Vec<f64>>,
+) -> Result<Vec<TensorOut>, EngineError> {
     let mut out = Vec::new();
     for t in tensors {
         let module = t.name.strip_suffix(".weight");
@@ -118,7 +136,12 @@ pub fn quantize_state_dict(tensors: &[Tensor], exclude: &[String]) -> Result<Vec
                         t.name
                     )));
                 }
-                out.extend(TensorOut::nvfp4(m, &Nvfp4Matrix::quantize(&t.data, rows, cols))?);
+                let q = match hessian(m) {
+                    Some(h) => crate::gptq::gptq_nvfp4(&t.data, rows, cols, &h, crate::gptq::DAMP)
+                        .map_err(|e| merr(format!("{}: GPTQ: {e}", t.name)))?,
+                    None => Nvfp4Matrix::quantize_with(&t.data, rows, cols, rule),
+                };
+                out.extend(TensorOut::nvfp4(m, &q)?);
             }
             _ => out.push(TensorOut::bf16(&t.name, t.shape.clone(), &t.data)),
         }

@@ -18,6 +18,7 @@ pub mod autotune;
 pub mod batch;
 pub mod convert;
 pub mod engine;
+pub mod gptq;
 pub mod hf;
 pub mod kernels;
 pub mod kv_cache;

@@ -99,6 +99,20 @@ pub fn f32_to_e2m1(x: f32) -> u8 {
     }
 }
 
+/// How block scales are chosen by the quantizer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScaleRule {
+    /// ModelOpt's max calibration: `amax(|block|) / 6`, rounded to E4M3.
+    Amax,
+    /// Start from the amax scale and keep, among the E4M3 codes from [`MSE_CODES_BELOW`] below
+    /// it to one above, the one whose block has the least squared error (a smaller scale
+    /// clips the largest weight but resolves the rest more finely).
+    Mse,
+}
+
+/// How far below the amax code [`ScaleRule::Mse`] searches (8 codes = one binade).
+pub const MSE_CODES_BELOW: u8 = 8;
+
 /// An NVFP4 matrix `[rows, cols]` in the exported layout.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Nvfp4Matrix {
@@ -168,6 +182,15 @@ impl Nvfp4Matrix {
     /// # Panics
     /// When `cols` is not a multiple of 16 or `w.len() != rows · cols`.
     pub fn quantize(w: &[f32], rows: usize, cols: usize) -> Self {
+        Self::quantize_with(w, rows, cols, ScaleRule::Amax)
+    }
+
+    /// [`Nvfp4Matrix::quantize`] with a choice of block-scale rule (the global scale is always
+    /// amax-based).
+    ///
+    /// # Panics
+    /// When `cols` is not a multiple of 16 or `w.len() != rows · cols`.
+    pub fn quantize_with(w: &[f32], rows: usize, cols: usize, rule: ScaleRule) -> Self {
         assert!(
             cols.is_multiple_of(BLOCK) && w.len() == rows * cols,
             "NVFP4 needs [rows, cols] with cols a multiple of 16"
@@ -178,7 +201,25 @@ impl Nvfp4Matrix {
         let mut weight_scale = vec![0u8; rows * cols / BLOCK];
         for (b, blk) in w.chunks_exact(BLOCK).enumerate() {
             let bmax = blk.iter().fold(0f32, |a, v| a.max(v.abs()));
-            let s8 = f32_to_e4m3(bmax / 6.0 / global);
+            let mut s8 = f32_to_e4m3(bmax / 6.0 / global);
+            if rule == ScaleRule::Mse && bmax > 0.0 {
+                // E4M3 codes of one sign are ordered like their values: step through the
+                // neighbours of the amax code and keep the one with the least squared error.
+                let sse = |code: u8| -> f32 {
+                    let sc = e4m3_to_f32(code) * global;
+                    blk.iter().map(|v| (e2m1_to_f32(f32_to_e2m1(v / sc)) * sc - v).powi(2)).sum()
+                };
+                let lo = s8.saturating_sub(MSE_CODES_BELOW).max(1);
+                let hi = (s8 + 1).min(0x7e);
+                let mut best = (sse(s8), s8);
+                for code in lo..=hi {
+                    let e = sse(code);
+                    if e < best.0 {
+                        best = (e, code);
+                    }
+                }
+                s8 = best.1;
+            }
             weight_scale[b] = s8;
             let scale = e4m3_to_f32(s8) * global;
             for (i, v) in blk.iter().enumerate() {
@@ -209,20 +250,47 @@ impl Nvfp4Matrix {
         let ptr = SyncPtr(out.as_mut_ptr());
         pool.run(self.rows.div_ceil(per), |i| {
             let (r0, r1) = (i * per, ((i + 1) * per).min(self.rows));
+            #[cfg(target_arch = "x86_64")]
+            if isa != Isa::Scalar {
+                // Full tiles of TILE_T tokens go through the register-tiled kernel over a
+                // decoded group of rows; the remaining tokens take the per-row kernel. Both do
+                // the same FMAs per (row, token) in the same order.
+                let full = tokens / x86::TILE_T * x86::TILE_T;
+                let mut res = vec![0f32; tokens - full];
+                let mut buf = Vec::new();
+                for g0 in (r0..r1).step_by(x86::GROUP) {
+                    let g1 = (g0 + x86::GROUP).min(r1);
+                    if full > 0 {
+                        // SAFETY: AVX2+FMA were detected; rows g0..g1 of every token belong to
+                        // this task alone.
+                        #[allow(unsafe_code)]
+                        unsafe {
+                            x86::group_tiled(self, g0, g1, x, full, &mut buf, ptr, self.rows)
+                        };
+                    }
+                    if full < tokens {
+                        for r in g0..g1 {
+                            // SAFETY: as above.
+                            #[allow(unsafe_code)]
+                            unsafe {
+                                x86::row(self, r, &x[full * self.cols..], tokens - full, &mut res)
+                            };
+                            for (t, v) in res.iter().enumerate() {
+                                // SAFETY: element (full + t, r) belongs to this task.
+                                #[allow(unsafe_code)]
+                                unsafe {
+                                    *ptr.get().add((full + t) * self.rows + r) = *v;
+                                }
+                            }
+                        }
+                    }
+                }
+                return;
+            }
+            let _ = isa;
             let mut acc = vec![[0f32; 8]; tokens];
             let mut res = vec![0f32; tokens];
             for r in r0..r1 {
-                #[cfg(target_arch = "x86_64")]
-                if isa != Isa::Scalar {
-                    // SAFETY: AVX2+FMA were detected (both SIMD ISAs require them).
-                    #[allow(unsafe_code)]
-                    unsafe {
-                        x86::row(self, r, x, tokens, &mut res)
-                    };
-                    write_row(ptr, self.rows, r, &res);
-                    continue;
-                }
-                let _ = isa;
                 self.row_scalar(r, x, tokens, &mut acc, &mut res);
                 write_row(ptr, self.rows, r, &res);
             }
@@ -270,6 +338,116 @@ fn write_row(out: SyncPtr<f32>, rows: usize, r: usize, res: &[f32]) {
 mod x86 {
     use super::*;
     use std::arch::x86_64::*;
+
+    /// Rows decoded per group of the tiled kernel.
+    pub(super) const GROUP: usize = 8;
+    /// Tokens per register tile.
+    pub(super) const TILE_T: usize = 6;
+
+    /// Decodes the 16 weights of block `b` of row `r` into two vectors (`w = e2m1 · scale`).
+    #[inline(always)]
+    unsafe fn decode_block(m: &Nvfp4Matrix, r: usize, b: usize, table: __m256) -> (__m256, __m256) {
+        let seven = _mm256_set1_epi32(7);
+        let eight = _mm256_set1_epi32(8);
+        let nib = _mm_set1_epi8(0x0f);
+        let scale = _mm256_set1_ps(e4m3_to_f32(m.weight_scale[r * m.cols / BLOCK + b]) * m.weight_scale_2[r]);
+        let bytes = &m.weight[r * m.cols / 2 + b * BLOCK / 2..][..BLOCK / 2];
+        let v = _mm_loadl_epi64(bytes.as_ptr() as *const __m128i);
+        let codes = _mm_unpacklo_epi8(_mm_and_si128(v, nib), _mm_and_si128(_mm_srli_epi16(v, 4), nib));
+        let decode = |c: __m256i| {
+            let mag = _mm256_permutevar8x32_ps(table, _mm256_and_si256(c, seven));
+            let sign = _mm256_slli_epi32(_mm256_and_si256(c, eight), 28);
+            _mm256_mul_ps(_mm256_castsi256_ps(_mm256_xor_si256(_mm256_castps_si256(mag), sign)), scale)
+        };
+        (decode(_mm256_cvtepu8_epi32(codes)), decode(_mm256_cvtepu8_epi32(_mm_srli_si128(codes, 8))))
+    }
+
+    #[inline(always)]
+    unsafe fn reduce(a: __m256) -> f32 {
+        let lo = _mm256_castps256_ps128(a);
+        let hi = _mm256_extractf128_ps(a, 1);
+        let s = _mm_add_ps(lo, hi); // [l0+l4, l1+l5, l2+l6, l3+l7]
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s)); // [(l0+l4)+(l2+l6), (l1+l5)+(l3+l7), ..]
+        let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+        _mm_cvtss_f32(s)
+    }
+
+    /// Rows `g0..g1` (at most [`GROUP`]) against the first `tokens` tokens (a multiple of
+    /// [`TILE_T`]): the group is decoded once into `buf` (`GROUP × cols` f32, L1-sized), then
+    /// each pair of rows × [`TILE_T`] tokens keeps its 12 accumulators in registers.
+    ///
+    /// # Safety
+    /// AVX2+FMA available; `out` rows `g0..g1` of those tokens owned by the caller.
+    #[target_feature(enable = "avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn group_tiled(
+        m: &Nvfp4Matrix,
+        g0: usize,
+        g1: usize,
+        x: &[f32],
+        tokens: usize,
+        buf: &mut Vec<f32>,
+        out: SyncPtr<f32>,
+        n_out: usize,
+    ) {
+        let k = m.cols;
+        let table = _mm256_loadu_ps(E2M1.as_ptr());
+        buf.resize(GROUP * k, 0.0);
+        for r in g0..g1 {
+            for b in 0..k / BLOCK {
+                let (w0, w1) = decode_block(m, r, b, table);
+                let dst = buf.as_mut_ptr().add((r - g0) * k + b * BLOCK);
+                _mm256_storeu_ps(dst, w0);
+                _mm256_storeu_ps(dst.add(8), w1);
+            }
+        }
+        let o = out.get();
+        let mut r = g0;
+        while r < g1 {
+            let pair = r + 1 < g1;
+            let wa = buf.as_ptr().add((r - g0) * k);
+            // A lone last row reuses its own weights as the partner; that result is dropped.
+            let wb = if pair { wa.add(k) } else { wa };
+            for t0 in (0..tokens).step_by(TILE_T) {
+                let xp = x.as_ptr().add(t0 * k);
+                let z = _mm256_setzero_ps();
+                let (mut a0, mut a1, mut a2, mut a3, mut a4, mut a5) = (z, z, z, z, z, z);
+                let (mut b0, mut b1, mut b2, mut b3, mut b4, mut b5) = (z, z, z, z, z, z);
+                let mut c = 0;
+                while c < k {
+                    let va = _mm256_loadu_ps(wa.add(c));
+                    let vb = _mm256_loadu_ps(wb.add(c));
+                    let x0 = _mm256_loadu_ps(xp.add(c));
+                    a0 = _mm256_fmadd_ps(va, x0, a0);
+                    b0 = _mm256_fmadd_ps(vb, x0, b0);
+                    let x1 = _mm256_loadu_ps(xp.add(k + c));
+                    a1 = _mm256_fmadd_ps(va, x1, a1);
+                    b1 = _mm256_fmadd_ps(vb, x1, b1);
+                    let x2 = _mm256_loadu_ps(xp.add(2 * k + c));
+                    a2 = _mm256_fmadd_ps(va, x2, a2);
+                    b2 = _mm256_fmadd_ps(vb, x2, b2);
+                    let x3 = _mm256_loadu_ps(xp.add(3 * k + c));
+                    a3 = _mm256_fmadd_ps(va, x3, a3);
+                    b3 = _mm256_fmadd_ps(vb, x3, b3);
+                    let x4 = _mm256_loadu_ps(xp.add(4 * k + c));
+                    a4 = _mm256_fmadd_ps(va, x4, a4);
+                    b4 = _mm256_fmadd_ps(vb, x4, b4);
+                    let x5 = _mm256_loadu_ps(xp.add(5 * k + c));
+                    a5 = _mm256_fmadd_ps(va, x5, a5);
+                    b5 = _mm256_fmadd_ps(vb, x5, b5);
+                    c += 8;
+                }
+                for (t, (a, b)) in [(a0, b0), (a1, b1), (a2, b2), (a3, b3), (a4, b4), (a5, b5)].into_iter().enumerate()
+                {
+                    *o.add((t0 + t) * n_out + r) = reduce(a);
+                    if pair {
+                        *o.add((t0 + t) * n_out + r + 1) = reduce(b);
+                    }
+                }
+            }
+            r += 2;
+        }
+    }
 
     /// Row `r` against every token; see [`Nvfp4Matrix::matmul`] for the exact arithmetic.
     #[target_feature(enable = "avx2,fma")]
@@ -362,34 +540,38 @@ mod tests {
 
     #[test]
     fn quantize_round_trip_and_matmul() {
-        let (rows, cols) = (5, 64);
-        let w: Vec<f32> = (0..rows * cols)
-            .map(|i| ((i * 7919 % 1000) as f32 / 500.0 - 1.0) * if i % 13 == 0 { 4.0 } else { 1.0 })
-            .collect();
-        let q = Nvfp4Matrix::quantize(&w, rows, cols);
-        let mut row = vec![0f32; cols];
-        for r in 0..rows {
-            q.dequantize_row(r, &mut row);
-            for (c, (d, o)) in row.iter().zip(&w[r * cols..]).enumerate() {
-                // Error within half a step of the coarsest E2M1 spacing at this block's scale.
-                let s = e4m3_to_f32(q.weight_scale[(r * cols + c) / BLOCK]) * q.weight_scale_2[r];
-                assert!((d - o).abs() <= s + 1e-6, "({r},{c}): {d} vs {o}");
+        // 5 rows: one per task; 21 and 37: groups with row pairs and a lone row.
+        for rows in [5usize, 21, 37] {
+            let cols = 64;
+            let w: Vec<f32> = (0..rows * cols)
+                .map(|i| ((i * 7919 % 1000) as f32 / 500.0 - 1.0) * if i % 13 == 0 { 4.0 } else { 1.0 })
+                .collect();
+            let q = Nvfp4Matrix::quantize(&w, rows, cols);
+            let mut row = vec![0f32; cols];
+            for r in 0..rows {
+                q.dequantize_row(r, &mut row);
+                for (c, (d, o)) in row.iter().zip(&w[r * cols..]).enumerate() {
+                    // Error within half a step of the coarsest E2M1 spacing at this block's scale.
+                    let s = e4m3_to_f32(q.weight_scale[(r * cols + c) / BLOCK]) * q.weight_scale_2[r];
+                    assert!((d - o).abs() <= s + 1e-6, "({r},{c}): {d} vs {o}");
+                }
             }
-        }
-        let pool = ThreadPool::new(2).expect("pool");
-        for tokens in [1usize, 3, 9] {
-            let x: Vec<f32> = (0..tokens * cols).map(|i| (i as f32 * 0.37).sin()).collect();
-            let mut simd = vec![0f32; tokens * rows];
-            let mut scalar = vec![0f32; tokens * rows];
-            q.matmul(&pool, Isa::detect(), &x, tokens, &mut simd);
-            q.matmul(&pool, Isa::Scalar, &x, tokens, &mut scalar);
-            for t in 0..tokens {
-                for r in 0..rows {
-                    let i = t * rows + r;
-                    assert_eq!(simd[i].to_bits(), scalar[i].to_bits(), "row {r} token {t} of {tokens}");
-                    q.dequantize_row(r, &mut row);
-                    let e: f64 = row.iter().zip(&x[t * cols..(t + 1) * cols]).map(|(a, b)| *a as f64 * *b as f64).sum();
-                    assert!((simd[i] as f64 - e).abs() < 1e-4, "{} vs {e}", simd[i]);
+            let pool = ThreadPool::new(2).expect("pool");
+            for tokens in [1usize, 3, 6, 9, 13] {
+                let x: Vec<f32> = (0..tokens * cols).map(|i| (i as f32 * 0.37).sin()).collect();
+                let mut simd = vec![0f32; tokens * rows];
+                let mut scalar = vec![0f32; tokens * rows];
+                q.matmul(&pool, Isa::detect(), &x, tokens, &mut simd);
+                q.matmul(&pool, Isa::Scalar, &x, tokens, &mut scalar);
+                for t in 0..tokens {
+                    for r in 0..rows {
+                        let i = t * rows + r;
+                        assert_eq!(simd[i].to_bits(), scalar[i].to_bits(), "row {r} token {t} of {tokens}");
+                        q.dequantize_row(r, &mut row);
+                        let e: f64 =
+                            row.iter().zip(&x[t * cols..(t + 1) * cols]).map(|(a, b)| *a as f64 * *b as f64).sum();
+                        assert!((simd[i] as f64 - e).abs() < 1e-4, "{} vs {e}", simd[i]);
+                    }
                 }
             }
         }

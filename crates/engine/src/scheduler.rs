@@ -211,6 +211,17 @@ pub struct SchedulerStats {
     pub generation_tokens_total: u64,
     /// Steps run so far.
     pub steps: u64,
+    /// Prompt chunks run that did not reach the end of their prompt (chunked prefill).
+    pub num_prefill_chunks: u64,
+    /// Tokens matched in the radix cache at every admission, re-admissions after retraction
+    /// included (`cached_tokens_total` counts first admissions only, as usage reports do).
+    pub radix_hit_tokens_total: u64,
+    /// Batches run by kind: only EXTEND rows, only DECODE rows, both.
+    pub extend_batches: u64,
+    /// See `extend_batches`.
+    pub decode_batches: u64,
+    /// See `extend_batches`.
+    pub mixed_batches: u64,
 }
 
 /// The scheduler. Owns requests, the page allocator and the radix cache; the KV storage and
@@ -518,6 +529,7 @@ impl Scheduler {
             r.kv_len = prefix_tokens;
             self.clock += 1;
             r.admitted_at = self.clock;
+            self.stats.radix_hit_tokens_total += prefix_tokens as u64;
             if r.cached_tokens.is_none() {
                 r.cached_tokens = Some(prefix_tokens.min(r.prompt_len));
                 self.stats.prompt_tokens_total += r.prompt_len as u64;
@@ -548,6 +560,11 @@ impl Scheduler {
         rows.sort_by_key(|&(i, _)| i);
         let batch = self.build_batch(&rows);
         self.stats.steps += 1;
+        match batch.mode() {
+            crate::batch::ForwardMode::Extend => self.stats.extend_batches += 1,
+            crate::batch::ForwardMode::Decode => self.stats.decode_batches += 1,
+            crate::batch::ForwardMode::Mixed => self.stats.mixed_batches += 1,
+        }
         self.new_token_ratio = (self.new_token_ratio - NEW_TOKEN_RATIO_DECAY).max(MIN_NEW_TOKEN_RATIO);
         let result = batch
             .validate(kv_slots_of(kv))
@@ -577,6 +594,7 @@ impl Scheduler {
             let r = &mut self.running[i];
             r.kv_len += n;
             if r.kv_len < r.tokens.len() {
+                self.stats.num_prefill_chunks += 1;
                 continue; // a non-final prompt chunk
             }
             let row = &mut logits_row(&logits, li, vocab);

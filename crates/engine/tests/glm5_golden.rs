@@ -20,6 +20,7 @@ use sparrow_engine::hf::Checkpoint;
 use sparrow_engine::kv_cache::KvStore;
 use sparrow_engine::model::glm5::{AttnImpl, Glm5Model, Glm5Options, MoeChoice, MoeImpl};
 use sparrow_engine::model::Model;
+use sparrow_engine::nvfp4::ScaleRule;
 use sparrow_engine::toy;
 
 const TOL: f32 = 1e-4;
@@ -32,7 +33,7 @@ fn golden() -> Value {
 fn write_toy(dir: &Path, seed: u64, style: QuantStyle, shards: usize) {
     let sd = toy::glm5_tiny_state_dict(seed);
     let ex = toy::glm5_tiny_exclude();
-    let t = quantize_state_dict(&sd, &ex).expect("quantize");
+    let t = quantize_state_dict(&sd, &ex, ScaleRule::Amax).expect("quantize");
     write_checkpoint(dir, toy::glm5_tiny_config(), &t, shards, Some((&ex, style))).expect("write");
 }
 

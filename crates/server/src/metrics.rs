@@ -3,7 +3,8 @@
 //! `sglang:cache_hit_rate`, `sglang:gen_throughput`, `sglang:prompt_tokens_total`,
 //! `sglang:generation_tokens_total`, `sglang:num_requests_total`,
 //! `sglang:time_to_first_token_seconds`, `sglang:inter_token_latency_seconds`,
-//! `sglang:e2e_request_latency_seconds`, plus `sparrow:num_retractions_total`. Histogram
+//! `sglang:e2e_request_latency_seconds`, plus `sparrow:num_retractions_total`, `sparrow:num_prefill_chunks_total` and
+//! `sparrow:radix_hit_tokens_total`. Histogram
 //! buckets are SGLang's.
 
 use std::sync::atomic::AtomicU64;
@@ -36,6 +37,8 @@ pub struct Metrics {
     prompt_tokens: Counter,
     gen_tokens: Counter,
     retractions: Counter,
+    prefill_chunks: Counter,
+    radix_hit_tokens: Counter,
     last_rate: Mutex<Option<(Instant, u64)>>,
 }
 
@@ -79,6 +82,8 @@ impl Metrics {
             prompt_tokens: Counter::default(),
             gen_tokens: Counter::default(),
             retractions: Counter::default(),
+            prefill_chunks: Counter::default(),
+            radix_hit_tokens: Counter::default(),
             last_rate: Mutex::new(None),
             registry: Registry::default(),
         };
@@ -106,6 +111,16 @@ impl Metrics {
         registry.register("sglang:prompt_tokens", "Prompt tokens admitted", m.prompt_tokens.clone());
         registry.register("sglang:generation_tokens", "Tokens generated", m.gen_tokens.clone());
         registry.register("sparrow:num_retractions", "Requests retracted for lack of KV pages", m.retractions.clone());
+        registry.register(
+            "sparrow:num_prefill_chunks",
+            "Prompt chunks that did not finish their prompt (chunked prefill)",
+            m.prefill_chunks.clone(),
+        );
+        registry.register(
+            "sparrow:radix_hit_tokens",
+            "Tokens matched in the radix cache at admission, re-admissions included",
+            m.radix_hit_tokens.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -123,6 +138,8 @@ impl Metrics {
         catch_up(&self.prompt_tokens, s.prompt_tokens_total);
         catch_up(&self.gen_tokens, s.generation_tokens_total);
         catch_up(&self.retractions, s.num_retractions);
+        catch_up(&self.prefill_chunks, s.num_prefill_chunks);
+        catch_up(&self.radix_hit_tokens, s.radix_hit_tokens_total);
         if let Ok(mut last) = self.last_rate.lock() {
             let now = Instant::now();
             if let Some((t, n)) = *last {

@@ -8,6 +8,7 @@ use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
 use sparrow_engine::convert::{self, QuantStyle, Tensor};
 use sparrow_engine::hf::Checkpoint;
+use sparrow_engine::nvfp4::ScaleRule;
 
 /// Which quantization-config file to write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -79,6 +80,100 @@ pub struct QuantizeArgs {
     /// Safetensors shards.
     #[arg(long, default_value_t = 1)]
     pub shards: usize,
+    /// Block-scale rule: `amax` (ModelOpt's max calibration) or `mse` (the E4M3 scale near
+    /// amax with the least squared error per block). The global scale is amax-based either way.
+    #[arg(long, value_enum, default_value_t = BlockScale::Amax)]
+    pub block_scale: BlockScale,
+    /// Rounding: `gptq` (error compensation against calibration activations; Llama models) or
+    /// `rtn` (round to nearest, no data needed).
+    #[arg(long, value_enum, default_value_t = Method::Gptq)]
+    pub method: Method,
+    /// GPTQ calibration: ShareGPT replies used (from reply 1000 on, so the first 200 that
+    /// `sparrow perplexity` scores are not among them).
+    #[arg(long, default_value_t = 64)]
+    pub calibration_samples: usize,
+    /// GPTQ calibration: ShareGPT JSON. Default: the packaged ShareGPT V3.
+    #[arg(long)]
+    pub dataset_path: Option<PathBuf>,
+}
+
+/// `--method` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Method {
+    /// GPTQ (Frantar et al. 2022) with NVFP4 groups.
+    Gptq,
+    /// Round to nearest.
+    Rtn,
+}
+
+/// First ShareGPT reply used for calibration.
+const CALIBRATION_FROM: usize = 1000;
+/// Tokens per calibration reply at most.
+const CALIBRATION_TOKENS: usize = 256;
+
+/// Runs `model_path` (a Llama GGUF or HF directory) over calibration replies and returns the
+/// per-module Hessians GPTQ needs, keyed by HF module name.
+fn calibrate(a: &QuantizeArgs) -> anyhow::Result<std::collections::HashMap<String, Vec<f64>>> {
+    use sparrow_engine::batch::ForwardBatch;
+    use sparrow_engine::kv_cache::KvStore;
+    use sparrow_engine::model::llama::LlamaModel;
+    use sparrow_engine::model::Model;
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let mut model = if a.model_path.is_dir() {
+        LlamaModel::load_hf(&a.model_path, threads)
+            .context("GPTQ calibration runs Llama models; use --method rtn for other architectures")?
+    } else {
+        LlamaModel::load(&a.model_path, threads)?
+    };
+    let tok = sparrow_tokenizer::Tokenizer::load(&a.model_path)
+        .with_context(|| format!("loading the tokenizer of {}", a.model_path.display()))?;
+    let data = match &a.dataset_path {
+        Some(p) => p.clone(),
+        None => sparrow_assets::ensure(sparrow_assets::SHAREGPT_JSON).context("fetching ShareGPT")?,
+    };
+    let pairs = sparrow_bench::dataset::load_sharegpt(&data)?;
+    let mut kv = KvStore::new(model.attention_needs().kv_layout, CALIBRATION_TOKENS + 2);
+    model.start_capture();
+    let mut used = 0;
+    for (_, reply) in pairs.iter().skip(CALIBRATION_FROM) {
+        if used == a.calibration_samples {
+            break;
+        }
+        let mut ids = tok.encode(reply, false)?;
+        ids.truncate(CALIBRATION_TOKENS);
+        if ids.len() < 2 {
+            continue;
+        }
+        model.forward(&ForwardBatch::single_sequence(&ids, 0), &mut kv)?;
+        used += 1;
+    }
+    let caps = model.take_capture().unwrap_or_default();
+    let tokens = caps.first().map_or(0, |c| c.tokens);
+    if tokens == 0 {
+        bail!("no calibration text from reply {CALIBRATION_FROM} on in {}", data.display());
+    }
+    eprintln!("GPTQ calibration: {used} ShareGPT replies, {tokens} tokens");
+    let mut m = std::collections::HashMap::new();
+    for (l, c) in caps.into_iter().enumerate() {
+        let p = format!("model.layers.{l}");
+        for n in ["q_proj", "k_proj", "v_proj"] {
+            m.insert(format!("{p}.self_attn.{n}"), c.attn_in.clone());
+        }
+        m.insert(format!("{p}.self_attn.o_proj"), c.o_in);
+        m.insert(format!("{p}.mlp.gate_proj"), c.mlp_in.clone());
+        m.insert(format!("{p}.mlp.up_proj"), c.mlp_in);
+        m.insert(format!("{p}.mlp.down_proj"), c.down_in);
+    }
+    Ok(m)
+}
+
+/// `--block-scale` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BlockScale {
+    /// `amax(|block|) / 6`.
+    Amax,
+    /// Least squared error among nearby E4M3 scales.
+    Mse,
 }
 
 /// Flags of `sparrow perplexity`.
@@ -153,7 +248,8 @@ pub fn gen_model(a: &GenModelArgs) -> anyhow::Result<()> {
     }
     let sd = sparrow_engine::toy::glm5_tiny_state_dict(a.seed);
     let exclude = sparrow_engine::toy::glm5_tiny_exclude();
-    let tensors = convert::quantize_state_dict(&sd, &exclude)?;
+    // ModelOpt's own recipe (max calibration), as a real export would have.
+    let tensors = convert::quantize_state_dict(&sd, &exclude, ScaleRule::Amax)?;
     convert::write_checkpoint(&a.output, config, &tensors, a.shards, Some((&exclude, a.quant_config.style())))?;
     write_tokenizer(&tok, &a.output)?;
     let params: usize = sd.iter().map(|t| t.data.len()).sum();
@@ -196,7 +292,15 @@ pub fn quantize(a: &QuantizeArgs) -> anyhow::Result<()> {
         let (config, sd) = sparrow_engine::model::llama::LlamaModel::gguf_to_hf(&a.model_path)?;
         (config, sd, Some(a.model_path.clone()))
     };
-    let tensors = convert::quantize_state_dict(&sd, &exclude)?;
+    let rule = match a.block_scale {
+        BlockScale::Amax => ScaleRule::Amax,
+        BlockScale::Mse => ScaleRule::Mse,
+    };
+    let hessians = match a.method {
+        Method::Gptq => calibrate(a)?,
+        Method::Rtn => Default::default(),
+    };
+    let tensors = convert::quantize_state_dict_gptq(&sd, &exclude, rule, &|m| hessians.get(m).cloned())?;
     let nvfp4 = tensors.iter().filter(|t| t.name.ends_with(".weight_scale")).count();
     convert::write_checkpoint(&a.output, config, &tensors, a.shards, Some((&exclude, a.quant_config.style())))?;
     match tok_src {
@@ -219,8 +323,9 @@ pub fn quantize(a: &QuantizeArgs) -> anyhow::Result<()> {
     let before: usize = sd.iter().map(|t| t.data.len() * 4).sum();
     let after: usize = tensors.iter().map(|t| t.data.len()).sum();
     eprintln!(
-        "quantized {} linear layers to NVFP4; {:.1} MB (f32) -> {:.1} MB; kept unquantized: {:?}; wrote {}",
+        "quantized {} linear layers to NVFP4 ({:?}); {:.1} MB (f32) -> {:.1} MB; kept unquantized: {:?}; wrote {}",
         nvfp4,
+        a.method,
         before as f64 / 1e6,
         after as f64 / 1e6,
         exclude,

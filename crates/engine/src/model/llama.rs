@@ -87,6 +87,41 @@ pub struct LlamaModel {
     pool: ThreadPool,
     isa: Isa,
     s: Scratch,
+    /// Calibration Hessians being collected (see [`LlamaModel::start_capture`]).
+    capture: Option<Vec<LayerHessians>>,
+}
+
+/// `Σ_t x_t x_tᵀ` of the inputs of one layer's linear layers, each `[K × K]` row-major in f64:
+/// the attention input (q/k/v), the attention output (o), the MLP input (gate/up) and the
+/// SwiGLU activation (down).
+#[derive(Debug, Clone, Default)]
+pub struct LayerHessians {
+    /// Input of q_proj, k_proj, v_proj (`hidden²`).
+    pub attn_in: Vec<f64>,
+    /// Input of o_proj (`hidden²`).
+    pub o_in: Vec<f64>,
+    /// Input of gate_proj, up_proj (`hidden²`).
+    pub mlp_in: Vec<f64>,
+    /// Input of down_proj (`ffn²`).
+    pub down_in: Vec<f64>,
+    /// Tokens accumulated.
+    pub tokens: usize,
+}
+
+/// Adds `XᵀX` of `x` (`[tokens, k]`) into `h` (`[k, k]`), with the f32 GEMM kernel on the
+/// pool (one token block at a time, summed in f64).
+fn add_xtx(pool: &ThreadPool, isa: Isa, x: &[f32], tokens: usize, k: usize, h: &mut Vec<f64>) {
+    h.resize(k * k, 0.0);
+    let mut xt = vec![0f32; k * tokens];
+    for t in 0..tokens {
+        for i in 0..k {
+            xt[i * tokens + t] = x[t * k + i];
+        }
+    }
+    let w = Weight::Dense { rows: k, cols: tokens, data: xt.clone() };
+    let mut out = vec![0f32; k * k];
+    kernels::matmul(pool, isa, &w, &xt, k, &mut QActs::default(), &mut out);
+    h.iter_mut().zip(&out).for_each(|(a, b)| *a += *b as f64);
 }
 
 impl std::fmt::Debug for LlamaModel {
@@ -483,7 +518,19 @@ impl LlamaModel {
             pool,
             isa: Isa::detect(),
             s: Scratch::default(),
+            capture: None,
         })
+    }
+
+    /// Starts collecting [`LayerHessians`] over every token of later forwards (calibration for
+    /// GPTQ in `sparrow quantize`).
+    pub fn start_capture(&mut self) {
+        self.capture = Some(vec![LayerHessians::default(); self.cfg.layers]);
+    }
+
+    /// Stops collecting and returns what was collected.
+    pub fn take_capture(&mut self) -> Option<Vec<LayerHessians>> {
+        self.capture.take()
     }
 
     /// The hyper-parameters.
@@ -549,6 +596,10 @@ impl Model for LlamaModel {
         let isa = self.isa;
         for (l, layer) in self.layers.iter().enumerate() {
             kernels::rms_norm(&s.x, &layer.attn_norm, c.rms_eps, &mut s.h);
+            if let Some(cap) = self.capture.as_mut() {
+                add_xtx(&self.pool, isa, &s.h, t_n, h, &mut cap[l].attn_in);
+                cap[l].tokens += t_n;
+            }
             kernels::matmul(&self.pool, isa, &layer.qkv, &s.h, t_n, &mut s.xq, &mut s.qkv);
             {
                 let (kc, vc) = kv.pair_mut_f16(l);
@@ -588,13 +639,22 @@ impl Model for LlamaModel {
                     }
                 }
             });
+            if let Some(cap) = self.capture.as_mut() {
+                add_xtx(&self.pool, isa, &s.attn, t_n, h, &mut cap[l].o_in);
+            }
             kernels::matmul(&self.pool, isa, &layer.wo, &s.attn, t_n, &mut s.xq, &mut s.proj);
             s.x.iter_mut().zip(&s.proj).for_each(|(x, p)| *x += p);
             kernels::rms_norm(&s.x, &layer.ffn_norm, c.rms_eps, &mut s.h);
+            if let Some(cap) = self.capture.as_mut() {
+                add_xtx(&self.pool, isa, &s.h, t_n, h, &mut cap[l].mlp_in);
+            }
             kernels::matmul(&self.pool, isa, &layer.gate_up, &s.h, t_n, &mut s.xq, &mut s.gu);
             for t in 0..t_n {
                 let gu = &s.gu[t * 2 * c.ffn..(t + 1) * 2 * c.ffn];
                 kernels::silu_mul(&gu[..c.ffn], &gu[c.ffn..], &mut s.act[t * c.ffn..(t + 1) * c.ffn]);
+            }
+            if let Some(cap) = self.capture.as_mut() {
+                add_xtx(&self.pool, isa, &s.act, t_n, c.ffn, &mut cap[l].down_in);
             }
             kernels::matmul(&self.pool, isa, &layer.down, &s.act, t_n, &mut s.xq, &mut s.proj);
             s.x.iter_mut().zip(&s.proj).for_each(|(x, p)| *x += p);
