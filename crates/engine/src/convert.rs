@@ -110,11 +110,12 @@ pub fn quantize_state_dict(
     exclude: &[String],
     rule: ScaleRule,
 ) -> Result<Vec<TensorOut>, EngineError> {
-    quantize_state_dict_gptq(tensors, exclude, rule, &|_| None)
+    quantize_state_dict_gptq(tensors, exclude, rule, &|_| None, false)
 }
 
 /// [`quantize_state_dict`], but a module for which `hessian` returns calibration statistics
-/// (`[cols × cols]`, see [`crate::gptq`]) is quantized with GPTQ instead of round-to-nearest.
+/// (`[cols × cols]`, see [`crate::gptq`]) is quantized with GPTQ instead of round-to-nearest
+/// (in act order when `act_order`).
 ///
 /// # Errors
 /// As [`quantize_state_dict`], plus a GPTQ failure, named.
@@ -122,10 +123,12 @@ pub fn quantize_state_dict_gptq(
     tensors: &[Tensor],
     exclude: &[String],
     rule: ScaleRule,
-    hessian: &dyn Fn(&str) -> Option<Vec<f64>>,
+    hessian: &(dyn Fn(&str) -> Option<Vec<f64>> + Sync),
+    act_order: bool,
 ) -> Result<Vec<TensorOut>, EngineError> {
-    let mut out = Vec::new();
-    for t in tensors {
+    // Modules are independent: quantize them on all cores, then restore the input order.
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(tensors.len().max(1));
+    let one = |t: &Tensor| -> Result<Vec<TensorOut>, EngineError> {
         let module = t.name.strip_suffix(".weight");
         match module {
             Some(m) if t.shape.len() == 2 && !matches_any(exclude, m) => {
@@ -137,14 +140,33 @@ pub fn quantize_state_dict_gptq(
                     )));
                 }
                 let q = match hessian(m) {
-                    Some(h) => crate::gptq::gptq_nvfp4(&t.data, rows, cols, &h, crate::gptq::DAMP)
+                    Some(h) => crate::gptq::gptq_nvfp4_with(&t.data, rows, cols, &h, crate::gptq::DAMP, act_order)
                         .map_err(|e| merr(format!("{}: GPTQ: {e}", t.name)))?,
                     None => Nvfp4Matrix::quantize_with(&t.data, rows, cols, rule),
                 };
-                out.extend(TensorOut::nvfp4(m, &q)?);
+                TensorOut::nvfp4(m, &q)
             }
-            _ => out.push(TensorOut::bf16(&t.name, t.shape.clone(), &t.data)),
+            _ => Ok(vec![TensorOut::bf16(&t.name, t.shape.clone(), &t.data)]),
         }
+    };
+    let mut parts: Vec<(usize, Result<Vec<TensorOut>, EngineError>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|w| {
+                let one = &one;
+                s.spawn(move || {
+                    tensors.iter().enumerate().skip(w).step_by(threads).map(|(i, t)| (i, one(t))).collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
+    });
+    if parts.len() != tensors.len() {
+        return Err(merr("a quantization worker panicked"));
+    }
+    parts.sort_by_key(|p| p.0);
+    let mut out = Vec::new();
+    for (_, p) in parts {
+        out.extend(p?);
     }
     Ok(out)
 }

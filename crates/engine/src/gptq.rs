@@ -102,8 +102,29 @@ fn inverse_cholesky_upper(h: &[f64], n: usize) -> Result<Vec<f64>, GptqError> {
 /// # Errors
 /// Shape mismatches, or a Hessian that stays indefinite after dampening.
 pub fn gptq_nvfp4(w: &[f32], rows: usize, cols: usize, h: &[f64], damp: f64) -> Result<Nvfp4Matrix, GptqError> {
+    gptq_nvfp4_with(w, rows, cols, h, damp, false)
+}
+
+/// [`gptq_nvfp4`] with the choice of "act order" (the reference's `desc_act` with
+/// `static_groups`): every block scale is fixed up front from the original weights, then
+/// columns are quantized in decreasing order of `H[j,j]`, so the most excited inputs are
+/// rounded first while the most error can still be compensated.
+///
+/// # Errors
+/// As [`gptq_nvfp4`].
+pub fn gptq_nvfp4_with(
+    w: &[f32],
+    rows: usize,
+    cols: usize,
+    h: &[f64],
+    damp: f64,
+    act_order: bool,
+) -> Result<Nvfp4Matrix, GptqError> {
     if !cols.is_multiple_of(BLOCK) || w.len() != rows * cols || h.len() != cols * cols {
         return Err(GptqError::Shape(format!("W {}, [{rows}, {cols}], H {}", w.len(), h.len())));
+    }
+    if act_order {
+        return act_order_impl(w, rows, cols, h, damp);
     }
     let mut h = h.to_vec();
     let mut w: Vec<f64> = w.iter().map(|&v| v as f64).collect();
@@ -145,6 +166,68 @@ pub fn gptq_nvfp4(w: &[f32], rows: usize, cols: usize, h: &[f64], damp: f64) -> 
             let q = (e2m1_to_f32(code) * scale[r]) as f64;
             let err = (w[idx] - q) / d;
             let (urow, wrow) = (&u[j * cols + j + 1..(j + 1) * cols], &mut w[idx + 1..(r + 1) * cols]);
+            for (wc, uc) in wrow.iter_mut().zip(urow) {
+                *wc -= err * uc;
+            }
+        }
+    }
+    Ok(Nvfp4Matrix { rows, cols, weight, weight_scale, weight_scale_2: vec![global; rows] })
+}
+
+fn act_order_impl(w: &[f32], rows: usize, cols: usize, h: &[f64], damp: f64) -> Result<Nvfp4Matrix, GptqError> {
+    let amax = w.iter().fold(0f32, |a, v| a.max(v.abs()));
+    let global = if amax > 0.0 { amax / (6.0 * E4M3_MAX) } else { 1.0 };
+    let nb = cols / BLOCK;
+    let mut weight_scale = vec![0u8; rows * nb];
+    for r in 0..rows {
+        for b in 0..nb {
+            let blk = &w[r * cols + b * BLOCK..r * cols + (b + 1) * BLOCK];
+            let bmax = blk.iter().fold(0f32, |a, v| a.max(v.abs()));
+            weight_scale[r * nb + b] = f32_to_e4m3(bmax / 6.0 / global);
+        }
+    }
+    let mut perm: Vec<usize> = (0..cols).collect();
+    perm.sort_by(|&a, &b| h[b * cols + b].total_cmp(&h[a * cols + a]).then(a.cmp(&b)));
+    // Permuted copies: column i of the work matrix is original column perm[i].
+    let mut hp = vec![0f64; cols * cols];
+    for i in 0..cols {
+        for j in 0..cols {
+            hp[i * cols + j] = h[perm[i] * cols + perm[j]];
+        }
+    }
+    let mut wp = vec![0f64; rows * cols];
+    for r in 0..rows {
+        for i in 0..cols {
+            wp[r * cols + i] = w[r * cols + perm[i]] as f64;
+        }
+    }
+    let mean_diag = (0..cols).map(|j| hp[j * cols + j]).sum::<f64>() / cols as f64;
+    for j in 0..cols {
+        if hp[j * cols + j] == 0.0 {
+            hp[j * cols + j] = 1.0;
+            for r in 0..rows {
+                wp[r * cols + j] = 0.0;
+            }
+        }
+    }
+    let lambda = damp * if mean_diag > 0.0 { mean_diag } else { 1.0 };
+    for j in 0..cols {
+        hp[j * cols + j] += lambda;
+    }
+    let u = inverse_cholesky_upper(&hp, cols)?;
+    let mut weight = vec![0u8; rows * cols / 2];
+    for j in 0..cols {
+        let c = perm[j];
+        let d = u[j * cols + j];
+        for r in 0..rows {
+            let scale = e4m3_to_f32(weight_scale[r * nb + c / BLOCK]) * global;
+            let v = wp[r * cols + j] as f32;
+            let code = if scale > 0.0 { f32_to_e2m1(v / scale) } else { 0 };
+            let idx = r * cols + c;
+            weight[idx / 2] |= if idx.is_multiple_of(2) { code } else { code << 4 };
+            let q = (e2m1_to_f32(code) * scale) as f64;
+            let err = (wp[r * cols + j] - q) / d;
+            let (urow, wrow) = (&u[j * cols + j + 1..(j + 1) * cols], &mut wp[r * cols + j + 1..(r + 1) * cols]);
             for (wc, uc) in wrow.iter_mut().zip(urow) {
                 *wc -= err * uc;
             }
@@ -228,6 +311,9 @@ mod tests {
         let rtn = Nvfp4Matrix::quantize(&w, n, k);
         let (eg, er) = (out_err(&w, &g, &x, t), out_err(&w, &rtn, &x, t));
         assert!(eg < 0.6 * er, "GPTQ output error {eg} vs RTN {er}");
+        let ga = gptq_nvfp4_with(&w, n, k, &h, DAMP, true).expect("act order");
+        let ea = out_err(&w, &ga, &x, t);
+        assert!(ea < 0.6 * er, "GPTQ act-order output error {ea} vs RTN {er}");
         // Identity Hessian (no correlation): no error is propagated, so GPTQ is RTN exactly.
         let mut id = vec![0f64; k * k];
         (0..k).for_each(|j| id[j * k + j] = 1.0);

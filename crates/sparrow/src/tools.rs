@@ -92,6 +92,9 @@ pub struct QuantizeArgs {
     /// `sparrow perplexity` scores are not among them).
     #[arg(long, default_value_t = 64)]
     pub calibration_samples: usize,
+    /// GPTQ: quantize columns in input order instead of decreasing activation energy.
+    #[arg(long)]
+    pub no_act_order: bool,
     /// GPTQ calibration: ShareGPT JSON. Default: the packaged ShareGPT V3.
     #[arg(long)]
     pub dataset_path: Option<PathBuf>,
@@ -300,7 +303,8 @@ pub fn quantize(a: &QuantizeArgs) -> anyhow::Result<()> {
         Method::Gptq => calibrate(a)?,
         Method::Rtn => Default::default(),
     };
-    let tensors = convert::quantize_state_dict_gptq(&sd, &exclude, rule, &|m| hessians.get(m).cloned())?;
+    let tensors =
+        convert::quantize_state_dict_gptq(&sd, &exclude, rule, &|m| hessians.get(m).cloned(), !a.no_act_order)?;
     let nvfp4 = tensors.iter().filter(|t| t.name.ends_with(".weight_scale")).count();
     convert::write_checkpoint(&a.output, config, &tensors, a.shards, Some((&exclude, a.quant_config.style())))?;
     match tok_src {
