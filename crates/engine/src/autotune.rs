@@ -68,11 +68,12 @@ pub fn buckets(max_tokens: usize) -> Vec<usize> {
     v
 }
 
-/// The cache key of a model's MoE shapes on this machine.
-pub fn key(model: &Glm5Model) -> String {
+/// The cache key of a model's MoE shapes on this machine, for buckets up to `max_bucket`
+/// tokens.
+pub fn key(model: &Glm5Model, max_bucket: usize) -> String {
     let c = model.config();
     format!(
-        "moe_E{}_top{}_H{}_I{}_shared{}_{}_{}t",
+        "moe_E{}_top{}_H{}_I{}_shared{}_T{max_bucket}_{}_{}t",
         c.n_routed,
         c.top_k,
         c.hidden,
@@ -125,7 +126,7 @@ pub fn tune(model: &Glm5Model, bucket_list: &[usize], dir: Option<&Path>) -> Res
         let choice = if micros[0] < micros[1] { MoeImpl::TokenMajor } else { MoeImpl::ExpertMajor };
         out.push(BucketChoice { tokens: t, choice, micros });
     }
-    let tune = MoeTune { key: key(model), buckets: out };
+    let tune = MoeTune { key: key(model, bucket_list.last().copied().unwrap_or(1)), buckets: out };
     if let Some(dir) = dir {
         std::fs::create_dir_all(dir).map_err(|e| EngineError::Config(format!("{}: {e}", dir.display())))?;
         let p = path(dir, &tune.key);

@@ -313,7 +313,7 @@ pub fn load_model(args: &EngineArgs) -> Result<(Box<dyn Model>, &'static str, se
                     None => {
                         let max_tokens = args.chunked_prefill_size.min(args.max_prefill_tokens).clamp(1, 1024);
                         let bl = crate::autotune::buckets(max_tokens);
-                        let key = crate::autotune::key(&m);
+                        let key = crate::autotune::key(&m, bl.last().copied().unwrap_or(1));
                         let cached =
                             args.autotune_cache_dir.as_deref().and_then(|d| crate::autotune::load(d, &key, &bl));
                         let (tune, source) = match cached {

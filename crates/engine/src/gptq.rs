@@ -302,7 +302,8 @@ mod tests {
             let z: Vec<f32> = (0..8).map(|_| rng.random_range(-1.0f32..1.0)).collect();
             for c in 0..k {
                 let chan = if c % 7 == 0 { 8.0 } else { 1.0 };
-                x[s * k + c] = chan * ((0..8).map(|i| mix[c * 8 + i] * z[i]).sum::<f32>() + 0.1 * rng.random_range(-1.0f32..1.0));
+                x[s * k + c] =
+                    chan * ((0..8).map(|i| mix[c * 8 + i] * z[i]).sum::<f32>() + 0.1 * rng.random_range(-1.0f32..1.0));
             }
         }
         let mut h = vec![0f64; k * k];

@@ -30,7 +30,12 @@ fn nvfp4_row() -> (Vec<TensorOut>, Vec<f32>) {
     let m = "model.layers.0.mlp.down_proj";
     let t = vec![
         TensorOut { name: format!("{m}.weight"), dtype: Dtype::U8, shape: vec![1, 16], data: w },
-        TensorOut { name: format!("{m}.weight_scale"), dtype: Dtype::F8_E4M3, shape: vec![1, 2], data: vec![0x40, 0x30] },
+        TensorOut {
+            name: format!("{m}.weight_scale"),
+            dtype: Dtype::F8_E4M3,
+            shape: vec![1, 2],
+            data: vec![0x40, 0x30],
+        },
         TensorOut::f32(&format!("{m}.weight_scale_2"), vec![], &[0.25]),
         TensorOut::f32(&format!("{m}.input_scale"), vec![], &[1.0]),
     ];
@@ -94,7 +99,8 @@ fn disagreements_and_unknown_formats_are_refused_by_name() {
     assert!(e.is_err(), "wrong shape is refused");
 
     // Another algorithm.
-    std::fs::write(tmp.path().join("hf_quant_config.json"), r#"{"quantization": {"quant_algo": "FP8"}}"#).expect("write");
+    std::fs::write(tmp.path().join("hf_quant_config.json"), r#"{"quantization": {"quant_algo": "FP8"}}"#)
+        .expect("write");
     let e = Checkpoint::open(tmp.path()).expect_err("fp8").to_string();
     assert!(e.contains("FP8") && e.contains("NVFP4"), "{e}");
     std::fs::remove_file(tmp.path().join("hf_quant_config.json")).expect("rm");
