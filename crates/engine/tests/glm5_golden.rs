@@ -42,14 +42,12 @@ fn slot(pages: &[u32], page: usize, p: usize) -> u32 {
     pages[p / page] * page as u32 + (p % page) as u32
 }
 
+/// A sequence in a batch: ids so far, new-token count, page list, rows whose logits are wanted.
+type SeqSpec<'a> = (&'a [u32], usize, &'a [u32], Vec<usize>);
+
 /// One batch of several sequences: `(ids of the sequence so far, new-token count, page list,
 /// rows wanted)`; returns per sequence the logits of its wanted rows.
-fn run(
-    m: &mut Glm5Model,
-    kv: &mut KvStore,
-    page: usize,
-    seqs: &[(&[u32], usize, &[u32], Vec<usize>)],
-) -> Vec<Vec<Vec<f32>>> {
+fn run(m: &mut Glm5Model, kv: &mut KvStore, page: usize, seqs: &[SeqSpec<'_>]) -> Vec<Vec<Vec<f32>>> {
     let mut b = ForwardBatch::default();
     let mut wanted = Vec::new();
     for (i, (ids, new, pages, rows)) in seqs.iter().enumerate() {
@@ -212,7 +210,7 @@ fn implementations_and_batching_are_bit_identical() {
         let mut kv = KvStore::new(m.attention_needs().kv_layout, slots);
         let mut out = Vec::new();
         if batched {
-            let seqs: Vec<(&[u32], usize, &[u32], Vec<usize>)> =
+            let seqs: Vec<SeqSpec<'_>> =
                 prompts.iter().zip(&pages).map(|(p, pg)| (&p[..], p.len(), &pg[..], (0..p.len()).collect())).collect();
             for r in run(&mut m, &mut kv, page, &seqs) {
                 out.extend(r);

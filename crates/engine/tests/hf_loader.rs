@@ -25,7 +25,7 @@ fn nvfp4_row() -> (Vec<TensorOut>, Vec<f32>) {
     want[1] = 1.0 * 0.5;
     want[14] = 6.0 * 0.5;
     want[15] = -6.0 * 0.5;
-    want[16] = -1.0 * 0.125;
+    want[16] = -0.125; // −1 · 0.125
     want[17] = -0.5 * 0.125;
     let m = "model.layers.0.mlp.down_proj";
     let t = vec![

@@ -94,3 +94,39 @@ fn glm5_tiny_served_under_pressure() {
     assert!(counter(&m, "sparrow:radix_hit_tokens_total") > 0.0, "the radix cache hit");
     assert!(get(port, "/health").starts_with("HTTP/1.1 200"), "still serving");
 }
+
+fn ppl(model: &std::path::Path) -> f64 {
+    let out = sparrow()
+        .args(["perplexity", "--num-samples", "6", "--max-tokens", "96", "--model-path"])
+        .arg(model)
+        .output()
+        .expect("perplexity runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON line");
+    v["perplexity"].as_f64().expect("perplexity")
+}
+
+/// `sparrow quantize` on the SmolLM2 GGUF: with everything excluded the BF16 copy (HF names, Q/K
+/// rows un-permuted to HF's order and permuted back by the loader) scores like the original;
+/// round-to-nearest NVFP4 of every linear layer costs some perplexity, within bounds.
+#[test]
+fn quantize_smollm2_round_trip_and_nvfp4() {
+    let gguf = sparrow_assets::ensure(sparrow_assets::SMOLLM2_GGUF).expect("SmolLM2");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (bf16, fp4) = (tmp.path().join("bf16"), tmp.path().join("nvfp4"));
+    for (dir, extra) in [(&bf16, &["--exclude", "*"][..]), (&fp4, &[][..])] {
+        let out = sparrow()
+            .args(["quantize", "--method", "rtn", "--model-path"])
+            .arg(&gguf)
+            .arg("--output")
+            .arg(dir)
+            .args(extra)
+            .output()
+            .expect("quantize runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    assert!(std::fs::read_to_string(fp4.join("hf_quant_config.json")).expect("quant config").contains("NVFP4"));
+    let (p0, p1, p4) = (ppl(&gguf), ppl(&bf16), ppl(&fp4));
+    assert!((p1 / p0 - 1.0).abs() < 0.02, "BF16 copy {p1} vs Q4_1 {p0}");
+    assert!(p4 > p0 * 0.98 && p4 < p0 * 1.6, "NVFP4 {p4} vs Q4_1 {p0}");
+}

@@ -159,6 +159,17 @@ impl Glm5Config {
         if rope_type != "default" {
             return Err(merr(format!("RoPE scaling {rope_type:?} is not supported (default RoPE is)")));
         }
+        // Features the checkpoint could ask for that this implementation does not have.
+        if v.get("attention_bias").and_then(Value::as_bool) == Some(true) {
+            return Err(merr("config.json: attention_bias = true is not supported"));
+        }
+        for (k, want) in [("hidden_act", "silu"), ("scoring_func", "sigmoid"), ("topk_method", "noaux_tc")] {
+            if let Some(x) = v.get(k).and_then(Value::as_str) {
+                if x != want {
+                    return Err(merr(format!("config.json: {k} {x:?} is not supported ({want:?} is)")));
+                }
+            }
+        }
         let rope_theta = rp.get("rope_theta").and_then(Value::as_f64).unwrap_or_else(|| f("rope_theta", 10000.0));
         let indexer_full = indexer_types(v, layers)?;
         let first_k_dense = uo("first_k_dense_replace", 0);
@@ -685,7 +696,7 @@ fn layer_norm(x: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
 
 /// Runs `f(i, row_i)` for the `rows` rows of width `w` of `out` on the pool.
 fn par_rows<F: Fn(usize, &mut [f32]) + Sync>(pool: &ThreadPool, out: &mut [f32], w: usize, f: F) {
-    let rows = if w == 0 { 0 } else { out.len() / w };
+    let rows = out.len().checked_div(w).unwrap_or(0);
     let per = rows.div_ceil(pool.threads() * 4).max(1);
     let ptr = SyncPtr(out.as_mut_ptr());
     pool.run(rows.div_ceil(per), |task| {
