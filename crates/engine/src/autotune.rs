@@ -73,7 +73,8 @@ pub fn buckets(max_tokens: usize) -> Vec<usize> {
 pub fn key(model: &Glm5Model, max_bucket: usize) -> String {
     let c = model.config();
     format!(
-        "moe_E{}_top{}_H{}_I{}_shared{}_T{max_bucket}_{}_{}t",
+        "moe_{}_E{}_top{}_H{}_I{}_shared{}_T{max_bucket}_{}_{}t",
+        model.first_moe().map_or("none", |m| m.weight_format()),
         c.n_routed,
         c.top_k,
         c.hidden,

@@ -2,9 +2,11 @@
 //! `sparrow gen-model` share) and the Hugging Face directory layout (safetensors shards with
 //! `model.safetensors.index.json`, `config.json`, the ModelOpt quantization config).
 //!
-//! Output format: see [`crate::nvfp4`] and [`crate::hf`]. `input_scale` is written as 1.0: we
-//! have no calibration data, and the CPU kernels keep activations in f32 (weight-only
-//! dequantization), so nothing reads it; a W4A4 GPU kernel would need a calibrated value.
+//! Output format: see [`crate::nvfp4`] and [`crate::hf`], made to be served by other engines
+//! too: layers that vLLM and SGLang fuse (q/k/v, gate/up, q_a/kv_a) share one `weight_scale_2`
+//! from their joint amax, as ModelOpt's export does; `input_scale` is ModelOpt's
+//! `amax(input) / (6 · 448)` from a calibration run when one was made (our CPU kernels keep
+//! activations in f32 and never read it), else 1.0 with a warning from the caller.
 
 use std::path::Path;
 
@@ -50,7 +52,7 @@ impl TensorOut {
     ///
     /// # Errors
     /// When the matrix's rows do not share one `weight_scale_2` (a stacked matrix).
-    pub fn nvfp4(module: &str, m: &Nvfp4Matrix) -> Result<Vec<Self>, EngineError> {
+    pub fn nvfp4(module: &str, m: &Nvfp4Matrix, input_scale: f32) -> Result<Vec<Self>, EngineError> {
         let g = m.weight_scale_2.first().copied().unwrap_or(1.0);
         if m.weight_scale_2.iter().any(|&x| x != g) {
             return Err(merr(format!("{module}: rows with different weight_scale_2 cannot be one tensor")));
@@ -69,7 +71,7 @@ impl TensorOut {
                 data: m.weight_scale.clone(),
             },
             TensorOut::f32(&format!("{module}.weight_scale_2"), vec![], &[g]),
-            TensorOut::f32(&format!("{module}.input_scale"), vec![], &[1.0]),
+            TensorOut::f32(&format!("{module}.input_scale"), vec![], &[input_scale]),
         ])
     }
 }
@@ -92,6 +94,43 @@ pub struct Tensor {
     pub shape: Vec<usize>,
     /// Values.
     pub data: Vec<f32>,
+    /// Written as F32 when not quantized (routers and their bias, which HF keeps in f32, or a
+    /// tensor that was F32 in the source); otherwise BF16.
+    pub keep_f32: bool,
+}
+
+impl Tensor {
+    /// A tensor written as BF16 unless quantized.
+    pub fn new(name: impl Into<String>, shape: Vec<usize>, data: Vec<f32>) -> Self {
+        Tensor { name: name.into(), shape, data, keep_f32: false }
+    }
+}
+
+/// The group of layers a serving engine fuses into one GEMM, which must share `weight_scale_2`:
+/// `…self_attn.{q,k,v}_proj`, `…self_attn.{q_a_proj,kv_a_proj_with_mqa}` (SGLang's
+/// `fused_qkv_a_proj_with_mqa`), and every `…{gate,up}_proj` pair (MLPs, each expert, shared
+/// experts). Other modules are their own group.
+pub fn fusion_group(module: &str) -> String {
+    let (parent, leaf) = module.rsplit_once('.').unwrap_or(("", module));
+    let g = match leaf {
+        "q_proj" | "k_proj" | "v_proj" => "qkv_proj",
+        "q_a_proj" | "kv_a_proj_with_mqa" => "qkv_a_proj",
+        "gate_proj" | "up_proj" => "gate_up_proj",
+        _ => return module.to_owned(),
+    };
+    format!("{parent}.{g}")
+}
+
+/// Calibration and rounding options of [`quantize_state_dict_with`].
+pub struct QuantOptions<'a> {
+    /// Block-scale rule.
+    pub rule: ScaleRule,
+    /// GPTQ statistics of a module's input (`[cols × cols]`); `None`: round to nearest.
+    pub hessian: &'a (dyn Fn(&str) -> Option<Vec<f64>> + Sync),
+    /// Largest |input| seen by a module during calibration; `None`: `input_scale` 1.0.
+    pub input_amax: &'a (dyn Fn(&str) -> Option<f32> + Sync),
+    /// GPTQ in act order.
+    pub act_order: bool,
 }
 
 /// Whether `module` matches one of the globs (SGLang's `is_layer_excluded` rule: `*` crosses
@@ -110,28 +149,41 @@ pub fn quantize_state_dict(
     exclude: &[String],
     rule: ScaleRule,
 ) -> Result<Vec<TensorOut>, EngineError> {
-    quantize_state_dict_gptq(tensors, exclude, rule, &|_| None, false)
+    let opts = QuantOptions { rule, hessian: &|_| None, input_amax: &|_| None, act_order: false };
+    quantize_state_dict_with(tensors, exclude, &opts)
 }
 
-/// [`quantize_state_dict`], but a module for which `hessian` returns calibration statistics
-/// (`[cols × cols]`, see [`crate::gptq`]) is quantized with GPTQ instead of round-to-nearest
-/// (in act order when `act_order`).
+/// [`quantize_state_dict`] with calibration: a module for which `opts.hessian` returns
+/// statistics is quantized with GPTQ ([`crate::gptq`]), and `input_scale` comes from
+/// `opts.input_amax`.
 ///
 /// # Errors
 /// As [`quantize_state_dict`], plus a GPTQ failure, named.
-pub fn quantize_state_dict_gptq(
+pub fn quantize_state_dict_with(
     tensors: &[Tensor],
     exclude: &[String],
-    rule: ScaleRule,
-    hessian: &(dyn Fn(&str) -> Option<Vec<f64>> + Sync),
-    act_order: bool,
+    opts: &QuantOptions<'_>,
 ) -> Result<Vec<TensorOut>, EngineError> {
+    let quantized = |t: &Tensor| -> Option<String> {
+        let m = t.name.strip_suffix(".weight")?;
+        (t.shape.len() == 2 && !matches_any(exclude, m)).then(|| m.to_owned())
+    };
+    // One tensor scale per fusion group, from the group's joint amax.
+    let mut group_amax: std::collections::HashMap<String, f32> = Default::default();
+    for t in tensors {
+        if let Some(m) = quantized(t) {
+            let a = group_amax.entry(fusion_group(&m)).or_insert(0.0);
+            *a = a.max(crate::nvfp4::amax(&t.data));
+        }
+    }
+    let (rule, act_order) = (opts.rule, opts.act_order);
     // Modules are independent: quantize them on all cores, then restore the input order.
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(tensors.len().max(1));
     let one = |t: &Tensor| -> Result<Vec<TensorOut>, EngineError> {
-        let module = t.name.strip_suffix(".weight");
-        match module {
-            Some(m) if t.shape.len() == 2 && !matches_any(exclude, m) => {
+        match quantized(t) {
+            Some(m) => {
+                let m = m.as_str();
+                let global = crate::nvfp4::global_scale(group_amax.get(&fusion_group(m)).copied().unwrap_or(0.0));
                 let (rows, cols) = (t.shape[0], t.shape[1]);
                 if !cols.is_multiple_of(BLOCK) {
                     return Err(merr(format!(
@@ -139,14 +191,24 @@ pub fn quantize_state_dict_gptq(
                         t.name
                     )));
                 }
-                let q = match hessian(m) {
-                    Some(h) => crate::gptq::gptq_nvfp4_with(&t.data, rows, cols, &h, crate::gptq::DAMP, act_order)
-                        .map_err(|e| merr(format!("{}: GPTQ: {e}", t.name)))?,
-                    None => Nvfp4Matrix::quantize_with(&t.data, rows, cols, rule),
+                let q = match (opts.hessian)(m) {
+                    Some(h) => crate::gptq::gptq_nvfp4_with(
+                        &t.data,
+                        rows,
+                        cols,
+                        &h,
+                        crate::gptq::DAMP,
+                        act_order,
+                        Some(global),
+                    )
+                    .map_err(|e| merr(format!("{}: GPTQ: {e}", t.name)))?,
+                    None => Nvfp4Matrix::quantize_global(&t.data, rows, cols, rule, global),
                 };
-                TensorOut::nvfp4(m, &q)
+                let input_scale = (opts.input_amax)(m).filter(|a| *a > 0.0).map_or(1.0, crate::nvfp4::global_scale);
+                TensorOut::nvfp4(m, &q, input_scale)
             }
-            _ => Ok(vec![TensorOut::bf16(&t.name, t.shape.clone(), &t.data)]),
+            None if t.keep_f32 => Ok(vec![TensorOut::f32(&t.name, t.shape.clone(), &t.data)]),
+            None => Ok(vec![TensorOut::bf16(&t.name, t.shape.clone(), &t.data)]),
         }
     };
     let mut parts: Vec<(usize, Result<Vec<TensorOut>, EngineError>)> = std::thread::scope(|s| {
@@ -171,9 +233,11 @@ pub fn quantize_state_dict_gptq(
     Ok(out)
 }
 
-/// Writes `tensors` into `dir` as `shards` safetensors files (`model.safetensors` when 1, else
-/// `model-0000i-of-0000n.safetensors` plus `model.safetensors.index.json`), `config.json`, and
-/// the quantization config in `style` when `exclude` is `Some`.
+/// Writes `tensors` into `dir` as up to `shards` safetensors files (`model.safetensors` when 1,
+/// else `model-0000i-of-0000n.safetensors` plus `model.safetensors.index.json`), `config.json`,
+/// and the quantization config in `style` when `exclude` is `Some`. Weight files and
+/// quantization configs already in `dir` are removed first (as `save_pretrained` drops stale
+/// shards), so a reused directory cannot mix two checkpoints. Returns the shard count written.
 ///
 /// # Errors
 /// I/O errors, named.
@@ -183,8 +247,15 @@ pub fn write_checkpoint(
     tensors: &[TensorOut],
     shards: usize,
     exclude: Option<(&[String], QuantStyle)>,
-) -> Result<(), EngineError> {
+) -> Result<usize, EngineError> {
     std::fs::create_dir_all(dir).map_err(|e| merr(format!("{}: {e}", dir.display())))?;
+    for e in std::fs::read_dir(dir).map_err(|e| merr(format!("{}: {e}", dir.display())))?.flatten() {
+        let p = e.path();
+        let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        if name.ends_with(".safetensors") || name == "model.safetensors.index.json" || name == "hf_quant_config.json" {
+            std::fs::remove_file(&p).map_err(|e| merr(format!("{}: {e}", p.display())))?;
+        }
+    }
     let shards = shards.clamp(1, tensors.len().max(1));
     let total: usize = tensors.iter().map(|t| t.data.len()).sum();
     let per = total.div_ceil(shards).max(1);
@@ -234,7 +305,8 @@ pub fn write_checkpoint(
             }
         }
     }
-    write_json(&dir.join("config.json"), &config)
+    write_json(&dir.join("config.json"), &config)?;
+    Ok(n)
 }
 
 /// Writes pretty JSON.
@@ -244,4 +316,47 @@ pub fn write_checkpoint(
 pub fn write_json(path: &Path, v: &Value) -> Result<(), EngineError> {
     let s = serde_json::to_string_pretty(v).map_err(|e| merr(format!("{}: {e}", path.display())))?;
     std::fs::write(path, s + "\n").map_err(|e| merr(format!("{}: {e}", path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scale2(out: &[TensorOut], module: &str) -> f32 {
+        let t = out.iter().find(|t| t.name == format!("{module}.weight_scale_2")).expect("scale");
+        f32::from_le_bytes([t.data[0], t.data[1], t.data[2], t.data[3]])
+    }
+
+    /// Siblings that serving engines fuse share one tensor scale from their joint amax; other
+    /// layers keep their own. Routers flagged `keep_f32` stay F32.
+    #[test]
+    fn fused_siblings_share_weight_scale_2() {
+        let lin = |name: &str, amax: f32| {
+            let mut d = vec![0.01f32; 16 * 16];
+            d[3] = amax;
+            Tensor::new(format!("{name}.weight"), vec![16, 16], d)
+        };
+        let sd = vec![
+            lin("m.layers.0.self_attn.q_proj", 1.0),
+            lin("m.layers.0.self_attn.k_proj", 4.0),
+            lin("m.layers.0.self_attn.v_proj", 0.5),
+            lin("m.layers.0.self_attn.o_proj", 2.0),
+            lin("m.layers.0.mlp.experts.3.gate_proj", 3.0),
+            lin("m.layers.0.mlp.experts.3.up_proj", 6.0),
+            lin("m.layers.0.mlp.experts.4.up_proj", 1.5),
+            Tensor { keep_f32: true, ..lin("m.layers.0.mlp.gate", 1.0) },
+        ];
+        let out = quantize_state_dict(&sd, &["*.mlp.gate".to_owned()], ScaleRule::Amax).expect("quantize");
+        let g = |a: f32| a / (6.0 * 448.0);
+        for m in ["q_proj", "k_proj", "v_proj"] {
+            assert_eq!(scale2(&out, &format!("m.layers.0.self_attn.{m}")), g(4.0), "{m}");
+        }
+        assert_eq!(scale2(&out, "m.layers.0.self_attn.o_proj"), g(2.0));
+        assert_eq!(scale2(&out, "m.layers.0.mlp.experts.3.gate_proj"), g(6.0));
+        assert_eq!(scale2(&out, "m.layers.0.mlp.experts.3.up_proj"), g(6.0));
+        assert_eq!(scale2(&out, "m.layers.0.mlp.experts.4.up_proj"), g(1.5), "another expert is another group");
+        let router = out.iter().find(|t| t.name == "m.layers.0.mlp.gate.weight").expect("router");
+        assert_eq!(router.dtype, Dtype::F32);
+        assert_eq!(fusion_group("a.self_attn.kv_a_proj_with_mqa"), "a.self_attn.qkv_a_proj");
+    }
 }

@@ -72,8 +72,8 @@ pub struct EngineArgs {
     pub disable_autotune: bool,
     /// Where autotune results are kept (none: not kept).
     pub autotune_cache_dir: Option<PathBuf>,
-    /// End-of-sequence token of the tokenizer.
-    pub eos: Option<u32>,
+    /// End-of-sequence tokens (the tokenizer's, and the model's `eos_token_id` list).
+    pub eos: Vec<u32>,
 }
 
 /// Largest `--max-running-requests` accepted (request slots are 32-bit and preallocated).
@@ -94,6 +94,9 @@ pub fn derive_config(
     let cerr = |m: String| Err(EngineError::Config(m));
     if !(1..=4096).contains(&args.page_size) {
         return cerr(format!("--page-size {} must be between 1 and 4096", args.page_size));
+    }
+    if bytes_per_token == 0 {
+        return cerr("the model's KV layout has no bytes per token (no layers?)".into());
     }
     let ctx = args.context_length.unwrap_or(model_ctx);
     if ctx == 0 || ctx > model_ctx {
@@ -208,7 +211,7 @@ impl Engine {
         let (tx, rx) = mpsc::channel();
         let cfg = config.clone();
         let st = stats.clone();
-        let eos = args.eos;
+        let eos = args.eos.clone();
         std::thread::Builder::new()
             .name("sparrow-engine".into())
             .spawn(move || engine_loop(model, cfg, eos, rx, st))
@@ -274,24 +277,34 @@ impl Engine {
 pub fn load_model(args: &EngineArgs) -> Result<(Box<dyn Model>, &'static str, serde_json::Value), EngineError> {
     use crate::model::glm5::{AttnImpl, Glm5Model, Glm5Options, MoeChoice, MoeImpl};
     let p = &args.model_path;
+    // Checked for every model, so a typo is caught even where the flag has no effect.
+    let prefill_attn = AttnImpl::parse("--nsa-prefill-backend", &args.nsa_prefill_backend)?;
+    let decode_attn = AttnImpl::parse("--nsa-decode-backend", &args.nsa_decode_backend)?;
+    let fixed = match args.moe_runner_backend.as_str() {
+        "auto" => None,
+        "token_major" => Some(MoeImpl::TokenMajor),
+        "expert_major" => Some(MoeImpl::ExpertMajor),
+        other => {
+            return Err(EngineError::Config(format!(
+                "--moe-runner-backend {other:?} is unknown (have: auto, token_major, expert_major{})",
+                if ["triton", "triton_kernel", "deep_gemm", "cutlass"].contains(&other)
+                    || other.starts_with("flashinfer")
+                {
+                    "; SGLang's CUDA MoE kernels do not exist in this CPU build"
+                } else {
+                    ""
+                }
+            )))
+        }
+    };
     if p.is_dir() {
         let cfg = crate::hf::read_json(&p.join("config.json"))?;
         let mt = cfg.get("model_type").and_then(|v| v.as_str()).unwrap_or("").to_owned();
         match mt.as_str() {
             "glm_moe_dsa" => {
-                let fixed = match args.moe_runner_backend.as_str() {
-                    "auto" => None,
-                    "token_major" => Some(MoeImpl::TokenMajor),
-                    "expert_major" => Some(MoeImpl::ExpertMajor),
-                    other => {
-                        return Err(EngineError::Config(format!(
-                            "unknown --moe-runner-backend {other:?} (have: auto, token_major, expert_major)"
-                        )))
-                    }
-                };
                 let opts = Glm5Options {
-                    prefill_attn: AttnImpl::parse(&args.nsa_prefill_backend)?,
-                    decode_attn: AttnImpl::parse(&args.nsa_decode_backend)?,
+                    prefill_attn,
+                    decode_attn,
                     moe: MoeChoice::Fixed(fixed.unwrap_or(MoeImpl::ExpertMajor)),
                 };
                 let mut m = Glm5Model::load(p, args.threads, opts.clone())?;
@@ -303,6 +316,10 @@ pub fn load_model(args: &EngineArgs) -> Result<(Box<dyn Model>, &'static str, se
                     Some(f) => {
                         notes["moe_runner_backend"] = f.name().into();
                         MoeChoice::Fixed(f)
+                    }
+                    None if m.first_moe().is_none() => {
+                        notes["moe_runner_backend"] = "auto (no MoE layer)".into();
+                        MoeChoice::Fixed(MoeImpl::ExpertMajor)
                     }
                     None if args.disable_autotune => {
                         // Without timings: a GEMV per pair for one token, grouped GEMMs beyond.
@@ -360,13 +377,13 @@ struct Live {
 fn engine_loop(
     mut model: Box<dyn Model>,
     cfg: SchedulerConfig,
-    eos: Option<u32>,
+    eos: Vec<u32>,
     rx: mpsc::Receiver<Command>,
     stats: Arc<Mutex<SchedulerStats>>,
 ) {
     let layout = model.attention_needs().kv_layout;
     let fresh = |cfg: &SchedulerConfig| {
-        let sched = Scheduler::new(cfg.clone(), eos);
+        let sched = Scheduler::with_eos_ids(cfg.clone(), eos.clone());
         let kv = KvStore::new(layout.clone(), sched.num_slots());
         (sched, kv)
     };

@@ -14,7 +14,7 @@
 //! Dampening: `λ = damp · mean(diag H)` is added to the diagonal; columns never excited by
 //! the calibration data (`H[j,j] = 0`) are zeroed, as in the reference.
 
-use crate::nvfp4::{e2m1_to_f32, e4m3_to_f32, f32_to_e2m1, f32_to_e4m3, Nvfp4Matrix, BLOCK, E4M3_MAX};
+use crate::nvfp4::{amax, e2m1_to_f32, e4m3_to_f32, f32_to_e2m1, f32_to_e4m3, global_scale, Nvfp4Matrix, BLOCK};
 
 /// Errors of [`gptq_nvfp4`].
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -102,13 +102,16 @@ fn inverse_cholesky_upper(h: &[f64], n: usize) -> Result<Vec<f64>, GptqError> {
 /// # Errors
 /// Shape mismatches, or a Hessian that stays indefinite after dampening.
 pub fn gptq_nvfp4(w: &[f32], rows: usize, cols: usize, h: &[f64], damp: f64) -> Result<Nvfp4Matrix, GptqError> {
-    gptq_nvfp4_with(w, rows, cols, h, damp, false)
+    gptq_nvfp4_with(w, rows, cols, h, damp, false, None)
 }
 
 /// [`gptq_nvfp4`] with the choice of "act order" (the reference's `desc_act` with
 /// `static_groups`): every block scale is fixed up front from the original weights, then
 /// columns are quantized in decreasing order of `H[j,j]`, so the most excited inputs are
 /// rounded first while the most error can still be compensated.
+///
+/// `global` overrides the tensor scale (shared by fused siblings, see
+/// [`Nvfp4Matrix::quantize_global`]); `None` derives it from `w`'s amax.
 ///
 /// # Errors
 /// As [`gptq_nvfp4`].
@@ -119,17 +122,17 @@ pub fn gptq_nvfp4_with(
     h: &[f64],
     damp: f64,
     act_order: bool,
+    global: Option<f32>,
 ) -> Result<Nvfp4Matrix, GptqError> {
     if !cols.is_multiple_of(BLOCK) || w.len() != rows * cols || h.len() != cols * cols {
         return Err(GptqError::Shape(format!("W {}, [{rows}, {cols}], H {}", w.len(), h.len())));
     }
+    let global = global.unwrap_or_else(|| global_scale(amax(w)));
     if act_order {
-        return act_order_impl(w, rows, cols, h, damp);
+        return act_order_impl(w, rows, cols, h, damp, global);
     }
     let mut h = h.to_vec();
     let mut w: Vec<f64> = w.iter().map(|&v| v as f64).collect();
-    let amax = w.iter().fold(0f64, |a, v| a.max(v.abs())) as f32;
-    let global = if amax > 0.0 { amax / (6.0 * E4M3_MAX) } else { 1.0 };
     let mean_diag = (0..cols).map(|j| h[j * cols + j]).sum::<f64>() / cols as f64;
     for j in 0..cols {
         if h[j * cols + j] == 0.0 {
@@ -174,9 +177,14 @@ pub fn gptq_nvfp4_with(
     Ok(Nvfp4Matrix { rows, cols, weight, weight_scale, weight_scale_2: vec![global; rows] })
 }
 
-fn act_order_impl(w: &[f32], rows: usize, cols: usize, h: &[f64], damp: f64) -> Result<Nvfp4Matrix, GptqError> {
-    let amax = w.iter().fold(0f32, |a, v| a.max(v.abs()));
-    let global = if amax > 0.0 { amax / (6.0 * E4M3_MAX) } else { 1.0 };
+fn act_order_impl(
+    w: &[f32],
+    rows: usize,
+    cols: usize,
+    h: &[f64],
+    damp: f64,
+    global: f32,
+) -> Result<Nvfp4Matrix, GptqError> {
     let nb = cols / BLOCK;
     let mut weight_scale = vec![0u8; rows * nb];
     for r in 0..rows {
@@ -312,7 +320,7 @@ mod tests {
         let rtn = Nvfp4Matrix::quantize(&w, n, k);
         let (eg, er) = (out_err(&w, &g, &x, t), out_err(&w, &rtn, &x, t));
         assert!(eg < 0.6 * er, "GPTQ output error {eg} vs RTN {er}");
-        let ga = gptq_nvfp4_with(&w, n, k, &h, DAMP, true).expect("act order");
+        let ga = gptq_nvfp4_with(&w, n, k, &h, DAMP, true, None).expect("act order");
         let ea = out_err(&w, &ga, &x, t);
         assert!(ea < 0.6 * er, "GPTQ act-order output error {ea} vs RTN {er}");
         // Identity Hessian (no correlation): no error is propagated, so GPTQ is RTN exactly.

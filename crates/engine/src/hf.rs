@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use safetensors::tensor::Dtype;
+pub use safetensors::tensor::Dtype;
 use safetensors::SafeTensors;
 use serde_json::Value;
 
@@ -111,8 +111,8 @@ pub struct Checkpoint {
     /// The NVFP4 config, if quantized.
     pub quant: Option<QuantConfig>,
     maps: Vec<(PathBuf, memmap2::Mmap)>,
-    /// Tensor name → shard index.
-    index: HashMap<String, usize>,
+    /// Tensor name → (shard index, dtype, shape, byte range in the shard's map), parsed once.
+    index: HashMap<String, (usize, Dtype, Vec<usize>, std::ops::Range<usize>)>,
 }
 
 impl std::fmt::Debug for Checkpoint {
@@ -171,9 +171,15 @@ impl Checkpoint {
             // SAFETY: read-only mapping of a file we do not modify; weights are copied out.
             #[allow(unsafe_code)]
             let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| merr(format!("{}: {e}", f.display())))?;
-            let st = SafeTensors::deserialize(&map).map_err(|e| merr(format!("{}: {e}", f.display())))?;
-            for name in st.names() {
-                if index.insert(name.to_owned(), i).is_some() {
+            // Validates the whole header (offsets, sizes) once; afterwards tensors are sliced
+            // straight out of the map.
+            SafeTensors::deserialize(&map).map_err(|e| merr(format!("{}: {e}", f.display())))?;
+            let (n, meta) = SafeTensors::read_metadata(&map).map_err(|e| merr(format!("{}: {e}", f.display())))?;
+            let base = 8 + n;
+            for (name, info) in meta.tensors() {
+                let (a, b) = info.data_offsets;
+                let entry = (i, info.dtype, info.shape.clone(), base + a..base + b);
+                if index.insert(name.clone(), entry).is_some() {
                     return Err(merr(format!("tensor {name} appears in more than one shard")));
                 }
             }
@@ -197,14 +203,13 @@ impl Checkpoint {
     /// # Errors
     /// A missing tensor, named with the directory.
     pub fn raw(&self, name: &str) -> Result<RawTensor<'_>, EngineError> {
-        let &i = self.index.get(name).ok_or_else(|| merr(format!("{}: tensor {name} missing", self.dir.display())))?;
-        let (path, map) = &self.maps[i];
-        let st = SafeTensors::deserialize(map).map_err(|e| merr(format!("{}: {e}", path.display())))?;
-        let t = st.tensor(name).map_err(|e| merr(format!("{}: {name}: {e}", path.display())))?;
-        // The view borrows `st`, which borrows the map; rebuild it over the map's lifetime.
-        let (dtype, shape, off) = (t.dtype(), t.shape().to_vec(), t.data().as_ptr() as usize - map.as_ptr() as usize);
-        let len = t.data().len();
-        Ok(RawTensor { dtype, shape, data: &map[off..off + len] })
+        let (i, dtype, shape, range) =
+            self.index.get(name).ok_or_else(|| merr(format!("{}: tensor {name} missing", self.dir.display())))?;
+        let (path, map) = &self.maps[*i];
+        let data = map
+            .get(range.clone())
+            .ok_or_else(|| merr(format!("{}: tensor {name} runs past the end of the file", path.display())))?;
+        Ok(RawTensor { dtype: *dtype, shape: shape.clone(), data })
     }
 
     /// Tensor `name` as f32 (F32, BF16 or F16 on disk), with its shape.
@@ -298,6 +303,13 @@ impl Checkpoint {
         let g = f32::from_le_bytes([s2.data[0], s2.data[1], s2.data[2], s2.data[3]]);
         if !g.is_finite() || g <= 0.0 {
             return Err(merr(format!("{module}.weight_scale_2 is {g}, want a positive finite scale")));
+        }
+        // E4M3 has no infinities; S.1111.111 is NaN and would poison every output it touches.
+        if let Some(p) = s.data.iter().position(|&b| b & 0x7f == 0x7f) {
+            return Err(merr(format!(
+                "{module}.weight_scale: block scale {p} is NaN (byte {:#04x}); the checkpoint is damaged",
+                s.data[p]
+            )));
         }
         Ok(Nvfp4Matrix {
             rows,

@@ -99,6 +99,21 @@ pub fn f32_to_e2m1(x: f32) -> u8 {
     }
 }
 
+/// Largest magnitude of `w`.
+pub fn amax(w: &[f32]) -> f32 {
+    w.iter().fold(0f32, |a, v| a.max(v.abs()))
+}
+
+/// ModelOpt's tensor scale for weights of largest magnitude `amax`: `amax / (6 · 448)`, so
+/// block scales use the whole E4M3 range (1 for an all-zero tensor).
+pub fn global_scale(amax: f32) -> f32 {
+    if amax > 0.0 {
+        amax / (6.0 * E4M3_MAX)
+    } else {
+        1.0
+    }
+}
+
 /// How block scales are chosen by the quantizer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ScaleRule {
@@ -191,12 +206,21 @@ impl Nvfp4Matrix {
     /// # Panics
     /// When `cols` is not a multiple of 16 or `w.len() != rows · cols`.
     pub fn quantize_with(w: &[f32], rows: usize, cols: usize, rule: ScaleRule) -> Self {
+        Self::quantize_global(w, rows, cols, rule, global_scale(amax(w)))
+    }
+
+    /// [`Nvfp4Matrix::quantize_with`] with a given `weight_scale_2`: layers that serving
+    /// engines fuse (q/k/v, gate/up) must share one, computed from their joint amax, as
+    /// ModelOpt's export does (vLLM and SGLang take the max of the siblings' scales without
+    /// rescaling the block scales).
+    ///
+    /// # Panics
+    /// When `cols` is not a multiple of 16 or `w.len() != rows · cols`.
+    pub fn quantize_global(w: &[f32], rows: usize, cols: usize, rule: ScaleRule, global: f32) -> Self {
         assert!(
             cols.is_multiple_of(BLOCK) && w.len() == rows * cols,
             "NVFP4 needs [rows, cols] with cols a multiple of 16"
         );
-        let amax = w.iter().fold(0f32, |a, v| a.max(v.abs()));
-        let global = if amax > 0.0 { amax / (6.0 * E4M3_MAX) } else { 1.0 };
         let mut weight = vec![0u8; rows * cols / 2];
         let mut weight_scale = vec![0u8; rows * cols / BLOCK];
         for (b, blk) in w.chunks_exact(BLOCK).enumerate() {
@@ -246,6 +270,18 @@ impl Nvfp4Matrix {
     pub fn matmul(&self, pool: &ThreadPool, isa: Isa, x: &[f32], tokens: usize, out: &mut [f32]) {
         assert_eq!(x.len(), tokens * self.cols, "nvfp4 matmul: activations shape");
         assert_eq!(out.len(), tokens * self.rows, "nvfp4 matmul: output shape");
+        // The fields are public: check what the SIMD paths rely on, once per call.
+        assert!(
+            self.cols.is_multiple_of(BLOCK)
+                && self.weight.len() == self.rows * self.cols / 2
+                && self.weight_scale.len() == self.rows * self.cols / BLOCK
+                && self.weight_scale_2.len() == self.rows,
+            "nvfp4 matmul: inconsistent matrix [{}, {}]",
+            self.rows,
+            self.cols
+        );
+        // A caller may name an ISA the CPU lacks; fall back rather than fault.
+        let isa = if isa != Isa::Scalar && Isa::detect() == Isa::Scalar { Isa::Scalar } else { isa };
         let per = self.rows.div_ceil(pool.threads() * 4).max(1);
         let ptr = SyncPtr(out.as_mut_ptr());
         pool.run(self.rows.div_ceil(per), |i| {

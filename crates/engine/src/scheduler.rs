@@ -229,7 +229,7 @@ pub struct SchedulerStats {
 #[derive(Debug)]
 pub struct Scheduler {
     cfg: SchedulerConfig,
-    eos: Option<u32>,
+    eos: Vec<u32>,
     alloc: PageAllocator,
     radix: RadixCache,
     waiting: VecDeque<Req>,
@@ -250,6 +250,12 @@ const NEW_TOKEN_RATIO_DECAY: f64 = 0.001;
 impl Scheduler {
     /// A scheduler over `cfg.num_pages` pages; `eos` ends sequences unless `ignore_eos`.
     pub fn new(cfg: SchedulerConfig, eos: Option<u32>) -> Self {
+        Self::with_eos_ids(cfg, eos.into_iter().collect())
+    }
+
+    /// [`Scheduler::new`] with several end-of-sequence ids (a model may have more than one:
+    /// GLM-5 ends turns on three).
+    pub fn with_eos_ids(cfg: SchedulerConfig, eos: Vec<u32>) -> Self {
         let alloc = PageAllocator::new(cfg.num_pages, cfg.page_size);
         let max_idx = cfg.max_running_requests as u32;
         Scheduler {
@@ -327,8 +333,12 @@ impl Scheduler {
             return Err(EngineError::InvalidRequest(format!("duplicate request id {}", r.id)));
         }
         let mut stop_ids = r.stop_token_ids;
-        if let (Some(e), false) = (self.eos, r.ignore_eos) {
-            stop_ids.push(e);
+        if !r.ignore_eos {
+            for &e in &self.eos {
+                if !stop_ids.contains(&e) {
+                    stop_ids.push(e);
+                }
+            }
         }
         self.clock += 1;
         self.waiting.push_back(Req {

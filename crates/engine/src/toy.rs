@@ -9,7 +9,8 @@
 //!
 //! Quantization mirrors a ModelOpt GLM-5 export: every MLP projection (dense, routed and shared
 //! experts) and `o_proj` are NVFP4; the other attention projections, the indexer, the router,
-//! the embedding and `lm_head` stay BF16 (listed in `exclude_modules`).
+//! the embedding and `lm_head` stay BF16 (listed in `exclude_modules`), except the router and its
+//! correction bias, which are F32 as in HF.
 //!
 //! Initialisation: linear weights uniform in `±sqrt(3/fan_in)` (unit-variance outputs for
 //! unit-variance inputs), norms `1 + U(±0.1)`, embeddings `U(±1)`, router bias `U(±0.05)`.
@@ -95,14 +96,14 @@ pub fn glm5_tiny_state_dict(seed: u64) -> Vec<Tensor> {
     let lin = |out: &mut Vec<Tensor>, rng: &mut rand::rngs::StdRng, name: String, rows: usize, cols: usize| {
         let a = (3.0 / cols as f32).sqrt();
         let data = (0..rows * cols).map(|_| rng.random_range(-a..a)).collect();
-        out.push(Tensor { name, shape: vec![rows, cols], data });
+        out.push(Tensor::new(name, vec![rows, cols], data));
     };
     let norm = |out: &mut Vec<Tensor>, rng: &mut rand::rngs::StdRng, name: String, n: usize| {
         let data = (0..n).map(|_| 1.0 + rng.random_range(-0.1f32..0.1)).collect();
-        out.push(Tensor { name, shape: vec![n], data });
+        out.push(Tensor::new(name, vec![n], data));
     };
     let data = (0..vocab * h).map(|_| rng.random_range(-1.0f32..1.0)).collect();
-    out.push(Tensor { name: "model.embed_tokens.weight".into(), shape: vec![vocab, h], data });
+    out.push(Tensor::new("model.embed_tokens.weight", vec![vocab, h], data));
     let full: Vec<bool> =
         cfg["indexer_types"].as_array().map(|a| a.iter().map(|t| t == "full").collect()).unwrap_or_default();
     for l in 0..layers {
@@ -123,7 +124,7 @@ pub fn glm5_tiny_state_dict(seed: u64) -> Vec<Tensor> {
             lin(&mut out, &mut rng, format!("{ip}.wk.weight"), idim, h);
             norm(&mut out, &mut rng, format!("{ip}.k_norm.weight"), idim);
             let b = (0..idim).map(|_| rng.random_range(-0.1f32..0.1)).collect();
-            out.push(Tensor { name: format!("{ip}.k_norm.bias"), shape: vec![idim], data: b });
+            out.push(Tensor::new(format!("{ip}.k_norm.bias"), vec![idim], b));
             lin(&mut out, &mut rng, format!("{ip}.weights_proj.weight"), ih, h);
         }
         let m = format!("{p}.mlp");
@@ -135,9 +136,13 @@ pub fn glm5_tiny_state_dict(seed: u64) -> Vec<Tensor> {
         if l < dense {
             mlp(&mut out, &mut rng, m, inter);
         } else {
+            // The router and its bias stay F32, as HF keeps them.
             lin(&mut out, &mut rng, format!("{m}.gate.weight"), e, h);
+            if let Some(t) = out.last_mut() {
+                t.keep_f32 = true;
+            }
             let b = (0..e).map(|_| rng.random_range(-0.05f32..0.05)).collect();
-            out.push(Tensor { name: format!("{m}.gate.e_score_correction_bias"), shape: vec![e], data: b });
+            out.push(Tensor { keep_f32: true, ..Tensor::new(format!("{m}.gate.e_score_correction_bias"), vec![e], b) });
             for x in 0..e {
                 mlp(&mut out, &mut rng, format!("{m}.experts.{x}"), minter);
             }

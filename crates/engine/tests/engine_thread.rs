@@ -53,7 +53,7 @@ fn args() -> EngineArgs {
         moe_runner_backend: "auto".into(),
         disable_autotune: true,
         autotune_cache_dir: None,
-        eos: None,
+        eos: Vec::new(),
     }
 }
 

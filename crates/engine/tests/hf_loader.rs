@@ -137,3 +137,40 @@ fn exclusion_globs_cross_dots_and_match_whole_names() {
     assert!(!q.is_excluded("model.layers.3.mlp.experts.0.up_proj"));
     assert!(!q.is_excluded("lm_head_extra"));
 }
+
+#[test]
+fn nan_block_scales_are_refused() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (mut t, _) = nvfp4_row();
+    t[1].data[1] = 0x7f; // S.1111.111: NaN in E4M3
+    write(tmp.path(), &t, &[], QuantStyle::HfQuantConfig, 1);
+    let ck = Checkpoint::open(tmp.path()).expect("open");
+    let e = ck.linear("model.layers.0.mlp.down_proj", 1, 32).expect_err("NaN scale").to_string();
+    assert!(e.contains("NaN") && e.contains("down_proj"), "{e}");
+}
+
+/// Writing into a directory that holds another checkpoint replaces it whole: stale shards and
+/// index files would otherwise be loaded instead of the new weights.
+#[test]
+fn rewriting_a_directory_leaves_no_stale_shards() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (mut t, _) = nvfp4_row();
+    t.push(dense("model.layers.0.self_attn.o_proj", 2, 16));
+    t.push(dense("lm_head", 3, 16));
+    write(tmp.path(), &t, &["*self_attn*", "lm_head"], QuantStyle::HfQuantConfig, 3);
+    assert!(tmp.path().join("model.safetensors.index.json").is_file());
+    let (t2, _) = nvfp4_row();
+    write(tmp.path(), &t2, &[], QuantStyle::ConfigJson, 1);
+    let files: Vec<String> = std::fs::read_dir(tmp.path())
+        .expect("dir")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(files.iter().filter(|f| f.ends_with(".safetensors")).count() == 1, "{files:?}");
+    assert!(
+        !files.contains(&"model.safetensors.index.json".to_owned())
+            && !files.contains(&"hf_quant_config.json".to_owned())
+    );
+    let ck = Checkpoint::open(tmp.path()).expect("open");
+    assert!(!ck.has("model.layers.0.self_attn.o_proj.weight"), "the old tensor is gone");
+}

@@ -20,7 +20,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Serve a GGUF model over OpenAI and SGLang-native HTTP APIs.
+    /// Serve a model (Llama GGUF, or a GLM-5 / Llama checkpoint directory) over OpenAI and
+    /// SGLang-native HTTP APIs.
     Serve(Box<serve::ServeArgs>),
     /// Benchmark a running server (flags as `python -m sglang.bench_serving`).
     Bench(Box<BenchArgs>),

@@ -93,6 +93,30 @@ pub struct ServeArgs {
     pub threads: Option<u16>,
 }
 
+/// End-of-sequence ids: the tokenizer's EOS plus, for a checkpoint directory, every
+/// `eos_token_id` (a number or a list) of `generation_config.json` and `config.json`, as
+/// vLLM and SGLang read them.
+fn eos_ids(model_path: &std::path::Path, tok: &sparrow_tokenizer::Tokenizer) -> Vec<u32> {
+    let mut ids: Vec<u32> = tok.eos().map(|(id, _)| id).into_iter().collect();
+    if model_path.is_dir() {
+        for f in ["generation_config.json", "config.json"] {
+            let v: Option<serde_json::Value> =
+                std::fs::read_to_string(model_path.join(f)).ok().and_then(|t| serde_json::from_str(&t).ok());
+            let found = match v.as_ref().and_then(|v| v.get("eos_token_id")) {
+                Some(serde_json::Value::Number(n)) => n.as_u64().into_iter().collect(),
+                Some(serde_json::Value::Array(a)) => a.iter().filter_map(|x| x.as_u64()).collect(),
+                _ => Vec::new(),
+            };
+            for id in found {
+                if id < u32::MAX as u64 && !ids.contains(&(id as u32)) {
+                    ids.push(id as u32);
+                }
+            }
+        }
+    }
+    ids
+}
+
 /// Runs the server until SIGINT/SIGTERM.
 ///
 /// # Errors
@@ -145,7 +169,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         moe_runner_backend: a.moe_runner_backend.clone(),
         disable_autotune: a.disable_autotune,
         autotune_cache_dir: sparrow_assets::cache_root().ok().map(|d| d.join("autotune")),
-        eos: tokenizer.eos().map(|(id, _)| id),
+        eos: eos_ids(&model_path, &tokenizer),
     };
     let engine = tokio::task::spawn_blocking(move || Engine::start(&eargs)).await.context("loading the model")??;
     let c = engine.config().clone();
@@ -242,4 +266,23 @@ async fn wait_for_signal() {
         }
     }
     let _ = tokio::signal::ctrl_c().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// GLM-5 lists three EOS ids in config.json; each must end a sequence, with the
+    /// tokenizer's own EOS and generation_config.json's.
+    #[test]
+    fn every_eos_id_of_a_checkpoint_is_used() {
+        let gguf = sparrow_assets::ensure(sparrow_assets::SMOLLM2_GGUF).expect("SmolLM2");
+        let tok = sparrow_tokenizer::Tokenizer::load(&gguf).expect("tokenizer");
+        let own = tok.eos().map(|(id, _)| id).expect("SmolLM2 has an EOS");
+        let dir = tempfile::tempdir().expect("tmp");
+        std::fs::write(dir.path().join("config.json"), r#"{"eos_token_id": [154820, 154827, 154829]}"#).expect("w");
+        std::fs::write(dir.path().join("generation_config.json"), format!(r#"{{"eos_token_id": {own}}}"#)).expect("w");
+        assert_eq!(eos_ids(dir.path(), &tok), vec![own, 154820, 154827, 154829]);
+        assert_eq!(eos_ids(&gguf, &tok), vec![own], "a GGUF file has only the tokenizer's");
+    }
 }

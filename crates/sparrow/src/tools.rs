@@ -85,17 +85,17 @@ pub struct QuantizeArgs {
     #[arg(long, value_enum, default_value_t = BlockScale::Amax)]
     pub block_scale: BlockScale,
     /// Rounding: `gptq` (error compensation against calibration activations; Llama models) or
-    /// `rtn` (round to nearest, no data needed).
+    /// `rtn` (round to nearest). Both calibrate `input_scale` on the same ShareGPT replies.
     #[arg(long, value_enum, default_value_t = Method::Gptq)]
     pub method: Method,
-    /// GPTQ calibration: ShareGPT replies used (from reply 1000 on, so the first 200 that
+    /// Calibration: ShareGPT replies used (from reply 1000 on, so the first 200 that
     /// `sparrow perplexity` scores are not among them).
     #[arg(long, default_value_t = 64)]
     pub calibration_samples: usize,
     /// GPTQ: quantize columns in input order instead of decreasing activation energy.
     #[arg(long)]
     pub no_act_order: bool,
-    /// GPTQ calibration: ShareGPT JSON. Default: the packaged ShareGPT V3.
+    /// Calibration: ShareGPT JSON. Default: the packaged ShareGPT V3.
     #[arg(long)]
     pub dataset_path: Option<PathBuf>,
 }
@@ -114,60 +114,118 @@ const CALIBRATION_FROM: usize = 1000;
 /// Tokens per calibration reply at most.
 const CALIBRATION_TOKENS: usize = 256;
 
-/// Runs `model_path` (a Llama GGUF or HF directory) over calibration replies and returns the
-/// per-module Hessians GPTQ needs, keyed by HF module name.
-fn calibrate(a: &QuantizeArgs) -> anyhow::Result<std::collections::HashMap<String, Vec<f64>>> {
-    use sparrow_engine::batch::ForwardBatch;
-    use sparrow_engine::kv_cache::KvStore;
-    use sparrow_engine::model::llama::LlamaModel;
-    use sparrow_engine::model::Model;
-    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    let mut model = if a.model_path.is_dir() {
-        LlamaModel::load_hf(&a.model_path, threads)
-            .context("GPTQ calibration runs Llama models; use --method rtn for other architectures")?
-    } else {
-        LlamaModel::load(&a.model_path, threads)?
-    };
-    let tok = sparrow_tokenizer::Tokenizer::load(&a.model_path)
-        .with_context(|| format!("loading the tokenizer of {}", a.model_path.display()))?;
-    let data = match &a.dataset_path {
-        Some(p) => p.clone(),
+/// What calibration measured: per HF module name, GPTQ Hessians (when asked for) and the
+/// largest |input|.
+#[derive(Default)]
+struct Calibration {
+    hessians: std::collections::HashMap<String, Vec<f64>>,
+    input_amax: std::collections::HashMap<String, f32>,
+}
+
+/// Token ids of the calibration replies (ShareGPT replies from #1000 on, at most
+/// `CALIBRATION_TOKENS` each).
+fn calibration_texts(
+    tok: &sparrow_tokenizer::Tokenizer,
+    dataset: Option<&Path>,
+    n: usize,
+) -> anyhow::Result<Vec<Vec<u32>>> {
+    let data = match dataset {
+        Some(p) => p.to_owned(),
         None => sparrow_assets::ensure(sparrow_assets::SHAREGPT_JSON).context("fetching ShareGPT")?,
     };
     let pairs = sparrow_bench::dataset::load_sharegpt(&data)?;
-    let mut kv = KvStore::new(model.attention_needs().kv_layout, CALIBRATION_TOKENS + 2);
-    model.start_capture();
-    let mut used = 0;
+    let mut out = Vec::new();
     for (_, reply) in pairs.iter().skip(CALIBRATION_FROM) {
-        if used == a.calibration_samples {
+        if out.len() == n {
             break;
         }
         let mut ids = tok.encode(reply, false)?;
         ids.truncate(CALIBRATION_TOKENS);
-        if ids.len() < 2 {
-            continue;
+        if ids.len() >= 2 {
+            out.push(ids);
         }
-        model.forward(&ForwardBatch::single_sequence(&ids, 0), &mut kv)?;
-        used += 1;
     }
-    let caps = model.take_capture().unwrap_or_default();
-    let tokens = caps.first().map_or(0, |c| c.tokens);
-    if tokens == 0 {
+    if out.is_empty() {
         bail!("no calibration text from reply {CALIBRATION_FROM} on in {}", data.display());
     }
-    eprintln!("GPTQ calibration: {used} ShareGPT replies, {tokens} tokens");
-    let mut m = std::collections::HashMap::new();
-    for (l, c) in caps.into_iter().enumerate() {
-        let p = format!("model.layers.{l}");
-        for n in ["q_proj", "k_proj", "v_proj"] {
-            m.insert(format!("{p}.self_attn.{n}"), c.attn_in.clone());
-        }
-        m.insert(format!("{p}.self_attn.o_proj"), c.o_in);
-        m.insert(format!("{p}.mlp.gate_proj"), c.mlp_in.clone());
-        m.insert(format!("{p}.mlp.up_proj"), c.mlp_in);
-        m.insert(format!("{p}.mlp.down_proj"), c.down_in);
+    Ok(out)
+}
+
+/// Runs `model` over `texts`, one sequence at a time from position 0.
+fn run_texts(model: &mut dyn sparrow_engine::model::Model, texts: &[Vec<u32>]) -> anyhow::Result<()> {
+    use sparrow_engine::batch::ForwardBatch;
+    use sparrow_engine::kv_cache::KvStore;
+    let longest = texts.iter().map(Vec::len).max().unwrap_or(1);
+    let mut kv = KvStore::new(model.attention_needs().kv_layout, longest + 2);
+    for ids in texts {
+        model.forward(&ForwardBatch::single_sequence(ids, 0), &mut kv)?;
     }
-    Ok(m)
+    Ok(())
+}
+
+/// Calibrates a GLM-5 checkpoint (any precision) on `texts`: input amax per module.
+fn calibrate_glm5(dir: &Path, texts: &[Vec<u32>]) -> anyhow::Result<std::collections::HashMap<String, f32>> {
+    use sparrow_engine::model::glm5::{Glm5Model, Glm5Options};
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let mut m = Glm5Model::load(dir, threads, Glm5Options::default())?;
+    m.start_capture();
+    run_texts(&mut m, texts)?;
+    Ok(m.take_capture().unwrap_or_default())
+}
+
+/// Runs the input model over calibration replies: Llama (GGUF or HF) gives input amax and, for
+/// GPTQ, the Hessians; GLM-5 gives input amax (GPTQ is implemented for Llama only).
+fn calibrate(a: &QuantizeArgs, model_type: &str) -> anyhow::Result<Calibration> {
+    use sparrow_engine::model::llama::LlamaModel;
+    let tok = sparrow_tokenizer::Tokenizer::load(&a.model_path)
+        .with_context(|| format!("loading the tokenizer of {}", a.model_path.display()))?;
+    let texts = calibration_texts(&tok, a.dataset_path.as_deref(), a.calibration_samples)?;
+    let tokens: usize = texts.iter().map(Vec::len).sum();
+    if model_type == "glm_moe_dsa" {
+        if a.method == Method::Gptq {
+            bail!("GPTQ is implemented for Llama models; quantize GLM-5 with --method rtn");
+        }
+        let input_amax = calibrate_glm5(&a.model_path, &texts)?;
+        eprintln!("calibration: {} ShareGPT replies, {tokens} tokens (input scales)", texts.len());
+        return Ok(Calibration { hessians: Default::default(), input_amax });
+    }
+    if model_type != "llama" {
+        bail!("calibration runs llama and glm_moe_dsa models, not {model_type:?}");
+    }
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let mut model = if a.model_path.is_dir() {
+        LlamaModel::load_hf(&a.model_path, threads)?
+    } else {
+        LlamaModel::load(&a.model_path, threads)?
+    };
+    model.start_capture(a.method == Method::Gptq);
+    run_texts(&mut model, &texts)?;
+    let caps = model.take_capture().unwrap_or_default();
+    eprintln!(
+        "calibration: {} ShareGPT replies, {tokens} tokens ({})",
+        texts.len(),
+        if a.method == Method::Gptq { "GPTQ Hessians and input scales" } else { "input scales" }
+    );
+    let mut c = Calibration::default();
+    for (l, cap) in caps.into_iter().enumerate() {
+        let p = format!("model.layers.{l}");
+        let groups: [(&[&str], usize); 4] = [
+            (&["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"], 0),
+            (&["self_attn.o_proj"], 1),
+            (&["mlp.gate_proj", "mlp.up_proj"], 2),
+            (&["mlp.down_proj"], 3),
+        ];
+        let hs = [cap.attn_in, cap.o_in, cap.mlp_in, cap.down_in];
+        for (names, i) in groups {
+            for n in names {
+                c.input_amax.insert(format!("{p}.{n}"), cap.amax[i]);
+                if cap.hessians {
+                    c.hessians.insert(format!("{p}.{n}"), hs[i].clone());
+                }
+            }
+        }
+    }
+    Ok(c)
 }
 
 /// `--block-scale` values.
@@ -251,9 +309,34 @@ pub fn gen_model(a: &GenModelArgs) -> anyhow::Result<()> {
     }
     let sd = sparrow_engine::toy::glm5_tiny_state_dict(a.seed);
     let exclude = sparrow_engine::toy::glm5_tiny_exclude();
-    // ModelOpt's own recipe (max calibration), as a real export would have.
+    let style = Some((exclude.as_slice(), a.quant_config.style()));
+    // ModelOpt's own recipe (max calibration of the weights), as a real export would have.
     let tensors = convert::quantize_state_dict(&sd, &exclude, ScaleRule::Amax)?;
-    convert::write_checkpoint(&a.output, config, &tensors, a.shards, Some((&exclude, a.quant_config.style())))?;
+    convert::write_checkpoint(&a.output, config.clone(), &tensors, a.shards, style)?;
+    // Input scales: run the model just written on seeded random token sequences (any text is
+    // noise to random weights) and write the checkpoint again with the measured amax.
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ a.seed;
+    let texts: Vec<Vec<u32>> = (0..4)
+        .map(|_| {
+            (0..256)
+                .map(|_| {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    (rng % vocab as u64) as u32
+                })
+                .collect()
+        })
+        .collect();
+    let amax = calibrate_glm5(&a.output, &texts)?;
+    let opts = convert::QuantOptions {
+        rule: ScaleRule::Amax,
+        hessian: &|_| None,
+        input_amax: &|m| amax.get(m).copied(),
+        act_order: false,
+    };
+    let tensors = convert::quantize_state_dict_with(&sd, &exclude, &opts)?;
+    let shards = convert::write_checkpoint(&a.output, config, &tensors, a.shards, style)?;
     write_tokenizer(&tok, &a.output)?;
     let params: usize = sd.iter().map(|t| t.data.len()).sum();
     let bytes: usize = tensors.iter().map(|t| t.data.len()).sum();
@@ -263,7 +346,7 @@ pub fn gen_model(a: &GenModelArgs) -> anyhow::Result<()> {
         a.output.display(),
         params as f64 / 1e6,
         bytes as f64 / 1e6,
-        a.shards
+        shards
     );
     Ok(())
 }
@@ -287,8 +370,9 @@ pub fn quantize(a: &QuantizeArgs) -> anyhow::Result<()> {
         names.sort();
         let mut sd = Vec::with_capacity(names.len());
         for n in names {
+            let keep_f32 = ck.raw(&n)?.dtype == sparrow_engine::hf::Dtype::F32;
             let (shape, data) = ck.f32(&n)?;
-            sd.push(Tensor { name: n, shape, data });
+            sd.push(Tensor { name: n, shape, data, keep_f32 });
         }
         (ck.config.clone(), sd, None)
     } else {
@@ -299,12 +383,15 @@ pub fn quantize(a: &QuantizeArgs) -> anyhow::Result<()> {
         BlockScale::Amax => ScaleRule::Amax,
         BlockScale::Mse => ScaleRule::Mse,
     };
-    let hessians = match a.method {
-        Method::Gptq => calibrate(a)?,
-        Method::Rtn => Default::default(),
+    let model_type = config.get("model_type").and_then(Value::as_str).unwrap_or("").to_owned();
+    let cal = calibrate(a, &model_type)?;
+    let opts = convert::QuantOptions {
+        rule,
+        hessian: &|m| cal.hessians.get(m).cloned(),
+        input_amax: &|m| cal.input_amax.get(m).copied(),
+        act_order: !a.no_act_order,
     };
-    let tensors =
-        convert::quantize_state_dict_gptq(&sd, &exclude, rule, &|m| hessians.get(m).cloned(), !a.no_act_order)?;
+    let tensors = convert::quantize_state_dict_with(&sd, &exclude, &opts)?;
     let nvfp4 = tensors.iter().filter(|t| t.name.ends_with(".weight_scale")).count();
     convert::write_checkpoint(&a.output, config, &tensors, a.shards, Some((&exclude, a.quant_config.style())))?;
     match tok_src {
@@ -378,7 +465,7 @@ pub fn perplexity(a: &PerplexityArgs) -> anyhow::Result<()> {
         moe_runner_backend: "expert_major".into(),
         disable_autotune: true,
         autotune_cache_dir: None,
-        eos: None,
+        eos: Vec::new(),
     };
     let (mut model, _, _) = sparrow_engine::engine::load_model(&args)?;
     let vocab = model.info().vocab_size;

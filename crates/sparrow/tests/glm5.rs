@@ -58,6 +58,15 @@ fn glm5_tiny_served_under_pressure() {
     assert!(!out.status.success());
     assert!(err.contains("\"cpu\"") && err.contains("mla+dsa") && err.contains("nsa"), "{err}");
 
+    // SGLang's CUDA kernel names are refused with a hint, before the model loads.
+    let out = sparrow()
+        .args(["serve", "--port", "1", "--nsa-decode-backend", "flashmla_sparse", "--model-path"])
+        .arg(&model)
+        .output()
+        .expect("serve runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--nsa-decode-backend") && err.contains("sparse"), "{err}");
+
     let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
     let child = sparrow()
         .args(["serve", "--port", &port.to_string(), "--max-total-tokens", "4096", "--chunked-prefill-size", "64"])

@@ -135,15 +135,20 @@ impl Glm5Config {
         if mt != "glm_moe_dsa" {
             return Err(merr(format!("config.json model_type {mt:?}: the GLM-5 loader reads glm_moe_dsa")));
         }
-        let u = |k: &str| -> Result<usize, EngineError> {
-            v.get(k)
-                .and_then(Value::as_u64)
-                .map(|x| x as usize)
-                .ok_or_else(|| merr(format!("config.json: {k} missing")))
+        // A missing key takes `GlmMoeDsaConfig`'s default (transformers 5.24), which are GLM-5's
+        // own values, so a config that omits one means what it means to HF.
+        let u = |k: &str, d: usize| -> Result<usize, EngineError> {
+            match v.get(k) {
+                None | Some(Value::Null) => Ok(d),
+                Some(x) => x
+                    .as_u64()
+                    .map(|x| x as usize)
+                    .ok_or_else(|| merr(format!("config.json: {k} is {x}, want an integer"))),
+            }
         };
-        let uo = |k: &str, d: usize| v.get(k).and_then(Value::as_u64).map_or(d, |x| x as usize);
+        let uo = |k: &str, d: usize| u(k, d);
         let f = |k: &str, d: f64| v.get(k).and_then(Value::as_f64).unwrap_or(d);
-        let layers = u("num_hidden_layers")?;
+        let layers = u("num_hidden_layers", 78)?;
         let q_lora_rank = v
             .get("q_lora_rank")
             .and_then(Value::as_u64)
@@ -172,36 +177,36 @@ impl Glm5Config {
         }
         let rope_theta = rp.get("rope_theta").and_then(Value::as_f64).unwrap_or_else(|| f("rope_theta", 10000.0));
         let indexer_full = indexer_types(v, layers)?;
-        let first_k_dense = uo("first_k_dense_replace", 0);
+        let first_k_dense = uo("first_k_dense_replace", 3)?;
         let mlp_dense = mlp_dense(v, layers, first_k_dense)?;
         let c = Glm5Config {
-            hidden: u("hidden_size")?,
+            hidden: u("hidden_size", 6144)?,
             layers,
-            heads: u("num_attention_heads")?,
+            heads: u("num_attention_heads", 64)?,
             q_lora_rank,
-            kv_lora_rank: u("kv_lora_rank")?,
-            qk_nope: u("qk_nope_head_dim")?,
-            qk_rope: u("qk_rope_head_dim")?,
-            v_dim: u("v_head_dim")?,
-            n_routed: u("n_routed_experts")?,
-            top_k: u("num_experts_per_tok")?,
-            n_shared: uo("n_shared_experts", 0),
-            moe_inter: u("moe_intermediate_size")?,
-            inter: u("intermediate_size")?,
+            kv_lora_rank: u("kv_lora_rank", 512)?,
+            qk_nope: u("qk_nope_head_dim", 192)?,
+            qk_rope: u("qk_rope_head_dim", 64)?,
+            v_dim: u("v_head_dim", 256)?,
+            n_routed: u("n_routed_experts", 256)?,
+            top_k: u("num_experts_per_tok", 8)?,
+            n_shared: uo("n_shared_experts", 1)?,
+            moe_inter: u("moe_intermediate_size", 2048)?,
+            inter: u("intermediate_size", 12288)?,
             first_k_dense,
             mlp_dense,
-            routed_scaling: f("routed_scaling_factor", 1.0) as f32,
-            n_group: uo("n_group", 1),
-            topk_group: uo("topk_group", 1),
+            routed_scaling: f("routed_scaling_factor", 2.5) as f32,
+            n_group: uo("n_group", 1)?,
+            topk_group: uo("topk_group", 1)?,
             norm_topk_prob: v.get("norm_topk_prob").and_then(Value::as_bool).unwrap_or(true),
-            idx_heads: u("index_n_heads")?,
-            idx_dim: u("index_head_dim")?,
-            idx_topk: u("index_topk")?,
+            idx_heads: u("index_n_heads", 32)?,
+            idx_dim: u("index_head_dim", 128)?,
+            idx_topk: u("index_topk", 2048)?,
             indexer_full,
             rope_theta,
-            rms_eps: f("rms_norm_eps", 1e-6) as f32,
-            vocab: u("vocab_size")?,
-            max_positions: uo("max_position_embeddings", 4096),
+            rms_eps: f("rms_norm_eps", 1e-5) as f32,
+            vocab: u("vocab_size", 154880)?,
+            max_positions: uo("max_position_embeddings", 202752)?,
             tie_word_embeddings: v.get("tie_word_embeddings").and_then(Value::as_bool).unwrap_or(false),
         };
         c.check()?;
@@ -222,8 +227,17 @@ impl Glm5Config {
         if self.n_routed / self.n_group < 2 && self.n_group > 1 {
             return bad("group scores need at least 2 experts per group".into());
         }
-        if !self.qk_rope.is_multiple_of(2) || self.qk_rope > self.idx_dim || self.idx_topk == 0 {
-            return bad(format!("qk_rope_head_dim {} / index_head_dim {}", self.qk_rope, self.idx_dim));
+        if self.layers == 0 || self.hidden == 0 || self.heads == 0 || self.vocab == 0 || self.max_positions == 0 {
+            return bad("num_hidden_layers, hidden_size, num_attention_heads, vocab_size and max_position_embeddings must be positive".into());
+        }
+        if self.qk_rope == 0 || !self.qk_rope.is_multiple_of(2) || self.qk_rope > self.idx_dim {
+            return bad(format!(
+                "qk_rope_head_dim {} must be even, positive and at most index_head_dim {}",
+                self.qk_rope, self.idx_dim
+            ));
+        }
+        if self.idx_topk == 0 || self.idx_heads == 0 {
+            return bad(format!("index_topk {} and index_n_heads {} must be positive", self.idx_topk, self.idx_heads));
         }
         if self.indexer_full.first() == Some(&false) {
             return bad("the first layer's indexer is \"shared\" but no earlier layer computes a selection".into());
@@ -295,15 +309,20 @@ pub enum AttnImpl {
 }
 
 impl AttnImpl {
-    /// Parses a flag value (`sparse` or `dense`).
+    /// Parses the value of `flag` (`sparse` or `dense`).
     ///
     /// # Errors
-    /// Any other value, with the accepted ones.
-    pub fn parse(s: &str) -> Result<Self, EngineError> {
+    /// Any other value, with the accepted ones; SGLang's CUDA kernel names get a hint.
+    pub fn parse(flag: &str, s: &str) -> Result<Self, EngineError> {
         match s {
             "sparse" => Ok(AttnImpl::Sparse),
             "dense" => Ok(AttnImpl::Dense),
-            _ => Err(EngineError::Config(format!("NSA attention backend {s:?} is unknown (have: sparse, dense)"))),
+            "flashmla_sparse" | "flashmla_kv" | "flashmla_auto" | "fa3" | "tilelang" | "aiter" | "trtllm" => {
+                Err(EngineError::Config(format!(
+                    "{flag} {s:?} is one of SGLang's CUDA kernels; this CPU build has sparse (reads the top-k slots) and dense (scores all, masks)"
+                )))
+            }
+            _ => Err(EngineError::Config(format!("{flag} {s:?} is unknown (have: sparse, dense)"))),
         }
     }
 }
@@ -371,6 +390,20 @@ impl Default for Glm5Options {
     }
 }
 
+/// Largest |input| seen per linear module (state-dict prefix) during calibration; what
+/// ModelOpt's `input_scale` is computed from.
+pub type InputAmax = std::collections::HashMap<String, f32>;
+
+fn note_amax(cap: &mut Option<InputAmax>, modules: &[String], x: &[f32]) {
+    if let Some(c) = cap.as_mut() {
+        let a = crate::nvfp4::amax(x);
+        for m in modules {
+            let e = c.entry(m.clone()).or_insert(0.0);
+            *e = e.max(a);
+        }
+    }
+}
+
 /// A SwiGLU MLP: fused `[gate; up]` and `down`.
 pub struct Mlp {
     gate_up: Weight,
@@ -431,6 +464,7 @@ pub struct Glm5Model {
     isa: Isa,
     xq: QActs,
     stats: AttnStats,
+    capture: Option<InputAmax>,
 }
 
 /// Counters of the attention work done (for the sparse-vs-dense comparison).
@@ -619,6 +653,7 @@ impl Glm5Model {
             isa: Isa::detect(),
             xq: QActs::default(),
             stats: AttnStats::default(),
+            capture: None,
         })
     }
 
@@ -640,6 +675,17 @@ impl Glm5Model {
     /// Replaces the options (backends, MoE choice).
     pub fn set_options(&mut self, opts: Glm5Options) {
         self.opts = opts;
+    }
+
+    /// Starts noting every linear module's largest |input| over later forwards (calibration
+    /// of `input_scale` for `sparrow quantize` and `gen-model`).
+    pub fn start_capture(&mut self) {
+        self.capture = Some(InputAmax::new());
+    }
+
+    /// Stops noting and returns what was seen.
+    pub fn take_capture(&mut self) -> Option<InputAmax> {
+        self.capture.take()
     }
 
     /// Attention work counters since load.
@@ -746,13 +792,30 @@ pub fn route(c: &Glm5Config, logits: &[f32], bias: &[f32]) -> Vec<(usize, f32)> 
 
 impl Mlp {
     /// `out = down(silu(gate(x)) · up(x))` for `tokens` rows.
-    fn run(&self, pool: &ThreadPool, isa: Isa, x: &[f32], tokens: usize, xq: &mut QActs, out: &mut [f32]) {
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &self,
+        pool: &ThreadPool,
+        isa: Isa,
+        x: &[f32],
+        tokens: usize,
+        xq: &mut QActs,
+        out: &mut [f32],
+        cap: &mut Option<InputAmax>,
+        prefix: &str,
+    ) {
+        if cap.is_some() {
+            note_amax(cap, &[format!("{prefix}.gate_proj"), format!("{prefix}.up_proj")], x);
+        }
         let mut gu = vec![0f32; tokens * 2 * self.inter];
         kernels::matmul(pool, isa, &self.gate_up, x, tokens, xq, &mut gu);
         let mut act = vec![0f32; tokens * self.inter];
         for t in 0..tokens {
             let g = &gu[t * 2 * self.inter..(t + 1) * 2 * self.inter];
             kernels::silu_mul(&g[..self.inter], &g[self.inter..], &mut act[t * self.inter..(t + 1) * self.inter]);
+        }
+        if cap.is_some() {
+            note_amax(cap, &[format!("{prefix}.down_proj")], &act);
         }
         kernels::matmul(pool, isa, &self.down, &act, tokens, xq, out);
     }
@@ -773,6 +836,25 @@ impl Moe {
         xq: &mut QActs,
         out: &mut [f32],
     ) {
+        self.run_routed_capture(pool, isa, imp, routes, x, hidden, xq, out, &mut None, "");
+    }
+
+    /// [`Moe::run_routed`], noting each module's input amax into `cap` under `prefix`
+    /// (`model.layers.L.mlp`).
+    #[allow(clippy::too_many_arguments)]
+    fn run_routed_capture(
+        &self,
+        pool: &ThreadPool,
+        isa: Isa,
+        imp: MoeImpl,
+        routes: &[Vec<(usize, f32)>],
+        x: &[f32],
+        hidden: usize,
+        xq: &mut QActs,
+        out: &mut [f32],
+        cap: &mut Option<InputAmax>,
+        prefix: &str,
+    ) {
         let tokens = routes.len();
         let k = routes.first().map_or(0, Vec::len);
         // y[t·k + j] is expert routes[t][j]'s output for token t.
@@ -782,7 +864,8 @@ impl Moe {
                 for (t, r) in routes.iter().enumerate() {
                     for (j, &(e, _)) in r.iter().enumerate() {
                         let dst = &mut y[(t * k + j) * hidden..(t * k + j + 1) * hidden];
-                        self.experts[e].run(pool, isa, &x[t * hidden..(t + 1) * hidden], 1, xq, dst);
+                        let p = format!("{prefix}.experts.{e}");
+                        self.experts[e].run(pool, isa, &x[t * hidden..(t + 1) * hidden], 1, xq, dst, cap, &p);
                     }
                 }
             }
@@ -804,7 +887,8 @@ impl Moe {
                         xs.extend_from_slice(&x[t * hidden..(t + 1) * hidden]);
                     }
                     ys.resize(list.len() * hidden, 0.0);
-                    self.experts[e].run(pool, isa, &xs, list.len(), xq, &mut ys);
+                    let p = format!("{prefix}.experts.{e}");
+                    self.experts[e].run(pool, isa, &xs, list.len(), xq, &mut ys, cap, &p);
                     for (i, &(t, j)) in list.iter().enumerate() {
                         y[(t * k + j) * hidden..(t * k + j + 1) * hidden]
                             .copy_from_slice(&ys[i * hidden..(i + 1) * hidden]);
@@ -822,7 +906,7 @@ impl Moe {
         }
         if let Some(sh) = &self.shared {
             let mut s = vec![0f32; tokens * hidden];
-            sh.run(pool, isa, x, tokens, xq, &mut s);
+            sh.run(pool, isa, x, tokens, xq, &mut s, cap, &format!("{prefix}.shared_experts"));
             out.iter_mut().zip(&s).for_each(|(o, s)| *o += s);
         }
     }
@@ -845,6 +929,15 @@ impl Moe {
     /// Routed experts.
     pub fn num_experts(&self) -> usize {
         self.experts.len()
+    }
+
+    /// The experts' weight format (`nvfp4`, `dense` or `gguf`), for autotune's cache key.
+    pub fn weight_format(&self) -> &'static str {
+        match self.experts.first().map(|e| &e.gate_up) {
+            Some(Weight::Nvfp4(_)) => "nvfp4",
+            Some(Weight::Quant(_)) => "gguf",
+            _ => "dense",
+        }
     }
 }
 
@@ -919,10 +1012,26 @@ impl Model for Glm5Model {
         let mut selection: Vec<Option<Vec<u32>>> = vec![None; t_n];
         let softmax_scale = 1.0 / (hq as f32).sqrt();
         let mut st = self.stats;
+        let mut cap = self.capture.take();
         for (l, layer) in self.layers.iter().enumerate() {
+            let a = format!("model.layers.{l}.self_attn");
             kernels::rms_norm(&x, &layer.input_ln, c.rms_eps, &mut hn);
+            if cap.is_some() {
+                let mut ms = vec![format!("{a}.q_a_proj"), format!("{a}.kv_a_proj_with_mqa")];
+                if layer.indexer.is_some() {
+                    ms.extend([format!("{a}.indexer.wk"), format!("{a}.indexer.weights_proj")]);
+                }
+                note_amax(&mut cap, &ms, &hn);
+            }
             kernels::matmul(&self.pool, isa, &layer.q_a, &hn, t_n, &mut xq, &mut qa);
             kernels::rms_norm(&qa, &layer.q_a_ln, LORA_NORM_EPS, &mut qr);
+            if cap.is_some() {
+                let mut ms = vec![format!("{a}.q_b_proj")];
+                if layer.indexer.is_some() {
+                    ms.push(format!("{a}.indexer.wq_b"));
+                }
+                note_amax(&mut cap, &ms, &qr);
+            }
             kernels::matmul(&self.pool, isa, &layer.q_b, &qr, t_n, &mut xq, &mut q);
             kernels::matmul(&self.pool, isa, &layer.kv_a, &hn, t_n, &mut xq, &mut kva);
             for t in 0..t_n {
@@ -1105,20 +1214,23 @@ impl Model for Glm5Model {
                 };
                 st.attn_keys += n * c.heads as u64;
             }
+            note_amax(&mut cap, &[format!("{a}.o_proj")], &attn);
             kernels::matmul(&self.pool, isa, &layer.o, &attn, t_n, &mut xq, &mut proj);
             x.iter_mut().zip(&proj).for_each(|(x, p)| *x += p);
             kernels::rms_norm(&x, &layer.post_ln, c.rms_eps, &mut hn);
+            let mp = format!("model.layers.{l}.mlp");
             match &layer.ffn {
-                Ffn::Dense(m) => m.run(&self.pool, isa, &hn, t_n, &mut xq, &mut proj),
+                Ffn::Dense(m) => m.run(&self.pool, isa, &hn, t_n, &mut xq, &mut proj, &mut cap, &mp),
                 Ffn::Moe(m) => {
                     let routes = m.routes(&c, &self.pool, isa, &hn, t_n, &mut xq);
                     let imp = self.opts.moe.pick(t_n);
-                    m.run_routed(&self.pool, isa, imp, &routes, &hn, h, &mut xq, &mut proj);
+                    m.run_routed_capture(&self.pool, isa, imp, &routes, &hn, h, &mut xq, &mut proj, &mut cap, &mp);
                 }
             }
             x.iter_mut().zip(&proj).for_each(|(x, p)| *x += p);
         }
         self.stats = st;
+        self.capture = cap;
         let r_n = batch.logits_rows.len();
         let mut sel = vec![0f32; r_n * h];
         for (i, &r) in batch.logits_rows.iter().enumerate() {
@@ -1218,6 +1330,22 @@ mod tests {
         rope_apply(&mut v, &c, &s, false);
         // Pairs (v0, v2) = (1, 3) rotated by 90° → (−3, 1); (v1, v3) unrotated.
         assert_eq!(v, [-3.0, 2.0, 1.0, 4.0]);
+    }
+
+    /// A config that omits a key means HF's default (GLM-5's values), not zero.
+    #[test]
+    fn missing_keys_take_hf_defaults() {
+        let c = Glm5Config::from_json(&serde_json::json!({"model_type": "glm_moe_dsa", "q_lora_rank": 2048}))
+            .expect("defaults parse");
+        assert_eq!((c.layers, c.hidden, c.n_routed, c.top_k, c.n_shared, c.first_k_dense), (78, 6144, 256, 8, 1, 3));
+        assert_eq!((c.routed_scaling, c.rms_eps, c.idx_topk, c.max_positions), (2.5, 1e-5, 2048, 202752));
+        assert_eq!((c.rope_theta, c.vocab, c.n_group, c.topk_group), (10000.0, 154880, 1, 1));
+        assert!(c.indexer_full.iter().all(|&f| f) && c.mlp_dense[..3].iter().all(|&d| d) && !c.mlp_dense[3]);
+        let e =
+            Glm5Config::from_json(&serde_json::json!({"model_type": "glm_moe_dsa", "q_lora_rank": 8, "index_topk": 0}))
+                .expect_err("index_topk 0")
+                .to_string();
+        assert!(e.contains("index_topk"), "{e}");
     }
 
     #[test]

@@ -106,6 +106,25 @@ pub struct LayerHessians {
     pub down_in: Vec<f64>,
     /// Tokens accumulated.
     pub tokens: usize,
+    /// Largest |input| of q/k/v, o, gate/up and down, in that order (for `input_scale`).
+    pub amax: [f32; 4],
+    /// Whether the Hessians are accumulated (amax always is).
+    pub hessians: bool,
+}
+
+impl LayerHessians {
+    fn add(&mut self, pool: &ThreadPool, isa: Isa, which: usize, x: &[f32], tokens: usize, k: usize) {
+        self.amax[which] = self.amax[which].max(crate::nvfp4::amax(x));
+        if self.hessians {
+            let h = match which {
+                0 => &mut self.attn_in,
+                1 => &mut self.o_in,
+                2 => &mut self.mlp_in,
+                _ => &mut self.down_in,
+            };
+            add_xtx(pool, isa, x, tokens, k, h);
+        }
+    }
 }
 
 /// Adds `XᵀX` of `x` (`[tokens, k]`) into `h` (`[k, k]`), with the f32 GEMM kernel on the
@@ -463,7 +482,8 @@ impl LlamaModel {
                     other => return Err(merr(format!("GGUF tensor {other} has no Llama HF name"))),
                 },
             };
-            out.push(crate::convert::Tensor { name: hf_name, shape: hf_shape, data: v });
+            // F32 in the GGUF (norms) stays F32.
+            out.push(crate::convert::Tensor { name: hf_name, shape: hf_shape, data: v, keep_f32: ty == GgmlType::F32 });
         }
         Ok((config, out))
     }
@@ -523,9 +543,9 @@ impl LlamaModel {
     }
 
     /// Starts collecting [`LayerHessians`] over every token of later forwards (calibration for
-    /// GPTQ in `sparrow quantize`).
-    pub fn start_capture(&mut self) {
-        self.capture = Some(vec![LayerHessians::default(); self.cfg.layers]);
+    /// `sparrow quantize`): input amax always, the GPTQ Hessians when `hessians`.
+    pub fn start_capture(&mut self, hessians: bool) {
+        self.capture = Some(vec![LayerHessians { hessians, ..Default::default() }; self.cfg.layers]);
     }
 
     /// Stops collecting and returns what was collected.
@@ -597,7 +617,7 @@ impl Model for LlamaModel {
         for (l, layer) in self.layers.iter().enumerate() {
             kernels::rms_norm(&s.x, &layer.attn_norm, c.rms_eps, &mut s.h);
             if let Some(cap) = self.capture.as_mut() {
-                add_xtx(&self.pool, isa, &s.h, t_n, h, &mut cap[l].attn_in);
+                cap[l].add(&self.pool, isa, 0, &s.h, t_n, h);
                 cap[l].tokens += t_n;
             }
             kernels::matmul(&self.pool, isa, &layer.qkv, &s.h, t_n, &mut s.xq, &mut s.qkv);
@@ -640,13 +660,13 @@ impl Model for LlamaModel {
                 }
             });
             if let Some(cap) = self.capture.as_mut() {
-                add_xtx(&self.pool, isa, &s.attn, t_n, h, &mut cap[l].o_in);
+                cap[l].add(&self.pool, isa, 1, &s.attn, t_n, h);
             }
             kernels::matmul(&self.pool, isa, &layer.wo, &s.attn, t_n, &mut s.xq, &mut s.proj);
             s.x.iter_mut().zip(&s.proj).for_each(|(x, p)| *x += p);
             kernels::rms_norm(&s.x, &layer.ffn_norm, c.rms_eps, &mut s.h);
             if let Some(cap) = self.capture.as_mut() {
-                add_xtx(&self.pool, isa, &s.h, t_n, h, &mut cap[l].mlp_in);
+                cap[l].add(&self.pool, isa, 2, &s.h, t_n, h);
             }
             kernels::matmul(&self.pool, isa, &layer.gate_up, &s.h, t_n, &mut s.xq, &mut s.gu);
             for t in 0..t_n {
@@ -654,7 +674,7 @@ impl Model for LlamaModel {
                 kernels::silu_mul(&gu[..c.ffn], &gu[c.ffn..], &mut s.act[t * c.ffn..(t + 1) * c.ffn]);
             }
             if let Some(cap) = self.capture.as_mut() {
-                add_xtx(&self.pool, isa, &s.act, t_n, c.ffn, &mut cap[l].down_in);
+                cap[l].add(&self.pool, isa, 3, &s.act, t_n, c.ffn);
             }
             kernels::matmul(&self.pool, isa, &layer.down, &s.act, t_n, &mut s.xq, &mut s.proj);
             s.x.iter_mut().zip(&s.proj).for_each(|(x, p)| *x += p);

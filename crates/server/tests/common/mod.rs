@@ -67,7 +67,7 @@ impl TestServer {
             moe_runner_backend: "auto".into(),
             disable_autotune: true,
             autotune_cache_dir: None,
-            eos: tok.eos().map(|(id, _)| id),
+            eos: tok.eos().map(|(id, _)| id).into_iter().collect(),
         };
         let engine = Engine::start(&args).expect("engine starts");
         let state = AppState::new(engine, tok, "smollm2".into(), gguf(), serde_json::json!({})).expect("state");
