@@ -128,75 +128,22 @@ pub fn gptq_nvfp4_with(
         return Err(GptqError::Shape(format!("W {}, [{rows}, {cols}], H {}", w.len(), h.len())));
     }
     let global = global.unwrap_or_else(|| global_scale(amax(w)));
-    if act_order {
-        return act_order_impl(w, rows, cols, h, damp, global);
-    }
-    let mut h = h.to_vec();
-    let mut w: Vec<f64> = w.iter().map(|&v| v as f64).collect();
-    let mean_diag = (0..cols).map(|j| h[j * cols + j]).sum::<f64>() / cols as f64;
-    for j in 0..cols {
-        if h[j * cols + j] == 0.0 {
-            h[j * cols + j] = 1.0;
-            for r in 0..rows {
-                w[r * cols + j] = 0.0;
-            }
-        }
-    }
-    let lambda = damp * if mean_diag > 0.0 { mean_diag } else { 1.0 };
-    for j in 0..cols {
-        h[j * cols + j] += lambda;
-    }
-    let u = inverse_cholesky_upper(&h, cols)?;
-    let mut weight = vec![0u8; rows * cols / 2];
-    let mut weight_scale = vec![0u8; rows * cols / BLOCK];
-    let mut scale = vec![0f32; rows];
-    for j in 0..cols {
-        if j % BLOCK == 0 {
-            for r in 0..rows {
-                let blk = &w[r * cols + j..r * cols + j + BLOCK];
-                let bmax = blk.iter().fold(0f64, |a, v| a.max(v.abs())) as f32;
-                let s8 = f32_to_e4m3(bmax / 6.0 / global);
-                weight_scale[r * cols / BLOCK + j / BLOCK] = s8;
-                scale[r] = e4m3_to_f32(s8) * global;
-            }
-        }
-        let d = u[j * cols + j];
-        for r in 0..rows {
-            let v = w[r * cols + j] as f32;
-            let code = if scale[r] > 0.0 { f32_to_e2m1(v / scale[r]) } else { 0 };
-            let idx = r * cols + j;
-            weight[idx / 2] |= if idx.is_multiple_of(2) { code } else { code << 4 };
-            let q = (e2m1_to_f32(code) * scale[r]) as f64;
-            let err = (w[idx] - q) / d;
-            let (urow, wrow) = (&u[j * cols + j + 1..(j + 1) * cols], &mut w[idx + 1..(r + 1) * cols]);
-            for (wc, uc) in wrow.iter_mut().zip(urow) {
-                *wc -= err * uc;
-            }
-        }
-    }
-    Ok(Nvfp4Matrix { rows, cols, weight, weight_scale, weight_scale_2: vec![global; rows] })
-}
-
-fn act_order_impl(
-    w: &[f32],
-    rows: usize,
-    cols: usize,
-    h: &[f64],
-    damp: f64,
-    global: f32,
-) -> Result<Nvfp4Matrix, GptqError> {
     let nb = cols / BLOCK;
+    // Static groups (act order): every block scale from the original weights, up front.
     let mut weight_scale = vec![0u8; rows * nb];
-    for r in 0..rows {
-        for b in 0..nb {
-            let blk = &w[r * cols + b * BLOCK..r * cols + (b + 1) * BLOCK];
-            let bmax = blk.iter().fold(0f32, |a, v| a.max(v.abs()));
-            weight_scale[r * nb + b] = f32_to_e4m3(bmax / 6.0 / global);
+    if act_order {
+        for r in 0..rows {
+            for b in 0..nb {
+                let bmax = amax(&w[r * cols + b * BLOCK..r * cols + (b + 1) * BLOCK]);
+                weight_scale[r * nb + b] = f32_to_e4m3(bmax / 6.0 / global);
+            }
         }
     }
+    // Work in the quantization order: column i of the work matrices is original column perm[i].
     let mut perm: Vec<usize> = (0..cols).collect();
-    perm.sort_by(|&a, &b| h[b * cols + b].total_cmp(&h[a * cols + a]).then(a.cmp(&b)));
-    // Permuted copies: column i of the work matrix is original column perm[i].
+    if act_order {
+        perm.sort_by(|&a, &b| h[b * cols + b].total_cmp(&h[a * cols + a]).then(a.cmp(&b)));
+    }
     let mut hp = vec![0f64; cols * cols];
     for i in 0..cols {
         for j in 0..cols {
@@ -226,6 +173,14 @@ fn act_order_impl(
     let mut weight = vec![0u8; rows * cols / 2];
     for j in 0..cols {
         let c = perm[j];
+        if !act_order && j % BLOCK == 0 {
+            // Dynamic groups: the block's scale from its weights as updated so far (here the
+            // order is the identity, so the block is columns j..j+16).
+            for r in 0..rows {
+                let bmax = wp[r * cols + j..r * cols + j + BLOCK].iter().fold(0f64, |a, v| a.max(v.abs())) as f32;
+                weight_scale[r * nb + j / BLOCK] = f32_to_e4m3(bmax / 6.0 / global);
+            }
+        }
         let d = u[j * cols + j];
         for r in 0..rows {
             let scale = e4m3_to_f32(weight_scale[r * nb + c / BLOCK]) * global;

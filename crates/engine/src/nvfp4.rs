@@ -389,6 +389,7 @@ mod x86 {
         let scale = _mm256_set1_ps(e4m3_to_f32(m.weight_scale[r * m.cols / BLOCK + b]) * m.weight_scale_2[r]);
         let bytes = &m.weight[r * m.cols / 2 + b * BLOCK / 2..][..BLOCK / 2];
         let v = _mm_loadl_epi64(bytes.as_ptr() as *const __m128i);
+        // Element 2j is byte j's low nibble, 2j+1 its high nibble: interleave them.
         let codes = _mm_unpacklo_epi8(_mm_and_si128(v, nib), _mm_and_si128(_mm_srli_epi16(v, 4), nib));
         let decode = |c: __m256i| {
             let mag = _mm256_permutevar8x32_ps(table, _mm256_and_si256(c, seven));
@@ -489,23 +490,9 @@ mod x86 {
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn row(m: &Nvfp4Matrix, r: usize, x: &[f32], tokens: usize, res: &mut [f32]) {
         let table = _mm256_loadu_ps(E2M1.as_ptr());
-        let seven = _mm256_set1_epi32(7);
-        let eight = _mm256_set1_epi32(8);
-        let nib = _mm_set1_epi8(0x0f);
         let mut acc = vec![_mm256_setzero_ps(); tokens];
         for b in 0..m.cols / BLOCK {
-            let scale = _mm256_set1_ps(e4m3_to_f32(m.weight_scale[r * m.cols / BLOCK + b]) * m.weight_scale_2[r]);
-            let bytes = &m.weight[r * m.cols / 2 + b * BLOCK / 2..][..BLOCK / 2];
-            let v = _mm_loadl_epi64(bytes.as_ptr() as *const __m128i);
-            // Element 2j is byte j's low nibble, 2j+1 its high nibble: interleave them.
-            let codes = _mm_unpacklo_epi8(_mm_and_si128(v, nib), _mm_and_si128(_mm_srli_epi16(v, 4), nib));
-            let decode = |c: __m256i| {
-                let mag = _mm256_permutevar8x32_ps(table, _mm256_and_si256(c, seven));
-                let sign = _mm256_slli_epi32(_mm256_and_si256(c, eight), 28);
-                _mm256_mul_ps(_mm256_castsi256_ps(_mm256_xor_si256(_mm256_castps_si256(mag), sign)), scale)
-            };
-            let w0 = decode(_mm256_cvtepu8_epi32(codes));
-            let w1 = decode(_mm256_cvtepu8_epi32(_mm_srli_si128(codes, 8)));
+            let (w0, w1) = decode_block(m, r, b, table);
             for (t, a) in acc.iter_mut().enumerate() {
                 let xp = x.as_ptr().add(t * m.cols + b * BLOCK);
                 *a = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xp), *a);
@@ -513,12 +500,7 @@ mod x86 {
             }
         }
         for (o, a) in res.iter_mut().zip(&acc) {
-            let lo = _mm256_castps256_ps128(*a);
-            let hi = _mm256_extractf128_ps(*a, 1);
-            let s = _mm_add_ps(lo, hi); // [l0+l4, l1+l5, l2+l6, l3+l7]
-            let s = _mm_add_ps(s, _mm_movehl_ps(s, s)); // [(l0+l4)+(l2+l6), (l1+l5)+(l3+l7), ..]
-            let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-            *o = _mm_cvtss_f32(s);
+            *o = reduce(*a);
         }
     }
 }

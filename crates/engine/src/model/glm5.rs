@@ -1146,47 +1146,25 @@ impl Model for Glm5Model {
                         (kernels::dot(isa, &qabs, &e[..kvl]) + kernels::dot(isa, qpe, &e[kvl..])) * softmax_scale
                     };
                     scores.clear();
-                    let chosen: Vec<u32> = match (&sel_ref[t], imp) {
-                        (None, _) => (0..slots.len() as u32).collect(),
-                        (Some(sel), AttnImpl::Sparse) => sel.clone(),
+                    let all_pos: Vec<u32>;
+                    let chosen: &[u32] = match (&sel_ref[t], imp) {
+                        (None, _) => {
+                            all_pos = (0..slots.len() as u32).collect();
+                            scores.extend(slots.iter().map(|&s| score(s)));
+                            &all_pos
+                        }
+                        (Some(sel), AttnImpl::Sparse) => {
+                            scores.extend(sel.iter().map(|&p| score(slots[p as usize])));
+                            sel
+                        }
                         (Some(sel), AttnImpl::Dense) => {
-                            // Score all, then mask: the work of dense attention, the result of
-                            // the sparse one.
+                            // Score every key, then keep the selected ones: the work of dense
+                            // attention with the sparse result (masked keys would add exp(−∞) = 0).
                             let all: Vec<f32> = slots.iter().map(|&s| score(s)).collect();
-                            let mut keep = vec![false; slots.len()];
-                            sel.iter().for_each(|&p| keep[p as usize] = true);
-                            let mut mx = f32::NEG_INFINITY;
-                            for (p, v) in all.iter().enumerate() {
-                                if keep[p] {
-                                    mx = mx.max(*v);
-                                }
-                            }
-                            let mut sum = 0f32;
-                            let mut probs = vec![0f32; slots.len()];
-                            for (p, v) in all.iter().enumerate() {
-                                let e = if keep[p] { (v - mx).exp() } else { 0.0 };
-                                probs[p] = e;
-                                sum += e;
-                            }
-                            lat.iter_mut().for_each(|v| *v = 0.0);
-                            let inv = 1.0 / sum;
-                            for (p, &s) in slots.iter().enumerate() {
-                                if keep[p] {
-                                    let e = &lat_cache[s as usize * lat_w..s as usize * lat_w + kvl];
-                                    kernels::axpy(isa, probs[p] * inv, e, &mut lat);
-                                }
-                            }
-                            let o = &mut out[hd * vd..(hd + 1) * vd];
-                            let uv = &layer.w_uv[hd];
-                            for (j, ov) in o.iter_mut().enumerate() {
-                                *ov = kernels::dot(isa, &uv[j * kvl..(j + 1) * kvl], &lat);
-                            }
-                            continue;
+                            scores.extend(sel.iter().map(|&p| all[p as usize]));
+                            sel
                         }
                     };
-                    for &p in &chosen {
-                        scores.push(score(slots[p as usize]));
-                    }
                     let mx = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
                     let mut sum = 0f32;
                     for v in scores.iter_mut() {

@@ -51,6 +51,20 @@ pub struct LlamaConfig {
     pub context_length: usize,
 }
 
+impl LlamaConfig {
+    /// Rejects head counts that do not divide the hidden size (from either file format).
+    fn check(&self) -> Result<(), EngineError> {
+        let (h, kv) = (self.heads, self.kv_heads);
+        if h == 0 || kv == 0 || h % kv != 0 || self.head_dim * h != self.hidden || !self.head_dim.is_multiple_of(2) {
+            return Err(merr(format!(
+                "inconsistent heads: {h} heads of {}, {kv} KV heads, hidden {}",
+                self.head_dim, self.hidden
+            )));
+        }
+        Ok(())
+    }
+}
+
 struct Layer {
     attn_norm: Vec<f32>,
     qkv: Weight,
@@ -252,7 +266,7 @@ impl LlamaModel {
         let hidden = get("embedding_length")?;
         let heads = get("attention.head_count")?;
         let kv_heads = get("attention.head_count_kv").unwrap_or(heads);
-        let head_dim = hidden / heads;
+        let head_dim = hidden.checked_div(heads).unwrap_or(0);
         if let Ok(rd) = get("rope.dimension_count") {
             if rd != head_dim {
                 return Err(merr(format!("partial RoPE ({rd} of {head_dim} dims) is not supported")));
@@ -280,9 +294,7 @@ impl LlamaModel {
             vocab,
             context_length: get("context_length")?,
         };
-        if heads % kv_heads != 0 || head_dim * heads != hidden {
-            return Err(merr(format!("inconsistent heads: {heads} heads, {kv_heads} KV heads, hidden {hidden}")));
-        }
+        cfg.check()?;
         let kvd = kv_heads * head_dim;
         let embed = ld.matrix("token_embd.weight", vocab, hidden)?;
         let output = match ld.g.tensors.contains_key("output.weight") {
@@ -341,7 +353,8 @@ impl LlamaModel {
         };
         let (hidden, heads) = (u("hidden_size")?, u("num_attention_heads")?);
         let kv_heads = u("num_key_value_heads").unwrap_or(heads);
-        let head_dim = v.get("head_dim").and_then(|x| x.as_u64()).map_or(hidden / heads, |x| x as usize);
+        let head_dim =
+            v.get("head_dim").and_then(|x| x.as_u64()).map_or(hidden.checked_div(heads).unwrap_or(0), |x| x as usize);
         let cfg = LlamaConfig {
             layers: u("num_hidden_layers")?,
             hidden,
@@ -354,9 +367,7 @@ impl LlamaModel {
             vocab: u("vocab_size")?,
             context_length: u("max_position_embeddings")?,
         };
-        if heads % kv_heads != 0 || head_dim * heads != hidden {
-            return Err(merr(format!("inconsistent heads: {heads} heads, {kv_heads} KV heads, hidden {hidden}")));
-        }
+        cfg.check()?;
         let kvd = kv_heads * head_dim;
         let rope_perm = |n_heads: usize| -> Vec<usize> {
             let half = head_dim / 2;
