@@ -864,7 +864,7 @@ impl Moe {
                 for (t, r) in routes.iter().enumerate() {
                     for (j, &(e, _)) in r.iter().enumerate() {
                         let dst = &mut y[(t * k + j) * hidden..(t * k + j + 1) * hidden];
-                        let p = format!("{prefix}.experts.{e}");
+                        let p = if cap.is_some() { format!("{prefix}.experts.{e}") } else { String::new() };
                         self.experts[e].run(pool, isa, &x[t * hidden..(t + 1) * hidden], 1, xq, dst, cap, &p);
                     }
                 }
@@ -887,7 +887,7 @@ impl Moe {
                         xs.extend_from_slice(&x[t * hidden..(t + 1) * hidden]);
                     }
                     ys.resize(list.len() * hidden, 0.0);
-                    let p = format!("{prefix}.experts.{e}");
+                    let p = if cap.is_some() { format!("{prefix}.experts.{e}") } else { String::new() };
                     self.experts[e].run(pool, isa, &xs, list.len(), xq, &mut ys, cap, &p);
                     for (i, &(t, j)) in list.iter().enumerate() {
                         y[(t * k + j) * hidden..(t * k + j + 1) * hidden]
@@ -906,7 +906,8 @@ impl Moe {
         }
         if let Some(sh) = &self.shared {
             let mut s = vec![0f32; tokens * hidden];
-            sh.run(pool, isa, x, tokens, xq, &mut s, cap, &format!("{prefix}.shared_experts"));
+            let p = if cap.is_some() { format!("{prefix}.shared_experts") } else { String::new() };
+            sh.run(pool, isa, x, tokens, xq, &mut s, cap, &p);
             out.iter_mut().zip(&s).for_each(|(o, s)| *o += s);
         }
     }
@@ -1014,7 +1015,8 @@ impl Model for Glm5Model {
         let mut st = self.stats;
         let mut cap = self.capture.take();
         for (l, layer) in self.layers.iter().enumerate() {
-            let a = format!("model.layers.{l}.self_attn");
+            // Module names only matter while calibrating; no formatting on the serving path.
+            let a = if cap.is_some() { format!("model.layers.{l}.self_attn") } else { String::new() };
             kernels::rms_norm(&x, &layer.input_ln, c.rms_eps, &mut hn);
             if cap.is_some() {
                 let mut ms = vec![format!("{a}.q_a_proj"), format!("{a}.kv_a_proj_with_mqa")];
@@ -1192,11 +1194,13 @@ impl Model for Glm5Model {
                 };
                 st.attn_keys += n * c.heads as u64;
             }
-            note_amax(&mut cap, &[format!("{a}.o_proj")], &attn);
+            if cap.is_some() {
+                note_amax(&mut cap, &[format!("{a}.o_proj")], &attn);
+            }
             kernels::matmul(&self.pool, isa, &layer.o, &attn, t_n, &mut xq, &mut proj);
             x.iter_mut().zip(&proj).for_each(|(x, p)| *x += p);
             kernels::rms_norm(&x, &layer.post_ln, c.rms_eps, &mut hn);
-            let mp = format!("model.layers.{l}.mlp");
+            let mp = if cap.is_some() { format!("model.layers.{l}.mlp") } else { String::new() };
             match &layer.ffn {
                 Ffn::Dense(m) => m.run(&self.pool, isa, &hn, t_n, &mut xq, &mut proj, &mut cap, &mp),
                 Ffn::Moe(m) => {
