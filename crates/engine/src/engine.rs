@@ -76,6 +76,33 @@ pub struct EngineArgs {
     pub eos: Vec<u32>,
 }
 
+impl EngineArgs {
+    /// `sparrow serve`'s defaults for `model_path` (one compute thread): callers that drive
+    /// the engine directly change only what they need with struct-update syntax.
+    pub fn new(model_path: PathBuf) -> Self {
+        EngineArgs {
+            model_path,
+            threads: 1,
+            page_size: 1,
+            max_total_tokens: None,
+            kv_cache_gb: 4.0,
+            max_running_requests: None,
+            chunked_prefill_size: 512,
+            max_prefill_tokens: 16384,
+            context_length: None,
+            disable_radix_cache: false,
+            schedule_policy: SchedulePolicy::Fcfs,
+            attention_backend: "auto".into(),
+            nsa_prefill_backend: "sparse".into(),
+            nsa_decode_backend: "sparse".into(),
+            moe_runner_backend: "auto".into(),
+            disable_autotune: false,
+            autotune_cache_dir: None,
+            eos: Vec::new(),
+        }
+    }
+}
+
 /// Largest `--max-running-requests` accepted (request slots are 32-bit and preallocated).
 pub const MAX_RUNNING_LIMIT: usize = 1 << 16;
 

@@ -423,6 +423,26 @@ impl Weight {
         }
     }
 
+    /// [`Weight::concat`], falling back to dense f32 for mixed formats (slower, exact).
+    ///
+    /// # Panics
+    /// When `parts` is empty.
+    pub fn concat_or_dense(parts: &[&Weight]) -> Weight {
+        if let Some(w) = Weight::concat(parts) {
+            return w;
+        }
+        let cols = parts[0].cols();
+        let mut data = Vec::new();
+        let mut row = vec![0f32; cols];
+        for p in parts {
+            for r in 0..p.rows() {
+                p.row_f32(r, &mut row);
+                data.extend_from_slice(&row);
+            }
+        }
+        Weight::Dense { rows: data.len() / cols.max(1), cols, data }
+    }
+
     /// Bytes held in memory.
     pub fn bytes(&self) -> usize {
         match self {

