@@ -166,6 +166,34 @@ pub struct ClientCtx {
     pub tokenizer: Arc<Tokenizer>,
     /// The run's clock origin.
     pub t0: Instant,
+    /// Stamped whenever any byte of any answer arrives, so an observer (the sweep's hang
+    /// watch) can tell a silent server from a slow one without reading records.
+    pub activity: Arc<Activity>,
+}
+
+/// The time of the latest byte received by any request of a run.
+#[derive(Debug)]
+pub struct Activity {
+    origin: Instant,
+    last_ms: std::sync::atomic::AtomicU64,
+}
+
+impl Default for Activity {
+    fn default() -> Self {
+        Activity { origin: Instant::now(), last_ms: std::sync::atomic::AtomicU64::new(0) }
+    }
+}
+
+impl Activity {
+    /// Records that a byte arrived now.
+    pub fn touch(&self) {
+        let ms = self.origin.elapsed().as_millis() as u64;
+        self.last_ms.fetch_max(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+    /// When the latest byte arrived (the creation time if none has).
+    pub fn last(&self) -> Instant {
+        self.origin + Duration::from_millis(self.last_ms.load(std::sync::atomic::Ordering::Relaxed))
+    }
 }
 
 impl ClientCtx {
@@ -361,6 +389,7 @@ async fn exchange(ctx: &ClientCtx, body: Bytes, rec: &mut RequestRecord, acc: &m
     // the overall deadline applies to them.
     let resp = if ctx.stream { next_or_timeout(ctx, req.send()).await? } else { req.send().await }
         .map_err(|e| failure(classify(&e), error_chain(&e)))?;
+    ctx.activity.touch();
     rec.first_byte_s = Some(ctx.now());
     let status = resp.status();
     if !status.is_success() {
@@ -400,6 +429,7 @@ async fn exchange(ctx: &ClientCtx, body: Bytes, rec: &mut RequestRecord, acc: &m
             break;
         };
         let bytes = item.map_err(|e| failure(classify(&e), error_chain(&e)))?;
+        ctx.activity.touch();
         for data in sse.feed(&bytes) {
             let t = ctx.now();
             if data.trim().is_empty() {

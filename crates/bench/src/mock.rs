@@ -56,6 +56,25 @@ pub enum FailMode {
     Stall,
 }
 
+/// How a mock server dies at `die_after` (each a real failure of this process, so the
+/// sweep's crash forensics are tested on genuine logs and exit statuses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum DieHow {
+    /// Cut every stream and close the listener; the `mock-server` process then exits 1.
+    #[default]
+    Cut,
+    /// A Rust panic (the default hook prints `thread '…' panicked at <file>:<line>:<col>:`),
+    /// then exit status 101, as a panic in `main` gives.
+    Panic,
+    /// SIGSEGV raised on the process itself (killed by signal 11).
+    Segv,
+    /// Allocate until the allocator fails (`memory allocation of N bytes failed`, then
+    /// abort). Refused unless an address-space limit (`ulimit -v`) is set.
+    Alloc,
+    /// Stay alive but never answer again: streams in flight stall, `/health` too.
+    Hang,
+}
+
 /// The behaviour of a mock server.
 #[derive(Debug, Clone, clap::Args)]
 pub struct MockScript {
@@ -84,6 +103,9 @@ pub struct MockScript {
     /// Die when this generation request (0-based) arrives.
     #[arg(long)]
     pub die_after: Option<u64>,
+    /// How to die at `--die-after`.
+    #[arg(long, value_enum, default_value = "cut")]
+    pub die_how: DieHow,
     /// Tokenizer path reported by /get_model_info (so a client can find it).
     #[arg(long)]
     pub tokenizer_path: Option<String>,
@@ -103,6 +125,7 @@ impl Default for MockScript {
             fail_every: None,
             fail_modes: vec![FailMode::Http500],
             die_after: None,
+            die_how: DieHow::Cut,
             tokenizer_path: None,
             model_id: "mock-model".into(),
         }
@@ -118,6 +141,7 @@ struct MockState {
     script: MockScript,
     received: AtomicU64,
     kill: CancellationToken,
+    hang: CancellationToken,
 }
 
 /// A running mock server.
@@ -160,7 +184,15 @@ fn app(state: Arc<MockState>) -> Router {
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat))
         .route("/v1/models", get(models))
-        .route("/health", get(|| async { "ok" }))
+        .route(
+            "/health",
+            get(|State(s): State<Arc<MockState>>| async move {
+                if s.hang.is_cancelled() {
+                    std::future::pending::<()>().await;
+                }
+                "ok"
+            }),
+        )
         .route("/get_model_info", get(model_info))
         .route("/get_server_info", get(|State(s): State<Arc<MockState>>| async move { Json(json!({"mock": true, "model_id": s.script.model_id})) }))
         .route("/flush_cache", post(|| async { "Cache flushed." }))
@@ -174,7 +206,12 @@ fn app(state: Arc<MockState>) -> Router {
 pub async fn start(addr: SocketAddr, script: MockScript) -> std::io::Result<MockServer> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let addr = listener.local_addr()?;
-    let state = Arc::new(MockState { script, received: AtomicU64::new(0), kill: CancellationToken::new() });
+    let state = Arc::new(MockState {
+        script,
+        received: AtomicU64::new(0),
+        kill: CancellationToken::new(),
+        hang: CancellationToken::new(),
+    });
     let router = app(state.clone());
     let kill = state.kill.clone();
     let task = tokio::spawn(async move {
@@ -218,7 +255,7 @@ struct Plan {
 fn plan(s: &MockState, dialect: Dialect, body: &Value) -> Plan {
     let n = s.received.fetch_add(1, Ordering::SeqCst);
     if s.script.die_after == Some(n) {
-        s.kill.cancel();
+        die(s, n);
     }
     let max = match dialect {
         Dialect::Generate => body.pointer("/sampling_params/max_new_tokens").and_then(Value::as_u64),
@@ -237,6 +274,39 @@ fn plan(s: &MockState, dialect: Dialect, body: &Value) -> Plan {
         finish: if tokens < max { "stop" } else { "length" },
         include_usage: body.pointer("/stream_options/include_usage").and_then(Value::as_bool).unwrap_or(false),
         fail,
+    }
+}
+
+fn die(s: &MockState, n: u64) {
+    match s.script.die_how {
+        DieHow::Cut => s.kill.cancel(),
+        DieHow::Hang => s.hang.cancel(),
+        DieHow::Panic => {
+            // A real panic through the default hook, on a thread of its own so that the
+            // process, not just this task, ends the way a panicking `main` ends it.
+            let _ = std::thread::Builder::new()
+                .name("engine".into())
+                .spawn(move || panic!("scripted defect at request {n}: index out of range"))
+                .map(std::thread::JoinHandle::join);
+            std::process::exit(101);
+        }
+        DieHow::Segv => {
+            let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSEGV);
+        }
+        DieHow::Alloc => {
+            use nix::sys::resource::{getrlimit, Resource, RLIM_INFINITY};
+            if getrlimit(Resource::RLIMIT_AS).is_ok_and(|(soft, _)| soft == RLIM_INFINITY) {
+                eprintln!("mock server: --die-how alloc needs an address-space limit (ulimit -v); cutting instead");
+                s.kill.cancel();
+                return;
+            }
+            let mut hoard: Vec<Vec<u8>> = Vec::new();
+            loop {
+                // `vec!` of a non-zero byte touches every page; the allocator's failure
+                // prints `memory allocation of N bytes failed` and aborts the process.
+                hoard.push(vec![1u8; 64 << 20]);
+            }
+        }
     }
 }
 
@@ -348,7 +418,13 @@ fn respond(state: Arc<MockState>, p: Plan) -> Response {
     }
     let steps = steps(&p, s);
     let kill = state.kill.clone();
-    let stream = futures_util::stream::unfold((steps.into_iter(), kill), |(mut it, kill)| async move {
+    let hang = state.hang.clone();
+    let stream = futures_util::stream::unfold((steps.into_iter(), kill), move |(mut it, kill)| {
+        let hang = hang.clone();
+        async move {
+        if hang.is_cancelled() {
+            std::future::pending::<()>().await;
+        }
         let step = it.next()?;
         let (delay, frame) = match step {
             Step::Send(d, f) => (d, Some(f)),
@@ -362,6 +438,7 @@ fn respond(state: Arc<MockState>, p: Plan) -> Response {
         }
         let frame = frame.unwrap_or_default();
         Some((Ok::<Bytes, std::io::Error>(Bytes::from(frame)), (it, kill)))
+        }
     });
     Response::builder()
         .header(header::CONTENT_TYPE, "text/event-stream")
@@ -373,6 +450,9 @@ fn respond(state: Arc<MockState>, p: Plan) -> Response {
 async fn handle(state: Arc<MockState>, dialect: Dialect, body: Value) -> Result<Response, Infallible> {
     if state.kill.is_cancelled() {
         return Ok(StatusCode::SERVICE_UNAVAILABLE.into_response());
+    }
+    if state.hang.is_cancelled() {
+        std::future::pending::<()>().await;
     }
     let p = plan(&state, dialect, &body);
     Ok(respond(state, p))

@@ -48,6 +48,25 @@ pub mod exit {
     pub const SIGINT: i32 = 130;
     /// Interrupted by SIGTERM.
     pub const SIGTERM: i32 = 143;
+    /// Stopped by the embedding caller through [`super::RunHooks::stop`] (the sweep, when it
+    /// judges the server hung).
+    pub const STOPPED: i32 = 4;
+}
+
+/// What a caller that embeds runs (the sweep) can see of a run and do to it.
+#[derive(Debug, Clone, Default)]
+pub struct RunHooks {
+    /// Cancelling it ends the run as an interruption ([`exit::STOPPED`]) whose reason is
+    /// `stop_reason`; everything finished so far is reported and saved.
+    pub stop: CancellationToken,
+    /// Why `stop` was cancelled, shown as the run's `interrupted` reason.
+    pub stop_reason: Arc<Mutex<Option<String>>>,
+    /// Stamped whenever any byte of any answer arrives.
+    pub activity: Arc<client::Activity>,
+    /// Printed before the progress bar (e.g. the sweep's step).
+    pub bar_prefix: String,
+    /// Appended to the progress bar's message, refreshed every second (e.g. server RSS).
+    pub bar_status: Arc<Mutex<String>>,
 }
 
 /// How long requests in flight may go on after the server is declared down.
@@ -252,7 +271,7 @@ pub fn default_output_file(cfg: &BenchConfig) -> PathBuf {
 
 /// Proleptic Gregorian date of a day count since 1970-01-01 (H. Hinnant, "chrono-Compatible
 /// Low-Level Date Algorithms", `civil_from_days`).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
+pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);
@@ -358,7 +377,13 @@ async fn health_monitor(ctx: ClientCtx, url: String, interval: Duration, live: A
 }
 
 /// Runs warmup requests (concurrently) with the first prompt, at most 32 output tokens.
-async fn warmup(ctx: &ClientCtx, opts: &RequestOptions, row: &DatasetRow, n: usize) -> Result<(), BenchError> {
+async fn warmup(
+    ctx: &ClientCtx,
+    opts: &RequestOptions,
+    row: &DatasetRow,
+    n: usize,
+    stop: &CancellationToken,
+) -> Result<(), BenchError> {
     if n == 0 {
         return Ok(());
     }
@@ -370,7 +395,7 @@ async fn warmup(ctx: &ClientCtx, opts: &RequestOptions, row: &DatasetRow, n: usi
         let never = never.clone();
         async move {
             let mut rec = new_record(i, row, 0.0);
-            client::send(ctx, body, &mut rec, &never, &never).await;
+            client::send(ctx, body, &mut rec, stop, &never).await;
             rec
         }
     });
@@ -382,13 +407,18 @@ async fn warmup(ctx: &ClientCtx, opts: &RequestOptions, row: &DatasetRow, n: usi
     Ok(())
 }
 
-fn progress_bar(n: usize, hidden: bool) -> ProgressBar {
+fn progress_bar(n: usize, hidden: bool, prefix: &str) -> ProgressBar {
     let pb = ProgressBar::with_draw_target(
         Some(n as u64),
         if hidden { ProgressDrawTarget::hidden() } else { ProgressDrawTarget::stderr() },
     );
-    if let Ok(style) = ProgressStyle::with_template("{bar:40} {pos}/{len} [{elapsed_precise}<{eta_precise}] {msg}") {
+    if let Ok(style) =
+        ProgressStyle::with_template("{prefix}{bar:40} {pos}/{len} [{elapsed_precise}<{eta_precise}] {msg}")
+    {
         pb.set_style(style);
+    }
+    if !prefix.is_empty() {
+        pb.set_prefix(format!("{prefix} "));
     }
     pb
 }
@@ -427,6 +457,14 @@ fn details_line(r: &RequestRecord) -> String {
 /// [`BenchError`] when set-up fails before the timed run. Once the run has started, every
 /// problem is a recorded result, not an error.
 pub async fn run(cfg: BenchConfig) -> Result<RunOutcome, BenchError> {
+    run_with(cfg, RunHooks::default()).await
+}
+
+/// [`run`], observed and stoppable through `hooks`.
+///
+/// # Errors
+/// As [`run`].
+pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, BenchError> {
     let a = &cfg.args;
     let http = http_client()?;
     let headers = header_map(&cfg)?;
@@ -472,8 +510,9 @@ pub async fn run(cfg: BenchConfig) -> Result<RunOutcome, BenchError> {
         request_timeout: cfg.request_timeout,
         tokenizer: tokenizer.clone(),
         t0: Instant::now(),
+        activity: hooks.activity.clone(),
     };
-    warmup(&ctx, &opts, &rows[0], a.warmup_requests).await?;
+    warmup(&ctx, &opts, &rows[0], a.warmup_requests, &hooks.stop).await?;
     if a.flush_cache {
         if let Err(e) = http
             .post(format!("{}/flush_cache", cfg.base_url))
@@ -514,9 +553,17 @@ pub async fn run(cfg: BenchConfig) -> Result<RunOutcome, BenchError> {
     }
     let interrupt: Arc<Mutex<Option<(i32, String)>>> = Arc::default();
     {
-        let (cancel, interrupt) = (cancel.clone(), interrupt.clone());
+        let (cancel, interrupt, hooks, done) = (cancel.clone(), interrupt.clone(), hooks.clone(), stop_monitor.clone());
         tokio::spawn(async move {
-            let got = interrupted().await;
+            let got = tokio::select! {
+                got = interrupted() => got,
+                () = hooks.stop.cancelled() => {
+                    let why = hooks.stop_reason.lock().ok().and_then(|r| r.clone());
+                    (exit::STOPPED, why.unwrap_or_else(|| "stopped by the caller".into()))
+                }
+                // The run is over: no signal listener outlives it.
+                () = done.cancelled() => return,
+            };
             if let Ok(mut i) = interrupt.lock() {
                 *i = Some(got);
             }
@@ -582,11 +629,22 @@ pub async fn run(cfg: BenchConfig) -> Result<RunOutcome, BenchError> {
     }
     drop(tx);
 
-    let pb = progress_bar(rows.len(), a.disable_tqdm);
+    let pb = progress_bar(rows.len(), a.disable_tqdm, &hooks.bar_prefix);
     let mut records: Vec<Option<RequestRecord>> = vec![None; rows.len()];
     let (mut failed, mut out_tokens) = (0usize, 0u64);
     let mut details_ok = true;
-    while let Some(rec) = rx.recv().await {
+    let bar_message = |failed: usize, out_tokens: u64| {
+        let el = ctx.now().max(1e-9);
+        let extra = hooks.bar_status.lock().map(|s| s.clone()).unwrap_or_default();
+        let sep = if extra.is_empty() { "" } else { " | " };
+        format!("failed {failed} | out {:.0} tok/s{sep}{extra}", out_tokens as f64 / el)
+    };
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        let rec = tokio::select! {
+            r = rx.recv() => match r { Some(r) => r, None => break },
+            _ = tick.tick() => { pb.set_message(bar_message(failed, out_tokens)); continue; }
+        };
         if details_ok {
             let line = details_line(&rec);
             if writeln!(details, "{line}").and_then(|()| details.flush()).is_err() {
@@ -596,8 +654,7 @@ pub async fn run(cfg: BenchConfig) -> Result<RunOutcome, BenchError> {
         }
         failed += usize::from(!rec.success());
         out_tokens += rec.output_tokens;
-        let el = ctx.now().max(1e-9);
-        pb.set_message(format!("failed {failed} | out {:.0} tok/s", out_tokens as f64 / el));
+        pb.set_message(bar_message(failed, out_tokens));
         pb.inc(1);
         let idx = rec.index;
         records[idx] = Some(rec);

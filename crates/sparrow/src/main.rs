@@ -1,5 +1,6 @@
 //! The `sparrow` binary: `sparrow serve` (the inference server), `sparrow bench` (the
-//! benchmark client), and a hidden `sparrow mock-server` for trying the client without a model.
+//! benchmark client), `sparrow sweep` (bench steps against servers it may launch), and a hidden
+//! `sparrow mock-server` for trying the client without a model.
 
 mod serve;
 mod tools;
@@ -25,6 +26,14 @@ enum Command {
     Serve(Box<serve::ServeArgs>),
     /// Benchmark a running server (flags as `python -m sglang.bench_serving`).
     Bench(Box<BenchArgs>),
+    /// Sweep `sparrow bench` over concurrency or request-rate steps: launched servers, kept
+    /// logs, crash verdicts, knee, A/B runs, report (`sparrow sweep --help`).
+    #[command(disable_help_flag = true)]
+    Sweep {
+        /// The sweep's flags and every `sparrow bench` flag.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+        args: Vec<String>,
+    },
     /// Write a toy checkpoint (`glm5-tiny`) in the ModelOpt NVFP4 format.
     GenModel(tools::GenModelArgs),
     /// Convert a GGUF file or a BF16/F32 safetensors checkpoint to ModelOpt NVFP4.
@@ -61,6 +70,7 @@ fn main() -> std::process::ExitCode {
                 }
             },
             Command::Bench(args) => bench(*args).await,
+            Command::Sweep { args } => sweep(args).await,
             Command::GenModel(a) => blocking(move || tools::gen_model(&a)).await,
             Command::Quantize(a) => blocking(move || tools::quantize(&a)).await,
             Command::Perplexity(a) => blocking(move || tools::perplexity(&a)).await,
@@ -105,6 +115,35 @@ async fn bench(args: BenchArgs) -> i32 {
         Err(e) => {
             eprintln!("error: {e}");
             e.exit_code()
+        }
+    }
+}
+
+async fn sweep(args: Vec<String>) -> i32 {
+    use sparrow_sweep::args::ParseError;
+    let cfg = match sparrow_sweep::args::parse(&args) {
+        Ok(c) => c,
+        Err(ParseError::Help(h)) => {
+            println!("{h}");
+            return 0;
+        }
+        Err(ParseError::Flags(e)) => {
+            eprintln!("error: {e}");
+            return exit::SETUP;
+        }
+    };
+    let sweep = match sparrow_sweep::sweep::Sweep::new(cfg, args) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::SETUP;
+        }
+    };
+    match sweep.run().await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            exit::SETUP
         }
     }
 }

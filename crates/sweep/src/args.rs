@@ -1,0 +1,476 @@
+//! `sparrow sweep` flags: the sweep's own, split from the `sparrow bench` flags they are mixed
+//! with, and validated into an immutable [`SweepConfig`].
+//!
+//! Every flag that is not the sweep's goes to `sparrow bench`'s parser unchanged, so it keeps
+//! its meaning (and a typo is refused by name, as by `sparrow bench`). `--request-rate`,
+//! `--max-concurrency`, `--base-url`, `--num-prompts` and `--output-file` are taken by the sweep,
+//! which sets them per step.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use sparrow_bench::args::{BenchArgs, BenchConfig};
+
+/// When a launched server is restarted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Restart {
+    /// A fresh server for every step.
+    PerStep,
+    /// One server for the whole sweep (per side); after a crash, `--on-crash` decides.
+    Never,
+}
+
+/// What happens after a step crashed the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnCrash {
+    /// Stop the sweep: later steps are `skipped`; report what was measured.
+    Stop,
+    /// Restart the server (when the sweep launched it), mark the lost point, go on.
+    Restart,
+}
+
+/// The sweep's own flags (`sparrow sweep --help`); every other flag is a `sparrow bench` flag.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "sparrow sweep",
+    args_override_self = true,
+    about = "Sweep `sparrow bench` over concurrency or request-rate steps, launching servers, judging crashes",
+    after_help = "Every `sparrow bench` flag is accepted as well, with the same meaning (see `sparrow bench --help`).\n\
+                  Exit status: 0 when every step is ok; 1 when a step failed, crashed or was skipped; \
+                  2 bad flags or set-up; 130/143 interrupted."
+)]
+pub struct SweepArgs {
+    /// Concurrency steps, comma-separated (`1,64,256,512`); or, with a `--request-rate` list,
+    /// the one `--max-concurrency` of every step.
+    #[arg(long, visible_alias = "max-concurrency", value_delimiter = ',')]
+    pub concurrency: Vec<usize>,
+    /// Request-rate steps (`1,4,inf`); or, with a `--concurrency` list, the one rate of every
+    /// step (default inf).
+    #[arg(long, value_delimiter = ',')]
+    pub request_rate: Vec<f64>,
+    /// Prompts per step (default: max(4 × concurrency, 64)).
+    #[arg(long, visible_alias = "num-prompts")]
+    pub num_prompts_per_step: Option<usize>,
+    /// Server command line the sweep launches (`sh -c`); twice for an A/B run.
+    #[arg(long, action = clap::ArgAction::Append)]
+    pub server_cmd: Vec<String>,
+    /// Server address; twice for an A/B run (default from --host/--port).
+    #[arg(long, action = clap::ArgAction::Append)]
+    pub base_url: Vec<String>,
+    /// Name of each side (default A, B).
+    #[arg(long, action = clap::ArgAction::Append)]
+    pub label: Vec<String>,
+    /// When launched servers are restarted.
+    #[arg(long, value_enum, default_value = "never")]
+    pub restart: Restart,
+    /// What to do after a crash.
+    #[arg(long, value_enum, default_value = "stop")]
+    pub on_crash: OnCrash,
+    /// Path polled until the launched server answers 2xx.
+    #[arg(long, default_value = "/health")]
+    pub ready_path: String,
+    /// Seconds a launched server may take to become ready.
+    #[arg(long, default_value_t = 600.0)]
+    pub startup_timeout: f64,
+    /// Seconds of silence (no /health answer, no byte on any stream) after which a live
+    /// server is judged hung.
+    #[arg(long, default_value_t = 60.0)]
+    pub hang_timeout: f64,
+    /// Seconds a launched server is given after SIGINT, and again after SIGTERM, before the
+    /// next signal (SIGTERM, then SIGKILL).
+    #[arg(long, default_value_t = 10.0)]
+    pub stop_grace: f64,
+    /// Knee: the first step after which output tok/s grows by less than this fraction per
+    /// doubling of the step value.
+    #[arg(long, default_value_t = 0.10)]
+    pub knee_gain: f64,
+    /// SLO on each request's time to first token, ms.
+    #[arg(long)]
+    pub slo_ttft_ms: Option<f64>,
+    /// SLO on each request's time per output token, ms.
+    #[arg(long)]
+    pub slo_tpot_ms: Option<f64>,
+    /// SLO on each request's end-to-end latency, ms.
+    #[arg(long)]
+    pub slo_e2e_ms: Option<f64>,
+    /// Fraction of a step's requests that must meet every SLO for the step to meet them.
+    #[arg(long, default_value_t = 0.9)]
+    pub slo_attainment: f64,
+    /// Runs of each step; the summary gives the median and the spread.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
+    /// Folder for every result (default: a new `sweep-YYYYMMDD-HHMMSS` folder here).
+    #[arg(long)]
+    pub output_dir: Option<PathBuf>,
+    /// Skip steps whose `ok` results are already in `--output-dir` (same label, step value,
+    /// repeat and bench flags).
+    #[arg(long)]
+    pub resume: bool,
+    /// JSONL file the bench's result lines are appended to (default `<output-dir>/results.jsonl`).
+    #[arg(long)]
+    pub output_file: Option<PathBuf>,
+    /// The cgroup (v2) folder whose `memory.max` and `memory.events` are read (default: the
+    /// server's own cgroup, from `/proc/<pid>/cgroup`).
+    #[arg(long, hide = true)]
+    pub cgroup_dir: Option<PathBuf>,
+}
+
+/// Why flags were refused.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct FlagError(pub String);
+
+/// Flags that take no value.
+const SWEEP_SWITCHES: &[&str] = &["resume"];
+/// Flags (with a value) that belong to the sweep; the rest go to `sparrow bench`.
+const SWEEP_FLAGS: &[&str] = &[
+    "concurrency",
+    "max-concurrency",
+    "request-rate",
+    "num-prompts-per-step",
+    "num-prompts",
+    "server-cmd",
+    "base-url",
+    "label",
+    "restart",
+    "on-crash",
+    "ready-path",
+    "startup-timeout",
+    "hang-timeout",
+    "stop-grace",
+    "knee-gain",
+    "slo-ttft-ms",
+    "slo-tpot-ms",
+    "slo-e2e-ms",
+    "slo-attainment",
+    "repeat",
+    "output-dir",
+    "output-file",
+    "cgroup-dir",
+];
+/// Bench flags the sweep sets per step and so refuses.
+const REFUSED: &[(&str, &str)] = &[("details-file", "each step writes its own details file under --output-dir")];
+
+/// Splits raw arguments (without the program name) into the sweep's and the bench's.
+///
+/// `--help`/`-h` stays with the sweep's. `--flag=value` and `--flag value` are both read.
+pub fn split_args(raw: &[String]) -> (Vec<String>, Vec<String>) {
+    let (mut sweep, mut bench) = (vec!["sparrow sweep".to_owned()], vec!["sparrow bench".to_owned()]);
+    let mut it = raw.iter().peekable();
+    while let Some(a) = it.next() {
+        let name = a.strip_prefix("--").map(|n| n.split_once('=').map_or(n, |(k, _)| k));
+        let is = |set: &[&str]| name.is_some_and(|n| set.contains(&n));
+        if a == "-h" || a == "--help" || is(SWEEP_SWITCHES) {
+            sweep.push(a.clone());
+        } else if is(SWEEP_FLAGS) {
+            sweep.push(a.clone());
+            if !a.contains('=') {
+                if let Some(v) = it.next() {
+                    sweep.push(v.clone());
+                }
+            }
+        } else {
+            bench.push(a.clone());
+        }
+    }
+    (sweep, bench)
+}
+
+/// The step values of a sweep.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Axis {
+    /// `--max-concurrency` per step.
+    Concurrency(Vec<usize>),
+    /// `--request-rate` per step (req/s; infinite means all at once).
+    RequestRate(Vec<f64>),
+}
+
+impl Axis {
+    /// The axis name as used in the report (`concurrency` / `request_rate`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Axis::Concurrency(_) => "concurrency",
+            Axis::RequestRate(_) => "request_rate",
+        }
+    }
+    /// Number of step values.
+    pub fn len(&self) -> usize {
+        match self {
+            Axis::Concurrency(v) => v.len(),
+            Axis::RequestRate(v) => v.len(),
+        }
+    }
+    /// True when there is no step value.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Step value `i` as a number (concurrencies as f64).
+    pub fn value(&self, i: usize) -> f64 {
+        match self {
+            Axis::Concurrency(v) => v[i] as f64,
+            Axis::RequestRate(v) => v[i],
+        }
+    }
+}
+
+/// One side of an A/B run (or the only side).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Side {
+    /// `--label`.
+    pub label: String,
+    /// `--server-cmd`, when the sweep launches the server.
+    pub server_cmd: Option<String>,
+    /// Base URL without a trailing slash.
+    pub base_url: String,
+}
+
+/// Validated, immutable settings of a sweep.
+#[derive(Debug, Clone)]
+pub struct SweepConfig {
+    /// The raw sweep flags, for fields used as given.
+    pub args: SweepArgs,
+    /// The bench flags as given (after the split), for the resume key and the report.
+    pub bench_argv: Vec<String>,
+    /// The validated bench flags every step starts from.
+    pub bench: BenchConfig,
+    /// The step values.
+    pub axis: Axis,
+    /// With a concurrency axis: the one rate of every step; with a rate axis: the one
+    /// concurrency (if any).
+    pub fixed_rate: f64,
+    /// See [`Self::fixed_rate`].
+    pub fixed_concurrency: Option<usize>,
+    /// One or two sides.
+    pub sides: Vec<Side>,
+    /// `--startup-timeout`.
+    pub startup_timeout: Duration,
+    /// `--hang-timeout`.
+    pub hang_timeout: Duration,
+    /// `--stop-grace`.
+    pub stop_grace: Duration,
+}
+
+fn secs(flag: &str, v: f64) -> Result<Duration, FlagError> {
+    if v.is_finite() && v > 0.0 {
+        Ok(Duration::from_secs_f64(v))
+    } else {
+        Err(FlagError(format!("{flag} must be a positive number of seconds, got {v}")))
+    }
+}
+
+/// Parses and validates raw `sparrow sweep` arguments (without the program name).
+///
+/// # Errors
+/// [`FlagError`] naming the first offending flag; for `--help`, the help text (print it and
+/// exit 0: [`FlagError::is_help`]).
+pub fn parse(raw: &[String]) -> Result<SweepConfig, ParseError> {
+    let (sweep_argv, bench_argv) = split_args(raw);
+    let args = SweepArgs::try_parse_from(&sweep_argv).map_err(|e| match e.kind() {
+        clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => ParseError::Help(e.to_string()),
+        _ => ParseError::Flags(FlagError(e.to_string())),
+    })?;
+    for a in &bench_argv[1..] {
+        if let Some((flag, why)) = REFUSED.iter().find(|(f, _)| a.strip_prefix("--").is_some_and(|n| n.split('=').next() == Some(f))) {
+            return Err(ParseError::Flags(FlagError(format!("--{flag} is set by the sweep per step: {why}"))));
+        }
+    }
+    let bench_args =
+        BenchArgs::try_parse_from(&bench_argv).map_err(|e| ParseError::Flags(FlagError(e.to_string())))?;
+    validate(args, bench_args, bench_argv[1..].to_vec()).map_err(ParseError::Flags)
+}
+
+/// What [`parse`] refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ParseError {
+    /// `--help` was asked for: the text to print (exit 0).
+    #[error("{0}")]
+    Help(String),
+    /// Bad flags (exit 2).
+    #[error(transparent)]
+    Flags(#[from] FlagError),
+}
+
+fn validate(a: SweepArgs, mut bench_args: BenchArgs, bench_argv: Vec<String>) -> Result<SweepConfig, FlagError> {
+    if a.concurrency.len() > 1 && a.request_rate.len() > 1 {
+        return Err(FlagError(
+            "--concurrency and --request-rate are both lists: sweep one of them; the other takes one value".into(),
+        ));
+    }
+    if a.concurrency.contains(&0) {
+        return Err(FlagError("--concurrency values must be at least 1".into()));
+    }
+    if let Some(r) = a.request_rate.iter().find(|r| r.is_nan() || **r <= 0.0) {
+        return Err(FlagError(format!("--request-rate values must be positive or inf, got {r}")));
+    }
+    let (axis, fixed_rate, fixed_concurrency) = if a.request_rate.len() > 1 {
+        (Axis::RequestRate(a.request_rate.clone()), f64::INFINITY, a.concurrency.first().copied())
+    } else if !a.concurrency.is_empty() {
+        (Axis::Concurrency(a.concurrency.clone()), a.request_rate.first().copied().unwrap_or(f64::INFINITY), None)
+    } else if !a.request_rate.is_empty() {
+        (Axis::RequestRate(a.request_rate.clone()), f64::INFINITY, None)
+    } else {
+        return Err(FlagError("give the steps: --concurrency 1,64,256,512 or --request-rate 1,4,inf".into()));
+    };
+    if a.repeat == 0 {
+        return Err(FlagError("--repeat must be at least 1".into()));
+    }
+    if a.num_prompts_per_step == Some(0) {
+        return Err(FlagError("--num-prompts-per-step must be at least 1".into()));
+    }
+    if !(a.knee_gain.is_finite() && a.knee_gain > 0.0) {
+        return Err(FlagError(format!("--knee-gain must be a positive fraction, got {}", a.knee_gain)));
+    }
+    if !(a.slo_attainment > 0.0 && a.slo_attainment <= 1.0) {
+        return Err(FlagError(format!("--slo-attainment must be in (0, 1], got {}", a.slo_attainment)));
+    }
+    for (flag, v) in [("--slo-ttft-ms", a.slo_ttft_ms), ("--slo-tpot-ms", a.slo_tpot_ms), ("--slo-e2e-ms", a.slo_e2e_ms)] {
+        if v.is_some_and(|v| !(v.is_finite() && v > 0.0)) {
+            return Err(FlagError(format!("{flag} must be a positive number of milliseconds")));
+        }
+    }
+    if !a.ready_path.starts_with('/') {
+        return Err(FlagError(format!("--ready-path must start with '/', got {:?}", a.ready_path)));
+    }
+    if a.resume && a.output_dir.is_none() {
+        return Err(FlagError("--resume needs --output-dir (the folder of the sweep to resume)".into()));
+    }
+    let n_sides = a.server_cmd.len().max(a.base_url.len()).max(a.label.len()).max(1);
+    for (flag, n) in [("--server-cmd", a.server_cmd.len()), ("--base-url", a.base_url.len()), ("--label", a.label.len())] {
+        if n > 2 {
+            return Err(FlagError(format!("{flag} given {n} times: at most twice (an A/B run)")));
+        }
+    }
+    if n_sides == 2 && a.label.len() == 1 {
+        return Err(FlagError("an A/B run needs --label twice (or not at all: A and B)".into()));
+    }
+    if n_sides == 2 && a.server_cmd.len() == 1 && a.base_url.len() == 2 {
+        return Err(FlagError("an A/B run with two --base-url needs --server-cmd twice (or not at all)".into()));
+    }
+    // The bench's own validation gives the default address (from --host/--port/--backend).
+    bench_args.base_url = a.base_url.first().cloned();
+    let bench = bench_args.clone().validate().map_err(|e| FlagError(e.0))?;
+    let mut sides = Vec::with_capacity(n_sides);
+    for i in 0..n_sides {
+        let label = a.label.get(i).cloned().unwrap_or_else(|| ["A", "B"][i].to_owned());
+        let base_url = a.base_url.get(i).or(a.base_url.first()).map_or_else(
+            || bench.base_url.clone(),
+            |u| u.trim_end_matches('/').to_owned(),
+        );
+        if base_url.starts_with("https://") {
+            return Err(FlagError("https URLs are not supported by this build (no TLS); use http".into()));
+        }
+        let server_cmd = a.server_cmd.get(i).or(a.server_cmd.first()).cloned();
+        if server_cmd.as_deref().is_some_and(|c| c.trim().is_empty()) {
+            return Err(FlagError("--server-cmd is empty".into()));
+        }
+        sides.push(Side { label, server_cmd, base_url });
+    }
+    if sides.len() == 2 && sides[0].label == sides[1].label {
+        return Err(FlagError(format!("the two --label values are the same ({:?})", sides[0].label)));
+    }
+    if let Some(l) = sides.iter().find(|s| s.label.is_empty() || s.label.contains(['/', '\0'])) {
+        return Err(FlagError(format!("--label {:?} must be non-empty and hold no '/'", l.label)));
+    }
+    Ok(SweepConfig {
+        startup_timeout: secs("--startup-timeout", a.startup_timeout)?,
+        hang_timeout: secs("--hang-timeout", a.hang_timeout)?,
+        stop_grace: secs("--stop-grace", a.stop_grace)?,
+        args: a,
+        bench_argv,
+        bench,
+        axis,
+        fixed_rate,
+        fixed_concurrency,
+        sides,
+    })
+}
+
+impl SweepConfig {
+    /// The concurrency of step value `i` (`None`: unbounded).
+    pub fn concurrency(&self, i: usize) -> Option<usize> {
+        match &self.axis {
+            Axis::Concurrency(v) => Some(v[i]),
+            Axis::RequestRate(_) => self.fixed_concurrency,
+        }
+    }
+    /// The request rate of step value `i`.
+    pub fn request_rate(&self, i: usize) -> f64 {
+        match &self.axis {
+            Axis::Concurrency(_) => self.fixed_rate,
+            Axis::RequestRate(v) => v[i],
+        }
+    }
+    /// Prompts of step value `i`: `--num-prompts-per-step`, else max(4 × concurrency, 64).
+    pub fn num_prompts(&self, i: usize) -> usize {
+        self.args.num_prompts_per_step.unwrap_or_else(|| self.concurrency(i).map_or(64, |c| (4 * c).max(64)))
+    }
+    /// The seed of step value `i`, repeat `r`: `--seed + i + r × steps`, the same for both
+    /// sides, so no step re-sends another step's prompts and A and B get the same ones.
+    pub fn seed(&self, i: usize, r: usize) -> u64 {
+        self.bench.args.seed.wrapping_add((i + r * self.axis.len()) as u64)
+    }
+    /// True when SLOs were given.
+    pub fn has_slos(&self) -> bool {
+        self.args.slo_ttft_ms.is_some() || self.args.slo_tpot_ms.is_some() || self.args.slo_e2e_ms.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(args: &[&str]) -> Result<SweepConfig, String> {
+        let raw: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        parse(&raw).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn sweep_and_bench_flags_are_split() {
+        let c = p(&["--concurrency", "1,64,256", "--dataset-name", "random", "--random-input-len=256", "--resume", "--output-dir", "x"])
+            .expect("parses");
+        assert_eq!(c.axis, Axis::Concurrency(vec![1, 64, 256]));
+        assert_eq!(c.bench_argv, vec!["--dataset-name", "random", "--random-input-len=256"]);
+        assert_eq!(c.bench.args.random_input_len, 256);
+        assert!(c.args.resume);
+        assert_eq!(c.num_prompts(0), 64);
+        assert_eq!(c.num_prompts(2), 1024);
+        assert!(c.request_rate(1).is_infinite());
+        assert_eq!(c.sides.len(), 1);
+        assert_eq!(c.sides[0].base_url, "http://0.0.0.0:30000");
+    }
+
+    #[test]
+    fn rate_axis_with_one_concurrency() {
+        let c = p(&["--request-rate", "1,4,inf", "--max-concurrency", "8", "--seed", "10"]).expect("parses");
+        assert_eq!(c.axis, Axis::RequestRate(vec![1.0, 4.0, f64::INFINITY]));
+        assert_eq!(c.concurrency(2), Some(8));
+        assert_eq!(c.seed(0, 0), 10);
+        assert_eq!(c.seed(2, 1), 15);
+    }
+
+    #[test]
+    fn ab_sides_pair_in_order() {
+        let c = p(&["--concurrency", "1,2", "--server-cmd", "a", "--server-cmd", "b", "--port", "31000"]).expect("ab");
+        assert_eq!(c.sides.len(), 2);
+        assert_eq!((c.sides[0].label.as_str(), c.sides[1].label.as_str()), ("A", "B"));
+        assert_eq!(c.sides[1].server_cmd.as_deref(), Some("b"));
+        assert_eq!(c.sides[0].base_url, c.sides[1].base_url);
+        let c = p(&["--concurrency", "1", "--base-url", "http://h:1/", "--base-url", "http://h:2", "--label", "x", "--label", "y"])
+            .expect("urls");
+        assert_eq!(c.sides[0].base_url, "http://h:1");
+        assert_eq!(c.sides[1].label, "y");
+    }
+
+    #[test]
+    fn bad_flags_are_refused_by_name() {
+        assert!(p(&["--concurrency", "1,2", "--request-rate", "1,2"]).expect_err("two lists").contains("both lists"));
+        assert!(p(&[]).expect_err("no steps").contains("--concurrency"));
+        assert!(p(&["--concurrency", "0"]).expect_err("zero").contains("--concurrency"));
+        assert!(p(&["--concurrency", "1", "--details-file", "x"]).expect_err("details").contains("--details-file"));
+        assert!(p(&["--concurrency", "1", "--resume"]).expect_err("resume").contains("--output-dir"));
+        assert!(p(&["--concurrency", "1", "--no-such-flag"]).expect_err("typo").contains("--no-such-flag"));
+        assert!(p(&["--concurrency", "1", "--label", "a", "--label", "a"]).expect_err("same").contains("--label"));
+        assert!(matches!(parse(&["--help".to_owned()]), Err(ParseError::Help(_))));
+    }
+}

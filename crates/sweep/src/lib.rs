@@ -1,0 +1,22 @@
+//! `sparrow sweep`: the concurrency (or request-rate) sweep of our origin story as one
+//! command, with the server launched and its log kept, a verdict on every crash (OOM or
+//! defect, with the log line that proves it), the knee, A/B runs and a report.
+//!
+//! - [`args`]: the sweep's flags, split from the `sparrow bench` flags they travel with.
+//! - [`server`]: a launched server: process group, timestamped log, readiness, clean stop.
+//! - [`monitor`]: RSS of the server's process tree, available memory, cgroup OOM records.
+//! - [`forensics`]: the verdict on a server that died or hung.
+//! - [`step`]: one step's result and the per-request SLO judgement.
+//! - [`analysis`]: knee, peak, SLO point, repeats.
+//! - [`plot`], [`report`]: plots, table, `summary.json`/`.csv`, `report.html`.
+//! - [`sweep`]: the steps, one after another.
+
+pub mod analysis;
+pub mod args;
+pub mod forensics;
+pub mod monitor;
+pub mod plot;
+pub mod report;
+pub mod server;
+pub mod step;
+pub mod sweep;

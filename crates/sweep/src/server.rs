@@ -1,0 +1,326 @@
+//! A server the sweep launches: its command under `sh -c` in a process group of its own, its
+//! stdout and stderr kept whole in `server-<n>.log` with a timestamp on every line, readiness
+//! by polling, and a clean stop of the whole group (SIGINT, then SIGTERM, then SIGKILL).
+//!
+//! The process group keeps a terminal's Ctrl-C away from the server (the sweep stops it
+//! itself, after saving what the step measured) and lets one signal reach every process the
+//! command started (SGLang's scheduler and detokenizer, a wrapper script's children).
+
+use std::io::Write as _;
+use std::os::unix::process::ExitStatusExt as _;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant, SystemTime};
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt as _, AsyncRead, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+
+/// How a server process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExitInfo {
+    /// Exit code, when it exited.
+    pub code: Option<i32>,
+    /// The signal that killed it, when one did.
+    pub signal: Option<i32>,
+}
+
+impl ExitInfo {
+    /// From a std exit status.
+    pub fn from_status(s: std::process::ExitStatus) -> Self {
+        ExitInfo { code: s.code(), signal: s.signal() }
+    }
+    /// The signal that ended it: the killing signal, or the one a shell reports as exit
+    /// status 128 + N (the command ran under `sh -c`, which may not `exec` it).
+    pub fn effective_signal(&self) -> Option<i32> {
+        self.signal.or(self.code.filter(|c| (129..=159).contains(c)).map(|c| c - 128))
+    }
+    /// "exit status 1", "killed by SIGKILL", "exit status 137 (a shell reporting SIGKILL)".
+    pub fn describe(&self) -> String {
+        match (self.code, self.signal) {
+            (_, Some(s)) => format!("killed by {}", signal_name(s)),
+            (Some(c), None) if (129..=159).contains(&c) => {
+                format!("exit status {c} (a shell reporting death by {})", signal_name(c - 128))
+            }
+            (Some(c), None) => format!("exit status {c}"),
+            (None, None) => "ended (no status)".into(),
+        }
+    }
+}
+
+/// `SIGSEGV` for 11, `signal 77` for what nix does not know.
+pub fn signal_name(s: i32) -> String {
+    Signal::try_from(s).map_or_else(|_| format!("signal {s}"), |sig| sig.as_str().to_owned())
+}
+
+/// Errors of launching or stopping a server.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The command could not be started.
+    #[error("cannot start `{cmd}`: {source}")]
+    Spawn {
+        /// The command line.
+        cmd: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The log file could not be created.
+    #[error("cannot write {path}: {source}")]
+    Log {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// UTC `YYYY-MM-DDTHH:MM:SS.mmmZ` of a system time.
+pub fn utc(t: SystemTime) -> String {
+    let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs() as i64;
+    let (y, m, day) = sparrow_bench::run::civil_from_days(secs.div_euclid(86_400));
+    let s = secs.rem_euclid(86_400);
+    format!("{y:04}-{m:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z", s / 3600, s / 60 % 60, s % 60, d.subsec_millis())
+}
+
+/// The prefix every log line gets: `<UTC time> +<seconds since launch> <out|err>| `.
+/// [`strip_prefix`] undoes it.
+fn prefix(start: Instant, stream: &str) -> String {
+    format!("{} +{:.3}s {stream}| ", utc(SystemTime::now()), start.elapsed().as_secs_f64())
+}
+
+/// The server's own text of a log line written by [`Server::launch`] (header lines, which
+/// start with `#`, give `None`).
+pub fn strip_prefix(line: &str) -> Option<&str> {
+    if line.starts_with('#') {
+        return None;
+    }
+    line.split_once("| ").map(|(_, rest)| rest).or(Some(line))
+}
+
+/// A launched server.
+#[derive(Debug)]
+pub struct Server {
+    /// 1-based launch number (the `n` of `server-<n>.log`).
+    pub index: usize,
+    /// The command line.
+    pub cmd: String,
+    /// Its log.
+    pub log_path: PathBuf,
+    /// The pid of `sh -c` (also the process group id).
+    pub pid: u32,
+    /// When it was launched.
+    pub started: Instant,
+    child: Child,
+    exit: Option<ExitInfo>,
+    log_task: Option<tokio::task::JoinHandle<()>>,
+    log_lines: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// Copies one pipe into the log channel, line by line, bytes kept (invalid UTF-8 replaced).
+async fn pump(r: impl AsyncRead + Unpin, stream: &'static str, tx: mpsc::UnboundedSender<(&'static str, String)>) {
+    let mut r = BufReader::new(r);
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        match r.read_until(b'\n', &mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {
+                while buf.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+                    buf.pop();
+                }
+                if tx.send((stream, String::from_utf8_lossy(&buf).into_owned())).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+impl Server {
+    /// Starts `cmd` under `sh -c` in its own process group, its output going to `log_path`.
+    ///
+    /// # Errors
+    /// [`ServerError`] when the log cannot be created or the shell cannot start.
+    pub fn launch(cmd: &str, index: usize, log_path: &Path) -> Result<Server, ServerError> {
+        let mut log = std::fs::File::create(log_path)
+            .map_err(|source| ServerError::Log { path: log_path.to_owned(), source })?;
+        let started = Instant::now();
+        let header = format!("# sparrow sweep: server {index}, launched {} with: sh -c {cmd:?}\n", utc(SystemTime::now()));
+        log.write_all(header.as_bytes()).map_err(|source| ServerError::Log { path: log_path.to_owned(), source })?;
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(cmd)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .map_err(|source| ServerError::Spawn { cmd: cmd.to_owned(), source })?;
+        let pid = child.id().unwrap_or(0);
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        if let Some(out) = child.stdout.take() {
+            tokio::spawn(pump(out, "out", tx.clone()));
+        }
+        if let Some(err) = child.stderr.take() {
+            tokio::spawn(pump(err, "err", tx));
+        }
+        let log_lines = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(1));
+        let lines = log_lines.clone();
+        let log_task = tokio::spawn(async move {
+            let mut w = std::io::BufWriter::new(log);
+            while let Some((stream, text)) = rx.recv().await {
+                let _ = writeln!(w, "{}{text}", prefix(started, stream));
+                lines.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                // Flushed whenever the pipes are drained, so forensics read what was written.
+                if rx.is_empty() {
+                    let _ = w.flush();
+                }
+            }
+            let _ = w.flush();
+        });
+        Ok(Server { index, cmd: cmd.to_owned(), log_path: log_path.to_owned(), pid, started, child, exit: None, log_task: Some(log_task), log_lines })
+    }
+
+    /// Lines written to the log so far (header included).
+    pub fn log_lines(&self) -> usize {
+        self.log_lines.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// How it ended, if it has (non-blocking).
+    pub fn exited(&mut self) -> Option<ExitInfo> {
+        if self.exit.is_none() {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                self.exit = Some(ExitInfo::from_status(s));
+            }
+        }
+        self.exit
+    }
+
+    /// Waits up to `d` for the process to end.
+    pub async fn wait_exit(&mut self, d: Duration) -> Option<ExitInfo> {
+        if self.exit.is_none() {
+            if let Ok(Ok(s)) = tokio::time::timeout(d, self.child.wait()).await {
+                self.exit = Some(ExitInfo::from_status(s));
+            }
+        }
+        self.exit
+    }
+
+    /// Waits (at most 3 s, as grandchildren may hold the pipes open) until everything the
+    /// process wrote is in the log file.
+    pub async fn drain_log(&mut self) {
+        if let Some(t) = self.log_task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(3), t).await;
+        }
+    }
+
+    fn signal_group(&self, sig: Signal) {
+        if self.pid > 0 {
+            let _ = killpg(Pid::from_raw(self.pid as i32), sig);
+        }
+    }
+
+    /// Stops the whole process group: SIGINT, `grace`, SIGTERM, `grace`, SIGKILL. Returns how
+    /// it went, for the log and the report (e.g. "stopped by SIGINT after 0.4 s").
+    pub async fn stop(&mut self, grace: Duration) -> String {
+        let how = if let Some(e) = self.exited() {
+            format!("had already ended: {}", e.describe())
+        } else {
+            let t = Instant::now();
+            let mut how = None;
+            for sig in [Signal::SIGINT, Signal::SIGTERM] {
+                self.signal_group(sig);
+                if self.wait_exit(grace).await.is_some() {
+                    how = Some(format!("stopped by {} after {:.1} s", sig.as_str(), t.elapsed().as_secs_f64()));
+                    break;
+                }
+            }
+            how.unwrap_or_else(|| {
+                self.signal_group(Signal::SIGKILL);
+                "did not stop on SIGINT or SIGTERM: killed with SIGKILL".into()
+            })
+        };
+        // Whatever is left of the group (children that outlived the shell) goes too.
+        self.signal_group(Signal::SIGKILL);
+        let _ = self.wait_exit(Duration::from_secs(5)).await;
+        self.drain_log().await;
+        if let Ok(mut f) = std::fs::OpenOptions::new().append(true).open(&self.log_path) {
+            let _ = writeln!(f, "# sparrow sweep: {} ({})", how, utc(SystemTime::now()));
+        }
+        how
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // Never leave a server behind, whatever path the sweep took out.
+        if self.exit.is_none() {
+            self.signal_group(Signal::SIGKILL);
+        }
+    }
+}
+
+/// Polls `url` until it answers 2xx, the process ends, or `timeout` passes.
+///
+/// # Errors
+/// The reason it never became ready.
+pub async fn wait_ready(server: &mut Server, http: &reqwest::Client, url: &str, timeout: Duration) -> Result<Duration, String> {
+    let t0 = Instant::now();
+    loop {
+        if let Some(e) = server.exited() {
+            return Err(format!("the server ended before it was ready: {}", e.describe()));
+        }
+        if let Ok(r) = http.get(url).timeout(Duration::from_secs(2)).send().await {
+            if r.status().is_success() {
+                return Ok(t0.elapsed());
+            }
+        }
+        if t0.elapsed() > timeout {
+            return Err(format!("{url} did not answer 2xx within {:.0} s (--startup-timeout)", timeout.as_secs_f64()));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_descriptions() {
+        assert_eq!(ExitInfo { code: None, signal: Some(9) }.describe(), "killed by SIGKILL");
+        let shell = ExitInfo { code: Some(139), signal: None };
+        assert_eq!(shell.effective_signal(), Some(11));
+        assert!(shell.describe().contains("SIGSEGV"), "{}", shell.describe());
+        assert_eq!(ExitInfo { code: Some(1), signal: None }.effective_signal(), None);
+    }
+
+    #[test]
+    fn utc_format_and_prefix() {
+        let t = SystemTime::UNIX_EPOCH + Duration::from_millis(1_764_575_207_123);
+        assert_eq!(utc(t), "2025-12-01T07:46:47.123Z");
+        assert_eq!(strip_prefix("2025-12-01T07:46:47.123Z +1.000s err| boom | x"), Some("boom | x"));
+        assert_eq!(strip_prefix("# header"), None);
+    }
+
+    #[tokio::test]
+    async fn launch_logs_both_streams_and_stops_the_group() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = dir.path().join("server-1.log");
+        // A child that ignores nothing, plus a grandchild: both must go on stop.
+        let mut s = Server::launch("echo hello; echo oops >&2; sleep 30 & sleep 30", 1, &log).expect("launch");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(s.exited().is_none());
+        let how = s.stop(Duration::from_secs(2)).await;
+        assert!(how.contains("SIGINT"), "{how}");
+        let text = std::fs::read_to_string(&log).expect("log");
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].starts_with("# sparrow sweep: server 1"), "{text}");
+        assert!(lines.iter().any(|l| l.ends_with("out| hello")), "{text}");
+        assert!(lines.iter().any(|l| l.ends_with("err| oops")), "{text}");
+        assert!(lines.last().is_some_and(|l| l.contains("stopped by SIGINT")), "{text}");
+    }
+}

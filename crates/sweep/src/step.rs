@@ -1,0 +1,161 @@
+//! One step's result, as `summary.json` and `steps.jsonl` hold it, and the per-request SLO
+//! judgement.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use sparrow_bench::record::RequestRecord;
+
+use crate::forensics::{LogQuote, VerdictKind};
+
+/// What became of a step (`summary.json` `status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Status {
+    /// Ran; the server stayed up; failures within `--max-failure-rate`.
+    Ok,
+    /// The server died or hung during the step (or could not start for it).
+    Crashed,
+    /// Not run: the sweep stopped before it (`--on-crash stop`, or a signal).
+    Skipped,
+    /// Cut short by SIGINT/SIGTERM; `--resume` runs it again.
+    Interrupted,
+    /// Ran with the server up, but more requests failed than `--max-failure-rate` allows, or
+    /// the bench could not set up.
+    Failed,
+}
+
+/// `f64` as a JSON number, or `"inf"` for infinity (JSON has no infinity).
+pub mod rate_serde {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Writes `x` (`"inf"` when infinite).
+    pub fn serialize<S: Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
+        if x.is_infinite() {
+            s.serialize_str("inf")
+        } else {
+            s.serialize_f64(*x)
+        }
+    }
+
+    /// Reads a number or `"inf"`.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum N {
+            F(f64),
+            S(String),
+        }
+        match N::deserialize(d)? {
+            N::F(f) => Ok(f),
+            N::S(s) if s == "inf" => Ok(f64::INFINITY),
+            N::S(s) => Err(serde::de::Error::custom(format!("not a rate: {s}"))),
+        }
+    }
+}
+
+/// One step of a sweep.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct StepResult {
+    /// Position in the sweep (0-based, in run order).
+    pub step: usize,
+    /// Resume key: label, step value, repeat and bench flags.
+    pub key: String,
+    /// The side's `--label`.
+    pub label: String,
+    /// Index of the step value on the axis.
+    pub value_index: usize,
+    /// Repeat number (0-based).
+    pub repeat: usize,
+    /// `--max-concurrency` of the step (`null`: unbounded).
+    pub concurrency: Option<usize>,
+    /// `--request-rate` of the step.
+    #[serde(with = "rate_serde")]
+    pub request_rate: f64,
+    /// `--seed` of the step.
+    pub seed: u64,
+    /// Prompts sent.
+    pub num_prompts: usize,
+    /// What became of it.
+    pub status: Status,
+    /// The server's verdict (`null` for a skipped step).
+    pub verdict: Option<VerdictKind>,
+    /// The evidence: the figures, and the quoted log line when there is one.
+    pub evidence: String,
+    /// The first error line of the server log, with its line number.
+    pub quote: Option<LogQuote>,
+    /// Exception / panic / signal type.
+    pub error_type: Option<String>,
+    /// The source location the error names.
+    pub location: Option<String>,
+    /// Further quoted lines (innermost frame, panic message).
+    pub context: Vec<LogQuote>,
+    /// Successful requests.
+    pub completed: usize,
+    /// Failed requests.
+    pub failed: usize,
+    /// The server log (relative to the output folder), when the sweep launched the server.
+    pub server_log: Option<String>,
+    /// Largest RSS of the server's process tree during the step, bytes.
+    pub peak_rss_bytes: Option<u64>,
+    /// Requests meeting every SLO per second (with SLOs).
+    pub goodput: Option<f64>,
+    /// Fraction of the step's requests meeting every SLO (with SLOs).
+    pub slo_attainment: Option<f64>,
+    /// The printed block (relative path).
+    pub block_file: Option<String>,
+    /// The bench's JSONL keys for this step (its `concurrency`, Little's-law mean, is
+    /// `mean_concurrency` here; `completed`, `failed` and `request_rate` are above).
+    #[serde(flatten)]
+    pub bench: Map<String, Value>,
+}
+
+impl StepResult {
+    /// A bench figure by its JSONL key (`output_throughput`, `median_ttft_ms`, ...).
+    pub fn metric(&self, key: &str) -> Option<f64> {
+        self.bench.get(key).and_then(Value::as_f64)
+    }
+    /// The step value on `axis` ("concurrency" or "request_rate").
+    pub fn value(&self, axis: &str) -> f64 {
+        if axis == "concurrency" {
+            self.concurrency.map_or(f64::INFINITY, |c| c as f64)
+        } else {
+            self.request_rate
+        }
+    }
+    /// True when the step measured something usable for the curves.
+    pub fn measured(&self) -> bool {
+        self.status == Status::Ok && self.completed > 0
+    }
+}
+
+/// SLOs in milliseconds; a request meets them when it succeeded and every given bound holds
+/// (a request with a single output token has no TPOT and meets a TPOT bound), as SGLang's and
+/// vLLM's `--goodput` judge requests.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Slos {
+    /// Time to first token.
+    pub ttft_ms: Option<f64>,
+    /// Time per output token.
+    pub tpot_ms: Option<f64>,
+    /// End-to-end latency.
+    pub e2e_ms: Option<f64>,
+}
+
+impl Slos {
+    /// Whether `r` meets every SLO.
+    pub fn met(&self, r: &RequestRecord) -> bool {
+        let le = |v: Option<f64>, bound: Option<f64>| bound.is_none_or(|b| v.is_none_or(|v| v * 1000.0 <= b));
+        r.success()
+            && le(r.ttft(), self.ttft_ms)
+            && le(r.tpot(), self.tpot_ms)
+            && self.e2e_ms.is_none_or(|b| r.e2e() * 1000.0 <= b)
+            && (self.ttft_ms.is_none() || r.ttft().is_some())
+    }
+    /// (goodput in req/s, attainment in [0, 1]) over a step's records; every request counts in
+    /// the attainment's denominator, failed ones included.
+    pub fn judge(&self, records: &[RequestRecord], duration_s: f64) -> (f64, f64) {
+        let good = records.iter().filter(|r| self.met(r)).count();
+        let goodput = if duration_s > 0.0 { good as f64 / duration_s } else { 0.0 };
+        (goodput, if records.is_empty() { 0.0 } else { good as f64 / records.len() as f64 })
+    }
+}

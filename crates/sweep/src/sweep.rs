@@ -1,0 +1,628 @@
+//! The sweep itself: steps one after another (never two at once), servers launched and
+//! stopped, a memory watch and a hang watch around every step, a verdict after it, every
+//! result written the moment it exists.
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::{Map, Value};
+use sparrow_bench::args::BenchArgs;
+use sparrow_bench::report::{self as bench_report, JVal};
+use sparrow_bench::run::{self as bench_run, exit, BenchError, RunHooks, RunOutcome};
+use tokio_util::sync::CancellationToken;
+
+use crate::analysis::fmt_value;
+use crate::args::{Axis, OnCrash, Restart, Side, SweepConfig};
+use crate::forensics::{self, Verdict, VerdictKind};
+use crate::monitor::{gib, MemEvidence, MemWatch};
+use crate::report::{self, Machine, Report};
+use crate::server::{self, Server};
+use crate::step::{Slos, Status, StepResult};
+
+/// Errors that end a sweep before or outside its steps.
+#[derive(Debug, thiserror::Error)]
+pub enum SweepError {
+    /// The output folder cannot be used.
+    #[error("{0}")]
+    Setup(String),
+    /// A result file could not be written.
+    #[error("cannot write {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> SweepError + '_ {
+    move |source| SweepError::Io { path: path.to_owned(), source }
+}
+
+/// One planned step.
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    value_index: usize,
+    repeat: usize,
+    side: usize,
+}
+
+/// What was seen while a step ran.
+struct Observed {
+    outcome: Result<RunOutcome, BenchError>,
+    mem: MemEvidence,
+    /// Set when the sweep judged the server hung and stopped the step.
+    hang: Option<String>,
+    /// When the server last showed life (a /health answer or a byte on a stream).
+    last_life: Instant,
+}
+
+/// A sweep in progress.
+pub struct Sweep {
+    cfg: SweepConfig,
+    argv: Vec<String>,
+    dir: PathBuf,
+    started: String,
+    machine: Machine,
+    http: reqwest::Client,
+    steps: Vec<StepResult>,
+    servers: Vec<Option<Server>>,
+    launches: usize,
+    previous: HashMap<String, StepResult>,
+    interrupt: CancellationToken,
+    interrupt_code: Arc<Mutex<Option<i32>>>,
+}
+
+/// The default output folder: `sweep-YYYYMMDD-HHMMSS` (UTC).
+fn default_dir() -> PathBuf {
+    let t = server::utc(SystemTime::now());
+    let digits: String = t.chars().filter(char::is_ascii_digit).take(14).collect();
+    PathBuf::from(format!("sweep-{}-{}", &digits[..8], &digits[8..]))
+}
+
+fn step_key(cfg: &SweepConfig, label: &str, vi: usize, r: usize) -> String {
+    format!("{label}|{}={}|repeat={r}|{}", cfg.axis.name(), fmt_value(cfg.axis.value(vi)), cfg.bench_argv.join("\u{1f}"))
+}
+
+/// The bench's JSONL pairs as a JSON object, without the keys the step holds itself.
+fn bench_keys(o: &RunOutcome) -> Map<String, Value> {
+    let mut m = Map::new();
+    for (k, v) in bench_report::result_pairs(&o.summary, &o.metrics) {
+        let v = match v {
+            JVal::Json(v) => v,
+            JVal::Float(f) => serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number),
+        };
+        match k.as_str() {
+            "completed" | "failed" | "request_rate" => {}
+            "concurrency" => {
+                m.insert("mean_concurrency".into(), v);
+            }
+            _ => {
+                m.insert(k, v);
+            }
+        }
+    }
+    m
+}
+
+async fn signals(token: CancellationToken, code: Arc<Mutex<Option<i32>>>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let got = match signal(SignalKind::terminate()) {
+        Ok(mut term) => tokio::select! {
+            _ = tokio::signal::ctrl_c() => exit::SIGINT,
+            _ = term.recv() => exit::SIGTERM,
+        },
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            exit::SIGINT
+        }
+    };
+    if let Ok(mut c) = code.lock() {
+        *c = Some(got);
+    }
+    token.cancel();
+}
+
+impl Sweep {
+    /// Prepares a sweep: the output folder (new, or the one to resume) and earlier results.
+    ///
+    /// # Errors
+    /// [`SweepError`] when the folder cannot be created, or holds a sweep and `--resume` was
+    /// not given.
+    pub fn new(cfg: SweepConfig, argv: Vec<String>) -> Result<Sweep, SweepError> {
+        let dir = cfg.args.output_dir.clone().unwrap_or_else(default_dir);
+        let steps_file = dir.join("steps.jsonl");
+        if steps_file.exists() && !cfg.args.resume {
+            return Err(SweepError::Setup(format!(
+                "{} already holds a sweep: pass --resume to continue it, or another --output-dir",
+                dir.display()
+            )));
+        }
+        std::fs::create_dir_all(dir.join("steps")).map_err(io_err(&dir))?;
+        let mut previous = HashMap::new();
+        if cfg.args.resume {
+            let text = std::fs::read_to_string(&steps_file).unwrap_or_default();
+            for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                // A line cut by a kill is skipped: its step simply runs again.
+                if let Ok(s) = serde_json::from_str::<StepResult>(line) {
+                    if s.status == Status::Ok {
+                        previous.insert(s.key.clone(), s);
+                    } else {
+                        previous.remove(&s.key);
+                    }
+                }
+            }
+        }
+        // Server logs of an earlier run of this folder are kept: numbering goes on after them.
+        let launches = std::fs::read_dir(&dir)
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| {
+                        let n = e.file_name().to_string_lossy().into_owned();
+                        n.strip_prefix("server-")?.strip_suffix(".log")?.parse::<usize>().ok()
+                    })
+                    .max()
+                    .unwrap_or(0)
+            })
+            .unwrap_or(0);
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .connect_timeout(Duration::from_secs(5))
+            .build()
+            .map_err(|e| SweepError::Setup(format!("cannot build HTTP client: {e}")))?;
+        let n_sides = cfg.sides.len();
+        Ok(Sweep {
+            cfg,
+            argv,
+            dir,
+            started: server::utc(SystemTime::now()),
+            machine: Machine::read(),
+            http,
+            steps: vec![],
+            servers: (0..n_sides).map(|_| None).collect(),
+            launches,
+            previous,
+            interrupt: CancellationToken::new(),
+            interrupt_code: Arc::default(),
+        })
+    }
+
+    /// The output folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn plan(&self) -> Vec<Plan> {
+        let mut p = vec![];
+        for value_index in 0..self.cfg.axis.len() {
+            for repeat in 0..self.cfg.args.repeat {
+                for side in 0..self.cfg.sides.len() {
+                    p.push(Plan { value_index, repeat, side });
+                }
+            }
+        }
+        p
+    }
+
+    fn step_name(&self, k: usize, p: Plan) -> String {
+        let axis = match self.cfg.axis {
+            Axis::Concurrency(_) => "c",
+            Axis::RequestRate(_) => "r",
+        };
+        let rep = if self.cfg.args.repeat > 1 { format!("-rep{}", p.repeat + 1) } else { String::new() };
+        format!("{:02}-{}-{axis}{}{rep}", k + 1, self.cfg.sides[p.side].label, fmt_value(self.cfg.axis.value(p.value_index)))
+    }
+
+    fn blank(&self, k: usize, p: Plan, status: Status, evidence: String) -> StepResult {
+        let side = &self.cfg.sides[p.side];
+        StepResult {
+            step: k,
+            key: step_key(&self.cfg, &side.label, p.value_index, p.repeat),
+            label: side.label.clone(),
+            value_index: p.value_index,
+            repeat: p.repeat,
+            concurrency: self.cfg.concurrency(p.value_index),
+            request_rate: self.cfg.request_rate(p.value_index),
+            seed: self.cfg.seed(p.value_index, p.repeat),
+            num_prompts: self.cfg.num_prompts(p.value_index),
+            status,
+            verdict: None,
+            evidence,
+            quote: None,
+            error_type: None,
+            location: None,
+            context: vec![],
+            completed: 0,
+            failed: 0,
+            server_log: None,
+            peak_rss_bytes: None,
+            goodput: None,
+            slo_attainment: None,
+            block_file: None,
+            bench: Map::new(),
+        }
+    }
+
+    fn rel(&self, p: &Path) -> String {
+        p.strip_prefix(&self.dir).unwrap_or(p).display().to_string()
+    }
+
+    /// Appends the step to `steps.jsonl` and rewrites the summary, plots and report.
+    fn record(&mut self, s: StepResult) -> Result<(), SweepError> {
+        let path = self.dir.join("steps.jsonl");
+        let line = serde_json::to_string(&s).unwrap_or_default();
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| writeln!(f, "{line}").and_then(|()| f.flush()))
+            .map_err(io_err(&path))?;
+        self.steps.push(s);
+        self.write_report().map(|_| ())
+    }
+
+    fn write_report(&self) -> Result<String, SweepError> {
+        let r = Report { cfg: &self.cfg, argv: &self.argv, started: self.started.clone(), steps: &self.steps, machine: &self.machine };
+        report::write_all(&r, &self.dir).map_err(io_err(&self.dir))
+    }
+
+    /// Makes sure side `i`'s server runs (when the sweep launches it); on failure, the
+    /// verdict of the failed start.
+    async fn ensure_server(&mut self, i: usize, from_step: usize) -> Result<(), (Verdict, Option<String>, MemEvidence)> {
+        let side: Side = self.cfg.sides[i].clone();
+        let Some(cmd) = side.server_cmd.clone() else { return Ok(()) };
+        if let Some(s) = self.servers[i].as_mut() {
+            if s.exited().is_none() {
+                return Ok(());
+            }
+        }
+        if let Some(mut old) = self.servers[i].take() {
+            old.stop(self.cfg.stop_grace).await;
+        }
+        // Two sides at one address cannot both be up: the other side's server makes way.
+        for j in 0..self.servers.len() {
+            if j != i && self.cfg.sides[j].base_url == side.base_url {
+                if let Some(mut other) = self.servers[j].take() {
+                    eprintln!("sparrow sweep: stopping {}'s server (same address as {})", self.cfg.sides[j].label, side.label);
+                    other.stop(self.cfg.stop_grace).await;
+                }
+            }
+        }
+        self.launches += 1;
+        let log = self.dir.join(format!("server-{}.log", self.launches));
+        eprintln!("sparrow sweep: launching server {} for {} (step {}): {cmd}", self.launches, side.label, from_step + 1);
+        let mut srv = match Server::launch(&cmd, self.launches, &log) {
+            Ok(s) => s,
+            Err(e) => return Err((Verdict::plain(VerdictKind::Exited, e.to_string()), None, MemEvidence::default())),
+        };
+        let rel = self.rel(&log);
+        let url = format!("{}{}", side.base_url, self.cfg.args.ready_path);
+        let mut watch = MemWatch::new(Some(srv.pid), self.cfg.args.cgroup_dir.clone());
+        let ready = tokio::select! {
+            r = server::wait_ready(&mut srv, &self.http, &url, self.cfg.startup_timeout) => r,
+            () = self.interrupt.cancelled() => Err("interrupted while the server was starting".into()),
+        };
+        match ready {
+            Ok(t) => {
+                eprintln!("sparrow sweep: server {} ready after {:.1} s (log: {rel})", srv.index, t.as_secs_f64());
+                self.servers[i] = Some(srv);
+                Ok(())
+            }
+            Err(why) => {
+                let _ = watch.sample(Some(srv.pid)).await;
+                let exit = srv.wait_exit(Duration::from_secs(2)).await;
+                let how = srv.stop(self.cfg.stop_grace).await;
+                let mem = watch.finish();
+                let log_text = std::fs::read_to_string(&log).unwrap_or_default();
+                let v = match exit {
+                    Some(e) => {
+                        let mut v = forensics::classify_death(&log_text, 1, e, &mem);
+                        v.evidence = format!("did not become ready: {}", v.evidence);
+                        v
+                    }
+                    None => Verdict::plain(
+                        if self.interrupt.is_cancelled() { VerdictKind::Ok } else { VerdictKind::Hang },
+                        format!("{why}; {how}; {}", mem.describe()),
+                    ),
+                };
+                Err((v, Some(rel), mem))
+            }
+        }
+    }
+
+    /// Runs one bench step with the memory and hang watches around it.
+    async fn observe(&mut self, side: usize, bench: BenchArgs, prefix: String) -> Observed {
+        let cfg = match bench.validate() {
+            Ok(c) => c,
+            Err(e) => {
+                return Observed {
+                    outcome: Err(BenchError::Setup(e.0)),
+                    mem: MemEvidence::default(),
+                    hang: None,
+                    last_life: Instant::now(),
+                }
+            }
+        };
+        let base = self.cfg.sides[side].base_url.clone();
+        let pid = self.servers[side].as_ref().map(|s| s.pid);
+        let mut watch = MemWatch::new(pid, self.cfg.args.cgroup_dir.clone());
+        let hooks = RunHooks { bar_prefix: prefix, ..Default::default() };
+        let fut = bench_run::run_with(cfg, hooks.clone());
+        tokio::pin!(fut);
+        let started = Instant::now();
+        let last_health = Arc::new(Mutex::new(started));
+        let probing = Arc::new(AtomicBool::new(false));
+        let url = format!("{base}{}", self.cfg.args.ready_path);
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let (mut hang, mut death_seen, mut stopping) = (None, None::<Instant>, false);
+        let life = |lh: &Arc<Mutex<Instant>>| lh.lock().map_or(started, |t| *t).max(hooks.activity.last()).max(started);
+        let stop = |reason: String| {
+            if let Ok(mut r) = hooks.stop_reason.lock() {
+                *r = Some(reason);
+            }
+            hooks.stop.cancel();
+        };
+        let outcome = loop {
+            tokio::select! {
+                r = &mut fut => break r,
+                () = self.interrupt.cancelled(), if !stopping => {
+                    stopping = true;
+                    stop("interrupted (signal to sparrow sweep)".into());
+                }
+                _ = tick.tick() => {
+                    let rss = watch.sample(pid).await;
+                    if let Ok(mut s) = hooks.bar_status.lock() {
+                        *s = if pid.is_some() { format!("server RSS {}", gib(rss)) } else { String::new() };
+                    }
+                    if let Some(srv) = self.servers[side].as_mut() {
+                        if let Some(e) = srv.exited() {
+                            let t = *death_seen.get_or_insert_with(Instant::now);
+                            // Requests end by themselves on a dead server; a child still
+                            // holding the port must not keep the step alive.
+                            if t.elapsed() > Duration::from_secs(5) && !stopping {
+                                stopping = true;
+                                stop(format!("the server process ended ({})", e.describe()));
+                            }
+                        }
+                    }
+                    let silent = life(&last_health).elapsed();
+                    if silent > self.cfg.hang_timeout && !stopping && death_seen.is_none() {
+                        stopping = true;
+                        let why = format!("no /health answer and no byte on any stream for {:.0} s", silent.as_secs_f64());
+                        hang = Some(why.clone());
+                        stop(format!("server hung: {why}"));
+                    }
+                    if !probing.swap(true, Ordering::SeqCst) {
+                        let (http, url, lh, probing) = (self.http.clone(), url.clone(), last_health.clone(), probing.clone());
+                        tokio::spawn(async move {
+                            if http.get(&url).timeout(Duration::from_secs(5)).send().await.is_ok() {
+                                if let Ok(mut t) = lh.lock() {
+                                    *t = Instant::now();
+                                }
+                            }
+                            probing.store(false, Ordering::SeqCst);
+                        });
+                    }
+                }
+            }
+        };
+        let _ = watch.sample(pid).await;
+        Observed { outcome, mem: watch.finish(), hang, last_life: life(&last_health) }
+    }
+
+    /// After a step whose server may be gone: waits (up to the hang window) for it to either
+    /// end or answer again. `Some(true)`: alive and answering; `Some(false)`: silent to the
+    /// end of the window; `None`: it ended (or refused connections, for a server the sweep
+    /// does not own).
+    async fn settle(&mut self, side: usize, last_life: Instant) -> Option<bool> {
+        let url = format!("{}{}", self.cfg.sides[side].base_url, self.cfg.args.ready_path);
+        let deadline = last_life + self.cfg.hang_timeout;
+        loop {
+            if let Some(s) = self.servers[side].as_mut() {
+                if s.exited().is_some() {
+                    return None;
+                }
+            }
+            match self.http.get(&url).timeout(Duration::from_secs(2)).send().await {
+                Ok(_) => return Some(true),
+                Err(e) if e.is_connect() && self.servers[side].is_none() => return None,
+                Err(_) => {}
+            }
+            if Instant::now() >= deadline || self.interrupt.is_cancelled() {
+                return Some(false);
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// Runs every step; returns the exit status.
+    ///
+    /// # Errors
+    /// [`SweepError`] when a result file cannot be written.
+    pub async fn run(mut self) -> Result<i32, SweepError> {
+        tokio::spawn(signals(self.interrupt.clone(), self.interrupt_code.clone()));
+        let plan = self.plan();
+        let n = plan.len();
+        let out_file = self.cfg.args.output_file.clone().unwrap_or_else(|| self.dir.join("results.jsonl"));
+        let mut stopped: Option<String> = None;
+        let slos = Slos { ttft_ms: self.cfg.args.slo_ttft_ms, tpot_ms: self.cfg.args.slo_tpot_ms, e2e_ms: self.cfg.args.slo_e2e_ms };
+        eprintln!("sparrow sweep: {n} step(s), results in {}", self.dir.display());
+        for (k, p) in plan.iter().copied().enumerate() {
+            let side = self.cfg.sides[p.side].clone();
+            if self.interrupt.is_cancelled() && stopped.is_none() {
+                stopped = Some("not run: the sweep was interrupted".into());
+            }
+            if let Some(why) = &stopped {
+                let s = self.blank(k, p, Status::Skipped, why.clone());
+                self.record(s)?;
+                continue;
+            }
+            let key = step_key(&self.cfg, &side.label, p.value_index, p.repeat);
+            if let Some(prev) = self.previous.get(&key).cloned() {
+                eprintln!("sparrow sweep: step {}/{n} ({}) already measured: kept (--resume)", k + 1, side.label);
+                self.record(StepResult { step: k, ..prev })?;
+                continue;
+            }
+            let value = fmt_value(self.cfg.axis.value(p.value_index));
+            eprintln!(
+                "sparrow sweep: step {}/{n}: {} {}={value} prompts={} seed={}",
+                k + 1,
+                side.label,
+                self.cfg.axis.name(),
+                self.cfg.num_prompts(p.value_index),
+                self.cfg.seed(p.value_index, p.repeat)
+            );
+            let mut result = self.blank(k, p, Status::Ok, String::new());
+            if let Err((v, log, mem)) = self.ensure_server(p.side, k).await {
+                if self.interrupt.is_cancelled() {
+                    result.status = Status::Interrupted;
+                    result.evidence = v.evidence;
+                } else {
+                    result.status = Status::Crashed;
+                    apply_verdict(&mut result, v);
+                }
+                result.server_log = log;
+                result.peak_rss_bytes = Some(mem.peak_rss).filter(|r| *r > 0);
+            } else {
+                let name = self.step_name(k, p);
+                let mut b = self.cfg.bench.args.clone();
+                b.base_url = Some(side.base_url.clone());
+                b.max_concurrency = self.cfg.concurrency(p.value_index);
+                b.request_rate = self.cfg.request_rate(p.value_index);
+                b.num_prompts = self.cfg.num_prompts(p.value_index);
+                b.seed = self.cfg.seed(p.value_index, p.repeat);
+                b.output_file = Some(out_file.clone());
+                b.details_file = Some(self.dir.join("steps").join(format!("{name}.requests.jsonl")));
+                b.tag = Some(b.tag.map_or_else(|| side.label.clone(), |t| format!("{t} {}", side.label)));
+                let from_line = self.servers[p.side].as_ref().map_or(1, |s| s.log_lines() + 1);
+                let prefix = format!("[{}/{n} {} {}={value}]", k + 1, side.label, if self.cfg.axis.name() == "concurrency" { "c" } else { "rate" });
+                let obs = self.observe(p.side, b, prefix).await;
+                result.peak_rss_bytes = self.servers[p.side].as_ref().map(|_| obs.mem.peak_rss);
+                result.server_log = self.servers[p.side].as_ref().map(|s| s.log_path.clone()).map(|l| self.rel(&l));
+                let server_down;
+                match &obs.outcome {
+                    Ok(o) => {
+                        result.completed = o.metrics.completed;
+                        result.failed = o.metrics.failed;
+                        result.bench = bench_keys(o);
+                        if self.cfg.has_slos() {
+                            let (g, a) = slos.judge(&o.records, o.summary.duration_s);
+                            result.goodput = Some(g);
+                            result.slo_attainment = Some(a);
+                        }
+                        let block = bench_report::render_block(&o.summary, &o.metrics);
+                        let bf = self.dir.join("steps").join(format!("{name}.txt"));
+                        std::fs::write(&bf, block.as_bytes()).map_err(io_err(&bf))?;
+                        result.block_file = Some(self.rel(&bf));
+                        server_down = o.summary.server_down.is_some() || o.exit_code == exit::STOPPED;
+                        result.status = if o.exit_code == exit::FAILURES { Status::Failed } else { Status::Ok };
+                        result.evidence = format!("{} of {} requests completed", o.metrics.completed, o.records.len());
+                    }
+                    Err(e) => {
+                        server_down = matches!(e, BenchError::Warmup(f) if f.kind.is_connection_level() || f.kind == sparrow_bench::record::FailureKind::Timeout);
+                        result.status = Status::Failed;
+                        result.evidence = format!("the step could not run: {e}");
+                    }
+                }
+                let exited = self.servers[p.side].as_mut().and_then(Server::exited);
+                let state = if obs.hang.is_some() {
+                    Some(false)
+                } else if exited.is_some() {
+                    None
+                } else if server_down && !self.interrupt.is_cancelled() {
+                    self.settle(p.side, obs.last_life).await
+                } else {
+                    Some(true)
+                };
+                let verdict = match state {
+                    Some(true) => Verdict::plain(VerdictKind::Ok, result.evidence.clone()),
+                    Some(false) => Verdict::plain(
+                        VerdictKind::Hang,
+                        format!(
+                            "alive but silent: {}; {}",
+                            obs.hang.clone().unwrap_or_else(|| format!("no answer for {:.0} s (--hang-timeout)", self.cfg.hang_timeout.as_secs_f64())),
+                            obs.mem.describe()
+                        ),
+                    ),
+                    None => match self.servers[p.side].as_mut() {
+                        Some(srv) => {
+                            let e = srv.wait_exit(Duration::from_secs(1)).await.unwrap_or(server::ExitInfo { code: None, signal: None });
+                            srv.drain_log().await;
+                            let text = std::fs::read_to_string(&srv.log_path).unwrap_or_default();
+                            forensics::classify_death(&text, from_line, e, &obs.mem)
+                        }
+                        None => Verdict::plain(
+                            VerdictKind::Exited,
+                            format!("{} stopped answering (connection refused); the sweep did not launch it: no log, exit status or memory figures", side.base_url),
+                        ),
+                    },
+                };
+                if verdict.kind != VerdictKind::Ok {
+                    result.status = Status::Crashed;
+                    let done = result.evidence.clone();
+                    apply_verdict(&mut result, verdict);
+                    result.evidence = format!("{}; {done}", result.evidence);
+                } else {
+                    result.verdict = Some(VerdictKind::Ok);
+                }
+                if self.interrupt.is_cancelled() && result.status != Status::Crashed {
+                    result.status = Status::Interrupted;
+                }
+            }
+            let crashed = result.status == Status::Crashed;
+            eprintln!(
+                "sparrow sweep: step {}/{n} {}: {} ({})",
+                k + 1,
+                side.label,
+                result.verdict.map_or("-", VerdictKind::as_str),
+                result.evidence
+            );
+            if let Some(q) = &result.quote {
+                eprintln!("    {}:{}: {}", result.server_log.as_deref().unwrap_or("log"), q.line, q.text);
+            }
+            let step_no = k + 1;
+            self.record(result)?;
+            if crashed {
+                if let Some(mut srv) = self.servers[p.side].take() {
+                    srv.stop(self.cfg.stop_grace).await;
+                }
+                match self.cfg.args.on_crash {
+                    OnCrash::Stop => stopped = Some(format!("not run: the sweep stopped after step {step_no} crashed (--on-crash stop)")),
+                    OnCrash::Restart => eprintln!("sparrow sweep: step {step_no} lost; going on (--on-crash restart)"),
+                }
+            } else if self.cfg.args.restart == Restart::PerStep {
+                if let Some(mut srv) = self.servers[p.side].take() {
+                    srv.stop(self.cfg.stop_grace).await;
+                }
+            }
+        }
+        for s in self.servers.iter_mut() {
+            if let Some(mut srv) = s.take() {
+                let how = srv.stop(self.cfg.stop_grace).await;
+                eprintln!("sparrow sweep: server {} {how}", srv.index);
+            }
+        }
+        let table = self.write_report()?;
+        println!("\n{:=^60}\n{table}", " Sweep Summary ");
+        eprintln!("sparrow sweep: summary.json, summary.csv, report.html and plots/ in {}", self.dir.display());
+        let code = self.interrupt_code.lock().ok().and_then(|c| *c);
+        Ok(match code {
+            Some(c) => c,
+            None if self.steps.iter().all(|s| s.status == Status::Ok) => 0,
+            None => 1,
+        })
+    }
+}
+
+fn apply_verdict(r: &mut StepResult, v: Verdict) {
+    r.verdict = Some(v.kind);
+    r.evidence = v.evidence;
+    r.quote = v.quote;
+    r.error_type = v.error_type;
+    r.location = v.location;
+    r.context = v.context;
+}
