@@ -10,6 +10,7 @@
 
 use std::path::{Path, PathBuf};
 
+use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, Ranged};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -91,6 +92,76 @@ fn range(vals: impl Iterator<Item = f64>, log: bool, from_zero: bool) -> (f64, f
     (lo, hi)
 }
 
+/// Tick positions (in plotted units): the data's own x values on a log step axis (so every
+/// step is labelled by its value), else 1-2-5 steps (per decade on a log axis).
+fn ticks(lo: f64, hi: f64, log: bool, at: Option<Vec<f64>>) -> Vec<f64> {
+    if let Some(mut v) = at {
+        v.sort_by(f64::total_cmp);
+        v.dedup();
+        if !v.is_empty() && v.len() <= 16 {
+            return v;
+        }
+    }
+    if log {
+        let mut out = vec![];
+        let mut d = lo.floor() as i32;
+        while f64::from(d) <= hi.ceil() {
+            for m in [1.0, 2.0, 5.0] {
+                let t = (m * 10f64.powi(d)).log10();
+                if (lo..=hi).contains(&t) {
+                    out.push(t);
+                }
+            }
+            d += 1;
+        }
+        if out.len() >= 2 {
+            return out;
+        }
+        // Less than a decade: round ticks in real units, placed on the log axis.
+        let (a, b) = (10f64.powf(lo), 10f64.powf(hi));
+        return ticks(a, b, false, None).into_iter().filter(|t| *t > 0.0).map(f64::log10).collect();
+    }
+    let raw = (hi - lo) / 6.0;
+    if !(raw > 0.0) {
+        return vec![lo];
+    }
+    let mag = 10f64.powf(raw.log10().floor());
+    let step = [1.0, 2.0, 5.0, 10.0].iter().map(|m| m * mag).find(|s| *s >= raw).unwrap_or(10.0 * mag);
+    let mut t = (lo / step).ceil() * step;
+    let mut out = vec![];
+    while t <= hi + step * 1e-9 {
+        out.push(if t.abs() < step * 1e-9 { 0.0 } else { t });
+        t += step;
+    }
+    out
+}
+
+/// A linear axis over `lo..hi` whose labelled ticks are exactly `ticks`.
+struct TickAxis {
+    lo: f64,
+    hi: f64,
+    ticks: Vec<f64>,
+}
+
+impl Ranged for TickAxis {
+    type FormatOption = DefaultFormatting;
+    type ValueType = f64;
+    fn map(&self, v: &f64, limit: (i32, i32)) -> i32 {
+        let f = (v - self.lo) / (self.hi - self.lo);
+        limit.0 + (f * f64::from(limit.1 - limit.0)).round() as i32
+    }
+    fn key_points<H: KeyPointHint>(&self, hint: H) -> Vec<f64> {
+        if hint.weight().allow_light_points() {
+            vec![]
+        } else {
+            self.ticks.clone()
+        }
+    }
+    fn range(&self) -> std::ops::Range<f64> {
+        self.lo..self.hi
+    }
+}
+
 fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &Chart) -> Result<(), String> {
     let e = |x: DrawingAreaErrorKind<DB::ErrorType>| x.to_string();
     root.fill(&WHITE).map_err(e)?;
@@ -102,12 +173,17 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &Chart) -> Result<
     let all = || series.iter().flat_map(|(_, p)| p.iter().copied());
     let (x0, x1) = range(all().map(|p| p.0), c.x_log, false);
     let (y0, y1) = range(all().map(|p| p.1), c.y_log, true);
+    // Headroom above the data for the legend box.
+    let y1 = y1 + (y1 - y0) * 0.25;
     let mut chart = ChartBuilder::on(root)
         .caption(&c.title, ("sans-serif", 22))
         .margin(16)
         .x_label_area_size(48)
         .y_label_area_size(72)
-        .build_cartesian_2d(x0..x1, y0..y1)
+        .build_cartesian_2d(
+            TickAxis { lo: x0, hi: x1, ticks: ticks(x0, x1, c.x_log, c.x_log.then(|| all().map(|p| p.0).collect())) },
+            TickAxis { lo: y0, hi: y1, ticks: ticks(y0, y1, c.y_log, None) },
+        )
         .map_err(e)?;
     let (xl, yl) = (c.x_log, c.y_log);
     chart
@@ -127,7 +203,13 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &Chart) -> Result<
         } else {
             chart.draw_series(LineSeries::new(pts.clone(), style)).map_err(e)?
         };
-        drawn.label(s.name.as_str()).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(2)));
+        let dashed = s.dashed;
+        drawn.label(s.name.as_str()).legend(move |(x, y)| {
+            let seg = |a: i32, b: i32| PathElement::new(vec![(x + a, y), (x + b, y)], color.stroke_width(2));
+            // A dashed legend is three dashes; a solid one three touching segments.
+            let g = if dashed { 0 } else { 4 };
+            EmptyElement::at((0, 0)) + seg(0, 7 + g) + seg(11, 18 + g) + seg(22, 26)
+        });
         chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled()))).map_err(e)?;
     }
     for (x, y, text, ci) in &c.marks {
@@ -212,5 +294,9 @@ mod tests {
         let (lo, hi) = range([10.0, 20.0].into_iter(), false, true);
         assert_eq!(lo, 0.0);
         assert!(hi > 20.0);
+        assert_eq!(ticks(0.0, 1.0, true, Some(vec![0.6, 0.0, 0.6])), vec![0.0, 0.6]);
+        assert_eq!(ticks(0.0, 30.0, false, None), vec![0.0, 5.0, 10.0, 15.0, 20.0, 25.0, 30.0]);
+        let decade: Vec<String> = ticks(-0.1, 1.1, true, None).iter().map(|t| label(*t, true)).collect();
+        assert_eq!(decade, ["1", "2", "5", "10"]);
     }
 }
