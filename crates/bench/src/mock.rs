@@ -106,6 +106,13 @@ pub struct MockScript {
     /// How to die at `--die-after`.
     #[arg(long, value_enum, default_value = "cut")]
     pub die_how: DieHow,
+    /// Most answers generated at once; later requests wait for a slot (a server whose
+    /// throughput saturates, so a sweep has a knee).
+    #[arg(long)]
+    pub max_running: Option<usize>,
+    /// Print every generation request's number and prompt (JSON) on stderr.
+    #[arg(long)]
+    pub log_requests: bool,
     /// Tokenizer path reported by /get_model_info (so a client can find it).
     #[arg(long)]
     pub tokenizer_path: Option<String>,
@@ -126,6 +133,8 @@ impl Default for MockScript {
             fail_modes: vec![FailMode::Http500],
             die_after: None,
             die_how: DieHow::Cut,
+            max_running: None,
+            log_requests: false,
             tokenizer_path: None,
             model_id: "mock-model".into(),
         }
@@ -142,6 +151,7 @@ struct MockState {
     received: AtomicU64,
     kill: CancellationToken,
     hang: CancellationToken,
+    running: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 /// A running mock server.
@@ -207,10 +217,11 @@ pub async fn start(addr: SocketAddr, script: MockScript) -> std::io::Result<Mock
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let addr = listener.local_addr()?;
     let state = Arc::new(MockState {
-        script,
         received: AtomicU64::new(0),
         kill: CancellationToken::new(),
         hang: CancellationToken::new(),
+        running: script.max_running.map(|n| Arc::new(tokio::sync::Semaphore::new(n.max(1)))),
+        script,
     });
     let router = app(state.clone());
     let kill = state.kill.clone();
@@ -254,6 +265,10 @@ struct Plan {
 
 fn plan(s: &MockState, dialect: Dialect, body: &Value) -> Plan {
     let n = s.received.fetch_add(1, Ordering::SeqCst);
+    if s.script.log_requests {
+        let prompt = body.get("prompt").or_else(|| body.get("text")).or_else(|| body.get("messages"));
+        eprintln!("mock request {n} prompt={}", prompt.map_or_else(String::new, Value::to_string));
+    }
     if s.script.die_after == Some(n) {
         die(s, n);
     }
@@ -291,6 +306,9 @@ fn die(s: &MockState, n: u64) {
             std::process::exit(101);
         }
         DieHow::Segv => {
+            // Rust's runtime handles SIGSEGV to detect stack overflows: a fault outside a
+            // guard page resets the default action and returns, so the second signal kills.
+            let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSEGV);
             let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSEGV);
         }
         DieHow::Alloc => {
@@ -394,7 +412,7 @@ fn steps(p: &Plan, s: &MockScript) -> Vec<Step> {
     out
 }
 
-fn respond(state: Arc<MockState>, p: Plan) -> Response {
+fn respond(state: Arc<MockState>, p: Plan, permit: Option<tokio::sync::OwnedSemaphorePermit>) -> Response {
     if p.fail == Some(FailMode::Http500) {
         let e = json!({"error": {"message": "scripted failure", "type": "server_error", "code": 500}});
         return (StatusCode::INTERNAL_SERVER_ERROR, Json(e)).into_response();
@@ -419,25 +437,26 @@ fn respond(state: Arc<MockState>, p: Plan) -> Response {
     let steps = steps(&p, s);
     let kill = state.kill.clone();
     let hang = state.hang.clone();
-    let stream = futures_util::stream::unfold((steps.into_iter(), kill), move |(mut it, kill)| {
+    // The `--max-running` slot is held until the stream ends.
+    let stream = futures_util::stream::unfold((steps.into_iter(), kill, permit), move |(mut it, kill, permit)| {
         let hang = hang.clone();
         async move {
-        if hang.is_cancelled() {
-            std::future::pending::<()>().await;
-        }
-        let step = it.next()?;
-        let (delay, frame) = match step {
-            Step::Send(d, f) => (d, Some(f)),
-            Step::Stall => (Duration::from_secs(86_400), None),
-        };
-        tokio::select! {
-            () = tokio::time::sleep(delay) => {},
-            // Dying mid-stream: an error makes hyper abort the connection without the
-            // terminating chunk, as a crashed process would.
-            () = kill.cancelled() => return Some((Err(std::io::Error::other("server died")), (it, kill))),
-        }
-        let frame = frame.unwrap_or_default();
-        Some((Ok::<Bytes, std::io::Error>(Bytes::from(frame)), (it, kill)))
+            if hang.is_cancelled() {
+                std::future::pending::<()>().await;
+            }
+            let step = it.next()?;
+            let (delay, frame) = match step {
+                Step::Send(d, f) => (d, Some(f)),
+                Step::Stall => (Duration::from_secs(86_400), None),
+            };
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {},
+                // Dying mid-stream: an error makes hyper abort the connection without the
+                // terminating chunk, as a crashed process would.
+                () = kill.cancelled() => return Some((Err(std::io::Error::other("server died")), (it, kill, permit))),
+            }
+            let frame = frame.unwrap_or_default();
+            Some((Ok::<Bytes, std::io::Error>(Bytes::from(frame)), (it, kill, permit)))
         }
     });
     Response::builder()
@@ -455,7 +474,11 @@ async fn handle(state: Arc<MockState>, dialect: Dialect, body: Value) -> Result<
         std::future::pending::<()>().await;
     }
     let p = plan(&state, dialect, &body);
-    Ok(respond(state, p))
+    let permit = match &state.running {
+        Some(sem) => sem.clone().acquire_owned().await.ok(),
+        None => None,
+    };
+    Ok(respond(state, p, permit))
 }
 
 async fn generate(State(s): State<Arc<MockState>>, Json(body): Json<Value>) -> Result<Response, Infallible> {

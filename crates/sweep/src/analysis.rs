@@ -119,7 +119,11 @@ pub fn fmt_value(v: f64) -> String {
 pub fn knee(pts: &[Point], gain: f64) -> Finding {
     let finite: Vec<&Point> = pts.iter().filter(|p| p.value.is_finite() && p.value > 0.0).collect();
     if finite.len() < 2 {
-        return Finding { value: None, figure: None, how: "fewer than two measured finite step values: no knee".into() };
+        return Finding {
+            value: None,
+            figure: None,
+            how: "fewer than two measured finite step values: no knee".into(),
+        };
     }
     for w in finite.windows(2) {
         let (a, b) = (w[0], w[1]);
@@ -168,7 +172,8 @@ pub fn peak(pts: &[Point]) -> Finding {
 
 /// The highest step value whose (median) SLO attainment reaches `target`.
 pub fn slo_point(pts: &[Point], target: f64, slos: &str) -> Finding {
-    let ok = pts.iter().filter(|p| p.slo_attainment.is_some_and(|a| a >= target)).max_by(|a, b| a.value.total_cmp(&b.value));
+    let ok =
+        pts.iter().filter(|p| p.slo_attainment.is_some_and(|a| a >= target)).max_by(|a, b| a.value.total_cmp(&b.value));
     match ok {
         Some(p) => Finding {
             value: Some(p.value),

@@ -271,12 +271,13 @@ pub fn parse(raw: &[String]) -> Result<SweepConfig, ParseError> {
         _ => ParseError::Flags(FlagError(e.to_string())),
     })?;
     for a in &bench_argv[1..] {
-        if let Some((flag, why)) = REFUSED.iter().find(|(f, _)| a.strip_prefix("--").is_some_and(|n| n.split('=').next() == Some(f))) {
+        if let Some((flag, why)) =
+            REFUSED.iter().find(|(f, _)| a.strip_prefix("--").is_some_and(|n| n.split('=').next() == Some(f)))
+        {
             return Err(ParseError::Flags(FlagError(format!("--{flag} is set by the sweep per step: {why}"))));
         }
     }
-    let bench_args =
-        BenchArgs::try_parse_from(&bench_argv).map_err(|e| ParseError::Flags(FlagError(e.to_string())))?;
+    let bench_args = BenchArgs::try_parse_from(&bench_argv).map_err(|e| ParseError::Flags(FlagError(e.to_string())))?;
     validate(args, bench_args, bench_argv[1..].to_vec()).map_err(ParseError::Flags)
 }
 
@@ -324,7 +325,9 @@ fn validate(a: SweepArgs, mut bench_args: BenchArgs, bench_argv: Vec<String>) ->
     if !(a.slo_attainment > 0.0 && a.slo_attainment <= 1.0) {
         return Err(FlagError(format!("--slo-attainment must be in (0, 1], got {}", a.slo_attainment)));
     }
-    for (flag, v) in [("--slo-ttft-ms", a.slo_ttft_ms), ("--slo-tpot-ms", a.slo_tpot_ms), ("--slo-e2e-ms", a.slo_e2e_ms)] {
+    for (flag, v) in
+        [("--slo-ttft-ms", a.slo_ttft_ms), ("--slo-tpot-ms", a.slo_tpot_ms), ("--slo-e2e-ms", a.slo_e2e_ms)]
+    {
         if v.is_some_and(|v| !(v.is_finite() && v > 0.0)) {
             return Err(FlagError(format!("{flag} must be a positive number of milliseconds")));
         }
@@ -336,7 +339,9 @@ fn validate(a: SweepArgs, mut bench_args: BenchArgs, bench_argv: Vec<String>) ->
         return Err(FlagError("--resume needs --output-dir (the folder of the sweep to resume)".into()));
     }
     let n_sides = a.server_cmd.len().max(a.base_url.len()).max(a.label.len()).max(1);
-    for (flag, n) in [("--server-cmd", a.server_cmd.len()), ("--base-url", a.base_url.len()), ("--label", a.label.len())] {
+    for (flag, n) in
+        [("--server-cmd", a.server_cmd.len()), ("--base-url", a.base_url.len()), ("--label", a.label.len())]
+    {
         if n > 2 {
             return Err(FlagError(format!("{flag} given {n} times: at most twice (an A/B run)")));
         }
@@ -353,10 +358,11 @@ fn validate(a: SweepArgs, mut bench_args: BenchArgs, bench_argv: Vec<String>) ->
     let mut sides = Vec::with_capacity(n_sides);
     for i in 0..n_sides {
         let label = a.label.get(i).cloned().unwrap_or_else(|| ["A", "B"][i].to_owned());
-        let base_url = a.base_url.get(i).or(a.base_url.first()).map_or_else(
-            || bench.base_url.clone(),
-            |u| u.trim_end_matches('/').to_owned(),
-        );
+        let base_url = a
+            .base_url
+            .get(i)
+            .or(a.base_url.first())
+            .map_or_else(|| bench.base_url.clone(), |u| u.trim_end_matches('/').to_owned());
         if base_url.starts_with("https://") {
             return Err(FlagError("https URLs are not supported by this build (no TLS); use http".into()));
         }
@@ -427,8 +433,17 @@ mod tests {
 
     #[test]
     fn sweep_and_bench_flags_are_split() {
-        let c = p(&["--concurrency", "1,64,256", "--dataset-name", "random", "--random-input-len=256", "--resume", "--output-dir", "x"])
-            .expect("parses");
+        let c = p(&[
+            "--concurrency",
+            "1,64,256",
+            "--dataset-name",
+            "random",
+            "--random-input-len=256",
+            "--resume",
+            "--output-dir",
+            "x",
+        ])
+        .expect("parses");
         assert_eq!(c.axis, Axis::Concurrency(vec![1, 64, 256]));
         assert_eq!(c.bench_argv, vec!["--dataset-name", "random", "--random-input-len=256"]);
         assert_eq!(c.bench.args.random_input_len, 256);
@@ -456,8 +471,19 @@ mod tests {
         assert_eq!((c.sides[0].label.as_str(), c.sides[1].label.as_str()), ("A", "B"));
         assert_eq!(c.sides[1].server_cmd.as_deref(), Some("b"));
         assert_eq!(c.sides[0].base_url, c.sides[1].base_url);
-        let c = p(&["--concurrency", "1", "--base-url", "http://h:1/", "--base-url", "http://h:2", "--label", "x", "--label", "y"])
-            .expect("urls");
+        let c = p(&[
+            "--concurrency",
+            "1",
+            "--base-url",
+            "http://h:1/",
+            "--base-url",
+            "http://h:2",
+            "--label",
+            "x",
+            "--label",
+            "y",
+        ])
+        .expect("urls");
         assert_eq!(c.sides[0].base_url, "http://h:1");
         assert_eq!(c.sides[1].label, "y");
     }

@@ -178,7 +178,8 @@ fn python_traceback(lines: &[(usize, &str)], start: usize) -> LogFinding {
     }
     LogFinding {
         oom,
-        quote: exc.map_or(LogQuote { line: tb_n, text: tb_l.to_owned() }, |(n, l)| LogQuote { line: n, text: l.to_owned() }),
+        quote: exc
+            .map_or(LogQuote { line: tb_n, text: tb_l.to_owned() }, |(n, l)| LogQuote { line: n, text: l.to_owned() }),
         error_type,
         location: innermost.and_then(|(_, l)| frame_location(l)),
         context,
@@ -253,6 +254,23 @@ pub fn scan_log(lines: &[(usize, &str)]) -> Option<LogFinding> {
     None
 }
 
+/// The last line that reports an error in words (`error: ...`, `Error: ...`, `... ERROR ...`,
+/// `fatal: ...`): what a server that refuses its flags or its model prints before it exits.
+pub fn last_error_line(lines: &[(usize, &str)]) -> Option<LogQuote> {
+    lines
+        .iter()
+        .rev()
+        .find(|(_, l)| {
+            let t = l.trim_start();
+            let lower = t.to_ascii_lowercase();
+            lower.starts_with("error")
+                || lower.starts_with("fatal")
+                || t.contains(" ERROR ")
+                || lower.contains(": error:")
+        })
+        .map(|&(n, l)| LogQuote { line: n, text: l.to_owned() })
+}
+
 /// The server's lines of a log file written by [`crate::server::Server`], numbered as in the
 /// file, from line `from` (1-based) on.
 pub fn log_lines(text: &str, from: usize) -> Vec<(usize, &str)> {
@@ -310,12 +328,20 @@ pub fn classify_death(log: &str, from: usize, exit: ExitInfo, mem: &MemEvidence)
     if sig == Some(9) && mem.at_limit() {
         return Verdict::plain(VerdictKind::OomKilled, format!("{status} with memory at the limit: {memory}"));
     }
-    let why = if sig == Some(9) {
-        "killed from outside (no OOM record, memory not at the limit)"
-    } else {
-        "the log names no error"
-    };
-    Verdict::plain(VerdictKind::Exited, format!("{status}; {why}; {memory}"))
+    if sig == Some(9) {
+        return Verdict::plain(
+            VerdictKind::Exited,
+            format!("{status}; killed from outside (no OOM record, memory not at the limit); {memory}"),
+        );
+    }
+    match last_error_line(&lines).or_else(|| last_error_line(&log_lines(log, 1))) {
+        Some(q) => Verdict {
+            evidence: format!("{status}; last error in the log (line {}): {}; {memory}", q.line, q.text),
+            quote: Some(q),
+            ..Verdict::plain(VerdictKind::Exited, "")
+        },
+        None => Verdict::plain(VerdictKind::Exited, format!("{status}; the log names no error; {memory}")),
+    }
 }
 
 #[cfg(test)]
@@ -329,7 +355,10 @@ mod tests {
             Some("/x/sglang/srt/model_executor/forward_batch_info.py:512 in init_new".into())
         );
         assert_eq!(exception_type("AttributeError: 'X' object has no attribute 'y'"), Some("AttributeError".into()));
-        assert_eq!(exception_type("torch.OutOfMemoryError: CUDA out of memory."), Some("torch.OutOfMemoryError".into()));
+        assert_eq!(
+            exception_type("torch.OutOfMemoryError: CUDA out of memory."),
+            Some("torch.OutOfMemoryError".into())
+        );
         assert_eq!(exception_type("    return f(x)"), None);
         assert!(is_oom_text("memory allocation of 67108864 bytes failed"));
         assert!(!is_oom_text("memory allocation of many bytes failed"));

@@ -129,6 +129,16 @@ pub struct MemEvidence {
 }
 
 impl MemEvidence {
+    /// Reads `oom_kill` again (after the server has ended: the kernel's record may come
+    /// after the step's requests have already failed).
+    pub fn refresh_oom_kills(&mut self) {
+        if let Some(dir) = self.cgroup.as_deref() {
+            if let Some(n) = cgroup_oom_kills(Path::new(dir)) {
+                self.oom_kills_after = Some(n);
+            }
+        }
+    }
+
     /// The memory limit that applied: the cgroup's, else the machine's.
     pub fn limit(&self) -> Option<u64> {
         match (self.cgroup_max, self.mem_total) {

@@ -77,14 +77,21 @@ fn label(v: f64, log: bool) -> String {
 
 fn range(vals: impl Iterator<Item = f64>, log: bool, from_zero: bool) -> (f64, f64) {
     let v: Vec<f64> = vals.collect();
-    let (mut lo, mut hi) = (v.iter().copied().fold(f64::INFINITY, f64::min), v.iter().copied().fold(f64::NEG_INFINITY, f64::max));
+    let (mut lo, mut hi) =
+        (v.iter().copied().fold(f64::INFINITY, f64::min), v.iter().copied().fold(f64::NEG_INFINITY, f64::max));
     if !lo.is_finite() || !hi.is_finite() {
         return (0.0, 1.0);
     }
     if from_zero && !log {
         lo = lo.min(0.0);
     }
-    let pad = if hi > lo { (hi - lo) * 0.08 } else if log { 0.3 } else { hi.abs().max(1.0) * 0.5 };
+    let pad = if hi > lo {
+        (hi - lo) * 0.08
+    } else if log {
+        0.3
+    } else {
+        hi.abs().max(1.0) * 0.5
+    };
     if !(from_zero && !log) {
         lo -= pad;
     }
@@ -217,7 +224,11 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &Chart) -> Result<
             let color = COLORS[ci % COLORS.len()];
             chart.draw_series(std::iter::once(Circle::new((x, y), 11, color.stroke_width(3)))).map_err(e)?;
             chart
-                .draw_series(std::iter::once(Text::new(text.clone(), (x, y), ("sans-serif", 16).into_font().color(&color))))
+                .draw_series(std::iter::once(Text::new(
+                    text.clone(),
+                    (x, y),
+                    ("sans-serif", 16).into_font().color(&color),
+                )))
                 .map_err(e)?;
         }
     }

@@ -121,7 +121,10 @@ impl Report<'_> {
                     label: s.label.clone(),
                     knee: analysis::knee(&points, self.cfg.args.knee_gain),
                     peak: analysis::peak(&points),
-                    slo: self.cfg.has_slos().then(|| analysis::slo_point(&points, self.cfg.args.slo_attainment, &slo_text(self.cfg))),
+                    slo: self
+                        .cfg
+                        .has_slos()
+                        .then(|| analysis::slo_point(&points, self.cfg.args.slo_attainment, &slo_text(self.cfg))),
                     points,
                 }
             })
@@ -141,7 +144,20 @@ impl Report<'_> {
         let _ = writeln!(
             o,
             "{:>4} {:<8} {:>6} {:>6} {:>8} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>8} {:>6}  {}",
-            "step", "label", "conc", "rate", "req/s", "out tok/s", "tot tok/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "ITL p50", "failed", "verdict"
+            "step",
+            "label",
+            "conc",
+            "rate",
+            "req/s",
+            "out tok/s",
+            "tot tok/s",
+            "TTFT p50",
+            "TTFT p99",
+            "TPOT p50",
+            "TPOT p99",
+            "ITL p50",
+            "failed",
+            "verdict"
         );
         for s in self.steps {
             let m = |k: &str| s.metric(k).map_or("-".to_owned(), |v| format!("{v:.1}"));
@@ -172,7 +188,14 @@ impl Report<'_> {
             );
         }
         for s in self.steps.iter().filter(|s| matches!(s.status, Status::Crashed | Status::Failed)) {
-            let _ = writeln!(o, "step {} ({}): {}: {}", s.step + 1, s.label, s.verdict.map_or("-", |v| v.as_str()), s.evidence);
+            let _ = writeln!(
+                o,
+                "step {} ({}): {}: {}",
+                s.step + 1,
+                s.label,
+                s.verdict.map_or("-", |v| v.as_str()),
+                s.evidence
+            );
             if let Some(q) = &s.quote {
                 let _ = writeln!(o, "    {}:{}: {}", s.server_log.as_deref().unwrap_or("log"), q.line, q.text);
             }
@@ -229,7 +252,11 @@ impl Report<'_> {
 
     fn ab_table(&self, an: &[SideAnalysis]) -> String {
         let mut o = String::new();
-        let _ = writeln!(o, "A/B: {} (A) vs {} (B), same prompts per step, interleaved; ratio B/A", an[0].label, an[1].label);
+        let _ = writeln!(
+            o,
+            "A/B: {} (A) vs {} (B), same prompts per step, interleaved; ratio B/A",
+            an[0].label, an[1].label
+        );
         for (v, cols) in self.ab_rows(an) {
             let cells: Vec<String> =
                 cols.iter().map(|(n, a, b)| format!("{n} {a:.1} | {b:.1} | x{}", ratio(*a, *b))).collect();
@@ -342,7 +369,15 @@ impl Report<'_> {
             series,
             marks: vec![],
         };
-        let mut throughput = chart("throughput", "Output throughput", x_desc, "output tok/s", true, false, per_side(&|p| p.output_throughput, "", false));
+        let mut throughput = chart(
+            "throughput",
+            "Output throughput",
+            x_desc,
+            "output tok/s",
+            true,
+            false,
+            per_side(&|p| p.output_throughput, "", false),
+        );
         let mut ttft = per_side(&|p| p.ttft_p50, " p50", false);
         ttft.extend(per_side(&|p| p.ttft_p99, " p99", true));
         let mut tpot = per_side(&|p| p.tpot_p50, " p50", false);
@@ -357,7 +392,15 @@ impl Report<'_> {
                 pts: a.points.iter().map(|p| (p.output_throughput, p.e2e_p50)).collect(),
             })
             .collect();
-        let mut latency = chart("latency_throughput", "Latency against throughput", "output tok/s", "median E2E latency (ms)", false, true, lat);
+        let mut latency = chart(
+            "latency_throughput",
+            "Latency against throughput",
+            "output tok/s",
+            "median E2E latency (ms)",
+            false,
+            true,
+            lat,
+        );
         for (i, a) in an.iter().enumerate() {
             if let Some(k) = a.knee.value {
                 if let Some(p) = a.points.iter().find(|p| p.value == k) {
@@ -378,14 +421,40 @@ impl Report<'_> {
     /// `report.html`, with the SVG plots inlined.
     pub fn html(&self, an: &[SideAnalysis], svgs: &[(String, String)]) -> String {
         let mut h = String::new();
-        h.push_str("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>sparrow sweep</title><style>\n");
-        h.push_str("body{font-family:sans-serif;margin:24px;color:#222}table{border-collapse:collapse;font-size:13px}\
+        h.push_str(
+            "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>sparrow sweep</title><style>\n",
+        );
+        h.push_str(
+            "body{font-family:sans-serif;margin:24px;color:#222}table{border-collapse:collapse;font-size:13px}\
 td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}th{background:#f2f2f2}td.l{text-align:left}\
 .bad{background:#fde8e8}.skip{color:#999}pre{background:#f7f7f7;padding:8px;overflow-x:auto;font-size:12px}\
-.plots{display:flex;flex-wrap:wrap;gap:12px}.plots div{width:900px}code{background:#f2f2f2}\n</style></head><body>\n");
-        let _ = writeln!(h, "<h1>sparrow sweep</h1>\n<p>Started {} &middot; axis <b>{}</b> &middot; {} step(s)</p>", esc(&self.started), self.cfg.axis.name(), self.steps.len());
+.plots{display:flex;flex-wrap:wrap;gap:12px}.plots div{width:900px}code{background:#f2f2f2}\n</style></head><body>\n",
+        );
+        let _ = writeln!(
+            h,
+            "<h1>sparrow sweep</h1>\n<p>Started {} &middot; axis <b>{}</b> &middot; {} step(s)</p>",
+            esc(&self.started),
+            self.cfg.axis.name(),
+            self.steps.len()
+        );
         h.push_str("<h2>Steps</h2>\n<table><tr>");
-        for c in ["step", "label", "conc", "rate", "req/s", "out tok/s", "total tok/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "ITL p50", "failed", "status", "verdict"] {
+        for c in [
+            "step",
+            "label",
+            "conc",
+            "rate",
+            "req/s",
+            "out tok/s",
+            "total tok/s",
+            "TTFT p50",
+            "TTFT p99",
+            "TPOT p50",
+            "TPOT p99",
+            "ITL p50",
+            "failed",
+            "status",
+            "verdict",
+        ] {
             let _ = write!(h, "<th>{c}</th>");
         }
         h.push_str("</tr>\n");
@@ -404,15 +473,37 @@ td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}th{background:#f2f2
                 s.concurrency.map_or("-".into(), |c| c.to_string()),
                 fmt_value(s.request_rate)
             );
-            for k in ["request_throughput", "output_throughput", "total_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "median_itl_ms"] {
+            for k in [
+                "request_throughput",
+                "output_throughput",
+                "total_throughput",
+                "median_ttft_ms",
+                "p99_ttft_ms",
+                "median_tpot_ms",
+                "p99_tpot_ms",
+                "median_itl_ms",
+            ] {
                 let _ = write!(h, "<td>{}</td>", m(k));
             }
-            let status = serde_json::to_value(s.status).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
-            let _ = writeln!(h, "<td>{}</td><td class=\"l\">{status}</td><td class=\"l\">{}</td></tr>", s.failed, s.verdict.map_or("-", |v| v.as_str()));
+            let status =
+                serde_json::to_value(s.status).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
+            let _ = writeln!(
+                h,
+                "<td>{}</td><td class=\"l\">{status}</td><td class=\"l\">{}</td></tr>",
+                s.failed,
+                s.verdict.map_or("-", |v| v.as_str())
+            );
         }
         h.push_str("</table>\n<h2>Knee, peak, SLO point</h2>\n<ul>\n");
         for a in an {
-            let _ = writeln!(h, "<li><b>{}</b>: {}</li><li><b>{}</b>: {}</li>", esc(&a.label), esc(&a.knee.how), esc(&a.label), esc(&a.peak.how));
+            let _ = writeln!(
+                h,
+                "<li><b>{}</b>: {}</li><li><b>{}</b>: {}</li>",
+                esc(&a.label),
+                esc(&a.knee.how),
+                esc(&a.label),
+                esc(&a.peak.how)
+            );
             if let Some(s) = &a.slo {
                 let _ = writeln!(h, "<li><b>{}</b>: {}</li>", esc(&a.label), esc(&s.how));
             }
@@ -426,7 +517,12 @@ td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}th{background:#f2f2
             let _ = writeln!(h, "<h2>A/B</h2>\n<p>{} (A) against {} (B): same prompts at each step, runs interleaved A, B; ratio B/A.</p>\n<table><tr><th>{}</th><th>figure</th><th>A</th><th>B</th><th>B/A</th></tr>", esc(&an[0].label), esc(&an[1].label), self.cfg.axis.name());
             for (v, cols) in self.ab_rows(an) {
                 for (n, a, b) in cols {
-                    let _ = writeln!(h, "<tr><td>{}</td><td class=\"l\">{n}</td><td>{a:.1}</td><td>{b:.1}</td><td>{}</td></tr>", fmt_value(v), ratio(a, b));
+                    let _ = writeln!(
+                        h,
+                        "<tr><td>{}</td><td class=\"l\">{n}</td><td>{a:.1}</td><td>{b:.1}</td><td>{}</td></tr>",
+                        fmt_value(v),
+                        ratio(a, b)
+                    );
                 }
             }
             h.push_str("</table>\n");
@@ -438,7 +534,11 @@ td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}th{background:#f2f2
         }
         h.push_str("</div>\n<h2>Verdicts</h2>\n");
         let mut any = false;
-        for s in self.steps.iter().filter(|s| s.status != Status::Ok || s.verdict.is_some_and(|v| v != crate::forensics::VerdictKind::Ok)) {
+        for s in self
+            .steps
+            .iter()
+            .filter(|s| s.status != Status::Ok || s.verdict.is_some_and(|v| v != crate::forensics::VerdictKind::Ok))
+        {
             any = true;
             let _ = writeln!(
                 h,
@@ -467,7 +567,13 @@ td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}th{background:#f2f2
         h.push_str("<h2>Command lines</h2>\n");
         let _ = writeln!(h, "<pre>sparrow sweep {}</pre>", esc(&shell_join(self.argv)));
         for s in &self.cfg.sides {
-            let _ = writeln!(h, "<p>{}: <code>{}</code> at <code>{}</code></p>", esc(&s.label), esc(s.server_cmd.as_deref().unwrap_or("(not launched by the sweep)")), esc(&s.base_url));
+            let _ = writeln!(
+                h,
+                "<p>{}: <code>{}</code> at <code>{}</code></p>",
+                esc(&s.label),
+                esc(s.server_cmd.as_deref().unwrap_or("(not launched by the sweep)")),
+                esc(&s.base_url)
+            );
         }
         let m = self.machine;
         let _ = writeln!(
@@ -490,13 +596,16 @@ td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}th{background:#f2f2
     fn kernel_isa_rows(&self) -> String {
         let mut o = String::new();
         for s in &self.cfg.sides {
-            let isa = self
-                .steps
-                .iter()
-                .filter(|st| st.label == s.label)
-                .find_map(|st| st.bench.get("server_info").and_then(|i| i.get("kernel_isa")).and_then(Value::as_str).map(str::to_owned));
+            let isa = self.steps.iter().filter(|st| st.label == s.label).find_map(|st| {
+                st.bench.get("server_info").and_then(|i| i.get("kernel_isa")).and_then(Value::as_str).map(str::to_owned)
+            });
             if let Some(isa) = isa {
-                let _ = write!(o, "<tr><td class=\"l\">{} kernel ISA</td><td class=\"l\">{}</td></tr>", esc(&s.label), esc(&isa));
+                let _ = write!(
+                    o,
+                    "<tr><td class=\"l\">{} kernel ISA</td><td class=\"l\">{}</td></tr>",
+                    esc(&s.label),
+                    esc(&isa)
+                );
             }
         }
         o
@@ -578,7 +687,9 @@ pub fn write_all(r: &Report<'_>, dir: &Path) -> std::io::Result<String> {
         }
     }
     if font.is_none() {
-        eprintln!("warning: no TrueType font found (install fonts-dejavu-core or set SPARROW_PLOT_FONT): PNG plots skipped");
+        eprintln!(
+            "warning: no TrueType font found (install fonts-dejavu-core or set SPARROW_PLOT_FONT): PNG plots skipped"
+        );
     }
     write_atomic(&dir.join("report.html"), r.html(&an, &svgs).as_bytes())?;
     Ok(r.table(&an))

@@ -145,10 +145,11 @@ impl Server {
     /// # Errors
     /// [`ServerError`] when the log cannot be created or the shell cannot start.
     pub fn launch(cmd: &str, index: usize, log_path: &Path) -> Result<Server, ServerError> {
-        let mut log = std::fs::File::create(log_path)
-            .map_err(|source| ServerError::Log { path: log_path.to_owned(), source })?;
+        let mut log =
+            std::fs::File::create(log_path).map_err(|source| ServerError::Log { path: log_path.to_owned(), source })?;
         let started = Instant::now();
-        let header = format!("# sparrow sweep: server {index}, launched {} with: sh -c {cmd:?}\n", utc(SystemTime::now()));
+        let header =
+            format!("# sparrow sweep: server {index}, launched {} with: sh -c {cmd:?}\n", utc(SystemTime::now()));
         log.write_all(header.as_bytes()).map_err(|source| ServerError::Log { path: log_path.to_owned(), source })?;
         let mut child = Command::new("sh")
             .arg("-c")
@@ -181,7 +182,17 @@ impl Server {
             }
             let _ = w.flush();
         });
-        Ok(Server { index, cmd: cmd.to_owned(), log_path: log_path.to_owned(), pid, started, child, exit: None, log_task: Some(log_task), log_lines })
+        Ok(Server {
+            index,
+            cmd: cmd.to_owned(),
+            log_path: log_path.to_owned(),
+            pid,
+            started,
+            child,
+            exit: None,
+            log_task: Some(log_task),
+            log_lines,
+        })
     }
 
     /// Lines written to the log so far (header included).
@@ -267,7 +278,12 @@ impl Drop for Server {
 ///
 /// # Errors
 /// The reason it never became ready.
-pub async fn wait_ready(server: &mut Server, http: &reqwest::Client, url: &str, timeout: Duration) -> Result<Duration, String> {
+pub async fn wait_ready(
+    server: &mut Server,
+    http: &reqwest::Client,
+    url: &str,
+    timeout: Duration,
+) -> Result<Duration, String> {
     let t0 = Instant::now();
     loop {
         if let Some(e) = server.exited() {

@@ -85,7 +85,12 @@ fn default_dir() -> PathBuf {
 }
 
 fn step_key(cfg: &SweepConfig, label: &str, vi: usize, r: usize) -> String {
-    format!("{label}|{}={}|repeat={r}|{}", cfg.axis.name(), fmt_value(cfg.axis.value(vi)), cfg.bench_argv.join("\u{1f}"))
+    format!(
+        "{label}|{}={}|repeat={r}|{}",
+        cfg.axis.name(),
+        fmt_value(cfg.axis.value(vi)),
+        cfg.bench_argv.join("\u{1f}")
+    )
 }
 
 /// The bench's JSONL pairs as a JSON object, without the keys the step holds itself.
@@ -214,7 +219,12 @@ impl Sweep {
             Axis::RequestRate(_) => "r",
         };
         let rep = if self.cfg.args.repeat > 1 { format!("-rep{}", p.repeat + 1) } else { String::new() };
-        format!("{:02}-{}-{axis}{}{rep}", k + 1, self.cfg.sides[p.side].label, fmt_value(self.cfg.axis.value(p.value_index)))
+        format!(
+            "{:02}-{}-{axis}{}{rep}",
+            k + 1,
+            self.cfg.sides[p.side].label,
+            fmt_value(self.cfg.axis.value(p.value_index))
+        )
     }
 
     fn blank(&self, k: usize, p: Plan, status: Status, evidence: String) -> StepResult {
@@ -266,13 +276,23 @@ impl Sweep {
     }
 
     fn write_report(&self) -> Result<String, SweepError> {
-        let r = Report { cfg: &self.cfg, argv: &self.argv, started: self.started.clone(), steps: &self.steps, machine: &self.machine };
+        let r = Report {
+            cfg: &self.cfg,
+            argv: &self.argv,
+            started: self.started.clone(),
+            steps: &self.steps,
+            machine: &self.machine,
+        };
         report::write_all(&r, &self.dir).map_err(io_err(&self.dir))
     }
 
     /// Makes sure side `i`'s server runs (when the sweep launches it); on failure, the
     /// verdict of the failed start.
-    async fn ensure_server(&mut self, i: usize, from_step: usize) -> Result<(), (Verdict, Option<String>, MemEvidence)> {
+    async fn ensure_server(
+        &mut self,
+        i: usize,
+        from_step: usize,
+    ) -> Result<(), (Verdict, Option<String>, MemEvidence)> {
         let side: Side = self.cfg.sides[i].clone();
         let Some(cmd) = side.server_cmd.clone() else { return Ok(()) };
         if let Some(s) = self.servers[i].as_mut() {
@@ -287,14 +307,22 @@ impl Sweep {
         for j in 0..self.servers.len() {
             if j != i && self.cfg.sides[j].base_url == side.base_url {
                 if let Some(mut other) = self.servers[j].take() {
-                    eprintln!("sparrow sweep: stopping {}'s server (same address as {})", self.cfg.sides[j].label, side.label);
+                    eprintln!(
+                        "sparrow sweep: stopping {}'s server (same address as {})",
+                        self.cfg.sides[j].label, side.label
+                    );
                     other.stop(self.cfg.stop_grace).await;
                 }
             }
         }
         self.launches += 1;
         let log = self.dir.join(format!("server-{}.log", self.launches));
-        eprintln!("sparrow sweep: launching server {} for {} (step {}): {cmd}", self.launches, side.label, from_step + 1);
+        eprintln!(
+            "sparrow sweep: launching server {} for {} (step {}): {cmd}",
+            self.launches,
+            side.label,
+            from_step + 1
+        );
         let mut srv = match Server::launch(&cmd, self.launches, &log) {
             Ok(s) => s,
             Err(e) => return Err((Verdict::plain(VerdictKind::Exited, e.to_string()), None, MemEvidence::default())),
@@ -316,7 +344,8 @@ impl Sweep {
                 let _ = watch.sample(Some(srv.pid)).await;
                 let exit = srv.wait_exit(Duration::from_secs(2)).await;
                 let how = srv.stop(self.cfg.stop_grace).await;
-                let mem = watch.finish();
+                let mut mem = watch.finish();
+                mem.refresh_oom_kills();
                 let log_text = std::fs::read_to_string(&log).unwrap_or_default();
                 let v = match exit {
                     Some(e) => {
@@ -449,7 +478,11 @@ impl Sweep {
         let n = plan.len();
         let out_file = self.cfg.args.output_file.clone().unwrap_or_else(|| self.dir.join("results.jsonl"));
         let mut stopped: Option<String> = None;
-        let slos = Slos { ttft_ms: self.cfg.args.slo_ttft_ms, tpot_ms: self.cfg.args.slo_tpot_ms, e2e_ms: self.cfg.args.slo_e2e_ms };
+        let slos = Slos {
+            ttft_ms: self.cfg.args.slo_ttft_ms,
+            tpot_ms: self.cfg.args.slo_tpot_ms,
+            e2e_ms: self.cfg.args.slo_e2e_ms,
+        };
         eprintln!("sparrow sweep: {n} step(s), results in {}", self.dir.display());
         for (k, p) in plan.iter().copied().enumerate() {
             let side = self.cfg.sides[p.side].clone();
@@ -499,7 +532,12 @@ impl Sweep {
                 b.details_file = Some(self.dir.join("steps").join(format!("{name}.requests.jsonl")));
                 b.tag = Some(b.tag.map_or_else(|| side.label.clone(), |t| format!("{t} {}", side.label)));
                 let from_line = self.servers[p.side].as_ref().map_or(1, |s| s.log_lines() + 1);
-                let prefix = format!("[{}/{n} {} {}={value}]", k + 1, side.label, if self.cfg.axis.name() == "concurrency" { "c" } else { "rate" });
+                let prefix = format!(
+                    "[{}/{n} {} {}={value}]",
+                    k + 1,
+                    side.label,
+                    if self.cfg.axis.name() == "concurrency" { "c" } else { "rate" }
+                );
                 let obs = self.observe(p.side, b, prefix).await;
                 result.peak_rss_bytes = self.servers[p.side].as_ref().map(|_| obs.mem.peak_rss);
                 result.server_log = self.servers[p.side].as_ref().map(|s| s.log_path.clone()).map(|l| self.rel(&l));
@@ -553,7 +591,9 @@ impl Sweep {
                             let e = srv.wait_exit(Duration::from_secs(1)).await.unwrap_or(server::ExitInfo { code: None, signal: None });
                             srv.drain_log().await;
                             let text = std::fs::read_to_string(&srv.log_path).unwrap_or_default();
-                            forensics::classify_death(&text, from_line, e, &obs.mem)
+                            let mut mem = obs.mem.clone();
+                            mem.refresh_oom_kills();
+                            forensics::classify_death(&text, from_line, e, &mem)
                         }
                         None => Verdict::plain(
                             VerdictKind::Exited,
@@ -591,7 +631,10 @@ impl Sweep {
                     srv.stop(self.cfg.stop_grace).await;
                 }
                 match self.cfg.args.on_crash {
-                    OnCrash::Stop => stopped = Some(format!("not run: the sweep stopped after step {step_no} crashed (--on-crash stop)")),
+                    OnCrash::Stop => {
+                        stopped =
+                            Some(format!("not run: the sweep stopped after step {step_no} crashed (--on-crash stop)"))
+                    }
                     OnCrash::Restart => eprintln!("sparrow sweep: step {step_no} lost; going on (--on-crash restart)"),
                 }
             } else if self.cfg.args.restart == Restart::PerStep {
