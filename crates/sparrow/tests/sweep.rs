@@ -309,7 +309,7 @@ fn resume_after_sigint_reruns_only_the_missing_steps() {
     let mut a = sweep_args(dir.path(), port);
     a.extend(["--server-cmd".into(), mock_cmd(port, "--log-requests --chunk-delay-ms 40")]);
     a.extend(["--concurrency", "1,2,3,4", "--num-prompts-per-step", "12"].map(String::from));
-    let mut child = Command::new(SPARROW)
+    let child = Command::new(SPARROW)
         .args(&a)
         .stdin(Stdio::null())
         .stdout(Stdio::null())

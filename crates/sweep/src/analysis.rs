@@ -235,6 +235,57 @@ mod tests {
         assert_eq!(knee(&inf, 0.1).value, None);
     }
 
+    fn run(label: &str, vi: usize, c: usize, tps: f64, ok: bool) -> StepResult {
+        let mut bench = serde_json::Map::new();
+        bench.insert("output_throughput".into(), serde_json::json!(tps));
+        bench.insert("median_ttft_ms".into(), serde_json::json!(tps / 10.0));
+        StepResult {
+            step: 0,
+            key: String::new(),
+            label: label.into(),
+            value_index: vi,
+            repeat: 0,
+            concurrency: Some(c),
+            request_rate: f64::INFINITY,
+            seed: 1,
+            num_prompts: 64,
+            status: if ok { crate::step::Status::Ok } else { crate::step::Status::Crashed },
+            verdict: None,
+            evidence: String::new(),
+            quote: None,
+            error_type: None,
+            location: None,
+            context: vec![],
+            completed: 64,
+            failed: 0,
+            server_log: None,
+            peak_rss_bytes: None,
+            goodput: None,
+            slo_attainment: None,
+            block_file: None,
+            bench,
+        }
+    }
+
+    #[test]
+    fn repeats_give_medians_and_spread_per_side() {
+        let steps = [
+            run("A", 0, 1, 100.0, true),
+            run("B", 0, 1, 50.0, true),
+            run("A", 0, 1, 130.0, true),
+            run("A", 0, 1, 90.0, true),
+            run("A", 1, 8, 400.0, true),
+            run("A", 1, 8, 999.0, false),
+        ];
+        let pts = points(&steps, "A", "concurrency");
+        assert_eq!(pts.len(), 2);
+        assert_eq!((pts[0].runs, pts[0].output_throughput, pts[0].spread), (3, 100.0, (90.0, 130.0)));
+        assert_eq!(pts[0].ttft_p50, 10.0);
+        // The crashed run is not a point.
+        assert_eq!((pts[1].runs, pts[1].output_throughput, pts[1].value), (1, 400.0, 8.0));
+        assert_eq!(points(&steps, "B", "concurrency")[0].output_throughput, 50.0);
+    }
+
     #[test]
     fn slo_point_is_the_highest_meeting_step() {
         let mut pts = [pt(1.0, 1.0), pt(4.0, 2.0), pt(16.0, 3.0)];

@@ -92,7 +92,7 @@ fn range(vals: impl Iterator<Item = f64>, log: bool, from_zero: bool) -> (f64, f
     } else {
         hi.abs().max(1.0) * 0.5
     };
-    if !(from_zero && !log) {
+    if !from_zero || log {
         lo -= pad;
     }
     hi += pad;
@@ -129,7 +129,7 @@ fn ticks(lo: f64, hi: f64, log: bool, at: Option<Vec<f64>>) -> Vec<f64> {
         return ticks(a, b, false, None).into_iter().filter(|t| *t > 0.0).map(f64::log10).collect();
     }
     let raw = (hi - lo) / 6.0;
-    if !(raw > 0.0) {
+    if raw.is_nan() || raw <= 0.0 {
         return vec![lo];
     }
     let mag = 10f64.powf(raw.log10().floor());

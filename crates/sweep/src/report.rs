@@ -78,6 +78,9 @@ pub struct Report<'a> {
     pub machine: &'a Machine,
 }
 
+/// A/B rows: the step value and (figure, A, B) per figure.
+type AbRows = Vec<(f64, Vec<(&'static str, f64, f64)>)>;
+
 /// One side's analysis.
 #[derive(Debug, Clone)]
 pub struct SideAnalysis {
@@ -143,7 +146,7 @@ impl Report<'_> {
         let mut o = String::new();
         let _ = writeln!(
             o,
-            "{:>4} {:<8} {:>6} {:>6} {:>8} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>8} {:>6}  {}",
+            "{:>4} {:<8} {:>6} {:>6} {:>8} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>8} {:>6}  verdict",
             "step",
             "label",
             "conc",
@@ -157,7 +160,6 @@ impl Report<'_> {
             "TPOT p99",
             "ITL p50",
             "failed",
-            "verdict"
         );
         for s in self.steps {
             let m = |k: &str| s.metric(k).map_or("-".to_owned(), |v| format!("{v:.1}"));
@@ -230,7 +232,7 @@ impl Report<'_> {
         o
     }
 
-    fn ab_rows(&self, an: &[SideAnalysis]) -> Vec<(f64, Vec<(&'static str, f64, f64)>)> {
+    fn ab_rows(&self, an: &[SideAnalysis]) -> AbRows {
         let (a, b) = (&an[0], &an[1]);
         a.points
             .iter()
