@@ -165,6 +165,16 @@ pub enum JVal {
     Float(f64),
 }
 
+impl JVal {
+    /// As a standard JSON value: a non-finite float becomes `null`.
+    pub fn to_value(&self) -> Value {
+        match self {
+            JVal::Json(v) => v.clone(),
+            JVal::Float(f) => serde_json::Number::from_f64(*f).map_or(Value::Null, Value::Number),
+        }
+    }
+}
+
 impl From<Value> for JVal {
     fn from(v: Value) -> Self {
         JVal::Json(v)

@@ -67,6 +67,9 @@ pub struct RunHooks {
     pub bar_prefix: String,
     /// Appended to the progress bar's message, refreshed every second (e.g. server RSS).
     pub bar_status: Arc<Mutex<String>>,
+    /// Leave SIGINT/SIGTERM to the caller, which stops the run through `stop` (so one owner
+    /// decides what a signal means, and no race between two listeners decides it).
+    pub ignore_signals: bool,
 }
 
 /// How long requests in flight may go on after the server is declared down.
@@ -424,7 +427,7 @@ fn progress_bar(n: usize, hidden: bool, prefix: &str) -> ProgressBar {
 }
 
 /// Waits for SIGINT or SIGTERM; returns the exit status and a description.
-async fn interrupted() -> (i32, String) {
+pub async fn interrupted() -> (i32, String) {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
@@ -555,8 +558,14 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
     {
         let (cancel, interrupt, hooks, done) = (cancel.clone(), interrupt.clone(), hooks.clone(), stop_monitor.clone());
         tokio::spawn(async move {
+            let signal = async {
+                if hooks.ignore_signals {
+                    std::future::pending::<()>().await;
+                }
+                interrupted().await
+            };
             let got = tokio::select! {
-                got = interrupted() => got,
+                got = signal => got,
                 () = hooks.stop.cancelled() => {
                     let why = hooks.stop_reason.lock().ok().and_then(|r| r.clone());
                     (exit::STOPPED, why.unwrap_or_else(|| "stopped by the caller".into()))

@@ -45,15 +45,9 @@ pub struct Point {
     pub goodput: Option<f64>,
 }
 
-/// Median (mean of the two middle values for an even count); 0 for none.
+/// Median (numpy's: the mean of the two middle values for an even count); 0 for none.
 pub fn median(xs: &[f64]) -> f64 {
-    let mut v: Vec<f64> = xs.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
+    sparrow_bench::metrics::percentile(xs, 50.0)
 }
 
 /// The points of side `label` in step-value order (values with no usable run are left out).
@@ -61,6 +55,7 @@ pub fn points(steps: &[StepResult], label: &str, axis: &str) -> Vec<Point> {
     let mut idx: Vec<usize> = steps.iter().filter(|s| s.label == label).map(|s| s.value_index).collect();
     idx.sort_unstable();
     idx.dedup();
+    // Step values are validated to increase along the axis, so index order is value order.
     idx.into_iter()
         .filter_map(|vi| {
             let runs: Vec<&StepResult> =

@@ -313,6 +313,14 @@ fn validate(a: SweepArgs, mut bench_args: BenchArgs, bench_argv: Vec<String>) ->
     } else {
         return Err(FlagError("give the steps: --concurrency 1,64,256,512 or --request-rate 1,4,inf".into()));
     };
+    let vals: Vec<f64> = (0..axis.len()).map(|i| axis.value(i)).collect();
+    if vals.windows(2).any(|w| w[1] <= w[0]) {
+        return Err(FlagError(format!(
+            "--{} steps must increase ({}): the knee compares each step with the next",
+            axis.name().replace('_', "-"),
+            vals.iter().map(|v| crate::analysis::fmt_value(*v)).collect::<Vec<_>>().join(",")
+        )));
+    }
     if a.repeat == 0 {
         return Err(FlagError("--repeat must be at least 1".into()));
     }
@@ -498,5 +506,8 @@ mod tests {
         assert!(p(&["--concurrency", "1", "--no-such-flag"]).expect_err("typo").contains("--no-such-flag"));
         assert!(p(&["--concurrency", "1", "--label", "a", "--label", "a"]).expect_err("same").contains("--label"));
         assert!(matches!(parse(&["--help".to_owned()]), Err(ParseError::Help(_))));
+        assert!(p(&["--concurrency", "64,1"]).expect_err("order").contains("increase"));
+        assert!(p(&["--request-rate", "1,inf,4"]).expect_err("order").contains("--request-rate"));
+        assert!(p(&["--concurrency", "4,4"]).expect_err("dup").contains("increase"));
     }
 }

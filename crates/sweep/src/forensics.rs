@@ -113,6 +113,16 @@ const OOM_MARKERS: &[&str] = &[
 ];
 
 fn is_oom_text(t: &str) -> bool {
+    is_strong_oom_text(t) || is_weak_oom_text(t)
+}
+
+/// "... out of memory ..." on a line that also says error or failed.
+fn is_weak_oom_text(t: &str) -> bool {
+    let lower = t.to_ascii_lowercase();
+    lower.contains("out of memory") && (lower.contains("error") || lower.contains("failed"))
+}
+
+fn is_strong_oom_text(t: &str) -> bool {
     if OOM_MARKERS.iter().any(|m| t.contains(m)) {
         return true;
     }
@@ -122,10 +132,8 @@ fn is_oom_text(t: &str) -> bool {
             return true;
         }
     }
-    let lower = t.to_ascii_lowercase();
-    // Python's MemoryError as an exception line, or an error line saying so.
+    // Python's MemoryError as an exception line.
     t.trim_start().starts_with("MemoryError")
-        || (lower.contains("out of memory") && (lower.contains("error") || lower.contains("failed")))
 }
 
 /// An exception line of a Python traceback: `Type: message` or a bare `Type`, not indented.
@@ -166,8 +174,12 @@ fn python_traceback(lines: &[(usize, &str)], start: usize) -> LogFinding {
         if l.starts_with(char::is_whitespace) || l.trim().is_empty() {
             continue;
         }
-        exc = Some((n, l));
-        break;
+        // Other processes' lines (an access log, another rank) can land inside a traceback;
+        // the exception line is the first that reads `Type: message` or `Type`.
+        if exception_type(l).is_some() {
+            exc = Some((n, l));
+            break;
+        }
     }
     let (tb_n, tb_l) = lines[start];
     let error_type = exc.and_then(|(_, l)| exception_type(l));
@@ -222,7 +234,21 @@ const DEFECT_MARKERS: &[(&str, &str)] = &[
 ];
 
 /// Finds the first error line in `lines` (1-based line numbers with the server's own text).
+/// Tracebacks, panics and the markers of allocation failures and fatal errors come first; a
+/// line that merely says "out of memory" next to "error" counts only when none is found.
 pub fn scan_log(lines: &[(usize, &str)]) -> Option<LogFinding> {
+    scan_strong(lines).or_else(|| {
+        lines.iter().find(|(_, l)| is_weak_oom_text(l)).map(|&(n, l)| LogFinding {
+            oom: true,
+            quote: LogQuote { line: n, text: l.to_owned() },
+            error_type: None,
+            location: None,
+            context: vec![],
+        })
+    })
+}
+
+fn scan_strong(lines: &[(usize, &str)]) -> Option<LogFinding> {
     for (i, &(n, l)) in lines.iter().enumerate() {
         if l.contains("Traceback (most recent call last):") {
             return Some(python_traceback(lines, i));
@@ -232,7 +258,7 @@ pub fn scan_log(lines: &[(usize, &str)]) -> Option<LogFinding> {
                 return Some(f);
             }
         }
-        if is_oom_text(l) {
+        if is_strong_oom_text(l) {
             return Some(LogFinding {
                 oom: true,
                 quote: LogQuote { line: n, text: l.to_owned() },
@@ -285,12 +311,21 @@ pub fn log_lines(text: &str, from: usize) -> Vec<(usize, &str)> {
 const FATAL_SIGNALS: &[i32] = &[4, 6, 7, 8, 11]; // SIGILL, SIGABRT, SIGBUS, SIGFPE, SIGSEGV
 
 /// Judges a server that died: `log` is the whole log file, `from` the first line of the
-/// crashed step (searched first; the whole log if nothing is found there).
+/// crashed step. Only the step's lines decide: an error the server printed and survived in an
+/// earlier step does not explain this death (it is named in the evidence, though).
 pub fn classify_death(log: &str, from: usize, exit: ExitInfo, mem: &MemEvidence) -> Verdict {
     let lines = log_lines(log, from);
-    let finding = scan_log(&lines).or_else(|| if from > 1 { scan_log(&log_lines(log, 1)) } else { None });
+    let finding = scan_log(&lines);
+    let earlier = if finding.is_none() && from > 1 {
+        scan_log(&log_lines(log, 1).into_iter().filter(|(n, _)| *n < from).collect::<Vec<_>>())
+            .map(|f| format!("; before this step, line {}: {}", f.quote.line, f.quote.text))
+            .unwrap_or_default()
+    } else {
+        String::new()
+    };
     let status = exit.describe();
-    let memory = mem.describe();
+    let memory = format!("{}{earlier}", mem.describe());
+    let not_memory = if mem.at_limit() { "memory at the limit" } else { "not memory" };
     let sig = exit.effective_signal();
     let with = |kind: VerdictKind, evidence: String, f: Option<&LogFinding>| Verdict {
         kind,
@@ -315,7 +350,7 @@ pub fn classify_death(log: &str, from: usize, exit: ExitInfo, mem: &MemEvidence)
         let at = f.location.as_ref().map(|l| format!(" at {l}")).unwrap_or_default();
         return with(
             VerdictKind::Defect,
-            format!("{status}; {what}{at} (log line {}); {memory}: not memory", f.quote.line),
+            format!("{status}; {what}{at} (log line {}); {memory}: {not_memory}", f.quote.line),
             Some(f),
         );
     }
@@ -334,7 +369,7 @@ pub fn classify_death(log: &str, from: usize, exit: ExitInfo, mem: &MemEvidence)
             format!("{status}; killed from outside (no OOM record, memory not at the limit); {memory}"),
         );
     }
-    match last_error_line(&lines).or_else(|| last_error_line(&log_lines(log, 1))) {
+    match last_error_line(&lines) {
         Some(q) => Verdict {
             evidence: format!("{status}; last error in the log (line {}): {}; {memory}", q.line, q.text),
             quote: Some(q),

@@ -126,6 +126,8 @@ pub struct MemEvidence {
     pub oom_kills_after: Option<u64>,
     /// Largest GPU memory used and the total, MiB.
     pub gpu_peak_mib: Option<(u64, u64)>,
+    /// False for a server the sweep did not launch: its RSS is unknown.
+    pub owned: bool,
 }
 
 impl MemEvidence {
@@ -153,11 +155,17 @@ impl MemEvidence {
             _ => 0,
         }
     }
-    /// True when the peak RSS (or the cgroup's usage) came within 5 % of the limit.
+    /// True when the server's peak RSS came within 5 % of the limit, or the machine ran
+    /// below 3 % available memory (a machine-wide OOM kill leaves no cgroup record).
+    /// The cgroup's `memory.current` is not used: it counts page cache, which a model load
+    /// fills up to the limit without any memory pressure.
     pub fn at_limit(&self) -> bool {
-        let Some(limit) = self.limit() else { return false };
-        let used = self.peak_rss.max(self.cgroup_peak.filter(|_| self.cgroup_max.is_some()).unwrap_or(0));
-        used as f64 >= 0.95 * limit as f64
+        let rss_at = self.limit().is_some_and(|l| self.owned && self.peak_rss as f64 >= 0.95 * l as f64);
+        let machine_low = match (self.min_available, self.mem_total) {
+            (Some(a), Some(t)) => (a as f64) < 0.03 * t as f64,
+            _ => false,
+        };
+        rss_at || machine_low
     }
     /// "peak RSS 4.1 GiB of 24.0 GiB (MemTotal)" and the cgroup and GPU figures.
     pub fn describe(&self) -> String {
@@ -167,7 +175,11 @@ impl MemEvidence {
             (_, Some(m)) => format!("{} (MemTotal)", gib(m)),
             _ => "an unknown limit".into(),
         };
-        parts.push(format!("peak RSS {} of {lim}", gib(self.peak_rss)));
+        if self.owned {
+            parts.push(format!("peak RSS {} of {lim}", gib(self.peak_rss)));
+        } else {
+            parts.push("server not launched by the sweep: its RSS is not known".into());
+        }
         if let Some(a) = self.min_available {
             parts.push(format!("MemAvailable never below {}", gib(a)));
         }
@@ -211,6 +223,7 @@ impl MemWatch {
             cgroup: cgroup.as_ref().map(|c| c.display().to_string()),
             cgroup_max: cgroup.as_deref().and_then(cgroup_max),
             oom_kills_before: cgroup.as_deref().and_then(cgroup_oom_kills),
+            owned: pid.is_some(),
             ..Default::default()
         };
         MemWatch { ev, cgroup, gpu: has_nvidia_smi() }
@@ -273,9 +286,15 @@ mod tests {
             mem_total: Some(24 << 30),
             oom_kills_before: Some(0),
             oom_kills_after: Some(0),
+            owned: true,
             ..Default::default()
         };
         assert!(!ev.at_limit());
+        // Page cache in the cgroup up to its limit is not memory pressure.
+        let cache = MemEvidence { cgroup_max: Some(8 << 30), cgroup_peak: Some(8 << 30), ..ev.clone() };
+        assert!(!cache.at_limit());
+        let machine = MemEvidence { min_available: Some(200 << 20), ..ev.clone() };
+        assert!(machine.at_limit());
         assert_eq!(ev.oom_kills(), 0);
         assert!(ev.describe().starts_with("peak RSS 4.0 GiB of 24.0 GiB (MemTotal)"), "{}", ev.describe());
         let full = MemEvidence { cgroup_max: Some(1 << 30), peak_rss: 1 << 30, oom_kills_after: Some(1), ..ev };

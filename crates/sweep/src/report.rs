@@ -349,7 +349,12 @@ impl Report<'_> {
     /// The four charts.
     pub fn charts(&self, an: &[SideAnalysis]) -> Vec<Chart> {
         let axis = self.cfg.axis.name();
-        let x_desc = if axis == "concurrency" { "max concurrency" } else { "request rate (req/s)" };
+        let has_inf = (0..self.cfg.axis.len()).any(|i| self.cfg.axis.value(i).is_infinite());
+        let x_desc = match (axis == "concurrency", has_inf) {
+            (true, _) => "max concurrency",
+            (false, false) => "request rate (req/s)",
+            (false, true) => "request rate (req/s; the inf step has no place on this axis: see the table)",
+        };
         let per_side = |f: &dyn Fn(&Point) -> f64, suffix: &str, dashed: bool| -> Vec<Series> {
             an.iter()
                 .enumerate()
@@ -549,7 +554,13 @@ td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}th{background:#f2f2
                 esc(&s.label),
                 self.cfg.axis.name(),
                 fmt_value(s.value(self.cfg.axis.name())),
-                s.verdict.map_or("skipped", |v| v.as_str()),
+                s.verdict.map_or_else(
+                    || serde_json::to_value(s.status)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_owned))
+                        .unwrap_or_default(),
+                    |v| v.as_str().to_owned()
+                ),
                 esc(&s.evidence)
             );
             if let Some(q) = &s.quote {

@@ -115,6 +115,8 @@ pub struct Server {
     pub started: Instant,
     child: Child,
     exit: Option<ExitInfo>,
+    /// The group was killed by [`Self::stop`]: its id may since belong to someone else.
+    stopped: bool,
     log_task: Option<tokio::task::JoinHandle<()>>,
     log_lines: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
@@ -145,12 +147,13 @@ impl Server {
     /// # Errors
     /// [`ServerError`] when the log cannot be created or the shell cannot start.
     pub fn launch(cmd: &str, index: usize, log_path: &Path) -> Result<Server, ServerError> {
-        let mut log =
-            std::fs::File::create(log_path).map_err(|source| ServerError::Log { path: log_path.to_owned(), source })?;
+        let log_err = |source| ServerError::Log { path: log_path.to_owned(), source };
         let started = Instant::now();
         let header =
             format!("# sparrow sweep: server {index}, launched {} with: sh -c {cmd:?}\n", utc(SystemTime::now()));
-        log.write_all(header.as_bytes()).map_err(|source| ServerError::Log { path: log_path.to_owned(), source })?;
+        std::fs::write(log_path, header.as_bytes()).map_err(log_err)?;
+        // Append mode: the footer `stop` writes can never be overwritten by a late line.
+        let log = std::fs::OpenOptions::new().append(true).open(log_path).map_err(log_err)?;
         let mut child = Command::new("sh")
             .arg("-c")
             .arg(cmd)
@@ -161,6 +164,9 @@ impl Server {
             .spawn()
             .map_err(|source| ServerError::Spawn { cmd: cmd.to_owned(), source })?;
         let pid = child.id().unwrap_or(0);
+        if let Ok(mut live) = LIVE_GROUPS.lock() {
+            live.push(pid);
+        }
         let (tx, mut rx) = mpsc::unbounded_channel();
         if let Some(out) = child.stdout.take() {
             tokio::spawn(pump(out, "out", tx.clone()));
@@ -190,6 +196,7 @@ impl Server {
             started,
             child,
             exit: None,
+            stopped: false,
             log_task: Some(log_task),
             log_lines,
         })
@@ -256,6 +263,10 @@ impl Server {
         };
         // Whatever is left of the group (children that outlived the shell) goes too.
         self.signal_group(Signal::SIGKILL);
+        self.stopped = true;
+        if let Ok(mut live) = LIVE_GROUPS.lock() {
+            live.retain(|p| *p != self.pid);
+        }
         let _ = self.wait_exit(Duration::from_secs(5)).await;
         self.drain_log().await;
         if let Ok(mut f) = std::fs::OpenOptions::new().append(true).open(&self.log_path) {
@@ -267,14 +278,36 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        // Never leave a server behind, whatever path the sweep took out.
-        if self.exit.is_none() {
+        // Never leave a server behind, whatever path the sweep took out: the group can
+        // outlive the shell that leads it.
+        if !self.stopped {
             self.signal_group(Signal::SIGKILL);
+            if let Ok(mut live) = LIVE_GROUPS.lock() {
+                live.retain(|p| *p != self.pid);
+            }
         }
     }
 }
 
-/// Polls `url` until it answers 2xx, the process ends, or `timeout` passes.
+/// Process groups of servers launched and not yet stopped.
+static LIVE_GROUPS: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+
+/// SIGKILLs every launched server's group at once (a second Ctrl-C: the user wants out now).
+pub fn kill_all_groups() {
+    if let Ok(live) = LIVE_GROUPS.lock() {
+        for pid in live.iter().filter(|p| **p > 0) {
+            let _ = killpg(Pid::from_raw(*pid as i32), Signal::SIGKILL);
+        }
+    }
+}
+
+/// True when anything answers HTTP at `url` (any status).
+pub async fn answers(http: &reqwest::Client, url: &str) -> bool {
+    http.get(url).timeout(Duration::from_secs(2)).send().await.is_ok()
+}
+
+/// Polls `url` until it answers 2xx, the process ends, or `timeout` passes, sampling memory
+/// into `watch` once a second meanwhile (a model load is where many servers run out of it).
 ///
 /// # Errors
 /// The reason it never became ready.
@@ -283,9 +316,15 @@ pub async fn wait_ready(
     http: &reqwest::Client,
     url: &str,
     timeout: Duration,
+    watch: &mut crate::monitor::MemWatch,
 ) -> Result<Duration, String> {
     let t0 = Instant::now();
+    let mut last_sample: Option<Instant> = None;
     loop {
+        if last_sample.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+            last_sample = Some(Instant::now());
+            let _ = watch.sample(Some(server.pid)).await;
+        }
         if let Some(e) = server.exited() {
             return Err(format!("the server ended before it was ready: {}", e.describe()));
         }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{Map, Value};
 use sparrow_bench::args::BenchArgs;
-use sparrow_bench::report::{self as bench_report, JVal};
+use sparrow_bench::report as bench_report;
 use sparrow_bench::run::{self as bench_run, exit, BenchError, RunHooks, RunOutcome};
 use tokio_util::sync::CancellationToken;
 
@@ -41,6 +41,19 @@ pub enum SweepError {
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> SweepError + '_ {
     move |source| SweepError::Io { path: path.to_owned(), source }
+}
+
+/// What became of a server after a step in which it stopped answering.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Settled {
+    /// It answers again.
+    Alive,
+    /// Alive but silent to the end of the hang window.
+    Silent,
+    /// Its process ended (or, not launched by the sweep, it refuses connections).
+    Ended,
+    /// A signal came before it was decided.
+    Interrupted,
 }
 
 /// One planned step.
@@ -75,6 +88,8 @@ pub struct Sweep {
     previous: HashMap<String, StepResult>,
     interrupt: CancellationToken,
     interrupt_code: Arc<Mutex<Option<i32>>>,
+    /// The tokenizer every step of both sides builds its prompts with.
+    tokenizer: Option<PathBuf>,
 }
 
 /// The default output folder: `sweep-YYYYMMDD-HHMMSS` (UTC).
@@ -84,11 +99,18 @@ fn default_dir() -> PathBuf {
     PathBuf::from(format!("sweep-{}-{}", &digits[..8], &digits[8..]))
 }
 
-fn step_key(cfg: &SweepConfig, label: &str, vi: usize, r: usize) -> String {
+/// What makes two steps the same measurement: the side (label, command, address), the
+/// step's effective settings (concurrency, rate, prompts, seed, repeat) and the bench flags.
+fn step_key(cfg: &SweepConfig, side: &Side, vi: usize, r: usize) -> String {
     format!(
-        "{label}|{}={}|repeat={r}|{}",
-        cfg.axis.name(),
-        fmt_value(cfg.axis.value(vi)),
+        "{}|{}|{}|concurrency={}|rate={}|prompts={}|seed={}|repeat={r}|{}",
+        side.label,
+        side.server_cmd.as_deref().unwrap_or("-"),
+        side.base_url,
+        cfg.concurrency(vi).map_or("-".into(), |c| c.to_string()),
+        fmt_value(cfg.request_rate(vi)),
+        cfg.num_prompts(vi),
+        cfg.seed(vi, r),
         cfg.bench_argv.join("\u{1f}")
     )
 }
@@ -97,10 +119,7 @@ fn step_key(cfg: &SweepConfig, label: &str, vi: usize, r: usize) -> String {
 fn bench_keys(o: &RunOutcome) -> Map<String, Value> {
     let mut m = Map::new();
     for (k, v) in bench_report::result_pairs(&o.summary, &o.metrics) {
-        let v = match v {
-            JVal::Json(v) => v,
-            JVal::Float(f) => serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number),
-        };
+        let v = v.to_value();
         match k.as_str() {
             "completed" | "failed" | "request_rate" => {}
             "concurrency" => {
@@ -114,22 +133,19 @@ fn bench_keys(o: &RunOutcome) -> Map<String, Value> {
     m
 }
 
+/// The sweep owns SIGINT/SIGTERM: the first ends the current step cleanly (its results are
+/// saved, its server stopped); a second kills every server's group and exits at once.
 async fn signals(token: CancellationToken, code: Arc<Mutex<Option<i32>>>) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let got = match signal(SignalKind::terminate()) {
-        Ok(mut term) => tokio::select! {
-            _ = tokio::signal::ctrl_c() => exit::SIGINT,
-            _ = term.recv() => exit::SIGTERM,
-        },
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-            exit::SIGINT
-        }
-    };
+    let (got, _) = bench_run::interrupted().await;
     if let Ok(mut c) = code.lock() {
         *c = Some(got);
     }
     token.cancel();
+    eprintln!("sparrow sweep: stopping after the current step's results are saved (again to quit at once)");
+    let _ = bench_run::interrupted().await;
+    eprintln!("sparrow sweep: second signal: killing the servers and quitting");
+    server::kill_all_groups();
+    std::process::exit(got);
 }
 
 impl Sweep {
@@ -151,6 +167,14 @@ impl Sweep {
         let mut previous = HashMap::new();
         if cfg.args.resume {
             let text = std::fs::read_to_string(&steps_file).unwrap_or_default();
+            if !text.is_empty() && !text.ends_with('\n') {
+                // A line cut by a kill: end it, so the next one starts on its own line.
+                std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(&steps_file)
+                    .and_then(|mut f| f.write_all(b"\n"))
+                    .map_err(io_err(&steps_file))?;
+            }
             for line in text.lines().filter(|l| !l.trim().is_empty()) {
                 // A line cut by a kill is skipped: its step simply runs again.
                 if let Ok(s) = serde_json::from_str::<StepResult>(line) {
@@ -193,6 +217,7 @@ impl Sweep {
             previous,
             interrupt: CancellationToken::new(),
             interrupt_code: Arc::default(),
+            tokenizer: None,
         })
     }
 
@@ -231,7 +256,7 @@ impl Sweep {
         let side = &self.cfg.sides[p.side];
         StepResult {
             step: k,
-            key: step_key(&self.cfg, &side.label, p.value_index, p.repeat),
+            key: step_key(&self.cfg, side, p.value_index, p.repeat),
             label: side.label.clone(),
             value_index: p.value_index,
             repeat: p.repeat,
@@ -264,12 +289,13 @@ impl Sweep {
     /// Appends the step to `steps.jsonl` and rewrites the summary, plots and report.
     fn record(&mut self, s: StepResult) -> Result<(), SweepError> {
         let path = self.dir.join("steps.jsonl");
-        let line = serde_json::to_string(&s).unwrap_or_default();
+        // One write per line: a kill can cut the line short but never glue two together.
+        let line = serde_json::to_string(&s).unwrap_or_default() + "\n";
         std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&path)
-            .and_then(|mut f| writeln!(f, "{line}").and_then(|()| f.flush()))
+            .and_then(|mut f| f.write_all(line.as_bytes()))
             .map_err(io_err(&path))?;
         self.steps.push(s);
         self.write_report().map(|_| ())
@@ -301,7 +327,13 @@ impl Sweep {
             }
         }
         if let Some(mut old) = self.servers[i].take() {
-            old.stop(self.cfg.stop_grace).await;
+            // A death right after a step is judged with that step; one between steps only
+            // shows here.
+            let how = old.stop(self.cfg.stop_grace).await;
+            eprintln!(
+                "sparrow sweep: warning: server {} of {} ended between steps ({how}); relaunching",
+                old.index, side.label
+            );
         }
         // Two sides at one address cannot both be up: the other side's server makes way.
         for j in 0..self.servers.len() {
@@ -314,6 +346,18 @@ impl Sweep {
                     other.stop(self.cfg.stop_grace).await;
                 }
             }
+        }
+        let url = format!("{}{}", side.base_url, self.cfg.args.ready_path);
+        // Whatever answers before the launch would pass for the new server's readiness.
+        let t = Instant::now();
+        while server::answers(&self.http, &url).await {
+            if t.elapsed() > self.cfg.stop_grace {
+                let why = format!(
+                    "{url} already answers before the server is launched: another process holds the address (stop it, or give another --port/--base-url)"
+                );
+                return Err((Verdict::plain(VerdictKind::Exited, why), None, MemEvidence::default()));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
         }
         self.launches += 1;
         let log = self.dir.join(format!("server-{}.log", self.launches));
@@ -328,10 +372,9 @@ impl Sweep {
             Err(e) => return Err((Verdict::plain(VerdictKind::Exited, e.to_string()), None, MemEvidence::default())),
         };
         let rel = self.rel(&log);
-        let url = format!("{}{}", side.base_url, self.cfg.args.ready_path);
         let mut watch = MemWatch::new(Some(srv.pid), self.cfg.args.cgroup_dir.clone());
         let ready = tokio::select! {
-            r = server::wait_ready(&mut srv, &self.http, &url, self.cfg.startup_timeout) => r,
+            r = server::wait_ready(&mut srv, &self.http, &url, self.cfg.startup_timeout, &mut watch) => r,
             () = self.interrupt.cancelled() => Err("interrupted while the server was starting".into()),
         };
         match ready {
@@ -363,6 +406,31 @@ impl Sweep {
         }
     }
 
+    /// The tokenizer for every step: `--tokenizer`, else a local `--model`, else the path the
+    /// first side's server reports in `/get_model_info` (when readable here). Found once, so
+    /// that B builds its prompts exactly as A does even if its server names another file.
+    async fn tokenizer_for(&mut self, side: usize) -> Option<PathBuf> {
+        let a = &self.cfg.bench.args;
+        if a.tokenizer.is_some() {
+            return a.tokenizer.clone();
+        }
+        if self.tokenizer.is_none() {
+            self.tokenizer = a.model.as_deref().map(PathBuf::from).filter(|p| p.exists());
+        }
+        if self.tokenizer.is_none() {
+            let url = format!("{}/get_model_info", self.cfg.sides[side].base_url);
+            if let Ok(r) = self.http.get(&url).timeout(Duration::from_secs(10)).send().await {
+                if let Ok(v) = r.json::<Value>().await {
+                    self.tokenizer = ["tokenizer_path", "model_path"]
+                        .iter()
+                        .filter_map(|k| v.get(*k).and_then(Value::as_str).map(PathBuf::from))
+                        .find(|p| p.exists());
+                }
+            }
+        }
+        self.tokenizer.clone()
+    }
+
     /// Runs one bench step with the memory and hang watches around it.
     async fn observe(&mut self, side: usize, bench: BenchArgs, prefix: String) -> Observed {
         let cfg = match bench.validate() {
@@ -379,9 +447,10 @@ impl Sweep {
         let base = self.cfg.sides[side].base_url.clone();
         let pid = self.servers[side].as_ref().map(|s| s.pid);
         let mut watch = MemWatch::new(pid, self.cfg.args.cgroup_dir.clone());
-        let hooks = RunHooks { bar_prefix: prefix, ..Default::default() };
-        let fut = bench_run::run_with(cfg, hooks.clone());
-        tokio::pin!(fut);
+        let hooks = RunHooks { bar_prefix: prefix, ignore_signals: true, ..Default::default() };
+        // On a task of its own: its set-up (a dataset load, a tokenizer) runs without awaiting,
+        // and the watch below must keep its one-second beat meanwhile.
+        let mut run = tokio::spawn(bench_run::run_with(cfg, hooks.clone()));
         let started = Instant::now();
         let last_health = Arc::new(Mutex::new(started));
         let probing = Arc::new(AtomicBool::new(false));
@@ -397,7 +466,7 @@ impl Sweep {
         };
         let outcome = loop {
             tokio::select! {
-                r = &mut fut => break r,
+                r = &mut run => break r.unwrap_or_else(|e| Err(BenchError::Setup(format!("the bench run failed: {e}")))),
                 () = self.interrupt.cancelled(), if !stopping => {
                     stopping = true;
                     stop("interrupted (signal to sparrow sweep)".into());
@@ -444,25 +513,26 @@ impl Sweep {
     }
 
     /// After a step whose server may be gone: waits (up to the hang window) for it to either
-    /// end or answer again. `Some(true)`: alive and answering; `Some(false)`: silent to the
-    /// end of the window; `None`: it ended (or refused connections, for a server the sweep
-    /// does not own).
-    async fn settle(&mut self, side: usize, last_life: Instant) -> Option<bool> {
+    /// end or answer again.
+    async fn settle(&mut self, side: usize, last_life: Instant) -> Settled {
         let url = format!("{}{}", self.cfg.sides[side].base_url, self.cfg.args.ready_path);
         let deadline = last_life + self.cfg.hang_timeout;
         loop {
             if let Some(s) = self.servers[side].as_mut() {
                 if s.exited().is_some() {
-                    return None;
+                    return Settled::Ended;
                 }
             }
             match self.http.get(&url).timeout(Duration::from_secs(2)).send().await {
-                Ok(_) => return Some(true),
-                Err(e) if e.is_connect() && self.servers[side].is_none() => return None,
+                Ok(_) => return Settled::Alive,
+                Err(e) if e.is_connect() && self.servers[side].is_none() => return Settled::Ended,
                 Err(_) => {}
             }
-            if Instant::now() >= deadline || self.interrupt.is_cancelled() {
-                return Some(false);
+            if self.interrupt.is_cancelled() {
+                return Settled::Interrupted;
+            }
+            if Instant::now() >= deadline {
+                return Settled::Silent;
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
@@ -484,6 +554,11 @@ impl Sweep {
             e2e_ms: self.cfg.args.slo_e2e_ms,
         };
         eprintln!("sparrow sweep: {n} step(s), results in {}", self.dir.display());
+        if let [a, b] = &self.cfg.sides[..] {
+            if a.server_cmd == b.server_cmd && a.base_url == b.base_url {
+                eprintln!("sparrow sweep: note: A and B are the same server command and address (an A/A run)");
+            }
+        }
         for (k, p) in plan.iter().copied().enumerate() {
             let side = self.cfg.sides[p.side].clone();
             if self.interrupt.is_cancelled() && stopped.is_none() {
@@ -494,7 +569,7 @@ impl Sweep {
                 self.record(s)?;
                 continue;
             }
-            let key = step_key(&self.cfg, &side.label, p.value_index, p.repeat);
+            let key = step_key(&self.cfg, &side, p.value_index, p.repeat);
             if let Some(prev) = self.previous.get(&key).cloned() {
                 eprintln!("sparrow sweep: step {}/{n} ({}) already measured: kept (--resume)", k + 1, side.label);
                 self.record(StepResult { step: k, ..prev })?;
@@ -531,6 +606,7 @@ impl Sweep {
                 b.output_file = Some(out_file.clone());
                 b.details_file = Some(self.dir.join("steps").join(format!("{name}.requests.jsonl")));
                 b.tag = Some(b.tag.map_or_else(|| side.label.clone(), |t| format!("{t} {}", side.label)));
+                b.tokenizer = self.tokenizer_for(p.side).await;
                 let from_line = self.servers[p.side].as_ref().map_or(1, |s| s.log_lines() + 1);
                 let prefix = format!(
                     "[{}/{n} {} {}={value}]",
@@ -564,24 +640,32 @@ impl Sweep {
                         result.evidence = format!("{} of {} requests completed", o.metrics.completed, o.records.len());
                     }
                     Err(e) => {
-                        server_down = matches!(e, BenchError::Warmup(f) if f.kind.is_connection_level() || f.kind == sparrow_bench::record::FailureKind::Timeout);
+                        // A set-up failure may be the server's doing (no answer to the model
+                        // list, a warmup that died): it is judged like a run that saw it go.
+                        server_down = true;
                         result.status = Status::Failed;
                         result.evidence = format!("the step could not run: {e}");
                     }
                 }
-                let exited = self.servers[p.side].as_mut().and_then(Server::exited);
+                // A server that dies just as the step's last request ends is this step's.
+                let exited = match self.servers[p.side].as_mut() {
+                    Some(srv) => srv.wait_exit(Duration::from_millis(300)).await,
+                    None => None,
+                };
                 let state = if obs.hang.is_some() {
-                    Some(false)
+                    Settled::Silent
                 } else if exited.is_some() {
-                    None
-                } else if server_down && !self.interrupt.is_cancelled() {
+                    Settled::Ended
+                } else if self.interrupt.is_cancelled() {
+                    Settled::Interrupted
+                } else if server_down {
                     self.settle(p.side, obs.last_life).await
                 } else {
-                    Some(true)
+                    Settled::Alive
                 };
                 let verdict = match state {
-                    Some(true) => Verdict::plain(VerdictKind::Ok, result.evidence.clone()),
-                    Some(false) => Verdict::plain(
+                    Settled::Alive | Settled::Interrupted => Verdict::plain(VerdictKind::Ok, result.evidence.clone()),
+                    Settled::Silent => Verdict::plain(
                         VerdictKind::Hang,
                         format!(
                             "alive but silent: {}; {}",
@@ -589,7 +673,7 @@ impl Sweep {
                             obs.mem.describe()
                         ),
                     ),
-                    None => match self.servers[p.side].as_mut() {
+                    Settled::Ended => match self.servers[p.side].as_mut() {
                         Some(srv) => {
                             let e = srv.wait_exit(Duration::from_secs(1)).await.unwrap_or(server::ExitInfo { code: None, signal: None });
                             srv.drain_log().await;
@@ -612,7 +696,8 @@ impl Sweep {
                 } else {
                     result.verdict = Some(VerdictKind::Ok);
                 }
-                if self.interrupt.is_cancelled() && result.status != Status::Crashed {
+                if state == Settled::Interrupted || (self.interrupt.is_cancelled() && result.status != Status::Crashed)
+                {
                     result.status = Status::Interrupted;
                 }
             }

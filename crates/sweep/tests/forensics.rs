@@ -28,6 +28,7 @@ fn mem_24g(peak: u64) -> MemEvidence {
         min_available: Some(18 << 30),
         oom_kills_before: Some(0),
         oom_kills_after: Some(0),
+        owned: true,
         ..Default::default()
     }
 }
