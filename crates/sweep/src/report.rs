@@ -535,6 +535,9 @@ td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}th{background:#f2f2
             h.push_str("</table>\n");
         }
         h.push_str("<h2>Plots</h2>\n<div class=\"plots\">\n");
+        if svgs.is_empty() {
+            h.push_str("<p>No plots: no TrueType font was found for their text (install fonts-dejavu-core, or set SPARROW_PLOT_FONT to a .ttf file).</p>\n");
+        }
         for (name, svg) in svgs {
             let body = svg.find("<svg").map_or(svg.as_str(), |i| &svg[i..]);
             let _ = writeln!(h, "<div id=\"plot-{name}\">{body}</div>");
@@ -680,9 +683,10 @@ pub fn write_all(r: &Report<'_>, dir: &Path) -> std::io::Result<String> {
     write_atomic(&dir.join("summary.csv"), r.csv().as_bytes())?;
     let plots = dir.join("plots");
     std::fs::create_dir_all(&plots)?;
+    // plotters lays out every text (SVG included) with the registered font: no font, no plots.
     let font = plot::ensure_font();
     let mut svgs = vec![];
-    for c in r.charts(&an) {
+    for c in r.charts(&an).into_iter().filter(|_| font.is_some()) {
         if c.series.iter().all(|s| s.pts.is_empty()) {
             continue;
         }
@@ -693,16 +697,15 @@ pub fn write_all(r: &Report<'_>, dir: &Path) -> std::io::Result<String> {
             }
             Err(e) => eprintln!("warning: plot {}: {e}", c.name),
         }
-        if font.is_some() {
-            if let Err(e) = plot::png(&c, &plots.join(format!("{}.png", c.name))) {
-                eprintln!("warning: plot {}.png: {e}", c.name);
-            }
+        // Drawn beside the final name, then renamed: a reader never sees half a PNG.
+        let tmp = plots.join(format!("{}.tmp.png", c.name)); // the encoder goes by the extension
+        match plot::png(&c, &tmp) {
+            Ok(()) => std::fs::rename(&tmp, plots.join(format!("{}.png", c.name)))?,
+            Err(e) => eprintln!("warning: plot {}.png: {e}", c.name),
         }
     }
     if font.is_none() {
-        eprintln!(
-            "warning: no TrueType font found (install fonts-dejavu-core or set SPARROW_PLOT_FONT): PNG plots skipped"
-        );
+        eprintln!("warning: no TrueType font found (install fonts-dejavu-core or set SPARROW_PLOT_FONT): no plots");
     }
     write_atomic(&dir.join("report.html"), r.html(&an, &svgs).as_bytes())?;
     Ok(r.table(&an))

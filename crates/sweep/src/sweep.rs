@@ -538,6 +538,147 @@ impl Sweep {
         }
     }
 
+    /// The verdict on side `side`'s server after a step: alive, silent (hang), or ended
+    /// (judged from its log, exit status and memory). `evidence` is the step's own summary,
+    /// kept for a server that is fine.
+    async fn judge(
+        &mut self,
+        side: usize,
+        obs: &Observed,
+        server_down: bool,
+        from_line: usize,
+        evidence: &str,
+    ) -> (Settled, Verdict) {
+        let base_url = self.cfg.sides[side].base_url.clone();
+        // A server that dies just as the step's last request ends is this step's.
+        let exited = match self.servers[side].as_mut() {
+            Some(srv) => srv.wait_exit(Duration::from_millis(300)).await,
+            None => None,
+        };
+        let state = if obs.hang.is_some() {
+            Settled::Silent
+        } else if exited.is_some() {
+            Settled::Ended
+        } else if self.interrupt.is_cancelled() {
+            Settled::Interrupted
+        } else if server_down {
+            self.settle(side, obs.last_life).await
+        } else {
+            Settled::Alive
+        };
+        let verdict = match state {
+            Settled::Alive | Settled::Interrupted => Verdict::plain(VerdictKind::Ok, evidence),
+            Settled::Silent => Verdict::plain(
+                VerdictKind::Hang,
+                format!(
+                    "alive but silent: {}; {}",
+                    obs.hang.clone().unwrap_or_else(|| format!("no answer for {:.0} s (--hang-timeout)", self.cfg.hang_timeout.as_secs_f64())),
+                    obs.mem.describe()
+                ),
+            ),
+            Settled::Ended => match self.servers[side].as_mut() {
+                Some(srv) => {
+                    let e = srv.wait_exit(Duration::from_secs(1)).await.unwrap_or(server::ExitInfo { code: None, signal: None });
+                    srv.drain_log().await;
+                    let text = std::fs::read_to_string(&srv.log_path).unwrap_or_default();
+                    let mut mem = obs.mem.clone();
+                    mem.refresh_oom_kills();
+                    forensics::classify_death(&text, from_line, e, &mem)
+                }
+                None => Verdict::plain(
+                    VerdictKind::Exited,
+                    format!("{} stopped answering (connection refused); the sweep did not launch it: no log, exit status or memory figures", base_url),
+                ),
+            },
+        };
+        (state, verdict)
+    }
+
+    /// Runs step `k`: makes sure its server is up, runs the bench under the memory and hang
+    /// watch, and judges the server afterwards.
+    async fn run_step(&mut self, k: usize, p: Plan, out_file: &Path, slos: &Slos) -> Result<StepResult, SweepError> {
+        let side = self.cfg.sides[p.side].clone();
+        let n = self.cfg.axis.len() * self.cfg.args.repeat * self.cfg.sides.len();
+        let value = fmt_value(self.cfg.axis.value(p.value_index));
+        let mut result = self.blank(k, p, Status::Ok, String::new());
+        if let Err((v, log, mem)) = self.ensure_server(p.side, k).await {
+            if self.interrupt.is_cancelled() {
+                result.status = Status::Interrupted;
+                result.evidence = v.evidence;
+            } else {
+                result.status = Status::Crashed;
+                apply_verdict(&mut result, v);
+            }
+            result.server_log = log;
+            result.peak_rss_bytes = Some(mem.peak_rss).filter(|r| *r > 0);
+            return Ok(result);
+        }
+        let name = self.step_name(k, p);
+        let mut b = self.cfg.bench.args.clone();
+        b.base_url = Some(side.base_url.clone());
+        b.max_concurrency = self.cfg.concurrency(p.value_index);
+        b.request_rate = self.cfg.request_rate(p.value_index);
+        b.num_prompts = self.cfg.num_prompts(p.value_index);
+        b.seed = self.cfg.seed(p.value_index, p.repeat);
+        b.output_file = Some(out_file.to_owned());
+        b.details_file = Some(self.dir.join("steps").join(format!("{name}.requests.jsonl")));
+        b.tag = Some(b.tag.map_or_else(|| side.label.clone(), |t| format!("{t} {}", side.label)));
+        b.tokenizer = self.tokenizer_for(p.side).await;
+        let from_line = self.servers[p.side].as_ref().map_or(1, |s| s.log_lines() + 1);
+        let prefix = format!(
+            "[{}/{n} {} {}={value}]",
+            k + 1,
+            side.label,
+            if self.cfg.axis.name() == "concurrency" { "c" } else { "rate" }
+        );
+        let obs = self.observe(p.side, b, prefix).await;
+        result.peak_rss_bytes = self.servers[p.side].as_ref().map(|_| obs.mem.peak_rss);
+        result.server_log = self.servers[p.side].as_ref().map(|s| s.log_path.clone()).map(|l| self.rel(&l));
+        let server_down;
+        match &obs.outcome {
+            Ok(o) => {
+                result.completed = o.metrics.completed;
+                result.failed = o.metrics.failed;
+                result.bench = bench_keys(o);
+                if self.cfg.has_slos() {
+                    let (g, a) = slos.judge(&o.records, o.summary.duration_s);
+                    result.goodput = Some(g);
+                    result.slo_attainment = Some(a);
+                }
+                let block = bench_report::render_block(&o.summary, &o.metrics);
+                let bf = self.dir.join("steps").join(format!("{name}.txt"));
+                report::write_atomic(&bf, block.as_bytes()).map_err(io_err(&bf))?;
+                result.block_file = Some(self.rel(&bf));
+                server_down = o.summary.server_down.is_some() || o.exit_code == exit::STOPPED;
+                // Anything but a clean bench exit (failures over the limit, a server
+                // that stopped answering for a while) fails the step even if the
+                // server is up again afterwards.
+                result.status = if o.exit_code == exit::OK { Status::Ok } else { Status::Failed };
+                result.evidence = format!("{} of {} requests completed", o.metrics.completed, o.records.len());
+            }
+            Err(e) => {
+                // A set-up failure may be the server's doing (no answer to the model
+                // list, a warmup that died): it is judged like a run that saw it go.
+                server_down = true;
+                result.status = Status::Failed;
+                result.evidence = format!("the step could not run: {e}");
+            }
+        }
+        let (state, verdict) = self.judge(p.side, &obs, server_down, from_line, &result.evidence).await;
+        if verdict.kind != VerdictKind::Ok {
+            result.status = Status::Crashed;
+            let done = result.evidence.clone();
+            apply_verdict(&mut result, verdict);
+            result.evidence = format!("{}; {done}", result.evidence);
+        } else {
+            result.verdict = Some(VerdictKind::Ok);
+        }
+        if state == Settled::Interrupted || (self.interrupt.is_cancelled() && result.status != Status::Crashed) {
+            result.status = Status::Interrupted;
+        }
+        Ok(result)
+    }
+
     /// Runs every step; returns the exit status.
     ///
     /// # Errors
@@ -584,123 +725,7 @@ impl Sweep {
                 self.cfg.num_prompts(p.value_index),
                 self.cfg.seed(p.value_index, p.repeat)
             );
-            let mut result = self.blank(k, p, Status::Ok, String::new());
-            if let Err((v, log, mem)) = self.ensure_server(p.side, k).await {
-                if self.interrupt.is_cancelled() {
-                    result.status = Status::Interrupted;
-                    result.evidence = v.evidence;
-                } else {
-                    result.status = Status::Crashed;
-                    apply_verdict(&mut result, v);
-                }
-                result.server_log = log;
-                result.peak_rss_bytes = Some(mem.peak_rss).filter(|r| *r > 0);
-            } else {
-                let name = self.step_name(k, p);
-                let mut b = self.cfg.bench.args.clone();
-                b.base_url = Some(side.base_url.clone());
-                b.max_concurrency = self.cfg.concurrency(p.value_index);
-                b.request_rate = self.cfg.request_rate(p.value_index);
-                b.num_prompts = self.cfg.num_prompts(p.value_index);
-                b.seed = self.cfg.seed(p.value_index, p.repeat);
-                b.output_file = Some(out_file.clone());
-                b.details_file = Some(self.dir.join("steps").join(format!("{name}.requests.jsonl")));
-                b.tag = Some(b.tag.map_or_else(|| side.label.clone(), |t| format!("{t} {}", side.label)));
-                b.tokenizer = self.tokenizer_for(p.side).await;
-                let from_line = self.servers[p.side].as_ref().map_or(1, |s| s.log_lines() + 1);
-                let prefix = format!(
-                    "[{}/{n} {} {}={value}]",
-                    k + 1,
-                    side.label,
-                    if self.cfg.axis.name() == "concurrency" { "c" } else { "rate" }
-                );
-                let obs = self.observe(p.side, b, prefix).await;
-                result.peak_rss_bytes = self.servers[p.side].as_ref().map(|_| obs.mem.peak_rss);
-                result.server_log = self.servers[p.side].as_ref().map(|s| s.log_path.clone()).map(|l| self.rel(&l));
-                let server_down;
-                match &obs.outcome {
-                    Ok(o) => {
-                        result.completed = o.metrics.completed;
-                        result.failed = o.metrics.failed;
-                        result.bench = bench_keys(o);
-                        if self.cfg.has_slos() {
-                            let (g, a) = slos.judge(&o.records, o.summary.duration_s);
-                            result.goodput = Some(g);
-                            result.slo_attainment = Some(a);
-                        }
-                        let block = bench_report::render_block(&o.summary, &o.metrics);
-                        let bf = self.dir.join("steps").join(format!("{name}.txt"));
-                        std::fs::write(&bf, block.as_bytes()).map_err(io_err(&bf))?;
-                        result.block_file = Some(self.rel(&bf));
-                        server_down = o.summary.server_down.is_some() || o.exit_code == exit::STOPPED;
-                        // Anything but a clean bench exit (failures over the limit, a server
-                        // that stopped answering for a while) fails the step even if the
-                        // server is up again afterwards.
-                        result.status = if o.exit_code == exit::OK { Status::Ok } else { Status::Failed };
-                        result.evidence = format!("{} of {} requests completed", o.metrics.completed, o.records.len());
-                    }
-                    Err(e) => {
-                        // A set-up failure may be the server's doing (no answer to the model
-                        // list, a warmup that died): it is judged like a run that saw it go.
-                        server_down = true;
-                        result.status = Status::Failed;
-                        result.evidence = format!("the step could not run: {e}");
-                    }
-                }
-                // A server that dies just as the step's last request ends is this step's.
-                let exited = match self.servers[p.side].as_mut() {
-                    Some(srv) => srv.wait_exit(Duration::from_millis(300)).await,
-                    None => None,
-                };
-                let state = if obs.hang.is_some() {
-                    Settled::Silent
-                } else if exited.is_some() {
-                    Settled::Ended
-                } else if self.interrupt.is_cancelled() {
-                    Settled::Interrupted
-                } else if server_down {
-                    self.settle(p.side, obs.last_life).await
-                } else {
-                    Settled::Alive
-                };
-                let verdict = match state {
-                    Settled::Alive | Settled::Interrupted => Verdict::plain(VerdictKind::Ok, result.evidence.clone()),
-                    Settled::Silent => Verdict::plain(
-                        VerdictKind::Hang,
-                        format!(
-                            "alive but silent: {}; {}",
-                            obs.hang.clone().unwrap_or_else(|| format!("no answer for {:.0} s (--hang-timeout)", self.cfg.hang_timeout.as_secs_f64())),
-                            obs.mem.describe()
-                        ),
-                    ),
-                    Settled::Ended => match self.servers[p.side].as_mut() {
-                        Some(srv) => {
-                            let e = srv.wait_exit(Duration::from_secs(1)).await.unwrap_or(server::ExitInfo { code: None, signal: None });
-                            srv.drain_log().await;
-                            let text = std::fs::read_to_string(&srv.log_path).unwrap_or_default();
-                            let mut mem = obs.mem.clone();
-                            mem.refresh_oom_kills();
-                            forensics::classify_death(&text, from_line, e, &mem)
-                        }
-                        None => Verdict::plain(
-                            VerdictKind::Exited,
-                            format!("{} stopped answering (connection refused); the sweep did not launch it: no log, exit status or memory figures", side.base_url),
-                        ),
-                    },
-                };
-                if verdict.kind != VerdictKind::Ok {
-                    result.status = Status::Crashed;
-                    let done = result.evidence.clone();
-                    apply_verdict(&mut result, verdict);
-                    result.evidence = format!("{}; {done}", result.evidence);
-                } else {
-                    result.verdict = Some(VerdictKind::Ok);
-                }
-                if state == Settled::Interrupted || (self.interrupt.is_cancelled() && result.status != Status::Crashed)
-                {
-                    result.status = Status::Interrupted;
-                }
-            }
+            let result = self.run_step(k, p, &out_file, &slos).await?;
             let crashed = result.status == Status::Crashed;
             eprintln!(
                 "sparrow sweep: step {}/{n} {}: {} ({})",
