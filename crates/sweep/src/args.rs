@@ -415,8 +415,14 @@ impl SweepConfig {
             Axis::RequestRate(v) => v[i],
         }
     }
-    /// Prompts of step value `i`: `--num-prompts-per-step`, else max(4 × concurrency, 64).
+    /// Prompts of step value `i`: `--num-prompts-per-step`, else max(4 × concurrency, 64);
+    /// for `generated-shared-prefix`, groups × prompts per group (that dataset sets its own
+    /// count, as in `sparrow bench`).
     pub fn num_prompts(&self, i: usize) -> usize {
+        let b = &self.bench.args;
+        if b.dataset_name == sparrow_bench::args::DatasetName::GeneratedSharedPrefix {
+            return b.gsp_num_groups * b.gsp_prompts_per_group;
+        }
         self.args.num_prompts_per_step.unwrap_or_else(|| self.concurrency(i).map_or(64, |c| (4 * c).max(64)))
     }
     /// The seed of step value `i`, repeat `r`: `--seed + i + r × steps`, the same for both
