@@ -78,6 +78,19 @@ pub struct Report<'a> {
     pub machine: &'a Machine,
 }
 
+/// The bench figures of a step row, in the table's column order (req/s, output and total
+/// tok/s, TTFT p50/p99, TPOT p50/p99, ITL p50).
+const STEP_FIGURES: [&str; 8] = [
+    "request_throughput",
+    "output_throughput",
+    "total_throughput",
+    "median_ttft_ms",
+    "p99_ttft_ms",
+    "median_tpot_ms",
+    "p99_tpot_ms",
+    "median_itl_ms",
+];
+
 /// A/B rows: the step value and (figure, A, B) per figure.
 type AbRows = Vec<(f64, Vec<(&'static str, f64, f64)>)>;
 
@@ -177,14 +190,14 @@ impl Report<'_> {
                 s.label,
                 s.concurrency.map_or("-".into(), |c| c.to_string()),
                 fmt_value(s.request_rate),
-                m("request_throughput"),
-                m("output_throughput"),
-                m("total_throughput"),
-                m("median_ttft_ms"),
-                m("p99_ttft_ms"),
-                m("median_tpot_ms"),
-                m("p99_tpot_ms"),
-                m("median_itl_ms"),
+                m(STEP_FIGURES[0]),
+                m(STEP_FIGURES[1]),
+                m(STEP_FIGURES[2]),
+                m(STEP_FIGURES[3]),
+                m(STEP_FIGURES[4]),
+                m(STEP_FIGURES[5]),
+                m(STEP_FIGURES[6]),
+                m(STEP_FIGURES[7]),
                 s.failed,
                 verdict
             );
@@ -306,17 +319,7 @@ impl Report<'_> {
 
     /// `summary.csv`: one row per step.
     pub fn csv(&self) -> String {
-        let cols = [
-            "request_throughput",
-            "output_throughput",
-            "total_throughput",
-            "median_ttft_ms",
-            "p99_ttft_ms",
-            "median_tpot_ms",
-            "p99_tpot_ms",
-            "median_itl_ms",
-            "median_e2e_latency_ms",
-        ];
+        let cols: Vec<&str> = STEP_FIGURES.iter().copied().chain(["median_e2e_latency_ms"]).collect();
         let mut o = format!(
             "step,label,concurrency,request_rate,repeat,seed,num_prompts,status,verdict,completed,failed,{},goodput,slo_attainment,peak_rss_bytes,evidence\n",
             cols.join(",")
@@ -330,7 +333,7 @@ impl Report<'_> {
                 s.repeat.to_string(),
                 s.seed.to_string(),
                 s.num_prompts.to_string(),
-                serde_json::to_value(s.status).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default(),
+                s.status.as_str().to_owned(),
                 s.verdict.map_or(String::new(), |v| v.as_str().to_owned()),
                 s.completed.to_string(),
                 s.failed.to_string(),
@@ -480,20 +483,10 @@ td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}th{background:#f2f2
                 s.concurrency.map_or("-".into(), |c| c.to_string()),
                 fmt_value(s.request_rate)
             );
-            for k in [
-                "request_throughput",
-                "output_throughput",
-                "total_throughput",
-                "median_ttft_ms",
-                "p99_ttft_ms",
-                "median_tpot_ms",
-                "p99_tpot_ms",
-                "median_itl_ms",
-            ] {
+            for k in STEP_FIGURES {
                 let _ = write!(h, "<td>{}</td>", m(k));
             }
-            let status =
-                serde_json::to_value(s.status).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
+            let status = s.status.as_str();
             let _ = writeln!(
                 h,
                 "<td>{}</td><td class=\"l\">{status}</td><td class=\"l\">{}</td></tr>",
@@ -557,13 +550,7 @@ td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}th{background:#f2f2
                 esc(&s.label),
                 self.cfg.axis.name(),
                 fmt_value(s.value(self.cfg.axis.name())),
-                s.verdict.map_or_else(
-                    || serde_json::to_value(s.status)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_owned))
-                        .unwrap_or_default(),
-                    |v| v.as_str().to_owned()
-                ),
+                s.verdict.map_or(s.status.as_str(), |v| v.as_str()),
                 esc(&s.evidence)
             );
             if let Some(q) = &s.quote {

@@ -24,6 +24,19 @@ pub enum Status {
     Failed,
 }
 
+impl Status {
+    /// As written in `summary.json`: `ok`, `crashed`, `skipped`, `interrupted`, `failed`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Crashed => "crashed",
+            Status::Skipped => "skipped",
+            Status::Interrupted => "interrupted",
+            Status::Failed => "failed",
+        }
+    }
+}
+
 /// `f64` as a JSON number, or `"inf"` for infinity (JSON has no infinity).
 pub mod rate_serde {
     use serde::{Deserialize, Deserializer, Serializer};
