@@ -331,6 +331,7 @@ fn resume_after_sigint_reruns_only_the_missing_steps() {
     let first = steps(dir.path());
     let kinds: Vec<&str> = first.iter().map(|s| s["status"].as_str().unwrap_or("")).collect();
     assert_eq!(kinds, ["ok", "interrupted", "skipped", "skipped"], "{}", show(&o));
+    assert!(first[1]["verdict"].is_null(), "an interrupted step's server is not judged: {}", first[1]);
     // The server was stopped by the sweep, not left running.
     assert!(std::fs::read_to_string(dir.path().join("server-1.log"))
         .expect("log")
@@ -403,6 +404,24 @@ fn ab_interleaves_and_sends_identical_prompts() {
     let r = ab[0]["out tok/s"]["ratio_b_over_a"].as_f64().expect("ratio");
     assert!(r < 0.9, "the slower server's throughput ratio: {r}");
     assert!(String::from_utf8_lossy(&o.stdout).contains("ratio B/A"));
+}
+
+#[test]
+fn a_server_it_does_not_launch_must_answer_first() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut a = sweep_args(dir.path(), free_port());
+    a.extend(["--concurrency", "1,2"].map(String::from));
+    let o = run(&a);
+    assert_eq!(o.status.code(), Some(2), "{}", show(&o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("nothing answers at http://127.0.0.1:"), "{}", show(&o));
+    // A mistyped flag is one clear error, named as the sweep's.
+    let mut typo = sweep_args(dir.path(), free_port());
+    typo.push("--concurency".into());
+    let o = run(&typo);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(err.starts_with("error: unexpected argument '--concurency'"), "{err}");
+    assert!(err.contains("Usage: sparrow sweep"), "{err}");
 }
 
 fn smollm2() -> PathBuf {

@@ -268,7 +268,7 @@ pub fn parse(raw: &[String]) -> Result<SweepConfig, ParseError> {
     let (sweep_argv, bench_argv) = split_args(raw);
     let args = SweepArgs::try_parse_from(&sweep_argv).map_err(|e| match e.kind() {
         clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => ParseError::Help(e.to_string()),
-        _ => ParseError::Flags(FlagError(e.to_string())),
+        _ => ParseError::Flags(FlagError(clap_message(&e))),
     })?;
     for a in &bench_argv[1..] {
         if let Some((flag, why)) =
@@ -277,8 +277,19 @@ pub fn parse(raw: &[String]) -> Result<SweepConfig, ParseError> {
             return Err(ParseError::Flags(FlagError(format!("--{flag} is set by the sweep per step: {why}"))));
         }
     }
-    let bench_args = BenchArgs::try_parse_from(&bench_argv).map_err(|e| ParseError::Flags(FlagError(e.to_string())))?;
+    let bench_args =
+        BenchArgs::try_parse_from(&bench_argv).map_err(|e| ParseError::Flags(FlagError(clap_message(&e))))?;
     validate(args, bench_args, bench_argv[1..].to_vec()).map_err(ParseError::Flags)
+}
+
+/// A clap error as one line of text for `error: {}` (clap's own `error: ` prefix dropped),
+/// naming the sweep, not the bench, in its usage line.
+fn clap_message(e: &clap::Error) -> String {
+    let text = e.to_string();
+    text.trim_start_matches("error: ")
+        .replace("Usage: sparrow bench", "Usage: sparrow sweep [SWEEP FLAGS] [SPARROW BENCH FLAGS]")
+        .trim_end()
+        .to_owned()
 }
 
 /// What [`parse`] refused.

@@ -293,6 +293,10 @@ pub fn last_error_line(lines: &[(usize, &str)]) -> Option<LogQuote> {
                 || lower.starts_with("fatal")
                 || t.contains(" ERROR ")
                 || lower.contains(": error:")
+                // What a shell says when the command line itself is wrong.
+                || t.ends_with(": not found")
+                || t.ends_with("No such file or directory")
+                || t.ends_with("Permission denied")
         })
         .map(|&(n, l)| LogQuote { line: n, text: l.to_owned() })
 }

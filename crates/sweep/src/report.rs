@@ -186,7 +186,7 @@ impl Report<'_> {
             let _ = writeln!(
                 o,
                 "{:>4} {:<8} {:>6} {:>6} {:>8} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>8} {:>6}  {}",
-                s.step + 1,
+                s.step,
                 s.label,
                 s.concurrency.map_or("-".into(), |c| c.to_string()),
                 fmt_value(s.request_rate),
@@ -203,14 +203,8 @@ impl Report<'_> {
             );
         }
         for s in self.steps.iter().filter(|s| matches!(s.status, Status::Crashed | Status::Failed)) {
-            let _ = writeln!(
-                o,
-                "step {} ({}): {}: {}",
-                s.step + 1,
-                s.label,
-                s.verdict.map_or("-", |v| v.as_str()),
-                s.evidence
-            );
+            let _ =
+                writeln!(o, "step {} ({}): {}: {}", s.step, s.label, s.verdict.map_or("-", |v| v.as_str()), s.evidence);
             if let Some(q) = &s.quote {
                 let _ = writeln!(o, "    {}:{}: {}", s.server_log.as_deref().unwrap_or("log"), q.line, q.text);
             }
@@ -326,7 +320,7 @@ impl Report<'_> {
         );
         for s in self.steps {
             let mut row = vec![
-                (s.step + 1).to_string(),
+                s.step.to_string(),
                 csv_cell(&s.label),
                 s.concurrency.map_or(String::new(), |c| c.to_string()),
                 fmt_value(s.request_rate),
@@ -478,7 +472,7 @@ td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}th{background:#f2f2
             let _ = write!(
                 h,
                 "<tr{cls}><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td>",
-                s.step + 1,
+                s.step,
                 esc(&s.label),
                 s.concurrency.map_or("-".into(), |c| c.to_string()),
                 fmt_value(s.request_rate)
@@ -546,7 +540,7 @@ td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}th{background:#f2f2
             let _ = writeln!(
                 h,
                 "<h3>Step {} ({}, {} {}): {}</h3>\n<p>{}</p>",
-                s.step + 1,
+                s.step,
                 esc(&s.label),
                 self.cfg.axis.name(),
                 fmt_value(s.value(self.cfg.axis.name())),

@@ -44,6 +44,8 @@ impl ExitInfo {
             (Some(c), None) if (129..=159).contains(&c) => {
                 format!("exit status {c} (a shell reporting death by {})", signal_name(c - 128))
             }
+            (Some(127), None) => "exit status 127 (command not found)".into(),
+            (Some(126), None) => "exit status 126 (command not executable)".into(),
             (Some(c), None) => format!("exit status {c}"),
             (None, None) => "ended (no status)".into(),
         }
@@ -242,7 +244,7 @@ impl Server {
     }
 
     /// Stops the whole process group: SIGINT, `grace`, SIGTERM, `grace`, SIGKILL. Returns how
-    /// it went, for the log and the report (e.g. "stopped by SIGINT after 0.4 s").
+    /// it went, for the log and the report (e.g. "stopped by SIGINT, 0.4 s after it was sent").
     pub async fn stop(&mut self, grace: Duration) -> String {
         let how = if let Some(e) = self.exited() {
             format!("had already ended: {}", e.describe())
@@ -252,7 +254,11 @@ impl Server {
             for sig in [Signal::SIGINT, Signal::SIGTERM] {
                 self.signal_group(sig);
                 if self.wait_exit(grace).await.is_some() {
-                    how = Some(format!("stopped by {} after {:.1} s", sig.as_str(), t.elapsed().as_secs_f64()));
+                    how = Some(format!(
+                        "stopped by {}, {:.1} s after it was sent",
+                        sig.as_str(),
+                        t.elapsed().as_secs_f64()
+                    ));
                     break;
                 }
             }

@@ -69,7 +69,7 @@ pub mod rate_serde {
 /// One step of a sweep.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct StepResult {
-    /// Position in the sweep (0-based, in run order).
+    /// Position in the sweep (1-based, in run order, as on the terminal and in file names).
     pub step: usize,
     /// Resume key: label, step value, repeat and bench flags.
     pub key: String,

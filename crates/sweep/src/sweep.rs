@@ -141,7 +141,9 @@ async fn signals(token: CancellationToken, code: Arc<Mutex<Option<i32>>>) {
         *c = Some(got);
     }
     token.cancel();
-    eprintln!("sparrow sweep: stopping after the current step's results are saved (again to quit at once)");
+    eprintln!(
+        "sparrow sweep: stopping: the current step ends now and what it measured is saved (again to quit at once)"
+    );
     let _ = bench_run::interrupted().await;
     eprintln!("sparrow sweep: second signal: killing the servers and quitting");
     server::kill_all_groups();
@@ -255,7 +257,7 @@ impl Sweep {
     fn blank(&self, k: usize, p: Plan, status: Status, evidence: String) -> StepResult {
         let side = &self.cfg.sides[p.side];
         StepResult {
-            step: k,
+            step: k + 1,
             key: step_key(&self.cfg, side, p.value_index, p.repeat),
             label: side.label.clone(),
             value_index: p.value_index,
@@ -674,7 +676,10 @@ impl Sweep {
             result.verdict = Some(VerdictKind::Ok);
         }
         if state == Settled::Interrupted || (self.interrupt.is_cancelled() && result.status != Status::Crashed) {
+            // Cut by a signal: the server was not judged, and the step will run again.
             result.status = Status::Interrupted;
+            result.verdict = None;
+            result.evidence = format!("interrupted by a signal; {}", result.evidence);
         }
         Ok(result)
     }
@@ -694,6 +699,15 @@ impl Sweep {
             tpot_ms: self.cfg.args.slo_tpot_ms,
             e2e_ms: self.cfg.args.slo_e2e_ms,
         };
+        for side in self.cfg.sides.iter().filter(|s| s.server_cmd.is_none()) {
+            let url = format!("{}{}", side.base_url, self.cfg.args.ready_path);
+            if !server::answers(&self.http, &url).await {
+                return Err(SweepError::Setup(format!(
+                    "nothing answers at {url} ({}): start the server, or let the sweep launch it with --server-cmd",
+                    side.label
+                )));
+            }
+        }
         eprintln!("sparrow sweep: {n} step(s), results in {}", self.dir.display());
         if let [a, b] = &self.cfg.sides[..] {
             if a.server_cmd == b.server_cmd && a.base_url == b.base_url {
@@ -713,7 +727,7 @@ impl Sweep {
             let key = step_key(&self.cfg, &side, p.value_index, p.repeat);
             if let Some(prev) = self.previous.get(&key).cloned() {
                 eprintln!("sparrow sweep: step {}/{n} ({}) already measured: kept (--resume)", k + 1, side.label);
-                self.record(StepResult { step: k, ..prev })?;
+                self.record(StepResult { step: k + 1, ..prev })?;
                 continue;
             }
             let value = fmt_value(self.cfg.axis.value(p.value_index));
@@ -734,8 +748,9 @@ impl Sweep {
                 result.verdict.map_or("-", VerdictKind::as_str),
                 result.evidence
             );
-            if let Some(q) = &result.quote {
-                eprintln!("    {}:{}: {}", result.server_log.as_deref().unwrap_or("log"), q.line, q.text);
+            let log = result.server_log.as_deref().unwrap_or("log");
+            for q in result.quote.iter().chain(&result.context) {
+                eprintln!("    {log}:{}: {}", q.line, q.text);
             }
             let step_no = k + 1;
             self.record(result)?;

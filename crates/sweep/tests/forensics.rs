@@ -108,6 +108,12 @@ fn sigkill_is_oom_only_with_evidence() {
     let v = classify_death(usage, 1, ExitInfo { code: Some(2), signal: None }, &mem_24g(1 << 20));
     assert_eq!(v.kind, VerdictKind::Exited);
     assert_eq!(v.quote.map(|q| (q.line, q.text)), Some((2, "error: unexpected argument '--tp' found".into())));
+    // A command the shell cannot find.
+    let sh = "# h\nt +0.0s err| sh: 1: sglang-serve: not found\n";
+    let v = classify_death(sh, 1, ExitInfo { code: Some(127), signal: None }, &mem_24g(0));
+    assert_eq!(v.kind, VerdictKind::Exited);
+    assert!(v.evidence.starts_with("exit status 127 (command not found)"), "{}", v.evidence);
+    assert_eq!(v.quote.map(|q| q.text), Some("sh: 1: sglang-serve: not found".into()));
 }
 
 #[test]
