@@ -226,7 +226,11 @@ pub struct BenchConfig {
     pub health_interval: Option<Duration>,
 }
 
-fn secs(flag: &str, v: f64) -> Result<Duration, FlagError> {
+/// `v` seconds as a duration, refused (naming `flag`) unless finite and positive.
+///
+/// # Errors
+/// [`FlagError`] naming `flag`.
+pub fn secs(flag: &str, v: f64) -> Result<Duration, FlagError> {
     if v.is_finite() && v > 0.0 {
         Ok(Duration::from_secs_f64(v))
     } else {

@@ -252,11 +252,7 @@ pub struct SweepConfig {
 }
 
 fn secs(flag: &str, v: f64) -> Result<Duration, FlagError> {
-    if v.is_finite() && v > 0.0 {
-        Ok(Duration::from_secs_f64(v))
-    } else {
-        Err(FlagError(format!("{flag} must be a positive number of seconds, got {v}")))
-    }
+    sparrow_bench::args::secs(flag, v).map_err(|e| FlagError(e.0))
 }
 
 /// Parses and validates raw `sparrow sweep` arguments (without the program name).

@@ -307,9 +307,9 @@ pub fn kill_all_groups() {
     }
 }
 
-/// True when anything answers HTTP at `url` (any status).
-pub async fn answers(http: &reqwest::Client, url: &str) -> bool {
-    http.get(url).timeout(Duration::from_secs(2)).send().await.is_ok()
+/// True when anything answers HTTP at `url` (any status) within `timeout`.
+pub async fn answers(http: &reqwest::Client, url: &str, timeout: Duration) -> bool {
+    http.get(url).timeout(timeout).send().await.is_ok()
 }
 
 /// Polls `url` until it answers 2xx, the process ends, or `timeout` passes, sampling memory

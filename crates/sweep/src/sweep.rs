@@ -352,7 +352,7 @@ impl Sweep {
         let url = format!("{}{}", side.base_url, self.cfg.args.ready_path);
         // Whatever answers before the launch would pass for the new server's readiness.
         let t = Instant::now();
-        while server::answers(&self.http, &url).await {
+        while server::answers(&self.http, &url, Duration::from_secs(2)).await {
             if t.elapsed() > self.cfg.stop_grace {
                 let why = format!(
                     "{url} already answers before the server is launched: another process holds the address (stop it, or give another --port/--base-url)"
@@ -499,7 +499,7 @@ impl Sweep {
                     if !probing.swap(true, Ordering::SeqCst) {
                         let (http, url, lh, probing) = (self.http.clone(), url.clone(), last_health.clone(), probing.clone());
                         tokio::spawn(async move {
-                            if http.get(&url).timeout(Duration::from_secs(5)).send().await.is_ok() {
+                            if server::answers(&http, &url, Duration::from_secs(5)).await {
                                 if let Ok(mut t) = lh.lock() {
                                     *t = Instant::now();
                                 }
@@ -701,7 +701,7 @@ impl Sweep {
         };
         for side in self.cfg.sides.iter().filter(|s| s.server_cmd.is_none()) {
             let url = format!("{}{}", side.base_url, self.cfg.args.ready_path);
-            if !server::answers(&self.http, &url).await {
+            if !server::answers(&self.http, &url, Duration::from_secs(2)).await {
                 return Err(SweepError::Setup(format!(
                     "nothing answers at {url} ({}): start the server, or let the sweep launch it with --server-cmd",
                     side.label
