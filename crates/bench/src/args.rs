@@ -29,6 +29,42 @@ pub enum DatasetName {
     /// A JSONL file given by `--dataset-path`.
     #[value(name = "custom")]
     Custom,
+    /// OpenAI chat requests, one JSON object per line (`messages`, `max_tokens`, and any
+    /// other field passed through to the request), from `--dataset-path`.
+    #[value(name = "openai")]
+    OpenAi,
+    /// A Mooncake trace (`timestamp` ms, `hash_ids`, `output_length` per line) replayed at
+    /// its own timestamps.
+    #[value(name = "mooncake")]
+    Mooncake,
+    // SGLang's dataset names that sparrow bench refuses by name.
+    /// Refused by name.
+    #[value(name = "agentic-trace", hide = true)]
+    AgenticTrace,
+    /// Refused by name.
+    #[value(name = "mmmu", hide = true)]
+    Mmmu,
+    /// Refused by name.
+    #[value(name = "image", hide = true)]
+    Image,
+    /// Refused by name.
+    #[value(name = "longbench_v2", hide = true)]
+    LongBenchV2,
+    /// Refused by name.
+    #[value(name = "speed-bench", hide = true)]
+    SpeedBench,
+    /// `mooncake` with `--mooncake-workload mooncake` (the spelling in SGLang's docs).
+    #[value(name = "mooncake-mooncake", hide = true)]
+    MooncakeMooncake,
+    /// `mooncake` with `--mooncake-workload conversation`.
+    #[value(name = "mooncake-conversation", hide = true)]
+    MooncakeConversation,
+    /// `mooncake` with `--mooncake-workload synthetic`.
+    #[value(name = "mooncake-synthetic", hide = true)]
+    MooncakeSynthetic,
+    /// `mooncake` with `--mooncake-workload toolagent`.
+    #[value(name = "mooncake-toolagent", hide = true)]
+    MooncakeToolagent,
 }
 
 impl DatasetName {
@@ -40,6 +76,102 @@ impl DatasetName {
             DatasetName::RandomIds => "random-ids",
             DatasetName::GeneratedSharedPrefix => "generated-shared-prefix",
             DatasetName::Custom => "custom",
+            DatasetName::OpenAi => "openai",
+            DatasetName::Mooncake => "mooncake",
+            DatasetName::AgenticTrace => "agentic-trace",
+            DatasetName::Mmmu => "mmmu",
+            DatasetName::Image => "image",
+            DatasetName::LongBenchV2 => "longbench_v2",
+            DatasetName::SpeedBench => "speed-bench",
+            DatasetName::MooncakeMooncake => "mooncake-mooncake",
+            DatasetName::MooncakeConversation => "mooncake-conversation",
+            DatasetName::MooncakeSynthetic => "mooncake-synthetic",
+            DatasetName::MooncakeToolagent => "mooncake-toolagent",
+        }
+    }
+
+    /// The workload a `mooncake-<workload>` spelling names.
+    fn mooncake_alias(self) -> Option<MooncakeWorkload> {
+        match self {
+            DatasetName::MooncakeMooncake => Some(MooncakeWorkload::Mooncake),
+            DatasetName::MooncakeConversation => Some(MooncakeWorkload::Conversation),
+            DatasetName::MooncakeSynthetic => Some(MooncakeWorkload::Synthetic),
+            DatasetName::MooncakeToolagent => Some(MooncakeWorkload::ToolAgent),
+            _ => None,
+        }
+    }
+
+    /// Whether sparrow bench implements the dataset (the others are SGLang names it refuses).
+    pub fn supported(self) -> bool {
+        !matches!(
+            self,
+            DatasetName::AgenticTrace
+                | DatasetName::Mmmu
+                | DatasetName::Image
+                | DatasetName::LongBenchV2
+                | DatasetName::SpeedBench
+        )
+    }
+}
+
+/// `--gsp-group-distribution`: how requests are spread over the prefix groups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GroupDistribution {
+    /// Every group gets `--gsp-prompts-per-group` requests.
+    #[value(name = "uniform")]
+    Uniform,
+    /// Each request's group is drawn by rank with p(rank) ∝ 1/rank^alpha (group 0 hottest).
+    #[value(name = "zipf")]
+    Zipf,
+}
+
+/// `--mooncake-workload`: which of Mooncake's published traces the default file holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum MooncakeWorkload {
+    /// `mooncake_trace.jsonl` (the arXiv trace).
+    #[value(name = "mooncake")]
+    Mooncake,
+    /// `conversation_trace.jsonl`.
+    #[value(name = "conversation")]
+    Conversation,
+    /// `synthetic_trace.jsonl`.
+    #[value(name = "synthetic")]
+    Synthetic,
+    /// `toolagent_trace.jsonl`.
+    #[value(name = "toolagent")]
+    ToolAgent,
+}
+
+impl MooncakeWorkload {
+    /// The name as spelled on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            MooncakeWorkload::Mooncake => "mooncake",
+            MooncakeWorkload::Conversation => "conversation",
+            MooncakeWorkload::Synthetic => "synthetic",
+            MooncakeWorkload::ToolAgent => "toolagent",
+        }
+    }
+}
+
+/// One `--goodput` SLO.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SloMetric {
+    /// Time to first token.
+    Ttft,
+    /// Time per output token after the first.
+    Tpot,
+    /// End-to-end latency.
+    E2el,
+}
+
+impl SloMetric {
+    /// SGLang's key (`ttft`, `tpot`, `e2el`).
+    pub fn name(self) -> &'static str {
+        match self {
+            SloMetric::Ttft => "ttft",
+            SloMetric::Tpot => "tpot",
+            SloMetric::E2el => "e2el",
         }
     }
 }
@@ -47,8 +179,10 @@ impl DatasetName {
 /// Raw command-line flags of `sparrow bench`.
 #[derive(Debug, Clone, Parser)]
 #[command(
-    // argparse semantics: a repeated flag takes its last value.
+    // argparse semantics: a repeated flag takes its last value, and a long flag may be
+    // abbreviated to any unambiguous prefix (SGLang's docs write `--random-input 1024`).
     args_override_self = true,
+    infer_long_args = true,
     about = "Benchmark an LLM server (drop-in for `python -m sglang.bench_serving`)",
     after_help = "Exit status: 0 clean; 1 requests failed above --max-failure-rate; 2 bad flags or setup; \
                   3 the server stopped answering; 130/143 interrupted by SIGINT/SIGTERM."
@@ -113,8 +247,8 @@ pub struct BenchArgs {
     /// Requests sent (concurrently) before the measured run.
     #[arg(long, default_value_t = 1)]
     pub warmup_requests: usize,
-    /// Seed of every random choice (dataset, lengths, arrivals).
-    #[arg(long, default_value_t = 1)]
+    /// Seed of every random choice (dataset, lengths, arrivals); SGLang's default.
+    #[arg(long, default_value_t = 42)]
     pub seed: u64,
     /// Ask for whole answers instead of streams (TTFT then equals E2E latency).
     #[arg(long)]
@@ -140,8 +274,9 @@ pub struct BenchArgs {
     /// Free-form tag stored in the result line.
     #[arg(long)]
     pub tag: Option<String>,
-    /// Extra request header `Key=Value` (repeatable).
-    #[arg(long, action = ArgAction::Append)]
+    /// Extra request headers `Key=Value` (several after one flag, as SGLang takes them, or
+    /// the flag repeated).
+    #[arg(long, action = ArgAction::Append, num_args = 1..)]
     pub header: Vec<String>,
     /// No progress bar.
     #[arg(long)]
@@ -161,6 +296,83 @@ pub struct BenchArgs {
     /// generated-shared-prefix: output length in tokens.
     #[arg(long, default_value_t = 256)]
     pub gsp_output_len: u64,
+    /// generated-shared-prefix: system prompt, question and output lengths are drawn from
+    /// U[max(floor(L·r), 1), L] (SGLang's default 1.0: exactly L).
+    #[arg(long, default_value_t = 1.0)]
+    pub gsp_range_ratio: f64,
+    /// generated-shared-prefix: questions per conversation; above 1 each prompt is a chat of
+    /// that many rounds, each sent after the previous answer (chat backends only).
+    #[arg(long, default_value_t = 1)]
+    pub gsp_num_turns: usize,
+    /// generated-shared-prefix: send prompts in group order instead of shuffled.
+    #[arg(long)]
+    pub gsp_ordered: bool,
+    /// generated-shared-prefix: how requests are spread over the groups.
+    #[arg(long, value_enum, default_value = "uniform")]
+    pub gsp_group_distribution: GroupDistribution,
+    /// generated-shared-prefix: Zipf exponent for `--gsp-group-distribution zipf` (> 0).
+    #[arg(long)]
+    pub gsp_zipf_alpha: Option<f64>,
+    /// generated-shared-prefix: skip tokenizing prompts while preparing; input lengths are
+    /// then the server's counts (or the target lengths when it reports none).
+    #[arg(long)]
+    pub gsp_fast_prepare: bool,
+    /// generated-shared-prefix: send `X-SMG-Routing-Key` (one key per prefix group) so a
+    /// router can keep a group on one replica.
+    #[arg(long)]
+    pub gsp_send_routing_key: bool,
+    /// Seconds to wait for `GET /v1/models` to answer 200 before the run (0 skips the wait).
+    #[arg(long, default_value_t = 60)]
+    pub ready_check_timeout_sec: u64,
+    /// Skip this many records of a file dataset (they go to the end) before sampling, so
+    /// successive runs start on fresh records.
+    #[arg(long, default_value_t = 0)]
+    pub dataset_offset: usize,
+    /// Sampling temperature of every request (`--extra-request-body` still overrides it).
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f64,
+    /// Nucleus sampling `top_p`, sent when below 1.
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f64,
+    /// Request goodput SLOs as `KEY:VALUE` in milliseconds, KEY one of ttft, tpot, e2el
+    /// (e.g. `--goodput ttft:500 tpot:50`). A request is good when it succeeded and met all.
+    #[arg(long, num_args = 1..)]
+    pub goodput: Option<Vec<String>>,
+    /// `timeout` (seconds) passed to SGLang's `/flush_cache`, how long it may wait for the
+    /// server to become idle.
+    #[arg(long, default_value_t = 60.0)]
+    pub flush_cache_timeout: f64,
+    /// Print a line when each request starts and ends.
+    #[arg(long)]
+    pub print_requests: bool,
+    /// Send token ids (`input_ids`, special tokens included) instead of text; `sglang`
+    /// backend only.
+    #[arg(long)]
+    pub tokenize_prompt: bool,
+    /// POST `/start_profile` before the timed run and `/stop_profile` after it.
+    #[arg(long)]
+    pub profile: bool,
+    /// mooncake: which published trace the default file (`/tmp/<workload>_trace.jsonl`) is.
+    #[arg(long, value_enum, default_value = "conversation")]
+    pub mooncake_workload: MooncakeWorkload,
+    /// mooncake: stretch the trace's gaps by this factor (2 = half as fast).
+    #[arg(long, default_value_t = 1.0)]
+    pub mooncake_slowdown_factor: f64,
+    /// mooncake: rounds per session, all sent when the session starts, each prompt holding
+    /// the previous rounds with placeholder answers.
+    #[arg(long, default_value_t = 1)]
+    pub mooncake_num_rounds: usize,
+    /// mooncake: replay at the trace's timestamps (always so for mooncake; the result line
+    /// then says `request_rate: "trace"`). Takes an optional `true`/`false`.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub use_trace_timestamps: Option<bool>,
+    /// Accepted for SGLang command lines: sparrow bench is a native client already.
+    #[arg(long)]
+    pub rust_client: bool,
+    /// Async runtime worker threads (default: one per core); needs `--rust-client`, as in
+    /// SGLang.
+    #[arg(long)]
+    pub rust_worker_threads: Option<usize>,
     /// Exit non-zero when more than this fraction of requests fail (0 = any failure).
     #[arg(long, default_value_t = 0.0)]
     pub max_failure_rate: f64,
@@ -181,26 +393,106 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1.0)]
     pub health_interval: f64,
 
-    // SGLang flags we do not implement: accepted by the parser only to refuse them by name.
-    #[arg(long, hide = true, num_args = 0..=1)]
-    profile: Option<Option<String>>,
-    #[arg(long, hide = true, num_args = 0..)]
-    lora_name: Option<Vec<String>>,
-    #[arg(long, hide = true, num_args = 0..=1)]
-    return_logprob: Option<Option<String>>,
-    #[arg(long, hide = true, num_args = 0..=1)]
-    prompt_suffix: Option<Option<String>>,
-    #[arg(long, hide = true, num_args = 0..=1)]
-    pd_separated: Option<Option<String>>,
-    #[arg(long, hide = true, num_args = 0..=1)]
-    tokenize_prompt: Option<Option<String>>,
-    #[arg(long, hide = true, num_args = 0..=1)]
-    plot_throughput: Option<Option<String>>,
-    #[arg(long, hide = true, num_args = 0..=1)]
-    cache_report: Option<Option<String>>,
-    #[arg(long, hide = true, num_args = 0..=1)]
-    gsp_range_ratio: Option<Option<String>>,
+    // SGLang flags sparrow bench does not implement: declared (hidden, any number of values)
+    // only so that using one is refused by name. [`REFUSED_FLAGS`] says why for each.
+    #[arg(long = "image-count", hide = true, num_args = 0.., allow_hyphen_values = false)]
+    refused_image_count: Option<Vec<String>>,
+    #[arg(long = "image-resolution", hide = true, num_args = 0.., allow_hyphen_values = false)]
+    refused_image_resolution: Option<Vec<String>>,
+    #[arg(long = "random-image-count", hide = true, num_args = 0.., allow_hyphen_values = false)]
+    refused_random_image_count: Option<Vec<String>>,
+    #[arg(long = "image-format", hide = true, num_args = 0.., allow_hyphen_values = false)]
+    refused_image_format: Option<Vec<String>>,
+    #[arg(long = "image-content", hide = true, num_args = 0.., allow_hyphen_values = false)]
+    refused_image_content: Option<Vec<String>>,
+    #[arg(long = "agentic-max-turns", hide = true, num_args = 0.., allow_hyphen_values = false)]
+    refused_agentic_max_turns: Option<Vec<String>>,
+    #[arg(long = "speed-bench-category", hide = true, num_args = 0.., allow_hyphen_values = false)]
+    refused_speed_bench_category: Option<Vec<String>>,
+    #[arg(long = "speed-bench-output-len", hide = true, num_args = 0.., allow_hyphen_values = false)]
+    refused_speed_bench_output_len: Option<Vec<String>>,
+    #[arg(long = "return-logprob", hide = true, num_args = 0.., allow_hyphen_values = false)]
+    refused_return_logprob: Option<Vec<String>>,
+    #[arg(long = "top-logprobs-num", hide = true, num_args = 0.., allow_hyphen_values = false)]
+    refused_top_logprobs_num: Option<Vec<String>>,
+    #[arg(long = "token-ids-logprob", hide = true, num_args = 0.., allow_hyphen_values = false)]
+    refused_token_ids_logprob: Option<Vec<String>>,
+    #[arg(long = "logprob-start-len", hide = true, num_args = 0.., allow_hyphen_values = false)]
+    refused_logprob_start_len: Option<Vec<String>>,
+    #[arg(long = "return-routed-experts", hide = true, num_args = 0.., allow_hyphen_values = false)]
+    refused_return_routed_experts: Option<Vec<String>>,
+    #[arg(long = "cache-report", hide = true, num_args = 0.., allow_hyphen_values = false)]
+    refused_cache_report: Option<Vec<String>>,
+    #[arg(long = "plot-throughput", hide = true, num_args = 0.., allow_hyphen_values = false)]
+    refused_plot_throughput: Option<Vec<String>>,
+    #[arg(long = "profile-activities", hide = true, num_args = 0.., allow_hyphen_values = false)]
+    refused_profile_activities: Option<Vec<String>>,
+    #[arg(long = "profile-start-step", hide = true, num_args = 0.., allow_hyphen_values = false)]
+    refused_profile_start_step: Option<Vec<String>>,
+    #[arg(long = "profile-steps", hide = true, num_args = 0.., allow_hyphen_values = false)]
+    refused_profile_steps: Option<Vec<String>>,
+    #[arg(long = "profile-num-steps", hide = true, num_args = 0.., allow_hyphen_values = false)]
+    refused_profile_num_steps: Option<Vec<String>>,
+    #[arg(long = "profile-by-stage", hide = true, num_args = 0.., allow_hyphen_values = false)]
+    refused_profile_by_stage: Option<Vec<String>>,
+    #[arg(long = "profile-stages", hide = true, num_args = 0.., allow_hyphen_values = false)]
+    refused_profile_stages: Option<Vec<String>>,
+    #[arg(long = "profile-output-dir", hide = true, num_args = 0.., allow_hyphen_values = false)]
+    refused_profile_output_dir: Option<Vec<String>>,
+    #[arg(long = "profile-prefix", hide = true, num_args = 0.., allow_hyphen_values = false)]
+    refused_profile_prefix: Option<Vec<String>>,
+    #[arg(long = "lora-name", hide = true, num_args = 0.., allow_hyphen_values = false)]
+    refused_lora_name: Option<Vec<String>>,
+    #[arg(long = "lora-request-distribution", hide = true, num_args = 0.., allow_hyphen_values = false)]
+    refused_lora_request_distribution: Option<Vec<String>>,
+    #[arg(long = "lora-zipf-alpha", hide = true, num_args = 0.., allow_hyphen_values = false)]
+    refused_lora_zipf_alpha: Option<Vec<String>>,
+    #[arg(long = "prompt-suffix", hide = true, num_args = 0.., allow_hyphen_values = false)]
+    refused_prompt_suffix: Option<Vec<String>>,
+    #[arg(long = "pd-separated", hide = true, num_args = 0.., allow_hyphen_values = false)]
+    refused_pd_separated: Option<Vec<String>>,
+    #[arg(long = "profile-prefill-url", hide = true, num_args = 0.., allow_hyphen_values = false)]
+    refused_profile_prefill_url: Option<Vec<String>>,
+    #[arg(long = "profile-decode-url", hide = true, num_args = 0.., allow_hyphen_values = false)]
+    refused_profile_decode_url: Option<Vec<String>>,
+    #[arg(long = "fake-prefill", hide = true, num_args = 0.., allow_hyphen_values = false)]
+    refused_fake_prefill: Option<Vec<String>>,
 }
+
+/// SGLang `bench_serving` flags that sparrow bench refuses, with what they are for.
+pub const REFUSED_FLAGS: &[(&str, &str)] = &[
+    ("--image-count", "image datasets"),
+    ("--image-resolution", "image datasets"),
+    ("--random-image-count", "image datasets"),
+    ("--image-format", "image datasets"),
+    ("--image-content", "image datasets"),
+    ("--agentic-max-turns", "the agentic-trace dataset"),
+    ("--speed-bench-category", "the speed-bench dataset"),
+    ("--speed-bench-output-len", "the speed-bench dataset"),
+    ("--return-logprob", "logprobs (the server returns none yet)"),
+    ("--top-logprobs-num", "logprobs (the server returns none yet)"),
+    ("--token-ids-logprob", "logprobs (the server returns none yet)"),
+    ("--logprob-start-len", "logprobs (the server returns none yet)"),
+    ("--return-routed-experts", "MoE routing traces"),
+    ("--cache-report", "cache hit reports"),
+    ("--plot-throughput", "terminal plots"),
+    ("--profile-activities", "profiler options beyond --profile"),
+    ("--profile-start-step", "profiler options beyond --profile"),
+    ("--profile-steps", "profiler options beyond --profile"),
+    ("--profile-num-steps", "profiler options beyond --profile"),
+    ("--profile-by-stage", "profiler options beyond --profile"),
+    ("--profile-stages", "profiler options beyond --profile"),
+    ("--profile-output-dir", "profiler options beyond --profile"),
+    ("--profile-prefix", "profiler options beyond --profile"),
+    ("--lora-name", "LoRA adapters"),
+    ("--lora-request-distribution", "LoRA adapters"),
+    ("--lora-zipf-alpha", "LoRA adapters"),
+    ("--prompt-suffix", "prompt suffixes"),
+    ("--pd-separated", "prefill/decode disaggregation"),
+    ("--profile-prefill-url", "prefill/decode disaggregation"),
+    ("--profile-decode-url", "prefill/decode disaggregation"),
+    ("--fake-prefill", "prefill/decode disaggregation"),
+];
 
 /// Why flags were refused.
 #[derive(Debug, thiserror::Error)]
@@ -224,6 +516,32 @@ pub struct BenchConfig {
     pub request_timeout: Duration,
     /// `--health-interval`, `None` when disabled.
     pub health_interval: Option<Duration>,
+    /// Parsed `--goodput` SLOs in milliseconds, in the order given (a repeated key keeps
+    /// its last value, as SGLang's `dict()` does).
+    pub goodput: Vec<(SloMetric, f64)>,
+    /// `--flush-cache-timeout`.
+    pub flush_cache_timeout: Duration,
+    /// `--ready-check-timeout-sec`, `None` when 0.
+    pub ready_check: Option<Duration>,
+}
+
+/// One `--goodput` entry `KEY:VALUE` (SGLang's `_goodput_slo`).
+///
+/// # Errors
+/// [`FlagError`] naming `--goodput` for an unknown key or a value that is not a finite
+/// positive number of milliseconds.
+pub fn parse_slo(pair: &str) -> Result<(SloMetric, f64), FlagError> {
+    let (name, value) = pair.split_once(':').unwrap_or((pair, ""));
+    let metric = match name {
+        "ttft" => SloMetric::Ttft,
+        "tpot" => SloMetric::Tpot,
+        "e2el" => SloMetric::E2el,
+        _ => return Err(FlagError(format!("--goodput: expected KEY:VALUE with KEY in ttft, tpot, e2el, got {pair:?}"))),
+    };
+    match value.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok((metric, v)),
+        _ => Err(FlagError(format!("--goodput {pair:?}: the value must be a finite positive number of milliseconds"))),
+    }
 }
 
 /// `v` seconds as a duration, refused (naming `flag`) unless finite and positive.
@@ -239,27 +557,162 @@ pub fn secs(flag: &str, v: f64) -> Result<Duration, FlagError> {
 }
 
 impl BenchArgs {
+    /// The refused SGLang flags this command line uses, in [`REFUSED_FLAGS`] order.
+    fn refused_used(&self) -> Vec<&'static str> {
+        let used = [
+            self.refused_image_count.is_some(),
+            self.refused_image_resolution.is_some(),
+            self.refused_random_image_count.is_some(),
+            self.refused_image_format.is_some(),
+            self.refused_image_content.is_some(),
+            self.refused_agentic_max_turns.is_some(),
+            self.refused_speed_bench_category.is_some(),
+            self.refused_speed_bench_output_len.is_some(),
+            self.refused_return_logprob.is_some(),
+            self.refused_top_logprobs_num.is_some(),
+            self.refused_token_ids_logprob.is_some(),
+            self.refused_logprob_start_len.is_some(),
+            self.refused_return_routed_experts.is_some(),
+            self.refused_cache_report.is_some(),
+            self.refused_plot_throughput.is_some(),
+            self.refused_profile_activities.is_some(),
+            self.refused_profile_start_step.is_some(),
+            self.refused_profile_steps.is_some(),
+            self.refused_profile_num_steps.is_some(),
+            self.refused_profile_by_stage.is_some(),
+            self.refused_profile_stages.is_some(),
+            self.refused_profile_output_dir.is_some(),
+            self.refused_profile_prefix.is_some(),
+            self.refused_lora_name.is_some(),
+            self.refused_lora_request_distribution.is_some(),
+            self.refused_lora_zipf_alpha.is_some(),
+            self.refused_prompt_suffix.is_some(),
+            self.refused_pd_separated.is_some(),
+            self.refused_profile_prefill_url.is_some(),
+            self.refused_profile_decode_url.is_some(),
+            self.refused_fake_prefill.is_some(),
+        ];
+        REFUSED_FLAGS.iter().zip(used).filter(|(_, u)| *u).map(|((f, _), _)| *f).collect()
+    }
+
     /// Checks the flags and derives what the run needs.
     ///
     /// # Errors
     /// [`FlagError`] naming the first offending flag.
-    pub fn validate(self) -> Result<BenchConfig, FlagError> {
-        let unsupported = [
-            ("--profile", self.profile.is_some()),
-            ("--lora-name", self.lora_name.is_some()),
-            ("--return-logprob", self.return_logprob.is_some()),
-            ("--prompt-suffix", self.prompt_suffix.is_some()),
-            ("--pd-separated", self.pd_separated.is_some()),
-            ("--tokenize-prompt", self.tokenize_prompt.is_some()),
-            ("--plot-throughput", self.plot_throughput.is_some()),
-            ("--cache-report", self.cache_report.is_some()),
-            ("--gsp-range-ratio", self.gsp_range_ratio.is_some()),
-        ];
-        if let Some((flag, _)) = unsupported.iter().find(|(_, used)| *used) {
+    pub fn validate(mut self) -> Result<BenchConfig, FlagError> {
+        if let Some(w) = self.dataset_name.mooncake_alias() {
+            self.dataset_name = DatasetName::Mooncake;
+            self.mooncake_workload = w;
+        }
+        if let Some(flag) = self.refused_used().first() {
+            let why = REFUSED_FLAGS.iter().find(|(f, _)| f == flag).map_or("", |(_, w)| *w);
             return Err(FlagError(format!(
-                "{flag} is an SGLang bench_serving flag that sparrow bench does not support"
+                "{flag} is an SGLang bench_serving flag that sparrow bench does not support ({why})"
             )));
         }
+        if !self.backend.supported() {
+            return Err(FlagError(format!(
+                "--backend {} is an SGLang bench_serving backend that sparrow bench does not support \
+                 (supported: sglang, sglang-native, sglang-oai, sglang-oai-chat, vllm, vllm-chat, lmdeploy, lmdeploy-chat)",
+                self.backend.name()
+            )));
+        }
+        if !self.dataset_name.supported() {
+            return Err(FlagError(format!(
+                "--dataset-name {} is an SGLang bench_serving dataset that sparrow bench does not support \
+                 (supported: sharegpt, random, random-ids, generated-shared-prefix, custom, openai, mooncake)",
+                self.dataset_name.name()
+            )));
+        }
+        if self.rust_worker_threads.is_some() && !self.rust_client {
+            return Err(FlagError("--rust-worker-threads requires --rust-client".into()));
+        }
+        if self.rust_worker_threads == Some(0) {
+            return Err(FlagError("--rust-worker-threads must be at least 1".into()));
+        }
+        let chat = self.backend.api() == crate::client::Api::Chat;
+        if self.gsp_num_turns == 0 {
+            return Err(FlagError("--gsp-num-turns must be at least 1".into()));
+        }
+        if self.dataset_name == DatasetName::GeneratedSharedPrefix && self.gsp_num_turns > 1 && !chat {
+            return Err(FlagError(format!(
+                "--gsp-num-turns {} needs a chat backend (sglang-oai-chat, vllm-chat, lmdeploy-chat), not {}",
+                self.gsp_num_turns,
+                self.backend.name()
+            )));
+        }
+        match (self.gsp_group_distribution, self.gsp_zipf_alpha) {
+            (GroupDistribution::Zipf, None) => {
+                return Err(FlagError(
+                    "--gsp-group-distribution=zipf requires --gsp-zipf-alpha (a finite float > 0)".into(),
+                ))
+            }
+            (GroupDistribution::Zipf, Some(a)) if !(a.is_finite() && a > 0.0) => {
+                return Err(FlagError(format!("--gsp-zipf-alpha must be a finite float > 0, got {a}")))
+            }
+            (GroupDistribution::Uniform, Some(_)) => {
+                return Err(FlagError(
+                    "--gsp-zipf-alpha is only meaningful with --gsp-group-distribution=zipf".into(),
+                ))
+            }
+            _ => {}
+        }
+        if !(0.0..=1.0).contains(&self.gsp_range_ratio) {
+            return Err(FlagError(format!("--gsp-range-ratio must be in [0, 1], got {}", self.gsp_range_ratio)));
+        }
+        if self.tokenize_prompt {
+            if self.backend.api() != crate::client::Api::Generate {
+                return Err(FlagError(format!(
+                    "--tokenize-prompt sends input_ids, which only the sglang backend's /generate takes, not {}",
+                    self.backend.name()
+                )));
+            }
+            if self.dataset_name == DatasetName::GeneratedSharedPrefix && self.gsp_num_turns > 1 {
+                return Err(FlagError("--tokenize-prompt requires --gsp-num-turns=1".into()));
+            }
+            if self.dataset_name == DatasetName::Mooncake || self.dataset_name == DatasetName::OpenAi {
+                return Err(FlagError(format!(
+                    "--tokenize-prompt does not apply to the {} dataset",
+                    self.dataset_name.name()
+                )));
+            }
+        }
+        if self.dataset_name == DatasetName::OpenAi {
+            if self.dataset_path.is_empty() {
+                return Err(FlagError("--dataset-name openai needs --dataset-path (a JSONL of chat requests)".into()));
+            }
+            if !chat {
+                return Err(FlagError(format!(
+                    "--dataset-name openai sends chat messages; use a chat backend (sglang-oai-chat, vllm-chat, \
+                     lmdeploy-chat), not {}",
+                    self.backend.name()
+                )));
+            }
+        }
+        if self.use_trace_timestamps == Some(true) && self.dataset_name != DatasetName::Mooncake {
+            return Err(FlagError("--use-trace-timestamps is only valid with --dataset-name mooncake".into()));
+        }
+        if !(self.mooncake_slowdown_factor.is_finite() && self.mooncake_slowdown_factor >= 0.0) {
+            return Err(FlagError(format!(
+                "--mooncake-slowdown-factor must be a non-negative number, got {}",
+                self.mooncake_slowdown_factor
+            )));
+        }
+        if self.mooncake_num_rounds == 0 {
+            return Err(FlagError("--mooncake-num-rounds must be at least 1".into()));
+        }
+        if !(self.temperature.is_finite() && self.temperature >= 0.0) {
+            return Err(FlagError(format!("--temperature must be a non-negative number, got {}", self.temperature)));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return Err(FlagError(format!("--top-p must be in (0, 1], got {}", self.top_p)));
+        }
+        let goodput = match &self.goodput {
+            None => Vec::new(),
+            Some(pairs) => pairs.iter().map(|p| parse_slo(p)).collect::<Result<Vec<_>, _>>()?,
+        };
+        let flush_cache_timeout = secs("--flush-cache-timeout", self.flush_cache_timeout)?;
+        let ready_check = (self.ready_check_timeout_sec > 0).then(|| Duration::from_secs(self.ready_check_timeout_sec));
         if self.num_prompts == 0 && self.dataset_name != DatasetName::GeneratedSharedPrefix {
             return Err(FlagError("--num-prompts must be at least 1".into()));
         }
@@ -311,7 +764,18 @@ impl BenchArgs {
         let request_timeout = secs("--request-timeout", self.request_timeout)?;
         let health_interval =
             if self.health_interval == 0.0 { None } else { Some(secs("--health-interval", self.health_interval)?) };
-        Ok(BenchConfig { base_url, extra_body, headers, read_timeout, request_timeout, health_interval, args: self })
+        Ok(BenchConfig {
+            base_url,
+            extra_body,
+            headers,
+            read_timeout,
+            request_timeout,
+            health_interval,
+            goodput,
+            flush_cache_timeout,
+            ready_check,
+            args: self,
+        })
     }
 }
 
@@ -342,8 +806,8 @@ mod tests {
 
     #[test]
     fn unsupported_flags_are_refused_by_name() {
-        let e = parse(&["--profile"]).expect_err("refused");
-        assert!(e.contains("--profile"), "{e}");
+        let e = parse(&["--profile-steps", "3"]).expect_err("refused");
+        assert!(e.contains("--profile-steps"), "{e}");
         let e = parse(&["--lora-name", "a", "b"]).expect_err("refused");
         assert!(e.contains("--lora-name"), "{e}");
         let e = parse(&["--no-such-flag"]).expect_err("refused");

@@ -37,6 +37,31 @@ pub enum Backend {
     /// vLLM's OpenAI chat endpoint.
     #[value(name = "vllm-chat")]
     VllmChat,
+    /// SGLang's alias of `sglang`.
+    #[value(name = "sglang-native")]
+    SglangNative,
+    /// LMDeploy's OpenAI completions endpoint.
+    #[value(name = "lmdeploy")]
+    Lmdeploy,
+    /// LMDeploy's OpenAI chat endpoint.
+    #[value(name = "lmdeploy-chat")]
+    LmdeployChat,
+    // SGLang backends sparrow bench refuses by name.
+    /// Refused by name.
+    #[value(name = "sglang-embedding", hide = true)]
+    SglangEmbedding,
+    /// Refused by name.
+    #[value(name = "vllm-embedding", hide = true)]
+    VllmEmbedding,
+    /// Refused by name.
+    #[value(name = "trt", hide = true)]
+    Trt,
+    /// Refused by name.
+    #[value(name = "gserver", hide = true)]
+    Gserver,
+    /// Refused by name.
+    #[value(name = "truss", hide = true)]
+    Truss,
 }
 
 /// The request and answer shape of an endpoint.
@@ -59,22 +84,49 @@ impl Backend {
             Backend::SglangOaiChat => "sglang-oai-chat",
             Backend::Vllm => "vllm",
             Backend::VllmChat => "vllm-chat",
+            Backend::SglangNative => "sglang-native",
+            Backend::Lmdeploy => "lmdeploy",
+            Backend::LmdeployChat => "lmdeploy-chat",
+            Backend::SglangEmbedding => "sglang-embedding",
+            Backend::VllmEmbedding => "vllm-embedding",
+            Backend::Trt => "trt",
+            Backend::Gserver => "gserver",
+            Backend::Truss => "truss",
         }
+    }
+
+    /// Whether sparrow bench implements the backend (the others are SGLang names it refuses).
+    pub fn supported(self) -> bool {
+        !matches!(
+            self,
+            Backend::SglangEmbedding | Backend::VllmEmbedding | Backend::Trt | Backend::Gserver | Backend::Truss
+        )
+    }
+
+    /// Whether the backend is one of SGLang's (as opposed to vLLM's or LMDeploy's), which
+    /// decides the cache-flush endpoint.
+    pub fn is_sglang(self) -> bool {
+        matches!(self, Backend::Sglang | Backend::SglangNative | Backend::SglangOai | Backend::SglangOaiChat)
     }
 
     /// Which API the backend uses.
     pub fn api(self) -> Api {
         match self {
-            Backend::Sglang => Api::Generate,
-            Backend::SglangOai | Backend::Vllm => Api::Completions,
-            Backend::SglangOaiChat | Backend::VllmChat => Api::Chat,
+            Backend::Sglang | Backend::SglangNative => Api::Generate,
+            Backend::SglangOai | Backend::Vllm | Backend::Lmdeploy => Api::Completions,
+            Backend::SglangOaiChat | Backend::VllmChat | Backend::LmdeployChat => Api::Chat,
+            // Refused at validation; never sent.
+            Backend::SglangEmbedding | Backend::VllmEmbedding | Backend::Trt | Backend::Gserver | Backend::Truss => {
+                Api::Completions
+            }
         }
     }
 
     /// Default port of the server family (SGLang 30000, vLLM 8000).
     pub fn default_port(self) -> u16 {
         match self {
-            Backend::Vllm | Backend::VllmChat => 8000,
+            Backend::Vllm | Backend::VllmChat | Backend::VllmEmbedding | Backend::Trt => 8000,
+            Backend::Lmdeploy | Backend::LmdeployChat => 23333,
             _ => 30000,
         }
     }
@@ -102,34 +154,63 @@ pub struct RequestOptions {
     pub stream: bool,
     /// Send `ignore_eos: true`.
     pub ignore_eos: bool,
+    /// `--temperature`.
+    pub temperature: f64,
+    /// `--top-p`, sent only below 1.
+    pub top_p: f64,
     /// Merged into every body last, so it overrides our fields.
     pub extra_body: Map<String, Value>,
 }
 
-/// The JSON body for one prompt.
-pub fn build_body(o: &RequestOptions, prompt: &str, max_tokens: u64) -> Value {
+/// What a request asks about.
+#[derive(Debug, Clone, Copy)]
+pub enum PromptInput<'a> {
+    /// Text (`text`, `prompt`, or one user message).
+    Text(&'a str),
+    /// Token ids (`input_ids` of `/generate`, `--tokenize-prompt`).
+    Ids(&'a [u32]),
+    /// Chat messages, sent as they are.
+    Messages(&'a [Value]),
+}
+
+/// The JSON body for one request: our fields, then `--extra-request-body`, then the row's
+/// own fields (`openai` dataset), each overriding the one before (SGLang's order).
+pub fn build_body(o: &RequestOptions, input: PromptInput<'_>, max_tokens: u64, row_extra: &Map<String, Value>) -> Value {
     let mut body = match o.api {
-        Api::Generate => json!({
-            "text": prompt,
-            "sampling_params": {
-                "temperature": 0.0,
+        Api::Generate => {
+            let mut sp = json!({
+                "temperature": o.temperature,
                 "max_new_tokens": max_tokens,
                 "ignore_eos": o.ignore_eos,
-            },
-            "stream": o.stream,
-        }),
+            });
+            if o.top_p < 1.0 {
+                sp["top_p"] = json!(o.top_p);
+            }
+            let mut b = json!({"sampling_params": sp, "stream": o.stream});
+            match input {
+                PromptInput::Text(t) => b["text"] = json!(t),
+                PromptInput::Ids(ids) => b["input_ids"] = json!(ids),
+                PromptInput::Messages(m) => b["text"] = json!(messages_text(m)),
+            }
+            b
+        }
         Api::Completions | Api::Chat => {
             let mut b = json!({
                 "model": o.model,
-                "temperature": 0.0,
+                "temperature": o.temperature,
                 "max_tokens": max_tokens,
                 "stream": o.stream,
                 "ignore_eos": o.ignore_eos,
             });
-            if o.api == Api::Chat {
-                b["messages"] = json!([{"role": "user", "content": prompt}]);
-            } else {
-                b["prompt"] = json!(prompt);
+            if o.top_p < 1.0 {
+                b["top_p"] = json!(o.top_p);
+            }
+            match (o.api, input) {
+                (Api::Chat, PromptInput::Messages(m)) => b["messages"] = json!(m),
+                (Api::Chat, PromptInput::Text(t)) => b["messages"] = json!([{"role": "user", "content": t}]),
+                (_, PromptInput::Ids(ids)) => b["prompt"] = json!(ids),
+                (_, PromptInput::Text(t)) => b["prompt"] = json!(t),
+                (_, PromptInput::Messages(m)) => b["prompt"] = json!(messages_text(m)),
             }
             if o.stream {
                 b["stream_options"] = json!({"include_usage": true, "continuous_usage_stats": true});
@@ -138,11 +219,16 @@ pub fn build_body(o: &RequestOptions, prompt: &str, max_tokens: u64) -> Value {
         }
     };
     if let Value::Object(map) = &mut body {
-        for (k, v) in &o.extra_body {
+        for (k, v) in o.extra_body.iter().chain(row_extra) {
             map.insert(k.clone(), v.clone());
         }
     }
     body
+}
+
+/// The text contents of chat messages, one per line (for an endpoint that takes text).
+fn messages_text(m: &[Value]) -> String {
+    m.iter().filter_map(|x| x.get("content").and_then(Value::as_str)).collect::<Vec<_>>().join("\n")
 }
 
 /// What every request of a run shares.
@@ -208,18 +294,20 @@ impl ClientCtx {
 /// error: a failure is recorded in `rec.failure`.
 ///
 /// `cancel` interrupts the request (recorded as `interrupted`); `abandon` gives it up because
-/// the server was declared down (recorded as `connection reset`).
+/// the server was declared down (recorded as `connection reset`). `routing_key` is sent as
+/// `X-SMG-Routing-Key`.
 pub async fn send(
     ctx: &ClientCtx,
     body: Bytes,
     rec: &mut RequestRecord,
     cancel: &CancellationToken,
     abandon: &CancellationToken,
+    routing_key: Option<&str>,
 ) {
     rec.sent_s = ctx.now();
     let mut acc = Accumulator::default();
     let outcome = tokio::select! {
-        r = tokio::time::timeout(ctx.request_timeout, exchange(ctx, body, rec, &mut acc)) => match r {
+        r = tokio::time::timeout(ctx.request_timeout, exchange(ctx, body, rec, &mut acc, routing_key)) => match r {
             Ok(r) => r,
             Err(_) => Err(failure(FailureKind::Deadline, format!("no answer within {:?}", ctx.request_timeout))),
         },
@@ -378,13 +466,25 @@ async fn next_or_timeout<T>(ctx: &ClientCtx, fut: impl std::future::Future<Outpu
         .map_err(|_| failure(FailureKind::Timeout, format!("no data for {:.1}s", ctx.read_timeout.as_secs_f64())))
 }
 
-async fn exchange(ctx: &ClientCtx, body: Bytes, rec: &mut RequestRecord, acc: &mut Accumulator) -> Result<(), Failure> {
-    let req = ctx
+/// The header SGLang's client sends a prefix group's routing key in (`serving.py`).
+pub const ROUTING_KEY_HEADER: &str = "X-SMG-Routing-Key";
+
+async fn exchange(
+    ctx: &ClientCtx,
+    body: Bytes,
+    rec: &mut RequestRecord,
+    acc: &mut Accumulator,
+    routing_key: Option<&str>,
+) -> Result<(), Failure> {
+    let mut req = ctx
         .http
         .post(&ctx.url)
         .headers(ctx.headers.clone())
         .header(reqwest::header::CONTENT_TYPE, "application/json")
         .body(body);
+    if let Some(k) = routing_key {
+        req = req.header(ROUTING_KEY_HEADER, k);
+    }
     // Without streaming the headers come only once the whole answer is generated, so only
     // the overall deadline applies to them.
     let resp = if ctx.stream { next_or_timeout(ctx, req.send()).await? } else { req.send().await }
@@ -528,11 +628,16 @@ mod tests {
             model: "m".into(),
             stream: true,
             ignore_eos: true,
+            temperature: 0.0,
+            top_p: 1.0,
             extra_body: serde_json::from_str(r#"{"temperature": 0.7, "top_k": 5}"#).expect("json"),
         };
-        let b = build_body(&o, "hi", 9);
-        assert_eq!(b["temperature"], json!(0.7));
-        assert_eq!(b["top_k"], json!(5));
+        let row: Map<String, Value> = serde_json::from_str(r#"{"top_k": 2, "tools": []}"#).expect("json");
+        let b = build_body(&o, PromptInput::Text("hi"), 9, &row);
+        assert_eq!(b["top_k"], json!(2), "the row's own fields win over --extra-request-body");
+        assert_eq!(b["tools"], json!([]));
+        assert!(b.get("top_p").is_none(), "top_p 1 is not sent");
+        assert_eq!(b["temperature"], json!(0.7), "--extra-request-body wins over --temperature");
         assert_eq!(b["max_tokens"], json!(9));
         assert_eq!(b["stream_options"]["include_usage"], json!(true));
     }

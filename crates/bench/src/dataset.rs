@@ -9,19 +9,44 @@ use std::path::Path;
 
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
-use rand::Rng;
+use rand::{Rng, SeedableRng};
 use serde::Deserialize;
 use sparrow_tokenizer::{ChatMessage, Tokenizer, TokenizerError};
 
-/// One prompt to send.
-#[derive(Debug, Clone, PartialEq)]
+/// One prompt to send (for a multi-turn conversation, its first round).
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct DatasetRow {
-    /// The prompt text.
+    /// The prompt text (for `openai` rows, the messages rendered with the chat template).
     pub prompt: String,
     /// Its length in tokens as the server will see it (special tokens included).
     pub prompt_len: u64,
-    /// `max_tokens` to ask for.
+    /// `max_tokens` to ask for (every round of a conversation asks for as many).
     pub output_len: u64,
+    /// Chat messages sent as they are instead of `prompt` (`openai` dataset).
+    pub messages: Option<Vec<serde_json::Value>>,
+    /// The user turns of the later rounds of a multi-turn conversation; each is sent once
+    /// the previous round's answer has arrived, with the whole history.
+    pub turns: Vec<String>,
+    /// Fields of this request's body, over `--extra-request-body` (`openai` dataset).
+    pub extra_body: serde_json::Map<String, serde_json::Value>,
+    /// `X-SMG-Routing-Key` header value (`--gsp-send-routing-key`).
+    pub routing_key: Option<String>,
+    /// When to send it, seconds after the start (trace replay); `None`: the arrival process.
+    pub arrival_s: Option<f64>,
+}
+
+impl DatasetRow {
+    /// A plain text prompt.
+    pub fn text(prompt: String, prompt_len: u64, output_len: u64) -> Self {
+        DatasetRow { prompt, prompt_len, output_len, ..Default::default() }
+    }
+}
+
+/// Moves the first `offset` (mod len) items to the end (`--dataset-offset`).
+pub fn rotate<T>(v: &mut [T], offset: usize) {
+    if !v.is_empty() {
+        v.rotate_left(offset % v.len());
+    }
 }
 
 /// Errors while building a dataset.
@@ -239,7 +264,7 @@ pub fn random(
         }
         let k = rows.len();
         let (prompt, prompt_len) = fit_to_length(tok, &ids, input_lens[k])?;
-        rows.push(DatasetRow { prompt, prompt_len, output_len: output_lens[k] });
+        rows.push(DatasetRow::text(prompt, prompt_len, output_lens[k]));
     }
     if rows.len() < spec.num_prompts {
         return Err(DatasetError::TooFew { got: rows.len(), wanted: spec.num_prompts });
@@ -264,7 +289,7 @@ pub fn random_ids(tok: &Tokenizer, spec: RandomSpec, rng: &mut StdRng) -> Result
             .filter(|id| !special.contains(id))
             .collect();
         let (prompt, prompt_len) = fit_to_length(tok, &ids, input_lens[i])?;
-        rows.push(DatasetRow { prompt, prompt_len, output_len: output_lens[i] });
+        rows.push(DatasetRow::text(prompt, prompt_len, output_lens[i]));
     }
     Ok(rows)
 }
@@ -329,7 +354,7 @@ pub fn sharegpt(
         if spec.context_len.is_some_and(|c| prompt_len + output_len > c) {
             continue;
         }
-        rows.push(DatasetRow { prompt, prompt_len, output_len });
+        rows.push(DatasetRow::text(prompt, prompt_len, output_len));
     }
     if rows.len() < spec.num_prompts {
         return Err(DatasetError::TooFew { got: rows.len(), wanted: spec.num_prompts });
@@ -338,7 +363,7 @@ pub fn sharegpt(
 }
 
 /// Parameters of `generated-shared-prefix` (the `--gsp-*` flags).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct GspSpec {
     /// `--gsp-num-groups`.
     pub num_groups: usize,
@@ -350,11 +375,36 @@ pub struct GspSpec {
     pub question_len: usize,
     /// `--gsp-output-len`.
     pub output_len: u64,
+    /// `--gsp-range-ratio`.
+    pub range_ratio: f64,
+    /// `--gsp-num-turns`.
+    pub num_turns: usize,
+    /// `--gsp-ordered`.
+    pub ordered: bool,
+    /// `--gsp-zipf-alpha` when `--gsp-group-distribution zipf`.
+    pub zipf_alpha: Option<f64>,
+    /// `--gsp-fast-prepare`.
+    pub fast_prepare: bool,
+    /// `--gsp-send-routing-key`: the run's key prefix (`<random>_<UTC yyyymmddHHMMSS>`).
+    pub routing_key_prefix: Option<String>,
+    /// `--seed`, for the Zipf group draw's own generator.
+    pub seed: u64,
 }
 
-/// `generated-shared-prefix`: groups of prompts sharing a random system prompt, each
-/// followed by `"\n\n"` and a random question; shuffled. Uses groups × prompts per group
-/// prompts (as SGLang does, `--num-prompts` does not apply).
+/// Rank-Zipf group probabilities, p(rank) = rank^-alpha / Σ k^-alpha, rank from 1 (group 0
+/// is the hottest), as SGLang's `_zipf_group_probs`.
+pub fn zipf_group_probs(num_groups: usize, alpha: f64) -> Vec<f64> {
+    let w: Vec<f64> = (1..=num_groups).map(|r| (r as f64).powf(-alpha)).collect();
+    let sum: f64 = w.iter().sum();
+    w.into_iter().map(|x| x / sum).collect()
+}
+
+/// `generated-shared-prefix` (SGLang's `sample_generated_shared_prefix_requests`): groups of
+/// prompts sharing a random system prompt, each followed by `"\n\n"` and a random question;
+/// with `num_turns` > 1 each prompt is a conversation whose later rounds are further random
+/// questions. Groups × prompts per group prompts (`--num-prompts` does not apply); slot
+/// (g, p) takes question (g, p) and, with Zipf, a drawn group's system prompt. Shuffled
+/// unless `ordered`.
 ///
 /// # Errors
 /// [`DatasetError::Tokenizer`] if decoding fails.
@@ -365,20 +415,61 @@ pub fn generated_shared_prefix(
 ) -> Result<Vec<DatasetRow>, DatasetError> {
     let special = special_ids(tok);
     let pool: Vec<u32> = (0..tok.vocab_size() as u32).filter(|i| !special.contains(i)).collect();
-    let mut gen = |n: usize| -> Result<String, DatasetError> {
+    let (g_n, p_n, t_n) = (spec.num_groups, spec.prompts_per_group, spec.num_turns.max(1));
+    let lens = |rng: &mut StdRng, len: u64, n: usize| {
+        if len == 0 {
+            vec![0; n]
+        } else {
+            draw_lengths(rng, len, spec.range_ratio, n)
+        }
+    };
+    let system_lens = lens(rng, spec.system_prompt_len as u64, g_n);
+    let question_lens = lens(rng, spec.question_len as u64, g_n * p_n * t_n);
+    let output_lens = lens(rng, spec.output_len, g_n * p_n);
+    let mut gen = |n: u64| -> Result<String, DatasetError> {
         let ids: Vec<u32> = (0..n).map(|_| pool[rng.random_range(0..pool.len())]).collect();
         Ok(tok.decode(&ids, false)?)
     };
-    let mut rows = Vec::new();
-    for _ in 0..spec.num_groups {
-        let system = gen(spec.system_prompt_len)?;
-        for _ in 0..spec.prompts_per_group {
-            let prompt = format!("{system}\n\n{}", gen(spec.question_len)?);
-            let prompt_len = tok.encode(&prompt, true)?.len() as u64;
-            rows.push(DatasetRow { prompt, prompt_len, output_len: spec.output_len });
+    let systems = system_lens.iter().map(|&n| gen(n)).collect::<Result<Vec<_>, _>>()?;
+    let questions = question_lens.iter().map(|&n| gen(n)).collect::<Result<Vec<_>, _>>()?;
+    let assignment: Vec<usize> = match spec.zipf_alpha {
+        None => (0..g_n * p_n).map(|slot| slot / p_n.max(1)).collect(),
+        Some(alpha) => {
+            // Its own generator, so the prompt pool is the same as with uniform groups.
+            let mut zrng = StdRng::seed_from_u64(spec.seed ^ 0x21bf_a11a);
+            let mut cdf = zipf_group_probs(g_n, alpha);
+            for i in 1..cdf.len() {
+                cdf[i] += cdf[i - 1];
+            }
+            (0..g_n * p_n)
+                .map(|_| {
+                    let u: f64 = zrng.random();
+                    cdf.iter().position(|&c| u < c).unwrap_or(g_n - 1)
+                })
+                .collect()
         }
+    };
+    let mut rows = Vec::with_capacity(g_n * p_n);
+    for (slot, &g) in assignment.iter().enumerate() {
+        let q = &questions[slot * t_n..(slot + 1) * t_n];
+        let prompt = format!("{}\n\n{}", systems[g], q[0]);
+        let prompt_len = if spec.fast_prepare {
+            system_lens[g] + question_lens[slot * t_n]
+        } else {
+            tok.encode(&prompt, true)?.len() as u64
+        };
+        rows.push(DatasetRow {
+            prompt,
+            prompt_len,
+            output_len: output_lens[slot],
+            turns: q[1..].to_vec(),
+            routing_key: spec.routing_key_prefix.as_ref().map(|p| format!("{p}_{g}")),
+            ..Default::default()
+        });
     }
-    rows.shuffle(rng);
+    if !spec.ordered {
+        rows.shuffle(rng);
+    }
     Ok(rows)
 }
 
@@ -398,11 +489,14 @@ pub fn custom(
     num_prompts: usize,
     fixed_output_len: Option<u64>,
     apply_chat_template: bool,
+    offset: usize,
 ) -> Result<Vec<DatasetRow>, DatasetError> {
     let text = std::fs::read_to_string(path)
         .map_err(|source| DatasetError::Io { path: path.display().to_string(), source })?;
     let mut rows = Vec::new();
-    for (n, line) in text.lines().enumerate() {
+    let mut lines: Vec<(usize, &str)> = text.lines().enumerate().collect();
+    rotate(&mut lines, offset);
+    for (n, line) in lines {
         if rows.len() == num_prompts {
             break;
         }
@@ -438,7 +532,7 @@ pub fn custom(
         };
         let prompt = if apply_chat_template { chat_wrap(tok, prompt)? } else { prompt.to_owned() };
         let prompt_len = tok.encode(&prompt, true)?.len() as u64;
-        rows.push(DatasetRow { prompt, prompt_len, output_len });
+        rows.push(DatasetRow::text(prompt, prompt_len, output_len));
     }
     if rows.len() < num_prompts {
         return Err(DatasetError::TooFew { got: rows.len(), wanted: num_prompts });
@@ -446,10 +540,173 @@ pub fn custom(
     Ok(rows)
 }
 
+/// The text parts of a message's `content` (a string, or OpenAI content parts).
+fn content_text(content: Option<&serde_json::Value>) -> String {
+    match content {
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(serde_json::Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(|t| t.as_str()))
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => String::new(),
+    }
+}
+
+/// `messages` rendered with the chat template (generation prompt added, the BOS text the
+/// server adds again removed); without a usable template, `role: content` lines.
+fn render_chat(tok: &Tokenizer, messages: &[ChatMessage]) -> String {
+    match tok.apply_chat_template(messages, true) {
+        Ok(text) => match tok.bos() {
+            Some((_, bos)) if tok.num_special_tokens_to_add() > 0 && !bos.is_empty() => text.replacen(bos, "", 1),
+            _ => text,
+        },
+        Err(_) => messages.iter().map(|m| format!("{}: {}", m.role, m.content)).collect::<Vec<_>>().join("\n"),
+    }
+}
+
+/// `openai` (SGLang's `sample_openai_requests`): a JSONL file of chat requests, in file
+/// order. Each line needs `messages`; its `max_tokens` is the output length unless
+/// `--sharegpt-output-len` is given (256 when neither is); every other field except
+/// `max_completion_tokens` and `model` is sent with that request (tools, sampling
+/// parameters). The input length is the templated messages' token count plus that of the
+/// tools' JSON (the server's own count replaces it when it reports one). Lines that are
+/// not JSON, or have no messages, are skipped, as SGLang does.
+///
+/// # Errors
+/// [`DatasetError::Io`]; [`DatasetError::TooFew`] when fewer usable lines than requested.
+pub fn openai(
+    tok: &Tokenizer,
+    path: &Path,
+    num_prompts: usize,
+    fixed_output_len: Option<u64>,
+    offset: usize,
+) -> Result<Vec<DatasetRow>, DatasetError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| DatasetError::Io { path: path.display().to_string(), source })?;
+    let mut lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    rotate(&mut lines, offset);
+    let mut rows = Vec::new();
+    for line in lines {
+        if rows.len() == num_prompts {
+            break;
+        }
+        let Ok(serde_json::Value::Object(mut obj)) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let Some(serde_json::Value::Array(messages)) = obj.remove("messages") else {
+            continue;
+        };
+        if messages.is_empty() {
+            continue;
+        }
+        let max_tokens = obj.remove("max_tokens").and_then(|v| v.as_u64());
+        obj.remove("max_completion_tokens");
+        obj.remove("model");
+        let chat: Vec<ChatMessage> = messages
+            .iter()
+            .map(|m| ChatMessage {
+                role: m.get("role").and_then(|r| r.as_str()).unwrap_or("user").to_owned(),
+                content: content_text(m.get("content")),
+            })
+            .collect();
+        let prompt = render_chat(tok, &chat);
+        let mut prompt_len = tok.encode(&prompt, true)?.len() as u64;
+        if let Some(tools) = obj.get("tools") {
+            prompt_len += tok.encode(&tools.to_string(), false)?.len() as u64;
+        }
+        rows.push(DatasetRow {
+            prompt,
+            prompt_len,
+            output_len: fixed_output_len.or(max_tokens).unwrap_or(256),
+            messages: Some(messages),
+            extra_body: obj,
+            ..Default::default()
+        });
+    }
+    if rows.len() < num_prompts {
+        return Err(DatasetError::TooFew { got: rows.len(), wanted: num_prompts });
+    }
+    Ok(rows)
+}
+
+/// Parameters of the `mooncake` dataset.
+#[derive(Debug, Clone, Copy)]
+pub struct MooncakeSpec {
+    /// `--num-prompts`: sessions taken from the start of the trace.
+    pub num_sessions: usize,
+    /// `--mooncake-num-rounds`.
+    pub num_rounds: usize,
+    /// `--mooncake-slowdown-factor`.
+    pub slowdown: f64,
+    /// `--dataset-offset`.
+    pub offset: usize,
+}
+
+/// `mooncake` (SGLang's `MooncakeDataset` and `get_mooncake_request_over_time`): a trace of
+/// sessions, one JSON object per line with `timestamp` (ms), `hash_ids` and
+/// `output_length`. Each session's prompt is built from its hash ids (`"<id>"` followed by
+/// 128 `hi` words each, then `Tell me a story based on this context.`); its rounds are
+/// all due at the session's (slowed-down) time, round i's prompt holding the earlier rounds
+/// with placeholder answers of `output_length` `story` words, rendered with the chat
+/// template. Rows come sorted by arrival.
+///
+/// # Errors
+/// [`DatasetError::Io`]; [`DatasetError::Record`] for a line that is not such an object.
+pub fn mooncake(tok: &Tokenizer, path: &Path, spec: MooncakeSpec) -> Result<Vec<DatasetRow>, DatasetError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| DatasetError::Io { path: path.display().to_string(), source })?;
+    let mut records: Vec<(usize, serde_json::Value)> = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: serde_json::Value = serde_json::from_str(line).map_err(|e| DatasetError::Record {
+            path: path.display().to_string(),
+            line: n + 1,
+            message: e.to_string(),
+        })?;
+        if v.get("timestamp").and_then(|t| t.as_f64()).is_none() {
+            return Err(DatasetError::Record {
+                path: path.display().to_string(),
+                line: n + 1,
+                message: "no numeric timestamp".into(),
+            });
+        }
+        records.push((n, v));
+    }
+    rotate(&mut records, spec.offset);
+    records.truncate(spec.num_sessions);
+    let ts = |v: &serde_json::Value| v.get("timestamp").and_then(|t| t.as_f64()).unwrap_or(0.0);
+    records.sort_by(|a, b| ts(&a.1).total_cmp(&ts(&b.1)));
+    let t0 = records.first().map_or(0.0, |r| ts(&r.1));
+    let hi128 = vec!["hi"; 128].join(" ");
+    let mut rows = Vec::new();
+    for (_, rec) in &records {
+        let arrival = (ts(rec) - t0) / 1000.0 * spec.slowdown;
+        let mut base = String::new();
+        for h in rec.get("hash_ids").and_then(|h| h.as_array()).into_iter().flatten() {
+            base.push_str(&h.to_string());
+            base.push_str(&hi128);
+        }
+        base.push_str("Tell me a story based on this context.");
+        let output_len = rec.get("output_length").and_then(|o| o.as_u64()).unwrap_or(256);
+        let placeholder = vec!["story"; output_len as usize].join(" ");
+        let mut history: Vec<ChatMessage> = Vec::new();
+        for round in 0..spec.num_rounds {
+            history.push(ChatMessage { role: "user".into(), content: format!("Round {}: {base}", round + 1) });
+            let prompt = render_chat(tok, &history);
+            let prompt_len = tok.encode(&prompt, true)?.len() as u64;
+            rows.push(DatasetRow { prompt, prompt_len, output_len, arrival_s: Some(arrival), ..Default::default() });
+            history.push(ChatMessage { role: "assistant".into(), content: placeholder.clone() });
+        }
+    }
+    Ok(rows)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand::SeedableRng;
 
     #[test]
     fn truncated_sharegpt_keeps_complete_records() {

@@ -212,3 +212,59 @@ pub fn calculate(
     m.queue_wait_ms = Distribution::from_seconds(&waits);
     m
 }
+
+/// `--goodput` figures (SGLang's `sglang/benchmark/goodput.py`, `calculate_goodput`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Goodput {
+    /// The SLOs, `(key, ms)`, in the order given.
+    pub slos_ms: Vec<(String, f64)>,
+    /// Good requests per second of the run.
+    pub request_goodput: f64,
+    /// Good requests over all requests (failed ones included).
+    pub slo_attainment: f64,
+    /// Per SLO, the share of all requests that met it.
+    pub slo_attainment_by_metric: Vec<(String, f64)>,
+}
+
+/// Goodput of a run: a request is good when it succeeded and met every SLO. TPOT is
+/// `(E2E − TTFT) / (tokens − 1)`, 0 for a one-token answer; a repeated key keeps its last
+/// value (as SGLang's `dict()` of the pairs does).
+pub fn goodput(records: &[RequestRecord], slos: &[(crate::args::SloMetric, f64)], duration_s: f64) -> Goodput {
+    use crate::args::SloMetric;
+    let mut uniq: Vec<(SloMetric, f64)> = Vec::new();
+    for &(m, v) in slos {
+        match uniq.iter_mut().find(|(k, _)| *k == m) {
+            Some(e) => e.1 = v,
+            None => uniq.push((m, v)),
+        }
+    }
+    let mut good = 0usize;
+    let mut met = vec![0usize; uniq.len()];
+    for r in records.iter().filter(|r| r.success()) {
+        let e2e = r.e2e();
+        let ttft = r.ttft().unwrap_or(e2e);
+        let tpot = if r.output_tokens > 1 { (e2e - ttft) / (r.output_tokens - 1) as f64 } else { 0.0 };
+        let mut all = true;
+        for (i, (m, slo)) in uniq.iter().enumerate() {
+            let observed_ms = 1000.0
+                * match m {
+                    SloMetric::Ttft => ttft,
+                    SloMetric::Tpot => tpot,
+                    SloMetric::E2el => e2e,
+                };
+            if observed_ms <= *slo {
+                met[i] += 1;
+            } else {
+                all = false;
+            }
+        }
+        good += usize::from(all);
+    }
+    let n = records.len().max(1) as f64;
+    Goodput {
+        slos_ms: uniq.iter().map(|(m, v)| (m.name().to_owned(), *v)).collect(),
+        request_goodput: if duration_s > 0.0 { good as f64 / duration_s } else { 0.0 },
+        slo_attainment: good as f64 / n,
+        slo_attainment_by_metric: uniq.iter().zip(&met).map(|((m, _), c)| (m.name().to_owned(), *c as f64 / n)).collect(),
+    }
+}

@@ -38,6 +38,10 @@ pub struct RunSummary {
     pub dataset_name: String,
     /// `--request-rate` (req/s; infinite means all at once).
     pub request_rate: f64,
+    /// Requests were sent at a trace's timestamps (`mooncake`): the rate shows as `trace`.
+    pub request_rate_trace: bool,
+    /// `--goodput` figures, when SLOs were given.
+    pub goodput: Option<crate::metrics::Goodput>,
     /// `--max-concurrency`.
     pub max_concurrency: Option<usize>,
     /// `--sharegpt-output-len`.
@@ -74,6 +78,16 @@ pub fn py_float(x: f64) -> String {
     }
 }
 
+/// Python's `format(x, "g")` for the SLO values people type (`500`, `0.5`, `12.25`).
+fn py_g(x: f64) -> String {
+    if x == x.trunc() && x.abs() < 1e6 {
+        format!("{x:.0}")
+    } else {
+        let s = format!("{x:.6}");
+        s.trim_end_matches('0').trim_end_matches('.').to_owned()
+    }
+}
+
 fn line_s(out: &mut String, label: &str, v: impl std::fmt::Display) {
     let _ = writeln!(out, "{:<40} {:<10}", label, v.to_string());
 }
@@ -102,7 +116,11 @@ pub fn render_block(s: &RunSummary, m: &BenchmarkMetrics) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "\n{:=^50}", " Serving Benchmark Result ");
     line_s(&mut o, "Backend:", &s.backend);
-    line_s(&mut o, "Traffic request rate:", py_float(s.request_rate));
+    if s.request_rate_trace {
+        line_s(&mut o, "Traffic request rate:", "trace");
+    } else {
+        line_s(&mut o, "Traffic request rate:", py_float(s.request_rate));
+    }
     match s.max_concurrency {
         Some(c) => line_s(&mut o, "Max request concurrency:", c),
         None => line_s(&mut o, "Max request concurrency:", "not set"),
@@ -124,6 +142,16 @@ pub fn render_block(s: &RunSummary, m: &BenchmarkMetrics) -> String {
     line_s(&mut o, "Peak concurrent requests:", m.max_concurrent_requests);
     line_f(&mut o, "Total token throughput (tok/s):", m.total_throughput);
     line_f(&mut o, "Concurrency:", m.concurrency);
+    if let Some(g) = &s.goodput {
+        section(&mut o, "Goodput");
+        let slos: Vec<String> = g.slos_ms.iter().map(|(k, v)| format!("{k}:{}", py_g(*v))).collect();
+        line_s(&mut o, "SLOs (ms):", slos.join(" "));
+        line_f(&mut o, "Request goodput (req/s):", g.request_goodput);
+        line_f(&mut o, "SLO attainment (%):", g.slo_attainment * 100.0);
+        for (k, a) in &g.slo_attainment_by_metric {
+            line_f(&mut o, &format!("{} SLO attainment (%):", k.to_uppercase()), a * 100.0);
+        }
+    }
     section(&mut o, "End-to-End Latency");
     dist(&mut o, "E2E Latency", &m.e2e_ms, false);
     section(&mut o, "Time to First Token");
@@ -189,7 +217,11 @@ pub fn result_pairs(s: &RunSummary, m: &BenchmarkMetrics) -> Vec<(String, JVal)>
     put("tag", json!(s.tag).into());
     put("backend", json!(s.backend).into());
     put("dataset_name", json!(s.dataset_name).into());
-    put("request_rate", JVal::Float(s.request_rate));
+    if s.request_rate_trace {
+        put("request_rate", json!("trace").into());
+    } else {
+        put("request_rate", JVal::Float(s.request_rate));
+    }
     put("max_concurrency", json!(s.max_concurrency).into());
     put("sharegpt_output_len", json!(s.sharegpt_output_len).into());
     put("random_input_len", json!(s.random_input_len).into());
@@ -219,6 +251,15 @@ pub fn result_pairs(s: &RunSummary, m: &BenchmarkMetrics) -> Vec<(String, JVal)>
     put("accept_length", Value::Null.into());
     put("max_output_tokens_per_s", JVal::Float(m.max_output_tokens_per_s));
     put("max_concurrent_requests", json!(m.max_concurrent_requests).into());
+    if let Some(g) = &s.goodput {
+        let obj = |pairs: &[(String, f64)]| {
+            Value::Object(pairs.iter().map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>())
+        };
+        put("goodput_slos_ms", obj(&g.slos_ms).into());
+        put("request_goodput", JVal::Float(g.request_goodput));
+        put("slo_attainment", JVal::Float(g.slo_attainment));
+        put("slo_attainment_by_metric", obj(&g.slo_attainment_by_metric).into());
+    }
     // Sparrow's own keys.
     put("max_itl_ms", JVal::Float(m.itl_ms.max));
     put("itl_per_token", json!(m.itl_per_token).into());

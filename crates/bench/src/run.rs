@@ -26,9 +26,9 @@ use sparrow_tokenizer::Tokenizer;
 use tokio::sync::{mpsc, Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use crate::args::{BenchConfig, DatasetName};
-use crate::client::{self, ClientCtx, RequestOptions};
-use crate::dataset::{self, DatasetRow, GspSpec, RandomSpec, ShareGptSpec};
+use crate::args::{BenchConfig, DatasetName, GroupDistribution};
+use crate::client::{self, ClientCtx, PromptInput, RequestOptions};
+use crate::dataset::{self, DatasetRow, GspSpec, MooncakeSpec, RandomSpec, ShareGptSpec};
 use crate::metrics::{self, BenchmarkMetrics};
 use crate::record::{Failure, FailureKind, RequestRecord, TokenCountSource};
 use crate::report::{self, RunSummary, ServerDown};
@@ -222,12 +222,14 @@ pub fn build_dataset(cfg: &BenchConfig, tok: &Tokenizer) -> Result<Vec<DatasetRo
         DatasetName::Random => {
             // Check the flags before the (slow) dataset load.
             dataset::check_room(tok, rspec.input_len)?;
-            let pairs = dataset::load_sharegpt(&sharegpt_path(cfg)?)?;
+            let mut pairs = dataset::load_sharegpt(&sharegpt_path(cfg)?)?;
+            dataset::rotate(&mut pairs, a.dataset_offset);
             dataset::random(tok, &pairs, rspec, &mut rng)?
         }
         DatasetName::RandomIds => dataset::random_ids(tok, rspec, &mut rng)?,
         DatasetName::ShareGpt => {
-            let pairs = dataset::load_sharegpt(&sharegpt_path(cfg)?)?;
+            let mut pairs = dataset::load_sharegpt(&sharegpt_path(cfg)?)?;
+            dataset::rotate(&mut pairs, a.dataset_offset);
             let spec = ShareGptSpec {
                 num_prompts: a.num_prompts,
                 output_len: a.sharegpt_output_len,
@@ -243,6 +245,13 @@ pub fn build_dataset(cfg: &BenchConfig, tok: &Tokenizer) -> Result<Vec<DatasetRo
                 system_prompt_len: a.gsp_system_prompt_len,
                 question_len: a.gsp_question_len,
                 output_len: a.gsp_output_len,
+                range_ratio: a.gsp_range_ratio,
+                num_turns: a.gsp_num_turns,
+                ordered: a.gsp_ordered,
+                zipf_alpha: a.gsp_zipf_alpha.filter(|_| a.gsp_group_distribution == GroupDistribution::Zipf),
+                fast_prepare: a.gsp_fast_prepare,
+                routing_key_prefix: a.gsp_send_routing_key.then(routing_key_prefix),
+                seed: a.seed,
             };
             dataset::generated_shared_prefix(tok, spec, &mut rng)?
         }
@@ -252,8 +261,56 @@ pub fn build_dataset(cfg: &BenchConfig, tok: &Tokenizer) -> Result<Vec<DatasetRo
             a.num_prompts,
             a.sharegpt_output_len,
             a.apply_chat_template,
+            a.dataset_offset,
         )?,
+        DatasetName::OpenAi => {
+            dataset::openai(tok, Path::new(&a.dataset_path), a.num_prompts, a.sharegpt_output_len, a.dataset_offset)?
+        }
+        DatasetName::Mooncake => {
+            let path = mooncake_path(cfg)?;
+            let spec = MooncakeSpec {
+                num_sessions: a.num_prompts,
+                num_rounds: a.mooncake_num_rounds,
+                slowdown: a.mooncake_slowdown_factor,
+                offset: a.dataset_offset,
+            };
+            dataset::mooncake(tok, &path, spec)?
+        }
+        other => {
+            return Err(BenchError::Setup(format!("--dataset-name {} is not supported by sparrow bench", other.name())))
+        }
     })
+}
+
+/// The trace file of a `mooncake` run: `--dataset-path`, else SGLang's download location
+/// `/tmp/<workload>_trace.jsonl` (sparrow bench does not download it).
+fn mooncake_path(cfg: &BenchConfig) -> Result<PathBuf, BenchError> {
+    let a = &cfg.args;
+    let path = if a.dataset_path.is_empty() {
+        PathBuf::from(format!("/tmp/{}_trace.jsonl", a.mooncake_workload.name()))
+    } else {
+        PathBuf::from(&a.dataset_path)
+    };
+    if !path.exists() {
+        return Err(BenchError::Setup(format!(
+            "mooncake trace {} not found: pass --dataset-path, or save the {} trace of the Mooncake \
+             repository (FAST25-release/traces) there",
+            path.display(),
+            a.mooncake_workload.name()
+        )));
+    }
+    Ok(path)
+}
+
+/// The run's routing-key prefix, `<8 hex digits>_<UTC yyyymmddHHMMSS>`, as SGLang builds it
+/// (it uses local time) so keys differ between runs.
+fn routing_key_prefix() -> String {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let secs = now.as_secs() as i64;
+    let (y, mo, d) = civil_from_days(secs.div_euclid(86_400));
+    let tod = secs.rem_euclid(86_400);
+    let r: u32 = rand::random();
+    format!("{r:08x}_{y:04}{mo:02}{d:02}{:02}{:02}{:02}", tod / 3600, tod % 3600 / 60, tod % 60)
 }
 
 /// SGLang's default output file name: `{backend}_{MMDD}_{n}_{in}_{out}.jsonl` for the random
@@ -292,11 +349,11 @@ pub fn default_details_file(output: &Path) -> PathBuf {
     output.with_file_name(format!("{stem}.requests.jsonl"))
 }
 
-fn new_record(index: usize, row: &DatasetRow, scheduled_s: f64) -> RequestRecord {
+fn new_record(index: usize, prompt_len: u64, output_len: u64, scheduled_s: f64) -> RequestRecord {
     RequestRecord {
         index,
-        prompt_len: row.prompt_len,
-        requested_output_len: row.output_len,
+        prompt_len,
+        requested_output_len: output_len,
         scheduled_s,
         dispatched_s: -1.0,
         sent_s: scheduled_s,
@@ -382,7 +439,7 @@ async fn health_monitor(ctx: ClientCtx, url: String, interval: Duration, live: A
 /// Runs warmup requests (concurrently) with the first prompt, at most 32 output tokens.
 async fn warmup(
     ctx: &ClientCtx,
-    opts: &RequestOptions,
+    body: Bytes,
     row: &DatasetRow,
     n: usize,
     stop: &CancellationToken,
@@ -391,14 +448,13 @@ async fn warmup(
         return Ok(());
     }
     println!("Starting warmup with {n} sequences...");
-    let body = Bytes::from(client::build_body(opts, &row.prompt, row.output_len.min(32)).to_string());
     let never = CancellationToken::new();
     let futs = (0..n).map(|i| {
         let body = body.clone();
         let never = never.clone();
         async move {
-            let mut rec = new_record(i, row, 0.0);
-            client::send(ctx, body, &mut rec, stop, &never).await;
+            let mut rec = new_record(i, row.prompt_len, row.output_len.min(32), 0.0);
+            client::send(ctx, body, &mut rec, stop, &never, row.routing_key.as_deref()).await;
             rec
         }
     });
@@ -408,6 +464,65 @@ async fn warmup(
     }
     println!("Warmup completed with {n} sequences. Starting main benchmark run...");
     Ok(())
+}
+
+/// The body of the first (or only) round of `row`; `ids` with `--tokenize-prompt`.
+fn first_body(opts: &RequestOptions, row: &DatasetRow, ids: Option<&[u32]>, max_tokens: u64) -> Bytes {
+    let input = match (ids, &row.messages) {
+        (Some(ids), _) => PromptInput::Ids(ids),
+        (None, Some(m)) => PromptInput::Messages(m),
+        (None, None) => PromptInput::Text(&row.prompt),
+    };
+    Bytes::from(client::build_body(opts, input, max_tokens, &row.extra_body).to_string())
+}
+
+/// Waits until `GET {base}/v1/models` answers 200 (SGLang's `wait_for_endpoint`), polling
+/// once a second.
+async fn wait_ready(http: &reqwest::Client, base: &str, headers: &reqwest::header::HeaderMap, limit: Duration) -> Result<(), BenchError> {
+    let url = format!("{base}/v1/models");
+    let start = Instant::now();
+    println!("Waiting up to {}s for {url} to become ready...", limit.as_secs());
+    loop {
+        let ok = http
+            .get(&url)
+            .headers(headers.clone())
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == reqwest::StatusCode::OK);
+        if ok {
+            println!("Server ready in {:.1}s.", start.elapsed().as_secs_f64());
+            return Ok(());
+        }
+        if start.elapsed() >= limit {
+            return Err(BenchError::Setup(format!(
+                "server at {url} is not ready after {}s (--ready-check-timeout-sec)",
+                limit.as_secs()
+            )));
+        }
+        tokio::time::sleep(Duration::from_secs(1).min(limit.saturating_sub(start.elapsed()))).await;
+    }
+}
+
+/// POSTs a control endpoint (`/flush_cache`, `/start_profile`, ...); a failure is a warning,
+/// never the end of the run.
+async fn post_control(http: &reqwest::Client, url: &str, headers: &reqwest::header::HeaderMap, timeout: Duration) -> bool {
+    match http.post(url).headers(headers.clone()).timeout(timeout).send().await {
+        Ok(r) if r.status().is_success() => true,
+        Ok(r) => {
+            eprintln!("warning: POST {url}: HTTP {}", r.status());
+            false
+        }
+        Err(e) => {
+            eprintln!("warning: POST {url} failed: {e}");
+            false
+        }
+    }
+}
+
+/// Unix time in seconds, for `--print-requests` lines.
+fn unix_now() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
 fn progress_bar(n: usize, hidden: bool, prefix: &str) -> ProgressBar {
@@ -471,6 +586,9 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
     let a = &cfg.args;
     let http = http_client()?;
     let headers = header_map(&cfg)?;
+    if let Some(limit) = cfg.ready_check {
+        wait_ready(&http, &cfg.base_url, &headers, limit).await?;
+    }
 
     let model = match &a.model {
         Some(m) => m.clone(),
@@ -493,16 +611,30 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
     println!("#Input tokens: {}", rows.iter().map(|r| r.prompt_len).sum::<u64>());
     println!("#Output tokens: {}", rows.iter().map(|r| r.output_len).sum::<u64>());
 
-    let opts = RequestOptions {
+    let opts = Arc::new(RequestOptions {
         api: a.backend.api(),
         model: a.served_model_name.clone().unwrap_or(model),
         stream: !a.disable_stream,
         ignore_eos: !a.disable_ignore_eos,
+        temperature: a.temperature,
+        top_p: a.top_p,
         extra_body: cfg.extra_body.clone(),
+    });
+    let ids: Vec<Vec<u32>> = if a.tokenize_prompt {
+        rows.iter()
+            .map(|r| tokenizer.encode(&r.prompt, true))
+            .collect::<Result<_, _>>()
+            .map_err(|e| BenchError::Setup(format!("--tokenize-prompt: {e}")))?
+    } else {
+        Vec::new()
     };
-    // Bodies are serialized before the clock starts so the send path does no JSON work.
-    let bodies: Vec<Bytes> =
-        rows.iter().map(|r| Bytes::from(client::build_body(&opts, &r.prompt, r.output_len).to_string())).collect();
+    // Bodies are serialized before the clock starts so the send path does no JSON work
+    // (later rounds of a conversation depend on the answers and are built when due).
+    let bodies: Vec<Bytes> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| first_body(&opts, r, ids.get(i).map(Vec::as_slice), r.output_len))
+        .collect();
     let mut ctx = ClientCtx {
         http: http.clone(),
         url: format!("{}{}", cfg.base_url, opts.api.path()),
@@ -515,17 +647,31 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
         t0: Instant::now(),
         activity: hooks.activity.clone(),
     };
-    warmup(&ctx, &opts, &rows[0], a.warmup_requests, &hooks.stop).await?;
+    let warm_body = first_body(&opts, &rows[0], ids.first().map(Vec::as_slice), rows[0].output_len.min(32));
+    warmup(&ctx, warm_body, &rows[0], a.warmup_requests, &hooks.stop).await?;
     if a.flush_cache {
-        if let Err(e) = http
-            .post(format!("{}/flush_cache", cfg.base_url))
-            .headers(headers.clone())
-            .timeout(Duration::from_secs(30))
-            .send()
-            .await
-        {
-            eprintln!("warning: POST /flush_cache failed: {e}");
+        // SGLang's flush_server_cache: vLLM (and LMDeploy) reset their prefix cache elsewhere.
+        let url = if a.backend.is_sglang() {
+            format!("{}/flush_cache?timeout={}", cfg.base_url, cfg.flush_cache_timeout.as_secs_f64())
+        } else if matches!(a.backend, crate::client::Backend::Vllm | crate::client::Backend::VllmChat) {
+            format!("{}/reset_prefix_cache", cfg.base_url)
+        } else {
+            format!("{}/flush_cache", cfg.base_url)
+        };
+        post_control(&http, &url, &headers, cfg.flush_cache_timeout + Duration::from_secs(10)).await;
+    }
+    if a.profile {
+        println!("Starting profiler...");
+        if post_control(&http, &format!("{}/start_profile", cfg.base_url), &headers, Duration::from_secs(60)).await {
+            println!("Profiler started");
         }
+    }
+    let trace = a.dataset_name == DatasetName::Mooncake;
+    if trace {
+        println!(
+            "Replaying the Mooncake trace at its timestamps (slowdown {}), ignoring --request-rate.",
+            a.mooncake_slowdown_factor
+        );
     }
 
     let output_file = a.output_file.clone().unwrap_or_else(|| default_output_file(&cfg));
@@ -536,7 +682,20 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
     let mut details = std::io::BufWriter::new(details);
 
     let mut rng = StdRng::seed_from_u64(a.seed ^ 0x5eed_a441);
-    let offsets = schedule::arrival_offsets(rows.len(), a.request_rate, a.burstiness, &mut rng);
+    let offsets = if trace {
+        rows.iter().map(|r| r.arrival_s.unwrap_or(0.0)).collect()
+    } else {
+        schedule::arrival_offsets(rows.len(), a.request_rate, a.burstiness, &mut rng)
+    };
+    // Every round of a conversation is a record of its own: row i's rounds are records
+    // first_index[i] .. first_index[i] + 1 + turns.
+    let mut first_index = Vec::with_capacity(rows.len());
+    let mut n_records = 0usize;
+    for r in &rows {
+        first_index.push(n_records);
+        n_records += 1 + r.turns.len();
+    }
+    let rows = Arc::new(rows);
     let sem = a.max_concurrency.map(|c| Arc::new(Semaphore::new(c)));
     let cancel = CancellationToken::new();
     let live = Arc::new(Liveness::default());
@@ -595,51 +754,131 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
             }
         });
     }
-    for (i, (row, body)) in rows.iter().zip(bodies).enumerate() {
-        let (ctx, tx, sem, cancel, live, abandon) =
-            (ctx.clone(), tx.clone(), sem.clone(), cancel.clone(), live.clone(), abandon.clone());
-        let mut rec = new_record(i, row, offsets[i]);
+    let print_requests = a.print_requests;
+    for (i, body) in bodies.into_iter().enumerate() {
+        let (ctx, tx, sem, cancel, live, abandon, rows, opts) = (
+            ctx.clone(),
+            tx.clone(),
+            sem.clone(),
+            cancel.clone(),
+            live.clone(),
+            abandon.clone(),
+            rows.clone(),
+            opts.clone(),
+        );
+        let base = first_index[i];
+        let mut rec = new_record(base, rows[i].prompt_len, rows[i].output_len, offsets[i]);
         let due = ctx.t0 + Duration::from_secs_f64(offsets[i]);
         tokio::spawn(async move {
-            let not_sent = |rec: &mut RequestRecord, kind: FailureKind, msg: &str| {
-                rec.end_s = ctx.now();
-                rec.failure = Some(Failure { kind, message: msg.into() });
+            let row = &rows[i];
+            // A conversation that cannot start takes all its rounds with it.
+            let not_sent = |mut rec: RequestRecord, kind: FailureKind, msg: &str| {
+                let end = ctx.now();
+                for r in 0..=row.turns.len() {
+                    if r > 0 {
+                        rec = new_record(base + r, 0, row.output_len, rec.scheduled_s);
+                    }
+                    rec.end_s = end;
+                    rec.failure = Some(Failure { kind, message: msg.into() });
+                    let _ = tx.send(rec.clone());
+                }
             };
             tokio::select! {
                 () = tokio::time::sleep_until(due.into()) => {},
-                () = cancel.cancelled() => { not_sent(&mut rec, FailureKind::Interrupted, "interrupted before send"); let _ = tx.send(rec); return; }
-                () = live.down.cancelled() => { not_sent(&mut rec, FailureKind::NotSent, "server down before send"); let _ = tx.send(rec); return; }
+                () = cancel.cancelled() => { not_sent(rec, FailureKind::Interrupted, "interrupted before send"); return; }
+                () = live.down.cancelled() => { not_sent(rec, FailureKind::NotSent, "server down before send"); return; }
             }
             rec.dispatched_s = ctx.now();
+            // One slot per conversation, held through all its rounds (as SGLang's client).
             let _permit = match &sem {
                 None => None,
                 Some(s) => tokio::select! {
                     p = s.clone().acquire_owned() => p.ok(),
-                    () = cancel.cancelled() => { not_sent(&mut rec, FailureKind::Interrupted, "interrupted before send"); let _ = tx.send(rec); return; }
-                    () = live.down.cancelled() => { not_sent(&mut rec, FailureKind::NotSent, "server down before send"); let _ = tx.send(rec); return; }
+                    () = cancel.cancelled() => { not_sent(rec, FailureKind::Interrupted, "interrupted before send"); return; }
+                    () = live.down.cancelled() => { not_sent(rec, FailureKind::NotSent, "server down before send"); return; }
                 },
             };
-            if live.down.is_cancelled() {
-                not_sent(&mut rec, FailureKind::NotSent, "server down before send");
-            } else {
-                client::send(&ctx, body, &mut rec, &cancel, &abandon).await;
-            }
-            if let Some(f) = &rec.failure {
-                if f.kind.is_connection_level() {
-                    live.sign(rec.end_s, format!("request {}: {}", rec.index, f.kind.label()));
-                    live.probe_now.notify_one();
+            let mut history: Vec<Value> = Vec::new();
+            let mut body = body;
+            for round in 0..=row.turns.len() {
+                if round > 0 {
+                    // The earlier rounds and their answers, then this round's question.
+                    history.push(serde_json::json!({"role": "user", "content": row.turns[round - 1]}));
+                    let t = ctx.now();
+                    let msgs: Vec<sparrow_tokenizer::ChatMessage> = history
+                        .iter()
+                        .map(|m| sparrow_tokenizer::ChatMessage {
+                            role: m["role"].as_str().unwrap_or("user").to_owned(),
+                            content: m["content"].as_str().unwrap_or("").to_owned(),
+                        })
+                        .collect();
+                    // An estimate; the server's own count replaces it when it reports one.
+                    let prompt_len = ctx
+                        .tokenizer
+                        .apply_chat_template(&msgs, true)
+                        .ok()
+                        .and_then(|text| ctx.tokenizer.encode(&text, false).ok())
+                        .map_or(0, |ids| ids.len() as u64);
+                    rec = new_record(base + round, prompt_len, row.output_len, t);
+                    rec.dispatched_s = t;
+                    body = Bytes::from(
+                        client::build_body(&opts, PromptInput::Messages(&history), row.output_len, &row.extra_body)
+                            .to_string(),
+                    );
                 }
-                if f.kind == FailureKind::ConnectionRefused {
-                    live.declare("requests: connection refused".into());
+                let start_unix = unix_now();
+                if print_requests {
+                    println!(
+                        "rid={} time={start_unix:.6} message=\"request start\" prompt_len={} output_len={}",
+                        rec.index, rec.prompt_len, rec.requested_output_len
+                    );
                 }
+                if live.down.is_cancelled() {
+                    rec.end_s = ctx.now();
+                    rec.failure = Some(Failure { kind: FailureKind::NotSent, message: "server down before send".into() });
+                } else if cancel.is_cancelled() {
+                    rec.end_s = ctx.now();
+                    rec.failure = Some(Failure { kind: FailureKind::Interrupted, message: "interrupted before send".into() });
+                } else {
+                    client::send(&ctx, body.clone(), &mut rec, &cancel, &abandon, row.routing_key.as_deref()).await;
+                }
+                if print_requests {
+                    let now = unix_now();
+                    println!(
+                        "rid={} time={now:.6} time_delta={:.6} message=\"request end\" success={} output_tokens={} ttft={} error={:?}",
+                        rec.index,
+                        now - start_unix,
+                        rec.success(),
+                        rec.output_tokens,
+                        rec.ttft().map_or("none".into(), |t| format!("{t:.6}")),
+                        rec.failure.as_ref().map_or(String::new(), |f| format!("{}: {}", f.kind.label(), f.message)),
+                    );
+                }
+                if let Some(f) = &rec.failure {
+                    if f.kind.is_connection_level() {
+                        live.sign(rec.end_s, format!("request {}: {}", rec.index, f.kind.label()));
+                        live.probe_now.notify_one();
+                    }
+                    if f.kind == FailureKind::ConnectionRefused {
+                        live.declare("requests: connection refused".into());
+                    }
+                }
+                if round == 0 {
+                    history = match &row.messages {
+                        Some(m) => m.clone(),
+                        None => vec![serde_json::json!({"role": "user", "content": row.prompt})],
+                    };
+                }
+                // A failed round's answer is empty, and the conversation goes on (as SGLang's).
+                history.push(serde_json::json!({"role": "assistant", "content": rec.text}));
+                let _ = tx.send(rec.clone());
             }
-            let _ = tx.send(rec);
         });
     }
     drop(tx);
 
-    let pb = progress_bar(rows.len(), a.disable_tqdm, &hooks.bar_prefix);
-    let mut records: Vec<Option<RequestRecord>> = vec![None; rows.len()];
+    let pb = progress_bar(n_records, a.disable_tqdm, &hooks.bar_prefix);
+    let mut records: Vec<Option<RequestRecord>> = vec![None; n_records];
     let (mut failed, mut out_tokens) = (0usize, 0u64);
     let mut details_ok = true;
     let bar_message = |failed: usize, out_tokens: u64| {
@@ -670,6 +909,12 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
     }
     let duration_s = ctx.now();
     stop_monitor.cancel();
+    if a.profile {
+        println!("Stopping profiler...");
+        if post_control(&http, &format!("{}/stop_profile", cfg.base_url), &headers, Duration::from_secs(300)).await {
+            println!("Profiler stopped");
+        }
+    }
     // Requests broke at the connection level but the monitor had no time to look (e.g. all
     // streams were cut at once at the end): one last probe decides whether the server is gone.
     let signs = live.first_sign.lock().ok().is_some_and(|s| s.is_some());
@@ -713,6 +958,8 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
         backend: a.backend.name().into(),
         dataset_name: a.dataset_name.name().into(),
         request_rate: a.request_rate,
+        request_rate_trace: trace,
+        goodput: (!cfg.goodput.is_empty()).then(|| metrics::goodput(&records, &cfg.goodput, duration_s)),
         max_concurrency: a.max_concurrency,
         sharegpt_output_len: a.sharegpt_output_len,
         random_input_len: a.random_input_len,

@@ -96,6 +96,8 @@ fn block_matches_sglang_format_byte_for_byte() {
         backend: "sglang".into(),
         dataset_name: "random".into(),
         request_rate: f64::INFINITY,
+        request_rate_trace: false,
+        goodput: None,
         max_concurrency: None,
         sharegpt_output_len: None,
         random_input_len: 256,

@@ -53,7 +53,14 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    // `--rust-worker-threads` sizes the bench's runtime, as it sizes SGLang's Rust client's.
+    if let Command::Bench(a) = &cli.command {
+        if let Some(n) = a.rust_worker_threads.filter(|&n| n > 0) {
+            builder.worker_threads(n);
+        }
+    }
+    let rt = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
