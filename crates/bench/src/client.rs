@@ -12,7 +12,10 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::StreamExt;
+use serde::de::IgnoredAny;
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
+use std::borrow::Cow;
 use sparrow_protocol::sse::{SseDecoder, DONE};
 use sparrow_tokenizer::Tokenizer;
 use tokio_util::sync::CancellationToken;
@@ -377,6 +380,122 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
+/// One stream frame, parsed in place from the SSE data: only what the client reads, text
+/// borrowed when it has no escapes. Every OpenAI and SGLang frame shape fits it; one that
+/// does not (a field of an unexpected type) is read through [`Frame::from_value`] instead.
+#[derive(Debug, Default, Deserialize)]
+struct Frame<'a> {
+    /// `choices[0]`; the other choices are skipped unread.
+    #[serde(default, borrow, deserialize_with = "first_choice")]
+    choices: Option<ChoiceF<'a>>,
+    #[serde(default)]
+    usage: Option<Counts>,
+    #[serde(default)]
+    meta_info: Option<MetaF>,
+    /// `/generate`: the cumulative text.
+    #[serde(default, borrow)]
+    text: Option<Cow<'a, str>>,
+    /// An in-band error (`null` reads as none, as [`sparrow_protocol::in_band_error`]).
+    #[serde(default)]
+    error: Option<IgnoredAny>,
+    #[serde(default, borrow)]
+    object: Option<Cow<'a, str>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct ChoiceF<'a> {
+    #[serde(default, borrow)]
+    text: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    delta: Option<DeltaF<'a>>,
+    #[serde(default, borrow)]
+    finish_reason: Option<Cow<'a, str>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct DeltaF<'a> {
+    #[serde(default, borrow)]
+    content: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    reasoning_content: Option<Cow<'a, str>>,
+}
+
+/// OpenAI `usage`, or the token counts of SGLang's `meta_info`.
+#[derive(Debug, Default, Clone, Copy, Deserialize)]
+struct Counts {
+    #[serde(default)]
+    prompt_tokens: Option<u64>,
+    #[serde(default)]
+    completion_tokens: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct MetaF {
+    #[serde(default)]
+    prompt_tokens: Option<u64>,
+    #[serde(default)]
+    completion_tokens: Option<u64>,
+    /// `null`, or an object whose `type` names the reason.
+    #[serde(default)]
+    finish_reason: Option<Value>,
+}
+
+/// Deserializes only the first element of `choices` (or `null`).
+fn first_choice<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<ChoiceF<'de>>, D::Error> {
+    struct First;
+    impl<'de> serde::de::Visitor<'de> for First {
+        type Value = Option<ChoiceF<'de>>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a list of choices")
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let first = seq.next_element::<ChoiceF<'de>>()?;
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+            Ok(first)
+        }
+    }
+    d.deserialize_any(First)
+}
+
+impl<'a> Frame<'a> {
+    /// The lenient reading of a frame: fields of unexpected types count as absent.
+    fn from_value(v: &'a Value) -> Frame<'a> {
+        let s = |x: Option<&'a Value>| x.and_then(Value::as_str).map(Cow::Borrowed);
+        let counts = |x: Option<&Value>| Counts {
+            prompt_tokens: x.and_then(|u| u.get("prompt_tokens")).and_then(Value::as_u64),
+            completion_tokens: x.and_then(|u| u.get("completion_tokens")).and_then(Value::as_u64),
+        };
+        let c = v.get("choices").and_then(|c| c.get(0));
+        let d = c.and_then(|c| c.get("delta"));
+        let m = v.get("meta_info").filter(|m| m.is_object());
+        Frame {
+            choices: c.map(|c| ChoiceF {
+                text: s(c.get("text")),
+                delta: d.map(|d| DeltaF { content: s(d.get("content")), reasoning_content: s(d.get("reasoning_content")) }),
+                finish_reason: s(c.get("finish_reason")),
+            }),
+            usage: v.get("usage").filter(|u| !u.is_null()).map(|u| counts(Some(u))),
+            meta_info: m.map(|m| {
+                let Counts { prompt_tokens, completion_tokens } = counts(Some(m));
+                MetaF { prompt_tokens, completion_tokens, finish_reason: m.get("finish_reason").cloned() }
+            }),
+            text: s(v.get("text")),
+            error: None,
+            object: s(v.get("object")),
+        }
+    }
+
+    /// Token counts: `usage` when present, else `meta_info`.
+    fn counts(&self) -> Option<Counts> {
+        self.usage.or_else(|| {
+            self.meta_info.as_ref().map(|m| Counts { prompt_tokens: m.prompt_tokens, completion_tokens: m.completion_tokens })
+        })
+    }
+}
+
 /// Running state of one answer.
 #[derive(Debug, Default)]
 struct Accumulator {
@@ -391,59 +510,61 @@ struct Accumulator {
 }
 
 impl Accumulator {
-    /// Applies one decoded frame; returns the new content and, when the frame told it, the
-    /// number of tokens that content carries.
-    fn apply(&mut self, api: Api, v: &Value) -> (String, Option<u64>) {
-        let usage = usage_of(v);
-        let cum = usage.and_then(|u| u.get("completion_tokens")).and_then(Value::as_u64);
-        if let Some(p) = usage.and_then(|u| u.get("prompt_tokens")).and_then(Value::as_u64) {
+    /// Applies one frame; returns whether it carried new content and, when the frame told
+    /// it, the number of tokens that content carries.
+    fn apply(&mut self, api: Api, f: &Frame<'_>) -> (bool, Option<u64>) {
+        let counts = f.counts();
+        let cum = counts.and_then(|u| u.completion_tokens);
+        if let Some(p) = counts.and_then(|u| u.prompt_tokens) {
             self.prompt_tokens = Some(p);
         }
-        let first_choice = v.get("choices").and_then(|c| c.get(0));
-        let (new_text, finish) = match api {
+        let choice = f.choices.as_ref();
+        let (new, finish): (bool, Option<&str>) = match api {
             Api::Generate => {
-                let full = v.get("text").and_then(Value::as_str).unwrap_or("");
-                // `text` is cumulative; take what is new.
-                let new = full.strip_prefix(self.text.as_str()).unwrap_or(full).to_owned();
-                let fin = v
-                    .get("meta_info")
-                    .and_then(|m| m.get("finish_reason"))
-                    .filter(|f| !f.is_null())
-                    .map(|f| f.get("type").and_then(Value::as_str).map_or_else(|| f.to_string(), str::to_owned));
-                if !new.is_empty() || full.len() != self.text.len() {
-                    self.text = full.to_owned();
-                    (new, fin)
-                } else {
-                    (String::new(), fin)
+                let full = f.text.as_deref().unwrap_or("");
+                let fin = f.meta_info.as_ref().and_then(|m| m.finish_reason.as_ref()).filter(|x| !x.is_null());
+                let fin_s = fin.map(|x| x.get("type").and_then(Value::as_str).map_or_else(|| x.to_string(), str::to_owned));
+                if fin_is_some(&fin_s) {
+                    self.finish_reason = fin_s;
                 }
+                // `text` is cumulative; what is new is past what we have.
+                let new = if let Some(rest) = full.strip_prefix(self.text.as_str()) {
+                    self.text.push_str(rest);
+                    !rest.is_empty()
+                } else {
+                    self.text.clear();
+                    self.text.push_str(full);
+                    !full.is_empty()
+                };
+                (new, None)
             }
             Api::Completions => {
-                let t = first_choice.and_then(|c| c.get("text")).and_then(Value::as_str).unwrap_or("");
+                let t = choice.and_then(|c| c.text.as_deref()).unwrap_or("");
                 self.text.push_str(t);
-                (t.to_owned(), finish_of(first_choice))
+                (!t.is_empty(), choice.and_then(|c| c.finish_reason.as_deref()))
             }
             Api::Chat => {
-                let d = first_choice.and_then(|c| c.get("delta"));
-                let content = d.and_then(|d| d.get("content")).and_then(Value::as_str).unwrap_or("");
-                let reasoning = d.and_then(|d| d.get("reasoning_content")).and_then(Value::as_str).unwrap_or("");
+                let d = choice.and_then(|c| c.delta.as_ref());
+                let content = d.and_then(|d| d.content.as_deref()).unwrap_or("");
+                let reasoning = d.and_then(|d| d.reasoning_content.as_deref()).unwrap_or("");
                 // Reasoning tokens are output tokens: keep them for counting.
                 self.text.push_str(reasoning);
                 self.text.push_str(content);
-                (format!("{reasoning}{content}"), finish_of(first_choice))
+                (!content.is_empty() || !reasoning.is_empty(), choice.and_then(|c| c.finish_reason.as_deref()))
             }
         };
-        if fin_is_some(&finish) {
-            self.finish_reason = finish;
+        if let Some(fin) = finish.filter(|f| !f.is_empty()) {
+            self.finish_reason = Some(fin.to_owned());
         }
         let mut tokens = None;
         if let Some(c) = cum {
-            if !new_text.is_empty() {
+            if new {
                 tokens = Some(c.saturating_sub(self.tokens_at_last_chunk));
                 self.tokens_at_last_chunk = c;
             }
             self.completion_tokens = Some(c);
         }
-        (new_text, tokens)
+        (new, tokens)
     }
 }
 
@@ -454,10 +575,6 @@ fn usage_of(v: &Value) -> Option<&Value> {
 
 fn fin_is_some(f: &Option<String>) -> bool {
     f.as_deref().is_some_and(|s| !s.is_empty())
-}
-
-fn finish_of(choice: Option<&Value>) -> Option<String> {
-    choice.and_then(|c| c.get("finish_reason")).and_then(Value::as_str).map(str::to_owned)
 }
 
 async fn next_or_timeout<T>(ctx: &ClientCtx, fut: impl std::future::Future<Output = T>) -> Result<T, Failure> {
@@ -524,37 +641,62 @@ async fn exchange(
     }
     let mut stream = resp.bytes_stream();
     let mut sse = SseDecoder::new();
+    rec.chunks.reserve(rec.requested_output_len.min(1 << 16) as usize + 1);
+    let mut err: Option<Failure> = None;
     loop {
         let Some(item) = next_or_timeout(ctx, stream.next()).await? else {
             break;
         };
         let bytes = item.map_err(|e| failure(classify(&e), error_chain(&e)))?;
         ctx.activity.touch();
-        for data in sse.feed(&bytes) {
-            let t = ctx.now();
-            if data.trim().is_empty() {
-                continue;
+        // Frames of one read arrived together: one timestamp for all of them.
+        let t = ctx.now();
+        sse.feed_with(&bytes, |data| {
+            if err.is_some() || acc.done {
+                return;
             }
-            if data.trim() == DONE {
+            let data = data.trim();
+            if data.is_empty() {
+                return;
+            }
+            if data == DONE {
                 // Some servers keep the connection open after [DONE]; nothing after it counts.
                 acc.done = true;
-                break;
+                return;
             }
-            let v: Value = serde_json::from_str(&data).map_err(|e| {
-                failure(FailureKind::InvalidResponse, format!("{e}: {}", data.chars().take(200).collect::<String>()))
-            })?;
-            if let Some(msg) = sparrow_protocol::in_band_error(&v) {
-                return Err(failure(FailureKind::InBandError, msg));
-            }
-            let (content, tokens) = acc.apply(ctx.api, &v);
-            if !content.is_empty() {
+            let parsed = serde_json::from_str::<Frame<'_>>(data);
+            let value;
+            let frame = match parsed {
+                Ok(f) if f.error.is_none() && f.object.as_deref() != Some("error") => f,
+                _ => {
+                    // Rare: an error frame, or a shape the fast reader does not take.
+                    value = match serde_json::from_str::<Value>(data) {
+                        Ok(v) => v,
+                        Err(e) => {
+                            let head: String = data.chars().take(200).collect();
+                            err = Some(failure(FailureKind::InvalidResponse, format!("{e}: {head}")));
+                            return;
+                        }
+                    };
+                    if let Some(msg) = sparrow_protocol::in_band_error(&value) {
+                        err = Some(failure(FailureKind::InBandError, msg));
+                        return;
+                    }
+                    Frame::from_value(&value)
+                }
+            };
+            let (content, tokens) = acc.apply(ctx.api, &frame);
+            if content {
                 rec.chunks.push(Chunk { t, tokens });
             }
             if acc.finish_reason.as_deref() == Some("abort") {
                 // SGLang ends an aborted request with finish_reason "abort" (its message in
                 // meta_info or the choice); it produced no complete answer.
-                return Err(failure(FailureKind::InBandError, format!("request aborted by the server: {data}")));
+                err = Some(failure(FailureKind::InBandError, format!("request aborted by the server: {data}")));
             }
+        });
+        if let Some(e) = err {
+            return Err(e);
         }
         if acc.done {
             break;
@@ -575,49 +717,92 @@ async fn exchange(
 mod tests {
     use super::*;
 
+    /// Applies `v` through the fast reader, checking the lenient reader agrees.
+    fn ap(a: &mut Accumulator, api: Api, v: &Value) -> (bool, Option<u64>) {
+        let text = v.to_string();
+        let fast: Frame<'_> = serde_json::from_str(&text).expect("fast reader takes it");
+        let mut b = Accumulator { text: a.text.clone(), tokens_at_last_chunk: a.tokens_at_last_chunk, ..Default::default() };
+        let slow = b.apply(api, &Frame::from_value(v));
+        let got = a.apply(api, &fast);
+        assert_eq!(got, slow, "fast and lenient readers agree on {v}");
+        assert_eq!(a.text, b.text);
+        got
+    }
+
     #[test]
     fn generate_text_is_cumulative() {
         let mut a = Accumulator::default();
-        let f = |t: &str, n: u64| json!({"text": t, "meta_info": {"completion_tokens": n, "prompt_tokens": 7, "finish_reason": null}});
-        assert_eq!(a.apply(Api::Generate, &f("He", 1)), ("He".into(), Some(1)));
-        assert_eq!(a.apply(Api::Generate, &f("Hello wor", 3)), ("llo wor".into(), Some(2)));
+        let f = |t: &str, n: u64| json!({"text": t, "meta_info": {"completion_tokens": n, "prompt_tokens": 7, "finish_reason": null, "id": "x", "e2e_latency": 0.1}});
+        assert_eq!(ap(&mut a, Api::Generate, &f("He", 1)), (true, Some(1)));
+        assert_eq!(ap(&mut a, Api::Generate, &f("Hello wor", 3)), (true, Some(2)));
         // A frame with no new text adds no chunk; its tokens count towards the next one.
-        assert_eq!(a.apply(Api::Generate, &f("Hello wor", 4)), (String::new(), None));
-        assert_eq!(a.apply(Api::Generate, &f("Hello world", 5)), ("ld".into(), Some(2)));
+        assert_eq!(ap(&mut a, Api::Generate, &f("Hello wor", 4)), (false, None));
+        assert_eq!(ap(&mut a, Api::Generate, &f("Hello world", 5)), (true, Some(2)));
+        assert_eq!(a.text, "Hello world");
         assert_eq!(a.completion_tokens, Some(5));
         assert_eq!(a.prompt_tokens, Some(7));
+        let end = json!({"text": "Hello world", "meta_info": {"completion_tokens": 5, "finish_reason": {"type": "length", "length": 5}}});
+        assert_eq!(ap(&mut a, Api::Generate, &end), (false, None));
+        assert_eq!(a.finish_reason.as_deref(), Some("length"));
     }
 
     #[test]
     fn completions_usage_only_chunk() {
         let mut a = Accumulator::default();
         assert_eq!(
-            a.apply(Api::Completions, &json!({"choices": [{"index": 0, "text": "a b", "finish_reason": null}]})),
-            ("a b".into(), None)
+            ap(&mut a, Api::Completions, &json!({"choices": [{"index": 0, "text": "a b", "finish_reason": null}, {"index": 1, "text": "other"}]})),
+            (true, None)
         );
         assert_eq!(
-            a.apply(Api::Completions, &json!({"choices": [{"index": 0, "text": "", "finish_reason": "stop"}]})),
-            (String::new(), None)
+            ap(&mut a, Api::Completions, &json!({"choices": [{"index": 0, "text": "", "finish_reason": "stop"}]})),
+            (false, None)
         );
         assert_eq!(
-            a.apply(
+            ap(
+                &mut a,
                 Api::Completions,
                 &json!({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}})
             ),
-            (String::new(), None)
+            (false, None)
         );
+        assert_eq!(a.text, "a b", "only the first choice counts");
         assert_eq!(a.completion_tokens, Some(2));
         assert_eq!(a.finish_reason.as_deref(), Some("stop"));
     }
 
     #[test]
+    fn continuous_usage_counts_tokens_per_chunk_and_escapes_decode() {
+        let mut a = Accumulator::default();
+        let f = |t: &str, n: u64| json!({"choices": [{"index": 0, "text": t}], "usage": {"prompt_tokens": 4, "completion_tokens": n}});
+        assert_eq!(ap(&mut a, Api::Completions, &f("x\"y", 2)), (true, Some(2)));
+        assert_eq!(ap(&mut a, Api::Completions, &f("é", 3)), (true, Some(1)));
+        assert_eq!(a.text, "x\"y\u{e9}");
+    }
+
+    #[test]
+    fn odd_shapes_fall_back_to_the_lenient_reader() {
+        // A completion count that is not an integer: the fast reader refuses, the lenient
+        // one reads it as absent.
+        let v = json!({"choices": [{"index": 0, "text": "a"}], "usage": {"completion_tokens": 1.5}});
+        assert!(serde_json::from_str::<Frame<'_>>(&v.to_string()).is_err());
+        let mut a = Accumulator::default();
+        assert_eq!(a.apply(Api::Completions, &Frame::from_value(&v)), (true, None));
+        // An error frame is seen by the fast reader, so the caller takes the slow path.
+        let e: Frame<'_> = serde_json::from_str(r#"{"error": {"message": "boom"}}"#).expect("parses");
+        assert!(e.error.is_some());
+        let n: Frame<'_> = serde_json::from_str(r#"{"error": null, "choices": null}"#).expect("parses");
+        assert!(n.error.is_none() && n.choices.is_none());
+    }
+
+    #[test]
     fn chat_reasoning_counts_as_content() {
         let mut a = Accumulator::default();
-        let (c, _) = a.apply(
+        let (c, _) = ap(
+            &mut a,
             Api::Chat,
             &json!({"choices": [{"index": 0, "delta": {"reasoning_content": "think"}, "finish_reason": null}]}),
         );
-        assert_eq!(c, "think");
+        assert!(c);
         assert_eq!(a.text, "think", "reasoning tokens are counted as output");
     }
 

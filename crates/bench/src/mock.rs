@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -263,11 +263,15 @@ struct Plan {
     fail: Option<FailMode>,
 }
 
-fn plan(s: &MockState, dialect: Dialect, body: &Value) -> Plan {
+fn plan(s: &MockState, dialect: Dialect, headers: &HeaderMap, body: &Value) -> Plan {
     let n = s.received.fetch_add(1, Ordering::SeqCst);
     if s.script.log_requests {
         let prompt = body.get("prompt").or_else(|| body.get("text")).or_else(|| body.get("messages"));
-        eprintln!("mock request {n} prompt={}", prompt.map_or_else(String::new, Value::to_string));
+        let key = headers.get("x-smg-routing-key").and_then(|v| v.to_str().ok()).unwrap_or("");
+        eprintln!(
+            "mock request {n} prompt={} routing_key={key} body={body}",
+            prompt.map_or_else(String::new, Value::to_string)
+        );
     }
     if s.script.die_after == Some(n) {
         die(s, n);
@@ -466,14 +470,14 @@ fn respond(state: Arc<MockState>, p: Plan, permit: Option<tokio::sync::OwnedSema
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
-async fn handle(state: Arc<MockState>, dialect: Dialect, body: Value) -> Result<Response, Infallible> {
+async fn handle(state: Arc<MockState>, dialect: Dialect, headers: HeaderMap, body: Value) -> Result<Response, Infallible> {
     if state.kill.is_cancelled() {
         return Ok(StatusCode::SERVICE_UNAVAILABLE.into_response());
     }
     if state.hang.is_cancelled() {
         std::future::pending::<()>().await;
     }
-    let p = plan(&state, dialect, &body);
+    let p = plan(&state, dialect, &headers, &body);
     let permit = match &state.running {
         Some(sem) => sem.clone().acquire_owned().await.ok(),
         None => None,
@@ -481,14 +485,26 @@ async fn handle(state: Arc<MockState>, dialect: Dialect, body: Value) -> Result<
     Ok(respond(state, p, permit))
 }
 
-async fn generate(State(s): State<Arc<MockState>>, Json(body): Json<Value>) -> Result<Response, Infallible> {
-    handle(s, Dialect::Generate, body).await
+async fn generate(
+    State(s): State<Arc<MockState>>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Result<Response, Infallible> {
+    handle(s, Dialect::Generate, headers, body).await
 }
 
-async fn completions(State(s): State<Arc<MockState>>, Json(body): Json<Value>) -> Result<Response, Infallible> {
-    handle(s, Dialect::Completions, body).await
+async fn completions(
+    State(s): State<Arc<MockState>>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Result<Response, Infallible> {
+    handle(s, Dialect::Completions, headers, body).await
 }
 
-async fn chat(State(s): State<Arc<MockState>>, Json(body): Json<Value>) -> Result<Response, Infallible> {
-    handle(s, Dialect::Chat, body).await
+async fn chat(
+    State(s): State<Arc<MockState>>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Result<Response, Infallible> {
+    handle(s, Dialect::Chat, headers, body).await
 }

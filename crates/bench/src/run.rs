@@ -557,16 +557,26 @@ pub async fn interrupted() -> (i32, String) {
     (exit::SIGINT, "SIGINT (Ctrl-C)".into())
 }
 
-/// One details-file line: the record plus its derived latencies.
+/// One details-file line: the record plus its derived latencies (`success`, `ttft`, `e2e`,
+/// `itl` after the record's own fields). Serialized straight from the record, since this
+/// runs once per finished request while the run goes on.
 fn details_line(r: &RequestRecord) -> String {
-    let mut v = serde_json::to_value(r).unwrap_or(Value::Null);
-    if let Value::Object(m) = &mut v {
-        m.insert("success".into(), Value::Bool(r.success()));
-        m.insert("ttft".into(), serde_json::json!(r.ttft()));
-        m.insert("e2e".into(), serde_json::json!(r.e2e()));
-        m.insert("itl".into(), serde_json::json!(r.itl().0));
+    use std::fmt::Write as _;
+    let mut s = serde_json::to_string(r).unwrap_or_else(|_| "{".into());
+    if s.ends_with('}') {
+        s.pop();
     }
-    v.to_string()
+    let sep = if s.len() > 1 { "," } else { "" };
+    let num = |x: Option<f64>| x.filter(|v| v.is_finite()).map_or_else(|| "null".to_owned(), |v| Value::from(v).to_string());
+    let _ = write!(s, "{sep}\"success\":{},\"ttft\":{},\"e2e\":{},\"itl\":[", r.success(), num(r.ttft()), num(Some(r.e2e())));
+    for (i, x) in r.itl().0.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        s.push_str(&num(Some(*x)));
+    }
+    s.push_str("]}");
+    s
 }
 
 /// Runs the whole benchmark described by `cfg`: set-up, warmup, timed run, report.
@@ -895,7 +905,10 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
         };
         if details_ok {
             let line = details_line(&rec);
-            if writeln!(details, "{line}").and_then(|()| details.flush()).is_err() {
+            // Flushed whenever no other record is waiting: a crash loses nothing that finished,
+            // and a burst of completions costs one write.
+            let res = writeln!(details, "{line}").and_then(|()| if rx.is_empty() { details.flush() } else { Ok(()) });
+            if res.is_err() {
                 details_ok = false;
                 eprintln!("warning: cannot write {}; per-request records stop here", details_file.display());
             }
@@ -908,6 +921,9 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
         records[idx] = Some(rec);
     }
     let duration_s = ctx.now();
+    if details_ok && details.flush().is_err() {
+        eprintln!("warning: cannot write {}", details_file.display());
+    }
     stop_monitor.cancel();
     if a.profile {
         println!("Stopping profiler...");

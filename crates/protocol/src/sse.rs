@@ -7,11 +7,17 @@
 /// Incremental SSE decoder: feed it body bytes as they arrive, take complete events out.
 ///
 /// Bytes are buffered until a line is complete, so a frame split across reads (or a UTF-8
-/// character split across reads) is reassembled before it is decoded.
+/// character split across reads) is reassembled before it is decoded. Lines are found with
+/// `memchr` and handled in place when a read holds them whole; the two buffers (a partial
+/// line, the event's data) keep their capacity, so a steady stream allocates nothing.
 #[derive(Debug, Default)]
 pub struct SseDecoder {
+    /// The start of a line whose end has not arrived.
     buf: Vec<u8>,
-    data: Option<String>,
+    /// The event's `data` so far (lines joined by `\n`).
+    data: Vec<u8>,
+    /// A `data` line has been seen since the last dispatch.
+    has_data: bool,
     /// A `\r` ended the last line; a `\n` right after it belongs to the same line end.
     after_cr: bool,
 }
@@ -25,46 +31,66 @@ impl SseDecoder {
     /// Appends `bytes` and returns the `data` payload of every event they complete, in order.
     pub fn feed(&mut self, bytes: &[u8]) -> Vec<String> {
         let mut out = Vec::new();
-        for &b in bytes {
+        self.feed_with(bytes, |d| out.push(d.to_owned()));
+        out
+    }
+
+    /// Appends `bytes` and calls `on_event` with the `data` payload of every event they
+    /// complete, in order, without allocating. Invalid UTF-8 is replaced (U+FFFD).
+    pub fn feed_with(&mut self, mut bytes: &[u8], mut on_event: impl FnMut(&str)) {
+        while !bytes.is_empty() {
             if self.after_cr {
                 self.after_cr = false;
-                if b == b'\n' {
+                if bytes[0] == b'\n' {
+                    bytes = &bytes[1..];
                     continue;
                 }
             }
-            match b {
-                b'\n' | b'\r' => {
-                    self.after_cr = b == b'\r';
-                    let line = std::mem::take(&mut self.buf);
-                    self.line(&line, &mut out);
-                }
-                _ => self.buf.push(b),
+            let Some(i) = memchr::memchr2(b'\n', b'\r', bytes) else {
+                self.buf.extend_from_slice(bytes);
+                return;
+            };
+            self.after_cr = bytes[i] == b'\r';
+            if self.buf.is_empty() {
+                self.line(&bytes[..i], &mut on_event);
+            } else {
+                let mut line = std::mem::take(&mut self.buf);
+                line.extend_from_slice(&bytes[..i]);
+                self.line(&line, &mut on_event);
+                line.clear();
+                self.buf = line;
             }
+            bytes = &bytes[i + 1..];
         }
-        out
     }
 
     /// Ends the stream: a pending event without its closing blank line is dropped, as the
     /// specification requires. Returns true if such an incomplete event (or a partial line)
     /// was pending, which tells a client the stream was cut mid-frame.
     pub fn finish(&mut self) -> bool {
-        let pending = !self.buf.is_empty() || self.data.is_some();
+        let pending = !self.buf.is_empty() || self.has_data;
         self.buf.clear();
-        self.data = None;
+        self.data.clear();
+        self.has_data = false;
         pending
     }
 
-    fn line(&mut self, line: &[u8], out: &mut Vec<String>) {
+    fn line(&mut self, line: &[u8], on_event: &mut impl FnMut(&str)) {
         if line.is_empty() {
-            if let Some(d) = self.data.take() {
-                out.push(d);
+            if self.has_data {
+                self.has_data = false;
+                match std::str::from_utf8(&self.data) {
+                    Ok(d) => on_event(d),
+                    Err(_) => on_event(&String::from_utf8_lossy(&self.data)),
+                }
+                self.data.clear();
             }
             return;
         }
         if line[0] == b':' {
             return;
         }
-        let (field, value) = match line.iter().position(|&c| c == b':') {
+        let (field, value) = match memchr::memchr(b':', line) {
             Some(i) => {
                 let v = &line[i + 1..];
                 (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
@@ -72,14 +98,11 @@ impl SseDecoder {
             None => (line, &b""[..]),
         };
         if field == b"data" {
-            let value = String::from_utf8_lossy(value);
-            match &mut self.data {
-                Some(d) => {
-                    d.push('\n');
-                    d.push_str(&value);
-                }
-                None => self.data = Some(value.into_owned()),
+            if self.has_data {
+                self.data.push(b'\n');
             }
+            self.has_data = true;
+            self.data.extend_from_slice(value);
         }
     }
 }
@@ -129,6 +152,20 @@ mod tests {
         let mut d = SseDecoder::new();
         assert!(d.feed(&bytes[..7]).is_empty());
         assert_eq!(d.feed(&bytes[7..]), vec!["é"]);
+    }
+
+    #[test]
+    fn every_split_point_gives_the_same_events() {
+        let stream = b"data: {\"a\": 1}\r\n\r\n: c\ndata: x\ndata: y\n\ndata: \xc3\xa9\r\rdata: [DONE]\n\n";
+        let whole = SseDecoder::new().feed(stream);
+        assert_eq!(whole, vec!["{\"a\": 1}", "x\ny", "é", "[DONE]"]);
+        for cut in 0..stream.len() {
+            let mut d = SseDecoder::new();
+            let mut got = d.feed(&stream[..cut]);
+            got.extend(d.feed(&stream[cut..]));
+            assert_eq!(got, whole, "split at {cut}");
+            assert!(!d.finish());
+        }
     }
 
     #[test]

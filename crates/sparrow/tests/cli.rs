@@ -115,16 +115,30 @@ fn sigint_prints_and_saves_what_finished() {
 
 #[test]
 fn unsupported_flag_is_refused_by_name() {
-    let o = sparrow().args(["bench", "--profile"]).output().expect("runs");
+    let o = sparrow().args(["bench", "--lora-name", "a", "b"]).output().expect("runs");
     assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("--profile"));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--lora-name is an SGLang bench_serving flag"));
 }
 
 #[test]
 fn dead_server_before_the_run_is_a_clear_setup_error() {
     let port = free_port();
-    let o = sparrow().args(["bench", "--host", "127.0.0.1", "--port", &port.to_string()]).output().expect("runs");
+    let p = port.to_string();
+    let o = sparrow()
+        .args(["bench", "--host", "127.0.0.1", "--port", &p, "--ready-check-timeout-sec", "0"])
+        .output()
+        .expect("runs");
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("cannot list models") && err.contains("is the server up"), "{err}");
+    // With the ready check (SGLang's default 60 s, here 2 s) it waits, then says so.
+    let t = std::time::Instant::now();
+    let o = sparrow()
+        .args(["bench", "--host", "127.0.0.1", "--port", &p, "--ready-check-timeout-sec", "2"])
+        .output()
+        .expect("runs");
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("is not ready after 2s (--ready-check-timeout-sec)"), "{err}");
+    assert!(t.elapsed() >= Duration::from_secs(2), "waited the whole ready check");
 }

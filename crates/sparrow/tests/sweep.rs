@@ -123,7 +123,7 @@ fn clean_sweep_finds_the_knee_and_the_slo_point() {
         assert_eq!(st[i]["failed"], 0);
         assert_eq!(st[i]["max_concurrency"], *c, "the bench's own key");
         assert!(st[i]["output_throughput"].as_f64().expect("tok/s") > 0.0);
-        assert_eq!(st[i]["seed"], 1 + i, "seed = --seed + step index");
+        assert_eq!(st[i]["seed"], 42 + i, "seed = --seed (SGLang's default 42) + step index");
     }
     let an = &s["analysis"][0];
     assert_eq!(an["knee"]["value"], 4.0, "{}", an["knee"]["how"]);

@@ -369,6 +369,9 @@ fn validate(a: SweepArgs, mut bench_args: BenchArgs, bench_argv: Vec<String>) ->
     }
     // The bench's own validation gives the default address (from --host/--port/--backend).
     bench_args.base_url = a.base_url.first().cloned();
+    // The sweep owns readiness (its own launch wait and liveness watch): a step never waits
+    // out the bench's 60 s ready check on a server the sweep already judged.
+    bench_args.ready_check_timeout_sec = 0;
     let bench = bench_args.clone().validate().map_err(|e| FlagError(e.0))?;
     let mut sides = Vec::with_capacity(n_sides);
     for i in 0..n_sides {
