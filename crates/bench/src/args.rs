@@ -613,7 +613,7 @@ impl BenchArgs {
         if !self.backend.supported() {
             return Err(FlagError(format!(
                 "--backend {} is an SGLang bench_serving backend that sparrow bench does not support \
-                 (supported: sglang, sglang-native, sglang-oai, sglang-oai-chat, vllm, vllm-chat, lmdeploy, lmdeploy-chat)",
+                 (supported: sglang, sglang-native, sglang-oai, sglang-oai-chat, vllm, vllm-chat, lmdeploy, lmdeploy-chat, trt)",
                 self.backend.name()
             )));
         }
@@ -623,6 +623,14 @@ impl BenchArgs {
                  (supported: sharegpt, random, random-ids, generated-shared-prefix, custom, openai, mooncake)",
                 self.dataset_name.name()
             )));
+        }
+        if self.backend == crate::client::Backend::Trt {
+            if self.model.is_none() {
+                return Err(FlagError("--backend trt needs --model (Triton lists no OpenAI models)".into()));
+            }
+            if self.disable_stream {
+                return Err(FlagError("--backend trt always streams (generate_stream); drop --disable-stream".into()));
+            }
         }
         if self.rust_worker_threads.is_some() && !self.rust_client {
             return Err(FlagError("--rust-worker-threads requires --rust-client".into()));

@@ -76,6 +76,9 @@ pub enum Api {
     Completions,
     /// `/v1/chat/completions`: `choices[0].delta.content` deltas.
     Chat,
+    /// TensorRT-LLM's Triton ensemble, `/v2/models/ensemble/generate_stream`: `text_output`
+    /// deltas, no token counts, the stream ends with the body.
+    Trt,
 }
 
 impl Backend {
@@ -102,7 +105,7 @@ impl Backend {
     pub fn supported(self) -> bool {
         !matches!(
             self,
-            Backend::SglangEmbedding | Backend::VllmEmbedding | Backend::Trt | Backend::Gserver | Backend::Truss
+            Backend::SglangEmbedding | Backend::VllmEmbedding | Backend::Gserver | Backend::Truss
         )
     }
 
@@ -118,10 +121,9 @@ impl Backend {
             Backend::Sglang | Backend::SglangNative => Api::Generate,
             Backend::SglangOai | Backend::Vllm | Backend::Lmdeploy => Api::Completions,
             Backend::SglangOaiChat | Backend::VllmChat | Backend::LmdeployChat => Api::Chat,
+            Backend::Trt => Api::Trt,
             // Refused at validation; never sent.
-            Backend::SglangEmbedding | Backend::VllmEmbedding | Backend::Trt | Backend::Gserver | Backend::Truss => {
-                Api::Completions
-            }
+            Backend::SglangEmbedding | Backend::VllmEmbedding | Backend::Gserver | Backend::Truss => Api::Completions,
         }
     }
 
@@ -142,6 +144,7 @@ impl Api {
             Api::Generate => "/generate",
             Api::Completions => "/v1/completions",
             Api::Chat => "/v1/chat/completions",
+            Api::Trt => "/v2/models/ensemble/generate_stream",
         }
     }
 }
@@ -194,6 +197,27 @@ pub fn build_body(o: &RequestOptions, input: PromptInput<'_>, max_tokens: u64, r
                 PromptInput::Text(t) => b["text"] = json!(t),
                 PromptInput::Ids(ids) => b["input_ids"] = json!(ids),
                 PromptInput::Messages(m) => b["text"] = json!(messages_text(m)),
+            }
+            b
+        }
+        Api::Trt => {
+            // SGLang's async_request_trt_llm: TensorRT-LLM has no ignore_eos, so a minimum
+            // length and an unreachable end id stand in for it.
+            let mut b = json!({
+                "accumulate_tokens": true,
+                "text_input": match input {
+                    PromptInput::Text(t) => t.to_owned(),
+                    PromptInput::Messages(m) => messages_text(m),
+                    PromptInput::Ids(_) => String::new(),
+                },
+                "temperature": if o.temperature > 0.0 { o.temperature } else { 0.000001 },
+                "top_p": o.top_p,
+                "max_tokens": max_tokens,
+                "stream": true,
+            });
+            if o.ignore_eos {
+                b["min_length"] = json!(max_tokens);
+                b["end_id"] = json!(1_048_576);
             }
             b
         }
@@ -395,6 +419,9 @@ struct Frame<'a> {
     /// `/generate`: the cumulative text.
     #[serde(default, borrow)]
     text: Option<Cow<'a, str>>,
+    /// TensorRT-LLM: the new text.
+    #[serde(default, borrow)]
+    text_output: Option<Cow<'a, str>>,
     /// An in-band error (`null` reads as none, as [`sparrow_protocol::in_band_error`]).
     #[serde(default)]
     error: Option<IgnoredAny>,
@@ -483,6 +510,7 @@ impl<'a> Frame<'a> {
                 MetaF { prompt_tokens, completion_tokens, finish_reason: m.get("finish_reason").cloned() }
             }),
             text: s(v.get("text")),
+            text_output: s(v.get("text_output")),
             error: None,
             object: s(v.get("object")),
         }
@@ -542,6 +570,11 @@ impl Accumulator {
                 let t = choice.and_then(|c| c.text.as_deref()).unwrap_or("");
                 self.text.push_str(t);
                 (!t.is_empty(), choice.and_then(|c| c.finish_reason.as_deref()))
+            }
+            Api::Trt => {
+                let t = f.text_output.as_deref().unwrap_or("");
+                self.text.push_str(t);
+                (!t.is_empty(), None)
             }
             Api::Chat => {
                 let d = choice.and_then(|c| c.delta.as_ref());
@@ -629,6 +662,7 @@ async fn exchange(
             Api::Generate => v.get("text").and_then(Value::as_str),
             Api::Completions => v.pointer("/choices/0/text").and_then(Value::as_str),
             Api::Chat => v.pointer("/choices/0/message/content").and_then(Value::as_str),
+            Api::Trt => v.get("text_output").and_then(Value::as_str),
         }
         .ok_or_else(|| failure(FailureKind::InvalidResponse, "answer has no text".into()))?;
         acc.text = text.to_owned();
@@ -703,7 +737,8 @@ async fn exchange(
         }
     }
     let cut = sse.finish();
-    if acc.done || (fin_is_some(&acc.finish_reason) && !cut) {
+    // TensorRT-LLM ends a stream with its body: a clean end is the answer's end.
+    if acc.done || ((fin_is_some(&acc.finish_reason) || ctx.api == Api::Trt) && !cut) {
         Ok(())
     } else {
         Err(failure(

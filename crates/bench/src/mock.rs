@@ -193,6 +193,8 @@ fn app(state: Arc<MockState>) -> Router {
         .route("/generate", post(generate))
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat))
+        .route("/v2/models/ensemble/generate_stream", post(trt))
+        .route("/v2/health/ready", get(|| async { "" }))
         .route("/v1/models", get(models))
         .route(
             "/health",
@@ -251,6 +253,8 @@ enum Dialect {
     Generate,
     Completions,
     Chat,
+    /// TensorRT-LLM's Triton `generate_stream`: `text_output` deltas, no usage, no `[DONE]`.
+    Trt,
 }
 
 /// What one request will get.
@@ -355,6 +359,7 @@ fn chunk_json(p: &Plan, s: &MockScript, text: &str, done_tokens: u64, finish: Op
             }
             json!({"text": full_text, "meta_info": meta, "index": 0})
         }
+        Dialect::Trt => json!({"model_name": "ensemble", "text_output": text}),
         Dialect::Completions | Dialect::Chat => {
             let choice = if p.dialect == Dialect::Chat {
                 json!({"index": 0, "delta": {"content": text}, "finish_reason": finish})
@@ -399,7 +404,7 @@ fn steps(p: &Plan, s: &MockScript) -> Vec<Step> {
             }
         }
     }
-    if p.fail == Some(FailMode::NoDone) {
+    if p.fail == Some(FailMode::NoDone) || p.dialect == Dialect::Trt {
         return out;
     }
     let wants_final_usage = match s.usage {
@@ -432,6 +437,7 @@ fn respond(state: Arc<MockState>, p: Plan, permit: Option<tokio::sync::OwnedSema
             Dialect::Completions => {
                 json!({"id": "mock", "object": "text_completion", "choices": [{"index": 0, "text": text, "finish_reason": p.finish}], "usage": usage})
             }
+            Dialect::Trt => json!({"model_name": "ensemble", "text_output": text}),
             Dialect::Chat => {
                 json!({"id": "mock", "object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": p.finish}], "usage": usage})
             }
@@ -507,4 +513,12 @@ async fn chat(
     Json(body): Json<Value>,
 ) -> Result<Response, Infallible> {
     handle(s, Dialect::Chat, headers, body).await
+}
+
+async fn trt(
+    State(s): State<Arc<MockState>>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Result<Response, Infallible> {
+    handle(s, Dialect::Trt, headers, body).await
 }

@@ -476,10 +476,18 @@ fn first_body(opts: &RequestOptions, row: &DatasetRow, ids: Option<&[u32]>, max_
     Bytes::from(client::build_body(opts, input, max_tokens, &row.extra_body).to_string())
 }
 
-/// Waits until `GET {base}/v1/models` answers 200 (SGLang's `wait_for_endpoint`), polling
-/// once a second.
-async fn wait_ready(http: &reqwest::Client, base: &str, headers: &reqwest::header::HeaderMap, limit: Duration) -> Result<(), BenchError> {
-    let url = format!("{base}/v1/models");
+/// Waits until `GET {base}/v1/models` (Triton: `/v2/health/ready`) answers 200 (SGLang's
+/// `wait_for_endpoint`), polling once a second.
+async fn wait_ready(
+    http: &reqwest::Client,
+    base: &str,
+    api: crate::client::Api,
+    headers: &reqwest::header::HeaderMap,
+    limit: Duration,
+) -> Result<(), BenchError> {
+    // Triton (TensorRT-LLM) has no OpenAI routes; its readiness route is /v2/health/ready.
+    let path = if api == crate::client::Api::Trt { "/v2/health/ready" } else { "/v1/models" };
+    let url = format!("{base}{path}");
     let start = Instant::now();
     println!("Waiting up to {}s for {url} to become ready...", limit.as_secs());
     loop {
@@ -597,7 +605,7 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
     let http = http_client()?;
     let headers = header_map(&cfg)?;
     if let Some(limit) = cfg.ready_check {
-        wait_ready(&http, &cfg.base_url, &headers, limit).await?;
+        wait_ready(&http, &cfg.base_url, a.backend.api(), &headers, limit).await?;
     }
 
     let model = match &a.model {

@@ -40,6 +40,8 @@ enum Command {
     Quantize(tools::QuantizeArgs),
     /// Perplexity of a model on ShareGPT replies.
     Perplexity(tools::PerplexityArgs),
+    /// Write a model's tokenizer as a Hugging Face tokenizer directory (for other clients).
+    ExportTokenizer(tools::ExportTokenizerArgs),
     /// A scripted OpenAI/SGLang-compatible server for testing the client.
     #[command(hide = true)]
     MockServer {
@@ -81,6 +83,7 @@ fn main() -> std::process::ExitCode {
             Command::GenModel(a) => blocking(move || tools::gen_model(&a)).await,
             Command::Quantize(a) => blocking(move || tools::quantize(&a)).await,
             Command::Perplexity(a) => blocking(move || tools::perplexity(&a)).await,
+            Command::ExportTokenizer(a) => blocking(move || tools::export_tokenizer(&a)).await,
             Command::MockServer { listen, script } => mock(listen, script).await,
         }
     });

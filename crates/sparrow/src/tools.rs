@@ -498,3 +498,47 @@ pub fn perplexity(a: &PerplexityArgs) -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// Flags of `sparrow export-tokenizer`.
+#[derive(Debug, Clone, Args)]
+pub struct ExportTokenizerArgs {
+    /// Model or tokenizer: a GGUF file, a tokenizer.json, or a directory holding one.
+    /// Default: SmolLM2-135M-Instruct Q4_1.
+    #[arg(long)]
+    pub model_path: Option<PathBuf>,
+    /// Directory to write `tokenizer.json` and `tokenizer_config.json` into (created).
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+/// Writes a model's tokenizer as a Hugging Face tokenizer directory, so that clients that
+/// load tokenizers with `transformers` or `tokenizers` (SGLang's and vLLM's bench clients)
+/// count tokens exactly as `sparrow serve` does. `tokenizer_config.json` carries the chat
+/// template and the BOS/EOS tokens.
+///
+/// # Errors
+/// The model cannot be fetched or read, or the directory cannot be written.
+pub fn export_tokenizer(a: &ExportTokenizerArgs) -> anyhow::Result<()> {
+    let path = match &a.model_path {
+        Some(p) => p.clone(),
+        None => sparrow_assets::ensure(sparrow_assets::SMOLLM2_GGUF).context("default model")?,
+    };
+    let tok = sparrow_tokenizer::Tokenizer::load(&path).with_context(|| format!("tokenizer of {}", path.display()))?;
+    std::fs::create_dir_all(&a.out).with_context(|| format!("create {}", a.out.display()))?;
+    let json_path = a.out.join("tokenizer.json");
+    tok.hf().save(&json_path, false).map_err(|e| anyhow::anyhow!("write {}: {e}", json_path.display()))?;
+    let mut cfg = json!({"tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": false});
+    if let Some(t) = tok.chat_template() {
+        cfg["chat_template"] = json!(t);
+    }
+    if let Some((_, b)) = tok.bos() {
+        cfg["bos_token"] = json!(b);
+    }
+    if let Some((_, e)) = tok.eos() {
+        cfg["eos_token"] = json!(e);
+    }
+    let cfg_path = a.out.join("tokenizer_config.json");
+    std::fs::write(&cfg_path, serde_json::to_string_pretty(&cfg)?).with_context(|| format!("write {}", cfg_path.display()))?;
+    println!("wrote {} and {}", json_path.display(), cfg_path.display());
+    Ok(())
+}

@@ -260,3 +260,29 @@ fn tokenize_prompt_sends_input_ids_and_sampling_flags_reach_generate() {
     }
     assert!(recs.iter().all(|x| x["prompt_len"] == 12));
 }
+
+#[test]
+fn trt_backend_streams_text_output_until_the_body_ends() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let m = Mock::start(dir.path(), &["--tokens-per-chunk", "2"]);
+    // The guide's TensorRT-LLM command line, on the mock.
+    let (o, r, recs) = bench(
+        &m,
+        dir.path(),
+        &["--backend", "trt", "--model", "your-trt-llm-model", "--dataset-name", "random-ids", "--random-input-len",
+          "8", "--random-output-len", "6", "--random-range-ratio", "1", "--num-prompts", "3", "--disable-ignore-eos"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(r["completed"], 3);
+    for (_, b) in m.requests() {
+        assert!(b["text_input"].as_str().is_some_and(|t| !t.is_empty()), "{b}");
+        assert_eq!(b["max_tokens"], 6);
+        assert_eq!(b["stream"], true);
+        assert!(b.get("min_length").is_none(), "--disable-ignore-eos drops min_length: {b}");
+    }
+    // No token counts on this API: each answer's text is tokenized, and the records say so.
+    for x in &recs {
+        assert_eq!(x["output_tokens_source"], "estimated", "{x}");
+        assert_eq!(x["chunks"].as_array().expect("chunks").len(), 3, "6 tokens, 2 a chunk");
+    }
+}
