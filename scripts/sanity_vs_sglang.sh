@@ -10,7 +10,7 @@
 # of it (in its own order). The tokenizer is the served model's, exported as a Hugging Face
 # tokenizer directory (`sparrow export-tokenizer`), so both count tokens as the server does.
 #
-# Env: N (prompts, 48), OUT_LEN (--sharegpt-output-len, 32), CONC (8), RUNS (per client, 2),
+# Env: N (prompts, 48), OUT_LEN (--sharegpt-output-len, 32), CONC (N), RUNS (per client, 3),
 # BACKEND (sglang), PORT (30125), SPARROW_BIN (skip the cargo build), SERVE_FLAGS (extra
 # `sparrow serve` flags).
 set -euo pipefail
@@ -18,8 +18,10 @@ cd "$(dirname "$0")/.."
 REPO=$PWD
 N=${N:-48}
 OUT_LEN=${OUT_LEN:-32}
-CONC=${CONC:-8}
-RUNS=${RUNS:-2}
+# All requests in flight by default: the two clients send the prompts in different orders,
+# which at a lower concurrency changes how the server batches them.
+CONC=${CONC:-$N}
+RUNS=${RUNS:-3}
 BACKEND=${BACKEND:-sglang}
 PORT=${PORT:-30125}
 
