@@ -183,6 +183,8 @@ impl SloMetric {
     // abbreviated to any unambiguous prefix (SGLang's docs write `--random-input 1024`).
     args_override_self = true,
     infer_long_args = true,
+    // `--request-rate -1` is a bad value (refused by the range check), not an unknown flag.
+    allow_negative_numbers = true,
     about = "Benchmark an LLM server (drop-in for `python -m sglang.bench_serving`)",
     after_help = "Exit status: 0 clean; 1 requests failed above --max-failure-rate; 2 bad flags or setup; \
                   3 the server stopped answering; 130/143 interrupted by SIGINT/SIGTERM."
@@ -198,7 +200,7 @@ pub struct BenchArgs {
     /// Server host.
     #[arg(long, default_value = "0.0.0.0")]
     pub host: String,
-    /// Server port (default 30000, or 8000 for the vllm backends).
+    /// Server port (default 30000; 8000 for the vllm and trt backends, 23333 for lmdeploy).
     #[arg(long)]
     pub port: Option<u16>,
     /// Model id for requests; default: the first id from GET /v1/models.
@@ -259,13 +261,14 @@ pub struct BenchArgs {
     /// JSON object merged into every request body.
     #[arg(long)]
     pub extra_request_body: Option<String>,
-    /// Wrap prompts in the tokenizer's chat template.
+    /// Wrap prompts in the tokenizer's chat template (sharegpt and custom datasets).
     #[arg(long)]
     pub apply_chat_template: bool,
     /// JSONL file the result line is appended to (default: SGLang's generated name).
     #[arg(long)]
     pub output_file: Option<PathBuf>,
-    /// Add per-request lists (input_lens, output_lens, ttfts, itls, texts, errors) to the line.
+    /// Add per-request lists (input_lens, output_lens, ttfts, itls, generated_texts, errors) to
+    /// the line.
     #[arg(long)]
     pub output_details: bool,
     /// POST /flush_cache before the run.
@@ -469,10 +472,10 @@ pub const REFUSED_FLAGS: &[(&str, &str)] = &[
     ("--agentic-max-turns", "the agentic-trace dataset"),
     ("--speed-bench-category", "the speed-bench dataset"),
     ("--speed-bench-output-len", "the speed-bench dataset"),
-    ("--return-logprob", "logprobs (the server returns none yet)"),
-    ("--top-logprobs-num", "logprobs (the server returns none yet)"),
-    ("--token-ids-logprob", "logprobs (the server returns none yet)"),
-    ("--logprob-start-len", "logprobs (the server returns none yet)"),
+    ("--return-logprob", "logprob requests"),
+    ("--top-logprobs-num", "logprob requests"),
+    ("--token-ids-logprob", "logprob requests"),
+    ("--logprob-start-len", "logprob requests"),
     ("--return-routed-experts", "MoE routing traces"),
     ("--cache-report", "cache hit reports"),
     ("--plot-throughput", "terminal plots"),

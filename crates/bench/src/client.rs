@@ -56,8 +56,8 @@ pub enum Backend {
     /// Refused by name.
     #[value(name = "vllm-embedding", hide = true)]
     VllmEmbedding,
-    /// Refused by name.
-    #[value(name = "trt", hide = true)]
+    /// TensorRT-LLM's Triton ensemble `generate_stream`.
+    #[value(name = "trt")]
     Trt,
     /// Refused by name.
     #[value(name = "gserver", hide = true)]

@@ -447,7 +447,7 @@ async fn warmup(
     if n == 0 {
         return Ok(());
     }
-    println!("Starting warmup with {n} sequences...");
+    crate::outln!("Starting warmup with {n} sequences...");
     let never = CancellationToken::new();
     let futs = (0..n).map(|i| {
         let body = body.clone();
@@ -462,7 +462,7 @@ async fn warmup(
     if let Some(f) = recs.iter().find_map(|r| r.failure.clone()).filter(|_| recs.iter().all(|r| !r.success())) {
         return Err(BenchError::Warmup(f));
     }
-    println!("Warmup completed with {n} sequences. Starting main benchmark run...");
+    crate::outln!("Warmup completed with {n} sequences. Starting main benchmark run...");
     Ok(())
 }
 
@@ -489,7 +489,7 @@ async fn wait_ready(
     let path = if api == crate::client::Api::Trt { "/v2/health/ready" } else { "/v1/models" };
     let url = format!("{base}{path}");
     let start = Instant::now();
-    println!("Waiting up to {}s for {url} to become ready...", limit.as_secs());
+    crate::outln!("Waiting up to {}s for {url} to become ready...", limit.as_secs());
     loop {
         let ok = http
             .get(&url)
@@ -499,7 +499,7 @@ async fn wait_ready(
             .await
             .is_ok_and(|r| r.status() == reqwest::StatusCode::OK);
         if ok {
-            println!("Server ready in {:.1}s.", start.elapsed().as_secs_f64());
+            crate::outln!("Server ready in {:.1}s.", start.elapsed().as_secs_f64());
             return Ok(());
         }
         if start.elapsed() >= limit {
@@ -518,11 +518,11 @@ async fn post_control(http: &reqwest::Client, url: &str, headers: &reqwest::head
     match http.post(url).headers(headers.clone()).timeout(timeout).send().await {
         Ok(r) if r.status().is_success() => true,
         Ok(r) => {
-            eprintln!("warning: POST {url}: HTTP {}", r.status());
+            crate::errln!("warning: POST {url}: HTTP {}", r.status());
             false
         }
         Err(e) => {
-            eprintln!("warning: POST {url} failed: {e}");
+            crate::errln!("warning: POST {url} failed: {e}");
             false
         }
     }
@@ -604,6 +604,12 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
     let a = &cfg.args;
     let http = http_client()?;
     let headers = header_map(&cfg)?;
+    // A missing dataset file is said before the wait for the server, not after it.
+    if a.dataset_name == DatasetName::Mooncake {
+        mooncake_path(&cfg)?;
+    } else if !a.dataset_path.is_empty() && !Path::new(&a.dataset_path).exists() {
+        return Err(BenchError::Setup(format!("--dataset-path {}: no such file", a.dataset_path)));
+    }
     if let Some(limit) = cfg.ready_check {
         wait_ready(&http, &cfg.base_url, a.backend.api(), &headers, limit).await?;
     }
@@ -626,8 +632,8 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
     if rows.is_empty() {
         return Err(BenchError::Setup("the dataset produced no prompts".into()));
     }
-    println!("#Input tokens: {}", rows.iter().map(|r| r.prompt_len).sum::<u64>());
-    println!("#Output tokens: {}", rows.iter().map(|r| r.output_len).sum::<u64>());
+    crate::outln!("#Input tokens: {}", rows.iter().map(|r| r.prompt_len).sum::<u64>());
+    crate::outln!("#Output tokens: {}", rows.iter().map(|r| r.output_len).sum::<u64>());
 
     let opts = Arc::new(RequestOptions {
         api: a.backend.api(),
@@ -679,14 +685,14 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
         post_control(&http, &url, &headers, cfg.flush_cache_timeout + Duration::from_secs(10)).await;
     }
     if a.profile {
-        println!("Starting profiler...");
+        crate::outln!("Starting profiler...");
         if post_control(&http, &format!("{}/start_profile", cfg.base_url), &headers, Duration::from_secs(60)).await {
-            println!("Profiler started");
+            crate::outln!("Profiler started");
         }
     }
     let trace = a.dataset_name == DatasetName::Mooncake;
     if trace {
-        println!(
+        crate::outln!(
             "Replaying the Mooncake trace at its timestamps (slowdown {}), ignoring --request-rate.",
             a.mooncake_slowdown_factor
         );
@@ -846,7 +852,7 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
                 }
                 let start_unix = unix_now();
                 if print_requests {
-                    println!(
+                    crate::outln!(
                         "rid={} time={start_unix:.6} message=\"request start\" prompt_len={} output_len={}",
                         rec.index, rec.prompt_len, rec.requested_output_len
                     );
@@ -862,7 +868,7 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
                 }
                 if print_requests {
                     let now = unix_now();
-                    println!(
+                    crate::outln!(
                         "rid={} time={now:.6} time_delta={:.6} message=\"request end\" success={} output_tokens={} ttft={} error={:?}",
                         rec.index,
                         now - start_unix,
@@ -918,7 +924,7 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
             let res = writeln!(details, "{line}").and_then(|()| if rx.is_empty() { details.flush() } else { Ok(()) });
             if res.is_err() {
                 details_ok = false;
-                eprintln!("warning: cannot write {}; per-request records stop here", details_file.display());
+                crate::errln!("warning: cannot write {}; per-request records stop here", details_file.display());
             }
         }
         failed += usize::from(!rec.success());
@@ -930,13 +936,13 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
     }
     let duration_s = ctx.now();
     if details_ok && details.flush().is_err() {
-        eprintln!("warning: cannot write {}", details_file.display());
+        crate::errln!("warning: cannot write {}", details_file.display());
     }
     stop_monitor.cancel();
     if a.profile {
-        println!("Stopping profiler...");
+        crate::outln!("Stopping profiler...");
         if post_control(&http, &format!("{}/stop_profile", cfg.base_url), &headers, Duration::from_secs(300)).await {
-            println!("Profiler stopped");
+            crate::outln!("Profiler stopped");
         }
     }
     // Requests broke at the connection level but the monitor had no time to look (e.g. all
@@ -995,7 +1001,7 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
         server_down,
         interrupted: interrupted.as_ref().map(|i| i.1.clone()),
     };
-    print!("{}", report::render_block(&summary, &metrics));
+    crate::out!("{}", report::render_block(&summary, &metrics));
     let mut pairs = report::result_pairs(&summary, &metrics);
     if a.output_details {
         use serde_json::json;

@@ -65,7 +65,7 @@ fn main() -> std::process::ExitCode {
     let rt = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            sparrow_bench::errln!("error: cannot start the async runtime: {e}");
             return std::process::ExitCode::from(exit::SETUP as u8);
         }
     };
@@ -74,7 +74,7 @@ fn main() -> std::process::ExitCode {
             Command::Serve(args) => match serve::serve(*args).await {
                 Ok(()) => 0,
                 Err(e) => {
-                    eprintln!("error: {e:#}");
+                    sparrow_bench::errln!("error: {e:#}");
                     exit::SETUP
                 }
             },
@@ -95,11 +95,11 @@ async fn blocking(f: impl FnOnce() -> anyhow::Result<()> + Send + 'static) -> i3
     match tokio::task::spawn_blocking(f).await {
         Ok(Ok(())) => 0,
         Ok(Err(e)) => {
-            eprintln!("error: {e:#}");
+            sparrow_bench::errln!("error: {e:#}");
             exit::SETUP
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            sparrow_bench::errln!("error: {e}");
             exit::SETUP
         }
     }
@@ -109,13 +109,13 @@ async fn bench(args: BenchArgs) -> i32 {
     let cfg = match args.validate() {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("error: {e}");
+            sparrow_bench::errln!("error: {e}");
             return exit::SETUP;
         }
     };
     match run::run(cfg).await {
         Ok(outcome) => {
-            eprintln!(
+            sparrow_bench::errln!(
                 "results appended to {}; per-request records in {}",
                 outcome.output_file.display(),
                 outcome.details_file.display()
@@ -123,7 +123,7 @@ async fn bench(args: BenchArgs) -> i32 {
             outcome.exit_code
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            sparrow_bench::errln!("error: {e}");
             e.exit_code()
         }
     }
@@ -134,25 +134,25 @@ async fn sweep(args: Vec<String>) -> i32 {
     let cfg = match sparrow_sweep::args::parse(&args) {
         Ok(c) => c,
         Err(ParseError::Help(h)) => {
-            println!("{h}");
+            sparrow_bench::outln!("{h}");
             return 0;
         }
         Err(ParseError::Flags(e)) => {
-            eprintln!("error: {e}");
+            sparrow_bench::errln!("error: {e}");
             return exit::SETUP;
         }
     };
     let sweep = match sparrow_sweep::sweep::Sweep::new(cfg, args) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("error: {e}");
+            sparrow_bench::errln!("error: {e}");
             return exit::SETUP;
         }
     };
     match sweep.run().await {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e}");
+            sparrow_bench::errln!("error: {e}");
             exit::SETUP
         }
     }
@@ -162,14 +162,14 @@ async fn mock(listen: SocketAddr, script: MockScript) -> i32 {
     let server = match sparrow_bench::mock::start(listen, script).await {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("error: cannot listen on {listen}: {e}");
+            sparrow_bench::errln!("error: cannot listen on {listen}: {e}");
             return exit::SETUP;
         }
     };
-    eprintln!("mock server listening on {}", server.url());
+    sparrow_bench::errln!("mock server listening on {}", server.url());
     tokio::select! {
         () = server.died() => {
-            eprintln!("mock server: scripted death");
+            sparrow_bench::errln!("mock server: scripted death");
             1
         }
         _ = tokio::signal::ctrl_c() => 0,

@@ -286,3 +286,31 @@ fn trt_backend_streams_text_output_until_the_body_ends() {
         assert_eq!(x["chunks"].as_array().expect("chunks").len(), 3, "6 tokens, 2 a chunk");
     }
 }
+
+#[test]
+fn a_closed_stdout_does_not_lose_the_run() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let m = Mock::start(dir.path(), &["--chunk-delay-ms", "20"]);
+    let out = dir.path().join("piped.jsonl");
+    // As `sparrow bench ... | head -1`: the reader goes away after the first line.
+    let mut child = sparrow()
+        .args(["bench", "--host", "127.0.0.1", "--port", &m.port.to_string(), "--tokenizer", &words_tokenizer()])
+        .args(["--disable-tqdm", "--health-interval", "0", "--dataset-name", "random-ids", "--random-input-len", "8"])
+        .args(["--random-output-len", "4", "--num-prompts", "6", "--print-requests", "--output-file"])
+        .arg(&out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("bench starts");
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut first).expect("one line");
+    // The pipe's read end is closed here (the reader was dropped).
+    let status = child.wait().expect("bench exits");
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err).expect("stderr");
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let line = std::fs::read_to_string(&out).expect("the result line is saved");
+    assert!(line.contains("\"completed\": 6"), "{line}");
+}

@@ -676,17 +676,17 @@ pub fn write_all(r: &Report<'_>, dir: &Path) -> std::io::Result<String> {
                 write_atomic(&plots.join(format!("{}.svg", c.name)), s.as_bytes())?;
                 svgs.push((c.name.clone(), s));
             }
-            Err(e) => eprintln!("warning: plot {}: {e}", c.name),
+            Err(e) => sparrow_bench::errln!("warning: plot {}: {e}", c.name),
         }
         // Drawn beside the final name, then renamed: a reader never sees half a PNG.
         let tmp = plots.join(format!("{}.tmp.png", c.name)); // the encoder goes by the extension
         match plot::png(&c, &tmp) {
             Ok(()) => std::fs::rename(&tmp, plots.join(format!("{}.png", c.name)))?,
-            Err(e) => eprintln!("warning: plot {}.png: {e}", c.name),
+            Err(e) => sparrow_bench::errln!("warning: plot {}.png: {e}", c.name),
         }
     }
     if font.is_none() {
-        eprintln!("warning: no TrueType font found (install fonts-dejavu-core or set SPARROW_PLOT_FONT): no plots");
+        sparrow_bench::errln!("warning: no TrueType font found (install fonts-dejavu-core or set SPARROW_PLOT_FONT): no plots");
     }
     write_atomic(&dir.join("report.html"), r.html(&an, &svgs).as_bytes())?;
     Ok(r.table(&an))

@@ -141,11 +141,11 @@ async fn signals(token: CancellationToken, code: Arc<Mutex<Option<i32>>>) {
         *c = Some(got);
     }
     token.cancel();
-    eprintln!(
+    sparrow_bench::errln!(
         "sparrow sweep: stopping: the current step ends now and what it measured is saved (again to quit at once)"
     );
     let _ = bench_run::interrupted().await;
-    eprintln!("sparrow sweep: second signal: killing the servers and quitting");
+    sparrow_bench::errln!("sparrow sweep: second signal: killing the servers and quitting");
     server::kill_all_groups();
     std::process::exit(got);
 }
@@ -332,7 +332,7 @@ impl Sweep {
             // A death right after a step is judged with that step; one between steps only
             // shows here.
             let how = old.stop(self.cfg.stop_grace).await;
-            eprintln!(
+            sparrow_bench::errln!(
                 "sparrow sweep: warning: server {} of {} ended between steps ({how}); relaunching",
                 old.index, side.label
             );
@@ -341,7 +341,7 @@ impl Sweep {
         for j in 0..self.servers.len() {
             if j != i && self.cfg.sides[j].base_url == side.base_url {
                 if let Some(mut other) = self.servers[j].take() {
-                    eprintln!(
+                    sparrow_bench::errln!(
                         "sparrow sweep: stopping {}'s server (same address as {})",
                         self.cfg.sides[j].label, side.label
                     );
@@ -363,7 +363,7 @@ impl Sweep {
         }
         self.launches += 1;
         let log = self.dir.join(format!("server-{}.log", self.launches));
-        eprintln!(
+        sparrow_bench::errln!(
             "sparrow sweep: launching server {} for {} (step {}): {cmd}",
             self.launches,
             side.label,
@@ -381,7 +381,7 @@ impl Sweep {
         };
         match ready {
             Ok(t) => {
-                eprintln!("sparrow sweep: server {} ready after {:.1} s (log: {rel})", srv.index, t.as_secs_f64());
+                sparrow_bench::errln!("sparrow sweep: server {} ready after {:.1} s (log: {rel})", srv.index, t.as_secs_f64());
                 self.servers[i] = Some(srv);
                 Ok(())
             }
@@ -708,10 +708,10 @@ impl Sweep {
                 )));
             }
         }
-        eprintln!("sparrow sweep: {n} step(s), results in {}", self.dir.display());
+        sparrow_bench::errln!("sparrow sweep: {n} step(s), results in {}", self.dir.display());
         if let [a, b] = &self.cfg.sides[..] {
             if a.server_cmd == b.server_cmd && a.base_url == b.base_url {
-                eprintln!("sparrow sweep: note: A and B are the same server command and address (an A/A run)");
+                sparrow_bench::errln!("sparrow sweep: note: A and B are the same server command and address (an A/A run)");
             }
         }
         for (k, p) in plan.iter().copied().enumerate() {
@@ -726,12 +726,12 @@ impl Sweep {
             }
             let key = step_key(&self.cfg, &side, p.value_index, p.repeat);
             if let Some(prev) = self.previous.get(&key).cloned() {
-                eprintln!("sparrow sweep: step {}/{n} ({}) already measured: kept (--resume)", k + 1, side.label);
+                sparrow_bench::errln!("sparrow sweep: step {}/{n} ({}) already measured: kept (--resume)", k + 1, side.label);
                 self.record(StepResult { step: k + 1, ..prev })?;
                 continue;
             }
             let value = fmt_value(self.cfg.axis.value(p.value_index));
-            eprintln!(
+            sparrow_bench::errln!(
                 "sparrow sweep: step {}/{n}: {} {}={value} prompts={} seed={}",
                 k + 1,
                 side.label,
@@ -741,7 +741,7 @@ impl Sweep {
             );
             let result = self.run_step(k, p, &out_file, &slos).await?;
             let crashed = result.status == Status::Crashed;
-            eprintln!(
+            sparrow_bench::errln!(
                 "sparrow sweep: step {}/{n} {}: {} ({})",
                 k + 1,
                 side.label,
@@ -750,7 +750,7 @@ impl Sweep {
             );
             let log = result.server_log.as_deref().unwrap_or("log");
             for q in result.quote.iter().chain(&result.context) {
-                eprintln!("    {log}:{}: {}", q.line, q.text);
+                sparrow_bench::errln!("    {log}:{}: {}", q.line, q.text);
             }
             let step_no = k + 1;
             self.record(result)?;
@@ -763,7 +763,7 @@ impl Sweep {
                         stopped =
                             Some(format!("not run: the sweep stopped after step {step_no} crashed (--on-crash stop)"))
                     }
-                    OnCrash::Restart => eprintln!("sparrow sweep: step {step_no} lost; going on (--on-crash restart)"),
+                    OnCrash::Restart => sparrow_bench::errln!("sparrow sweep: step {step_no} lost; going on (--on-crash restart)"),
                 }
             } else if self.cfg.args.restart == Restart::PerStep {
                 if let Some(mut srv) = self.servers[p.side].take() {
@@ -774,12 +774,12 @@ impl Sweep {
         for s in self.servers.iter_mut() {
             if let Some(mut srv) = s.take() {
                 let how = srv.stop(self.cfg.stop_grace).await;
-                eprintln!("sparrow sweep: server {} {how}", srv.index);
+                sparrow_bench::errln!("sparrow sweep: server {} {how}", srv.index);
             }
         }
         let table = self.write_report()?;
-        println!("\n{:=^60}\n{table}", " Sweep Summary ");
-        eprintln!("sparrow sweep: summary.json, summary.csv, report.html and plots/ in {}", self.dir.display());
+        sparrow_bench::outln!("\n{:=^60}\n{table}", " Sweep Summary ");
+        sparrow_bench::errln!("sparrow sweep: summary.json, summary.csv, report.html and plots/ in {}", self.dir.display());
         let code = self.interrupt_code.lock().ok().and_then(|c| *c);
         Ok(match code {
             Some(c) => c,
