@@ -497,6 +497,29 @@ pub const REFUSED_FLAGS: &[(&str, &str)] = &[
     ("--fake-prefill", "prefill/decode disaggregation"),
 ];
 
+/// argparse's answer to an abbreviated long flag that several flags start with
+/// (`ambiguous option: --random could match --random-input-len, ...`); clap would name only
+/// one of them. `None` when every flag of `argv` is exact or a unique prefix.
+pub fn ambiguous_flag(argv: &[String]) -> Option<String> {
+    use clap::CommandFactory;
+    let cmd = BenchArgs::command();
+    let longs: Vec<String> = cmd.get_arguments().filter_map(|a| a.get_long()).map(|l| format!("--{l}")).collect();
+    for w in argv {
+        if w == "--" {
+            break;
+        }
+        let name = w.split('=').next().unwrap_or(w);
+        if !name.starts_with("--") || name.len() <= 2 || longs.iter().any(|l| l == name) {
+            continue;
+        }
+        let hits: Vec<&str> = longs.iter().filter(|l| l.starts_with(name)).map(String::as_str).collect();
+        if hits.len() > 1 {
+            return Some(format!("ambiguous option: {name} could match {}", hits.join(", ")));
+        }
+    }
+    None
+}
+
 /// Why flags were refused.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -526,6 +549,8 @@ pub struct BenchConfig {
     pub flush_cache_timeout: Duration,
     /// `--ready-check-timeout-sec`, `None` when 0.
     pub ready_check: Option<Duration>,
+    /// Flags given that do nothing with this dataset (SGLang ignores them silently; we say so).
+    pub warnings: Vec<String>,
 }
 
 /// One `--goodput` entry `KEY:VALUE` (SGLang's `_goodput_slo`).
@@ -596,6 +621,43 @@ impl BenchArgs {
             self.refused_fake_prefill.is_some(),
         ];
         REFUSED_FLAGS.iter().zip(used).filter(|(_, u)| *u).map(|((f, _), _)| *f).collect()
+    }
+
+    /// Flags set away from their defaults that the chosen dataset does not read.
+    fn unused_flags(&self) -> Vec<String> {
+        let d = self.dataset_name;
+        let gsp = [
+            ("--gsp-num-groups", self.gsp_num_groups != 64),
+            ("--gsp-prompts-per-group", self.gsp_prompts_per_group != 16),
+            ("--gsp-system-prompt-len", self.gsp_system_prompt_len != 2048),
+            ("--gsp-question-len", self.gsp_question_len != 128),
+            ("--gsp-output-len", self.gsp_output_len != 256),
+            ("--gsp-range-ratio", self.gsp_range_ratio != 1.0),
+            ("--gsp-num-turns", self.gsp_num_turns != 1),
+            ("--gsp-ordered", self.gsp_ordered),
+            ("--gsp-group-distribution", self.gsp_group_distribution != GroupDistribution::Uniform),
+            ("--gsp-fast-prepare", self.gsp_fast_prepare),
+            ("--gsp-send-routing-key", self.gsp_send_routing_key),
+        ];
+        let mooncake = [
+            ("--mooncake-num-rounds", self.mooncake_num_rounds != 1),
+            ("--mooncake-slowdown-factor", self.mooncake_slowdown_factor != 1.0),
+            ("--mooncake-workload", self.mooncake_workload != MooncakeWorkload::Conversation),
+        ];
+        let mut unused: Vec<&str> = Vec::new();
+        if d != DatasetName::GeneratedSharedPrefix {
+            unused.extend(gsp.iter().filter(|(_, set)| *set).map(|(f, _)| *f));
+        }
+        if d != DatasetName::Mooncake {
+            unused.extend(mooncake.iter().filter(|(_, set)| *set).map(|(f, _)| *f));
+        }
+        if self.dataset_offset != 0 && matches!(d, DatasetName::RandomIds | DatasetName::GeneratedSharedPrefix) {
+            unused.push("--dataset-offset");
+        }
+        if self.apply_chat_template && !matches!(d, DatasetName::ShareGpt | DatasetName::Custom) {
+            unused.push("--apply-chat-template");
+        }
+        unused.into_iter().map(|f| format!("{f} has no effect with --dataset-name {}", d.name())).collect()
     }
 
     /// Checks the flags and derives what the run needs.
@@ -723,6 +785,7 @@ impl BenchArgs {
             Some(pairs) => pairs.iter().map(|p| parse_slo(p)).collect::<Result<Vec<_>, _>>()?,
         };
         let flush_cache_timeout = secs("--flush-cache-timeout", self.flush_cache_timeout)?;
+        let warnings = self.unused_flags();
         let ready_check = (self.ready_check_timeout_sec > 0).then(|| Duration::from_secs(self.ready_check_timeout_sec));
         if self.num_prompts == 0 && self.dataset_name != DatasetName::GeneratedSharedPrefix {
             return Err(FlagError("--num-prompts must be at least 1".into()));
@@ -785,6 +848,7 @@ impl BenchArgs {
             goodput,
             flush_cache_timeout,
             ready_check,
+            warnings,
             args: self,
         })
     }
@@ -823,6 +887,33 @@ mod tests {
         assert!(e.contains("--lora-name"), "{e}");
         let e = parse(&["--no-such-flag"]).expect_err("refused");
         assert!(e.contains("--no-such-flag"), "{e}");
+    }
+
+    #[test]
+    fn ambiguous_abbreviations_name_every_match() {
+        let argv = |s: &str| s.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
+        let e = ambiguous_flag(&argv("--host x --random 5")).expect("ambiguous");
+        assert!(e.starts_with("ambiguous option: --random could match"), "{e}");
+        for f in ["--random-input-len", "--random-output-len", "--random-range-ratio"] {
+            assert!(e.contains(f), "{e}");
+        }
+        assert!(ambiguous_flag(&argv("--random-input 5 --num-prompt 3 --profile")).is_none());
+        assert!(ambiguous_flag(&argv("--gsp-num=3")).is_some());
+        let c = parse(&["--random-input", "5", "--num-prompt", "3"]).expect("unique prefixes");
+        assert_eq!((c.args.random_input_len, c.args.num_prompts), (5, 3));
+    }
+
+    #[test]
+    fn flags_the_dataset_ignores_are_named() {
+        let c = parse(&["--dataset-name", "random", "--gsp-num-turns", "2", "--mooncake-num-rounds", "3"]).expect("ok");
+        assert_eq!(
+            c.warnings,
+            vec![
+                "--gsp-num-turns has no effect with --dataset-name random".to_owned(),
+                "--mooncake-num-rounds has no effect with --dataset-name random".to_owned(),
+            ]
+        );
+        assert!(parse(&["--dataset-name", "random"]).expect("ok").warnings.is_empty());
     }
 
     #[test]

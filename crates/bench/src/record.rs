@@ -33,6 +33,8 @@ pub enum FailureKind {
     Interrupted,
     /// Never sent: the server had stopped answering before its turn came.
     NotSent,
+    /// Never sent: the run was interrupted (Ctrl-C / SIGTERM) before its turn came.
+    NotSentInterrupted,
 }
 
 impl FailureKind {
@@ -50,6 +52,7 @@ impl FailureKind {
             FailureKind::InvalidResponse => "invalid response".into(),
             FailureKind::Interrupted => "interrupted".into(),
             FailureKind::NotSent => "not sent (server down)".into(),
+            FailureKind::NotSentInterrupted => "not sent (interrupted)".into(),
         }
     }
 
@@ -94,11 +97,23 @@ pub struct Chunk {
     pub tokens: Option<u64>,
 }
 
+/// Which round of which conversation a request was (multi-turn datasets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Turn {
+    /// The conversation's position in the dataset.
+    pub conversation: usize,
+    /// 0-based round within it.
+    pub round: usize,
+}
+
 /// Everything the client observed of one request.
 #[derive(Debug, Clone, Serialize)]
 pub struct RequestRecord {
-    /// Position in the dataset.
+    /// Position in the run's records (a conversation's rounds take consecutive places).
     pub index: usize,
+    /// The conversation and round, for multi-turn datasets.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub turn: Option<Turn>,
     /// Prompt length in tokens: the server's count when it reports one, else the client's.
     pub prompt_len: u64,
     /// `max_tokens` asked for.

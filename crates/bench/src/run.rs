@@ -30,7 +30,7 @@ use crate::args::{BenchConfig, DatasetName, GroupDistribution};
 use crate::client::{self, ClientCtx, PromptInput, RequestOptions};
 use crate::dataset::{self, DatasetRow, GspSpec, MooncakeSpec, RandomSpec, ShareGptSpec};
 use crate::metrics::{self, BenchmarkMetrics};
-use crate::record::{Failure, FailureKind, RequestRecord, TokenCountSource};
+use crate::record::{Failure, FailureKind, RequestRecord, TokenCountSource, Turn};
 use crate::report::{self, RunSummary, ServerDown};
 use crate::schedule;
 
@@ -352,6 +352,7 @@ pub fn default_details_file(output: &Path) -> PathBuf {
 fn new_record(index: usize, prompt_len: u64, output_len: u64, scheduled_s: f64) -> RequestRecord {
     RequestRecord {
         index,
+        turn: None,
         prompt_len,
         requested_output_len: output_len,
         scheduled_s,
@@ -604,6 +605,9 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
     let a = &cfg.args;
     let http = http_client()?;
     let headers = header_map(&cfg)?;
+    for w in &cfg.warnings {
+        crate::errln!("warning: {w}");
+    }
     // A missing dataset file is said before the wait for the server, not after it.
     if a.dataset_name == DatasetName::Mooncake {
         mooncake_path(&cfg)?;
@@ -792,6 +796,8 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
         );
         let base = first_index[i];
         let mut rec = new_record(base, rows[i].prompt_len, rows[i].output_len, offsets[i]);
+        let turn = |round: usize| (!rows[i].turns.is_empty()).then_some(Turn { conversation: i, round });
+        rec.turn = turn(0);
         let due = ctx.t0 + Duration::from_secs_f64(offsets[i]);
         tokio::spawn(async move {
             let row = &rows[i];
@@ -801,6 +807,7 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
                 for r in 0..=row.turns.len() {
                     if r > 0 {
                         rec = new_record(base + r, 0, row.output_len, rec.scheduled_s);
+                        rec.turn = Some(Turn { conversation: i, round: r });
                     }
                     rec.end_s = end;
                     rec.failure = Some(Failure { kind, message: msg.into() });
@@ -809,7 +816,7 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
             };
             tokio::select! {
                 () = tokio::time::sleep_until(due.into()) => {},
-                () = cancel.cancelled() => { not_sent(rec, FailureKind::Interrupted, "interrupted before send"); return; }
+                () = cancel.cancelled() => { not_sent(rec, FailureKind::NotSentInterrupted, "interrupted before send"); return; }
                 () = live.down.cancelled() => { not_sent(rec, FailureKind::NotSent, "server down before send"); return; }
             }
             rec.dispatched_s = ctx.now();
@@ -818,7 +825,7 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
                 None => None,
                 Some(s) => tokio::select! {
                     p = s.clone().acquire_owned() => p.ok(),
-                    () = cancel.cancelled() => { not_sent(rec, FailureKind::Interrupted, "interrupted before send"); return; }
+                    () = cancel.cancelled() => { not_sent(rec, FailureKind::NotSentInterrupted, "interrupted before send"); return; }
                     () = live.down.cancelled() => { not_sent(rec, FailureKind::NotSent, "server down before send"); return; }
                 },
             };
@@ -836,14 +843,15 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
                             content: m["content"].as_str().unwrap_or("").to_owned(),
                         })
                         .collect();
-                    // An estimate; the server's own count replaces it when it reports one.
-                    let prompt_len = ctx
-                        .tokenizer
-                        .apply_chat_template(&msgs, true)
-                        .ok()
-                        .and_then(|text| ctx.tokenizer.encode(&text, false).ok())
-                        .map_or(0, |ids| ids.len() as u64);
+                    // An estimate (the templated history, else its contents); the server's own
+                    // count replaces it when it reports one.
+                    let tok = &ctx.tokenizer;
+                    let prompt_len = match tok.apply_chat_template(&msgs, true) {
+                        Ok(text) => tok.encode(&text, false).map_or(0, |ids| ids.len() as u64),
+                        Err(_) => msgs.iter().map(|m| tok.encode(&m.content, false).map_or(0, |ids| ids.len() as u64)).sum(),
+                    };
                     rec = new_record(base + round, prompt_len, row.output_len, t);
+                    rec.turn = Some(Turn { conversation: i, round });
                     rec.dispatched_s = t;
                     body = Bytes::from(
                         client::build_body(&opts, PromptInput::Messages(&history), row.output_len, &row.extra_body)
@@ -862,7 +870,7 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
                     rec.failure = Some(Failure { kind: FailureKind::NotSent, message: "server down before send".into() });
                 } else if cancel.is_cancelled() {
                     rec.end_s = ctx.now();
-                    rec.failure = Some(Failure { kind: FailureKind::Interrupted, message: "interrupted before send".into() });
+                    rec.failure = Some(Failure { kind: FailureKind::NotSentInterrupted, message: "interrupted before send".into() });
                 } else {
                     client::send(&ctx, body.clone(), &mut rec, &cancel, &abandon, row.routing_key.as_deref()).await;
                 }
@@ -965,7 +973,11 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
             in_flight: records
                 .iter()
                 .filter(|r| r.dispatched_s >= 0.0 && r.sent_s <= at_s && r.end_s >= at_s)
-                .filter(|r| r.failure.as_ref().is_none_or(|f| f.kind != FailureKind::NotSent))
+                .filter(|r| {
+                    r.failure
+                        .as_ref()
+                        .is_none_or(|f| !matches!(f.kind, FailureKind::NotSent | FailureKind::NotSentInterrupted))
+                })
                 .count(),
             not_sent: records
                 .iter()

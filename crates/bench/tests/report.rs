@@ -11,6 +11,7 @@ use sparrow_bench::report::{render_block, RunSummary};
 fn fixed_trace() -> Vec<RequestRecord> {
     let rec = |index, sent: f64, chunks: &[(f64, u64)], end, prompt_len, failed: bool| RequestRecord {
         index,
+        turn: None,
         prompt_len,
         requested_output_len: 128,
         scheduled_s: sent,

@@ -54,6 +54,13 @@ enum Command {
 }
 
 fn main() -> std::process::ExitCode {
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some("bench") {
+        if let Some(e) = sparrow_bench::args::ambiguous_flag(&argv[2..]) {
+            sparrow_bench::errln!("error: {e}");
+            return std::process::ExitCode::from(exit::SETUP as u8);
+        }
+    }
     let cli = Cli::parse();
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     // `--rust-worker-threads` sizes the bench's runtime, as it sizes SGLang's Rust client's.

@@ -123,6 +123,19 @@ fn multi_turn_zipf_shared_prefix_with_routing_keys_and_goodput() {
         }
     }
     assert_eq!(by_len, BTreeMap::from([(1, 12), (3, 12), (5, 12)]));
+    // The records say which round of which conversation they were; a later round's input
+    // (the mock reports none, so the client's count of the history) is longer.
+    let mut rounds: BTreeMap<u64, Vec<(u64, u64)>> = BTreeMap::new();
+    for x in &recs {
+        let c = x["turn"]["conversation"].as_u64().expect("conversation");
+        rounds.entry(c).or_default().push((x["turn"]["round"].as_u64().expect("round"), x["prompt_len"].as_u64().expect("len")));
+    }
+    assert_eq!(rounds.len(), 12);
+    for (c, mut v) in rounds {
+        v.sort_unstable();
+        assert_eq!(v.iter().map(|r| r.0).collect::<Vec<_>>(), vec![0, 1, 2], "conversation {c}");
+        assert!(v[0].1 < v[1].1 && v[1].1 < v[2].1, "conversation {c}: {v:?}");
+    }
     // Every conversation keeps its routing key through all rounds; a key names a group, and
     // first rounds with one key share one system prompt.
     let mut prefix_of_key: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();

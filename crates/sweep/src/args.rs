@@ -273,6 +273,9 @@ pub fn parse(raw: &[String]) -> Result<SweepConfig, ParseError> {
             return Err(ParseError::Flags(FlagError(format!("--{flag} is set by the sweep per step: {why}"))));
         }
     }
+    if let Some(e) = sparrow_bench::args::ambiguous_flag(&bench_argv[1..]) {
+        return Err(ParseError::Flags(FlagError(e)));
+    }
     let bench_args =
         BenchArgs::try_parse_from(&bench_argv).map_err(|e| ParseError::Flags(FlagError(clap_message(&e))))?;
     validate(args, bench_args, bench_argv[1..].to_vec()).map_err(ParseError::Flags)
