@@ -796,8 +796,7 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
         );
         let base = first_index[i];
         let mut rec = new_record(base, rows[i].prompt_len, rows[i].output_len, offsets[i]);
-        let turn = |round: usize| (!rows[i].turns.is_empty()).then_some(Turn { conversation: i, round });
-        rec.turn = turn(0);
+        rec.turn = (!rows[i].turns.is_empty()).then_some(Turn { conversation: i, round: 0 });
         let due = ctx.t0 + Duration::from_secs_f64(offsets[i]);
         tokio::spawn(async move {
             let row = &rows[i];
