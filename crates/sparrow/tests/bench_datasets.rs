@@ -327,3 +327,45 @@ fn a_closed_stdout_does_not_lose_the_run() {
     let line = std::fs::read_to_string(&out).expect("the result line is saved");
     assert!(line.contains("\"completed\": 6"), "{line}");
 }
+
+#[test]
+fn sglang_guide_command_lines_run_against_the_mock() {
+    // Each command of SGLang's benchmark guide on a dataset and backend we support, as written,
+    // then flags appended (argparse's last value wins, in SGLang as here) that point it at the
+    // mock and shrink it to a few short requests.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let trace = dir.path().join("trace.jsonl");
+    std::fs::write(&trace, "{\"timestamp\": 0, \"output_length\": 4, \"hash_ids\": [1]}\n{\"timestamp\": 100, \"output_length\": 4, \"hash_ids\": [2]}\n")
+        .expect("trace");
+    let m = Mock::start(dir.path(), &[]);
+    let guide = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/tests/fixtures/sglang_docs_commands.txt"))
+        .expect("fixture");
+    let mut ran = 0;
+    for (n, line) in guide.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()).enumerate() {
+        if line.contains("--dataset-name image") {
+            continue;
+        }
+        let out = dir.path().join(format!("guide-{n}.jsonl"));
+        let mut argv: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
+        let shrink = format!(
+            "--base-url http://127.0.0.1:{} --tokenizer {} --num-prompts 3 --random-input-len 16 --random-output-len 4 \
+             --sharegpt-output-len 4 --gsp-num-groups 2 --gsp-prompts-per-group 2 --gsp-system-prompt-len 16 \
+             --gsp-question-len 4 --gsp-output-len 4 --mooncake-num-rounds 2 --request-rate inf --disable-tqdm \
+             --health-interval 0",
+            m.port,
+            words_tokenizer()
+        );
+        argv.extend(shrink.split_whitespace().map(str::to_owned));
+        if line.contains("mooncake") {
+            argv.extend(["--dataset-path".to_owned(), trace.to_str().expect("utf8").to_owned()]);
+        }
+        argv.extend(["--output-file".to_owned(), out.to_str().expect("utf8").to_owned()]);
+        let o = sparrow().arg("bench").args(&argv).output().expect("bench runs");
+        assert_eq!(o.status.code(), Some(0), "{line}\n{}", String::from_utf8_lossy(&o.stderr));
+        let r: Value = serde_json::from_str(&std::fs::read_to_string(&out).expect("result").replace("Infinity", "null"))
+            .expect("json");
+        assert!(r["completed"].as_u64().is_some_and(|c| c >= 3), "{line}: {r}");
+        ran += 1;
+    }
+    assert_eq!(ran, 11);
+}
