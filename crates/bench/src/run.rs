@@ -566,26 +566,20 @@ pub async fn interrupted() -> (i32, String) {
     (exit::SIGINT, "SIGINT (Ctrl-C)".into())
 }
 
-/// One details-file line: the record plus its derived latencies (`success`, `ttft`, `e2e`,
-/// `itl` after the record's own fields). Serialized straight from the record, since this
-/// runs once per finished request while the run goes on.
+/// One details-file line: the record plus its derived latencies, serialized straight from the
+/// record (no `Value` tree: this runs once per finished request while the run goes on).
 fn details_line(r: &RequestRecord) -> String {
-    use std::fmt::Write as _;
-    let mut s = serde_json::to_string(r).unwrap_or_else(|_| "{".into());
-    if s.ends_with('}') {
-        s.pop();
+    #[derive(serde::Serialize)]
+    struct Line<'a> {
+        #[serde(flatten)]
+        record: &'a RequestRecord,
+        success: bool,
+        ttft: Option<f64>,
+        e2e: f64,
+        itl: Vec<f64>,
     }
-    let sep = if s.len() > 1 { "," } else { "" };
-    let num = |x: Option<f64>| x.filter(|v| v.is_finite()).map_or_else(|| "null".to_owned(), |v| Value::from(v).to_string());
-    let _ = write!(s, "{sep}\"success\":{},\"ttft\":{},\"e2e\":{},\"itl\":[", r.success(), num(r.ttft()), num(Some(r.e2e())));
-    for (i, x) in r.itl().0.iter().enumerate() {
-        if i > 0 {
-            s.push(',');
-        }
-        s.push_str(&num(Some(*x)));
-    }
-    s.push_str("]}");
-    s
+    let line = Line { record: r, success: r.success(), ttft: r.ttft(), e2e: r.e2e(), itl: r.itl().0 };
+    serde_json::to_string(&line).unwrap_or_default()
 }
 
 /// Runs the whole benchmark described by `cfg`: set-up, warmup, timed run, report.
@@ -871,7 +865,8 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
                     rec.end_s = ctx.now();
                     rec.failure = Some(Failure { kind: FailureKind::NotSentInterrupted, message: "interrupted before send".into() });
                 } else {
-                    client::send(&ctx, body.clone(), &mut rec, &cancel, &abandon, row.routing_key.as_deref()).await;
+                    client::send(&ctx, std::mem::take(&mut body), &mut rec, &cancel, &abandon, row.routing_key.as_deref())
+                        .await;
                 }
                 if print_requests {
                     let now = unix_now();
@@ -894,15 +889,18 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
                         live.declare("requests: connection refused".into());
                     }
                 }
-                if round == 0 {
-                    history = match &row.messages {
-                        Some(m) => m.clone(),
-                        None => vec![serde_json::json!({"role": "user", "content": row.prompt})],
-                    };
+                if round < row.turns.len() {
+                    // Only a conversation with rounds to come keeps a history.
+                    if round == 0 {
+                        history = match &row.messages {
+                            Some(m) => m.clone(),
+                            None => vec![serde_json::json!({"role": "user", "content": row.prompt})],
+                        };
+                    }
+                    // A failed round's answer is empty, and the conversation goes on (as SGLang's).
+                    history.push(serde_json::json!({"role": "assistant", "content": rec.text}));
                 }
-                // A failed round's answer is empty, and the conversation goes on (as SGLang's).
-                history.push(serde_json::json!({"role": "assistant", "content": rec.text}));
-                let _ = tx.send(rec.clone());
+                let _ = tx.send(std::mem::replace(&mut rec, new_record(0, 0, 0, 0.0)));
             }
         });
     }
