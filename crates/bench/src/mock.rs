@@ -190,10 +190,10 @@ impl MockServer {
 /// The router, apart from any socket (tests can drive it with `oneshot`).
 fn app(state: Arc<MockState>) -> Router {
     Router::new()
-        .route("/generate", post(generate))
-        .route("/v1/completions", post(completions))
-        .route("/v1/chat/completions", post(chat))
-        .route("/v2/models/ensemble/generate_stream", post(trt))
+        .route("/generate", endpoint(Dialect::Generate))
+        .route("/v1/completions", endpoint(Dialect::Completions))
+        .route("/v1/chat/completions", endpoint(Dialect::Chat))
+        .route("/v2/models/ensemble/generate_stream", endpoint(Dialect::Trt))
         .route("/v2/health/ready", get(|| async { "" }))
         .route("/v1/models", get(models))
         .route(
@@ -491,34 +491,9 @@ async fn handle(state: Arc<MockState>, dialect: Dialect, headers: HeaderMap, bod
     Ok(respond(state, p, permit))
 }
 
-async fn generate(
-    State(s): State<Arc<MockState>>,
-    headers: HeaderMap,
-    Json(body): Json<Value>,
-) -> Result<Response, Infallible> {
-    handle(s, Dialect::Generate, headers, body).await
-}
-
-async fn completions(
-    State(s): State<Arc<MockState>>,
-    headers: HeaderMap,
-    Json(body): Json<Value>,
-) -> Result<Response, Infallible> {
-    handle(s, Dialect::Completions, headers, body).await
-}
-
-async fn chat(
-    State(s): State<Arc<MockState>>,
-    headers: HeaderMap,
-    Json(body): Json<Value>,
-) -> Result<Response, Infallible> {
-    handle(s, Dialect::Chat, headers, body).await
-}
-
-async fn trt(
-    State(s): State<Arc<MockState>>,
-    headers: HeaderMap,
-    Json(body): Json<Value>,
-) -> Result<Response, Infallible> {
-    handle(s, Dialect::Trt, headers, body).await
+/// The POST route of one dialect's endpoint.
+fn endpoint(dialect: Dialect) -> axum::routing::MethodRouter<Arc<MockState>> {
+    post(move |State(s): State<Arc<MockState>>, headers: HeaderMap, Json(body): Json<Value>| {
+        handle(s, dialect, headers, body)
+    })
 }

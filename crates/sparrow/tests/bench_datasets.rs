@@ -2,22 +2,14 @@
 //! `sparrow mock-server --log-requests`, checking what went over the wire (bodies, headers,
 //! send times) and what the result line says.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Child, Output, Stdio};
 
+use common::{free_port, sparrow, wait_listening, words_tokenizer};
 use serde_json::Value;
-
-fn sparrow() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_sparrow"))
-}
-
-fn words_tokenizer() -> String {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/tests/fixtures/words.tokenizer.json");
-    p.to_str().expect("utf8").to_owned()
-}
 
 /// A mock server whose request log goes to a file; killed on drop.
 struct Mock {
@@ -35,7 +27,7 @@ impl Drop for Mock {
 
 impl Mock {
     fn start(dir: &Path, extra: &[&str]) -> Mock {
-        let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
+        let port = free_port();
         let log = dir.join(format!("mock-{port}.log"));
         let child = sparrow()
             .args(["mock-server", "--listen", &format!("127.0.0.1:{port}"), "--log-requests"])
@@ -43,11 +35,7 @@ impl Mock {
             .stderr(std::fs::File::create(&log).expect("log file"))
             .spawn()
             .expect("mock-server starts");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "mock server never listened");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_listening(port, "mock server");
         Mock { child, port, log }
     }
 

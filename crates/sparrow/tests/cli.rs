@@ -3,18 +3,13 @@
 //! into the cache on first use).
 
 use std::io::Read;
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-fn sparrow() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_sparrow"))
-}
+mod common;
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port()
-}
+use common::{free_port, sparrow, wait_listening};
 
 /// A mock server process, killed on drop.
 struct Mock(Child, u16);
@@ -34,11 +29,7 @@ fn mock(extra: &[&str]) -> Mock {
         .stderr(Stdio::null())
         .spawn()
         .expect("mock-server starts");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "mock server never listened");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_listening(port, "mock server");
     Mock(child, port)
 }
 

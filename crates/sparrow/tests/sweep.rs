@@ -6,7 +6,6 @@
 //! server dies (SGLang's traceback then SIGKILL, PyTorch's CUDA OOM, an OOM kill recorded in a
 //! cgroup's `memory.events`).
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -15,14 +14,9 @@ use serde_json::Value;
 
 const SPARROW: &str = env!("CARGO_BIN_EXE_sparrow");
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port()
-}
+mod common;
 
-fn words_tokenizer() -> String {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/tests/fixtures/words.tokenizer.json");
-    p.to_str().expect("utf8").to_owned()
-}
+use common::{free_port, words_tokenizer};
 
 fn fixture(name: &str) -> String {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sweep/tests/fixtures").join(name);
