@@ -310,7 +310,14 @@ pub struct ShareGptSpec {
 /// Wraps `prompt` in the model's chat template as one user turn, without the BOS text the
 /// server's tokenizer will add again.
 pub fn chat_wrap(tok: &Tokenizer, prompt: &str) -> Result<String, DatasetError> {
-    let text = tok.apply_chat_template(&[ChatMessage { role: "user".into(), content: prompt.into() }], true)?;
+    let messages = [ChatMessage { role: "user".into(), content: prompt.into() }];
+    Ok(templated(tok, &messages)?)
+}
+
+/// `messages` through the chat template with the generation prompt, without the BOS text the
+/// server's tokenizer adds again.
+fn templated(tok: &Tokenizer, messages: &[ChatMessage]) -> Result<String, TokenizerError> {
+    let text = tok.apply_chat_template(messages, true)?;
     Ok(match tok.bos() {
         Some((_, bos)) if tok.num_special_tokens_to_add() > 0 && !bos.is_empty() => text.replacen(bos, "", 1),
         _ => text,
@@ -556,13 +563,9 @@ fn content_text(content: Option<&serde_json::Value>) -> String {
 /// `messages` rendered with the chat template (generation prompt added, the BOS text the
 /// server adds again removed); without a usable template, `role: content` lines.
 fn render_chat(tok: &Tokenizer, messages: &[ChatMessage]) -> String {
-    match tok.apply_chat_template(messages, true) {
-        Ok(text) => match tok.bos() {
-            Some((_, bos)) if tok.num_special_tokens_to_add() > 0 && !bos.is_empty() => text.replacen(bos, "", 1),
-            _ => text,
-        },
-        Err(_) => messages.iter().map(|m| format!("{}: {}", m.role, m.content)).collect::<Vec<_>>().join("\n"),
-    }
+    templated(tok, messages).unwrap_or_else(|_| {
+        messages.iter().map(|m| format!("{}: {}", m.role, m.content)).collect::<Vec<_>>().join("\n")
+    })
 }
 
 /// `openai` (SGLang's `sample_openai_requests`): a JSONL file of chat requests, in file
