@@ -14,7 +14,7 @@ use sparrow_engine::convert::{quantize_state_dict, write_checkpoint, QuantStyle}
 use sparrow_engine::kv_cache::KvStore;
 use sparrow_engine::model::glm5::{AttnImpl, Glm5Model, Glm5Options, MoeChoice, MoeImpl};
 use sparrow_engine::model::Model;
-use sparrow_engine::nvfp4::ScaleRule;
+use sparrow_cpu::format::nvfp4::ScaleRule;
 
 const CHUNK: usize = 512;
 const DECODE_STEPS: usize = 32;

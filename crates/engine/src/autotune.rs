@@ -16,7 +16,7 @@ use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use crate::model::glm5::{Glm5Model, MoeImpl};
-use crate::quant::QActs;
+use sparrow_cpu::format::ggml::QActs;
 use crate::EngineError;
 
 /// Timed runs per (bucket, implementation); the minimum is kept.

@@ -2,7 +2,7 @@
 //! `sparrow gen-model` share) and the Hugging Face directory layout (safetensors shards with
 //! `model.safetensors.index.json`, `config.json`, the ModelOpt quantization config).
 //!
-//! Output format: see [`crate::nvfp4`] and [`crate::hf`], made to be served by other engines
+//! Output format: see [`sparrow_cpu::format::nvfp4`] and [`crate::hf`], made to be served by other engines
 //! too: layers that vLLM and SGLang fuse (q/k/v, gate/up, q_a/kv_a) share one `weight_scale_2`
 //! from their joint amax, as ModelOpt's export does; `input_scale` is ModelOpt's
 //! `amax(input) / (6 · 448)` from a calibration run when one was made (our CPU kernels keep
@@ -14,7 +14,7 @@ use safetensors::tensor::{Dtype, TensorView};
 use serde_json::{json, Value};
 
 use crate::hf::f32_to_bf16;
-use crate::nvfp4::{Nvfp4Matrix, ScaleRule, BLOCK};
+use sparrow_cpu::format::nvfp4::{Nvfp4Matrix, ScaleRule, BLOCK};
 use crate::EngineError;
 
 fn merr(m: impl Into<String>) -> EngineError {
@@ -173,7 +173,7 @@ pub fn quantize_state_dict_with(
     for t in tensors {
         if let Some(m) = quantized(t) {
             let a = group_amax.entry(fusion_group(&m)).or_insert(0.0);
-            *a = a.max(crate::nvfp4::amax(&t.data));
+            *a = a.max(sparrow_cpu::format::nvfp4::amax(&t.data));
         }
     }
     let (rule, act_order) = (opts.rule, opts.act_order);
@@ -183,7 +183,7 @@ pub fn quantize_state_dict_with(
         match quantized(t) {
             Some(m) => {
                 let m = m.as_str();
-                let global = crate::nvfp4::global_scale(group_amax.get(&fusion_group(m)).copied().unwrap_or(0.0));
+                let global = sparrow_cpu::format::nvfp4::global_scale(group_amax.get(&fusion_group(m)).copied().unwrap_or(0.0));
                 let (rows, cols) = (t.shape[0], t.shape[1]);
                 if !cols.is_multiple_of(BLOCK) {
                     return Err(merr(format!(
@@ -204,7 +204,7 @@ pub fn quantize_state_dict_with(
                     .map_err(|e| merr(format!("{}: GPTQ: {e}", t.name)))?,
                     None => Nvfp4Matrix::quantize_global(&t.data, rows, cols, rule, global),
                 };
-                let input_scale = (opts.input_amax)(m).filter(|a| *a > 0.0).map_or(1.0, crate::nvfp4::global_scale);
+                let input_scale = (opts.input_amax)(m).filter(|a| *a > 0.0).map_or(1.0, sparrow_cpu::format::nvfp4::global_scale);
                 TensorOut::nvfp4(m, &q, input_scale)
             }
             None if t.keep_f32 => Ok(vec![TensorOut::f32(&t.name, t.shape.clone(), &t.data)]),

@@ -20,8 +20,9 @@ pub use safetensors::tensor::Dtype;
 use safetensors::SafeTensors;
 use serde_json::Value;
 
-use crate::nvfp4::{Nvfp4Matrix, BLOCK};
-use crate::quant::{f16_to_f32, Weight};
+use sparrow_cpu::format::nvfp4::{Nvfp4Matrix, BLOCK};
+use sparrow_cpu::half::f16_to_f32;
+use sparrow_cpu::Weight;
 use crate::EngineError;
 
 fn merr(m: impl Into<String>) -> EngineError {
@@ -110,7 +111,7 @@ pub struct Checkpoint {
     pub config: Value,
     /// The NVFP4 config, if quantized.
     pub quant: Option<QuantConfig>,
-    maps: Vec<(PathBuf, memmap2::Mmap)>,
+    maps: Vec<(PathBuf, sparrow_cpu::Mapped)>,
     /// Tensor name → (shard index, dtype, shape, byte range in the shard's map), parsed once.
     index: HashMap<String, (usize, Dtype, Vec<usize>, std::ops::Range<usize>)>,
 }
@@ -167,10 +168,7 @@ impl Checkpoint {
         let mut maps = Vec::new();
         let mut index = HashMap::new();
         for (i, f) in files.iter().enumerate() {
-            let file = std::fs::File::open(f).map_err(|e| merr(format!("{}: {e}", f.display())))?;
-            // SAFETY: read-only mapping of a file we do not modify; weights are copied out.
-            #[allow(unsafe_code)]
-            let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| merr(format!("{}: {e}", f.display())))?;
+            let map = sparrow_cpu::Mapped::open(f).map_err(|e| merr(format!("{}: {e}", f.display())))?;
             // Validates the whole header (offsets, sizes) once; afterwards tensors are sliced
             // straight out of the map.
             SafeTensors::deserialize(&map).map_err(|e| merr(format!("{}: {e}", f.display())))?;

@@ -15,7 +15,8 @@ use sparrow_engine::batch::ForwardBatch;
 use sparrow_engine::kv_cache::KvStore;
 use sparrow_engine::model::llama::LlamaModel;
 use sparrow_engine::model::Model;
-use sparrow_engine::quant::{dequantize_row, f16_to_f32, GgmlType};
+use sparrow_cpu::format::ggml::{dequantize_row, GgmlType};
+use sparrow_cpu::half::f16_to_f32;
 
 const HIDDEN: usize = 64;
 const HEADS: usize = 4;

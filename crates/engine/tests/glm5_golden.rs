@@ -20,7 +20,7 @@ use sparrow_engine::hf::Checkpoint;
 use sparrow_engine::kv_cache::KvStore;
 use sparrow_engine::model::glm5::{AttnImpl, Glm5Model, Glm5Options, MoeChoice, MoeImpl};
 use sparrow_engine::model::Model;
-use sparrow_engine::nvfp4::ScaleRule;
+use sparrow_cpu::format::nvfp4::ScaleRule;
 use sparrow_engine::toy;
 
 const TOL: f32 = 1e-4;

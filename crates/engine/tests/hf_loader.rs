@@ -8,7 +8,7 @@ use safetensors::tensor::Dtype;
 use serde_json::json;
 use sparrow_engine::convert::{write_checkpoint, QuantStyle, TensorOut};
 use sparrow_engine::hf::{Checkpoint, QuantConfig};
-use sparrow_engine::quant::Weight;
+use sparrow_cpu::Weight;
 
 /// One NVFP4 row of 32 weights, decoded by hand:
 /// - bytes: `0x21` → elements 0, 1 = codes 1, 2 → 0.5, 1.0; `0xf7` → codes 7, 0xf → 6, −6;

@@ -8,7 +8,7 @@ use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
 use sparrow_engine::convert::{self, QuantStyle, Tensor};
 use sparrow_engine::hf::Checkpoint;
-use sparrow_engine::nvfp4::ScaleRule;
+use sparrow_cpu::format::nvfp4::ScaleRule;
 
 /// Which quantization-config file to write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -53,12 +53,8 @@ pub fn is_gguf(path: &Path) -> Result<bool, TokenizerError> {
 /// [`TokenizerError::Gguf`] for a missing key, an unknown `tokenizer.ggml.model` or
 /// `tokenizer.ggml.pre`; [`TokenizerError::Io`] when the file cannot be mapped.
 pub fn load(path: &Path) -> Result<Tokenizer, TokenizerError> {
-    let file = std::fs::File::open(path).map_err(|source| TokenizerError::Io { path: path.to_owned(), source })?;
-    // SAFETY: the mapping is read-only and dropped before this function returns; a GGUF file
-    // being rewritten underneath us would be a user error we cannot guard against anyway.
-    #[allow(unsafe_code)]
-    let map =
-        unsafe { memmap2::Mmap::map(&file) }.map_err(|source| TokenizerError::Io { path: path.to_owned(), source })?;
+    // Mapped only while the vocabulary is read out.
+    let map = sparrow_cpu::Mapped::open(path).map_err(|source| TokenizerError::Io { path: path.to_owned(), source })?;
     let gguf = GGuf::new(&map).map_err(|e| TokenizerError::Gguf(format!("{}: {e}", path.display())))?;
     from_metadata(&gguf, path)
 }

@@ -48,10 +48,12 @@ use serde_json::Value;
 use super::{AttentionNeeds, Model, ModelInfo};
 use crate::batch::ForwardBatch;
 use crate::hf::Checkpoint;
-use crate::kernels::{self, Isa};
+use sparrow_cpu::kernels;
+use sparrow_cpu::Isa;
 use crate::kv_cache::{KvComponent, KvDtype, KvLayout, KvStore};
-use crate::pool::{SyncPtr, ThreadPool};
-use crate::quant::{QActs, Weight};
+use sparrow_cpu::ThreadPool;
+use sparrow_cpu::format::ggml::QActs;
+use sparrow_cpu::Weight;
 use crate::EngineError;
 
 /// ε of `q_a_layernorm`, `kv_a_layernorm` and the indexer's `k_norm` (HF builds them without
@@ -396,7 +398,7 @@ pub type InputAmax = std::collections::HashMap<String, f32>;
 
 fn note_amax(cap: &mut Option<InputAmax>, modules: &[String], x: &[f32]) {
     if let Some(c) = cap.as_mut() {
-        let a = crate::nvfp4::amax(x);
+        let a = sparrow_cpu::format::nvfp4::amax(x);
         for m in modules {
             let e = c.entry(m.clone()).or_insert(0.0);
             *e = e.max(a);
@@ -725,21 +727,6 @@ fn layer_norm(x: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
     for ((v, w), b) in x.iter_mut().zip(w).zip(b) {
         *v = (*v - mean) * inv * w + b;
     }
-}
-
-/// Runs `f(i, row_i)` for the `rows` rows of width `w` of `out` on the pool.
-fn par_rows<F: Fn(usize, &mut [f32]) + Sync>(pool: &ThreadPool, out: &mut [f32], w: usize, f: F) {
-    let rows = out.len().checked_div(w).unwrap_or(0);
-    let per = rows.div_ceil(pool.threads() * 4).max(1);
-    let ptr = SyncPtr(out.as_mut_ptr());
-    pool.run(rows.div_ceil(per), |task| {
-        for i in task * per..((task + 1) * per).min(rows) {
-            // SAFETY: row i is handed to this task alone; `out` outlives the call.
-            #[allow(unsafe_code)]
-            let row = unsafe { std::slice::from_raw_parts_mut(ptr.get().add(i * w), w) };
-            f(i, row);
-        }
-    });
 }
 
 /// Chooses the experts of one token: returns `(expert, weight)` in selection order.
@@ -1115,7 +1102,7 @@ impl Model for Glm5Model {
             let (pa, da) = (self.opts.prefill_attn, self.opts.decode_attn);
             let vd = c.v_dim;
             let kvl = c.kv_lora_rank;
-            par_rows(&self.pool, &mut attn, c.heads * vd, |t, out| {
+            self.pool.par_rows(&mut attn, c.heads * vd, |t, out| {
                 let pos = batch.positions[t] as usize;
                 let slots = &batch.kv_slots(rs[t] as usize)[..=pos];
                 let imp = if rd[t] { da } else { pa };

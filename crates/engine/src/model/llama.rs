@@ -20,10 +20,12 @@ use ggus::{GGuf, GGufMetaMapExt};
 
 use super::{AttentionNeeds, Model, ModelInfo};
 use crate::batch::ForwardBatch;
-use crate::kernels::{self, Isa};
+use sparrow_cpu::kernels;
+use sparrow_cpu::Isa;
 use crate::kv_cache::{KvDtype, KvLayout, KvStore};
-use crate::pool::{SyncPtr, ThreadPool};
-use crate::quant::{dequantize_row, GgmlType, QActs, QMatrix, Weight};
+use sparrow_cpu::ThreadPool;
+use sparrow_cpu::format::ggml::{dequantize_row, GgmlType, QActs, QMatrix};
+use sparrow_cpu::Weight;
 use crate::EngineError;
 
 /// Hyper-parameters read from GGUF metadata.
@@ -128,7 +130,7 @@ pub struct LayerHessians {
 
 impl LayerHessians {
     fn add(&mut self, pool: &ThreadPool, isa: Isa, which: usize, x: &[f32], tokens: usize, k: usize) {
-        self.amax[which] = self.amax[which].max(crate::nvfp4::amax(x));
+        self.amax[which] = self.amax[which].max(sparrow_cpu::format::nvfp4::amax(x));
         if self.hessians {
             let h = match which {
                 0 => &mut self.attn_in,
@@ -208,7 +210,7 @@ impl Loader<'_> {
             return Err(merr(format!("tensor {name}: GGUF shape {shape:?}, want [{cols}, {rows}]")));
         }
         if ty.is_block() {
-            if !cols.is_multiple_of(crate::quant::QK) {
+            if !cols.is_multiple_of(sparrow_cpu::format::ggml::QK) {
                 return Err(merr(format!("tensor {name}: {cols} columns is not a multiple of 32")));
             }
             Ok(Weight::Quant(QMatrix::from_ggml(ty, data, rows, cols)))
@@ -235,11 +237,8 @@ impl LlamaModel {
     /// [`EngineError::Model`] for an unreadable file, another architecture, a missing tensor,
     /// an unsupported tensor type or inconsistent shapes.
     pub fn load(path: &Path, threads: usize) -> Result<Self, EngineError> {
-        let file = std::fs::File::open(path).map_err(|e| merr(format!("{}: {e}", path.display())))?;
-        // SAFETY: read-only mapping, dropped at the end of this function once the weights are
-        // copied into our own layout.
-        #[allow(unsafe_code)]
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| merr(format!("{}: {e}", path.display())))?;
+        // Mapped only while the weights are copied into our own layout.
+        let map = sparrow_cpu::Mapped::open(path).map_err(|e| merr(format!("{}: {e}", path.display())))?;
         let g = GGuf::new(&map).map_err(|e| merr(format!("{}: not a GGUF file: {e}", path.display())))?;
         let ld = Loader { g, path };
         let arch = ld.g.general_architecture().map_err(|e| merr(format!("general.architecture: {e:?}")))?.to_owned();
@@ -403,10 +402,8 @@ impl LlamaModel {
     /// # Errors
     /// As [`LlamaModel::load`].
     pub fn gguf_to_hf(path: &Path) -> Result<(serde_json::Value, Vec<crate::convert::Tensor>), EngineError> {
-        let file = std::fs::File::open(path).map_err(|e| merr(format!("{}: {e}", path.display())))?;
-        // SAFETY: read-only mapping, dropped at the end of this function.
-        #[allow(unsafe_code)]
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| merr(format!("{}: {e}", path.display())))?;
+        // Mapped only while the weights are copied into our own layout.
+        let map = sparrow_cpu::Mapped::open(path).map_err(|e| merr(format!("{}: {e}", path.display())))?;
         let g = GGuf::new(&map).map_err(|e| merr(format!("{}: not a GGUF file: {e}", path.display())))?;
         let ld = Loader { g, path };
         // Reuse the loader's checks by loading the config the same way.
@@ -631,27 +628,18 @@ impl Model for LlamaModel {
                 }
             }
             let (kc, vc) = (kv.component_f16(l, 0), kv.component_f16(l, 1));
-            // Each task writes only its own (token, kv-group) head range.
-            let out = SyncPtr(s.attn.as_mut_ptr());
+            // Rows of `attn` are (token, kv-group) head ranges, `t·kv_heads + g`: each task
+            // writes only its own rows.
             let (qkv, row_seq) = (&s.qkv, &s.row_seq);
-            let pairs = t_n * c.kv_heads;
-            let per_task = pairs.div_ceil(self.pool.threads() * 4).max(1);
-            self.pool.run(pairs.div_ceil(per_task), |chunk| {
+            self.pool.par_row_chunks(&mut s.attn, group * hd, |r0, rows| {
                 let mut scores = Vec::new();
-                let mut o = vec![0f32; group * hd];
-                for task in chunk * per_task..((chunk + 1) * per_task).min(pairs) {
+                for (task, o) in (r0..).zip(rows.chunks_mut(group * hd)) {
                     let (t, g) = (task / c.kv_heads, task % c.kv_heads);
                     let si = row_seq[t] as usize;
                     let pos = batch.positions[t] as usize;
                     let slots = &batch.kv_slots(si)[..=pos];
                     let q = &qkv[t * qkv_w + g * group * hd..t * qkv_w + (g + 1) * group * hd];
-                    kernels::attend_group(isa, q, hd, kc, vc, kvd, g * hd, slots, scale, &mut scores, &mut o);
-                    // SAFETY: heads g·group .. (g+1)·group of token t belong to this task alone.
-                    #[allow(unsafe_code)]
-                    unsafe {
-                        let dst = out.get().add(t * h + g * group * hd);
-                        std::ptr::copy_nonoverlapping(o.as_ptr(), dst, group * hd);
-                    }
+                    kernels::attend_group(isa, q, hd, kc, vc, kvd, g * hd, slots, scale, &mut scores, o);
                 }
             });
             if let Some(cap) = self.capture.as_mut() {

@@ -118,6 +118,41 @@ impl ThreadPool {
         self.threads
     }
 
+    /// Splits `out` into rows of `w` elements and calls `f(first_row, chunk)` on the pool for
+    /// contiguous runs of rows (about four runs per thread), `chunk` holding whole rows. The
+    /// safe form of "each task writes its own rows" that the models use instead of raw
+    /// pointers.
+    ///
+    /// # Panics
+    /// When `w == 0` and `out` is not empty, or `out.len()` is not a multiple of `w`.
+    pub fn par_row_chunks<T: Send, F: Fn(usize, &mut [T]) + Sync>(&self, out: &mut [T], w: usize, f: F) {
+        if out.is_empty() {
+            return;
+        }
+        assert!(w > 0 && out.len() % w == 0, "par_row_chunks: {} elements are not rows of {w}", out.len());
+        let rows = out.len() / w;
+        let per = rows.div_ceil(self.threads * 4).max(1);
+        let ptr = SyncPtr(out.as_mut_ptr());
+        self.run(rows.div_ceil(per), |task| {
+            let (r0, r1) = (task * per, ((task + 1) * per).min(rows));
+            // SAFETY: rows r0..r1 are handed to this task alone, and `out` is borrowed mutably
+            // for the whole call, which returns only after every task is done.
+            #[allow(unsafe_code)]
+            let chunk = unsafe { std::slice::from_raw_parts_mut(ptr.get().add(r0 * w), (r1 - r0) * w) };
+            f(r0, chunk);
+        });
+    }
+
+    /// Calls `f(i, row_i)` for every row of width `w` of `out`, in parallel (see
+    /// [`ThreadPool::par_row_chunks`]).
+    pub fn par_rows<T: Send, F: Fn(usize, &mut [T]) + Sync>(&self, out: &mut [T], w: usize, f: F) {
+        self.par_row_chunks(out, w, |r0, chunk| {
+            for (j, row) in chunk.chunks_mut(w).enumerate() {
+                f(r0 + j, row);
+            }
+        });
+    }
+
     /// Calls `f(i)` for each `i` in `0..n`, in parallel, and waits for all of them.
     pub fn run<F: Fn(usize) + Sync>(&self, n: usize, f: F) {
         if n == 0 {

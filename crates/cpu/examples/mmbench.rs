@@ -1,7 +1,9 @@
 //! Quantized matmul throughput on a random Q4_1 matrix: `mmbench ROWS COLS TOKENS`.
-use sparrow_engine::kernels::{matmul, Isa};
-use sparrow_engine::pool::ThreadPool;
-use sparrow_engine::quant::{GgmlType, QActs, QMatrix, Weight};
+use sparrow_cpu::kernels::matmul;
+use sparrow_cpu::Isa;
+use sparrow_cpu::ThreadPool;
+use sparrow_cpu::format::ggml::{GgmlType, QActs, QMatrix};
+use sparrow_cpu::Weight;
 fn main() {
     let a: Vec<usize> = std::env::args().skip(1).map(|s| s.parse().expect("number")).collect();
     let (n, k, t) = (a[0], a[1], a[2]);

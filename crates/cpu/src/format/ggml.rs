@@ -10,7 +10,10 @@
 //! high nibble. Every quantized format is loaded into [`QMatrix`], where each 32-weight block is
 //! `w = d · u + m` with unsigned codes `u` (4-bit packed or 8-bit): `Q4_0` becomes `m = −8d`,
 //! `Q8_0` becomes `u = q + 128, m = −128d`. The conversion is exact, so one integer kernel
-//! serves all three formats. F16 and F32 matrices stay in f32 ([`Weight::Dense`]).
+//! serves all three formats. F16 and F32 matrices stay in f32 ([`crate::Weight::Dense`]).
+#![allow(unsafe_code)]
+
+use crate::half::f16_to_f32;
 
 /// Weights per quantization block (all GGML formats used here, and activations).
 pub const QK: usize = 32;
@@ -60,62 +63,6 @@ impl GgmlType {
     }
 }
 
-/// IEEE 754 half → f32 (exact; handles subnormals, infinities and NaN).
-pub fn f16_to_f32(h: u16) -> f32 {
-    let sign = ((h >> 15) as u32) << 31;
-    let exp = ((h >> 10) & 0x1f) as u32;
-    let frac = (h & 0x3ff) as u32;
-    let bits = match (exp, frac) {
-        (0, 0) => sign,
-        (0, f) => {
-            // Subnormal: value = f · 2^-24; renormalise into an f32.
-            let lz = f.leading_zeros() - 21; // shifts that bring the top set bit to bit 10
-            let f = (f << lz) & 0x3ff;
-            let e = 127 - 15 + 1 - lz;
-            sign | (e << 23) | (f << 13)
-        }
-        (0x1f, f) => sign | 0x7f80_0000 | (f << 13),
-        (e, f) => sign | ((e + 127 - 15) << 23) | (f << 13),
-    };
-    f32::from_bits(bits)
-}
-
-/// f32 → IEEE half, rounding to nearest even (as `vcvtps2ph` with `_MM_FROUND_TO_NEAREST_INT`);
-/// overflow gives ±inf, NaN stays NaN, values below half the smallest subnormal give ±0.
-pub fn f32_to_f16(x: f32) -> u16 {
-    let b = x.to_bits();
-    let sign = ((b >> 16) & 0x8000) as u16;
-    let exp = ((b >> 23) & 0xff) as i32;
-    let man = b & 0x7f_ffff;
-    if exp == 0xff {
-        return sign | 0x7c00 | if man != 0 { 0x200 | (man >> 13) as u16 } else { 0 };
-    }
-    let e = exp - 127 + 15;
-    if e >= 0x1f {
-        return sign | 0x7c00;
-    }
-    if e <= 0 {
-        if e < -10 {
-            return sign;
-        }
-        // Subnormal half: value = m · 2^-24 with m = mantissa24 >> (14 − e), rounded.
-        let m = man | 0x80_0000;
-        let shift = (14 - e) as u32;
-        let half = 1u32 << (shift - 1);
-        let rem = m & ((1 << shift) - 1);
-        let mut r = m >> shift;
-        if rem > half || (rem == half && r & 1 == 1) {
-            r += 1;
-        }
-        return sign | r as u16;
-    }
-    let mut r = ((e as u32) << 10) | (man >> 13);
-    let rem = man & 0x1fff;
-    if rem > 0x1000 || (rem == 0x1000 && r & 1 == 1) {
-        r += 1; // a carry into the exponent is the correct rounding (up to inf)
-    }
-    sign | r as u16
-}
 
 fn rd_f16(b: &[u8], at: usize) -> f32 {
     f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
@@ -362,133 +309,6 @@ impl QMatrix {
     }
 }
 
-/// A weight matrix in the form the kernels use.
-#[derive(Debug, Clone)]
-pub enum Weight {
-    /// Quantized; multiplied with 8-bit quantized activations.
-    Quant(QMatrix),
-    /// Dense f32 `[rows, cols]` row-major (from F16/F32 tensors).
-    Dense {
-        /// Output features.
-        rows: usize,
-        /// Input features.
-        cols: usize,
-        /// `rows · cols` values.
-        data: Vec<f32>,
-    },
-    /// NVFP4 (ModelOpt); multiplied with f32 activations, decoded block by block.
-    Nvfp4(crate::nvfp4::Nvfp4Matrix),
-}
-
-impl Weight {
-    /// Output features.
-    pub fn rows(&self) -> usize {
-        match self {
-            Weight::Quant(q) => q.rows,
-            Weight::Dense { rows, .. } => *rows,
-            Weight::Nvfp4(m) => m.rows,
-        }
-    }
-    /// Input features.
-    pub fn cols(&self) -> usize {
-        match self {
-            Weight::Quant(q) => q.cols,
-            Weight::Dense { cols, .. } => *cols,
-            Weight::Nvfp4(m) => m.cols,
-        }
-    }
-    /// Dequantizes row `r` (used for embedding lookups).
-    pub fn row_f32(&self, r: usize, out: &mut [f32]) {
-        match self {
-            Weight::Quant(q) => q.dequantize_row(r, out),
-            Weight::Dense { cols, data, .. } => out.copy_from_slice(&data[r * cols..(r + 1) * cols]),
-            Weight::Nvfp4(m) => m.dequantize_row(r, out),
-        }
-    }
-    /// Row `i` of the result is row `perm[i]` of `self` (undoes a checkpoint's head layout).
-    /// `None` for the GGUF-repacked form, whose rows are interleaved in groups of 8.
-    pub fn permute_rows(&self, perm: &[usize]) -> Option<Weight> {
-        match self {
-            Weight::Quant(_) => None,
-            Weight::Dense { rows, cols, data } => {
-                debug_assert_eq!(perm.len(), *rows);
-                let data = perm.iter().flat_map(|&r| data[r * cols..(r + 1) * cols].iter().copied()).collect();
-                Some(Weight::Dense { rows: *rows, cols: *cols, data })
-            }
-            Weight::Nvfp4(m) => {
-                let parts: Vec<crate::nvfp4::Nvfp4Matrix> = perm.iter().map(|&r| m.slice_rows(r, r + 1)).collect();
-                let refs: Vec<&crate::nvfp4::Nvfp4Matrix> = parts.iter().collect();
-                crate::nvfp4::Nvfp4Matrix::concat(&refs).map(Weight::Nvfp4)
-            }
-        }
-    }
-
-    /// [`Weight::concat`], falling back to dense f32 for mixed formats (slower, exact).
-    ///
-    /// # Panics
-    /// When `parts` is empty.
-    pub fn concat_or_dense(parts: &[&Weight]) -> Weight {
-        if let Some(w) = Weight::concat(parts) {
-            return w;
-        }
-        let cols = parts[0].cols();
-        let mut data = Vec::new();
-        let mut row = vec![0f32; cols];
-        for p in parts {
-            for r in 0..p.rows() {
-                p.row_f32(r, &mut row);
-                data.extend_from_slice(&row);
-            }
-        }
-        Weight::Dense { rows: data.len() / cols.max(1), cols, data }
-    }
-
-    /// Bytes held in memory.
-    pub fn bytes(&self) -> usize {
-        match self {
-            Weight::Quant(q) => q.codes.len() + 8 * q.d.len(),
-            Weight::Dense { data, .. } => 4 * data.len(),
-            Weight::Nvfp4(m) => m.weight.len() + m.weight_scale.len() + 4,
-        }
-    }
-    /// Stacks weights along rows when all are quantized alike or all dense.
-    pub fn concat(parts: &[&Weight]) -> Option<Weight> {
-        if parts.iter().all(|p| matches!(p, Weight::Quant(_))) {
-            let qs: Vec<&QMatrix> = parts
-                .iter()
-                .filter_map(|p| match p {
-                    Weight::Quant(q) => Some(q),
-                    _ => None,
-                })
-                .collect();
-            return QMatrix::concat(&qs).map(Weight::Quant);
-        }
-        if parts.iter().all(|p| matches!(p, Weight::Nvfp4(_))) {
-            let ms: Vec<&crate::nvfp4::Nvfp4Matrix> = parts
-                .iter()
-                .filter_map(|p| match p {
-                    Weight::Nvfp4(m) => Some(m),
-                    _ => None,
-                })
-                .collect();
-            return crate::nvfp4::Nvfp4Matrix::concat(&ms).map(Weight::Nvfp4);
-        }
-        let cols = parts.first()?.cols();
-        let mut data = Vec::new();
-        let mut rows = 0;
-        for p in parts {
-            match p {
-                Weight::Dense { rows: r, cols: c, data: d } if *c == cols => {
-                    rows += r;
-                    data.extend_from_slice(d);
-                }
-                _ => return None,
-            }
-        }
-        Some(Weight::Dense { rows, cols, data })
-    }
-}
-
 /// Activations quantized per 32-block to signed 8 bits (llama.cpp's `Q8_1` idea): for row `t`
 /// and block `b`, `x ≈ d · q` and `s = d · Σq` (the term the weight offsets multiply).
 #[derive(Debug, Default, Clone)]
@@ -604,6 +424,7 @@ fn quantize_blocks_body(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32], b
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::half::f32_to_f16;
 
     #[test]
     fn f16_values() {
@@ -690,3 +511,4 @@ mod tests {
         }
     }
 }
+

@@ -1,5 +1,5 @@
 //! Pool overhead: time per `run` with trivial tasks.
-use sparrow_engine::pool::ThreadPool;
+use sparrow_cpu::ThreadPool;
 fn main() {
     for threads in [1, 2] {
         let p = ThreadPool::new(threads).expect("pool");

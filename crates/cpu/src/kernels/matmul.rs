@@ -1,0 +1,231 @@
+//! Batched matrix multiplication over a [`Weight`]: the Q4/Q8 integer path (activations
+//! quantized to 8 bits per 32-block), the NVFP4 path and the dense f32 path.
+#![allow(unsafe_code)]
+
+use super::elementwise::dot;
+use super::rows_per_task;
+use crate::format::ggml::{Bits, QActs, QMatrix, QK};
+use crate::isa::Isa;
+use crate::pool::{SyncPtr, ThreadPool};
+use crate::weight::Weight;
+
+///
+/// `xq` is scratch for the quantized activations (reused across calls to avoid allocation).
+///
+/// # Panics
+/// When `x.len() != tokens·K` or `out.len() != tokens·N` (a caller bug).
+pub fn matmul(pool: &ThreadPool, isa: Isa, w: &Weight, x: &[f32], tokens: usize, xq: &mut QActs, out: &mut [f32]) {
+    let (n, k) = (w.rows(), w.cols());
+    assert_eq!(x.len(), tokens * k, "matmul: activations shape");
+    assert_eq!(out.len(), tokens * n, "matmul: output shape");
+    if tokens == 0 {
+        return;
+    }
+    let ptr = SyncPtr(out.as_mut_ptr());
+    let rpt = rows_per_task(pool, n);
+    let tasks = n.div_ceil(rpt);
+    match w {
+        Weight::Quant(q) => {
+            quantize_parallel(pool, x, tokens, k, xq);
+            if isa != Isa::Scalar {
+                xq.interleave();
+            }
+            let xq = &*xq;
+            pool.run(tasks, |i| {
+                let r0 = i * rpt;
+                let r1 = (r0 + rpt).min(n);
+                // SAFETY: rows r0..r1 of every token are written by this task only; the
+                // target features were detected at start-up.
+                unsafe { quant_rows(isa, q, r0, r1, xq, ptr) }
+            });
+        }
+        Weight::Nvfp4(m) => m.matmul(pool, isa, x, tokens, out),
+        Weight::Dense { data, .. } => {
+            pool.run(tasks, |i| {
+                let r0 = i * rpt;
+                let r1 = (r0 + rpt).min(n);
+                for r in r0..r1 {
+                    let wr = &data[r * k..(r + 1) * k];
+                    for t in 0..tokens {
+                        let v = dot(isa, wr, &x[t * k..(t + 1) * k]);
+                        // SAFETY: (t, r) is written by this task only.
+                        unsafe { *ptr.get().add(t * n + r) = v };
+                    }
+                }
+            });
+        }
+    }
+}
+
+/// Quantizes activations on the pool, a run of whole blocks per task.
+fn quantize_parallel(pool: &ThreadPool, x: &[f32], rows: usize, cols: usize, xq: &mut QActs) {
+    xq.resize(rows, cols);
+    let nb = rows * cols / QK;
+    if nb < 256 {
+        crate::format::ggml::quantize_blocks(x, &mut xq.q, &mut xq.d, &mut xq.s, 0, nb);
+        return;
+    }
+    let tasks = pool.threads() * 2;
+    let per = nb.div_ceil(tasks);
+    let (qp, dp, sp) = (SyncPtr(xq.q.as_mut_ptr()), SyncPtr(xq.d.as_mut_ptr()), SyncPtr(xq.s.as_mut_ptr()));
+    pool.run(tasks, |i| {
+        let (b0, b1) = ((i * per).min(nb), ((i + 1) * per).min(nb));
+        // SAFETY: task i owns blocks b0..b1 of every buffer; the buffers outlive the call.
+        let (q, d, s) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(qp.get().add(b0 * QK), (b1 - b0) * QK),
+                std::slice::from_raw_parts_mut(dp.get().add(b0), b1 - b0),
+                std::slice::from_raw_parts_mut(sp.get().add(b0), b1 - b0),
+            )
+        };
+        crate::format::ggml::quantize_blocks(&x[b0 * QK..b1 * QK], q, d, s, 0, b1 - b0);
+    });
+}
+
+/// # Safety
+/// `isa` must be supported by the CPU; rows `r0..r1` of `out` (for every token) must not be
+/// accessed by anyone else during the call.
+unsafe fn quant_rows(isa: Isa, w: &QMatrix, r0: usize, r1: usize, x: &QActs, out: SyncPtr<f32>) {
+    let out = out.get();
+    // SIMD kernels take whole groups of 8 rows (r0 is a multiple of 8); the rest is scalar.
+    let r_simd = r0 + (r1 - r0) / 8 * 8;
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Vnni => super::q8_x86::quant_rows_vnni(w, r0, r_simd, x, out),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => super::q8_x86::quant_rows_avx2(w, r0, r_simd, x, out),
+        _ => quant_rows_scalar(w, r0, r_simd, x, out),
+    }
+    quant_rows_scalar(w, r_simd, r1, x, out);
+}
+
+/// The definition (module docs) for one weight row against one token; the portable path and
+/// the reference the SIMD kernels are tested against bit for bit.
+pub fn quant_dot_scalar(w: &QMatrix, r: usize, x: &QActs, t: usize) -> f32 {
+    let nb = w.cols / QK;
+    let xq = &x.q[t * w.cols..(t + 1) * w.cols];
+    let mut acc = 0f32;
+    let mut macc = 0f32;
+    for b in 0..nb {
+        let qb = &xq[b * QK..(b + 1) * QK];
+        let mut isum = 0i32;
+        match w.bits {
+            Bits::U4 => {
+                let c = &w.codes[w.block_offset(r, b)..w.block_offset(r, b) + 16];
+                for j in 0..16 {
+                    isum += (c[j] & 0xf) as i32 * qb[j] as i32 + (c[j] >> 4) as i32 * qb[j + 16] as i32;
+                }
+            }
+            Bits::U8 => {
+                let c = &w.codes[w.block_offset(r, b)..w.block_offset(r, b) + QK];
+                for j in 0..QK {
+                    isum += c[j] as i32 * qb[j] as i32;
+                }
+            }
+        }
+        let xb = t * nb + b;
+        acc = (isum as f32).mul_add(w.d[r * nb + b] * x.d[xb], acc);
+        macc = w.m[r * nb + b].mul_add(x.s[xb], macc);
+    }
+    acc + macc
+}
+
+/// # Safety
+/// As [`quant_rows`].
+unsafe fn quant_rows_scalar(w: &QMatrix, r0: usize, r1: usize, x: &QActs, out: *mut f32) {
+    for r in r0..r1 {
+        for t in 0..x.rows {
+            *out.add(t * w.rows + r) = quant_dot_scalar(w, r, x, t);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::ggml::GgmlType;
+
+    fn lcg(seed: &mut u64) -> u32 {
+        *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (*seed >> 33) as u32
+    }
+
+    fn random_matrix(ty: GgmlType, rows: usize, cols: usize, seed: &mut u64) -> QMatrix {
+        let mut raw = vec![0u8; ty.bytes_for(rows * cols)];
+        raw.iter_mut().for_each(|b| *b = lcg(seed) as u8);
+        for blk in raw.chunks_exact_mut(ty.bytes_for(QK)) {
+            blk[1] = 0x20 | (blk[1] & 0x0f);
+            if ty == GgmlType::Q4_1 {
+                blk[3] = 0xa0 | (blk[3] & 0x0f);
+            }
+        }
+        QMatrix::from_ggml(ty, &raw, rows, cols)
+    }
+
+    /// The SIMD kernels agree with the scalar reference, and with a plain f32 product of the
+    /// dequantized matrices within quantization error; every token row is identical whatever
+    /// the batch size.
+    #[test]
+    fn quant_matmul_matches_reference_and_is_batch_invariant() {
+        let pool = ThreadPool::new(2).expect("pool");
+        let mut seed = 7u64;
+        for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+            let (n, k) = (45, 96);
+            let w = Weight::Quant(random_matrix(ty, n, k, &mut seed));
+            for tokens in [1usize, 3, 4, 8, 9, 16, 17, 24, 30] {
+                let x: Vec<f32> = (0..tokens * k).map(|_| (lcg(&mut seed) % 2001) as f32 / 1000.0 - 1.0).collect();
+                let mut xq = QActs::default();
+                let mut out = vec![0f32; tokens * n];
+                let mut isas = vec![Isa::detect(), Isa::Scalar];
+                #[cfg(target_arch = "x86_64")]
+                if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                    isas.push(Isa::Avx2);
+                }
+                for isa in isas {
+                    matmul(&pool, isa, &w, &x, tokens, &mut xq, &mut out);
+                    let Weight::Quant(q) = &w else { unreachable!() };
+                    for t in 0..tokens {
+                        // Single-token run of the same row gives the same bits.
+                        let mut one = vec![0f32; n];
+                        matmul(&pool, isa, &w, &x[t * k..(t + 1) * k], 1, &mut QActs::default(), &mut one);
+                        let mut wr = vec![0f32; k];
+                        for r in 0..n {
+                            assert_eq!(out[t * n + r].to_bits(), one[r].to_bits(), "{ty:?} {isa:?} batch invariance");
+                            let refv = quant_dot_scalar(q, r, &xq, t);
+                            assert_eq!(
+                                out[t * n + r].to_bits(),
+                                refv.to_bits(),
+                                "{ty:?} {isa:?} row {r} token {t} of {tokens}"
+                            );
+                            q.dequantize_row(r, &mut wr);
+                            let exact: f32 = wr.iter().zip(&x[t * k..(t + 1) * k]).map(|(a, b)| a * b).sum();
+                            let scale: f32 = wr.iter().map(|v| v.abs()).sum::<f32>() / 127.0;
+                            assert!(
+                                (out[t * n + r] - exact).abs() <= scale + 1e-3,
+                                "{ty:?}: {} vs {exact}",
+                                out[t * n + r]
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn dense_matmul_and_dot() {
+        let pool = ThreadPool::new(2).expect("pool");
+        let (n, k, tokens) = (5, 19, 3);
+        let data: Vec<f32> = (0..n * k).map(|i| (i as f32 * 0.37).sin()).collect();
+        let x: Vec<f32> = (0..tokens * k).map(|i| (i as f32 * 0.11).cos()).collect();
+        let w = Weight::Dense { rows: n, cols: k, data: data.clone() };
+        let mut out = vec![0f32; tokens * n];
+        matmul(&pool, Isa::detect(), &w, &x, tokens, &mut QActs::default(), &mut out);
+        for t in 0..tokens {
+            for r in 0..n {
+                let e: f64 = (0..k).map(|i| data[r * k + i] as f64 * x[t * k + i] as f64).sum();
+                assert!((out[t * n + r] as f64 - e).abs() < 1e-5);
+            }
+        }
+    }
+}

@@ -1,0 +1,68 @@
+//! CPU kernels: quantized matrix multiplication over a batch of tokens, f32 dot products and
+//! the small fused element-wise ops of a Llama layer.
+//!
+//! `matmul` computes `out[t, n] = Σ_k W[n, k] · x[t, k]` for all tokens `t` of a batch. The
+//! integer path follows llama.cpp's `ggml_vec_dot_q4_1_q8_1`: with weights `d_w·u + m_w` and
+//! activations `d_x·q`, a block contributes `d_w·d_x·Σ(u·q) + m_w·(d_x·Σq)`. Exactly, for row
+//! `r` and token `t` (f32, `fma` rounding once):
+//!
+//! ```text
+//! acc = 0; macc = 0
+//! for each block b: acc  = fma(f32(Σ_k u·q), d_w[r,b] · d_x[t,b], acc)
+//!                   macc = fma(m_w[r,b], s_x[t,b], macc)
+//! out = acc + macc
+//! ```
+//!
+//! Every kernel computes exactly this, so a request's logits are bit-identical alone and
+//! batched: that is what makes greedy outputs independent of batching, chunking and the prefix
+//! cache. Two SIMD kernels share the work:
+//! - *tokens in lanes* (8 or more tokens): activations of 8 tokens are interleaved so that one
+//!   `vpdpbusd` multiplies 4 weights with 4 values of each of 8 tokens; the integer block sum
+//!   then needs one conversion and one FMA per 8 (row, token) pairs instead of per pair;
+//! - *rows in lanes* (the last `T mod 8` tokens, e.g. single-stream decode): 8 weight rows
+//!   against one token, block sums reduced across lanes with `vphaddd`.
+//!
+//! Instruction sets are picked once at run time ([`Isa::detect`]): AVX-512 VNNI on 256-bit
+//! vectors, else AVX2+FMA, else portable scalar code (also the tests' reference).
+//!
+//! Files: [`matmul`] (dispatch over [`crate::Weight`], Q4/Q8 integer path, scalar reference),
+//! `q8_x86` (its AVX-512 VNNI / AVX2 tiles), `nvfp4_gemm` (the NVFP4 dequantizing GEMM),
+//! [`attention`] (GQA attention over KV slots), [`elementwise`] (dot, axpy, RMSNorm, SwiGLU,
+//! RoPE, f16 conversion).
+
+pub mod attention;
+pub mod elementwise;
+pub mod matmul;
+mod nvfp4_gemm;
+#[cfg(target_arch = "x86_64")]
+mod q8_x86;
+
+pub use attention::{attend_group, KvElem};
+pub use elementwise::{axpy, dot, rms_norm, silu_mul, to_f16};
+pub use matmul::{matmul, quant_dot_scalar};
+
+use crate::pool::ThreadPool;
+
+/// that handing tasks out (an atomic on a shared cache line) stays cheap.
+const TASKS_PER_THREAD: usize = 4;
+
+/// Rows of `W` per task for a matrix of `n` rows (a multiple of 8, so row groups stay whole).
+pub(crate) fn rows_per_task(pool: &ThreadPool, n: usize) -> usize {
+    let tasks = (pool.threads() * TASKS_PER_THREAD).max(1);
+    n.div_ceil(tasks).next_multiple_of(8).max(8)
+}
+
+
+/// Horizontal sum of 8 f32 lanes, shared by the SIMD paths.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+#[inline(always)]
+pub(crate) unsafe fn hsum(v: std::arch::x86_64::__m256) -> f32 {
+    use std::arch::x86_64::*;
+    let lo = _mm256_castps256_ps128(v);
+    let hi = _mm256_extractf128_ps(v, 1);
+    let s = _mm_add_ps(lo, hi);
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    _mm_cvtss_f32(s)
+}

@@ -1,0 +1,26 @@
+//! Sparrow's CPU layer: everything that touches the machine directly, and the only crate where
+//! `unsafe` is allowed (the rest of the workspace forbids it).
+//!
+//! Modules, bottom up:
+//! - [`isa`]: instruction-set detection, once at start-up ([`Isa`]);
+//! - [`pool`]: fork-join thread pool and the safe parallel-rows helpers the models use;
+//! - [`mmap`]: the one wrapper over `memmap2`, used by the checkpoint loaders and the tokenizer;
+//! - [`half`]: IEEE half <-> f32;
+//! - [`format`]: GGML blocks (Q4_0/Q4_1/Q8_0 -> one affine u4/u8 layout, 8-bit activations) and
+//!   ModelOpt NVFP4 (E2M1 codes, E4M3 block scales, quantizer);
+//! - [`weight`]: [`Weight`], a linear layer's matrix in the form the kernels take;
+//! - [`kernels`]: batched matmul (Q4/Q8 integer, NVFP4, dense), attention, element-wise ops; each
+//!   SIMD path bit-identical to its scalar reference.
+
+pub mod format;
+pub mod half;
+pub mod isa;
+pub mod kernels;
+pub mod mmap;
+pub mod pool;
+pub mod weight;
+
+pub use isa::Isa;
+pub use mmap::Mapped;
+pub use pool::ThreadPool;
+pub use weight::Weight;
