@@ -57,3 +57,13 @@ pub fn f32_to_f16(x: f32) -> u16 {
     }
     sign | r as u16
 }
+
+/// Rounds f32 to bf16 (nearest, ties to even), as torch's `.to(torch.bfloat16)` does.
+pub fn f32_to_bf16(x: f32) -> u16 {
+    let b = x.to_bits();
+    if x.is_nan() {
+        return ((b >> 16) | 0x40) as u16;
+    }
+    let round = 0x7fff + ((b >> 16) & 1);
+    ((b + round) >> 16) as u16
+}

@@ -10,8 +10,8 @@
 use std::time::Instant;
 
 use sparrow_engine::batch::{ForwardBatch, SeqMeta};
-use sparrow_engine::convert::{quantize_state_dict, write_checkpoint, QuantStyle};
-use sparrow_engine::kv_cache::KvStore;
+use sparrow_convert::quantize::{quantize_state_dict, write_checkpoint, QuantStyle};
+use sparrow_engine::kv::KvStore;
 use sparrow_engine::model::glm5::{AttnImpl, Glm5Model, Glm5Options, MoeChoice, MoeImpl};
 use sparrow_engine::model::Model;
 use sparrow_cpu::format::nvfp4::ScaleRule;
@@ -68,10 +68,10 @@ fn main() {
     let lens: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
     let lens = if lens.is_empty() { vec![1024, 2048, 4096] } else { lens };
     let dir = std::env::temp_dir().join(format!("sparrow-dsa-bench-{}", std::process::id()));
-    let sd = sparrow_engine::toy::glm5_tiny_state_dict(0);
-    let ex = sparrow_engine::toy::glm5_tiny_exclude();
+    let sd = sparrow_convert::toy::glm5_tiny_state_dict(0);
+    let ex = sparrow_convert::toy::glm5_tiny_exclude();
     let t = quantize_state_dict(&sd, &ex, ScaleRule::Amax).expect("quantize");
-    write_checkpoint(&dir, sparrow_engine::toy::glm5_tiny_config(), &t, 1, Some((&ex, QuantStyle::HfQuantConfig)))
+    write_checkpoint(&dir, sparrow_convert::toy::glm5_tiny_config(), &t, 1, Some((&ex, QuantStyle::HfQuantConfig)))
         .expect("write");
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let load = |a: AttnImpl| {

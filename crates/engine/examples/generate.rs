@@ -3,7 +3,7 @@
 //! (model, new tokens, prompt ids). Prints the generated ids and the decode rate.
 
 use sparrow_engine::batch::ForwardBatch;
-use sparrow_engine::kv_cache::KvStore;
+use sparrow_engine::kv::KvStore;
 use sparrow_engine::model::llama::LlamaModel;
 use sparrow_engine::model::Model;
 use sparrow_engine::sampler::argmax;

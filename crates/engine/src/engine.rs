@@ -14,7 +14,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::kv_cache::KvStore;
+use crate::kv::KvStore;
 use crate::model::llama::LlamaModel;
 use crate::model::{check_compat, Model, ModelInfo, BACKENDS};
 use crate::scheduler::{FinishReason, NewRequest, Output, SchedulePolicy, Scheduler, SchedulerConfig, SchedulerStats};
@@ -325,7 +325,7 @@ pub fn load_model(args: &EngineArgs) -> Result<(Box<dyn Model>, &'static str, se
         }
     };
     if p.is_dir() {
-        let cfg = crate::hf::read_json(&p.join("config.json"))?;
+        let cfg = crate::checkpoint::hf::read_json(&p.join("config.json"))?;
         let mt = cfg.get("model_type").and_then(|v| v.as_str()).unwrap_or("").to_owned();
         match mt.as_str() {
             "glm_moe_dsa" => {

@@ -16,16 +16,12 @@
 
 pub mod autotune;
 pub mod batch;
-pub mod convert;
 pub mod engine;
-pub mod gptq;
-pub mod hf;
-pub mod kv_cache;
+pub mod checkpoint;
+pub mod kv;
 pub mod model;
-pub mod radix;
 pub mod sampler;
 pub mod scheduler;
-pub mod toy;
 
 /// Engine errors. Request-level errors never stop the engine.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -48,4 +44,11 @@ pub enum EngineError {
     /// The engine thread is gone.
     #[error("the engine has stopped")]
     Stopped,
+}
+
+impl EngineError {
+    /// [`EngineError::Model`] from a message (the loaders' one constructor).
+    pub fn model(m: impl Into<String>) -> Self {
+        EngineError::Model(m.into())
+    }
 }

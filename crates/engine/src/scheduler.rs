@@ -22,9 +22,9 @@
 use std::collections::VecDeque;
 
 use crate::batch::{ForwardBatch, SeqMeta};
-use crate::kv_cache::{KvStore, PageAllocator};
+use crate::kv::{KvStore, PageAllocator};
 use crate::model::Model;
-use crate::radix::RadixCache;
+use crate::kv::radix::RadixCache;
 use crate::sampler::{sample, SamplingParams};
 use crate::EngineError;
 

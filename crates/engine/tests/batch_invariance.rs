@@ -2,7 +2,7 @@
 //! mixed requests (shared prefixes, chunked prefill, EXTEND and DECODE rows together), with the
 //! radix cache on or off and with page sizes 1, 16 and 64. Real SmolLM2 model.
 
-use sparrow_engine::kv_cache::KvStore;
+use sparrow_engine::kv::KvStore;
 use sparrow_engine::model::llama::LlamaModel;
 use sparrow_engine::model::Model;
 use sparrow_engine::sampler::SamplingParams;

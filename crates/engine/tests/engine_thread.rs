@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use sparrow_engine::batch::ForwardBatch;
 use sparrow_engine::engine::{Engine, EngineArgs};
-use sparrow_engine::kv_cache::{KvLayout, KvStore};
+use sparrow_engine::kv::{KvLayout, KvStore};
 use sparrow_engine::model::{AttentionNeeds, Model, ModelInfo};
 use sparrow_engine::sampler::SamplingParams;
 use sparrow_engine::scheduler::{FinishReason, NewRequest, Output};

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use ggus::{GGmlType, GGufFileHeader, GGufFileWriter, GGufMetaDataValueType as Ty};
 use sparrow_engine::batch::ForwardBatch;
-use sparrow_engine::kv_cache::KvStore;
+use sparrow_engine::kv::KvStore;
 use sparrow_engine::model::llama::LlamaModel;
 use sparrow_engine::model::Model;
 use sparrow_cpu::format::ggml::{dequantize_row, GgmlType};

@@ -26,7 +26,7 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 use sparrow_engine::batch::ForwardBatch;
-use sparrow_engine::kv_cache::KvStore;
+use sparrow_engine::kv::KvStore;
 use sparrow_engine::model::llama::LlamaModel;
 use sparrow_engine::model::Model;
 use sparrow_engine::sampler::argmax;

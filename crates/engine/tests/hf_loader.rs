@@ -6,8 +6,8 @@ use std::path::Path;
 
 use safetensors::tensor::Dtype;
 use serde_json::json;
-use sparrow_engine::convert::{write_checkpoint, QuantStyle, TensorOut};
-use sparrow_engine::hf::{Checkpoint, QuantConfig};
+use sparrow_convert::quantize::{write_checkpoint, QuantStyle, TensorOut};
+use sparrow_engine::checkpoint::hf::{Checkpoint, QuantConfig};
 use sparrow_cpu::Weight;
 
 /// One NVFP4 row of 32 weights, decoded by hand:

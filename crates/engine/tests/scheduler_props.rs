@@ -12,7 +12,7 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sparrow_engine::batch::ForwardBatch;
-use sparrow_engine::kv_cache::{KvLayout, KvStore};
+use sparrow_engine::kv::{KvLayout, KvStore};
 use sparrow_engine::model::{AttentionNeeds, Model, ModelInfo};
 use sparrow_engine::sampler::SamplingParams;
 use sparrow_engine::scheduler::{FinishReason, NewRequest, Output, SchedulePolicy, Scheduler, SchedulerConfig};

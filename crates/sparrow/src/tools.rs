@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
-use sparrow_engine::convert::{self, QuantStyle, Tensor};
-use sparrow_engine::hf::Checkpoint;
+use sparrow_convert::calibration::{run_texts, take_stats, Calibration, InputStats};
+use sparrow_convert::quantize::{self as convert, QuantStyle, Tensor};
+use sparrow_engine::checkpoint::hf::Checkpoint;
 use sparrow_cpu::format::nvfp4::ScaleRule;
 
 /// Which quantization-config file to write.
@@ -31,7 +32,7 @@ impl QuantConfigStyle {
 /// Toy models `gen-model` can write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ToyModel {
-    /// GLM-5 architecture at toy size (see `sparrow_engine::toy`).
+    /// GLM-5 architecture at toy size (see `sparrow_convert::toy`).
     #[value(name = "glm5-tiny")]
     Glm5Tiny,
 }
@@ -114,14 +115,6 @@ const CALIBRATION_FROM: usize = 1000;
 /// Tokens per calibration reply at most.
 const CALIBRATION_TOKENS: usize = 256;
 
-/// What calibration measured: per HF module name, GPTQ Hessians (when asked for) and the
-/// largest |input|.
-#[derive(Default)]
-struct Calibration {
-    hessians: std::collections::HashMap<String, Vec<f64>>,
-    input_amax: std::collections::HashMap<String, f32>,
-}
-
 /// Token ids of the calibration replies (ShareGPT replies from #1000 on, at most
 /// `CALIBRATION_TOKENS` each).
 fn calibration_texts(
@@ -151,26 +144,14 @@ fn calibration_texts(
     Ok(out)
 }
 
-/// Runs `model` over `texts`, one sequence at a time from position 0.
-fn run_texts(model: &mut dyn sparrow_engine::model::Model, texts: &[Vec<u32>]) -> anyhow::Result<()> {
-    use sparrow_engine::batch::ForwardBatch;
-    use sparrow_engine::kv_cache::KvStore;
-    let longest = texts.iter().map(Vec::len).max().unwrap_or(1);
-    let mut kv = KvStore::new(model.attention_needs().kv_layout, longest + 2);
-    for ids in texts {
-        model.forward(&ForwardBatch::single_sequence(ids, 0), &mut kv)?;
-    }
-    Ok(())
-}
-
 /// Calibrates a GLM-5 checkpoint (any precision) on `texts`: input amax per module.
 fn calibrate_glm5(dir: &Path, texts: &[Vec<u32>]) -> anyhow::Result<std::collections::HashMap<String, f32>> {
     use sparrow_engine::model::glm5::{Glm5Model, Glm5Options};
     let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let mut m = Glm5Model::load(dir, threads, Glm5Options::default())?;
-    m.start_capture();
+    m.set_observer(Some(Box::new(InputStats::new(false))));
     run_texts(&mut m, texts)?;
-    Ok(m.take_capture().unwrap_or_default())
+    Ok(take_stats(m.take_observer()).input_amax)
 }
 
 /// Runs the input model over calibration replies: Llama (GGUF or HF) gives input amax and, for
@@ -198,34 +179,14 @@ fn calibrate(a: &QuantizeArgs, model_type: &str) -> anyhow::Result<Calibration> 
     } else {
         LlamaModel::load(&a.model_path, threads)?
     };
-    model.start_capture(a.method == Method::Gptq);
+    model.set_observer(Some(Box::new(InputStats::new(a.method == Method::Gptq))));
     run_texts(&mut model, &texts)?;
-    let caps = model.take_capture().unwrap_or_default();
     eprintln!(
         "calibration: {} ShareGPT replies, {tokens} tokens ({})",
         texts.len(),
         if a.method == Method::Gptq { "GPTQ Hessians and input scales" } else { "input scales" }
     );
-    let mut c = Calibration::default();
-    for (l, cap) in caps.into_iter().enumerate() {
-        let p = format!("model.layers.{l}");
-        let groups: [(&[&str], usize); 4] = [
-            (&["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"], 0),
-            (&["self_attn.o_proj"], 1),
-            (&["mlp.gate_proj", "mlp.up_proj"], 2),
-            (&["mlp.down_proj"], 3),
-        ];
-        let hs = [cap.attn_in, cap.o_in, cap.mlp_in, cap.down_in];
-        for (names, i) in groups {
-            for n in names {
-                c.input_amax.insert(format!("{p}.{n}"), cap.amax[i]);
-                if cap.hessians {
-                    c.hessians.insert(format!("{p}.{n}"), hs[i].clone());
-                }
-            }
-        }
-    }
-    Ok(c)
+    Ok(take_stats(model.take_observer()))
 }
 
 /// `--block-scale` values.
@@ -295,7 +256,7 @@ fn default_tokenizer(path: Option<&Path>) -> anyhow::Result<sparrow_tokenizer::T
 pub fn gen_model(a: &GenModelArgs) -> anyhow::Result<()> {
     let ToyModel::Glm5Tiny = a.model;
     let tok = default_tokenizer(a.tokenizer_path.as_deref())?;
-    let mut config = sparrow_engine::toy::glm5_tiny_config();
+    let mut config = sparrow_convert::toy::glm5_tiny_config();
     let vocab = config["vocab_size"].as_u64().unwrap_or(0) as usize;
     if tok.vocab_size() != vocab {
         bail!("the tokenizer has {} tokens; glm5-tiny is built for {vocab} (SmolLM2's)", tok.vocab_size());
@@ -307,8 +268,8 @@ pub fn gen_model(a: &GenModelArgs) -> anyhow::Result<()> {
         config["eos_token_id"] = id.into();
         config["pad_token_id"] = id.into();
     }
-    let sd = sparrow_engine::toy::glm5_tiny_state_dict(a.seed);
-    let exclude = sparrow_engine::toy::glm5_tiny_exclude();
+    let sd = sparrow_convert::toy::glm5_tiny_state_dict(a.seed);
+    let exclude = sparrow_convert::toy::glm5_tiny_exclude();
     let style = Some((exclude.as_slice(), a.quant_config.style()));
     // ModelOpt's own recipe (max calibration of the weights), as a real export would have.
     let tensors = convert::quantize_state_dict(&sd, &exclude, ScaleRule::Amax)?;
@@ -370,13 +331,13 @@ pub fn quantize(a: &QuantizeArgs) -> anyhow::Result<()> {
         names.sort();
         let mut sd = Vec::with_capacity(names.len());
         for n in names {
-            let keep_f32 = ck.raw(&n)?.dtype == sparrow_engine::hf::Dtype::F32;
+            let keep_f32 = ck.raw(&n)?.dtype == sparrow_engine::checkpoint::hf::Dtype::F32;
             let (shape, data) = ck.f32(&n)?;
             sd.push(Tensor { name: n, shape, data, keep_f32 });
         }
         (ck.config.clone(), sd, None)
     } else {
-        let (config, sd) = sparrow_engine::model::llama::LlamaModel::gguf_to_hf(&a.model_path)?;
+        let (config, sd) = sparrow_convert::gguf_hf::gguf_to_hf(&a.model_path)?;
         (config, sd, Some(a.model_path.clone()))
     };
     let rule = match a.block_scale {
@@ -432,8 +393,6 @@ pub fn quantize(a: &QuantizeArgs) -> anyhow::Result<()> {
 /// # Errors
 /// Model, tokenizer or dataset failures.
 pub fn perplexity(a: &PerplexityArgs) -> anyhow::Result<()> {
-    use sparrow_engine::batch::ForwardBatch;
-    use sparrow_engine::kv_cache::KvStore;
     let model_path = match &a.model_path {
         Some(p) => p.clone(),
         None => sparrow_assets::ensure(sparrow_assets::SMOLLM2_GGUF).context("fetching SmolLM2")?,
@@ -457,31 +416,19 @@ pub fn perplexity(a: &PerplexityArgs) -> anyhow::Result<()> {
         ..sparrow_engine::engine::EngineArgs::new(model_path.clone())
     };
     let (mut model, _, _) = sparrow_engine::engine::load_model(&args)?;
-    let vocab = model.info().vocab_size;
-    let layout = model.attention_needs().kv_layout;
-    let mut kv = KvStore::new(layout, a.max_tokens + 2);
-    let (mut nll, mut count, mut replies) = (0f64, 0usize, 0usize);
+    let mut seqs = Vec::new();
     for (_, reply) in &pairs {
-        if replies == a.num_samples {
+        if seqs.len() == a.num_samples {
             break;
         }
         let mut ids = tok.encode(reply, false)?;
         ids.truncate(a.max_tokens);
-        if ids.len() < 2 {
-            continue;
+        if ids.len() >= 2 {
+            seqs.push(ids);
         }
-        let mut b = ForwardBatch::single_sequence(&ids, 0);
-        b.logits_rows = (0..ids.len() as u32).collect();
-        let logits = model.forward(&b, &mut kv)?;
-        for (t, &next) in ids.iter().enumerate().skip(1) {
-            let row = &logits[(t - 1) * vocab..t * vocab];
-            let mx = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-            let lse = mx + row.iter().map(|&v| (v as f64 - mx).exp()).sum::<f64>().ln();
-            nll += lse - row[next as usize] as f64;
-            count += 1;
-        }
-        replies += 1;
     }
+    let p = sparrow_convert::perplexity::score(model.as_mut(), &seqs)?;
+    let (nll, count, replies) = (p.nll, p.tokens, p.sequences);
     if count == 0 {
         bail!("no reply of at least 2 tokens in {}", data.display());
     }

@@ -47,22 +47,20 @@ use serde_json::Value;
 
 use super::{AttentionNeeds, Model, ModelInfo};
 use crate::batch::ForwardBatch;
-use crate::hf::Checkpoint;
+use crate::checkpoint::hf::Checkpoint;
 use sparrow_cpu::kernels;
 use sparrow_cpu::Isa;
-use crate::kv_cache::{KvComponent, KvDtype, KvLayout, KvStore};
+use crate::kv::{KvComponent, KvDtype, KvLayout, KvStore};
 use sparrow_cpu::ThreadPool;
 use sparrow_cpu::format::ggml::QActs;
 use sparrow_cpu::Weight;
+use crate::model::observer::{Observer, ObserverSlot};
 use crate::EngineError;
 
 /// ε of `q_a_layernorm`, `kv_a_layernorm` and the indexer's `k_norm` (HF builds them without
 /// passing `rms_norm_eps`).
 const LORA_NORM_EPS: f32 = 1e-6;
 
-fn merr(m: impl Into<String>) -> EngineError {
-    EngineError::Model(m.into())
-}
 
 /// Hyper-parameters from `config.json`.
 #[derive(Debug, Clone, PartialEq)]
@@ -135,7 +133,7 @@ impl Glm5Config {
     pub fn from_json(v: &Value) -> Result<Self, EngineError> {
         let mt = v.get("model_type").and_then(Value::as_str).unwrap_or("");
         if mt != "glm_moe_dsa" {
-            return Err(merr(format!("config.json model_type {mt:?}: the GLM-5 loader reads glm_moe_dsa")));
+            return Err(EngineError::model(format!("config.json model_type {mt:?}: the GLM-5 loader reads glm_moe_dsa")));
         }
         // A missing key takes `GlmMoeDsaConfig`'s default (transformers 5.24), which are GLM-5's
         // own values, so a config that omits one means what it means to HF.
@@ -145,7 +143,7 @@ impl Glm5Config {
                 Some(x) => x
                     .as_u64()
                     .map(|x| x as usize)
-                    .ok_or_else(|| merr(format!("config.json: {k} is {x}, want an integer"))),
+                    .ok_or_else(|| EngineError::model(format!("config.json: {k} is {x}, want an integer"))),
             }
         };
         let uo = |k: &str, d: usize| u(k, d);
@@ -154,7 +152,7 @@ impl Glm5Config {
         let q_lora_rank = v
             .get("q_lora_rank")
             .and_then(Value::as_u64)
-            .ok_or_else(|| merr("config.json: q_lora_rank is null or missing; the DSA indexer needs the q LoRA"))?
+            .ok_or_else(|| EngineError::model("config.json: q_lora_rank is null or missing; the DSA indexer needs the q LoRA"))?
             as usize;
         // Rope parameters: `rope_parameters` (transformers ≥ 5) or the older flat fields.
         let rp = v.get("rope_parameters").cloned().unwrap_or(Value::Null);
@@ -164,16 +162,16 @@ impl Glm5Config {
             .and_then(Value::as_str)
             .unwrap_or("default");
         if rope_type != "default" {
-            return Err(merr(format!("RoPE scaling {rope_type:?} is not supported (default RoPE is)")));
+            return Err(EngineError::model(format!("RoPE scaling {rope_type:?} is not supported (default RoPE is)")));
         }
         // Features the checkpoint could ask for that this implementation does not have.
         if v.get("attention_bias").and_then(Value::as_bool) == Some(true) {
-            return Err(merr("config.json: attention_bias = true is not supported"));
+            return Err(EngineError::model("config.json: attention_bias = true is not supported"));
         }
         for (k, want) in [("hidden_act", "silu"), ("scoring_func", "sigmoid"), ("topk_method", "noaux_tc")] {
             if let Some(x) = v.get(k).and_then(Value::as_str) {
                 if x != want {
-                    return Err(merr(format!("config.json: {k} {x:?} is not supported ({want:?} is)")));
+                    return Err(EngineError::model(format!("config.json: {k} {x:?} is not supported ({want:?} is)")));
                 }
             }
         }
@@ -216,7 +214,7 @@ impl Glm5Config {
     }
 
     fn check(&self) -> Result<(), EngineError> {
-        let bad = |m: String| Err(merr(format!("config.json: {m}")));
+        let bad = |m: String| Err(EngineError::model(format!("config.json: {m}")));
         if self.n_group == 0 || !self.n_routed.is_multiple_of(self.n_group) || self.topk_group > self.n_group {
             return bad(format!(
                 "{} experts in {} groups, top {} groups",
@@ -256,14 +254,14 @@ impl Glm5Config {
 fn indexer_types(v: &Value, layers: usize) -> Result<Vec<bool>, EngineError> {
     let parse_list = |list: &[Value], what: &str| -> Result<Vec<bool>, EngineError> {
         if list.len() < layers {
-            return Err(merr(format!("config.json: {what} has {} entries for {layers} layers", list.len())));
+            return Err(EngineError::model(format!("config.json: {what} has {} entries for {layers} layers", list.len())));
         }
         list[..layers]
             .iter()
             .map(|t| match t.as_str() {
                 Some("full") | Some("F") => Ok(true),
                 Some("shared") | Some("S") => Ok(false),
-                _ => Err(merr(format!("config.json: {what} entry {t} (want \"full\"/\"F\" or \"shared\"/\"S\")"))),
+                _ => Err(EngineError::model(format!("config.json: {what} entry {t} (want \"full\"/\"F\" or \"shared\"/\"S\")"))),
             })
             .collect()
     };
@@ -277,7 +275,7 @@ fn indexer_types(v: &Value, layers: usize) -> Result<Vec<bool>, EngineError> {
             return parse_list(&list, "index_topk_pattern");
         }
         Some(Value::Null) | None => {}
-        Some(other) => return Err(merr(format!("config.json: index_topk_pattern {other} is not a string or list"))),
+        Some(other) => return Err(EngineError::model(format!("config.json: index_topk_pattern {other} is not a string or list"))),
     }
     let freq = v.get("index_topk_freq").and_then(Value::as_u64).unwrap_or(1).max(1) as i64;
     let off = v.get("index_skip_topk_offset").and_then(Value::as_u64).unwrap_or(2) as i64;
@@ -293,10 +291,10 @@ fn mlp_dense(v: &Value, layers: usize, first_k_dense: usize) -> Result<Vec<bool>
             .map(|t| match t.as_str() {
                 Some("dense") => Ok(true),
                 Some("sparse") => Ok(false),
-                _ => Err(merr(format!("config.json: mlp_layer_types entry {t} (want \"dense\" or \"sparse\")"))),
+                _ => Err(EngineError::model(format!("config.json: mlp_layer_types entry {t} (want \"dense\" or \"sparse\")"))),
             })
             .collect(),
-        Some(list) => Err(merr(format!("config.json: mlp_layer_types has {} entries for {layers} layers", list.len()))),
+        Some(list) => Err(EngineError::model(format!("config.json: mlp_layer_types has {} entries for {layers} layers", list.len()))),
         None => Ok((0..layers).map(|l| l < first_k_dense).collect()),
     }
 }
@@ -392,17 +390,10 @@ impl Default for Glm5Options {
     }
 }
 
-/// Largest |input| seen per linear module (state-dict prefix) during calibration; what
-/// ModelOpt's `input_scale` is computed from.
-pub type InputAmax = std::collections::HashMap<String, f32>;
-
-fn note_amax(cap: &mut Option<InputAmax>, modules: &[String], x: &[f32]) {
-    if let Some(c) = cap.as_mut() {
-        let a = sparrow_cpu::format::nvfp4::amax(x);
-        for m in modules {
-            let e = c.entry(m.clone()).or_insert(0.0);
-            *e = e.max(a);
-        }
+/// Reports `x` (`rows` rows) as the input of `modules` to the observer, if one is set.
+fn note(obs: &mut ObserverSlot, pool: &ThreadPool, isa: Isa, modules: &[String], x: &[f32], rows: usize) {
+    if let Some(o) = obs.as_mut() {
+        o.linear_input(pool, isa, modules, x, rows);
     }
 }
 
@@ -466,7 +457,7 @@ pub struct Glm5Model {
     isa: Isa,
     xq: QActs,
     stats: AttnStats,
-    capture: Option<InputAmax>,
+    observer: ObserverSlot,
 }
 
 /// Counters of the attention work done (for the sparse-vs-dense comparison).
@@ -553,7 +544,7 @@ impl Glm5Model {
                 };
                 let (gs, gate) = ck.f32(&format!("{p}.mlp.gate.weight"))?;
                 if gs != [c.n_routed, h] {
-                    return Err(merr(format!("{p}.mlp.gate.weight: shape {gs:?}, want [{}, {h}]", c.n_routed)));
+                    return Err(EngineError::model(format!("{p}.mlp.gate.weight: shape {gs:?}, want [{}, {h}]", c.n_routed)));
                 }
                 Ffn::Moe(Moe {
                     gate: Weight::Dense { rows: c.n_routed, cols: h, data: gate },
@@ -579,13 +570,13 @@ impl Glm5Model {
         }
         let (es, embed) = ck.f32("model.embed_tokens.weight")?;
         if es != [c.vocab, h] {
-            return Err(merr(format!("model.embed_tokens.weight: shape {es:?}, want [{}, {h}]", c.vocab)));
+            return Err(EngineError::model(format!("model.embed_tokens.weight: shape {es:?}, want [{}, {h}]", c.vocab)));
         }
         let embed = Weight::Dense { rows: c.vocab, cols: h, data: embed };
         let lm_head = match (c.tie_word_embeddings, ck.has("lm_head.weight")) {
             (true, _) => None,
             (false, true) => Some(ck.linear("lm_head", c.vocab, h)?),
-            (false, false) => return Err(merr("lm_head.weight missing and tie_word_embeddings is false")),
+            (false, false) => return Err(EngineError::model("lm_head.weight missing and tie_word_embeddings is false")),
         };
         let norm = ck.vector("model.norm.weight", h)?;
         let half = c.qk_rope / 2;
@@ -627,7 +618,7 @@ impl Glm5Model {
             hidden_size: h,
             weight_bytes: wbytes,
         };
-        let pool = ThreadPool::new(threads).map_err(|e| merr(format!("thread pool: {e}")))?;
+        let pool = ThreadPool::new(threads).map_err(|e| EngineError::model(format!("thread pool: {e}")))?;
         Ok(Glm5Model {
             cfg: c,
             info,
@@ -642,7 +633,7 @@ impl Glm5Model {
             isa: Isa::detect(),
             xq: QActs::default(),
             stats: AttnStats::default(),
-            capture: None,
+            observer: None,
         })
     }
 
@@ -666,15 +657,15 @@ impl Glm5Model {
         self.opts = opts;
     }
 
-    /// Starts noting every linear module's largest |input| over later forwards (calibration
-    /// of `input_scale` for `sparrow quantize` and `gen-model`).
-    pub fn start_capture(&mut self) {
-        self.capture = Some(InputAmax::new());
+    /// Sets (or clears) the calibration observer: while set, every forward reports the input of
+    /// each linear layer under its HF module name (see [`Observer`]).
+    pub fn set_observer(&mut self, observer: Option<Box<dyn Observer>>) {
+        self.observer = observer;
     }
 
-    /// Stops noting and returns what was seen.
-    pub fn take_capture(&mut self) -> Option<InputAmax> {
-        self.capture.take()
+    /// Removes the observer and returns it.
+    pub fn take_observer(&mut self) -> Option<Box<dyn Observer>> {
+        self.observer.take()
     }
 
     /// Attention work counters since load.
@@ -775,11 +766,11 @@ impl Mlp {
         tokens: usize,
         xq: &mut QActs,
         out: &mut [f32],
-        cap: &mut Option<InputAmax>,
+        cap: &mut ObserverSlot,
         prefix: &str,
     ) {
         if cap.is_some() {
-            note_amax(cap, &[format!("{prefix}.gate_proj"), format!("{prefix}.up_proj")], x);
+            note(cap, pool, isa, &[format!("{prefix}.gate_proj"), format!("{prefix}.up_proj")], x, tokens);
         }
         let mut gu = vec![0f32; tokens * 2 * self.inter];
         kernels::matmul(pool, isa, &self.gate_up, x, tokens, xq, &mut gu);
@@ -789,7 +780,7 @@ impl Mlp {
             kernels::silu_mul(&g[..self.inter], &g[self.inter..], &mut act[t * self.inter..(t + 1) * self.inter]);
         }
         if cap.is_some() {
-            note_amax(cap, &[format!("{prefix}.down_proj")], &act);
+            note(cap, pool, isa, &[format!("{prefix}.down_proj")], &act, tokens);
         }
         kernels::matmul(pool, isa, &self.down, &act, tokens, xq, out);
     }
@@ -826,7 +817,7 @@ impl Moe {
         hidden: usize,
         xq: &mut QActs,
         out: &mut [f32],
-        cap: &mut Option<InputAmax>,
+        cap: &mut ObserverSlot,
         prefix: &str,
     ) {
         let tokens = routes.len();
@@ -956,7 +947,7 @@ impl Model for Glm5Model {
         let lat_w = c.kv_lora_rank + c.qk_rope;
         if let Some(&p) = batch.positions.iter().max() {
             if p as usize >= c.max_positions {
-                return Err(merr(format!("position {p} beyond the context length {}", c.max_positions)));
+                return Err(EngineError::model(format!("position {p} beyond the context length {}", c.max_positions)));
             }
         }
         let mut row_seq = Vec::with_capacity(t_n);
@@ -969,7 +960,7 @@ impl Model for Glm5Model {
         let mut x = vec![0f32; t_n * h];
         for (t, &id) in batch.input_ids.iter().enumerate() {
             if id as usize >= c.vocab {
-                return Err(merr(format!("token id {id} outside the vocabulary ({})", c.vocab)));
+                return Err(EngineError::model(format!("token id {id} outside the vocabulary ({})", c.vocab)));
             }
             self.embed.row_f32(id as usize, &mut x[t * h..(t + 1) * h]);
         }
@@ -987,7 +978,7 @@ impl Model for Glm5Model {
         let mut selection: Vec<Option<Vec<u32>>> = vec![None; t_n];
         let softmax_scale = 1.0 / (hq as f32).sqrt();
         let mut st = self.stats;
-        let mut cap = self.capture.take();
+        let mut cap = self.observer.take();
         for (l, layer) in self.layers.iter().enumerate() {
             // Module names only matter while calibrating; no formatting on the serving path.
             let a = if cap.is_some() { format!("model.layers.{l}.self_attn") } else { String::new() };
@@ -997,7 +988,7 @@ impl Model for Glm5Model {
                 if layer.indexer.is_some() {
                     ms.extend([format!("{a}.indexer.wk"), format!("{a}.indexer.weights_proj")]);
                 }
-                note_amax(&mut cap, &ms, &hn);
+                note(&mut cap, &self.pool, isa, &ms, &hn, t_n);
             }
             kernels::matmul(&self.pool, isa, &layer.q_a, &hn, t_n, &mut xq, &mut qa);
             kernels::rms_norm(&qa, &layer.q_a_ln, LORA_NORM_EPS, &mut qr);
@@ -1006,7 +997,7 @@ impl Model for Glm5Model {
                 if layer.indexer.is_some() {
                     ms.push(format!("{a}.indexer.wq_b"));
                 }
-                note_amax(&mut cap, &ms, &qr);
+                note(&mut cap, &self.pool, isa, &ms, &qr, t_n);
             }
             kernels::matmul(&self.pool, isa, &layer.q_b, &qr, t_n, &mut xq, &mut q);
             kernels::matmul(&self.pool, isa, &layer.kv_a, &hn, t_n, &mut xq, &mut kva);
@@ -1169,7 +1160,7 @@ impl Model for Glm5Model {
                 st.attn_keys += n * c.heads as u64;
             }
             if cap.is_some() {
-                note_amax(&mut cap, &[format!("{a}.o_proj")], &attn);
+                note(&mut cap, &self.pool, isa, &[format!("{a}.o_proj")], &attn, t_n);
             }
             kernels::matmul(&self.pool, isa, &layer.o, &attn, t_n, &mut xq, &mut proj);
             x.iter_mut().zip(&proj).for_each(|(x, p)| *x += p);
@@ -1186,7 +1177,7 @@ impl Model for Glm5Model {
             x.iter_mut().zip(&proj).for_each(|(x, p)| *x += p);
         }
         self.stats = st;
-        self.capture = cap;
+        self.observer = cap;
         let r_n = batch.logits_rows.len();
         let mut sel = vec![0f32; r_n * h];
         for (i, &r) in batch.logits_rows.iter().enumerate() {

@@ -16,16 +16,18 @@
 
 use std::path::Path;
 
-use ggus::{GGuf, GGufMetaMapExt};
+use ggus::GGufMetaMapExt;
 
 use super::{AttentionNeeds, Model, ModelInfo};
 use crate::batch::ForwardBatch;
 use sparrow_cpu::kernels;
 use sparrow_cpu::Isa;
-use crate::kv_cache::{KvDtype, KvLayout, KvStore};
+use crate::kv::{KvDtype, KvLayout, KvStore};
 use sparrow_cpu::ThreadPool;
-use sparrow_cpu::format::ggml::{dequantize_row, GgmlType, QActs, QMatrix};
+use sparrow_cpu::format::ggml::QActs;
 use sparrow_cpu::Weight;
+use crate::checkpoint::gguf::GgufFile;
+use crate::model::observer::{Observer, ObserverSlot};
 use crate::EngineError;
 
 /// Hyper-parameters read from GGUF metadata.
@@ -58,7 +60,7 @@ impl LlamaConfig {
     fn check(&self) -> Result<(), EngineError> {
         let (h, kv) = (self.heads, self.kv_heads);
         if h == 0 || kv == 0 || h % kv != 0 || self.head_dim * h != self.hidden || !self.head_dim.is_multiple_of(2) {
-            return Err(merr(format!(
+            return Err(EngineError::model(format!(
                 "inconsistent heads: {h} heads of {}, {kv} KV heads, hidden {}",
                 self.head_dim, self.hidden
             )));
@@ -103,60 +105,8 @@ pub struct LlamaModel {
     pool: ThreadPool,
     isa: Isa,
     s: Scratch,
-    /// Calibration Hessians being collected (see [`LlamaModel::start_capture`]).
-    capture: Option<Vec<LayerHessians>>,
-}
-
-/// `Σ_t x_t x_tᵀ` of the inputs of one layer's linear layers, each `[K × K]` row-major in f64:
-/// the attention input (q/k/v), the attention output (o), the MLP input (gate/up) and the
-/// SwiGLU activation (down).
-#[derive(Debug, Clone, Default)]
-pub struct LayerHessians {
-    /// Input of q_proj, k_proj, v_proj (`hidden²`).
-    pub attn_in: Vec<f64>,
-    /// Input of o_proj (`hidden²`).
-    pub o_in: Vec<f64>,
-    /// Input of gate_proj, up_proj (`hidden²`).
-    pub mlp_in: Vec<f64>,
-    /// Input of down_proj (`ffn²`).
-    pub down_in: Vec<f64>,
-    /// Tokens accumulated.
-    pub tokens: usize,
-    /// Largest |input| of q/k/v, o, gate/up and down, in that order (for `input_scale`).
-    pub amax: [f32; 4],
-    /// Whether the Hessians are accumulated (amax always is).
-    pub hessians: bool,
-}
-
-impl LayerHessians {
-    fn add(&mut self, pool: &ThreadPool, isa: Isa, which: usize, x: &[f32], tokens: usize, k: usize) {
-        self.amax[which] = self.amax[which].max(sparrow_cpu::format::nvfp4::amax(x));
-        if self.hessians {
-            let h = match which {
-                0 => &mut self.attn_in,
-                1 => &mut self.o_in,
-                2 => &mut self.mlp_in,
-                _ => &mut self.down_in,
-            };
-            add_xtx(pool, isa, x, tokens, k, h);
-        }
-    }
-}
-
-/// Adds `XᵀX` of `x` (`[tokens, k]`) into `h` (`[k, k]`), with the f32 GEMM kernel on the
-/// pool (one token block at a time, summed in f64).
-fn add_xtx(pool: &ThreadPool, isa: Isa, x: &[f32], tokens: usize, k: usize, h: &mut Vec<f64>) {
-    h.resize(k * k, 0.0);
-    let mut xt = vec![0f32; k * tokens];
-    for t in 0..tokens {
-        for i in 0..k {
-            xt[i * tokens + t] = x[t * k + i];
-        }
-    }
-    let w = Weight::Dense { rows: k, cols: tokens, data: xt.clone() };
-    let mut out = vec![0f32; k * k];
-    kernels::matmul(pool, isa, &w, &xt, k, &mut QActs::default(), &mut out);
-    h.iter_mut().zip(&out).for_each(|(a, b)| *a += *b as f64);
+    /// Calibration hook (see [`LlamaModel::set_observer`]).
+    observer: ObserverSlot,
 }
 
 impl std::fmt::Debug for LlamaModel {
@@ -165,62 +115,6 @@ impl std::fmt::Debug for LlamaModel {
     }
 }
 
-fn merr(m: impl Into<String>) -> EngineError {
-    EngineError::Model(m.into())
-}
-
-struct Loader<'a> {
-    g: GGuf<'a>,
-    path: &'a Path,
-}
-
-impl Loader<'_> {
-    fn tensor(&self, name: &str) -> Result<(GgmlType, Vec<usize>, &[u8]), EngineError> {
-        let t =
-            self.g.tensors.get(name).ok_or_else(|| merr(format!("{}: tensor {name} missing", self.path.display())))?;
-        let info = t.to_info();
-        let ty = GgmlType::from_u32(info.ty() as u32).ok_or_else(|| {
-            merr(format!("tensor {name}: type {:?} is not supported (Q4_0, Q4_1, Q8_0, F16, F32 are)", info.ty()))
-        })?;
-        let shape: Vec<usize> = info.shape().iter().map(|&d| d as usize).collect();
-        let n: usize = shape.iter().product();
-        let bytes = ty.bytes_for(n);
-        let data = self
-            .g
-            .data
-            .get(info.offset()..info.offset() + bytes)
-            .ok_or_else(|| merr(format!("tensor {name}: data runs past the end of the file")))?;
-        Ok((ty, shape, data))
-    }
-
-    fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>, EngineError> {
-        let (ty, shape, data) = self.tensor(name)?;
-        if shape.iter().product::<usize>() != len || ty.is_block() {
-            return Err(merr(format!("tensor {name}: shape {shape:?} type {ty:?}, want [{len}] F32/F16")));
-        }
-        let mut v = vec![0f32; len];
-        dequantize_row(ty, data, &mut v);
-        Ok(v)
-    }
-
-    /// A `[rows, cols]` weight (GGUF shape `[cols, rows]`).
-    fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Weight, EngineError> {
-        let (ty, shape, data) = self.tensor(name)?;
-        if shape != [cols, rows] {
-            return Err(merr(format!("tensor {name}: GGUF shape {shape:?}, want [{cols}, {rows}]")));
-        }
-        if ty.is_block() {
-            if !cols.is_multiple_of(sparrow_cpu::format::ggml::QK) {
-                return Err(merr(format!("tensor {name}: {cols} columns is not a multiple of 32")));
-            }
-            Ok(Weight::Quant(QMatrix::from_ggml(ty, data, rows, cols)))
-        } else {
-            let mut v = vec![0f32; rows * cols];
-            dequantize_row(ty, data, &mut v);
-            Ok(Weight::Dense { rows, cols, data: v })
-        }
-    }
-}
 
 fn fuse(parts: Vec<Weight>) -> Weight {
     Weight::concat_or_dense(&parts.iter().collect::<Vec<_>>())
@@ -238,33 +132,32 @@ impl LlamaModel {
     /// an unsupported tensor type or inconsistent shapes.
     pub fn load(path: &Path, threads: usize) -> Result<Self, EngineError> {
         // Mapped only while the weights are copied into our own layout.
-        let map = sparrow_cpu::Mapped::open(path).map_err(|e| merr(format!("{}: {e}", path.display())))?;
-        let g = GGuf::new(&map).map_err(|e| merr(format!("{}: not a GGUF file: {e}", path.display())))?;
-        let ld = Loader { g, path };
-        let arch = ld.g.general_architecture().map_err(|e| merr(format!("general.architecture: {e:?}")))?.to_owned();
+        let file = GgufFile::open(path)?;
+        let ld = file.view()?;
+        let arch = ld.meta().general_architecture().map_err(|e| EngineError::model(format!("general.architecture: {e:?}")))?.to_owned();
         if arch != "llama" {
-            return Err(merr(format!("architecture {arch:?} is not supported by the Llama loader")));
+            return Err(EngineError::model(format!("architecture {arch:?} is not supported by the Llama loader")));
         }
-        let get = |k: &str| ld.g.get_usize(&format!("{arch}.{k}")).map_err(|e| merr(format!("{arch}.{k}: {e:?}")));
+        let get = |k: &str| ld.meta().get_usize(&format!("{arch}.{k}")).map_err(|e| EngineError::model(format!("{arch}.{k}: {e:?}")));
         let hidden = get("embedding_length")?;
         let heads = get("attention.head_count")?;
         let kv_heads = get("attention.head_count_kv").unwrap_or(heads);
         let head_dim = hidden.checked_div(heads).unwrap_or(0);
         if let Ok(rd) = get("rope.dimension_count") {
             if rd != head_dim {
-                return Err(merr(format!("partial RoPE ({rd} of {head_dim} dims) is not supported")));
+                return Err(EngineError::model(format!("partial RoPE ({rd} of {head_dim} dims) is not supported")));
             }
         }
-        if let Ok(s) = ld.g.get_str(&format!("{arch}.rope.scaling.type")) {
+        if let Ok(s) = ld.meta().get_str(&format!("{arch}.rope.scaling.type")) {
             if s != "none" {
-                return Err(merr(format!("RoPE scaling {s:?} is not supported")));
+                return Err(EngineError::model(format!("RoPE scaling {s:?} is not supported")));
             }
         }
-        if ld.g.tensors.contains_key("rope_freqs.weight") {
-            return Err(merr("rope_freqs (Llama 3.1 RoPE scaling) is not supported"));
+        if ld.has_tensor("rope_freqs.weight") {
+            return Err(EngineError::model("rope_freqs (Llama 3.1 RoPE scaling) is not supported"));
         }
         let (_, embd_shape, _) = ld.tensor("token_embd.weight")?;
-        let vocab = embd_shape.get(1).copied().ok_or_else(|| merr("token_embd.weight is not 2-D"))?;
+        let vocab = embd_shape.get(1).copied().ok_or_else(|| EngineError::model("token_embd.weight is not 2-D"))?;
         let cfg = LlamaConfig {
             layers: get("block_count")?,
             hidden,
@@ -272,15 +165,15 @@ impl LlamaModel {
             heads,
             kv_heads,
             head_dim,
-            rope_base: ld.g.get_f32(&format!("{arch}.rope.freq_base")).unwrap_or(10000.0),
-            rms_eps: ld.g.get_f32(&format!("{arch}.attention.layer_norm_rms_epsilon")).unwrap_or(1e-5),
+            rope_base: ld.meta().get_f32(&format!("{arch}.rope.freq_base")).unwrap_or(10000.0),
+            rms_eps: ld.meta().get_f32(&format!("{arch}.attention.layer_norm_rms_epsilon")).unwrap_or(1e-5),
             vocab,
             context_length: get("context_length")?,
         };
         cfg.check()?;
         let kvd = kv_heads * head_dim;
         let embed = ld.matrix("token_embd.weight", vocab, hidden)?;
-        let output = match ld.g.tensors.contains_key("output.weight") {
+        let output = match ld.has_tensor("output.weight") {
             true => Some(ld.matrix("output.weight", vocab, hidden)?),
             false => None,
         };
@@ -304,7 +197,7 @@ impl LlamaModel {
             });
         }
         let output_norm = ld.vector("output_norm.weight", hidden)?;
-        let name = ld.g.general_name().unwrap_or("unnamed").to_owned();
+        let name = ld.meta().general_name().unwrap_or("unnamed").to_owned();
         Self::assemble(cfg, arch, name, embed, output, output_norm, layers, threads)
     }
 
@@ -316,23 +209,23 @@ impl LlamaModel {
     /// llama.cpp's `convert_hf_to_gguf.py` `permute`.
     ///
     /// # Errors
-    /// As [`Checkpoint::open`](crate::hf::Checkpoint::open), plus another architecture, RoPE
+    /// As [`Checkpoint::open`](crate::checkpoint::hf::Checkpoint::open), plus another architecture, RoPE
     /// scaling, or tensors of the wrong shape.
     pub fn load_hf(dir: &Path, threads: usize) -> Result<Self, EngineError> {
-        let ck = crate::hf::Checkpoint::open(dir)?;
+        let ck = crate::checkpoint::hf::Checkpoint::open(dir)?;
         let v = &ck.config;
         let mt = v.get("model_type").and_then(|x| x.as_str()).unwrap_or("");
         if mt != "llama" {
-            return Err(merr(format!("config.json model_type {mt:?}: the Llama loader reads llama")));
+            return Err(EngineError::model(format!("config.json model_type {mt:?}: the Llama loader reads llama")));
         }
         if v.get("rope_scaling").is_some_and(|x| !x.is_null()) {
-            return Err(merr("config.json: rope_scaling is not supported"));
+            return Err(EngineError::model("config.json: rope_scaling is not supported"));
         }
         let u = |k: &str| {
             v.get(k)
                 .and_then(|x| x.as_u64())
                 .map(|x| x as usize)
-                .ok_or_else(|| merr(format!("config.json: {k} missing")))
+                .ok_or_else(|| EngineError::model(format!("config.json: {k} missing")))
         };
         let (hidden, heads) = (u("hidden_size")?, u("num_attention_heads")?);
         let kv_heads = u("num_key_value_heads").unwrap_or(heads);
@@ -362,11 +255,11 @@ impl LlamaModel {
                 .collect()
         };
         let permuted = |w: Weight, n_heads: usize| {
-            w.permute_rows(&rope_perm(n_heads)).ok_or_else(|| merr("cannot permute a GGUF-repacked weight"))
+            w.permute_rows(&rope_perm(n_heads)).ok_or_else(|| EngineError::model("cannot permute a GGUF-repacked weight"))
         };
         let (es, ed) = ck.f32("model.embed_tokens.weight")?;
         if es != [cfg.vocab, hidden] {
-            return Err(merr(format!("model.embed_tokens.weight: shape {es:?}, want [{}, {hidden}]", cfg.vocab)));
+            return Err(EngineError::model(format!("model.embed_tokens.weight: shape {es:?}, want [{}, {hidden}]", cfg.vocab)));
         }
         let embed = Weight::Dense { rows: cfg.vocab, cols: hidden, data: ed };
         let tied = v.get("tie_word_embeddings").and_then(|x| x.as_bool()).unwrap_or(false) || !ck.has("lm_head.weight");
@@ -393,91 +286,6 @@ impl LlamaModel {
         let output_norm = ck.vector("model.norm.weight", hidden)?;
         let name = dir.file_name().map_or("llama".into(), |n| n.to_string_lossy().into_owned());
         Self::assemble(cfg, "llama".into(), name, embed, output, output_norm, layers, threads)
-    }
-
-    /// Reads a Llama GGUF file as a Hugging Face state dict in f32 (every tensor dequantized,
-    /// names and Q/K row order as `LlamaForCausalLM` has them) plus its `config.json`: the
-    /// input `sparrow quantize` converts.
-    ///
-    /// # Errors
-    /// As [`LlamaModel::load`].
-    pub fn gguf_to_hf(path: &Path) -> Result<(serde_json::Value, Vec<crate::convert::Tensor>), EngineError> {
-        // Mapped only while the weights are copied into our own layout.
-        let map = sparrow_cpu::Mapped::open(path).map_err(|e| merr(format!("{}: {e}", path.display())))?;
-        let g = GGuf::new(&map).map_err(|e| merr(format!("{}: not a GGUF file: {e}", path.display())))?;
-        let ld = Loader { g, path };
-        // Reuse the loader's checks by loading the config the same way.
-        let m = LlamaModel::load(path, 1)?;
-        let c = m.cfg.clone();
-        let tied = !ld.g.tensors.contains_key("output.weight");
-        let config = serde_json::json!({
-            "architectures": ["LlamaForCausalLM"],
-            "model_type": "llama",
-            "hidden_size": c.hidden,
-            "intermediate_size": c.ffn,
-            "num_attention_heads": c.heads,
-            "num_key_value_heads": c.kv_heads,
-            "num_hidden_layers": c.layers,
-            "head_dim": c.head_dim,
-            "rms_norm_eps": c.rms_eps,
-            "rope_theta": c.rope_base,
-            "vocab_size": c.vocab,
-            "max_position_embeddings": c.context_length,
-            "tie_word_embeddings": tied,
-            "hidden_act": "silu",
-            "torch_dtype": "float32",
-        });
-        let hd = c.head_dim;
-        let unpermute = |data: Vec<f32>, rows: usize, cols: usize| -> Vec<f32> {
-            let half = hd / 2;
-            let mut out = Vec::with_capacity(data.len());
-            for r in 0..rows {
-                let (h, j) = (r / hd, r % hd);
-                let src = h * hd + if j < half { 2 * j } else { 2 * (j - half) + 1 };
-                out.extend_from_slice(&data[src * cols..(src + 1) * cols]);
-            }
-            out
-        };
-        let mut names: Vec<&str> = ld.g.tensors.keys().map(|k| &**k).collect();
-        names.sort();
-        let mut out = Vec::new();
-        for name in names {
-            let (ty, shape, data) = ld.tensor(name)?;
-            let n: usize = shape.iter().product();
-            let mut v = vec![0f32; n];
-            dequantize_row(ty, data, &mut v);
-            let hf_shape: Vec<usize> = shape.iter().rev().copied().collect();
-            let (hf_name, v) = match name.strip_prefix("blk.").and_then(|r| r.split_once('.')) {
-                Some((l, rest)) => {
-                    let p = format!("model.layers.{l}");
-                    match rest {
-                        "attn_norm.weight" => (format!("{p}.input_layernorm.weight"), v),
-                        "attn_q.weight" => {
-                            (format!("{p}.self_attn.q_proj.weight"), unpermute(v, hf_shape[0], hf_shape[1]))
-                        }
-                        "attn_k.weight" => {
-                            (format!("{p}.self_attn.k_proj.weight"), unpermute(v, hf_shape[0], hf_shape[1]))
-                        }
-                        "attn_v.weight" => (format!("{p}.self_attn.v_proj.weight"), v),
-                        "attn_output.weight" => (format!("{p}.self_attn.o_proj.weight"), v),
-                        "ffn_norm.weight" => (format!("{p}.post_attention_layernorm.weight"), v),
-                        "ffn_gate.weight" => (format!("{p}.mlp.gate_proj.weight"), v),
-                        "ffn_up.weight" => (format!("{p}.mlp.up_proj.weight"), v),
-                        "ffn_down.weight" => (format!("{p}.mlp.down_proj.weight"), v),
-                        other => return Err(merr(format!("GGUF tensor {name}: {other} has no Llama HF name"))),
-                    }
-                }
-                None => match name {
-                    "token_embd.weight" => ("model.embed_tokens.weight".into(), v),
-                    "output_norm.weight" => ("model.norm.weight".into(), v),
-                    "output.weight" => ("lm_head.weight".into(), v),
-                    other => return Err(merr(format!("GGUF tensor {other} has no Llama HF name"))),
-                },
-            };
-            // F32 in the GGUF (norms) stays F32.
-            out.push(crate::convert::Tensor { name: hf_name, shape: hf_shape, data: v, keep_f32: ty == GgmlType::F32 });
-        }
-        Ok((config, out))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -517,7 +325,7 @@ impl LlamaModel {
             hidden_size: cfg.hidden,
             weight_bytes: wbytes,
         };
-        let pool = ThreadPool::new(threads).map_err(|e| merr(format!("thread pool: {e}")))?;
+        let pool = ThreadPool::new(threads).map_err(|e| EngineError::model(format!("thread pool: {e}")))?;
         Ok(LlamaModel {
             cfg,
             info,
@@ -530,19 +338,19 @@ impl LlamaModel {
             pool,
             isa: Isa::detect(),
             s: Scratch::default(),
-            capture: None,
+            observer: None,
         })
     }
 
-    /// Starts collecting [`LayerHessians`] over every token of later forwards (calibration for
-    /// `sparrow quantize`): input amax always, the GPTQ Hessians when `hessians`.
-    pub fn start_capture(&mut self, hessians: bool) {
-        self.capture = Some(vec![LayerHessians { hessians, ..Default::default() }; self.cfg.layers]);
+    /// Sets (or clears) the calibration observer: while set, every forward reports the input of
+    /// each linear layer under its HF module name (see [`Observer`]).
+    pub fn set_observer(&mut self, observer: Option<Box<dyn Observer>>) {
+        self.observer = observer;
     }
 
-    /// Stops collecting and returns what was collected.
-    pub fn take_capture(&mut self) -> Option<Vec<LayerHessians>> {
-        self.capture.take()
+    /// Removes the observer and returns it.
+    pub fn take_observer(&mut self) -> Option<Box<dyn Observer>> {
+        self.observer.take()
     }
 
     /// The hyper-parameters.
@@ -581,7 +389,7 @@ impl Model for LlamaModel {
         let qkv_w = h + 2 * kvd;
         if let Some(&p) = batch.positions.iter().max() {
             if p as usize >= c.context_length {
-                return Err(merr(format!("position {p} beyond the context length {}", c.context_length)));
+                return Err(EngineError::model(format!("position {p} beyond the context length {}", c.context_length)));
             }
         }
         let mut s = std::mem::take(&mut self.s);
@@ -599,7 +407,7 @@ impl Model for LlamaModel {
         for (t, &id) in batch.input_ids.iter().enumerate() {
             if id as usize >= c.vocab {
                 self.s = s;
-                return Err(merr(format!("token id {id} outside the vocabulary ({})", c.vocab)));
+                return Err(EngineError::model(format!("token id {id} outside the vocabulary ({})", c.vocab)));
             }
             self.embed.row_f32(id as usize, &mut s.x[t * h..(t + 1) * h]);
         }
@@ -608,9 +416,9 @@ impl Model for LlamaModel {
         let isa = self.isa;
         for (l, layer) in self.layers.iter().enumerate() {
             kernels::rms_norm(&s.x, &layer.attn_norm, c.rms_eps, &mut s.h);
-            if let Some(cap) = self.capture.as_mut() {
-                cap[l].add(&self.pool, isa, 0, &s.h, t_n, h);
-                cap[l].tokens += t_n;
+            if let Some(o) = self.observer.as_mut() {
+                let p = format!("model.layers.{l}");
+                o.linear_input(&self.pool, isa, &[format!("{p}.self_attn.q_proj"), format!("{p}.self_attn.k_proj"), format!("{p}.self_attn.v_proj")], &s.h, t_n);
             }
             kernels::matmul(&self.pool, isa, &layer.qkv, &s.h, t_n, &mut s.xq, &mut s.qkv);
             {
@@ -642,22 +450,25 @@ impl Model for LlamaModel {
                     kernels::attend_group(isa, q, hd, kc, vc, kvd, g * hd, slots, scale, &mut scores, o);
                 }
             });
-            if let Some(cap) = self.capture.as_mut() {
-                cap[l].add(&self.pool, isa, 1, &s.attn, t_n, h);
+            if let Some(o) = self.observer.as_mut() {
+                let p = format!("model.layers.{l}");
+                o.linear_input(&self.pool, isa, &[format!("{p}.self_attn.o_proj")], &s.attn, t_n);
             }
             kernels::matmul(&self.pool, isa, &layer.wo, &s.attn, t_n, &mut s.xq, &mut s.proj);
             s.x.iter_mut().zip(&s.proj).for_each(|(x, p)| *x += p);
             kernels::rms_norm(&s.x, &layer.ffn_norm, c.rms_eps, &mut s.h);
-            if let Some(cap) = self.capture.as_mut() {
-                cap[l].add(&self.pool, isa, 2, &s.h, t_n, h);
+            if let Some(o) = self.observer.as_mut() {
+                let p = format!("model.layers.{l}");
+                o.linear_input(&self.pool, isa, &[format!("{p}.mlp.gate_proj"), format!("{p}.mlp.up_proj")], &s.h, t_n);
             }
             kernels::matmul(&self.pool, isa, &layer.gate_up, &s.h, t_n, &mut s.xq, &mut s.gu);
             for t in 0..t_n {
                 let gu = &s.gu[t * 2 * c.ffn..(t + 1) * 2 * c.ffn];
                 kernels::silu_mul(&gu[..c.ffn], &gu[c.ffn..], &mut s.act[t * c.ffn..(t + 1) * c.ffn]);
             }
-            if let Some(cap) = self.capture.as_mut() {
-                cap[l].add(&self.pool, isa, 3, &s.act, t_n, c.ffn);
+            if let Some(o) = self.observer.as_mut() {
+                let p = format!("model.layers.{l}");
+                o.linear_input(&self.pool, isa, &[format!("{p}.mlp.down_proj")], &s.act, t_n);
             }
             kernels::matmul(&self.pool, isa, &layer.down, &s.act, t_n, &mut s.xq, &mut s.proj);
             s.x.iter_mut().zip(&s.proj).for_each(|(x, p)| *x += p);

@@ -6,9 +6,10 @@
 
 pub mod glm5;
 pub mod llama;
+pub mod observer;
 
 use crate::batch::ForwardBatch;
-use crate::kv_cache::{KvLayout, KvStore};
+use crate::kv::{KvLayout, KvStore};
 use crate::EngineError;
 
 /// Static facts about a loaded model, for `/get_model_info` and admission checks.
@@ -116,10 +117,10 @@ mod tests {
             kv_layout: KvLayout {
                 layers: 2,
                 components: vec![
-                    crate::kv_cache::KvComponent { name: "latent", width: 512 + 64 },
-                    crate::kv_cache::KvComponent { name: "index_k", width: 128 },
+                    crate::kv::KvComponent { name: "latent", width: 512 + 64 },
+                    crate::kv::KvComponent { name: "index_k", width: 128 },
                 ],
-                dtype: crate::kv_cache::KvDtype::F16,
+                dtype: crate::kv::KvDtype::F16,
             },
         };
         let e = check_compat(&mla, &CPU_BACKEND).expect_err("cpu has no MLA");

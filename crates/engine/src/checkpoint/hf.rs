@@ -25,9 +25,6 @@ use sparrow_cpu::half::f16_to_f32;
 use sparrow_cpu::Weight;
 use crate::EngineError;
 
-fn merr(m: impl Into<String>) -> EngineError {
-    EngineError::Model(m.into())
-}
 
 /// The NVFP4 quantization config of a checkpoint.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,13 +56,13 @@ impl QuantConfig {
         let (source, q) = if hqc.is_file() {
             let v = read_json(&hqc)?;
             let q = v.get("quantization").cloned().ok_or_else(|| {
-                merr(format!("{}: no \"quantization\" object (ModelOpt's hf_quant_config.json has one)", hqc.display()))
+                EngineError::model(format!("{}: no \"quantization\" object (ModelOpt's hf_quant_config.json has one)", hqc.display()))
             })?;
             (hqc.display().to_string(), q)
         } else if let Some(q) = config.get("quantization_config") {
             let method = q.get("quant_method").and_then(Value::as_str).unwrap_or("");
             if method != "modelopt" {
-                return Err(merr(format!(
+                return Err(EngineError::model(format!(
                     "config.json quantization_config.quant_method {method:?} is not supported (ModelOpt NVFP4 is)"
                 )));
             }
@@ -75,20 +72,20 @@ impl QuantConfig {
         };
         let algo = q.get("quant_algo").and_then(Value::as_str).unwrap_or("");
         if algo != "NVFP4" {
-            return Err(merr(format!("{source}: quant_algo {algo:?} is not supported (NVFP4 is)")));
+            return Err(EngineError::model(format!("{source}: quant_algo {algo:?} is not supported (NVFP4 is)")));
         }
         let group_size = q.get("group_size").and_then(Value::as_u64).unwrap_or(BLOCK as u64) as usize;
         if group_size != BLOCK {
-            return Err(merr(format!("{source}: group_size {group_size} is not supported (NVFP4 uses {BLOCK})")));
+            return Err(EngineError::model(format!("{source}: group_size {group_size} is not supported (NVFP4 uses {BLOCK})")));
         }
         let list = q.get("exclude_modules").or_else(|| q.get("ignore"));
         let exclude = match list {
             None | Some(Value::Null) => Vec::new(),
             Some(Value::Array(a)) => a
                 .iter()
-                .map(|p| p.as_str().map(str::to_owned).ok_or_else(|| merr(format!("{source}: non-string pattern {p}"))))
+                .map(|p| p.as_str().map(str::to_owned).ok_or_else(|| EngineError::model(format!("{source}: non-string pattern {p}"))))
                 .collect::<Result<_, _>>()?,
-            Some(other) => return Err(merr(format!("{source}: exclude list is {other}, want an array of globs"))),
+            Some(other) => return Err(EngineError::model(format!("{source}: exclude list is {other}, want an array of globs"))),
         };
         Ok(Some(QuantConfig { source, group_size, exclude }))
     }
@@ -99,8 +96,8 @@ impl QuantConfig {
 /// # Errors
 /// [`EngineError::Model`] naming the file.
 pub fn read_json(path: &Path) -> Result<Value, EngineError> {
-    let text = std::fs::read_to_string(path).map_err(|e| merr(format!("{}: {e}", path.display())))?;
-    serde_json::from_str(&text).map_err(|e| merr(format!("{}: {e}", path.display())))
+    let text = std::fs::read_to_string(path).map_err(|e| EngineError::model(format!("{}: {e}", path.display())))?;
+    serde_json::from_str(&text).map_err(|e| EngineError::model(format!("{}: {e}", path.display())))
 }
 
 /// An open checkpoint directory: memory-mapped shards and the tensor → shard map.
@@ -148,14 +145,14 @@ impl Checkpoint {
             let map = idx
                 .get("weight_map")
                 .and_then(Value::as_object)
-                .ok_or_else(|| merr(format!("{}: no weight_map object", index_path.display())))?;
+                .ok_or_else(|| EngineError::model(format!("{}: no weight_map object", index_path.display())))?;
             let mut shards: Vec<String> = map.values().filter_map(Value::as_str).map(str::to_owned).collect();
             shards.sort();
             shards.dedup();
             shards.into_iter().map(|s| dir.join(s)).collect()
         } else {
             let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-                .map_err(|e| merr(format!("{}: {e}", dir.display())))?
+                .map_err(|e| EngineError::model(format!("{}: {e}", dir.display())))?
                 .filter_map(|e| e.ok().map(|e| e.path()))
                 .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
                 .collect();
@@ -163,22 +160,22 @@ impl Checkpoint {
             v
         };
         if files.is_empty() {
-            return Err(merr(format!("{}: no *.safetensors weights", dir.display())));
+            return Err(EngineError::model(format!("{}: no *.safetensors weights", dir.display())));
         }
         let mut maps = Vec::new();
         let mut index = HashMap::new();
         for (i, f) in files.iter().enumerate() {
-            let map = sparrow_cpu::Mapped::open(f).map_err(|e| merr(format!("{}: {e}", f.display())))?;
+            let map = sparrow_cpu::Mapped::open(f).map_err(|e| EngineError::model(format!("{}: {e}", f.display())))?;
             // Validates the whole header (offsets, sizes) once; afterwards tensors are sliced
             // straight out of the map.
-            SafeTensors::deserialize(&map).map_err(|e| merr(format!("{}: {e}", f.display())))?;
-            let (n, meta) = SafeTensors::read_metadata(&map).map_err(|e| merr(format!("{}: {e}", f.display())))?;
+            SafeTensors::deserialize(&map).map_err(|e| EngineError::model(format!("{}: {e}", f.display())))?;
+            let (n, meta) = SafeTensors::read_metadata(&map).map_err(|e| EngineError::model(format!("{}: {e}", f.display())))?;
             let base = 8 + n;
             for (name, info) in meta.tensors() {
                 let (a, b) = info.data_offsets;
                 let entry = (i, info.dtype, info.shape.clone(), base + a..base + b);
                 if index.insert(name.clone(), entry).is_some() {
-                    return Err(merr(format!("tensor {name} appears in more than one shard")));
+                    return Err(EngineError::model(format!("tensor {name} appears in more than one shard")));
                 }
             }
             maps.push((f.clone(), map));
@@ -202,11 +199,11 @@ impl Checkpoint {
     /// A missing tensor, named with the directory.
     pub fn raw(&self, name: &str) -> Result<RawTensor<'_>, EngineError> {
         let (i, dtype, shape, range) =
-            self.index.get(name).ok_or_else(|| merr(format!("{}: tensor {name} missing", self.dir.display())))?;
+            self.index.get(name).ok_or_else(|| EngineError::model(format!("{}: tensor {name} missing", self.dir.display())))?;
         let (path, map) = &self.maps[*i];
         let data = map
             .get(range.clone())
-            .ok_or_else(|| merr(format!("{}: tensor {name} runs past the end of the file", path.display())))?;
+            .ok_or_else(|| EngineError::model(format!("{}: tensor {name} runs past the end of the file", path.display())))?;
         Ok(RawTensor { dtype: *dtype, shape: shape.clone(), data })
     }
 
@@ -227,7 +224,7 @@ impl Checkpoint {
     pub fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>, EngineError> {
         let (shape, v) = self.f32(name)?;
         if shape != [len] {
-            return Err(merr(format!("tensor {name}: shape {shape:?}, want [{len}]")));
+            return Err(EngineError::model(format!("tensor {name}: shape {shape:?}, want [{len}]")));
         }
         Ok(v)
     }
@@ -245,16 +242,16 @@ impl Checkpoint {
         let quantized = self.has(&format!("{module}.weight_scale"));
         match (&self.quant, quantized) {
             (None, true) => {
-                return Err(merr(format!(
+                return Err(EngineError::model(format!(
                     "{module} has NVFP4 tensors but the checkpoint has no quantization config \
                      (hf_quant_config.json or config.json quantization_config)"
                 )))
             }
             (Some(q), true) if q.is_excluded(module) => {
-                return Err(merr(format!("{module} is NVFP4 but {} excludes it from quantization", q.source)))
+                return Err(EngineError::model(format!("{module} is NVFP4 but {} excludes it from quantization", q.source)))
             }
             (Some(q), false) if !q.is_excluded(module) => {
-                return Err(merr(format!(
+                return Err(EngineError::model(format!(
                     "{module} is not quantized but {} does not exclude it (no {module}.weight_scale)",
                     q.source
                 )))
@@ -264,7 +261,7 @@ impl Checkpoint {
         if !quantized {
             let (shape, data) = self.f32(&wname)?;
             if shape != [rows, cols] {
-                return Err(merr(format!("tensor {wname}: shape {shape:?}, want [{rows}, {cols}]")));
+                return Err(EngineError::model(format!("tensor {wname}: shape {shape:?}, want [{rows}, {cols}]")));
             }
             return Ok(Weight::Dense { rows, cols, data });
         }
@@ -278,14 +275,14 @@ impl Checkpoint {
     /// Missing tensors, wrong dtypes or shapes.
     pub fn nvfp4(&self, module: &str, rows: usize, cols: usize) -> Result<Nvfp4Matrix, EngineError> {
         if !cols.is_multiple_of(BLOCK) {
-            return Err(merr(format!("{module}: {cols} input features is not a multiple of {BLOCK}")));
+            return Err(EngineError::model(format!("{module}: {cols} input features is not a multiple of {BLOCK}")));
         }
         let w = self.raw(&format!("{module}.weight"))?;
         let s = self.raw(&format!("{module}.weight_scale"))?;
         let s2 = self.raw(&format!("{module}.weight_scale_2"))?;
         let want = |t: &RawTensor<'_>, what: &str, dt: Dtype, shape: &[usize]| {
             if t.dtype != dt || t.shape.as_slice() != shape {
-                Err(merr(format!(
+                Err(EngineError::model(format!(
                     "{module}.{what}: {:?} {:?}, want {dt:?} {shape:?} (NVFP4 of a [{rows}, {cols}] layer)",
                     t.dtype, t.shape
                 )))
@@ -296,15 +293,15 @@ impl Checkpoint {
         want(&w, "weight", Dtype::U8, &[rows, cols / 2])?;
         want(&s, "weight_scale", Dtype::F8_E4M3, &[rows, cols / BLOCK])?;
         if s2.dtype != Dtype::F32 || s2.shape.iter().product::<usize>() != 1 {
-            return Err(merr(format!("{module}.weight_scale_2: {:?} {:?}, want one F32", s2.dtype, s2.shape)));
+            return Err(EngineError::model(format!("{module}.weight_scale_2: {:?} {:?}, want one F32", s2.dtype, s2.shape)));
         }
         let g = f32::from_le_bytes([s2.data[0], s2.data[1], s2.data[2], s2.data[3]]);
         if !g.is_finite() || g <= 0.0 {
-            return Err(merr(format!("{module}.weight_scale_2 is {g}, want a positive finite scale")));
+            return Err(EngineError::model(format!("{module}.weight_scale_2 is {g}, want a positive finite scale")));
         }
         // E4M3 has no infinities; S.1111.111 is NaN and would poison every output it touches.
         if let Some(p) = s.data.iter().position(|&b| b & 0x7f == 0x7f) {
-            return Err(merr(format!(
+            return Err(EngineError::model(format!(
                 "{module}.weight_scale: block scale {p} is NaN (byte {:#04x}); the checkpoint is damaged",
                 s.data[p]
             )));
@@ -332,17 +329,8 @@ pub fn to_f32(name: &str, t: RawTensor<'_>) -> Result<Vec<f32>, EngineError> {
         }
         Dtype::F16 => d.chunks_exact(2).map(|c| f16_to_f32(u16::from_le_bytes([c[0], c[1]]))).collect(),
         other => {
-            return Err(merr(format!("tensor {name}: dtype {other:?} is not supported here (F32, BF16, F16 are)")))
+            return Err(EngineError::model(format!("tensor {name}: dtype {other:?} is not supported here (F32, BF16, F16 are)")))
         }
     })
 }
 
-/// Rounds f32 to bf16 (nearest, ties to even), as torch's `.to(torch.bfloat16)` does.
-pub fn f32_to_bf16(x: f32) -> u16 {
-    let b = x.to_bits();
-    if x.is_nan() {
-        return ((b >> 16) | 0x40) as u16;
-    }
-    let round = 0x7fff + ((b >> 16) & 1);
-    ((b + round) >> 16) as u16
-}

@@ -18,7 +18,7 @@
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
-use crate::convert::Tensor;
+use crate::quantize::Tensor;
 
 /// The toy's config.json (HF `GlmMoeDsaConfig` fields).
 pub fn glm5_tiny_config() -> Value {

@@ -14,7 +14,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
-use crate::kv_cache::PageAllocator;
+use crate::kv::PageAllocator;
 
 const ROOT: usize = 0;
 

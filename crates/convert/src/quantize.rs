@@ -2,7 +2,7 @@
 //! `sparrow gen-model` share) and the Hugging Face directory layout (safetensors shards with
 //! `model.safetensors.index.json`, `config.json`, the ModelOpt quantization config).
 //!
-//! Output format: see [`sparrow_cpu::format::nvfp4`] and [`crate::hf`], made to be served by other engines
+//! Output format: see [`sparrow_cpu::format::nvfp4`] and [`sparrow_engine::checkpoint::hf`], made to be served by other engines
 //! too: layers that vLLM and SGLang fuse (q/k/v, gate/up, q_a/kv_a) share one `weight_scale_2`
 //! from their joint amax, as ModelOpt's export does; `input_scale` is ModelOpt's
 //! `amax(input) / (6 · 448)` from a calibration run when one was made (our CPU kernels keep
@@ -13,13 +13,10 @@ use std::path::Path;
 use safetensors::tensor::{Dtype, TensorView};
 use serde_json::{json, Value};
 
-use crate::hf::f32_to_bf16;
+use sparrow_cpu::half::f32_to_bf16;
 use sparrow_cpu::format::nvfp4::{Nvfp4Matrix, ScaleRule, BLOCK};
-use crate::EngineError;
+use sparrow_engine::EngineError;
 
-fn merr(m: impl Into<String>) -> EngineError {
-    EngineError::Model(m.into())
-}
 
 /// One tensor to write.
 #[derive(Debug, Clone, PartialEq)]
@@ -55,7 +52,7 @@ impl TensorOut {
     pub fn nvfp4(module: &str, m: &Nvfp4Matrix, input_scale: f32) -> Result<Vec<Self>, EngineError> {
         let g = m.weight_scale_2.first().copied().unwrap_or(1.0);
         if m.weight_scale_2.iter().any(|&x| x != g) {
-            return Err(merr(format!("{module}: rows with different weight_scale_2 cannot be one tensor")));
+            return Err(EngineError::model(format!("{module}: rows with different weight_scale_2 cannot be one tensor")));
         }
         Ok(vec![
             TensorOut {
@@ -186,7 +183,7 @@ pub fn quantize_state_dict_with(
                 let global = sparrow_cpu::format::nvfp4::global_scale(group_amax.get(&fusion_group(m)).copied().unwrap_or(0.0));
                 let (rows, cols) = (t.shape[0], t.shape[1]);
                 if !cols.is_multiple_of(BLOCK) {
-                    return Err(merr(format!(
+                    return Err(EngineError::model(format!(
                         "{}: {cols} input features is not a multiple of {BLOCK}; exclude it from quantization",
                         t.name
                     )));
@@ -201,7 +198,7 @@ pub fn quantize_state_dict_with(
                         act_order,
                         Some(global),
                     )
-                    .map_err(|e| merr(format!("{}: GPTQ: {e}", t.name)))?,
+                    .map_err(|e| EngineError::model(format!("{}: GPTQ: {e}", t.name)))?,
                     None => Nvfp4Matrix::quantize_global(&t.data, rows, cols, rule, global),
                 };
                 let input_scale = (opts.input_amax)(m).filter(|a| *a > 0.0).map_or(1.0, sparrow_cpu::format::nvfp4::global_scale);
@@ -223,7 +220,7 @@ pub fn quantize_state_dict_with(
         handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
     });
     if parts.len() != tensors.len() {
-        return Err(merr("a quantization worker panicked"));
+        return Err(EngineError::model("a quantization worker panicked"));
     }
     parts.sort_by_key(|p| p.0);
     let mut out = Vec::new();
@@ -248,12 +245,12 @@ pub fn write_checkpoint(
     shards: usize,
     exclude: Option<(&[String], QuantStyle)>,
 ) -> Result<usize, EngineError> {
-    std::fs::create_dir_all(dir).map_err(|e| merr(format!("{}: {e}", dir.display())))?;
-    for e in std::fs::read_dir(dir).map_err(|e| merr(format!("{}: {e}", dir.display())))?.flatten() {
+    std::fs::create_dir_all(dir).map_err(|e| EngineError::model(format!("{}: {e}", dir.display())))?;
+    for e in std::fs::read_dir(dir).map_err(|e| EngineError::model(format!("{}: {e}", dir.display())))?.flatten() {
         let p = e.path();
         let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         if name.ends_with(".safetensors") || name == "model.safetensors.index.json" || name == "hf_quant_config.json" {
-            std::fs::remove_file(&p).map_err(|e| merr(format!("{}: {e}", p.display())))?;
+            std::fs::remove_file(&p).map_err(|e| EngineError::model(format!("{}: {e}", p.display())))?;
         }
     }
     let shards = shards.clamp(1, tensors.len().max(1));
@@ -278,12 +275,12 @@ pub fn write_checkpoint(
             if n == 1 { "model.safetensors".to_owned() } else { format!("model-{:05}-of-{n:05}.safetensors", i + 1) };
         let mut views = Vec::with_capacity(g.len());
         for t in g {
-            let v = TensorView::new(t.dtype, t.shape.clone(), &t.data).map_err(|e| merr(format!("{}: {e}", t.name)))?;
+            let v = TensorView::new(t.dtype, t.shape.clone(), &t.data).map_err(|e| EngineError::model(format!("{}: {e}", t.name)))?;
             views.push((t.name.clone(), v));
             weight_map.insert(t.name.clone(), Value::String(file.clone()));
         }
         let path = dir.join(&file);
-        safetensors::serialize_to_file(views, None, &path).map_err(|e| merr(format!("{}: {e}", path.display())))?;
+        safetensors::serialize_to_file(views, None, &path).map_err(|e| EngineError::model(format!("{}: {e}", path.display())))?;
     }
     if n > 1 {
         let idx = json!({"metadata": {"total_size": total}, "weight_map": weight_map});
@@ -314,8 +311,8 @@ pub fn write_checkpoint(
 /// # Errors
 /// I/O errors, named.
 pub fn write_json(path: &Path, v: &Value) -> Result<(), EngineError> {
-    let s = serde_json::to_string_pretty(v).map_err(|e| merr(format!("{}: {e}", path.display())))?;
-    std::fs::write(path, s + "\n").map_err(|e| merr(format!("{}: {e}", path.display())))
+    let s = serde_json::to_string_pretty(v).map_err(|e| EngineError::model(format!("{}: {e}", path.display())))?;
+    std::fs::write(path, s + "\n").map_err(|e| EngineError::model(format!("{}: {e}", path.display())))
 }
 
 #[cfg(test)]

@@ -10,6 +10,8 @@
 //! (GQA keys and values today; an MLA latent `kv_lora_rank + qk_rope_head_dim` and a sparse
 //! indexer key next).
 
+pub mod radix;
+
 /// One per-token, per-layer array of the cache.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KvComponent {

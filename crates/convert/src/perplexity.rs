@@ -1,0 +1,55 @@
+//! Perplexity of a model over token sequences: `exp(mean NLL)` of each next token under the
+//! model's raw logits (log-softmax in f64), every position's logits from one prefill.
+
+use sparrow_engine::batch::ForwardBatch;
+use sparrow_engine::kv::KvStore;
+use sparrow_engine::model::Model;
+use sparrow_engine::EngineError;
+
+/// Totals over the scored sequences.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Perplexity {
+    /// Sequences scored (those of at least 2 tokens).
+    pub sequences: usize,
+    /// Next-token predictions scored.
+    pub tokens: usize,
+    /// Sum of `−ln p(next)` in nats.
+    pub nll: f64,
+}
+
+impl Perplexity {
+    /// Mean NLL per scored token (nats); NaN when nothing was scored.
+    pub fn mean_nll(&self) -> f64 {
+        self.nll / self.tokens as f64
+    }
+
+    /// `exp(mean NLL)`.
+    pub fn perplexity(&self) -> f64 {
+        self.mean_nll().exp()
+    }
+}
+
+/// Scores each sequence of `seqs` (token ids; shorter than 2 are skipped) from position 0.
+///
+/// # Errors
+/// A forward error.
+pub fn score(model: &mut dyn Model, seqs: &[Vec<u32>]) -> Result<Perplexity, EngineError> {
+    let vocab = model.info().vocab_size;
+    let longest = seqs.iter().map(Vec::len).max().unwrap_or(0);
+    let mut kv = KvStore::new(model.attention_needs().kv_layout, longest + 2);
+    let mut p = Perplexity::default();
+    for ids in seqs.iter().filter(|s| s.len() >= 2) {
+        let mut b = ForwardBatch::single_sequence(ids, 0);
+        b.logits_rows = (0..ids.len() as u32).collect();
+        let logits = model.forward(&b, &mut kv)?;
+        for (t, &next) in ids.iter().enumerate().skip(1) {
+            let row = &logits[(t - 1) * vocab..t * vocab];
+            let mx = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+            let lse = mx + row.iter().map(|&v| (v as f64 - mx).exp()).sum::<f64>().ln();
+            p.nll += lse - row[next as usize] as f64;
+            p.tokens += 1;
+        }
+        p.sequences += 1;
+    }
+    Ok(p)
+}

@@ -1,0 +1,127 @@
+//! GGUF files (llama.cpp's `gguf.md`): the file's map, its metadata, and tensors read out by
+//! name with their GGML type and shape checked.
+
+use std::path::{Path, PathBuf};
+
+use ggus::GGuf;
+use sparrow_cpu::format::ggml::{dequantize_row, GgmlType, QMatrix, QK};
+use sparrow_cpu::{Mapped, Weight};
+
+use crate::EngineError;
+
+/// An open GGUF file: the map lives as long as this value; read it through [`GgufFile::view`].
+#[derive(Debug)]
+pub struct GgufFile {
+    path: PathBuf,
+    map: Mapped,
+}
+
+impl GgufFile {
+    /// Maps `path`.
+    ///
+    /// # Errors
+    /// [`EngineError::Model`] when the file cannot be opened or mapped.
+    pub fn open(path: &Path) -> Result<GgufFile, EngineError> {
+        let map = Mapped::open(path).map_err(|e| EngineError::model(format!("{}: {e}", path.display())))?;
+        Ok(GgufFile { path: path.to_owned(), map })
+    }
+
+    /// Parses the header, metadata and tensor index.
+    ///
+    /// # Errors
+    /// [`EngineError::Model`] when the bytes are not a GGUF file.
+    pub fn view(&self) -> Result<Gguf<'_>, EngineError> {
+        let g = GGuf::new(&self.map)
+            .map_err(|e| EngineError::model(format!("{}: not a GGUF file: {e}", self.path.display())))?;
+        Ok(Gguf { g, path: &self.path })
+    }
+}
+
+/// A parsed GGUF file borrowed from its map.
+pub struct Gguf<'a> {
+    g: GGuf<'a>,
+    path: &'a Path,
+}
+
+impl<'a> Gguf<'a> {
+    /// The metadata (`ggus`' typed key access: `get_usize`, `get_str`, `general_name`, ...).
+    pub fn meta(&self) -> &GGuf<'a> {
+        &self.g
+    }
+
+    /// Whether the file holds tensor `name`.
+    pub fn has_tensor(&self, name: &str) -> bool {
+        self.g.tensors.contains_key(name)
+    }
+
+    /// Every tensor name, sorted.
+    pub fn tensor_names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.g.tensors.keys().map(|k| &**k).collect();
+        names.sort();
+        names
+    }
+
+    /// Tensor `name`: its type, GGUF shape (innermost dimension first) and raw bytes.
+    ///
+    /// # Errors
+    /// [`EngineError::Model`] when it is missing, of a type we do not read, or cut short.
+    pub fn tensor(&self, name: &str) -> Result<(GgmlType, Vec<usize>, &'a [u8]), EngineError> {
+        let t = self
+            .g
+            .tensors
+            .get(name)
+            .ok_or_else(|| EngineError::model(format!("{}: tensor {name} missing", self.path.display())))?;
+        let info = t.to_info();
+        let ty = GgmlType::from_u32(info.ty() as u32).ok_or_else(|| {
+            EngineError::model(format!(
+                "tensor {name}: type {:?} is not supported (Q4_0, Q4_1, Q8_0, F16, F32 are)",
+                info.ty()
+            ))
+        })?;
+        let shape: Vec<usize> = info.shape().iter().map(|&d| d as usize).collect();
+        let n: usize = shape.iter().product();
+        let bytes = ty.bytes_for(n);
+        let data = self
+            .g
+            .data
+            .get(info.offset()..info.offset() + bytes)
+            .ok_or_else(|| EngineError::model(format!("tensor {name}: data runs past the end of the file")))?;
+        Ok((ty, shape, data))
+    }
+
+    /// A 1-D F32/F16 tensor of `len` values.
+    ///
+    /// # Errors
+    /// As [`Gguf::tensor`], and for another shape or a block type.
+    pub fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>, EngineError> {
+        let (ty, shape, data) = self.tensor(name)?;
+        if shape.iter().product::<usize>() != len || ty.is_block() {
+            return Err(EngineError::model(format!("tensor {name}: shape {shape:?} type {ty:?}, want [{len}] F32/F16")));
+        }
+        let mut v = vec![0f32; len];
+        dequantize_row(ty, data, &mut v);
+        Ok(v)
+    }
+
+    /// A `[rows, cols]` weight (GGUF shape `[cols, rows]`): block types as [`Weight::Quant`],
+    /// F16/F32 as [`Weight::Dense`].
+    ///
+    /// # Errors
+    /// As [`Gguf::tensor`], and for another shape or a row that is not whole blocks.
+    pub fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Weight, EngineError> {
+        let (ty, shape, data) = self.tensor(name)?;
+        if shape != [cols, rows] {
+            return Err(EngineError::model(format!("tensor {name}: GGUF shape {shape:?}, want [{cols}, {rows}]")));
+        }
+        if ty.is_block() {
+            if !cols.is_multiple_of(QK) {
+                return Err(EngineError::model(format!("tensor {name}: {cols} columns is not a multiple of 32")));
+            }
+            Ok(Weight::Quant(QMatrix::from_ggml(ty, data, rows, cols)))
+        } else {
+            let mut v = vec![0f32; rows * cols];
+            dequantize_row(ty, data, &mut v);
+            Ok(Weight::Dense { rows, cols, data: v })
+        }
+    }
+}
