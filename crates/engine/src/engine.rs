@@ -17,7 +17,8 @@ use std::time::Duration;
 use crate::kv::KvStore;
 use crate::model::llama::LlamaModel;
 use crate::model::{check_compat, Model, ModelInfo, BACKENDS};
-use crate::scheduler::{FinishReason, NewRequest, Output, SchedulePolicy, Scheduler, SchedulerConfig, SchedulerStats};
+use crate::request::{FinishReason, NewRequest, Output};
+use crate::scheduler::{SchedulePolicy, Scheduler, SchedulerConfig, SchedulerStats};
 use crate::EngineError;
 
 /// Receives a request's outputs on the engine thread; returns `false` once nobody listens.

@@ -21,7 +21,9 @@ pub mod checkpoint;
 pub mod kv;
 pub mod model;
 pub mod sampler;
+pub mod request;
 pub mod scheduler;
+pub mod testing;
 
 /// Engine errors. Request-level errors never stop the engine.
 #[derive(Debug, Clone, thiserror::Error)]

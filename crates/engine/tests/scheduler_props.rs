@@ -11,87 +11,23 @@
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use sparrow_engine::batch::ForwardBatch;
-use sparrow_engine::kv::{KvLayout, KvStore};
-use sparrow_engine::model::{AttentionNeeds, Model, ModelInfo};
+use sparrow_engine::kv::KvStore;
+use sparrow_engine::model::Model;
 use sparrow_engine::sampler::SamplingParams;
 use sparrow_engine::scheduler::{FinishReason, NewRequest, Output, SchedulePolicy, Scheduler, SchedulerConfig};
-use sparrow_engine::EngineError;
+use sparrow_engine::testing::{FakeModel, Predict};
 
 const VOCAB: usize = 37;
-const MODULUS: u64 = 16_777_213; // < 2^24: exact in f32
 
-fn mix(prev: u64, token: u32) -> u64 {
-    (prev * 31 + token as u64 + 7) % MODULUS
-}
-
-struct FakeModel {
-    info: ModelInfo,
-}
-
-impl FakeModel {
-    fn new() -> Self {
-        FakeModel {
-            info: ModelInfo {
-                architecture: "fake".into(),
-                name: "fake".into(),
-                vocab_size: VOCAB,
-                context_length: 4096,
-                num_layers: 1,
-                hidden_size: 1,
-                weight_bytes: 0,
-            },
-        }
-    }
-}
-
-impl Model for FakeModel {
-    fn info(&self) -> &ModelInfo {
-        &self.info
-    }
-    fn attention_needs(&self) -> AttentionNeeds {
-        AttentionNeeds { kind: "gqa", kv_layout: KvLayout::gqa(1, 1, 1) }
-    }
-    fn forward(&mut self, b: &ForwardBatch, kv: &mut KvStore) -> Result<Vec<f32>, EngineError> {
-        let mut logits = Vec::new();
-        for (i, s) in b.seqs.iter().enumerate() {
-            let slots = b.kv_slots(i).to_vec();
-            for j in 0..s.extend_len as usize {
-                let pos = s.prefix_len as usize + j;
-                let prev = if pos == 0 { 1 } else { kv.component(0, 0)[slots[pos - 1] as usize] as u64 };
-                let v = mix(prev, b.input_ids[s.token_start as usize + j]);
-                kv.component_mut(0, 0)[slots[pos] as usize] = v as f32;
-            }
-            if s.wants_logits {
-                let last = slots[(s.prefix_len + s.extend_len) as usize - 1];
-                let v = kv.component(0, 0)[last as usize] as u64;
-                let mut row = vec![0f32; VOCAB];
-                row[(v % VOCAB as u64) as usize] = 1.0;
-                logits.extend(row);
-            }
-        }
-        Ok(logits)
-    }
+fn fake() -> FakeModel {
+    FakeModel::new(VOCAB, 4096, Predict::Recurrence)
 }
 
 /// The greedy output of the fake model computed directly.
 fn reference(prompt: &[u32], max_new: usize, eos: Option<u32>, ctx: usize) -> (Vec<u32>, FinishReason) {
-    let mut v = 1;
-    for &t in prompt {
-        v = mix(v, t);
-    }
-    let mut out = Vec::new();
-    loop {
-        let t = (v % VOCAB as u64) as u32;
-        out.push(t);
-        if Some(t) == eos {
-            return (out, FinishReason::Stop(t));
-        }
-        if out.len() >= max_new || prompt.len() + out.len() >= ctx {
-            return (out, FinishReason::Length);
-        }
-        v = mix(v, t);
-    }
+    let (out, stopped) = fake().reference(prompt, max_new, eos, ctx);
+    let last = out.last().copied().unwrap_or(0);
+    (out, if stopped { FinishReason::Stop(last) } else { FinishReason::Length })
 }
 
 struct Expect {
@@ -133,7 +69,7 @@ fn run_schedule(seed: u64, seen: &mut Seen) {
     };
     let eos = if rng.random_bool(0.5) { Some(0u32) } else { None };
     let mut sched = Scheduler::new(cfg.clone(), eos);
-    let mut model = FakeModel::new();
+    let mut model = fake();
     let mut kv = KvStore::new(model.attention_needs().kv_layout, sched.num_slots());
     let start_free = sched.free_pages();
     let bases: Vec<Vec<u32>> =
@@ -257,7 +193,7 @@ fn small_pool(page_size: usize, num_pages: usize) -> SchedulerConfig {
 #[test]
 fn retraction_recomputes_the_same_greedy_output() {
     let mut sched = Scheduler::new(small_pool(4, 30), None);
-    let mut model = FakeModel::new();
+    let mut model = fake();
     let mut kv = KvStore::new(model.attention_needs().kv_layout, sched.num_slots());
     let prompts: Vec<Vec<u32>> = (0..8u32).map(|i| (0..20).map(|j| (i * 7 + j) % 37).collect()).collect();
     for (i, p) in prompts.iter().enumerate() {

@@ -2,7 +2,8 @@
 //! the paged KV cache with its radix prefix cache, and retraction.
 //!
 //! Semantics follow SGLang's `managers/scheduler.py` and `schedule_policy.py`, simplified to
-//! one loop (`step`):
+//! one cycle ([`Scheduler::step`]: [`Scheduler::schedule`] -> validate -> forward ->
+//! [`Scheduler::postprocess`], in `schedule.rs` and `postprocess.rs`):
 //! 1. every running request contributes one row: a DECODE row (its last sampled token), or the
 //!    next chunk of its prompt (chunked prefill) within the step's prefill budget
 //!    (`min(chunked_prefill_size, max_prefill_tokens)` tokens);
@@ -21,11 +22,19 @@
 
 use std::collections::VecDeque;
 
-use crate::batch::{ForwardBatch, SeqMeta};
+mod postprocess;
+mod schedule;
+#[cfg(test)]
+mod tests;
+
+pub use crate::request::{FinishReason, NewRequest, Output, Usage};
+pub use schedule::Scheduled;
+
+use crate::batch::ForwardBatch;
 use crate::kv::{KvStore, PageAllocator};
 use crate::model::Model;
 use crate::kv::radix::RadixCache;
-use crate::sampler::{sample, SamplingParams};
+use crate::sampler::SamplingParams;
 use crate::EngineError;
 
 /// Order in which waiting requests are admitted.
@@ -91,75 +100,6 @@ impl SchedulerConfig {
         }
         Ok(())
     }
-}
-
-/// A request as the engine receives it (already tokenized and validated).
-#[derive(Debug, Clone)]
-pub struct NewRequest {
-    /// Caller-chosen unique id.
-    pub id: u64,
-    /// Prompt token ids (non-empty).
-    pub input_ids: Vec<u32>,
-    /// Most tokens to generate.
-    pub max_new_tokens: usize,
-    /// Sampling.
-    pub sampling: SamplingParams,
-    /// Tokens that end the sequence (the model's EOS is added unless `ignore_eos`).
-    pub stop_token_ids: Vec<u32>,
-    /// Keep generating through EOS.
-    pub ignore_eos: bool,
-}
-
-/// Why a sequence ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FinishReason {
-    /// A stop token (EOS or one of `stop_token_ids`) was generated; it is part of the output.
-    Stop(u32),
-    /// `max_new_tokens` or the context length was reached.
-    Length,
-    /// The client went away or asked to stop.
-    Abort,
-    /// The engine could not run the request.
-    Error(String),
-}
-
-/// Token accounting of a finished request (OpenAI `usage`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Usage {
-    /// Prompt tokens.
-    pub prompt_tokens: usize,
-    /// Generated tokens.
-    pub completion_tokens: usize,
-    /// Prompt tokens served from the radix cache at first admission.
-    pub cached_tokens: usize,
-}
-
-/// What a step tells the callers.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Output {
-    /// The request's first scheduling (ends its queue time).
-    Started {
-        /// Request id.
-        id: u64,
-        /// Prompt tokens served from the radix cache.
-        cached_tokens: usize,
-    },
-    /// One generated token.
-    Token {
-        /// Request id.
-        id: u64,
-        /// Token id.
-        token: u32,
-    },
-    /// The request ended; nothing follows for this id.
-    Finished {
-        /// Request id.
-        id: u64,
-        /// Why.
-        reason: FinishReason,
-        /// Token counts.
-        usage: Usage,
-    },
 }
 
 #[derive(Debug)]
@@ -436,247 +376,26 @@ impl Scheduler {
         (r.kv_len + new_tokens).div_ceil(self.cfg.page_size) - r.page_table.len()
     }
 
-    /// Runs one scheduling step and one forward pass. Returns the outputs; an empty vector
+    /// One engine cycle: [`schedule`](Scheduler::schedule) the next batch, validate it, run the
+    /// model, [`postprocess`](Scheduler::postprocess) the logits. Returns the outputs; empty
     /// when there was nothing to do.
     ///
-    /// # Errors
-    /// Never for a request's sake: a batch that fails validation or a model error fails the
-    /// batch's requests (reported as `Finished { Error }`), and the scheduler stays usable.
+    /// Never fails for a request's sake: a batch that fails validation or a model error fails
+    /// the batch's requests (reported as `Finished { Error }`), and the scheduler stays usable.
     pub fn step(&mut self, model: &mut dyn Model, kv: &mut KvStore) -> Vec<Output> {
         let mut out = Vec::new();
-        let ps = self.cfg.page_size;
-        let budget_total = self.cfg.chunked_prefill_size.min(self.cfg.max_prefill_tokens).max(1);
-        // 1. Every DECODE row needs one slot; retract the newest requests until they all fit.
-        loop {
-            let need: usize =
-                self.running.iter().filter(|r| r.tokens.len() - r.kv_len == 1).map(|r| self.pages_for(r, 1)).sum();
-            if self.ensure_free(need) || self.running.len() <= 1 {
-                break;
-            }
-            let victim = (0..self.running.len()).max_by_key(|&i| self.running[i].admitted_at).unwrap_or(0);
-            let mut r = self.running.swap_remove(victim);
-            self.release(&mut r);
-            r.started = true;
-            self.stats.num_retractions += 1;
-            self.new_token_ratio = (self.new_token_ratio + 0.3).min(1.0);
-            self.waiting.push_front(r);
-        }
-        // 2. Rows of running requests: decode rows, then prompt chunks within the budget.
-        let mut rows: Vec<(usize, usize)> = Vec::new(); // (index in running, new tokens)
-        let mut budget = budget_total;
-        let mut order: Vec<usize> = (0..self.running.len()).collect();
-        order
-            .sort_by_key(|&i| (self.running[i].tokens.len() - self.running[i].kv_len > 1, self.running[i].admitted_at));
-        for i in order {
-            let rem = self.running[i].tokens.len() - self.running[i].kv_len;
-            let n = if rem == 1 { 1 } else { rem.min(budget) };
-            if n == 0 {
-                continue;
-            }
-            let need = self.pages_for(&self.running[i], n);
-            if !self.ensure_free(need) {
-                // Only a prompt chunk can end up here (decode rows were made to fit); it waits.
-                continue;
-            }
-            if rem > 1 {
-                budget -= n;
-            }
-            rows.push((i, n));
-            let pages: Vec<u32> = (0..need).filter_map(|_| self.alloc.alloc()).collect();
-            self.running[i].page_table.extend(pages);
-        }
-        // 3. Admit waiting requests.
-        if self.cfg.policy == SchedulePolicy::Lpm && !self.cfg.disable_radix_cache && self.waiting.len() <= 128 {
-            let mut w: Vec<Req> = self.waiting.drain(..).collect();
-            let radix = &mut self.radix;
-            let mut keyed: Vec<(usize, Req)> = w
-                .drain(..)
-                .map(|r| (radix.match_prefix(&r.tokens[..r.tokens.len() - 1], usize::MAX).pages.len(), r))
-                .collect();
-            keyed.sort_by_key(|(m, r)| (std::cmp::Reverse(*m), !r.started));
-            self.waiting = keyed.into_iter().map(|(_, r)| r).collect();
-        }
-        while budget > 0 && self.running.len() < self.cfg.max_running_requests {
-            let Some(mut r) = self.waiting.pop_front() else { break };
-            let m = if self.cfg.disable_radix_cache {
-                None
-            } else {
-                let max_pages = (r.tokens.len() - 1) / ps;
-                Some(self.radix.match_prefix(&r.tokens, max_pages))
-            };
-            let matched = m.as_ref().map_or(0, |m| m.pages.len());
-            if let Some(m) = &m {
-                self.radix.lock(m.node);
-            }
-            let prefix_tokens = matched * ps;
-            let rem = r.tokens.len() - prefix_tokens;
-            let n = rem.min(budget);
-            let need_now = (prefix_tokens + n).div_ceil(ps) - matched;
-            // Reserve room for the growth of everything running, as SGLang's admission does.
-            let future: f64 = self.running.iter().map(|q| (q.max_new - q.output_len()) as f64).sum::<f64>()
-                + (rem - n + r.max_new - r.output_len()) as f64;
-            let reserve = (future * self.new_token_ratio / ps as f64).ceil() as usize;
-            let want = if self.running.is_empty() { need_now } else { need_now + reserve };
-            let fits = self.ensure_free(want) || (self.running.is_empty() && self.ensure_free(need_now));
-            if !fits {
-                if let Some(m) = &m {
-                    self.radix.unlock(m.node);
-                }
-                self.waiting.push_front(r);
-                break;
-            }
-            let Some(idx) = self.free_pool_idx.pop() else {
-                if let Some(m) = &m {
-                    self.radix.unlock(m.node);
-                }
-                self.waiting.push_front(r);
-                break;
-            };
-            r.pool_idx = idx;
-            r.page_table = m.as_ref().map(|m| m.pages.clone()).unwrap_or_default();
-            r.prefix_pages = matched;
-            r.prefix_node = m.map(|m| m.node);
-            r.kv_len = prefix_tokens;
-            self.clock += 1;
-            r.admitted_at = self.clock;
-            self.stats.radix_hit_tokens_total += prefix_tokens as u64;
-            if r.cached_tokens.is_none() {
-                r.cached_tokens = Some(prefix_tokens.min(r.prompt_len));
-                self.stats.prompt_tokens_total += r.prompt_len as u64;
-                self.stats.cached_tokens_total += prefix_tokens.min(r.prompt_len) as u64;
-            }
-            let pages: Vec<u32> = (0..need_now).filter_map(|_| self.alloc.alloc()).collect();
-            r.page_table.extend(pages);
-            if !r.started {
-                r.started = true;
-                out.push(Output::Started { id: r.id, cached_tokens: r.cached_tokens.unwrap_or(0) });
-            }
-            budget -= n;
-            self.running.push(r);
-            rows.push((self.running.len() - 1, n));
-        }
-        if rows.is_empty() {
-            if let Some(victim) = (0..self.running.len()).max_by_key(|&i| self.running[i].admitted_at) {
-                // Prompt chunks starved each other of pages: retract the newest so the oldest
-                // can finish (guaranteed to fit alone by the admission check).
-                let mut r = self.running.swap_remove(victim);
-                self.release(&mut r);
-                self.stats.num_retractions += 1;
-                self.waiting.push_front(r);
-            }
-            return out;
-        }
-        // 4. Build, validate and run the batch.
-        rows.sort_by_key(|&(i, _)| i);
-        let batch = self.build_batch(&rows);
-        self.stats.steps += 1;
-        match batch.mode() {
-            crate::batch::ForwardMode::Extend => self.stats.extend_batches += 1,
-            crate::batch::ForwardMode::Decode => self.stats.decode_batches += 1,
-            crate::batch::ForwardMode::Mixed => self.stats.mixed_batches += 1,
-        }
-        self.new_token_ratio = (self.new_token_ratio - NEW_TOKEN_RATIO_DECAY).max(MIN_NEW_TOKEN_RATIO);
-        let result = batch
-            .validate(kv_slots_of(kv))
+        let Some(sched) = self.schedule(&mut out) else { return out };
+        let logits = sched
+            .batch
+            .validate(kv.num_slots())
             .map_err(|e| EngineError::Internal(e.to_string()))
-            .and_then(|()| model.forward(&batch, kv));
-        let logits = match result {
-            Ok(l) => l,
-            Err(e) => {
-                // Fail this batch's requests; the engine keeps serving the rest.
-                let ids: Vec<u64> = rows.iter().map(|&(i, _)| self.running[i].id).collect();
-                for id in ids {
-                    if let Some(i) = self.running.iter().position(|r| r.id == id) {
-                        let mut r = self.running.swap_remove(i);
-                        r.kv_len = 0; // its KV is not trustworthy: do not cache it
-                        self.release(&mut r);
-                        out.push(Output::Finished { id, reason: FinishReason::Error(e.to_string()), usage: usage(&r) });
-                    }
-                }
-                self.last_batch = Some(batch);
-                return out;
-            }
-        };
-        let vocab = if batch.logits_rows.is_empty() { 0 } else { logits.len() / batch.logits_rows.len() };
-        let mut li = 0;
-        let mut finished = Vec::new();
-        for &(i, n) in &rows {
-            let r = &mut self.running[i];
-            r.kv_len += n;
-            if r.kv_len < r.tokens.len() {
-                self.stats.num_prefill_chunks += 1;
-                continue; // a non-final prompt chunk
-            }
-            let row = &mut logits_row(&logits, li, vocab);
-            li += 1;
-            let step = r.output_len() as u64;
-            let tok = sample(row, &r.sampling, step);
-            r.tokens.push(tok);
-            self.stats.generation_tokens_total += 1;
-            out.push(Output::Token { id: r.id, token: tok });
-            let reason = if r.stop_ids.contains(&tok) {
-                Some(FinishReason::Stop(tok))
-            } else if r.output_len() >= r.max_new || r.tokens.len() >= self.cfg.context_length {
-                Some(FinishReason::Length)
-            } else {
-                None
-            };
-            if let Some(reason) = reason {
-                finished.push((r.id, reason));
-            }
-        }
-        for (id, reason) in finished {
-            if let Some(i) = self.running.iter().position(|r| r.id == id) {
-                let mut r = self.running.swap_remove(i);
-                self.release(&mut r);
-                out.push(Output::Finished { id, reason, usage: usage(&r) });
-            }
-        }
-        self.last_batch = Some(batch);
+            .and_then(|()| model.forward(&sched.batch, kv));
+        self.postprocess(sched, logits, &mut out);
         out
     }
-
-    fn build_batch(&self, rows: &[(usize, usize)]) -> ForwardBatch {
-        let ps = self.cfg.page_size;
-        let mut b = ForwardBatch::default();
-        b.kv_indptr.push(0);
-        for &(i, n) in rows {
-            let r = &self.running[i];
-            let start = b.input_ids.len() as u32;
-            let slot = |p: usize| r.page_table[p / ps] * ps as u32 + (p % ps) as u32;
-            for p in 0..r.kv_len + n {
-                b.kv_indices.push(slot(p));
-            }
-            for p in r.kv_len..r.kv_len + n {
-                b.input_ids.push(r.tokens[p]);
-                b.positions.push(p as u32);
-                b.out_cache_loc.push(slot(p));
-            }
-            let wants_logits = r.kv_len + n == r.tokens.len();
-            if wants_logits {
-                b.logits_rows.push(start + n as u32 - 1);
-            }
-            b.kv_indptr.push(b.kv_indices.len() as u32);
-            b.seqs.push(SeqMeta {
-                req_pool_idx: r.pool_idx,
-                prefix_len: r.kv_len as u32,
-                extend_len: n as u32,
-                token_start: start,
-                wants_logits,
-            });
-        }
-        b
-    }
 }
 
-fn kv_slots_of(kv: &KvStore) -> usize {
-    kv.num_slots()
-}
-
-fn logits_row(logits: &[f32], i: usize, vocab: usize) -> Vec<f32> {
-    logits[i * vocab..(i + 1) * vocab].to_vec()
-}
-
+/// Token counts of `r` so far.
 fn usage(r: &Req) -> Usage {
     Usage {
         prompt_tokens: r.prompt_len,

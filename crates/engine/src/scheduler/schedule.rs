@@ -1,0 +1,194 @@
+//! `schedule()`: the first half of a step. Retracts DECODE rows the pool cannot hold, gives each
+//! running request its row (a DECODE token or the next prompt chunk within the prefill budget),
+//! admits waiting requests in policy order after a radix-cache match, and builds the complete
+//! [`ForwardBatch`] from the page tables (SGLang's `get_next_batch_to_run` /
+//! `PrefillAdder`, nano-vllm's `schedule()`).
+
+use super::{Req, SchedulePolicy, Scheduler, MIN_NEW_TOKEN_RATIO, NEW_TOKEN_RATIO_DECAY};
+use crate::batch::{ForwardBatch, ForwardMode, SeqMeta};
+use crate::request::Output;
+
+/// A scheduled batch: the [`ForwardBatch`] to run and, per row, which running request it
+/// belongs to and how many tokens it computes. Hand it back to
+/// [`Scheduler::postprocess`](super::Scheduler::postprocess) with the forward's result.
+#[derive(Debug)]
+pub struct Scheduled {
+    /// The complete batch metadata.
+    pub batch: ForwardBatch,
+    /// `(index in running, new tokens)`, in batch order.
+    pub(super) rows: Vec<(usize, usize)>,
+}
+
+impl Scheduler {
+    /// Picks the next batch; `Started` outputs of newly admitted requests go to `out`. `None`
+    /// when no row could be scheduled (after retracting the newest request when prompt chunks
+    /// starved each other of pages).
+    pub fn schedule(&mut self, out: &mut Vec<Output>) -> Option<Scheduled> {
+        let ps = self.cfg.page_size;
+        let budget_total = self.cfg.chunked_prefill_size.min(self.cfg.max_prefill_tokens).max(1);
+        // 1. Every DECODE row needs one slot; retract the newest requests until they all fit.
+        loop {
+            let need: usize =
+                self.running.iter().filter(|r| r.tokens.len() - r.kv_len == 1).map(|r| self.pages_for(r, 1)).sum();
+            if self.ensure_free(need) || self.running.len() <= 1 {
+                break;
+            }
+            let victim = (0..self.running.len()).max_by_key(|&i| self.running[i].admitted_at).unwrap_or(0);
+            let mut r = self.running.swap_remove(victim);
+            self.release(&mut r);
+            r.started = true;
+            self.stats.num_retractions += 1;
+            self.new_token_ratio = (self.new_token_ratio + 0.3).min(1.0);
+            self.waiting.push_front(r);
+        }
+        // 2. Rows of running requests: decode rows, then prompt chunks within the budget.
+        let mut rows: Vec<(usize, usize)> = Vec::new(); // (index in running, new tokens)
+        let mut budget = budget_total;
+        let mut order: Vec<usize> = (0..self.running.len()).collect();
+        order
+            .sort_by_key(|&i| (self.running[i].tokens.len() - self.running[i].kv_len > 1, self.running[i].admitted_at));
+        for i in order {
+            let rem = self.running[i].tokens.len() - self.running[i].kv_len;
+            let n = if rem == 1 { 1 } else { rem.min(budget) };
+            if n == 0 {
+                continue;
+            }
+            let need = self.pages_for(&self.running[i], n);
+            if !self.ensure_free(need) {
+                // Only a prompt chunk can end up here (decode rows were made to fit); it waits.
+                continue;
+            }
+            if rem > 1 {
+                budget -= n;
+            }
+            rows.push((i, n));
+            let pages: Vec<u32> = (0..need).filter_map(|_| self.alloc.alloc()).collect();
+            self.running[i].page_table.extend(pages);
+        }
+        // 3. Admit waiting requests.
+        if self.cfg.policy == SchedulePolicy::Lpm && !self.cfg.disable_radix_cache && self.waiting.len() <= 128 {
+            let mut w: Vec<Req> = self.waiting.drain(..).collect();
+            let radix = &mut self.radix;
+            let mut keyed: Vec<(usize, Req)> = w
+                .drain(..)
+                .map(|r| (radix.match_prefix(&r.tokens[..r.tokens.len() - 1], usize::MAX).pages.len(), r))
+                .collect();
+            keyed.sort_by_key(|(m, r)| (std::cmp::Reverse(*m), !r.started));
+            self.waiting = keyed.into_iter().map(|(_, r)| r).collect();
+        }
+        while budget > 0 && self.running.len() < self.cfg.max_running_requests {
+            let Some(mut r) = self.waiting.pop_front() else { break };
+            let m = if self.cfg.disable_radix_cache {
+                None
+            } else {
+                let max_pages = (r.tokens.len() - 1) / ps;
+                Some(self.radix.match_prefix(&r.tokens, max_pages))
+            };
+            let matched = m.as_ref().map_or(0, |m| m.pages.len());
+            if let Some(m) = &m {
+                self.radix.lock(m.node);
+            }
+            let prefix_tokens = matched * ps;
+            let rem = r.tokens.len() - prefix_tokens;
+            let n = rem.min(budget);
+            let need_now = (prefix_tokens + n).div_ceil(ps) - matched;
+            // Reserve room for the growth of everything running, as SGLang's admission does.
+            let future: f64 = self.running.iter().map(|q| (q.max_new - q.output_len()) as f64).sum::<f64>()
+                + (rem - n + r.max_new - r.output_len()) as f64;
+            let reserve = (future * self.new_token_ratio / ps as f64).ceil() as usize;
+            let want = if self.running.is_empty() { need_now } else { need_now + reserve };
+            let fits = self.ensure_free(want) || (self.running.is_empty() && self.ensure_free(need_now));
+            if !fits {
+                if let Some(m) = &m {
+                    self.radix.unlock(m.node);
+                }
+                self.waiting.push_front(r);
+                break;
+            }
+            let Some(idx) = self.free_pool_idx.pop() else {
+                if let Some(m) = &m {
+                    self.radix.unlock(m.node);
+                }
+                self.waiting.push_front(r);
+                break;
+            };
+            r.pool_idx = idx;
+            r.page_table = m.as_ref().map(|m| m.pages.clone()).unwrap_or_default();
+            r.prefix_pages = matched;
+            r.prefix_node = m.map(|m| m.node);
+            r.kv_len = prefix_tokens;
+            self.clock += 1;
+            r.admitted_at = self.clock;
+            self.stats.radix_hit_tokens_total += prefix_tokens as u64;
+            if r.cached_tokens.is_none() {
+                r.cached_tokens = Some(prefix_tokens.min(r.prompt_len));
+                self.stats.prompt_tokens_total += r.prompt_len as u64;
+                self.stats.cached_tokens_total += prefix_tokens.min(r.prompt_len) as u64;
+            }
+            let pages: Vec<u32> = (0..need_now).filter_map(|_| self.alloc.alloc()).collect();
+            r.page_table.extend(pages);
+            if !r.started {
+                r.started = true;
+                out.push(Output::Started { id: r.id, cached_tokens: r.cached_tokens.unwrap_or(0) });
+            }
+            budget -= n;
+            self.running.push(r);
+            rows.push((self.running.len() - 1, n));
+        }
+        if rows.is_empty() {
+            if let Some(victim) = (0..self.running.len()).max_by_key(|&i| self.running[i].admitted_at) {
+                // Prompt chunks starved each other of pages: retract the newest so the oldest
+                // can finish (guaranteed to fit alone by the admission check).
+                let mut r = self.running.swap_remove(victim);
+                self.release(&mut r);
+                self.stats.num_retractions += 1;
+                self.waiting.push_front(r);
+            }
+            return None;
+        }
+        rows.sort_by_key(|&(i, _)| i);
+        let batch = self.build_batch(&rows);
+        self.stats.steps += 1;
+        match batch.mode() {
+            ForwardMode::Extend => self.stats.extend_batches += 1,
+            ForwardMode::Decode => self.stats.decode_batches += 1,
+            ForwardMode::Mixed => self.stats.mixed_batches += 1,
+        }
+        self.new_token_ratio = (self.new_token_ratio - NEW_TOKEN_RATIO_DECAY).max(MIN_NEW_TOKEN_RATIO);
+        Some(Scheduled { batch, rows })
+    }
+
+    /// The batch of `rows` (`(index in running, new tokens)`): ids, positions, `out_cache_loc`
+    /// and every sequence's KV slot list from its page table (`req_to_token`).
+    fn build_batch(&self, rows: &[(usize, usize)]) -> ForwardBatch {
+        let ps = self.cfg.page_size;
+        let mut b = ForwardBatch::default();
+        b.kv_indptr.push(0);
+        for &(i, n) in rows {
+            let r = &self.running[i];
+            let start = b.input_ids.len() as u32;
+            let slot = |p: usize| r.page_table[p / ps] * ps as u32 + (p % ps) as u32;
+            for p in 0..r.kv_len + n {
+                b.kv_indices.push(slot(p));
+            }
+            for p in r.kv_len..r.kv_len + n {
+                b.input_ids.push(r.tokens[p]);
+                b.positions.push(p as u32);
+                b.out_cache_loc.push(slot(p));
+            }
+            let wants_logits = r.kv_len + n == r.tokens.len();
+            if wants_logits {
+                b.logits_rows.push(start + n as u32 - 1);
+            }
+            b.kv_indptr.push(b.kv_indices.len() as u32);
+            b.seqs.push(SeqMeta {
+                req_pool_idx: r.pool_idx,
+                prefix_len: r.kv_len as u32,
+                extend_len: n as u32,
+                token_start: start,
+                wants_logits,
+            });
+        }
+        b
+    }
+}
