@@ -9,7 +9,7 @@
 //! request gets an error, the scheduler and KV pool are rebuilt, and the engine keeps serving.
 
 use std::panic::AssertUnwindSafe;
-use std::path::PathBuf;
+
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,7 +18,8 @@ use crate::kv::KvStore;
 use crate::model::llama::LlamaModel;
 use crate::model::{check_compat, Model, ModelInfo, BACKENDS};
 use crate::request::{FinishReason, NewRequest, Output};
-use crate::scheduler::{SchedulePolicy, Scheduler, SchedulerConfig, SchedulerStats};
+use crate::scheduler::{Scheduler, SchedulerConfig, SchedulerStats};
+pub use crate::config::{derive_config, AttentionBackend, EngineArgs, MoeRunner, MAX_RUNNING_LIMIT};
 use crate::EngineError;
 
 /// Receives a request's outputs on the engine thread; returns `false` once nobody listens.
@@ -32,144 +33,6 @@ pub enum Command {
     Abort(u64),
     /// Drop unlocked radix-cache pages; the callback gets the pages freed.
     FlushCache(Box<dyn FnOnce(usize) + Send>),
-}
-
-/// Start-up options (the `sparrow serve` flags that concern the engine).
-#[derive(Debug, Clone)]
-pub struct EngineArgs {
-    /// GGUF model file.
-    pub model_path: PathBuf,
-    /// Compute threads (caller included).
-    pub threads: usize,
-    /// Slots per KV page.
-    pub page_size: usize,
-    /// KV pool size in tokens; derived from `kv_cache_gb` when `None`.
-    pub max_total_tokens: Option<usize>,
-    /// KV memory budget in GiB (used when `max_total_tokens` is `None`).
-    pub kv_cache_gb: f64,
-    /// Derived from the pool the way SGLang derives it when `None`.
-    pub max_running_requests: Option<usize>,
-    /// Prefill chunk size in tokens.
-    pub chunked_prefill_size: usize,
-    /// Prefill tokens per batch.
-    pub max_prefill_tokens: usize,
-    /// Overrides the model's context length (must not exceed it).
-    pub context_length: Option<usize>,
-    /// Radix prefix cache off.
-    pub disable_radix_cache: bool,
-    /// Admission order.
-    pub schedule_policy: SchedulePolicy,
-    /// Attention backend name (`auto` picks the first backend that implements the model's
-    /// attention).
-    pub attention_backend: String,
-    /// DSA attention for EXTEND rows (`sparse` or `dense`).
-    pub nsa_prefill_backend: String,
-    /// DSA attention for DECODE rows (`sparse` or `dense`).
-    pub nsa_decode_backend: String,
-    /// MoE implementation: `auto` (autotuned, or a default when autotune is off),
-    /// `token_major` or `expert_major`.
-    pub moe_runner_backend: String,
-    /// Skip the start-up MoE autotune.
-    pub disable_autotune: bool,
-    /// Where autotune results are kept (none: not kept).
-    pub autotune_cache_dir: Option<PathBuf>,
-    /// End-of-sequence tokens (the tokenizer's, and the model's `eos_token_id` list).
-    pub eos: Vec<u32>,
-}
-
-impl EngineArgs {
-    /// `sparrow serve`'s defaults for `model_path` (one compute thread): callers that drive
-    /// the engine directly change only what they need with struct-update syntax.
-    pub fn new(model_path: PathBuf) -> Self {
-        EngineArgs {
-            model_path,
-            threads: 1,
-            page_size: 1,
-            max_total_tokens: None,
-            kv_cache_gb: 4.0,
-            max_running_requests: None,
-            chunked_prefill_size: 512,
-            max_prefill_tokens: 16384,
-            context_length: None,
-            disable_radix_cache: false,
-            schedule_policy: SchedulePolicy::Fcfs,
-            attention_backend: "auto".into(),
-            nsa_prefill_backend: "sparse".into(),
-            nsa_decode_backend: "sparse".into(),
-            moe_runner_backend: "auto".into(),
-            disable_autotune: false,
-            autotune_cache_dir: None,
-            eos: Vec::new(),
-        }
-    }
-}
-
-/// Largest `--max-running-requests` accepted (request slots are 32-bit and preallocated).
-pub const MAX_RUNNING_LIMIT: usize = 1 << 16;
-
-/// Derives the scheduler configuration from flags and the model, as SGLang does
-/// (`model_executor/model_runner.py`): the request pool holds
-/// `clamp(max_total_tokens / context_len · 512, 2048, 4096)` rows and
-/// `max_running_requests = min(max_total_tokens / 2, that)` unless given.
-///
-/// # Errors
-/// [`EngineError::Config`] for contradicting flags.
-pub fn derive_config(
-    args: &EngineArgs,
-    bytes_per_token: usize,
-    model_ctx: usize,
-) -> Result<SchedulerConfig, EngineError> {
-    let cerr = |m: String| Err(EngineError::Config(m));
-    if !(1..=4096).contains(&args.page_size) {
-        return cerr(format!("--page-size {} must be between 1 and 4096", args.page_size));
-    }
-    if bytes_per_token == 0 {
-        return cerr("the model's KV layout has no bytes per token (no layers?)".into());
-    }
-    let ctx = args.context_length.unwrap_or(model_ctx);
-    if ctx == 0 || ctx > model_ctx {
-        return cerr(format!("--context-length {ctx} must be between 1 and the model's {model_ctx}"));
-    }
-    let total = match args.max_total_tokens {
-        Some(t) => t,
-        None => {
-            if args.kv_cache_gb.is_nan() || args.kv_cache_gb <= 0.0 {
-                return cerr(format!("--kv-cache-gb {} must be positive", args.kv_cache_gb));
-            }
-            (args.kv_cache_gb * (1u64 << 30) as f64 / bytes_per_token as f64) as usize
-        }
-    };
-    let num_pages = total / args.page_size;
-    if num_pages == 0 {
-        return cerr(format!("a KV pool of {total} tokens holds no page of {} tokens", args.page_size));
-    }
-    let total = num_pages * args.page_size;
-    if (num_pages + 1) * args.page_size > u32::MAX as usize {
-        return cerr(format!("a KV pool of {total} tokens exceeds the 32-bit slot index space"));
-    }
-    let req_pool = (total as f64 / ctx as f64 * 512.0) as usize;
-    let req_pool = req_pool.clamp(2048, 4096);
-    let max_running = match args.max_running_requests {
-        Some(0) => return cerr("--max-running-requests must be at least 1".into()),
-        Some(m) if m > MAX_RUNNING_LIMIT => {
-            return cerr(format!("--max-running-requests {m} is above the limit of {MAX_RUNNING_LIMIT}"))
-        }
-        Some(m) => m,
-        None => (total / 2).min(req_pool).max(1),
-    };
-    if args.chunked_prefill_size == 0 || args.max_prefill_tokens == 0 {
-        return cerr("--chunked-prefill-size and --max-prefill-tokens must be positive".into());
-    }
-    Ok(SchedulerConfig {
-        page_size: args.page_size,
-        num_pages,
-        max_running_requests: max_running,
-        chunked_prefill_size: args.chunked_prefill_size,
-        max_prefill_tokens: args.max_prefill_tokens,
-        context_length: ctx,
-        disable_radix_cache: args.disable_radix_cache,
-        policy: args.schedule_policy,
-    })
 }
 
 /// A running engine. Cloning shares the same thread.
@@ -217,20 +80,15 @@ impl Engine {
         isa: &'static str,
     ) -> Result<Engine, EngineError> {
         let needs = model.attention_needs();
-        let caps = if args.attention_backend == "auto" {
-            BACKENDS
+        let caps = match args.attention_backend {
+            AttentionBackend::Auto => BACKENDS
                 .iter()
                 .find(|b| b.kinds.contains(&needs.kind))
-                .ok_or_else(|| EngineError::Incompatible(format!("no attention backend implements {:?}", needs.kind)))?
-        } else {
-            BACKENDS.iter().find(|b| b.name == args.attention_backend).ok_or_else(|| {
-                let names: Vec<&str> = BACKENDS.iter().map(|b| b.name).collect();
-                EngineError::Config(format!(
-                    "unknown --attention-backend {:?} (have: auto, {})",
-                    args.attention_backend,
-                    names.join(", ")
-                ))
-            })?
+                .ok_or_else(|| EngineError::Incompatible(format!("no attention backend implements {:?}", needs.kind)))?,
+            named => BACKENDS
+                .iter()
+                .find(|b| b.name == named.name())
+                .ok_or_else(|| EngineError::Internal(format!("backend {:?} is not registered", named.name())))?,
         };
         check_compat(&needs, caps)?;
         let info = model.info().clone();
@@ -303,27 +161,12 @@ impl Engine {
 /// # Errors
 /// Unreadable or unsupported checkpoints, unknown backend names.
 pub fn load_model(args: &EngineArgs) -> Result<(Box<dyn Model>, &'static str, serde_json::Value), EngineError> {
-    use crate::model::glm5::{AttnImpl, Glm5Model, Glm5Options, MoeChoice, MoeImpl};
+    use crate::model::glm5::{Glm5Model, Glm5Options, MoeChoice, MoeImpl};
     let p = &args.model_path;
-    // Checked for every model, so a typo is caught even where the flag has no effect.
-    let prefill_attn = AttnImpl::parse("--nsa-prefill-backend", &args.nsa_prefill_backend)?;
-    let decode_attn = AttnImpl::parse("--nsa-decode-backend", &args.nsa_decode_backend)?;
-    let fixed = match args.moe_runner_backend.as_str() {
-        "auto" => None,
-        "token_major" => Some(MoeImpl::TokenMajor),
-        "expert_major" => Some(MoeImpl::ExpertMajor),
-        other => {
-            return Err(EngineError::Config(format!(
-                "--moe-runner-backend {other:?} is unknown (have: auto, token_major, expert_major{})",
-                if ["triton", "triton_kernel", "deep_gemm", "cutlass"].contains(&other)
-                    || other.starts_with("flashinfer")
-                {
-                    "; SGLang's CUDA MoE kernels do not exist in this CPU build"
-                } else {
-                    ""
-                }
-            )))
-        }
+    let (prefill_attn, decode_attn) = (args.nsa_prefill_backend, args.nsa_decode_backend);
+    let fixed = match args.moe_runner_backend {
+        MoeRunner::Auto => None,
+        MoeRunner::Fixed(m) => Some(m),
     };
     if p.is_dir() {
         let cfg = crate::checkpoint::hf::read_json(&p.join("config.json"))?;
@@ -337,8 +180,8 @@ pub fn load_model(args: &EngineArgs) -> Result<(Box<dyn Model>, &'static str, se
                 };
                 let mut m = Glm5Model::load(p, args.threads, opts.clone())?;
                 let mut notes = serde_json::json!({
-                    "nsa_prefill_backend": args.nsa_prefill_backend,
-                    "nsa_decode_backend": args.nsa_decode_backend,
+                    "nsa_prefill_backend": args.nsa_prefill_backend.name(),
+                    "nsa_decode_backend": args.nsa_decode_backend.name(),
                 });
                 let moe = match fixed {
                     Some(f) => {

@@ -18,6 +18,7 @@ pub mod autotune;
 pub mod batch;
 pub mod engine;
 pub mod checkpoint;
+pub mod config;
 pub mod kv;
 pub mod model;
 pub mod sampler;

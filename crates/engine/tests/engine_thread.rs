@@ -15,7 +15,7 @@ fn args() -> EngineArgs {
         kv_cache_gb: 1.0,
         chunked_prefill_size: 64,
         max_prefill_tokens: 64,
-        attention_backend: "cpu".into(),
+        attention_backend: sparrow_engine::config::AttentionBackend::Cpu,
         disable_autotune: true,
         ..EngineArgs::new("unused".into())
     }

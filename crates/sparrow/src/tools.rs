@@ -411,7 +411,7 @@ pub fn perplexity(a: &PerplexityArgs) -> anyhow::Result<()> {
         kv_cache_gb: 1.0,
         max_prefill_tokens: 512,
         disable_radix_cache: true,
-        moe_runner_backend: "expert_major".into(),
+        moe_runner_backend: sparrow_engine::config::MoeRunner::Fixed(sparrow_engine::config::MoeImpl::ExpertMajor),
         disable_autotune: true,
         ..sparrow_engine::engine::EngineArgs::new(model_path.clone())
     };

@@ -57,7 +57,7 @@ impl TestServer {
             chunked_prefill_size: o.chunked_prefill_size,
             context_length: o.context_length,
             disable_radix_cache: o.disable_radix_cache,
-            attention_backend: "cpu".into(),
+            attention_backend: sparrow_engine::config::AttentionBackend::Cpu,
             disable_autotune: true,
             eos: tok.eos().map(|(id, _)| id).into_iter().collect(),
             ..EngineArgs::new(gguf())

@@ -127,12 +127,13 @@ pub enum AttentionBackend {
 }
 
 impl AttentionBackend {
-    /// The engine's backend name, `None` for SGLang's GPU backends.
-    pub fn engine_name(self) -> Option<&'static str> {
+    /// The engine's backend, `None` for SGLang's GPU backends.
+    pub fn engine(self) -> Option<sparrow_engine::config::AttentionBackend> {
+        use sparrow_engine::config::AttentionBackend as E;
         match self {
-            AttentionBackend::Auto => Some("auto"),
-            AttentionBackend::Cpu => Some("cpu"),
-            AttentionBackend::Nsa | AttentionBackend::Dsa => Some("nsa"),
+            AttentionBackend::Auto => Some(E::Auto),
+            AttentionBackend::Cpu => Some(E::Cpu),
+            AttentionBackend::Nsa | AttentionBackend::Dsa => Some(E::Nsa),
             _ => None,
         }
     }
@@ -172,11 +173,12 @@ pub enum NsaBackend {
 }
 
 impl NsaBackend {
-    /// The engine's name, `None` for SGLang's kernels.
-    pub fn engine_name(self) -> Option<&'static str> {
+    /// The engine's implementation, `None` for SGLang's kernels.
+    pub fn engine(self) -> Option<sparrow_engine::config::AttnImpl> {
+        use sparrow_engine::config::AttnImpl as E;
         match self {
-            NsaBackend::Sparse => Some("sparse"),
-            NsaBackend::Dense => Some("dense"),
+            NsaBackend::Sparse => Some(E::Sparse),
+            NsaBackend::Dense => Some(E::Dense),
             _ => None,
         }
     }
@@ -259,12 +261,13 @@ pub enum MoeRunnerBackend {
 }
 
 impl MoeRunnerBackend {
-    /// The engine's name, `None` for SGLang's GPU runners.
-    pub fn engine_name(self) -> Option<&'static str> {
+    /// The engine's runner, `None` for SGLang's GPU runners.
+    pub fn engine(self) -> Option<sparrow_engine::config::MoeRunner> {
+        use sparrow_engine::config::{MoeImpl, MoeRunner as E};
         match self {
-            MoeRunnerBackend::Auto => Some("auto"),
-            MoeRunnerBackend::TokenMajor => Some("token_major"),
-            MoeRunnerBackend::ExpertMajor => Some("expert_major"),
+            MoeRunnerBackend::Auto => Some(E::Auto),
+            MoeRunnerBackend::TokenMajor => Some(E::Fixed(MoeImpl::TokenMajor)),
+            MoeRunnerBackend::ExpertMajor => Some(E::Fixed(MoeImpl::ExpertMajor)),
             _ => None,
         }
     }
@@ -369,7 +372,7 @@ impl ServeArgs {
                 spelled(self.schedule_policy)
             ));
         }
-        if self.attention_backend.engine_name().is_none() {
+        if self.attention_backend.engine().is_none() {
             return Err(format!(
                 "--attention-backend {} is an SGLang attention backend that sparrow serve does not support \
                  (a GPU kernel; have: auto, cpu, dsa/nsa)",
@@ -379,7 +382,7 @@ impl ServeArgs {
         for (flag, b) in
             [("--nsa-prefill-backend", self.nsa_prefill_backend), ("--nsa-decode-backend", self.nsa_decode_backend)]
         {
-            if b.engine_name().is_none() {
+            if b.engine().is_none() {
                 return Err(format!(
                     "{flag} {} is one of SGLang's GPU kernels; sparrow's CPU DSA attention has sparse (reads the \
                      top-k slots) and dense (scores all, masks)",
@@ -387,7 +390,7 @@ impl ServeArgs {
                 ));
             }
         }
-        if self.moe_runner_backend.engine_name().is_none() {
+        if self.moe_runner_backend.engine().is_none() {
             return Err(format!(
                 "--moe-runner-backend {} is an SGLang MoE runner backend that sparrow serve does not support \
                  (a GPU kernel; have: auto, token_major, expert_major)",

@@ -99,10 +99,10 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
             _ => SchedulePolicy::Fcfs,
         },
         // `check` refused the values without an engine name.
-        attention_backend: a.attention_backend.engine_name().unwrap_or_default().into(),
-        nsa_prefill_backend: a.nsa_prefill_backend.engine_name().unwrap_or_default().into(),
-        nsa_decode_backend: a.nsa_decode_backend.engine_name().unwrap_or_default().into(),
-        moe_runner_backend: a.moe_runner_backend.engine_name().unwrap_or_default().into(),
+        attention_backend: engine_value("--attention-backend", a.attention_backend.engine())?,
+        nsa_prefill_backend: engine_value("--nsa-prefill-backend", a.nsa_prefill_backend.engine())?,
+        nsa_decode_backend: engine_value("--nsa-decode-backend", a.nsa_decode_backend.engine())?,
+        moe_runner_backend: engine_value("--moe-runner-backend", a.moe_runner_backend.engine())?,
         disable_autotune: a.disable_autotune,
         autotune_cache_dir: sparrow_assets::cache_root().ok().map(|d| d.join("autotune")),
         eos: eos_ids(&model_path, &tokenizer),
@@ -222,4 +222,9 @@ mod tests {
         assert_eq!(eos_ids(dir.path(), &tok), vec![own, 154820, 154827, 154829]);
         assert_eq!(eos_ids(&gguf, &tok), vec![own], "a GGUF file has only the tokenizer's");
     }
+}
+
+/// The engine's value of a flag whose SGLang-only values `check` has already refused.
+fn engine_value<T>(flag: &str, v: Option<T>) -> anyhow::Result<T> {
+    v.ok_or_else(|| anyhow::anyhow!("{flag}: an SGLang GPU value that `check` should have refused"))
 }

@@ -145,7 +145,7 @@ fn every_sglang_value_of_a_taken_flag_is_taken_or_refused_by_name() {
     let a = parse(&words("--schedule-policy lpm --attention-backend dsa --moe-runner-backend auto")).expect("ok");
     assert_eq!(a.schedule_policy, Policy::Lpm);
     assert_eq!(a.attention_backend, AttentionBackend::Dsa);
-    assert_eq!(a.attention_backend.engine_name(), Some("nsa"));
+    assert_eq!(a.attention_backend.engine(), Some(sparrow_engine::config::AttentionBackend::Nsa));
     assert_eq!(a.moe_runner_backend, MoeRunnerBackend::Auto);
     let e = parse(&words("--attention-backend fa3")).expect_err("GPU backend");
     assert!(e.starts_with("--attention-backend fa3 is an SGLang attention backend"), "{e}");

@@ -1,0 +1,189 @@
+//! Engine configuration: the typed, validated start-up options (`sparrow serve` turns its raw
+//! flags into [`EngineArgs`]; nothing here parses strings), and the scheduler configuration
+//! derived from them and the model, returned by [`derive_config`] and never written back.
+
+use std::path::PathBuf;
+
+pub use crate::model::glm5::{AttnImpl, MoeImpl};
+use crate::scheduler::{SchedulePolicy, SchedulerConfig};
+use crate::EngineError;
+
+/// `--attention-backend`: a backend of [`crate::model::BACKENDS`], or the first one that
+/// implements the model's attention.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttentionBackend {
+    /// The first registered backend whose capabilities cover the model.
+    Auto,
+    /// `cpu`: GQA over the paged cache.
+    Cpu,
+    /// `nsa`: MLA + DeepSeek sparse attention.
+    Nsa,
+}
+
+impl AttentionBackend {
+    /// The backend's registered name (`auto` for [`AttentionBackend::Auto`]).
+    pub fn name(self) -> &'static str {
+        match self {
+            AttentionBackend::Auto => "auto",
+            AttentionBackend::Cpu => "cpu",
+            AttentionBackend::Nsa => "nsa",
+        }
+    }
+}
+
+/// `--moe-runner-backend`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MoeRunner {
+    /// Chosen per batch-size bucket by the start-up autotune (a fixed rule when it is off).
+    Auto,
+    /// Always this implementation.
+    Fixed(MoeImpl),
+}
+
+/// Start-up options (the `sparrow serve` flags that concern the engine).
+#[derive(Debug, Clone)]
+pub struct EngineArgs {
+    /// GGUF model file.
+    pub model_path: PathBuf,
+    /// Compute threads (caller included).
+    pub threads: usize,
+    /// Slots per KV page.
+    pub page_size: usize,
+    /// KV pool size in tokens; derived from `kv_cache_gb` when `None`.
+    pub max_total_tokens: Option<usize>,
+    /// KV memory budget in GiB (used when `max_total_tokens` is `None`).
+    pub kv_cache_gb: f64,
+    /// Derived from the pool the way SGLang derives it when `None`.
+    pub max_running_requests: Option<usize>,
+    /// Prefill chunk size in tokens.
+    pub chunked_prefill_size: usize,
+    /// Prefill tokens per batch.
+    pub max_prefill_tokens: usize,
+    /// Overrides the model's context length (must not exceed it).
+    pub context_length: Option<usize>,
+    /// Radix prefix cache off.
+    pub disable_radix_cache: bool,
+    /// Admission order.
+    pub schedule_policy: SchedulePolicy,
+    /// Attention backend (`Auto` picks the first backend that implements the model's
+    /// attention).
+    pub attention_backend: AttentionBackend,
+    /// DSA attention for EXTEND rows.
+    pub nsa_prefill_backend: AttnImpl,
+    /// DSA attention for DECODE rows.
+    pub nsa_decode_backend: AttnImpl,
+    /// MoE implementation: autotuned per batch size (or a fixed rule when autotune is off), or
+    /// one fixed implementation.
+    pub moe_runner_backend: MoeRunner,
+    /// Skip the start-up MoE autotune.
+    pub disable_autotune: bool,
+    /// Where autotune results are kept (none: not kept).
+    pub autotune_cache_dir: Option<PathBuf>,
+    /// End-of-sequence tokens (the tokenizer's, and the model's `eos_token_id` list).
+    pub eos: Vec<u32>,
+}
+
+impl EngineArgs {
+    /// `sparrow serve`'s defaults for `model_path` (one compute thread): callers that drive
+    /// the engine directly change only what they need with struct-update syntax.
+    pub fn new(model_path: PathBuf) -> Self {
+        EngineArgs {
+            model_path,
+            threads: 1,
+            page_size: 1,
+            max_total_tokens: None,
+            kv_cache_gb: 4.0,
+            max_running_requests: None,
+            chunked_prefill_size: 512,
+            max_prefill_tokens: 16384,
+            context_length: None,
+            disable_radix_cache: false,
+            schedule_policy: SchedulePolicy::Fcfs,
+            attention_backend: AttentionBackend::Auto,
+            nsa_prefill_backend: AttnImpl::Sparse,
+            nsa_decode_backend: AttnImpl::Sparse,
+            moe_runner_backend: MoeRunner::Auto,
+            disable_autotune: false,
+            autotune_cache_dir: None,
+            eos: Vec::new(),
+        }
+    }
+}
+
+/// Largest `--max-running-requests` accepted (request slots are 32-bit and preallocated).
+pub const MAX_RUNNING_LIMIT: usize = 1 << 16;
+
+/// Derives the scheduler configuration from flags and the model, as SGLang does
+/// (`model_executor/model_runner.py`): the request pool holds
+/// `clamp(max_total_tokens / context_len · 512, 2048, 4096)` rows and
+/// `max_running_requests = min(max_total_tokens / 2, that)` unless given.
+///
+/// # Errors
+/// [`EngineError::Config`] for contradicting flags.
+pub fn derive_config(
+    args: &EngineArgs,
+    bytes_per_token: usize,
+    model_ctx: usize,
+) -> Result<SchedulerConfig, EngineError> {
+    let cerr = |m: String| Err(EngineError::Config(m));
+    if !(1..=4096).contains(&args.page_size) {
+        return cerr(format!("--page-size {} must be between 1 and 4096", args.page_size));
+    }
+    if bytes_per_token == 0 {
+        return cerr("the model's KV layout has no bytes per token (no layers?)".into());
+    }
+    let ctx = args.context_length.unwrap_or(model_ctx);
+    if ctx == 0 || ctx > model_ctx {
+        return cerr(format!("--context-length {ctx} must be between 1 and the model's {model_ctx}"));
+    }
+    let total = match args.max_total_tokens {
+        Some(t) => t,
+        None => {
+            if args.kv_cache_gb.is_nan() || args.kv_cache_gb <= 0.0 {
+                return cerr(format!("--kv-cache-gb {} must be positive", args.kv_cache_gb));
+            }
+            (args.kv_cache_gb * (1u64 << 30) as f64 / bytes_per_token as f64) as usize
+        }
+    };
+    let num_pages = total / args.page_size;
+    if num_pages == 0 {
+        return cerr(format!("a KV pool of {total} tokens holds no page of {} tokens", args.page_size));
+    }
+    let total = num_pages * args.page_size;
+    if (num_pages + 1) * args.page_size > u32::MAX as usize {
+        return cerr(format!("a KV pool of {total} tokens exceeds the 32-bit slot index space"));
+    }
+    let req_pool = (total as f64 / ctx as f64 * 512.0) as usize;
+    let req_pool = req_pool.clamp(2048, 4096);
+    let max_running = match args.max_running_requests {
+        Some(0) => return cerr("--max-running-requests must be at least 1".into()),
+        Some(m) if m > MAX_RUNNING_LIMIT => {
+            return cerr(format!("--max-running-requests {m} is above the limit of {MAX_RUNNING_LIMIT}"))
+        }
+        Some(m) => m,
+        None => (total / 2).min(req_pool).max(1),
+    };
+    if args.chunked_prefill_size == 0 || args.max_prefill_tokens == 0 {
+        return cerr("--chunked-prefill-size and --max-prefill-tokens must be positive".into());
+    }
+    Ok(SchedulerConfig {
+        page_size: args.page_size,
+        num_pages,
+        max_running_requests: max_running,
+        chunked_prefill_size: args.chunked_prefill_size,
+        max_prefill_tokens: args.max_prefill_tokens,
+        context_length: ctx,
+        disable_radix_cache: args.disable_radix_cache,
+        policy: args.schedule_policy,
+    })
+}
+
+impl AttnImpl {
+    /// Flag spelling (`sparse`, `dense`).
+    pub fn name(self) -> &'static str {
+        match self {
+            AttnImpl::Sparse => "sparse",
+            AttnImpl::Dense => "dense",
+        }
+    }
+}
