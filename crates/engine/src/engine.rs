@@ -14,12 +14,12 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+pub use crate::config::{derive_config, AttentionBackend, EngineArgs, MoeRunner, MAX_RUNNING_LIMIT};
 use crate::kv::KvStore;
-use crate::model::llama::LlamaModel;
+pub use crate::model::load::load_model;
 use crate::model::{check_compat, Model, ModelInfo, BACKENDS};
 use crate::request::{FinishReason, NewRequest, Output};
 use crate::scheduler::{Scheduler, SchedulerConfig, SchedulerStats};
-pub use crate::config::{derive_config, AttentionBackend, EngineArgs, MoeRunner, MAX_RUNNING_LIMIT};
 use crate::EngineError;
 
 /// Receives a request's outputs on the engine thread; returns `false` once nobody listens.
@@ -81,10 +81,9 @@ impl Engine {
     ) -> Result<Engine, EngineError> {
         let needs = model.attention_needs();
         let caps = match args.attention_backend {
-            AttentionBackend::Auto => BACKENDS
-                .iter()
-                .find(|b| b.kinds.contains(&needs.kind))
-                .ok_or_else(|| EngineError::Incompatible(format!("no attention backend implements {:?}", needs.kind)))?,
+            AttentionBackend::Auto => BACKENDS.iter().find(|b| b.kinds.contains(&needs.kind)).ok_or_else(|| {
+                EngineError::Incompatible(format!("no attention backend implements {:?}", needs.kind))
+            })?,
             named => BACKENDS
                 .iter()
                 .find(|b| b.name == named.name())
@@ -150,92 +149,6 @@ impl Engine {
     /// Kernel instruction set name.
     pub fn isa(&self) -> &'static str {
         self.isa
-    }
-}
-
-/// Loads the model `args.model_path` names: a GGUF file (Llama family), or a Hugging Face
-/// checkpoint directory whose `config.json` says `glm_moe_dsa` (GLM-5) or `llama`. For GLM-5
-/// the NSA backends and the MoE implementation are applied, autotuning the MoE choice unless
-/// told otherwise. Returns the model, its kernel ISA name, and start-up notes.
-///
-/// # Errors
-/// Unreadable or unsupported checkpoints, unknown backend names.
-pub fn load_model(args: &EngineArgs) -> Result<(Box<dyn Model>, &'static str, serde_json::Value), EngineError> {
-    use crate::model::glm5::{Glm5Model, Glm5Options, MoeChoice, MoeImpl};
-    let p = &args.model_path;
-    let (prefill_attn, decode_attn) = (args.nsa_prefill_backend, args.nsa_decode_backend);
-    let fixed = match args.moe_runner_backend {
-        MoeRunner::Auto => None,
-        MoeRunner::Fixed(m) => Some(m),
-    };
-    if p.is_dir() {
-        let cfg = crate::checkpoint::hf::read_json(&p.join("config.json"))?;
-        let mt = cfg.get("model_type").and_then(|v| v.as_str()).unwrap_or("").to_owned();
-        match mt.as_str() {
-            "glm_moe_dsa" => {
-                let opts = Glm5Options {
-                    prefill_attn,
-                    decode_attn,
-                    moe: MoeChoice::Fixed(fixed.unwrap_or(MoeImpl::ExpertMajor)),
-                };
-                let mut m = Glm5Model::load(p, args.threads, opts.clone())?;
-                let mut notes = serde_json::json!({
-                    "nsa_prefill_backend": args.nsa_prefill_backend.name(),
-                    "nsa_decode_backend": args.nsa_decode_backend.name(),
-                });
-                let moe = match fixed {
-                    Some(f) => {
-                        notes["moe_runner_backend"] = f.name().into();
-                        MoeChoice::Fixed(f)
-                    }
-                    None if m.first_moe().is_none() => {
-                        notes["moe_runner_backend"] = "auto (no MoE layer)".into();
-                        MoeChoice::Fixed(MoeImpl::ExpertMajor)
-                    }
-                    None if args.disable_autotune => {
-                        // Without timings: a GEMV per pair for one token, grouped GEMMs beyond.
-                        notes["moe_runner_backend"] =
-                            "auto (autotune disabled: token_major for 1 token, expert_major beyond)".into();
-                        MoeChoice::Buckets(vec![(1, MoeImpl::TokenMajor), (usize::MAX, MoeImpl::ExpertMajor)])
-                    }
-                    None => {
-                        let max_tokens = args.chunked_prefill_size.min(args.max_prefill_tokens).clamp(1, 1024);
-                        let bl = crate::autotune::buckets(max_tokens);
-                        let key = crate::autotune::key(&m, bl.last().copied().unwrap_or(1));
-                        let cached =
-                            args.autotune_cache_dir.as_deref().and_then(|d| crate::autotune::load(d, &key, &bl));
-                        let (tune, source) = match cached {
-                            Some(t) => (t, "cache"),
-                            None => (crate::autotune::tune(&m, &bl, args.autotune_cache_dir.as_deref())?, "measured"),
-                        };
-                        notes["moe_runner_backend"] = "auto".into();
-                        notes["moe_autotune"] = serde_json::json!({
-                            "source": source,
-                            "key": tune.key,
-                            "file": args.autotune_cache_dir.as_ref().map(|d| d.join(format!("{}.json", tune.key))),
-                            "summary": tune.summary(),
-                        });
-                        MoeChoice::Buckets(tune.choices())
-                    }
-                };
-                m.set_options(Glm5Options { moe, ..opts });
-                let isa = m.isa().name();
-                Ok((Box::new(m), isa, notes))
-            }
-            "llama" => {
-                let m = LlamaModel::load_hf(p, args.threads)?;
-                let isa = m.isa().name();
-                Ok((Box::new(m), isa, serde_json::Value::Null))
-            }
-            other => Err(EngineError::Model(format!(
-                "{}: model_type {other:?} is not supported (glm_moe_dsa and llama checkpoints, or Llama GGUF files)",
-                p.display()
-            ))),
-        }
-    } else {
-        let m = LlamaModel::load(p, args.threads)?;
-        let isa = m.isa().name();
-        Ok((Box::new(m), isa, serde_json::Value::Null))
     }
 }
 

@@ -1,28 +1,40 @@
-//! Sparrow's engine: one thread owns the scheduler, the paged KV cache and the model runner.
+//! Sparrow's serving engine: one thread owns the scheduler, the paged KV cache and the model
+//! runner. Kernels, formats and the thread pool live in `sparrow-cpu`; offline tools
+//! (quantization, calibration, perplexity) in `sparrow-convert`.
 //!
 //! Modules, bottom up:
-//! - [`quant`]: GGML block formats and the affine 4/8-bit layout the kernels use;
-//! - [`kernels`]: batched quantized matmul (AVX-512 VNNI / AVX2 / scalar), attention helpers;
-//! - [`pool`]: the fork-join thread pool that runs the kernels;
-//! - [`kv_cache`]: page allocator, per-layer KV storage generic over the cache layout;
-//! - [`radix`]: the radix prefix cache over pages;
+//! - [`request`]: the request boundary: `NewRequest` in, `Output` events (`Started`, `Token`,
+//!   `Finished`) out;
+//! - [`config`]: typed start-up options (`EngineArgs`) and the derived scheduler configuration;
+//! - [`checkpoint`]: model files (HF directory with safetensors / ModelOpt NVFP4; GGUF), the one
+//!   place files are opened and mapped;
+//! - [`kv`]: pages, page allocator, per-layer KV storage by layout, and [`kv::radix`], the radix
+//!   prefix cache;
 //! - [`batch`]: `ForwardBatch`, the complete per-step metadata, and its validator;
-//! - [`model`]: the `Model` trait, capability checks, and the Llama GGUF model;
-//! - [`nvfp4`]: ModelOpt NVFP4 weights (E2M1 + E4M3 block scales) and their quantizer, the
-//!   first piece of the GLM-5 work;
-//! - [`sampler`]: temperature / top-k / top-p / min-p sampling, seeded per request;
-//! - [`scheduler`]: continuous batching, chunked prefill, retraction;
-//! - [`engine`]: the engine thread and its typed command channel.
+//! - [`model`]: the `Model` trait, attention backends by capability, the start-up compatibility
+//!   check, the calibration observer hook, and the models (Llama, GLM-5);
+//! - [`autotune`]: MoE implementation timed per batch-size bucket at start-up;
+//! - [`sampler`]: greedy / temperature / top-k / top-p / min-p sampling, seeded per request;
+//! - [`scheduler`]: continuous batching: `schedule()` (retraction, chunked prefill, admission,
+//!   batch building) and `postprocess()` (sampling, finishing);
+//! - [`engine`]: the engine thread, its typed command channel and panic containment;
+//! - [`testing`]: the fake model the scheduler and engine tests share.
+//!
+//! ```text
+//! request ─► engine thread ─► Scheduler::schedule ─► ForwardBatch::validate ─► Model::forward
+//!                 ▲                                                                 │
+//!                 └──── Output (Started / Token / Finished) ◄── Scheduler::postprocess ◄┘
+//! ```
 
 pub mod autotune;
 pub mod batch;
-pub mod engine;
 pub mod checkpoint;
 pub mod config;
+pub mod engine;
 pub mod kv;
 pub mod model;
-pub mod sampler;
 pub mod request;
+pub mod sampler;
 pub mod scheduler;
 pub mod testing;
 

@@ -6,6 +6,7 @@
 
 pub mod glm5;
 pub mod llama;
+pub mod load;
 pub mod observer;
 
 use crate::batch::ForwardBatch;
