@@ -5,6 +5,7 @@
 //! - [`dataset`]: prompt sets (ShareGPT, random, random-ids, generated-shared-prefix, custom,
 //!   openai, mooncake).
 //! - [`schedule`]: arrival times (Poisson / gamma burstiness) on absolute offsets.
+//! - [`body`]: the request body per API, with the overrides merged over it.
 //! - [`client`]: one request per backend dialect, streamed chunk by chunk, failures classified.
 //! - [`record`]: what was observed of one request; [`metrics`]: the math over records;
 //!   [`report`]: SGLang's printed block and JSONL line.
@@ -42,6 +43,7 @@ macro_rules! errln {
 }
 
 pub mod args;
+pub mod body;
 pub mod client;
 pub mod dataset;
 pub mod metrics;

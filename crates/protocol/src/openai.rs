@@ -1,11 +1,13 @@
 //! OpenAI-compatible response bodies and stream chunks (OpenAI API reference: "The completion
 //! object", "The chat completion object", "The chat completion chunk object", "List models"),
 //! with the fields SGLang adds (`matched_stop`, `max_model_len`; upstream
-//! `python/sglang/srt/entrypoints/openai/protocol.py`).
+//! `python/sglang/srt/entrypoints/openai/protocol.py`), and the request bodies a benchmark
+//! client sends.
 //!
 //! Field order is key order on the wire. These types only serialize and borrow what they
 //! render, so a stream chunk costs one pass of the serializer and no intermediate JSON value:
-//! a server keeps its text and ids and points at them. Clients read other servers' frames,
+//! a server keeps its text and ids and points at them. Requests are parsed field by field by
+//! the server (to name the bad field in its errors), and clients read other servers' frames,
 //! whose shapes vary, with their own lenient readers.
 
 use serde::Serialize;
@@ -150,6 +152,83 @@ pub struct ModelList<'a> {
     pub object: &'a str,
     /// The served models.
     pub data: &'a [ModelCard<'a>],
+}
+
+/// `stream_options` of a streaming request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct StreamOptions {
+    /// Ask for one final chunk with `choices: []` and the request's `usage`.
+    pub include_usage: bool,
+    /// vLLM extension: a cumulative `usage` on every chunk, which tells how many tokens each
+    /// chunk carries.
+    pub continuous_usage_stats: bool,
+}
+
+/// The prompt of a `/v1/completions` request: a string or a list of token ids.
+#[derive(Debug, Clone, Copy, Serialize)]
+#[serde(untagged)]
+pub enum Prompt<'a> {
+    /// Text, tokenized by the server.
+    Text(&'a str),
+    /// Token ids, sent as they are.
+    Ids(&'a [u32]),
+}
+
+/// Body of `POST /v1/completions` with the fields a benchmark sets (others are merged in by
+/// the caller).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct CompletionRequest<'a> {
+    /// Model id from `/v1/models`.
+    pub model: &'a str,
+    /// Sampling temperature; 0 is greedy.
+    pub temperature: f64,
+    /// Upper bound on generated tokens.
+    pub max_tokens: u64,
+    /// Stream the answer as SSE chunks.
+    pub stream: bool,
+    /// SGLang/vLLM extension: generate through EOS, up to `max_tokens`.
+    pub ignore_eos: bool,
+    /// Nucleus sampling mass; absent means 1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f64>,
+    /// The prompt.
+    pub prompt: Prompt<'a>,
+    /// Streaming options; absent on a non-streamed request (servers refuse them there).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream_options: Option<StreamOptions>,
+}
+
+/// One chat message with text content: `{"role", "content"}`.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct ChatMessage<'a> {
+    /// `system`, `user`, `assistant`, ...
+    pub role: &'a str,
+    /// The message text.
+    pub content: &'a str,
+}
+
+/// Body of `POST /v1/chat/completions` with the fields a benchmark sets; `M` is the message
+/// type ([`ChatMessage`], or a JSON value for messages passed through as a dataset has them).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct ChatCompletionRequest<'a, M> {
+    /// Model id from `/v1/models`.
+    pub model: &'a str,
+    /// Sampling temperature; 0 is greedy.
+    pub temperature: f64,
+    /// Upper bound on generated tokens.
+    pub max_tokens: u64,
+    /// Stream the answer as SSE chunks.
+    pub stream: bool,
+    /// SGLang/vLLM extension: generate through EOS, up to `max_tokens`.
+    pub ignore_eos: bool,
+    /// Nucleus sampling mass; absent means 1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f64>,
+    /// The conversation so far.
+    pub messages: &'a [M],
+    /// Streaming options; absent on a non-streamed request.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream_options: Option<StreamOptions>,
 }
 
 #[cfg(test)]

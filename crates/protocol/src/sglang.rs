@@ -1,6 +1,8 @@
-//! SGLang's native response bodies: `POST /generate` (upstream
-//! `python/sglang/srt/managers/tokenizer_manager.py` builds its `meta_info`), `/get_model_info`,
-//! `/get_server_info`, `/tokenize` and `/detokenize` (`python/sglang/srt/entrypoints/http_server.py`).
+//! SGLang's native API: the `POST /generate` request (upstream
+//! `python/sglang/srt/managers/io_struct.py`, `GenerateReqInput`) and answer
+//! (`python/sglang/srt/managers/tokenizer_manager.py` builds its `meta_info`), and the bodies
+//! of `/get_model_info`, `/get_server_info`, `/tokenize` and `/detokenize`
+//! (`python/sglang/srt/entrypoints/http_server.py`).
 //!
 //! A streamed `/generate` sends SSE frames whose `text` is the whole text so far (not a
 //! delta) and whose `meta_info.completion_tokens` counts every token so far; the stream ends
@@ -15,6 +17,36 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::openai::MatchedStop;
+
+/// `sampling_params` of a `/generate` request, with the fields a benchmark sets (SGLang's
+/// `SamplingParams` names).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct SamplingParams {
+    /// Sampling temperature; 0 is greedy.
+    pub temperature: f64,
+    /// Upper bound on generated tokens.
+    pub max_new_tokens: u64,
+    /// Generate through EOS, up to `max_new_tokens`.
+    pub ignore_eos: bool,
+    /// Nucleus sampling mass; absent means 1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f64>,
+}
+
+/// Body of `POST /generate`: exactly one of `text` and `input_ids`.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct GenerateRequest<'a> {
+    /// Sampling parameters.
+    pub sampling_params: SamplingParams,
+    /// Stream frames as tokens are produced.
+    pub stream: bool,
+    /// Prompt text, tokenized by the server.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<&'a str>,
+    /// Prompt token ids.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input_ids: Option<&'a [u32]>,
+}
 
 /// How a `/generate` choice ended (`meta_info.finish_reason`), tagged by `type` first:
 /// `{"type": "stop", "matched": ...}`, `{"type": "length", "length": n}` or
