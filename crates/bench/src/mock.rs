@@ -28,7 +28,9 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use bytes::Bytes;
 use serde_json::{json, Value};
-use sparrow_protocol::sse;
+use serde::Serialize;
+use sparrow_protocol::openai::{ChatDelta, Completion};
+use sparrow_protocol::{sse, ErrorBody, Usage};
 use tokio_util::sync::CancellationToken;
 
 /// How (and whether) an OpenAI-style stream reports token usage.
@@ -346,8 +348,35 @@ enum Step {
     Stall,
 }
 
-fn chunk_json(p: &Plan, s: &MockScript, text: &str, done_tokens: u64, finish: Option<&str>, full_text: &str) -> Value {
-    let usage = json!({"prompt_tokens": 0, "completion_tokens": done_tokens, "total_tokens": done_tokens});
+/// A text choice with only the fields every OpenAI-compatible server sends (no `logprobs`, no
+/// `matched_stop`), so that the client is tested against the least it can get.
+#[derive(Serialize)]
+struct BareTextChoice<'a> {
+    index: u32,
+    text: &'a str,
+    finish_reason: Option<&'a str>,
+}
+
+/// A chat chunk choice, bare as [`BareTextChoice`].
+#[derive(Serialize)]
+struct BareChatChoice<'a> {
+    index: u32,
+    delta: ChatDelta<'a>,
+    finish_reason: Option<&'a str>,
+}
+
+/// A stream chunk of the OpenAI dialects (`object` is a placeholder no client reads).
+fn oai_chunk<C: Serialize>(s: &MockScript, choices: &[C], usage: Option<Usage>) -> String {
+    let c = Completion { id: "mock", object: "chunk", created: 0, model: &s.model_id, choices, usage };
+    // String keys only: serializing cannot fail.
+    serde_json::to_string(&c).unwrap_or_default()
+}
+
+fn scripted_failure() -> ErrorBody {
+    ErrorBody::new("scripted failure", "server_error", 500)
+}
+
+fn chunk_json(p: &Plan, s: &MockScript, text: &str, done_tokens: u64, finish: Option<&str>, full_text: &str) -> String {
     match p.dialect {
         Dialect::Generate => {
             let mut meta = json!({"id": "mock", "prompt_tokens": 0, "completion_tokens": done_tokens, "cached_tokens": 0,
@@ -357,21 +386,17 @@ fn chunk_json(p: &Plan, s: &MockScript, text: &str, done_tokens: u64, finish: Op
                     m.remove("completion_tokens");
                 }
             }
-            json!({"text": full_text, "meta_info": meta, "index": 0})
+            json!({"text": full_text, "meta_info": meta, "index": 0}).to_string()
         }
-        Dialect::Trt => json!({"model_name": "ensemble", "text_output": text}),
+        Dialect::Trt => json!({"model_name": "ensemble", "text_output": text}).to_string(),
         Dialect::Completions | Dialect::Chat => {
-            let choice = if p.dialect == Dialect::Chat {
-                json!({"index": 0, "delta": {"content": text}, "finish_reason": finish})
+            let usage = (s.usage == UsageMode::Continuous).then(|| Usage::new(0, done_tokens, 0));
+            if p.dialect == Dialect::Chat {
+                let delta = ChatDelta { role: None, content: Some(text) };
+                oai_chunk(s, &[BareChatChoice { index: 0, delta, finish_reason: finish }], usage)
             } else {
-                json!({"index": 0, "text": text, "finish_reason": finish})
-            };
-            let mut c =
-                json!({"id": "mock", "object": "chunk", "created": 0, "model": s.model_id, "choices": [choice]});
-            if s.usage == UsageMode::Continuous {
-                c["usage"] = usage;
+                oai_chunk(s, &[BareTextChoice { index: 0, text, finish_reason: finish }], usage)
             }
-            c
         }
     }
 }
@@ -387,13 +412,13 @@ fn steps(p: &Plan, s: &MockScript) -> Vec<Step> {
         let last = next == p.tokens;
         let finish = (last && p.fail != Some(FailMode::NoDone)).then_some(p.finish);
         let v = chunk_json(p, s, &text_of(done, next), next, finish, &text_of(0, next));
-        out.push(Step::Send(if done == 0 { first } else { later }, sse::frame(&v.to_string())));
+        out.push(Step::Send(if done == 0 { first } else { later }, sse::frame(&v)));
         done = next;
         if done == next && out.len() == 1 {
             match p.fail {
                 Some(FailMode::InBandError) => {
-                    let e = json!({"error": {"message": "scripted failure", "type": "server_error", "code": 500}});
-                    out.push(Step::Send(later, sse::frame(&e.to_string())));
+                    let e = serde_json::to_string(&scripted_failure()).unwrap_or_default();
+                    out.push(Step::Send(later, sse::frame(&e)));
                     return out;
                 }
                 Some(FailMode::Stall) => {
@@ -413,9 +438,8 @@ fn steps(p: &Plan, s: &MockScript) -> Vec<Step> {
         UsageMode::None => false,
     };
     if p.dialect != Dialect::Generate && wants_final_usage {
-        let u = json!({"id": "mock", "object": "chunk", "created": 0, "model": s.model_id, "choices": [],
-            "usage": {"prompt_tokens": 0, "completion_tokens": p.tokens, "total_tokens": p.tokens}});
-        out.push(Step::Send(Duration::ZERO, sse::frame(&u.to_string())));
+        let u = oai_chunk::<BareTextChoice<'_>>(s, &[], Some(Usage::new(0, p.tokens, 0)));
+        out.push(Step::Send(Duration::ZERO, sse::frame(&u)));
     }
     out.push(Step::Send(Duration::ZERO, sse::frame(sse::DONE)));
     out
@@ -423,13 +447,12 @@ fn steps(p: &Plan, s: &MockScript) -> Vec<Step> {
 
 fn respond(state: Arc<MockState>, p: Plan, permit: Option<tokio::sync::OwnedSemaphorePermit>) -> Response {
     if p.fail == Some(FailMode::Http500) {
-        let e = json!({"error": {"message": "scripted failure", "type": "server_error", "code": 500}});
-        return (StatusCode::INTERNAL_SERVER_ERROR, Json(e)).into_response();
+        return (StatusCode::INTERNAL_SERVER_ERROR, Json(scripted_failure())).into_response();
     }
     let s = &state.script;
     if !p.stream {
         let text = text_of(0, p.tokens);
-        let usage = json!({"prompt_tokens": 0, "completion_tokens": p.tokens, "total_tokens": p.tokens});
+        let usage = Usage::new(0, p.tokens, 0);
         let v = match p.dialect {
             Dialect::Generate => {
                 json!({"text": text, "meta_info": {"prompt_tokens": 0, "completion_tokens": p.tokens, "finish_reason": {"type": p.finish}}})

@@ -92,7 +92,9 @@ impl Engine {
         check_compat(&needs, caps)?;
         let info = model.info().clone();
         let config = derive_config(args, needs.kv_layout.bytes_per_token(), info.context_length)?;
-        let stats = Arc::new(Mutex::new(SchedulerStats::default()));
+        // The pool's totals are known before the engine thread allocates the KV storage, so a
+        // `/get_server_info` right after start-up never sees an empty pool.
+        let stats = Arc::new(Mutex::new(Scheduler::with_eos_ids(config.clone(), args.eos.clone()).stats()));
         let (tx, rx) = mpsc::channel();
         let cfg = config.clone();
         let st = stats.clone();

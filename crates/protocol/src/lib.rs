@@ -1,11 +1,14 @@
 //! Wire types shared by the Sparrow server and `sparrow bench`.
 //!
-//! - [`openai`]: `/v1/completions`, `/v1/chat/completions` and `/v1/models` bodies, following the
-//!   OpenAI API reference (streaming chunk objects, `stream_options.include_usage`).
-//! - [`sglang`]: SGLang's native `/generate` body and its streamed `meta_info`
-//!   (`python/sglang/srt/managers/io_struct.py` upstream).
+//! - [`openai`]: `/v1/completions`, `/v1/chat/completions` and `/v1/models` response bodies and
+//!   stream chunks, following the OpenAI API reference.
+//! - [`sglang`]: SGLang's native `/generate` answers and frames (`meta_info`), `/get_model_info`,
+//!   `/get_server_info`, `/tokenize`, `/detokenize`.
 //! - [`sse`]: Server-Sent Events framing, per the WHATWG HTML "server-sent events" section.
-//! - [`ErrorBody`]: OpenAI-style error JSON, also the shape of an in-band error frame.
+//! - [`Usage`]: OpenAI `usage`; [`ErrorBody`]: OpenAI-style error JSON, also the shape of an
+//!   in-band error frame.
+//!
+//! Response types render in their field order and borrow what they render (see [`openai`]).
 
 pub mod openai;
 pub mod sglang;
@@ -13,7 +16,8 @@ pub mod sse;
 
 use serde::{Deserialize, Serialize};
 
-/// Token accounting a server reports for one request (OpenAI `usage`).
+/// Token accounting a server reports for one request (OpenAI `usage`):
+/// `{"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details"?}`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
     /// Tokens in the prompt.
@@ -25,6 +29,31 @@ pub struct Usage {
     /// `prompt_tokens + completion_tokens`.
     #[serde(default)]
     pub total_tokens: u64,
+    /// Prompt tokens served from the prefix cache; absent when there were none, as vLLM and
+    /// SGLang omit it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_details: Option<PromptTokensDetails>,
+}
+
+impl Usage {
+    /// Usage of a request with `prompt` prompt tokens (`cached` of them from the prefix cache)
+    /// and `completion` generated tokens.
+    pub fn new(prompt: u64, completion: u64, cached: u64) -> Self {
+        Usage {
+            prompt_tokens: prompt,
+            completion_tokens: completion,
+            total_tokens: prompt + completion,
+            prompt_tokens_details: (cached > 0).then_some(PromptTokensDetails { cached_tokens: cached }),
+        }
+    }
+}
+
+/// `usage.prompt_tokens_details` (OpenAI API reference, "The completion object").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PromptTokensDetails {
+    /// Prompt tokens whose KV came from the prefix cache instead of being computed.
+    #[serde(default)]
+    pub cached_tokens: u64,
 }
 
 /// OpenAI-style error body: `{"error": {"message", "type", "param", "code"}}`.

@@ -1,175 +1,288 @@
-//! OpenAI-compatible request and stream-chunk types (OpenAI API reference: Completions,
-//! Chat Completions, "The chat completion chunk object", `stream_options`).
+//! OpenAI-compatible response bodies and stream chunks (OpenAI API reference: "The completion
+//! object", "The chat completion object", "The chat completion chunk object", "List models"),
+//! with the fields SGLang adds (`matched_stop`, `max_model_len`; upstream
+//! `python/sglang/srt/entrypoints/openai/protocol.py`), and the request bodies a benchmark
+//! client sends.
 //!
-//! Requests keep unknown fields in `extra` so a server can refuse them by name and a client can
-//! merge `--extra-request-body` into them.
+//! Field order is key order on the wire. These types only serialize and borrow what they
+//! render, so a stream chunk costs one pass of the serializer and no intermediate JSON value:
+//! a server keeps its text and ids and points at them. Requests are parsed field by field by
+//! the server (to name the bad field in its errors), and clients read other servers' frames,
+//! whose shapes vary, with their own lenient readers.
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::Usage;
 
-/// `stream_options` of a streaming request.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StreamOptions {
-    /// Ask for one final chunk with `choices: []` and the request's `usage`.
-    #[serde(default)]
-    pub include_usage: bool,
-    /// vLLM extension: a cumulative `usage` on every chunk, which tells how many tokens each
-    /// chunk carries.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub continuous_usage_stats: bool,
-}
+/// `object` of a non-streamed `/v1/completions` answer and of each of its stream chunks.
+pub const TEXT_COMPLETION: &str = "text_completion";
+/// `object` of a non-streamed `/v1/chat/completions` answer.
+pub const CHAT_COMPLETION: &str = "chat.completion";
+/// `object` of each chunk of a streamed `/v1/chat/completions` answer.
+pub const CHAT_COMPLETION_CHUNK: &str = "chat.completion.chunk";
 
-/// Body of `POST /v1/completions`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct CompletionRequest {
-    /// Model id from `/v1/models`.
-    #[serde(default)]
-    pub model: String,
-    /// A string, a list of strings, a list of token ids or a list of lists of ids.
-    pub prompt: serde_json::Value,
-    /// Upper bound on generated tokens; `None` means up to the context limit.
-    #[serde(default)]
-    pub max_tokens: Option<u64>,
-    /// Stream the answer as SSE chunks.
-    #[serde(default)]
-    pub stream: bool,
-    /// Streaming options.
-    #[serde(default)]
-    pub stream_options: Option<StreamOptions>,
-    /// Every other field, as sent.
-    #[serde(flatten)]
-    pub extra: serde_json::Map<String, serde_json::Value>,
-}
-
-/// One message of a chat request; `content` is a string or a list of content parts.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ChatMessage {
-    /// `system`, `user`, `assistant` or `tool`.
-    pub role: String,
-    /// The message content.
-    #[serde(default)]
-    pub content: serde_json::Value,
-}
-
-/// Body of `POST /v1/chat/completions`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct ChatCompletionRequest {
-    /// Model id from `/v1/models`.
-    #[serde(default)]
-    pub model: String,
-    /// The conversation so far.
-    pub messages: Vec<ChatMessage>,
-    /// Upper bound on generated tokens (legacy name).
-    #[serde(default)]
-    pub max_tokens: Option<u64>,
-    /// Upper bound on generated tokens (current name; wins over `max_tokens`).
-    #[serde(default)]
-    pub max_completion_tokens: Option<u64>,
-    /// Stream the answer as SSE chunks.
-    #[serde(default)]
-    pub stream: bool,
-    /// Streaming options.
-    #[serde(default)]
-    pub stream_options: Option<StreamOptions>,
-    /// Every other field, as sent.
-    #[serde(flatten)]
-    pub extra: serde_json::Map<String, serde_json::Value>,
-}
-
-/// One choice inside a `text_completion` chunk.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct CompletionChoice {
-    /// Which of the `n` choices this is.
-    pub index: u32,
-    /// New text of this chunk (the whole text when not streaming).
-    pub text: String,
-    /// `stop` or `length` on the choice's last chunk, else null.
-    pub finish_reason: Option<String>,
-}
-
-/// A `text_completion` object: a streamed chunk or a whole non-streamed answer.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct CompletionResponse {
-    /// Request id, the same on every chunk.
-    pub id: String,
-    /// Always `text_completion`.
-    pub object: String,
-    /// Unix seconds.
+/// A completion object of either API, whole or one stream chunk:
+/// `{"id", "object", "created", "model", "choices", "usage"?}`.
+///
+/// `C` is the choice type: [`TextChoice`] (`text_completion`), [`ChatChoice`]
+/// (`chat.completion`) or [`ChatChunkChoice`] (`chat.completion.chunk`).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Completion<'a, C> {
+    /// Request id, the same on every chunk of a stream.
+    pub id: &'a str,
+    /// [`TEXT_COMPLETION`], [`CHAT_COMPLETION`] or [`CHAT_COMPLETION_CHUNK`].
+    pub object: &'a str,
+    /// Unix seconds at which the request was accepted.
     pub created: u64,
-    /// Model id.
-    pub model: String,
-    /// The choices this chunk carries; empty on a usage-only chunk.
-    pub choices: Vec<CompletionChoice>,
-    /// Token counts: on the usage-only chunk, or on every chunk with `continuous_usage_stats`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Model id, as `/v1/models` lists it.
+    pub model: &'a str,
+    /// The choices this object carries: all `n` in a whole answer, one in a content or
+    /// finish chunk, none in the usage-only chunk.
+    pub choices: &'a [C],
+    /// Token counts: always in a whole answer; in a stream on the usage-only chunk
+    /// (`stream_options.include_usage`) and, cumulative, on every chunk with vLLM's
+    /// `stream_options.continuous_usage_stats`; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
 }
 
-/// The `delta` of a chat chunk.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct ChatDelta {
-    /// `assistant` on the first chunk of a choice.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub role: Option<String>,
-    /// New answer text.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub content: Option<String>,
-    /// New reasoning text (DeepSeek/SGLang/vLLM reasoning parsers).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reasoning_content: Option<String>,
+/// The stop that ended a choice (SGLang's `matched_stop`): a stop token id (EOS or one of
+/// `stop_token_ids`) or the stop string that matched.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum MatchedStop {
+    /// A token id; renders as a number.
+    Token(u32),
+    /// A stop string; renders as a string.
+    Text(String),
 }
 
-/// One choice inside a `chat.completion.chunk`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ChatChunkChoice {
-    /// Which of the `n` choices this is.
-    pub index: u32,
+/// One choice of a `text_completion` object.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct TextChoice<'a> {
+    /// Which of the `n` choices this is, from 0.
+    pub index: usize,
+    /// New text of this chunk (empty on a finish chunk), or the whole text of a whole answer
+    /// (with the prompt in front under `echo`).
+    pub text: &'a str,
+    /// Always `null`: logprobs are not implemented, and requests asking for them are refused.
+    pub logprobs: (),
+    /// `stop`, `length` or `abort` on the choice's last chunk and in a whole answer; `null`
+    /// on content chunks.
+    pub finish_reason: Option<&'a str>,
+    /// Absent on content chunks (`None`); on the finish chunk and in a whole answer the
+    /// [`MatchedStop`], or `null` (`Some(None)`) when no stop matched.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub matched_stop: Option<Option<&'a MatchedStop>>,
+}
+
+/// The `message` of a [`ChatChoice`].
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct AssistantMessage<'a> {
+    /// Always `assistant`.
+    pub role: &'a str,
+    /// The whole answer text.
+    pub content: &'a str,
+}
+
+/// One choice of a `chat.completion` object.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct ChatChoice<'a> {
+    /// Which of the `n` choices this is, from 0.
+    pub index: usize,
+    /// The answer.
+    pub message: AssistantMessage<'a>,
+    /// Always `null` (see [`TextChoice::logprobs`]).
+    pub logprobs: (),
+    /// `stop`, `length` or `abort`.
+    pub finish_reason: &'a str,
+    /// The [`MatchedStop`], or `null` when no stop matched.
+    pub matched_stop: Option<&'a MatchedStop>,
+}
+
+/// The `delta` of a [`ChatChunkChoice`]: `{"role": "assistant", "content": ""}` on a choice's
+/// first chunk, `{"content": ...}` on content chunks, `{}` on its finish chunk.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct ChatDelta<'a> {
+    /// `assistant` on the choice's first chunk, absent after.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<&'a str>,
+    /// New answer text; absent on the finish chunk.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<&'a str>,
+}
+
+/// One choice of a `chat.completion.chunk` object.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct ChatChunkChoice<'a> {
+    /// Which of the `n` choices this is, from 0.
+    pub index: usize,
     /// What this chunk adds.
-    pub delta: ChatDelta,
-    /// `stop` or `length` on the choice's last chunk, else null.
-    pub finish_reason: Option<String>,
-}
-
-/// A `chat.completion.chunk` object.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ChatChunk {
-    /// Request id, the same on every chunk.
-    pub id: String,
-    /// Always `chat.completion.chunk`.
-    pub object: String,
-    /// Unix seconds.
-    pub created: u64,
-    /// Model id.
-    pub model: String,
-    /// The choices this chunk carries; empty on a usage-only chunk.
-    pub choices: Vec<ChatChunkChoice>,
-    /// Token counts, as for [`CompletionResponse::usage`].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub usage: Option<Usage>,
+    pub delta: ChatDelta<'a>,
+    /// Always `null` (see [`TextChoice::logprobs`]).
+    pub logprobs: (),
+    /// `stop`, `length` or `abort` on the choice's finish chunk, else `null`.
+    pub finish_reason: Option<&'a str>,
+    /// As [`TextChoice::matched_stop`]: absent except on the finish chunk.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub matched_stop: Option<Option<&'a MatchedStop>>,
 }
 
 /// One entry of `GET /v1/models`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ModelCard {
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct ModelCard<'a> {
     /// Model id to put in requests.
-    pub id: String,
+    pub id: &'a str,
     /// Always `model`.
-    #[serde(default)]
-    pub object: String,
+    pub object: &'a str,
+    /// Unix seconds (the time of the listing: the model has no creation date of its own).
+    pub created: u64,
     /// Owner string.
-    #[serde(default)]
-    pub owned_by: String,
+    pub owned_by: &'a str,
+    /// The model this one derives from (vLLM/SGLang extension); the id itself for a base model.
+    pub root: &'a str,
     /// Longest prompt + output the server accepts, in tokens (vLLM/SGLang extension).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_model_len: Option<u64>,
+    pub max_model_len: usize,
 }
 
-/// Body of `GET /v1/models`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ModelList {
+/// Body of `GET /v1/models`: `{"object": "list", "data": [...]}`.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct ModelList<'a> {
     /// Always `list`.
-    pub object: String,
+    pub object: &'a str,
     /// The served models.
-    pub data: Vec<ModelCard>,
+    pub data: &'a [ModelCard<'a>],
+}
+
+/// `stream_options` of a streaming request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct StreamOptions {
+    /// Ask for one final chunk with `choices: []` and the request's `usage`.
+    pub include_usage: bool,
+    /// vLLM extension: a cumulative `usage` on every chunk, which tells how many tokens each
+    /// chunk carries.
+    pub continuous_usage_stats: bool,
+}
+
+/// The prompt of a `/v1/completions` request: a string or a list of token ids.
+#[derive(Debug, Clone, Copy, Serialize)]
+#[serde(untagged)]
+pub enum Prompt<'a> {
+    /// Text, tokenized by the server.
+    Text(&'a str),
+    /// Token ids, sent as they are.
+    Ids(&'a [u32]),
+}
+
+/// Body of `POST /v1/completions` with the fields a benchmark sets (others are merged in by
+/// the caller).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct CompletionRequest<'a> {
+    /// Model id from `/v1/models`.
+    pub model: &'a str,
+    /// Sampling temperature; 0 is greedy.
+    pub temperature: f64,
+    /// Upper bound on generated tokens.
+    pub max_tokens: u64,
+    /// Stream the answer as SSE chunks.
+    pub stream: bool,
+    /// SGLang/vLLM extension: generate through EOS, up to `max_tokens`.
+    pub ignore_eos: bool,
+    /// Nucleus sampling mass; absent means 1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f64>,
+    /// The prompt.
+    pub prompt: Prompt<'a>,
+    /// Streaming options; absent on a non-streamed request (servers refuse them there).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream_options: Option<StreamOptions>,
+}
+
+/// One chat message with text content: `{"role", "content"}`.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct ChatMessage<'a> {
+    /// `system`, `user`, `assistant`, ...
+    pub role: &'a str,
+    /// The message text.
+    pub content: &'a str,
+}
+
+/// Body of `POST /v1/chat/completions` with the fields a benchmark sets; `M` is the message
+/// type ([`ChatMessage`], or a JSON value for messages passed through as a dataset has them).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct ChatCompletionRequest<'a, M> {
+    /// Model id from `/v1/models`.
+    pub model: &'a str,
+    /// Sampling temperature; 0 is greedy.
+    pub temperature: f64,
+    /// Upper bound on generated tokens.
+    pub max_tokens: u64,
+    /// Stream the answer as SSE chunks.
+    pub stream: bool,
+    /// SGLang/vLLM extension: generate through EOS, up to `max_tokens`.
+    pub ignore_eos: bool,
+    /// Nucleus sampling mass; absent means 1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f64>,
+    /// The conversation so far.
+    pub messages: &'a [M],
+    /// Streaming options; absent on a non-streamed request.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream_options: Option<StreamOptions>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(c: ChatChunkChoice<'_>) -> String {
+        let o =
+            Completion { id: "x", object: CHAT_COMPLETION_CHUNK, created: 1, model: "m", choices: &[c], usage: None };
+        serde_json::to_string(&o).expect("serializes")
+    }
+
+    #[test]
+    fn matched_stop_is_absent_null_or_a_value() {
+        let c = ChatChunkChoice {
+            index: 0,
+            delta: ChatDelta { role: None, content: Some("a") },
+            logprobs: (),
+            finish_reason: None,
+            matched_stop: None,
+        };
+        assert_eq!(
+            chunk(c),
+            r#"{"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"a"},"logprobs":null,"finish_reason":null}]}"#
+        );
+        let end = ChatChunkChoice {
+            delta: ChatDelta::default(),
+            finish_reason: Some("length"),
+            matched_stop: Some(None),
+            ..c
+        };
+        assert!(chunk(end).contains(r#""delta":{},"logprobs":null,"finish_reason":"length","matched_stop":null}"#));
+        let t = MatchedStop::Token(2);
+        let s = MatchedStop::Text("\n".into());
+        assert!(chunk(ChatChunkChoice { matched_stop: Some(Some(&t)), ..end }).contains(r#""matched_stop":2}"#));
+        assert!(chunk(ChatChunkChoice { matched_stop: Some(Some(&s)), ..end }).contains(r#""matched_stop":"\n"}"#));
+    }
+
+    #[test]
+    fn usage_details_only_with_cache_hits() {
+        let o = |u| {
+            let e: &[TextChoice<'_>] = &[];
+            serde_json::to_string(&Completion {
+                id: "x",
+                object: TEXT_COMPLETION,
+                created: 0,
+                model: "m",
+                choices: e,
+                usage: Some(u),
+            })
+            .expect("serializes")
+        };
+        assert!(o(Usage::new(5, 2, 0))
+            .ends_with(r#""choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}"#));
+        assert!(o(Usage::new(5, 2, 4)).ends_with(r#""total_tokens":7,"prompt_tokens_details":{"cached_tokens":4}}}"#));
+    }
 }

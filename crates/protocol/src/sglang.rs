@@ -1,61 +1,169 @@
-//! SGLang's native `POST /generate` (upstream `python/sglang/srt/managers/io_struct.py`,
-//! `GenerateReqInput`, and `tokenizer_manager.py` for the streamed `meta_info`).
+//! SGLang's native API: the `POST /generate` request (upstream
+//! `python/sglang/srt/managers/io_struct.py`, `GenerateReqInput`) and answer
+//! (`python/sglang/srt/managers/tokenizer_manager.py` builds its `meta_info`), and the bodies
+//! of `/get_model_info`, `/get_server_info`, `/tokenize` and `/detokenize`
+//! (`python/sglang/srt/entrypoints/http_server.py`).
 //!
 //! A streamed `/generate` sends SSE frames whose `text` is the whole text so far (not a
 //! delta) and whose `meta_info.completion_tokens` counts every token so far; the stream ends
 //! with `data: [DONE]`.
+//!
+//! As in [`crate::openai`], field order is key order on the wire, and the types borrow what
+//! they render and only serialize.
 
-use serde::{Deserialize, Serialize};
+use std::path::Path;
 
-/// Body of `POST /generate`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct GenerateRequest {
-    /// Prompt text (one of `text` and `input_ids` is required).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub text: Option<String>,
-    /// Prompt token ids.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub input_ids: Option<Vec<u32>>,
-    /// Sampling parameters (`max_new_tokens`, `temperature`, `ignore_eos`, ...).
-    #[serde(default)]
-    pub sampling_params: serde_json::Map<String, serde_json::Value>,
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::openai::MatchedStop;
+
+/// `sampling_params` of a `/generate` request, with the fields a benchmark sets (SGLang's
+/// `SamplingParams` names).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct SamplingParams {
+    /// Sampling temperature; 0 is greedy.
+    pub temperature: f64,
+    /// Upper bound on generated tokens.
+    pub max_new_tokens: u64,
+    /// Generate through EOS, up to `max_new_tokens`.
+    pub ignore_eos: bool,
+    /// Nucleus sampling mass; absent means 1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f64>,
+}
+
+/// Body of `POST /generate`: exactly one of `text` and `input_ids`.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct GenerateRequest<'a> {
+    /// Sampling parameters.
+    pub sampling_params: SamplingParams,
     /// Stream frames as tokens are produced.
-    #[serde(default)]
     pub stream: bool,
-    /// Every other field, as sent.
-    #[serde(flatten)]
-    pub extra: serde_json::Map<String, serde_json::Value>,
+    /// Prompt text, tokenized by the server.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<&'a str>,
+    /// Prompt token ids.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input_ids: Option<&'a [u32]>,
+}
+
+/// How a `/generate` choice ended (`meta_info.finish_reason`), tagged by `type` first:
+/// `{"type": "stop", "matched": ...}`, `{"type": "length", "length": n}` or
+/// `{"type": "abort", "message": ...}`.
+#[derive(Debug, Clone, Copy, Serialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum FinishReason<'a> {
+    /// A stop token or stop string ended it.
+    Stop {
+        /// The stop token id or string; `null` if unknown.
+        matched: Option<&'a MatchedStop>,
+    },
+    /// It reached its token limit.
+    Length {
+        /// Tokens generated.
+        length: usize,
+    },
+    /// The request was aborted or failed.
+    Abort {
+        /// The engine's error message, `null` for a plain abort.
+        message: Option<&'a str>,
+    },
 }
 
 /// `meta_info` of a `/generate` answer or stream frame.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct MetaInfo {
-    /// Request id.
-    #[serde(default)]
-    pub id: String,
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct MetaInfo<'a> {
+    /// Request id; with `n > 1`, the request id and `-<choice index>`.
+    pub id: &'a str,
     /// Prompt length in tokens.
-    #[serde(default)]
-    pub prompt_tokens: u64,
+    pub prompt_tokens: usize,
     /// Tokens generated so far (cumulative).
-    #[serde(default)]
-    pub completion_tokens: u64,
-    /// Prompt tokens served from the prefix cache.
-    #[serde(default)]
-    pub cached_tokens: u64,
-    /// Null until the last frame, then e.g. `{"type": "length", "length": 128}` or
-    /// `{"type": "stop", "matched": 2}`.
-    #[serde(default)]
-    pub finish_reason: Option<serde_json::Value>,
+    pub completion_tokens: usize,
+    /// Prompt tokens served from the prefix cache (0 until the choice's last frame).
+    pub cached_tokens: usize,
+    /// `null` until the choice's last frame.
+    pub finish_reason: Option<FinishReason<'a>>,
 }
 
-/// A `/generate` answer or one stream frame.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct GenerateResponse {
+/// A `/generate` answer or one stream frame: `{"text", "meta_info", "index"}`. A whole answer
+/// of `n > 1` choices is a JSON list of these.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct GenerateResponse<'a> {
     /// The whole generated text so far.
-    pub text: String,
+    pub text: &'a str,
     /// Token accounting and finish state.
-    pub meta_info: MetaInfo,
-    /// Which of the batch's prompts this answers (streams of several prompts interleave).
-    #[serde(default)]
-    pub index: u32,
+    pub meta_info: MetaInfo<'a>,
+    /// Which choice this is (streams of several choices interleave their frames).
+    pub index: usize,
+}
+
+/// Body of `GET /get_model_info`: SGLang's three fields, then the model's own facts.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct ModelInfo<'a> {
+    /// The model file or directory the server loaded.
+    pub model_path: &'a Path,
+    /// Where the tokenizer came from.
+    pub tokenizer_path: &'a Path,
+    /// Always true: the server generates text (no embedding models).
+    pub is_generation: bool,
+    /// Architecture name from the checkpoint (e.g. `llama`).
+    pub architecture: &'a str,
+    /// Human name of the model.
+    pub name: &'a str,
+    /// Vocabulary size (logit width).
+    pub vocab_size: usize,
+    /// Longest prompt + output accepted, in tokens.
+    pub context_length: usize,
+}
+
+/// Body of `GET /get_server_info`: the server's arguments and derived figures, as the server
+/// chose them, then `internal_states`.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct ServerInfo<'a, S> {
+    /// Flags and derived numbers (SGLang's `server_args` fields where they exist).
+    #[serde(flatten)]
+    pub args: &'a Map<String, Value>,
+    /// Scheduler counters, one entry per data-parallel rank (SGLang's shape; we have one).
+    pub internal_states: &'a [S],
+}
+
+/// Body of `POST /tokenize`.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct TokenizeResponse<'a> {
+    /// Token ids of the text.
+    pub tokens: &'a [u32],
+    /// `tokens.len()`.
+    pub count: usize,
+    /// Longest prompt + output accepted, in tokens.
+    pub max_model_len: usize,
+}
+
+/// Body of `POST /detokenize`.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct DetokenizeResponse<'a> {
+    /// The decoded text (invalid UTF-8 replaced by U+FFFD).
+    pub text: &'a str,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finish_reason_is_tagged_by_type_first() {
+        let m = MatchedStop::Token(7);
+        let r = |f: FinishReason<'_>| serde_json::to_string(&f).expect("serializes");
+        assert_eq!(r(FinishReason::Stop { matched: Some(&m) }), r#"{"type":"stop","matched":7}"#);
+        assert_eq!(r(FinishReason::Length { length: 3 }), r#"{"type":"length","length":3}"#);
+        assert_eq!(r(FinishReason::Abort { message: None }), r#"{"type":"abort","message":null}"#);
+    }
+
+    #[test]
+    fn server_info_puts_internal_states_after_the_args() {
+        let mut args = Map::new();
+        args.insert("page_size".into(), 16.into());
+        let info = ServerInfo { args: &args, internal_states: &[1] };
+        assert_eq!(serde_json::to_string(&info).expect("serializes"), r#"{"page_size":16,"internal_states":[1]}"#);
+    }
 }

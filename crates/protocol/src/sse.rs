@@ -119,6 +119,22 @@ pub fn frame(payload: &str) -> String {
     s
 }
 
+/// Appends `value` as one SSE event, `data: <compact JSON>\n\n`, serialized straight into
+/// `out` with no intermediate string (compact JSON escapes newlines, so it is one `data:` line).
+///
+/// # Errors
+/// `value` failed to serialize; `out` is then left as it was.
+pub fn push_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) -> Result<(), serde_json::Error> {
+    let start = out.len();
+    out.extend_from_slice(b"data: ");
+    if let Err(e) = serde_json::to_writer(&mut *out, value) {
+        out.truncate(start);
+        return Err(e);
+    }
+    out.extend_from_slice(b"\n\n");
+    Ok(())
+}
+
 /// The terminal frame OpenAI-compatible streams end with.
 pub const DONE: &str = "[DONE]";
 
@@ -166,6 +182,18 @@ mod tests {
             assert_eq!(got, whole, "split at {cut}");
             assert!(!d.finish());
         }
+    }
+
+    #[test]
+    fn json_frames_equal_framed_text() {
+        let v = serde_json::json!({"text": "a\nb", "n": 1});
+        let mut out = b"x".to_vec();
+        push_json(&mut out, &v).expect("serializes");
+        assert_eq!(out, [&b"x"[..], frame(&v.to_string()).as_bytes()].concat());
+        let mut bad = std::collections::HashMap::new();
+        bad.insert(vec![1u8], 1);
+        assert!(push_json(&mut out, &bad).is_err(), "a map with non-string keys is not JSON");
+        assert_eq!(out, [&b"x"[..], frame(&v.to_string()).as_bytes()].concat(), "left as it was");
     }
 
     #[test]

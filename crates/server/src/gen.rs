@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures_util::stream::{self, BoxStream, StreamExt};
-use serde_json::Value;
 use sparrow_engine::engine::Engine;
 use sparrow_engine::scheduler::{FinishReason, NewRequest, Output};
+use sparrow_protocol::openai::MatchedStop;
 
 use crate::detok::{StopMatcher, StopResult, Utf8Stream};
 use crate::error::ApiError;
@@ -25,7 +25,7 @@ pub struct Finish {
     /// `stop`, `length` or `abort`.
     pub reason: &'static str,
     /// The stop token id or stop string that ended it (SGLang's `matched_stop`).
-    pub matched: Option<Value>,
+    pub matched: Option<MatchedStop>,
     /// Generated tokens of this choice.
     pub completion_tokens: usize,
     /// Prompt tokens served from the radix cache.
@@ -205,7 +205,7 @@ impl Choice {
                 };
                 text.push_str(&self.stop.finish());
                 let (r, matched, error) = match reason {
-                    FinishReason::Stop(t) => ("stop", Some(Value::from(t)), None),
+                    FinishReason::Stop(t) => ("stop", Some(MatchedStop::Token(t)), None),
                     FinishReason::Length => ("length", None, None),
                     FinishReason::Abort => ("abort", None, None),
                     FinishReason::Error(e) => ("abort", None, Some(e)),
@@ -232,7 +232,7 @@ impl Choice {
         let index = self.index;
         let finish = Finish {
             reason: "stop",
-            matched: Some(Value::String(matched)),
+            matched: Some(MatchedStop::Text(matched)),
             completion_tokens: self.tokens,
             cached_tokens,
             error: None,

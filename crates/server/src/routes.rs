@@ -9,8 +9,10 @@
 //! `/generate` streams the whole text so far with `meta_info` in every frame.
 //!
 //! Every validation error is returned before the first SSE byte, as a JSON error with its status.
+//!
+//! Bodies and chunks are the borrowed types of [`sparrow_protocol::openai`] and
+//! [`sparrow_protocol::sglang`], serialized straight into the response bytes.
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -22,8 +24,16 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures_util::stream::{self, BoxStream, StreamExt};
+use serde::Serialize;
 use serde_json::{json, Map, Value};
-use sparrow_protocol::sse::frame;
+use sparrow_protocol::openai::{
+    AssistantMessage, ChatChoice, ChatChunkChoice, ChatDelta, Completion, ModelCard, ModelList, TextChoice,
+    CHAT_COMPLETION, CHAT_COMPLETION_CHUNK, TEXT_COMPLETION,
+};
+use sparrow_protocol::sglang::{
+    DetokenizeResponse, FinishReason, GenerateResponse, MetaInfo, ModelInfo, ServerInfo, TokenizeResponse,
+};
+use sparrow_protocol::{sse, ErrorBody, Usage};
 use sparrow_tokenizer::ChatMessage;
 
 use crate::error::ApiError;
@@ -118,40 +128,41 @@ async fn health_generate(State(s): State<AppState>) -> Response {
     }
 }
 
-async fn models(State(s): State<AppState>) -> Json<Value> {
-    Json(json!({
-        "object": "list",
-        "data": [{
-            "id": s.model_id,
-            "object": "model",
-            "created": now_secs(),
-            "owned_by": "sparrow",
-            "root": s.model_id,
-            "max_model_len": s.engine.config().context_length,
-        }]
-    }))
+async fn models(State(s): State<AppState>) -> Response {
+    let card = ModelCard {
+        id: &s.model_id,
+        object: "model",
+        created: now_secs(),
+        owned_by: "sparrow",
+        root: &s.model_id,
+        max_model_len: s.engine.config().context_length,
+    };
+    Json(ModelList { object: "list", data: std::slice::from_ref(&card) }).into_response()
 }
 
-async fn model_info(State(s): State<AppState>) -> Json<Value> {
+async fn model_info(State(s): State<AppState>) -> Response {
     let i = s.engine.info();
-    Json(json!({
-        "model_path": s.model_path,
-        "tokenizer_path": s.tokenizer.source(),
-        "is_generation": true,
-        "architecture": i.architecture,
-        "name": i.name,
-        "vocab_size": i.vocab_size,
-        "context_length": s.engine.config().context_length,
-    }))
+    Json(ModelInfo {
+        model_path: &s.model_path,
+        tokenizer_path: s.tokenizer.source(),
+        is_generation: true,
+        architecture: &i.architecture,
+        name: &i.name,
+        vocab_size: i.vocab_size,
+        context_length: s.engine.config().context_length,
+    })
+    .into_response()
 }
 
-async fn server_info(State(s): State<AppState>) -> Json<Value> {
-    let mut info = s.server_info.clone();
-    if let Value::Object(m) = &mut info {
-        let st = s.engine.stats();
-        m.insert("internal_states".into(), json!([st]));
+async fn server_info(State(s): State<AppState>) -> Response {
+    match &s.server_info {
+        Value::Object(args) => {
+            let st = s.engine.stats();
+            Json(ServerInfo { args, internal_states: std::slice::from_ref(&st) }).into_response()
+        }
+        // The binary always passes an object; anything else is shown as it is.
+        other => Json(other).into_response(),
     }
-    Json(info)
 }
 
 async fn flush_cache(State(s): State<AppState>) -> Result<String, ApiError> {
@@ -163,7 +174,7 @@ async fn flush_cache(State(s): State<AppState>) -> Result<String, ApiError> {
     Ok(format!("Cache flushed: {n} pages freed.\n"))
 }
 
-async fn tokenize(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) -> Result<Json<Value>, ApiError> {
+async fn tokenize(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
     let m = json_object(&body)?;
     let text = m
         .get("text")
@@ -172,10 +183,11 @@ async fn tokenize(State(s): State<AppState>, body: Result<Bytes, BytesRejection>
         .ok_or_else(|| ApiError::bad("text", "send the text to tokenize as a string in `text` (or `prompt`)"))?;
     let add = Fields(&m).bool("add_special_tokens")?.unwrap_or(true);
     let ids = s.tokenizer.encode(text, add).map_err(|e| ApiError::bad("text", e.to_string()))?;
-    Ok(Json(json!({"tokens": ids, "count": ids.len(), "max_model_len": s.engine.config().context_length})))
+    let max_model_len = s.engine.config().context_length;
+    Ok(Json(TokenizeResponse { tokens: &ids, count: ids.len(), max_model_len }).into_response())
 }
 
-async fn detokenize(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) -> Result<Json<Value>, ApiError> {
+async fn detokenize(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
     let m = json_object(&body)?;
     let ids = token_ids(m.get("tokens").unwrap_or(&Value::Null), "tokens")?;
     let vocab = s.engine.info().vocab_size;
@@ -185,7 +197,7 @@ async fn detokenize(State(s): State<AppState>, body: Result<Bytes, BytesRejectio
     let skip = Fields(&m).bool("skip_special_tokens")?.unwrap_or(false);
     let bytes = if skip { &s.bytes_skip } else { &s.bytes_all };
     let raw: Vec<u8> = ids.iter().flat_map(|&t| bytes.get(t as usize).into_iter().flatten().copied()).collect();
-    Ok(Json(json!({"text": String::from_utf8_lossy(&raw)})))
+    Ok(Json(DetokenizeResponse { text: &String::from_utf8_lossy(&raw) }).into_response())
 }
 
 async fn metrics(State(s): State<AppState>) -> Response {
@@ -276,56 +288,78 @@ struct OaiRun {
     echo: Option<String>,
 }
 
+/// What one chunk says about one choice.
+#[derive(Clone, Copy)]
+enum Piece<'a> {
+    /// The choice's opening chunk: the assistant role (chat, with this as its content) or the
+    /// echoed prompt (completions).
+    Start(&'a str),
+    /// New text.
+    Text(&'a str),
+    /// The choice's end.
+    Finish(&'a Finish),
+}
+
 impl OaiRun {
-    fn usage(&self, completion: usize, cached: usize) -> Value {
-        let mut u = json!({
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": completion,
-            "total_tokens": self.prompt_tokens + completion,
-        });
-        if cached > 0 {
-            u["prompt_tokens_details"] = json!({"cached_tokens": cached});
-        }
-        u
+    fn usage(&self, completion: usize, cached: usize) -> Usage {
+        Usage::new(self.prompt_tokens as u64, completion as u64, cached as u64)
     }
 
-    fn chunk(&self, choices: Vec<Value>, usage: Option<Value>) -> String {
-        let object = match self.kind {
-            Kind::Completion => "text_completion",
-            Kind::Chat => "chat.completion.chunk",
-        };
-        let mut c =
-            json!({"id": self.id, "object": object, "created": self.created, "model": self.model, "choices": choices});
-        if let Some(u) = usage {
-            c["usage"] = u;
-        }
-        frame(&c.to_string())
+    fn object<'a, C>(&'a self, object: &'a str, choices: &'a [C], usage: Option<Usage>) -> Completion<'a, C> {
+        Completion { id: &self.id, object, created: self.created, model: &self.model, choices, usage }
     }
 
-    fn delta_choice(&self, index: usize, text: &str) -> Value {
-        match self.kind {
-            Kind::Completion => json!({"index": index, "text": text, "logprobs": null, "finish_reason": null}),
-            Kind::Chat => json!({"index": index, "delta": {"content": text}, "logprobs": null, "finish_reason": null}),
-        }
-    }
-
-    fn finish_choice(&self, index: usize, f: &Finish) -> Value {
+    /// Appends the chunk that carries `piece` of choice `index`.
+    fn push_chunk(&self, out: &mut Vec<u8>, index: usize, piece: Piece<'_>, usage: Option<Usage>) {
         match self.kind {
             Kind::Completion => {
-                json!({"index": index, "text": "", "logprobs": null, "finish_reason": f.reason, "matched_stop": f.matched})
+                let (text, finish_reason, matched_stop) = match piece {
+                    Piece::Start(t) | Piece::Text(t) => (t, None, None),
+                    Piece::Finish(f) => ("", Some(f.reason), Some(f.matched.as_ref())),
+                };
+                let c = TextChoice { index, text, logprobs: (), finish_reason, matched_stop };
+                push_frame(out, &self.object(TEXT_COMPLETION, &[c], usage));
             }
             Kind::Chat => {
-                json!({"index": index, "delta": {}, "logprobs": null, "finish_reason": f.reason, "matched_stop": f.matched})
+                let (delta, finish_reason, matched_stop) = match piece {
+                    Piece::Start(t) => (ChatDelta { role: Some("assistant"), content: Some(t) }, None, None),
+                    Piece::Text(t) => (ChatDelta { role: None, content: Some(t) }, None, None),
+                    Piece::Finish(f) => (ChatDelta::default(), Some(f.reason), Some(f.matched.as_ref())),
+                };
+                let c = ChatChunkChoice { index, delta, logprobs: (), finish_reason, matched_stop };
+                push_frame(out, &self.object(CHAT_COMPLETION_CHUNK, &[c], usage));
             }
+        }
+    }
+
+    /// Appends the usage-only chunk (`choices: []`).
+    fn push_usage(&self, out: &mut Vec<u8>, usage: Usage) {
+        match self.kind {
+            Kind::Completion => push_frame(out, &self.object::<TextChoice<'_>>(TEXT_COMPLETION, &[], Some(usage))),
+            Kind::Chat => push_frame(out, &self.object::<ChatChunkChoice<'_>>(CHAT_COMPLETION_CHUNK, &[], Some(usage))),
         }
     }
 }
 
-fn error_frame(message: &str) -> String {
-    frame(&json!({"error": {"message": message, "type": "server_error", "code": 500}}).to_string())
+/// Appends `v` as an SSE frame. Our bodies always serialize (string keys, no paths); were one
+/// not to, the client would get an in-band error instead of a broken frame.
+fn push_frame<T: Serialize>(out: &mut Vec<u8>, v: &T) {
+    if let Err(e) = sse::push_json(out, v) {
+        push_error(out, &format!("cannot render a response frame: {e}"));
+    }
 }
 
-fn sse_response(body: BoxStream<'static, String>) -> Response {
+/// Appends an in-band error frame (OpenAI error JSON), for a failure after the stream started.
+fn push_error(out: &mut Vec<u8>, message: &str) {
+    // An `ErrorBody` has string fields only: it cannot fail to serialize.
+    let _ = sse::push_json(out, &ErrorBody::new(message, "server_error", 500));
+}
+
+fn push_done(out: &mut Vec<u8>) {
+    out.extend_from_slice(sse::frame(sse::DONE).as_bytes());
+}
+
+fn sse_response(body: BoxStream<'static, Vec<u8>>) -> Response {
     let body = Body::from_stream(body.map(|s| Ok::<_, Infallible>(Bytes::from(s))));
     ([(header::CONTENT_TYPE, "text/event-stream"), (header::CACHE_CONTROL, "no-cache")], body).into_response()
 }
@@ -342,6 +376,11 @@ fn oai_stream(run: OaiRun, events: BoxStream<'static, ChoiceEvent>, opts: Stream
         prologue: bool,
         finished: bool,
     }
+    impl St {
+        fn continuous(&self) -> Option<Usage> {
+            self.opts.continuous.then(|| self.run.usage(self.tokens.iter().sum(), self.cached))
+        }
+    }
     let n = run.n;
     let st = St {
         run,
@@ -357,21 +396,18 @@ fn oai_stream(run: OaiRun, events: BoxStream<'static, ChoiceEvent>, opts: Stream
         if st.finished {
             return None;
         }
+        let mut out = Vec::new();
         if st.prologue {
             st.prologue = false;
-            let mut out = String::new();
-            for i in 0..st.run.n {
-                match (st.run.kind, &st.run.echo) {
-                    (Kind::Chat, _) => {
-                        let c = json!({"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null});
-                        let u = st.opts.continuous.then(|| st.run.usage(0, 0));
-                        out += &st.run.chunk(vec![c], u);
-                    }
-                    (Kind::Completion, Some(e)) => {
-                        let u = st.opts.continuous.then(|| st.run.usage(0, 0));
-                        out += &st.run.chunk(vec![st.run.delta_choice(i, e)], u);
-                    }
-                    _ => {}
+            let start = match (st.run.kind, &st.run.echo) {
+                (Kind::Chat, _) => Some(""),
+                (Kind::Completion, Some(e)) => Some(e.as_str()),
+                (Kind::Completion, None) => None,
+            };
+            if let Some(text) = start {
+                let u = st.opts.continuous.then(|| st.run.usage(0, 0));
+                for i in 0..st.run.n {
+                    st.run.push_chunk(&mut out, i, Piece::Start(text), u);
                 }
             }
             return Some((out, st));
@@ -380,43 +416,35 @@ fn oai_stream(run: OaiRun, events: BoxStream<'static, ChoiceEvent>, opts: Stream
             Some(ev) => ev.next().await,
             None => None,
         };
-        let out = match next {
+        match next {
             Some(ChoiceEvent::Text { index, text, tokens }) => {
                 st.tokens[index] = tokens;
-                if text.is_empty() {
-                    String::new()
-                } else {
-                    let u = st.opts.continuous.then(|| st.run.usage(st.tokens.iter().sum(), st.cached));
-                    st.run.chunk(vec![st.run.delta_choice(index, &text)], u)
+                if !text.is_empty() {
+                    st.run.push_chunk(&mut out, index, Piece::Text(&text), st.continuous());
                 }
             }
             Some(ChoiceEvent::Done { index, finish }) => {
                 st.tokens[index] = finish.completion_tokens;
                 st.cached = st.cached.max(finish.cached_tokens);
                 st.done[index] = true;
-                let mut out = String::new();
                 if let Some(e) = &finish.error {
-                    out += &error_frame(e);
+                    push_error(&mut out, e);
                 }
-                let u = st.opts.continuous.then(|| st.run.usage(st.tokens.iter().sum(), st.cached));
-                out += &st.run.chunk(vec![st.run.finish_choice(index, &finish)], u);
-                out
+                st.run.push_chunk(&mut out, index, Piece::Finish(&finish), st.continuous());
             }
             None => {
                 // All choices ended (or the engine went away mid-stream).
                 st.events = None;
                 st.finished = true;
-                let mut out = String::new();
                 if st.done.iter().any(|d| !d) {
-                    out += &error_frame("the engine stopped before the request finished");
+                    push_error(&mut out, "the engine stopped before the request finished");
                 }
                 if st.opts.include_usage {
-                    out += &st.run.chunk(Vec::new(), Some(st.run.usage(st.tokens.iter().sum(), st.cached)));
+                    st.run.push_usage(&mut out, st.run.usage(st.tokens.iter().sum(), st.cached));
                 }
-                out += &frame("[DONE]");
-                out
+                push_done(&mut out);
             }
-        };
+        }
         Some((out, st))
     })
     .filter(|s| std::future::ready(!s.is_empty()))
@@ -439,46 +467,56 @@ async fn collect(mut events: BoxStream<'static, ChoiceEvent>, n: usize) -> (Vec<
 
 /// Collects a non-streamed OpenAI answer.
 async fn oai_collect(run: OaiRun, events: BoxStream<'static, ChoiceEvent>) -> Result<Response, ApiError> {
-    let (texts, fin) = collect(events, run.n).await;
-    let mut choices = Vec::new();
+    let (mut texts, fin) = collect(events, run.n).await;
+    let mut finishes = Vec::with_capacity(run.n);
     let (mut completion, mut cached) = (0, 0);
-    for (i, (text, f)) in texts.into_iter().zip(fin).enumerate() {
+    for f in fin {
         let f = f.ok_or(ApiError::Unavailable)?;
         if let Some(e) = f.error {
             return Err(ApiError::Engine(e));
         }
         completion += f.completion_tokens;
         cached = cached.max(f.cached_tokens);
-        choices.push(match run.kind {
-            Kind::Completion => {
-                let text = match &run.echo {
-                    Some(e) => format!("{e}{text}"),
-                    None => text,
-                };
-                json!({"index": i, "text": text, "logprobs": null, "finish_reason": f.reason, "matched_stop": f.matched})
-            }
-            Kind::Chat => json!({
-                "index": i,
-                "message": {"role": "assistant", "content": text},
-                "logprobs": null,
-                "finish_reason": f.reason,
-                "matched_stop": f.matched,
-            }),
-        });
+        finishes.push(f);
     }
-    let object = match run.kind {
-        Kind::Completion => "text_completion",
-        Kind::Chat => "chat.completion",
-    };
-    Ok(Json(json!({
-        "id": run.id,
-        "object": object,
-        "created": run.created,
-        "model": run.model,
-        "choices": choices,
-        "usage": run.usage(completion, cached),
-    }))
-    .into_response())
+    let usage = Some(run.usage(completion, cached));
+    Ok(match run.kind {
+        Kind::Completion => {
+            if let Some(e) = &run.echo {
+                for t in &mut texts {
+                    t.insert_str(0, e);
+                }
+            }
+            let choices: Vec<TextChoice<'_>> = texts
+                .iter()
+                .zip(&finishes)
+                .enumerate()
+                .map(|(index, (text, f))| TextChoice {
+                    index,
+                    text,
+                    logprobs: (),
+                    finish_reason: Some(f.reason),
+                    matched_stop: Some(f.matched.as_ref()),
+                })
+                .collect();
+            Json(run.object(TEXT_COMPLETION, &choices, usage)).into_response()
+        }
+        Kind::Chat => {
+            let choices: Vec<ChatChoice<'_>> = texts
+                .iter()
+                .zip(&finishes)
+                .enumerate()
+                .map(|(index, (content, f))| ChatChoice {
+                    index,
+                    message: AssistantMessage { role: "assistant", content },
+                    logprobs: (),
+                    finish_reason: f.reason,
+                    matched_stop: f.matched.as_ref(),
+                })
+                .collect();
+            Json(run.object(CHAT_COMPLETION, &choices, usage)).into_response()
+        }
+    })
 }
 
 async fn completions(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
@@ -585,11 +623,38 @@ async fn chat(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) ->
     oai_respond(&s, Kind::Chat, prep, None, stream, opts).await
 }
 
-fn native_finish(f: &Finish) -> Value {
+fn native_finish(f: &Finish) -> FinishReason<'_> {
     match f.reason {
-        "stop" => json!({"type": "stop", "matched": f.matched}),
-        "length" => json!({"type": "length", "length": f.completion_tokens}),
-        _ => json!({"type": "abort", "message": f.error}),
+        "stop" => FinishReason::Stop { matched: f.matched.as_ref() },
+        "length" => FinishReason::Length { length: f.completion_tokens },
+        _ => FinishReason::Abort { message: f.error.as_deref() },
+    }
+}
+
+/// The per-request part of every `/generate` answer and frame.
+struct NativeRun {
+    /// `meta_info.id` of each choice.
+    ids: Vec<String>,
+    prompt_tokens: usize,
+}
+
+impl NativeRun {
+    fn answer<'a>(
+        &'a self,
+        index: usize,
+        text: &'a str,
+        tokens: usize,
+        fin: Option<&'a Finish>,
+    ) -> GenerateResponse<'a> {
+        let meta_info = MetaInfo {
+            id: &self.ids[index],
+            prompt_tokens: self.prompt_tokens,
+            completion_tokens: tokens,
+            // Reported on a choice's last frame; the frames before it say 0.
+            cached_tokens: fin.map_or(0, |f| f.cached_tokens),
+            finish_reason: fin.map(native_finish),
+        };
+        GenerateResponse { text, meta_info, index }
     }
 }
 
@@ -625,62 +690,59 @@ async fn generate(State(s): State<AppState>, body: Result<Bytes, BytesRejection>
     let prep = gen::prepare(&s, ids, p)?;
     let rid = format!("{:032x}", s.next_engine_id());
     let n = prep.params.n;
-    let prompt_tokens = prep.prompt_ids.len();
+    let ids = if n > 1 { (0..n).map(|i| format!("{rid}-{i}")).collect() } else { vec![rid] };
+    let run = NativeRun { ids, prompt_tokens: prep.prompt_ids.len() };
     let mut events = gen::start(&s, prep)?;
-    let meta = move |i: usize, tokens: usize, cached: usize, fin: Option<&Finish>| {
-        json!({
-            "id": if n > 1 { format!("{rid}-{i}") } else { rid.clone() },
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": tokens,
-            "cached_tokens": cached,
-            "finish_reason": fin.map(native_finish),
-        })
-    };
     if !stream {
         let (texts, fins) = collect(events, n).await;
-        let mut outs = Vec::new();
-        for (i, (t, fin)) in texts.into_iter().zip(fins).enumerate() {
+        let mut done = Vec::with_capacity(n);
+        for fin in fins {
             let fin = fin.ok_or(ApiError::Unavailable)?;
             if let Some(e) = &fin.error {
                 return Err(ApiError::Engine(e.clone()));
             }
-            outs.push(json!({"text": t, "meta_info": meta(i, fin.completion_tokens, fin.cached_tokens, Some(&fin)), "index": i}));
+            done.push(fin);
         }
-        let body = if n == 1 { outs.pop().unwrap_or(Value::Null) } else { Value::Array(outs) };
-        return Ok(Json(body).into_response());
+        let outs: Vec<GenerateResponse<'_>> = texts
+            .iter()
+            .zip(&done)
+            .enumerate()
+            .map(|(i, (t, fin))| run.answer(i, t, fin.completion_tokens, Some(fin)))
+            .collect();
+        // One prompt, one choice: the object itself, as SGLang answers; else the list.
+        return Ok(match outs.as_slice() {
+            [one] => Json(one).into_response(),
+            all => Json(all).into_response(),
+        });
     }
-    let mut acc: HashMap<usize, String> = HashMap::new();
+    let mut acc: Vec<String> = vec![String::new(); n];
     let mut ended = false;
     let body = stream::poll_fn(move |cx| {
+        use std::task::Poll;
         if ended {
-            return std::task::Poll::Ready(None);
+            return Poll::Ready(None);
         }
+        let mut out = Vec::new();
         match events.poll_next_unpin(cx) {
-            std::task::Poll::Pending => std::task::Poll::Pending,
-            std::task::Poll::Ready(Some(ChoiceEvent::Text { index, text, tokens })) => {
-                if text.is_empty() {
-                    return std::task::Poll::Ready(Some(String::new()));
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(Some(ChoiceEvent::Text { index, text, tokens })) => {
+                if !text.is_empty() {
+                    acc[index].push_str(&text);
+                    push_frame(&mut out, &run.answer(index, &acc[index], tokens, None));
                 }
-                let t = acc.entry(index).or_default();
-                t.push_str(&text);
-                let v = json!({"text": t, "meta_info": meta(index, tokens, 0, None), "index": index});
-                std::task::Poll::Ready(Some(frame(&v.to_string())))
             }
-            std::task::Poll::Ready(Some(ChoiceEvent::Done { index, finish })) => {
-                let t = acc.entry(index).or_default();
-                let mut out = String::new();
+            Poll::Ready(Some(ChoiceEvent::Done { index, finish })) => {
                 if let Some(e) = &finish.error {
-                    out += &error_frame(e);
+                    push_error(&mut out, e);
                 }
-                let v = json!({"text": t, "meta_info": meta(index, finish.completion_tokens, finish.cached_tokens, Some(&finish)), "index": index});
-                out += &frame(&v.to_string());
-                std::task::Poll::Ready(Some(out))
+                push_frame(&mut out, &run.answer(index, &acc[index], finish.completion_tokens, Some(&finish)));
             }
-            std::task::Poll::Ready(None) => {
+            Poll::Ready(None) => {
                 ended = true;
-                std::task::Poll::Ready(Some(frame("[DONE]")))
+                push_done(&mut out);
             }
         }
+        Poll::Ready(Some(out))
     })
     .filter(|s| std::future::ready(!s.is_empty()))
     .boxed();

@@ -1,9 +1,12 @@
-//! The JSON body of one request, per API dialect: SGLang's `/generate` (`sampling_params`),
-//! the OpenAI completions and chat endpoints (always asking for usage when streaming, since
-//! output counts must come from the server), and TensorRT-LLM's Triton ensemble. Built once
-//! per request before the clock starts, so the send path does no JSON work.
+//! The JSON body of one request, per API: SGLang's `/generate`, OpenAI's `/v1/completions` and
+//! `/v1/chat/completions` (the request types of [`sparrow_protocol`]), TensorRT-LLM's Triton
+//! `generate_stream`; then `--extra-request-body` and a dataset row's own fields merged over
+//! them, as SGLang's `bench_serving` does.
 
+use serde::Serialize;
 use serde_json::{json, Map, Value};
+use sparrow_protocol::openai::{ChatCompletionRequest, ChatMessage, CompletionRequest, Prompt, StreamOptions};
+use sparrow_protocol::sglang::{GenerateRequest, SamplingParams};
 
 use super::Api;
 
@@ -39,40 +42,30 @@ pub enum PromptInput<'a> {
 
 /// The JSON body for one request: our fields, then `--extra-request-body`, then the row's
 /// own fields (`openai` dataset), each overriding the one before (SGLang's order).
-pub fn build_body(
-    o: &RequestOptions,
-    input: PromptInput<'_>,
-    max_tokens: u64,
-    row_extra: &Map<String, Value>,
-) -> Value {
-    let mut body = match o.api {
-        Api::Generate => {
-            let mut sp = json!({
-                "temperature": o.temperature,
-                "max_new_tokens": max_tokens,
-                "ignore_eos": o.ignore_eos,
-            });
-            if o.top_p < 1.0 {
-                sp["top_p"] = json!(o.top_p);
-            }
-            let mut b = json!({"sampling_params": sp, "stream": o.stream});
-            match input {
-                PromptInput::Text(t) => b["text"] = json!(t),
-                PromptInput::Ids(ids) => b["input_ids"] = json!(ids),
-                PromptInput::Messages(m) => b["text"] = json!(messages_text(m)),
-            }
-            b
+pub fn build_body(o: &RequestOptions, input: PromptInput<'_>, max_tokens: u64, row_extra: &Map<String, Value>) -> Value {
+    let top_p = (o.top_p < 1.0).then_some(o.top_p);
+    // An endpoint that takes text gets a conversation's contents, one message a line.
+    let joined = match (o.api, input) {
+        (Api::Chat, _) | (_, PromptInput::Text(_) | PromptInput::Ids(_)) => String::new(),
+        (_, PromptInput::Messages(m)) => messages_text(m),
+    };
+    let (text, ids) = match input {
+        PromptInput::Text(t) => (Some(t), None),
+        PromptInput::Ids(ids) => (None, Some(ids)),
+        PromptInput::Messages(_) => (Some(joined.as_str()), None),
+    };
+    let mut body = match (o.api, input) {
+        (Api::Generate, _) => {
+            let (temperature, ignore_eos) = (o.temperature, o.ignore_eos);
+            let sampling_params = SamplingParams { temperature, max_new_tokens: max_tokens, ignore_eos, top_p };
+            to_json(&GenerateRequest { sampling_params, stream: o.stream, text, input_ids: ids })
         }
-        Api::Trt => {
+        (Api::Trt, _) => {
             // SGLang's async_request_trt_llm: TensorRT-LLM has no ignore_eos, so a minimum
             // length and an unreachable end id stand in for it.
             let mut b = json!({
                 "accumulate_tokens": true,
-                "text_input": match input {
-                    PromptInput::Text(t) => t.to_owned(),
-                    PromptInput::Messages(m) => messages_text(m),
-                    PromptInput::Ids(_) => String::new(),
-                },
+                "text_input": text.unwrap_or_default(),
                 "temperature": if o.temperature > 0.0 { o.temperature } else { 0.000001 },
                 "top_p": o.top_p,
                 "max_tokens": max_tokens,
@@ -84,29 +77,19 @@ pub fn build_body(
             }
             b
         }
-        Api::Completions | Api::Chat => {
-            let mut b = json!({
-                "model": o.model,
-                "temperature": o.temperature,
-                "max_tokens": max_tokens,
-                "stream": o.stream,
-                "ignore_eos": o.ignore_eos,
-            });
-            if o.top_p < 1.0 {
-                b["top_p"] = json!(o.top_p);
-            }
-            match (o.api, input) {
-                (Api::Chat, PromptInput::Messages(m)) => b["messages"] = json!(m),
-                (Api::Chat, PromptInput::Text(t)) => b["messages"] = json!([{"role": "user", "content": t}]),
-                (_, PromptInput::Ids(ids)) => b["prompt"] = json!(ids),
-                (_, PromptInput::Text(t)) => b["prompt"] = json!(t),
-                (_, PromptInput::Messages(m)) => b["prompt"] = json!(messages_text(m)),
-            }
-            if o.stream {
-                b["stream_options"] = json!({"include_usage": true, "continuous_usage_stats": true});
-            }
-            b
-        }
+        (Api::Chat, PromptInput::Messages(m)) => chat_body(o, max_tokens, top_p, m),
+        (Api::Chat, PromptInput::Text(t)) => chat_body(o, max_tokens, top_p, &[ChatMessage { role: "user", content: t }]),
+        // Token ids go to a chat endpoint as a completions `prompt` (no message can hold them).
+        (Api::Completions | Api::Chat, _) => to_json(&CompletionRequest {
+            model: &o.model,
+            temperature: o.temperature,
+            max_tokens,
+            stream: o.stream,
+            ignore_eos: o.ignore_eos,
+            top_p,
+            prompt: ids.map_or(Prompt::Text(text.unwrap_or_default()), Prompt::Ids),
+            stream_options: stream_options(o),
+        }),
     };
     if let Value::Object(map) = &mut body {
         for (k, v) in o.extra_body.iter().chain(row_extra) {
@@ -114,6 +97,23 @@ pub fn build_body(
         }
     }
     body
+}
+
+fn chat_body<M: Serialize>(o: &RequestOptions, max_tokens: u64, top_p: Option<f64>, messages: &[M]) -> Value {
+    let (model, temperature, stream, ignore_eos) = (&o.model, o.temperature, o.stream, o.ignore_eos);
+    let b = ChatCompletionRequest { model, temperature, max_tokens, stream, ignore_eos, top_p, messages, stream_options: None };
+    to_json(&ChatCompletionRequest { stream_options: stream_options(o), ..b })
+}
+
+/// Usage on every chunk (so each chunk's token count is known) and in a last chunk.
+fn stream_options(o: &RequestOptions) -> Option<StreamOptions> {
+    o.stream.then_some(StreamOptions { include_usage: true, continuous_usage_stats: true })
+}
+
+/// A request as a JSON map, whose keys the overrides replace in place. Request types have
+/// string keys only: serializing them cannot fail.
+fn to_json(body: &impl Serialize) -> Value {
+    serde_json::to_value(body).unwrap_or_default()
 }
 
 /// The text contents of chat messages, one per line (for an endpoint that takes text).

