@@ -83,10 +83,45 @@ impl Mla {
     ) -> Vec<f32> {
         let (c, isa, pool) = (s.cfg, s.isa, s.pool);
         let t_n = s.batch.num_tokens();
-        let hq = c.qk_nope + c.qk_rope;
         let lat_w = c.kv_lora_rank + c.qk_rope;
         // Module names only matter while calibrating; no formatting on the serving path.
         let a = if w.obs.is_some() { format!("model.layers.{l}.self_attn") } else { String::new() };
+        let (qr, q, kva) = self.project(s, h, w, &a);
+        {
+            let cache = kv.component_mut(l, 0);
+            for t in 0..t_n {
+                let slot = s.batch.out_cache_loc[t] as usize;
+                cache[slot * lat_w..(slot + 1) * lat_w].copy_from_slice(&kva[t * lat_w..(t + 1) * lat_w]);
+            }
+        }
+        if let Some(ix) = &self.indexer {
+            *sel = ix.select(s, l, h, &qr, kv, w);
+        }
+        let attn = self.attend(s, &q, kv.component(l, 0), sel);
+        for (t, chosen) in sel.iter().enumerate() {
+            let ctx = s.batch.positions[t] as u64 + 1;
+            let n = match (chosen, s.attn_impl(t)) {
+                (None, _) | (Some(_), AttnImpl::Dense) => ctx,
+                (Some(chosen), AttnImpl::Sparse) => chosen.len() as u64,
+            };
+            w.stats.attn_keys += n * c.heads as u64;
+        }
+        if w.obs.is_some() {
+            note(&mut w.obs, pool, isa, &[format!("{a}.o_proj")], &attn, t_n);
+        }
+        let mut out = vec![0f32; t_n * c.hidden];
+        kernels::matmul(pool, isa, &self.o, &attn, t_n, &mut w.xq, &mut out);
+        out
+    }
+
+    /// The projections of the rows `h`, with their norms and RoPE: the normalized query LoRA
+    /// `qr` (the indexer reads it too), the queries `q` (`[tokens × heads × (nope + rope)]`) and
+    /// the cache rows `[c, k_pe]`. `a` names the attention module while observing.
+    fn project(&self, s: &Step<'_>, h: &[f32], w: &mut Work, a: &str) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+        let (c, isa, pool) = (s.cfg, s.isa, s.pool);
+        let t_n = s.batch.num_tokens();
+        let hq = c.qk_nope + c.qk_rope;
+        let lat_w = c.kv_lora_rank + c.qk_rope;
         if w.obs.is_some() {
             let mut ms = vec![format!("{a}.q_a_proj"), format!("{a}.kv_a_proj_with_mqa")];
             if self.indexer.is_some() {
@@ -122,31 +157,7 @@ impl Mla {
                 s.rope.rotate(qpe, pos, ROPE_LAYOUT);
             }
         }
-        {
-            let cache = kv.component_mut(l, 0);
-            for t in 0..t_n {
-                let slot = s.batch.out_cache_loc[t] as usize;
-                cache[slot * lat_w..(slot + 1) * lat_w].copy_from_slice(&kva[t * lat_w..(t + 1) * lat_w]);
-            }
-        }
-        if let Some(ix) = &self.indexer {
-            *sel = ix.select(s, l, h, &qr, kv, w);
-        }
-        let attn = self.attend(s, &q, kv.component(l, 0), sel);
-        for (t, chosen) in sel.iter().enumerate() {
-            let ctx = s.batch.positions[t] as u64 + 1;
-            let n = match (chosen, s.attn_impl(t)) {
-                (None, _) | (Some(_), AttnImpl::Dense) => ctx,
-                (Some(chosen), AttnImpl::Sparse) => chosen.len() as u64,
-            };
-            w.stats.attn_keys += n * c.heads as u64;
-        }
-        if w.obs.is_some() {
-            note(&mut w.obs, pool, isa, &[format!("{a}.o_proj")], &attn, t_n);
-        }
-        let mut out = vec![0f32; t_n * c.hidden];
-        kernels::matmul(pool, isa, &self.o, &attn, t_n, &mut w.xq, &mut out);
-        out
+        (qr, q, kva)
     }
 
     /// The absorbed attention of every (row, head) over the latent cache `lat_cache`, reading
