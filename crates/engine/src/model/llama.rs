@@ -18,6 +18,7 @@ use std::path::Path;
 
 use ggus::GGufMetaMapExt;
 
+use super::common::{OutputHead, RopeLayout, RopeTable};
 use super::{AttentionNeeds, Model, ModelInfo};
 use crate::batch::ForwardBatch;
 use sparrow_cpu::kernels;
@@ -99,9 +100,8 @@ pub struct LlamaModel {
     output: Option<Weight>,
     output_norm: Vec<f32>,
     layers: Vec<Layer>,
-    /// `cos/sin[pos · head_dim/2 + i]` for `pos < context_length`.
-    rope_cos: Vec<f32>,
-    rope_sin: Vec<f32>,
+    /// RoPE angles for `pos < context_length`.
+    rope: RopeTable,
     pool: ThreadPool,
     isa: Isa,
     s: Scratch,
@@ -299,19 +299,7 @@ impl LlamaModel {
         layers: Vec<Layer>,
         threads: usize,
     ) -> Result<Self, EngineError> {
-        let head_dim = cfg.head_dim;
-        let half = head_dim / 2;
-        let mut rope_cos = vec![0f32; cfg.context_length * half];
-        let mut rope_sin = vec![0f32; cfg.context_length * half];
-        for pos in 0..cfg.context_length {
-            for i in 0..half {
-                // θ_i = base^(−2i/d), computed in f64 as llama.cpp's rope cache effectively is.
-                let theta = (cfg.rope_base as f64).powf(-2.0 * i as f64 / head_dim as f64);
-                let a = pos as f64 * theta;
-                rope_cos[pos * half + i] = a.cos() as f32;
-                rope_sin[pos * half + i] = a.sin() as f32;
-            }
-        }
+        let rope = RopeTable::llama_cpp(cfg.rope_base as f64, cfg.head_dim, cfg.context_length);
         let mut wbytes = weight_bytes(&embed) + output.as_ref().map_or(0, weight_bytes);
         for l in &layers {
             wbytes += weight_bytes(&l.qkv) + weight_bytes(&l.wo) + weight_bytes(&l.gate_up) + weight_bytes(&l.down);
@@ -333,8 +321,7 @@ impl LlamaModel {
             output,
             output_norm,
             layers,
-            rope_cos,
-            rope_sin,
+            rope,
             pool,
             isa: Isa::detect(),
             s: Scratch::default(),
@@ -428,8 +415,8 @@ impl Model for LlamaModel {
                     let row = &mut s.qkv[t * qkv_w..(t + 1) * qkv_w];
                     let (q, rest) = row.split_at_mut(h);
                     let (k, v) = rest.split_at_mut(kvd);
-                    rope_inplace(&self.rope_cos, &self.rope_sin, hd, q, pos);
-                    rope_inplace(&self.rope_cos, &self.rope_sin, hd, k, pos);
+                    self.rope.rotate_heads(q, pos, RopeLayout::Interleaved);
+                    self.rope.rotate_heads(k, pos, RopeLayout::Interleaved);
                     let slot = batch.out_cache_loc[t] as usize;
                     kernels::to_f16(isa, k, &mut kc[slot * kvd..(slot + 1) * kvd]);
                     kernels::to_f16(isa, v, &mut vc[slot * kvd..(slot + 1) * kvd]);
@@ -473,29 +460,10 @@ impl Model for LlamaModel {
             kernels::matmul(&self.pool, isa, &layer.down, &s.act, t_n, &mut s.xq, &mut s.proj);
             s.x.iter_mut().zip(&s.proj).for_each(|(x, p)| *x += p);
         }
-        let r_n = batch.logits_rows.len();
-        let mut sel = vec![0f32; r_n * h];
-        for (i, &r) in batch.logits_rows.iter().enumerate() {
-            sel[i * h..(i + 1) * h].copy_from_slice(&s.x[r as usize * h..(r as usize + 1) * h]);
-        }
-        let mut normed = vec![0f32; r_n * h];
-        kernels::rms_norm(&sel, &self.output_norm, c.rms_eps, &mut normed);
-        let mut logits = vec![0f32; r_n * c.vocab];
-        let head = self.output.as_ref().unwrap_or(&self.embed);
-        kernels::matmul(&self.pool, isa, head, &normed, r_n, &mut s.xq, &mut logits);
+        let head =
+            OutputHead { norm: &self.output_norm, eps: c.rms_eps, weight: self.output.as_ref().unwrap_or(&self.embed) };
+        let logits = head.logits(&self.pool, isa, &s.x, &batch.logits_rows, &mut s.xq);
         self.s = s;
         Ok(logits)
-    }
-}
-
-fn rope_inplace(cos: &[f32], sin: &[f32], hd: usize, v: &mut [f32], pos: usize) {
-    let half = hd / 2;
-    let (c, s) = (&cos[pos * half..(pos + 1) * half], &sin[pos * half..(pos + 1) * half]);
-    for head in v.chunks_exact_mut(hd) {
-        for i in 0..half {
-            let (a, b) = (head[2 * i], head[2 * i + 1]);
-            head[2 * i] = a * c[i] - b * s[i];
-            head[2 * i + 1] = a * s[i] + b * c[i];
-        }
     }
 }

@@ -4,6 +4,7 @@
 //! needs ([`AttentionNeeds`]) and the backend states what it provides ([`BackendCaps`]);
 //! [`check_compat`] refuses a mismatched pair with a message before any request is admitted.
 
+pub mod common;
 pub mod glm5;
 pub mod llama;
 pub mod load;

@@ -1,0 +1,155 @@
+//! Pieces the decoders share: rotary position embeddings (RoPE, Su et al. 2021, "RoFormer")
+//! and the output head (final RMSNorm of the rows whose logits are wanted, then the LM head).
+//!
+//! The rotation itself is one function for both layouts. The angle tables are not: Llama's
+//! follows llama.cpp (angles in f64, rounded once) and GLM-5's follows HF transformers
+//! (`inv_freq` and `pos · inv_freq` in f32), and each model's goldens were made against its own
+//! reference, so the two builders stay separate, side by side here.
+
+use sparrow_cpu::format::ggml::QActs;
+use sparrow_cpu::{kernels, Isa, ThreadPool, Weight};
+
+/// Which values of a head RoPE rotates together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeLayout {
+    /// Adjacent pairs `(v[2i], v[2i+1])` (llama.cpp's `LLAMA_ROPE_TYPE_NORM`, GLM-5's MLA and
+    /// indexer).
+    Interleaved,
+    /// Pairs `(v[i], v[i + half])` (HF's `rotate_half`).
+    Halves,
+}
+
+/// Cosines and sines of `pos · θ_i` for every position and every pair `i` of a rotary width.
+#[derive(Debug, Clone)]
+pub struct RopeTable {
+    half: usize,
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+}
+
+impl RopeTable {
+    /// llama.cpp's table for heads of `dim` values: `θ_i = base^(−2i/dim)` and `pos · θ_i` in
+    /// f64, rounded to f32 after the cosine (what llama.cpp's rope cache effectively computes).
+    pub fn llama_cpp(base: f64, dim: usize, positions: usize) -> Self {
+        Self::build(dim, positions, |pos, i| {
+            let theta = base.powf(-2.0 * i as f64 / dim as f64);
+            let a = pos as f64 * theta;
+            (a.cos() as f32, a.sin() as f32)
+        })
+    }
+
+    /// HF transformers' table for a rotary width `dim`: `inv_freq = 1 / base^(2i/dim)` rounded to
+    /// f32, then `pos · inv_freq` and its cosine in f32 (`LlamaRotaryEmbedding` in float32).
+    pub fn hf_f32(base: f64, dim: usize, positions: usize) -> Self {
+        Self::build(dim, positions, |pos, i| {
+            let inv = (1.0 / base.powf(2.0 * i as f64 / dim as f64)) as f32;
+            let a = pos as f32 * inv;
+            (a.cos(), a.sin())
+        })
+    }
+
+    fn build(dim: usize, positions: usize, angle: impl Fn(usize, usize) -> (f32, f32)) -> Self {
+        let half = dim / 2;
+        let mut cos = vec![0f32; positions * half];
+        let mut sin = vec![0f32; positions * half];
+        for pos in 0..positions {
+            for i in 0..half {
+                (cos[pos * half + i], sin[pos * half + i]) = angle(pos, i);
+            }
+        }
+        RopeTable { half, cos, sin }
+    }
+
+    /// Rotates one head `v` (the table's rotary width) to position `pos`.
+    pub fn rotate(&self, v: &mut [f32], pos: usize, layout: RopeLayout) {
+        let (c, s) = self.at(pos);
+        rotate(v, c, s, layout);
+    }
+
+    /// Rotates every head of `v` (consecutive runs of the rotary width) to position `pos`.
+    pub fn rotate_heads(&self, v: &mut [f32], pos: usize, layout: RopeLayout) {
+        let (c, s) = self.at(pos);
+        for head in v.chunks_exact_mut(2 * self.half) {
+            rotate(head, c, s, layout);
+        }
+    }
+
+    fn at(&self, pos: usize) -> (&[f32], &[f32]) {
+        let r = pos * self.half..(pos + 1) * self.half;
+        (&self.cos[r.clone()], &self.sin[r])
+    }
+}
+
+/// Rotates `v` (`2·c.len()` values) by the angles whose cosines and sines are `c`, `s`.
+fn rotate(v: &mut [f32], c: &[f32], s: &[f32], layout: RopeLayout) {
+    let half = c.len();
+    for i in 0..half {
+        let (a, b) = match layout {
+            RopeLayout::Interleaved => (2 * i, 2 * i + 1),
+            RopeLayout::Halves => (i, i + half),
+        };
+        let (x, y) = (v[a], v[b]);
+        v[a] = x * c[i] - y * s[i];
+        v[b] = y * c[i] + x * s[i];
+    }
+}
+
+/// The output head: the final RMSNorm and the LM head matrix (`[vocab × hidden]`; the embedding
+/// when tied).
+pub struct OutputHead<'a> {
+    /// Final norm weights (`hidden`).
+    pub norm: &'a [f32],
+    /// Its ε.
+    pub eps: f32,
+    /// LM head.
+    pub weight: &'a Weight,
+}
+
+impl OutputHead<'_> {
+    /// Logits of rows `rows` of the hidden states `x` (`[tokens × hidden]`):
+    /// `[rows.len() × vocab]`. Only the wanted rows are normalized and multiplied.
+    pub fn logits(&self, pool: &ThreadPool, isa: Isa, x: &[f32], rows: &[u32], xq: &mut QActs) -> Vec<f32> {
+        let h = self.norm.len();
+        let r_n = rows.len();
+        let mut sel = vec![0f32; r_n * h];
+        for (i, &r) in rows.iter().enumerate() {
+            sel[i * h..(i + 1) * h].copy_from_slice(&x[r as usize * h..(r as usize + 1) * h]);
+        }
+        let mut normed = vec![0f32; r_n * h];
+        kernels::rms_norm(&sel, self.norm, self.eps, &mut normed);
+        let mut logits = vec![0f32; r_n * self.weight.rows()];
+        kernels::matmul(pool, isa, self.weight, &normed, r_n, xq, &mut logits);
+        logits
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rope_layouts() {
+        let (c, s) = ([0.0f32, 1.0], [1.0f32, 0.0]);
+        let mut v = [1.0, 2.0, 3.0, 4.0];
+        rotate(&mut v, &c, &s, RopeLayout::Interleaved);
+        // Pair (1,2) rotated by 90°: (−2, 1); pair (3,4) unrotated.
+        assert_eq!(v, [-2.0, 1.0, 3.0, 4.0]);
+        let mut v = [1.0, 2.0, 3.0, 4.0];
+        rotate(&mut v, &c, &s, RopeLayout::Halves);
+        // Pairs (v0, v2) = (1, 3) rotated by 90° → (−3, 1); (v1, v3) unrotated.
+        assert_eq!(v, [-3.0, 2.0, 1.0, 4.0]);
+    }
+
+    /// Position 0 is the identity in both tables; every head of a row turns alike.
+    #[test]
+    fn tables_and_heads() {
+        for t in [RopeTable::llama_cpp(10000.0, 4, 3), RopeTable::hf_f32(10000.0, 4, 3)] {
+            let mut v = [1.0, 2.0, 3.0, 4.0];
+            t.rotate(&mut v, 0, RopeLayout::Interleaved);
+            assert_eq!(v, [1.0, 2.0, 3.0, 4.0]);
+            let mut two = [1.0, 2.0, 3.0, 4.0, 1.0, 2.0, 3.0, 4.0];
+            t.rotate_heads(&mut two, 2, RopeLayout::Interleaved);
+            assert_eq!(two[..4], two[4..]);
+        }
+    }
+}

@@ -1,0 +1,192 @@
+//! Builds a [`Glm5Model`] from a Hugging Face checkpoint directory: HF transformers' state-dict
+//! names (`modeling_glm_moe_dsa.py`), ModelOpt NVFP4 or BF16/F32 tensors through
+//! [`Checkpoint`]. `kv_b_proj` is split per head into `W_UK` and `W_UV` here, once, for the
+//! absorbed attention.
+
+use std::path::Path;
+
+use sparrow_cpu::format::ggml::QActs;
+use sparrow_cpu::{Isa, ThreadPool, Weight};
+
+use super::indexer::Indexer;
+use super::mla::Mla;
+use super::moe::{Ffn, Mlp, Moe};
+use super::{AttnStats, DecoderLayer, Glm5Config, Glm5Model, Glm5Options};
+use crate::checkpoint::hf::Checkpoint;
+use crate::model::common::RopeTable;
+use crate::model::ModelInfo;
+use crate::EngineError;
+
+impl Glm5Model {
+    /// Loads a checkpoint directory (`config.json`, safetensors, NVFP4 config).
+    ///
+    /// # Errors
+    /// Anything [`Checkpoint::open`], [`Glm5Config::from_json`] or a tensor check refuses.
+    pub fn load(dir: &Path, threads: usize, opts: Glm5Options) -> Result<Self, EngineError> {
+        let ck = Checkpoint::open(dir)?;
+        let c = Glm5Config::from_json(&ck.config)?;
+        let h = c.hidden;
+        let layers = (0..c.layers).map(|l| load_layer(&ck, &c, l)).collect::<Result<Vec<_>, _>>()?;
+        let (es, embed) = ck.f32("model.embed_tokens.weight")?;
+        if es != [c.vocab, h] {
+            return Err(EngineError::model(format!(
+                "model.embed_tokens.weight: shape {es:?}, want [{}, {h}]",
+                c.vocab
+            )));
+        }
+        let embed = Weight::Dense { rows: c.vocab, cols: h, data: embed };
+        let lm_head = match (c.tie_word_embeddings, ck.has("lm_head.weight")) {
+            (true, _) => None,
+            (false, true) => Some(ck.linear("lm_head", c.vocab, h)?),
+            (false, false) => {
+                return Err(EngineError::model("lm_head.weight missing and tie_word_embeddings is false"))
+            }
+        };
+        let norm = ck.vector("model.norm.weight", h)?;
+        let rope = RopeTable::hf_f32(c.rope_theta, c.qk_rope, c.max_positions);
+        let info = ModelInfo {
+            architecture: "glm_moe_dsa".into(),
+            name: dir.file_name().map_or("glm5".into(), |n| n.to_string_lossy().into_owned()),
+            vocab_size: c.vocab,
+            context_length: c.max_positions,
+            num_layers: c.layers,
+            hidden_size: h,
+            weight_bytes: weight_bytes(&embed, lm_head.as_ref(), &layers),
+        };
+        let pool = ThreadPool::new(threads).map_err(|e| EngineError::model(format!("thread pool: {e}")))?;
+        Ok(Glm5Model {
+            cfg: c,
+            info,
+            opts,
+            embed,
+            lm_head,
+            norm,
+            layers,
+            rope,
+            pool,
+            isa: Isa::detect(),
+            xq: QActs::default(),
+            stats: AttnStats::default(),
+            observer: None,
+        })
+    }
+}
+
+/// Layer `l` (`model.layers.{l}`).
+fn load_layer(ck: &Checkpoint, c: &Glm5Config, l: usize) -> Result<DecoderLayer, EngineError> {
+    let (h, hq) = (c.hidden, c.qk_nope + c.qk_rope);
+    let p = format!("model.layers.{l}");
+    let a = format!("{p}.self_attn");
+    let (w_uk, w_uv) = absorbed_kv_b(ck, c, &a)?;
+    let indexer = if c.indexer_full[l] {
+        let ip = format!("{a}.indexer");
+        Some(Indexer {
+            wq_b: ck.linear(&format!("{ip}.wq_b"), c.idx_heads * c.idx_dim, c.q_lora_rank)?,
+            wk: ck.linear(&format!("{ip}.wk"), c.idx_dim, h)?,
+            k_norm_w: ck.vector(&format!("{ip}.k_norm.weight"), c.idx_dim)?,
+            k_norm_b: ck.vector(&format!("{ip}.k_norm.bias"), c.idx_dim)?,
+            weights_proj: ck.linear(&format!("{ip}.weights_proj"), c.idx_heads, h)?,
+        })
+    } else {
+        None
+    };
+    let ffn = if c.mlp_dense[l] {
+        Ffn::Dense(load_mlp(ck, &format!("{p}.mlp"), h, c.inter)?)
+    } else {
+        Ffn::Moe(load_moe(ck, c, &format!("{p}.mlp"))?)
+    };
+    Ok(DecoderLayer {
+        input_ln: ck.vector(&format!("{p}.input_layernorm.weight"), h)?,
+        post_ln: ck.vector(&format!("{p}.post_attention_layernorm.weight"), h)?,
+        attn: Mla {
+            q_a: ck.linear(&format!("{a}.q_a_proj"), c.q_lora_rank, h)?,
+            q_a_ln: ck.vector(&format!("{a}.q_a_layernorm.weight"), c.q_lora_rank)?,
+            q_b: ck.linear(&format!("{a}.q_b_proj"), c.heads * hq, c.q_lora_rank)?,
+            kv_a: ck.linear(&format!("{a}.kv_a_proj_with_mqa"), c.kv_lora_rank + c.qk_rope, h)?,
+            kv_a_ln: ck.vector(&format!("{a}.kv_a_layernorm.weight"), c.kv_lora_rank)?,
+            w_uk,
+            w_uv,
+            o: ck.linear(&format!("{a}.o_proj"), h, c.heads * c.v_dim)?,
+            indexer,
+        },
+        ffn,
+    })
+}
+
+/// `kv_b_proj` (`[heads·(nope + v) × kv_lora]`) as per-head `W_UK [nope × kv_lora]` and
+/// `W_UV [v × kv_lora]`, in f32.
+type AbsorbedKvB = (Vec<Vec<f32>>, Vec<Vec<f32>>);
+
+fn absorbed_kv_b(ck: &Checkpoint, c: &Glm5Config, a: &str) -> Result<AbsorbedKvB, EngineError> {
+    let kv_b = ck.linear(&format!("{a}.kv_b_proj"), c.heads * (c.qk_nope + c.v_dim), c.kv_lora_rank)?;
+    let mut w_uk = Vec::with_capacity(c.heads);
+    let mut w_uv = Vec::with_capacity(c.heads);
+    let mut row = vec![0f32; c.kv_lora_rank];
+    for hd in 0..c.heads {
+        let base = hd * (c.qk_nope + c.v_dim);
+        let mut uk = Vec::with_capacity(c.qk_nope * c.kv_lora_rank);
+        for i in 0..c.qk_nope {
+            kv_b.row_f32(base + i, &mut row);
+            uk.extend_from_slice(&row);
+        }
+        let mut uv = Vec::with_capacity(c.v_dim * c.kv_lora_rank);
+        for j in 0..c.v_dim {
+            kv_b.row_f32(base + c.qk_nope + j, &mut row);
+            uv.extend_from_slice(&row);
+        }
+        w_uk.push(uk);
+        w_uv.push(uv);
+    }
+    Ok((w_uk, w_uv))
+}
+
+/// A SwiGLU MLP under `prefix` (`gate_proj`, `up_proj`, `down_proj`).
+fn load_mlp(ck: &Checkpoint, prefix: &str, hidden: usize, inter: usize) -> Result<Mlp, EngineError> {
+    let g = ck.linear(&format!("{prefix}.gate_proj"), inter, hidden)?;
+    let u = ck.linear(&format!("{prefix}.up_proj"), inter, hidden)?;
+    let gate_up = Weight::concat_or_dense(&[&g, &u]);
+    Ok(Mlp { gate_up, down: ck.linear(&format!("{prefix}.down_proj"), hidden, inter)?, inter })
+}
+
+/// The MoE block under `p` (`model.layers.L.mlp`): routed experts, shared experts, the router
+/// (f32) and its correction bias.
+fn load_moe(ck: &Checkpoint, c: &Glm5Config, p: &str) -> Result<Moe, EngineError> {
+    let h = c.hidden;
+    let mut experts = Vec::with_capacity(c.n_routed);
+    for e in 0..c.n_routed {
+        experts.push(load_mlp(ck, &format!("{p}.experts.{e}"), h, c.moe_inter)?);
+    }
+    let shared = if c.n_shared > 0 {
+        Some(load_mlp(ck, &format!("{p}.shared_experts"), h, c.moe_inter * c.n_shared)?)
+    } else {
+        None
+    };
+    let (gs, gate) = ck.f32(&format!("{p}.gate.weight"))?;
+    if gs != [c.n_routed, h] {
+        return Err(EngineError::model(format!("{p}.gate.weight: shape {gs:?}, want [{}, {h}]", c.n_routed)));
+    }
+    Ok(Moe {
+        gate: Weight::Dense { rows: c.n_routed, cols: h, data: gate },
+        bias: ck.vector(&format!("{p}.gate.e_score_correction_bias"), c.n_routed)?,
+        experts,
+        shared,
+    })
+}
+
+/// Bytes of weights held, for [`ModelInfo::weight_bytes`].
+fn weight_bytes(embed: &Weight, lm_head: Option<&Weight>, layers: &[DecoderLayer]) -> usize {
+    let mut wbytes = embed.bytes() + lm_head.map_or(0, Weight::bytes);
+    for l in layers {
+        let m = &l.attn;
+        wbytes += m.q_a.bytes() + m.q_b.bytes() + m.kv_a.bytes() + m.o.bytes();
+        wbytes += 4 * (m.w_uk.iter().map(Vec::len).sum::<usize>() + m.w_uv.iter().map(Vec::len).sum::<usize>());
+        if let Some(ix) = &m.indexer {
+            wbytes += ix.wq_b.bytes() + ix.wk.bytes() + ix.weights_proj.bytes();
+        }
+        wbytes += match &l.ffn {
+            Ffn::Dense(m) => m.bytes(),
+            Ffn::Moe(m) => m.bytes(),
+        };
+    }
+    wbytes
+}

@@ -1,0 +1,388 @@
+//! GLM-5's feed-forward: a dense SwiGLU MLP in the first layers, then a Mixture-of-Experts with
+//! sigmoid routing, a correction bias, group-limited top-k and shared experts (DeepSeek-V3
+//! §2.1.2; HF transformers `modeling_glm_moe_dsa.py`, `GlmMoeDsaMoE` / `GlmMoeDsaTopkRouter`).
+//!
+//! Routing (layers `≥ first_k_dense_replace`): `s = sigmoid(gate(h))` (f32); choice scores
+//! `s + e_score_correction_bias`; groups ranked by the sum of their top-2 choice scores, the
+//! best `topk_group` kept; the top `num_experts_per_tok` experts of those by choice score;
+//! weights are `s` (without the bias) of the chosen, divided by their sum when
+//! `norm_topk_prob`, times `routed_scaling_factor` exactly once. Output
+//! `Σ_k w_k · E_k(h) + shared(h)`, every expert a SwiGLU MLP.
+//!
+//! Two implementations, selected like SGLang's `--moe-runner-backend`:
+//! [`MoeImpl::TokenMajor`] runs each (token, expert) pair as its own GEMV;
+//! [`MoeImpl::ExpertMajor`] gathers the tokens routed to each expert and runs one grouped GEMM
+//! per expert. The NVFP4 kernel computes every token with its own accumulators, so both give
+//! bit-identical outputs; which is faster depends on the batch size, hence the start-up
+//! autotune ([`crate::autotune`]).
+
+use sparrow_cpu::format::ggml::QActs;
+use sparrow_cpu::{kernels, Isa, ThreadPool, Weight};
+
+use super::{note, Glm5Config, Step, Work};
+use crate::model::observer::ObserverSlot;
+
+/// MoE implementation (`--moe-runner-backend`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MoeImpl {
+    /// One GEMV per (token, expert) pair.
+    TokenMajor,
+    /// One grouped GEMM per expert over the tokens routed to it.
+    ExpertMajor,
+}
+
+impl MoeImpl {
+    /// Flag spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            MoeImpl::TokenMajor => "token_major",
+            MoeImpl::ExpertMajor => "expert_major",
+        }
+    }
+}
+
+/// Which MoE implementation runs a batch of `tokens` tokens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MoeChoice {
+    /// Always this one.
+    Fixed(MoeImpl),
+    /// Per batch-size bucket: `(largest token count of the bucket, implementation)`, ascending;
+    /// counts beyond the last bucket use the last.
+    Buckets(Vec<(usize, MoeImpl)>),
+}
+
+impl MoeChoice {
+    /// The implementation for a batch of `tokens`.
+    pub fn pick(&self, tokens: usize) -> MoeImpl {
+        match self {
+            MoeChoice::Fixed(m) => *m,
+            MoeChoice::Buckets(b) => {
+                b.iter().find(|(max, _)| tokens <= *max).or(b.last()).map_or(MoeImpl::ExpertMajor, |(_, m)| *m)
+            }
+        }
+    }
+}
+
+/// Chooses the experts of one token: returns `(expert, weight)` in selection order.
+///
+/// `logits` are the router's `[n_routed]` outputs; see the module docs for the rule.
+pub fn route(c: &Glm5Config, logits: &[f32], bias: &[f32]) -> Vec<(usize, f32)> {
+    let scores: Vec<f32> = logits.iter().map(|&x| 1.0 / (1.0 + (-x).exp())).collect();
+    let choice: Vec<f32> = scores.iter().zip(bias).map(|(s, b)| s + b).collect();
+    let per = c.n_routed / c.n_group;
+    let mut allowed = vec![true; c.n_routed];
+    if c.n_group > 1 {
+        let mut gscore: Vec<(usize, f32)> = (0..c.n_group)
+            .map(|g| {
+                let mut v: Vec<f32> = choice[g * per..(g + 1) * per].to_vec();
+                v.sort_by(|a, b| b.total_cmp(a));
+                (g, v[0] + v[1])
+            })
+            .collect();
+        // Highest first; ties to the lower index (torch.topk's order on CPU).
+        gscore.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let keep: Vec<usize> = gscore.iter().take(c.topk_group).map(|g| g.0).collect();
+        for (e, a) in allowed.iter_mut().enumerate() {
+            *a = keep.contains(&(e / per));
+        }
+    }
+    let mut cand: Vec<usize> = (0..c.n_routed).filter(|&e| allowed[e]).collect();
+    cand.sort_by(|&a, &b| choice[b].total_cmp(&choice[a]).then(a.cmp(&b)));
+    cand.truncate(c.top_k);
+    let mut w: Vec<(usize, f32)> = cand.iter().map(|&e| (e, scores[e])).collect();
+    if c.norm_topk_prob {
+        let sum: f32 = w.iter().map(|x| x.1).sum::<f32>() + 1e-20;
+        w.iter_mut().for_each(|x| x.1 /= sum);
+    }
+    w.iter_mut().for_each(|x| x.1 *= c.routed_scaling);
+    w
+}
+
+/// A SwiGLU MLP: fused `[gate; up]` and `down`.
+pub struct Mlp {
+    pub(super) gate_up: Weight,
+    pub(super) down: Weight,
+    pub(super) inter: usize,
+}
+
+/// The routed experts of one MoE layer and its router.
+pub struct Moe {
+    pub(super) gate: Weight,
+    pub(super) bias: Vec<f32>,
+    pub(super) experts: Vec<Mlp>,
+    pub(super) shared: Option<Mlp>,
+}
+
+/// A layer's feed-forward: dense in the first layers, MoE after.
+pub(super) enum Ffn {
+    Dense(Mlp),
+    Moe(Moe),
+}
+
+impl Ffn {
+    /// The feed-forward of layer `l` on the step's rows `x` (`[tokens × hidden]`).
+    pub(super) fn forward(&self, s: &Step<'_>, l: usize, x: &[f32], w: &mut Work) -> Vec<f32> {
+        let t_n = s.batch.num_tokens();
+        let mut out = vec![0f32; t_n * s.cfg.hidden];
+        let prefix = if w.obs.is_some() { format!("model.layers.{l}.mlp") } else { String::new() };
+        match self {
+            Ffn::Dense(m) => m.run(s.pool, s.isa, x, t_n, &mut w.xq, &mut out, &mut w.obs, &prefix),
+            Ffn::Moe(m) => {
+                let routes = m.routes(s.cfg, s.pool, s.isa, x, t_n, &mut w.xq);
+                let imp = s.opts.moe.pick(t_n);
+                m.run_routed_capture(
+                    s.pool,
+                    s.isa,
+                    imp,
+                    &routes,
+                    x,
+                    s.cfg.hidden,
+                    &mut w.xq,
+                    &mut out,
+                    &mut w.obs,
+                    &prefix,
+                );
+            }
+        }
+        out
+    }
+}
+
+impl Mlp {
+    /// `out = down(silu(gate(x)) · up(x))` for `tokens` rows; reports the inputs of its
+    /// projections to `cap` under `prefix`.
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &self,
+        pool: &ThreadPool,
+        isa: Isa,
+        x: &[f32],
+        tokens: usize,
+        xq: &mut QActs,
+        out: &mut [f32],
+        cap: &mut ObserverSlot,
+        prefix: &str,
+    ) {
+        if cap.is_some() {
+            note(cap, pool, isa, &[format!("{prefix}.gate_proj"), format!("{prefix}.up_proj")], x, tokens);
+        }
+        let mut gu = vec![0f32; tokens * 2 * self.inter];
+        kernels::matmul(pool, isa, &self.gate_up, x, tokens, xq, &mut gu);
+        let mut act = vec![0f32; tokens * self.inter];
+        for t in 0..tokens {
+            let g = &gu[t * 2 * self.inter..(t + 1) * 2 * self.inter];
+            kernels::silu_mul(&g[..self.inter], &g[self.inter..], &mut act[t * self.inter..(t + 1) * self.inter]);
+        }
+        if cap.is_some() {
+            note(cap, pool, isa, &[format!("{prefix}.down_proj")], &act, tokens);
+        }
+        kernels::matmul(pool, isa, &self.down, &act, tokens, xq, out);
+    }
+
+    /// Bytes of its weights.
+    pub(super) fn bytes(&self) -> usize {
+        self.gate_up.bytes() + self.down.bytes()
+    }
+}
+
+impl Moe {
+    /// The routed + shared output for `tokens` rows of `x` (`[tokens × hidden]`), with the
+    /// routing of each token given; implementation `imp`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run_routed(
+        &self,
+        pool: &ThreadPool,
+        isa: Isa,
+        imp: MoeImpl,
+        routes: &[Vec<(usize, f32)>],
+        x: &[f32],
+        hidden: usize,
+        xq: &mut QActs,
+        out: &mut [f32],
+    ) {
+        self.run_routed_capture(pool, isa, imp, routes, x, hidden, xq, out, &mut None, "");
+    }
+
+    /// [`Moe::run_routed`], reporting each module's input to `cap` under `prefix`
+    /// (`model.layers.L.mlp`).
+    #[allow(clippy::too_many_arguments)]
+    fn run_routed_capture(
+        &self,
+        pool: &ThreadPool,
+        isa: Isa,
+        imp: MoeImpl,
+        routes: &[Vec<(usize, f32)>],
+        x: &[f32],
+        hidden: usize,
+        xq: &mut QActs,
+        out: &mut [f32],
+        cap: &mut ObserverSlot,
+        prefix: &str,
+    ) {
+        let tokens = routes.len();
+        let k = routes.first().map_or(0, Vec::len);
+        // y[t·k + j] is expert routes[t][j]'s output for token t.
+        let mut y = vec![0f32; tokens * k * hidden];
+        match imp {
+            MoeImpl::TokenMajor => {
+                for (t, r) in routes.iter().enumerate() {
+                    for (j, &(e, _)) in r.iter().enumerate() {
+                        let dst = &mut y[(t * k + j) * hidden..(t * k + j + 1) * hidden];
+                        let p = if cap.is_some() { format!("{prefix}.experts.{e}") } else { String::new() };
+                        self.experts[e].run(pool, isa, &x[t * hidden..(t + 1) * hidden], 1, xq, dst, cap, &p);
+                    }
+                }
+            }
+            MoeImpl::ExpertMajor => {
+                let mut by_expert: Vec<Vec<(usize, usize)>> = vec![Vec::new(); self.experts.len()];
+                for (t, r) in routes.iter().enumerate() {
+                    for (j, &(e, _)) in r.iter().enumerate() {
+                        by_expert[e].push((t, j));
+                    }
+                }
+                let mut xs = Vec::new();
+                let mut ys = Vec::new();
+                for (e, list) in by_expert.iter().enumerate() {
+                    if list.is_empty() {
+                        continue;
+                    }
+                    xs.clear();
+                    for &(t, _) in list {
+                        xs.extend_from_slice(&x[t * hidden..(t + 1) * hidden]);
+                    }
+                    ys.resize(list.len() * hidden, 0.0);
+                    let p = if cap.is_some() { format!("{prefix}.experts.{e}") } else { String::new() };
+                    self.experts[e].run(pool, isa, &xs, list.len(), xq, &mut ys, cap, &p);
+                    for (i, &(t, j)) in list.iter().enumerate() {
+                        y[(t * k + j) * hidden..(t * k + j + 1) * hidden]
+                            .copy_from_slice(&ys[i * hidden..(i + 1) * hidden]);
+                    }
+                }
+            }
+        }
+        out.iter_mut().for_each(|v| *v = 0.0);
+        for (t, r) in routes.iter().enumerate() {
+            let o = &mut out[t * hidden..(t + 1) * hidden];
+            for (j, &(_, w)) in r.iter().enumerate() {
+                let yj = &y[(t * k + j) * hidden..(t * k + j + 1) * hidden];
+                o.iter_mut().zip(yj).for_each(|(o, y)| *o += w * y);
+            }
+        }
+        if let Some(sh) = &self.shared {
+            let mut s = vec![0f32; tokens * hidden];
+            let p = if cap.is_some() { format!("{prefix}.shared_experts") } else { String::new() };
+            sh.run(pool, isa, x, tokens, xq, &mut s, cap, &p);
+            out.iter_mut().zip(&s).for_each(|(o, s)| *o += s);
+        }
+    }
+
+    /// Routes every token of `x` (`[tokens × hidden]`).
+    pub fn routes(
+        &self,
+        c: &Glm5Config,
+        pool: &ThreadPool,
+        isa: Isa,
+        x: &[f32],
+        tokens: usize,
+        xq: &mut QActs,
+    ) -> Vec<Vec<(usize, f32)>> {
+        let mut logits = vec![0f32; tokens * c.n_routed];
+        kernels::matmul(pool, isa, &self.gate, x, tokens, xq, &mut logits);
+        logits.chunks_exact(c.n_routed).map(|l| route(c, l, &self.bias)).collect()
+    }
+
+    /// Routed experts.
+    pub fn num_experts(&self) -> usize {
+        self.experts.len()
+    }
+
+    /// The experts' weight format (`nvfp4`, `dense` or `gguf`), for autotune's cache key.
+    pub fn weight_format(&self) -> &'static str {
+        match self.experts.first().map(|e| &e.gate_up) {
+            Some(Weight::Nvfp4(_)) => "nvfp4",
+            Some(Weight::Quant(_)) => "gguf",
+            _ => "dense",
+        }
+    }
+
+    /// Bytes of its weights (router, routed and shared experts).
+    pub(super) fn bytes(&self) -> usize {
+        self.gate.bytes() + self.experts.iter().chain(self.shared.iter()).map(Mlp::bytes).sum::<usize>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> Glm5Config {
+        Glm5Config {
+            hidden: 8,
+            layers: 1,
+            heads: 1,
+            q_lora_rank: 8,
+            kv_lora_rank: 8,
+            qk_nope: 4,
+            qk_rope: 4,
+            v_dim: 4,
+            n_routed: 8,
+            top_k: 2,
+            n_shared: 1,
+            moe_inter: 4,
+            inter: 8,
+            first_k_dense: 0,
+            mlp_dense: vec![false],
+            routed_scaling: 2.5,
+            n_group: 4,
+            topk_group: 2,
+            norm_topk_prob: true,
+            idx_heads: 2,
+            idx_dim: 8,
+            idx_topk: 4,
+            indexer_full: vec![true],
+            rope_theta: 10000.0,
+            rms_eps: 1e-6,
+            vocab: 10,
+            max_positions: 16,
+            tie_word_embeddings: false,
+        }
+    }
+
+    /// Hand-computed routing: sigmoid(0) = 0.5, the bias steers the choice but not the weight,
+    /// groups are ranked by their top-2 sum, weights normalized then scaled by 2.5 once.
+    #[test]
+    fn routing_by_hand() {
+        let c = cfg();
+        // Groups of 2: {0,1} {2,3} {4,5} {6,7}.
+        let logits = [0.0, 0.0, 2.0, -2.0, 1.0, 1.0, 3.0, -9.0];
+        let bias = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.0, 0.0];
+        let s = |x: f32| 1.0 / (1.0 + (-x).exp());
+        // Choice scores: g0 = 0.5+0.5 = 1.0; g1 = s(2)+s(-2) = 1.0; g2 = 2·s(1) = 1.462;
+        // g3 = s(3)−1 + s(−9) = −0.047. Groups kept: g2, then g0 and g1 tie at 1.0 → g0.
+        let r = route(&c, &logits, &bias);
+        let experts: Vec<usize> = r.iter().map(|x| x.0).collect();
+        assert_eq!(experts, vec![4, 5]);
+        let (w4, w5) = (s(1.0), s(1.0));
+        assert!((r[0].1 - 2.5 * w4 / (w4 + w5)).abs() < 1e-6 && (r[1].1 - 1.25).abs() < 1e-6, "{r:?}");
+        // Bias only in the choice: expert 6 (raw 0.95) loses its group to the others.
+        let mut c2 = c.clone();
+        c2.norm_topk_prob = false;
+        c2.n_group = 1;
+        c2.topk_group = 1;
+        let r = route(&c2, &logits, &bias);
+        // Choice: e2 = s(2) = 0.881, e6 = s(3) − 1 = −0.047; e4 = e5 = 0.731.
+        assert_eq!(r.iter().map(|x| x.0).collect::<Vec<_>>(), vec![2, 4]);
+        assert!((r[0].1 - 2.5 * s(2.0)).abs() < 1e-6);
+    }
+
+    #[test]
+    fn moe_choice_buckets() {
+        let b = MoeChoice::Buckets(vec![(1, MoeImpl::TokenMajor), (8, MoeImpl::ExpertMajor)]);
+        assert_eq!(
+            (b.pick(1), b.pick(2), b.pick(100)),
+            (MoeImpl::TokenMajor, MoeImpl::ExpertMajor, MoeImpl::ExpertMajor)
+        );
+        assert_eq!(MoeChoice::Fixed(MoeImpl::TokenMajor).pick(64), MoeImpl::TokenMajor);
+    }
+}
