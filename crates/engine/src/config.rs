@@ -4,9 +4,72 @@
 
 use std::path::PathBuf;
 
-pub use crate::model::glm5::{AttnImpl, MoeImpl};
-use crate::scheduler::{SchedulePolicy, SchedulerConfig};
 use crate::EngineError;
+
+/// Order in which waiting requests are admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SchedulePolicy {
+    /// First come, first served.
+    Fcfs,
+    /// Longest cached prefix first (SGLang's `lpm`; falls back to FCFS above 128 waiting).
+    Lpm,
+}
+
+/// Immutable scheduler configuration (numbers derived at start-up included).
+#[derive(Debug, Clone)]
+pub struct SchedulerConfig {
+    /// Slots per KV page.
+    pub page_size: usize,
+    /// Usable KV pages.
+    pub num_pages: usize,
+    /// Most requests running (prefilling or decoding) at once.
+    pub max_running_requests: usize,
+    /// Most prefill tokens per step, and the chunk size of a long prompt.
+    pub chunked_prefill_size: usize,
+    /// Most prefill tokens per batch (SGLang `--max-prefill-tokens`).
+    pub max_prefill_tokens: usize,
+    /// Longest sequence (prompt + output).
+    pub context_length: usize,
+    /// Radix prefix cache off.
+    pub disable_radix_cache: bool,
+    /// Admission order.
+    pub policy: SchedulePolicy,
+}
+
+impl SchedulerConfig {
+    /// Tokens the KV pool holds (`max_total_tokens`).
+    pub fn max_total_tokens(&self) -> usize {
+        self.num_pages * self.page_size
+    }
+
+    /// Checks a request against limits that no amount of waiting can change.
+    ///
+    /// # Errors
+    /// [`EngineError::InvalidRequest`] naming the limit.
+    pub fn admission_check(&self, prompt_len: usize, max_new_tokens: usize) -> Result<(), EngineError> {
+        if prompt_len == 0 {
+            return Err(EngineError::InvalidRequest("the prompt is empty".into()));
+        }
+        if max_new_tokens == 0 {
+            // Nothing to sample: callers answer such requests without the engine.
+            return Err(EngineError::InvalidRequest("max_new_tokens must be at least 1".into()));
+        }
+        if prompt_len + max_new_tokens.max(1) > self.context_length {
+            return Err(EngineError::InvalidRequest(format!(
+                "prompt of {prompt_len} tokens plus max_new_tokens {max_new_tokens} exceeds the context length of {} tokens",
+                self.context_length
+            )));
+        }
+        let need = prompt_len + max_new_tokens;
+        if need > self.max_total_tokens() {
+            return Err(EngineError::InvalidRequest(format!(
+                "prompt of {prompt_len} tokens plus max_new_tokens {max_new_tokens} needs {need} KV slots; the KV pool holds {} (--max-total-tokens)",
+                self.max_total_tokens()
+            )));
+        }
+        Ok(())
+    }
+}
 
 /// `--attention-backend`: a backend of [`crate::model::BACKENDS`], or the first one that
 /// implements the model's attention.
@@ -27,6 +90,46 @@ impl AttentionBackend {
             AttentionBackend::Auto => "auto",
             AttentionBackend::Cpu => "cpu",
             AttentionBackend::Nsa => "nsa",
+        }
+    }
+}
+
+/// Attention implementation for DSA rows (`--nsa-prefill-backend` / `--nsa-decode-backend`),
+/// used by GLM-5's MLA (`model/glm5/mla.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttnImpl {
+    /// Reads only the selected slots.
+    Sparse,
+    /// Scores every slot of the context, then masks the unselected ones.
+    Dense,
+}
+
+impl AttnImpl {
+    /// Flag spelling (`sparse`, `dense`).
+    pub fn name(self) -> &'static str {
+        match self {
+            AttnImpl::Sparse => "sparse",
+            AttnImpl::Dense => "dense",
+        }
+    }
+}
+
+/// A MoE implementation (`--moe-runner-backend`; `model/glm5/moe.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MoeImpl {
+    /// One GEMV per (token, expert) pair.
+    TokenMajor,
+    /// One grouped GEMM per expert over the tokens routed to it.
+    ExpertMajor,
+}
+
+impl MoeImpl {
+    /// Flag spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            MoeImpl::TokenMajor => "token_major",
+            MoeImpl::ExpertMajor => "expert_major",
         }
     }
 }
@@ -178,12 +281,3 @@ pub fn derive_config(
     })
 }
 
-impl AttnImpl {
-    /// Flag spelling (`sparse`, `dense`).
-    pub fn name(self) -> &'static str {
-        match self {
-            AttnImpl::Sparse => "sparse",
-            AttnImpl::Dense => "dense",
-        }
-    }
-}

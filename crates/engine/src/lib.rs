@@ -13,7 +13,6 @@
 //! - [`batch`]: `ForwardBatch`, the complete per-step metadata, and its validator;
 //! - [`model`]: the `Model` trait, attention backends by capability, the start-up compatibility
 //!   check, the calibration observer hook, and the models (Llama, GLM-5);
-//! - [`autotune`]: MoE implementation timed per batch-size bucket at start-up;
 //! - [`sampler`]: greedy / temperature / top-k / top-p / min-p sampling, seeded per request;
 //! - [`scheduler`]: continuous batching: `schedule()` (retraction, chunked prefill, admission,
 //!   batch building) and `postprocess()` (sampling, finishing);
@@ -26,7 +25,6 @@
 //!                 └──── Output (Started / Token / Finished) ◄── Scheduler::postprocess ◄┘
 //! ```
 
-pub mod autotune;
 pub mod batch;
 pub mod checkpoint;
 pub mod config;

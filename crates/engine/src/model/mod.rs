@@ -5,6 +5,7 @@
 //! [`check_compat`] refuses a mismatched pair with a message before any request is admitted.
 
 pub mod common;
+pub mod autotune;
 pub mod glm5;
 pub mod llama;
 pub mod load;

@@ -28,6 +28,7 @@ mod schedule;
 mod tests;
 
 pub use crate::request::{FinishReason, NewRequest, Output, Usage};
+pub use crate::config::{SchedulePolicy, SchedulerConfig};
 pub use schedule::Scheduled;
 
 use crate::batch::ForwardBatch;
@@ -36,71 +37,6 @@ use crate::model::Model;
 use crate::kv::radix::RadixCache;
 use crate::sampler::SamplingParams;
 use crate::EngineError;
-
-/// Order in which waiting requests are admitted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SchedulePolicy {
-    /// First come, first served.
-    Fcfs,
-    /// Longest cached prefix first (SGLang's `lpm`; falls back to FCFS above 128 waiting).
-    Lpm,
-}
-
-/// Immutable scheduler configuration (numbers derived at start-up included).
-#[derive(Debug, Clone)]
-pub struct SchedulerConfig {
-    /// Slots per KV page.
-    pub page_size: usize,
-    /// Usable KV pages.
-    pub num_pages: usize,
-    /// Most requests running (prefilling or decoding) at once.
-    pub max_running_requests: usize,
-    /// Most prefill tokens per step, and the chunk size of a long prompt.
-    pub chunked_prefill_size: usize,
-    /// Most prefill tokens per batch (SGLang `--max-prefill-tokens`).
-    pub max_prefill_tokens: usize,
-    /// Longest sequence (prompt + output).
-    pub context_length: usize,
-    /// Radix prefix cache off.
-    pub disable_radix_cache: bool,
-    /// Admission order.
-    pub policy: SchedulePolicy,
-}
-
-impl SchedulerConfig {
-    /// Tokens the KV pool holds (`max_total_tokens`).
-    pub fn max_total_tokens(&self) -> usize {
-        self.num_pages * self.page_size
-    }
-
-    /// Checks a request against limits that no amount of waiting can change.
-    ///
-    /// # Errors
-    /// [`EngineError::InvalidRequest`] naming the limit.
-    pub fn admission_check(&self, prompt_len: usize, max_new_tokens: usize) -> Result<(), EngineError> {
-        if prompt_len == 0 {
-            return Err(EngineError::InvalidRequest("the prompt is empty".into()));
-        }
-        if max_new_tokens == 0 {
-            // Nothing to sample: callers answer such requests without the engine.
-            return Err(EngineError::InvalidRequest("max_new_tokens must be at least 1".into()));
-        }
-        if prompt_len + max_new_tokens.max(1) > self.context_length {
-            return Err(EngineError::InvalidRequest(format!(
-                "prompt of {prompt_len} tokens plus max_new_tokens {max_new_tokens} exceeds the context length of {} tokens",
-                self.context_length
-            )));
-        }
-        let need = prompt_len + max_new_tokens;
-        if need > self.max_total_tokens() {
-            return Err(EngineError::InvalidRequest(format!(
-                "prompt of {prompt_len} tokens plus max_new_tokens {max_new_tokens} needs {need} KV slots; the KV pool holds {} (--max-total-tokens)",
-                self.max_total_tokens()
-            )));
-        }
-        Ok(())
-    }
-}
 
 #[derive(Debug)]
 struct Req {

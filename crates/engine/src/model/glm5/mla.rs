@@ -22,36 +22,8 @@ use sparrow_cpu::{kernels, Weight};
 
 use super::indexer::{Indexer, Selection};
 use super::{note, Step, Work, LORA_NORM_EPS, ROPE_LAYOUT};
+use crate::config::AttnImpl;
 use crate::kv::KvStore;
-use crate::EngineError;
-
-/// Attention implementation for DSA rows (`--nsa-prefill-backend` / `--nsa-decode-backend`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AttnImpl {
-    /// Reads only the selected slots.
-    Sparse,
-    /// Scores every slot of the context, then masks the unselected ones.
-    Dense,
-}
-
-impl AttnImpl {
-    /// Parses the value of `flag` (`sparse` or `dense`).
-    ///
-    /// # Errors
-    /// Any other value, with the accepted ones; SGLang's CUDA kernel names get a hint.
-    pub fn parse(flag: &str, s: &str) -> Result<Self, EngineError> {
-        match s {
-            "sparse" => Ok(AttnImpl::Sparse),
-            "dense" => Ok(AttnImpl::Dense),
-            "flashmla_sparse" | "flashmla_kv" | "flashmla_auto" | "fa3" | "tilelang" | "aiter" | "trtllm" => {
-                Err(EngineError::Config(format!(
-                    "{flag} {s:?} is one of SGLang's CUDA kernels; this CPU build has sparse (reads the top-k slots) and dense (scores all, masks)"
-                )))
-            }
-            _ => Err(EngineError::Config(format!("{flag} {s:?} is unknown (have: sparse, dense)"))),
-        }
-    }
-}
 
 /// One layer's attention weights, with its indexer on `full` layers.
 pub(super) struct Mla {

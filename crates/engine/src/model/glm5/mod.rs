@@ -35,10 +35,10 @@ use sparrow_cpu::{kernels, Isa, ThreadPool, Weight};
 
 pub use self::config::Glm5Config;
 use self::indexer::Selection;
-pub use self::mla::AttnImpl;
+pub use crate::config::{AttnImpl, MoeImpl};
 use self::mla::Mla;
 use self::moe::Ffn;
-pub use self::moe::{route, Mlp, Moe, MoeChoice, MoeImpl};
+pub use self::moe::{route, Mlp, Moe, MoeChoice};
 use super::common::{OutputHead, RopeLayout, RopeTable};
 use super::{AttentionNeeds, Model, ModelInfo};
 use crate::batch::ForwardBatch;

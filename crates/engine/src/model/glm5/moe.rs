@@ -14,33 +14,14 @@
 //! [`MoeImpl::ExpertMajor`] gathers the tokens routed to each expert and runs one grouped GEMM
 //! per expert. The NVFP4 kernel computes every token with its own accumulators, so both give
 //! bit-identical outputs; which is faster depends on the batch size, hence the start-up
-//! autotune ([`crate::autotune`]).
+//! autotune ([`crate::model::autotune`]).
 
 use sparrow_cpu::format::ggml::QActs;
 use sparrow_cpu::{kernels, Isa, ThreadPool, Weight};
 
 use super::{note, Glm5Config, Step, Work};
+use crate::config::MoeImpl;
 use crate::model::observer::ObserverSlot;
-
-/// MoE implementation (`--moe-runner-backend`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MoeImpl {
-    /// One GEMV per (token, expert) pair.
-    TokenMajor,
-    /// One grouped GEMM per expert over the tokens routed to it.
-    ExpertMajor,
-}
-
-impl MoeImpl {
-    /// Flag spelling.
-    pub fn name(self) -> &'static str {
-        match self {
-            MoeImpl::TokenMajor => "token_major",
-            MoeImpl::ExpertMajor => "expert_major",
-        }
-    }
-}
 
 /// Which MoE implementation runs a batch of `tokens` tokens.
 #[derive(Debug, Clone, PartialEq, Eq)]
