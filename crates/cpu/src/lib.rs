@@ -6,7 +6,7 @@
 //! - [`pool`]: fork-join thread pool and the safe parallel-rows helpers the models use;
 //! - [`mmap`]: the one wrapper over `memmap2`, used by the checkpoint loaders and the tokenizer;
 //! - [`half`]: IEEE half <-> f32;
-//! - [`format`]: GGML blocks (Q4_0/Q4_1/Q8_0 -> one affine u4/u8 layout, 8-bit activations) and
+//! - [`format`]: GGML blocks (Q4_0/Q4_1/Q8_0 -> one affine u4/u8 layout, F16/F32 -> dense, 8-bit activations) and
 //!   ModelOpt NVFP4 (E2M1 codes, E4M3 block scales, quantizer);
 //! - [`weight`]: [`Weight`], a linear layer's matrix in the form the kernels take;
 //! - [`kernels`]: batched matmul (Q4/Q8 integer, NVFP4, dense), attention, element-wise ops; each

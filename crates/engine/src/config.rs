@@ -1,6 +1,8 @@
 //! Engine configuration: the typed, validated start-up options (`sparrow serve` turns its raw
 //! flags into [`EngineArgs`]; nothing here parses strings), and the scheduler configuration
-//! derived from them and the model, returned by [`derive_config`] and never written back.
+//! derived from them and the model, returned by [`derive_config`] and never written back. The
+//! choices the models and the scheduler take (`AttnImpl`, `MoeImpl`, `SchedulePolicy`) are
+//! defined here, so the model code depends on the configuration and not the other way round.
 
 use std::path::PathBuf;
 

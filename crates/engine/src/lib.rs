@@ -13,7 +13,8 @@
 //! - [`batch`]: `ForwardBatch`, the complete per-step metadata, and its validator;
 //! - [`model`]: the `Model` trait, attention backends by capability, the start-up compatibility
 //!   check, the calibration observer hook, and the models (Llama, GLM-5);
-//! - [`sampler`]: greedy / temperature / top-k / top-p / min-p sampling, seeded per request;
+//! - [`sampler`]: greedy / temperature / top-k / top-p / min-p / logit bias, seeded per
+//!   (request, step);
 //! - [`scheduler`]: continuous batching: `schedule()` (retraction, chunked prefill, admission,
 //!   batch building) and `postprocess()` (sampling, finishing);
 //! - [`engine`]: the engine thread, its typed command channel and panic containment;

@@ -1,6 +1,7 @@
 //! The `sparrow` binary: `sparrow serve` (the inference server), `sparrow bench` (the
-//! benchmark client), `sparrow sweep` (bench steps against servers it may launch), and a hidden
-//! `sparrow mock-server` for trying the client without a model.
+//! benchmark client), `sparrow sweep` (bench steps against servers it may launch),
+//! `gen-model` / `quantize` / `perplexity` / `export-tokenizer` (`tools`, over `sparrow-convert`),
+//! and a hidden `sparrow mock-server` for trying the client without a model.
 
 mod serve;
 mod tools;

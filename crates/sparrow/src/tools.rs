@@ -1,5 +1,6 @@
-//! `sparrow gen-model`, `sparrow quantize` and `sparrow perplexity`: producing checkpoints in
-//! the ModelOpt NVFP4 format and measuring what quantization costs.
+//! `sparrow gen-model`, `sparrow quantize`, `sparrow perplexity` and `sparrow export-tokenizer`:
+//! flags and glue over `sparrow-convert`, producing checkpoints in the ModelOpt NVFP4 format and
+//! measuring what quantization costs.
 
 use std::path::{Path, PathBuf};
 

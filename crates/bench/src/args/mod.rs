@@ -4,10 +4,10 @@
 //! SGLang flags Sparrow does not implement are still declared (hidden) so that using one is
 //! refused with a message that names it, instead of a generic parse error or, worse, silence.
 //!
-//! - [`values`]: the value enums of the flags (dataset names, workloads, SLO metrics);
-//! - [`flags`]: the raw clap struct [`BenchArgs`];
-//! - [`refused`]: the SGLang flags refused by name, and argparse's prefix rule;
-//! - [`validate`]: the checks that turn [`BenchArgs`] into a [`BenchConfig`].
+//! - `values`: the value enums of the flags (dataset names, workloads, SLO metrics);
+//! - `flags`: the raw clap struct [`BenchArgs`];
+//! - `refused`: the SGLang flags refused by name, and argparse's prefix rule;
+//! - `validate`: the checks that turn [`BenchArgs`] into a [`BenchConfig`].
 
 mod flags;
 mod refused;

@@ -7,9 +7,9 @@
 //! (`stream_options.include_usage`, plus `continuous_usage_stats` so each chunk tells how many
 //! tokens it carries), since output counts must come from the server.
 //!
-//! - [`body`]: the JSON body of a request, per API dialect;
-//! - [`exchange`]: one HTTP exchange: status, whole or streamed answer, per-read timeouts;
-//! - [`stream`]: the answer's frames, parsed and accumulated (text, token counts, finish).
+//! - `body`: the JSON body of a request, per API dialect;
+//! - `exchange`: one HTTP exchange: status, whole or streamed answer, per-read timeouts;
+//! - `stream`: the answer's frames, parsed and accumulated (text, token counts, finish).
 
 mod body;
 mod exchange;

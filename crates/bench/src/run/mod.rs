@@ -12,12 +12,12 @@
 //! when it happened and how many were in flight. Ctrl-C or SIGTERM cancels everything and
 //! reports what finished.
 //!
-//! - [`setup`]: HTTP client, headers, tokenizer, readiness wait, warmup, control POSTs;
-//! - [`prompts`]: the dataset of the run, from the flags;
-//! - [`request`]: the task of one request (or one conversation, round by round);
-//! - [`collect`]: the collector of finished records (details file, progress bar);
-//! - [`health`]: the liveness watch, signals, and the server-down verdict;
-//! - [`output`]: file names and the result line.
+//! - `setup`: HTTP client, headers, tokenizer, readiness wait, warmup, control POSTs;
+//! - `prompts`: the dataset of the run, from the flags;
+//! - `request`: the task of one request (or one conversation, round by round);
+//! - `collect`: the collector of finished records (details file, progress bar);
+//! - `health`: the liveness watch, signals, and the server-down verdict;
+//! - `output`: file names and the result line.
 
 mod collect;
 mod health;

@@ -1,5 +1,5 @@
-//! CPU kernels: quantized matrix multiplication over a batch of tokens, f32 dot products and
-//! the small fused element-wise ops of a Llama layer.
+//! CPU kernels: quantized matrix multiplication over a batch of tokens, GQA attention, f32 dot
+//! products and the small fused element-wise ops of a layer.
 //!
 //! `matmul` computes `out[t, n] = Σ_k W[n, k] · x[t, k]` for all tokens `t` of a batch. The
 //! integer path follows llama.cpp's `ggml_vec_dot_q4_1_q8_1`: with weights `d_w·u + m_w` and
@@ -22,13 +22,13 @@
 //! - *rows in lanes* (the last `T mod 8` tokens, e.g. single-stream decode): 8 weight rows
 //!   against one token, block sums reduced across lanes with `vphaddd`.
 //!
-//! Instruction sets are picked once at run time ([`Isa::detect`]): AVX-512 VNNI on 256-bit
+//! Instruction sets are picked once at run time ([`Isa::detect`](crate::Isa::detect)): AVX-512 VNNI on 256-bit
 //! vectors, else AVX2+FMA, else portable scalar code (also the tests' reference).
 //!
-//! Files: [`matmul`] (dispatch over [`crate::Weight`], Q4/Q8 integer path, scalar reference),
+//! Files: [`matmul`](mod@matmul) (dispatch over [`crate::Weight`], Q4/Q8 integer path, scalar reference),
 //! `q8_x86` (its AVX-512 VNNI / AVX2 tiles), `nvfp4_gemm` (the NVFP4 dequantizing GEMM),
 //! [`attention`] (GQA attention over KV slots), [`elementwise`] (dot, axpy, RMSNorm, SwiGLU,
-//! RoPE, f16 conversion).
+//! f16 conversion). RoPE lives with the models (`sparrow-engine`, `model/common.rs`).
 
 pub mod attention;
 pub mod elementwise;

@@ -6,9 +6,9 @@
 //! offset`), and each request's `req_to_token` row maps its positions to slots. Page 0 is never
 //! handed out, so a zeroed slot id is never a live entry.
 //!
-//! What a token stores per layer is a [`KvLayout`]: named components of fixed width in f32
-//! (GQA keys and values today; an MLA latent `kv_lora_rank + qk_rope_head_dim` and a sparse
-//! indexer key next).
+//! What a token stores per layer is a [`KvLayout`]: named components of fixed width, in f32 or
+//! f16 ([`KvDtype`]): GQA keys and values, or the MLA latent (`kv_lora_rank +
+//! qk_rope_head_dim`) and the DSA indexer key.
 
 pub mod radix;
 

@@ -1,5 +1,5 @@
-//! Llama-family decoder (Touvron et al. 2023) loaded from GGUF, run on the CPU over the paged
-//! KV cache.
+//! Llama-family decoder (Touvron et al. 2023) loaded from GGUF or a Hugging Face directory
+//! (BF16/F32 or ModelOpt NVFP4), run on the CPU over the paged KV cache.
 //!
 //! Tensor names and metadata keys follow llama.cpp's `llama` architecture (`src/llama-model.cpp`):
 //! `token_embd`, `blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate,

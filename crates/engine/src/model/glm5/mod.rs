@@ -9,10 +9,11 @@
 //! produce the goldens of `tests/glm5_golden.rs`. The layout follows candle's `deepseek2.rs`:
 //!
 //! - `config`: [`Glm5Config`], `config.json` with HF's defaults;
-//! - `mla`: the absorbed MLA attention over the latent cache ([`AttnImpl`]);
+//! - `mla`: the absorbed MLA attention over the latent cache ([`AttnImpl`], defined in
+//!   [`crate::config`]);
 //! - `indexer`: the DSA indexer and its top-k;
 //! - `moe`: the router ([`route`]), [`Moe`], [`Mlp`] and the dense-or-MoE feed-forward
-//!   ([`MoeImpl`], [`MoeChoice`]);
+//!   ([`MoeChoice`]; [`MoeImpl`] is defined in [`crate::config`]);
 //! - `load`: building the model from a [`Checkpoint`](crate::checkpoint::hf::Checkpoint);
 //! - here: the model, its decoder layer and the [`Model`] impl.
 //!
