@@ -10,6 +10,12 @@
 //!   [`report`]: SGLang's printed block and JSONL line.
 //! - [`run`]: the whole run: warmup, timed run, health watch, signals, details file.
 //! - [`mock`]: a scripted server for tests and for measuring the client itself.
+//!
+//! ```text
+//! flags -> args (BenchConfig) -> run: ready check, warmup -> dataset (prompts) -> client bodies
+//!       -> schedule (arrivals) -> one task per request: client (send, read SSE) -> record
+//!       -> collector (details file) -> metrics -> report (block, JSONL line)
+//! ```
 
 /// `println!` to stdout that ignores a closed pipe (`sparrow bench ... | head`): the std macro
 /// panics on `EPIPE`, which would end the run before its results are saved.

@@ -8,6 +8,12 @@
 //! [`error`] maps every failure to a status and OpenAI error JSON; [`metrics`] is the
 //! Prometheus registry. `app(state)` builds the router apart from any socket, so tests can
 //! drive it directly.
+//!
+//! ```text
+//! body -> routes -> params (validate) -> tokenize / chat template -> gen (NewRequest per choice)
+//!      -> Engine -> Output events -> gen + detok (text, stop strings) -> routes (sparrow_protocol
+//!      types as JSON or SSE frames)
+//! ```
 
 pub mod detok;
 pub mod error;
