@@ -9,8 +9,6 @@ use std::collections::HashMap;
 
 use sparrow_cpu::format::ggml::QActs;
 use sparrow_cpu::{kernels, Isa, ThreadPool, Weight};
-use sparrow_engine::batch::ForwardBatch;
-use sparrow_engine::kv::KvStore;
 use sparrow_engine::model::observer::Observer;
 use sparrow_engine::model::Model;
 use sparrow_engine::EngineError;
@@ -115,10 +113,5 @@ fn add_xtx(pool: &ThreadPool, isa: Isa, x: &[f32], tokens: usize, k: usize, h: &
 /// # Errors
 /// A forward error.
 pub fn run_texts(model: &mut dyn Model, texts: &[Vec<u32>]) -> Result<(), EngineError> {
-    let longest = texts.iter().map(Vec::len).max().unwrap_or(1);
-    let mut kv = KvStore::new(model.attention_needs().kv_layout, longest + 2);
-    for ids in texts {
-        model.forward(&ForwardBatch::single_sequence(ids, 0), &mut kv)?;
-    }
-    Ok(())
+    crate::perplexity::forward_each(model, texts, false, |_, _| ())
 }

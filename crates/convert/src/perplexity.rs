@@ -35,13 +35,9 @@ impl Perplexity {
 /// A forward error.
 pub fn score(model: &mut dyn Model, seqs: &[Vec<u32>]) -> Result<Perplexity, EngineError> {
     let vocab = model.info().vocab_size;
-    let longest = seqs.iter().map(Vec::len).max().unwrap_or(0);
-    let mut kv = KvStore::new(model.attention_needs().kv_layout, longest + 2);
     let mut p = Perplexity::default();
-    for ids in seqs.iter().filter(|s| s.len() >= 2) {
-        let mut b = ForwardBatch::single_sequence(ids, 0);
-        b.logits_rows = (0..ids.len() as u32).collect();
-        let logits = model.forward(&b, &mut kv)?;
+    let scored: Vec<&Vec<u32>> = seqs.iter().filter(|s| s.len() >= 2).collect();
+    forward_each(model, &scored, true, |ids, logits| {
         for (t, &next) in ids.iter().enumerate().skip(1) {
             let row = &logits[(t - 1) * vocab..t * vocab];
             let mx = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
@@ -50,6 +46,32 @@ pub fn score(model: &mut dyn Model, seqs: &[Vec<u32>]) -> Result<Perplexity, Eng
             p.tokens += 1;
         }
         p.sequences += 1;
-    }
+    })?;
     Ok(p)
+}
+
+/// Runs each sequence of `seqs` alone from position 0 over one KV store sized for the longest,
+/// calling `f(ids, logits)`; `logits` holds every position's row when `all_logits`, else the
+/// last one's. What calibration and perplexity both do.
+///
+/// # Errors
+/// A forward error.
+pub(crate) fn forward_each<S: AsRef<[u32]>>(
+    model: &mut dyn Model,
+    seqs: &[S],
+    all_logits: bool,
+    mut f: impl FnMut(&[u32], &[f32]),
+) -> Result<(), EngineError> {
+    let longest = seqs.iter().map(|s| s.as_ref().len()).max().unwrap_or(0);
+    let mut kv = KvStore::new(model.attention_needs().kv_layout, longest + 2);
+    for ids in seqs {
+        let ids = ids.as_ref();
+        let mut b = ForwardBatch::single_sequence(ids, 0);
+        if all_logits {
+            b.logits_rows = (0..ids.len() as u32).collect();
+        }
+        let logits = model.forward(&b, &mut kv)?;
+        f(ids, &logits);
+    }
+    Ok(())
 }

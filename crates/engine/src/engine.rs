@@ -92,16 +92,16 @@ impl Engine {
         check_compat(&needs, caps)?;
         let info = model.info().clone();
         let config = derive_config(args, needs.kv_layout.bytes_per_token(), info.context_length)?;
-        // The pool's totals are known before the engine thread allocates the KV storage, so a
-        // `/get_server_info` right after start-up never sees an empty pool.
-        let stats = Arc::new(Mutex::new(Scheduler::with_eos_ids(config.clone(), args.eos.clone()).stats()));
+        // Built here, so the pool's totals are published before the engine thread allocates the
+        // KV storage: a `/get_server_info` right after start-up never sees an empty pool.
+        let sched = Scheduler::with_eos_ids(config.clone(), args.eos.clone());
+        let stats = Arc::new(Mutex::new(sched.stats()));
         let (tx, rx) = mpsc::channel();
-        let cfg = config.clone();
         let st = stats.clone();
         let eos = args.eos.clone();
         std::thread::Builder::new()
             .name("sparrow-engine".into())
-            .spawn(move || engine_loop(model, cfg, eos, rx, st))
+            .spawn(move || engine_loop(model, sched, eos, rx, st))
             .map_err(|e| EngineError::Config(format!("cannot spawn the engine thread: {e}")))?;
         Ok(Engine { tx, stats, info, config, backend: caps.name, isa, notes: serde_json::Value::Null })
     }
@@ -162,18 +162,14 @@ struct Live {
 
 fn engine_loop(
     mut model: Box<dyn Model>,
-    cfg: SchedulerConfig,
+    sched: Scheduler,
     eos: Vec<u32>,
     rx: mpsc::Receiver<Command>,
     stats: Arc<Mutex<SchedulerStats>>,
 ) {
     let layout = model.attention_needs().kv_layout;
-    let fresh = |cfg: &SchedulerConfig| {
-        let sched = Scheduler::with_eos_ids(cfg.clone(), eos.clone());
-        let kv = KvStore::new(layout.clone(), sched.num_slots());
-        (sched, kv)
-    };
-    let (sched, kv) = fresh(&cfg);
+    let cfg = sched.config().clone();
+    let kv = KvStore::new(layout.clone(), sched.num_slots());
     let mut live = Live { sched, kv, sinks: Default::default() };
     publish(&live, &stats);
     loop {
@@ -225,9 +221,8 @@ fn engine_loop(
                         usage: Default::default(),
                     });
                 }
-                let (sched, kv) = fresh(&cfg);
-                live.sched = sched;
-                live.kv = kv;
+                live.sched = Scheduler::with_eos_ids(cfg.clone(), eos.clone());
+                live.kv = KvStore::new(layout.clone(), live.sched.num_slots());
             }
         }
         publish(&live, &stats);

@@ -97,11 +97,14 @@ impl Model for FakeModel {
         let mut logits = Vec::new();
         for (i, s) in b.seqs.iter().enumerate() {
             let slots = b.kv_slots(i).to_vec();
-            for j in 0..s.extend_len as usize {
-                let pos = s.prefix_len as usize + j;
-                let prev = if pos == 0 { 1 } else { kv.component(0, 0)[slots[pos - 1] as usize] as u64 };
-                let v = mix(prev, b.input_ids[s.token_start as usize + j]);
-                kv.component_mut(0, 0)[slots[pos] as usize] = v as f32;
+            // Only the recurrence reads the cache, so only it writes it.
+            if self.predict == Predict::Recurrence {
+                for j in 0..s.extend_len as usize {
+                    let pos = s.prefix_len as usize + j;
+                    let prev = if pos == 0 { 1 } else { kv.component(0, 0)[slots[pos - 1] as usize] as u64 };
+                    let v = mix(prev, b.input_ids[s.token_start as usize + j]);
+                    kv.component_mut(0, 0)[slots[pos] as usize] = v as f32;
+                }
             }
             if s.wants_logits {
                 let predicted = match self.predict {
