@@ -1,4 +1,4 @@
-//! Quantized matmul throughput on a random Q4_1 matrix: `mmbench ROWS COLS TOKENS`.
+//! Quantized matmul throughput on a random Q4_1 matrix (Q8_0 with `Q8=1`): `mmbench ROWS COLS TOKENS`.
 use sparrow_cpu::kernels::matmul;
 use sparrow_cpu::Isa;
 use sparrow_cpu::ThreadPool;
@@ -7,16 +7,18 @@ use sparrow_cpu::Weight;
 fn main() {
     let a: Vec<usize> = std::env::args().skip(1).map(|s| s.parse().expect("number")).collect();
     let (n, k, t) = (a[0], a[1], a[2]);
-    let ty = GgmlType::Q4_1;
+    let ty = if std::env::var("Q8").is_ok() { GgmlType::Q8_0 } else { GgmlType::Q4_1 };
     let mut raw = vec![0u8; ty.bytes_for(n * k)];
     let mut x = 1u32;
     raw.iter_mut().for_each(|b| {
         x = x.wrapping_mul(1664525).wrapping_add(1013904223);
         *b = (x >> 24) as u8;
     });
-    for blk in raw.chunks_exact_mut(20) {
+    for blk in raw.chunks_exact_mut(ty.bytes_for(32)) {
         blk[1] = 0x20;
-        blk[3] = 0xa0;
+        if ty == GgmlType::Q4_1 {
+            blk[3] = 0xa0;
+        }
     }
     let w = Weight::Quant(QMatrix::from_ggml(ty, &raw, n, k));
     let xs: Vec<f32> = (0..t * k).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();

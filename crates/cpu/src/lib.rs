@@ -10,7 +10,9 @@
 //!   ModelOpt NVFP4 (E2M1 codes, E4M3 block scales, quantizer);
 //! - [`weight`]: [`Weight`], a linear layer's matrix in the form the kernels take;
 //! - [`kernels`]: batched matmul (Q4/Q8 integer, NVFP4, dense), attention, element-wise ops; each
-//!   SIMD path bit-identical to its scalar reference.
+//!   SIMD path bit-identical to its scalar reference;
+//! - [`roofline`]: the machine's measured limits (clock, bandwidth, 8-bit and f32 peaks per
+//!   path) beside their theoretical values.
 
 pub mod format;
 pub mod half;
@@ -18,6 +20,7 @@ pub mod isa;
 pub mod kernels;
 pub mod mmap;
 pub mod pool;
+pub mod roofline;
 pub mod weight;
 
 pub use isa::Isa;

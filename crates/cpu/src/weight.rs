@@ -84,10 +84,11 @@ impl Weight {
         Weight::Dense { rows: data.len() / cols.max(1), cols, data }
     }
 
-    /// Bytes held in memory.
+    /// Bytes one matmul over the weight reads (for a quantized matrix, the SIMD kernels' codes
+    /// and f16 scales: what a decode step streams from memory).
     pub fn bytes(&self) -> usize {
         match self {
-            Weight::Quant(q) => q.codes.len() + 8 * q.d.len(),
+            Weight::Quant(q) => q.kernel_bytes(),
             Weight::Dense { data, .. } => 4 * data.len(),
             Weight::Nvfp4(m) => m.weight.len() + m.weight_scale.len() + 4,
         }

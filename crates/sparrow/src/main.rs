@@ -3,6 +3,7 @@
 //! `gen-model` / `quantize` / `perplexity` / `export-tokenizer` (`tools`, over `sparrow-convert`),
 //! and a hidden `sparrow mock-server` for trying the client without a model.
 
+mod roofline;
 mod serve;
 mod tools;
 
@@ -44,6 +45,9 @@ enum Command {
     Quantize(tools::QuantizeArgs),
     /// Perplexity of a model on ShareGPT replies.
     Perplexity(tools::PerplexityArgs),
+    /// Measure this machine's limits (clock, bandwidth, 8-bit and f32 peaks per ISA path), the
+    /// model's decode rooflines, and what the matmul kernels reach against them.
+    Roofline(roofline::RooflineArgs),
     /// Write a model's tokenizer as a Hugging Face tokenizer directory (for other clients).
     ExportTokenizer(tools::ExportTokenizerArgs),
     /// A scripted OpenAI/SGLang-compatible server for testing the client.
@@ -126,6 +130,7 @@ fn main() -> std::process::ExitCode {
             Command::Quantize(a) => blocking(move || tools::quantize(&a)).await,
             Command::Perplexity(a) => blocking(move || tools::perplexity(&a)).await,
             Command::ExportTokenizer(a) => blocking(move || tools::export_tokenizer(&a)).await,
+            Command::Roofline(a) => blocking(move || roofline::roofline(&a)).await,
             Command::MockServer { listen, script } => mock(listen, script).await,
         }
     });

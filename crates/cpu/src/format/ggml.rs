@@ -125,8 +125,17 @@ pub enum Bits {
     U8,
 }
 
-/// A row-major quantized matrix `[rows, cols]`: row `r` holds the weights that produce output
-/// `r`; block `b` of row `r` is `w = d[r·nb + b] · u + m[r·nb + b]`, `nb = cols / 32`.
+/// A quantized matrix `[rows, cols]`: row `r` holds the weights that produce output `r`; block
+/// `b` of row `r` is `w = d[r·nb + b] · u + m[r·nb + b]`, `nb = cols / 32`.
+///
+/// The codes of rows in whole groups of 8 are stored for kernels with *rows in lanes*: for row
+/// group `g`, block `b` and 4-byte chunk `c` (GGML's bytes `4c .. 4c+4` of the row's block), the
+/// 8 rows' chunks are one 32-byte run at `((g·nb + b)·C + c)·32 + 4i` (`C` = 4 chunks of a
+/// 4-bit block, 8 of an 8-bit one). One 256-bit load then holds the same 4 (or, as two nibble
+/// halves, 8) weights of 8 rows, and one broadcast of 4 activation bytes feeds all of them. The
+/// `rows mod 8` remaining rows follow row-major. The scales the SIMD kernels read are kept as
+/// GGUF stores them, f16, grouped the same way (`dh`, `mh`): exact (f16 → f32 is), and a decode
+/// step reads as many bytes as the GGUF file holds, not twice the scale bytes.
 #[derive(Debug, Clone)]
 pub struct QMatrix {
     /// Output features.
@@ -135,33 +144,38 @@ pub struct QMatrix {
     pub cols: usize,
     /// Code width.
     pub bits: Bits,
-    /// Codes, `rows · cols / 2` bytes for U4 or `rows · cols` for U8, grouped so that block `b`
-    /// of 8 consecutive rows is one contiguous run (see [`QMatrix::block_offset`]): a
-    /// single-token step streams each weight group in one pass instead of eight.
+    /// Codes, `rows · cols / 2` bytes for U4 or `rows · cols` for U8, laid out as in the type's
+    /// docs (see [`QMatrix::chunk_offset`]).
     pub codes: Vec<u8>,
-    /// Per-block scales, `rows · cols / 32`.
+    /// Per-block scales, row-major `[rows, nb]` (the scalar path and dequantization).
     pub d: Vec<f32>,
-    /// Per-block offsets, `rows · cols / 32`.
+    /// Per-block offsets, row-major `[rows, nb]`.
     pub m: Vec<f32>,
-    /// `d` regrouped for row-lane kernels: for row group `g` (rows `8g .. 8g+8`) and block `b`,
-    /// `dt[(g·nb + b)·8 + i] = d[(8g+i)·nb + b]`; only whole groups of 8 rows.
-    pub dt: Vec<f32>,
-    /// `m` regrouped like `dt`.
-    pub mt: Vec<f32>,
+    /// `d` as f16 for whole row groups: `dh[(g·nb + b)·8 + i]` is row `8g+i`'s block `b`.
+    pub dh: Vec<u16>,
+    /// `m` as f16, grouped like `dh`; empty when `m = m_factor · d` (Q4_0, Q8_0).
+    pub mh: Vec<u16>,
+    /// `m / d` when it is the same for every block (−8 for Q4_0, −128 for Q8_0: an exact
+    /// power-of-two product), else `None` and `mh` holds the offsets.
+    pub m_factor: Option<f32>,
 }
 
 impl QMatrix {
-    /// Builds `dt`/`mt` from `d`/`m` (after any change to the rows).
+    /// Builds `dh`/`mh` from `d`/`m` (after any change to the rows); `d`/`m` came from f16
+    /// values (or exact power-of-two multiples of them), so the f16 copies are exact.
     fn regroup(&mut self) {
         let nb = self.cols / QK;
         let groups = self.rows / 8;
-        self.dt = vec![0.0; groups * nb * 8];
-        self.mt = vec![0.0; groups * nb * 8];
+        self.dh = vec![0; groups * nb * 8];
+        self.mh = if self.m_factor.is_some() { Vec::new() } else { vec![0; groups * nb * 8] };
         for g in 0..groups {
             for b in 0..nb {
                 for i in 0..8 {
-                    self.dt[(g * nb + b) * 8 + i] = self.d[(8 * g + i) * nb + b];
-                    self.mt[(g * nb + b) * 8 + i] = self.m[(8 * g + i) * nb + b];
+                    let at = (g * nb + b) * 8 + i;
+                    self.dh[at] = crate::half::f32_to_f16(self.d[(8 * g + i) * nb + b]);
+                    if self.m_factor.is_none() {
+                        self.mh[at] = crate::half::f32_to_f16(self.m[(8 * g + i) * nb + b]);
+                    }
                 }
             }
         }
@@ -175,30 +189,58 @@ impl QMatrix {
         }
     }
 
-    /// Offset in `codes` of block `b` of row `r`: rows in whole groups of 8 are stored
-    /// `[group][block][row in group]`, the remaining rows row-major after them.
+    /// Offset in `codes` of chunk `c` (GGML's block bytes `4c .. 4c+4`) of block `b` of row `r`.
     #[inline]
-    pub fn block_offset(&self, r: usize, b: usize) -> usize {
+    pub fn chunk_offset(&self, r: usize, b: usize, c: usize) -> usize {
         let nb = self.cols / QK;
         let bb = self.block_bytes();
         let full = self.rows / 8 * 8;
         if r < full {
-            ((r / 8 * nb + b) * 8 + r % 8) * bb
+            (((r / 8 * nb + b) * (bb / 4) + c) * 8 + r % 8) * 4
         } else {
-            (full * nb + (r - full) * nb + b) * bb
+            (full * nb + (r - full) * nb + b) * bb + 4 * c
+        }
+    }
+
+    /// Block `b` of row `r` in GGML byte order (16 or 32 bytes into `out`).
+    #[inline]
+    pub fn block_codes(&self, r: usize, b: usize, out: &mut [u8; 32]) {
+        for c in 0..self.block_bytes() / 4 {
+            let o = self.chunk_offset(r, b, c);
+            out[4 * c..4 * c + 4].copy_from_slice(&self.codes[o..o + 4]);
         }
     }
 
     /// Builds the matrix from row-major codes (block `b` of row `r` at `(r·nb + b)·bb`).
-    fn from_row_major(rows: usize, cols: usize, bits: Bits, row_major: &[u8], d: Vec<f32>, m: Vec<f32>) -> Self {
-        let mut q = QMatrix { rows, cols, bits, codes: vec![0; row_major.len()], d, m, dt: Vec::new(), mt: Vec::new() };
+    fn from_row_major(
+        rows: usize,
+        cols: usize,
+        bits: Bits,
+        row_major: &[u8],
+        d: Vec<f32>,
+        m: Vec<f32>,
+        m_factor: Option<f32>,
+    ) -> Self {
+        let mut q = QMatrix {
+            rows,
+            cols,
+            bits,
+            codes: vec![0; row_major.len()],
+            d,
+            m,
+            dh: Vec::new(),
+            mh: Vec::new(),
+            m_factor,
+        };
         let nb = cols / QK;
         let bb = q.block_bytes();
         for r in 0..rows {
             for b in 0..nb {
-                let src = (r * nb + b) * bb;
-                let dst = q.block_offset(r, b);
-                q.codes[dst..dst + bb].copy_from_slice(&row_major[src..src + bb]);
+                for c in 0..bb / 4 {
+                    let src = (r * nb + b) * bb + 4 * c;
+                    let dst = q.chunk_offset(r, b, c);
+                    q.codes[dst..dst + 4].copy_from_slice(&row_major[src..src + 4]);
+                }
             }
         }
         q.regroup();
@@ -208,9 +250,13 @@ impl QMatrix {
     /// Row `r`'s codes in row-major order.
     fn row_codes(&self, r: usize) -> Vec<u8> {
         let bb = self.block_bytes();
-        (0..self.cols / QK)
-            .flat_map(|b| self.codes[self.block_offset(r, b)..self.block_offset(r, b) + bb].iter().copied())
-            .collect()
+        let mut blk = [0u8; 32];
+        let mut v = Vec::with_capacity(self.row_bytes());
+        for b in 0..self.cols / QK {
+            self.block_codes(r, b, &mut blk);
+            v.extend_from_slice(&blk[..bb]);
+        }
+        v
     }
 
     /// Bytes of codes per row.
@@ -219,6 +265,12 @@ impl QMatrix {
             Bits::U4 => self.cols / 2,
             Bits::U8 => self.cols,
         }
+    }
+
+    /// Bytes a SIMD matmul reads per call: the codes and the f16 scales (and offsets).
+    pub fn kernel_bytes(&self) -> usize {
+        let blocks = self.rows * self.cols / QK;
+        self.codes.len() + 2 * blocks * if self.m_factor.is_some() { 1 } else { 2 }
     }
 
     /// Converts GGML block data (`rows` rows of `cols` weights) into the affine layout.
@@ -236,8 +288,9 @@ impl QMatrix {
             }),
             d: Vec::with_capacity(nb),
             m: Vec::with_capacity(nb),
-            dt: Vec::new(),
-            mt: Vec::new(),
+            dh: Vec::new(),
+            mh: Vec::new(),
+            m_factor: None,
         };
         let bs = ty.bytes_for(QK);
         for blk in src[..nb * bs].chunks_exact(bs) {
@@ -261,7 +314,12 @@ impl QMatrix {
                 }
             }
         }
-        QMatrix::from_row_major(rows, cols, bits, &q.codes, q.d, q.m)
+        let m_factor = match ty {
+            GgmlType::Q4_0 => Some(-8.0),
+            GgmlType::Q8_0 => Some(-128.0),
+            _ => None,
+        };
+        QMatrix::from_row_major(rows, cols, bits, &q.codes, q.d, q.m, m_factor)
     }
 
     /// Stacks matrices with the same `cols` and `bits` along rows (e.g. Q, K, V into one QKV
@@ -269,6 +327,12 @@ impl QMatrix {
     pub fn concat(parts: &[&QMatrix]) -> Option<QMatrix> {
         let first = parts.first()?;
         if parts.iter().any(|p| p.cols != first.cols || p.bits != first.bits) {
+            return None;
+        }
+        // Mixed offset rules (Q4_0 with Q4_1) keep per-block offsets, which must be f16-exact.
+        let m_factor = first.m_factor.filter(|_| parts.iter().all(|p| p.m_factor == first.m_factor));
+        let exact = |m: f32| crate::half::f16_to_f32(crate::half::f32_to_f16(m)).to_bits() == m.to_bits();
+        if m_factor.is_none() && !parts.iter().all(|p| p.m.iter().all(|&m| exact(m))) {
             return None;
         }
         let (mut rows, mut codes, mut d, mut m) = (0, Vec::new(), Vec::new(), Vec::new());
@@ -280,7 +344,7 @@ impl QMatrix {
             d.extend_from_slice(&p.d);
             m.extend_from_slice(&p.m);
         }
-        Some(QMatrix::from_row_major(rows, first.cols, first.bits, &codes, d, m))
+        Some(QMatrix::from_row_major(rows, first.cols, first.bits, &codes, d, m, m_factor))
     }
 
     /// Dequantizes row `r` into `out` (length `cols`).
@@ -323,14 +387,6 @@ pub struct QActs {
     pub d: Vec<f32>,
     /// `rows · cols / 32` sums `d · Σq`.
     pub s: Vec<f32>,
-    /// Codes of whole groups of 8 rows with rows in lanes: for group `g`, block `b`, quad `k`
-    /// (values `4k .. 4k+4` of the block) and row `j`, the 4 bytes at
-    /// `((g·nb + b)·8 + k)·32 + 4j`. Lets one `vpdpbusd` serve 8 tokens.
-    pub xi: Vec<i8>,
-    /// `d` of group `g`, block `b`, row `j` at `(g·nb + b)·8 + j`.
-    pub dv: Vec<f32>,
-    /// `s` laid out like `dv`.
-    pub sv: Vec<f32>,
 }
 
 impl QActs {
@@ -342,30 +398,6 @@ impl QActs {
         self.resize(rows, cols);
         let nb = rows * cols / QK;
         quantize_blocks(x, &mut self.q, &mut self.d, &mut self.s, 0, nb);
-    }
-
-    /// Fills `xi`, `dv`, `sv` from `q`, `d`, `s` for every whole group of 8 rows.
-    pub fn interleave(&mut self) {
-        let nb = self.cols / QK;
-        let groups = self.rows / 8;
-        self.xi.resize(groups * nb * 256, 0);
-        self.dv.resize(groups * nb * 8, 0.0);
-        self.sv.resize(groups * nb * 8, 0.0);
-        for g in 0..groups {
-            for b in 0..nb {
-                let base = (g * nb + b) * 256;
-                for j in 0..8 {
-                    let row = 8 * g + j;
-                    let src = &self.q[row * self.cols + b * QK..row * self.cols + (b + 1) * QK];
-                    for k in 0..8 {
-                        let dst = base + k * 32 + 4 * j;
-                        self.xi[dst..dst + 4].copy_from_slice(&src[4 * k..4 * k + 4]);
-                    }
-                    self.dv[(g * nb + b) * 8 + j] = self.d[row * nb + b];
-                    self.sv[(g * nb + b) * 8 + j] = self.s[row * nb + b];
-                }
-            }
-        }
     }
 
     /// Sets the shape and sizes the buffers (contents unspecified until quantized).

@@ -27,9 +27,6 @@ pub fn matmul(pool: &ThreadPool, isa: Isa, w: &Weight, x: &[f32], tokens: usize,
     match w {
         Weight::Quant(q) => {
             quantize_parallel(pool, x, tokens, k, xq);
-            if isa != Isa::Scalar {
-                xq.interleave();
-            }
             let xq = &*xq;
             pool.run(tasks, |i| {
                 let r0 = i * rpt;
@@ -93,6 +90,8 @@ unsafe fn quant_rows(isa: Isa, w: &QMatrix, r0: usize, r1: usize, x: &QActs, out
         #[cfg(target_arch = "x86_64")]
         Isa::Vnni => super::q8_x86::quant_rows_vnni(w, r0, r_simd, x, out),
         #[cfg(target_arch = "x86_64")]
+        Isa::AvxVnni => super::q8_x86::quant_rows_avxvnni(w, r0, r_simd, x, out),
+        #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => super::q8_x86::quant_rows_avx2(w, r0, r_simd, x, out),
         _ => quant_rows_scalar(w, r0, r_simd, x, out),
     }
@@ -106,18 +105,18 @@ pub fn quant_dot_scalar(w: &QMatrix, r: usize, x: &QActs, t: usize) -> f32 {
     let xq = &x.q[t * w.cols..(t + 1) * w.cols];
     let mut acc = 0f32;
     let mut macc = 0f32;
+    let mut c = [0u8; 32];
     for b in 0..nb {
         let qb = &xq[b * QK..(b + 1) * QK];
         let mut isum = 0i32;
+        w.block_codes(r, b, &mut c);
         match w.bits {
             Bits::U4 => {
-                let c = &w.codes[w.block_offset(r, b)..w.block_offset(r, b) + 16];
                 for j in 0..16 {
                     isum += (c[j] & 0xf) as i32 * qb[j] as i32 + (c[j] >> 4) as i32 * qb[j + 16] as i32;
                 }
             }
             Bits::U8 => {
-                let c = &w.codes[w.block_offset(r, b)..w.block_offset(r, b) + QK];
                 for j in 0..QK {
                     isum += c[j] as i32 * qb[j] as i32;
                 }
@@ -171,17 +170,14 @@ mod tests {
         let mut seed = 7u64;
         for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
             let (n, k) = (45, 96);
+            // 45 rows: 4-row tiles, a 1-row tail tile and a scalar tail of 5 rows.
             let w = Weight::Quant(random_matrix(ty, n, k, &mut seed));
-            for tokens in [1usize, 3, 4, 8, 9, 16, 17, 24, 30] {
+            for tokens in [1usize, 3, 4, 8, 9, 16, 17, 24, 30, 41] {
                 let x: Vec<f32> = (0..tokens * k).map(|_| (lcg(&mut seed) % 2001) as f32 / 1000.0 - 1.0).collect();
                 let mut xq = QActs::default();
                 let mut out = vec![0f32; tokens * n];
-                let mut isas = vec![Isa::detect(), Isa::Scalar];
-                #[cfg(target_arch = "x86_64")]
-                if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-                    isas.push(Isa::Avx2);
-                }
-                for isa in isas {
+                // Every path this CPU has; the others are tested where they run.
+                for isa in Isa::available() {
                     matmul(&pool, isa, &w, &x, tokens, &mut xq, &mut out);
                     let Weight::Quant(q) = &w else { unreachable!() };
                     for t in 0..tokens {
@@ -206,6 +202,55 @@ mod tests {
                                 out[t * n + r]
                             );
                         }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The largest block sums the i16 partial sums of the AVX2 path can meet (every code at its
+    /// maximum, every activation at ±127) are still exact on every path: the result equals the
+    /// scalar definition and the hand-computed value.
+    #[test]
+    fn extreme_codes_do_not_saturate() {
+        let pool = ThreadPool::new(2).expect("pool");
+        let (n, k, tokens) = (16, 64, 16);
+        for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+            let bb = ty.bytes_for(QK);
+            let mut raw = vec![0xffu8; ty.bytes_for(n * k)];
+            // d = 1.0 (f16 0x3c00); Q4_1's m = 0; Q8_0's codes all 127 (not -1).
+            for blk in raw.chunks_exact_mut(bb) {
+                blk[0] = 0x00;
+                blk[1] = 0x3c;
+                if ty == GgmlType::Q4_1 {
+                    blk[2] = 0;
+                    blk[3] = 0;
+                }
+                if ty == GgmlType::Q8_0 {
+                    blk[2..].iter_mut().for_each(|c| *c = 0x7f);
+                }
+            }
+            let w = Weight::Quant(QMatrix::from_ggml(ty, &raw, n, k));
+            let Weight::Quant(q) = &w else { unreachable!() };
+            // Token t: +1 everywhere for even t, -1 for odd t (codes ±127, scale 1/127).
+            let x: Vec<f32> = (0..tokens * k).map(|i| if (i / k) % 2 == 0 { 1.0 } else { -1.0 }).collect();
+            // Per weight: Q4_0 is 15 - 8 = 7, Q4_1 is 15, Q8_0 is 127.
+            let wv = match ty {
+                GgmlType::Q4_0 => 7.0,
+                GgmlType::Q4_1 => 15.0,
+                _ => 127.0,
+            };
+            for isa in Isa::available() {
+                let mut xq = QActs::default();
+                let mut out = vec![0f32; tokens * n];
+                matmul(&pool, isa, &w, &x, tokens, &mut xq, &mut out);
+                for t in 0..tokens {
+                    let sign = if t % 2 == 0 { 1.0 } else { -1.0 };
+                    for r in 0..n {
+                        let v = out[t * n + r];
+                        assert_eq!(v.to_bits(), quant_dot_scalar(q, r, &xq, t).to_bits(), "{ty:?} {isa:?}");
+                        let want = sign * wv * k as f32;
+                        assert!((v - want).abs() <= want.abs() * 1e-5, "{ty:?} {isa:?}: {v} vs {want}");
                     }
                 }
             }

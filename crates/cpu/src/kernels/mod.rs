@@ -15,18 +15,18 @@
 //!
 //! Every kernel computes exactly this, so a request's logits are bit-identical alone and
 //! batched: that is what makes greedy outputs independent of batching, chunking and the prefix
-//! cache. Two SIMD kernels share the work:
-//! - *tokens in lanes* (8 or more tokens): activations of 8 tokens are interleaved so that one
-//!   `vpdpbusd` multiplies 4 weights with 4 values of each of 8 tokens; the integer block sum
-//!   then needs one conversion and one FMA per 8 (row, token) pairs instead of per pair;
-//! - *rows in lanes* (the last `T mod 8` tokens, e.g. single-stream decode): 8 weight rows
-//!   against one token, block sums reduced across lanes with `vphaddd`.
+//! cache. One SIMD kernel shape serves every batch size, *rows in lanes*: 8 weight rows of a
+//! [`QMatrix`](crate::format::ggml::QMatrix) are stored chunk-interleaved, so one 256-bit load
+//! holds the same 4 weights of 8 rows and one broadcast of 4 activation bytes feeds them all;
+//! tiles of 2 row groups × 2 tokens (AVX2) keep the integer block sums in registers, and the 8
+//! results of a (row group, token) are one vector store (details in `q8_x86`).
 //!
-//! Instruction sets are picked once at run time ([`Isa::detect`](crate::Isa::detect)): AVX-512 VNNI on 256-bit
-//! vectors, else AVX2+FMA, else portable scalar code (also the tests' reference).
+//! Instruction sets are picked once at run time ([`Isa::detect`](crate::Isa::detect)): AVX-512
+//! VNNI on 256-bit vectors, else AVX-VNNI, else AVX2+FMA, else portable scalar code (also the
+//! tests' reference). `sparrow roofline` measures what each path reaches on the machine.
 //!
 //! Files: [`matmul`](mod@matmul) (dispatch over [`crate::Weight`], Q4/Q8 integer path, scalar reference),
-//! `q8_x86` (its AVX-512 VNNI / AVX2 tiles), `nvfp4_gemm` (the NVFP4 dequantizing GEMM),
+//! `q8_x86` (its AVX-512 VNNI / AVX-VNNI / AVX2 tiles), `nvfp4_gemm` (the NVFP4 dequantizing GEMM),
 //! [`attention`] (GQA attention over KV slots), [`elementwise`] (dot, axpy, RMSNorm, SwiGLU,
 //! f16 conversion). RoPE lives with the models (`sparrow-engine`, `model/common.rs`).
 

@@ -125,6 +125,24 @@ fn weight_bytes(w: &Weight) -> usize {
 }
 
 impl LlamaModel {
+    /// The matrices a decode step multiplies, in order, named `blk.{l}.{qkv,wo,gate_up,down}`
+    /// then `lm_head`: for kernel benchmarks and the roofline.
+    pub fn decode_matrices(&self) -> Vec<(String, &Weight)> {
+        let mut v = Vec::new();
+        for (i, l) in self.layers.iter().enumerate() {
+            for (n, w) in [("qkv", &l.qkv), ("wo", &l.wo), ("gate_up", &l.gate_up), ("down", &l.down)] {
+                v.push((format!("blk.{i}.{n}"), w));
+            }
+        }
+        v.push(("lm_head".into(), self.output.as_ref().unwrap_or(&self.embed)));
+        v
+    }
+
+    /// The model's compute pool and instruction set.
+    pub fn pool_isa(&self) -> (&ThreadPool, Isa) {
+        (&self.pool, self.isa)
+    }
+
     /// Loads a Llama-architecture GGUF file; `threads` is the size of the compute pool.
     ///
     /// # Errors
