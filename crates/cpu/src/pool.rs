@@ -143,6 +143,43 @@ impl ThreadPool {
         });
     }
 
+    /// [`ThreadPool::par_row_chunks`] over two buffers with the same number of rows (`a` in rows
+    /// of `wa`, `b` in rows of `wb`): `f(first_row, a_chunk, b_chunk)` gets the same rows of
+    /// both, e.g. a residual stream updated in place and its normalized copy.
+    ///
+    /// # Panics
+    /// When a width is 0 with a non-empty buffer, or the buffers do not hold the same number of
+    /// whole rows.
+    pub fn par_row_chunks2<T: Send, U: Send, F: Fn(usize, &mut [T], &mut [U]) + Sync>(
+        &self,
+        a: &mut [T],
+        wa: usize,
+        b: &mut [U],
+        wb: usize,
+        f: F,
+    ) {
+        if a.is_empty() && b.is_empty() {
+            return;
+        }
+        assert!(wa > 0 && wb > 0 && a.len() % wa == 0 && b.len() % wb == 0, "par_row_chunks2: widths");
+        let rows = a.len() / wa;
+        assert_eq!(rows, b.len() / wb, "par_row_chunks2: row counts differ");
+        let per = rows.div_ceil(self.threads * 4).max(1);
+        let (pa, pb) = (SyncPtr(a.as_mut_ptr()), SyncPtr(b.as_mut_ptr()));
+        self.run(rows.div_ceil(per), |task| {
+            let (r0, r1) = (task * per, ((task + 1) * per).min(rows));
+            // SAFETY: as `par_row_chunks`, for each buffer: rows r0..r1 belong to this task.
+            #[allow(unsafe_code)]
+            let (ca, cb) = unsafe {
+                (
+                    std::slice::from_raw_parts_mut(pa.get().add(r0 * wa), (r1 - r0) * wa),
+                    std::slice::from_raw_parts_mut(pb.get().add(r0 * wb), (r1 - r0) * wb),
+                )
+            };
+            f(r0, ca, cb);
+        });
+    }
+
     /// Calls `f(i, row_i)` for every row of width `w` of `out`, in parallel (see
     /// [`ThreadPool::par_row_chunks`]).
     pub fn par_rows<T: Send, F: Fn(usize, &mut [T]) + Sync>(&self, out: &mut [T], w: usize, f: F) {
