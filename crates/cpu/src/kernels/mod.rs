@@ -18,7 +18,7 @@
 //! cache. One SIMD kernel shape serves every batch size, *rows in lanes*: 8 weight rows of a
 //! [`QMatrix`](crate::format::ggml::QMatrix) are stored chunk-interleaved, so one 256-bit load
 //! holds the same 4 weights of 8 rows and one broadcast of 4 activation bytes feeds them all;
-//! tiles of 2 row groups × 2 tokens (AVX2) keep the integer block sums in registers, and the 8
+//! tiles of 2 row groups × 4 tokens (AVX2, 4-bit) keep the integer block sums in registers, and the 8
 //! results of a (row group, token) are one vector store (details in `q8_x86`).
 //!
 //! Instruction sets are picked once at run time ([`Isa::detect`](crate::Isa::detect)): AVX-512

@@ -102,20 +102,20 @@ unsafe fn block_sums<const NG: usize, const NT: usize, const M: u8>(
                     }
                     let xh = bcast4(xp(t).add(16 + 4 * c));
                     for j in 0..NG {
-                        // VNNI: a second chain per tile, so enough sums are in flight.
-                        s2[j][t] = if M == AVX2 {
-                            _mm256_add_epi16(s2[j][t], _mm256_maddubs_epi16(hi[j], xh))
+                        if M == AVX2 {
+                            // One i16 chain: 8 pair sums a block (bound in the module docs).
+                            s[j][t] = _mm256_add_epi16(s[j][t], _mm256_maddubs_epi16(hi[j], xh));
                         } else {
-                            dpbusd::<M>(s2[j][t], hi[j], xh)
-                        };
+                            // VNNI: a second chain per tile, so enough sums are in flight.
+                            s2[j][t] = dpbusd::<M>(s2[j][t], hi[j], xh);
+                        }
                     }
                 }
             }
             for j in 0..NG {
                 for t in 0..NT {
                     s[j][t] = if M == AVX2 {
-                        // Each i16 lane holds at most 4 + 4 pair sums (bound in the module docs).
-                        _mm256_madd_epi16(_mm256_add_epi16(s[j][t], s2[j][t]), ones)
+                        _mm256_madd_epi16(s[j][t], ones)
                     } else {
                         _mm256_add_epi32(s[j][t], s2[j][t])
                     };
@@ -249,9 +249,10 @@ pub(crate) unsafe fn quant_rows_avxvnni(w: &QMatrix, r0: usize, r1: usize, x: &Q
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn quant_rows_avx2(w: &QMatrix, r0: usize, r1: usize, x: &QActs, out: *mut f32) {
     match w.bits {
-        Bits::U4 => rows_generic::<AVX2, 2, 2>(w, r0, r1, x, out),
-        // Measured on Zen 3 (see `sparrow roofline`): 2 row groups × 2 tokens beat wider tiles,
-        // whose extra accumulators spill.
+        Bits::U4 => rows_generic::<AVX2, 2, 4>(w, r0, r1, x, out),
+        // Tile shapes measured on Zen 3 (`mmbench`, `sparrow roofline`): 4-bit 2 row groups × 4
+        // tokens (8 i16 chains, 4 unpacked weight vectors); 8-bit needs two chains per pair, so
+        // 2 × 2. Wider tiles spill.
         Bits::U8 => rows_generic::<AVX2, 2, 2>(w, r0, r1, x, out),
     }
 }
