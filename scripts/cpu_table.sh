@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Issue 12's table, kept: this machine's limits (`sparrow roofline`), then llama-server against
+# `sparrow serve` on SmolLM2-135M Q4_1 at concurrency 1, 16, 64 and 256 with SGLang's
+# bench_serving client, same prompts, interleaved per concurrency (../shared/peers/side_by_side.sh,
+# which also reports the cores each server used), and the ratio table.
+#
+#   scripts/cpu_table.sh [OUTDIR] [CONCS]
+# env: SPARROW_ARGS (extra `sparrow serve` flags), and side_by_side.sh's ISL OSL RR LLAMA_NP.
+# Needs ../shared/peers/setup.sh to have run once (llama-server and the client).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-/tmp/sparrow_cpu_table}; CONCS=${2:-1 16 64 256}
+PEERS_DIR=${PEERS_DIR:-../shared/peers}
+mkdir -p "$OUT"
+cargo build --release -q -p sparrow
+BIN=$PWD/target/release/sparrow
+grep -o -w 'avx512_vnni\|avx_vnni\|avx512f\|avx2\|fma\|f16c' /proc/cpuinfo | sort -u | tr '\n' ' ' >"$OUT/isa.txt"
+"$BIN" roofline --tokens 1,16,64 | tee "$OUT/roofline.txt"
+bash "$PEERS_DIR/side_by_side.sh" "$BIN" "$OUT" "$CONCS" | tee "$OUT/side_by_side.txt"
+python3 - "$OUT" <<'PY'
+import csv, re, sys
+out = sys.argv[1]
+rows = list(csv.DictReader(open(f"{out}/summary.tsv"), delimiter="\t"))
+def cpu(server, conc):
+    try:
+        text = open(f"{out}/{server}-c{conc}.txt").read()
+    except OSError:
+        return "?"
+    m = re.search(r"server=([0-9.]+)", text)
+    return m.group(1) if m else "?"
+by = {(r["server"], r["conc"]): r for r in rows}
+print("\n| concurrency | llama-server output tok/s | sparrow output tok/s | ratio | sparrow TPOT median ms | sparrow cores | llama cores |")
+print("|---|---|---|---|---|---|---|")
+for c in sorted({r["conc"] for r in rows}, key=int):
+    l, s = by.get(("llama", c)), by.get(("sparrow", c))
+    if not l or not s or "out_tok_s" not in s or not s.get("out_tok_s"):
+        print(f"| {c} | failed |"); continue
+    lo, so = float(l["out_tok_s"]), float(s["out_tok_s"])
+    print(f"| {c} | {lo:.1f} | {so:.1f} | {so / lo:.2f}x | {s['tpot_med']} | {cpu('sparrow', c)} | {cpu('llama', c)} |")
+print(f"\nISA flags: {open(f'{out}/isa.txt').read().strip()}")
+PY
