@@ -207,6 +207,9 @@ fn engine_loop(
         match step {
             Ok(outs) => {
                 let progressed = !outs.is_empty();
+                // Publish before the sinks run, so a caller that reads the stats after its
+                // request finished sees the pages it freed.
+                publish(&live, &stats);
                 route(&mut live, outs);
                 if !progressed && live.sched.last_batch().is_none() {
                     std::thread::sleep(Duration::from_millis(1));
