@@ -16,6 +16,7 @@ use std::time::Duration;
 
 pub use crate::config::{derive_config, AttentionBackend, EngineArgs, MoeRunner, MAX_RUNNING_LIMIT};
 use crate::kv::KvStore;
+pub use crate::model::batch_cap::BatchCap;
 pub use crate::model::load::load_model;
 use crate::model::{check_compat, Model, ModelInfo, BACKENDS};
 use crate::request::{FinishReason, NewRequest, Output};
@@ -45,6 +46,7 @@ pub struct Engine {
     backend: &'static str,
     isa: &'static str,
     notes: serde_json::Value,
+    batch_cap: BatchCap,
 }
 
 impl std::fmt::Debug for Engine {
@@ -54,7 +56,9 @@ impl std::fmt::Debug for Engine {
 }
 
 impl Engine {
-    /// Loads the model, checks it against the backend, sizes the KV pool and starts the thread.
+    /// Loads the model, checks it against the backend, sizes the KV pool, caps the running
+    /// requests where a larger batch stops paying ([`crate::model::batch_cap`]) and starts the
+    /// thread.
     ///
     /// # Errors
     /// Loading, compatibility or configuration errors, all before any request is accepted.
@@ -70,12 +74,15 @@ impl Engine {
         &self.notes
     }
 
-    /// Starts the engine thread around an already built model (tests use a fake one).
+    /// Starts the engine thread around an already built model (tests use a fake one). Unless
+    /// `args` gives `max_running_requests` or disables autotune, the batch cap is measured on
+    /// `model` (or read from `args.autotune_cache_dir`) first, and the scheduler's
+    /// `max_running_requests` is the smaller of the derived value and the cap.
     ///
     /// # Errors
-    /// Compatibility or configuration errors.
+    /// Compatibility or configuration errors; a failed batch-cap measurement or cache write.
     pub fn start_with_model(
-        model: Box<dyn Model>,
+        mut model: Box<dyn Model>,
         args: &EngineArgs,
         isa: &'static str,
     ) -> Result<Engine, EngineError> {
@@ -91,7 +98,15 @@ impl Engine {
         };
         check_compat(&needs, caps)?;
         let info = model.info().clone();
-        let config = derive_config(args, needs.kv_layout.bytes_per_token(), info.context_length)?;
+        let derived = derive_config(args, needs.kv_layout.bytes_per_token(), info.context_length)?;
+        let batch_cap = crate::model::batch_cap::decide(
+            model.as_mut(),
+            args,
+            isa,
+            derived.max_running_requests,
+            derived.max_total_tokens(),
+        )?;
+        let config = SchedulerConfig { max_running_requests: batch_cap.chosen, ..derived };
         // Built here, so the pool's totals are published before the engine thread allocates the
         // KV storage: a `/get_server_info` right after start-up never sees an empty pool.
         let sched = Scheduler::with_eos_ids(config.clone(), args.eos.clone());
@@ -103,7 +118,7 @@ impl Engine {
             .name("sparrow-engine".into())
             .spawn(move || engine_loop(model, sched, eos, rx, st))
             .map_err(|e| EngineError::Config(format!("cannot spawn the engine thread: {e}")))?;
-        Ok(Engine { tx, stats, info, config, backend: caps.name, isa, notes: serde_json::Value::Null })
+        Ok(Engine { tx, stats, info, config, backend: caps.name, isa, notes: serde_json::Value::Null, batch_cap })
     }
 
     /// Queues a request.
@@ -141,6 +156,11 @@ impl Engine {
     /// The derived scheduler configuration.
     pub fn config(&self) -> &SchedulerConfig {
         &self.config
+    }
+
+    /// The batch cap in effect (measured, cached, given or disabled) and the curve behind it.
+    pub fn batch_cap(&self) -> &BatchCap {
+        &self.batch_cap
     }
 
     /// Attention backend name.

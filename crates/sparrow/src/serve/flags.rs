@@ -295,7 +295,9 @@ pub struct ServeArgs {
     /// checked, as in SGLang). Default: the file stem.
     #[arg(long)]
     pub served_model_name: Option<String>,
-    /// Most requests running at once. Default: derived from the KV pool as SGLang does.
+    /// Most requests running at once. Default: derived from the KV pool as SGLang does, then
+    /// capped at start-up where doubling the decode batch no longer buys 10 % more tokens/s
+    /// on this CPU (measured once, cached; reported in /get_server_info as `batch_cap`).
     #[arg(long, value_parser = values::count)]
     pub max_running_requests: Option<usize>,
     /// KV pool size in tokens (SGLang's suffixes work: `64k`, `1Mi`). Default: derived from
@@ -347,7 +349,8 @@ pub struct ServeArgs {
     /// `token_major` or `expert_major`. SGLang's GPU runners are refused by name.
     #[arg(long, value_enum, default_value_t = MoeRunnerBackend::Auto)]
     pub moe_runner_backend: MoeRunnerBackend,
-    /// Skip the MoE autotune at start-up (`auto` then uses a fixed rule).
+    /// Skip the start-up timings: the MoE autotune (`auto` then uses a fixed rule) and the
+    /// batch cap (max_running_requests is then the KV-pool-derived value).
     #[arg(long)]
     pub disable_autotune: bool,
     /// Compute threads. Default: all cores.

@@ -131,6 +131,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         spelled(a.schedule_policy),
         engine.backend(),
     );
+    eprintln!("{}", engine.batch_cap().summary());
     if !engine.notes().is_null() {
         eprintln!("model runner: {}", engine.notes());
     }
@@ -146,6 +147,9 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         "port": a.port,
         "max_total_num_tokens": c.max_total_tokens(),
         "max_running_requests": c.max_running_requests,
+        // How max_running_requests was chosen: the curve and the source (measured, cached,
+        // given, disabled).
+        "batch_cap": engine.batch_cap(),
         // SGLang reports -1 when chunked prefill is off.
         "chunked_prefill_size": a.chunked_prefill_size.sglang_value(),
         "max_prefill_tokens": c.max_prefill_tokens,
