@@ -30,6 +30,11 @@ struct State {
     job: Option<(Job, usize)>,
     /// Workers that took the current job and have not finished it.
     active: usize,
+    /// Workers blocked on `wake`, and whether the caller of `run` is blocked on `done`: a
+    /// notification costs a futex system call, so it is made only when someone sleeps (a decode
+    /// step issues ~150 jobs, the workers are usually still polling).
+    sleeping: usize,
+    caller_waiting: bool,
     shutdown: bool,
 }
 
@@ -106,7 +111,7 @@ impl ThreadPool {
     pub fn new(threads: usize) -> std::io::Result<Self> {
         let threads = threads.max(1);
         let shared = Arc::new(Shared {
-            state: Mutex::new(State { epoch: 0, job: None, active: 0, shutdown: false }),
+            state: Mutex::new(State { epoch: 0, job: None, active: 0, sleeping: 0, caller_waiting: false, shutdown: false }),
             wake: Condvar::new(),
             done: Condvar::new(),
             next: Padded(AtomicUsize::new(0)),
@@ -222,7 +227,9 @@ impl ThreadPool {
             st.epoch += 1;
             st.job = Some((job, n));
             sh.epoch_hint.store(st.epoch as usize, Ordering::Release);
-            sh.wake.notify_all();
+            if st.sleeping > 0 {
+                sh.wake.notify_all();
+            }
         }
         work(sh, job, n);
         let mut spins = 0;
@@ -240,12 +247,14 @@ impl ThreadPool {
             if spins < SPIN {
                 std::hint::spin_loop();
             } else {
-                let st = lock(&sh.state);
+                let mut st = lock(&sh.state);
                 if sh.finished.load(Ordering::Acquire) >= n && st.active == 0 {
                     continue;
                 }
-                let _st =
-                    sh.done.wait_timeout(st, std::time::Duration::from_millis(1)).unwrap_or_else(|p| p.into_inner());
+                st.caller_waiting = true;
+                let mut st =
+                    sh.done.wait_timeout(st, std::time::Duration::from_millis(1)).unwrap_or_else(|p| p.into_inner()).0;
+                st.caller_waiting = false;
             }
         }
     }
@@ -296,13 +305,15 @@ fn worker(sh: &Shared) {
                         break j;
                     }
                 }
+                st.sleeping += 1;
                 st = sh.wake.wait(st).unwrap_or_else(|p| p.into_inner());
+                st.sleeping -= 1;
             }
         };
         work(sh, job, n);
         let mut st = lock(&sh.state);
         st.active -= 1;
-        if st.active == 0 {
+        if st.active == 0 && st.caller_waiting {
             sh.done.notify_all();
         }
     }
