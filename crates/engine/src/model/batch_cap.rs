@@ -167,7 +167,7 @@ pub struct BatchCap {
 
 impl BatchCap {
     /// One line for the start-up log, e.g. `batch cap: B=1: 120 tok/s, 2: 230, 4: 250 ->
-    /// max_running_requests=2 (a doubling buys < 10 %; measured in 0.4 s, 256 cached tokens
+    /// max_running_requests=2 (the next two doublings buy < 10 %; measured in 0.4 s, 256 cached tokens
     /// per row)`.
     pub fn summary(&self) -> String {
         match self.source {
@@ -189,7 +189,7 @@ impl BatchCap {
                     .collect::<Vec<_>>()
                     .join(", ");
                 let why = match self.reason {
-                    Some(Reason::Plateau) => format!("a doubling buys < {:.0} %", (MIN_GAIN - 1.0) * 100.0),
+                    Some(Reason::Plateau) => format!("the next two doublings buy < {:.0} %", (MIN_GAIN - 1.0) * 100.0),
                     Some(Reason::KeepsPaying) => {
                         format!("every doubling measured bought ≥ {:.0} %", (MIN_GAIN - 1.0) * 100.0)
                     }
