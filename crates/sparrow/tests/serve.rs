@@ -43,11 +43,26 @@ fn serve_in(flags: &[&str], cache_dir: Option<&std::path::Path>) -> Server {
         .expect("sparrow serve starts");
     let server = Server(child, port);
     let deadline = Instant::now() + Duration::from_secs(300);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+    while !answers_http(port) {
         assert!(Instant::now() < deadline, "sparrow serve never listened");
         std::thread::sleep(Duration::from_millis(100));
     }
     server
+}
+
+/// Whether an HTTP server answers on `port`. A bare TCP connect is not proof: while nothing
+/// listens yet (a debug build's start-up is long), Linux may pick the destination port as the
+/// connection's own source port and connect the socket to itself, which then echoes the request
+/// back instead of answering it.
+fn answers_http(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut c) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return false };
+    let _ = c.set_read_timeout(Some(Duration::from_secs(5)));
+    if c.write_all(b"GET /health HTTP/1.0\r\n\r\n").is_err() {
+        return false;
+    }
+    let mut head = [0u8; 5];
+    c.read_exact(&mut head).is_ok() && &head == b"HTTP/"
 }
 
 const SDK_SCRIPT: &str = r#"
