@@ -120,6 +120,20 @@ fn fuse(parts: Vec<Weight>) -> Weight {
     Weight::concat_or_dense(&parts.iter().collect::<Vec<_>>())
 }
 
+/// On the pool by token rows of the residual stream `x` (`[tokens, h]`): `x += proj` (when
+/// given), then `y = rms_norm(x) · g` (when given). Each row's arithmetic is the same on
+/// whichever thread runs it.
+fn add_norm(pool: &ThreadPool, h: usize, x: &mut [f32], proj: Option<&[f32]>, g: Option<&[f32]>, eps: f32, y: &mut [f32]) {
+    pool.par_row_chunks2(x, h, y, h, |r0, x, y| {
+        if let Some(p) = proj {
+            x.iter_mut().zip(&p[r0 * h..]).for_each(|(x, p)| *x += p);
+        }
+        if let Some(g) = g {
+            kernels::rms_norm(x, g, eps, y);
+        }
+    });
+}
+
 fn weight_bytes(w: &Weight) -> usize {
     w.bytes()
 }
@@ -424,7 +438,7 @@ impl Model for LlamaModel {
         // of the step with the second core idle.
         let pool = &self.pool;
         if let Some(first) = self.layers.first() {
-            pool.par_row_chunks2(&mut s.x, h, &mut s.h, h, |_, x, y| kernels::rms_norm(x, &first.attn_norm, c.rms_eps, y));
+            add_norm(pool, h, &mut s.x, None, Some(&first.attn_norm), c.rms_eps, &mut s.h);
         }
         for (l, layer) in self.layers.iter().enumerate() {
             if let Some(o) = self.observer.as_mut() {
@@ -468,11 +482,7 @@ impl Model for LlamaModel {
                 o.linear_input(&self.pool, isa, &[format!("{p}.self_attn.o_proj")], &s.attn, t_n);
             }
             kernels::matmul(&self.pool, isa, &layer.wo, &s.attn, t_n, &mut s.xq, &mut s.proj);
-            let proj = &s.proj;
-            pool.par_row_chunks2(&mut s.x, h, &mut s.h, h, |r0, x, y| {
-                x.iter_mut().zip(&proj[r0 * h..]).for_each(|(x, p)| *x += p);
-                kernels::rms_norm(x, &layer.ffn_norm, c.rms_eps, y);
-            });
+            add_norm(pool, h, &mut s.x, Some(&s.proj), Some(&layer.ffn_norm), c.rms_eps, &mut s.h);
             if let Some(o) = self.observer.as_mut() {
                 let p = format!("model.layers.{l}");
                 o.linear_input(&self.pool, isa, &[format!("{p}.mlp.gate_proj"), format!("{p}.mlp.up_proj")], &s.h, t_n);
@@ -489,13 +499,8 @@ impl Model for LlamaModel {
             }
             kernels::matmul(&self.pool, isa, &layer.down, &s.act, t_n, &mut s.xq, &mut s.proj);
             // The residual add, fused with the next layer's input norm.
-            let (proj, next) = (&s.proj, self.layers.get(l + 1).map(|n| &n.attn_norm));
-            pool.par_row_chunks2(&mut s.x, h, &mut s.h, h, |r0, x, y| {
-                x.iter_mut().zip(&proj[r0 * h..]).for_each(|(x, p)| *x += p);
-                if let Some(g) = next {
-                    kernels::rms_norm(x, g, c.rms_eps, y);
-                }
-            });
+            let next = self.layers.get(l + 1).map(|n| n.attn_norm.as_slice());
+            add_norm(pool, h, &mut s.x, Some(&s.proj), next, c.rms_eps, &mut s.h);
         }
         let head =
             OutputHead { norm: &self.output_norm, eps: c.rms_eps, weight: self.output.as_ref().unwrap_or(&self.embed) };
