@@ -173,45 +173,82 @@ unsafe fn group_tile<const NG: usize, const NT: usize, const M: u8>(
     out: *mut f32,
 ) {
     let nb = w.cols / QK;
+    // Two passes, so that only the `d` accumulators are live beside the integer chains (16
+    // AVX2 registers): `Σ d·dx·isum` over the blocks, then `Σ m·s` over the blocks. Each sum
+    // runs in block order as in the scalar definition and they meet in its final `acc + macc`,
+    // so the bits are the same.
     let mut acc = [[_mm256_setzero_ps(); NT]; NG];
-    let mut macc = [[_mm256_setzero_ps(); NT]; NG];
     for b in 0..nb {
         let s = block_sums::<NG, NT, M>(w, g, b, x, t0);
         for j in 0..NG {
             let at = ((g + j) * nb + b) * 8;
             let dw = _mm256_cvtph_ps(_mm_loadu_si128(w.dh.as_ptr().add(at) as *const __m128i));
-            let mw = match w.m_factor {
-                // m = factor · d exactly (a power of two), as the scalar path's stored m.
-                Some(f) => _mm256_mul_ps(dw, _mm256_set1_ps(f)),
-                None => _mm256_cvtph_ps(_mm_loadu_si128(w.mh.as_ptr().add(at) as *const __m128i)),
-            };
             for t in 0..NT {
-                let xb = (t0 + t) * nb + b;
-                let scale = _mm256_mul_ps(dw, _mm256_set1_ps(*x.d.as_ptr().add(xb)));
+                let scale = _mm256_mul_ps(dw, _mm256_set1_ps(*x.d.as_ptr().add((t0 + t) * nb + b)));
                 acc[j][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[j][t]), scale, acc[j][t]);
-                macc[j][t] = _mm256_fmadd_ps(mw, _mm256_set1_ps(*x.s.as_ptr().add(xb)), macc[j][t]);
             }
         }
     }
     for j in 0..NG {
+        let mut macc = [_mm256_setzero_ps(); NT];
+        for b in 0..nb {
+            let at = ((g + j) * nb + b) * 8;
+            let mw = match w.m_factor {
+                // m = factor · d exactly (a power of two), as the scalar path's stored m.
+                Some(f) => _mm256_mul_ps(
+                    _mm256_cvtph_ps(_mm_loadu_si128(w.dh.as_ptr().add(at) as *const __m128i)),
+                    _mm256_set1_ps(f),
+                ),
+                None => _mm256_cvtph_ps(_mm_loadu_si128(w.mh.as_ptr().add(at) as *const __m128i)),
+            };
+            for t in 0..NT {
+                macc[t] = _mm256_fmadd_ps(mw, _mm256_set1_ps(*x.s.as_ptr().add((t0 + t) * nb + b)), macc[t]);
+            }
+        }
         for t in 0..NT {
-            _mm256_storeu_ps(out.add((t0 + t) * w.rows + 8 * (g + j)), _mm256_add_ps(acc[j][t], macc[j][t]));
+            _mm256_storeu_ps(out.add((t0 + t) * w.rows + 8 * (g + j)), _mm256_add_ps(acc[j][t], macc[t]));
         }
     }
 }
 
-/// Rows `r0..r1` (whole groups of 8, `r0` a multiple of 8) for every token: `NG` row groups
-/// at a time (then single groups) outer, `NT`-token tiles inner, the last `tokens mod NT`
-/// tokens one at a time.
+/// Row groups `g .. g+NG` against the `n < 4` tokens `t0 .. t0+n` in one tile of that many
+/// tokens: a batch of 13 rows runs as 4 + 4 + 4 + 1 at `NT = 4`, and 15 as 4 + 4 + 4 + 3, never
+/// with single-token tiles for the rest. Every path's `NT` is at most 4.
 #[inline(always)]
-unsafe fn rows_generic<const M: u8, const NG: usize, const NT: usize>(
+unsafe fn tile_n<const NG: usize, const M: u8>(w: &QMatrix, g: usize, x: &QActs, t0: usize, n: usize, out: *mut f32) {
+    match n {
+        1 => group_tile::<NG, 1, M>(w, g, x, t0, out),
+        2 => group_tile::<NG, 2, M>(w, g, x, t0, out),
+        _ => group_tile::<NG, 3, M>(w, g, x, t0, out),
+    }
+}
+
+/// Rows `r0..r1` (whole groups of 8, `r0` a multiple of 8) for every token. Several tokens:
+/// `NG` row groups at a time (then single groups) outer, `NT`-token tiles inner, the last
+/// `tokens mod NT` tokens as one smaller tile. One token (the memory-bound GEMV): `NG1` row
+/// groups at a time, so that more weight streams are in flight.
+#[inline(always)]
+unsafe fn rows_generic<const M: u8, const NG: usize, const NT: usize, const NG1: usize>(
     w: &QMatrix,
     r0: usize,
     r1: usize,
     x: &QActs,
     out: *mut f32,
 ) {
+    const { assert!(NT <= 4) };
     let (g1, mut g) = (r1 / 8, r0 / 8);
+    if x.rows == 1 {
+        while g < g1 {
+            if g + NG1 <= g1 {
+                group_tile::<NG1, 1, M>(w, g, x, 0, out);
+                g += NG1;
+            } else {
+                group_tile::<1, 1, M>(w, g, x, 0, out);
+                g += 1;
+            }
+        }
+        return;
+    }
     while g < g1 {
         let ng = if g + NG <= g1 { NG } else { 1 };
         let mut t = 0;
@@ -223,13 +260,12 @@ unsafe fn rows_generic<const M: u8, const NG: usize, const NT: usize>(
             }
             t += NT;
         }
-        while t < x.rows {
+        if t < x.rows {
             if ng == NG {
-                group_tile::<NG, 1, M>(w, g, x, t, out);
+                tile_n::<NG, M>(w, g, x, t, x.rows - t, out);
             } else {
-                group_tile::<1, 1, M>(w, g, x, t, out);
+                tile_n::<1, M>(w, g, x, t, x.rows - t, out);
             }
-            t += 1;
         }
         g += ng;
     }
@@ -238,21 +274,26 @@ unsafe fn rows_generic<const M: u8, const NG: usize, const NT: usize>(
 #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
 pub(crate) unsafe fn quant_rows_vnni(w: &QMatrix, r0: usize, r1: usize, x: &QActs, out: *mut f32) {
     // 32 registers: 2 row groups × 4 tokens' 16 sum chains and 16 accumulators.
-    rows_generic::<VNNI512, 2, 4>(w, r0, r1, x, out)
+    rows_generic::<VNNI512, 2, 4, 2>(w, r0, r1, x, out)
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
 pub(crate) unsafe fn quant_rows_avxvnni(w: &QMatrix, r0: usize, r1: usize, x: &QActs, out: *mut f32) {
-    rows_generic::<AVXVNNI, 2, 2>(w, r0, r1, x, out)
+    rows_generic::<AVXVNNI, 2, 2, 2>(w, r0, r1, x, out)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn quant_rows_avx2(w: &QMatrix, r0: usize, r1: usize, x: &QActs, out: *mut f32) {
+    // Tile shapes measured on Zen 3 with one thread, variants interleaved (best of 15 rounds):
+    // - 4-bit, 1 row group × 4 tokens (4 i16 chains, 4 f32 accumulators, the unpacked weights):
+    //   72.7 GMAC/s at 64 tokens, where 2 × 4 spilled to 68.6 and 2 × 2 gave 62;
+    // - 8-bit needs two chains per pair: 1 × 2 gives 40.2 GMAC/s, 2 × 2 29.1, 1 × 3 32.2;
+    // - one token streams from memory: 1 row group at a time reads 19 GMAC/s of a 42 MB 4-bit
+    //   matrix where 2 at a time read 12.7 (one sequential stream for the prefetcher).
+    // The ceiling of this instruction mix here is about 77 GMAC/s a core: `vpmaddubsw` +
+    // `vpaddw` issue at 2.8 a cycle, and each activation broadcast costs a third of a cycle.
     match w.bits {
-        Bits::U4 => rows_generic::<AVX2, 2, 4>(w, r0, r1, x, out),
-        // Tile shapes measured on Zen 3 (`mmbench`, `sparrow roofline`): 4-bit 2 row groups × 4
-        // tokens (8 i16 chains, 4 unpacked weight vectors); 8-bit needs two chains per pair, so
-        // 2 × 2. Wider tiles spill.
-        Bits::U8 => rows_generic::<AVX2, 2, 2>(w, r0, r1, x, out),
+        Bits::U4 => rows_generic::<AVX2, 1, 4, 1>(w, r0, r1, x, out),
+        Bits::U8 => rows_generic::<AVX2, 1, 2, 1>(w, r0, r1, x, out),
     }
 }
