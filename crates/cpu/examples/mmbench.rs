@@ -22,25 +22,33 @@ fn main() {
     }
     let w = Weight::Quant(QMatrix::from_ggml(ty, &raw, n, k));
     let xs: Vec<f32> = (0..t * k).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
-    for threads in [1, 2] {
-        let pool = ThreadPool::new(threads).expect("pool");
-        let mut q = QActs::default();
-        let mut out = vec![0f32; t * n];
-        let iters = (6e10 / (n * k * t) as f64).max(3.0) as usize;
-        let c0 = cpu_secs();
-        let t0 = std::time::Instant::now();
-        for _ in 0..iters {
-            matmul(&pool, Isa::detect(), &w, &xs, t, &mut q, &mut out);
+    // Both pools are timed in alternation, best of 12 rounds each: the machine is shared, and
+    // the best round is the kernel's own speed while the other sits in the same noise.
+    let pools = [ThreadPool::new(1).expect("pool"), ThreadPool::new(2).expect("pool")];
+    let mut q = QActs::default();
+    let mut out = vec![0f32; t * n];
+    let iters = (1e10 / (n * k * t) as f64).max(2.0) as usize;
+    let (mut best, mut best_cpu) = ([f64::MAX; 2], [f64::MAX; 2]);
+    for _round in 0..12 {
+        for (i, pool) in pools.iter().enumerate() {
+            let c0 = cpu_secs();
+            let t0 = std::time::Instant::now();
+            for _ in 0..iters {
+                matmul(pool, Isa::detect(), &w, &xs, t, &mut q, &mut out);
+            }
+            best[i] = best[i].min(t0.elapsed().as_secs_f64() / iters as f64);
+            // CPU time of the calling thread (100 Hz ticks, so only a rough check that the
+            // round was not descheduled).
+            best_cpu[i] = best_cpu[i].min((cpu_secs() - c0) / iters as f64);
         }
-        let dt = t0.elapsed().as_secs_f64() / iters as f64;
-        // CPU time of the calling thread: robust to other processes sharing the cores (the
-        // single-thread figure is the kernel's own speed).
-        let ct = (cpu_secs() - c0) / iters as f64;
+    }
+    for (i, pool) in pools.iter().enumerate() {
         println!(
-            "threads {threads}: {:.3} ms, {:.1} GMAC/s wall; calling thread's CPU time {:.1} GMAC/s",
-            dt * 1e3,
-            (n * k * t) as f64 / dt / 1e9,
-            (n * k * t) as f64 / ct / 1e9
+            "threads {}: {:.3} ms, {:.1} GMAC/s (best of 12 rounds); calling thread's CPU time {:.3} ms",
+            pool.threads(),
+            best[i] * 1e3,
+            (n * k * t) as f64 / best[i] / 1e9,
+            best_cpu[i] * 1e3
         );
     }
 }

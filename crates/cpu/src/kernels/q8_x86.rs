@@ -7,9 +7,10 @@
 //! the same 4 code bytes of all 8 rows, so a 256-bit load gives 8 rows × 4 weights (8-bit) or,
 //! split into nibbles, 8 rows × 2 × 4 weights (4-bit), and a broadcast of a token's 4 matching
 //! activation bytes feeds the whole run: no horizontal reduction, no activation repacking, and
-//! the 8 results of a (row group, token) are one vector store. Row groups are the outer loop, so
-//! each group's weights (a few KiB) are read from memory once per call and stay in L1 while all
-//! the tokens pass; the activations stay in L2.
+//! the 8 results of a (row group, token) are one vector store. Tokens come in blocks of about
+//! 18 KiB of activation codes that stay in L1 while every row group passes over them; within a
+//! block each group's weights (a few KiB) stay in L1 while the block's tokens pass. Up to one
+//! block of tokens (decode batches), every weight is read from memory once per call.
 //!
 //! Only the integer block sums `Σ u·q` differ between paths, and they are exact integers on
 //! every path, so every path's output is bit-identical to the scalar definition:
@@ -224,8 +225,8 @@ unsafe fn tile_n<const NG: usize, const M: u8>(w: &QMatrix, g: usize, x: &QActs,
 }
 
 /// Rows `r0..r1` (whole groups of 8, `r0` a multiple of 8) for every token. Several tokens:
-/// `NG` row groups at a time (then single groups) outer, `NT`-token tiles inner, the last
-/// `tokens mod NT` tokens as one smaller tile. One token (the memory-bound GEMV): `NG1` row
+/// blocks of tokens outer, then `NG` row groups at a time (then single groups), then `NT`-token
+/// tiles, the last `block mod NT` tokens as one smaller tile. One token (the memory-bound GEMV): `NG1` row
 /// groups at a time, so that more weight streams are in flight.
 #[inline(always)]
 unsafe fn rows_generic<const M: u8, const NG: usize, const NT: usize, const NG1: usize>(
@@ -249,25 +250,35 @@ unsafe fn rows_generic<const M: u8, const NG: usize, const NT: usize, const NG1:
         }
         return;
     }
-    while g < g1 {
-        let ng = if g + NG <= g1 { NG } else { 1 };
-        let mut t = 0;
-        while t + NT <= x.rows {
-            if ng == NG {
-                group_tile::<NG, NT, M>(w, g, x, t, out);
-            } else {
-                group_tile::<1, NT, M>(w, g, x, t, out);
+    // Token blocks of about 18 KiB of activation codes, each passed over every row group: the
+    // block stays in L1 while the weights stream. Measured on Zen 3 (3072 × 576, 256 tokens,
+    // one thread): 62.6 GMAC/s with 32-token blocks, 51.2 with 64, 42.0 with none. A block
+    // boundary changes which tile a token is in, never its arithmetic.
+    let tb = (18432 / w.cols).max(NT) / NT * NT;
+    let g0 = g;
+    for b0 in (0..x.rows).step_by(tb) {
+        let b1 = (b0 + tb).min(x.rows);
+        g = g0;
+        while g < g1 {
+            let ng = if g + NG <= g1 { NG } else { 1 };
+            let mut t = b0;
+            while t + NT <= b1 {
+                if ng == NG {
+                    group_tile::<NG, NT, M>(w, g, x, t, out);
+                } else {
+                    group_tile::<1, NT, M>(w, g, x, t, out);
+                }
+                t += NT;
             }
-            t += NT;
-        }
-        if t < x.rows {
-            if ng == NG {
-                tile_n::<NG, M>(w, g, x, t, x.rows - t, out);
-            } else {
-                tile_n::<1, M>(w, g, x, t, x.rows - t, out);
+            if t < b1 {
+                if ng == NG {
+                    tile_n::<NG, M>(w, g, x, t, b1 - t, out);
+                } else {
+                    tile_n::<1, M>(w, g, x, t, b1 - t, out);
+                }
             }
+            g += ng;
         }
-        g += ng;
     }
 }
 
