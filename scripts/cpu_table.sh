@@ -21,15 +21,19 @@ python3 - "$OUT" <<'PY'
 import csv, re, sys
 out = sys.argv[1]
 rows = list(csv.DictReader(open(f"{out}/summary.tsv"), delimiter="\t"))
+by = {(r["server"], r["conc"]): r for r in rows}
 def cpu(server, conc):
+    # cpumon averages over the client's whole wall time, Python start-up and dataset
+    # preparation included, when the server idles; the cores a server used while serving are its
+    # CPU seconds over the benchmark's own duration (first request sent to last answer).
     try:
         text = open(f"{out}/{server}-c{conc}.txt").read()
-    except OSError:
+        dur = float(by[(server, conc)]["dur_s"])
+    except (OSError, KeyError, ValueError):
         return "?"
-    m = re.search(r"server=([0-9.]+)", text)
-    return m.group(1) if m else "?"
-by = {(r["server"], r["conc"]): r for r in rows}
-print("\n| concurrency | llama-server output tok/s | sparrow output tok/s | ratio | sparrow TPOT median ms | sparrow cores | llama cores |")
+    m = re.search(r"wall=([0-9.]+)s.*server=([0-9.]+)", text)
+    return f"{float(m.group(1)) * float(m.group(2)) / dur:.2f}" if m and dur > 0 else "?"
+print("\n| concurrency | llama-server output tok/s | sparrow output tok/s | ratio | sparrow TPOT median ms | sparrow cores while serving | llama cores while serving |")
 print("|---|---|---|---|---|---|---|")
 for c in sorted({r["conc"] for r in rows}, key=int):
     l, s = by.get(("llama", c)), by.get(("sparrow", c))

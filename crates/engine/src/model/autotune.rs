@@ -69,11 +69,11 @@ pub fn buckets(max_tokens: usize) -> Vec<usize> {
 }
 
 /// The cache key of a model's MoE shapes on this machine, for buckets up to `max_bucket`
-/// tokens.
+/// tokens, and of the kernels' generation ([`sparrow_cpu::KERNEL_GENERATION`]).
 pub fn key(model: &Glm5Model, max_bucket: usize) -> String {
     let c = model.config();
     format!(
-        "moe_{}_E{}_top{}_H{}_I{}_shared{}_T{max_bucket}_{}_{}t",
+        "moe_{}_E{}_top{}_H{}_I{}_shared{}_T{max_bucket}_{}_{}t_k{}",
         model.first_moe().map_or("none", |m| m.weight_format()),
         c.n_routed,
         c.top_k,
@@ -81,7 +81,8 @@ pub fn key(model: &Glm5Model, max_bucket: usize) -> String {
         c.moe_inter,
         c.n_shared,
         model.isa().name(),
-        model.pool().threads()
+        model.pool().threads(),
+        sparrow_cpu::KERNEL_GENERATION
     )
 }
 

@@ -223,13 +223,14 @@ pub struct Stored {
 /// The cache key: model architecture, attention kind and shapes (layers, hidden size,
 /// vocabulary, KV bytes per token), weight bytes, `variant` (options that change a decode
 /// step's cost, e.g. GLM-5's DSA decode attention and MoE runner; empty for Llama), the
-/// instruction set, the thread count and the context length. Only `[A-Za-z0-9._-]` remain, so
+/// instruction set, the thread count, the context length and the kernels' generation
+/// ([`sparrow_cpu::KERNEL_GENERATION`]). Only `[A-Za-z0-9._-]` remain, so
 /// it is a file name.
 pub fn key(model: &dyn Model, variant: &str, isa: &str, threads: usize, context_len: usize) -> String {
     let i = model.info();
     let needs = model.attention_needs();
     let raw = format!(
-        "batchcap_{}_{}_L{}_H{}_V{}_kv{}_W{}{variant}_{isa}_{threads}t_ctx{context_len}",
+        "batchcap_{}_{}_L{}_H{}_V{}_kv{}_W{}{variant}_{isa}_{threads}t_ctx{context_len}_k{}",
         i.architecture,
         needs.kind,
         i.num_layers,
@@ -237,6 +238,7 @@ pub fn key(model: &dyn Model, variant: &str, isa: &str, threads: usize, context_
         i.vocab_size,
         needs.kv_layout.bytes_per_token(),
         i.weight_bytes,
+        sparrow_cpu::KERNEL_GENERATION,
     );
     raw.chars().map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '-' }).collect()
 }
@@ -328,7 +330,10 @@ pub fn measure(model: &mut dyn Model, max: usize, ctx: usize) -> Result<Vec<Poin
         if choose(&points, max).is_some() {
             break;
         }
-        points.push(Point { batch: b, tokens_per_s: time_decode(model, b, ctx)? });
+        // Kept to 1e-3 tok/s: 10 or so significant digits, which serde_json reads back exactly
+        // (a full-precision f64 can come back one ulp off), so a warm start sees the same curve.
+        let tps = (time_decode(model, b, ctx)? * 1e3).round() / 1e3;
+        points.push(Point { batch: b, tokens_per_s: tps });
     }
     Ok(points)
 }
@@ -528,7 +533,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tmp");
         let m = FakeModel::new(100, 4096, Predict::NextToken);
         let k = key(&m, "", "avx2", 2, 256);
-        assert_eq!(k, "batchcap_fake_gqa_L1_H1_V100_kv8_W0_avx2_2t_ctx256");
+        assert_eq!(k, format!("batchcap_fake_gqa_L1_H1_V100_kv8_W0_avx2_2t_ctx256_k{}", sparrow_cpu::KERNEL_GENERATION));
         let s = Stored {
             key: k.clone(),
             context_len: 256,
