@@ -194,6 +194,36 @@ impl ThreadPool {
         });
     }
 
+    /// Calls `f(task, &mut out[ranges[task]])` for every range, in parallel: tasks are handed
+    /// out in the order given (put the longest first for a balanced finish), each writing only
+    /// its own range. For work whose outputs are runs of different lengths (attention query
+    /// blocks of sequences of different lengths).
+    ///
+    /// # Panics
+    /// When a range leaves `out` or two ranges overlap.
+    pub fn par_ranges<T: Send, F: Fn(usize, &mut [T]) + Sync>(&self, out: &mut [T], ranges: &[std::ops::Range<usize>], f: F) {
+        let mut sorted: Vec<&std::ops::Range<usize>> = ranges.iter().filter(|r| !r.is_empty()).collect();
+        sorted.sort_by_key(|r| r.start);
+        for w in sorted.windows(2) {
+            assert!(w[0].end <= w[1].start, "par_ranges: {:?} and {:?} overlap", w[0], w[1]);
+        }
+        if let Some(last) = sorted.last() {
+            assert!(last.end <= out.len(), "par_ranges: {last:?} leaves {} elements", out.len());
+        }
+        let ptr = SyncPtr(out.as_mut_ptr());
+        self.run(ranges.len(), |task| {
+            let r = &ranges[task];
+            if r.is_empty() {
+                return f(task, &mut []);
+            }
+            // SAFETY: the ranges are disjoint and inside `out` (checked above), and `out` is
+            // borrowed mutably for the whole call, which returns only after every task is done.
+            #[allow(unsafe_code)]
+            let chunk = unsafe { std::slice::from_raw_parts_mut(ptr.get().add(r.start), r.len()) };
+            f(task, chunk);
+        });
+    }
+
     /// Calls `f(i, row_i)` for every row of width `w` of `out`, in parallel (see
     /// [`ThreadPool::par_row_chunks`]).
     pub fn par_rows<T: Send, F: Fn(usize, &mut [T]) + Sync>(&self, out: &mut [T], w: usize, f: F) {

@@ -32,12 +32,16 @@
 
 pub mod attention;
 pub mod elementwise;
+pub mod flash;
+pub mod dsa;
 pub mod matmul;
 mod nvfp4_gemm;
 #[cfg(target_arch = "x86_64")]
 mod q8_x86;
 
 pub use attention::{attend_group, KvElem};
+pub use dsa::index_scores;
+pub use flash::{exp_f32, flash_attend, FlashScratch, KvView, KEY_BLOCK};
 pub use elementwise::{axpy, dot, rms_norm, silu_mul, to_f16};
 pub use matmul::{matmul, quant_dot_scalar};
 
@@ -65,4 +69,55 @@ pub(crate) unsafe fn hsum(v: std::arch::x86_64::__m256) -> f32 {
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
     _mm_cvtss_f32(s)
+}
+
+/// The 8 × 8 transpose of `r` (rows of 8 lanes): `out[i][j] = r[j][i]`.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+#[inline]
+#[target_feature(enable = "avx")]
+pub(crate) unsafe fn transpose8(r: &[std::arch::x86_64::__m256; 8]) -> [std::arch::x86_64::__m256; 8] {
+    use std::arch::x86_64::*;
+    let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+    let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+    let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+    let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+    let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+    let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+    let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+    let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+    let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+    let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+    let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+    let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+    [
+        _mm256_permute2f128_ps::<0x20>(u0, u4),
+        _mm256_permute2f128_ps::<0x20>(u1, u5),
+        _mm256_permute2f128_ps::<0x20>(u2, u6),
+        _mm256_permute2f128_ps::<0x20>(u3, u7),
+        _mm256_permute2f128_ps::<0x31>(u0, u4),
+        _mm256_permute2f128_ps::<0x31>(u1, u5),
+        _mm256_permute2f128_ps::<0x31>(u2, u6),
+        _mm256_permute2f128_ps::<0x31>(u3, u7),
+    ]
+}
+
+/// The horizontal sums of 8 vectors, each by the tree of [`hsum`], as one vector with lanes
+/// `[v0, v2, v4, v6, v1, v3, v5, v7]` (bit-identical to `hsum(v[i])` lane by lane).
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+#[inline]
+#[target_feature(enable = "avx")]
+pub(crate) unsafe fn hsum8(v: &[std::arch::x86_64::__m256; 8]) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    let half =
+        |a: __m256, b: __m256| _mm256_add_ps(_mm256_permute2f128_ps::<0x20>(a, b), _mm256_permute2f128_ps::<0x31>(a, b));
+    let (w01, w23, w45, w67) = (half(v[0], v[1]), half(v[2], v[3]), half(v[4], v[5]), half(v[6], v[7]));
+    let c = _mm256_add_ps(_mm256_shuffle_ps::<0x44>(w01, w23), _mm256_shuffle_ps::<0xEE>(w01, w23));
+    let d = _mm256_add_ps(_mm256_shuffle_ps::<0x44>(w45, w67), _mm256_shuffle_ps::<0xEE>(w45, w67));
+    _mm256_hadd_ps(c, d)
 }

@@ -19,7 +19,7 @@ use std::path::Path;
 use ggus::GGufMetaMapExt;
 
 use super::common::{OutputHead, RopeLayout, RopeTable};
-use super::{AttentionNeeds, Model, ModelInfo};
+use super::{AttentionNeeds, Model, ModelInfo, PartTimes};
 use crate::batch::ForwardBatch;
 use sparrow_cpu::kernels;
 use sparrow_cpu::Isa;
@@ -90,6 +90,56 @@ struct Scratch {
     act: Vec<f32>,
     xq: QActs,
     row_seq: Vec<u32>,
+    /// Attention output in task order (see `attention_tasks`), before it is scattered to `attn`.
+    attn_t: Vec<f32>,
+}
+
+/// Tokens per attention query block: with 3 heads per KV group, 48 query rows share each key
+/// block converted from f16.
+const QUERY_BLOCK: usize = 32;
+
+/// One attention task: sequence `seq`, KV group `g`, its tokens `i0..i1` (relative to the
+/// sequence's first new token).
+#[derive(Clone, Copy)]
+struct AttnTask {
+    seq: usize,
+    g: usize,
+    i0: usize,
+    i1: usize,
+}
+
+/// The step's attention tasks, longest first, and the range of `attn_t` each writes: sequence
+/// `s` (first token `ts`, `len` tokens) owns `attn_t[ts·h .. (ts + len)·h]`, laid out
+/// `[group g][token i][group·hd]`, so a task's rows are contiguous.
+fn attention_tasks(batch: &ForwardBatch, kv_heads: usize, ghd: usize) -> (Vec<AttnTask>, Vec<std::ops::Range<usize>>) {
+    let h = kv_heads * ghd;
+    let mut tasks = Vec::new();
+    for (seq, sq) in batch.seqs.iter().enumerate() {
+        let len = sq.extend_len as usize;
+        for g in 0..kv_heads {
+            for i0 in (0..len).step_by(QUERY_BLOCK) {
+                tasks.push(AttnTask { seq, g, i0, i1: (i0 + QUERY_BLOCK).min(len) });
+            }
+        }
+    }
+    // Work ≈ tokens × keys of the block's last token.
+    tasks.sort_by_key(|t| {
+        let sq = &batch.seqs[t.seq];
+        std::cmp::Reverse((t.i1 - t.i0) * (sq.prefix_len as usize + t.i1))
+    });
+    let ranges = tasks
+        .iter()
+        .map(|t| {
+            let sq = &batch.seqs[t.seq];
+            let base = sq.token_start as usize * h + (t.g * sq.extend_len as usize + t.i0) * ghd;
+            base..base + (t.i1 - t.i0) * ghd
+        })
+        .collect();
+    (tasks, ranges)
+}
+
+thread_local! {
+    static FLASH: std::cell::RefCell<kernels::FlashScratch> = std::cell::RefCell::new(kernels::FlashScratch::default());
 }
 
 /// A loaded Llama model.
@@ -107,6 +157,11 @@ pub struct LlamaModel {
     s: Scratch,
     /// Calibration hook (see [`LlamaModel::set_observer`]).
     observer: ObserverSlot,
+    /// Whether forwards add their part times to `parts`.
+    profile: bool,
+    /// Attention by the previous kernel (see [`LlamaModel::set_two_pass_attention`]).
+    two_pass: bool,
+    parts: PartTimes,
 }
 
 impl std::fmt::Debug for LlamaModel {
@@ -358,6 +413,9 @@ impl LlamaModel {
             isa: Isa::detect(),
             s: Scratch::default(),
             observer: None,
+            profile: false,
+            two_pass: false,
+            parts: PartTimes::default(),
         })
     }
 
@@ -386,6 +444,26 @@ impl LlamaModel {
     pub fn set_isa(&mut self, isa: Isa) {
         self.isa = isa;
     }
+
+    /// Switches per-part timing of the forward passes on or off (off by default); switching it
+    /// on clears the totals.
+    pub fn set_profile(&mut self, on: bool) {
+        self.profile = on;
+        self.parts = PartTimes::default();
+    }
+
+    /// Runs attention with the two-pass kernel of earlier releases ([`kernels::attend_group`]:
+    /// each (token, KV group) task scores every key, then softmax, then values) instead of the
+    /// tiled online-softmax one: the `prefill_bench` example's "before" column. The two agree
+    /// to f32 rounding, not bit for bit.
+    pub fn set_two_pass_attention(&mut self, on: bool) {
+        self.two_pass = on;
+    }
+
+    /// Time spent per part since [`LlamaModel::set_profile`]`(true)`.
+    pub fn part_times(&self) -> PartTimes {
+        self.parts
+    }
 }
 
 impl Model for LlamaModel {
@@ -411,8 +489,22 @@ impl Model for LlamaModel {
                 return Err(EngineError::model(format!("position {p} beyond the context length {}", c.context_length)));
             }
         }
+        let clock = self.profile.then(std::time::Instant::now);
+        let mut pt = PartTimes::default();
+        // Adds the time since `$t` to the part `$field` while profiling.
+        macro_rules! timed {
+            ($field:ident, $e:expr) => {{
+                let t0 = clock.map(|_| std::time::Instant::now());
+                let r = $e;
+                if let Some(t0) = t0 {
+                    pt.$field += t0.elapsed().as_secs_f64();
+                }
+                r
+            }};
+        }
         let mut s = std::mem::take(&mut self.s);
         s.x.resize(t_n * h, 0.0);
+        s.attn_t.resize(t_n * h, 0.0);
         s.h.resize(t_n * h, 0.0);
         s.qkv.resize(t_n * qkv_w, 0.0);
         s.attn.resize(t_n * h, 0.0);
@@ -432,6 +524,8 @@ impl Model for LlamaModel {
         }
         let scale = 1.0 / (hd as f32).sqrt();
         let group = c.heads / c.kv_heads;
+        let ghd = group * hd;
+        let (attn_tasks, attn_ranges) = attention_tasks(batch, c.kv_heads, ghd);
         let isa = self.isa;
         // Element-wise work runs on the pool by token rows (each row's arithmetic is the same
         // whichever thread does it): at a 64-row decode step these serial loops were a tenth
@@ -445,7 +539,7 @@ impl Model for LlamaModel {
                 let p = format!("model.layers.{l}");
                 o.linear_input(&self.pool, isa, &[format!("{p}.self_attn.q_proj"), format!("{p}.self_attn.k_proj"), format!("{p}.self_attn.v_proj")], &s.h, t_n);
             }
-            kernels::matmul(&self.pool, isa, &layer.qkv, &s.h, t_n, &mut s.xq, &mut s.qkv);
+            timed!(gemm, kernels::matmul(&self.pool, isa, &layer.qkv, &s.h, t_n, &mut s.xq, &mut s.qkv));
             let rope = &self.rope;
             pool.par_rows(&mut s.qkv, qkv_w, |t, row| {
                 let pos = batch.positions[t] as usize;
@@ -453,7 +547,7 @@ impl Model for LlamaModel {
                 rope.rotate_heads(q, pos, RopeLayout::Interleaved);
                 rope.rotate_heads(&mut rest[..kvd], pos, RopeLayout::Interleaved);
             });
-            {
+            timed!(attention, {
                 let (kc, vc) = kv.pair_mut_f16(l);
                 for t in 0..t_n {
                     let (k, v) = s.qkv[t * qkv_w + h..(t + 1) * qkv_w].split_at(kvd);
@@ -461,33 +555,51 @@ impl Model for LlamaModel {
                     kernels::to_f16(isa, k, &mut kc[slot * kvd..(slot + 1) * kvd]);
                     kernels::to_f16(isa, v, &mut vc[slot * kvd..(slot + 1) * kvd]);
                 }
-            }
-            let (kc, vc) = (kv.component_f16(l, 0), kv.component_f16(l, 1));
-            // Rows of `attn` are (token, kv-group) head ranges, `t·kv_heads + g`: each task
-            // writes only its own rows.
-            let (qkv, row_seq) = (&s.qkv, &s.row_seq);
-            self.pool.par_row_chunks(&mut s.attn, group * hd, |r0, rows| {
-                let mut scores = Vec::new();
-                for (task, o) in (r0..).zip(rows.chunks_mut(group * hd)) {
-                    let (t, g) = (task / c.kv_heads, task % c.kv_heads);
-                    let si = row_seq[t] as usize;
-                    let pos = batch.positions[t] as usize;
-                    let slots = &batch.kv_slots(si)[..=pos];
-                    let q = &qkv[t * qkv_w + g * group * hd..t * qkv_w + (g + 1) * group * hd];
-                    kernels::attend_group(isa, q, hd, kc, vc, kvd, g * hd, slots, scale, &mut scores, o);
+                let (kc, vc) = (kv.component_f16(l, 0), kv.component_f16(l, 1));
+                let qkv = &s.qkv;
+                if self.two_pass {
+                    let row_seq = &s.row_seq;
+                    pool.par_row_chunks(&mut s.attn, ghd, |r0, rows| {
+                        let mut scores = Vec::new();
+                        for (task, o) in (r0..).zip(rows.chunks_mut(ghd)) {
+                            let (t, g) = (task / c.kv_heads, task % c.kv_heads);
+                            let slots = &batch.kv_slots(row_seq[t] as usize)[..=batch.positions[t] as usize];
+                            let q = &qkv[t * qkv_w + g * ghd..t * qkv_w + (g + 1) * ghd];
+                            kernels::attend_group(isa, q, hd, kc, vc, kvd, g * hd, slots, scale, &mut scores, o);
+                        }
+                    });
+                } else {
+                pool.par_ranges(&mut s.attn_t, &attn_ranges, |task, o| {
+                    let AttnTask { seq, g, i0, i1 } = attn_tasks[task];
+                    let ts = batch.seqs[seq].token_start as usize;
+                    let view = kernels::KvView { k: kc, v: vc, stride: kvd, off: g * hd, slots: batch.kv_slots(seq) };
+                    let q = &qkv[(ts + i0) * qkv_w + g * ghd..];
+                    let pos = &batch.positions[ts + i0..ts + i1];
+                    FLASH.with_borrow_mut(|sc| kernels::flash_attend(isa, q, qkv_w, pos, group, hd, &view, scale, sc, o));
+                });
+                // Back to token rows: token t's group g from its sequence's `[g][i]` layout.
+                let (at, row_seq) = (&s.attn_t, &s.row_seq);
+                pool.par_rows(&mut s.attn, h, |t, row| {
+                    let sq = &batch.seqs[row_seq[t] as usize];
+                    let (ts, len) = (sq.token_start as usize, sq.extend_len as usize);
+                    for g in 0..c.kv_heads {
+                        let src = ts * h + (g * len + t - ts) * ghd;
+                        row[g * ghd..(g + 1) * ghd].copy_from_slice(&at[src..src + ghd]);
+                    }
+                });
                 }
             });
             if let Some(o) = self.observer.as_mut() {
                 let p = format!("model.layers.{l}");
                 o.linear_input(&self.pool, isa, &[format!("{p}.self_attn.o_proj")], &s.attn, t_n);
             }
-            kernels::matmul(&self.pool, isa, &layer.wo, &s.attn, t_n, &mut s.xq, &mut s.proj);
+            timed!(gemm, kernels::matmul(&self.pool, isa, &layer.wo, &s.attn, t_n, &mut s.xq, &mut s.proj));
             add_norm(pool, h, &mut s.x, Some(&s.proj), Some(&layer.ffn_norm), c.rms_eps, &mut s.h);
             if let Some(o) = self.observer.as_mut() {
                 let p = format!("model.layers.{l}");
                 o.linear_input(&self.pool, isa, &[format!("{p}.mlp.gate_proj"), format!("{p}.mlp.up_proj")], &s.h, t_n);
             }
-            kernels::matmul(&self.pool, isa, &layer.gate_up, &s.h, t_n, &mut s.xq, &mut s.gu);
+            timed!(gemm, kernels::matmul(&self.pool, isa, &layer.gate_up, &s.h, t_n, &mut s.xq, &mut s.gu));
             let gu = &s.gu;
             pool.par_rows(&mut s.act, c.ffn, |t, act| {
                 let gu = &gu[t * 2 * c.ffn..(t + 1) * 2 * c.ffn];
@@ -497,7 +609,7 @@ impl Model for LlamaModel {
                 let p = format!("model.layers.{l}");
                 o.linear_input(&self.pool, isa, &[format!("{p}.mlp.down_proj")], &s.act, t_n);
             }
-            kernels::matmul(&self.pool, isa, &layer.down, &s.act, t_n, &mut s.xq, &mut s.proj);
+            timed!(gemm, kernels::matmul(&self.pool, isa, &layer.down, &s.act, t_n, &mut s.xq, &mut s.proj));
             // The residual add, fused with the next layer's input norm.
             let next = self.layers.get(l + 1).map(|n| n.attn_norm.as_slice());
             add_norm(pool, h, &mut s.x, Some(&s.proj), next, c.rms_eps, &mut s.h);
@@ -506,6 +618,11 @@ impl Model for LlamaModel {
             OutputHead { norm: &self.output_norm, eps: c.rms_eps, weight: self.output.as_ref().unwrap_or(&self.embed) };
         let logits = head.logits(&self.pool, isa, &s.x, &batch.logits_rows, &mut s.xq);
         self.s = s;
+        if let Some(t0) = clock {
+            pt.total = t0.elapsed().as_secs_f64();
+            let p = &mut self.parts;
+            (p.gemm, p.attention, p.total) = (p.gemm + pt.gemm, p.attention + pt.attention, p.total + pt.total);
+        }
         Ok(logits)
     }
 }

@@ -35,6 +35,28 @@ pub struct ModelInfo {
     pub weight_bytes: usize,
 }
 
+/// Wall time of a model's forward passes by part, in seconds summed over the calls since the
+/// timing was switched on (`set_profile(true)` on a model): for benchmarks that want to see
+/// where a prefill goes, e.g. the quadratic attention term against the linear GEMMs.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PartTimes {
+    /// Matrix multiplications (projections, MLP or experts; not the LM head).
+    pub gemm: f64,
+    /// Attention: K/V writes, scores, softmax, values.
+    pub attention: f64,
+    /// The DSA indexer's key scoring and top-k (GLM-5 only).
+    pub indexer: f64,
+    /// The whole forward passes.
+    pub total: f64,
+}
+
+impl PartTimes {
+    /// Everything else: embeddings, norms, RoPE, activations, routing, the LM head.
+    pub fn other(&self) -> f64 {
+        self.total - self.gemm - self.attention - self.indexer
+    }
+}
+
 /// What a model's attention requires from the backend.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AttentionNeeds {

@@ -14,6 +14,11 @@ use sparrow_cpu::{kernels, Weight};
 use super::{Step, Work, LORA_NORM_EPS, ROPE_LAYOUT};
 use crate::kv::KvStore;
 
+/// Query rows scored together against each block of keys.
+const ROW_BLOCK: usize = 16;
+/// Index keys per block (128 keys of 32 f32 are 16 KiB: they stay in L1 across the rows).
+const KEY_BLOCK: usize = 128;
+
 /// Per row: the positions it attends to (ascending), or `None` for its whole context.
 pub(super) type Selection = Vec<Option<Vec<u32>>>;
 
@@ -75,30 +80,46 @@ impl Indexer {
                 }
             }
             let kc = kv.component(l, 1);
-            let results: Vec<std::sync::Mutex<Option<Vec<u32>>>> =
-                need.iter().map(|_| std::sync::Mutex::new(None)).collect();
-            let (qi, wts, row_seq) = (&qi, &wts, &s.row_seq);
-            s.pool.run(need.len(), |n| {
-                let t = need[n];
-                let pos = batch.positions[t] as usize;
-                let slots = &batch.kv_slots(row_seq[t] as usize)[..=pos];
-                let mut scores = vec![0f32; slots.len()];
-                for (j, &slot) in slots.iter().enumerate() {
-                    let kr = &kc[slot as usize * di..(slot as usize + 1) * di];
-                    let mut acc = 0f32;
-                    for hd in 0..ni {
-                        let d = kernels::dot(isa, &qi[(t * ni + hd) * di..(t * ni + hd + 1) * di], kr);
-                        acc += wts[t * ni + hd] * wscale * d.max(0.0);
-                    }
-                    scores[j] = acc * kscale;
+            // Tasks: runs of up to ROW_BLOCK consecutive rows of one sequence, so each block of
+            // KEY_BLOCK index keys is read from memory once and scored from L1 by every row.
+            let mut tasks: Vec<std::ops::Range<usize>> = Vec::new();
+            for (n, &t) in need.iter().enumerate() {
+                match tasks.last_mut() {
+                    Some(r) if r.len() < ROW_BLOCK && s.row_seq[need[r.start]] == s.row_seq[t] => r.end = n + 1,
+                    _ => tasks.push(n..n + 1),
                 }
-                let top = top_k_positions(&scores, c.idx_topk);
-                if let Ok(mut r) = results[n].lock() {
-                    *r = Some(top);
+            }
+            let results: Vec<std::sync::Mutex<Vec<Vec<u32>>>> =
+                tasks.iter().map(|_| std::sync::Mutex::new(Vec::new())).collect();
+            let (qi, wts, row_seq, need) = (&qi, &wts, &s.row_seq, &need);
+            s.pool.run(tasks.len(), |task| {
+                let rows = &need[tasks[task].clone()];
+                let slots = batch.kv_slots(row_seq[rows[0]] as usize);
+                let lens: Vec<usize> = rows.iter().map(|&t| batch.positions[t] as usize + 1).collect();
+                let mut scores: Vec<Vec<f32>> = lens.iter().map(|&n| vec![0f32; n]).collect();
+                // Per head, `w_h · n_heads^-½` as the reference computes it.
+                let hw: Vec<Vec<f32>> =
+                    rows.iter().map(|&t| (0..ni).map(|hd| wts[t * ni + hd] * wscale).collect()).collect();
+                let longest = lens.iter().copied().max().unwrap_or(0);
+                for k0 in (0..longest).step_by(KEY_BLOCK) {
+                    for (i, &t) in rows.iter().enumerate() {
+                        let k1 = (k0 + KEY_BLOCK).min(lens[i]);
+                        if k1 > k0 {
+                            let q = &qi[t * ni * di..(t + 1) * ni * di];
+                            kernels::index_scores(isa, q, ni, di, &hw[i], kc, &slots[k0..k1], kscale, &mut scores[i][k0..k1]);
+                        }
+                    }
+                }
+                let top: Vec<Vec<u32>> = scores.iter().map(|sc| top_k_positions(sc, c.idx_topk)).collect();
+                if let Ok(mut r) = results[task].lock() {
+                    *r = top;
                 }
             });
-            for (n, r) in results.into_iter().enumerate() {
-                sel[need[n]] = r.into_inner().ok().flatten();
+            for (task, r) in tasks.iter().zip(results) {
+                let tops = r.into_inner().unwrap_or_default();
+                for (n, top) in task.clone().zip(tops) {
+                    sel[need[n]] = Some(top);
+                }
             }
             w.stats.indexer_keys += need.iter().map(|&t| batch.positions[t] as u64 + 1).sum::<u64>();
         }
@@ -121,12 +142,41 @@ fn layer_norm(x: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
 
 /// Top-`k` positions of `scores` (highest first, ties to the lower position), returned in
 /// ascending position order.
+///
+/// One pass keeping the best `k` seen so far: positions arrive in increasing order, so a new
+/// score enters only if it beats the current worst kept one outright (an equal score loses the
+/// tie to the lower position already kept). Under that strict total order the kept set is the
+/// same as a full sort's; the worst is searched again only on a replacement, which for the
+/// indexer's scores is rare (about `k · ln(n / k)` times), so the pass costs about one
+/// comparison per key where a selection over all positions cost a partition pass and an index
+/// array per query.
 fn top_k_positions(scores: &[f32], k: usize) -> Vec<u32> {
-    let mut idx: Vec<u32> = (0..scores.len() as u32).collect();
-    if k < idx.len() {
-        idx.select_nth_unstable_by(k - 1, |&a, &b| scores[b as usize].total_cmp(&scores[a as usize]).then(a.cmp(&b)));
-        idx.truncate(k);
+    if k == 0 {
+        return Vec::new();
     }
+    if scores.len() <= k {
+        return (0..scores.len() as u32).collect();
+    }
+    let mut kept: Vec<(f32, u32)> = scores[..k].iter().enumerate().map(|(i, &s)| (s, i as u32)).collect();
+    // Worse = lower score, or the same score at a higher position.
+    let worse = |a: &(f32, u32), b: &(f32, u32)| a.0.total_cmp(&b.0).then(b.1.cmp(&a.1));
+    let find_worst = |kept: &[(f32, u32)]| {
+        let mut w = 0;
+        for i in 1..kept.len() {
+            if worse(&kept[i], &kept[w]).is_lt() {
+                w = i;
+            }
+        }
+        w
+    };
+    let mut w = find_worst(&kept);
+    for (i, &s) in scores.iter().enumerate().skip(k) {
+        if s.total_cmp(&kept[w].0).is_gt() {
+            kept[w] = (s, i as u32);
+            w = find_worst(&kept);
+        }
+    }
+    let mut idx: Vec<u32> = kept.into_iter().map(|(_, p)| p).collect();
     idx.sort_unstable();
     idx
 }
@@ -134,6 +184,28 @@ fn top_k_positions(scores: &[f32], k: usize) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The one-pass selection equals a full sort by (score descending, position ascending) on
+    /// random scores with many ties, for every k.
+    #[test]
+    fn top_k_equals_a_full_sort() {
+        let mut x = 7u64;
+        for n in [1usize, 5, 40, 300] {
+            let scores: Vec<f32> = (0..n)
+                .map(|_| {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    ((x >> 59) as f32) - 8.0 // 32 distinct values: plenty of ties
+                })
+                .collect();
+            for k in [1usize, 2, 7, 32, n] {
+                let mut all: Vec<u32> = (0..n as u32).collect();
+                all.sort_by(|&a, &b| scores[b as usize].total_cmp(&scores[a as usize]).then(a.cmp(&b)));
+                let mut want: Vec<u32> = all[..k.min(n)].to_vec();
+                want.sort_unstable();
+                assert_eq!(top_k_positions(&scores, k), want, "n {n} k {k}");
+            }
+        }
+    }
 
     #[test]
     fn top_k_is_a_set_in_position_order() {

@@ -14,7 +14,7 @@ use super::moe::{Ffn, Mlp, Moe};
 use super::{AttnStats, DecoderLayer, Glm5Config, Glm5Model, Glm5Options};
 use crate::checkpoint::hf::Checkpoint;
 use crate::model::common::RopeTable;
-use crate::model::ModelInfo;
+use crate::model::{ModelInfo, PartTimes};
 use crate::EngineError;
 
 impl Glm5Model {
@@ -68,6 +68,8 @@ impl Glm5Model {
             xq: QActs::default(),
             stats: AttnStats::default(),
             observer: None,
+            profile: false,
+            parts: PartTimes::default(),
         })
     }
 }

@@ -58,7 +58,7 @@ impl Mla {
         let lat_w = c.kv_lora_rank + c.qk_rope;
         // Module names only matter while calibrating; no formatting on the serving path.
         let a = if w.obs.is_some() { format!("model.layers.{l}.self_attn") } else { String::new() };
-        let (qr, q, kva) = self.project(s, h, w, &a);
+        let (qr, q, kva) = w.timed(|p| &mut p.gemm, |w| self.project(s, h, w, &a));
         {
             let cache = kv.component_mut(l, 0);
             for t in 0..t_n {
@@ -67,9 +67,9 @@ impl Mla {
             }
         }
         if let Some(ix) = &self.indexer {
-            *sel = ix.select(s, l, h, &qr, kv, w);
+            *sel = w.timed(|p| &mut p.indexer, |w| ix.select(s, l, h, &qr, kv, w));
         }
-        let attn = self.attend(s, &q, kv.component(l, 0), sel);
+        let attn = w.timed(|p| &mut p.attention, |_| self.attend(s, &q, kv.component(l, 0), sel));
         for (t, chosen) in sel.iter().enumerate() {
             let ctx = s.batch.positions[t] as u64 + 1;
             let n = match (chosen, s.attn_impl(t)) {
@@ -82,7 +82,7 @@ impl Mla {
             note(&mut w.obs, pool, isa, &[format!("{a}.o_proj")], &attn, t_n);
         }
         let mut out = vec![0f32; t_n * c.hidden];
-        kernels::matmul(pool, isa, &self.o, &attn, t_n, &mut w.xq, &mut out);
+        w.timed(|p| &mut p.gemm, |w| kernels::matmul(pool, isa, &self.o, &attn, t_n, &mut w.xq, &mut out));
         out
     }
 

@@ -41,7 +41,7 @@ use self::mla::Mla;
 use self::moe::Ffn;
 pub use self::moe::{route, Mlp, Moe, MoeChoice};
 use super::common::{OutputHead, RopeLayout, RopeTable};
-use super::{AttentionNeeds, Model, ModelInfo};
+use super::{AttentionNeeds, Model, ModelInfo, PartTimes};
 use crate::batch::ForwardBatch;
 use crate::kv::{KvComponent, KvDtype, KvLayout, KvStore};
 use crate::model::observer::{Observer, ObserverSlot};
@@ -114,7 +114,7 @@ impl DecoderLayer {
         let attn = self.attn.forward(s, l, &h, kv, sel, w);
         x.iter_mut().zip(&attn).for_each(|(x, p)| *x += p);
         kernels::rms_norm(x, &self.post_ln, eps, &mut h);
-        let ffn = self.ffn.forward(s, l, &h, w);
+        let ffn = w.timed(|p| &mut p.gemm, |w| self.ffn.forward(s, l, &h, w));
         x.iter_mut().zip(&ffn).for_each(|(x, p)| *x += p);
     }
 }
@@ -151,6 +151,20 @@ struct Work {
     xq: QActs,
     obs: ObserverSlot,
     stats: AttnStats,
+    /// Part times of this forward, while profiling.
+    parts: Option<PartTimes>,
+}
+
+impl Work {
+    /// Runs `f`, adding its wall time to the part `pick` selects while profiling.
+    fn timed<R>(&mut self, pick: fn(&mut PartTimes) -> &mut f64, f: impl FnOnce(&mut Self) -> R) -> R {
+        let t0 = self.parts.map(|_| std::time::Instant::now());
+        let r = f(self);
+        if let (Some(t0), Some(p)) = (t0, self.parts.as_mut()) {
+            *pick(p) += t0.elapsed().as_secs_f64();
+        }
+        r
+    }
 }
 
 /// A loaded GLM-5 model.
@@ -169,6 +183,9 @@ pub struct Glm5Model {
     xq: QActs,
     stats: AttnStats,
     observer: ObserverSlot,
+    /// Whether forwards add their part times to `parts`.
+    profile: bool,
+    parts: PartTimes,
 }
 
 impl std::fmt::Debug for Glm5Model {
@@ -207,6 +224,19 @@ impl Glm5Model {
     /// Removes the observer and returns it.
     pub fn take_observer(&mut self) -> Option<Box<dyn Observer>> {
         self.observer.take()
+    }
+
+    /// Switches per-part timing of the forward passes on or off (off by default); switching it
+    /// on clears the totals.
+    pub fn set_profile(&mut self, on: bool) {
+        self.profile = on;
+        self.parts = PartTimes::default();
+    }
+
+    /// Time spent per part since [`Glm5Model::set_profile`]`(true)`: `gemm` counts the
+    /// projections (with their norms and RoPE), `o_proj` and the MLP/MoE (with routing).
+    pub fn part_times(&self) -> PartTimes {
+        self.parts
     }
 
     /// Attention work counters since load.
@@ -281,7 +311,13 @@ impl Model for Glm5Model {
             row_seq,
             row_decode,
         };
-        let mut w = Work { xq: std::mem::take(&mut self.xq), obs: self.observer.take(), stats: self.stats };
+        let clock = self.profile.then(std::time::Instant::now);
+        let mut w = Work {
+            xq: std::mem::take(&mut self.xq),
+            obs: self.observer.take(),
+            stats: self.stats,
+            parts: self.profile.then(PartTimes::default),
+        };
         let mut sel: Selection = vec![None; t_n];
         for (l, layer) in self.layers.iter().enumerate() {
             layer.forward(&s, l, &mut x, kv, &mut sel, &mut w);
@@ -290,6 +326,13 @@ impl Model for Glm5Model {
             OutputHead { norm: &self.norm, eps: c.rms_eps, weight: self.lm_head.as_ref().unwrap_or(&self.embed) };
         let logits = head.logits(&self.pool, self.isa, &x, &batch.logits_rows, &mut w.xq);
         self.stats = w.stats;
+        if let (Some(t0), Some(pt)) = (clock, w.parts) {
+            let p = &mut self.parts;
+            p.gemm += pt.gemm;
+            p.attention += pt.attention;
+            p.indexer += pt.indexer;
+            p.total += t0.elapsed().as_secs_f64();
+        }
         self.observer = w.obs;
         self.xq = w.xq;
         Ok(logits)

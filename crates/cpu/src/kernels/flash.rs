@@ -1,0 +1,670 @@
+//! Tiled causal attention with an online softmax (FlashAttention-2, Dao 2023, Algorithm 1) over
+//! the paged KV cache, for EXTEND and DECODE rows alike.
+//!
+//! One call handles a *query block*: consecutive tokens of one sequence and the `group` query
+//! heads that share one KV head (GQA), `R = tokens × group` rows. Keys are visited in blocks of
+//! [`KEY_BLOCK`] positions aligned at absolute positions (`[b·64, b·64 + 64)`); blocks past the
+//! block's last position are never touched (causal skipping). For each key block:
+//!
+//! ```text
+//! S[r][j]  = (Σ_d q_r[d] · k_j[d]) · scale          (one FMA chain, d = 0, 1, …, hd − 1)
+//! m'_r     = max(m_r, max_{j ≤ pos_r} S[r][j])
+//! α_r      = exp(m_r − m'_r)
+//! p[r][j]  = exp(S[r][j] − m'_r) for j ≤ pos_r, else 0
+//! l_r      = fma(l_r, α_r, hsum8(Σ_c p[r][8c .. 8c + 8]))    (8 lanes over key chunks)
+//! O_r      = O_r · α_r, then O_r = fma(p[r][j], v_j, O_r) for j in key order
+//! ```
+//!
+//! and at the end `out_r = O_r · (1 / l_r)`. `hsum8` is the fixed tree of
+//! [`hsum`](super::hsum); `exp` is [`exp_f32`], one polynomial for every path.
+//!
+//! **Determinism.** Every quantity of a row is a function of that row's query and its keys
+//! `0 ..= pos` alone, in a fixed order: the tiling over rows, tokens and dimensions changes only
+//! which row shares a loaded key, never an operation of a row, and masked keys add exact zeros.
+//! So a row gives the same bits in a query block of 16 tokens (prefill), alone (decode), in any
+//! chunk of a chunked prefill or after a prefix-cache hit, and the SIMD path equals
+//! [`flash_attend`] with [`Isa::Scalar`] bit for bit.
+//!
+//! **Data reuse.** Each key block is converted from f16 once and transposed (`[hd × 64]`, 8 × 8
+//! in registers), so a score tile of 6 rows × 16 keys is pure FMAs over `d`: two key vectors and
+//! six broadcast query values feed 12 accumulators, and no score needs a horizontal sum. With
+//! `R ≥ 8` the block's values are converted once too, then read by value tiles of 6 rows × 16
+//! dims; decode rows (`R = group`) read the values in place, converting in registers.
+#![allow(unsafe_code)]
+
+use super::attention::KvElem;
+use crate::isa::Isa;
+
+/// Keys per block (positions `[b·KEY_BLOCK, (b + 1)·KEY_BLOCK)`). Part of the numerics: a row's
+/// online-softmax rescales happen at these boundaries.
+pub const KEY_BLOCK: usize = 128;
+
+/// Rows per score and value tile: 6 rows × 16 keys (or dims) keep 12 FMA chains in flight,
+/// enough to cover the FMA latency on two pipes, in 15 of the 16 AVX2 registers.
+const TILE_ROWS: usize = 6;
+
+/// Rows at which converting a key block to f32 once beats converting it per row tile.
+const CONVERT_ROWS: usize = 8;
+
+/// Lower bound below which [`exp_f32`] returns 0 (e^-87 ≈ 1.6e-38, the smallest normal f32).
+const EXP_LO: f32 = -87.0;
+const EXP_HI: f32 = 88.0;
+const LOG2E: f32 = std::f32::consts::LOG2_E;
+const LN2_HI: f32 = 0.693_359_4;
+const LN2_LO: f32 = -2.121_944_4e-4;
+/// Cephes `expf` minimax coefficients on [−ln2/2, ln2/2], highest degree first.
+const EXP_P: [f32; 6] = [1.987_569_1e-4, 1.398_2e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5];
+
+/// `e^x` in f32 as Cephes `expf` computes it (range reduction by ln 2 in two parts, a degree-5
+/// polynomial, scaling by `2^n` through the exponent bits): within 2 ulp of the exact value for
+/// `x ∈ [−87, 88]`, exactly 0 below −87 (so `exp(−∞) = 0`). The SIMD paths compute the same
+/// operations lane by lane, so all paths agree bit for bit.
+#[inline]
+pub fn exp_f32(x: f32) -> f32 {
+    if x < EXP_LO || x.is_nan() {
+        return if x.is_nan() { x } else { 0.0 };
+    }
+    let x = x.min(EXP_HI);
+    let n = (x * LOG2E).round_ties_even();
+    let r = n.mul_add(-LN2_HI, x);
+    let r = n.mul_add(-LN2_LO, r);
+    let mut p = EXP_P[0];
+    for &c in &EXP_P[1..] {
+        p = p.mul_add(r, c);
+    }
+    let y = p.mul_add(r * r, r) + 1.0;
+    y * f32::from_bits(((n as i32 + 127) as u32) << 23)
+}
+
+/// The K and V of one sequence in the cache: the key of position `j` is
+/// `k[slots[j]·stride + off ..][..hd]`, its value likewise in `v`.
+#[derive(Clone, Copy)]
+pub struct KvView<'a, E> {
+    /// Keys, `[slots × stride]`.
+    pub k: &'a [E],
+    /// Values, `[slots × stride]`.
+    pub v: &'a [E],
+    /// Elements per cache slot.
+    pub stride: usize,
+    /// Offset of this KV head inside a slot.
+    pub off: usize,
+    /// Cache slot of each position `0 ..= max(pos)` of the sequence.
+    pub slots: &'a [u32],
+}
+
+/// Reusable buffers of [`flash_attend`] (grown on demand, never shrunk).
+#[derive(Default)]
+pub struct FlashScratch {
+    q: Vec<f32>,
+    /// Scores, then probabilities: `[R × KEY_BLOCK]`.
+    s: Vec<f32>,
+    /// The key block transposed: `[hd × KEY_BLOCK]`.
+    kt: Vec<f32>,
+    o: Vec<f32>,
+    m: Vec<f32>,
+    l: Vec<f32>,
+    alpha: Vec<f32>,
+    valid: Vec<i32>,
+    vf: Vec<f32>,
+    koff: Vec<usize>,
+}
+
+/// Causal attention of one query block (see the module docs).
+///
+/// Shapes: token `i`'s `group` query heads are `q[i·q_stride ..][..group·hd]`, at position
+/// `positions[i]`; `out` is `[tokens × group × hd]`. `kv.slots` covers every position up to the
+/// largest in `positions`. `scale` multiplies the raw scores (usually `hd^-½`).
+///
+/// # Panics
+/// When `out` or `q` is too short, or a slot index is out of the cache.
+#[allow(clippy::too_many_arguments)]
+pub fn flash_attend<E: KvElem>(
+    isa: Isa,
+    q: &[f32],
+    q_stride: usize,
+    positions: &[u32],
+    group: usize,
+    hd: usize,
+    kv: &KvView<'_, E>,
+    scale: f32,
+    sc: &mut FlashScratch,
+    out: &mut [f32],
+) {
+    let tokens = positions.len();
+    let rows = tokens * group;
+    if rows == 0 {
+        return;
+    }
+    assert!(out.len() >= rows * hd, "flash_attend: out holds {} of {} values", out.len(), rows * hd);
+    let simd = cfg!(target_arch = "x86_64") && isa != Isa::Scalar && hd.is_multiple_of(16);
+    sc.q.clear();
+    for i in 0..tokens {
+        sc.q.extend_from_slice(&q[i * q_stride..i * q_stride + group * hd]);
+    }
+    sc.s.resize(rows * KEY_BLOCK, 0.0);
+    sc.kt.clear();
+    sc.kt.resize(hd * KEY_BLOCK, 0.0);
+    sc.o.clear();
+    sc.o.resize(rows * hd, 0.0);
+    sc.m.clear();
+    sc.m.resize(rows, f32::NEG_INFINITY);
+    sc.l.clear();
+    sc.l.resize(rows, 0.0);
+    sc.alpha.resize(rows, 0.0);
+    sc.valid.resize(rows, 0);
+    let max_pos = positions.iter().copied().max().unwrap_or(0) as usize;
+    let convert = rows >= CONVERT_ROWS;
+    for k0 in (0..=max_pos).step_by(KEY_BLOCK) {
+        let nk = (max_pos + 1 - k0).min(KEY_BLOCK);
+        for r in 0..rows {
+            let p = positions[r / group] as usize;
+            sc.valid[r] = (p + 1).saturating_sub(k0).min(nk) as i32;
+        }
+        let kslots = &kv.slots[k0..k0 + nk];
+        for &slot in kslots {
+            let base = slot as usize * kv.stride + kv.off;
+            assert!(base + hd <= kv.k.len() && base + hd <= kv.v.len(), "flash_attend: slot {slot} out of the cache");
+        }
+        sc.koff.clear();
+        if convert {
+            sc.vf.resize(nk * hd, 0.0);
+            for (j, &slot) in kslots.iter().enumerate() {
+                let base = slot as usize * kv.stride + kv.off;
+                convert_row(isa, &kv.v[base..base + hd], &mut sc.vf[j * hd..(j + 1) * hd]);
+                sc.koff.push(j * hd);
+            }
+        } else {
+            sc.koff.extend(kslots.iter().map(|&s| s as usize * kv.stride + kv.off));
+        }
+        let parts = Parts { rows, hd, nk, scale };
+        let b = Bufs {
+            q: &sc.q,
+            s: &mut sc.s,
+            o: &mut sc.o,
+            m: &mut sc.m,
+            l: &mut sc.l,
+            alpha: &mut sc.alpha,
+            valid: &sc.valid,
+        };
+        #[cfg(target_arch = "x86_64")]
+        if simd {
+            // SAFETY: AVX2+FMA+F16C were detected (`simd` implies a SIMD ISA); every key and
+            // value row is in the cache (asserted above) and the scratch has the sizes set
+            // above.
+            unsafe {
+                x86::transpose_keys(kv, kslots, hd, &mut sc.kt);
+                x86::scores(b.q, &parts, &sc.kt, b.s);
+                x86::softmax(&parts, b.s, b.m, b.l, b.alpha, b.valid);
+                if convert {
+                    x86::values(&parts, &sc.vf, &sc.koff, b.s, b.o, b.alpha, b.valid);
+                } else {
+                    x86::values(&parts, kv.v, &sc.koff, b.s, b.o, b.alpha, b.valid);
+                }
+            }
+            continue;
+        }
+        let _ = (simd, convert);
+        scalar::scores(b.q, &parts, kv, kslots, b.s);
+        scalar::softmax(&parts, b.s, b.m, b.l, b.alpha, b.valid);
+        let vo: Vec<usize> = kslots.iter().map(|&s| s as usize * kv.stride + kv.off).collect();
+        scalar::values(&parts, kv.v, &vo, b.s, b.o, b.alpha, b.valid);
+    }
+    for r in 0..rows {
+        let inv = 1.0 / sc.l[r];
+        for (o, &a) in out[r * hd..(r + 1) * hd].iter_mut().zip(&sc.o[r * hd..(r + 1) * hd]) {
+            *o = a * inv;
+        }
+    }
+}
+
+/// Sizes of one key block's work.
+struct Parts {
+    rows: usize,
+    hd: usize,
+    nk: usize,
+    scale: f32,
+}
+
+/// The scratch a key block reads and writes (the K/V buffers are borrowed separately).
+struct Bufs<'a> {
+    q: &'a [f32],
+    s: &'a mut [f32],
+    o: &'a mut [f32],
+    m: &'a mut [f32],
+    l: &'a mut [f32],
+    alpha: &'a mut [f32],
+    valid: &'a [i32],
+}
+
+fn convert_row<E: KvElem>(isa: Isa, src: &[E], dst: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Scalar && src.len().is_multiple_of(8) {
+        // SAFETY: AVX2+F16C were detected; both slices hold `src.len()` values.
+        unsafe { x86::convert_row(src, dst) };
+        return;
+    }
+    let _ = isa;
+    dst.iter_mut().zip(src).for_each(|(d, s)| *d = s.to_f32());
+}
+
+/// The portable definition every SIMD path reproduces.
+mod scalar {
+    use super::*;
+
+    pub(super) fn scores<E: KvElem>(q: &[f32], p: &Parts, kv: &KvView<'_, E>, kslots: &[u32], s: &mut [f32]) {
+        for (j, &slot) in kslots.iter().enumerate() {
+            let base = slot as usize * kv.stride + kv.off;
+            let kr = &kv.k[base..base + p.hd];
+            for r in 0..p.rows {
+                let mut acc = 0f32;
+                for (qv, kv) in q[r * p.hd..(r + 1) * p.hd].iter().zip(kr) {
+                    acc = kv.to_f32().mul_add(*qv, acc);
+                }
+                s[r * KEY_BLOCK + j] = acc * p.scale;
+            }
+        }
+    }
+
+    /// The reduction tree of `kernels::hsum`: `((l0+l4) + (l2+l6)) + ((l1+l5) + (l3+l7))`.
+    fn hsum8_order(l: &[f32; 8]) -> f32 {
+        let s = [l[0] + l[4], l[1] + l[5], l[2] + l[6], l[3] + l[7]];
+        (s[0] + s[2]) + (s[1] + s[3])
+    }
+
+    pub(super) fn softmax(p: &Parts, s: &mut [f32], m: &mut [f32], l: &mut [f32], alpha: &mut [f32], valid: &[i32]) {
+        for r in 0..p.rows {
+            let nv = valid[r] as usize;
+            let row = &mut s[r * KEY_BLOCK..(r + 1) * KEY_BLOCK];
+            let mx = row[..nv].iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let m_new = m[r].max(mx);
+            let a = if m_new == f32::NEG_INFINITY { 1.0 } else { exp_f32(m[r] - m_new) };
+            let mut lanes = [0f32; 8];
+            for (j, x) in row[..p.nk.next_multiple_of(8)].iter_mut().enumerate() {
+                *x = if j < nv { exp_f32(*x - m_new) } else { 0.0 };
+                lanes[j % 8] += *x;
+            }
+            l[r] = l[r].mul_add(a, hsum8_order(&lanes));
+            m[r] = m_new;
+            alpha[r] = a;
+        }
+    }
+
+    pub(super) fn values<T: KvElem>(
+        p: &Parts,
+        v: &[T],
+        koff: &[usize],
+        s: &[f32],
+        o: &mut [f32],
+        alpha: &[f32],
+        valid: &[i32],
+    ) {
+        for r in 0..p.rows {
+            let orow = &mut o[r * p.hd..(r + 1) * p.hd];
+            orow.iter_mut().for_each(|x| *x *= alpha[r]);
+            // Up to the longest row of the row's value tile: zeros beyond its own.
+            let t0 = r / TILE_ROWS * TILE_ROWS;
+            let jmax = (t0..(t0 + TILE_ROWS).min(p.rows)).map(|x| valid[x] as usize).max().unwrap_or(0);
+            for j in 0..jmax {
+                let w = s[r * KEY_BLOCK + j];
+                for (x, vv) in orow.iter_mut().zip(&v[koff[j]..koff[j] + p.hd]) {
+                    *x = w.mul_add(vv.to_f32(), *x);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::*;
+    use std::arch::x86_64::*;
+
+    #[target_feature(enable = "avx2,f16c")]
+    pub(super) unsafe fn convert_row<E: KvElem>(src: &[E], dst: &mut [f32]) {
+        let n = src.len().min(dst.len());
+        let mut i = 0;
+        while i + 8 <= n {
+            _mm256_storeu_ps(dst.as_mut_ptr().add(i), E::load8(src.as_ptr().add(i)));
+            i += 8;
+        }
+    }
+
+    /// `e^x` lane by lane, the operations of [`exp_f32`].
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn exp8(x: __m256) -> __m256 {
+        let lo = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(EXP_LO));
+        let x = _mm256_min_ps(x, _mm256_set1_ps(EXP_HI));
+        let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
+            x,
+            _mm256_set1_ps(LOG2E),
+        ));
+        let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_HI), x);
+        let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_LO), r);
+        let mut p = _mm256_set1_ps(EXP_P[0]);
+        for &c in &EXP_P[1..] {
+            p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+        }
+        let y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0));
+        let e = _mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)));
+        let out = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+        _mm256_andnot_ps(lo, out)
+    }
+
+    /// Converts the block's keys (`kslots`, at most [`KEY_BLOCK`]) to f32 and writes them
+    /// transposed, `kt[d·KEY_BLOCK + j] = k_j[d]`, 8 × 8 at a time; the columns up to the next
+    /// multiple of 16 are zero.
+    #[target_feature(enable = "avx2,f16c")]
+    pub(super) unsafe fn transpose_keys<E: KvElem>(kv: &KvView<'_, E>, kslots: &[u32], hd: usize, kt: &mut [f32]) {
+        let nk = kslots.len();
+        assert!(nk <= KEY_BLOCK && kt.len() >= hd * KEY_BLOCK && hd.is_multiple_of(8));
+        let kp = kv.k.as_ptr();
+        let ktp = kt.as_mut_ptr();
+        for j0 in (0..nk).step_by(8) {
+            let base: [Option<usize>; 8] =
+                std::array::from_fn(|i| kslots.get(j0 + i).map(|&s| s as usize * kv.stride + kv.off));
+            for d0 in (0..hd).step_by(8) {
+                let r: [__m256; 8] =
+                    std::array::from_fn(|i| base[i].map_or(_mm256_setzero_ps(), |b| E::load8(kp.add(b + d0))));
+                let cols = crate::kernels::transpose8(&r);
+                for (i, c) in cols.iter().enumerate() {
+                    _mm256_storeu_ps(ktp.add((d0 + i) * KEY_BLOCK + j0), *c);
+                }
+            }
+        }
+        let (n8, n16) = (nk.next_multiple_of(8), nk.next_multiple_of(16));
+        if n16 > n8 {
+            for d in 0..hd {
+                _mm256_storeu_ps(ktp.add(d * KEY_BLOCK + n8), _mm256_setzero_ps());
+            }
+        }
+    }
+
+    /// Scores of `RT ≤ TILE_ROWS` rows (from `r0`) against the 16 keys from `j`: one FMA chain over
+    /// `d` per score, 2·RT chains in flight.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn score_tile<const RT: usize>(q: *const f32, p: &Parts, r0: usize, kt: *const f32, j: usize, s: *mut f32) {
+        let mut acc = [[_mm256_setzero_ps(); 2]; RT];
+        for d in 0..p.hd {
+            let kp = kt.add(d * KEY_BLOCK + j);
+            let (a, b) = (_mm256_loadu_ps(kp), _mm256_loadu_ps(kp.add(8)));
+            for r in 0..RT {
+                let qv = _mm256_broadcast_ss(&*q.add((r0 + r) * p.hd + d));
+                acc[r][0] = _mm256_fmadd_ps(a, qv, acc[r][0]);
+                acc[r][1] = _mm256_fmadd_ps(b, qv, acc[r][1]);
+            }
+        }
+        let sc = _mm256_set1_ps(p.scale);
+        for r in 0..RT {
+            let sp = s.add((r0 + r) * KEY_BLOCK + j);
+            _mm256_storeu_ps(sp, _mm256_mul_ps(acc[r][0], sc));
+            _mm256_storeu_ps(sp.add(8), _mm256_mul_ps(acc[r][1], sc));
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn scores(q: &[f32], p: &Parts, kt: &[f32], s: &mut [f32]) {
+        assert!(q.len() >= p.rows * p.hd && s.len() >= p.rows * KEY_BLOCK && kt.len() >= p.hd * KEY_BLOCK);
+        let (qp, kp, sp) = (q.as_ptr(), kt.as_ptr(), s.as_mut_ptr());
+        for j in (0..p.nk).step_by(16) {
+            let mut r0 = 0;
+            while r0 + TILE_ROWS <= p.rows {
+                score_tile::<TILE_ROWS>(qp, p, r0, kp, j, sp);
+                r0 += TILE_ROWS;
+            }
+            match p.rows - r0 {
+                5 => score_tile::<5>(qp, p, r0, kp, j, sp),
+                4 => score_tile::<4>(qp, p, r0, kp, j, sp),
+                3 => score_tile::<3>(qp, p, r0, kp, j, sp),
+                2 => score_tile::<2>(qp, p, r0, kp, j, sp),
+                1 => score_tile::<1>(qp, p, r0, kp, j, sp),
+                _ => {}
+            }
+        }
+    }
+
+    /// The online-softmax update of each row: keys in lanes, 8 at a time.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn softmax(
+        p: &Parts,
+        s: &mut [f32],
+        m: &mut [f32],
+        l: &mut [f32],
+        alpha: &mut [f32],
+        valid: &[i32],
+    ) {
+        assert!(s.len() >= p.rows * KEY_BLOCK && m.len() >= p.rows && l.len() >= p.rows && valid.len() >= p.rows);
+        let ninf = _mm256_set1_ps(f32::NEG_INFINITY);
+        let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        let n8 = p.nk.next_multiple_of(8);
+        for r in 0..p.rows {
+            let row = s.as_mut_ptr().add(r * KEY_BLOCK);
+            let nv = _mm256_set1_epi32(valid[r]);
+            let keep = |j: usize| _mm256_castsi256_ps(_mm256_cmpgt_epi32(nv, _mm256_add_epi32(lane, _mm256_set1_epi32(j as i32))));
+            // Rows that see every key of a whole block (all but the diagonal) need no masks.
+            let full = valid[r] as usize == n8;
+            let mut mx = ninf;
+            if full {
+                for j in (0..n8).step_by(8) {
+                    mx = _mm256_max_ps(mx, _mm256_loadu_ps(row.add(j)));
+                }
+            } else {
+                for j in (0..n8).step_by(8) {
+                    mx = _mm256_max_ps(mx, _mm256_blendv_ps(ninf, _mm256_loadu_ps(row.add(j)), keep(j)));
+                }
+            }
+            let mx = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps::<1>(mx));
+            let mx = _mm_max_ps(mx, _mm_movehl_ps(mx, mx));
+            let mx = _mm_cvtss_f32(_mm_max_ss(mx, _mm_shuffle_ps::<1>(mx, mx)));
+            let m_new = m[r].max(mx);
+            let a = if m_new == f32::NEG_INFINITY { 1.0 } else { exp_f32(m[r] - m_new) };
+            let mv = _mm256_set1_ps(m_new);
+            let mut sum = _mm256_setzero_ps();
+            if full {
+                for j in (0..n8).step_by(8) {
+                    let e = exp8(_mm256_sub_ps(_mm256_loadu_ps(row.add(j)), mv));
+                    _mm256_storeu_ps(row.add(j), e);
+                    sum = _mm256_add_ps(sum, e);
+                }
+            } else {
+                for j in (0..n8).step_by(8) {
+                    // Masked lanes may be −∞ − (−∞) = NaN before the mask; `and` clears them.
+                    let e = _mm256_and_ps(exp8(_mm256_sub_ps(_mm256_loadu_ps(row.add(j)), mv)), keep(j));
+                    _mm256_storeu_ps(row.add(j), e);
+                    sum = _mm256_add_ps(sum, e);
+                }
+            }
+            l[r] = l[r].mul_add(a, crate::kernels::hsum(sum));
+            m[r] = m_new;
+            alpha[r] = a;
+        }
+    }
+
+    /// `O = O·α + Σ_j p_j v_j` for `RT ≤ TILE_ROWS` rows × 16 dims.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn value_tile<T: KvElem, const RT: usize>(
+        p: &Parts,
+        r0: usize,
+        d: usize,
+        jmax: usize,
+        v: *const T,
+        koff: &[usize],
+        s: *const f32,
+        o: *mut f32,
+        alpha: &[f32],
+    ) {
+        let mut acc = [[_mm256_setzero_ps(); 2]; RT];
+        for r in 0..RT {
+            let a = _mm256_set1_ps(alpha[r0 + r]);
+            let op = o.add((r0 + r) * p.hd + d);
+            acc[r] = [_mm256_mul_ps(_mm256_loadu_ps(op), a), _mm256_mul_ps(_mm256_loadu_ps(op.add(8)), a)];
+        }
+        for (j, &off) in koff[..jmax].iter().enumerate() {
+            let vp = v.add(off + d);
+            let (v0, v1) = (T::load8(vp), T::load8(vp.add(8)));
+            for r in 0..RT {
+                let w = _mm256_broadcast_ss(&*s.add((r0 + r) * KEY_BLOCK + j));
+                acc[r][0] = _mm256_fmadd_ps(w, v0, acc[r][0]);
+                acc[r][1] = _mm256_fmadd_ps(w, v1, acc[r][1]);
+            }
+        }
+        for r in 0..RT {
+            let op = o.add((r0 + r) * p.hd + d);
+            _mm256_storeu_ps(op, acc[r][0]);
+            _mm256_storeu_ps(op.add(8), acc[r][1]);
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn values<T: KvElem>(
+        p: &Parts,
+        v: &[T],
+        koff: &[usize],
+        s: &[f32],
+        o: &mut [f32],
+        alpha: &[f32],
+        valid: &[i32],
+    ) {
+        assert!(o.len() >= p.rows * p.hd && s.len() >= p.rows * KEY_BLOCK && alpha.len() >= p.rows);
+        let (vp, sp, op) = (v.as_ptr(), s.as_ptr(), o.as_mut_ptr());
+        let mut r0 = 0;
+        while r0 < p.rows {
+            let rt = (p.rows - r0).min(TILE_ROWS);
+            let jmax = valid[r0..r0 + rt].iter().copied().max().unwrap_or(0) as usize;
+            for d in (0..p.hd).step_by(16) {
+                match rt {
+                    6 => value_tile::<T, 6>(p, r0, d, jmax, vp, koff, sp, op, alpha),
+                    5 => value_tile::<T, 5>(p, r0, d, jmax, vp, koff, sp, op, alpha),
+                    4 => value_tile::<T, 4>(p, r0, d, jmax, vp, koff, sp, op, alpha),
+                    3 => value_tile::<T, 3>(p, r0, d, jmax, vp, koff, sp, op, alpha),
+                    2 => value_tile::<T, 2>(p, r0, d, jmax, vp, koff, sp, op, alpha),
+                    _ => value_tile::<T, 1>(p, r0, d, jmax, vp, koff, sp, op, alpha),
+                }
+            }
+            r0 += rt;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::half::{f16_to_f32, f32_to_f16};
+
+    fn lcg(seed: &mut u64) -> f32 {
+        *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+
+    #[test]
+    fn exp_is_close_to_libm_and_exact_at_the_edges() {
+        let mut worst = 0f64;
+        let mut x = -87.0f32;
+        while x <= 0.0 {
+            let (a, b) = (exp_f32(x) as f64, (x as f64).exp());
+            worst = worst.max((a - b).abs() / b);
+            x += 0.0137;
+        }
+        assert!(worst < 3.0 * f32::EPSILON as f64, "relative error {worst}");
+        assert_eq!(exp_f32(0.0), 1.0);
+        assert_eq!(exp_f32(f32::NEG_INFINITY), 0.0);
+        assert_eq!(exp_f32(-100.0), 0.0);
+        #[cfg(target_arch = "x86_64")]
+        if Isa::detect() != Isa::Scalar {
+            let xs: Vec<f32> = (0..4096).map(|i| -90.0 + i as f32 * 0.0223).chain([f32::NEG_INFINITY; 8]).collect();
+            for c in xs.chunks_exact(8) {
+                let mut got = [0f32; 8];
+                // SAFETY: AVX2+FMA were detected.
+                unsafe {
+                    use std::arch::x86_64::*;
+                    _mm256_storeu_ps(got.as_mut_ptr(), x86::exp8(_mm256_loadu_ps(c.as_ptr())));
+                }
+                for (g, &x) in got.iter().zip(c) {
+                    assert_eq!(g.to_bits(), exp_f32(x).to_bits(), "exp({x})");
+                }
+            }
+        }
+    }
+
+    /// An f64 softmax attention over the f16-rounded cache.
+    #[allow(clippy::too_many_arguments)]
+    fn reference(q: &[f32], k: &[u16], v: &[u16], stride: usize, off: usize, slots: &[u32], hd: usize, scale: f64) -> Vec<f64> {
+        let s: Vec<f64> = slots
+            .iter()
+            .map(|&j| (0..hd).map(|i| q[i] as f64 * f16_to_f32(k[j as usize * stride + off + i]) as f64).sum::<f64>() * scale)
+            .collect();
+        let mx = s.iter().copied().fold(f64::MIN, f64::max);
+        let z: f64 = s.iter().map(|x| (x - mx).exp()).sum();
+        (0..hd)
+            .map(|i| {
+                slots.iter().zip(&s).map(|(&j, x)| (x - mx).exp() / z * f16_to_f32(v[j as usize * stride + off + i]) as f64).sum()
+            })
+            .collect()
+    }
+
+    /// Every row of a prefill block equals the f64 reference, and the same row computed alone
+    /// (a decode row), in other query blocks, with the f32 twin of the cache and on every ISA,
+    /// bit for bit.
+    #[test]
+    fn blocks_match_reference_and_each_row_is_independent_of_tiling() {
+        let (hd, kv_heads) = (64, 2);
+        let stride = kv_heads * hd;
+        let n = 203; // four key blocks, the last one partial and odd
+        let mut seed = 11u64;
+        let kf: Vec<f32> = (0..n * stride).map(|_| lcg(&mut seed) * 2.0).collect();
+        let vf: Vec<f32> = (0..n * stride).map(|_| lcg(&mut seed)).collect();
+        let kh: Vec<u16> = kf.iter().map(|&x| f32_to_f16(x)).collect();
+        let vh: Vec<u16> = vf.iter().map(|&x| f32_to_f16(x)).collect();
+        let kr: Vec<f32> = kh.iter().map(|&x| f16_to_f32(x)).collect();
+        let vr: Vec<f32> = vh.iter().map(|&x| f16_to_f32(x)).collect();
+        // A paged, shuffled slot map.
+        let mut slots: Vec<u32> = (0..n as u32).collect();
+        for i in (1..n).rev() {
+            let j = (lcg(&mut seed).abs() * i as f32) as usize % (i + 1);
+            slots.swap(i, j);
+        }
+        for group in [1usize, 3, 4] {
+            let qs = group * hd + 5; // a token's query row is longer than its group's heads
+            let q: Vec<f32> = (0..n * qs).map(|_| lcg(&mut seed)).collect();
+            let positions: Vec<u32> = (0..n as u32).collect();
+            let view = KvView { k: &kh, v: &vh, stride, off: hd, slots: &slots };
+            let mut sc = FlashScratch::default();
+            let mut want: Option<Vec<f32>> = None;
+            for isa in Isa::available() {
+                // The whole sequence as one block.
+                let mut all = vec![0f32; n * group * hd];
+                flash_attend(isa, &q, qs, &positions, group, hd, &view, 0.125, &mut sc, &mut all);
+                for t in [0usize, 1, 63, 64, 130, n - 1] {
+                    for h in 0..group {
+                        let r = reference(&q[t * qs + h * hd..], &kh, &vh, stride, hd, &slots[..=t], hd, 0.125);
+                        for (i, w) in r.iter().enumerate() {
+                            let g = all[(t * group + h) * hd + i] as f64;
+                            assert!((g - w).abs() < 2e-5, "{isa:?} group {group} token {t}: {g} vs {w}");
+                        }
+                    }
+                }
+                // Query blocks of 16 and 7 tokens, single tokens, and the f32 cache: same bits.
+                let f32_view = KvView { k: &kr, v: &vr, stride, off: hd, slots: &slots };
+                for qb in [16usize, 7, 1] {
+                    let mut part = vec![0f32; n * group * hd];
+                    for t0 in (0..n).step_by(qb) {
+                        let t1 = (t0 + qb).min(n);
+                        let o = &mut part[t0 * group * hd..t1 * group * hd];
+                        flash_attend(isa, &q[t0 * qs..], qs, &positions[t0..t1], group, hd, &view, 0.125, &mut sc, o);
+                    }
+                    assert!(all.iter().zip(&part).all(|(a, b)| a.to_bits() == b.to_bits()), "{isa:?} blocks of {qb}");
+                    let mut f = vec![0f32; n * group * hd];
+                    flash_attend(isa, &q, qs, &positions, group, hd, &f32_view, 0.125, &mut sc, &mut f);
+                    assert!(all.iter().zip(&f).all(|(a, b)| a.to_bits() == b.to_bits()), "{isa:?} f32 cache");
+                }
+                match &want {
+                    None => want = Some(all),
+                    Some(w) => assert!(w.iter().zip(&all).all(|(a, b)| a.to_bits() == b.to_bits()), "{isa:?} differs from scalar"),
+                }
+            }
+        }
+    }
+}
