@@ -217,6 +217,48 @@ pub fn flash_attend<E: KvElem>(
     }
 }
 
+/// The score step of [`flash_attend`] alone, for other attention-like products (the DSA
+/// indexer): `s[r·KEY_BLOCK + j] = (Σ_d q_r[d] · k_j[d]) · scale` for the `rows` rows of `q`
+/// (`[rows × hd]`) and the keys of `kslots` (at most [`KEY_BLOCK`], key of slot `x` at
+/// `kv.k[x·kv.stride + kv.off ..][..hd]`; `kv.v` is not read). The same operations as
+/// `flash_attend`'s scores on every ISA (one FMA chain over `d` per score); `kt` is scratch.
+///
+/// # Panics
+/// When `kslots` holds more than [`KEY_BLOCK`] keys, a slot is out of `kv.k`, or `q`/`s` are
+/// too short.
+#[allow(clippy::too_many_arguments)]
+pub fn block_scores<E: KvElem>(
+    isa: Isa,
+    q: &[f32],
+    rows: usize,
+    hd: usize,
+    kv: &KvView<'_, E>,
+    kslots: &[u32],
+    scale: f32,
+    kt: &mut Vec<f32>,
+    s: &mut [f32],
+) {
+    let nk = kslots.len();
+    assert!(nk <= KEY_BLOCK && q.len() >= rows * hd && s.len() >= rows * KEY_BLOCK, "block_scores: shapes");
+    for &slot in kslots {
+        assert!(slot as usize * kv.stride + kv.off + hd <= kv.k.len(), "block_scores: slot {slot} out of the cache");
+    }
+    let p = Parts { rows, hd, nk, scale };
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Scalar && hd.is_multiple_of(8) {
+        kt.resize(hd * KEY_BLOCK, 0.0);
+        // SAFETY: AVX2+FMA+F16C were detected; key rows are in the cache (asserted above), and
+        // `kt`, `q`, `s` have the sizes the kernels read.
+        unsafe {
+            x86::transpose_keys(kv, kslots, hd, kt);
+            x86::scores(q, &p, kt, s);
+        }
+        return;
+    }
+    let _ = (isa, kt);
+    scalar::scores(q, &p, kv, kslots, s);
+}
+
 /// Sizes of one key block's work.
 struct Parts {
     rows: usize,

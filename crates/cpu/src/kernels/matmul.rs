@@ -41,6 +41,13 @@ pub fn matmul(pool: &ThreadPool, isa: Isa, w: &Weight, x: &[f32], tokens: usize,
             pool.run(tasks, |i| {
                 let r0 = i * rpt;
                 let r1 = (r0 + rpt).min(n);
+                #[cfg(target_arch = "x86_64")]
+                if isa != Isa::Scalar {
+                    // SAFETY: AVX2+FMA were detected; rows r0..r1 of every token are written by
+                    // this task only.
+                    unsafe { dense_x86::rows(data, k, n, r0, r1, x, tokens, ptr) };
+                    return;
+                }
                 for r in r0..r1 {
                     let wr = &data[r * k..(r + 1) * k];
                     for t in 0..tokens {
@@ -50,6 +57,65 @@ pub fn matmul(pool: &ThreadPool, isa: Isa, w: &Weight, x: &[f32], tokens: usize,
                     }
                 }
             });
+        }
+    }
+}
+
+/// The dense f32 product in register tiles of 4 rows × 2 tokens, each output computed exactly
+/// as [`dot`] computes it on AVX2 (8 lanes of FMAs over `k`, the `hsum` tree, then the tail
+/// `k mod 8` in order), so the result is the same bits as the per-(row, token) `dot` loop it
+/// replaces; the 8 accumulators of a tile are reduced together (`hsum8`).
+#[cfg(target_arch = "x86_64")]
+mod dense_x86 {
+    use crate::kernels::hsum8;
+    use crate::pool::SyncPtr;
+    use std::arch::x86_64::*;
+
+    /// Tokens per block: their activations stay in L1/L2 while the task's rows pass over them.
+    const TOKEN_BLOCK: usize = 32;
+
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn rows(w: &[f32], k: usize, n: usize, r0: usize, r1: usize, x: &[f32], tokens: usize, out: SyncPtr<f32>) {
+        assert!(w.len() >= r1 * k && x.len() >= tokens * k);
+        let (wp, xp, op) = (w.as_ptr(), x.as_ptr(), out.get());
+        let k8 = k / 8 * 8;
+        for t0 in (0..tokens).step_by(TOKEN_BLOCK) {
+            let t1 = (t0 + TOKEN_BLOCK).min(tokens);
+            let mut r = r0;
+            while r < r1 {
+                let rn = (r1 - r).min(4);
+                let mut t = t0;
+                while t < t1 {
+                    let tn = (t1 - t).min(2);
+                    let mut acc = [_mm256_setzero_ps(); 8];
+                    let mut c = 0;
+                    while c < k8 {
+                        let xv = [_mm256_loadu_ps(xp.add(t * k + c)), _mm256_loadu_ps(xp.add((t + tn - 1) * k + c))];
+                        for i in 0..4 {
+                            let wv = _mm256_loadu_ps(wp.add((r + i.min(rn - 1)) * k + c));
+                            acc[2 * i] = _mm256_fmadd_ps(wv, xv[0], acc[2 * i]);
+                            acc[2 * i + 1] = _mm256_fmadd_ps(wv, xv[1], acc[2 * i + 1]);
+                        }
+                        c += 8;
+                    }
+                    // Lanes: (row i, token 0) at i, (row i, token 1) at 4 + i.
+                    let mut sums = [0f32; 8];
+                    _mm256_storeu_ps(sums.as_mut_ptr(), hsum8(&acc));
+                    for i in 0..rn {
+                        for j in 0..tn {
+                            let (wr, xr) = (wp.add((r + i) * k), xp.add((t + j) * k));
+                            let mut s = sums[4 * j + i];
+                            for e in k8..k {
+                                s += *wr.add(e) * *xr.add(e);
+                            }
+                            *op.add((t + j) * n + r + i) = s;
+                        }
+                    }
+                    t += tn;
+                }
+                r += rn;
+            }
         }
     }
 }
@@ -159,6 +225,34 @@ mod tests {
             }
         }
         QMatrix::from_ggml(ty, &raw, rows, cols)
+    }
+
+    /// The tiled dense f32 product gives, for every (row, token), the bits of `dot` on the same
+    /// ISA: odd row counts (4-row tiles and a tail), odd token counts, `k` with a tail past the
+    /// last 8-lane chunk, and token blocks.
+    #[test]
+    fn dense_matmul_equals_dot_per_output() {
+        let pool = ThreadPool::new(2).expect("pool");
+        let mut seed = 11u64;
+        let mut rnd = || {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        };
+        for (n, k, tokens) in [(45usize, 100usize, 37usize), (8, 64, 1), (3, 13, 70)] {
+            let data: Vec<f32> = (0..n * k).map(|_| rnd()).collect();
+            let x: Vec<f32> = (0..tokens * k).map(|_| rnd()).collect();
+            let w = Weight::Dense { rows: n, cols: k, data: data.clone() };
+            for isa in Isa::available() {
+                let mut out = vec![0f32; tokens * n];
+                matmul(&pool, isa, &w, &x, tokens, &mut QActs::default(), &mut out);
+                for t in 0..tokens {
+                    for r in 0..n {
+                        let want = dot(isa, &data[r * k..(r + 1) * k], &x[t * k..(t + 1) * k]);
+                        assert_eq!(out[t * n + r].to_bits(), want.to_bits(), "{isa:?} [{n}x{k}] token {t} row {r}");
+                    }
+                }
+            }
+        }
     }
 
     /// The SIMD kernels agree with the scalar reference, and with a plain f32 product of the

@@ -14,10 +14,9 @@ use sparrow_cpu::{kernels, Weight};
 use super::{Step, Work, LORA_NORM_EPS, ROPE_LAYOUT};
 use crate::kv::KvStore;
 
-/// Query rows scored together against each block of keys.
+/// Query rows scored together against each block of keys (16 rows × 8 heads: 128 rows of the
+/// score GEMM).
 const ROW_BLOCK: usize = 16;
-/// Index keys per block (128 keys of 32 f32 are 16 KiB: they stay in L1 across the rows).
-const KEY_BLOCK: usize = 128;
 
 /// Per row: the positions it attends to (ascending), or `None` for its whole context.
 pub(super) type Selection = Vec<Option<Vec<u32>>>;
@@ -80,8 +79,8 @@ impl Indexer {
                 }
             }
             let kc = kv.component(l, 1);
-            // Tasks: runs of up to ROW_BLOCK consecutive rows of one sequence, so each block of
-            // KEY_BLOCK index keys is read from memory once and scored from L1 by every row.
+            // Tasks: runs of up to ROW_BLOCK consecutive rows of one sequence, scored together
+            // against each block of keys (one small GEMM per key block).
             let mut tasks: Vec<std::ops::Range<usize>> = Vec::new();
             for (n, &t) in need.iter().enumerate() {
                 match tasks.last_mut() {
@@ -96,21 +95,19 @@ impl Indexer {
                 let rows = &need[tasks[task].clone()];
                 let slots = batch.kv_slots(row_seq[rows[0]] as usize);
                 let lens: Vec<usize> = rows.iter().map(|&t| batch.positions[t] as usize + 1).collect();
-                let mut scores: Vec<Vec<f32>> = lens.iter().map(|&n| vec![0f32; n]).collect();
+                let n = lens.iter().copied().max().unwrap_or(0);
+                let mut q = Vec::with_capacity(rows.len() * ni * di);
                 // Per head, `w_h · n_heads^-½` as the reference computes it.
-                let hw: Vec<Vec<f32>> =
-                    rows.iter().map(|&t| (0..ni).map(|hd| wts[t * ni + hd] * wscale).collect()).collect();
-                let longest = lens.iter().copied().max().unwrap_or(0);
-                for k0 in (0..longest).step_by(KEY_BLOCK) {
-                    for (i, &t) in rows.iter().enumerate() {
-                        let k1 = (k0 + KEY_BLOCK).min(lens[i]);
-                        if k1 > k0 {
-                            let q = &qi[t * ni * di..(t + 1) * ni * di];
-                            kernels::index_scores(isa, q, ni, di, &hw[i], kc, &slots[k0..k1], kscale, &mut scores[i][k0..k1]);
-                        }
-                    }
+                let mut hw = Vec::with_capacity(rows.len() * ni);
+                for &t in rows {
+                    q.extend_from_slice(&qi[t * ni * di..(t + 1) * ni * di]);
+                    hw.extend((0..ni).map(|hd| wts[t * ni + hd] * wscale));
                 }
-                let top: Vec<Vec<u32>> = scores.iter().map(|sc| top_k_positions(sc, c.idx_topk)).collect();
+                let mut scores = vec![0f32; rows.len() * n];
+                let mut sc = kernels::IndexScratch::default();
+                kernels::index_scores(isa, &q, ni, di, &hw, kc, slots, &lens, kscale, &mut sc, &mut scores);
+                let top: Vec<Vec<u32>> =
+                    lens.iter().enumerate().map(|(i, &len)| top_k_positions(&scores[i * n..i * n + len], c.idx_topk)).collect();
                 if let Ok(mut r) = results[task].lock() {
                     *r = top;
                 }
@@ -140,43 +137,54 @@ fn layer_norm(x: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
     }
 }
 
+/// A kept (score, position) of [`top_k_positions`], ordered so that the *worse* one is greater:
+/// a lower score, or the same score at a higher position (`total_cmp` orders −0 < +0).
+#[derive(Clone, Copy)]
+struct Kept(f32, u32);
+
+impl PartialEq for Kept {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o).is_eq()
+    }
+}
+impl Eq for Kept {}
+impl PartialOrd for Kept {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Kept {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        o.0.total_cmp(&self.0).then(self.1.cmp(&o.1))
+    }
+}
+
 /// Top-`k` positions of `scores` (highest first, ties to the lower position), returned in
 /// ascending position order.
 ///
-/// One pass keeping the best `k` seen so far: positions arrive in increasing order, so a new
-/// score enters only if it beats the current worst kept one outright (an equal score loses the
-/// tie to the lower position already kept). Under that strict total order the kept set is the
-/// same as a full sort's; the worst is searched again only on a replacement, which for the
-/// indexer's scores is rare (about `k · ln(n / k)` times), so the pass costs about one
-/// comparison per key where a selection over all positions cost a partition pass and an index
-/// array per query.
+/// One pass with the best `k` so far in a heap whose top is the worst kept: positions arrive in
+/// increasing order, so a new score enters only if it beats that worst one outright (an equal
+/// score loses the tie to the lower position already kept). Under this strict total order the
+/// kept set is a full sort's first `k`; a pass costs one comparison per key plus `log k` per
+/// replacement, where a selection over all positions cost a partition pass and an index array
+/// per query.
 fn top_k_positions(scores: &[f32], k: usize) -> Vec<u32> {
-    if k == 0 {
-        return Vec::new();
-    }
     if scores.len() <= k {
         return (0..scores.len() as u32).collect();
     }
-    let mut kept: Vec<(f32, u32)> = scores[..k].iter().enumerate().map(|(i, &s)| (s, i as u32)).collect();
-    // Worse = lower score, or the same score at a higher position.
-    let worse = |a: &(f32, u32), b: &(f32, u32)| a.0.total_cmp(&b.0).then(b.1.cmp(&a.1));
-    let find_worst = |kept: &[(f32, u32)]| {
-        let mut w = 0;
-        for i in 1..kept.len() {
-            if worse(&kept[i], &kept[w]).is_lt() {
-                w = i;
-            }
-        }
-        w
-    };
-    let mut w = find_worst(&kept);
+    if k == 0 {
+        return Vec::new();
+    }
+    let mut heap: std::collections::BinaryHeap<Kept> =
+        scores[..k].iter().enumerate().map(|(i, &s)| Kept(s, i as u32)).collect();
     for (i, &s) in scores.iter().enumerate().skip(k) {
-        if s.total_cmp(&kept[w].0).is_gt() {
-            kept[w] = (s, i as u32);
-            w = find_worst(&kept);
+        let Some(mut worst) = heap.peek_mut() else { break };
+        // `<` rejects all but ±0 and NaN, which `total_cmp` orders.
+        if !(s < worst.0) && s.total_cmp(&worst.0).is_gt() {
+            *worst = Kept(s, i as u32);
         }
     }
-    let mut idx: Vec<u32> = kept.into_iter().map(|(_, p)| p).collect();
+    let mut idx: Vec<u32> = heap.into_iter().map(|e| e.1).collect();
     idx.sort_unstable();
     idx
 }
