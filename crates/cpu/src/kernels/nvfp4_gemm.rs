@@ -191,50 +191,61 @@ mod x86 {
             }
         }
         let o = out.get();
-        let mut r = g0;
-        while r < g1 {
-            let pair = r + 1 < g1;
-            let wa = buf.as_ptr().add((r - g0) * k);
-            // A lone last row reuses its own weights as the partner; that result is dropped.
-            let wb = if pair { wa.add(k) } else { wa };
-            for t0 in (0..tokens).step_by(TILE_T) {
-                let xp = x.as_ptr().add(t0 * k);
-                let z = _mm256_setzero_ps();
-                let (mut a0, mut a1, mut a2, mut a3, mut a4, mut a5) = (z, z, z, z, z, z);
-                let (mut b0, mut b1, mut b2, mut b3, mut b4, mut b5) = (z, z, z, z, z, z);
-                let mut c = 0;
-                while c < k {
-                    let va = _mm256_loadu_ps(wa.add(c));
-                    let vb = _mm256_loadu_ps(wb.add(c));
-                    let x0 = _mm256_loadu_ps(xp.add(c));
-                    a0 = _mm256_fmadd_ps(va, x0, a0);
-                    b0 = _mm256_fmadd_ps(vb, x0, b0);
-                    let x1 = _mm256_loadu_ps(xp.add(k + c));
-                    a1 = _mm256_fmadd_ps(va, x1, a1);
-                    b1 = _mm256_fmadd_ps(vb, x1, b1);
-                    let x2 = _mm256_loadu_ps(xp.add(2 * k + c));
-                    a2 = _mm256_fmadd_ps(va, x2, a2);
-                    b2 = _mm256_fmadd_ps(vb, x2, b2);
-                    let x3 = _mm256_loadu_ps(xp.add(3 * k + c));
-                    a3 = _mm256_fmadd_ps(va, x3, a3);
-                    b3 = _mm256_fmadd_ps(vb, x3, b3);
-                    let x4 = _mm256_loadu_ps(xp.add(4 * k + c));
-                    a4 = _mm256_fmadd_ps(va, x4, a4);
-                    b4 = _mm256_fmadd_ps(vb, x4, b4);
-                    let x5 = _mm256_loadu_ps(xp.add(5 * k + c));
-                    a5 = _mm256_fmadd_ps(va, x5, a5);
-                    b5 = _mm256_fmadd_ps(vb, x5, b5);
-                    c += 8;
+        // Token blocks of ~24 KiB of activations: the block stays in L1 while the group's row
+        // pairs pass over it (a whole batch of activations only fits L2).
+        let tb = ((24576 / (4 * k)) / TILE_T * TILE_T).max(TILE_T);
+        for tb0 in (0..tokens).step_by(tb) {
+            let tb1 = (tb0 + tb).min(tokens);
+            let mut r = g0;
+            while r < g1 {
+                let pair = r + 1 < g1;
+                let wa = buf.as_ptr().add((r - g0) * k);
+                // A lone last row reuses its own weights as the partner; that result is dropped.
+                let wb = if pair { wa.add(k) } else { wa };
+                for t0 in (tb0..tb1).step_by(TILE_T) {
+                    tile(wa, wb, x.as_ptr().add(t0 * k), k, o, t0, n_out, r, pair);
                 }
-                for (t, (a, b)) in [(a0, b0), (a1, b1), (a2, b2), (a3, b3), (a4, b4), (a5, b5)].into_iter().enumerate()
-                {
-                    *o.add((t0 + t) * n_out + r) = reduce(a);
-                    if pair {
-                        *o.add((t0 + t) * n_out + r + 1) = reduce(b);
-                    }
-                }
+                r += 2;
             }
-            r += 2;
+        }
+    }
+
+    /// Two decoded rows (`wa`, `wb`) × [`TILE_T`] tokens from `xp`, 12 accumulators in registers.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn tile(wa: *const f32, wb: *const f32, xp: *const f32, k: usize, o: *mut f32, t0: usize, n_out: usize, r: usize, pair: bool) {
+        let z = _mm256_setzero_ps();
+        let (mut a0, mut a1, mut a2, mut a3, mut a4, mut a5) = (z, z, z, z, z, z);
+        let (mut b0, mut b1, mut b2, mut b3, mut b4, mut b5) = (z, z, z, z, z, z);
+        let mut c = 0;
+        while c < k {
+            let va = _mm256_loadu_ps(wa.add(c));
+            let vb = _mm256_loadu_ps(wb.add(c));
+            let x0 = _mm256_loadu_ps(xp.add(c));
+            a0 = _mm256_fmadd_ps(va, x0, a0);
+            b0 = _mm256_fmadd_ps(vb, x0, b0);
+            let x1 = _mm256_loadu_ps(xp.add(k + c));
+            a1 = _mm256_fmadd_ps(va, x1, a1);
+            b1 = _mm256_fmadd_ps(vb, x1, b1);
+            let x2 = _mm256_loadu_ps(xp.add(2 * k + c));
+            a2 = _mm256_fmadd_ps(va, x2, a2);
+            b2 = _mm256_fmadd_ps(vb, x2, b2);
+            let x3 = _mm256_loadu_ps(xp.add(3 * k + c));
+            a3 = _mm256_fmadd_ps(va, x3, a3);
+            b3 = _mm256_fmadd_ps(vb, x3, b3);
+            let x4 = _mm256_loadu_ps(xp.add(4 * k + c));
+            a4 = _mm256_fmadd_ps(va, x4, a4);
+            b4 = _mm256_fmadd_ps(vb, x4, b4);
+            let x5 = _mm256_loadu_ps(xp.add(5 * k + c));
+            a5 = _mm256_fmadd_ps(va, x5, a5);
+            b5 = _mm256_fmadd_ps(vb, x5, b5);
+            c += 8;
+        }
+        for (t, (a, b)) in [(a0, b0), (a1, b1), (a2, b2), (a3, b3), (a4, b4), (a5, b5)].into_iter().enumerate() {
+            *o.add((t0 + t) * n_out + r) = reduce(a);
+            if pair {
+                *o.add((t0 + t) * n_out + r + 1) = reduce(b);
+            }
         }
     }
 

@@ -141,44 +141,49 @@ impl Mla {
         let softmax_scale = 1.0 / (hq as f32).sqrt();
         let (vd, kvl) = (c.v_dim, c.kv_lora_rank);
         let mut attn = vec![0f32; batch.num_tokens() * c.heads * vd];
+        let rope = c.qk_rope;
         s.pool.par_rows(&mut attn, c.heads * vd, |t, out| {
             let pos = batch.positions[t] as usize;
             let slots = &batch.kv_slots(s.row_seq[t] as usize)[..=pos];
-            let mut qabs = vec![0f32; kvl];
-            let mut lat = vec![0f32; kvl];
-            let mut scores: Vec<f32> = Vec::with_capacity(slots.len());
+            // The token's absorbed queries and rotary parts, all heads.
+            let mut qa = vec![0f32; c.heads * kvl];
+            let mut qp = vec![0f32; c.heads * rope];
             for hd in 0..c.heads {
                 let qh = &q[t * c.heads * hq + hd * hq..t * c.heads * hq + (hd + 1) * hq];
                 let (qn, qpe) = qh.split_at(c.qk_nope);
-                qabs.iter_mut().for_each(|v| *v = 0.0);
+                let qabs = &mut qa[hd * kvl..(hd + 1) * kvl];
                 let uk = &self.w_uk[hd];
                 for (i, &qv) in qn.iter().enumerate() {
-                    kernels::axpy(isa, qv, &uk[i * kvl..(i + 1) * kvl], &mut qabs);
+                    kernels::axpy(isa, qv, &uk[i * kvl..(i + 1) * kvl], qabs);
                 }
-                let score = |slot: u32| {
-                    let e = &lat_cache[slot as usize * lat_w..(slot as usize + 1) * lat_w];
-                    (kernels::dot(isa, &qabs, &e[..kvl]) + kernels::dot(isa, qpe, &e[kvl..])) * softmax_scale
-                };
+                qp[hd * rope..(hd + 1) * rope].copy_from_slice(qpe);
+            }
+            // Which keys get scores, and which of them (positions) attention reads.
+            let all_pos: Vec<u32>;
+            let (scored, chosen): (Vec<u32>, &[u32]) = match (&sel[t], s.attn_impl(t)) {
+                (None, _) => {
+                    all_pos = (0..slots.len() as u32).collect();
+                    (slots.to_vec(), &all_pos)
+                }
+                (Some(sel), AttnImpl::Sparse) => (sel.iter().map(|&p| slots[p as usize]).collect(), sel),
+                // Score every key, then keep the selected ones: the work of dense attention
+                // with the sparse result (masked keys would add exp(−∞) = 0).
+                (Some(sel), AttnImpl::Dense) => (slots.to_vec(), sel),
+            };
+            let dense_sel = matches!((&sel[t], s.attn_impl(t)), (Some(_), AttnImpl::Dense));
+            let n = scored.len();
+            let mut all = vec![0f32; c.heads * n];
+            kernels::mla_scores(isa, &qa, &qp, c.heads, kvl, rope, lat_cache, &scored, softmax_scale, &mut all);
+            let mut lat = vec![0f32; kvl];
+            let mut scores: Vec<f32> = Vec::with_capacity(chosen.len());
+            for hd in 0..c.heads {
+                let row = &all[hd * n..(hd + 1) * n];
                 scores.clear();
-                let all_pos: Vec<u32>;
-                let chosen: &[u32] = match (&sel[t], s.attn_impl(t)) {
-                    (None, _) => {
-                        all_pos = (0..slots.len() as u32).collect();
-                        scores.extend(slots.iter().map(|&slot| score(slot)));
-                        &all_pos
-                    }
-                    (Some(sel), AttnImpl::Sparse) => {
-                        scores.extend(sel.iter().map(|&p| score(slots[p as usize])));
-                        sel
-                    }
-                    (Some(sel), AttnImpl::Dense) => {
-                        // Score every key, then keep the selected ones: the work of dense
-                        // attention with the sparse result (masked keys would add exp(−∞) = 0).
-                        let all: Vec<f32> = slots.iter().map(|&slot| score(slot)).collect();
-                        scores.extend(sel.iter().map(|&p| all[p as usize]));
-                        sel
-                    }
-                };
+                if dense_sel {
+                    scores.extend(chosen.iter().map(|&p| row[p as usize]));
+                } else {
+                    scores.extend_from_slice(row);
+                }
                 let mx = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
                 let mut sum = 0f32;
                 for v in scores.iter_mut() {
