@@ -7,7 +7,10 @@
 //! of the tiled attention: one FMA chain over the dimension per dot product, 6 rows × 16 keys
 //! per register tile), then the heads summed in order with keys in lanes,
 //! `acc = acc + w_h · max(d_h, 0)`, then `· kscale`. Every ISA runs these operations, so the
-//! top-k a query selects does not depend on the path, the batch or the run of queries.
+//! top-k a query selects does not depend on the path, the batch or the run of queries. A lone
+//! query (a DECODE row) takes a path with heads in lanes instead, so that no key block is
+//! transposed for one query: the same chains over the dimension, keys transposed only for the
+//! head sum.
 //!
 //! Also here: [`mla_scores`], the scores of MLA's absorbed attention (DeepSeek-V2 §2.1) over
 //! the latent cache, `(q_abs · c_j + q_pe · k_pe_j) · scale` for a token's heads.
@@ -50,6 +53,15 @@ pub fn index_scores(
         q.len() >= rows * heads * dim && hw.len() >= rows * heads && out.len() >= rows * n && slots.len() >= n,
         "index_scores: shapes"
     );
+    #[cfg(target_arch = "x86_64")]
+    if rows == 1 && isa != Isa::Scalar && dim.is_multiple_of(8) {
+        for &x in &slots[..n] {
+            assert!((x as usize + 1) * dim <= k.len(), "index_scores: slot {x} out of the cache");
+        }
+        // SAFETY: AVX2+FMA were detected; every key row is in `k` (checked above).
+        unsafe { x86::one_query(q, heads, dim, hw, k, &slots[..n], kscale, &mut sc.s, out) };
+        return;
+    }
     let kv = KvView { k, v: k, stride: dim, off: 0, slots };
     sc.s.resize(rows * heads * KEY_BLOCK, 0.0);
     for k0 in (0..n).step_by(KEY_BLOCK) {
@@ -135,6 +147,75 @@ mod x86 {
     use super::KEY_BLOCK;
     use crate::kernels::hsum8;
     use std::arch::x86_64::*;
+
+    /// [`super::index_scores`] for one query: heads in lanes (the query transposed once,
+    /// `qt[d]` = 8 heads' `q_h[d]`), keys 4 at a time broadcast per dimension, so each (head,
+    /// key) dot product is the same FMA chain over `d` as the block path's; then 8 keys' head
+    /// vectors are transposed so the head sum runs in head order with keys in lanes.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn one_query(
+        q: &[f32],
+        heads: usize,
+        dim: usize,
+        hw: &[f32],
+        k: &[f32],
+        slots: &[u32],
+        kscale: f32,
+        qt: &mut Vec<f32>,
+        out: &mut [f32],
+    ) {
+        use crate::kernels::transpose8;
+        let groups = heads.div_ceil(8);
+        qt.clear();
+        qt.resize(groups * dim * 8, 0.0);
+        let zero = _mm256_setzero_ps();
+        for g in 0..groups {
+            for d0 in (0..dim).step_by(8) {
+                let r: [__m256; 8] = std::array::from_fn(|i| {
+                    let h = g * 8 + i;
+                    if h < heads { _mm256_loadu_ps(q.as_ptr().add(h * dim + d0)) } else { zero }
+                });
+                for (i, v) in transpose8(&r).iter().enumerate() {
+                    _mm256_storeu_ps(qt.as_mut_ptr().add((g * dim + d0 + i) * 8), *v);
+                }
+            }
+        }
+        let n = slots.len();
+        let kp = k.as_ptr();
+        for j0 in (0..n).step_by(8) {
+            let rows: [*const f32; 8] = std::array::from_fn(|i| kp.add(slots[(j0 + i).min(n - 1)] as usize * dim));
+            let mut acc = zero;
+            for g in 0..groups {
+                let hn = (heads - g * 8).min(8);
+                let hwv = _mm256_loadu_ps(
+                    std::array::from_fn::<f32, 8, _>(|i| if g * 8 + i < heads { hw[g * 8 + i] } else { 0.0 }).as_ptr(),
+                );
+                let mut t = [zero; 8];
+                for half in 0..2 {
+                    let mut a = [zero; 4];
+                    for d in 0..dim {
+                        let qv = _mm256_loadu_ps(qt.as_ptr().add((g * dim + d) * 8));
+                        for (jj, aj) in a.iter_mut().enumerate() {
+                            *aj = _mm256_fmadd_ps(qv, _mm256_broadcast_ss(&*rows[half * 4 + jj].add(d)), *aj);
+                        }
+                    }
+                    for jj in 0..4 {
+                        t[half * 4 + jj] = _mm256_mul_ps(hwv, _mm256_max_ps(a[jj], zero));
+                    }
+                }
+                // by_head[i] = head i's term for the 8 keys.
+                let by_head = transpose8(&t);
+                for bh in by_head.iter().take(hn) {
+                    acc = _mm256_add_ps(acc, *bh);
+                }
+            }
+            let mut res = [0f32; 8];
+            _mm256_storeu_ps(res.as_mut_ptr(), _mm256_mul_ps(acc, _mm256_set1_ps(kscale)));
+            let m = (n - j0).min(8);
+            out[j0..j0 + m].copy_from_slice(&res[..m]);
+        }
+    }
 
     /// Per head `i < 4` and key `k < 2`: 8-lane FMA accumulators of `q_i · row_k` over `len`.
     #[inline]

@@ -61,7 +61,8 @@ pub fn matmul(pool: &ThreadPool, isa: Isa, w: &Weight, x: &[f32], tokens: usize,
     }
 }
 
-/// The dense f32 product in register tiles of 4 rows × 2 tokens, each output computed exactly
+/// The dense f32 product in register tiles of 4 rows × 2 tokens (8 rows × 1 for an odd last
+/// token), each output computed exactly
 /// as [`dot`] computes it on AVX2 (8 lanes of FMAs over `k`, the `hsum` tree, then the tail
 /// `k mod 8` in order), so the result is the same bits as the per-(row, token) `dot` loop it
 /// replaces; the 8 accumulators of a tile are reduced together (`hsum8`).
@@ -82,16 +83,15 @@ mod dense_x86 {
         let k8 = k / 8 * 8;
         for t0 in (0..tokens).step_by(TOKEN_BLOCK) {
             let t1 = (t0 + TOKEN_BLOCK).min(tokens);
+            let pairs_end = t0 + (t1 - t0) / 2 * 2;
             let mut r = r0;
             while r < r1 {
                 let rn = (r1 - r).min(4);
-                let mut t = t0;
-                while t < t1 {
-                    let tn = (t1 - t).min(2);
+                for t in (t0..pairs_end).step_by(2) {
                     let mut acc = [_mm256_setzero_ps(); 8];
                     let mut c = 0;
                     while c < k8 {
-                        let xv = [_mm256_loadu_ps(xp.add(t * k + c)), _mm256_loadu_ps(xp.add((t + tn - 1) * k + c))];
+                        let xv = [_mm256_loadu_ps(xp.add(t * k + c)), _mm256_loadu_ps(xp.add((t + 1) * k + c))];
                         for i in 0..4 {
                             let wv = _mm256_loadu_ps(wp.add((r + i.min(rn - 1)) * k + c));
                             acc[2 * i] = _mm256_fmadd_ps(wv, xv[0], acc[2 * i]);
@@ -103,20 +103,52 @@ mod dense_x86 {
                     let mut sums = [0f32; 8];
                     _mm256_storeu_ps(sums.as_mut_ptr(), hsum8(&acc));
                     for i in 0..rn {
-                        for j in 0..tn {
-                            let (wr, xr) = (wp.add((r + i) * k), xp.add((t + j) * k));
-                            let mut s = sums[4 * j + i];
-                            for e in k8..k {
-                                s += *wr.add(e) * *xr.add(e);
-                            }
-                            *op.add((t + j) * n + r + i) = s;
+                        for j in 0..2 {
+                            store(wp, xp, k, k8, r + i, t + j, sums[4 * j + i], op, n);
                         }
                     }
-                    t += tn;
                 }
                 r += rn;
             }
+            if pairs_end < t1 {
+                // The odd token: 8 rows × 1 token per tile, no duplicated work (a lone token
+                // is a DECODE step's GEMV).
+                let t = pairs_end;
+                let mut r = r0;
+                while r < r1 {
+                    let rn = (r1 - r).min(8);
+                    let mut acc = [_mm256_setzero_ps(); 8];
+                    let mut c = 0;
+                    while c < k8 {
+                        let xv = _mm256_loadu_ps(xp.add(t * k + c));
+                        for (i, a) in acc.iter_mut().enumerate() {
+                            let wv = _mm256_loadu_ps(wp.add((r + i.min(rn - 1)) * k + c));
+                            *a = _mm256_fmadd_ps(wv, xv, *a);
+                        }
+                        c += 8;
+                    }
+                    // Lane of row i: [0, 4, 1, 5, 2, 6, 3, 7][i].
+                    let mut sums = [0f32; 8];
+                    _mm256_storeu_ps(sums.as_mut_ptr(), hsum8(&acc));
+                    for i in 0..rn {
+                        store(wp, xp, k, k8, r + i, t, sums[[0, 4, 1, 5, 2, 6, 3, 7][i]], op, n);
+                    }
+                    r += rn;
+                }
+            }
         }
+    }
+
+    /// Adds the tail `k mod 8` of (row, token) to its reduced lanes, in order, and stores it.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn store(wp: *const f32, xp: *const f32, k: usize, k8: usize, row: usize, t: usize, sum: f32, op: *mut f32, n: usize) {
+        let (wr, xr) = (wp.add(row * k), xp.add(t * k));
+        let mut s = sum;
+        for e in k8..k {
+            s += *wr.add(e) * *xr.add(e);
+        }
+        *op.add(t * n + row) = s;
     }
 }
 

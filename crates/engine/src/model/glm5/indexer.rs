@@ -48,12 +48,11 @@ impl Indexer {
         let (di, ni) = (c.idx_dim, c.idx_heads);
         let mut ki = vec![0f32; t_n * di];
         kernels::matmul(s.pool, isa, &self.wk, h, t_n, &mut w.xq, &mut ki);
-        for t in 0..t_n {
-            let pos = batch.positions[t] as usize;
-            let k = &mut ki[t * di..(t + 1) * di];
+        let (rope, positions) = (s.rope, &batch.positions);
+        s.pool.par_rows(&mut ki, di, |t, k| {
             layer_norm(k, &self.k_norm_w, &self.k_norm_b, LORA_NORM_EPS);
-            s.rope.rotate(&mut k[..c.qk_rope], pos, ROPE_LAYOUT);
-        }
+            rope.rotate(&mut k[..c.qk_rope], positions[t] as usize, ROPE_LAYOUT);
+        });
         {
             let cache = kv.component_mut(l, 1);
             for t in 0..t_n {
@@ -71,13 +70,12 @@ impl Indexer {
             kernels::matmul(s.pool, isa, &self.weights_proj, h, t_n, &mut w.xq, &mut wts);
             let wscale = 1.0 / (ni as f32).sqrt();
             let kscale = 1.0 / (di as f32).sqrt();
-            for t in &need {
-                let pos = batch.positions[*t] as usize;
-                for hd in 0..ni {
-                    let v = &mut qi[(t * ni + hd) * di..(t * ni + hd + 1) * di];
-                    s.rope.rotate(&mut v[..c.qk_rope], pos, ROPE_LAYOUT);
+            // Rows outside `need` are never read: rotating them too keeps this one pass.
+            s.pool.par_rows(&mut qi, ni * di, |t, row| {
+                for v in row.chunks_exact_mut(di) {
+                    rope.rotate(&mut v[..c.qk_rope], positions[t] as usize, ROPE_LAYOUT);
                 }
-            }
+            });
             let kc = kv.component(l, 1);
             // Tasks: runs of up to ROW_BLOCK consecutive rows of one sequence, scored together
             // against each block of keys (one small GEMM per key block).

@@ -104,7 +104,7 @@ impl Mla {
         let mut qa = vec![0f32; t_n * c.q_lora_rank];
         kernels::matmul(pool, isa, &self.q_a, h, t_n, &mut w.xq, &mut qa);
         let mut qr = vec![0f32; t_n * c.q_lora_rank];
-        kernels::rms_norm(&qa, &self.q_a_ln, LORA_NORM_EPS, &mut qr);
+        super::par_norm(pool, &qa, &self.q_a_ln, LORA_NORM_EPS, &mut qr);
         if w.obs.is_some() {
             let mut ms = vec![format!("{a}.q_b_proj")];
             if self.indexer.is_some() {
@@ -116,19 +116,19 @@ impl Mla {
         kernels::matmul(pool, isa, &self.q_b, &qr, t_n, &mut w.xq, &mut q);
         let mut kva = vec![0f32; t_n * lat_w];
         kernels::matmul(pool, isa, &self.kv_a, h, t_n, &mut w.xq, &mut kva);
-        for t in 0..t_n {
-            let pos = s.batch.positions[t] as usize;
-            let row = &mut kva[t * lat_w..(t + 1) * lat_w];
+        let (rope, positions) = (s.rope, &s.batch.positions);
+        pool.par_rows(&mut kva, lat_w, |t, row| {
             let (lat, kpe) = row.split_at_mut(c.kv_lora_rank);
             let mut normed = vec![0f32; c.kv_lora_rank];
             kernels::rms_norm(lat, &self.kv_a_ln, LORA_NORM_EPS, &mut normed);
             lat.copy_from_slice(&normed);
-            s.rope.rotate(kpe, pos, ROPE_LAYOUT);
-            for hd in 0..c.heads {
-                let qpe = &mut q[t * c.heads * hq + hd * hq + c.qk_nope..t * c.heads * hq + (hd + 1) * hq];
-                s.rope.rotate(qpe, pos, ROPE_LAYOUT);
+            rope.rotate(kpe, positions[t] as usize, ROPE_LAYOUT);
+        });
+        pool.par_rows(&mut q, c.heads * hq, |t, row| {
+            for qh in row.chunks_exact_mut(hq) {
+                rope.rotate(&mut qh[c.qk_nope..], positions[t] as usize, ROPE_LAYOUT);
             }
-        }
+        });
         (qr, q, kva)
     }
 

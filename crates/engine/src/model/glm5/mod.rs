@@ -96,6 +96,12 @@ fn note(obs: &mut ObserverSlot, pool: &ThreadPool, isa: Isa, modules: &[String],
     }
 }
 
+/// `y = rms_norm(x) · g` for every row of `x` (rows of `g.len()`), on the pool by rows.
+fn par_norm(pool: &ThreadPool, x: &[f32], g: &[f32], eps: f32, y: &mut [f32]) {
+    let w = g.len();
+    pool.par_row_chunks(y, w, |r0, ys| kernels::rms_norm(&x[r0 * w..r0 * w + ys.len()], g, eps, ys));
+}
+
 /// One decoder layer (`model.layers.L`).
 struct DecoderLayer {
     input_ln: Vec<f32>,
@@ -108,14 +114,15 @@ impl DecoderLayer {
     /// Layer `l` on the step's hidden states `x` (`[tokens × hidden]`), in place; `sel` is the
     /// selection of the last `full` indexer layer, replaced when this layer runs its own.
     fn forward(&self, s: &Step<'_>, l: usize, x: &mut [f32], kv: &mut KvStore, sel: &mut Selection, w: &mut Work) {
-        let eps = s.cfg.rms_eps;
+        let (eps, hd) = (s.cfg.rms_eps, s.cfg.hidden);
         let mut h = vec![0f32; x.len()];
-        kernels::rms_norm(x, &self.input_ln, eps, &mut h);
+        // Row by row on the pool: each row's arithmetic is the same on any thread.
+        par_norm(s.pool, x, &self.input_ln, eps, &mut h);
         let attn = self.attn.forward(s, l, &h, kv, sel, w);
-        x.iter_mut().zip(&attn).for_each(|(x, p)| *x += p);
-        kernels::rms_norm(x, &self.post_ln, eps, &mut h);
+        s.pool.par_row_chunks(x, hd, |r0, xs| xs.iter_mut().zip(&attn[r0 * hd..]).for_each(|(x, p)| *x += p));
+        par_norm(s.pool, x, &self.post_ln, eps, &mut h);
         let ffn = w.timed(|p| &mut p.gemm, |w| self.ffn.forward(s, l, &h, w));
-        x.iter_mut().zip(&ffn).for_each(|(x, p)| *x += p);
+        s.pool.par_row_chunks(x, hd, |r0, xs| xs.iter_mut().zip(&ffn[r0 * hd..]).for_each(|(x, p)| *x += p));
     }
 }
 

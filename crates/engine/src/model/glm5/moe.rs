@@ -151,10 +151,11 @@ impl Mlp {
         let mut gu = vec![0f32; tokens * 2 * self.inter];
         kernels::matmul(pool, isa, &self.gate_up, x, tokens, xq, &mut gu);
         let mut act = vec![0f32; tokens * self.inter];
-        for t in 0..tokens {
-            let g = &gu[t * 2 * self.inter..(t + 1) * 2 * self.inter];
-            kernels::silu_mul(&g[..self.inter], &g[self.inter..], &mut act[t * self.inter..(t + 1) * self.inter]);
-        }
+        let inter = self.inter;
+        pool.par_rows(&mut act, inter, |t, a| {
+            let g = &gu[t * 2 * inter..(t + 1) * 2 * inter];
+            kernels::silu_mul(&g[..inter], &g[inter..], a);
+        });
         if cap.is_some() {
             note(cap, pool, isa, &[format!("{prefix}.down_proj")], &act, tokens);
         }
@@ -242,19 +243,19 @@ impl Moe {
                 }
             }
         }
-        out.iter_mut().for_each(|v| *v = 0.0);
-        for (t, r) in routes.iter().enumerate() {
-            let o = &mut out[t * hidden..(t + 1) * hidden];
-            for (j, &(_, w)) in r.iter().enumerate() {
+        // Per token on the pool: the same sum in the same order on any thread.
+        pool.par_rows(out, hidden, |t, o| {
+            o.iter_mut().for_each(|v| *v = 0.0);
+            for (j, &(_, w)) in routes[t].iter().enumerate() {
                 let yj = &y[(t * k + j) * hidden..(t * k + j + 1) * hidden];
                 o.iter_mut().zip(yj).for_each(|(o, y)| *o += w * y);
             }
-        }
+        });
         if let Some(sh) = &self.shared {
             let mut s = vec![0f32; tokens * hidden];
             let p = if cap.is_some() { format!("{prefix}.shared_experts") } else { String::new() };
             sh.run(pool, isa, x, tokens, xq, &mut s, cap, &p);
-            out.iter_mut().zip(&s).for_each(|(o, s)| *o += s);
+            pool.par_rows(out, hidden, |t, o| o.iter_mut().zip(&s[t * hidden..]).for_each(|(o, s)| *o += s));
         }
     }
 
