@@ -222,6 +222,8 @@ pub fn flash_attend<E: KvElem>(
 /// (`[rows × hd]`) and the keys of `kslots` (at most [`KEY_BLOCK`], key of slot `x` at
 /// `kv.k[x·kv.stride + kv.off ..][..hd]`; `kv.v` is not read). The same operations as
 /// `flash_attend`'s scores on every ISA (one FMA chain over `d` per score); `kt` is scratch.
+/// Up to 8 rows run with rows in lanes (the query transposed, keys broadcast), more with keys
+/// in lanes (the key block transposed): the same chains either way.
 ///
 /// # Panics
 /// When `kslots` holds more than [`KEY_BLOCK`] keys, a slot is out of `kv.k`, or `q`/`s` are
@@ -244,6 +246,13 @@ pub fn block_scores<E: KvElem>(
         assert!(slot as usize * kv.stride + kv.off + hd <= kv.k.len(), "block_scores: slot {slot} out of the cache");
     }
     let p = Parts { rows, hd, nk, scale };
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Scalar && hd.is_multiple_of(8) && rows <= 8 {
+        // Few rows (one token's heads): transposing the query beats transposing the keys.
+        // SAFETY: as below.
+        unsafe { x86::few_rows_scores(q, &p, kv, kslots, kt, s) };
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     if isa != Isa::Scalar && hd.is_multiple_of(8) {
         kt.resize(hd * KEY_BLOCK, 0.0);
@@ -418,6 +427,52 @@ mod x86 {
         if n16 > n8 {
             for d in 0..hd {
                 _mm256_storeu_ps(ktp.add(d * KEY_BLOCK + n8), _mm256_setzero_ps());
+            }
+        }
+    }
+
+    /// [`super::block_scores`] for `rows ≤ 8`: `qt[d]` holds the rows' `q_r[d]` in lanes, each
+    /// key's `k_j[d]` is broadcast, 4 keys at a time (4 chains in flight per 8 rows).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn few_rows_scores<E: KvElem>(
+        q: &[f32],
+        p: &Parts,
+        kv: &KvView<'_, E>,
+        kslots: &[u32],
+        qt: &mut Vec<f32>,
+        s: &mut [f32],
+    ) {
+        let hd = p.hd;
+        assert!(p.rows <= 8 && q.len() >= p.rows * hd && s.len() >= p.rows * KEY_BLOCK);
+        qt.clear();
+        qt.resize(hd * 8, 0.0);
+        let zero = _mm256_setzero_ps();
+        for d0 in (0..hd).step_by(8) {
+            let r: [__m256; 8] =
+                std::array::from_fn(|i| if i < p.rows { _mm256_loadu_ps(q.as_ptr().add(i * hd + d0)) } else { zero });
+            for (i, v) in crate::kernels::transpose8(&r).iter().enumerate() {
+                _mm256_storeu_ps(qt.as_mut_ptr().add((d0 + i) * 8), *v);
+            }
+        }
+        let sc = _mm256_set1_ps(p.scale);
+        let kp = kv.k.as_ptr();
+        let n = kslots.len();
+        for j0 in (0..n).step_by(4) {
+            let base: [usize; 4] = std::array::from_fn(|i| kslots[(j0 + i).min(n - 1)] as usize * kv.stride + kv.off);
+            let mut a = [zero; 4];
+            for d in 0..hd {
+                let qv = _mm256_loadu_ps(qt.as_ptr().add(d * 8));
+                for (i, ai) in a.iter_mut().enumerate() {
+                    let kd = _mm256_set1_ps((*kp.add(base[i] + d)).to_f32());
+                    *ai = _mm256_fmadd_ps(kd, qv, *ai);
+                }
+            }
+            for (i, ai) in a.iter().enumerate().take(n - j0) {
+                let mut lanes = [0f32; 8];
+                _mm256_storeu_ps(lanes.as_mut_ptr(), _mm256_mul_ps(*ai, sc));
+                for (r, &l) in lanes.iter().enumerate().take(p.rows) {
+                    s[r * KEY_BLOCK + j0 + i] = l;
+                }
             }
         }
     }
@@ -645,6 +700,34 @@ mod tests {
                 slots.iter().zip(&s).map(|(&j, x)| (x - mx).exp() / z * f16_to_f32(v[j as usize * stride + off + i]) as f64).sum()
             })
             .collect()
+    }
+
+    /// `block_scores` gives each row the same bits with 13 rows (keys in lanes), 5 or 8 rows
+    /// (rows in lanes) and on the scalar ISA, over a partial key block, f32 cache rows of 80.
+    #[test]
+    fn block_scores_do_not_depend_on_the_row_count() {
+        let (hd, nk, nslots) = (80usize, 77usize, 90usize);
+        let mut seed = 21u64;
+        let k: Vec<f32> = (0..nslots * hd).map(|_| lcg(&mut seed)).collect();
+        let slots: Vec<u32> = (0..nslots as u32).rev().collect();
+        let q: Vec<f32> = (0..13 * hd).map(|_| lcg(&mut seed)).collect();
+        let kv = KvView { k: &k, v: &k, stride: hd, off: 0, slots: &slots };
+        let ks = &slots[3..3 + nk];
+        let mut kt = Vec::new();
+        let mut want = vec![0f32; 13 * KEY_BLOCK];
+        block_scores(Isa::Scalar, &q, 13, hd, &kv, ks, 0.7, &mut kt, &mut want);
+        for isa in Isa::available() {
+            for (r0, r1) in [(0usize, 13usize), (0, 5), (5, 13), (12, 13)] {
+                let mut got = vec![0f32; (r1 - r0) * KEY_BLOCK];
+                block_scores(isa, &q[r0 * hd..r1 * hd], r1 - r0, hd, &kv, ks, 0.7, &mut kt, &mut got);
+                for r in r0..r1 {
+                    for j in 0..nk {
+                        let (g, w) = (got[(r - r0) * KEY_BLOCK + j], want[r * KEY_BLOCK + j]);
+                        assert_eq!(g.to_bits(), w.to_bits(), "{isa:?} rows {r0}..{r1}: row {r} key {j}");
+                    }
+                }
+            }
+        }
     }
 
     /// Every row of a prefill block equals the f64 reference, and the same row computed alone

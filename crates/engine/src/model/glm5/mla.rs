@@ -25,6 +25,9 @@ use super::{note, Step, Work, LORA_NORM_EPS, ROPE_LAYOUT};
 use crate::config::AttnImpl;
 use crate::kv::KvStore;
 
+/// Dense-backend rows scored together against each key block.
+const QUERY_BLOCK: usize = 16;
+
 /// One layer's attention weights, with its indexer on `full` layers.
 pub(super) struct Mla {
     pub(super) q_a: Weight,
@@ -133,68 +136,124 @@ impl Mla {
     }
 
     /// The absorbed attention of every (row, head) over the latent cache `lat_cache`, reading
-    /// each row's selection: `[tokens × heads·v]`, one row per task.
+    /// each row's selection: `[tokens × heads·v]`.
+    ///
+    /// Three passes: the absorbed queries `[q_abs, q_pe]` of every row; the scores of the keys
+    /// each row attends to, by [`kernels::block_scores`] (one FMA chain over the 576 — here
+    /// `kv_lora + rope` — dimensions per score, whatever else is in the block); softmax, the
+    /// latent sum and `W_UV` per row. Sparse rows score their selected keys only; dense rows
+    /// with a selection score every key of their context in query blocks (the work of dense
+    /// attention) and keep the selected scores, which are the same bits as the sparse ones.
     fn attend(&self, s: &Step<'_>, q: &[f32], lat_cache: &[f32], sel: &Selection) -> Vec<f32> {
-        let (c, batch, isa) = (s.cfg, s.batch, s.isa);
+        let (c, batch, isa, pool) = (s.cfg, s.batch, s.isa, s.pool);
+        let t_n = batch.num_tokens();
         let hq = c.qk_nope + c.qk_rope;
         let lat_w = c.kv_lora_rank + c.qk_rope;
         let softmax_scale = 1.0 / (hq as f32).sqrt();
-        let (vd, kvl) = (c.v_dim, c.kv_lora_rank);
-        let mut attn = vec![0f32; batch.num_tokens() * c.heads * vd];
-        let rope = c.qk_rope;
-        s.pool.par_rows(&mut attn, c.heads * vd, |t, out| {
-            let pos = batch.positions[t] as usize;
-            let slots = &batch.kv_slots(s.row_seq[t] as usize)[..=pos];
-            // The token's absorbed queries and rotary parts, all heads.
-            let mut qa = vec![0f32; c.heads * kvl];
-            let mut qp = vec![0f32; c.heads * rope];
-            for hd in 0..c.heads {
-                let qh = &q[t * c.heads * hq + hd * hq..t * c.heads * hq + (hd + 1) * hq];
+        let (vd, kvl, heads) = (c.v_dim, c.kv_lora_rank, c.heads);
+        // 1. [q_abs (kv_lora), q_pe (rope)] per (row, head): a query against a latent row.
+        let mut qcat = vec![0f32; t_n * heads * lat_w];
+        pool.par_rows(&mut qcat, heads * lat_w, |t, row| {
+            for hd in 0..heads {
+                let qh = &q[t * heads * hq + hd * hq..t * heads * hq + (hd + 1) * hq];
                 let (qn, qpe) = qh.split_at(c.qk_nope);
-                let qabs = &mut qa[hd * kvl..(hd + 1) * kvl];
+                let (qabs, qp) = row[hd * lat_w..(hd + 1) * lat_w].split_at_mut(kvl);
                 let uk = &self.w_uk[hd];
                 for (i, &qv) in qn.iter().enumerate() {
                     kernels::axpy(isa, qv, &uk[i * kvl..(i + 1) * kvl], qabs);
                 }
-                qp[hd * rope..(hd + 1) * rope].copy_from_slice(qpe);
+                qp.copy_from_slice(qpe);
             }
-            // Which keys get scores, and which of them (positions) attention reads.
-            let all_pos: Vec<u32>;
-            let (scored, chosen): (Vec<u32>, &[u32]) = match (&sel[t], s.attn_impl(t)) {
-                (None, _) => {
-                    all_pos = (0..slots.len() as u32).collect();
-                    (slots.to_vec(), &all_pos)
+        });
+        // The positions row t attends to.
+        let all_pos: Vec<u32> = (0..=batch.positions.iter().copied().max().unwrap_or(0)).collect();
+        let chosen = |t: usize| -> &[u32] {
+            match &sel[t] {
+                Some(x) => x,
+                None => &all_pos[..=batch.positions[t] as usize],
+            }
+        };
+        let dense = |t: usize| sel[t].is_some() && s.attn_impl(t) == AttnImpl::Dense;
+        // 2. Scores, `[heads × chosen]` per row. Tasks: runs of up to QUERY_BLOCK dense rows of
+        // one sequence (they share every key block), single other rows.
+        let mut tasks: Vec<std::ops::Range<usize>> = Vec::new();
+        for t in 0..t_n {
+            match tasks.last_mut() {
+                Some(r) if dense(t) && dense(r.start) && r.len() < QUERY_BLOCK && s.row_seq[r.start] == s.row_seq[t] => {
+                    r.end = t + 1
                 }
-                (Some(sel), AttnImpl::Sparse) => (sel.iter().map(|&p| slots[p as usize]).collect(), sel),
-                // Score every key, then keep the selected ones: the work of dense attention
-                // with the sparse result (masked keys would add exp(−∞) = 0).
-                (Some(sel), AttnImpl::Dense) => (slots.to_vec(), sel),
-            };
-            let dense_sel = matches!((&sel[t], s.attn_impl(t)), (Some(_), AttnImpl::Dense));
-            let n = scored.len();
-            let mut all = vec![0f32; c.heads * n];
-            kernels::mla_scores(isa, &qa, &qp, c.heads, kvl, rope, lat_cache, &scored, softmax_scale, &mut all);
+                _ => tasks.push(t..t + 1),
+            }
+        }
+        let results: Vec<std::sync::Mutex<Vec<Vec<f32>>>> = tasks.iter().map(|_| std::sync::Mutex::new(Vec::new())).collect();
+        pool.run(tasks.len(), |task| {
+            let rows = tasks[task].clone();
+            let slots = batch.kv_slots(s.row_seq[rows.start] as usize);
+            let view = kernels::KvView { k: lat_cache, v: lat_cache, stride: lat_w, off: 0, slots };
+            let (mut kt, mut blk) = (Vec::new(), vec![0f32; rows.len() * heads * kernels::KEY_BLOCK]);
+            let mut out: Vec<Vec<f32>> = rows.clone().map(|t| vec![0f32; heads * chosen(t).len()]).collect();
+            if dense(rows.start) {
+                let qrows = &qcat[rows.start * heads * lat_w..rows.end * heads * lat_w];
+                let last = rows.clone().map(|t| batch.positions[t] as usize).max().unwrap_or(0);
+                for k0 in (0..=last).step_by(kernels::KEY_BLOCK) {
+                    let k1 = (k0 + kernels::KEY_BLOCK).min(last + 1);
+                    let nr = rows.len() * heads;
+                    kernels::block_scores(isa, qrows, nr, lat_w, &view, &slots[k0..k1], softmax_scale, &mut kt, &mut blk);
+                    for (i, t) in rows.clone().enumerate() {
+                        let ch = chosen(t);
+                        let m = ch.len();
+                        for (n, &p) in ch.iter().enumerate() {
+                            let p = p as usize;
+                            if (k0..k1).contains(&p) {
+                                for hd in 0..heads {
+                                    out[i][hd * m + n] = blk[(i * heads + hd) * kernels::KEY_BLOCK + p - k0];
+                                }
+                            }
+                        }
+                    }
+                }
+            } else {
+                let t = rows.start;
+                let ch = chosen(t);
+                let m = ch.len();
+                let qrow = &qcat[t * heads * lat_w..(t + 1) * heads * lat_w];
+                for n0 in (0..m).step_by(kernels::KEY_BLOCK) {
+                    let n1 = (n0 + kernels::KEY_BLOCK).min(m);
+                    let ks: Vec<u32> = ch[n0..n1].iter().map(|&p| slots[p as usize]).collect();
+                    kernels::block_scores(isa, qrow, heads, lat_w, &view, &ks, softmax_scale, &mut kt, &mut blk);
+                    for hd in 0..heads {
+                        out[0][hd * m + n0..hd * m + n1].copy_from_slice(&blk[hd * kernels::KEY_BLOCK..hd * kernels::KEY_BLOCK + n1 - n0]);
+                    }
+                }
+            }
+            if let Ok(mut r) = results[task].lock() {
+                *r = out;
+            }
+        });
+        let mut scores_of: Vec<Vec<f32>> = Vec::with_capacity(t_n);
+        for r in results {
+            scores_of.extend(r.into_inner().unwrap_or_default());
+        }
+        // 3. Softmax, latent sum and W_UV per (row, head).
+        let mut attn = vec![0f32; t_n * heads * vd];
+        pool.par_rows(&mut attn, heads * vd, |t, out| {
+            let slots = batch.kv_slots(s.row_seq[t] as usize);
+            let ch = chosen(t);
+            let m = ch.len();
             let mut lat = vec![0f32; kvl];
-            let mut scores: Vec<f32> = Vec::with_capacity(chosen.len());
-            for hd in 0..c.heads {
-                let row = &all[hd * n..(hd + 1) * n];
-                scores.clear();
-                if dense_sel {
-                    scores.extend(chosen.iter().map(|&p| row[p as usize]));
-                } else {
-                    scores.extend_from_slice(row);
-                }
-                let mx = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            for hd in 0..heads {
+                let mut sc = scores_of[t][hd * m..(hd + 1) * m].to_vec();
+                let mx = sc.iter().copied().fold(f32::NEG_INFINITY, f32::max);
                 let mut sum = 0f32;
-                for v in scores.iter_mut() {
+                for v in sc.iter_mut() {
                     *v = (*v - mx).exp();
                     sum += *v;
                 }
                 lat.iter_mut().for_each(|v| *v = 0.0);
                 let inv = 1.0 / sum;
-                for (n, &p) in chosen.iter().enumerate() {
+                for (n, &p) in ch.iter().enumerate() {
                     let slot = slots[p as usize] as usize;
-                    kernels::axpy(isa, scores[n] * inv, &lat_cache[slot * lat_w..slot * lat_w + kvl], &mut lat);
+                    kernels::axpy(isa, sc[n] * inv, &lat_cache[slot * lat_w..slot * lat_w + kvl], &mut lat);
                 }
                 let o = &mut out[hd * vd..(hd + 1) * vd];
                 let uv = &self.w_uv[hd];
