@@ -324,7 +324,8 @@ mod tests {
                 }
             }
             let pool = ThreadPool::new(2).expect("pool");
-            for tokens in [1usize, 3, 6, 9, 13] {
+            // 50 and 101: several token blocks (48 tokens at 64 columns), a partial last tile.
+            for tokens in [1usize, 3, 6, 9, 13, 50, 101] {
                 let x: Vec<f32> = (0..tokens * cols).map(|i| (i as f32 * 0.37).sin()).collect();
                 let mut simd = vec![0f32; tokens * rows];
                 let mut scalar = vec![0f32; tokens * rows];

@@ -11,9 +11,7 @@
 //! query (a DECODE row) takes a path with heads in lanes instead, so that no key block is
 //! transposed for one query: the same chains over the dimension, keys transposed only for the
 //! head sum.
-//!
-//! Also here: [`mla_scores`], the scores of MLA's absorbed attention (DeepSeek-V2 §2.1) over
-//! the latent cache, `(q_abs · c_j + q_pe · k_pe_j) · scale` for a token's heads.
+
 #![allow(unsafe_code)]
 
 use super::flash::{block_scores, KvView, KEY_BLOCK};
@@ -78,49 +76,6 @@ pub fn index_scores(
     }
 }
 
-/// Scores of MLA's absorbed attention for one token's `heads` heads against the latent cache
-/// rows of `slots` (row of slot `x`: `lat[x·(kvl + rope) ..]`, `[c (kvl), k_pe (rope)]`):
-/// `out[h·n + j] = (dot(q_abs,h, c_j) + dot(q_pe,h, k_pe_j)) · scale`, `n = slots.len()`, each
-/// `dot` exactly as [`dot`](super::dot) computes it on the ISA. `qa` is `[heads × kvl]`, `qp`
-/// `[heads × rope]`. The AVX2 path runs tiles of 4 heads × 2 keys (8 accumulators reduced
-/// together by `hsum8`), so scoring every key of a long context (the dense backend) costs
-/// FMAs rather than calls.
-///
-/// # Panics
-/// When a buffer is too short for the shapes, or a slot is out of `lat`.
-#[allow(clippy::too_many_arguments)]
-pub fn mla_scores(
-    isa: Isa,
-    qa: &[f32],
-    qp: &[f32],
-    heads: usize,
-    kvl: usize,
-    rope: usize,
-    lat: &[f32],
-    slots: &[u32],
-    scale: f32,
-    out: &mut [f32],
-) {
-    let (n, w) = (slots.len(), kvl + rope);
-    assert!(qa.len() >= heads * kvl && qp.len() >= heads * rope && out.len() >= heads * n, "mla_scores: shapes");
-    for &x in slots {
-        assert!((x as usize + 1) * w <= lat.len(), "mla_scores: slot {x} out of the cache");
-    }
-    #[cfg(target_arch = "x86_64")]
-    if isa != Isa::Scalar && kvl.is_multiple_of(8) && rope.is_multiple_of(8) && n > 0 {
-        // SAFETY: AVX2+FMA were detected; every row read is in bounds (asserted above).
-        unsafe { x86::mla_scores(qa, qp, heads, kvl, rope, lat, slots, scale, out) };
-        return;
-    }
-    for h in 0..heads {
-        for (j, &x) in slots.iter().enumerate() {
-            let e = &lat[x as usize * w..(x as usize + 1) * w];
-            let d = super::dot(isa, &qa[h * kvl..(h + 1) * kvl], &e[..kvl]) + super::dot(isa, &qp[h * rope..(h + 1) * rope], &e[kvl..]);
-            out[h * n + j] = d * scale;
-        }
-    }
-}
-
 /// `out[j] = (Σ_h hw[h] · max(s[h·KEY_BLOCK + j], 0)) · kscale`, heads in order.
 fn head_sum(isa: Isa, s: &[f32], heads: usize, hw: &[f32], kscale: f32, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
@@ -145,7 +100,6 @@ fn head_sum(isa: Isa, s: &[f32], heads: usize, hw: &[f32], kscale: f32, out: &mu
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::KEY_BLOCK;
-    use crate::kernels::hsum8;
     use std::arch::x86_64::*;
 
     /// [`super::index_scores`] for one query: heads in lanes (the query transposed once,
@@ -217,62 +171,6 @@ mod x86 {
         }
     }
 
-    /// Per head `i < 4` and key `k < 2`: 8-lane FMA accumulators of `q_i · row_k` over `len`.
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn dots_4x2(q: [*const f32; 4], r: [*const f32; 2], len: usize) -> __m256 {
-        let mut a = [_mm256_setzero_ps(); 8];
-        let mut c = 0;
-        while c < len {
-            let (k0, k1) = (_mm256_loadu_ps(r[0].add(c)), _mm256_loadu_ps(r[1].add(c)));
-            for i in 0..4 {
-                let qv = _mm256_loadu_ps(q[i].add(c));
-                a[2 * i] = _mm256_fmadd_ps(qv, k0, a[2 * i]);
-                a[2 * i + 1] = _mm256_fmadd_ps(qv, k1, a[2 * i + 1]);
-            }
-            c += 8;
-        }
-        // Lanes: (head i, key 0) at i, (head i, key 1) at 4 + i.
-        hsum8(&a)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn mla_scores(
-        qa: &[f32],
-        qp: &[f32],
-        heads: usize,
-        kvl: usize,
-        rope: usize,
-        lat: &[f32],
-        slots: &[u32],
-        scale: f32,
-        out: &mut [f32],
-    ) {
-        let (n, w) = (slots.len(), kvl + rope);
-        let lp = lat.as_ptr();
-        let sc = _mm256_set1_ps(scale);
-        for h0 in (0..heads).step_by(4) {
-            let hn = (heads - h0).min(4);
-            // A partial group repeats its last head (results not stored).
-            let qa4: [*const f32; 4] = std::array::from_fn(|i| qa.as_ptr().add((h0 + i.min(hn - 1)) * kvl));
-            let qp4: [*const f32; 4] = std::array::from_fn(|i| qp.as_ptr().add((h0 + i.min(hn - 1)) * rope));
-            for j in (0..n).step_by(2) {
-                let jn = (n - j).min(2);
-                let rows: [*const f32; 2] = std::array::from_fn(|k| lp.add(slots[j + k.min(jn - 1)] as usize * w));
-                let c = dots_4x2(qa4, rows, kvl);
-                let p = dots_4x2(qp4, [rows[0].add(kvl), rows[1].add(kvl)], rope);
-                let mut res = [0f32; 8];
-                _mm256_storeu_ps(res.as_mut_ptr(), _mm256_mul_ps(_mm256_add_ps(c, p), sc));
-                for i in 0..hn {
-                    for k in 0..jn {
-                        out[(h0 + i) * n + j + k] = res[4 * k + i];
-                    }
-                }
-            }
-        }
-    }
-
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn head_sum(s: &[f32], heads: usize, hw: &[f32], kscale: f32, out: &mut [f32]) {
         assert!(s.len() >= heads * KEY_BLOCK && hw.len() >= heads && out.len() <= KEY_BLOCK);
@@ -298,34 +196,6 @@ mod tests {
     fn lcg(seed: &mut u64) -> f32 {
         *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-
-    /// MLA scores equal the two `dot` calls per (head, key) on every ISA, for 4 and 5 heads (a
-    /// partial head group) and odd key counts.
-    #[test]
-    fn mla_scores_equal_two_dots() {
-        let (kvl, rope) = (64, 16);
-        let mut seed = 9u64;
-        let nslots = 37;
-        let lat: Vec<f32> = (0..nslots * (kvl + rope)).map(|_| lcg(&mut seed)).collect();
-        let slots: Vec<u32> = (0..nslots as u32).rev().step_by(2).collect();
-        for heads in [4usize, 5] {
-            let qa: Vec<f32> = (0..heads * kvl).map(|_| lcg(&mut seed)).collect();
-            let qp: Vec<f32> = (0..heads * rope).map(|_| lcg(&mut seed)).collect();
-            for isa in Isa::available() {
-                let n = slots.len();
-                let mut got = vec![0f32; heads * n];
-                mla_scores(isa, &qa, &qp, heads, kvl, rope, &lat, &slots, 0.3, &mut got);
-                for h in 0..heads {
-                    for (j, &x) in slots.iter().enumerate() {
-                        let e = &lat[x as usize * (kvl + rope)..][..kvl + rope];
-                        let d = crate::kernels::dot(isa, &qa[h * kvl..][..kvl], &e[..kvl])
-                            + crate::kernels::dot(isa, &qp[h * rope..][..rope], &e[kvl..]);
-                        assert_eq!(got[h * n + j].to_bits(), (d * 0.3).to_bits(), "{isa:?} head {h} key {j}");
-                    }
-                }
-            }
-        }
     }
 
     /// A run of queries with different context lengths (several key blocks, partial blocks)

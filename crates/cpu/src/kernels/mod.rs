@@ -27,8 +27,10 @@
 //!
 //! Files: [`matmul`](mod@matmul) (dispatch over [`crate::Weight`], Q4/Q8 integer path, scalar reference),
 //! `q8_x86` (its AVX-512 VNNI / AVX-VNNI / AVX2 tiles), `nvfp4_gemm` (the NVFP4 dequantizing GEMM),
-//! [`attention`] (GQA attention over KV slots), [`elementwise`] (dot, axpy, RMSNorm, SwiGLU,
-//! f16 conversion). RoPE lives with the models (`sparrow-engine`, `model/common.rs`).
+//! [`flash`] (tiled causal attention with an online softmax over the paged cache, for EXTEND and
+//! DECODE rows, and its score step [`block_scores`]), [`dsa`] (the DSA indexer's scores), [`attention`] (the previous two-pass GQA kernel, kept as the
+//! benchmarks' baseline), [`elementwise`] (dot, axpy, RMSNorm, SwiGLU, f16 conversion). RoPE
+//! lives with the models (`sparrow-engine`, `model/common.rs`).
 
 pub mod attention;
 pub mod elementwise;
@@ -40,7 +42,7 @@ mod nvfp4_gemm;
 mod q8_x86;
 
 pub use attention::{attend_group, KvElem};
-pub use dsa::{index_scores, mla_scores, IndexScratch};
+pub use dsa::{index_scores, IndexScratch};
 pub use flash::{block_scores, exp_f32, flash_attend, FlashScratch, KvView, KEY_BLOCK};
 pub use elementwise::{axpy, dot, rms_norm, silu_mul, to_f16};
 pub use matmul::{matmul, quant_dot_scalar};

@@ -40,10 +40,12 @@ impl Nvfp4Matrix {
             let (r0, r1) = (i * per, ((i + 1) * per).min(self.rows));
             #[cfg(target_arch = "x86_64")]
             if isa != Isa::Scalar {
-                // Full tiles of TILE_T tokens go through the register-tiled kernel over a
-                // decoded group of rows; the remaining tokens take the per-row kernel. Both do
+                // Batches of TILE_T tokens or more go through the register-tiled kernel over a
+                // decoded group of rows; smaller ones (decode) take the per-row kernel. Both do
                 // the same FMAs per (row, token) in the same order.
-                let full = tokens / x86::TILE_T * x86::TILE_T;
+                // A last partial tile runs as a tile with its last token repeated (from
+                // TILE_T tokens on): only its real tokens are stored.
+                let full = if tokens >= x86::TILE_T { tokens } else { 0 };
                 let mut res = vec![0f32; tokens - full];
                 let mut buf = Vec::new();
                 for g0 in (r0..r1).step_by(x86::GROUP) {
@@ -161,9 +163,9 @@ mod x86 {
         _mm_cvtss_f32(s)
     }
 
-    /// Rows `g0..g1` (at most [`GROUP`]) against the first `tokens` tokens (a multiple of
-    /// [`TILE_T`]): the group is decoded once into `buf` (`GROUP × cols` f32, L1-sized), then
-    /// each pair of rows × [`TILE_T`] tokens keeps its 12 accumulators in registers.
+    /// Rows `g0..g1` (at most [`GROUP`]) against `tokens ≥ TILE_T` tokens: the group is decoded
+    /// once into `buf` (`GROUP × cols` f32, L1-sized), then each pair of rows × [`TILE_T`]
+    /// tokens keeps its 12 accumulators in registers.
     ///
     /// # Safety
     /// AVX2+FMA available; `out` rows `g0..g1` of those tokens owned by the caller.
@@ -203,17 +205,30 @@ mod x86 {
                 // A lone last row reuses its own weights as the partner; that result is dropped.
                 let wb = if pair { wa.add(k) } else { wa };
                 for t0 in (tb0..tb1).step_by(TILE_T) {
-                    tile(wa, wb, x.as_ptr().add(t0 * k), k, o, t0, n_out, r, pair);
+                    let xs: [*const f32; TILE_T] = std::array::from_fn(|i| x.as_ptr().add((t0 + i).min(tokens - 1) * k));
+                    tile(wa, wb, xs, (tokens - t0).min(TILE_T), o, t0, n_out, r, pair, k);
                 }
                 r += 2;
             }
         }
     }
 
-    /// Two decoded rows (`wa`, `wb`) × [`TILE_T`] tokens from `xp`, 12 accumulators in registers.
+    /// Two decoded rows (`wa`, `wb`) × the [`TILE_T`] token rows `xs`, 12 accumulators in
+    /// registers; the first `nt` tokens' results are stored.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
-    unsafe fn tile(wa: *const f32, wb: *const f32, xp: *const f32, k: usize, o: *mut f32, t0: usize, n_out: usize, r: usize, pair: bool) {
+    unsafe fn tile(
+        wa: *const f32,
+        wb: *const f32,
+        xs: [*const f32; TILE_T],
+        nt: usize,
+        o: *mut f32,
+        t0: usize,
+        n_out: usize,
+        r: usize,
+        pair: bool,
+        k: usize,
+    ) {
         let z = _mm256_setzero_ps();
         let (mut a0, mut a1, mut a2, mut a3, mut a4, mut a5) = (z, z, z, z, z, z);
         let (mut b0, mut b1, mut b2, mut b3, mut b4, mut b5) = (z, z, z, z, z, z);
@@ -221,27 +236,27 @@ mod x86 {
         while c < k {
             let va = _mm256_loadu_ps(wa.add(c));
             let vb = _mm256_loadu_ps(wb.add(c));
-            let x0 = _mm256_loadu_ps(xp.add(c));
+            let x0 = _mm256_loadu_ps(xs[0].add(c));
             a0 = _mm256_fmadd_ps(va, x0, a0);
             b0 = _mm256_fmadd_ps(vb, x0, b0);
-            let x1 = _mm256_loadu_ps(xp.add(k + c));
+            let x1 = _mm256_loadu_ps(xs[1].add(c));
             a1 = _mm256_fmadd_ps(va, x1, a1);
             b1 = _mm256_fmadd_ps(vb, x1, b1);
-            let x2 = _mm256_loadu_ps(xp.add(2 * k + c));
+            let x2 = _mm256_loadu_ps(xs[2].add(c));
             a2 = _mm256_fmadd_ps(va, x2, a2);
             b2 = _mm256_fmadd_ps(vb, x2, b2);
-            let x3 = _mm256_loadu_ps(xp.add(3 * k + c));
+            let x3 = _mm256_loadu_ps(xs[3].add(c));
             a3 = _mm256_fmadd_ps(va, x3, a3);
             b3 = _mm256_fmadd_ps(vb, x3, b3);
-            let x4 = _mm256_loadu_ps(xp.add(4 * k + c));
+            let x4 = _mm256_loadu_ps(xs[4].add(c));
             a4 = _mm256_fmadd_ps(va, x4, a4);
             b4 = _mm256_fmadd_ps(vb, x4, b4);
-            let x5 = _mm256_loadu_ps(xp.add(5 * k + c));
+            let x5 = _mm256_loadu_ps(xs[5].add(c));
             a5 = _mm256_fmadd_ps(va, x5, a5);
             b5 = _mm256_fmadd_ps(vb, x5, b5);
             c += 8;
         }
-        for (t, (a, b)) in [(a0, b0), (a1, b1), (a2, b2), (a3, b3), (a4, b4), (a5, b5)].into_iter().enumerate() {
+        for (t, (a, b)) in [(a0, b0), (a1, b1), (a2, b2), (a3, b3), (a4, b4), (a5, b5)].into_iter().enumerate().take(nt) {
             *o.add((t0 + t) * n_out + r) = reduce(a);
             if pair {
                 *o.add((t0 + t) * n_out + r + 1) = reduce(b);

@@ -10,7 +10,8 @@
 //! (llama.cpp's `LLAMA_ROPE_TYPE_NORM`); we rotate them the same way.
 //!
 //! One step: embed → for each layer { RMSNorm → fused QKV → RoPE → write K,V to their slots →
-//! causal attention over each sequence's slot list → output projection + residual → RMSNorm →
+//! causal attention over each sequence's slot list (`kernels::flash_attend`: tasks of one KV
+//! group × a query block of up to 32 tokens, longest first) → output projection + residual → RMSNorm →
 //! fused gate/up → SwiGLU → down + residual } → final RMSNorm and the output head for the
 //! `logits_rows` only.
 

@@ -89,7 +89,11 @@ impl Indexer {
             let results: Vec<std::sync::Mutex<Vec<Vec<u32>>>> =
                 tasks.iter().map(|_| std::sync::Mutex::new(Vec::new())).collect();
             let (qi, wts, row_seq, need) = (&qi, &wts, &s.row_seq, &need);
-            s.pool.run(tasks.len(), |task| {
+            // Longest first (work ≈ rows × keys of the last row), for a balanced finish.
+            let mut order: Vec<usize> = (0..tasks.len()).collect();
+            order.sort_by_key(|&i| std::cmp::Reverse(tasks[i].len() * (batch.positions[need[tasks[i].end - 1]] as usize + 1)));
+            s.pool.run(tasks.len(), |i| {
+                let task = order[i];
                 let rows = &need[tasks[task].clone()];
                 let slots = batch.kv_slots(row_seq[rows[0]] as usize);
                 let lens: Vec<usize> = rows.iter().map(|&t| batch.positions[t] as usize + 1).collect();

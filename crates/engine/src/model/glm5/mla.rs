@@ -186,7 +186,18 @@ impl Mla {
             }
         }
         let results: Vec<std::sync::Mutex<Vec<Vec<f32>>>> = tasks.iter().map(|_| std::sync::Mutex::new(Vec::new())).collect();
-        pool.run(tasks.len(), |task| {
+        // Longest first (work ≈ rows × scored keys), for a balanced finish.
+        let work = |r: &std::ops::Range<usize>| {
+            if dense(r.start) {
+                r.len() * (batch.positions[r.end - 1] as usize + 1)
+            } else {
+                chosen(r.start).len()
+            }
+        };
+        let mut order: Vec<usize> = (0..tasks.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(work(&tasks[i])));
+        pool.run(tasks.len(), |i| {
+            let task = order[i];
             let rows = tasks[task].clone();
             let slots = batch.kv_slots(s.row_seq[rows.start] as usize);
             let view = kernels::KvView { k: lat_cache, v: lat_cache, stride: lat_w, off: 0, slots };
