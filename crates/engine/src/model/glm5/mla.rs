@@ -174,36 +174,43 @@ impl Mla {
             }
         };
         let dense = |t: usize| sel[t].is_some() && s.attn_impl(t) == AttnImpl::Dense;
-        // 2. Scores, `[heads × chosen]` per row. Tasks: runs of up to QUERY_BLOCK dense rows of
-        // one sequence (they share every key block), single other rows.
+        // 2. Scores, `[heads × chosen]` per row. Tasks: runs of up to QUERY_BLOCK rows of one
+        // sequence and one kind: dense rows share every key block; the others share buffers.
         let mut tasks: Vec<std::ops::Range<usize>> = Vec::new();
         for t in 0..t_n {
             match tasks.last_mut() {
-                Some(r) if dense(t) && dense(r.start) && r.len() < QUERY_BLOCK && s.row_seq[r.start] == s.row_seq[t] => {
+                Some(r) if dense(t) == dense(r.start) && r.len() < QUERY_BLOCK && s.row_seq[r.start] == s.row_seq[t] => {
                     r.end = t + 1
                 }
                 _ => tasks.push(t..t + 1),
             }
         }
-        let results: Vec<std::sync::Mutex<Vec<Vec<f32>>>> = tasks.iter().map(|_| std::sync::Mutex::new(Vec::new())).collect();
+        // Row t's scores, `[heads × chosen(t)]`, at `all[off[t] .. off[t + 1]]`: each task's
+        // rows are one contiguous range.
+        let mut off = Vec::with_capacity(t_n + 1);
+        off.push(0usize);
+        for t in 0..t_n {
+            off.push(off[t] + heads * chosen(t).len());
+        }
+        let mut all = vec![0f32; off[t_n]];
         // Longest first (work ≈ rows × scored keys), for a balanced finish.
         let work = |r: &std::ops::Range<usize>| {
             if dense(r.start) {
                 r.len() * (batch.positions[r.end - 1] as usize + 1)
             } else {
-                chosen(r.start).len()
+                off[r.end] - off[r.start]
             }
         };
-        let mut order: Vec<usize> = (0..tasks.len()).collect();
-        order.sort_by_key(|&i| std::cmp::Reverse(work(&tasks[i])));
-        pool.run(tasks.len(), |i| {
-            let task = order[i];
+        tasks.sort_by_key(|r| std::cmp::Reverse(work(r)));
+        let ranges: Vec<std::ops::Range<usize>> = tasks.iter().map(|r| off[r.start]..off[r.end]).collect();
+        pool.par_ranges(&mut all, &ranges, |task, out| {
             let rows = tasks[task].clone();
+            let base = off[rows.start];
             let slots = batch.kv_slots(s.row_seq[rows.start] as usize);
             let view = kernels::KvView { k: lat_cache, v: lat_cache, stride: lat_w, off: 0, slots };
-            let (mut kt, mut blk) = (Vec::new(), vec![0f32; rows.len() * heads * kernels::KEY_BLOCK]);
-            let mut out: Vec<Vec<f32>> = rows.clone().map(|t| vec![0f32; heads * chosen(t).len()]).collect();
+            let mut kt = Vec::new();
             if dense(rows.start) {
+                let mut blk = vec![0f32; rows.len() * heads * kernels::KEY_BLOCK];
                 let qrows = &qcat[rows.start * heads * lat_w..rows.end * heads * lat_w];
                 let last = rows.clone().map(|t| batch.positions[t] as usize).max().unwrap_or(0);
                 for k0 in (0..=last).step_by(kernels::KEY_BLOCK) {
@@ -212,39 +219,36 @@ impl Mla {
                     kernels::block_scores(isa, qrows, nr, lat_w, &view, &slots[k0..k1], softmax_scale, &mut kt, &mut blk);
                     for (i, t) in rows.clone().enumerate() {
                         let ch = chosen(t);
-                        let m = ch.len();
+                        let (m, o) = (ch.len(), &mut out[off[t] - base..off[t + 1] - base]);
                         for (n, &p) in ch.iter().enumerate() {
                             let p = p as usize;
                             if (k0..k1).contains(&p) {
                                 for hd in 0..heads {
-                                    out[i][hd * m + n] = blk[(i * heads + hd) * kernels::KEY_BLOCK + p - k0];
+                                    o[hd * m + n] = blk[(i * heads + hd) * kernels::KEY_BLOCK + p - k0];
                                 }
                             }
                         }
                     }
                 }
             } else {
-                let t = rows.start;
-                let ch = chosen(t);
-                let m = ch.len();
-                let qrow = &qcat[t * heads * lat_w..(t + 1) * heads * lat_w];
-                for n0 in (0..m).step_by(kernels::KEY_BLOCK) {
-                    let n1 = (n0 + kernels::KEY_BLOCK).min(m);
-                    let ks: Vec<u32> = ch[n0..n1].iter().map(|&p| slots[p as usize]).collect();
-                    kernels::block_scores(isa, qrow, heads, lat_w, &view, &ks, softmax_scale, &mut kt, &mut blk);
-                    for hd in 0..heads {
-                        out[0][hd * m + n0..hd * m + n1].copy_from_slice(&blk[hd * kernels::KEY_BLOCK..hd * kernels::KEY_BLOCK + n1 - n0]);
+                let mut blk = vec![0f32; heads * kernels::KEY_BLOCK];
+                let mut ks = Vec::with_capacity(kernels::KEY_BLOCK);
+                for t in rows {
+                    let ch = chosen(t);
+                    let (m, o) = (ch.len(), &mut out[off[t] - base..off[t + 1] - base]);
+                    let qrow = &qcat[t * heads * lat_w..(t + 1) * heads * lat_w];
+                    for n0 in (0..m).step_by(kernels::KEY_BLOCK) {
+                        let n1 = (n0 + kernels::KEY_BLOCK).min(m);
+                        ks.clear();
+                        ks.extend(ch[n0..n1].iter().map(|&p| slots[p as usize]));
+                        kernels::block_scores(isa, qrow, heads, lat_w, &view, &ks, softmax_scale, &mut kt, &mut blk);
+                        for hd in 0..heads {
+                            o[hd * m + n0..hd * m + n1].copy_from_slice(&blk[hd * kernels::KEY_BLOCK..hd * kernels::KEY_BLOCK + n1 - n0]);
+                        }
                     }
                 }
             }
-            if let Ok(mut r) = results[task].lock() {
-                *r = out;
-            }
         });
-        let mut scores_of: Vec<Vec<f32>> = Vec::with_capacity(t_n);
-        for r in results {
-            scores_of.extend(r.into_inner().unwrap_or_default());
-        }
         // 3. Softmax, latent sum and W_UV per (row, head).
         let mut attn = vec![0f32; t_n * heads * vd];
         pool.par_rows(&mut attn, heads * vd, |t, out| {
@@ -252,8 +256,10 @@ impl Mla {
             let ch = chosen(t);
             let m = ch.len();
             let mut lat = vec![0f32; kvl];
+            let mut sc = Vec::with_capacity(m);
             for hd in 0..heads {
-                let mut sc = scores_of[t][hd * m..(hd + 1) * m].to_vec();
+                sc.clear();
+                sc.extend_from_slice(&all[off[t] + hd * m..off[t] + (hd + 1) * m]);
                 let mx = sc.iter().copied().fold(f32::NEG_INFINITY, f32::max);
                 let mut sum = 0f32;
                 for v in sc.iter_mut() {
