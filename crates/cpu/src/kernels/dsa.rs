@@ -208,7 +208,7 @@ mod tests {
         let nslots = 300;
         let k: Vec<f32> = (0..nslots * dim).map(|_| lcg(&mut seed)).collect();
         let slots: Vec<u32> = (0..nslots as u32).rev().collect();
-        for heads in [8usize, 5] {
+        for heads in [8usize, 5, 20] {
             let lens = [300usize, 299, 129, 128, 7, 1];
             let rows = lens.len();
             let q: Vec<f32> = (0..rows * heads * dim).map(|_| lcg(&mut seed)).collect();

@@ -3,7 +3,7 @@
 //!
 //! One call handles a *query block*: consecutive tokens of one sequence and the `group` query
 //! heads that share one KV head (GQA), `R = tokens × group` rows. Keys are visited in blocks of
-//! [`KEY_BLOCK`] positions aligned at absolute positions (`[b·64, b·64 + 64)`); blocks past the
+//! [`KEY_BLOCK`] positions aligned at absolute positions (`[b·128, b·128 + 128)`); blocks past the
 //! block's last position are never touched (causal skipping). For each key block:
 //!
 //! ```text
@@ -20,12 +20,14 @@
 //!
 //! **Determinism.** Every quantity of a row is a function of that row's query and its keys
 //! `0 ..= pos` alone, in a fixed order: the tiling over rows, tokens and dimensions changes only
-//! which row shares a loaded key, never an operation of a row, and masked keys add exact zeros.
-//! So a row gives the same bits in a query block of 16 tokens (prefill), alone (decode), in any
-//! chunk of a chunked prefill or after a prefix-cache hit, and the SIMD path equals
-//! [`flash_attend`] with [`Isa::Scalar`] bit for bit.
+//! which row shares a loaded key, never an operation of a row; masked keys add exact zeros to
+//! the sums, and no row reads a value past its position. So a row gives the same bits in a
+//! query block of 32 tokens (prefill), alone (decode), in any chunk of a chunked prefill or
+//! after a prefix-cache hit, and the SIMD path equals [`flash_attend`] with [`Isa::Scalar`] bit
+//! for bit (for finite scores; a NaN score gives NaN on every path, not necessarily the same
+//! NaN).
 //!
-//! **Data reuse.** Each key block is converted from f16 once and transposed (`[hd × 64]`, 8 × 8
+//! **Data reuse.** Each key block is converted from f16 once and transposed (`[hd × 128]`, 8 × 8
 //! in registers), so a score tile of 6 rows × 16 keys is pure FMAs over `d`: two key vectors and
 //! six broadcast query values feed 12 accumulators, and no score needs a horizontal sum. With
 //! `R ≥ 8` the block's values are converted once too, then read by value tiles of 6 rows × 16
@@ -46,7 +48,8 @@ const TILE_ROWS: usize = 6;
 /// Rows at which converting a key block to f32 once beats converting it per row tile.
 const CONVERT_ROWS: usize = 8;
 
-/// Lower bound below which [`exp_f32`] returns 0 (e^-87 ≈ 1.6e-38, the smallest normal f32).
+/// Lower bound below which [`exp_f32`] returns 0 (e^-87 ≈ 1.6e-38, just above the smallest
+/// normal f32, 1.18e-38: the `2^n` of the result stays a normal number).
 const EXP_LO: f32 = -87.0;
 const EXP_HI: f32 = 88.0;
 const LOG2E: f32 = std::f32::consts::LOG2_E;
@@ -352,10 +355,7 @@ mod scalar {
         for r in 0..p.rows {
             let orow = &mut o[r * p.hd..(r + 1) * p.hd];
             orow.iter_mut().for_each(|x| *x *= alpha[r]);
-            // Up to the longest row of the row's value tile: zeros beyond its own.
-            let t0 = r / TILE_ROWS * TILE_ROWS;
-            let jmax = (t0..(t0 + TILE_ROWS).min(p.rows)).map(|x| valid[x] as usize).max().unwrap_or(0);
-            for j in 0..jmax {
+            for j in 0..valid[r] as usize {
                 let w = s[r * KEY_BLOCK + j];
                 for (x, vv) in orow.iter_mut().zip(&v[koff[j]..koff[j] + p.hd]) {
                     *x = w.mul_add(vv.to_f32(), *x);
@@ -385,7 +385,8 @@ mod x86 {
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn exp8(x: __m256) -> __m256 {
         let lo = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(EXP_LO));
-        let x = _mm256_min_ps(x, _mm256_set1_ps(EXP_HI));
+        // `minps` returns its second operand when either is NaN: NaN stays NaN, as in `exp_f32`.
+        let x = _mm256_min_ps(_mm256_set1_ps(EXP_HI), x);
         let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
             x,
             _mm256_set1_ps(LOG2E),
@@ -592,6 +593,7 @@ mod x86 {
         s: *const f32,
         o: *mut f32,
         alpha: &[f32],
+        valid: &[i32],
     ) {
         let mut acc = [[_mm256_setzero_ps(); 2]; RT];
         for r in 0..RT {
@@ -599,13 +601,27 @@ mod x86 {
             let op = o.add((r0 + r) * p.hd + d);
             acc[r] = [_mm256_mul_ps(_mm256_loadu_ps(op), a), _mm256_mul_ps(_mm256_loadu_ps(op.add(8)), a)];
         }
-        for (j, &off) in koff[..jmax].iter().enumerate() {
+        // Keys every row of the tile sees, then the diagonal's tail row by row: a row never
+        // touches a value past its own position (0 · inf would be NaN).
+        let jlo = valid[r0..r0 + RT].iter().copied().min().unwrap_or(0).max(0) as usize;
+        for (j, &off) in koff[..jlo].iter().enumerate() {
             let vp = v.add(off + d);
             let (v0, v1) = (T::load8(vp), T::load8(vp.add(8)));
             for r in 0..RT {
                 let w = _mm256_broadcast_ss(&*s.add((r0 + r) * KEY_BLOCK + j));
                 acc[r][0] = _mm256_fmadd_ps(w, v0, acc[r][0]);
                 acc[r][1] = _mm256_fmadd_ps(w, v1, acc[r][1]);
+            }
+        }
+        for (j, &off) in koff[..jmax].iter().enumerate().skip(jlo) {
+            let vp = v.add(off + d);
+            let (v0, v1) = (T::load8(vp), T::load8(vp.add(8)));
+            for r in 0..RT {
+                if (j as i32) < valid[r0 + r] {
+                    let w = _mm256_broadcast_ss(&*s.add((r0 + r) * KEY_BLOCK + j));
+                    acc[r][0] = _mm256_fmadd_ps(w, v0, acc[r][0]);
+                    acc[r][1] = _mm256_fmadd_ps(w, v1, acc[r][1]);
+                }
             }
         }
         for r in 0..RT {
@@ -633,12 +649,12 @@ mod x86 {
             let jmax = valid[r0..r0 + rt].iter().copied().max().unwrap_or(0) as usize;
             for d in (0..p.hd).step_by(16) {
                 match rt {
-                    6 => value_tile::<T, 6>(p, r0, d, jmax, vp, koff, sp, op, alpha),
-                    5 => value_tile::<T, 5>(p, r0, d, jmax, vp, koff, sp, op, alpha),
-                    4 => value_tile::<T, 4>(p, r0, d, jmax, vp, koff, sp, op, alpha),
-                    3 => value_tile::<T, 3>(p, r0, d, jmax, vp, koff, sp, op, alpha),
-                    2 => value_tile::<T, 2>(p, r0, d, jmax, vp, koff, sp, op, alpha),
-                    _ => value_tile::<T, 1>(p, r0, d, jmax, vp, koff, sp, op, alpha),
+                    6 => value_tile::<T, 6>(p, r0, d, jmax, vp, koff, sp, op, alpha, valid),
+                    5 => value_tile::<T, 5>(p, r0, d, jmax, vp, koff, sp, op, alpha, valid),
+                    4 => value_tile::<T, 4>(p, r0, d, jmax, vp, koff, sp, op, alpha, valid),
+                    3 => value_tile::<T, 3>(p, r0, d, jmax, vp, koff, sp, op, alpha, valid),
+                    2 => value_tile::<T, 2>(p, r0, d, jmax, vp, koff, sp, op, alpha, valid),
+                    _ => value_tile::<T, 1>(p, r0, d, jmax, vp, koff, sp, op, alpha, valid),
                 }
             }
             r0 += rt;
@@ -730,6 +746,33 @@ mod tests {
         }
     }
 
+    /// A value that overflowed f16 (±inf) at a later position never reaches earlier rows of the
+    /// same query block: they stay finite and equal to the rows computed alone.
+    #[test]
+    fn later_infinite_values_do_not_leak_backwards() {
+        let (hd, n) = (64usize, 40usize);
+        let mut seed = 17u64;
+        let kh: Vec<u16> = (0..n * hd).map(|_| f32_to_f16(lcg(&mut seed))).collect();
+        let mut vh: Vec<u16> = (0..n * hd).map(|_| f32_to_f16(lcg(&mut seed))).collect();
+        vh[(n - 1) * hd + 5] = 0x7c00; // +inf at the last position
+        let slots: Vec<u32> = (0..n as u32).collect();
+        let q: Vec<f32> = (0..n * 3 * hd).map(|_| lcg(&mut seed)).collect();
+        let positions: Vec<u32> = (0..n as u32).collect();
+        let view = KvView { k: &kh, v: &vh, stride: hd, off: 0, slots: &slots };
+        let mut sc = FlashScratch::default();
+        for isa in Isa::available() {
+            let mut all = vec![0f32; n * 3 * hd];
+            flash_attend(isa, &q, 3 * hd, &positions, 3, hd, &view, 0.125, &mut sc, &mut all);
+            for t in 0..n - 1 {
+                let mut one = vec![0f32; 3 * hd];
+                flash_attend(isa, &q[t * 3 * hd..], 3 * hd, &positions[t..t + 1], 3, hd, &view, 0.125, &mut sc, &mut one);
+                let got = &all[t * 3 * hd..(t + 1) * 3 * hd];
+                assert!(got.iter().all(|x| x.is_finite()), "{isa:?} token {t} is not finite");
+                assert!(got.iter().zip(&one).all(|(a, b)| a.to_bits() == b.to_bits()), "{isa:?} token {t}");
+            }
+        }
+    }
+
     /// Every row of a prefill block equals the f64 reference, and the same row computed alone
     /// (a decode row), in other query blocks, with the f32 twin of the cache and on every ISA,
     /// bit for bit.
@@ -737,7 +780,7 @@ mod tests {
     fn blocks_match_reference_and_each_row_is_independent_of_tiling() {
         let (hd, kv_heads) = (64, 2);
         let stride = kv_heads * hd;
-        let n = 203; // four key blocks, the last one partial and odd
+        let n = 203; // two key blocks, the last one partial and odd
         let mut seed = 11u64;
         let kf: Vec<f32> = (0..n * stride).map(|_| lcg(&mut seed) * 2.0).collect();
         let vf: Vec<f32> = (0..n * stride).map(|_| lcg(&mut seed)).collect();
@@ -762,7 +805,7 @@ mod tests {
                 // The whole sequence as one block.
                 let mut all = vec![0f32; n * group * hd];
                 flash_attend(isa, &q, qs, &positions, group, hd, &view, 0.125, &mut sc, &mut all);
-                for t in [0usize, 1, 63, 64, 130, n - 1] {
+                for t in [0usize, 1, 63, 64, 127, 128, 130, n - 1] {
                     for h in 0..group {
                         let r = reference(&q[t * qs + h * hd..], &kh, &vh, stride, hd, &slots[..=t], hd, 0.125);
                         for (i, w) in r.iter().enumerate() {

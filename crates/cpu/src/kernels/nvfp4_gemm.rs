@@ -193,8 +193,8 @@ mod x86 {
             }
         }
         let o = out.get();
-        // Token blocks of ~24 KiB of activations: the block stays in L1 while the group's row
-        // pairs pass over it (a whole batch of activations only fits L2).
+        // Token blocks of ~12 KiB of activations: the block stays in L1, with the group's
+        // decoded rows, while the row pairs pass over it (a whole batch only fits L2).
         let tb = ((12288 / (4 * k)) / TILE_T * TILE_T).max(TILE_T);
         for tb0 in (0..tokens).step_by(tb) {
             let tb1 = (tb0 + tb).min(tokens);

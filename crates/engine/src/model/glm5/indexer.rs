@@ -14,8 +14,8 @@ use sparrow_cpu::{kernels, Weight};
 use super::{Step, Work, LORA_NORM_EPS, ROPE_LAYOUT};
 use crate::kv::KvStore;
 
-/// Query rows scored together against each block of keys (16 rows × 8 heads: 128 rows of the
-/// score GEMM).
+/// Query rows scored together against each block of keys (× the index heads: 128 rows of the
+/// score GEMM for glm5-tiny's 8 heads, 512 for GLM-5's 32).
 const ROW_BLOCK: usize = 16;
 
 /// Per row: the positions it attends to (ascending), or `None` for its whole context.
