@@ -145,7 +145,7 @@ pub fn flash_attend<E: KvElem>(
         sc.q.extend_from_slice(&q[i * q_stride..i * q_stride + group * hd]);
     }
     sc.s.resize(rows * KEY_BLOCK, 0.0);
-    sc.kt.clear();
+    // No clearing: `transpose_keys` writes every column the score tiles read.
     sc.kt.resize(hd * KEY_BLOCK, 0.0);
     sc.o.clear();
     sc.o.resize(rows * hd, 0.0);
@@ -156,7 +156,8 @@ pub fn flash_attend<E: KvElem>(
     sc.alpha.resize(rows, 0.0);
     sc.valid.resize(rows, 0);
     let max_pos = positions.iter().copied().max().unwrap_or(0) as usize;
-    let convert = rows >= CONVERT_ROWS;
+    // The scalar path reads the cache in place: conversion only pays off for SIMD tiles.
+    let convert = simd && rows >= CONVERT_ROWS;
     for k0 in (0..=max_pos).step_by(KEY_BLOCK) {
         let nk = (max_pos + 1 - k0).min(KEY_BLOCK);
         for r in 0..rows {
@@ -180,15 +181,7 @@ pub fn flash_attend<E: KvElem>(
             sc.koff.extend(kslots.iter().map(|&s| s as usize * kv.stride + kv.off));
         }
         let parts = Parts { rows, hd, nk, scale };
-        let b = Bufs {
-            q: &sc.q,
-            s: &mut sc.s,
-            o: &mut sc.o,
-            m: &mut sc.m,
-            l: &mut sc.l,
-            alpha: &mut sc.alpha,
-            valid: &sc.valid,
-        };
+        let v: &[E] = kv.v;
         #[cfg(target_arch = "x86_64")]
         if simd {
             // SAFETY: AVX2+FMA+F16C were detected (`simd` implies a SIMD ISA); every key and
@@ -196,21 +189,19 @@ pub fn flash_attend<E: KvElem>(
             // above.
             unsafe {
                 x86::transpose_keys(kv, kslots, hd, &mut sc.kt);
-                x86::scores(b.q, &parts, &sc.kt, b.s);
-                x86::softmax(&parts, b.s, b.m, b.l, b.alpha, b.valid);
+                x86::scores(&sc.q, &parts, &sc.kt, &mut sc.s);
+                x86::softmax(&parts, &mut sc.s, &mut sc.m, &mut sc.l, &mut sc.alpha, &sc.valid);
                 if convert {
-                    x86::values(&parts, &sc.vf, &sc.koff, b.s, b.o, b.alpha, b.valid);
+                    x86::values(&parts, &sc.vf, &sc.koff, &sc.s, &mut sc.o, &sc.alpha, &sc.valid);
                 } else {
-                    x86::values(&parts, kv.v, &sc.koff, b.s, b.o, b.alpha, b.valid);
+                    x86::values(&parts, v, &sc.koff, &sc.s, &mut sc.o, &sc.alpha, &sc.valid);
                 }
             }
             continue;
         }
-        let _ = (simd, convert);
-        scalar::scores(b.q, &parts, kv, kslots, b.s);
-        scalar::softmax(&parts, b.s, b.m, b.l, b.alpha, b.valid);
-        let vo: Vec<usize> = kslots.iter().map(|&s| s as usize * kv.stride + kv.off).collect();
-        scalar::values(&parts, kv.v, &vo, b.s, b.o, b.alpha, b.valid);
+        scalar::scores(&sc.q, &parts, kv, kslots, &mut sc.s);
+        scalar::softmax(&parts, &mut sc.s, &mut sc.m, &mut sc.l, &mut sc.alpha, &sc.valid);
+        scalar::values(&parts, v, &sc.koff, &sc.s, &mut sc.o, &sc.alpha, &sc.valid);
     }
     for r in 0..rows {
         let inv = 1.0 / sc.l[r];
@@ -277,17 +268,6 @@ struct Parts {
     hd: usize,
     nk: usize,
     scale: f32,
-}
-
-/// The scratch a key block reads and writes (the K/V buffers are borrowed separately).
-struct Bufs<'a> {
-    q: &'a [f32],
-    s: &'a mut [f32],
-    o: &'a mut [f32],
-    m: &'a mut [f32],
-    l: &'a mut [f32],
-    alpha: &'a mut [f32],
-    valid: &'a [i32],
 }
 
 fn convert_row<E: KvElem>(isa: Isa, src: &[E], dst: &mut [f32]) {
