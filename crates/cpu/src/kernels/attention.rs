@@ -252,10 +252,7 @@ mod x86 {
 mod tests {
     use super::*;
 
-    fn lcg(seed: &mut u64) -> f32 {
-        *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
+    use crate::kernels::test_rand as lcg;
 
     /// The AVX2 value accumulation equals the generic slot-by-slot `axpy` loop bit for bit, and
     /// the whole attention equals an f64 softmax reference within f16/f32 rounding, for f16 and

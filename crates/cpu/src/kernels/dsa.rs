@@ -193,10 +193,7 @@ mod x86 {
 mod tests {
     use super::*;
 
-    fn lcg(seed: &mut u64) -> f32 {
-        *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
+    use crate::kernels::test_rand as lcg;
 
     /// A run of queries with different context lengths (several key blocks, partial blocks)
     /// gives the same bits on every ISA, the same bits one query at a time, and the f64 value

@@ -647,10 +647,7 @@ mod tests {
     use super::*;
     use crate::half::{f16_to_f32, f32_to_f16};
 
-    fn lcg(seed: &mut u64) -> f32 {
-        *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
+    use crate::kernels::test_rand as lcg;
 
     #[test]
     fn exp_is_close_to_libm_and_exact_at_the_edges() {

@@ -282,10 +282,7 @@ mod tests {
     fn dense_matmul_equals_dot_per_output() {
         let pool = ThreadPool::new(2).expect("pool");
         let mut seed = 11u64;
-        let mut rnd = || {
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        };
+        let mut rnd = || crate::kernels::test_rand(&mut seed);
         // The last: 1.5 MB of weights per task, so an odd token takes the streaming path.
         for (n, k, tokens) in [(45usize, 100usize, 37usize), (8, 64, 1), (3, 13, 70), (40_000, 76, 3)] {
             let data: Vec<f32> = (0..n * k).map(|_| rnd()).collect();

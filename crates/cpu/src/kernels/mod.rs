@@ -123,3 +123,11 @@ pub(crate) unsafe fn hsum8(v: &[std::arch::x86_64::__m256; 8]) -> std::arch::x86
     let d = _mm256_add_ps(_mm256_shuffle_ps::<0x44>(w45, w67), _mm256_shuffle_ps::<0xEE>(w45, w67));
     _mm256_hadd_ps(c, d)
 }
+
+/// Test data: the next value in [-1, 1) of a 64-bit LCG (Knuth's MMIX constants), the one
+/// stream the kernel tests share.
+#[cfg(test)]
+pub(crate) fn test_rand(seed: &mut u64) -> f32 {
+    *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+}
