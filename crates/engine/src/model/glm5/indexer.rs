@@ -79,13 +79,7 @@ impl Indexer {
             let kc = kv.component(l, 1);
             // Tasks: runs of up to ROW_BLOCK consecutive rows of one sequence, scored together
             // against each block of keys (one small GEMM per key block).
-            let mut tasks: Vec<std::ops::Range<usize>> = Vec::new();
-            for (n, &t) in need.iter().enumerate() {
-                match tasks.last_mut() {
-                    Some(r) if r.len() < ROW_BLOCK && s.row_seq[need[r.start]] == s.row_seq[t] => r.end = n + 1,
-                    _ => tasks.push(n..n + 1),
-                }
-            }
+            let tasks = super::runs(need.len(), ROW_BLOCK, |a, b| s.row_seq[need[a]] == s.row_seq[need[b]]);
             let results: Vec<std::sync::Mutex<Vec<Vec<u32>>>> =
                 tasks.iter().map(|_| std::sync::Mutex::new(Vec::new())).collect();
             let (qi, wts, row_seq, need) = (&qi, &wts, &s.row_seq, &need);

@@ -176,15 +176,7 @@ impl Mla {
         let dense = |t: usize| sel[t].is_some() && s.attn_impl(t) == AttnImpl::Dense;
         // 2. Scores, `[heads × chosen]` per row. Tasks: runs of up to QUERY_BLOCK rows of one
         // sequence and one kind: dense rows share every key block; the others share buffers.
-        let mut tasks: Vec<std::ops::Range<usize>> = Vec::new();
-        for t in 0..t_n {
-            match tasks.last_mut() {
-                Some(r) if dense(t) == dense(r.start) && r.len() < QUERY_BLOCK && s.row_seq[r.start] == s.row_seq[t] => {
-                    r.end = t + 1
-                }
-                _ => tasks.push(t..t + 1),
-            }
-        }
+        let mut tasks = super::runs(t_n, QUERY_BLOCK, |a, b| dense(a) == dense(b) && s.row_seq[a] == s.row_seq[b]);
         // Row t's scores, `[heads × chosen(t)]`, at `all[off[t] .. off[t + 1]]`: each task's
         // rows are one contiguous range.
         let mut off = Vec::with_capacity(t_n + 1);

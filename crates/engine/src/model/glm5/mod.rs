@@ -102,6 +102,20 @@ fn par_norm(pool: &ThreadPool, x: &[f32], g: &[f32], eps: f32, y: &mut [f32]) {
     pool.par_row_chunks(y, w, |r0, ys| kernels::rms_norm(&x[r0 * w..r0 * w + ys.len()], g, eps, ys));
 }
 
+/// `0..n` cut into runs of consecutive items, at most `max` each, a run ending where
+/// `joins(first_of_run, i)` is false: the tasks of the indexer's and of MLA's scoring, which
+/// share key blocks (or buffers) within a run.
+fn runs(n: usize, max: usize, joins: impl Fn(usize, usize) -> bool) -> Vec<std::ops::Range<usize>> {
+    let mut out: Vec<std::ops::Range<usize>> = Vec::new();
+    for i in 0..n {
+        match out.last_mut() {
+            Some(r) if r.len() < max && joins(r.start, i) => r.end = i + 1,
+            _ => out.push(i..i + 1),
+        }
+    }
+    out
+}
+
 /// One decoder layer (`model.layers.L`).
 struct DecoderLayer {
     input_ln: Vec<f32>,
