@@ -493,7 +493,7 @@ impl Model for LlamaModel {
         }
         let clock = self.profile.then(std::time::Instant::now);
         let mut pt = PartTimes::default();
-        // Adds the time since `$t` to the part `$field` while profiling.
+        // Runs `$e`, adding its wall time to the part `$field` while profiling.
         macro_rules! timed {
             ($field:ident, $e:expr) => {{
                 let t0 = clock.map(|_| std::time::Instant::now());
@@ -571,24 +571,24 @@ impl Model for LlamaModel {
                         }
                     });
                 } else {
-                pool.par_ranges(&mut s.attn_t, &attn_ranges, |task, o| {
-                    let AttnTask { seq, g, i0, i1 } = attn_tasks[task];
-                    let ts = batch.seqs[seq].token_start as usize;
-                    let view = kernels::KvView { k: kc, v: vc, stride: kvd, off: g * hd, slots: batch.kv_slots(seq) };
-                    let q = &qkv[(ts + i0) * qkv_w + g * ghd..];
-                    let pos = &batch.positions[ts + i0..ts + i1];
-                    FLASH.with_borrow_mut(|sc| kernels::flash_attend(isa, q, qkv_w, pos, group, hd, &view, scale, sc, o));
-                });
-                // Back to token rows: token t's group g from its sequence's `[g][i]` layout.
-                let (at, row_seq) = (&s.attn_t, &s.row_seq);
-                pool.par_rows(&mut s.attn, h, |t, row| {
-                    let sq = &batch.seqs[row_seq[t] as usize];
-                    let (ts, len) = (sq.token_start as usize, sq.extend_len as usize);
-                    for g in 0..c.kv_heads {
-                        let src = ts * h + (g * len + t - ts) * ghd;
-                        row[g * ghd..(g + 1) * ghd].copy_from_slice(&at[src..src + ghd]);
-                    }
-                });
+                    pool.par_ranges(&mut s.attn_t, &attn_ranges, |task, o| {
+                        let AttnTask { seq, g, i0, i1 } = attn_tasks[task];
+                        let ts = batch.seqs[seq].token_start as usize;
+                        let view = kernels::KvView { k: kc, v: vc, stride: kvd, off: g * hd, slots: batch.kv_slots(seq) };
+                        let q = &qkv[(ts + i0) * qkv_w + g * ghd..];
+                        let pos = &batch.positions[ts + i0..ts + i1];
+                        FLASH.with_borrow_mut(|sc| kernels::flash_attend(isa, q, qkv_w, pos, group, hd, &view, scale, sc, o));
+                    });
+                    // Back to token rows: token t's group g from its sequence's `[g][i]` layout.
+                    let (at, row_seq) = (&s.attn_t, &s.row_seq);
+                    pool.par_rows(&mut s.attn, h, |t, row| {
+                        let sq = &batch.seqs[row_seq[t] as usize];
+                        let (ts, len) = (sq.token_start as usize, sq.extend_len as usize);
+                        for g in 0..c.kv_heads {
+                            let src = ts * h + (g * len + t - ts) * ghd;
+                            row[g * ghd..(g + 1) * ghd].copy_from_slice(&at[src..src + ghd]);
+                        }
+                    });
                 }
             });
             if let Some(o) = self.observer.as_mut() {
