@@ -5,6 +5,7 @@
 //! - [`isa`]: instruction-set detection, once at start-up ([`Isa`]);
 //! - [`pool`]: fork-join thread pool and the safe parallel-rows helpers the models use;
 //! - [`mmap`]: the one wrapper over `memmap2`, used by the checkpoint loaders and the tokenizer;
+//! - [`mem`]: the process's allocator settings for per-step activation buffers;
 //! - [`half`]: IEEE half <-> f32;
 //! - [`format`]: GGML blocks (Q4_0/Q4_1/Q8_0 -> one affine u4/u8 layout, F16/F32 -> dense, 8-bit activations) and
 //!   ModelOpt NVFP4 (E2M1 codes, E4M3 block scales, quantizer);
@@ -18,6 +19,7 @@ pub mod format;
 pub mod half;
 pub mod isa;
 pub mod kernels;
+pub mod mem;
 pub mod mmap;
 pub mod pool;
 pub mod roofline;

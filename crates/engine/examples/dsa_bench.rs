@@ -65,6 +65,8 @@ fn run(m: &mut Glm5Model, prompt: &[u32]) -> (f64, f64, u64, u64, Vec<f32>) {
 }
 
 fn main() {
+    // As `sparrow` does at start-up.
+    sparrow_cpu::mem::retain_freed_memory();
     let lens: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
     let lens = if lens.is_empty() { vec![1024, 2048, 4096] } else { lens };
     let dir = std::env::temp_dir().join(format!("sparrow-dsa-bench-{}", std::process::id()));

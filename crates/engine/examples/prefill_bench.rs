@@ -106,6 +106,8 @@ fn lens(args: &[String], default: &[usize]) -> Vec<usize> {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // As `sparrow` does at start-up.
+    sparrow_cpu::mem::retain_freed_memory();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let isa = sparrow_cpu::Isa::detect();

@@ -92,6 +92,8 @@ fn parse_cli(argv: &[String]) -> Result<Cli, CliError> {
 }
 
 fn main() -> std::process::ExitCode {
+    // Before any thread exists: forward passes reuse their freed activation memory.
+    sparrow_cpu::mem::retain_freed_memory();
     let argv: Vec<String> = std::env::args().collect();
     let cli = match parse_cli(&argv) {
         Ok(cli) => cli,
