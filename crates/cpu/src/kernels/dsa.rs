@@ -61,6 +61,23 @@ pub fn index_scores(
         return;
     }
     let kv = KvView { k, v: k, stride: dim, off: 0, slots };
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Scalar && dim.is_multiple_of(8) {
+        for &x in &slots[..n] {
+            assert!((x as usize + 1) * dim <= k.len(), "index_scores: slot {x} out of the cache");
+        }
+        sc.kt.resize(dim * KEY_BLOCK, 0.0);
+        for k0 in (0..n).step_by(KEY_BLOCK) {
+            let k1 = (k0 + KEY_BLOCK).min(n);
+            // SAFETY: AVX2+FMA were detected; every key row is in `k` (checked above), `kt`
+            // holds a block, and `q`, `hw`, `out` have the sizes asserted at the top.
+            unsafe {
+                super::flash::transpose_keys(&kv, &slots[k0..k1], dim, &mut sc.kt);
+                x86::fused_block(q, heads, dim, hw, &sc.kt, k0, k1, lens, n, kscale, out);
+            }
+        }
+        return;
+    }
     sc.s.resize(rows * heads * KEY_BLOCK, 0.0);
     for k0 in (0..n).step_by(KEY_BLOCK) {
         let k1 = (k0 + KEY_BLOCK).min(n);
@@ -168,6 +185,89 @@ mod x86 {
             _mm256_storeu_ps(res.as_mut_ptr(), _mm256_mul_ps(acc, _mm256_set1_ps(kscale)));
             let m = (n - j0).min(8);
             out[j0..j0 + m].copy_from_slice(&res[..m]);
+        }
+    }
+
+    /// The block path of [`super::index_scores`] with the head sum in registers: per query
+    /// and 16 keys of the transposed block `kt` (`[dim × KEY_BLOCK]`, keys `k0..k1`), heads
+    /// 4 at a time, each (head, key) dot product the FMA chain over `d` of
+    /// [`super::block_scores`], then `sum = sum + w_h · max(dot, 0)` in head order and
+    /// `· kscale`: the operations (and bits) of `block_scores` at scale 1 followed by
+    /// `head_sum`, without the scores' round trip through memory.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn fused_block(
+        q: &[f32],
+        heads: usize,
+        dim: usize,
+        hw: &[f32],
+        kt: &[f32],
+        k0: usize,
+        k1: usize,
+        lens: &[usize],
+        n: usize,
+        kscale: f32,
+        out: &mut [f32],
+    ) {
+        assert!(kt.len() >= dim * KEY_BLOCK && k1 - k0 <= KEY_BLOCK);
+        let zero = _mm256_setzero_ps();
+        let ks = _mm256_set1_ps(kscale);
+        for (r, &len) in lens.iter().enumerate() {
+            if len <= k0 {
+                continue;
+            }
+            let m = len.min(k1) - k0;
+            assert!(q.len() >= (r + 1) * heads * dim && hw.len() >= (r + 1) * heads && out.len() >= r * n + k0 + m);
+            let qr = q.as_ptr().add(r * heads * dim);
+            let wr = hw.as_ptr().add(r * heads);
+            for j in (0..m).step_by(16) {
+                let mut sum = [zero; 2];
+                let mut h0 = 0;
+                while h0 < heads {
+                    match heads - h0 {
+                        1 => heads_tile::<1>(qr, wr, h0, dim, kt, j, &mut sum),
+                        2 => heads_tile::<2>(qr, wr, h0, dim, kt, j, &mut sum),
+                        3 => heads_tile::<3>(qr, wr, h0, dim, kt, j, &mut sum),
+                        _ => heads_tile::<4>(qr, wr, h0, dim, kt, j, &mut sum),
+                    }
+                    h0 += 4;
+                }
+                let mut res = [0f32; 16];
+                _mm256_storeu_ps(res.as_mut_ptr(), _mm256_mul_ps(sum[0], ks));
+                _mm256_storeu_ps(res.as_mut_ptr().add(8), _mm256_mul_ps(sum[1], ks));
+                let c = (m - j).min(16);
+                out[r * n + k0 + j..r * n + k0 + j + c].copy_from_slice(&res[..c]);
+            }
+        }
+    }
+
+    /// Heads `h0..h0 + HN` of one query against keys `j..j + 16` of `kt`, added to `sum`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn heads_tile<const HN: usize>(
+        q: *const f32,
+        hw: *const f32,
+        h0: usize,
+        dim: usize,
+        kt: &[f32],
+        j: usize,
+        sum: &mut [__m256; 2],
+    ) {
+        let zero = _mm256_setzero_ps();
+        let mut acc = [[zero; 2]; HN];
+        let kp = kt.as_ptr();
+        for d in 0..dim {
+            let (a, b) = (_mm256_loadu_ps(kp.add(d * KEY_BLOCK + j)), _mm256_loadu_ps(kp.add(d * KEY_BLOCK + j + 8)));
+            for (h, ac) in acc.iter_mut().enumerate() {
+                let qv = _mm256_broadcast_ss(&*q.add((h0 + h) * dim + d));
+                ac[0] = _mm256_fmadd_ps(a, qv, ac[0]);
+                ac[1] = _mm256_fmadd_ps(b, qv, ac[1]);
+            }
+        }
+        for (h, ac) in acc.iter().enumerate() {
+            let w = _mm256_set1_ps(*hw.add(h0 + h));
+            sum[0] = _mm256_add_ps(sum[0], _mm256_mul_ps(w, _mm256_max_ps(ac[0], zero)));
+            sum[1] = _mm256_add_ps(sum[1], _mm256_mul_ps(w, _mm256_max_ps(ac[1], zero)));
         }
     }
 

@@ -345,6 +345,10 @@ mod scalar {
     }
 }
 
+/// The key-block transposition of the score step, for the DSA indexer's fused kernel.
+#[cfg(target_arch = "x86_64")]
+pub(crate) use x86::transpose_keys;
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::*;
@@ -387,7 +391,7 @@ mod x86 {
     /// transposed, `kt[d·KEY_BLOCK + j] = k_j[d]`, 8 × 8 at a time; the columns up to the next
     /// multiple of 16 are zero.
     #[target_feature(enable = "avx2,f16c")]
-    pub(super) unsafe fn transpose_keys<E: KvElem>(kv: &KvView<'_, E>, kslots: &[u32], hd: usize, kt: &mut [f32]) {
+    pub(crate) unsafe fn transpose_keys<E: KvElem>(kv: &KvView<'_, E>, kslots: &[u32], hd: usize, kt: &mut [f32]) {
         let nk = kslots.len();
         assert!(nk <= KEY_BLOCK && kt.len() >= hd * KEY_BLOCK && hd.is_multiple_of(8));
         let kp = kv.k.as_ptr();

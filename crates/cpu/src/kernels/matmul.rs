@@ -9,6 +9,8 @@ use crate::isa::Isa;
 use crate::pool::{SyncPtr, ThreadPool};
 use crate::weight::Weight;
 
+/// `out[t·N + r] = Σ_c W[r, c] · x[t·K + c]` for `tokens` rows of `x` (`W`: `[N × K]`), on the
+/// pool by blocks of output rows.
 ///
 /// `xq` is scratch for the quantized activations (reused across calls to avoid allocation).
 ///
@@ -58,6 +60,41 @@ pub fn matmul(pool: &ThreadPool, isa: Isa, w: &Weight, x: &[f32], tokens: usize,
                 }
             });
         }
+    }
+}
+
+/// One GEMM of [`matmul_grouped`]: `out = W · x` for `tokens` rows, shapes as [`matmul`]'s.
+pub struct GemmJob<'a> {
+    /// The weights, `[N × K]`.
+    pub w: &'a Weight,
+    /// The activations, `[tokens × K]`.
+    pub x: &'a [f32],
+    /// Rows of `x`.
+    pub tokens: usize,
+    /// The result, `[tokens × N]`.
+    pub out: &'a mut [f32],
+}
+
+/// Independent GEMMs (a MoE layer's experts, each on its own tokens): NVFP4 jobs share one
+/// fork-join of the pool, tasks of equal work across all of them (`Nvfp4Job`); other formats
+/// run one [`matmul`] each. Every output equals what [`matmul`] gives for its job alone.
+///
+/// # Panics
+/// As [`matmul`], for any job.
+pub fn matmul_grouped(pool: &ThreadPool, isa: Isa, jobs: &mut [GemmJob<'_>], xq: &mut QActs) {
+    if jobs.iter().all(|j| matches!(j.w, Weight::Nvfp4(_))) {
+        let mut nv: Vec<super::nvfp4_gemm::Nvfp4Job<'_>> = jobs
+            .iter_mut()
+            .filter_map(|j| match j.w {
+                Weight::Nvfp4(m) => Some(super::nvfp4_gemm::Nvfp4Job { w: m, x: j.x, tokens: j.tokens, out: &mut *j.out }),
+                _ => None,
+            })
+            .collect();
+        super::nvfp4_gemm::matmul_grouped(pool, isa, &mut nv);
+        return;
+    }
+    for j in jobs {
+        matmul(pool, isa, j.w, j.x, j.tokens, xq, j.out);
     }
 }
 
@@ -273,6 +310,53 @@ mod tests {
             }
         }
         QMatrix::from_ggml(ty, &raw, rows, cols)
+    }
+
+    /// A grouped call gives every job the bits its own `matmul` gives: NVFP4 jobs of 1, 5, 6,
+    /// 37 and 0 tokens (the per-row, tiled and partial-tile paths) with row counts that are not
+    /// multiples of the task blocks, and a mixed group (NVFP4 beside dense) that runs job by job.
+    #[test]
+    fn grouped_matmul_equals_each_job_alone() {
+        use crate::format::nvfp4::Nvfp4Matrix;
+        let pool = ThreadPool::new(2).expect("pool");
+        let mut seed = 23u64;
+        let mut rnd = || crate::kernels::test_rand(&mut seed);
+        let shapes = [(21usize, 64usize, 1usize), (256, 128, 37), (8, 32, 5), (45, 48, 6), (16, 16, 0), (130, 256, 13)];
+        let mut ws: Vec<Weight> = Vec::new();
+        for &(n, k, _) in &shapes {
+            let w: Vec<f32> = (0..n * k).map(|_| rnd()).collect();
+            ws.push(Weight::Nvfp4(Nvfp4Matrix::quantize(&w, n, k)));
+        }
+        ws.push(Weight::Dense { rows: 9, cols: 16, data: (0..144).map(|_| rnd()).collect() });
+        let mut xs: Vec<Vec<f32>> = Vec::new();
+        for &(_, k, t) in shapes.iter().chain([&(9, 16, 3)]) {
+            xs.push((0..t * k).map(|_| rnd()).collect());
+        }
+        let toks: Vec<usize> = shapes.iter().map(|s| s.2).chain([3]).collect();
+        for isa in Isa::available() {
+            let want: Vec<Vec<f32>> = ws
+                .iter()
+                .zip(&xs)
+                .zip(&toks)
+                .map(|((w, x), &t)| {
+                    let mut o = vec![0f32; t * w.rows()];
+                    matmul(&pool, isa, w, x, t, &mut QActs::default(), &mut o);
+                    o
+                })
+                .collect();
+            for group in [shapes.len(), ws.len()] {
+                let mut outs: Vec<Vec<f32>> = ws.iter().zip(&toks).take(group).map(|(w, &t)| vec![f32::NAN; t * w.rows()]).collect();
+                let mut jobs: Vec<GemmJob<'_>> = outs
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(i, o)| GemmJob { w: &ws[i], x: &xs[i], tokens: toks[i], out: o })
+                    .collect();
+                matmul_grouped(&pool, isa, &mut jobs, &mut QActs::default());
+                for (i, o) in outs.iter().enumerate() {
+                    assert!(o.iter().zip(&want[i]).all(|(a, b)| a.to_bits() == b.to_bits()), "{isa:?} job {i} of {group}");
+                }
+            }
+        }
     }
 
     /// The tiled dense f32 product gives, for every (row, token), the bits of `dot` on the same

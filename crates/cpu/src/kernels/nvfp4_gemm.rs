@@ -20,9 +20,21 @@ impl Nvfp4Matrix {
     /// # Panics
     /// When `x.len() != tokens · cols` or `out.len() != tokens · rows`.
     pub fn matmul(&self, pool: &ThreadPool, isa: Isa, x: &[f32], tokens: usize, out: &mut [f32]) {
+        self.check(x, tokens, out);
+        let isa = usable(isa);
+        let per = self.rows.div_ceil(pool.threads() * 4).max(1);
+        let ptr = SyncPtr(out.as_mut_ptr());
+        pool.run(self.rows.div_ceil(per), |i| {
+            // SAFETY: rows i·per .. of every token belong to task i alone; `check` passed.
+            unsafe { self.rows_into(isa, x, tokens, i * per, ((i + 1) * per).min(self.rows), ptr) }
+        });
+    }
+
+    /// Panics unless `x` is `[tokens × cols]`, `out` `[tokens × rows]` and the matrix's fields
+    /// (public) are consistent: what the SIMD paths rely on.
+    fn check(&self, x: &[f32], tokens: usize, out: &[f32]) {
         assert_eq!(x.len(), tokens * self.cols, "nvfp4 matmul: activations shape");
         assert_eq!(out.len(), tokens * self.rows, "nvfp4 matmul: output shape");
-        // The fields are public: check what the SIMD paths rely on, once per call.
         assert!(
             self.cols.is_multiple_of(BLOCK)
                 && self.weight.len() == self.rows * self.cols / 2
@@ -32,59 +44,51 @@ impl Nvfp4Matrix {
             self.rows,
             self.cols
         );
-        // A caller may name an ISA the CPU lacks; fall back rather than fault.
-        let isa = if isa != Isa::Scalar && Isa::detect() == Isa::Scalar { Isa::Scalar } else { isa };
-        let per = self.rows.div_ceil(pool.threads() * 4).max(1);
-        let ptr = SyncPtr(out.as_mut_ptr());
-        pool.run(self.rows.div_ceil(per), |i| {
-            let (r0, r1) = (i * per, ((i + 1) * per).min(self.rows));
-            #[cfg(target_arch = "x86_64")]
-            if isa != Isa::Scalar {
-                // Batches of TILE_T tokens or more go through the register-tiled kernel over a
-                // decoded group of rows; smaller ones (decode) take the per-row kernel. Both do
-                // the same FMAs per (row, token) in the same order.
-                // A last partial tile runs as a tile with its last token repeated (from
-                // TILE_T tokens on): only its real tokens are stored.
-                let full = if tokens >= x86::TILE_T { tokens } else { 0 };
-                let mut res = vec![0f32; tokens - full];
-                let mut buf = Vec::new();
-                for g0 in (r0..r1).step_by(x86::GROUP) {
-                    let g1 = (g0 + x86::GROUP).min(r1);
-                    if full > 0 {
-                        // SAFETY: AVX2+FMA were detected; rows g0..g1 of every token belong to
-                        // this task alone.
-                        #[allow(unsafe_code)]
-                        unsafe {
-                            x86::group_tiled(self, g0, g1, x, full, &mut buf, ptr, self.rows)
-                        };
-                    }
-                    if full < tokens {
-                        for r in g0..g1 {
-                            // SAFETY: as above.
-                            #[allow(unsafe_code)]
-                            unsafe {
-                                x86::row(self, r, &x[full * self.cols..], tokens - full, &mut res)
-                            };
-                            for (t, v) in res.iter().enumerate() {
-                                // SAFETY: element (full + t, r) belongs to this task.
-                                #[allow(unsafe_code)]
-                                unsafe {
-                                    *ptr.get().add((full + t) * self.rows + r) = *v;
-                                }
-                            }
+    }
+
+    /// Output rows `r0..r1` of every token into `out` (`[tokens × rows]`).
+    ///
+    /// # Safety
+    /// `out` points to `tokens · rows` writable f32 whose rows `r0..r1` nobody else touches
+    /// meanwhile; `check` passed for these shapes.
+    unsafe fn rows_into(&self, isa: Isa, x: &[f32], tokens: usize, r0: usize, r1: usize, ptr: SyncPtr<f32>) {
+        #[cfg(target_arch = "x86_64")]
+        if isa != Isa::Scalar {
+            // Batches of TILE_T tokens or more go through the register-tiled kernel over a
+            // decoded group of rows; smaller ones (decode) take the per-row kernel. Both do
+            // the same FMAs per (row, token) in the same order.
+            // A last partial tile runs as a tile with its last token repeated (from
+            // TILE_T tokens on): only its real tokens are stored.
+            let full = if tokens >= x86::TILE_T { tokens } else { 0 };
+            let mut res = vec![0f32; tokens - full];
+            let mut buf = Vec::new();
+            for g0 in (r0..r1).step_by(x86::GROUP) {
+                let g1 = (g0 + x86::GROUP).min(r1);
+                if full > 0 {
+                    // SAFETY: AVX2+FMA were detected; rows g0..g1 of every token belong to
+                    // this task alone.
+                    unsafe { x86::group_tiled(self, g0, g1, x, full, &mut buf, ptr, self.rows) };
+                }
+                if full < tokens {
+                    for r in g0..g1 {
+                        // SAFETY: as above.
+                        unsafe { x86::row(self, r, &x[full * self.cols..], tokens - full, &mut res) };
+                        for (t, v) in res.iter().enumerate() {
+                            // SAFETY: element (full + t, r) belongs to this task.
+                            unsafe { *ptr.get().add((full + t) * self.rows + r) = *v };
                         }
                     }
                 }
-                return;
             }
-            let _ = isa;
-            let mut acc = vec![[0f32; 8]; tokens];
-            let mut res = vec![0f32; tokens];
-            for r in r0..r1 {
-                self.row_scalar(r, x, tokens, &mut acc, &mut res);
-                write_row(ptr, self.rows, r, &res);
-            }
-        });
+            return;
+        }
+        let _ = isa;
+        let mut acc = vec![[0f32; 8]; tokens];
+        let mut res = vec![0f32; tokens];
+        for r in r0..r1 {
+            self.row_scalar(r, x, tokens, &mut acc, &mut res);
+            write_row(ptr, self.rows, r, &res);
+        }
     }
 
     /// The definition (see [`Nvfp4Matrix::matmul`]) for row `r`, all tokens.
@@ -112,6 +116,67 @@ impl Nvfp4Matrix {
         }
     }
 }
+
+/// One GEMM of [`matmul_grouped`]: `out = W · x` for `tokens` rows, as
+/// [`Nvfp4Matrix::matmul`] takes them (`x`: `[tokens × cols]`, `out`: `[tokens × rows]`).
+pub struct Nvfp4Job<'a> {
+    /// The weights.
+    pub w: &'a Nvfp4Matrix,
+    /// The activations, `[tokens × w.cols]`.
+    pub x: &'a [f32],
+    /// Rows of `x`.
+    pub tokens: usize,
+    /// The result, `[tokens × w.rows]`.
+    pub out: &'a mut [f32],
+}
+
+/// Several independent NVFP4 GEMMs (a MoE layer's experts, each on the tokens routed to it) in
+/// one fork-join of the pool: their row blocks are tasks of about equal work, longest first,
+/// so that no expert's small GEMM leaves a core idle and the layer pays one barrier instead of
+/// one per expert (CUTLASS's and SGLang's grouped/fused MoE GEMM, here on CPU cores).
+/// Every (row, token) is computed exactly as [`Nvfp4Matrix::matmul`] computes it.
+///
+/// # Panics
+/// As [`Nvfp4Matrix::matmul`], for any job.
+pub fn matmul_grouped(pool: &ThreadPool, isa: Isa, jobs: &mut [Nvfp4Job<'_>]) {
+    for j in jobs.iter() {
+        j.w.check(j.x, j.tokens, j.out);
+    }
+    let isa = usable(isa);
+    let cost = |j: &Nvfp4Job<'_>| j.tokens.max(1) * j.w.cols;
+    let total: usize = jobs.iter().map(|j| cost(j) * j.w.rows).sum();
+    // About 8 tasks per thread; whole groups of decoded rows each.
+    let target = (total / (pool.threads() * 8)).max(1);
+    let mut tasks: Vec<(usize, usize, usize)> = Vec::new();
+    for (i, j) in jobs.iter().enumerate() {
+        let per = (target / cost(j)).div_ceil(GROUP).max(1) * GROUP;
+        tasks.extend((0..j.w.rows).step_by(per).map(|r0| (i, r0, (r0 + per).min(j.w.rows))));
+    }
+    tasks.sort_by_key(|&(i, r0, r1)| std::cmp::Reverse(cost(&jobs[i]) * (r1 - r0)));
+    let ptrs: Vec<SyncPtr<f32>> = jobs.iter_mut().map(|j| SyncPtr(j.out.as_mut_ptr())).collect();
+    let jobs = &*jobs;
+    pool.run(tasks.len(), |t| {
+        let (i, r0, r1) = tasks[t];
+        let j = &jobs[i];
+        // SAFETY: the tasks of job i cover disjoint row ranges of its own output; `check`
+        // passed above.
+        unsafe { j.w.rows_into(isa, j.x, j.tokens, r0, r1, ptrs[i]) }
+    });
+}
+
+/// A caller may name an ISA the CPU lacks; fall back rather than fault.
+fn usable(isa: Isa) -> Isa {
+    if isa != Isa::Scalar && Isa::detect() == Isa::Scalar {
+        Isa::Scalar
+    } else {
+        isa
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+const GROUP: usize = x86::GROUP;
+#[cfg(not(target_arch = "x86_64"))]
+const GROUP: usize = 8;
 
 fn write_row(out: SyncPtr<f32>, rows: usize, r: usize, res: &[f32]) {
     for (t, v) in res.iter().enumerate() {

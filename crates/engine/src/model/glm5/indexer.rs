@@ -158,12 +158,14 @@ impl Ord for Kept {
 /// Top-`k` positions of `scores` (highest first, ties to the lower position), returned in
 /// ascending position order.
 ///
-/// One pass with the best `k` so far in a heap whose top is the worst kept: positions arrive in
-/// increasing order, so a new score enters only if it beats that worst one outright (an equal
-/// score loses the tie to the lower position already kept). Under this strict total order the
-/// kept set is a full sort's first `k`; a pass costs one comparison per key plus `log k` per
-/// replacement, where a selection over all positions cost a partition pass and an index array
-/// per query.
+/// One pass with a threshold: `kept` holds candidates, and `thr` is the `k`-th best of those
+/// kept at the last compaction. Positions arrive in increasing order, so a new score can be
+/// among the best `k` only if it beats `thr` outright (an equal score loses the tie to the lower
+/// position already kept); when `kept` fills up, a selection (`select_nth_unstable`, linear)
+/// keeps its best `k` and raises `thr`. Under this strict total order the result is a full
+/// sort's first `k`. Most scores are rejected eight at a time by one comparison each against
+/// `thr`; a candidate costs a push and, amortized, O(1) of a compaction, where a heap of the
+/// best `k` cost `log k` per replacement (and scores that rise with position replace often).
 fn top_k_positions(scores: &[f32], k: usize) -> Vec<u32> {
     if scores.len() <= k {
         return (0..scores.len() as u32).collect();
@@ -171,16 +173,43 @@ fn top_k_positions(scores: &[f32], k: usize) -> Vec<u32> {
     if k == 0 {
         return Vec::new();
     }
-    let mut heap: std::collections::BinaryHeap<Kept> =
-        scores[..k].iter().enumerate().map(|(i, &s)| Kept(s, i as u32)).collect();
-    for (i, &s) in scores.iter().enumerate().skip(k) {
-        let Some(mut worst) = heap.peek_mut() else { break };
+    let cap = 4 * k.max(8);
+    let mut kept: Vec<Kept> = Vec::with_capacity(cap);
+    kept.extend(scores[..k].iter().enumerate().map(|(i, &s)| Kept(s, i as u32)));
+    // The worst of the first k (Kept orders worse as greater).
+    let mut thr = kept.iter().copied().max().map_or(f32::NEG_INFINITY, |w| w.0);
+    let compact = |kept: &mut Vec<Kept>| -> f32 {
+        kept.select_nth_unstable(k - 1);
+        kept.truncate(k);
+        kept.iter().copied().max().map_or(f32::NEG_INFINITY, |w| w.0)
+    };
+    let offer = |kept: &mut Vec<Kept>, thr: &mut f32, i: usize, s: f32| {
         // `<` rejects all but ±0 and NaN, which `total_cmp` orders.
-        if !(s < worst.0) && s.total_cmp(&worst.0).is_gt() {
-            *worst = Kept(s, i as u32);
+        if !(s < *thr) && s.total_cmp(thr).is_gt() {
+            kept.push(Kept(s, i as u32));
+            if kept.len() == cap {
+                *thr = compact(kept);
+            }
         }
+    };
+    let mut i = k;
+    while i + 8 <= scores.len() {
+        let chunk: &[f32; 8] = scores[i..i + 8].try_into().unwrap_or(&[f32::NAN; 8]);
+        // `&` (not `&&`) keeps the test over the chunk vectorizable.
+        if !chunk.iter().fold(true, |all, &s| all & (s < thr)) {
+            for (d, &s) in chunk.iter().enumerate() {
+                offer(&mut kept, &mut thr, i + d, s);
+            }
+        }
+        i += 8;
     }
-    let mut idx: Vec<u32> = heap.into_iter().map(|e| e.1).collect();
+    for (d, &s) in scores[i..].iter().enumerate() {
+        offer(&mut kept, &mut thr, i + d, s);
+    }
+    if kept.len() > k {
+        compact(&mut kept);
+    }
+    let mut idx: Vec<u32> = kept.into_iter().map(|e| e.1).collect();
     idx.sort_unstable();
     idx
 }
@@ -194,11 +223,14 @@ mod tests {
     #[test]
     fn top_k_equals_a_full_sort() {
         let mut x = 7u64;
-        for n in [1usize, 5, 40, 300] {
+        // Flat scores, and scores rising with position (every new key replaces a kept one):
+        // both sides of the threshold's compaction.
+        for (n, rise) in [(1usize, 0.0f32), (5, 0.0), (40, 0.0), (300, 0.0), (1000, 0.0), (1000, 0.25), (3000, 0.01)] {
             let scores: Vec<f32> = (0..n)
-                .map(|_| {
+                .map(|i| {
                     x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                    ((x >> 59) as f32) - 8.0 // 32 distinct values: plenty of ties
+                    // 32 distinct values: plenty of ties.
+                    ((x >> 59) as f32) - 8.0 + (rise * i as f32).floor()
                 })
                 .collect();
             for k in [1usize, 2, 7, 32, n] {

@@ -204,10 +204,11 @@ impl Moe {
     ) {
         let tokens = routes.len();
         let k = routes.first().map_or(0, Vec::len);
-        // y[t·k + j] is expert routes[t][j]'s output for token t.
-        let mut y = vec![0f32; tokens * k * hidden];
-        match imp {
+        // Row at[t·k + j] of `ys` is expert routes[t][j]'s output for token t; `sh` the shared
+        // experts' output, `[tokens × hidden]`.
+        let (ys, at, sh) = match imp {
             MoeImpl::TokenMajor => {
+                let mut y = vec![0f32; tokens * k * hidden];
                 for (t, r) in routes.iter().enumerate() {
                     for (j, &(e, _)) in r.iter().enumerate() {
                         let dst = &mut y[(t * k + j) * hidden..(t * k + j + 1) * hidden];
@@ -215,48 +216,144 @@ impl Moe {
                         self.experts[e].run(pool, isa, &x[t * hidden..(t + 1) * hidden], 1, xq, dst, cap, &p);
                     }
                 }
+                let sh = self.shared.as_ref().map(|m| {
+                    let mut s = vec![0f32; tokens * hidden];
+                    let p = if cap.is_some() { format!("{prefix}.shared_experts") } else { String::new() };
+                    m.run(pool, isa, x, tokens, xq, &mut s, cap, &p);
+                    s
+                });
+                (y, (0..tokens * k).collect(), sh)
             }
-            MoeImpl::ExpertMajor => {
-                let mut by_expert: Vec<Vec<(usize, usize)>> = vec![Vec::new(); self.experts.len()];
-                for (t, r) in routes.iter().enumerate() {
-                    for (j, &(e, _)) in r.iter().enumerate() {
-                        by_expert[e].push((t, j));
-                    }
-                }
-                let mut xs = Vec::new();
-                let mut ys = Vec::new();
-                for (e, list) in by_expert.iter().enumerate() {
-                    if list.is_empty() {
-                        continue;
-                    }
-                    xs.clear();
-                    for &(t, _) in list {
-                        xs.extend_from_slice(&x[t * hidden..(t + 1) * hidden]);
-                    }
-                    ys.resize(list.len() * hidden, 0.0);
-                    let p = if cap.is_some() { format!("{prefix}.experts.{e}") } else { String::new() };
-                    self.experts[e].run(pool, isa, &xs, list.len(), xq, &mut ys, cap, &p);
-                    for (i, &(t, j)) in list.iter().enumerate() {
-                        y[(t * k + j) * hidden..(t * k + j + 1) * hidden]
-                            .copy_from_slice(&ys[i * hidden..(i + 1) * hidden]);
-                    }
-                }
-            }
-        }
-        // Per token on the pool: the same sum in the same order on any thread.
+            MoeImpl::ExpertMajor => self.expert_major(pool, isa, routes, x, hidden, xq, cap, prefix),
+        };
+        // Per token on the pool: the same sum in the same order on any thread and either
+        // implementation: the routed outputs in routing order, then the shared experts'.
         pool.par_rows(out, hidden, |t, o| {
             o.iter_mut().for_each(|v| *v = 0.0);
             for (j, &(_, w)) in routes[t].iter().enumerate() {
-                let yj = &y[(t * k + j) * hidden..(t * k + j + 1) * hidden];
-                o.iter_mut().zip(yj).for_each(|(o, y)| *o += w * y);
+                let r = at[t * k + j];
+                o.iter_mut().zip(&ys[r * hidden..(r + 1) * hidden]).for_each(|(o, y)| *o += w * y);
+            }
+            if let Some(s) = &sh {
+                o.iter_mut().zip(&s[t * hidden..]).for_each(|(o, s)| *o += s);
             }
         });
-        if let Some(sh) = &self.shared {
-            let mut s = vec![0f32; tokens * hidden];
-            let p = if cap.is_some() { format!("{prefix}.shared_experts") } else { String::new() };
-            sh.run(pool, isa, x, tokens, xq, &mut s, cap, &p);
-            pool.par_rows(out, hidden, |t, o| o.iter_mut().zip(&s[t * hidden..]).for_each(|(o, s)| *o += s));
+    }
+
+    /// [`MoeImpl::ExpertMajor`]: the tokens routed to each expert gathered into one
+    /// expert-sorted batch, then every expert's (and the shared experts') `gate_up` as one
+    /// grouped GEMM ([`kernels::matmul_grouped`]), SwiGLU, and every `down` as another: three
+    /// fork-joins of the pool for the layer instead of three per expert. Returns the
+    /// expert-sorted outputs, the row of (token t, choice j) at `t·k + j`, and the shared
+    /// experts' output.
+    #[allow(clippy::too_many_arguments)]
+    fn expert_major(
+        &self,
+        pool: &ThreadPool,
+        isa: Isa,
+        routes: &[Vec<(usize, f32)>],
+        x: &[f32],
+        hidden: usize,
+        xq: &mut QActs,
+        cap: &mut ObserverSlot,
+        prefix: &str,
+    ) -> (Vec<f32>, Vec<usize>, Option<Vec<f32>>) {
+        let (tokens, n_e) = (routes.len(), self.experts.len());
+        let k = routes.first().map_or(0, Vec::len);
+        let inter = self.experts.first().map_or(0, |m| m.inter);
+        assert!(self.experts.iter().all(|m| m.inter == inter), "MoE experts of different widths");
+        // Expert e's tokens are rows start[e]..start[e + 1], in token order.
+        let mut start = vec![0usize; n_e + 1];
+        for &(e, _) in routes.iter().flatten() {
+            start[e + 1] += 1;
         }
+        for e in 0..n_e {
+            start[e + 1] += start[e];
+        }
+        let mut fill = start.clone();
+        let mut at = vec![0usize; tokens * k];
+        let mut src = vec![0usize; tokens * k];
+        for (t, r) in routes.iter().enumerate() {
+            for (j, &(e, _)) in r.iter().enumerate() {
+                at[t * k + j] = fill[e];
+                src[fill[e]] = t;
+                fill[e] += 1;
+            }
+        }
+        let pairs = tokens * k;
+        let mut xs = vec![0f32; pairs * hidden];
+        pool.par_rows(&mut xs, hidden, |i, row| row.copy_from_slice(&x[src[i] * hidden..(src[i] + 1) * hidden]));
+        let name = |e: Option<usize>, m: &str| match e {
+            Some(e) => format!("{prefix}.experts.{e}.{m}"),
+            None => format!("{prefix}.shared_experts.{m}"),
+        };
+        let rows = |e: usize| start[e]..start[e + 1];
+        if cap.is_some() {
+            for e in (0..n_e).filter(|&e| start[e] < start[e + 1]) {
+                let n = start[e + 1] - start[e];
+                note(cap, pool, isa, &[name(Some(e), "gate_proj"), name(Some(e), "up_proj")], &xs[rows(e).start * hidden..rows(e).end * hidden], n);
+            }
+            if self.shared.is_some() {
+                note(cap, pool, isa, &[name(None, "gate_proj"), name(None, "up_proj")], x, tokens);
+            }
+        }
+        let sh_inter = self.shared.as_ref().map_or(0, |m| m.inter);
+        let mut gu = vec![0f32; pairs * 2 * inter];
+        let mut gu_sh = vec![0f32; tokens * 2 * sh_inter];
+        {
+            let mut jobs = Vec::with_capacity(n_e + 1);
+            let mut rest: &mut [f32] = &mut gu;
+            for (e, m) in self.experts.iter().enumerate() {
+                let (mine, tail) = std::mem::take(&mut rest).split_at_mut(rows(e).len() * 2 * inter);
+                rest = tail;
+                if !mine.is_empty() {
+                    let xe = &xs[rows(e).start * hidden..rows(e).end * hidden];
+                    jobs.push(kernels::GemmJob { w: &m.gate_up, x: xe, tokens: rows(e).len(), out: mine });
+                }
+            }
+            if let Some(m) = &self.shared {
+                jobs.push(kernels::GemmJob { w: &m.gate_up, x, tokens, out: &mut gu_sh });
+            }
+            kernels::matmul_grouped(pool, isa, &mut jobs, xq);
+        }
+        let swiglu = |gu: &[f32], inter: usize, act: &mut Vec<f32>| {
+            act.resize(gu.len() / 2, 0.0);
+            pool.par_rows(act, inter, |t, a| {
+                let g = &gu[t * 2 * inter..(t + 1) * 2 * inter];
+                kernels::silu_mul(&g[..inter], &g[inter..], a);
+            });
+        };
+        let (mut act, mut act_sh) = (Vec::new(), Vec::new());
+        swiglu(&gu, inter, &mut act);
+        swiglu(&gu_sh, sh_inter, &mut act_sh);
+        if cap.is_some() {
+            for e in (0..n_e).filter(|&e| start[e] < start[e + 1]) {
+                let n = start[e + 1] - start[e];
+                note(cap, pool, isa, &[name(Some(e), "down_proj")], &act[rows(e).start * inter..rows(e).end * inter], n);
+            }
+            if self.shared.is_some() {
+                note(cap, pool, isa, &[name(None, "down_proj")], &act_sh, tokens);
+            }
+        }
+        let mut ys = vec![0f32; pairs * hidden];
+        let mut sh = self.shared.as_ref().map(|_| vec![0f32; tokens * hidden]);
+        {
+            let mut jobs = Vec::with_capacity(n_e + 1);
+            let mut rest: &mut [f32] = &mut ys;
+            for (e, m) in self.experts.iter().enumerate() {
+                let (mine, tail) = std::mem::take(&mut rest).split_at_mut(rows(e).len() * hidden);
+                rest = tail;
+                if !mine.is_empty() {
+                    let ae = &act[rows(e).start * inter..rows(e).end * inter];
+                    jobs.push(kernels::GemmJob { w: &m.down, x: ae, tokens: rows(e).len(), out: mine });
+                }
+            }
+            if let (Some(m), Some(s)) = (&self.shared, sh.as_mut()) {
+                jobs.push(kernels::GemmJob { w: &m.down, x: &act_sh, tokens, out: s });
+            }
+            kernels::matmul_grouped(pool, isa, &mut jobs, xq);
+        }
+        (ys, at, sh)
     }
 
     /// Routes every token of `x` (`[tokens × hidden]`).
