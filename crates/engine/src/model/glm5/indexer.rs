@@ -155,59 +155,49 @@ impl Ord for Kept {
     }
 }
 
-/// Top-`k` positions of `scores` (highest first, ties to the lower position), returned in
-/// ascending position order.
+/// Top-`k` positions of `scores` (highest first, ties to the lower position; `total_cmp`
+/// order, so +NaN ranks first and −NaN last, as `torch.topk` ranks NaN), returned in ascending
+/// position order.
 ///
-/// One pass with a threshold: `kept` holds candidates, and `thr` is the `k`-th best of those
-/// kept at the last compaction. Positions arrive in increasing order, so a new score can be
-/// among the best `k` only if it beats `thr` outright (an equal score loses the tie to the lower
-/// position already kept); when `kept` fills up, a selection (`select_nth_unstable`, linear)
-/// keeps its best `k` and raises `thr`. Under this strict total order the result is a full
-/// sort's first `k`. Most scores are rejected eight at a time by one comparison each against
-/// `thr`; a candidate costs a push and, amortized, O(1) of a compaction, where a heap of the
-/// best `k` cost `log k` per replacement (and scores that rise with position replace often).
+/// Two passes and no heap. First a threshold: the `k`-th largest of the maxima of the
+/// eight-score chunks. Those `k` chunks hold `k` distinct scores at or above it, so a score
+/// strictly below it (by value) cannot be among the best `k`. Then the candidates, every score
+/// not below the threshold (NaN included), are collected eight at a time, a chunk wholly below
+/// it costing one vectorizable test, and the best `k` of them chosen by a linear selection under
+/// the exact order. Both passes cost about one comparison per score whatever the scores'
+/// shape; a heap of the best `k` so far (or a threshold raised as the pass goes) degenerates
+/// when scores rise with position, as the indexer's often do, every new key replacing one.
 fn top_k_positions(scores: &[f32], k: usize) -> Vec<u32> {
-    if scores.len() <= k {
-        return (0..scores.len() as u32).collect();
+    let n = scores.len();
+    if n <= k {
+        return (0..n as u32).collect();
     }
     if k == 0 {
         return Vec::new();
     }
-    let cap = 4 * k.max(8);
-    let mut kept: Vec<Kept> = Vec::with_capacity(cap);
-    kept.extend(scores[..k].iter().enumerate().map(|(i, &s)| Kept(s, i as u32)));
-    // The worst of the first k (Kept orders worse as greater).
-    let mut thr = kept.iter().copied().max().map_or(f32::NEG_INFINITY, |w| w.0);
-    let compact = |kept: &mut Vec<Kept>| -> f32 {
-        kept.select_nth_unstable(k - 1);
-        kept.truncate(k);
-        kept.iter().copied().max().map_or(f32::NEG_INFINITY, |w| w.0)
+    // `f32::max` skips NaN: every maximum is a score of its chunk (or −∞ for an all-NaN
+    // chunk, which only lowers the threshold).
+    let mut maxima: Vec<f32> = scores.chunks(8).map(|c| c.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s))).collect();
+    let thr = if maxima.len() >= k {
+        *maxima.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a)).1
+    } else {
+        f32::NEG_INFINITY
     };
-    let offer = |kept: &mut Vec<Kept>, thr: &mut f32, i: usize, s: f32| {
-        // `<` rejects all but ±0 and NaN, which `total_cmp` orders.
-        if !(s < *thr) && s.total_cmp(thr).is_gt() {
-            kept.push(Kept(s, i as u32));
-            if kept.len() == cap {
-                *thr = compact(kept);
+    let mut kept: Vec<Kept> = Vec::with_capacity(2 * k);
+    for (c, chunk) in scores.chunks(8).enumerate() {
+        // `&` (not `&&`) keeps the test over the chunk vectorizable; NaN is never `<`.
+        if chunk.iter().fold(true, |all, &s| all & (s < thr)) {
+            continue;
+        }
+        for (d, &s) in chunk.iter().enumerate() {
+            if !(s < thr) {
+                kept.push(Kept(s, (c * 8 + d) as u32));
             }
         }
-    };
-    let mut i = k;
-    while i + 8 <= scores.len() {
-        let chunk: &[f32; 8] = scores[i..i + 8].try_into().unwrap_or(&[f32::NAN; 8]);
-        // `&` (not `&&`) keeps the test over the chunk vectorizable.
-        if !chunk.iter().fold(true, |all, &s| all & (s < thr)) {
-            for (d, &s) in chunk.iter().enumerate() {
-                offer(&mut kept, &mut thr, i + d, s);
-            }
-        }
-        i += 8;
-    }
-    for (d, &s) in scores[i..].iter().enumerate() {
-        offer(&mut kept, &mut thr, i + d, s);
     }
     if kept.len() > k {
-        compact(&mut kept);
+        kept.select_nth_unstable(k - 1);
+        kept.truncate(k);
     }
     let mut idx: Vec<u32> = kept.into_iter().map(|e| e.1).collect();
     idx.sort_unstable();
@@ -241,6 +231,26 @@ mod tests {
                 assert_eq!(top_k_positions(&scores, k), want, "n {n} k {k}");
             }
         }
+    }
+
+    /// NaN ranks as `total_cmp` orders it (+NaN above every number, −NaN below), −0 below +0,
+    /// in chunks the threshold would otherwise skip.
+    #[test]
+    fn top_k_orders_nan_and_signed_zeros() {
+        let mut s = vec![-5.0f32; 300];
+        s[10] = f32::NAN;
+        s[11] = -f32::NAN;
+        s[200] = 0.0;
+        s[201] = -0.0;
+        s[250] = 1.0;
+        assert_eq!(top_k_positions(&s, 3), vec![10, 200, 250]);
+        assert_eq!(top_k_positions(&s, 4), vec![10, 200, 201, 250]);
+        let mut all: Vec<u32> = (0..300).collect();
+        all.sort_by(|&a, &b| s[b as usize].total_cmp(&s[a as usize]).then(a.cmp(&b)));
+        let mut want = all[..40].to_vec();
+        want.sort_unstable();
+        assert_eq!(top_k_positions(&s, 40), want);
+        assert!(!want.contains(&11) && !top_k_positions(&s, 299).contains(&11));
     }
 
     #[test]
