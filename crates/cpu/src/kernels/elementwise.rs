@@ -31,6 +31,55 @@ pub fn axpy(isa: Isa, a: f32, x: &[f32], y: &mut [f32]) {
     }
 }
 
+/// Weighted sums of rows: `out[o·out_stride ..][..width] = Σ_n w[o·w_stride + n] ·
+/// rows[offs[n] ..][..width]` for `o < nw`, `n < offs.len()`, each sum in `n` order from zero,
+/// each term added as [`axpy`] adds it. The bits equal `axpy(isa, w[o·w_stride + n], row_n,
+/// out_o)` for `n = 0, 1, …` on a zeroed `out_o`, on the same ISA; the difference is that each
+/// row is loaded once for all `nw` outputs and the sums stay in registers (attention's
+/// probability-weighted sum of values shared by several heads; a small GEMM whose reduction
+/// runs over rows).
+///
+/// # Panics
+/// When a row or weight is out of its slice, or `out` is too short.
+#[allow(clippy::too_many_arguments)]
+pub fn weighted_rows(
+    isa: Isa,
+    w: &[f32],
+    w_stride: usize,
+    nw: usize,
+    rows: &[f32],
+    offs: &[usize],
+    width: usize,
+    out: &mut [f32],
+    out_stride: usize,
+) {
+    let m = offs.len();
+    if nw == 0 {
+        return;
+    }
+    assert!(
+        (nw - 1) * w_stride + m <= w.len() && (nw - 1) * out_stride + width <= out.len(),
+        "weighted_rows: shapes"
+    );
+    for &o in offs {
+        assert!(o + width <= rows.len(), "weighted_rows: row at {o} out of its slice");
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Scalar && width.is_multiple_of(8) {
+        // SAFETY: AVX2+FMA were detected; every row, weight and output is in its slice (checked
+        // above).
+        unsafe { x86::weighted_rows(w, w_stride, nw, rows, offs, width, out, out_stride) };
+        return;
+    }
+    for o in 0..nw {
+        let y = &mut out[o * out_stride..o * out_stride + width];
+        y.iter_mut().for_each(|v| *v = 0.0);
+        for (n, &off) in offs.iter().enumerate() {
+            axpy(isa, w[o * w_stride + n], &rows[off..off + width], y);
+        }
+    }
+}
+
 pub(crate) fn dot_scalar(a: &[f32], b: &[f32]) -> f32 {
     // Eight partial sums, like the SIMD path, so the rounding behaviour is comparable.
     let mut acc = [0f32; 8];
@@ -121,6 +170,51 @@ mod x86 {
     }
 
     #[target_feature(enable = "avx2,fma")]
+    /// [`super::weighted_rows`] for `width` a multiple of 8: outputs 4 at a time × 16 columns
+    /// (8 accumulators), every row's 16 columns loaded once per 4 outputs.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn weighted_rows(
+        w: &[f32],
+        w_stride: usize,
+        nw: usize,
+        rows: &[f32],
+        offs: &[usize],
+        width: usize,
+        out: &mut [f32],
+        out_stride: usize,
+    ) {
+        let (wp, rp, op) = (w.as_ptr(), rows.as_ptr(), out.as_mut_ptr());
+        let mut o0 = 0;
+        while o0 < nw {
+            let no = (nw - o0).min(4);
+            let mut d = 0;
+            while d < width {
+                let two = d + 16 <= width;
+                let mut acc = [[_mm256_setzero_ps(); 2]; 4];
+                for (n, &off) in offs.iter().enumerate() {
+                    let r = rp.add(off + d);
+                    let a = _mm256_loadu_ps(r);
+                    let b = if two { _mm256_loadu_ps(r.add(8)) } else { a };
+                    for (i, ac) in acc.iter_mut().enumerate().take(no) {
+                        let wv = _mm256_set1_ps(*wp.add((o0 + i) * w_stride + n));
+                        ac[0] = _mm256_fmadd_ps(wv, a, ac[0]);
+                        ac[1] = _mm256_fmadd_ps(wv, b, ac[1]);
+                    }
+                }
+                for (i, ac) in acc.iter().enumerate().take(no) {
+                    let dst = op.add((o0 + i) * out_stride + d);
+                    _mm256_storeu_ps(dst, ac[0]);
+                    if two {
+                        _mm256_storeu_ps(dst.add(8), ac[1]);
+                    }
+                }
+                d += if two { 16 } else { 8 };
+            }
+            o0 += 4;
+        }
+    }
+
     pub(super) unsafe fn axpy_avx2(a: f32, x: &[f32], y: &mut [f32]) {
         let n = x.len();
         let (px, py) = (x.as_ptr(), y.as_mut_ptr());
@@ -134,6 +228,39 @@ mod x86 {
         while i < n {
             *py.add(i) += a * *px.add(i);
             i += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `weighted_rows` gives the bits of the `axpy` loop it replaces on every ISA: widths with
+    /// 16-column tiles, an 8-column tail and no SIMD path at all, output counts around the
+    /// 4-output tiles, rows gathered in any order.
+    #[test]
+    fn weighted_rows_equals_an_axpy_loop() {
+        let mut seed = 3u64;
+        let mut rnd = || crate::kernels::test_rand(&mut seed);
+        let rows: Vec<f32> = (0..40 * 80).map(|_| rnd()).collect();
+        for (width, nw, m) in [(64usize, 4usize, 32usize), (80, 1, 7), (24, 5, 3), (13, 9, 11), (8, 4, 0)] {
+            let offs: Vec<usize> = (0..m).map(|n| ((n * 17 + 5) % 40) * 80).collect();
+            let w_stride = m + 3;
+            let w: Vec<f32> = (0..nw * w_stride).map(|_| rnd()).collect();
+            let out_stride = width + 5;
+            for isa in Isa::available() {
+                let mut got = vec![f32::NAN; nw * out_stride];
+                weighted_rows(isa, &w, w_stride, nw, &rows, &offs, width, &mut got, out_stride);
+                for o in 0..nw {
+                    let mut want = vec![0f32; width];
+                    for (n, &off) in offs.iter().enumerate() {
+                        axpy(isa, w[o * w_stride + n], &rows[off..off + width], &mut want);
+                    }
+                    let g = &got[o * out_stride..o * out_stride + width];
+                    assert!(g.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{isa:?} width {width} output {o}");
+                }
+            }
         }
     }
 }

@@ -107,7 +107,7 @@ fn load_layer(ck: &Checkpoint, c: &Glm5Config, l: usize) -> Result<DecoderLayer,
             kv_a: ck.linear(&format!("{a}.kv_a_proj_with_mqa"), c.kv_lora_rank + c.qk_rope, h)?,
             kv_a_ln: ck.vector(&format!("{a}.kv_a_layernorm.weight"), c.kv_lora_rank)?,
             w_uk,
-            w_uv,
+            w_uv: w_uv.into_iter().map(|data| Weight::Dense { rows: c.v_dim, cols: c.kv_lora_rank, data }).collect(),
             o: ck.linear(&format!("{a}.o_proj"), h, c.heads * c.v_dim)?,
             indexer,
         },
@@ -181,7 +181,7 @@ fn weight_bytes(embed: &Weight, lm_head: Option<&Weight>, layers: &[DecoderLayer
     for l in layers {
         let m = &l.attn;
         wbytes += m.q_a.bytes() + m.q_b.bytes() + m.kv_a.bytes() + m.o.bytes();
-        wbytes += 4 * (m.w_uk.iter().map(Vec::len).sum::<usize>() + m.w_uv.iter().map(Vec::len).sum::<usize>());
+        wbytes += 4 * m.w_uk.iter().map(Vec::len).sum::<usize>() + m.w_uv.iter().map(Weight::bytes).sum::<usize>();
         if let Some(ix) = &m.indexer {
             wbytes += ix.wq_b.bytes() + ix.wk.bytes() + ix.weights_proj.bytes();
         }

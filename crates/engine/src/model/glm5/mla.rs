@@ -18,6 +18,7 @@
 //! unselected ones, as the HF reference does. Both visit slots in position order and give
 //! bit-identical outputs.
 
+use sparrow_cpu::format::ggml::QActs;
 use sparrow_cpu::{kernels, Weight};
 
 use super::indexer::{Indexer, Selection};
@@ -37,8 +38,8 @@ pub(super) struct Mla {
     pub(super) kv_a_ln: Vec<f32>,
     /// `[heads][nope × kv_lora]`.
     pub(super) w_uk: Vec<Vec<f32>>,
-    /// `[heads][v × kv_lora]`.
-    pub(super) w_uv: Vec<Vec<f32>>,
+    /// Per head, `W_UV` as a dense `[v × kv_lora]` matrix.
+    pub(super) w_uv: Vec<Weight>,
     pub(super) o: Weight,
     pub(super) indexer: Option<Indexer>,
 }
@@ -152,17 +153,18 @@ impl Mla {
         let softmax_scale = 1.0 / (hq as f32).sqrt();
         let (vd, kvl, heads) = (c.v_dim, c.kv_lora_rank, c.heads);
         // 1. [q_abs (kv_lora), q_pe (rope)] per (row, head): a query against a latent row.
+        // q_abs = Σ_i q_nope[i] · W_UK[i], the rows of W_UK read once per run of rows.
         let mut qcat = vec![0f32; t_n * heads * lat_w];
-        pool.par_rows(&mut qcat, heads * lat_w, |t, row| {
+        let uk_rows: Vec<usize> = (0..c.qk_nope).map(|i| i * kvl).collect();
+        pool.par_row_chunks(&mut qcat, heads * lat_w, |r0, chunk| {
+            let nr = chunk.len() / (heads * lat_w);
             for hd in 0..heads {
-                let qh = &q[t * heads * hq + hd * hq..t * heads * hq + (hd + 1) * hq];
-                let (qn, qpe) = qh.split_at(c.qk_nope);
-                let (qabs, qp) = row[hd * lat_w..(hd + 1) * lat_w].split_at_mut(kvl);
-                let uk = &self.w_uk[hd];
-                for (i, &qv) in qn.iter().enumerate() {
-                    kernels::axpy(isa, qv, &uk[i * kvl..(i + 1) * kvl], qabs);
+                let wq = &q[(r0 * heads + hd) * hq..];
+                kernels::weighted_rows(isa, wq, heads * hq, nr, &self.w_uk[hd], &uk_rows, kvl, &mut chunk[hd * lat_w..], heads * lat_w);
+                for t in 0..nr {
+                    let src = &q[((r0 + t) * heads + hd) * hq + c.qk_nope..((r0 + t) * heads + hd + 1) * hq];
+                    chunk[(t * heads + hd) * lat_w + kvl..(t * heads + hd + 1) * lat_w].copy_from_slice(src);
                 }
-                qp.copy_from_slice(qpe);
             }
         });
         // The positions row t attends to.
@@ -241,36 +243,37 @@ impl Mla {
                 }
             }
         });
-        // 3. Softmax, latent sum and W_UV per (row, head).
-        let mut attn = vec![0f32; t_n * heads * vd];
-        pool.par_rows(&mut attn, heads * vd, |t, out| {
+        // 3. Softmax and the latent sum per row (its heads share the selected latent rows),
+        // then W_UV per head over every row (a dense GEMM: the bits of one `dot` per output).
+        let mut lat_all = vec![0f32; t_n * heads * kvl];
+        pool.par_rows(&mut lat_all, heads * kvl, |t, lat| {
             let slots = batch.kv_slots(s.row_seq[t] as usize);
             let ch = chosen(t);
             let m = ch.len();
-            let mut lat = vec![0f32; kvl];
-            let mut sc = Vec::with_capacity(m);
+            let mut p = vec![0f32; heads * m];
             for hd in 0..heads {
-                sc.clear();
-                sc.extend_from_slice(&all[off[t] + hd * m..off[t] + (hd + 1) * m]);
+                let sc = &mut p[hd * m..(hd + 1) * m];
+                sc.copy_from_slice(&all[off[t] + hd * m..off[t] + (hd + 1) * m]);
                 let mx = sc.iter().copied().fold(f32::NEG_INFINITY, f32::max);
                 let mut sum = 0f32;
                 for v in sc.iter_mut() {
                     *v = (*v - mx).exp();
                     sum += *v;
                 }
-                lat.iter_mut().for_each(|v| *v = 0.0);
                 let inv = 1.0 / sum;
-                for (n, &p) in ch.iter().enumerate() {
-                    let slot = slots[p as usize] as usize;
-                    kernels::axpy(isa, sc[n] * inv, &lat_cache[slot * lat_w..slot * lat_w + kvl], &mut lat);
-                }
-                let o = &mut out[hd * vd..(hd + 1) * vd];
-                let uv = &self.w_uv[hd];
-                for (j, ov) in o.iter_mut().enumerate() {
-                    *ov = kernels::dot(isa, &uv[j * kvl..(j + 1) * kvl], &lat);
-                }
+                sc.iter_mut().for_each(|v| *v *= inv);
             }
+            let rows: Vec<usize> = ch.iter().map(|&p| slots[p as usize] as usize * lat_w).collect();
+            kernels::weighted_rows(isa, &p, m, heads, lat_cache, &rows, kvl, lat, kvl);
         });
+        let mut attn = vec![0f32; t_n * heads * vd];
+        let (mut xh, mut oh) = (vec![0f32; t_n * kvl], vec![0f32; t_n * vd]);
+        let mut xq = QActs::default();
+        for (hd, uv) in self.w_uv.iter().enumerate() {
+            pool.par_rows(&mut xh, kvl, |t, r| r.copy_from_slice(&lat_all[(t * heads + hd) * kvl..(t * heads + hd + 1) * kvl]));
+            kernels::matmul(pool, isa, uv, &xh, t_n, &mut xq, &mut oh);
+            pool.par_rows(&mut attn, heads * vd, |t, r| r[hd * vd..(hd + 1) * vd].copy_from_slice(&oh[t * vd..(t + 1) * vd]));
+        }
         attn
     }
 }
