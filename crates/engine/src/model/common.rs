@@ -153,3 +153,61 @@ mod tests {
         }
     }
 }
+
+/// f32 buffers reused from one forward pass to the next, so that a step's large activations
+/// (a MoE layer's gathered rows and expert outputs: megabytes per chunk) are neither zeroed by
+/// `calloc` on the engine thread, with the pool's workers waiting, nor faulted in again.
+///
+/// A taken buffer keeps whatever it held before (only growth past its old length is zeroed):
+/// take one only for an output that is written whole (a GEMM's result, a gathered copy), never
+/// for an accumulator.
+#[derive(Debug, Default)]
+pub struct Scratch {
+    free: Vec<Vec<f32>>,
+}
+
+impl Scratch {
+    /// Buffers kept at most (a forward holds a handful at once).
+    const KEEP: usize = 32;
+
+    /// A buffer of `n` elements: the smallest kept one that holds `n` without growing, else
+    /// the largest kept one (grown), else a new one.
+    pub fn take(&mut self, n: usize) -> Vec<f32> {
+        let fit = self.free.iter().enumerate().filter(|(_, v)| v.capacity() >= n).min_by_key(|(_, v)| v.capacity());
+        let i = fit.map(|(i, _)| i).or_else(|| self.free.iter().enumerate().max_by_key(|(_, v)| v.capacity()).map(|(i, _)| i));
+        let mut v = i.map(|i| self.free.swap_remove(i)).unwrap_or_default();
+        v.resize(n, 0.0);
+        v
+    }
+
+    /// Returns a buffer for later steps.
+    pub fn give(&mut self, v: Vec<f32>) {
+        if self.free.len() < Self::KEEP {
+            self.free.push(v);
+        }
+    }
+}
+
+#[cfg(test)]
+mod scratch_tests {
+    use super::Scratch;
+
+    /// Buffers come back by best fit, keep their contents, and have the asked length.
+    #[test]
+    fn scratch_reuses_by_best_fit() {
+        let mut s = Scratch::default();
+        let mut a = s.take(100);
+        a.iter_mut().for_each(|v| *v = 1.0);
+        let b = s.take(10);
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        s.give(a);
+        s.give(b);
+        let c = s.take(8);
+        assert_eq!((c.as_ptr(), c.len()), (pb, 8));
+        let d = s.take(50);
+        assert_eq!((d.as_ptr(), d.len(), d[49]), (pa, 50, 1.0));
+        let e = s.take(1000);
+        assert_eq!(e.len(), 1000);
+    }
+}
+

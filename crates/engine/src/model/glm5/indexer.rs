@@ -46,7 +46,8 @@ impl Indexer {
         let (c, batch, isa) = (s.cfg, s.batch, s.isa);
         let t_n = batch.num_tokens();
         let (di, ni) = (c.idx_dim, c.idx_heads);
-        let mut ki = vec![0f32; t_n * di];
+        // `ki`, `qi`, `wts`: GEMM outputs, written whole.
+        let mut ki = w.bufs.take(t_n * di);
         kernels::matmul(s.pool, isa, &self.wk, h, t_n, &mut w.xq, &mut ki);
         let (rope, positions) = (s.rope, &batch.positions);
         s.pool.par_rows(&mut ki, di, |t, k| {
@@ -60,13 +61,14 @@ impl Indexer {
                 cache[slot * di..(slot + 1) * di].copy_from_slice(&ki[t * di..(t + 1) * di]);
             }
         }
+        w.bufs.give(ki);
         // Only queries whose context exceeds top-k need scores.
         let need: Vec<usize> = (0..t_n).filter(|&t| batch.positions[t] as usize + 1 > c.idx_topk).collect();
         let mut sel: Selection = vec![None; t_n];
         if !need.is_empty() {
-            let mut qi = vec![0f32; t_n * ni * di];
+            let mut qi = w.bufs.take(t_n * ni * di);
             kernels::matmul(s.pool, isa, &self.wq_b, qr, t_n, &mut w.xq, &mut qi);
-            let mut wts = vec![0f32; t_n * ni];
+            let mut wts = w.bufs.take(t_n * ni);
             kernels::matmul(s.pool, isa, &self.weights_proj, h, t_n, &mut w.xq, &mut wts);
             let wscale = 1.0 / (ni as f32).sqrt();
             let kscale = 1.0 / (di as f32).sqrt();
@@ -82,7 +84,7 @@ impl Indexer {
             let tasks = super::runs(need.len(), ROW_BLOCK, |a, b| s.row_seq[need[a]] == s.row_seq[need[b]]);
             let results: Vec<std::sync::Mutex<Vec<Vec<u32>>>> =
                 tasks.iter().map(|_| std::sync::Mutex::new(Vec::new())).collect();
-            let (qi, wts, row_seq, need) = (&qi, &wts, &s.row_seq, &need);
+            let (qi_r, wts_r, row_seq, need) = (&qi, &wts, &s.row_seq, &need);
             // Longest first (work ≈ rows × keys of the last row), for a balanced finish.
             let mut order: Vec<usize> = (0..tasks.len()).collect();
             order.sort_by_key(|&i| std::cmp::Reverse(tasks[i].len() * (batch.positions[need[tasks[i].end - 1]] as usize + 1)));
@@ -96,8 +98,8 @@ impl Indexer {
                 // Per head, `w_h · n_heads^-½` as the reference computes it.
                 let mut hw = Vec::with_capacity(rows.len() * ni);
                 for &t in rows {
-                    q.extend_from_slice(&qi[t * ni * di..(t + 1) * ni * di]);
-                    hw.extend((0..ni).map(|hd| wts[t * ni + hd] * wscale));
+                    q.extend_from_slice(&qi_r[t * ni * di..(t + 1) * ni * di]);
+                    hw.extend((0..ni).map(|hd| wts_r[t * ni + hd] * wscale));
                 }
                 let mut scores = vec![0f32; rows.len() * n];
                 let mut sc = kernels::IndexScratch::default();
@@ -115,6 +117,8 @@ impl Indexer {
                 }
             }
             w.stats.indexer_keys += need.iter().map(|&t| batch.positions[t] as u64 + 1).sum::<u64>();
+            w.bufs.give(qi);
+            w.bufs.give(wts);
         }
         w.stats.queries_sparse += need.len() as u64;
         w.stats.queries_dense += (t_n - need.len()) as u64;

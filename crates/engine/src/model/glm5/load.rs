@@ -66,6 +66,7 @@ impl Glm5Model {
             pool,
             isa: Isa::detect(),
             xq: QActs::default(),
+            bufs: Default::default(),
             stats: AttnStats::default(),
             observer: None,
             profile: false,

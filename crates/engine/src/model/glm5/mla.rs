@@ -25,6 +25,7 @@ use super::indexer::{Indexer, Selection};
 use super::{note, Step, Work, LORA_NORM_EPS, ROPE_LAYOUT};
 use crate::config::AttnImpl;
 use crate::kv::KvStore;
+use crate::model::common::Scratch;
 
 /// Dense-backend rows scored together against each key block.
 const QUERY_BLOCK: usize = 16;
@@ -73,7 +74,7 @@ impl Mla {
         if let Some(ix) = &self.indexer {
             *sel = w.timed(|p| &mut p.indexer, |w| ix.select(s, l, h, &qr, kv, w));
         }
-        let attn = w.timed(|p| &mut p.attention, |_| self.attend(s, &q, kv.component(l, 0), sel));
+        let attn = w.timed(|p| &mut p.attention, |w| self.attend(s, &q, kv.component(l, 0), sel, &mut w.bufs));
         for (t, chosen) in sel.iter().enumerate() {
             let ctx = s.batch.positions[t] as u64 + 1;
             let n = match (chosen, s.attn_impl(t)) {
@@ -85,8 +86,11 @@ impl Mla {
         if w.obs.is_some() {
             note(&mut w.obs, pool, isa, &[format!("{a}.o_proj")], &attn, t_n);
         }
-        let mut out = vec![0f32; t_n * c.hidden];
+        let mut out = w.bufs.take(t_n * c.hidden);
         w.timed(|p| &mut p.gemm, |w| kernels::matmul(pool, isa, &self.o, &attn, t_n, &mut w.xq, &mut out));
+        for b in [qr, q, kva, attn] {
+            w.bufs.give(b);
+        }
         out
     }
 
@@ -105,10 +109,12 @@ impl Mla {
             }
             note(&mut w.obs, pool, isa, &ms, h, t_n);
         }
-        let mut qa = vec![0f32; t_n * c.q_lora_rank];
+        // Every buffer here is written whole (GEMM outputs, the norm's).
+        let mut qa = w.bufs.take(t_n * c.q_lora_rank);
         kernels::matmul(pool, isa, &self.q_a, h, t_n, &mut w.xq, &mut qa);
-        let mut qr = vec![0f32; t_n * c.q_lora_rank];
+        let mut qr = w.bufs.take(t_n * c.q_lora_rank);
         super::par_norm(pool, &qa, &self.q_a_ln, LORA_NORM_EPS, &mut qr);
+        w.bufs.give(qa);
         if w.obs.is_some() {
             let mut ms = vec![format!("{a}.q_b_proj")];
             if self.indexer.is_some() {
@@ -116,9 +122,9 @@ impl Mla {
             }
             note(&mut w.obs, pool, isa, &ms, &qr, t_n);
         }
-        let mut q = vec![0f32; t_n * c.heads * hq];
+        let mut q = w.bufs.take(t_n * c.heads * hq);
         kernels::matmul(pool, isa, &self.q_b, &qr, t_n, &mut w.xq, &mut q);
-        let mut kva = vec![0f32; t_n * lat_w];
+        let mut kva = w.bufs.take(t_n * lat_w);
         kernels::matmul(pool, isa, &self.kv_a, h, t_n, &mut w.xq, &mut kva);
         let (rope, positions) = (s.rope, &s.batch.positions);
         pool.par_rows(&mut kva, lat_w, |t, row| {
@@ -145,7 +151,9 @@ impl Mla {
     /// latent sum and `W_UV` per row. Sparse rows score their selected keys only; dense rows
     /// with a selection score every key of their context in query blocks (the work of dense
     /// attention) and keep the selected scores, which are the same bits as the sparse ones.
-    fn attend(&self, s: &Step<'_>, q: &[f32], lat_cache: &[f32], sel: &Selection) -> Vec<f32> {
+    ///
+    /// Every buffer taken from `bufs` is written whole before it is read.
+    fn attend(&self, s: &Step<'_>, q: &[f32], lat_cache: &[f32], sel: &Selection, bufs: &mut Scratch) -> Vec<f32> {
         let (c, batch, isa, pool) = (s.cfg, s.batch, s.isa, s.pool);
         let t_n = batch.num_tokens();
         let hq = c.qk_nope + c.qk_rope;
@@ -154,7 +162,7 @@ impl Mla {
         let (vd, kvl, heads) = (c.v_dim, c.kv_lora_rank, c.heads);
         // 1. [q_abs (kv_lora), q_pe (rope)] per (row, head): a query against a latent row.
         // q_abs = Σ_i q_nope[i] · W_UK[i], the rows of W_UK read once per run of rows.
-        let mut qcat = vec![0f32; t_n * heads * lat_w];
+        let mut qcat = bufs.take(t_n * heads * lat_w);
         let uk_rows: Vec<usize> = (0..c.qk_nope).map(|i| i * kvl).collect();
         pool.par_row_chunks(&mut qcat, heads * lat_w, |r0, chunk| {
             let nr = chunk.len() / (heads * lat_w);
@@ -245,7 +253,7 @@ impl Mla {
         });
         // 3. Softmax and the latent sum per row (its heads share the selected latent rows),
         // then W_UV per head over every row (a dense GEMM: the bits of one `dot` per output).
-        let mut lat_all = vec![0f32; t_n * heads * kvl];
+        let mut lat_all = bufs.take(t_n * heads * kvl);
         pool.par_rows(&mut lat_all, heads * kvl, |t, lat| {
             let slots = batch.kv_slots(s.row_seq[t] as usize);
             let ch = chosen(t);
@@ -266,13 +274,16 @@ impl Mla {
             let rows: Vec<usize> = ch.iter().map(|&p| slots[p as usize] as usize * lat_w).collect();
             kernels::weighted_rows(isa, &p, m, heads, lat_cache, &rows, kvl, lat, kvl);
         });
-        let mut attn = vec![0f32; t_n * heads * vd];
-        let (mut xh, mut oh) = (vec![0f32; t_n * kvl], vec![0f32; t_n * vd]);
+        let mut attn = bufs.take(t_n * heads * vd);
+        let (mut xh, mut oh) = (bufs.take(t_n * kvl), bufs.take(t_n * vd));
         let mut xq = QActs::default();
         for (hd, uv) in self.w_uv.iter().enumerate() {
             pool.par_rows(&mut xh, kvl, |t, r| r.copy_from_slice(&lat_all[(t * heads + hd) * kvl..(t * heads + hd + 1) * kvl]));
             kernels::matmul(pool, isa, uv, &xh, t_n, &mut xq, &mut oh);
             pool.par_rows(&mut attn, heads * vd, |t, r| r[hd * vd..(hd + 1) * vd].copy_from_slice(&oh[t * vd..(t + 1) * vd]));
+        }
+        for b in [qcat, lat_all, xh, oh] {
+            bufs.give(b);
         }
         attn
     }

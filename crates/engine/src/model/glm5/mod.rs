@@ -40,7 +40,7 @@ pub use crate::config::{AttnImpl, MoeImpl};
 use self::mla::Mla;
 use self::moe::Ffn;
 pub use self::moe::{route, Mlp, Moe, MoeChoice};
-use super::common::{OutputHead, RopeLayout, RopeTable};
+use super::common::{OutputHead, RopeLayout, RopeTable, Scratch};
 use super::{AttentionNeeds, Model, ModelInfo, PartTimes};
 use crate::batch::ForwardBatch;
 use crate::kv::{KvComponent, KvDtype, KvLayout, KvStore};
@@ -129,7 +129,8 @@ impl DecoderLayer {
     /// selection of the last `full` indexer layer, replaced when this layer runs its own.
     fn forward(&self, s: &Step<'_>, l: usize, x: &mut [f32], kv: &mut KvStore, sel: &mut Selection, w: &mut Work) {
         let (eps, hd) = (s.cfg.rms_eps, s.cfg.hidden);
-        let mut h = vec![0f32; x.len()];
+        // Written whole by the norms.
+        let mut h = w.bufs.take(x.len());
         // Row by row on the pool: each row's arithmetic is the same on any thread.
         par_norm(s.pool, x, &self.input_ln, eps, &mut h);
         let attn = self.attn.forward(s, l, &h, kv, sel, w);
@@ -137,6 +138,9 @@ impl DecoderLayer {
         par_norm(s.pool, x, &self.post_ln, eps, &mut h);
         let ffn = w.timed(|p| &mut p.gemm, |w| self.ffn.forward(s, l, &h, w));
         s.pool.par_row_chunks(x, hd, |r0, xs| xs.iter_mut().zip(&ffn[r0 * hd..]).for_each(|(x, p)| *x += p));
+        for b in [h, attn, ffn] {
+            w.bufs.give(b);
+        }
     }
 }
 
@@ -170,6 +174,8 @@ impl Step<'_> {
 struct Work {
     /// Quantized-activation scratch of the matmuls.
     xq: QActs,
+    /// Activation buffers kept across forwards.
+    bufs: Scratch,
     obs: ObserverSlot,
     stats: AttnStats,
     /// Part times of this forward, while profiling.
@@ -202,6 +208,7 @@ pub struct Glm5Model {
     pool: ThreadPool,
     isa: Isa,
     xq: QActs,
+    bufs: Scratch,
     stats: AttnStats,
     observer: ObserverSlot,
     /// Whether forwards add their part times to `parts`.
@@ -335,6 +342,7 @@ impl Model for Glm5Model {
         let clock = self.profile.then(std::time::Instant::now);
         let mut w = Work {
             xq: std::mem::take(&mut self.xq),
+            bufs: std::mem::take(&mut self.bufs),
             obs: self.observer.take(),
             stats: self.stats,
             parts: self.profile.then(PartTimes::default),
@@ -356,6 +364,7 @@ impl Model for Glm5Model {
         }
         self.observer = w.obs;
         self.xq = w.xq;
+        self.bufs = w.bufs;
         Ok(logits)
     }
 }

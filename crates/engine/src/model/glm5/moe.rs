@@ -21,6 +21,7 @@ use sparrow_cpu::{kernels, Isa, ThreadPool, Weight};
 
 use super::{note, Glm5Config, Step, Work};
 use crate::config::MoeImpl;
+use crate::model::common::Scratch;
 use crate::model::observer::ObserverSlot;
 
 /// Which MoE implementation runs a batch of `tokens` tokens.
@@ -105,10 +106,12 @@ impl Ffn {
     /// The feed-forward of layer `l` on the step's rows `x` (`[tokens × hidden]`).
     pub(super) fn forward(&self, s: &Step<'_>, l: usize, x: &[f32], w: &mut Work) -> Vec<f32> {
         let t_n = s.batch.num_tokens();
-        let mut out = vec![0f32; t_n * s.cfg.hidden];
+        // Written whole: by the dense MLP's GEMM, or by the MoE's combine, which starts each
+        // row from zero.
+        let mut out = w.bufs.take(t_n * s.cfg.hidden);
         let prefix = if w.obs.is_some() { format!("model.layers.{l}.mlp") } else { String::new() };
         match self {
-            Ffn::Dense(m) => m.run(s.pool, s.isa, x, t_n, &mut w.xq, &mut out, &mut w.obs, &prefix),
+            Ffn::Dense(m) => m.run(s.pool, s.isa, x, t_n, &mut w.xq, &mut w.bufs, &mut out, &mut w.obs, &prefix),
             Ffn::Moe(m) => {
                 let routes = m.routes(s.cfg, s.pool, s.isa, x, t_n, &mut w.xq);
                 let imp = s.opts.moe.pick(t_n);
@@ -120,6 +123,7 @@ impl Ffn {
                     x,
                     s.cfg.hidden,
                     &mut w.xq,
+                    &mut w.bufs,
                     &mut out,
                     &mut w.obs,
                     &prefix,
@@ -141,6 +145,7 @@ impl Mlp {
         x: &[f32],
         tokens: usize,
         xq: &mut QActs,
+        bufs: &mut Scratch,
         out: &mut [f32],
         cap: &mut ObserverSlot,
         prefix: &str,
@@ -148,9 +153,10 @@ impl Mlp {
         if cap.is_some() {
             note(cap, pool, isa, &[format!("{prefix}.gate_proj"), format!("{prefix}.up_proj")], x, tokens);
         }
-        let mut gu = vec![0f32; tokens * 2 * self.inter];
+        // Both written whole (a GEMM's output, SwiGLU's).
+        let mut gu = bufs.take(tokens * 2 * self.inter);
         kernels::matmul(pool, isa, &self.gate_up, x, tokens, xq, &mut gu);
-        let mut act = vec![0f32; tokens * self.inter];
+        let mut act = bufs.take(tokens * self.inter);
         let inter = self.inter;
         pool.par_rows(&mut act, inter, |t, a| {
             let g = &gu[t * 2 * inter..(t + 1) * 2 * inter];
@@ -160,6 +166,8 @@ impl Mlp {
             note(cap, pool, isa, &[format!("{prefix}.down_proj")], &act, tokens);
         }
         kernels::matmul(pool, isa, &self.down, &act, tokens, xq, out);
+        bufs.give(gu);
+        bufs.give(act);
     }
 
     /// Bytes of its weights.
@@ -183,7 +191,7 @@ impl Moe {
         xq: &mut QActs,
         out: &mut [f32],
     ) {
-        self.run_routed_capture(pool, isa, imp, routes, x, hidden, xq, out, &mut None, "");
+        self.run_routed_capture(pool, isa, imp, routes, x, hidden, xq, &mut Scratch::default(), out, &mut None, "");
     }
 
     /// [`Moe::run_routed`], reporting each module's input to `cap` under `prefix`
@@ -198,6 +206,7 @@ impl Moe {
         x: &[f32],
         hidden: usize,
         xq: &mut QActs,
+        bufs: &mut Scratch,
         out: &mut [f32],
         cap: &mut ObserverSlot,
         prefix: &str,
@@ -213,18 +222,18 @@ impl Moe {
                     for (j, &(e, _)) in r.iter().enumerate() {
                         let dst = &mut y[(t * k + j) * hidden..(t * k + j + 1) * hidden];
                         let p = if cap.is_some() { format!("{prefix}.experts.{e}") } else { String::new() };
-                        self.experts[e].run(pool, isa, &x[t * hidden..(t + 1) * hidden], 1, xq, dst, cap, &p);
+                        self.experts[e].run(pool, isa, &x[t * hidden..(t + 1) * hidden], 1, xq, bufs, dst, cap, &p);
                     }
                 }
                 let sh = self.shared.as_ref().map(|m| {
-                    let mut s = vec![0f32; tokens * hidden];
+                    let mut s = bufs.take(tokens * hidden);
                     let p = if cap.is_some() { format!("{prefix}.shared_experts") } else { String::new() };
-                    m.run(pool, isa, x, tokens, xq, &mut s, cap, &p);
+                    m.run(pool, isa, x, tokens, xq, bufs, &mut s, cap, &p);
                     s
                 });
                 (y, (0..tokens * k).collect(), sh)
             }
-            MoeImpl::ExpertMajor => self.expert_major(pool, isa, routes, x, hidden, xq, cap, prefix),
+            MoeImpl::ExpertMajor => self.expert_major(pool, isa, routes, x, hidden, xq, bufs, cap, prefix),
         };
         // Per token on the pool: the same sum in the same order on any thread and either
         // implementation: the routed outputs in routing order, then the shared experts'.
@@ -238,6 +247,10 @@ impl Moe {
                 o.iter_mut().zip(&s[t * hidden..]).for_each(|(o, s)| *o += s);
             }
         });
+        bufs.give(ys);
+        if let Some(s) = sh {
+            bufs.give(s);
+        }
     }
 
     /// [`MoeImpl::ExpertMajor`]: the tokens routed to each expert gathered into one
@@ -255,6 +268,7 @@ impl Moe {
         x: &[f32],
         hidden: usize,
         xq: &mut QActs,
+        bufs: &mut Scratch,
         cap: &mut ObserverSlot,
         prefix: &str,
     ) -> (Vec<f32>, Vec<usize>, Option<Vec<f32>>) {
@@ -281,7 +295,8 @@ impl Moe {
             }
         }
         let pairs = tokens * k;
-        let mut xs = vec![0f32; pairs * hidden];
+        // Every buffer below is written whole: gathered rows, GEMM and SwiGLU outputs.
+        let mut xs = bufs.take(pairs * hidden);
         pool.par_rows(&mut xs, hidden, |i, row| row.copy_from_slice(&x[src[i] * hidden..(src[i] + 1) * hidden]));
         let name = |e: Option<usize>, m: &str| match e {
             Some(e) => format!("{prefix}.experts.{e}.{m}"),
@@ -298,8 +313,8 @@ impl Moe {
             }
         }
         let sh_inter = self.shared.as_ref().map_or(0, |m| m.inter);
-        let mut gu = vec![0f32; pairs * 2 * inter];
-        let mut gu_sh = vec![0f32; tokens * 2 * sh_inter];
+        let mut gu = bufs.take(pairs * 2 * inter);
+        let mut gu_sh = bufs.take(tokens * 2 * sh_inter);
         {
             let mut jobs = Vec::with_capacity(n_e + 1);
             let mut rest: &mut [f32] = &mut gu;
@@ -317,13 +332,13 @@ impl Moe {
             kernels::matmul_grouped(pool, isa, &mut jobs, xq);
         }
         let swiglu = |gu: &[f32], inter: usize, act: &mut Vec<f32>| {
-            act.resize(gu.len() / 2, 0.0);
+            act.truncate(gu.len() / 2);
             pool.par_rows(act, inter, |t, a| {
                 let g = &gu[t * 2 * inter..(t + 1) * 2 * inter];
                 kernels::silu_mul(&g[..inter], &g[inter..], a);
             });
         };
-        let (mut act, mut act_sh) = (Vec::new(), Vec::new());
+        let (mut act, mut act_sh) = (bufs.take(pairs * inter), bufs.take(tokens * sh_inter));
         swiglu(&gu, inter, &mut act);
         swiglu(&gu_sh, sh_inter, &mut act_sh);
         if cap.is_some() {
@@ -335,8 +350,8 @@ impl Moe {
                 note(cap, pool, isa, &[name(None, "down_proj")], &act_sh, tokens);
             }
         }
-        let mut ys = vec![0f32; pairs * hidden];
-        let mut sh = self.shared.as_ref().map(|_| vec![0f32; tokens * hidden]);
+        let mut ys = bufs.take(pairs * hidden);
+        let mut sh = self.shared.as_ref().map(|_| bufs.take(tokens * hidden));
         {
             let mut jobs = Vec::with_capacity(n_e + 1);
             let mut rest: &mut [f32] = &mut ys;
@@ -352,6 +367,9 @@ impl Moe {
                 jobs.push(kernels::GemmJob { w: &m.down, x: &act_sh, tokens, out: s });
             }
             kernels::matmul_grouped(pool, isa, &mut jobs, xq);
+        }
+        for b in [xs, gu, gu_sh, act, act_sh] {
+            bufs.give(b);
         }
         (ys, at, sh)
     }
