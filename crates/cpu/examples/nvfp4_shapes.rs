@@ -1,4 +1,6 @@
-//! NVFP4 GEMM throughput at glm5-tiny's expert and dense-MLP shapes (scratch measurement).
+//! NVFP4 GEMM throughput at glm5-tiny's shapes: experts (256×256, 256×128 at 128 tokens) and the
+//! dense MLP (1024×256, 256×512 at 512 tokens), 2 threads, the detected ISA, best of
+//! `roofline::time_matmul`'s runs. `cargo run --release -p sparrow-cpu --example nvfp4_shapes`
 use sparrow_cpu::format::nvfp4::Nvfp4Matrix;
 use sparrow_cpu::{roofline, Isa, ThreadPool, Weight};
 

@@ -194,8 +194,10 @@ mod x86 {
     use super::*;
     use std::arch::x86_64::*;
 
-    /// Rows decoded per group of the tiled kernel.
-    pub(super) const GROUP: usize = 8;
+    /// Rows decoded per group of the tiled kernel: 16 rows (16 KiB decoded at 256 columns)
+    /// let each token block, fetched from L2, serve 8 row pairs; 8 rows served 4 and ran
+    /// ~10 % slower at glm5-tiny's expert shapes (`nvfp4_shapes`, best of 6 interleaved runs).
+    pub(super) const GROUP: usize = 16;
     /// Tokens per register tile.
     pub(super) const TILE_T: usize = 6;
 
@@ -258,9 +260,9 @@ mod x86 {
             }
         }
         let o = out.get();
-        // Token blocks of ~12 KiB of activations: the block stays in L1, with the group's
+        // Token blocks of ~8 KiB of activations: the block stays in L1, with the group's
         // decoded rows, while the row pairs pass over it (a whole batch only fits L2).
-        let tb = ((12288 / (4 * k)) / TILE_T * TILE_T).max(TILE_T);
+        let tb = ((8192 / (4 * k)) / TILE_T * TILE_T).max(TILE_T);
         for tb0 in (0..tokens).step_by(tb) {
             let tb1 = (tb0 + tb).min(tokens);
             let mut r = g0;
