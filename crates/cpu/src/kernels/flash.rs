@@ -347,7 +347,7 @@ mod scalar {
 
 /// The key-block transposition of the score step, for the DSA indexer's fused kernel.
 #[cfg(target_arch = "x86_64")]
-pub(crate) use x86::transpose_keys;
+pub(crate) use x86::{exp8, transpose_keys};
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
@@ -367,7 +367,7 @@ mod x86 {
     /// `e^x` lane by lane, the operations of [`exp_f32`].
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn exp8(x: __m256) -> __m256 {
+    pub(crate) unsafe fn exp8(x: __m256) -> __m256 {
         let lo = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(EXP_LO));
         // `minps` returns its second operand when either is NaN: NaN stays NaN, as in `exp_f32`.
         let x = _mm256_min_ps(_mm256_set1_ps(EXP_HI), x);

@@ -605,7 +605,7 @@ impl Model for LlamaModel {
             let gu = &s.gu;
             pool.par_rows(&mut s.act, c.ffn, |t, act| {
                 let gu = &gu[t * 2 * c.ffn..(t + 1) * 2 * c.ffn];
-                kernels::silu_mul(&gu[..c.ffn], &gu[c.ffn..], act);
+                kernels::silu_mul(isa, &gu[..c.ffn], &gu[c.ffn..], act);
             });
             if let Some(o) = self.observer.as_mut() {
                 let p = format!("model.layers.{l}");

@@ -160,7 +160,7 @@ impl Mlp {
         let inter = self.inter;
         pool.par_rows(&mut act, inter, |t, a| {
             let g = &gu[t * 2 * inter..(t + 1) * 2 * inter];
-            kernels::silu_mul(&g[..inter], &g[inter..], a);
+            kernels::silu_mul(isa, &g[..inter], &g[inter..], a);
         });
         if cap.is_some() {
             note(cap, pool, isa, &[format!("{prefix}.down_proj")], &act, tokens);
@@ -335,7 +335,7 @@ impl Moe {
             act.truncate(gu.len() / 2);
             pool.par_rows(act, inter, |t, a| {
                 let g = &gu[t * 2 * inter..(t + 1) * 2 * inter];
-                kernels::silu_mul(&g[..inter], &g[inter..], a);
+                kernels::silu_mul(isa, &g[..inter], &g[inter..], a);
             });
         };
         let (mut act, mut act_sh) = (bufs.take(pairs * inter), bufs.take(tokens * sh_inter));
