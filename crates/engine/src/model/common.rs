@@ -167,15 +167,20 @@ pub struct Scratch {
 }
 
 impl Scratch {
-    /// Buffers kept at most (a forward holds a handful at once).
-    const KEEP: usize = 32;
+    /// Buffers kept at most (a forward holds a dozen at once, in about twenty sizes).
+    const KEEP: usize = 64;
 
-    /// A buffer of `n` elements: the smallest kept one that holds `n` without growing, else
-    /// the largest kept one (grown), else a new one.
+    /// A buffer of `n` elements: a kept one of exactly that length if there is one (a step
+    /// asks for the same sizes as the step before, so the steady state zeroes nothing), else
+    /// the smallest kept one that holds `n` without growing, else the largest kept one (grown),
+    /// else a new one. Only elements past a buffer's old length are zeroed.
     pub fn take(&mut self, n: usize) -> Vec<f32> {
-        let fit = self.free.iter().enumerate().filter(|(_, v)| v.capacity() >= n).min_by_key(|(_, v)| v.capacity());
-        let i = fit.map(|(i, _)| i).or_else(|| self.free.iter().enumerate().max_by_key(|(_, v)| v.capacity()).map(|(i, _)| i));
-        let mut v = i.map(|i| self.free.swap_remove(i)).unwrap_or_default();
+        let exact = self.free.iter().position(|v| v.len() == n);
+        let fit = || {
+            self.free.iter().enumerate().filter(|(_, v)| v.capacity() >= n).min_by_key(|(_, v)| v.capacity()).map(|(i, _)| i)
+        };
+        let largest = || self.free.iter().enumerate().max_by_key(|(_, v)| v.capacity()).map(|(i, _)| i);
+        let mut v = exact.or_else(fit).or_else(largest).map(|i| self.free.swap_remove(i)).unwrap_or_default();
         v.resize(n, 0.0);
         v
     }
@@ -192,7 +197,8 @@ impl Scratch {
 mod scratch_tests {
     use super::Scratch;
 
-    /// Buffers come back by best fit, keep their contents, and have the asked length.
+    /// Buffers come back by exact length, then best fit, keep their contents, and have the
+    /// asked length.
     #[test]
     fn scratch_reuses_by_best_fit() {
         let mut s = Scratch::default();
@@ -206,8 +212,16 @@ mod scratch_tests {
         assert_eq!((c.as_ptr(), c.len()), (pb, 8));
         let d = s.take(50);
         assert_eq!((d.as_ptr(), d.len(), d[49]), (pa, 50, 1.0));
-        let e = s.take(1000);
-        assert_eq!(e.len(), 1000);
+        // A new 60-long buffer while `d` is out.
+        let g = s.take(60);
+        assert_eq!(g.len(), 60);
+        s.give(d);
+        s.give(g);
+        // Exact length first: `d` (length 50, capacity 100), where the best fit by capacity
+        // would be `g` (capacity 60).
+        let e = s.take(50);
+        assert_eq!(e.as_ptr(), pa);
+        let f = s.take(1000);
+        assert_eq!(f.len(), 1000);
     }
 }
-
