@@ -122,11 +122,47 @@ mod dense_x86 {
         let k8 = k / 8 * 8;
         for t0 in (0..tokens).step_by(TOKEN_BLOCK) {
             let t1 = (t0 + TOKEN_BLOCK).min(tokens);
-            let pairs_end = t0 + (t1 - t0) / 2 * 2;
+            // Token triples (4 rows × 3 tokens, 12 accumulators: 7 loads per 12 FMAs), then a
+            // pair if two are left, then the odd token.
+            let trip_end = t0 + (t1 - t0) / 3 * 3;
+            let pairs_end = trip_end + (t1 - trip_end) / 2 * 2;
             let mut r = r0;
             while r < r1 {
                 let rn = (r1 - r).min(4);
-                for t in (t0..pairs_end).step_by(2) {
+                for t in (t0..trip_end).step_by(3) {
+                    let mut acc = [[_mm256_setzero_ps(); 3]; 4];
+                    let mut c = 0;
+                    while c < k8 {
+                        let xv = [
+                            _mm256_loadu_ps(xp.add(t * k + c)),
+                            _mm256_loadu_ps(xp.add((t + 1) * k + c)),
+                            _mm256_loadu_ps(xp.add((t + 2) * k + c)),
+                        ];
+                        for (i, a) in acc.iter_mut().enumerate() {
+                            let wv = _mm256_loadu_ps(wp.add((r + i.min(rn - 1)) * k + c));
+                            a[0] = _mm256_fmadd_ps(wv, xv[0], a[0]);
+                            a[1] = _mm256_fmadd_ps(wv, xv[1], a[1]);
+                            a[2] = _mm256_fmadd_ps(wv, xv[2], a[2]);
+                        }
+                        c += 8;
+                    }
+                    // (row i, token j) is accumulator f = 3i + j: lane LANE[f] of the first
+                    // reduction for f < 8, lane LANE[f − 8] of the second after.
+                    const LANE: [usize; 8] = [0, 4, 1, 5, 2, 6, 3, 7];
+                    let z = _mm256_setzero_ps();
+                    let (mut s1, mut s2) = ([0f32; 8], [0f32; 8]);
+                    let g1 = [acc[0][0], acc[0][1], acc[0][2], acc[1][0], acc[1][1], acc[1][2], acc[2][0], acc[2][1]];
+                    _mm256_storeu_ps(s1.as_mut_ptr(), hsum8(&g1));
+                    _mm256_storeu_ps(s2.as_mut_ptr(), hsum8(&[acc[2][2], acc[3][0], acc[3][1], acc[3][2], z, z, z, z]));
+                    for i in 0..rn {
+                        for j in 0..3 {
+                            let f = 3 * i + j;
+                            let v = if f < 8 { s1[LANE[f]] } else { s2[LANE[f - 8]] };
+                            store(wp, xp, k, k8, r + i, t + j, v, op, n);
+                        }
+                    }
+                }
+                for t in (trip_end..pairs_end).step_by(2) {
                     let mut acc = [_mm256_setzero_ps(); 8];
                     let mut c = 0;
                     while c < k8 {
