@@ -164,13 +164,13 @@ impl Ord for Kept {
 /// position order.
 ///
 /// Two passes and no heap. First a threshold: the `k`-th largest of the maxima of chunks of
-/// 8 or 32 scores. Those `k` chunks hold `k` distinct scores at or above it, so a score
+/// 8 or 16 scores. Those `k` chunks hold `k` distinct scores at or above it, so a score
 /// strictly below it (by value) cannot be among the best `k`. Then the candidates, every score
-/// not below the threshold (NaN included), are collected eight at a time, a chunk wholly below
-/// it costing one vectorizable test, and the best `k` of them chosen by a linear selection under
-/// the exact order. Both passes cost about one comparison per score whatever the scores'
-/// shape; a heap of the best `k` so far (or a threshold raised as the pass goes) degenerates
-/// when scores rise with position, as the indexer's often do, every new key replacing one.
+/// not below the threshold (NaN included), are collected from the chunks whose maximum reaches
+/// it (or that hold a NaN), about `k` of them, and the best `k` chosen by a linear selection
+/// under the exact order. The first pass costs one comparison per score whatever the scores'
+/// shape, the second reads ~k chunks; a heap of the best `k` so far (or a threshold raised as
+/// the pass goes) degenerates when scores rise with position, as the indexer's often do.
 fn top_k_positions(scores: &[f32], k: usize) -> Vec<u32> {
     let n = scores.len();
     if n <= k {
@@ -179,23 +179,21 @@ fn top_k_positions(scores: &[f32], k: usize) -> Vec<u32> {
     if k == 0 {
         return Vec::new();
     }
-    // Chunks of 32 while that leaves at least 4k of them (fewer maxima to select from), else 8.
-    let chunk = if n >= 128 * k { 32 } else { 8 };
-    let mut maxima: Vec<f32> = scores.chunks(chunk).map(chunk_max).collect();
-    let thr = if maxima.len() >= k {
-        *maxima.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a)).1
-    } else {
-        f32::NEG_INFINITY
-    };
-    let mut kept: Vec<Kept> = Vec::with_capacity(2 * k);
-    for (c, chunk) in scores.chunks(8).enumerate() {
-        // `&` (not `&&`) keeps the test over the chunk vectorizable; NaN is never `<`.
-        if chunk.iter().fold(true, |all, &s| all & (s < thr)) {
+    // Chunks of 16 while that leaves at least 4k of them (fewer maxima to select from), else 8.
+    let chunk = if n >= 64 * k { 16 } else { 8 };
+    let maxima: Vec<(f32, bool)> = scores.chunks(chunk).map(chunk_max).collect();
+    let mut sel: Vec<f32> = maxima.iter().map(|m| m.0).collect();
+    let thr = if sel.len() >= k { *sel.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a)).1 } else { f32::NEG_INFINITY };
+    let mut kept: Vec<Kept> = Vec::with_capacity(4 * k);
+    for (c, &(mx, nan)) in maxima.iter().enumerate() {
+        // A chunk whose largest score is below the threshold, and that holds no NaN, has
+        // nothing to offer.
+        if mx < thr && !nan {
             continue;
         }
-        for (d, &s) in chunk.iter().enumerate() {
+        for (d, &s) in scores[c * chunk..((c + 1) * chunk).min(n)].iter().enumerate() {
             if !(s < thr) {
-                kept.push(Kept(s, (c * 8 + d) as u32));
+                kept.push(Kept(s, (c * chunk + d) as u32));
             }
         }
     }
@@ -208,22 +206,24 @@ fn top_k_positions(scores: &[f32], k: usize) -> Vec<u32> {
     idx
 }
 
-/// The largest score of `c`, NaN skipped (`s > m` is false for NaN): a score of `c`, or −∞
-/// when `c` holds only NaN (a threshold that only lets more through). Eight independent lanes
-/// of `if s > m { m = s }` (one `maxps` per eight scores once vectorized) instead of one
-/// dependent `max` per score.
-fn chunk_max(c: &[f32]) -> f32 {
+/// The largest score of `c`, NaN skipped (`s > m` is false for NaN; −∞ when `c` holds only
+/// NaN), and whether `c` holds a NaN. Eight independent lanes of `if s > m { m = s }` (one
+/// `maxps` per eight scores once vectorized) instead of one dependent `max` per score.
+fn chunk_max(c: &[f32]) -> (f32, bool) {
     let mut m = [f32::NEG_INFINITY; 8];
+    let mut nan = [false; 8];
     let mut it = c.chunks_exact(8);
     for v in &mut it {
-        for (m, &s) in m.iter_mut().zip(v) {
+        for ((m, n), &s) in m.iter_mut().zip(nan.iter_mut()).zip(v) {
             *m = if s > *m { s } else { *m };
+            *n |= s.is_nan();
         }
     }
-    for (m, &s) in m.iter_mut().zip(it.remainder()) {
+    for ((m, n), &s) in m.iter_mut().zip(nan.iter_mut()).zip(it.remainder()) {
         *m = if s > *m { s } else { *m };
+        *n |= s.is_nan();
     }
-    m.iter().fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a })
+    (m.iter().fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a }), nan.iter().any(|&n| n))
 }
 
 #[cfg(test)]
