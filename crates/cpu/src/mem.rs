@@ -14,7 +14,8 @@
 const MMAP_THRESHOLD: i32 = 32 << 20;
 
 /// Free space the heap keeps at its top before returning memory to the OS: a step's
-/// activations and then some, bounded so an idle server does not hold a spike forever.
+/// activations and then some, bounded so an idle server does not hold a spike forever. (The
+/// engine's own reused step buffers, `Scratch`, have their own bound.)
 const TRIM_THRESHOLD: i32 = 512 << 20;
 
 /// Makes `malloc` keep freed activation memory for the next step instead of unmapping it
@@ -29,10 +30,10 @@ pub fn retain_freed_memory() -> bool {
         // SAFETY: mallopt only changes malloc's tuning parameters; both values are in the
         // ranges glibc accepts (it returns 0 and changes nothing otherwise).
         #[allow(unsafe_code)]
-        unsafe {
-            libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
-                && libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
-        }
+        let (mmap, trim) = unsafe {
+            (libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD), libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+        };
+        mmap == 1 && trim == 1
     }
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
     {

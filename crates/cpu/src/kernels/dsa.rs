@@ -3,11 +3,13 @@
 //! heads, `I_j = (Σ_h w_h · ReLU(q_h · k_j)) · kscale` over the keys `j` of its context.
 //!
 //! The dot products are one GEMM per block of keys: the (query, head) rows of a run of queries
-//! against [`KEY_BLOCK`] keys converted and transposed once ([`block_scores`], the score step
-//! of the tiled attention: one FMA chain over the dimension per dot product, 6 rows × 16 keys
-//! per register tile), then the heads summed in order with keys in lanes,
-//! `acc = acc + w_h · max(d_h, 0)`, then `· kscale`. Every ISA runs these operations, so the
-//! top-k a query selects does not depend on the path, the batch or the run of queries. A lone
+//! against [`KEY_BLOCK`] keys converted and transposed once (one FMA chain over the dimension
+//! per dot product), then the heads summed in order with keys in lanes,
+//! `acc = acc + w_h · max(d_h, 0)`, then `· kscale`. The scalar path is [`block_scores`] (the
+//! tiled attention's score step) followed by that sum; on AVX2 the sum is fused into the score
+//! tile (4 heads × 16 keys in registers, then the heads' terms added in order), the same
+//! operations without the scores' round trip through memory. Every ISA runs these operations,
+//! so the top-k a query selects does not depend on the path, the batch or the run of queries. A lone
 //! query (a DECODE row) takes a path with heads in lanes instead, so that no key block is
 //! transposed for one query: the same chains over the dimension, keys transposed only for the
 //! head sum.

@@ -185,7 +185,6 @@ mod x86 {
         s
     }
 
-    #[target_feature(enable = "avx2,fma")]
     /// [`super::weighted_rows`] for `width` a multiple of 8: outputs 4 at a time × 16 columns
     /// (8 accumulators), every row's 16 columns loaded once per 4 outputs.
     #[allow(clippy::too_many_arguments)]
@@ -251,6 +250,7 @@ mod x86 {
         }
     }
 
+    #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn axpy_avx2(a: f32, x: &[f32], y: &mut [f32]) {
         let n = x.len();
         let (px, py) = (x.as_ptr(), y.as_mut_ptr());

@@ -75,34 +75,28 @@ pub struct GemmJob<'a> {
     pub out: &'a mut [f32],
 }
 
-/// Independent GEMMs (a MoE layer's experts, each on its own tokens): NVFP4 jobs share one
-/// fork-join of the pool, tasks of equal work across all of them (`Nvfp4Job`); other formats
-/// run one [`matmul`] each. Every output equals what [`matmul`] gives for its job alone.
+/// Independent GEMMs (a MoE layer's experts, each on its own tokens): the NVFP4 jobs share one
+/// fork-join of the pool, tasks of equal work across all of them (`Nvfp4Job`); jobs of other
+/// formats run one [`matmul`] each. Every output equals what [`matmul`] gives for its job alone.
 ///
 /// # Panics
 /// As [`matmul`], for any job.
 pub fn matmul_grouped(pool: &ThreadPool, isa: Isa, jobs: &mut [GemmJob<'_>], xq: &mut QActs) {
-    if jobs.iter().all(|j| matches!(j.w, Weight::Nvfp4(_))) {
-        let mut nv: Vec<super::nvfp4_gemm::Nvfp4Job<'_>> = jobs
-            .iter_mut()
-            .filter_map(|j| match j.w {
-                Weight::Nvfp4(m) => Some(super::nvfp4_gemm::Nvfp4Job { w: m, x: j.x, tokens: j.tokens, out: &mut *j.out }),
-                _ => None,
-            })
-            .collect();
-        super::nvfp4_gemm::matmul_grouped(pool, isa, &mut nv);
-        return;
+    let mut nv: Vec<super::nvfp4_gemm::Nvfp4Job<'_>> = Vec::with_capacity(jobs.len());
+    for j in jobs.iter_mut() {
+        match j.w {
+            Weight::Nvfp4(m) => nv.push(super::nvfp4_gemm::Nvfp4Job { w: m, x: j.x, tokens: j.tokens, out: &mut *j.out }),
+            w => matmul(pool, isa, w, j.x, j.tokens, xq, j.out),
+        }
     }
-    for j in jobs {
-        matmul(pool, isa, j.w, j.x, j.tokens, xq, j.out);
-    }
+    super::nvfp4_gemm::matmul_grouped(pool, isa, &mut nv);
 }
 
-/// The dense f32 product in register tiles of 4 rows × 2 tokens (8 rows × 1 for an odd last
-/// token), each output computed exactly
-/// as [`dot`] computes it on AVX2 (8 lanes of FMAs over `k`, the `hsum` tree, then the tail
-/// `k mod 8` in order), so the result is the same bits as the per-(row, token) `dot` loop it
-/// replaces; the 8 accumulators of a tile are reduced together (`hsum8`).
+/// The dense f32 product in register tiles of 4 rows × 3 tokens, then 4 rows × 2 for two
+/// tokens left and 8 rows × 1 for an odd last token, each output computed exactly as [`dot`]
+/// computes it on AVX2 (8 lanes of FMAs over `k`, the `hsum` tree, then the tail `k mod 8` in
+/// order), so the result is the same bits as the per-(row, token) `dot` loop it replaces; a
+/// tile's accumulators are reduced 8 at a time (`hsum8`).
 #[cfg(target_arch = "x86_64")]
 mod dense_x86 {
     use crate::kernels::hsum8;

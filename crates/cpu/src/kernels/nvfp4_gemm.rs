@@ -143,7 +143,8 @@ pub fn matmul_grouped(pool: &ThreadPool, isa: Isa, jobs: &mut [Nvfp4Job<'_>]) {
         j.w.check(j.x, j.tokens, j.out);
     }
     let isa = usable(isa);
-    let cost = |j: &Nvfp4Job<'_>| j.tokens.max(1) * j.w.cols;
+    // At least 1, so that an empty job (0 columns) cannot divide by zero below.
+    let cost = |j: &Nvfp4Job<'_>| (j.tokens * j.w.cols).max(1);
     let total: usize = jobs.iter().map(|j| cost(j) * j.w.rows).sum();
     // About 8 tasks per thread; whole groups of decoded rows each.
     let target = (total / (pool.threads() * 8)).max(1);
@@ -231,7 +232,8 @@ mod x86 {
     }
 
     /// Rows `g0..g1` (at most [`GROUP`]) against `tokens ≥ TILE_T` tokens: the group is decoded
-    /// once into `buf` (`GROUP × cols` f32, L1-sized), then each pair of rows × [`TILE_T`]
+    /// once into `buf` (`GROUP × cols` f32: 16 KiB at glm5-tiny's 256 columns, in L1; larger
+    /// `cols` spill it to L2, a shape not measured here), then each pair of rows × [`TILE_T`]
     /// tokens keeps its 12 accumulators in registers.
     ///
     /// # Safety

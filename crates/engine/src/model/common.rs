@@ -169,26 +169,39 @@ pub struct Scratch {
 impl Scratch {
     /// Buffers kept at most (a forward holds a dozen at once, in about twenty sizes).
     const KEEP: usize = 64;
+    /// Bytes kept at most: glm5-tiny's 512-token steps use ~30 MB; a larger model's step
+    /// buffers past this are allocated per step (and returned to the OS) as before.
+    const MAX_BYTES: usize = 256 << 20;
 
     /// A buffer of `n` elements: a kept one of exactly that length if there is one (a step
     /// asks for the same sizes as the step before, so the steady state zeroes nothing), else
-    /// the smallest kept one that holds `n` without growing, else the largest kept one (grown),
-    /// else a new one. Only elements past a buffer's old length are zeroed.
+    /// the smallest kept one that holds `n` without growing (only the elements past its old
+    /// length are zeroed), else a new zeroed one.
     pub fn take(&mut self, n: usize) -> Vec<f32> {
         let exact = self.free.iter().position(|v| v.len() == n);
         let fit = || {
             self.free.iter().enumerate().filter(|(_, v)| v.capacity() >= n).min_by_key(|(_, v)| v.capacity()).map(|(i, _)| i)
         };
-        let largest = || self.free.iter().enumerate().max_by_key(|(_, v)| v.capacity()).map(|(i, _)| i);
-        let mut v = exact.or_else(fit).or_else(largest).map(|i| self.free.swap_remove(i)).unwrap_or_default();
-        v.resize(n, 0.0);
-        v
+        match exact.or_else(fit) {
+            Some(i) => {
+                let mut v = self.free.swap_remove(i);
+                v.resize(n, 0.0);
+                v
+            }
+            None => vec![0f32; n],
+        }
     }
 
-    /// Returns a buffer for later steps.
+    /// Returns a buffer for later steps. Past [`Scratch::KEEP`] buffers or
+    /// [`Scratch::MAX_BYTES`], the smallest kept ones (the cheapest to make again) are freed.
     pub fn give(&mut self, v: Vec<f32>) {
-        if self.free.len() < Self::KEEP {
-            self.free.push(v);
+        if v.capacity() * 4 > Self::MAX_BYTES {
+            return;
+        }
+        self.free.push(v);
+        while self.free.len() > Self::KEEP || self.free.iter().map(|v| v.capacity() * 4).sum::<usize>() > Self::MAX_BYTES {
+            let Some(i) = self.free.iter().enumerate().min_by_key(|(_, v)| v.capacity()).map(|(i, _)| i) else { break };
+            self.free.swap_remove(i);
         }
     }
 }
@@ -223,5 +236,12 @@ mod scratch_tests {
         assert_eq!(e.as_ptr(), pa);
         let f = s.take(1000);
         assert_eq!(f.len(), 1000);
+        // A buffer past the byte cap is not kept; many small ones are capped in number.
+        s.give(vec![0f32; Scratch::MAX_BYTES / 4 + 1]);
+        assert!(s.free.iter().all(|v| v.capacity() * 4 <= Scratch::MAX_BYTES));
+        for _ in 0..100 {
+            s.give(vec![0f32; 4]);
+        }
+        assert_eq!(s.free.len(), Scratch::KEEP);
     }
 }

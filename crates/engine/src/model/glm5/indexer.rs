@@ -159,9 +159,10 @@ impl Ord for Kept {
     }
 }
 
-/// Top-`k` positions of `scores` (highest first, ties to the lower position; `total_cmp`
-/// order, so +NaN ranks first and −NaN last, as `torch.topk` ranks NaN), returned in ascending
-/// position order.
+/// Top-`k` positions of `scores` (highest first, ties to the lower position), returned in
+/// ascending position order. Scores compare by `total_cmp`: +NaN ranks first and −NaN last
+/// (`torch.topk` ranks every NaN first; x86's default NaN, from `inf · 0`, has the sign bit
+/// set, so such a NaN ranks last here, as it did before this selection was rewritten).
 ///
 /// Two passes and no heap. First a threshold: the `k`-th largest of the maxima of chunks of
 /// 8 or 16 scores. Those `k` chunks hold `k` distinct scores at or above it, so a score

@@ -30,6 +30,10 @@ use crate::model::common::Scratch;
 /// Dense-backend rows scored together against each key block.
 const QUERY_BLOCK: usize = 16;
 
+/// Rows from which W_UV runs as one dense GEMM per head (three fork-joins of the pool per head)
+/// rather than a `dot` per output inside each row's task (same bits either way).
+const UV_GEMM_ROWS: usize = 16;
+
 /// One layer's attention weights, with its indexer on `full` layers.
 pub(super) struct Mla {
     pub(super) q_a: Weight,
@@ -252,35 +256,53 @@ impl Mla {
             }
         });
         // 3. Softmax and the latent sum per row (its heads share the selected latent rows),
-        // then W_UV per head over every row (a dense GEMM: the bits of one `dot` per output).
+        // then W_UV per head: for a few rows (DECODE) one `dot` per output inside the row's
+        // task, for more a dense GEMM per head over every row, which gives the same bits.
+        // (W_UV is built dense at load; the check keeps every output written if it were not.)
+        let inline_uv = t_n < UV_GEMM_ROWS && self.w_uv.iter().all(|w| matches!(w, Weight::Dense { .. }));
         let mut lat_all = bufs.take(t_n * heads * kvl);
-        pool.par_rows(&mut lat_all, heads * kvl, |t, lat| {
-            let slots = batch.kv_slots(s.row_seq[t] as usize);
-            let ch = chosen(t);
-            let m = ch.len();
-            let mut p = vec![0f32; heads * m];
-            for hd in 0..heads {
-                let sc = &mut p[hd * m..(hd + 1) * m];
-                sc.copy_from_slice(&all[off[t] + hd * m..off[t] + (hd + 1) * m]);
-                let mx = sc.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let mut sum = 0f32;
-                for v in sc.iter_mut() {
-                    *v = (*v - mx).exp();
-                    sum += *v;
-                }
-                let inv = 1.0 / sum;
-                sc.iter_mut().for_each(|v| *v *= inv);
-            }
-            let rows: Vec<usize> = ch.iter().map(|&p| slots[p as usize] as usize * lat_w).collect();
-            kernels::weighted_rows(isa, &p, m, heads, lat_cache, &rows, kvl, lat, kvl);
-        });
         let mut attn = bufs.take(t_n * heads * vd);
-        let (mut xh, mut oh) = (bufs.take(t_n * kvl), bufs.take(t_n * vd));
-        let mut xq = QActs::default();
-        for (hd, uv) in self.w_uv.iter().enumerate() {
-            pool.par_rows(&mut xh, kvl, |t, r| r.copy_from_slice(&lat_all[(t * heads + hd) * kvl..(t * heads + hd + 1) * kvl]));
-            kernels::matmul(pool, isa, uv, &xh, t_n, &mut xq, &mut oh);
-            pool.par_rows(&mut attn, heads * vd, |t, r| r[hd * vd..(hd + 1) * vd].copy_from_slice(&oh[t * vd..(t + 1) * vd]));
+        pool.par_row_chunks2(&mut lat_all, heads * kvl, &mut attn, heads * vd, |r0, lats, outs| {
+            for (i, (lat, out)) in lats.chunks_exact_mut(heads * kvl).zip(outs.chunks_exact_mut(heads * vd)).enumerate() {
+                let t = r0 + i;
+                let slots = batch.kv_slots(s.row_seq[t] as usize);
+                let ch = chosen(t);
+                let m = ch.len();
+                let mut p = vec![0f32; heads * m];
+                for hd in 0..heads {
+                    let sc = &mut p[hd * m..(hd + 1) * m];
+                    sc.copy_from_slice(&all[off[t] + hd * m..off[t] + (hd + 1) * m]);
+                    let mx = sc.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                    let mut sum = 0f32;
+                    for v in sc.iter_mut() {
+                        *v = (*v - mx).exp();
+                        sum += *v;
+                    }
+                    let inv = 1.0 / sum;
+                    sc.iter_mut().for_each(|v| *v *= inv);
+                }
+                let rows: Vec<usize> = ch.iter().map(|&p| slots[p as usize] as usize * lat_w).collect();
+                kernels::weighted_rows(isa, &p, m, heads, lat_cache, &rows, kvl, lat, kvl);
+                if inline_uv {
+                    for (hd, uv) in self.w_uv.iter().enumerate() {
+                        if let Weight::Dense { data, .. } = uv {
+                            let lh = &lat[hd * kvl..(hd + 1) * kvl];
+                            for (j, o) in out[hd * vd..(hd + 1) * vd].iter_mut().enumerate() {
+                                *o = kernels::dot(isa, &data[j * kvl..(j + 1) * kvl], lh);
+                            }
+                        }
+                    }
+                }
+            }
+        });
+        let (mut xh, mut oh) = (bufs.take(if inline_uv { 0 } else { t_n * kvl }), bufs.take(if inline_uv { 0 } else { t_n * vd }));
+        if !inline_uv {
+            let mut xq = QActs::default();
+            for (hd, uv) in self.w_uv.iter().enumerate() {
+                pool.par_rows(&mut xh, kvl, |t, r| r.copy_from_slice(&lat_all[(t * heads + hd) * kvl..(t * heads + hd + 1) * kvl]));
+                kernels::matmul(pool, isa, uv, &xh, t_n, &mut xq, &mut oh);
+                pool.par_rows(&mut attn, heads * vd, |t, r| r[hd * vd..(hd + 1) * vd].copy_from_slice(&oh[t * vd..(t + 1) * vd]));
+            }
         }
         for b in [qcat, lat_all, xh, oh] {
             bufs.give(b);
