@@ -1,6 +1,10 @@
-//! Token sampling: logit bias, temperature, top-k, top-p (nucleus), min-p, seeded.
+//! Token sampling: logit bias, `min_tokens`, penalties, temperature, top-k, top-p (nucleus),
+//! min-p, seeded.
 //!
-//! Semantics follow SGLang's `SamplingParams` / `sampler.py` and vLLM: `temperature == 0`
+//! The logits are adjusted in vLLM v1's order (`vllm/v1/sample/sampler.py`): the logit bias
+//! and the `min_tokens` mask (stop tokens at −∞ until that many tokens are out), then the
+//! penalties ([`apply_penalties`]), then sampling. Semantics follow SGLang's `SamplingParams` /
+//! `sampler.py` and vLLM: `temperature == 0`
 //! (or `top_k == 1`) is greedy argmax, ties to the lowest id; otherwise logits are divided by
 //! the temperature, softmaxed, cut to the `top_k` most likely, to the smallest set whose mass
 //! reaches `top_p`, and to tokens with `p ≥ min_p · p_max`, renormalised and sampled.
@@ -25,11 +29,32 @@ pub struct SamplingParams {
     pub seed: u64,
     /// Additive biases `(token id, bias)`.
     pub logit_bias: Vec<(u32, f32)>,
+    /// Subtracted once from every token already in the output (OpenAI's `presence_penalty`).
+    pub presence_penalty: f32,
+    /// Subtracted per occurrence in the output (OpenAI's `frequency_penalty`).
+    pub frequency_penalty: f32,
+    /// Tokens of the prompt or the output: positive logits divided by it, the others
+    /// multiplied (HF's and vLLM's `repetition_penalty`); 1 is off.
+    pub repetition_penalty: f32,
+    /// Stop tokens (EOS included) are masked until this many tokens are generated (vLLM's
+    /// `min_tokens`, SGLang's `min_new_tokens`).
+    pub min_tokens: usize,
 }
 
 impl Default for SamplingParams {
     fn default() -> Self {
-        SamplingParams { temperature: 1.0, top_p: 1.0, top_k: 0, min_p: 0.0, seed: 0, logit_bias: Vec::new() }
+        SamplingParams {
+            temperature: 1.0,
+            top_p: 1.0,
+            top_k: 0,
+            min_p: 0.0,
+            seed: 0,
+            logit_bias: Vec::new(),
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            repetition_penalty: 1.0,
+            min_tokens: 0,
+        }
     }
 }
 
@@ -57,13 +82,79 @@ pub fn argmax(v: &[f32]) -> u32 {
     best as u32
 }
 
-/// Picks the next token from `logits` (modified in place by the bias) for output index `step`.
-pub fn sample(logits: &mut [f32], p: &SamplingParams, step: u64) -> u32 {
+/// The tokens a request has seen, for [`sample_seq`]: its prompt, its output so far and its
+/// stop tokens (EOS included unless ignored).
+#[derive(Debug, Clone, Copy)]
+pub struct History<'a> {
+    /// Prompt token ids.
+    pub prompt: &'a [u32],
+    /// Generated token ids so far.
+    pub output: &'a [u32],
+    /// Tokens that end the sequence.
+    pub stop_ids: &'a [u32],
+}
+
+/// vLLM's penalties (`vllm/model_executor/layers/utils.py`, `apply_penalties`), in its order
+/// and arithmetic: for every distinct token of the prompt or the output, `l / r` when `l > 0`
+/// else `l · r` (`r` = `repetition_penalty`); then for every distinct output token with count
+/// `c`, `l − f · c` (`f` = `frequency_penalty`), then `− presence_penalty`. Tokens outside
+/// `logits` are ignored. A pure function of the row, so a request gives the same bits in any
+/// batch.
+pub fn apply_penalties(logits: &mut [f32], p: &SamplingParams, h: &History<'_>) {
+    if p.repetition_penalty != 1.0 {
+        let mut ids: Vec<u32> = h.prompt.iter().chain(h.output).copied().collect();
+        ids.sort_unstable();
+        ids.dedup();
+        for id in ids {
+            if let Some(l) = logits.get_mut(id as usize) {
+                *l = if *l > 0.0 { *l / p.repetition_penalty } else { *l * p.repetition_penalty };
+            }
+        }
+    }
+    if p.frequency_penalty != 0.0 || p.presence_penalty != 0.0 {
+        let mut out = h.output.to_vec();
+        out.sort_unstable();
+        for run in out.chunk_by(|a, b| a == b) {
+            if let Some(l) = logits.get_mut(run[0] as usize) {
+                *l -= p.frequency_penalty * run.len() as f32;
+                *l -= p.presence_penalty;
+            }
+        }
+    }
+}
+
+/// Picks the next token of a sequence with history `h`: the logit bias, the `min_tokens` mask
+/// and the penalties applied to `logits` in place (see the module docs), then [`sample`]'s
+/// choice for output index `h.output.len()`.
+pub fn sample_seq(logits: &mut [f32], p: &SamplingParams, h: &History<'_>) -> u32 {
+    add_bias(logits, p);
+    if h.output.len() < p.min_tokens {
+        for &s in h.stop_ids {
+            if let Some(l) = logits.get_mut(s as usize) {
+                *l = f32::NEG_INFINITY;
+            }
+        }
+    }
+    apply_penalties(logits, p, h);
+    pick(logits, p, h.output.len() as u64)
+}
+
+fn add_bias(logits: &mut [f32], p: &SamplingParams) {
     for &(id, b) in &p.logit_bias {
         if let Some(l) = logits.get_mut(id as usize) {
             *l += b;
         }
     }
+}
+
+/// Picks the next token from `logits` (modified in place by the bias) for output index `step`.
+pub fn sample(logits: &mut [f32], p: &SamplingParams, step: u64) -> u32 {
+    add_bias(logits, p);
+    pick(logits, p, step)
+}
+
+/// The choice after every adjustment of the logits.
+fn pick(logits: &[f32], p: &SamplingParams, step: u64) -> u32 {
     if p.is_greedy() || p.top_p <= 0.0 {
         return argmax(logits);
     }
@@ -129,6 +220,40 @@ fn draw(cand: &[(u32, f32)], total: f32, rng: &mut rand::rngs::StdRng) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// vLLM's formulas on a fixed logit row, by hand: repetition 2 over prompt ∪ output
+    /// (positive halved, negative doubled), frequency 0.5 per output occurrence, presence 0.25
+    /// once per output token; tokens seen nowhere untouched.
+    #[test]
+    fn penalties_by_hand() {
+        let p = SamplingParams { repetition_penalty: 2.0, frequency_penalty: 0.5, presence_penalty: 0.25, ..Default::default() };
+        let mut l = [2.0f32, -1.0, 0.5, 3.0, 7.0];
+        let h = History { prompt: &[0, 1, 0], output: &[3, 3, 2], stop_ids: &[] };
+        apply_penalties(&mut l, &p, &h);
+        // 0: 2/2 = 1; 1: −1·2 = −2; 2: 0.5/2 − 0.5 − 0.25 = −0.5; 3: 3/2 − 1.0 − 0.25 = 0.25; 4: 7.
+        assert_eq!(l, [1.0, -2.0, -0.5, 0.25, 7.0]);
+        // Off by default: nothing changes.
+        let mut m = [2.0f32, -1.0];
+        apply_penalties(&mut m, &SamplingParams::default(), &h);
+        assert_eq!(m, [2.0, -1.0]);
+    }
+
+    /// `min_tokens` masks the stop tokens (EOS among them) until that many are out, and the
+    /// logit bias comes before the penalties (vLLM v1's order).
+    #[test]
+    fn min_tokens_and_order() {
+        let p = SamplingParams { temperature: 0.0, min_tokens: 2, ..Default::default() };
+        let h = History { prompt: &[1], output: &[0], stop_ids: &[2] };
+        assert_eq!(sample_seq(&mut [0.0, 1.0, 9.0], &p, &h), 1);
+        let done = History { output: &[0, 0], ..h };
+        assert_eq!(sample_seq(&mut [0.0, 1.0, 9.0], &p, &done), 2);
+        // Bias +1 then repetition 2 on token 0 (in the prompt): (1 + 1) / 2 = 1 < 1.5.
+        let q = SamplingParams { temperature: 0.0, logit_bias: vec![(0, 1.0)], repetition_penalty: 2.0, ..Default::default() };
+        let h0 = History { prompt: &[0], output: &[], stop_ids: &[] };
+        let mut row = [1.0f32, 1.5];
+        assert_eq!(sample_seq(&mut row, &q, &h0), 1);
+        assert_eq!(row[0], 1.0);
+    }
 
     #[test]
     fn greedy_and_ties() {

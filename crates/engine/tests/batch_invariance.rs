@@ -1,6 +1,7 @@
 //! Greedy output of every request is identical whether it runs alone or in a batch of 64
-//! mixed requests (shared prefixes, chunked prefill, EXTEND and DECODE rows together), with the
-//! radix cache on or off and with page sizes 1, 16 and 64. Real SmolLM2 model.
+//! mixed requests (shared prefixes, chunked prefill, EXTEND and DECODE rows together, different
+//! penalties per row), with the radix cache on or off and with page sizes 1, 16 and 64. Real
+//! SmolLM2 model.
 
 use sparrow_engine::kv::KvStore;
 use sparrow_engine::model::llama::LlamaModel;
@@ -23,6 +24,17 @@ fn cfg(page_size: usize, radix: bool, chunk: usize) -> SchedulerConfig {
     }
 }
 
+/// Greedy sampling; two requests in three with penalties of their own (repetition, frequency,
+/// presence, `min_tokens`), so rows with different penalties share every batch.
+fn penalties(i: usize) -> SamplingParams {
+    let greedy = SamplingParams { temperature: 0.0, ..Default::default() };
+    match i % 3 {
+        1 => SamplingParams { repetition_penalty: 1.3, frequency_penalty: 0.5, presence_penalty: 0.4, min_tokens: 2, ..greedy },
+        2 => SamplingParams { presence_penalty: -0.5, repetition_penalty: 0.8, ..greedy },
+        _ => greedy,
+    }
+}
+
 /// Runs `prompts` through a scheduler, all submitted at once (a batch) or one after another
 /// (alone); returns each request's tokens.
 fn run(m: &mut LlamaModel, c: SchedulerConfig, prompts: &[Vec<u32>], alone: bool) -> Vec<Vec<u32>> {
@@ -34,7 +46,7 @@ fn run(m: &mut LlamaModel, c: SchedulerConfig, prompts: &[Vec<u32>], alone: bool
             id: i as u64,
             input_ids: prompts[i].clone(),
             max_new_tokens: NEW,
-            sampling: SamplingParams { temperature: 0.0, ..Default::default() },
+            sampling: penalties(i),
             stop_token_ids: vec![],
             ignore_eos: true,
         };

@@ -5,7 +5,9 @@
 //! `top_k ≥ -1` (0 and -1 mean no limit), `min_p ∈ [0, 1]`, `n ∈ [1, 16]`, `logit_bias` values in
 //! `[-100, 100]` keyed by token id. `null` means "not given". A value of the wrong type
 //! (`"top_p": "NaN"`) or out of range is a 400 naming the field, sent before any stream starts.
-//! Features we do not implement (logprobs, penalties, `best_of`, `suffix`) are refused by name
+//! Penalties: `presence_penalty` and `frequency_penalty` in `[-2, 2]` (OpenAI), `repetition_penalty`
+//! in `(0, 2]` (SGLang's bound), `min_tokens` (vLLM; `min_new_tokens` natively) at most the token
+//! limit. Features we do not implement (logprobs, `best_of`, `suffix`) are refused by name
 //! with a 400 rather than silently ignored.
 
 use serde_json::{Map, Value};
@@ -32,6 +34,7 @@ pub const NATIVE_SAMPLING_KEYS: &[&str] = &[
     "presence_penalty",
     "frequency_penalty",
     "repetition_penalty",
+    "min_new_tokens",
 ];
 
 /// Largest `n` accepted.
@@ -215,10 +218,20 @@ pub fn parse(map: &Map<String, Value>, api: Api) -> Result<GenParams, ApiError> 
             .collect::<Result<_, _>>()?,
         Some(_) => return Err(ApiError::bad("stop_token_ids", "stop_token_ids must be a list of token ids")),
     };
-    let zero = [Value::from(0), Value::from(0.0)];
-    f.refuse_unless("presence_penalty", &zero, "penalties are not implemented")?;
-    f.refuse_unless("frequency_penalty", &zero, "penalties are not implemented")?;
-    f.refuse_unless("repetition_penalty", &[Value::from(1), Value::from(1.0)], "penalties are not implemented")?;
+    // OpenAI's ranges for the additive penalties; SGLang's upper bound for the repetition
+    // penalty, which must be positive (it divides).
+    let presence_penalty = f.num_in("presence_penalty", -2.0, 2.0)?.unwrap_or(0.0);
+    let frequency_penalty = f.num_in("frequency_penalty", -2.0, 2.0)?.unwrap_or(0.0);
+    let repetition_penalty = f.num_in("repetition_penalty", 0.0, 2.0)?.unwrap_or(1.0);
+    if repetition_penalty <= 0.0 {
+        return Err(ApiError::bad("repetition_penalty", "repetition_penalty must be in (0, 2]"));
+    }
+    // SGLang's `min_new_tokens` natively, vLLM's `min_tokens` on the OpenAI routes.
+    let min_field = if api == Api::Native { "min_new_tokens" } else { "min_tokens" };
+    let min_tokens = f.count(min_field)?.unwrap_or(0);
+    if let Some(m) = max_tokens.filter(|&m| min_tokens > m) {
+        return Err(ApiError::bad(min_field, format!("{min_field} ({min_tokens}) must not exceed the token limit ({m})")));
+    }
     f.refuse_unless("logprobs", &[Value::Bool(false)], "logprobs are not implemented yet")?;
     f.refuse_unless("top_logprobs", &[Value::from(0)], "logprobs are not implemented yet")?;
     f.refuse_unless("return_logprob", &[Value::Bool(false)], "logprobs are not implemented yet")?;
@@ -243,6 +256,10 @@ pub fn parse(map: &Map<String, Value>, api: Api) -> Result<GenParams, ApiError> 
             min_p: min_p as f32,
             seed,
             logit_bias,
+            presence_penalty: presence_penalty as f32,
+            frequency_penalty: frequency_penalty as f32,
+            repetition_penalty: repetition_penalty as f32,
+            min_tokens,
         },
         stop,
         stop_token_ids,
@@ -277,5 +294,21 @@ mod tests {
         assert_eq!(ok.sampling.logit_bias, vec![(12, -100.0)]);
         assert_eq!(ok.stop, vec!["x".to_owned()]);
         assert_eq!(ok.sampling.seed, 7);
+        let pen = p(json!({"presence_penalty": 0.5, "frequency_penalty": -1, "repetition_penalty": 1.3, "min_tokens": 4, "max_tokens": 8}))
+            .expect("penalties");
+        let s = &pen.sampling;
+        assert_eq!((s.presence_penalty, s.frequency_penalty, s.repetition_penalty, s.min_tokens), (0.5, -1.0, 1.3, 4));
+        for (bad, field) in [
+            (json!({"presence_penalty": 2.5}), "presence_penalty"),
+            (json!({"frequency_penalty": -3}), "frequency_penalty"),
+            (json!({"repetition_penalty": 0}), "repetition_penalty"),
+            (json!({"repetition_penalty": 2.1}), "repetition_penalty"),
+            (json!({"min_tokens": 9, "max_tokens": 8}), "min_tokens"),
+            (json!({"min_tokens": -1}), "min_tokens"),
+        ] {
+            assert!(p(bad).expect_err("out of range").to_string().contains(field), "{field}");
+        }
+        let native = parse(json!({"min_new_tokens": 3}).as_object().expect("object"), Api::Native).expect("native");
+        assert_eq!(native.sampling.min_tokens, 3);
     }
 }

@@ -6,7 +6,7 @@
 
 use super::{usage, Scheduled, Scheduler};
 use crate::request::{FinishReason, Output};
-use crate::sampler::sample;
+use crate::sampler::{sample_seq, History};
 use crate::EngineError;
 
 impl Scheduler {
@@ -43,8 +43,8 @@ impl Scheduler {
             }
             let row = &mut logits[li * vocab..(li + 1) * vocab].to_vec();
             li += 1;
-            let step = r.output_len() as u64;
-            let tok = sample(row, &r.sampling, step);
+            let h = History { prompt: &r.tokens[..r.prompt_len], output: &r.tokens[r.prompt_len..], stop_ids: &r.stop_ids };
+            let tok = sample_seq(row, &r.sampling, &h);
             r.tokens.push(tok);
             self.stats.generation_tokens_total += 1;
             out.push(Output::Token { id: r.id, token: tok });
