@@ -193,7 +193,8 @@ fn top_k_positions(scores: &[f32], k: usize) -> Vec<u32> {
             continue;
         }
         for (d, &s) in scores[c * chunk..((c + 1) * chunk).min(n)].iter().enumerate() {
-            if !(s < thr) {
+            // Not below the threshold: at or above it, or NaN (`thr` is never NaN).
+            if s >= thr || s.is_nan() {
                 kept.push(Kept(s, (c * chunk + d) as u32));
             }
         }
