@@ -75,15 +75,7 @@ pub fn attend_group<E: KvElem>(
     #[cfg(not(target_arch = "x86_64"))]
     attn_scores_scalar(q, hd, group, k, stride, off, slots, scale, scores);
     for h in 0..group {
-        let sc = &mut scores[h * n..(h + 1) * n];
-        let mx = sc.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let mut sum = 0f32;
-        for x in sc.iter_mut() {
-            *x = (*x - mx).exp();
-            sum += *x;
-        }
-        let inv = 1.0 / sum;
-        sc.iter_mut().for_each(|x| *x *= inv);
+        super::elementwise::softmax_in_place(&mut scores[h * n..(h + 1) * n]);
     }
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Vnni && hd == 64 && group == 3 {

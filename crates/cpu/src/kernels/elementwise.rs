@@ -31,6 +31,20 @@ pub fn axpy(isa: Isa, a: f32, x: &[f32], y: &mut [f32]) {
     }
 }
 
+/// Softmax of `x` in place: `e^(x_i − max) / Σ e^(x_j − max)`, with libm's `exp`, the sum in
+/// index order and one multiply by the reciprocal (the two-pass attention's and MLA's
+/// arithmetic).
+pub fn softmax_in_place(x: &mut [f32]) {
+    let mx = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0f32;
+    for v in x.iter_mut() {
+        *v = (*v - mx).exp();
+        sum += *v;
+    }
+    let inv = 1.0 / sum;
+    x.iter_mut().for_each(|v| *v *= inv);
+}
+
 /// Weighted sums of rows: `out[o·out_stride ..][..width] = Σ_n w[o·w_stride + n] ·
 /// rows[offs[n] ..][..width]` for `o < nw`, `n < offs.len()`, each sum in `n` order from zero,
 /// each term added as [`axpy`] adds it. The bits equal `axpy(isa, w[o·w_stride + n], row_n,

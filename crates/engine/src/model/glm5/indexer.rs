@@ -214,16 +214,11 @@ fn top_k_positions(scores: &[f32], k: usize) -> Vec<u32> {
 fn chunk_max(c: &[f32]) -> (f32, bool) {
     let mut m = [f32::NEG_INFINITY; 8];
     let mut nan = [false; 8];
-    let mut it = c.chunks_exact(8);
-    for v in &mut it {
+    for v in c.chunks(8) {
         for ((m, n), &s) in m.iter_mut().zip(nan.iter_mut()).zip(v) {
             *m = if s > *m { s } else { *m };
             *n |= s.is_nan();
         }
-    }
-    for ((m, n), &s) in m.iter_mut().zip(nan.iter_mut()).zip(it.remainder()) {
-        *m = if s > *m { s } else { *m };
-        *n |= s.is_nan();
     }
     (m.iter().fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a }), nan.iter().any(|&n| n))
 }

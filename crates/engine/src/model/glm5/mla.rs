@@ -268,18 +268,10 @@ impl Mla {
                 let slots = batch.kv_slots(s.row_seq[t] as usize);
                 let ch = chosen(t);
                 let m = ch.len();
-                let mut p = vec![0f32; heads * m];
-                for hd in 0..heads {
-                    let sc = &mut p[hd * m..(hd + 1) * m];
-                    sc.copy_from_slice(&all[off[t] + hd * m..off[t] + (hd + 1) * m]);
-                    let mx = sc.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                    let mut sum = 0f32;
-                    for v in sc.iter_mut() {
-                        *v = (*v - mx).exp();
-                        sum += *v;
-                    }
-                    let inv = 1.0 / sum;
-                    sc.iter_mut().for_each(|v| *v *= inv);
+                // The row's scores are `[heads × m]`: softmax per head.
+                let mut p = all[off[t]..off[t + 1]].to_vec();
+                for sc in p.chunks_exact_mut(m.max(1)) {
+                    kernels::softmax_in_place(sc);
                 }
                 let rows: Vec<usize> = ch.iter().map(|&p| slots[p as usize] as usize * lat_w).collect();
                 kernels::weighted_rows(isa, &p, m, heads, lat_cache, &rows, kvl, lat, kvl);
@@ -295,18 +287,19 @@ impl Mla {
                 }
             }
         });
-        let (mut xh, mut oh) = (bufs.take(if inline_uv { 0 } else { t_n * kvl }), bufs.take(if inline_uv { 0 } else { t_n * vd }));
         if !inline_uv {
+            let (mut xh, mut oh) = (bufs.take(t_n * kvl), bufs.take(t_n * vd));
             let mut xq = QActs::default();
             for (hd, uv) in self.w_uv.iter().enumerate() {
                 pool.par_rows(&mut xh, kvl, |t, r| r.copy_from_slice(&lat_all[(t * heads + hd) * kvl..(t * heads + hd + 1) * kvl]));
                 kernels::matmul(pool, isa, uv, &xh, t_n, &mut xq, &mut oh);
                 pool.par_rows(&mut attn, heads * vd, |t, r| r[hd * vd..(hd + 1) * vd].copy_from_slice(&oh[t * vd..(t + 1) * vd]));
             }
+            bufs.give(xh);
+            bufs.give(oh);
         }
-        for b in [qcat, lat_all, xh, oh] {
-            bufs.give(b);
-        }
+        bufs.give(qcat);
+        bufs.give(lat_all);
         attn
     }
 }

@@ -304,9 +304,9 @@ impl Moe {
         };
         let rows = |e: usize| start[e]..start[e + 1];
         if cap.is_some() {
-            for e in (0..n_e).filter(|&e| start[e] < start[e + 1]) {
-                let n = start[e + 1] - start[e];
-                note(cap, pool, isa, &[name(Some(e), "gate_proj"), name(Some(e), "up_proj")], &xs[rows(e).start * hidden..rows(e).end * hidden], n);
+            for e in (0..n_e).filter(|&e| !rows(e).is_empty()) {
+                let r = rows(e);
+                note(cap, pool, isa, &[name(Some(e), "gate_proj"), name(Some(e), "up_proj")], &xs[r.start * hidden..r.end * hidden], r.len());
             }
             if self.shared.is_some() {
                 note(cap, pool, isa, &[name(None, "gate_proj"), name(None, "up_proj")], x, tokens);
@@ -315,24 +315,9 @@ impl Moe {
         let sh_inter = self.shared.as_ref().map_or(0, |m| m.inter);
         let mut gu = bufs.take(pairs * 2 * inter);
         let mut gu_sh = bufs.take(tokens * 2 * sh_inter);
-        {
-            let mut jobs = Vec::with_capacity(n_e + 1);
-            let mut rest: &mut [f32] = &mut gu;
-            for (e, m) in self.experts.iter().enumerate() {
-                let (mine, tail) = std::mem::take(&mut rest).split_at_mut(rows(e).len() * 2 * inter);
-                rest = tail;
-                if !mine.is_empty() {
-                    let xe = &xs[rows(e).start * hidden..rows(e).end * hidden];
-                    jobs.push(kernels::GemmJob { w: &m.gate_up, x: xe, tokens: rows(e).len(), out: mine });
-                }
-            }
-            if let Some(m) = &self.shared {
-                jobs.push(kernels::GemmJob { w: &m.gate_up, x, tokens, out: &mut gu_sh });
-            }
-            kernels::matmul_grouped(pool, isa, &mut jobs, xq);
-        }
+        let sh_job = self.shared.as_ref().map(|m| kernels::GemmJob { w: &m.gate_up, x, tokens, out: &mut gu_sh });
+        grouped_experts(pool, isa, xq, &self.experts, |m| &m.gate_up, &start, &xs, hidden, &mut gu, 2 * inter, sh_job);
         let swiglu = |gu: &[f32], inter: usize, act: &mut Vec<f32>| {
-            act.truncate(gu.len() / 2);
             pool.par_rows(act, inter, |t, a| {
                 let g = &gu[t * 2 * inter..(t + 1) * 2 * inter];
                 kernels::silu_mul(isa, &g[..inter], &g[inter..], a);
@@ -342,9 +327,9 @@ impl Moe {
         swiglu(&gu, inter, &mut act);
         swiglu(&gu_sh, sh_inter, &mut act_sh);
         if cap.is_some() {
-            for e in (0..n_e).filter(|&e| start[e] < start[e + 1]) {
-                let n = start[e + 1] - start[e];
-                note(cap, pool, isa, &[name(Some(e), "down_proj")], &act[rows(e).start * inter..rows(e).end * inter], n);
+            for e in (0..n_e).filter(|&e| !rows(e).is_empty()) {
+                let r = rows(e);
+                note(cap, pool, isa, &[name(Some(e), "down_proj")], &act[r.start * inter..r.end * inter], r.len());
             }
             if self.shared.is_some() {
                 note(cap, pool, isa, &[name(None, "down_proj")], &act_sh, tokens);
@@ -352,22 +337,11 @@ impl Moe {
         }
         let mut ys = bufs.take(pairs * hidden);
         let mut sh = self.shared.as_ref().map(|_| bufs.take(tokens * hidden));
-        {
-            let mut jobs = Vec::with_capacity(n_e + 1);
-            let mut rest: &mut [f32] = &mut ys;
-            for (e, m) in self.experts.iter().enumerate() {
-                let (mine, tail) = std::mem::take(&mut rest).split_at_mut(rows(e).len() * hidden);
-                rest = tail;
-                if !mine.is_empty() {
-                    let ae = &act[rows(e).start * inter..rows(e).end * inter];
-                    jobs.push(kernels::GemmJob { w: &m.down, x: ae, tokens: rows(e).len(), out: mine });
-                }
-            }
-            if let (Some(m), Some(s)) = (&self.shared, sh.as_mut()) {
-                jobs.push(kernels::GemmJob { w: &m.down, x: &act_sh, tokens, out: s });
-            }
-            kernels::matmul_grouped(pool, isa, &mut jobs, xq);
-        }
+        let sh_job = match (&self.shared, sh.as_mut()) {
+            (Some(m), Some(s)) => Some(kernels::GemmJob { w: &m.down, x: &act_sh, tokens, out: s }),
+            _ => None,
+        };
+        grouped_experts(pool, isa, xq, &self.experts, |m| &m.down, &start, &act, inter, &mut ys, hidden, sh_job);
         for b in [xs, gu, gu_sh, act, act_sh] {
             bufs.give(b);
         }
@@ -407,6 +381,38 @@ impl Moe {
     pub(super) fn bytes(&self) -> usize {
         self.gate.bytes() + self.experts.iter().chain(self.shared.iter()).map(Mlp::bytes).sum::<usize>()
     }
+}
+
+/// One grouped GEMM over a MoE layer's experts ([`kernels::matmul_grouped`]): expert `e`
+/// multiplies rows `start[e]..start[e + 1]` of `x` (`xw` wide) by `pick(expert e)` into the same
+/// rows of `out` (`ow` wide); experts without tokens are skipped, and `shared` (the shared
+/// experts over every token) joins the same fork-join.
+#[allow(clippy::too_many_arguments)]
+fn grouped_experts<'a>(
+    pool: &ThreadPool,
+    isa: Isa,
+    xq: &mut QActs,
+    experts: &'a [Mlp],
+    pick: fn(&Mlp) -> &Weight,
+    start: &[usize],
+    x: &'a [f32],
+    xw: usize,
+    out: &'a mut [f32],
+    ow: usize,
+    shared: Option<kernels::GemmJob<'a>>,
+) {
+    let mut jobs = Vec::with_capacity(experts.len() + 1);
+    let mut rest = out;
+    for (e, m) in experts.iter().enumerate() {
+        let n = start[e + 1] - start[e];
+        let (mine, tail) = std::mem::take(&mut rest).split_at_mut(n * ow);
+        rest = tail;
+        if n > 0 {
+            jobs.push(kernels::GemmJob { w: pick(m), x: &x[start[e] * xw..start[e + 1] * xw], tokens: n, out: mine });
+        }
+    }
+    jobs.extend(shared);
+    kernels::matmul_grouped(pool, isa, &mut jobs, xq);
 }
 
 #[cfg(test)]
