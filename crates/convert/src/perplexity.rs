@@ -69,6 +69,7 @@ pub(crate) fn forward_each<S: AsRef<[u32]>>(
         let mut b = ForwardBatch::single_sequence(ids, 0);
         if all_logits {
             b.logits_rows = (0..ids.len() as u32).collect();
+            b.seqs[0].num_logits = ids.len() as u32;
         }
         let logits = model.forward(&b, &mut kv)?;
         f(ids, &logits);

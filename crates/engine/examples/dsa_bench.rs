@@ -30,7 +30,7 @@ fn batch(ids: &[u32], start: usize) -> ForwardBatch {
             prefix_len: start as u32,
             extend_len: n as u32,
             token_start: 0,
-            wants_logits: true,
+            num_logits: 1,
         }],
         kv_indptr: vec![0, ids.len() as u32],
         kv_indices: (0..ids.len() as u32).collect(),

@@ -33,8 +33,10 @@ pub struct SeqMeta {
     pub extend_len: u32,
     /// Offset of the first new token on the flattened token axis.
     pub token_start: u32,
-    /// Whether the last new token's logits are wanted (false for a non-final prefill chunk).
-    pub wants_logits: bool,
+    /// How many of the last new tokens' logits are wanted: 1 for a row that samples, 0 for a
+    /// non-final prefill chunk, more when the request asked for prompt logprobs (then every
+    /// prompt row from its logprob start on). At most `extend_len`.
+    pub num_logits: u32,
 }
 
 /// One forward step's inputs.
@@ -52,7 +54,8 @@ pub struct ForwardBatch {
     pub kv_indptr: Vec<u32>,
     /// KV slots of positions `0 .. prefix_len + extend_len` of each sequence, concatenated.
     pub kv_indices: Vec<u32>,
-    /// Token rows whose logits are returned, in sequence order, `[num_logits]`.
+    /// Token rows whose logits are returned, in sequence order: the last `num_logits` rows of
+    /// each sequence, `[Σ num_logits]`.
     pub logits_rows: Vec<u32>,
 }
 
@@ -80,7 +83,7 @@ impl ForwardBatch {
                 prefix_len: kv_len as u32,
                 extend_len: n,
                 token_start: 0,
-                wants_logits: true,
+                num_logits: 1,
             }],
             kv_indptr: vec![0, len],
             kv_indices: (1..len + 1).collect(),
@@ -182,9 +185,11 @@ impl ForwardBatch {
             if slots.iter().any(|&x| x as usize >= num_slots) {
                 return err(format!("seq {i}: slot out of range"));
             }
-            if s.wants_logits {
-                logits.push(s.token_start + s.extend_len - 1);
+            if s.num_logits > s.extend_len {
+                return err(format!("seq {i}: {} logits rows for {} new tokens", s.num_logits, s.extend_len));
             }
+            let end = s.token_start + s.extend_len;
+            logits.extend(end - s.num_logits..end);
         }
         if next_token as usize != n {
             return err(format!("sequences cover {next_token} of {n} tokens"));

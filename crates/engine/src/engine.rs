@@ -109,7 +109,8 @@ impl Engine {
         let config = SchedulerConfig { max_running_requests: batch_cap.chosen, ..derived };
         // Built here, so the pool's totals are published before the engine thread allocates the
         // KV storage: a `/get_server_info` right after start-up never sees an empty pool.
-        let sched = Scheduler::with_eos_ids(config.clone(), args.eos.clone());
+        let mut sched = Scheduler::with_eos_ids(config.clone(), args.eos.clone());
+        sched.set_vocab_size(info.vocab_size);
         let stats = Arc::new(Mutex::new(sched.stats()));
         let (tx, rx) = mpsc::channel();
         let st = stats.clone();
@@ -245,6 +246,7 @@ fn engine_loop(
                     });
                 }
                 live.sched = Scheduler::with_eos_ids(cfg.clone(), eos.clone());
+                live.sched.set_vocab_size(model.info().vocab_size);
                 live.kv = KvStore::new(layout.clone(), live.sched.num_slots());
             }
         }
@@ -291,7 +293,10 @@ fn route(live: &mut Live, outs: Vec<Output>) {
     let mut gone = Vec::new();
     for o in outs {
         let id = match &o {
-            Output::Started { id, .. } | Output::Token { id, .. } | Output::Finished { id, .. } => *id,
+            Output::Started { id, .. }
+            | Output::Token { id, .. }
+            | Output::PromptLogprobs { id, .. }
+            | Output::Finished { id, .. } => *id,
         };
         let finished = matches!(o, Output::Finished { .. });
         if let Some(sink) = live.sinks.get_mut(&id) {

@@ -32,6 +32,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod engine;
 pub mod kv;
+pub mod logprobs;
 pub mod model;
 pub mod request;
 pub mod sampler;

@@ -1,6 +1,6 @@
 //! The engine's request boundary: what callers submit ([`NewRequest`]) and the events they get
-//! back ([`Output`]: `Started`, `Token`, `Finished` with a [`FinishReason`] and [`Usage`]), as in
-//! TGI's `schedule(request) -> stream of events`.
+//! back ([`Output`]: `Started`, `PromptLogprobs`, `Token`, `Finished` with a [`FinishReason`] and
+//! [`Usage`]), as in TGI's `schedule(request) -> stream of events`.
 
 use crate::sampler::SamplingParams;
 
@@ -19,6 +19,55 @@ pub struct NewRequest {
     pub stop_token_ids: Vec<u32>,
     /// Keep generating through EOS.
     pub ignore_eos: bool,
+    /// Which log-probabilities to report (none by default).
+    pub logprobs: LogprobSpec,
+}
+
+/// What a request wants to know about the model's distribution (SGLang's `return_logprob`,
+/// `top_logprobs_num`, `logprob_start_len`, `token_ids_logprob`; OpenAI's `logprobs` and
+/// `echo`; vLLM's `prompt_logprobs`).
+///
+/// Every value is a log-probability of the model's raw distribution: `log_softmax` of the
+/// logits as the model produced them, before logit bias, penalties, temperature and the
+/// top-k/top-p/min-p filters (vLLM's default `logprobs_mode = raw_logprobs`). A token that
+/// sampling filtered out therefore still has its finite raw value.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogprobSpec {
+    /// Report the logprob of every generated token ([`Output::Token::logprob`]).
+    pub output: bool,
+    /// Report the prompt tokens at positions `prompt_start ..` ([`Output::PromptLogprobs`]).
+    /// Position 0 has no logprob (nothing predicts it); a start beyond the prompt reports none.
+    pub prompt_start: Option<usize>,
+    /// Alternatives per reported position: the `top_n` most likely tokens, by logprob
+    /// descending, ties to the lower id.
+    pub top_n: usize,
+    /// Tokens whose logprobs are reported at every reported position (SGLang's
+    /// `token_ids_logprob`), in this order.
+    pub token_ids: Vec<u32>,
+}
+
+impl LogprobSpec {
+    /// True when any logprob is wanted.
+    pub fn any(&self) -> bool {
+        self.output || self.prompt_start.is_some()
+    }
+}
+
+/// Log-probabilities at one position: the token that is there (sampled or given) and the
+/// alternatives the [`LogprobSpec`] asked for. Values are natural logs in `[LOGPROB_FLOOR, 0]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprob {
+    /// The token at this position.
+    pub token: u32,
+    /// Its logprob; `None` only for prompt position 0.
+    pub logprob: Option<f32>,
+    /// Its rank in the distribution (1 = most likely; ties share the better rank), as vLLM's
+    /// `Logprob.rank`; 0 with `logprob: None`.
+    pub rank: u32,
+    /// `(token, logprob)` of the `top_n` most likely tokens, best first.
+    pub top: Vec<(u32, f32)>,
+    /// `(token, logprob)` for each of [`LogprobSpec::token_ids`].
+    pub ids: Vec<(u32, f32)>,
 }
 
 /// Why a sequence ended.
@@ -46,7 +95,7 @@ pub struct Usage {
 }
 
 /// What a step tells the callers.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Output {
     /// The request's first scheduling (ends its queue time).
     Started {
@@ -61,6 +110,18 @@ pub enum Output {
         id: u64,
         /// Token id.
         token: u32,
+        /// Its logprobs, when [`LogprobSpec::output`] asked for them.
+        logprob: Option<Box<TokenLogprob>>,
+    },
+    /// The prompt's logprobs, sent once, after the last prompt chunk ran and before the first
+    /// `Token` (when [`LogprobSpec::prompt_start`] asked for them).
+    PromptLogprobs {
+        /// Request id.
+        id: u64,
+        /// Prompt position of `entries[0]`.
+        start: usize,
+        /// One entry per prompt position from `start` to the prompt's end.
+        entries: Vec<TokenLogprob>,
     },
     /// The request ended; nothing follows for this id.
     Finished {

@@ -106,15 +106,16 @@ impl Model for FakeModel {
                     kv.component_mut(0, 0)[slots[pos] as usize] = v as f32;
                 }
             }
-            if s.wants_logits {
+            // One row per wanted token, each predicting from its own position.
+            for j in s.extend_len - s.num_logits..s.extend_len {
                 let predicted = match self.predict {
                     Predict::Recurrence => {
-                        let last = slots[(s.prefix_len + s.extend_len) as usize - 1];
-                        kv.component(0, 0)[last as usize] as u64 % vocab as u64
+                        let at = slots[(s.prefix_len + j) as usize];
+                        kv.component(0, 0)[at as usize] as u64 % vocab as u64
                     }
                     Predict::NextToken => {
-                        let last = b.input_ids[(s.token_start + s.extend_len) as usize - 1];
-                        (last as u64 + 1) % vocab as u64
+                        let t = b.input_ids[(s.token_start + j) as usize];
+                        (t as u64 + 1) % vocab as u64
                     }
                 };
                 let mut row = vec![0f32; vocab];

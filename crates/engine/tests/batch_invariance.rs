@@ -49,6 +49,7 @@ fn run(m: &mut LlamaModel, c: SchedulerConfig, prompts: &[Vec<u32>], alone: bool
             sampling: penalties(i),
             stop_token_ids: vec![],
             ignore_eos: true,
+            logprobs: Default::default(),
         };
         s.submit(r).expect("fits");
     };
@@ -56,7 +57,7 @@ fn run(m: &mut LlamaModel, c: SchedulerConfig, prompts: &[Vec<u32>], alone: bool
         while !s.is_idle() {
             for o in s.step(m, kv) {
                 match o {
-                    Output::Token { id, token } => out[id as usize].push(token),
+                    Output::Token { id, token, .. } => out[id as usize].push(token),
                     Output::Finished { reason, .. } => {
                         assert!(!matches!(reason, sparrow_engine::scheduler::FinishReason::Error(_)), "{reason:?}")
                     }

@@ -30,6 +30,7 @@ fn run(engine: &Engine, id: u64, prompt: Vec<u32>) -> (Vec<u32>, FinishReason) {
         sampling: SamplingParams { temperature: 0.0, ..Default::default() },
         stop_token_ids: vec![],
         ignore_eos: true,
+        logprobs: Default::default(),
     };
     engine.submit(req, Box::new(move |o| tx.send(o).is_ok())).expect("engine running");
     let mut toks = Vec::new();

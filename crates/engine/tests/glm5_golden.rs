@@ -63,7 +63,7 @@ fn run(m: &mut Glm5Model, kv: &mut KvStore, page: usize, seqs: &[SeqSpec<'_>]) -
             prefix_len: start as u32,
             extend_len: *new as u32,
             token_start,
-            wants_logits: true,
+            num_logits: 1,
         });
         if b.kv_indptr.is_empty() {
             b.kv_indptr.push(0);

@@ -34,6 +34,7 @@ struct Expect {
     prompt: Vec<u32>,
     max_new: usize,
     ignore_eos: bool,
+    logprobs: Default::default(),
     got: Vec<u32>,
     end: Option<FinishReason>,
     aborted: bool,
@@ -99,6 +100,7 @@ fn run_schedule(seed: u64, seen: &mut Seen) {
                 sampling: SamplingParams { temperature: 0.0, ..Default::default() },
                 stop_token_ids: Vec::new(),
                 ignore_eos,
+                logprobs: Default::default(),
             };
             sched.submit(r).expect("valid request");
             reqs.push(Expect { prompt, max_new, ignore_eos, got: Vec::new(), end: None, aborted: false });
@@ -116,7 +118,7 @@ fn run_schedule(seed: u64, seen: &mut Seen) {
         for o in sched.step(&mut model, &mut kv) {
             match o {
                 Output::Started { .. } => {}
-                Output::Token { id, token } => reqs[id as usize].got.push(token),
+                Output::Token { id, token, .. } => reqs[id as usize].got.push(token),
                 Output::Finished { id, reason, usage } => {
                     let r = &mut reqs[id as usize];
                     assert!(!matches!(reason, FinishReason::Error(_)), "seed {seed}: {reason:?}");
@@ -131,7 +133,7 @@ fn run_schedule(seed: u64, seen: &mut Seen) {
             if b.mode() == sparrow_engine::batch::ForwardMode::Mixed {
                 seen.mixed += 1;
             }
-            if b.seqs.iter().any(|s| s.prefix_len > 0 && s.extend_len > 1 && !s.wants_logits) {
+            if b.seqs.iter().any(|s| s.prefix_len > 0 && s.extend_len > 1 && s.num_logits == 0) {
                 seen.chunked += 1;
             }
         }
@@ -204,13 +206,14 @@ fn retraction_recomputes_the_same_greedy_output() {
             sampling: SamplingParams { temperature: 0.0, ..Default::default() },
             stop_token_ids: vec![],
             ignore_eos: true,
+            logprobs: Default::default(),
         };
         sched.submit(r).expect("fits alone");
     }
     let mut got = vec![Vec::new(); 8];
     while !sched.is_idle() {
         for o in sched.step(&mut model, &mut kv) {
-            if let Output::Token { id, token } = o {
+            if let Output::Token { id, token, .. } = o {
                 got[id as usize].push(token);
             }
         }
@@ -231,6 +234,7 @@ fn a_request_that_can_never_fit_is_refused_at_admission() {
         sampling: SamplingParams::default(),
         stop_token_ids: vec![],
         ignore_eos: false,
+        logprobs: Default::default(),
     };
     let e = sched.submit(r).expect_err("65 tokens > 64-token pool");
     assert!(e.to_string().contains("KV pool holds 64"), "{e}");

@@ -286,7 +286,7 @@ pub fn decode_batch(batch: usize, ctx: usize, vocab: usize) -> ForwardBatch {
             prefix_len: ctx as u32,
             extend_len: 1,
             token_start: i as u32,
-            wants_logits: true,
+            num_logits: 1,
         });
         b.kv_indices.extend((first..first + per).map(|s| s as u32));
         b.kv_indptr.push(b.kv_indices.len() as u32);

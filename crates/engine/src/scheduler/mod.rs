@@ -27,7 +27,7 @@ mod schedule;
 #[cfg(test)]
 mod tests;
 
-pub use crate::request::{FinishReason, NewRequest, Output, Usage};
+pub use crate::request::{FinishReason, LogprobSpec, NewRequest, Output, TokenLogprob, Usage};
 pub use crate::config::{SchedulePolicy, SchedulerConfig};
 pub use schedule::Scheduled;
 
@@ -54,13 +54,52 @@ struct Req {
     cached_tokens: Option<usize>,
     admitted_at: u64,
     started: bool,
+    logprobs: LogprobSpec,
+    /// Prompt logprobs gathered chunk by chunk until the prompt's end.
+    prompt_lp: Vec<TokenLogprob>,
+    /// The prompt logprobs went out: a recomputation after retraction does not repeat them.
+    prompt_lp_done: bool,
 }
 
 impl Req {
     fn output_len(&self) -> usize {
         self.tokens.len() - self.prompt_len
     }
+
+    /// True while prompt logprobs are wanted and not yet sent.
+    fn prompt_lp_pending(&self) -> bool {
+        self.logprobs.prompt_start.is_some() && !self.prompt_lp_done
+    }
+
+    /// The first position whose logits row is wanted: the row predicting the first reported
+    /// prompt token while prompt logprobs are pending, else the last token's (the one that
+    /// samples).
+    fn logits_from(&self) -> usize {
+        match self.logprobs.prompt_start {
+            Some(s) if !self.prompt_lp_done => s.clamp(1, self.prompt_len) - 1,
+            _ => self.tokens.len() - 1,
+        }
+    }
+
+    /// Logits rows of a chunk of `n` new tokens from `kv_len`.
+    fn logits_rows(&self, n: usize) -> usize {
+        (self.kv_len + n).saturating_sub(self.logits_from().max(self.kv_len))
+    }
+
+    /// The longest chunk of at most `n` tokens whose prompt-logprob rows fit `left` (rows of the
+    /// step's budget still free); requests without pending prompt logprobs are not limited.
+    fn cap_for_logits(&self, n: usize, left: usize) -> usize {
+        if !self.prompt_lp_pending() {
+            return n;
+        }
+        let before = self.logits_from().saturating_sub(self.kv_len);
+        n.min(before + left)
+    }
 }
+
+/// Bytes of logits one step may hold for prompt logprobs: a step's rows are reduced to
+/// logprobs as soon as the forward returns, so this bounds the engine's peak, not the prompt.
+pub const PROMPT_LOGITS_BYTES: usize = 64 << 20;
 
 /// Counters for `/metrics` and `/get_server_info`.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -115,6 +154,7 @@ pub struct Scheduler {
     new_token_ratio: f64,
     stats: SchedulerStats,
     last_batch: Option<ForwardBatch>,
+    logit_row_budget: usize,
 }
 
 /// Reservation ratio of future decode tokens at admission (SGLang's `new_token_ratio`):
@@ -146,7 +186,14 @@ impl Scheduler {
             stats: SchedulerStats::default(),
             cfg,
             last_batch: None,
+            logit_row_budget: 512,
         }
+    }
+
+    /// Sizes the per-step budget of prompt-logprob rows for a vocabulary of `vocab` tokens
+    /// ([`PROMPT_LOGITS_BYTES`] of f32 logits, at least one row).
+    pub fn set_vocab_size(&mut self, vocab: usize) {
+        self.logit_row_budget = (PROMPT_LOGITS_BYTES / 4 / vocab.max(1)).max(1);
     }
 
     /// The configuration.
@@ -204,7 +251,9 @@ impl Scheduler {
     /// # Errors
     /// As [`Scheduler::admission_check`], or a duplicate id.
     pub fn submit(&mut self, r: NewRequest) -> Result<(), EngineError> {
-        self.admission_check(r.input_ids.len(), r.max_new_tokens)?;
+        // A prompt-logprobs request may generate nothing (`echo` with `max_tokens: 0`).
+        let checked = if r.logprobs.prompt_start.is_some() { r.max_new_tokens.max(1) } else { r.max_new_tokens };
+        self.admission_check(r.input_ids.len(), checked)?;
         if self.waiting.iter().chain(&self.running).any(|q| q.id == r.id) {
             return Err(EngineError::InvalidRequest(format!("duplicate request id {}", r.id)));
         }
@@ -232,6 +281,9 @@ impl Scheduler {
             cached_tokens: None,
             admitted_at: 0,
             started: false,
+            logprobs: r.logprobs,
+            prompt_lp: Vec::new(),
+            prompt_lp_done: false,
         });
         Ok(())
     }

@@ -6,12 +6,15 @@
 
 use super::{usage, Scheduled, Scheduler};
 use crate::request::{FinishReason, Output};
+use crate::logprobs::row_logprobs;
 use crate::sampler::{sample_seq, History};
 use crate::EngineError;
 
 impl Scheduler {
-    /// Applies the forward's result for `sched` (logits `[rows wanting logits × vocab]`, or the
-    /// error that stopped it); outputs go to `out`.
+    /// Applies the forward's result for `sched` (logits `[Σ num_logits × vocab]`, or the error
+    /// that stopped it); outputs go to `out`. Prompt-logprob rows are reduced to
+    /// [`TokenLogprob`](crate::request::TokenLogprob)s here and sent as one `PromptLogprobs`
+    /// when the prompt's last chunk ran.
     pub fn postprocess(&mut self, sched: Scheduled, result: Result<Vec<f32>, EngineError>, out: &mut Vec<Output>) {
         let Scheduled { batch, rows } = sched;
         let logits = match result {
@@ -34,20 +37,55 @@ impl Scheduler {
         let vocab = if batch.logits_rows.is_empty() { 0 } else { logits.len() / batch.logits_rows.len() };
         let mut li = 0;
         let mut finished = Vec::new();
-        for &(i, n) in &rows {
+        for (k, &(i, n)) in rows.iter().enumerate() {
             let r = &mut self.running[i];
+            let nl = batch.seqs[k].num_logits as usize;
+            let base = li;
+            let row_of = |j: usize| logits_row(&logits, vocab, base + j);
+            // Rows before the chunk's last predict prompt tokens: reduce each to its logprobs
+            // now, so a step never keeps more than its own rows.
+            let first_pos = r.kv_len + n - nl;
+            if r.prompt_lp_pending() {
+                for j in 0..nl {
+                    let pos = first_pos + j;
+                    if pos + 1 < r.prompt_len {
+                        let lp = &r.logprobs;
+                        r.prompt_lp.push(row_logprobs(row_of(j), Some(r.tokens[pos + 1]), lp.top_n, &lp.token_ids));
+                    }
+                }
+            }
+            li += nl;
             r.kv_len += n;
             if r.kv_len < r.tokens.len() {
                 self.stats.num_prefill_chunks += 1;
                 continue; // a non-final prompt chunk
             }
-            let row = &mut logits[li * vocab..(li + 1) * vocab].to_vec();
-            li += 1;
+            if r.prompt_lp_pending() {
+                r.prompt_lp_done = true;
+                let start = r.logprobs.prompt_start.unwrap_or(0).min(r.prompt_len);
+                let mut entries = std::mem::take(&mut r.prompt_lp);
+                if start == 0 {
+                    entries.insert(0, row_logprobs(&[], None, 0, &[]));
+                    entries[0].token = r.tokens[0];
+                }
+                out.push(Output::PromptLogprobs { id: r.id, start, entries });
+            }
+            if r.output_len() >= r.max_new {
+                // `max_tokens: 0` with prompt logprobs: the prompt was all that was asked.
+                finished.push((r.id, FinishReason::Length));
+                continue;
+            }
+            let raw = row_of(nl - 1);
+            let mut row = raw.to_vec();
             let h = History { prompt: &r.tokens[..r.prompt_len], output: &r.tokens[r.prompt_len..], stop_ids: &r.stop_ids };
-            let tok = sample_seq(row, &r.sampling, &h);
+            let tok = sample_seq(&mut row, &r.sampling, &h);
+            let logprob = r
+                .logprobs
+                .output
+                .then(|| Box::new(row_logprobs(raw, Some(tok), r.logprobs.top_n, &r.logprobs.token_ids)));
             r.tokens.push(tok);
             self.stats.generation_tokens_total += 1;
-            out.push(Output::Token { id: r.id, token: tok });
+            out.push(Output::Token { id: r.id, token: tok, logprob });
             let reason = if r.stop_ids.contains(&tok) {
                 Some(FinishReason::Stop(tok))
             } else if r.output_len() >= r.max_new || r.tokens.len() >= self.cfg.context_length {
@@ -69,4 +107,9 @@ impl Scheduler {
         self.last_batch = Some(batch);
     }
 
+}
+
+/// Row `k` of `[rows × vocab]` logits.
+fn logits_row(logits: &[f32], vocab: usize, k: usize) -> &[f32] {
+    &logits[k * vocab..(k + 1) * vocab]
 }

@@ -47,9 +47,11 @@ impl Scheduler {
         let mut order: Vec<usize> = (0..self.running.len()).collect();
         order
             .sort_by_key(|&i| (self.running[i].tokens.len() - self.running[i].kv_len > 1, self.running[i].admitted_at));
+        // Prompt-logprob rows this step may still return (see `PROMPT_LOGITS_BYTES`).
+        let mut logit_rows_left = self.logit_row_budget;
         for i in order {
             let rem = self.running[i].tokens.len() - self.running[i].kv_len;
-            let n = if rem == 1 { 1 } else { rem.min(budget) };
+            let n = if rem == 1 { 1 } else { self.running[i].cap_for_logits(rem.min(budget), logit_rows_left) };
             if n == 0 {
                 continue;
             }
@@ -60,6 +62,9 @@ impl Scheduler {
             }
             if rem > 1 {
                 budget -= n;
+                if self.running[i].prompt_lp_pending() {
+                    logit_rows_left -= self.running[i].logits_rows(n);
+                }
             }
             rows.push((i, n));
             let pages: Vec<u32> = (0..need).filter_map(|_| self.alloc.alloc()).collect();
@@ -78,10 +83,17 @@ impl Scheduler {
         }
         while budget > 0 && self.running.len() < self.cfg.max_running_requests {
             let Some(mut r) = self.waiting.pop_front() else { break };
+            if r.prompt_lp_pending() {
+                // Gathered again from the start of whatever this admission computes.
+                r.prompt_lp.clear();
+                r.kv_len = 0;
+            }
             let m = if self.cfg.disable_radix_cache {
                 None
             } else {
-                let max_pages = (r.tokens.len() - 1) / ps;
+                // A cached prefix has no logits: prompt logprobs limit the match to the
+                // positions before their first row, as SGLang limits it to `logprob_start_len`.
+                let max_pages = (r.tokens.len() - 1).min(r.logits_from()) / ps;
                 Some(self.radix.match_prefix(&r.tokens, max_pages))
             };
             let matched = m.as_ref().map_or(0, |m| m.pages.len());
@@ -90,7 +102,17 @@ impl Scheduler {
             }
             let prefix_tokens = matched * ps;
             let rem = r.tokens.len() - prefix_tokens;
-            let n = rem.min(budget);
+            r.kv_len = prefix_tokens;
+            let n = r.cap_for_logits(rem.min(budget), logit_rows_left);
+            if n == 0 {
+                // This step's prompt-logprob rows are spent; admit it next step.
+                if let Some(m) = &m {
+                    self.radix.unlock(m.node);
+                }
+                r.kv_len = 0;
+                self.waiting.push_front(r);
+                break;
+            }
             let need_now = (prefix_tokens + n).div_ceil(ps) - matched;
             // Reserve room for the growth of everything running, as SGLang's admission does.
             let future: f64 = self.running.iter().map(|q| (q.max_new - q.output_len()) as f64).sum::<f64>()
@@ -102,6 +124,7 @@ impl Scheduler {
                 if let Some(m) = &m {
                     self.radix.unlock(m.node);
                 }
+                r.kv_len = 0;
                 self.waiting.push_front(r);
                 break;
             }
@@ -109,6 +132,7 @@ impl Scheduler {
                 if let Some(m) = &m {
                     self.radix.unlock(m.node);
                 }
+                r.kv_len = 0;
                 self.waiting.push_front(r);
                 break;
             };
@@ -132,6 +156,9 @@ impl Scheduler {
                 out.push(Output::Started { id: r.id, cached_tokens: r.cached_tokens.unwrap_or(0) });
             }
             budget -= n;
+            if r.prompt_lp_pending() {
+                logit_rows_left -= r.logits_rows(n);
+            }
             self.running.push(r);
             rows.push((self.running.len() - 1, n));
         }
@@ -176,17 +203,15 @@ impl Scheduler {
                 b.positions.push(p as u32);
                 b.out_cache_loc.push(slot(p));
             }
-            let wants_logits = r.kv_len + n == r.tokens.len();
-            if wants_logits {
-                b.logits_rows.push(start + n as u32 - 1);
-            }
+            let num_logits = r.logits_rows(n) as u32;
+            b.logits_rows.extend(start + n as u32 - num_logits..start + n as u32);
             b.kv_indptr.push(b.kv_indices.len() as u32);
             b.seqs.push(SeqMeta {
                 req_pool_idx: r.pool_idx,
                 prefix_len: r.kv_len as u32,
                 extend_len: n as u32,
                 token_start: start,
-                wants_logits,
+                num_logits,
             });
         }
         b

@@ -25,6 +25,7 @@ fn req(id: u64, prompt: Vec<u32>, max_new: usize) -> NewRequest {
         sampling: SamplingParams { temperature: 0.0, ..Default::default() },
         stop_token_ids: vec![],
         ignore_eos: true,
+        logprobs: Default::default(),
     }
 }
 
@@ -38,9 +39,9 @@ fn drain(s: &mut Scheduler, m: &mut FakeModel, kv: &mut KvStore) -> (Vec<(u64, V
         assert!(steps < 10_000, "no progress");
         for o in s.step(m, kv) {
             match o {
-                Output::Token { id, token } => toks.entry(id).or_default().push(token),
+                Output::Token { id, token, .. } => toks.entry(id).or_default().push(token),
                 Output::Finished { id, reason, .. } => done.push((id, toks.remove(&id).unwrap_or_default(), reason)),
-                Output::Started { .. } => {}
+                _ => {}
             }
         }
     }
@@ -112,5 +113,77 @@ fn a_failed_forward_fails_only_that_batch() {
     s.submit(req(2, vec![1, 2, 3], 2)).expect("admissible");
     let (done, _) = drain(&mut s, &mut m, &mut kv);
     assert_eq!(done, vec![(2, m.reference(&[1, 2, 3], 2, None, 4096).0, FinishReason::Length)]);
+    s.check_pages().expect("pages accounted for");
+}
+
+/// Every output of a run until idle, in order.
+fn drain_all(s: &mut Scheduler, m: &mut FakeModel, kv: &mut KvStore) -> Vec<Output> {
+    let mut all = Vec::new();
+    for _ in 0..10_000 {
+        if s.is_idle() {
+            return all;
+        }
+        all.extend(s.step(m, kv));
+    }
+    panic!("no progress");
+}
+
+/// Prompt logprobs gathered over chunks of 16 with a budget of 3 logits rows per step, from a
+/// radix-cached prompt, and with `max_new_tokens: 0`; the fake model's logits are one-hot at
+/// the recurrence's prediction, so each value is `1 − lse` where the prompt follows the
+/// prediction and `−lse` elsewhere, `lse = ln(e + V − 1)`.
+#[test]
+fn prompt_logprobs_survive_chunks_the_row_budget_and_the_radix_cache() {
+    const V: usize = 37;
+    let mut m = FakeModel::new(V, 4096, Predict::Recurrence);
+    let mut kv = KvStore::new(m.attention_needs().kv_layout, 400);
+    let mut s = Scheduler::new(cfg(400, 16), None);
+    s.set_vocab_size(PROMPT_LOGITS_BYTES / 4 / 3);
+    // 20 arbitrary tokens, then 30 the model predicts itself.
+    let head: Vec<u32> = (0..20).map(|i| (i * 11 + 5) % V as u32).collect();
+    let prompt = [head.clone(), m.reference(&head, 30, None, 4096).0].concat();
+    let predicted: Vec<u32> = (1..=prompt.len()).map(|p| *m.reference(&prompt[..p], 1, None, 4096).0.first().unwrap_or(&0)).collect();
+    let lse = (1f64.exp() + (V - 1) as f64).ln();
+    let spec = LogprobSpec { output: true, prompt_start: Some(0), top_n: 2, token_ids: vec![3] };
+    s.submit(NewRequest { logprobs: spec.clone(), ..req(1, prompt.clone(), 3) }).expect("admissible");
+    let outs = drain_all(&mut s, &mut m, &mut kv);
+    let Some(Output::PromptLogprobs { start: 0, entries, .. }) = outs.iter().find(|o| matches!(o, Output::PromptLogprobs { .. })) else {
+        panic!("no prompt logprobs in {outs:?}")
+    };
+    assert_eq!(entries.len(), prompt.len());
+    assert_eq!((entries[0].token, entries[0].logprob), (prompt[0], None));
+    for p in 1..prompt.len() {
+        let e = &entries[p];
+        let hit = prompt[p] == predicted[p - 1];
+        let want = if hit { 1.0 - lse } else { -lse };
+        assert_eq!(e.token, prompt[p]);
+        assert!((e.logprob.unwrap_or(0.0) as f64 - want).abs() < 1e-5, "position {p}");
+        assert_eq!(e.rank, if hit { 1 } else { 2 }, "position {p}");
+        assert_eq!(e.top[0], (predicted[p - 1], (1.0 - lse) as f32), "position {p}");
+        assert_eq!(e.ids.len(), 1);
+    }
+    assert!(entries[20..].iter().all(|e| e.rank == 1) && entries[1..20].iter().any(|e| e.rank == 2));
+    let toks: Vec<&Output> = outs.iter().filter(|o| matches!(o, Output::Token { .. })).collect();
+    assert_eq!(toks.len(), 3);
+    for o in toks {
+        let Output::Token { logprob: Some(lp), .. } = o else { panic!("no output logprob: {o:?}") };
+        assert_eq!(lp.rank, 1);
+        assert!((lp.logprob.unwrap_or(0.0) as f64 - (1.0 - lse)).abs() < 1e-5);
+    }
+    // The 4 steps of 16-token chunks became at least 50 / 3 steps under the row budget.
+    assert!(s.stats().steps >= 17, "{}", s.stats().steps);
+
+    // Again from the radix cache, from position 30, generating nothing.
+    let spec30 = LogprobSpec { prompt_start: Some(30), output: false, ..spec };
+    s.submit(NewRequest { logprobs: spec30, ..req(2, prompt.clone(), 0) }).expect("admissible");
+    let again = drain_all(&mut s, &mut m, &mut kv);
+    let Some(Output::PromptLogprobs { start: 30, entries: e30, .. }) = again.iter().find(|o| matches!(o, Output::PromptLogprobs { .. })) else {
+        panic!("no prompt logprobs in {again:?}")
+    };
+    assert_eq!(e30[..], entries[30..]);
+    assert!(!again.iter().any(|o| matches!(o, Output::Token { .. })));
+    let Some(Output::Finished { reason: FinishReason::Length, usage, .. }) = again.last() else { panic!("{again:?}") };
+    assert_eq!((usage.completion_tokens, usage.cached_tokens), (0, 29), "the match stops before row 29");
+    assert!(matches!(again.first(), Some(Output::Started { .. })));
     s.check_pages().expect("pages accounted for");
 }
