@@ -9,6 +9,11 @@ positions, the five largest f64 logits. `crates/engine/tests/golden.rs` checks o
 against these with a tighter tolerance than against llama.cpp, whose own f16 KV cache and
 f16 attention inputs put it up to ~0.9 away from this reference.
 
+It also writes `smollm2_logprobs_f64.json`: for four of those sequences (prompt + all 32
+greedy tokens), the exact log-softmax at every position: the logprob of the token that follows
+and the five most likely tokens with theirs. `crates/engine/tests/logprobs_golden.rs` checks
+the engine's prompt and output logprobs against it.
+
 Run: python3 scripts/reference_f64.py [--gguf PATH] (numpy only; a few seconds).
 """
 import argparse, json, os, struct, sys
@@ -79,6 +84,10 @@ def forward(ids):
         x=x+((g/(1+np.exp(-g)))*u)@w['ffn_down'].T
     return rms(x,onorm)@E.T
 
+def log_softmax(r):
+    m = r.max(-1, keepdims=True)
+    return r - (m + np.log(np.exp(r - m).sum(-1, keepdims=True)))
+
 g = json.load(open(os.path.join(args.fixtures, "smollm2_greedy.json")))
 out = {"reference": "numpy float64 forward over dequantized GGUF weights (scripts/reference_f64.py)", "cases": []}
 for c in g["cases"]:
@@ -93,4 +102,20 @@ for c in g["cases"]:
     print(c["name"], "done", file=sys.stderr)
 with open(os.path.join(args.fixtures, "smollm2_f64.json"), "w") as f:
     json.dump(out, f, separators=(",", ":"))
+    f.write("\n")
+
+LP_CASES = ["plain_capital_france", "code_fibonacci", "chat_multiply", "counting"]
+lp = {"reference": "numpy float64 log_softmax of the exact forward (scripts/reference_f64.py)", "cases": []}
+for c in g["cases"]:
+    if c["name"] not in LP_CASES:
+        continue
+    seq = c["prompt_ids"] + c["greedy_ids"]
+    R = log_softmax(forward(seq[:-1]))
+    rows = []
+    for t, row in enumerate(R):
+        top = np.argsort(-row, kind="stable")[:5]
+        rows.append([round(float(row[seq[t + 1]]), 5), [[int(i), round(float(row[i]), 5)] for i in top]])
+    lp["cases"].append({"name": c["name"], "ids": seq, "prompt_len": len(c["prompt_ids"]), "rows": rows})
+with open(os.path.join(args.fixtures, "smollm2_logprobs_f64.json"), "w") as f:
+    json.dump(lp, f, separators=(",", ":"))
     f.write("\n")

@@ -65,8 +65,9 @@ pub struct TextChoice<'a> {
     /// New text of this chunk (empty on a finish chunk), or the whole text of a whole answer
     /// (with the prompt in front under `echo`).
     pub text: &'a str,
-    /// Always `null`: logprobs are not implemented, and requests asking for them are refused.
-    pub logprobs: (),
+    /// The legacy logprobs of this chunk's tokens (of all tokens in a whole answer, the
+    /// prompt's first under `echo`), when the request set `logprobs`; else `null`.
+    pub logprobs: Option<&'a CompletionLogprobs>,
     /// `stop`, `length` or `abort` on the choice's last chunk and in a whole answer; `null`
     /// on content chunks.
     pub finish_reason: Option<&'a str>,
@@ -74,6 +75,105 @@ pub struct TextChoice<'a> {
     /// [`MatchedStop`], or `null` (`Some(None)`) when no stop matched.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub matched_stop: Option<Option<&'a MatchedStop>>,
+    /// vLLM's `prompt_logprobs` (when the request set it): one entry per prompt token, `null`
+    /// for the first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_logprobs: Option<&'a [Option<PromptLogprob>]>,
+}
+
+/// Entries serialized as a JSON object in their order (the first of equal keys wins, as the
+/// builder [`KeyedLogprobs::insert`] keeps them).
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeyedLogprobs<V>(pub Vec<(String, V)>);
+
+impl<V> Default for KeyedLogprobs<V> {
+    fn default() -> Self {
+        KeyedLogprobs(Vec::new())
+    }
+}
+
+impl<V> KeyedLogprobs<V> {
+    /// Adds `(key, value)` unless `key` is present.
+    pub fn insert(&mut self, key: String, value: V) {
+        if !self.0.iter().any(|(k, _)| *k == key) {
+            self.0.push((key, value));
+        }
+    }
+}
+
+impl<V: Serialize> Serialize for KeyedLogprobs<V> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
+/// OpenAI's legacy completions `logprobs` object: per token its text, its logprob (`null` for
+/// the first prompt token under `echo`), a dict of the top tokens (the `logprobs` most likely
+/// plus the token itself, so up to `logprobs + 1` entries; `null` for the first prompt token)
+/// and its character offset in the choice's text.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct CompletionLogprobs {
+    /// Token texts.
+    pub tokens: Vec<String>,
+    /// Natural-log probabilities.
+    pub token_logprobs: Vec<Option<f32>>,
+    /// Token text → logprob.
+    pub top_logprobs: Vec<Option<KeyedLogprobs<f32>>>,
+    /// Offset of each token in the text (in bytes of the UTF-8 text, as vLLM counts `len`).
+    pub text_offset: Vec<usize>,
+}
+
+/// One of vLLM's `prompt_logprobs` values: `{"logprob", "rank", "decoded_token"}`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VllmLogprob {
+    /// Natural-log probability.
+    pub logprob: f32,
+    /// 1 for the most likely token; for the prompt token, its rank in the distribution.
+    pub rank: u32,
+    /// The token's text.
+    pub decoded_token: String,
+}
+
+/// One prompt position of vLLM's `prompt_logprobs`: token id (as a string key) → value, the
+/// prompt token first, then the top alternatives.
+pub type PromptLogprob = KeyedLogprobs<VllmLogprob>;
+
+/// One alternative of a chat logprob: `{"token", "logprob", "bytes"}`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ChatTopLogprob {
+    /// Token text.
+    pub token: String,
+    /// Natural-log probability.
+    pub logprob: f32,
+    /// The token's UTF-8 bytes (a token may hold part of a character).
+    pub bytes: Vec<u8>,
+}
+
+/// One token of a chat choice's `logprobs.content`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ChatTokenLogprob {
+    /// Token text.
+    pub token: String,
+    /// Natural-log probability.
+    pub logprob: f32,
+    /// The token's UTF-8 bytes.
+    pub bytes: Vec<u8>,
+    /// The `top_logprobs` most likely tokens, best first (empty when not asked for).
+    pub top_logprobs: Vec<ChatTopLogprob>,
+}
+
+/// A chat choice's `logprobs`: `{"content": [...], "refusal": null}`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ChatLogprobs {
+    /// One entry per generated token of this chunk or answer.
+    pub content: Vec<ChatTokenLogprob>,
+    /// Always `null` (no refusals).
+    pub refusal: Option<String>,
 }
 
 /// The `message` of a [`ChatChoice`].
@@ -92,8 +192,8 @@ pub struct ChatChoice<'a> {
     pub index: usize,
     /// The answer.
     pub message: AssistantMessage<'a>,
-    /// Always `null` (see [`TextChoice::logprobs`]).
-    pub logprobs: (),
+    /// The answer's logprobs when the request set `logprobs: true`, else `null`.
+    pub logprobs: Option<&'a ChatLogprobs>,
     /// `stop`, `length` or `abort`.
     pub finish_reason: &'a str,
     /// The [`MatchedStop`], or `null` when no stop matched.
@@ -119,8 +219,8 @@ pub struct ChatChunkChoice<'a> {
     pub index: usize,
     /// What this chunk adds.
     pub delta: ChatDelta<'a>,
-    /// Always `null` (see [`TextChoice::logprobs`]).
-    pub logprobs: (),
+    /// This chunk's tokens' logprobs when the request set `logprobs: true`, else `null`.
+    pub logprobs: Option<&'a ChatLogprobs>,
     /// `stop`, `length` or `abort` on the choice's finish chunk, else `null`.
     pub finish_reason: Option<&'a str>,
     /// As [`TextChoice::matched_stop`]: absent except on the finish chunk.
@@ -246,7 +346,7 @@ mod tests {
         let c = ChatChunkChoice {
             index: 0,
             delta: ChatDelta { role: None, content: Some("a") },
-            logprobs: (),
+            logprobs: None,
             finish_reason: None,
             matched_stop: None,
         };

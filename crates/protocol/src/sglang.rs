@@ -84,6 +84,48 @@ pub struct MetaInfo<'a> {
     pub cached_tokens: usize,
     /// `null` until the choice's last frame.
     pub finish_reason: Option<FinishReason<'a>>,
+    /// With `return_logprob`: one `[logprob, token_id, text]` per prompt position from
+    /// `logprob_start_len` (`logprob` `null` at position 0; `text` `null` unless
+    /// `return_text_in_logprobs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input_token_logprobs: Option<&'a [LogprobTuple]>,
+    /// With `return_logprob`: one `[logprob, token_id, text]` per generated token so far.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_token_logprobs: Option<&'a [LogprobTuple]>,
+    /// With `top_logprobs_num > 0`: per prompt position the top tokens, best first (`null` at
+    /// position 0).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input_top_logprobs: Option<&'a [Option<Vec<LogprobTuple>>]>,
+    /// With `top_logprobs_num > 0`: per generated token the top tokens, best first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_top_logprobs: Option<&'a [Option<Vec<LogprobTuple>>]>,
+    /// With `token_ids_logprob`: per prompt position the named tokens, in the order given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input_token_ids_logprobs: Option<&'a [Option<Vec<LogprobTuple>>]>,
+    /// With `token_ids_logprob`: per generated token the named tokens.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_token_ids_logprobs: Option<&'a [Option<Vec<LogprobTuple>>]>,
+}
+
+/// SGLang's logprob entry, `[logprob, token_id, text]` on the wire
+/// (`tokenizer_manager.py`, `detokenize_logprob_tokens`).
+pub type LogprobTuple = (Option<f32>, u32, Option<String>);
+
+/// The `meta_info` logprob lists of one `/generate` choice, owned; [`MetaInfo`] borrows them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NativeLogprobs {
+    /// `input_token_logprobs`.
+    pub input_token_logprobs: Vec<LogprobTuple>,
+    /// `output_token_logprobs`.
+    pub output_token_logprobs: Vec<LogprobTuple>,
+    /// `input_top_logprobs`.
+    pub input_top_logprobs: Vec<Option<Vec<LogprobTuple>>>,
+    /// `output_top_logprobs`.
+    pub output_top_logprobs: Vec<Option<Vec<LogprobTuple>>>,
+    /// `input_token_ids_logprobs`.
+    pub input_token_ids_logprobs: Vec<Option<Vec<LogprobTuple>>>,
+    /// `output_token_ids_logprobs`.
+    pub output_token_ids_logprobs: Vec<Option<Vec<LogprobTuple>>>,
 }
 
 /// A `/generate` answer or one stream frame: `{"text", "meta_info", "index"}`. A whole answer

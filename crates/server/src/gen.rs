@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use futures_util::stream::{self, BoxStream, StreamExt};
 use sparrow_engine::engine::Engine;
-use sparrow_engine::scheduler::{FinishReason, NewRequest, Output};
+use sparrow_engine::scheduler::{FinishReason, NewRequest, Output, TokenLogprob};
 use sparrow_protocol::openai::MatchedStop;
 
 use crate::detok::{StopMatcher, StopResult, Utf8Stream};
@@ -45,6 +45,18 @@ pub enum ChoiceEvent {
         text: String,
         /// Tokens generated so far for this choice.
         tokens: usize,
+        /// The logprobs of the token this event is for (one event per token), when asked for;
+        /// `None` on the text flushed at the end.
+        logprob: Option<Box<TokenLogprob>>,
+    },
+    /// The prompt's logprobs of choice `index` (before its first `Text`), when asked for.
+    Prompt {
+        /// Choice index.
+        index: usize,
+        /// Prompt position of `entries[0]`.
+        start: usize,
+        /// One per prompt position from `start`.
+        entries: Vec<TokenLogprob>,
     },
     /// Choice `index` ended; no more events for it.
     Done {
@@ -53,6 +65,18 @@ pub enum ChoiceEvent {
         /// How.
         finish: Finish,
     },
+}
+
+impl ChoiceEvent {
+    /// The same event for choice `index + off` (choices of several prompts merged, prompt-major).
+    pub fn offset(mut self, off: usize) -> Self {
+        match &mut self {
+            ChoiceEvent::Text { index, .. } | ChoiceEvent::Prompt { index, .. } | ChoiceEvent::Done { index, .. } => {
+                *index += off
+            }
+        }
+        self
+    }
 }
 
 /// A request ready to run.
@@ -154,6 +178,7 @@ struct Choice {
     tokens: usize,
     cached: usize,
     stop_ids: Arc<Vec<u32>>,
+    no_stop_trim: bool,
     done: bool,
     engine: Engine,
     state: AppState,
@@ -174,7 +199,8 @@ impl Choice {
                 self.cached = cached_tokens;
                 Vec::new()
             }
-            Output::Token { token, .. } => {
+            Output::PromptLogprobs { start, entries, .. } => vec![ChoiceEvent::Prompt { index, start, entries }],
+            Output::Token { token, logprob, .. } => {
                 let now = Instant::now();
                 match self.last {
                     None => self.state.metrics.ttft.observe(now.duration_since(self.start).as_secs_f64()),
@@ -183,15 +209,16 @@ impl Choice {
                 self.last = Some(now);
                 self.tokens += 1;
                 // A `stop_token_ids` token ends the sequence and, as in SGLang, is trimmed from
-                // the text (it still counts as a completion token).
-                let piece = if self.stop_ids.contains(&token) { String::new() } else { self.text_of(token) };
+                // the text (it still counts as a completion token) unless `no_stop_trim`.
+                let trim = self.stop_ids.contains(&token) && !self.no_stop_trim;
+                let piece = if trim { String::new() } else { self.text_of(token) };
                 match self.stop.push(&piece) {
-                    StopResult::Continue(text) => vec![ChoiceEvent::Text { index, text, tokens: self.tokens }],
+                    StopResult::Continue(text) => vec![ChoiceEvent::Text { index, text, tokens: self.tokens, logprob }],
                     StopResult::Stopped { text, matched } => {
                         self.done = true;
                         self.engine.abort(self.engine_id);
                         self.observe_e2e();
-                        self.stopped(text, matched, self.cached)
+                        self.stopped(text, matched, self.cached, logprob)
                     }
                 }
             }
@@ -201,7 +228,9 @@ impl Choice {
                 let tail = self.utf8.finish();
                 let mut text = match self.stop.push(&tail) {
                     StopResult::Continue(t) => t,
-                    StopResult::Stopped { text, matched } => return self.stopped(text, matched, usage.cached_tokens),
+                    StopResult::Stopped { text, matched } => {
+                        return self.stopped(text, matched, usage.cached_tokens, None)
+                    }
                 };
                 text.push_str(&self.stop.finish());
                 let (r, matched, error) = match reason {
@@ -219,7 +248,7 @@ impl Choice {
                 };
                 let mut ev = Vec::new();
                 if !text.is_empty() {
-                    ev.push(ChoiceEvent::Text { index, text, tokens: self.tokens });
+                    ev.push(ChoiceEvent::Text { index, text, tokens: self.tokens, logprob: None });
                 }
                 ev.push(ChoiceEvent::Done { index, finish });
                 ev
@@ -227,9 +256,18 @@ impl Choice {
         }
     }
 
-    /// The last text before a stop string, and the choice's end.
-    fn stopped(&self, text: String, matched: String, cached_tokens: usize) -> Vec<ChoiceEvent> {
+    /// The last text before a stop string (with it under `no_stop_trim`), and the choice's end.
+    fn stopped(
+        &self,
+        mut text: String,
+        matched: String,
+        cached_tokens: usize,
+        logprob: Option<Box<TokenLogprob>>,
+    ) -> Vec<ChoiceEvent> {
         let index = self.index;
+        if self.no_stop_trim {
+            text.push_str(&matched);
+        }
         let finish = Finish {
             reason: "stop",
             matched: Some(MatchedStop::Text(matched)),
@@ -237,7 +275,7 @@ impl Choice {
             cached_tokens,
             error: None,
         };
-        vec![ChoiceEvent::Text { index, text, tokens: self.tokens }, ChoiceEvent::Done { index, finish }]
+        vec![ChoiceEvent::Text { index, text, tokens: self.tokens, logprob }, ChoiceEvent::Done { index, finish }]
     }
 
     fn observe_e2e(&self) {
@@ -250,11 +288,12 @@ impl Choice {
 /// # Errors
 /// [`ApiError::Unavailable`] when the engine is gone.
 pub fn start(state: &AppState, prep: Prepared) -> Result<BoxStream<'static, ChoiceEvent>, ApiError> {
-    let GenParams { sampling, stop, stop_token_ids, ignore_eos, n, skip_special_tokens, .. } = prep.params;
+    let GenParams { sampling, stop, stop_token_ids, ignore_eos, n, skip_special_tokens, no_stop_trim, logprobs, .. } =
+        prep.params;
     let stop_ids = Arc::new(stop_token_ids.clone());
     let bytes = if skip_special_tokens { state.bytes_skip.clone() } else { state.bytes_all.clone() };
     state.metrics.requests.inc();
-    if prep.max_new == 0 {
+    if prep.max_new == 0 && logprobs.prompt_start.is_none() {
         // Nothing to sample: no engine request, no KV pages.
         let events: Vec<ChoiceEvent> = (0..n)
             .map(|index| ChoiceEvent::Done {
@@ -279,6 +318,7 @@ pub fn start(state: &AppState, prep: Prepared) -> Result<BoxStream<'static, Choi
             sampling: sp,
             stop_token_ids: stop_token_ids.clone(),
             ignore_eos,
+            logprobs: logprobs.clone(),
         };
         state.engine.submit(req, Box::new(move |o| tx.send(o).is_ok()))?;
         guard.ids.push(id);
@@ -292,6 +332,7 @@ pub fn start(state: &AppState, prep: Prepared) -> Result<BoxStream<'static, Choi
             tokens: 0,
             cached: 0,
             stop_ids: stop_ids.clone(),
+            no_stop_trim,
             done: false,
             engine: state.engine.clone(),
             state: state.clone(),

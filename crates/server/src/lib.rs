@@ -18,6 +18,7 @@
 pub mod detok;
 pub mod error;
 pub mod gen;
+pub mod logprobs;
 pub mod metrics;
 pub mod params;
 pub mod routes;

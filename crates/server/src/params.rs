@@ -7,10 +7,14 @@
 //! (`"top_p": "NaN"`) or out of range is a 400 naming the field, sent before any stream starts.
 //! Penalties: `presence_penalty` and `frequency_penalty` in `[-2, 2]` (OpenAI), `repetition_penalty`
 //! in `(0, 2]` (SGLang's bound), `min_tokens` (vLLM; `min_new_tokens` natively) at most the token
-//! limit. Features we do not implement (logprobs, `best_of`, `suffix`) are refused by name
-//! with a 400 rather than silently ignored.
+//! limit. Logprobs ([`parse_logprobs`]): `logprobs` 0–20 on completions (`echo` adds the
+//! prompt's), vLLM's `prompt_logprobs` 0–20, chat's `logprobs: true` with `top_logprobs` 0–20,
+//! SGLang's `return_logprob`, `top_logprobs_num`, `logprob_start_len`, `token_ids_logprob`.
+//! Features we do not implement (`best_of` ≠ `n`, `suffix`) are refused by name with a 400
+//! rather than silently ignored.
 
 use serde_json::{Map, Value};
+use sparrow_engine::request::LogprobSpec;
 use sparrow_engine::sampler::SamplingParams;
 
 use crate::error::ApiError;
@@ -35,7 +39,11 @@ pub const NATIVE_SAMPLING_KEYS: &[&str] = &[
     "frequency_penalty",
     "repetition_penalty",
     "min_new_tokens",
+    "no_stop_trim",
 ];
+
+/// Most alternatives per position (vLLM's default `max_logprobs`; OpenAI allows 20 on chat).
+pub const MAX_TOP_LOGPROBS: usize = 20;
 
 /// Largest `n` accepted.
 pub const MAX_N: usize = 16;
@@ -61,6 +69,119 @@ pub struct GenParams {
     pub n: usize,
     /// Drop special tokens from the text (default true, as SGLang and vLLM do).
     pub skip_special_tokens: bool,
+    /// Keep the matched stop string or stop token's text in the output (SGLang's
+    /// `no_stop_trim`, vLLM's `include_stop_str_in_output`).
+    pub no_stop_trim: bool,
+    /// The logprobs the engine computes (set by the route from [`parse_logprobs`]).
+    pub logprobs: LogprobSpec,
+}
+
+/// The logprobs a request asked for, in the route's terms; [`LogprobAsk::spec`] turns them into
+/// the engine's [`LogprobSpec`] once the prompt length is known.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LogprobAsk {
+    /// Logprobs of generated tokens with this many alternatives.
+    pub output: Option<usize>,
+    /// Prompt logprobs shown the way the route shows its output ones (`echo` with `logprobs`,
+    /// SGLang's `input_*` lists), with this many alternatives.
+    pub prompt: Option<usize>,
+    /// vLLM's `prompt_logprobs` with this many alternatives.
+    pub vllm_prompt: Option<usize>,
+    /// First prompt position reported; negative counts from the prompt's end (SGLang's
+    /// default −1 is the last prompt token).
+    pub prompt_start: i64,
+    /// SGLang's `token_ids_logprob`.
+    pub token_ids: Vec<u32>,
+    /// SGLang's `return_text_in_logprobs`.
+    pub with_text: bool,
+}
+
+impl LogprobAsk {
+    /// The engine's spec for a prompt of `prompt_len` tokens.
+    pub fn spec(&self, prompt_len: usize) -> LogprobSpec {
+        let prompt_start = if self.vllm_prompt.is_some() {
+            Some(0)
+        } else if self.prompt.is_some() {
+            let s = if self.prompt_start < 0 { prompt_len as i64 + self.prompt_start } else { self.prompt_start };
+            Some(s.max(0) as usize)
+        } else {
+            None
+        };
+        LogprobSpec {
+            output: self.output.is_some(),
+            prompt_start,
+            top_n: [self.output, self.prompt, self.vllm_prompt].into_iter().flatten().max().unwrap_or(0),
+            token_ids: self.token_ids.clone(),
+        }
+    }
+}
+
+/// Parses the logprob fields of `api` (`echo` on completions adds the prompt's logprobs when
+/// `logprobs` is set, as OpenAI and vLLM do).
+///
+/// # Errors
+/// A 400 naming the field: a count outside 0–20, `top_logprobs` without `logprobs: true`, a bad
+/// `token_ids_logprob`.
+pub fn parse_logprobs(map: &Map<String, Value>, api: Api, echo: bool) -> Result<LogprobAsk, ApiError> {
+    let f = Fields(map);
+    let top = |k: &str| -> Result<Option<usize>, ApiError> {
+        match f.count(k)? {
+            Some(v) if v > MAX_TOP_LOGPROBS => {
+                Err(ApiError::bad(k, format!("{k} must be between 0 and {MAX_TOP_LOGPROBS}, got {v}")))
+            }
+            v => Ok(v),
+        }
+    };
+    let mut ask = LogprobAsk { prompt_start: 0, ..Default::default() };
+    match api {
+        Api::Completions => {
+            ask.output = top("logprobs")?;
+            ask.prompt = ask.output.filter(|_| echo);
+            ask.vllm_prompt = top("prompt_logprobs")?;
+        }
+        Api::Chat => {
+            let on = f.bool("logprobs")?.unwrap_or(false);
+            let n = top("top_logprobs")?;
+            if n.is_some_and(|n| n > 0) && !on {
+                return Err(ApiError::bad("top_logprobs", "top_logprobs requires logprobs to be true"));
+            }
+            ask.output = on.then(|| n.unwrap_or(0));
+            f.refuse_unless("prompt_logprobs", &[], "prompt_logprobs is answered on /v1/completions")?;
+        }
+        Api::Native => {
+            if f.bool("return_logprob")?.unwrap_or(false) {
+                let n = f.count("top_logprobs_num")?.unwrap_or(0);
+                if n > MAX_TOP_LOGPROBS {
+                    return Err(ApiError::bad(
+                        "top_logprobs_num",
+                        format!("top_logprobs_num must be at most {MAX_TOP_LOGPROBS}, got {n}"),
+                    ));
+                }
+                ask.output = Some(n);
+                ask.prompt = Some(n);
+                ask.prompt_start = f.int("logprob_start_len")?.unwrap_or(-1);
+                if ask.prompt_start < -1 {
+                    return Err(ApiError::bad("logprob_start_len", "logprob_start_len must be -1 or a prompt position"));
+                }
+                ask.with_text = f.bool("return_text_in_logprobs")?.unwrap_or(false);
+                ask.token_ids = match f.get("token_ids_logprob") {
+                    None => Vec::new(),
+                    Some(Value::Array(a)) => a
+                        .iter()
+                        .map(|v| {
+                            v.as_u64().filter(|&t| t <= u32::MAX as u64).map(|t| t as u32).ok_or_else(|| {
+                                ApiError::bad("token_ids_logprob", "token_ids_logprob must be a list of token ids")
+                            })
+                        })
+                        .collect::<Result<_, _>>()?,
+                    Some(_) => {
+                        return Err(ApiError::bad("token_ids_logprob", "token_ids_logprob must be a list of token ids"))
+                    }
+                };
+            }
+        }
+    }
+    Ok(ask)
 }
 
 /// Typed access to a JSON object with errors that name the field.
@@ -232,9 +353,6 @@ pub fn parse(map: &Map<String, Value>, api: Api) -> Result<GenParams, ApiError> 
     if let Some(m) = max_tokens.filter(|&m| min_tokens > m) {
         return Err(ApiError::bad(min_field, format!("{min_field} ({min_tokens}) must not exceed the token limit ({m})")));
     }
-    f.refuse_unless("logprobs", &[Value::Bool(false)], "logprobs are not implemented yet")?;
-    f.refuse_unless("top_logprobs", &[Value::from(0)], "logprobs are not implemented yet")?;
-    f.refuse_unless("return_logprob", &[Value::Bool(false)], "logprobs are not implemented yet")?;
     f.refuse_unless("suffix", &[Value::from("")], "insertion is not implemented")?;
     if let Some(b) = f.count("best_of")? {
         if b != n {
@@ -266,6 +384,11 @@ pub fn parse(map: &Map<String, Value>, api: Api) -> Result<GenParams, ApiError> 
         ignore_eos: f.bool("ignore_eos")?.unwrap_or(false),
         n,
         skip_special_tokens: f.bool("skip_special_tokens")?.unwrap_or(true),
+        no_stop_trim: match f.bool("no_stop_trim")? {
+            Some(v) => v,
+            None => f.bool("include_stop_str_in_output")?.unwrap_or(false),
+        },
+        logprobs: LogprobSpec::default(),
     })
 }
 
@@ -286,7 +409,6 @@ mod tests {
         assert!(e.to_string().contains("top_p"));
         assert!(p(json!({"temperature": -1})).is_err());
         assert!(p(json!({"top_p": "NaN"})).is_err());
-        assert!(p(json!({"logprobs": 5})).expect_err("refused").to_string().contains("logprobs"));
         assert!(p(json!({"logprobs": null, "max_tokens": null})).is_ok());
         assert!(p(json!({"n": 0})).is_err());
         assert!(p(json!({"logit_bias": {"12": 200}})).is_err());
@@ -310,5 +432,35 @@ mod tests {
         }
         let native = parse(json!({"min_new_tokens": 3}).as_object().expect("object"), Api::Native).expect("native");
         assert_eq!(native.sampling.min_tokens, 3);
+        assert!(p(json!({"no_stop_trim": true})).expect("trim").no_stop_trim);
+        assert!(p(json!({"include_stop_str_in_output": true})).expect("vllm").no_stop_trim);
+    }
+
+    #[test]
+    fn logprob_fields() {
+        let lp = |v: Value, api, echo| parse_logprobs(v.as_object().expect("object"), api, echo);
+        let a = lp(json!({"logprobs": 3}), Api::Completions, true).expect("echo");
+        assert_eq!((a.output, a.prompt), (Some(3), Some(3)));
+        let s = a.spec(10);
+        assert_eq!((s.output, s.prompt_start, s.top_n), (true, Some(0), 3));
+        let a = lp(json!({"logprobs": 0}), Api::Completions, false).expect("no echo");
+        assert_eq!(a.spec(10).prompt_start, None);
+        assert_eq!(lp(json!({"logprobs": null}), Api::Completions, true).expect("null"), LogprobAsk::default());
+        assert!(lp(json!({"logprobs": 21}), Api::Completions, false).is_err());
+        assert!(lp(json!({"logprobs": true}), Api::Completions, false).is_err());
+        let v = lp(json!({"prompt_logprobs": 2, "logprobs": 1}), Api::Completions, false).expect("vllm");
+        assert_eq!(v.spec(5), LogprobSpec { output: true, prompt_start: Some(0), top_n: 2, token_ids: vec![] });
+        let c = lp(json!({"logprobs": true, "top_logprobs": 4}), Api::Chat, false).expect("chat");
+        assert_eq!(c.output, Some(4));
+        assert_eq!(lp(json!({"logprobs": true}), Api::Chat, false).expect("chat").output, Some(0));
+        let e = lp(json!({"top_logprobs": 2}), Api::Chat, false).expect_err("needs logprobs");
+        assert!(e.to_string().contains("top_logprobs"));
+        let n = lp(json!({"return_logprob": true, "top_logprobs_num": 2, "token_ids_logprob": [5, 7]}), Api::Native, false)
+            .expect("native");
+        // SGLang's default start (-1) is the last prompt token.
+        assert_eq!(n.spec(8), LogprobSpec { output: true, prompt_start: Some(7), top_n: 2, token_ids: vec![5, 7] });
+        let n = lp(json!({"return_logprob": true, "logprob_start_len": 0}), Api::Native, false).expect("start 0");
+        assert_eq!(n.spec(8).prompt_start, Some(0));
+        assert_eq!(lp(json!({"top_logprobs_num": 2}), Api::Native, false).expect("off").spec(8), LogprobSpec::default());
     }
 }

@@ -26,19 +26,22 @@ use axum::{Json, Router};
 use futures_util::stream::{self, BoxStream, StreamExt};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
+use sparrow_engine::scheduler::TokenLogprob;
 use sparrow_protocol::openai::{
-    AssistantMessage, ChatChoice, ChatChunkChoice, ChatDelta, Completion, ModelCard, ModelList, TextChoice,
-    CHAT_COMPLETION, CHAT_COMPLETION_CHUNK, TEXT_COMPLETION,
+    AssistantMessage, ChatChoice, ChatChunkChoice, ChatDelta, ChatLogprobs, Completion, CompletionLogprobs, ModelCard,
+    ModelList, PromptLogprob, TextChoice, CHAT_COMPLETION, CHAT_COMPLETION_CHUNK, TEXT_COMPLETION,
 };
 use sparrow_protocol::sglang::{
-    DetokenizeResponse, FinishReason, GenerateResponse, MetaInfo, ModelInfo, ServerInfo, TokenizeResponse,
+    DetokenizeResponse, FinishReason, GenerateResponse, MetaInfo, ModelInfo, NativeLogprobs, ServerInfo,
+    TokenizeResponse,
 };
 use sparrow_protocol::{sse, ErrorBody, Usage};
 use sparrow_tokenizer::ChatMessage;
 
 use crate::error::ApiError;
 use crate::gen::{self, ChoiceEvent, Finish};
-use crate::params::{self, Api, Fields};
+use crate::logprobs::{self, Legacy, TokenTexts};
+use crate::params::{self, Api, Fields, LogprobAsk};
 use crate::AppState;
 
 /// Largest request body accepted (a prompt at the context limit is far smaller).
@@ -103,6 +106,8 @@ async fn health_generate(State(s): State<AppState>) -> Response {
         ignore_eos: true,
         n: 1,
         skip_special_tokens: true,
+        no_stop_trim: false,
+        logprobs: Default::default(),
     };
     let ids = s.tokenizer.encode("ping", false).unwrap_or_else(|_| vec![0]);
     let run = async {
@@ -217,28 +222,39 @@ fn token_ids(v: &Value, field: &str) -> Result<Vec<u32>, ApiError> {
         .collect()
 }
 
-/// The prompt of `/v1/completions`: a string, token ids, or a one-element list of either.
-fn completion_prompt(s: &AppState, v: Option<&Value>) -> Result<(Vec<u32>, String), ApiError> {
+/// Most choices one `/v1/completions` request may ask for (prompts × `n`).
+pub const MAX_CHOICES: usize = 1024;
+
+/// The prompts of `/v1/completions`: a string, a list of token ids, or a list of either
+/// (batched, answered prompt-major); each with the text `echo` shows.
+fn completion_prompts(s: &AppState, v: Option<&Value>) -> Result<Vec<(Vec<u32>, String)>, ApiError> {
     let v = v.ok_or_else(|| ApiError::bad("prompt", "prompt is required"))?;
-    match v {
-        Value::String(t) => {
-            if t.is_empty() {
-                return Err(ApiError::bad("prompt", "the prompt is empty; send at least one token"));
+    let one = |v: &Value, i: Option<usize>| -> Result<(Vec<u32>, String), ApiError> {
+        let at = i.map_or(String::new(), |i| format!("prompt[{i}]: "));
+        match v {
+            Value::String(t) if t.is_empty() => {
+                Err(ApiError::bad("prompt", format!("{at}the prompt is empty; send at least one token")))
             }
-            let ids = s.tokenizer.encode(t, true).map_err(|e| ApiError::bad("prompt", e.to_string()))?;
-            Ok((ids, t.clone()))
+            Value::String(t) => {
+                let ids = s.tokenizer.encode(t, true).map_err(|e| ApiError::bad("prompt", format!("{at}{e}")))?;
+                Ok((ids, t.clone()))
+            }
+            Value::Array(a) if a.is_empty() => {
+                Err(ApiError::bad("prompt", format!("{at}the prompt is empty; send at least one token")))
+            }
+            Value::Array(_) => {
+                let ids = token_ids(v, "prompt")?;
+                let text = decode_all(s, &ids);
+                Ok((ids, text))
+            }
+            _ => Err(ApiError::bad("prompt", format!("{at}a prompt must be a string or a list of token ids"))),
         }
-        Value::Array(a) if a.iter().all(Value::is_number) => {
-            let ids = token_ids(v, "prompt")?;
-            let text = decode_all(s, &ids);
-            Ok((ids, text))
-        }
-        Value::Array(a) if a.len() == 1 => completion_prompt(s, a.first()),
+    };
+    match v {
         Value::Array(a) if a.is_empty() => Err(ApiError::bad("prompt", "the prompt is empty; send at least one token")),
-        Value::Array(_) => {
-            Err(ApiError::bad("prompt", "batched prompts are not supported: send one prompt per request"))
-        }
-        _ => Err(ApiError::bad("prompt", "prompt must be a string or a list of token ids")),
+        Value::Array(a) if a.iter().all(Value::is_number) => Ok(vec![one(v, None)?]),
+        Value::Array(a) => a.iter().enumerate().map(|(i, p)| one(p, Some(i))).collect(),
+        _ => Ok(vec![one(v, None)?]),
     }
 }
 
@@ -283,9 +299,14 @@ struct OaiRun {
     id: String,
     model: String,
     created: u64,
-    prompt_tokens: usize,
+    /// Prompt tokens of each prompt; choices `p·n … p·n + n − 1` belong to prompt `p`.
+    prompt_tokens: Vec<usize>,
+    /// Choices per prompt.
     n: usize,
-    echo: Option<String>,
+    /// The `echo` text of each prompt.
+    echo: Vec<Option<String>>,
+    ask: LogprobAsk,
+    texts: TokenTexts,
 }
 
 /// What one chunk says about one choice.
@@ -300,9 +321,31 @@ enum Piece<'a> {
     Finish(&'a Finish),
 }
 
+/// The logprobs a chunk or choice carries.
+#[derive(Clone, Copy, Default)]
+struct ChunkLp<'a> {
+    legacy: Option<&'a CompletionLogprobs>,
+    chat: Option<&'a ChatLogprobs>,
+    prompt: Option<&'a [Option<PromptLogprob>]>,
+}
+
 impl OaiRun {
+    fn choices(&self) -> usize {
+        self.prompt_tokens.len() * self.n
+    }
+
     fn usage(&self, completion: usize, cached: usize) -> Usage {
-        Usage::new(self.prompt_tokens as u64, completion as u64, cached as u64)
+        Usage::new(self.prompt_tokens.iter().sum::<usize>() as u64, completion as u64, cached as u64)
+    }
+
+    fn echo_of(&self, index: usize) -> Option<&str> {
+        self.echo[index / self.n].as_deref()
+    }
+
+    /// True when a completions choice opens with its prompt's logprobs, so its first chunk
+    /// waits for them.
+    fn opens_with_prompt(&self) -> bool {
+        self.kind == Kind::Completion && (self.ask.prompt.is_some() || self.ask.vllm_prompt.is_some())
     }
 
     fn object<'a, C>(&'a self, object: &'a str, choices: &'a [C], usage: Option<Usage>) -> Completion<'a, C> {
@@ -310,14 +353,21 @@ impl OaiRun {
     }
 
     /// Appends the chunk that carries `piece` of choice `index`.
-    fn push_chunk(&self, out: &mut Vec<u8>, index: usize, piece: Piece<'_>, usage: Option<Usage>) {
+    fn push_chunk(&self, out: &mut Vec<u8>, index: usize, piece: Piece<'_>, usage: Option<Usage>, lp: ChunkLp<'_>) {
         match self.kind {
             Kind::Completion => {
                 let (text, finish_reason, matched_stop) = match piece {
                     Piece::Start(t) | Piece::Text(t) => (t, None, None),
                     Piece::Finish(f) => ("", Some(f.reason), Some(f.matched.as_ref())),
                 };
-                let c = TextChoice { index, text, logprobs: (), finish_reason, matched_stop };
+                let c = TextChoice {
+                    index,
+                    text,
+                    logprobs: lp.legacy,
+                    finish_reason,
+                    matched_stop,
+                    prompt_logprobs: lp.prompt,
+                };
                 push_frame(out, &self.object(TEXT_COMPLETION, &[c], usage));
             }
             Kind::Chat => {
@@ -326,7 +376,7 @@ impl OaiRun {
                     Piece::Text(t) => (ChatDelta { role: None, content: Some(t) }, None, None),
                     Piece::Finish(f) => (ChatDelta::default(), Some(f.reason), Some(f.matched.as_ref())),
                 };
-                let c = ChatChunkChoice { index, delta, logprobs: (), finish_reason, matched_stop };
+                let c = ChatChunkChoice { index, delta, logprobs: lp.chat, finish_reason, matched_stop };
                 push_frame(out, &self.object(CHAT_COMPLETION_CHUNK, &[c], usage));
             }
         }
@@ -371,26 +421,29 @@ fn oai_stream(run: OaiRun, events: BoxStream<'static, ChoiceEvent>, opts: Stream
         events: Option<BoxStream<'static, ChoiceEvent>>,
         opts: StreamOpts,
         tokens: Vec<usize>,
-        cached: usize,
+        /// Radix-cached prompt tokens of each prompt (the most any of its choices saw).
+        cached: Vec<usize>,
         done: Vec<bool>,
+        legacy: Vec<Legacy>,
         prologue: bool,
         finished: bool,
     }
     impl St {
         fn continuous(&self) -> Option<Usage> {
-            self.opts.continuous.then(|| self.run.usage(self.tokens.iter().sum(), self.cached))
+            self.opts.continuous.then(|| self.run.usage(self.tokens.iter().sum(), self.cached.iter().sum()))
         }
     }
-    let n = run.n;
+    let total = run.choices();
     let st = St {
-        run,
         events: Some(events),
         opts,
-        tokens: vec![0; n],
-        cached: 0,
-        done: vec![false; n],
+        tokens: vec![0; total],
+        cached: vec![0; run.prompt_tokens.len()],
+        done: vec![false; total],
+        legacy: vec![Legacy::default(); total],
         prologue: true,
         finished: false,
+        run,
     };
     let body = stream::unfold(st, |mut st| async move {
         if st.finished {
@@ -399,15 +452,15 @@ fn oai_stream(run: OaiRun, events: BoxStream<'static, ChoiceEvent>, opts: Stream
         let mut out = Vec::new();
         if st.prologue {
             st.prologue = false;
-            let start = match (st.run.kind, &st.run.echo) {
-                (Kind::Chat, _) => Some(""),
-                (Kind::Completion, Some(e)) => Some(e.as_str()),
-                (Kind::Completion, None) => None,
-            };
-            if let Some(text) = start {
-                let u = st.opts.continuous.then(|| st.run.usage(0, 0));
-                for i in 0..st.run.n {
-                    st.run.push_chunk(&mut out, i, Piece::Start(text), u);
+            let u = st.opts.continuous.then(|| st.run.usage(0, 0));
+            for i in 0..st.run.choices() {
+                let start = match st.run.kind {
+                    Kind::Chat => Some(""),
+                    Kind::Completion if st.run.opens_with_prompt() => None,
+                    Kind::Completion => st.run.echo_of(i),
+                };
+                if let Some(text) = start {
+                    st.run.push_chunk(&mut out, i, Piece::Start(text), u, ChunkLp::default());
                 }
             }
             return Some((out, st));
@@ -416,21 +469,51 @@ fn oai_stream(run: OaiRun, events: BoxStream<'static, ChoiceEvent>, opts: Stream
             Some(ev) => ev.next().await,
             None => None,
         };
+        let texts = st.run.texts.clone();
         match next {
-            Some(ChoiceEvent::Text { index, text, tokens }) => {
+            Some(ChoiceEvent::Prompt { index, entries, .. }) => {
+                if st.run.opens_with_prompt() {
+                    let legacy = st.run.ask.prompt.map(|k| {
+                        for e in &entries {
+                            st.legacy[index].push(e, k, &texts);
+                        }
+                        st.legacy[index].take()
+                    });
+                    let prompt = st.run.ask.vllm_prompt.map(|k| logprobs::vllm_prompt(&entries, k, &texts));
+                    let text = st.run.echo_of(index).unwrap_or("");
+                    let lp = ChunkLp { legacy: legacy.as_ref(), prompt: prompt.as_deref(), chat: None };
+                    st.run.push_chunk(&mut out, index, Piece::Start(text), st.continuous(), lp);
+                }
+            }
+            Some(ChoiceEvent::Text { index, text, tokens, logprob }) => {
                 st.tokens[index] = tokens;
-                if !text.is_empty() {
-                    st.run.push_chunk(&mut out, index, Piece::Text(&text), st.continuous());
+                match (st.run.kind, logprob, st.run.ask.output) {
+                    (Kind::Completion, Some(e), Some(k)) => {
+                        st.legacy[index].push(&e, k, &texts);
+                        let l = st.legacy[index].take();
+                        let lp = ChunkLp { legacy: Some(&l), ..Default::default() };
+                        st.run.push_chunk(&mut out, index, Piece::Text(&text), st.continuous(), lp);
+                    }
+                    (Kind::Chat, Some(e), Some(k)) => {
+                        let c = ChatLogprobs { content: vec![logprobs::chat_entry(&e, k, &texts)], refusal: None };
+                        let lp = ChunkLp { chat: Some(&c), ..Default::default() };
+                        st.run.push_chunk(&mut out, index, Piece::Text(&text), st.continuous(), lp);
+                    }
+                    _ if !text.is_empty() => {
+                        st.run.push_chunk(&mut out, index, Piece::Text(&text), st.continuous(), ChunkLp::default());
+                    }
+                    _ => {}
                 }
             }
             Some(ChoiceEvent::Done { index, finish }) => {
                 st.tokens[index] = finish.completion_tokens;
-                st.cached = st.cached.max(finish.cached_tokens);
+                let p = index / st.run.n;
+                st.cached[p] = st.cached[p].max(finish.cached_tokens);
                 st.done[index] = true;
                 if let Some(e) = &finish.error {
                     push_error(&mut out, e);
                 }
-                st.run.push_chunk(&mut out, index, Piece::Finish(&finish), st.continuous());
+                st.run.push_chunk(&mut out, index, Piece::Finish(&finish), st.continuous(), ChunkLp::default());
             }
             None => {
                 // All choices ended (or the engine went away mid-stream).
@@ -440,7 +523,7 @@ fn oai_stream(run: OaiRun, events: BoxStream<'static, ChoiceEvent>, opts: Stream
                     push_error(&mut out, "the engine stopped before the request finished");
                 }
                 if st.opts.include_usage {
-                    st.run.push_usage(&mut out, st.run.usage(st.tokens.iter().sum(), st.cached));
+                    st.run.push_usage(&mut out, st.run.usage(st.tokens.iter().sum(), st.cached.iter().sum()));
                 }
                 push_done(&mut out);
             }
@@ -452,64 +535,102 @@ fn oai_stream(run: OaiRun, events: BoxStream<'static, ChoiceEvent>, opts: Stream
     sse_response(body)
 }
 
-/// Drains a request's events into each choice's whole text and finish.
-async fn collect(mut events: BoxStream<'static, ChoiceEvent>, n: usize) -> (Vec<String>, Vec<Option<Finish>>) {
-    let mut texts: Vec<String> = vec![String::new(); n];
-    let mut fin: Vec<Option<Finish>> = vec![None; n];
+/// One choice, drained: its whole text, its end, and the logprobs it got.
+#[derive(Default)]
+struct Collected {
+    text: String,
+    finish: Option<Finish>,
+    prompt: Vec<TokenLogprob>,
+    tokens: Vec<TokenLogprob>,
+}
+
+/// Drains a request's events into each of its `total` choices.
+async fn collect(mut events: BoxStream<'static, ChoiceEvent>, total: usize) -> Vec<Collected> {
+    let mut c: Vec<Collected> = (0..total).map(|_| Collected::default()).collect();
     while let Some(e) = events.next().await {
         match e {
-            ChoiceEvent::Text { index, text, .. } => texts[index].push_str(&text),
-            ChoiceEvent::Done { index, finish } => fin[index] = Some(finish),
+            ChoiceEvent::Text { index, text, logprob, .. } => {
+                c[index].text.push_str(&text);
+                c[index].tokens.extend(logprob.map(|b| *b));
+            }
+            ChoiceEvent::Prompt { index, entries, .. } => c[index].prompt = entries,
+            ChoiceEvent::Done { index, finish } => c[index].finish = Some(finish),
         }
     }
-    (texts, fin)
+    c
 }
 
 /// Collects a non-streamed OpenAI answer.
 async fn oai_collect(run: OaiRun, events: BoxStream<'static, ChoiceEvent>) -> Result<Response, ApiError> {
-    let (mut texts, fin) = collect(events, run.n).await;
-    let mut finishes = Vec::with_capacity(run.n);
-    let (mut completion, mut cached) = (0, 0);
-    for f in fin {
-        let f = f.ok_or(ApiError::Unavailable)?;
+    let all = collect(events, run.choices()).await;
+    let mut finishes = Vec::with_capacity(all.len());
+    let mut completion = 0;
+    let mut cached = vec![0; run.prompt_tokens.len()];
+    for (i, c) in all.iter().enumerate() {
+        let f = c.finish.clone().ok_or(ApiError::Unavailable)?;
         if let Some(e) = f.error {
             return Err(ApiError::Engine(e));
         }
         completion += f.completion_tokens;
-        cached = cached.max(f.cached_tokens);
+        cached[i / run.n] = cached[i / run.n].max(f.cached_tokens);
         finishes.push(f);
     }
-    let usage = Some(run.usage(completion, cached));
+    let usage = Some(run.usage(completion, cached.iter().sum()));
+    let texts = &run.texts;
     Ok(match run.kind {
         Kind::Completion => {
-            if let Some(e) = &run.echo {
-                for t in &mut texts {
-                    t.insert_str(0, e);
-                }
+            let mut bodies = Vec::with_capacity(all.len());
+            for (i, c) in all.iter().enumerate() {
+                let text = format!("{}{}", run.echo_of(i).unwrap_or(""), c.text);
+                let legacy = run.ask.output.map(|k| {
+                    let mut l = Legacy::default();
+                    if let Some(kp) = run.ask.prompt {
+                        for e in &c.prompt {
+                            l.push(e, kp, texts);
+                        }
+                    }
+                    for e in &c.tokens {
+                        l.push(e, k, texts);
+                    }
+                    l.take()
+                });
+                let prompt = run.ask.vllm_prompt.map(|k| logprobs::vllm_prompt(&c.prompt, k, texts));
+                bodies.push((text, legacy, prompt));
             }
-            let choices: Vec<TextChoice<'_>> = texts
+            let choices: Vec<TextChoice<'_>> = bodies
                 .iter()
                 .zip(&finishes)
                 .enumerate()
-                .map(|(index, (text, f))| TextChoice {
+                .map(|(index, ((text, legacy, prompt), f))| TextChoice {
                     index,
                     text,
-                    logprobs: (),
+                    logprobs: legacy.as_ref(),
                     finish_reason: Some(f.reason),
                     matched_stop: Some(f.matched.as_ref()),
+                    prompt_logprobs: prompt.as_deref(),
                 })
                 .collect();
             Json(run.object(TEXT_COMPLETION, &choices, usage)).into_response()
         }
         Kind::Chat => {
-            let choices: Vec<ChatChoice<'_>> = texts
+            let lps: Vec<Option<ChatLogprobs>> = all
+                .iter()
+                .map(|c| {
+                    run.ask.output.map(|k| ChatLogprobs {
+                        content: c.tokens.iter().map(|e| logprobs::chat_entry(e, k, texts)).collect(),
+                        refusal: None,
+                    })
+                })
+                .collect();
+            let choices: Vec<ChatChoice<'_>> = all
                 .iter()
                 .zip(&finishes)
+                .zip(&lps)
                 .enumerate()
-                .map(|(index, (content, f))| ChatChoice {
+                .map(|(index, ((c, f), lp))| ChatChoice {
                     index,
-                    message: AssistantMessage { role: "assistant", content },
-                    logprobs: (),
+                    message: AssistantMessage { role: "assistant", content: &c.text },
+                    logprobs: lp.as_ref(),
                     finish_reason: f.reason,
                     matched_stop: f.matched.as_ref(),
                 })
@@ -525,18 +646,31 @@ async fn completions(State(s): State<AppState>, body: Result<Bytes, BytesRejecti
     let stream = f.bool("stream")?.unwrap_or(false);
     let opts = stream_opts(&m, stream)?;
     let echo = f.bool("echo")?.unwrap_or(false);
+    let ask = params::parse_logprobs(&m, Api::Completions, echo)?;
     let p = params::parse(&m, Api::Completions)?;
-    let (ids, prompt_text) = completion_prompt(&s, m.get("prompt"))?;
-    let prep = gen::prepare(&s, ids, p)?;
-    oai_respond(&s, Kind::Completion, prep, echo.then_some(prompt_text), stream, opts).await
+    let prompts = completion_prompts(&s, m.get("prompt"))?;
+    if prompts.len() * p.n > MAX_CHOICES {
+        return Err(ApiError::bad(
+            "prompt",
+            format!("{} prompts × n = {} ask for more than {MAX_CHOICES} choices", prompts.len(), p.n),
+        ));
+    }
+    let mut preps = Vec::with_capacity(prompts.len());
+    for (ids, text) in prompts {
+        let mut p = p.clone();
+        p.logprobs = ask.spec(ids.len());
+        preps.push((gen::prepare(&s, ids, p)?, echo.then_some(text)));
+    }
+    oai_respond(&s, Kind::Completion, preps, ask, stream, opts).await
 }
 
-/// Starts a prepared OpenAI request and answers it as a stream or one JSON body.
+/// Starts prepared OpenAI requests (one per prompt, each with its `echo` text) and answers
+/// them as one stream or one JSON body, choices numbered prompt-major.
 async fn oai_respond(
     s: &AppState,
     kind: Kind,
-    prep: gen::Prepared,
-    echo: Option<String>,
+    preps: Vec<(gen::Prepared, Option<String>)>,
+    ask: LogprobAsk,
     stream: bool,
     opts: StreamOpts,
 ) -> Result<Response, ApiError> {
@@ -544,16 +678,24 @@ async fn oai_respond(
         Kind::Completion => "cmpl",
         Kind::Chat => "chatcmpl",
     };
+    let n = preps.first().map_or(1, |p| p.0.params.n);
     let run = OaiRun {
         kind,
         id: format!("{prefix}-{:016x}", s.next_engine_id()),
         model: s.model_id.clone(),
         created: now_secs(),
-        prompt_tokens: prep.prompt_ids.len(),
-        n: prep.params.n,
-        echo,
+        prompt_tokens: preps.iter().map(|p| p.0.prompt_ids.len()).collect(),
+        n,
+        echo: preps.iter().map(|p| p.1.clone()).collect(),
+        ask,
+        texts: TokenTexts(s.bytes_all.clone()),
     };
-    let events = gen::start(s, prep)?;
+    let mut streams = Vec::with_capacity(preps.len());
+    for (i, (prep, _)) in preps.into_iter().enumerate() {
+        let off = i * n;
+        streams.push(gen::start(s, prep)?.map(move |e| e.offset(off)).boxed());
+    }
+    let events = stream::select_all(streams).boxed();
     if stream {
         Ok(oai_stream(run, events, opts))
     } else {
@@ -594,7 +736,8 @@ async fn chat(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) ->
     if m.get("tools").and_then(Value::as_array).is_some_and(|t| !t.is_empty()) {
         return Err(ApiError::bad("tools", "tools are not supported by this server (no tool-call parser)"));
     }
-    let p = params::parse(&m, Api::Chat)?;
+    let ask = params::parse_logprobs(&m, Api::Chat, false)?;
+    let mut p = params::parse(&m, Api::Chat)?;
     let msgs = m
         .get("messages")
         .and_then(Value::as_array)
@@ -619,8 +762,9 @@ async fn chat(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) ->
     }
     let text = s.tokenizer.apply_chat_template(&conv, true).map_err(|e| ApiError::bad("messages", e.to_string()))?;
     let ids = s.tokenizer.encode(&text, false).map_err(|e| ApiError::bad("messages", e.to_string()))?;
+    p.logprobs = ask.spec(ids.len());
     let prep = gen::prepare(&s, ids, p)?;
-    oai_respond(&s, Kind::Chat, prep, None, stream, opts).await
+    oai_respond(&s, Kind::Chat, vec![(prep, None)], ask, stream, opts).await
 }
 
 fn native_finish(f: &Finish) -> FinishReason<'_> {
@@ -636,6 +780,8 @@ struct NativeRun {
     /// `meta_info.id` of each choice.
     ids: Vec<String>,
     prompt_tokens: usize,
+    ask: LogprobAsk,
+    texts: TokenTexts,
 }
 
 impl NativeRun {
@@ -645,7 +791,11 @@ impl NativeRun {
         text: &'a str,
         tokens: usize,
         fin: Option<&'a Finish>,
+        lp: &'a NativeLogprobs,
     ) -> GenerateResponse<'a> {
+        let on = self.ask.output.is_some();
+        let top = on && self.ask.output.unwrap_or(0) > 0;
+        let ids = on && !self.ask.token_ids.is_empty();
         let meta_info = MetaInfo {
             id: &self.ids[index],
             prompt_tokens: self.prompt_tokens,
@@ -653,8 +803,21 @@ impl NativeRun {
             // Reported on a choice's last frame; the frames before it say 0.
             cached_tokens: fin.map_or(0, |f| f.cached_tokens),
             finish_reason: fin.map(native_finish),
+            input_token_logprobs: on.then_some(&lp.input_token_logprobs[..]),
+            output_token_logprobs: on.then_some(&lp.output_token_logprobs[..]),
+            input_top_logprobs: top.then_some(&lp.input_top_logprobs[..]),
+            output_top_logprobs: top.then_some(&lp.output_top_logprobs[..]),
+            input_token_ids_logprobs: ids.then_some(&lp.input_token_ids_logprobs[..]),
+            output_token_ids_logprobs: ids.then_some(&lp.output_token_ids_logprobs[..]),
         };
         GenerateResponse { text, meta_info, index }
+    }
+
+    /// Adds prompt entries or one generated token's entry to a choice's lists.
+    fn add(&self, acc: &mut NativeLogprobs, entries: &[TokenLogprob], input: bool) {
+        for e in entries {
+            logprobs::native_push(acc, e, input, &self.ask, &self.texts);
+        }
     }
 }
 
@@ -668,11 +831,18 @@ async fn generate(State(s): State<AppState>, body: Result<Bytes, BytesRejection>
         Some(Value::Object(o)) => o.clone(),
         Some(_) => return Err(ApiError::bad("sampling_params", "sampling_params must be an object")),
     };
-    f.refuse_unless("return_logprob", &[Value::Bool(false)], "logprobs are not implemented yet")?;
+    let ask = params::parse_logprobs(&m, Api::Native, false)?;
+    let vocab = s.engine.info().vocab_size;
+    if let Some(bad) = ask.token_ids.iter().find(|&&t| t as usize >= vocab) {
+        return Err(ApiError::bad(
+            "token_ids_logprob",
+            format!("token id {bad} is outside the vocabulary (size {vocab})"),
+        ));
+    }
     if let Some(k) = sp.keys().find(|k| !params::NATIVE_SAMPLING_KEYS.contains(&k.as_str())) {
         return Err(ApiError::bad("sampling_params", format!("unknown sampling parameter {k:?}")));
     }
-    let p = params::parse(&sp, Api::Native)?;
+    let mut p = params::parse(&sp, Api::Native)?;
     let ids = match (m.get("text"), m.get("input_ids")) {
         (Some(Value::String(t)), None) => {
             if t.is_empty() {
@@ -687,27 +857,34 @@ async fn generate(State(s): State<AppState>, body: Result<Bytes, BytesRejection>
         }
         (None, None) => return Err(ApiError::bad_body("text or input_ids is required")),
     };
+    p.logprobs = ask.spec(ids.len());
     let prep = gen::prepare(&s, ids, p)?;
     let rid = format!("{:032x}", s.next_engine_id());
     let n = prep.params.n;
     let ids = if n > 1 { (0..n).map(|i| format!("{rid}-{i}")).collect() } else { vec![rid] };
-    let run = NativeRun { ids, prompt_tokens: prep.prompt_ids.len() };
+    let run = NativeRun { ids, prompt_tokens: prep.prompt_ids.len(), ask, texts: TokenTexts(s.bytes_all.clone()) };
     let mut events = gen::start(&s, prep)?;
     if !stream {
-        let (texts, fins) = collect(events, n).await;
+        let all = collect(events, n).await;
         let mut done = Vec::with_capacity(n);
-        for fin in fins {
-            let fin = fin.ok_or(ApiError::Unavailable)?;
+        let mut lps = Vec::with_capacity(n);
+        for c in &all {
+            let fin = c.finish.clone().ok_or(ApiError::Unavailable)?;
             if let Some(e) = &fin.error {
                 return Err(ApiError::Engine(e.clone()));
             }
             done.push(fin);
+            let mut acc = NativeLogprobs::default();
+            run.add(&mut acc, &c.prompt, true);
+            run.add(&mut acc, &c.tokens, false);
+            lps.push(acc);
         }
-        let outs: Vec<GenerateResponse<'_>> = texts
+        let outs: Vec<GenerateResponse<'_>> = all
             .iter()
             .zip(&done)
+            .zip(&lps)
             .enumerate()
-            .map(|(i, (t, fin))| run.answer(i, t, fin.completion_tokens, Some(fin)))
+            .map(|(i, ((c, fin), lp))| run.answer(i, &c.text, fin.completion_tokens, Some(fin), lp))
             .collect();
         // One prompt, one choice: the object itself, as SGLang answers; else the list.
         return Ok(match outs.as_slice() {
@@ -716,6 +893,7 @@ async fn generate(State(s): State<AppState>, body: Result<Bytes, BytesRejection>
         });
     }
     let mut acc: Vec<String> = vec![String::new(); n];
+    let mut lps: Vec<NativeLogprobs> = vec![NativeLogprobs::default(); n];
     let mut ended = false;
     let body = stream::poll_fn(move |cx| {
         use std::task::Poll;
@@ -725,17 +903,25 @@ async fn generate(State(s): State<AppState>, body: Result<Bytes, BytesRejection>
         let mut out = Vec::new();
         match events.poll_next_unpin(cx) {
             Poll::Pending => return Poll::Pending,
-            Poll::Ready(Some(ChoiceEvent::Text { index, text, tokens })) => {
-                if !text.is_empty() {
+            Poll::Ready(Some(ChoiceEvent::Prompt { index, entries, .. })) => {
+                run.add(&mut lps[index], &entries, true);
+            }
+            Poll::Ready(Some(ChoiceEvent::Text { index, text, tokens, logprob })) => {
+                let has_lp = logprob.is_some();
+                if let Some(e) = logprob {
+                    run.add(&mut lps[index], std::slice::from_ref(&*e), false);
+                }
+                if !text.is_empty() || has_lp {
                     acc[index].push_str(&text);
-                    push_frame(&mut out, &run.answer(index, &acc[index], tokens, None));
+                    push_frame(&mut out, &run.answer(index, &acc[index], tokens, None, &lps[index]));
                 }
             }
             Poll::Ready(Some(ChoiceEvent::Done { index, finish })) => {
                 if let Some(e) = &finish.error {
                     push_error(&mut out, e);
                 }
-                push_frame(&mut out, &run.answer(index, &acc[index], finish.completion_tokens, Some(&finish)));
+                let frame = run.answer(index, &acc[index], finish.completion_tokens, Some(&finish), &lps[index]);
+                push_frame(&mut out, &frame);
             }
             Poll::Ready(None) => {
                 ended = true;
