@@ -97,8 +97,9 @@ async fn s03_max_tokens_at_the_context_edge() {
     assert_drained(&s).await;
 }
 
-/// S04: `max_tokens: 0` with `echo` returns the prompt, 0 tokens, `length`, and uses no pages.
-/// `logprobs` are not implemented: a 400 that says so.
+/// S04: `max_tokens: 0` with `echo` returns the prompt, 0 tokens, `length`, and uses no pages;
+/// with `logprobs: 1` too, plus the prompt's logprobs (the first `null`) from one prefill and no
+/// sampled token.
 #[tokio::test]
 async fn s04_zero_max_tokens_with_echo() {
     let s = shared();
@@ -110,16 +111,34 @@ async fn s04_zero_max_tokens_with_echo() {
     assert_eq!(v["usage"]["completion_tokens"], 0);
     assert_eq!(v["usage"]["prompt_tokens"], 5);
     assert_eq!(v["choices"][0]["finish_reason"], "length");
+    assert!(v["choices"][0]["logprobs"].is_null());
     let after = stats(s).await;
     assert_eq!(before["generation_tokens_total"], after["generation_tokens_total"], "a token was sampled");
     assert_eq!(before["free_pages"], after["free_pages"]);
     let (_, _, frames) =
         post_sse(s, "/v1/completions", json!({"prompt": PARIS, "max_tokens": 0, "echo": true, "stream": true})).await;
     assert_eq!(stream_text(&frames, 0), PARIS);
-    let (st, v) =
-        post(s, "/v1/completions", json!({"prompt": PARIS, "max_tokens": 0, "echo": true, "logprobs": 1})).await;
-    assert_eq!(st, 400);
-    assert!(v["error"]["message"].as_str().unwrap_or("").contains("logprobs"), "{v}");
+    let body = json!({"prompt": PARIS, "max_tokens": 0, "echo": true, "logprobs": 1});
+    let (st, v) = post(s, "/v1/completions", body.clone()).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(text0(&v), PARIS);
+    assert_eq!(v["usage"]["completion_tokens"], 0);
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+    let lp = &v["choices"][0]["logprobs"];
+    let toks: Vec<&str> = lp["tokens"].as_array().expect("tokens").iter().filter_map(Value::as_str).collect();
+    assert_eq!(toks.concat(), PARIS, "the prompt's tokens spell the prompt");
+    let vals = lp["token_logprobs"].as_array().expect("values");
+    assert_eq!(vals.len(), 5);
+    assert!(vals[0].is_null() && lp["top_logprobs"][0].is_null());
+    assert!(vals[1..].iter().all(|x| x.as_f64().is_some_and(|x| x <= 0.0)), "{lp}");
+    assert_eq!(lp["text_offset"], json!([0, 3, 11, 14, 21]));
+    assert_eq!(stats(s).await["generation_tokens_total"], after["generation_tokens_total"], "a token was sampled");
+    let mut sb = body.clone();
+    sb["stream"] = json!(true);
+    let (_, _, frames) = post_sse(s, "/v1/completions", sb).await;
+    assert_eq!(stream_text(&frames, 0), PARIS);
+    let streamed: Vec<&Value> = frames.iter().filter_map(|f| f["choices"][0]["logprobs"]["token_logprobs"].as_array()).flatten().collect();
+    assert_eq!(streamed, vals.iter().collect::<Vec<_>>(), "streamed prompt logprobs equal the whole answer's");
     assert_drained(s).await;
 }
 
@@ -253,22 +272,44 @@ async fn s08_invalid_utf8_bytes_keep_flowing() {
     assert_drained(s).await;
 }
 
-/// S09: logprobs are not implemented yet: a 400 that says so (never a 500 or a non-finite number).
+/// S09: `logprobs: 5` with `top_p: 0.3`: the alternatives outside the nucleus keep their raw
+/// (finite) logprobs; every number is finite and ≤ 0, each dict has the top 5 plus the sampled
+/// token; chat's `top_logprobs: 5` likewise.
 #[tokio::test]
 async fn s09_logprobs_with_top_p() {
     let s = shared();
     let _g = lock();
-    let (st, v) =
-        post(s, "/v1/completions", json!({"prompt": PARIS, "max_tokens": 4, "logprobs": 5, "top_p": 0.3})).await;
-    assert_eq!(st, 400);
-    assert!(v["error"]["message"].as_str().unwrap_or("").contains("logprobs are not implemented"), "{v}");
-    let (st, _) = post(
+    let (st, v) = post(
         s,
-        "/v1/chat/completions",
-        json!({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 5}),
+        "/v1/completions",
+        json!({"prompt": PARIS, "max_tokens": 6, "logprobs": 5, "top_p": 0.3, "seed": 1, "ignore_eos": true}),
     )
     .await;
-    assert_eq!(st, 400);
+    assert_eq!(st, 200, "{v}");
+    let lp = &v["choices"][0]["logprobs"];
+    let vals = lp["token_logprobs"].as_array().expect("values");
+    assert_eq!(vals.len(), 6);
+    for (i, top) in lp["top_logprobs"].as_array().expect("tops").iter().enumerate() {
+        let top = top.as_object().expect("a dict per token");
+        assert!((5..=6).contains(&top.len()), "{top:?}");
+        assert!(top.values().all(|x| x.as_f64().is_some_and(|x| x.is_finite() && x <= 0.0)), "{top:?}");
+        let own = &lp["tokens"][i].as_str().expect("token");
+        assert_eq!(top.get(*own), Some(&vals[i]), "the sampled token is in its dict");
+    }
+    assert!(vals.iter().all(|x| x.as_f64().is_some_and(|x| x.is_finite() && x <= 0.0)));
+    let (st, v) = post(
+        s,
+        "/v1/chat/completions",
+        json!({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 5, "top_p": 0.3, "max_tokens": 4}),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    let content = v["choices"][0]["logprobs"]["content"].as_array().expect("content");
+    assert_eq!(content.len() as u64, v["usage"]["completion_tokens"].as_u64().expect("count"));
+    for c in content {
+        assert_eq!(c["top_logprobs"].as_array().expect("top").len(), 5);
+        assert!(c["logprob"].as_f64().is_some_and(|x| x.is_finite() && x <= 0.0));
+    }
     assert_drained(s).await;
 }
 
@@ -527,7 +568,15 @@ async fn bad_input_gets_openai_error_json() {
         ("/v1/completions", json!({"prompt": "hi", "max_tokens": -1}), "max_tokens"),
         ("/v1/completions", json!({"prompt": "hi", "stream": "yes"}), "stream"),
         ("/generate", json!({"text": "hi", "sampling_params": {"foo": 1}}), "sampling_params"),
-        ("/generate", json!({"text": "hi", "return_logprob": true}), "return_logprob"),
+        ("/generate", json!({"text": "hi", "return_logprob": true, "top_logprobs_num": 21}), "top_logprobs_num"),
+        ("/generate", json!({"text": "hi", "return_logprob": true, "token_ids_logprob": [999999]}), "token_ids_logprob"),
+        ("/v1/completions", json!({"prompt": "hi", "logprobs": 21}), "logprobs"),
+        ("/v1/completions", json!({"prompt": ["hi", ""]}), "prompt"),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}),
+            "top_logprobs",
+        ),
         (
             "/v1/chat/completions",
             json!({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}),
