@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 
 use serde_json::{json, Map, Value};
-use sparrow_bench::client::{build_body, Api, PromptInput, RequestOptions};
+use sparrow_bench::client::{build_body, Api, LogprobOptions, PromptInput, RequestOptions};
 use sparrow_bench::mock::{self, FailMode, MockScript, UsageMode};
 
 fn fixture(name: &str) -> PathBuf {
@@ -38,9 +38,12 @@ fn request_bodies() {
     let row: Map<String, Value> = serde_json::from_str(r#"{"max_tokens": 3, "tools": []}"#).expect("json");
     let mut out = String::new();
     for api in [Api::Generate, Api::Completions, Api::Chat, Api::Trt] {
-        for (variant, temperature, top_p, ignore_eos, with_extra) in
-            [("greedy", 0.0, 1.0, true, false), ("sampled", 0.7, 0.9, false, false), ("extra", 0.0, 1.0, true, true)]
-        {
+        for (variant, temperature, top_p, ignore_eos, with_extra) in [
+            ("greedy", 0.0, 1.0, true, false),
+            ("sampled", 0.7, 0.9, false, false),
+            ("extra", 0.0, 1.0, true, true),
+            ("logprob", 0.0, 1.0, true, false),
+        ] {
             for stream in [true, false] {
                 let o = RequestOptions {
                     api,
@@ -49,6 +52,16 @@ fn request_bodies() {
                     ignore_eos,
                     temperature,
                     top_p,
+                    logprobs: if variant == "logprob" {
+                        LogprobOptions {
+                            return_logprob: true,
+                            top_logprobs_num: 3,
+                            token_ids_logprob: Some(vec![5, 7]),
+                            logprob_start_len: 0,
+                        }
+                    } else {
+                        LogprobOptions { logprob_start_len: -1, ..Default::default() }
+                    },
                     extra_body: if with_extra { extra.clone() } else { Map::new() },
                 };
                 for (input_name, input) in inputs {

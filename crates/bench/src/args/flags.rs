@@ -171,6 +171,20 @@ pub struct BenchArgs {
     /// Nucleus sampling `top_p`, sent when below 1.
     #[arg(long, default_value_t = 1.0)]
     pub top_p: f64,
+    /// Ask for logprobs: SGLang's `return_logprob` on `/generate` (with `logprob_start_len`),
+    /// and `logprobs: --top-logprobs-num` on `/v1/completions` when that is above 0, as
+    /// SGLang's `bench_serving` sends them.
+    #[arg(long)]
+    pub return_logprob: bool,
+    /// Alternatives per token (`top_logprobs_num`; sent when above 0).
+    #[arg(long, default_value_t = 0)]
+    pub top_logprobs_num: u32,
+    /// Token ids whose logprobs every position reports (`token_ids_logprob`).
+    #[arg(long, num_args = 1..)]
+    pub token_ids_logprob: Option<Vec<u32>>,
+    /// First prompt position with logprobs (`logprob_start_len`; −1: output tokens only).
+    #[arg(long, default_value_t = -1, allow_hyphen_values = true)]
+    pub logprob_start_len: i64,
     /// Request goodput SLOs as `KEY:VALUE` in milliseconds, KEY one of ttft, tpot, e2el
     /// (e.g. `--goodput ttft:500 tpot:50`). A request is good when it succeeded and met all.
     #[arg(long, num_args = 1..)]
@@ -248,14 +262,6 @@ pub struct BenchArgs {
     pub(super) refused_speed_bench_category: Option<Vec<String>>,
     #[arg(long = "speed-bench-output-len", hide = true, num_args = 0.., allow_hyphen_values = false)]
     pub(super) refused_speed_bench_output_len: Option<Vec<String>>,
-    #[arg(long = "return-logprob", hide = true, num_args = 0.., allow_hyphen_values = false)]
-    pub(super) refused_return_logprob: Option<Vec<String>>,
-    #[arg(long = "top-logprobs-num", hide = true, num_args = 0.., allow_hyphen_values = false)]
-    pub(super) refused_top_logprobs_num: Option<Vec<String>>,
-    #[arg(long = "token-ids-logprob", hide = true, num_args = 0.., allow_hyphen_values = false)]
-    pub(super) refused_token_ids_logprob: Option<Vec<String>>,
-    #[arg(long = "logprob-start-len", hide = true, num_args = 0.., allow_hyphen_values = false)]
-    pub(super) refused_logprob_start_len: Option<Vec<String>>,
     #[arg(long = "return-routed-experts", hide = true, num_args = 0.., allow_hyphen_values = false)]
     pub(super) refused_return_routed_experts: Option<Vec<String>>,
     #[arg(long = "cache-report", hide = true, num_args = 0.., allow_hyphen_values = false)]

@@ -25,8 +25,23 @@ pub struct RequestOptions {
     pub temperature: f64,
     /// `--top-p`, sent only below 1.
     pub top_p: f64,
+    /// `--return-logprob` and its companions.
+    pub logprobs: LogprobOptions,
     /// Merged into every body last, so it overrides our fields.
     pub extra_body: Map<String, Value>,
+}
+
+/// SGLang `bench_serving`'s logprob flags.
+#[derive(Debug, Clone, Default)]
+pub struct LogprobOptions {
+    /// `--return-logprob`.
+    pub return_logprob: bool,
+    /// `--top-logprobs-num`.
+    pub top_logprobs_num: u32,
+    /// `--token-ids-logprob`.
+    pub token_ids_logprob: Option<Vec<u32>>,
+    /// `--logprob-start-len`.
+    pub logprob_start_len: i64,
 }
 
 /// What a request asks about.
@@ -92,6 +107,25 @@ pub fn build_body(o: &RequestOptions, input: PromptInput<'_>, max_tokens: u64, r
         }),
     };
     if let Value::Object(map) = &mut body {
+        // SGLang's `bench_serving` always sends `return_logprob` and `logprob_start_len` to
+        // `/generate`, the others when set; `/v1/completions` gets `logprobs` only.
+        let lp = &o.logprobs;
+        match o.api {
+            Api::Generate => {
+                map.insert("return_logprob".into(), json!(lp.return_logprob));
+                map.insert("logprob_start_len".into(), json!(lp.logprob_start_len));
+                if lp.top_logprobs_num > 0 {
+                    map.insert("top_logprobs_num".into(), json!(lp.top_logprobs_num));
+                }
+                if let Some(ids) = &lp.token_ids_logprob {
+                    map.insert("token_ids_logprob".into(), json!(ids));
+                }
+            }
+            Api::Completions if lp.return_logprob && lp.top_logprobs_num > 0 => {
+                map.insert("logprobs".into(), json!(lp.top_logprobs_num));
+            }
+            _ => {}
+        }
         for (k, v) in o.extra_body.iter().chain(row_extra) {
             map.insert(k.clone(), v.clone());
         }
@@ -134,6 +168,7 @@ mod tests {
             ignore_eos: true,
             temperature: 0.0,
             top_p: 1.0,
+            logprobs: LogprobOptions { return_logprob: true, top_logprobs_num: 2, ..Default::default() },
             extra_body: serde_json::from_str(r#"{"temperature": 0.7, "top_k": 5}"#).expect("json"),
         };
         let row: Map<String, Value> = serde_json::from_str(r#"{"top_k": 2, "tools": []}"#).expect("json");
@@ -144,5 +179,6 @@ mod tests {
         assert_eq!(b["temperature"], json!(0.7), "--extra-request-body wins over --temperature");
         assert_eq!(b["max_tokens"], json!(9));
         assert_eq!(b["stream_options"]["include_usage"], json!(true));
+        assert_eq!(b["logprobs"], json!(2), "--return-logprob --top-logprobs-num 2 on /v1/completions");
     }
 }

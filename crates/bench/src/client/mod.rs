@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::record::{Failure, FailureKind, RequestRecord, TokenCountSource};
 
-pub use body::{build_body, PromptInput, RequestOptions};
+pub use body::{build_body, LogprobOptions, PromptInput, RequestOptions};
 pub use exchange::ROUTING_KEY_HEADER;
 
 use exchange::exchange;

@@ -39,7 +39,7 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::args::{BenchConfig, DatasetName};
-use crate::client::{self, ClientCtx, RequestOptions};
+use crate::client::{self, ClientCtx, LogprobOptions, RequestOptions};
 use crate::dataset;
 use crate::metrics::{self, BenchmarkMetrics};
 use crate::record::{Failure, RequestRecord};
@@ -199,6 +199,12 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
         ignore_eos: !a.disable_ignore_eos,
         temperature: a.temperature,
         top_p: a.top_p,
+        logprobs: LogprobOptions {
+            return_logprob: a.return_logprob,
+            top_logprobs_num: a.top_logprobs_num,
+            token_ids_logprob: a.token_ids_logprob.clone(),
+            logprob_start_len: a.logprob_start_len,
+        },
         extra_body: cfg.extra_body.clone(),
     });
     let ids: Vec<Vec<u32>> = if a.tokenize_prompt {
