@@ -4,6 +4,7 @@
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use serde_json::Value;
 
 fn sparrow() -> Command {
     Command::new(env!("CARGO_BIN_EXE_sparrow"))
@@ -85,9 +86,27 @@ for chunk in stream:
 plain = client.chat.completions.create(model=model, max_tokens=24, temperature=0,
     messages=[{"role": "user", "content": "What is the capital of France?"}])
 comp = client.completions.create(model=model, prompt="The capital of France is", max_tokens=4, temperature=0)
+# lm-evaluation-harness's loglikelihood request: token-id prompts, echo, logprobs, one token.
+ll = client.completions.create(model=model, prompt=[[504, 3575, 282, 4649, 314], [1, 2, 3]], echo=True,
+    logprobs=2, max_tokens=1, temperature=0)
+lps = [{"n": len(c.logprobs.token_logprobs), "first": c.logprobs.token_logprobs[0],
+        "top": [None if t is None else len(t) for t in c.logprobs.top_logprobs],
+        "offsets": c.logprobs.text_offset, "index": c.index} for c in ll.choices]
+chat_lp = client.chat.completions.create(model=model, max_tokens=6, temperature=0, logprobs=True, top_logprobs=2,
+    messages=[{"role": "user", "content": "What is the capital of France?"}])
+content = chat_lp.choices[0].logprobs.content
+streamed = []
+for chunk in client.chat.completions.create(model=model, max_tokens=6, temperature=0, logprobs=True,
+        top_logprobs=2, stream=True, messages=[{"role": "user", "content": "What is the capital of France?"}]):
+    for c in chunk.choices:
+        if c.logprobs is not None and c.logprobs.content:
+            streamed += [(t.token, t.logprob) for t in c.logprobs.content]
 print(json.dumps({"model": model, "text": text, "finish": finish, "usage": usage, "chunks": chunks,
                   "plain": plain.choices[0].message.content, "plain_usage": plain.usage.completion_tokens,
-                  "completion": comp.choices[0].text}))
+                  "completion": comp.choices[0].text, "ll": lps, "ll_usage": ll.usage.prompt_tokens,
+                  "chat_lp": [(t.token, t.logprob, len(t.top_logprobs), bytes(t.bytes).decode("utf-8", "replace"))
+                              for t in content],
+                  "chat_lp_text": chat_lp.choices[0].message.content, "streamed_lp": streamed}))
 "#;
 
 #[test]
@@ -107,13 +126,37 @@ fn openai_python_sdk_and_sparrow_bench_against_the_server() {
     assert!(v["chunks"].as_u64() > v["usage"].as_u64().map(|u| u / 2), "{v}");
     assert!(["stop", "length"].contains(&v["finish"].as_str().unwrap_or("")), "{v}");
     assert_eq!(v["completion"], " Paris.\n\n", "{v}");
+    // Logprobs through the SDK's own types.
+    let ll = v["ll"].as_array().expect("ll");
+    assert_eq!(ll.len(), 2);
+    for (i, (c, plen)) in ll.iter().zip([5u64, 3]).enumerate() {
+        assert_eq!(c["index"], i as u64);
+        assert_eq!(c["n"], plen + 1, "{c}");
+        assert!(c["first"].is_null(), "{c}");
+        let top = c["top"].as_array().expect("top");
+        assert!(top[0].is_null() && top[1..].iter().all(|t| (2..=3).contains(&t.as_u64().unwrap_or(0))), "{c}");
+    }
+    assert_eq!(v["ll_usage"], 8);
+    let chat_lp = v["chat_lp"].as_array().expect("chat logprobs");
+    assert!(!chat_lp.is_empty());
+    let joined: String = chat_lp.iter().filter_map(|t| t[3].as_str()).collect();
+    assert_eq!(joined, v["chat_lp_text"].as_str().unwrap_or(""), "bytes spell the answer");
+    for t in chat_lp {
+        assert!(t[1].as_f64().is_some_and(|x| x <= 0.0) && t[2] == 2, "{t}");
+    }
+    let streamed = v["streamed_lp"].as_array().expect("streamed");
+    let pairs: Vec<(&Value, &Value)> = chat_lp.iter().map(|t| (&t[0], &t[1])).collect();
+    assert_eq!(streamed.iter().map(|p| (&p[0], &p[1])).collect::<Vec<_>>(), pairs, "streamed logprobs = whole");
 
     let dir = std::env::temp_dir().join(format!("sparrow-serve-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("tmp dir");
-    for backend in ["sglang-oai-chat", "sglang"] {
-        let out_file = dir.join(format!("{backend}.jsonl"));
+    for (backend, logprob) in [("sglang-oai-chat", false), ("sglang", false), ("sglang", true)] {
+        let out_file = dir.join(format!("{backend}-{logprob}.jsonl"));
+        let lp_flags: &[&str] =
+            if logprob { &["--return-logprob", "--top-logprobs-num", "2", "--logprob-start-len", "0"] } else { &[] };
         let out = sparrow()
             .args(["bench", "--backend", backend, "--port", &s.1.to_string(), "--dataset-name", "random"])
+            .args(lp_flags)
             .args([
                 "--random-input-len",
                 "48",
