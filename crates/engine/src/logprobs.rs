@@ -1,10 +1,17 @@
 //! Log-probabilities of one logits row: the value at a token, its rank, the top-N alternatives
 //! and named tokens ([`row_logprobs`]).
 //!
-//! `log p(t) = l_t − (m + ln Σ_j exp(l_j − m))` with `m = max_j l_j`, the sum in f64 (the
-//! log-sum-exp trick, as `torch.log_softmax`). The row is the model's raw output: callers pass
+//! `log p(t) = l_t − (m + ln Σ_j exp(l_j − m))` with `m = max_j l_j` (the log-sum-exp trick, as
+//! `torch.log_softmax`); the exponentials in f32 (Cephes `expf`, within 2 ulp), summed in f32
+//! lanes of 32 terms and then in f64 ([`sparrow_cpu::kernels::flash::sum_exp_shifted`], the same
+//! bits on every ISA). The row is the model's raw output: callers pass
 //! it before logit bias, penalties, temperature and filters (see
 //! [`LogprobSpec`](crate::request::LogprobSpec)).
+
+use std::sync::OnceLock;
+
+use sparrow_cpu::kernels::flash::sum_exp_shifted;
+use sparrow_cpu::Isa;
 
 use crate::request::TokenLogprob;
 
@@ -23,12 +30,12 @@ fn finite_or_floor(x: f64) -> f32 {
 
 /// The log-sum-exp of a logits row, f64; NaNs are skipped, an all-NaN or empty row gives −∞.
 pub fn log_sum_exp(row: &[f32]) -> f64 {
+    static ISA: OnceLock<Isa> = OnceLock::new();
     let m = row.iter().copied().filter(|x| !x.is_nan()).fold(f32::NEG_INFINITY, f32::max);
     if !m.is_finite() {
         return m as f64;
     }
-    let s: f64 = row.iter().filter(|x| !x.is_nan()).map(|&x| ((x - m) as f64).exp()).sum();
-    m as f64 + s.ln()
+    m as f64 + sum_exp_shifted(*ISA.get_or_init(Isa::detect), row, m).ln()
 }
 
 /// Logprobs of the logits `row` (`[vocab]`): the value and rank of `token`, the `top_n` most

@@ -58,6 +58,34 @@ const LN2_LO: f32 = -2.121_944_4e-4;
 /// Cephes `expf` minimax coefficients on [−ln2/2, ln2/2], highest degree first.
 const EXP_P: [f32; 6] = [1.987_569_1e-4, 1.398_2e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5];
 
+/// Elements per block of [`sum_exp_shifted`]: 8 lanes of 32 terms each in f32, then f64.
+const SUM_EXP_BLOCK: usize = 256;
+
+/// `Σ_i e^(x_i − m)` over the non-NaN `x_i`, with [`exp_f32`]: element `i` of each block of 256
+/// is added to f32 lane `i mod 8` (from zero, in index order), the 8 lanes then to the f64 total
+/// in lane order, block after block. Every ISA performs these operations, so the bits agree on
+/// all of them (the log-sum-exp of a logits row, for logprobs: 49k `exp`s per row).
+pub fn sum_exp_shifted(isa: Isa, x: &[f32], m: f32) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Scalar {
+        // SAFETY: every ISA but `Scalar` implies AVX2 and FMA (checked by `Isa::detect`).
+        return unsafe { x86::sum_exp_shifted(x, m) };
+    }
+    let _ = isa;
+    let mut total = 0f64;
+    for block in x.chunks(SUM_EXP_BLOCK) {
+        let mut lanes = [0f32; 8];
+        for (i, &v) in block.iter().enumerate() {
+            let d = v - m;
+            lanes[i % 8] += if d.is_nan() { 0.0 } else { exp_f32(d) };
+        }
+        for l in lanes {
+            total += l as f64;
+        }
+    }
+    total
+}
+
 /// `e^x` in f32 as Cephes `expf` computes it (range reduction by ln 2 in two parts, a degree-5
 /// polynomial, scaling by `2^n` through the exponent bits): within 2 ulp of the exact value for
 /// `x ∈ [−87, 88]`, exactly 0 below −87 (so `exp(−∞) = 0`). The SIMD paths compute the same
@@ -364,6 +392,34 @@ mod x86 {
         }
     }
 
+    /// [`super::sum_exp_shifted`] on AVX2: one 8-lane accumulator per block, NaN lanes masked
+    /// to 0, the tail of a block through the same lanes with the missing ones masked.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn sum_exp_shifted(x: &[f32], m: f32) -> f64 {
+        let mv = _mm256_set1_ps(m);
+        let mut total = 0f64;
+        for block in x.chunks(super::SUM_EXP_BLOCK) {
+            let mut acc = _mm256_setzero_ps();
+            let mut i = 0;
+            while i + 8 <= block.len() {
+                let d = _mm256_sub_ps(_mm256_loadu_ps(block.as_ptr().add(i)), mv);
+                let ord = _mm256_cmp_ps::<_CMP_ORD_Q>(d, d);
+                acc = _mm256_add_ps(acc, _mm256_and_ps(ord, exp8(d)));
+                i += 8;
+            }
+            let mut lanes = [0f32; 8];
+            _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
+            for (l, &v) in block[i..].iter().enumerate() {
+                let d = v - m;
+                lanes[l] += if d.is_nan() { 0.0 } else { super::exp_f32(d) };
+            }
+            for l in lanes {
+                total += l as f64;
+            }
+        }
+        total
+    }
+
     /// `e^x` lane by lane, the operations of [`exp_f32`].
     #[inline]
     #[target_feature(enable = "avx2,fma")]
@@ -652,6 +708,18 @@ mod tests {
     use crate::half::{f16_to_f32, f32_to_f16};
 
     use crate::kernels::test_rand as lcg;
+
+    #[test]
+    fn sum_exp_shifted_is_the_same_on_every_isa_and_close_to_f64() {
+        let x: Vec<f32> = (0..1003).map(|i| ((i * 7919) % 1000) as f32 * 0.03 - 20.0).chain([f32::NAN, -f32::INFINITY]).collect();
+        let m = 9.97;
+        let exact: f64 = x.iter().filter(|v| !v.is_nan()).map(|&v| ((v - m) as f64).exp()).sum();
+        let want = sum_exp_shifted(Isa::Scalar, &x, m);
+        assert!((want - exact).abs() / exact < 1e-5, "{want} vs {exact}");
+        for isa in Isa::available() {
+            assert_eq!(sum_exp_shifted(isa, &x, m).to_bits(), want.to_bits(), "{isa:?}");
+        }
+    }
 
     #[test]
     fn exp_is_close_to_libm_and_exact_at_the_edges() {
