@@ -53,7 +53,8 @@ impl SchedulerConfig {
             return Err(EngineError::InvalidRequest("the prompt is empty".into()));
         }
         if max_new_tokens == 0 {
-            // Nothing to sample: callers answer such requests without the engine.
+            // Nothing to sample: callers answer such requests without the engine (the scheduler
+            // lets 0 through only for prompt logprobs).
             return Err(EngineError::InvalidRequest("max_new_tokens must be at least 1".into()));
         }
         if prompt_len + max_new_tokens.max(1) > self.context_length {

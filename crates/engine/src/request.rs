@@ -54,7 +54,8 @@ impl LogprobSpec {
 }
 
 /// Log-probabilities at one position: the token that is there (sampled or given) and the
-/// alternatives the [`LogprobSpec`] asked for. Values are natural logs in `[LOGPROB_FLOOR, 0]`.
+/// alternatives the [`LogprobSpec`] asked for. Values are natural logs, finite and ≤ 0
+/// (a non-finite one is reported as [`LOGPROB_FLOOR`](crate::logprobs::LOGPROB_FLOOR)).
 #[derive(Debug, Clone, PartialEq)]
 pub struct TokenLogprob {
     /// The token at this position.

@@ -115,7 +115,7 @@ impl<V: Serialize> Serialize for KeyedLogprobs<V> {
 /// OpenAI's legacy completions `logprobs` object: per token its text, its logprob (`null` for
 /// the first prompt token under `echo`), a dict of the top tokens (the `logprobs` most likely
 /// plus the token itself, so up to `logprobs + 1` entries; `null` for the first prompt token)
-/// and its character offset in the choice's text.
+/// and its character offset.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct CompletionLogprobs {
     /// Token texts.
@@ -124,7 +124,8 @@ pub struct CompletionLogprobs {
     pub token_logprobs: Vec<Option<f32>>,
     /// Token text → logprob.
     pub top_logprobs: Vec<Option<KeyedLogprobs<f32>>>,
-    /// Offset of each token in the text (in bytes of the UTF-8 text, as vLLM counts `len`).
+    /// Offset of each token, in characters of the concatenated token texts (as vLLM counts
+    /// Python's `len`).
     pub text_offset: Vec<usize>,
 }
 

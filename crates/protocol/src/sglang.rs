@@ -85,15 +85,15 @@ pub struct MetaInfo<'a> {
     /// `null` until the choice's last frame.
     pub finish_reason: Option<FinishReason<'a>>,
     /// With `return_logprob`: one `[logprob, token_id, text]` per prompt position from
-    /// `logprob_start_len` (`logprob` `null` at position 0; `text` `null` unless
-    /// `return_text_in_logprobs`).
+    /// `logprob_start_len` (default −1: the last prompt token), the first with `logprob`
+    /// `null` as SGLang pads it; `text` is `null` unless `return_text_in_logprobs`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub input_token_logprobs: Option<&'a [LogprobTuple]>,
     /// With `return_logprob`: one `[logprob, token_id, text]` per generated token so far.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output_token_logprobs: Option<&'a [LogprobTuple]>,
-    /// With `top_logprobs_num > 0`: per prompt position the top tokens, best first (`null` at
-    /// position 0).
+    /// With `top_logprobs_num > 0`: per prompt position the top tokens, best first (`null` for
+    /// the first).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub input_top_logprobs: Option<&'a [Option<Vec<LogprobTuple>>]>,
     /// With `top_logprobs_num > 0`: per generated token the top tokens, best first.

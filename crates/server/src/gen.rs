@@ -144,6 +144,10 @@ pub fn prepare(state: &AppState, prompt_ids: Vec<u32>, params: GenParams) -> Res
             ),
             ))
         }
+        // A prompt-logprobs request with `max_tokens: 0` still runs its prompt: it must fit.
+        Some(0) if params.logprobs.prompt_start.is_some() && p >= pool => {
+            return Err(ApiError::bad("prompt", format!("the prompt has {p} tokens; the KV pool holds {pool} tokens")));
+        }
         Some(m) => m,
         None if p >= pool => {
             return Err(ApiError::bad("prompt", format!("the prompt has {p} tokens; the KV pool holds {pool} tokens")));

@@ -32,8 +32,9 @@ impl TokenTexts {
     }
 }
 
-/// One choice's legacy completions logprobs, built token by token; `text_offset` runs over the
-/// token texts from the first token given (the prompt's first under `echo`).
+/// One choice's legacy completions logprobs, built token by token; `text_offset` counts the
+/// characters of the token texts from the first token given (the prompt's first under `echo`),
+/// as vLLM does; a special token that `skip_special_tokens` drops from `text` still counts.
 #[derive(Debug, Clone, Default)]
 pub struct Legacy {
     /// What was pushed since the last [`Legacy::take`].
@@ -57,7 +58,8 @@ impl Legacy {
             m
         }));
         self.lp.text_offset.push(self.offset);
-        self.offset += text.len();
+        // Characters, as vLLM's `len(token)` counts a Python `str`.
+        self.offset += text.chars().count();
         self.lp.tokens.push(text);
     }
 
@@ -151,6 +153,10 @@ mod tests {
             })
         );
         assert_eq!(l.lp.text_offset, vec![2]);
+        // Characters, not bytes: the partial-byte token is one U+FFFD.
+        l.push(&entry(2, Some(-3.0), 4), 0, &texts());
+        l.push(&entry(0, Some(-1.5), 2), 0, &texts());
+        assert_eq!(l.lp.text_offset, vec![2, 4, 5]);
         assert_eq!(serde_json::to_value(&l.lp.top_logprobs[0]).expect("json"), serde_json::json!({"bc": -0.5}));
     }
 

@@ -94,16 +94,27 @@ pub struct LogprobAsk {
     pub token_ids: Vec<u32>,
     /// SGLang's `return_text_in_logprobs`.
     pub with_text: bool,
+    /// SGLang's rule: the entry at `logprob_start_len` itself is `null` (its scheduler pads the
+    /// first input logprob with `None`), values start one position later.
+    pub null_first: bool,
 }
 
 impl LogprobAsk {
-    /// The engine's spec for a prompt of `prompt_len` tokens.
+    /// The first prompt position reported for a prompt of `prompt_len` tokens (negative starts
+    /// count from the end).
+    pub fn start(&self, prompt_len: usize) -> usize {
+        let s = if self.prompt_start < 0 { prompt_len as i64 + self.prompt_start } else { self.prompt_start };
+        s.max(0) as usize
+    }
+
+    /// The engine's spec for a prompt of `prompt_len` tokens. Under [`LogprobAsk::null_first`]
+    /// the engine starts one position later: the route renders the `null` itself, and the
+    /// default (the last prompt token) costs no extra logits row.
     pub fn spec(&self, prompt_len: usize) -> LogprobSpec {
         let prompt_start = if self.vllm_prompt.is_some() {
             Some(0)
         } else if self.prompt.is_some() {
-            let s = if self.prompt_start < 0 { prompt_len as i64 + self.prompt_start } else { self.prompt_start };
-            Some(s.max(0) as usize)
+            Some(self.start(prompt_len) + usize::from(self.null_first))
         } else {
             None
         };
@@ -159,6 +170,7 @@ pub fn parse_logprobs(map: &Map<String, Value>, api: Api, echo: bool) -> Result<
                 }
                 ask.output = Some(n);
                 ask.prompt = Some(n);
+                ask.null_first = true;
                 ask.prompt_start = f.int("logprob_start_len")?.unwrap_or(-1);
                 if ask.prompt_start < -1 {
                     return Err(ApiError::bad("logprob_start_len", "logprob_start_len must be -1 or a prompt position"));
@@ -457,10 +469,12 @@ mod tests {
         assert!(e.to_string().contains("top_logprobs"));
         let n = lp(json!({"return_logprob": true, "top_logprobs_num": 2, "token_ids_logprob": [5, 7]}), Api::Native, false)
             .expect("native");
-        // SGLang's default start (-1) is the last prompt token.
-        assert_eq!(n.spec(8), LogprobSpec { output: true, prompt_start: Some(7), top_n: 2, token_ids: vec![5, 7] });
+        // SGLang's default start (-1) is the last prompt token, whose entry is `null`: the
+        // engine computes none.
+        assert_eq!(n.start(8), 7);
+        assert_eq!(n.spec(8), LogprobSpec { output: true, prompt_start: Some(8), top_n: 2, token_ids: vec![5, 7] });
         let n = lp(json!({"return_logprob": true, "logprob_start_len": 0}), Api::Native, false).expect("start 0");
-        assert_eq!(n.spec(8).prompt_start, Some(0));
+        assert_eq!(n.spec(8).prompt_start, Some(1));
         assert_eq!(lp(json!({"top_logprobs_num": 2}), Api::Native, false).expect("off").spec(8), LogprobSpec::default());
     }
 }

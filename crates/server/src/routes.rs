@@ -782,6 +782,9 @@ struct NativeRun {
     prompt_tokens: usize,
     ask: LogprobAsk,
     texts: TokenTexts,
+    /// The token at `logprob_start_len`, whose input entry is `null` (SGLang pads it); `None`
+    /// without `return_logprob` or with a start beyond the prompt.
+    null_first: Option<u32>,
 }
 
 impl NativeRun {
@@ -813,8 +816,13 @@ impl NativeRun {
         GenerateResponse { text, meta_info, index }
     }
 
-    /// Adds prompt entries or one generated token's entry to a choice's lists.
+    /// Adds prompt entries (after the `null` one at `logprob_start_len`) or one generated
+    /// token's entry to a choice's lists.
     fn add(&self, acc: &mut NativeLogprobs, entries: &[TokenLogprob], input: bool) {
+        if let Some(token) = self.null_first.filter(|_| input) {
+            let null = TokenLogprob { token, logprob: None, rank: 0, top: Vec::new(), ids: Vec::new() };
+            logprobs::native_push(acc, &null, true, &self.ask, &self.texts);
+        }
         for e in entries {
             logprobs::native_push(acc, e, input, &self.ask, &self.texts);
         }
@@ -858,11 +866,13 @@ async fn generate(State(s): State<AppState>, body: Result<Bytes, BytesRejection>
         (None, None) => return Err(ApiError::bad_body("text or input_ids is required")),
     };
     p.logprobs = ask.spec(ids.len());
+    let null_first = ask.output.and_then(|_| ids.get(ask.start(ids.len())).copied());
     let prep = gen::prepare(&s, ids, p)?;
     let rid = format!("{:032x}", s.next_engine_id());
     let n = prep.params.n;
     let ids = if n > 1 { (0..n).map(|i| format!("{rid}-{i}")).collect() } else { vec![rid] };
-    let run = NativeRun { ids, prompt_tokens: prep.prompt_ids.len(), ask, texts: TokenTexts(s.bytes_all.clone()) };
+    let texts = TokenTexts(s.bytes_all.clone());
+    let run = NativeRun { ids, prompt_tokens: prep.prompt_ids.len(), ask, texts, null_first };
     let mut events = gen::start(&s, prep)?;
     if !stream {
         let all = collect(events, n).await;

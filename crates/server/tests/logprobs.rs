@@ -128,11 +128,11 @@ async fn streamed_logprobs_equal_whole_ones_on_every_route() {
     }
     assert_eq!(cat, *w);
     assert_eq!(w["tokens"].as_array().map(Vec::len), Some(5 + 8));
-    // text_offset runs over the token texts.
+    // text_offset counts the characters of the token texts.
     let toks: Vec<&str> = w["tokens"].as_array().expect("t").iter().filter_map(Value::as_str).collect();
     let offs: Vec<u64> = w["text_offset"].as_array().expect("o").iter().filter_map(Value::as_u64).collect();
     for k in 1..toks.len() {
-        assert_eq!(offs[k] - offs[k - 1], toks[k - 1].len() as u64);
+        assert_eq!(offs[k] - offs[k - 1], toks[k - 1].chars().count() as u64);
     }
     assert_eq!(toks.concat(), text0(&whole));
 
@@ -147,6 +147,7 @@ async fn streamed_logprobs_equal_whole_ones_on_every_route() {
     let output = mi["output_token_logprobs"].as_array().expect("output");
     assert_eq!((input.len(), output.len()), (5, 8));
     assert!(input[0][0].is_null() && mi["input_top_logprobs"][0].is_null());
+    assert!(mi["input_token_ids_logprobs"][0].is_null());
     let wl = floats(&w["token_logprobs"]);
     for (k, t) in input.iter().chain(output).enumerate() {
         assert_eq!(t[0].as_f64(), wl[k], "position {k}");
@@ -165,11 +166,18 @@ async fn streamed_logprobs_equal_whole_ones_on_every_route() {
     let last = gframes.iter().rev().find(|f| f.get("meta_info").is_some()).expect("a frame");
     assert_eq!(last["meta_info"]["output_token_logprobs"], mi["output_token_logprobs"]);
     assert_eq!(last["meta_info"]["input_token_logprobs"], mi["input_token_logprobs"]);
-    // SGLang's default start (-1): the last prompt token only.
+    // SGLang's default start (-1): the last prompt token only, `null` as SGLang pads the entry at
+    // the start; a later start likewise (values from the position after it).
     let (_, d) = post(s, "/generate", json!({"text": PARIS, "sampling_params": {"max_new_tokens": 2, "temperature": 0}, "return_logprob": true})).await;
-    assert_eq!(d["meta_info"]["input_token_logprobs"].as_array().map(Vec::len), Some(1));
-    assert_eq!(d["meta_info"]["input_token_logprobs"][0][0].as_f64(), wl[4]);
+    assert_eq!(d["meta_info"]["input_token_logprobs"], json!([[null, input[4][1], null]]));
     assert!(d["meta_info"].get("input_top_logprobs").is_none());
+    let (_, d) = post(s, "/generate", json!({"text": PARIS, "sampling_params": {"max_new_tokens": 0}, "return_logprob": true, "logprob_start_len": 2})).await;
+    let got = d["meta_info"]["input_token_logprobs"].as_array().expect("input").clone();
+    assert_eq!(got.len(), 3);
+    assert!(got[0][0].is_null());
+    assert_eq!(got[1][0].as_f64(), wl[3]);
+    assert_eq!(got[2][0].as_f64(), wl[4]);
+    assert_eq!(d["meta_info"]["output_token_logprobs"], json!([]));
 
     // vLLM's prompt_logprobs: null, then per position the prompt token with its rank first.
     let (_, pv) = post(s, "/v1/completions", json!({"prompt": PARIS, "max_tokens": 1, "prompt_logprobs": 2})).await;

@@ -14,7 +14,9 @@
 //!    and the pool allow, after matching their prompt against the radix cache (a full-prompt
 //!    hit still computes the last prompt token, so logits always come from a forward pass);
 //! 4. the [`ForwardBatch`] is built from the page tables, validated, and run; sequences whose
-//!    last prompt token (or decode token) was computed sample one token each.
+//!    last prompt token (or decode token) was computed sample one token each (none when
+//!    `max_new_tokens` is 0, which only a prompt-logprobs request may ask for); prompt rows a
+//!    request asked logprobs for are reduced to them as they are computed.
 //!
 //! A request's KV lives in its page table: pages `0 .. prefix_pages` are shared pages of the
 //! radix cache (locked while the request runs), the rest are its own. Slot of position `p` is

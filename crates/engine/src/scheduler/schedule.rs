@@ -81,6 +81,7 @@ impl Scheduler {
             keyed.sort_by_key(|(m, r)| (std::cmp::Reverse(*m), !r.started));
             self.waiting = keyed.into_iter().map(|(_, r)| r).collect();
         }
+        let mut deferred = Vec::new();
         while budget > 0 && self.running.len() < self.cfg.max_running_requests {
             let Some(mut r) = self.waiting.pop_front() else { break };
             if r.prompt_lp_pending() {
@@ -105,13 +106,14 @@ impl Scheduler {
             r.kv_len = prefix_tokens;
             let n = r.cap_for_logits(rem.min(budget), logit_rows_left);
             if n == 0 {
-                // This step's prompt-logprob rows are spent; admit it next step.
+                // This step's prompt-logprob rows are spent: this one waits for the next step,
+                // the requests behind it that need none may still be admitted.
                 if let Some(m) = &m {
                     self.radix.unlock(m.node);
                 }
                 r.kv_len = 0;
-                self.waiting.push_front(r);
-                break;
+                deferred.push(r);
+                continue;
             }
             let need_now = (prefix_tokens + n).div_ceil(ps) - matched;
             // Reserve room for the growth of everything running, as SGLang's admission does.
@@ -161,6 +163,10 @@ impl Scheduler {
             }
             self.running.push(r);
             rows.push((self.running.len() - 1, n));
+        }
+        // Deferred requests keep their place at the front of the queue.
+        for r in deferred.into_iter().rev() {
+            self.waiting.push_front(r);
         }
         if rows.is_empty() {
             if let Some(victim) = (0..self.running.len()).max_by_key(|&i| self.running[i].admitted_at) {

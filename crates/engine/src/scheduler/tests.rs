@@ -187,3 +187,26 @@ fn prompt_logprobs_survive_chunks_the_row_budget_and_the_radix_cache() {
     assert!(matches!(again.first(), Some(Output::Started { .. })));
     s.check_pages().expect("pages accounted for");
 }
+
+/// A prompt-logprobs request that finds the step's logits rows spent waits, and the requests
+/// behind it that need none are admitted in the same step.
+#[test]
+fn a_request_waiting_for_logits_rows_does_not_block_admission() {
+    let mut m = FakeModel::new(37, 4096, Predict::Recurrence);
+    let mut kv = KvStore::new(m.attention_needs().kv_layout, 400);
+    let mut s = Scheduler::new(cfg(400, 64), None);
+    s.set_vocab_size(PROMPT_LOGITS_BYTES / 4 / 3);
+    let spec = LogprobSpec { prompt_start: Some(0), ..Default::default() };
+    let prompt: Vec<u32> = (0..20).collect();
+    s.submit(NewRequest { logprobs: spec.clone(), ..req(1, prompt.clone(), 2) }).expect("admissible");
+    s.submit(NewRequest { logprobs: spec, ..req(2, prompt.clone(), 2) }).expect("admissible");
+    s.submit(req(3, prompt.clone(), 2)).expect("admissible");
+    let first = s.step(&mut m, &mut kv);
+    let started: Vec<u64> =
+        first.iter().filter_map(|o| if let Output::Started { id, .. } = o { Some(*id) } else { None }).collect();
+    assert_eq!(started, vec![1, 3]);
+    let rest = drain_all(&mut s, &mut m, &mut kv);
+    let prompts = rest.iter().filter(|o| matches!(o, Output::PromptLogprobs { .. })).count();
+    assert_eq!(prompts, 2);
+    s.check_pages().expect("pages accounted for");
+}
