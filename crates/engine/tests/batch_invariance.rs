@@ -61,7 +61,7 @@ fn run(m: &mut LlamaModel, c: SchedulerConfig, prompts: &[Vec<u32>], alone: bool
                     Output::Finished { reason, .. } => {
                         assert!(!matches!(reason, sparrow_engine::scheduler::FinishReason::Error(_)), "{reason:?}")
                     }
-                    Output::Started { .. } => {}
+                    Output::Started { .. } | Output::PromptLogprobs { .. } => {}
                 }
             }
         }

@@ -38,7 +38,7 @@ fn run(engine: &Engine, id: u64, prompt: Vec<u32>) -> (Vec<u32>, FinishReason) {
         match rx.recv_timeout(Duration::from_secs(10)).expect("an answer") {
             Output::Token { token, .. } => toks.push(token),
             Output::Finished { reason, .. } => return (toks, reason),
-            Output::Started { .. } => {}
+            Output::Started { .. } | Output::PromptLogprobs { .. } => {}
         }
     }
 }

@@ -34,7 +34,6 @@ struct Expect {
     prompt: Vec<u32>,
     max_new: usize,
     ignore_eos: bool,
-    logprobs: Default::default(),
     got: Vec<u32>,
     end: Option<FinishReason>,
     aborted: bool,
@@ -117,7 +116,7 @@ fn run_schedule(seed: u64, seen: &mut Seen) {
         }
         for o in sched.step(&mut model, &mut kv) {
             match o {
-                Output::Started { .. } => {}
+                Output::Started { .. } | Output::PromptLogprobs { .. } => {}
                 Output::Token { id, token, .. } => reqs[id as usize].got.push(token),
                 Output::Finished { id, reason, usage } => {
                     let r = &mut reqs[id as usize];
