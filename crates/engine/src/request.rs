@@ -5,7 +5,7 @@
 use crate::sampler::SamplingParams;
 
 /// A request as the engine receives it (already tokenized and validated).
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct NewRequest {
     /// Caller-chosen unique id.
     pub id: u64,
@@ -21,6 +21,30 @@ pub struct NewRequest {
     pub ignore_eos: bool,
     /// Which log-probabilities to report (none by default).
     pub logprobs: LogprobSpec,
+    /// The grammar its tokens must follow (structured output), if any.
+    pub constraint: Option<Box<dyn TokenConstraint>>,
+}
+
+/// A per-request grammar the engine consults at each sampling step: the tokens allowed next,
+/// then the token chosen. The server builds them (llguidance matchers); the engine only masks.
+///
+/// Called on the engine thread, once per generated token of the request, never for rows of
+/// other requests. A constraint that errors ends its request with that error.
+pub trait TokenConstraint: Send + std::fmt::Debug {
+    /// Sets `allowed[t]` for every token `t` that may come next (`allowed` has the model's
+    /// vocabulary size and arrives all false). Stop tokens are allowed only where the grammar
+    /// may end.
+    ///
+    /// # Errors
+    /// The grammar's error, in words.
+    fn allowed(&mut self, allowed: &mut [bool]) -> Result<(), String>;
+
+    /// Advances past the sampled `token`; returns true when the grammar is complete and can
+    /// take nothing more (the request then stops).
+    ///
+    /// # Errors
+    /// The grammar's error (a token it does not allow).
+    fn advance(&mut self, token: u32) -> Result<bool, String>;
 }
 
 /// What a request wants to know about the model's distribution (SGLang's `return_logprob`,
@@ -78,6 +102,8 @@ pub enum FinishReason {
     Stop(u32),
     /// `max_new_tokens` or the context length was reached.
     Length,
+    /// The request's grammar ([`TokenConstraint`]) was complete and could take nothing more.
+    GrammarEnd,
     /// The client went away or asked to stop.
     Abort,
     /// The engine could not run the request.

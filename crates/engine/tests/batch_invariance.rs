@@ -50,6 +50,7 @@ fn run(m: &mut LlamaModel, c: SchedulerConfig, prompts: &[Vec<u32>], alone: bool
             stop_token_ids: vec![],
             ignore_eos: true,
             logprobs: Default::default(),
+            constraint: None,
         };
         s.submit(r).expect("fits");
     };

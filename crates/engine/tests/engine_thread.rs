@@ -31,6 +31,7 @@ fn run(engine: &Engine, id: u64, prompt: Vec<u32>) -> (Vec<u32>, FinishReason) {
         stop_token_ids: vec![],
         ignore_eos: true,
         logprobs: Default::default(),
+        constraint: None,
     };
     engine.submit(req, Box::new(move |o| tx.send(o).is_ok())).expect("engine running");
     let mut toks = Vec::new();

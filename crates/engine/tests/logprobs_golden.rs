@@ -121,6 +121,7 @@ fn req(id: u64, input_ids: Vec<u32>, max_new: usize, logprobs: LogprobSpec) -> N
         stop_token_ids: vec![],
         ignore_eos: true,
         logprobs,
+        constraint: None,
     }
 }
 

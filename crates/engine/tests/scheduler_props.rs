@@ -100,6 +100,7 @@ fn run_schedule(seed: u64, seen: &mut Seen) {
                 stop_token_ids: Vec::new(),
                 ignore_eos,
                 logprobs: Default::default(),
+                constraint: None,
             };
             sched.submit(r).expect("valid request");
             reqs.push(Expect { prompt, max_new, ignore_eos, got: Vec::new(), end: None, aborted: false });
@@ -206,6 +207,7 @@ fn retraction_recomputes_the_same_greedy_output() {
             stop_token_ids: vec![],
             ignore_eos: true,
             logprobs: Default::default(),
+            constraint: None,
         };
         sched.submit(r).expect("fits alone");
     }
@@ -234,6 +236,7 @@ fn a_request_that_can_never_fit_is_refused_at_admission() {
         stop_token_ids: vec![],
         ignore_eos: false,
         logprobs: Default::default(),
+        constraint: None,
     };
     let e = sched.submit(r).expect_err("65 tokens > 64-token pool");
     assert!(e.to_string().contains("KV pool holds 64"), "{e}");

@@ -240,6 +240,7 @@ impl Choice {
                 let (r, matched, error) = match reason {
                     FinishReason::Stop(t) => ("stop", Some(MatchedStop::Token(t)), None),
                     FinishReason::Length => ("length", None, None),
+                    FinishReason::GrammarEnd => ("stop", None, None),
                     FinishReason::Abort => ("abort", None, None),
                     FinishReason::Error(e) => ("abort", None, Some(e)),
                 };
@@ -323,6 +324,7 @@ pub fn start(state: &AppState, prep: Prepared) -> Result<BoxStream<'static, Choi
             stop_token_ids: stop_token_ids.clone(),
             ignore_eos,
             logprobs: logprobs.clone(),
+            constraint: None,
         };
         state.engine.submit(req, Box::new(move |o| tx.send(o).is_ok()))?;
         guard.ids.push(id);

@@ -29,7 +29,7 @@ mod schedule;
 #[cfg(test)]
 mod tests;
 
-pub use crate::request::{FinishReason, LogprobSpec, NewRequest, Output, TokenLogprob, Usage};
+pub use crate::request::{FinishReason, LogprobSpec, NewRequest, Output, TokenConstraint, TokenLogprob, Usage};
 pub use crate::config::{SchedulePolicy, SchedulerConfig};
 pub use schedule::Scheduled;
 
@@ -61,6 +61,9 @@ struct Req {
     prompt_lp: Vec<TokenLogprob>,
     /// The prompt logprobs went out: a recomputation after retraction does not repeat them.
     prompt_lp_done: bool,
+    /// The grammar of its output; its state survives retraction (the output tokens it has
+    /// consumed stay in `tokens`).
+    constraint: Option<Box<dyn TokenConstraint>>,
 }
 
 impl Req {
@@ -286,6 +289,7 @@ impl Scheduler {
             logprobs: r.logprobs,
             prompt_lp: Vec::new(),
             prompt_lp_done: false,
+            constraint: r.constraint,
         });
         Ok(())
     }

@@ -77,6 +77,23 @@ impl Scheduler {
             }
             let raw = row_of(nl - 1);
             let mut row = raw.to_vec();
+            if let Some(c) = r.constraint.as_mut() {
+                // Structured output: tokens the grammar does not allow next cannot be drawn.
+                let mut allowed = vec![false; row.len()];
+                if let Err(e) = c.allowed(&mut allowed) {
+                    finished.push((r.id, FinishReason::Error(format!("grammar: {e}"))));
+                    continue;
+                }
+                if !allowed.contains(&true) {
+                    finished.push((r.id, FinishReason::Error("grammar: no token is allowed next".into())));
+                    continue;
+                }
+                for (l, &a) in row.iter_mut().zip(&allowed) {
+                    if !a {
+                        *l = f32::NEG_INFINITY;
+                    }
+                }
+            }
             let h = History { prompt: &r.tokens[..r.prompt_len], output: &r.tokens[r.prompt_len..], stop_ids: &r.stop_ids };
             let tok = sample_seq(&mut row, &r.sampling, &h);
             let logprob = r
@@ -86,8 +103,13 @@ impl Scheduler {
             r.tokens.push(tok);
             self.stats.generation_tokens_total += 1;
             out.push(Output::Token { id: r.id, token: tok, logprob });
+            let grammar = r.constraint.as_mut().map(|c| c.advance(tok));
             let reason = if r.stop_ids.contains(&tok) {
                 Some(FinishReason::Stop(tok))
+            } else if let Some(Err(e)) = grammar {
+                Some(FinishReason::Error(format!("grammar: {e}")))
+            } else if let Some(Ok(true)) = grammar {
+                Some(FinishReason::GrammarEnd)
             } else if r.output_len() >= r.max_new || r.tokens.len() >= self.cfg.context_length {
                 Some(FinishReason::Length)
             } else {

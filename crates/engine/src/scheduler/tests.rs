@@ -26,6 +26,7 @@ fn req(id: u64, prompt: Vec<u32>, max_new: usize) -> NewRequest {
         stop_token_ids: vec![],
         ignore_eos: true,
         logprobs: Default::default(),
+        constraint: None,
     }
 }
 
@@ -208,5 +209,46 @@ fn a_request_waiting_for_logits_rows_does_not_block_admission() {
     let rest = drain_all(&mut s, &mut m, &mut kv);
     let prompts = rest.iter().filter(|o| matches!(o, Output::PromptLogprobs { .. })).count();
     assert_eq!(prompts, 2);
+    s.check_pages().expect("pages accounted for");
+}
+
+/// A grammar that spells a fixed token sequence and is then complete.
+#[derive(Debug)]
+struct Spell(Vec<u32>, usize);
+
+impl TokenConstraint for Spell {
+    fn allowed(&mut self, allowed: &mut [bool]) -> Result<(), String> {
+        let t = *self.0.get(self.1).ok_or("past the end")?;
+        allowed[t as usize] = true;
+        Ok(())
+    }
+    fn advance(&mut self, token: u32) -> Result<bool, String> {
+        if self.0.get(self.1) != Some(&token) {
+            return Err(format!("token {token} not allowed"));
+        }
+        self.1 += 1;
+        Ok(self.1 == self.0.len())
+    }
+}
+
+/// The mask decides over the model's own choice, greedy and sampled; a complete grammar ends
+/// the request; rows without a grammar in the same batch are untouched.
+#[test]
+fn a_constraint_masks_sampling_and_ends_the_request() {
+    let mut m = FakeModel::new(37, 4096, Predict::Recurrence);
+    let mut kv = KvStore::new(m.attention_needs().kv_layout, 400);
+    let mut s = Scheduler::new(cfg(400, 64), None);
+    let prompt: Vec<u32> = (0..12).collect();
+    let spelled = vec![5, 30, 5, 2];
+    s.submit(NewRequest { constraint: Some(Box::new(Spell(spelled.clone(), 0))), ..req(1, prompt.clone(), 10) })
+        .expect("admissible");
+    let sampled = SamplingParams { temperature: 1.0, seed: 3, ..Default::default() };
+    s.submit(NewRequest { constraint: Some(Box::new(Spell(spelled.clone(), 0))), sampling: sampled, ..req(2, prompt.clone(), 10) })
+        .expect("admissible");
+    s.submit(req(3, prompt.clone(), 6)).expect("admissible");
+    let (done, _) = drain(&mut s, &mut m, &mut kv);
+    assert_eq!(done[0], (1, spelled.clone(), FinishReason::GrammarEnd));
+    assert_eq!(done[1], (2, spelled, FinishReason::GrammarEnd));
+    assert_eq!(done[2], (3, m.reference(&prompt, 6, None, 4096).0, FinishReason::Length));
     s.check_pages().expect("pages accounted for");
 }
