@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use futures_util::stream::{self, BoxStream, StreamExt};
 use sparrow_engine::engine::Engine;
-use sparrow_engine::scheduler::{FinishReason, NewRequest, Output, TokenLogprob};
+use sparrow_engine::scheduler::{FinishReason, NewRequest, Output, TokenConstraint, TokenLogprob};
 use sparrow_protocol::openai::MatchedStop;
 
 use crate::detok::{StopMatcher, StopResult, Utf8Stream};
@@ -293,8 +293,20 @@ impl Choice {
 /// # Errors
 /// [`ApiError::Unavailable`] when the engine is gone.
 pub fn start(state: &AppState, prep: Prepared) -> Result<BoxStream<'static, ChoiceEvent>, ApiError> {
-    let GenParams { sampling, stop, stop_token_ids, ignore_eos, n, skip_special_tokens, no_stop_trim, logprobs, .. } =
-        prep.params;
+    let GenParams {
+        sampling, stop, stop_token_ids, ignore_eos, n, skip_special_tokens, no_stop_trim, logprobs, constraint, ..
+    } = prep.params;
+    // Every choice's grammar compiles before anything is submitted: a bad schema is a 400.
+    let mut constraints: Vec<Option<Box<dyn TokenConstraint>>> = Vec::with_capacity(n);
+    for _ in 0..n {
+        constraints.push(match &constraint {
+            None => None,
+            Some((c, field)) => {
+                let g = state.grammars().map_err(ApiError::Engine)?;
+                Some(g.constraint(c).map_err(|e| ApiError::bad(field, format!("{field}: {e}")))?)
+            }
+        });
+    }
     let stop_ids = Arc::new(stop_token_ids.clone());
     let bytes = if skip_special_tokens { state.bytes_skip.clone() } else { state.bytes_all.clone() };
     state.metrics.requests.inc();
@@ -311,7 +323,7 @@ pub fn start(state: &AppState, prep: Prepared) -> Result<BoxStream<'static, Choi
     let mut guard = AbortOnDrop { engine: state.engine.clone(), ids: Vec::with_capacity(n) };
     let mut streams = Vec::with_capacity(n);
     let start = Instant::now();
-    for index in 0..n {
+    for (index, constraint) in constraints.into_iter().enumerate() {
         let id = state.next_engine_id();
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let mut sp = sampling.clone();
@@ -324,7 +336,7 @@ pub fn start(state: &AppState, prep: Prepared) -> Result<BoxStream<'static, Choi
             stop_token_ids: stop_token_ids.clone(),
             ignore_eos,
             logprobs: logprobs.clone(),
-            constraint: None,
+            constraint,
         };
         state.engine.submit(req, Box::new(move |o| tx.send(o).is_ok()))?;
         guard.ids.push(id);

@@ -18,6 +18,7 @@
 pub mod detok;
 pub mod error;
 pub mod gen;
+pub mod grammar;
 pub mod logprobs;
 pub mod metrics;
 pub mod params;
@@ -54,6 +55,7 @@ pub struct Inner {
     /// `/get_server_info` body (flags and derived numbers).
     pub server_info: serde_json::Value,
     next_id: AtomicU64,
+    grammars: std::sync::OnceLock<Result<Arc<grammar::Grammars>, String>>,
 }
 
 impl Deref for AppState {
@@ -93,7 +95,23 @@ impl AppState {
             metrics: metrics::Metrics::new(),
             server_info,
             next_id: AtomicU64::new(1),
+            grammars: std::sync::OnceLock::new(),
         })))
+    }
+
+    /// The grammar compiler over this vocabulary, built on the first constrained request.
+    ///
+    /// # Errors
+    /// llguidance could not build its token trie.
+    pub fn grammars(&self) -> Result<Arc<grammar::Grammars>, String> {
+        self.grammars
+            .get_or_init(|| {
+                let special: Vec<bool> =
+                    self.bytes_skip.iter().zip(self.bytes_all.iter()).map(|(s, a)| s.is_empty() && !a.is_empty()).collect();
+                let eos = self.tokenizer.eos().map_or(0, |e| e.0);
+                grammar::Grammars::new(&self.bytes_all, &special, eos).map(Arc::new)
+            })
+            .clone()
     }
 
     /// A fresh engine request id.

@@ -18,6 +18,7 @@ use sparrow_engine::request::LogprobSpec;
 use sparrow_engine::sampler::SamplingParams;
 
 use crate::error::ApiError;
+use crate::grammar::Constraint;
 
 /// `sampling_params` keys `/generate` understands (SGLang's `SamplingParams` names); others are
 /// a 400, as SGLang's constructor rejects them.
@@ -40,6 +41,8 @@ pub const NATIVE_SAMPLING_KEYS: &[&str] = &[
     "repetition_penalty",
     "min_new_tokens",
     "no_stop_trim",
+    "json_schema",
+    "regex",
 ];
 
 /// Most alternatives per position (vLLM's default `max_logprobs`; OpenAI allows 20 on chat).
@@ -74,6 +77,8 @@ pub struct GenParams {
     pub no_stop_trim: bool,
     /// The logprobs the engine computes (set by the route from [`parse_logprobs`]).
     pub logprobs: LogprobSpec,
+    /// What the output must match (structured output), and the field that asked for it.
+    pub constraint: Option<(Constraint, &'static str)>,
 }
 
 /// The logprobs a request asked for, in the route's terms; [`LogprobAsk::spec`] turns them into
@@ -125,6 +130,47 @@ impl LogprobAsk {
             token_ids: self.token_ids.clone(),
         }
     }
+}
+
+/// The structured-output fields: OpenAI's `response_format` (`text`, `json_object`,
+/// `json_schema` with its `schema`) on the OpenAI routes, SGLang's `regex` there too, and
+/// `sampling_params.json_schema` (a JSON string) / `regex` on `/generate`. At most one.
+fn parse_constraint(f: &Fields<'_>, api: Api) -> Result<Option<(Constraint, &'static str)>, ApiError> {
+    let mut found: Vec<(Constraint, &'static str)> = Vec::new();
+    if api != Api::Native {
+        match f.get("response_format") {
+            None => {}
+            Some(v) => match v.get("type").and_then(Value::as_str) {
+                Some("text") => {}
+                Some("json_object") => found.push((Constraint::Json(serde_json::json!({"type": "object"})), "response_format")),
+                Some("json_schema") => {
+                    let schema = v.get("json_schema").and_then(|j| j.get("schema")).ok_or_else(|| {
+                        ApiError::bad("response_format", "response_format.json_schema.schema is required")
+                    })?;
+                    found.push((Constraint::Json(schema.clone()), "response_format"));
+                }
+                _ => {
+                    return Err(ApiError::bad(
+                        "response_format",
+                        "response_format.type must be text, json_object or json_schema",
+                    ))
+                }
+            },
+        }
+    } else if let Some(v) = f.get("json_schema") {
+        let s = v.as_str().ok_or_else(|| ApiError::bad("json_schema", "json_schema must be a JSON string"))?;
+        let schema: Value = serde_json::from_str(s)
+            .map_err(|e| ApiError::bad("json_schema", format!("json_schema is not valid JSON: {e}")))?;
+        found.push((Constraint::Json(schema), "json_schema"));
+    }
+    if let Some(v) = f.get("regex") {
+        let r = v.as_str().ok_or_else(|| ApiError::bad("regex", "regex must be a string"))?;
+        found.push((Constraint::Regex(r.to_owned()), "regex"));
+    }
+    if found.len() > 1 {
+        return Err(ApiError::bad(found[1].1, "send one of response_format, json_schema and regex"));
+    }
+    Ok(found.pop())
 }
 
 /// Parses the logprob fields of `api` (`echo` on completions adds the prompt's logprobs when
@@ -401,6 +447,7 @@ pub fn parse(map: &Map<String, Value>, api: Api) -> Result<GenParams, ApiError> 
             None => f.bool("include_stop_str_in_output")?.unwrap_or(false),
         },
         logprobs: LogprobSpec::default(),
+        constraint: parse_constraint(&f, api)?,
     })
 }
 

@@ -25,7 +25,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures_util::stream::{self, BoxStream, StreamExt};
 use serde::Serialize;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use sparrow_engine::scheduler::TokenLogprob;
 use sparrow_protocol::openai::{
     AssistantMessage, ChatChoice, ChatChunkChoice, ChatDelta, ChatLogprobs, Completion, CompletionLogprobs, ModelCard,
@@ -108,6 +108,7 @@ async fn health_generate(State(s): State<AppState>) -> Response {
         skip_special_tokens: true,
         no_stop_trim: false,
         logprobs: Default::default(),
+        constraint: None,
     };
     let ids = s.tokenizer.encode("ping", false).unwrap_or_else(|_| vec![0]);
     let run = async {
@@ -732,7 +733,6 @@ async fn chat(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) ->
     let f = Fields(&m);
     let stream = f.bool("stream")?.unwrap_or(false);
     let opts = stream_opts(&m, stream)?;
-    f.refuse_unless("response_format", &[json!({"type": "text"})], "structured output is not implemented")?;
     if m.get("tools").and_then(Value::as_array).is_some_and(|t| !t.is_empty()) {
         return Err(ApiError::bad("tools", "tools are not supported by this server (no tool-call parser)"));
     }

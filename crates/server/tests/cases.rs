@@ -584,7 +584,7 @@ async fn bad_input_gets_openai_error_json() {
         ),
         (
             "/v1/chat/completions",
-            json!({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}}),
+            json!({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "yaml"}}),
             "response_format",
         ),
         ("/detokenize", json!({"tokens": [999999]}), "tokens"),

@@ -1,0 +1,107 @@
+//! Structured output: request constraints (`response_format` `json_object` / `json_schema`,
+//! SGLang's `regex` and `json_schema`) compiled by llguidance (the Rust crate mistral.rs uses;
+//! `llguidance::Matcher`, `toktrie::TokTrie`) into per-request
+//! [`TokenConstraint`]s the engine applies before sampling.
+//!
+//! The token trie is built once from the vocabulary's bytes; special tokens are marked with
+//! toktrie's `0xFF` prefix so that no grammar can spell them, and the tokenizer's EOS is the
+//! token a grammar may end with. JSON is compiled compactly (`,` and `:` separators, no free
+//! whitespace), so a small `max_tokens` suffices.
+
+use std::sync::Arc;
+
+use llguidance::api::TopLevelGrammar;
+use llguidance::{Matcher, ParserFactory};
+use serde_json::{json, Value};
+use sparrow_engine::scheduler::TokenConstraint;
+use toktrie::{ApproximateTokEnv, TokRxInfo, TokTrie, TokenizerEnv};
+
+/// A compiled grammar source, shared by the choices of a request.
+pub struct Grammars {
+    factory: ParserFactory,
+}
+
+impl std::fmt::Debug for Grammars {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Grammars")
+    }
+}
+
+impl Grammars {
+    /// The factory over a vocabulary: `bytes_all[t]` spells token `t`, `special[t]` marks
+    /// control tokens, `eos` ends a grammar.
+    ///
+    /// # Errors
+    /// llguidance's, in words.
+    pub fn new(bytes_all: &[Vec<u8>], special: &[bool], eos: u32) -> Result<Grammars, String> {
+        let words: Vec<Vec<u8>> = bytes_all
+            .iter()
+            .zip(special)
+            .map(|(b, &sp)| if sp { [&[TokTrie::SPECIAL_TOKEN_MARKER][..], b].concat() } else { b.clone() })
+            .collect();
+        let info = TokRxInfo::new(words.len() as u32, eos);
+        let env: Arc<dyn TokenizerEnv + Sync> = Arc::new(ApproximateTokEnv::new(TokTrie::from(&info, &words)));
+        let mut factory = ParserFactory::new_simple(&env).map_err(|e| e.to_string())?;
+        factory.set_stderr_log_level(0);
+        Ok(Grammars { factory })
+    }
+
+    /// A fresh constraint for one choice.
+    ///
+    /// # Errors
+    /// The grammar does not compile (an invalid schema or regex), in llguidance's words.
+    pub fn constraint(&self, g: &Constraint) -> Result<Box<dyn TokenConstraint>, String> {
+        let grammar = match g {
+            Constraint::Json(schema) => {
+                let mut schema = schema.clone();
+                if let Value::Object(o) = &mut schema {
+                    o.entry("x-guidance").or_insert_with(
+                        || json!({"whitespace_flexible": false, "item_separator": ",", "key_separator": ":"}),
+                    );
+                }
+                TopLevelGrammar::from_json_schema(schema)
+            }
+            Constraint::Regex(r) => TopLevelGrammar::from_regex(r),
+        };
+        let parser = self.factory.create_parser(grammar).map_err(|e| e.to_string())?;
+        let m = Matcher::new(Ok(parser));
+        if let Some(e) = m.get_error() {
+            return Err(e);
+        }
+        Ok(Box::new(Llg(m)))
+    }
+}
+
+/// What a request's output must match.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Constraint {
+    /// A JSON schema (`{"type": "object"}` for `json_object`).
+    Json(Value),
+    /// A regular expression (Rust `regex` syntax) the whole output matches.
+    Regex(String),
+}
+
+struct Llg(Matcher);
+
+impl std::fmt::Debug for Llg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("llguidance matcher")
+    }
+}
+
+impl TokenConstraint for Llg {
+    fn allowed(&mut self, allowed: &mut [bool]) -> Result<(), String> {
+        let mask = self.0.compute_mask().map_err(|e| e.to_string())?;
+        mask.iter_set_entries(|t| {
+            if let Some(a) = allowed.get_mut(t) {
+                *a = true;
+            }
+        });
+        Ok(())
+    }
+
+    fn advance(&mut self, token: u32) -> Result<bool, String> {
+        self.0.consume_token(token).map_err(|e| e.to_string())?;
+        Ok(self.0.is_stopped())
+    }
+}
