@@ -298,13 +298,13 @@ pub fn start(state: &AppState, prep: Prepared) -> Result<BoxStream<'static, Choi
     } = prep.params;
     // Every choice's grammar compiles before anything is submitted: a bad schema is a 400.
     let mut constraints: Vec<Option<Box<dyn TokenConstraint>>> = Vec::with_capacity(n);
+    let grammars = constraint.as_ref().map(|_| state.grammars().map_err(ApiError::Engine)).transpose()?;
     for _ in 0..n {
-        constraints.push(match &constraint {
-            None => None,
-            Some((c, field)) => {
-                let g = state.grammars().map_err(ApiError::Engine)?;
+        constraints.push(match (&constraint, &grammars) {
+            (Some((c, field)), Some(g)) => {
                 Some(g.constraint(c).map_err(|e| ApiError::bad(field, format!("{field}: {e}")))?)
             }
+            _ => None,
         });
     }
     let stop_ids = Arc::new(stop_token_ids.clone());

@@ -207,13 +207,7 @@ pub fn parse_logprobs(map: &Map<String, Value>, api: Api, echo: bool) -> Result<
         }
         Api::Native => {
             if f.bool("return_logprob")?.unwrap_or(false) {
-                let n = f.count("top_logprobs_num")?.unwrap_or(0);
-                if n > MAX_TOP_LOGPROBS {
-                    return Err(ApiError::bad(
-                        "top_logprobs_num",
-                        format!("top_logprobs_num must be at most {MAX_TOP_LOGPROBS}, got {n}"),
-                    ));
-                }
+                let n = top("top_logprobs_num")?.unwrap_or(0);
                 ask.output = Some(n);
                 ask.prompt = Some(n);
                 ask.null_first = true;

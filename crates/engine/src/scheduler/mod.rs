@@ -91,13 +91,14 @@ impl Req {
         (self.kv_len + n).saturating_sub(self.logits_from().max(self.kv_len))
     }
 
-    /// The longest chunk of at most `n` tokens whose prompt-logprob rows fit `left` (rows of the
-    /// step's budget still free); requests without pending prompt logprobs are not limited.
-    fn cap_for_logits(&self, n: usize, left: usize) -> usize {
+    /// The longest chunk of at most `n` tokens from `kv_len` whose prompt-logprob rows fit
+    /// `left` (rows of the step's budget still free); requests without pending prompt logprobs
+    /// are not limited. `kv_len` is a parameter so admission can ask before it commits.
+    fn cap_for_logits(&self, kv_len: usize, n: usize, left: usize) -> usize {
         if !self.prompt_lp_pending() {
             return n;
         }
-        let before = self.logits_from().saturating_sub(self.kv_len);
+        let before = self.logits_from().saturating_sub(kv_len);
         n.min(before + left)
     }
 }

@@ -51,7 +51,7 @@ impl Scheduler {
         let mut logit_rows_left = self.logit_row_budget;
         for i in order {
             let rem = self.running[i].tokens.len() - self.running[i].kv_len;
-            let n = if rem == 1 { 1 } else { self.running[i].cap_for_logits(rem.min(budget), logit_rows_left) };
+            let n = if rem == 1 { 1 } else { self.running[i].cap_for_logits(self.running[i].kv_len, rem.min(budget), logit_rows_left) };
             if n == 0 {
                 continue;
             }
@@ -87,7 +87,6 @@ impl Scheduler {
             if r.prompt_lp_pending() {
                 // Gathered again from the start of whatever this admission computes.
                 r.prompt_lp.clear();
-                r.kv_len = 0;
             }
             let m = if self.cfg.disable_radix_cache {
                 None
@@ -103,15 +102,13 @@ impl Scheduler {
             }
             let prefix_tokens = matched * ps;
             let rem = r.tokens.len() - prefix_tokens;
-            r.kv_len = prefix_tokens;
-            let n = r.cap_for_logits(rem.min(budget), logit_rows_left);
+            let n = r.cap_for_logits(prefix_tokens, rem.min(budget), logit_rows_left);
             if n == 0 {
                 // This step's prompt-logprob rows are spent: this one waits for the next step,
                 // the requests behind it that need none may still be admitted.
                 if let Some(m) = &m {
                     self.radix.unlock(m.node);
                 }
-                r.kv_len = 0;
                 deferred.push(r);
                 continue;
             }
@@ -126,7 +123,6 @@ impl Scheduler {
                 if let Some(m) = &m {
                     self.radix.unlock(m.node);
                 }
-                r.kv_len = 0;
                 self.waiting.push_front(r);
                 break;
             }
@@ -134,7 +130,6 @@ impl Scheduler {
                 if let Some(m) = &m {
                     self.radix.unlock(m.node);
                 }
-                r.kv_len = 0;
                 self.waiting.push_front(r);
                 break;
             };
