@@ -310,7 +310,7 @@ pub struct ShareGptSpec {
 /// Wraps `prompt` in the model's chat template as one user turn, without the BOS text the
 /// server's tokenizer will add again.
 pub fn chat_wrap(tok: &Tokenizer, prompt: &str) -> Result<String, DatasetError> {
-    let messages = [ChatMessage { role: "user".into(), content: prompt.into() }];
+    let messages = [ChatMessage::new("user", prompt)];
     Ok(templated(tok, &messages)?)
 }
 
@@ -608,10 +608,7 @@ pub fn openai(
         obj.remove("model");
         let chat: Vec<ChatMessage> = messages
             .iter()
-            .map(|m| ChatMessage {
-                role: m.get("role").and_then(|r| r.as_str()).unwrap_or("user").to_owned(),
-                content: content_text(m.get("content")),
-            })
+            .map(|m| ChatMessage::new(m.get("role").and_then(|r| r.as_str()).unwrap_or("user"), content_text(m.get("content"))))
             .collect();
         let prompt = render_chat(tok, &chat);
         let mut prompt_len = tok.encode(&prompt, true)?.len() as u64;
@@ -697,11 +694,11 @@ pub fn mooncake(tok: &Tokenizer, path: &Path, spec: MooncakeSpec) -> Result<Vec<
         let placeholder = vec!["story"; output_len as usize].join(" ");
         let mut history: Vec<ChatMessage> = Vec::new();
         for round in 0..spec.num_rounds {
-            history.push(ChatMessage { role: "user".into(), content: format!("Round {}: {base}", round + 1) });
+            history.push(ChatMessage::new("user", format!("Round {}: {base}", round + 1)));
             let prompt = render_chat(tok, &history);
             let prompt_len = tok.encode(&prompt, true)?.len() as u64;
             rows.push(DatasetRow { prompt, prompt_len, output_len, arrival_s: Some(arrival), ..Default::default() });
-            history.push(ChatMessage { role: "assistant".into(), content: placeholder.clone() });
+            history.push(ChatMessage::new("assistant", placeholder.clone()));
         }
     }
     Ok(rows)

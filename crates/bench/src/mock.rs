@@ -392,7 +392,7 @@ fn chunk_json(p: &Plan, s: &MockScript, text: &str, done_tokens: u64, finish: Op
         Dialect::Completions | Dialect::Chat => {
             let usage = (s.usage == UsageMode::Continuous).then(|| Usage::new(0, done_tokens, 0));
             if p.dialect == Dialect::Chat {
-                let delta = ChatDelta { role: None, content: Some(text) };
+                let delta = ChatDelta { content: Some(text), ..Default::default() };
                 oai_chunk(s, &[BareChatChoice { index: 0, delta, finish_reason: finish }], usage)
             } else {
                 oai_chunk(s, &[BareTextChoice { index: 0, text, finish_reason: finish }], usage)

@@ -182,8 +182,62 @@ pub struct ChatLogprobs {
 pub struct AssistantMessage<'a> {
     /// Always `assistant`.
     pub role: &'a str,
-    /// The whole answer text.
-    pub content: &'a str,
+    /// The whole answer text; `null` when the answer is only tool calls (as OpenAI sends it).
+    pub content: Option<&'a str>,
+    /// The reasoning (`<think>` text) when the server runs a reasoning parser (SGLang's and
+    /// vLLM's field), `null` when there was none; absent without a parser.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<Option<&'a str>>,
+    /// The calls, when the model made any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<&'a [ToolCall]>,
+}
+
+/// One tool call of an assistant message, as OpenAI's chat API documents it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ToolCall {
+    /// `call_…`, unique per call.
+    pub id: String,
+    /// Always `function`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// What is called.
+    pub function: FunctionCall,
+}
+
+/// The `function` of a [`ToolCall`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FunctionCall {
+    /// The function's name.
+    pub name: String,
+    /// Its arguments as a JSON string (the model's text).
+    pub arguments: String,
+}
+
+/// One entry of a streamed `delta.tool_calls`: the first for a call has its `index`, `id`,
+/// `type` and `function.name` with empty `arguments`; later ones add `function.arguments` text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ToolCallDelta<'a> {
+    /// Which of the choice's calls, from 0.
+    pub index: usize,
+    /// On the call's first entry.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<&'a str>,
+    /// `function`, on the call's first entry.
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<&'static str>,
+    /// The name (first entry) and arguments text.
+    pub function: FunctionDelta<'a>,
+}
+
+/// The `function` of a [`ToolCallDelta`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FunctionDelta<'a> {
+    /// On the call's first entry.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<&'a str>,
+    /// The next characters of the arguments JSON.
+    pub arguments: &'a str,
 }
 
 /// One choice of a `chat.completion` object.
@@ -195,7 +249,7 @@ pub struct ChatChoice<'a> {
     pub message: AssistantMessage<'a>,
     /// The answer's logprobs when the request set `logprobs: true`, else `null`.
     pub logprobs: Option<&'a ChatLogprobs>,
-    /// `stop`, `length` or `abort`.
+    /// `stop`, `length`, `tool_calls` or `abort`.
     pub finish_reason: &'a str,
     /// The [`MatchedStop`], or `null` when no stop matched.
     pub matched_stop: Option<&'a MatchedStop>,
@@ -211,6 +265,12 @@ pub struct ChatDelta<'a> {
     /// New answer text; absent on the finish chunk.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<&'a str>,
+    /// New reasoning text (a reasoning parser runs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<&'a str>,
+    /// Tool-call pieces.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<&'a [ToolCallDelta<'a>]>,
 }
 
 /// One choice of a `chat.completion.chunk` object.
@@ -346,7 +406,7 @@ mod tests {
     fn matched_stop_is_absent_null_or_a_value() {
         let c = ChatChunkChoice {
             index: 0,
-            delta: ChatDelta { role: None, content: Some("a") },
+            delta: ChatDelta { content: Some("a"), ..Default::default() },
             logprobs: None,
             finish_reason: None,
             matched_stop: None,

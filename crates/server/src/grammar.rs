@@ -62,6 +62,7 @@ impl Grammars {
                 TopLevelGrammar::from_json_schema(schema)
             }
             Constraint::Regex(r) => TopLevelGrammar::from_regex(r),
+            Constraint::Lark(g) => TopLevelGrammar::from_lark(g.clone()),
         };
         let parser = self.factory.create_parser(grammar).map_err(|e| e.to_string())?;
         let m = Matcher::new(Ok(parser));
@@ -79,6 +80,29 @@ pub enum Constraint {
     Json(Value),
     /// A regular expression (Rust `regex` syntax) the whole output matches.
     Regex(String),
+    /// A grammar in llguidance's Lark dialect (GBNF is rewritten into it by [`crate::gbnf`]).
+    Lark(String),
+}
+
+impl Constraint {
+    /// One of `choices`, exactly (vLLM's `choice` / `guided_choice`).
+    pub fn choice(choices: &[String]) -> Constraint {
+        let alts: Vec<String> = choices.iter().map(|c| Value::from(c.as_str()).to_string()).collect();
+        Constraint::Lark(format!("start: {}\n", alts.join(" | ")))
+    }
+
+    /// A grammar field's text: GBNF when it has a `::=` rule (llama.cpp's notation, which
+    /// SGLang's `ebnf` and vLLM's `grammar` take), llguidance Lark otherwise.
+    ///
+    /// # Errors
+    /// The GBNF does not parse, in [`crate::gbnf::to_lark`]'s words.
+    pub fn grammar(text: &str) -> Result<Constraint, String> {
+        if text.contains("::=") {
+            crate::gbnf::to_lark(text).map(Constraint::Lark)
+        } else {
+            Ok(Constraint::Lark(text.to_owned()))
+        }
+    }
 }
 
 struct Llg(Matcher);

@@ -17,12 +17,14 @@
 
 pub mod detok;
 pub mod error;
+pub mod gbnf;
 pub mod gen;
 pub mod grammar;
 pub mod logprobs;
 pub mod metrics;
 pub mod params;
 pub mod routes;
+pub mod tools;
 
 use std::ops::Deref;
 use std::path::PathBuf;
@@ -54,6 +56,8 @@ pub struct Inner {
     pub metrics: metrics::Metrics,
     /// `/get_server_info` body (flags and derived numbers).
     pub server_info: serde_json::Value,
+    /// `--tool-call-parser` and `--reasoning-parser`.
+    pub parsers: tools::ChatParsers,
     next_id: AtomicU64,
     grammars: std::sync::OnceLock<Result<Arc<grammar::Grammars>, String>>,
 }
@@ -82,6 +86,7 @@ impl AppState {
         model_id: String,
         model_path: PathBuf,
         server_info: serde_json::Value,
+        parsers: tools::ChatParsers,
     ) -> Result<Self, sparrow_tokenizer::TokenizerError> {
         let bytes_skip = Arc::new(tokenizer.token_bytes(true)?);
         let bytes_all = Arc::new(tokenizer.token_bytes(false)?);
@@ -94,6 +99,7 @@ impl AppState {
             model_path,
             metrics: metrics::Metrics::new(),
             server_info,
+            parsers,
             next_id: AtomicU64::new(1),
             grammars: std::sync::OnceLock::new(),
         })))

@@ -28,8 +28,9 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use sparrow_engine::scheduler::TokenLogprob;
 use sparrow_protocol::openai::{
-    AssistantMessage, ChatChoice, ChatChunkChoice, ChatDelta, ChatLogprobs, Completion, CompletionLogprobs, ModelCard,
-    ModelList, PromptLogprob, TextChoice, CHAT_COMPLETION, CHAT_COMPLETION_CHUNK, TEXT_COMPLETION,
+    AssistantMessage, ChatChoice, ChatChunkChoice, ChatDelta, ChatLogprobs, Completion, CompletionLogprobs,
+    FunctionCall, FunctionDelta, ModelCard, ModelList, PromptLogprob, TextChoice, ToolCall, ToolCallDelta,
+    CHAT_COMPLETION, CHAT_COMPLETION_CHUNK, TEXT_COMPLETION,
 };
 use sparrow_protocol::sglang::{
     DetokenizeResponse, FinishReason, GenerateResponse, MetaInfo, ModelInfo, NativeLogprobs, ServerInfo,
@@ -42,6 +43,7 @@ use crate::error::ApiError;
 use crate::gen::{self, ChoiceEvent, Finish};
 use crate::logprobs::{self, Legacy, TokenTexts};
 use crate::params::{self, Api, Fields, LogprobAsk};
+use crate::tools::{self, ChatParsers, Delta, Shaper, ToolRequest};
 use crate::AppState;
 
 /// Largest request body accepted (a prompt at the context limit is far smaller).
@@ -308,6 +310,31 @@ struct OaiRun {
     echo: Vec<Option<String>>,
     ask: LogprobAsk,
     texts: TokenTexts,
+    /// How chat text becomes content, reasoning and tool calls.
+    shape: ChatShape,
+}
+
+/// What a chat request's [`Shaper`]s are built from.
+#[derive(Clone, Default)]
+struct ChatShape {
+    parsers: ChatParsers,
+    tools: Option<ToolRequest>,
+    separate_reasoning: bool,
+}
+
+impl ChatShape {
+    fn shaper(&self) -> Shaper {
+        Shaper::new(self.parsers, self.tools.as_ref(), self.separate_reasoning)
+    }
+}
+
+/// A finished chat choice's reason: `tool_calls` when it made calls and ended by itself.
+fn chat_reason(f: &Finish, calls: usize) -> &'static str {
+    if calls > 0 && f.reason == "stop" {
+        "tool_calls"
+    } else {
+        f.reason
+    }
 }
 
 /// What one chunk says about one choice.
@@ -318,8 +345,10 @@ enum Piece<'a> {
     Start(&'a str),
     /// New text.
     Text(&'a str),
-    /// The choice's end.
-    Finish(&'a Finish),
+    /// New content, reasoning or tool-call text of a chat choice.
+    Delta(&'a Delta),
+    /// The choice's end, with its chat `finish_reason`.
+    Finish(&'a Finish, &'a str),
 }
 
 /// The logprobs a chunk or choice carries.
@@ -359,7 +388,8 @@ impl OaiRun {
             Kind::Completion => {
                 let (text, finish_reason, matched_stop) = match piece {
                     Piece::Start(t) | Piece::Text(t) => (t, None, None),
-                    Piece::Finish(f) => ("", Some(f.reason), Some(f.matched.as_ref())),
+                    Piece::Delta(_) => ("", None, None),
+                    Piece::Finish(f, _) => ("", Some(f.reason), Some(f.matched.as_ref())),
                 };
                 let c = TextChoice {
                     index,
@@ -372,10 +402,33 @@ impl OaiRun {
                 push_frame(out, &self.object(TEXT_COMPLETION, &[c], usage));
             }
             Kind::Chat => {
+                let call;
                 let (delta, finish_reason, matched_stop) = match piece {
-                    Piece::Start(t) => (ChatDelta { role: Some("assistant"), content: Some(t) }, None, None),
-                    Piece::Text(t) => (ChatDelta { role: None, content: Some(t) }, None, None),
-                    Piece::Finish(f) => (ChatDelta::default(), Some(f.reason), Some(f.matched.as_ref())),
+                    Piece::Start(t) => (ChatDelta { role: Some("assistant"), content: Some(t), ..Default::default() }, None, None),
+                    Piece::Text(t) => (ChatDelta { content: Some(t), ..Default::default() }, None, None),
+                    Piece::Delta(Delta::Content(t)) => (ChatDelta { content: Some(t), ..Default::default() }, None, None),
+                    Piece::Delta(Delta::Reasoning(t)) => {
+                        (ChatDelta { reasoning_content: Some(t), ..Default::default() }, None, None)
+                    }
+                    Piece::Delta(Delta::CallStart { index, id, name }) => {
+                        call = [ToolCallDelta {
+                            index: *index,
+                            id: Some(id),
+                            kind: Some("function"),
+                            function: FunctionDelta { name: Some(name), arguments: "" },
+                        }];
+                        (ChatDelta { tool_calls: Some(&call), ..Default::default() }, None, None)
+                    }
+                    Piece::Delta(Delta::CallArgs { index, text }) => {
+                        call = [ToolCallDelta {
+                            index: *index,
+                            id: None,
+                            kind: None,
+                            function: FunctionDelta { name: None, arguments: text },
+                        }];
+                        (ChatDelta { tool_calls: Some(&call), ..Default::default() }, None, None)
+                    }
+                    Piece::Finish(f, reason) => (ChatDelta::default(), Some(reason), Some(f.matched.as_ref())),
                 };
                 let c = ChatChunkChoice { index, delta, logprobs: lp.chat, finish_reason, matched_stop };
                 push_frame(out, &self.object(CHAT_COMPLETION_CHUNK, &[c], usage));
@@ -426,6 +479,8 @@ fn oai_stream(run: OaiRun, events: BoxStream<'static, ChoiceEvent>, opts: Stream
         cached: Vec<usize>,
         done: Vec<bool>,
         legacy: Vec<Legacy>,
+        /// Chat choices' content / reasoning / tool-call machines.
+        shapers: Vec<Shaper>,
         prologue: bool,
         finished: bool,
     }
@@ -442,6 +497,7 @@ fn oai_stream(run: OaiRun, events: BoxStream<'static, ChoiceEvent>, opts: Stream
         cached: vec![0; run.prompt_tokens.len()],
         done: vec![false; total],
         legacy: vec![Legacy::default(); total],
+        shapers: (0..total).map(|_| run.shape.shaper()).collect(),
         prologue: true,
         finished: false,
         run,
@@ -495,6 +551,22 @@ fn oai_stream(run: OaiRun, events: BoxStream<'static, ChoiceEvent>, opts: Stream
                         let lp = ChunkLp { legacy: Some(&l), ..Default::default() };
                         st.run.push_chunk(&mut out, index, Piece::Text(&text), st.continuous(), lp);
                     }
+                    (Kind::Chat, lpe, k) if !st.shapers[index].is_plain() => {
+                        let c = lpe.zip(k).map(|(e, k)| ChatLogprobs {
+                            content: vec![logprobs::chat_entry(&e, k, &texts)],
+                            refusal: None,
+                        });
+                        let deltas = st.shapers[index].push(&text);
+                        let u = st.continuous();
+                        if deltas.is_empty() && c.is_some() {
+                            let lp = ChunkLp { chat: c.as_ref(), ..Default::default() };
+                            st.run.push_chunk(&mut out, index, Piece::Text(""), u, lp);
+                        }
+                        for (i, d) in deltas.iter().enumerate() {
+                            let lp = ChunkLp { chat: c.as_ref().filter(|_| i == 0), ..Default::default() };
+                            st.run.push_chunk(&mut out, index, Piece::Delta(d), u, lp);
+                        }
+                    }
                     (Kind::Chat, Some(e), Some(k)) => {
                         let c = ChatLogprobs { content: vec![logprobs::chat_entry(&e, k, &texts)], refusal: None };
                         let lp = ChunkLp { chat: Some(&c), ..Default::default() };
@@ -514,7 +586,12 @@ fn oai_stream(run: OaiRun, events: BoxStream<'static, ChoiceEvent>, opts: Stream
                 if let Some(e) = &finish.error {
                     push_error(&mut out, e);
                 }
-                st.run.push_chunk(&mut out, index, Piece::Finish(&finish), st.continuous(), ChunkLp::default());
+                let u = st.continuous();
+                for d in st.shapers[index].finish() {
+                    st.run.push_chunk(&mut out, index, Piece::Delta(&d), u, ChunkLp::default());
+                }
+                let reason = chat_reason(&finish, st.shapers[index].calls_made());
+                st.run.push_chunk(&mut out, index, Piece::Finish(&finish, reason), u, ChunkLp::default());
             }
             None => {
                 // All choices ended (or the engine went away mid-stream).
@@ -623,16 +700,40 @@ async fn oai_collect(run: OaiRun, events: BoxStream<'static, ChoiceEvent>) -> Re
                     })
                 })
                 .collect();
-            let choices: Vec<ChatChoice<'_>> = all
+            let shaped: Vec<(tools::Message, bool, Vec<ToolCall>)> = all
+                .iter()
+                .map(|c| {
+                    let mut sh = run.shape.shaper();
+                    let mut m = tools::Message::default();
+                    m.add(&sh.push(&c.text));
+                    m.add(&sh.finish());
+                    let calls = m
+                        .calls
+                        .iter()
+                        .map(|(id, name, arguments)| ToolCall {
+                            id: id.clone(),
+                            kind: "function",
+                            function: FunctionCall { name: name.clone(), arguments: arguments.clone() },
+                        })
+                        .collect();
+                    (m, sh.reasons(), calls)
+                })
+                .collect();
+            let choices: Vec<ChatChoice<'_>> = shaped
                 .iter()
                 .zip(&finishes)
                 .zip(&lps)
                 .enumerate()
-                .map(|(index, ((c, f), lp))| ChatChoice {
+                .map(|(index, (((m, reasons, calls), f), lp))| ChatChoice {
                     index,
-                    message: AssistantMessage { role: "assistant", content: &c.text },
+                    message: AssistantMessage {
+                        role: "assistant",
+                        content: Some(m.content.as_str()).filter(|c| !c.is_empty() || calls.is_empty()),
+                        reasoning_content: reasons.then_some(m.reasoning.as_deref()),
+                        tool_calls: (!calls.is_empty()).then_some(calls.as_slice()),
+                    },
                     logprobs: lp.as_ref(),
-                    finish_reason: f.reason,
+                    finish_reason: chat_reason(f, calls.len()),
                     matched_stop: f.matched.as_ref(),
                 })
                 .collect();
@@ -662,7 +763,7 @@ async fn completions(State(s): State<AppState>, body: Result<Bytes, BytesRejecti
         p.logprobs = ask.spec(ids.len());
         preps.push((gen::prepare(&s, ids, p)?, echo.then_some(text)));
     }
-    oai_respond(&s, Kind::Completion, preps, ask, stream, opts).await
+    oai_respond(&s, Kind::Completion, preps, ask, ChatShape::default(), stream, opts).await
 }
 
 /// Starts prepared OpenAI requests (one per prompt, each with its `echo` text) and answers
@@ -672,6 +773,7 @@ async fn oai_respond(
     kind: Kind,
     preps: Vec<(gen::Prepared, Option<String>)>,
     ask: LogprobAsk,
+    shape: ChatShape,
     stream: bool,
     opts: StreamOpts,
 ) -> Result<Response, ApiError> {
@@ -690,6 +792,7 @@ async fn oai_respond(
         echo: preps.iter().map(|p| p.1.clone()).collect(),
         ask,
         texts: TokenTexts(s.bytes_all.clone()),
+        shape,
     };
     let mut streams = Vec::with_capacity(preps.len());
     for (i, (prep, _)) in preps.into_iter().enumerate() {
@@ -728,16 +831,47 @@ fn message_text(v: &Value, i: usize) -> Result<String, ApiError> {
     }
 }
 
+/// An assistant message's `tool_calls` as templates take them: `arguments` parsed from the
+/// API's JSON string into an object (vLLM does the same), kept as a string if it is not JSON.
+fn template_calls(v: &Value, i: usize) -> Result<Value, ApiError> {
+    let list = v.as_array().ok_or_else(|| ApiError::bad("messages", format!("messages[{i}].tool_calls must be a list")))?;
+    let mut out = Vec::with_capacity(list.len());
+    for c in list {
+        let mut c = c.clone();
+        let args = c.get("function").and_then(|f| f.get("arguments")).and_then(Value::as_str).map(str::to_owned);
+        if let (Some(a), Some(f)) = (args, c.get_mut("function")) {
+            if let Ok(parsed) = serde_json::from_str::<Value>(&a) {
+                f["arguments"] = parsed;
+            }
+        }
+        if c.get("function").and_then(|f| f.get("name")).and_then(Value::as_str).is_none() {
+            return Err(ApiError::bad("messages", format!("messages[{i}].tool_calls[].function.name must be a string")));
+        }
+        out.push(c);
+    }
+    Ok(Value::Array(out))
+}
+
 async fn chat(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
     let m = json_object(&body)?;
     let f = Fields(&m);
     let stream = f.bool("stream")?.unwrap_or(false);
     let opts = stream_opts(&m, stream)?;
-    if m.get("tools").and_then(Value::as_array).is_some_and(|t| !t.is_empty()) {
-        return Err(ApiError::bad("tools", "tools are not supported by this server (no tool-call parser)"));
-    }
+    let tools = ToolRequest::parse(&m, s.parsers)?;
+    let separate_reasoning = f.bool("separate_reasoning")?.unwrap_or(true);
+    let kwargs = match f.get("chat_template_kwargs") {
+        None => Map::new(),
+        Some(Value::Object(o)) => o.clone(),
+        Some(_) => return Err(ApiError::bad("chat_template_kwargs", "chat_template_kwargs must be an object")),
+    };
     let ask = params::parse_logprobs(&m, Api::Chat, false)?;
     let mut p = params::parse(&m, Api::Chat)?;
+    if let Some(c) = tools.as_ref().and_then(ToolRequest::constraint) {
+        if let Some((_, field)) = &p.constraint {
+            return Err(ApiError::bad(field, format!("{field} cannot be combined with a required or named tool_choice")));
+        }
+        p.constraint = Some((c, "tools"));
+    }
     let msgs = m
         .get("messages")
         .and_then(Value::as_array)
@@ -745,7 +879,8 @@ async fn chat(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) ->
     if msgs.is_empty() {
         return Err(ApiError::bad("messages", "messages must not be empty"));
     }
-    let mut conv = Vec::with_capacity(msgs.len());
+    let native_tools = s.tokenizer.template_supports_tools();
+    let mut conv = Vec::with_capacity(msgs.len() + 1);
     for (i, msg) in msgs.iter().enumerate() {
         let role = msg
             .get("role")
@@ -757,14 +892,44 @@ async fn chat(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) ->
                 format!("messages[{i}].role {role:?} is not one of system, user, assistant, developer, tool"),
             ));
         }
-        let content = message_text(msg.get("content").unwrap_or(&Value::Null), i)?;
-        conv.push(ChatMessage { role: if role == "developer" { "system".into() } else { role.into() }, content });
+        let mut content = message_text(msg.get("content").unwrap_or(&Value::Null), i)?;
+        let tool_calls = match msg.get("tool_calls") {
+            Some(v) if role == "assistant" && !v.is_null() => Some(template_calls(v, i)?),
+            _ => None,
+        };
+        if !native_tools {
+            // The template cannot show calls: write them as the parser's format reads them.
+            for c in tool_calls.iter().flat_map(|v| v.as_array().into_iter().flatten()) {
+                let call = serde_json::json!({"name": c["function"]["name"], "arguments": c["function"]["arguments"]});
+                content.push_str(&format!("\n<tool_call>\n{call}\n</tool_call>"));
+            }
+        }
+        let str_field = |k: &str| msg.get(k).and_then(Value::as_str).map(str::to_owned);
+        conv.push(ChatMessage {
+            role: if role == "developer" { "system".into() } else { role.into() },
+            content,
+            tool_calls,
+            tool_call_id: str_field("tool_call_id").filter(|_| role == "tool"),
+            name: str_field("name").filter(|_| role == "tool"),
+        });
     }
-    let text = s.tokenizer.apply_chat_template(&conv, true).map_err(|e| ApiError::bad("messages", e.to_string()))?;
+    let shown = tools.as_ref().filter(|t| t.shown());
+    if let (Some(t), false) = (shown, native_tools) {
+        let prompt = tools::tools_system_prompt(&t.raw, s.parsers.tool_call);
+        match conv.first_mut() {
+            Some(first) if first.role == "system" => first.content = format!("{}\n\n{prompt}", first.content),
+            _ => conv.insert(0, ChatMessage::new("system", prompt)),
+        }
+    }
+    let text = s
+        .tokenizer
+        .apply_chat_template_with(&conv, shown.filter(|_| native_tools).map(|t| &t.raw), &kwargs, true)
+        .map_err(|e| ApiError::bad("messages", e.to_string()))?;
     let ids = s.tokenizer.encode(&text, false).map_err(|e| ApiError::bad("messages", e.to_string()))?;
     p.logprobs = ask.spec(ids.len());
     let prep = gen::prepare(&s, ids, p)?;
-    oai_respond(&s, Kind::Chat, vec![(prep, None)], ask, stream, opts).await
+    let shape = ChatShape { parsers: s.parsers, tools, separate_reasoning };
+    oai_respond(&s, Kind::Chat, vec![(prep, None)], ask, shape, stream, opts).await
 }
 
 fn native_finish(f: &Finish) -> FinishReason<'_> {

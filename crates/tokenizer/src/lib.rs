@@ -47,13 +47,31 @@ impl From<tokenizers::Error> for TokenizerError {
     }
 }
 
-/// One chat message as chat templates see it.
-#[derive(Debug, Clone, Serialize)]
+/// One chat message as chat templates see it (HF's message dict).
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct ChatMessage {
-    /// `system`, `user` or `assistant`.
+    /// `system`, `user`, `assistant` or `tool`.
     pub role: String,
     /// The text of the message.
     pub content: String,
+    /// An assistant message's calls, `[{"id", "type": "function", "function": {"name",
+    /// "arguments"}}]` with `arguments` as an object (templates iterate it; vLLM parses the
+    /// API's string the same way).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<serde_json::Value>,
+    /// A tool message's `tool_call_id`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// A tool message's function `name`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+impl ChatMessage {
+    /// A plain text message.
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> ChatMessage {
+        ChatMessage { role: role.into(), content: content.into(), ..Default::default() }
+    }
 }
 
 /// A loaded tokenizer with the special tokens and chat template the model declares.
@@ -237,6 +255,27 @@ impl Tokenizer {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<String, TokenizerError> {
+        self.apply_chat_template_with(messages, None, &serde_json::Map::new(), add_generation_prompt)
+    }
+
+    /// True when the chat template reads `tools` (it renders them itself).
+    pub fn template_supports_tools(&self) -> bool {
+        self.chat_template.as_deref().is_some_and(|t| t.contains("tools"))
+    }
+
+    /// [`Tokenizer::apply_chat_template`] with the request's `tools` (OpenAI's list, passed as
+    /// HF passes `tools=`) and `chat_template_kwargs` (extra template variables such as Qwen 3's
+    /// `enable_thinking`; they cannot override the fixed ones).
+    ///
+    /// # Errors
+    /// As [`Tokenizer::apply_chat_template`].
+    pub fn apply_chat_template_with(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&serde_json::Value>,
+        kwargs: &serde_json::Map<String, serde_json::Value>,
+        add_generation_prompt: bool,
+    ) -> Result<String, TokenizerError> {
         let template = self
             .chat_template
             .as_deref()
@@ -247,12 +286,14 @@ impl Tokenizer {
         });
         env.add_template("chat", template).map_err(|e| TokenizerError::ChatTemplate(e.to_string()))?;
         let tmpl = env.get_template("chat").map_err(|e| TokenizerError::ChatTemplate(e.to_string()))?;
-        tmpl.render(minijinja::context! {
+        let fixed = minijinja::context! {
             messages => messages,
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos.as_ref().map_or("", |b| b.1.as_str()),
             eos_token => self.eos.as_ref().map_or("", |e| e.1.as_str()),
-        })
+            tools => tools,
+        };
+        tmpl.render(minijinja::context! { ..fixed, ..minijinja::Value::from_serialize(kwargs) })
         .map_err(|e| TokenizerError::ChatTemplate(e.to_string()))
     }
 }

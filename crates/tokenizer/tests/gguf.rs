@@ -51,7 +51,7 @@ fn byte_level_round_trip() {
 fn chat_template_renders() {
     let t = smollm2();
     let text =
-        t.apply_chat_template(&[ChatMessage { role: "user".into(), content: "Hi".into() }], true).expect("template");
+        t.apply_chat_template(&[ChatMessage::new("user", "Hi")], true).expect("template");
     assert_eq!(
         text,
         "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n\

@@ -106,9 +106,11 @@ pub(super) fn spawn(s: Shared, i: usize, base: usize, body: Bytes, offset_s: f64
                 let t = ctx.now();
                 let msgs: Vec<sparrow_tokenizer::ChatMessage> = history
                     .iter()
-                    .map(|m| sparrow_tokenizer::ChatMessage {
-                        role: m["role"].as_str().unwrap_or("user").to_owned(),
-                        content: m["content"].as_str().unwrap_or("").to_owned(),
+                    .map(|m| {
+                        sparrow_tokenizer::ChatMessage::new(
+                            m["role"].as_str().unwrap_or("user"),
+                            m["content"].as_str().unwrap_or(""),
+                        )
                     })
                     .collect();
                 // An estimate (the templated history, else its contents); the server's own

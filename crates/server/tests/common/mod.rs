@@ -28,6 +28,8 @@ pub struct Opts {
     pub disable_radix_cache: bool,
     /// The flags part of `/get_server_info` (the binary fills it from its arguments).
     pub server_info: Value,
+    /// `--tool-call-parser` / `--reasoning-parser`.
+    pub parsers: sparrow_server::tools::ChatParsers,
 }
 
 impl Default for Opts {
@@ -40,6 +42,7 @@ impl Default for Opts {
             context_length: None,
             disable_radix_cache: false,
             server_info: serde_json::json!({}),
+            parsers: Default::default(),
         }
     }
 }
@@ -74,7 +77,7 @@ impl TestServer {
         };
         let (model, isa, _) = load_model(&args).expect("model loads");
         let engine = Engine::start_with_model(wrap(model), &args, isa).expect("engine starts");
-        let state = AppState::new(engine, tok, "smollm2".into(), gguf(), o.server_info).expect("state");
+        let state = AppState::new(engine, tok, "smollm2".into(), gguf(), o.server_info, o.parsers).expect("state");
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let rt =

@@ -295,6 +295,16 @@ pub struct ServeArgs {
     /// checked, as in SGLang). Default: the file stem.
     #[arg(long)]
     pub served_model_name: Option<String>,
+    /// How `tool_choice: "auto"` calls are read from the model's text (SGLang's names):
+    /// `qwen25` (Hermes/Qwen `<tool_call>{json}</tool_call>`) or `glm45` (GLM-4.5/5's
+    /// `<arg_key>`/`<arg_value>` calls). Without it `auto` is a 400; `required` and a named
+    /// function are constrained by a grammar and need no parser.
+    #[arg(long, value_parser = |s: &str| s.parse::<sparrow_server::tools::ToolParser>())]
+    pub tool_call_parser: Option<sparrow_server::tools::ToolParser>,
+    /// Splits `<think>…</think>` into `reasoning_content` (SGLang's names): `glm45`, `qwen3`
+    /// or `deepseek-r1` (whose output starts inside the reasoning).
+    #[arg(long, value_parser = |s: &str| s.parse::<sparrow_server::tools::ReasoningParser>())]
+    pub reasoning_parser: Option<sparrow_server::tools::ReasoningParser>,
     /// Most requests running at once. Default: derived from the KV pool as SGLang does, then
     /// capped at start-up where doubling the decode batch no longer buys 10 % more tokens/s
     /// on this CPU (measured once, cached; reported in /get_server_info as `batch_cap`).

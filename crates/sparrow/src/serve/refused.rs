@@ -303,12 +303,10 @@ pub const REFUSED_GROUPS: &[RefusedGroup] = &[
         ],
     },
     RefusedGroup {
-        why: "chat templates and output parsers; sparrow applies the model's own chat template and has no reasoning \
-             or tool-call parser",
+        why: "chat template choices; sparrow applies the model's own chat template",
         flags: &[
             "--chat-template", "--trust-request-chat-template", "--hf-chat-template-name", "--completion-template",
-            "--default-chat-template-kwargs", "--enable-strict-thinking", "--tool-server", "--reasoning-parser",
-            "--tool-call-parser",
+            "--default-chat-template-kwargs", "--enable-strict-thinking", "--tool-server",
         ],
     },
     RefusedGroup {
