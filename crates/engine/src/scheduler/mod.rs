@@ -64,7 +64,14 @@ struct Req {
     /// The grammar of its output; its state survives retraction (the output tokens it has
     /// consumed stay in `tokens`).
     constraint: Option<Box<dyn TokenConstraint>>,
+    /// The grammar's mask for this step's sample, computed while the model ran (see
+    /// [`Scheduler::step`]); `None` when postprocess computes it itself.
+    mask: Option<Result<Vec<bool>, String>>,
 }
+
+/// The grammar masks of rows that sample this step: `(index in running, constraint)` in,
+/// the constraint back with its mask out.
+type MaskJobs = Vec<(usize, Box<dyn TokenConstraint>)>;
 
 impl Req {
     fn output_len(&self) -> usize {
@@ -161,6 +168,9 @@ pub struct Scheduler {
     stats: SchedulerStats,
     last_batch: Option<ForwardBatch>,
     logit_row_budget: usize,
+    /// The model's vocabulary (0 until [`Scheduler::set_vocab_size`]; grammar masks are then
+    /// computed after the forward instead of beside it).
+    vocab: usize,
 }
 
 /// Reservation ratio of future decode tokens at admission (SGLang's `new_token_ratio`):
@@ -193,6 +203,7 @@ impl Scheduler {
             cfg,
             last_batch: None,
             logit_row_budget: 512,
+            vocab: 0,
         }
     }
 
@@ -200,6 +211,7 @@ impl Scheduler {
     /// ([`PROMPT_LOGITS_BYTES`] of f32 logits, at least one row).
     pub fn set_vocab_size(&mut self, vocab: usize) {
         self.logit_row_budget = (PROMPT_LOGITS_BYTES / 4 / vocab.max(1)).max(1);
+        self.vocab = vocab;
     }
 
     /// The configuration.
@@ -291,6 +303,7 @@ impl Scheduler {
             prompt_lp: Vec::new(),
             prompt_lp_done: false,
             constraint: r.constraint,
+            mask: None,
         });
         Ok(())
     }
@@ -380,13 +393,72 @@ impl Scheduler {
     pub fn step(&mut self, model: &mut dyn Model, kv: &mut KvStore) -> Vec<Output> {
         let mut out = Vec::new();
         let Some(sched) = self.schedule(&mut out) else { return out };
-        let logits = sched
-            .batch
-            .validate(kv.num_slots())
-            .map_err(|e| EngineError::Internal(e.to_string()))
-            .and_then(|()| model.forward(&sched.batch, kv));
+        let forward = |model: &mut dyn Model, kv: &mut KvStore| {
+            sched
+                .batch
+                .validate(kv.num_slots())
+                .map_err(|e| EngineError::Internal(e.to_string()))
+                .and_then(|()| model.forward(&sched.batch, kv))
+        };
+        let jobs = self.mask_jobs(&sched);
+        let logits = if jobs.is_empty() {
+            forward(model, kv)
+        } else {
+            // Structured output: the grammar masks of the rows that sample this step are
+            // computed on a helper thread while the model runs; rows without a grammar never
+            // wait for them, and the mask cost hides behind the forward.
+            let vocab = self.vocab;
+            let rows: Vec<usize> = jobs.iter().map(|j| j.0).collect();
+            let (logits, done) = std::thread::scope(|sc| {
+                let h = sc.spawn(move || {
+                    jobs.into_iter()
+                        .map(|(i, mut c)| {
+                            let mut allowed = vec![false; vocab];
+                            let m = c.allowed(&mut allowed).map(|()| allowed);
+                            (i, c, m)
+                        })
+                        .collect::<Vec<_>>()
+                });
+                let logits = forward(model, kv);
+                (logits, h.join())
+            });
+            match done {
+                Ok(done) => {
+                    for (i, c, m) in done {
+                        self.running[i].constraint = Some(c);
+                        self.running[i].mask = Some(m);
+                    }
+                }
+                Err(_) => {
+                    // A grammar panicked: its requests fail (their constraints are gone), no
+                    // row goes on unconstrained.
+                    for i in rows {
+                        self.running[i].mask = Some(Err("the grammar panicked".into()));
+                    }
+                }
+            }
+            logits
+        };
         self.postprocess(sched, logits, &mut out);
         out
+    }
+
+    /// Takes out the grammars of the rows that sample after this forward (a final prompt chunk
+    /// or a decode, with tokens left to generate).
+    fn mask_jobs(&mut self, sched: &Scheduled) -> MaskJobs {
+        if self.vocab == 0 {
+            return Vec::new();
+        }
+        let mut jobs = Vec::new();
+        for &(i, n) in &sched.rows {
+            let r = &mut self.running[i];
+            if r.kv_len + n >= r.tokens.len() && r.output_len() < r.max_new {
+                if let Some(c) = r.constraint.take() {
+                    jobs.push((i, c));
+                }
+            }
+        }
+        jobs
     }
 }
 

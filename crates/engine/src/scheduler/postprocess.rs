@@ -77,13 +77,28 @@ impl Scheduler {
             }
             let raw = row_of(nl - 1);
             let mut row = raw.to_vec();
-            if let Some(c) = r.constraint.as_mut() {
-                // Structured output: tokens the grammar does not allow next cannot be drawn.
-                let mut allowed = vec![false; row.len()];
-                if let Err(e) = c.allowed(&mut allowed) {
-                    finished.push((r.id, FinishReason::Error(format!("grammar: {e}"))));
-                    continue;
+            let mask = match (r.mask.take(), r.constraint.as_mut()) {
+                (Some(m), _) => Some(m),
+                (None, Some(c)) => {
+                    let mut allowed = vec![false; row.len()];
+                    Some(c.allowed(&mut allowed).map(|()| allowed))
                 }
+                (None, None) => None,
+            };
+            if let Some(mask) = mask {
+                // Structured output: tokens the grammar does not allow next cannot be drawn.
+                let allowed = match mask {
+                    Ok(a) if a.len() == row.len() => a,
+                    Ok(a) => {
+                        let e = format!("grammar: a mask of {} tokens for a vocabulary of {}", a.len(), row.len());
+                        finished.push((r.id, FinishReason::Error(e)));
+                        continue;
+                    }
+                    Err(e) => {
+                        finished.push((r.id, FinishReason::Error(format!("grammar: {e}"))));
+                        continue;
+                    }
+                };
                 if !allowed.contains(&true) {
                     finished.push((r.id, FinishReason::Error("grammar: no token is allowed next".into())));
                     continue;

@@ -232,12 +232,22 @@ impl TokenConstraint for Spell {
 }
 
 /// The mask decides over the model's own choice, greedy and sampled; a complete grammar ends
-/// the request; rows without a grammar in the same batch are untouched.
+/// the request; rows without a grammar in the same batch are untouched. Both ways of computing
+/// the masks: beside the forward (the vocabulary is known) and after it.
 #[test]
 fn a_constraint_masks_sampling_and_ends_the_request() {
+    for beside in [true, false] {
+        constrained_run(beside);
+    }
+}
+
+fn constrained_run(beside: bool) {
     let mut m = FakeModel::new(37, 4096, Predict::Recurrence);
     let mut kv = KvStore::new(m.attention_needs().kv_layout, 400);
     let mut s = Scheduler::new(cfg(400, 64), None);
+    if beside {
+        s.set_vocab_size(37);
+    }
     let prompt: Vec<u32> = (0..12).collect();
     let spelled = vec![5, 30, 5, 2];
     s.submit(NewRequest { constraint: Some(Box::new(Spell(spelled.clone(), 0))), ..req(1, prompt.clone(), 10) })
