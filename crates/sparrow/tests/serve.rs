@@ -183,6 +183,94 @@ fn openai_python_sdk_and_sparrow_bench_against_the_server() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+const SDK_TOOLS_SCRIPT: &str = r#"
+import json, sys
+from typing import List, Literal
+import openai
+from openai import OpenAI
+from pydantic import BaseModel, Field
+client = OpenAI(base_url=f"http://127.0.0.1:{sys.argv[1]}/v1", api_key="none")
+model = client.models.list().data[0].id
+
+class City(BaseModel):
+    name: Literal["Paris", "Lyon", "Nice"]
+    population: int = Field(ge=1000, le=99999999)
+    tags: List[Literal["old", "big", "sunny"]] = Field(min_length=1, max_length=3)
+
+parsed = client.chat.completions.parse(model=model, response_format=City, max_tokens=120, temperature=0,
+    messages=[{"role": "user", "content": "Describe a French city."}])
+city = parsed.choices[0].message.parsed
+
+class GetWeather(BaseModel):
+    location: str = Field(max_length=30)
+    unit: Literal["celsius", "fahrenheit"]
+
+tool = openai.pydantic_function_tool(GetWeather, name="get_weather", description="Current weather of a city.")
+with_tool = client.chat.completions.parse(model=model, tools=[tool], tool_choice="required", parallel_tool_calls=False,
+    max_tokens=80, temperature=0, messages=[{"role": "user", "content": "What is the weather in Paris?"}])
+call = with_tool.choices[0].message.tool_calls[0]
+
+calls, finish, content = {}, None, ""
+for chunk in client.chat.completions.create(model=model, tools=[tool], stream=True, max_tokens=80, temperature=0,
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        messages=[{"role": "user", "content": "What is the weather in Paris?"}]):
+    for c in chunk.choices:
+        content += c.delta.content or ""
+        for tc in c.delta.tool_calls or []:
+            e = calls.setdefault(tc.index, {"id": None, "name": "", "arguments": "", "pieces": 0})
+            e["id"] = tc.id or e["id"]
+            e["name"] += (tc.function.name or "") if tc.function else ""
+            e["arguments"] += (tc.function.arguments or "") if tc.function else ""
+            e["pieces"] += 1
+        finish = c.finish_reason or finish
+auto = client.chat.completions.create(model=model, tools=[tool], max_tokens=40, temperature=0,
+    messages=[{"role": "user", "content": "Hello!"}])
+print(json.dumps({"city": city.model_dump(), "city_finish": parsed.choices[0].finish_reason,
+    "call": {"id": call.id, "name": call.function.name, "args": call.function.parsed_arguments.model_dump()},
+    "call_finish": with_tool.choices[0].finish_reason, "streamed": list(calls.values()), "finish": finish,
+    "content": content, "auto": auto.choices[0].message.model_dump(), "auto_finish": auto.choices[0].finish_reason}))
+"#;
+
+/// The OpenAI SDK's own structured-output helpers against a server started with
+/// `--tool-call-parser qwen25 --reasoning-parser qwen3`: `chat.completions.parse` with a
+/// pydantic model (as `response_format` and as a strict function tool), a streamed call of a
+/// named function folded from `delta.tool_calls`, and `auto` (the parser's path).
+#[test]
+fn openai_sdk_parse_and_streamed_tool_calls() {
+    let s = serve_with(&[
+        "--max-total-tokens",
+        "30000",
+        "--disable-autotune",
+        "--tool-call-parser",
+        "qwen25",
+        "--reasoning-parser",
+        "qwen3",
+    ]);
+    let out = Command::new("python3").args(["-c", SDK_TOOLS_SCRIPT, &s.1.to_string()]).output().expect("python3 runs");
+    assert!(out.status.success(), "SDK script failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("script prints JSON");
+    // The SDK validated these against the pydantic models; check the values too.
+    assert!(["Paris", "Lyon", "Nice"].contains(&v["city"]["name"].as_str().unwrap_or("")), "{v}");
+    assert!(v["city"]["population"].as_u64().is_some_and(|p| (1000..=99_999_999).contains(&p)), "{v}");
+    assert_eq!(v["city_finish"], "stop");
+    assert_eq!((v["call"]["name"].as_str(), v["call_finish"].as_str()), (Some("get_weather"), Some("tool_calls")), "{v}");
+    assert!(v["call"]["id"].as_str().is_some_and(|i| i.starts_with("call_")), "{v}");
+    let streamed = v["streamed"].as_array().expect("streamed calls");
+    assert_eq!(streamed.len(), 1, "{v}");
+    assert_eq!(streamed[0]["name"], "get_weather");
+    assert!(streamed[0]["pieces"].as_u64() > Some(3), "arguments came in pieces: {v}");
+    let args: Value = serde_json::from_str(streamed[0]["arguments"].as_str().unwrap_or("")).expect("arguments JSON");
+    assert!(["celsius", "fahrenheit"].contains(&args["unit"].as_str().unwrap_or("")), "{v}");
+    assert_eq!((v["finish"].as_str(), v["content"].as_str()), (Some("tool_calls"), Some("")), "{v}");
+    // `auto`: the model may answer or call; the message is well formed either way and carries
+    // the reasoning parser's field.
+    let auto = &v["auto"];
+    assert!(auto.as_object().is_some_and(|o| o.contains_key("reasoning_content")), "{v}");
+    assert!(auto["content"].is_string() || auto["tool_calls"].is_array(), "{v}");
+    let info = server_info(&s);
+    assert_eq!((info["tool_call_parser"].as_str(), info["reasoning_parser"].as_str()), (Some("qwen25"), Some("qwen3")));
+}
+
 /// SGLang's `--chunked-prefill-size -1` (chunked prefill off) serves, reports -1 as SGLang
 /// does, and prefills a prompt longer than the default 512-token chunk.
 #[test]
