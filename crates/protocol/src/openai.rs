@@ -446,4 +446,38 @@ mod tests {
             .ends_with(r#""choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}"#));
         assert!(o(Usage::new(5, 2, 4)).ends_with(r#""total_tokens":7,"prompt_tokens_details":{"cached_tokens":4}}}"#));
     }
+
+    /// OpenAI's documented shapes: a `chat.completion` message with a call (function-calling
+    /// guide, "content": null beside `tool_calls`) and the two kinds of streamed
+    /// `delta.tool_calls` entries (the call's first, then its arguments).
+    #[test]
+    fn tool_call_shapes_match_openais_examples() {
+        let calls = [ToolCall {
+            id: "call_12345xyz".into(),
+            kind: "function",
+            function: FunctionCall { name: "get_weather".into(), arguments: "{\"location\":\"Paris, France\"}".into() },
+        }];
+        let m = AssistantMessage { role: "assistant", content: None, reasoning_content: None, tool_calls: Some(&calls) };
+        let want: serde_json::Value = serde_json::from_str(
+            r#"{"role": "assistant", "content": null, "tool_calls": [{"id": "call_12345xyz", "type": "function",
+                "function": {"name": "get_weather", "arguments": "{\"location\":\"Paris, France\"}"}}]}"#,
+        )
+        .expect("example");
+        assert_eq!(serde_json::to_value(m).expect("serializes"), want);
+        let first = [ToolCallDelta {
+            index: 0,
+            id: Some("call_DdmO9pD3xa9XTPNJ32zg2hcA"),
+            kind: Some("function"),
+            function: FunctionDelta { name: Some("get_weather"), arguments: "" },
+        }];
+        let more = [ToolCallDelta { index: 0, id: None, kind: None, function: FunctionDelta { name: None, arguments: "{\"" } }];
+        let d = |c| serde_json::to_string(&ChatDelta { tool_calls: Some(c), ..Default::default() }).expect("serializes");
+        assert_eq!(
+            d(&first),
+            r#"{"tool_calls":[{"index":0,"id":"call_DdmO9pD3xa9XTPNJ32zg2hcA","type":"function","function":{"name":"get_weather","arguments":""}}]}"#
+        );
+        assert_eq!(d(&more), r#"{"tool_calls":[{"index":0,"function":{"arguments":"{\""}}]}"#);
+        let r = AssistantMessage { role: "assistant", content: Some("4"), reasoning_content: Some(None), tool_calls: None };
+        assert_eq!(serde_json::to_string(&r).expect("serializes"), r#"{"role":"assistant","content":"4","reasoning_content":null}"#);
+    }
 }

@@ -195,8 +195,8 @@ mod tests {
              g_ws: /[ \\x{9}\\x{a}]/ *\n\
              g_name_x: /[^\"\\\\]/ | \"é\\n\"\n"
         );
-        assert!(to_lark("root ::= \"a").unwrap_err().contains("unterminated"));
-        assert!(to_lark("x ::= \"a\"").unwrap_err().contains("root"));
-        assert!(to_lark("root ::= [a-").unwrap_err().contains("unterminated"));
+        for (bad, why) in [("root ::= \"a", "unterminated"), ("x ::= \"a\"", "root"), ("root ::= [a-", "unterminated")] {
+            assert!(to_lark(bad).is_err_and(|e| e.contains(why)), "{bad}");
+        }
     }
 }

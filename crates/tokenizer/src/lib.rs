@@ -280,21 +280,127 @@ impl Tokenizer {
             .chat_template
             .as_deref()
             .ok_or_else(|| TokenizerError::ChatTemplate("the model has no chat template".into()))?;
-        let mut env = minijinja::Environment::new();
-        env.add_function("raise_exception", |msg: String| -> Result<String, minijinja::Error> {
-            Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
-        });
-        env.add_template("chat", template).map_err(|e| TokenizerError::ChatTemplate(e.to_string()))?;
-        let tmpl = env.get_template("chat").map_err(|e| TokenizerError::ChatTemplate(e.to_string()))?;
-        let fixed = minijinja::context! {
-            messages => messages,
-            add_generation_prompt => add_generation_prompt,
-            bos_token => self.bos.as_ref().map_or("", |b| b.1.as_str()),
-            eos_token => self.eos.as_ref().map_or("", |e| e.1.as_str()),
-            tools => tools,
-        };
-        tmpl.render(minijinja::context! { ..fixed, ..minijinja::Value::from_serialize(kwargs) })
+        let special = (self.bos.as_ref().map_or("", |b| b.1.as_str()), self.eos.as_ref().map_or("", |e| e.1.as_str()));
+        render_template(template, messages, tools, kwargs, add_generation_prompt, special)
+    }
+}
+
+/// Renders `template` as HF `apply_chat_template` does: `messages`, `tools`,
+/// `add_generation_prompt`, `bos_token` / `eos_token` (`special`), and `kwargs` as extra
+/// variables that cannot override those.
+fn render_template(
+    template: &str,
+    messages: &[ChatMessage],
+    tools: Option<&serde_json::Value>,
+    kwargs: &serde_json::Map<String, serde_json::Value>,
+    add_generation_prompt: bool,
+    special: (&str, &str),
+) -> Result<String, TokenizerError> {
+    let mut env = minijinja::Environment::new();
+    env.add_function("raise_exception", |msg: String| -> Result<String, minijinja::Error> {
+        Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
+    });
+    env.add_filter("tojson", tojson);
+    env.add_template("chat", template).map_err(|e| TokenizerError::ChatTemplate(e.to_string()))?;
+    let tmpl = env.get_template("chat").map_err(|e| TokenizerError::ChatTemplate(e.to_string()))?;
+    let fixed = minijinja::context! {
+        messages => messages,
+        add_generation_prompt => add_generation_prompt,
+        bos_token => special.0,
+        eos_token => special.1,
+        tools => tools,
+    };
+    tmpl.render(minijinja::context! { ..fixed, ..minijinja::Value::from_serialize(kwargs) })
         .map_err(|e| TokenizerError::ChatTemplate(e.to_string()))
+}
+
+/// HF's `tojson` filter (`transformers/utils/chat_template_utils.py`): Python's `json.dumps`
+/// with `ensure_ascii=False`, so `", "` and `": "` separators (minijinja's own is compact), keys
+/// in their given order, and the `indent` argument some templates pass.
+fn tojson(v: minijinja::Value, kwargs: minijinja::value::Kwargs) -> Result<minijinja::Value, minijinja::Error> {
+    let indent: Option<usize> = kwargs.get("indent")?;
+    kwargs.assert_all_used()?;
+    let mut out = Vec::new();
+    let res = match indent {
+        Some(n) => {
+            let pad = vec![b' '; n];
+            let mut ser = serde_json::Serializer::with_formatter(&mut out, serde_json::ser::PrettyFormatter::with_indent(&pad));
+            serde::Serialize::serialize(&v, &mut ser)
+        }
+        None => serde::Serialize::serialize(&v, &mut serde_json::Serializer::with_formatter(&mut out, PyFormatter)),
+    };
+    res.map_err(|e| minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, e.to_string()))?;
+    let s = String::from_utf8(out).map_err(|e| minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, e.to_string()))?;
+    Ok(minijinja::Value::from_safe_string(s))
+}
+
+/// `json.dumps`' default separators.
+struct PyFormatter;
+
+impl serde_json::ser::Formatter for PyFormatter {
+    fn begin_array_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            w.write_all(b", ")
+        }
+    }
+    fn begin_object_key<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            w.write_all(b", ")
+        }
+    }
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        w.write_all(b": ")
+    }
+}
+
+#[cfg(test)]
+mod template_tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A template in the style of Qwen 2.5's (tools listed with `tojson`, calls written from
+    /// their `arguments` object, `tool` turns) with Qwen 3's `enable_thinking` switch.
+    const QWENISH: &str = "{%- if tools %}<tools>{%- for t in tools %}\n{{ t | tojson }}{%- endfor %}\n</tools>\n{%- endif %}\
+{%- for m in messages %}<|{{ m.role }}|>{{ m.content }}\
+{%- for c in m.tool_calls or [] %}<tool_call>{\"name\": \"{{ c.function.name }}\", \"arguments\": {{ c.function.arguments | tojson }}}</tool_call>{%- endfor %}\
+{%- if m.tool_call_id %}[{{ m.tool_call_id }}]{%- endif %}\n{%- endfor %}\
+{%- if add_generation_prompt %}<|assistant|>{%- if enable_thinking is defined and not enable_thinking %}<think></think>{%- endif %}{%- endif %}";
+
+    #[test]
+    fn tools_calls_tool_turns_and_kwargs() {
+        let msgs = [
+            ChatMessage::new("user", "Weather?"),
+            ChatMessage {
+                tool_calls: Some(json!([{"id": "c1", "type": "function", "function": {"name": "w", "arguments": {"city": "Paris"}}}])),
+                ..ChatMessage::new("assistant", "")
+            },
+            ChatMessage { tool_call_id: Some("c1".into()), ..ChatMessage::new("tool", "14C") },
+        ];
+        // One key per object: the key order then does not depend on serde_json's features.
+        let tools = json!([{"function": {"name": "w", "parameters": [1, "é"]}}]);
+        let mut kwargs = serde_json::Map::new();
+        kwargs.insert("enable_thinking".into(), json!(false));
+        // A kwarg cannot replace a fixed variable.
+        kwargs.insert("messages".into(), json!([]));
+        let out = render_template(QWENISH, &msgs, Some(&tools), &kwargs, true, ("", "")).expect("renders");
+        assert_eq!(
+            out,
+            "<tools>\n{\"function\": {\"name\": \"w\", \"parameters\": [1, \"é\"]}}\n</tools>\
+             <|user|>Weather?<|assistant|><tool_call>{\"name\": \"w\", \"arguments\": {\"city\": \"Paris\"}}</tool_call>\
+             <|tool|>14C[c1]<|assistant|><think></think>"
+        );
+        let plain = render_template(QWENISH, &msgs[..1], None, &serde_json::Map::new(), true, ("", "")).expect("renders");
+        assert_eq!(plain, "<|user|>Weather?<|assistant|>");
+        let indented = render_template("{{ x | tojson(indent=2) }}", &[], None, &{
+            let mut k = serde_json::Map::new();
+            k.insert("x".into(), json!({"a": [1]}));
+            k
+        }, false, ("", "")).expect("renders");
+        assert_eq!(indented, "{\n  \"a\": [\n    1\n  ]\n}");
     }
 }
 
