@@ -49,8 +49,8 @@ impl FromStr for ToolParser {
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
             "qwen25" | "qwen" | "hermes" => Ok(ToolParser::Qwen25),
-            "glm45" | "glm47" | "glm" => Ok(ToolParser::Glm45),
-            other => Err(format!("unknown tool-call parser {other:?} (qwen25, glm45)")),
+            "glm45" | "glm47" => Ok(ToolParser::Glm45),
+            _ => Err("have: qwen25 (also qwen, hermes), glm45 (also glm47)".to_owned()),
         }
     }
 }
@@ -84,7 +84,7 @@ impl FromStr for ReasoningParser {
             "glm45" => Ok(ReasoningParser::Glm45),
             "qwen3" => Ok(ReasoningParser::Qwen3),
             "deepseek-r1" => Ok(ReasoningParser::DeepseekR1),
-            other => Err(format!("unknown reasoning parser {other:?} (glm45, qwen3, deepseek-r1)")),
+            _ => Err("have: glm45, qwen3, deepseek-r1".to_owned()),
         }
     }
 }

@@ -8,6 +8,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
+use sparrow_server::tools::{ChatParsers, ReasoningParser, ToolParser};
 
 use super::values::{self, ChunkedPrefill};
 
@@ -273,6 +274,19 @@ impl MoeRunnerBackend {
     }
 }
 
+/// `--grammar-backend` values (SGLang's; only `llguidance` is implemented).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GrammarBackend {
+    /// xgrammar (refused).
+    Xgrammar,
+    /// Outlines (refused).
+    Outlines,
+    /// llguidance (`llguidance` / `toktrie` crates).
+    Llguidance,
+    /// No constrained decoding (refused: sparrow always has it).
+    None,
+}
+
 /// Flags of `sparrow serve`.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
@@ -299,12 +313,16 @@ pub struct ServeArgs {
     /// `qwen25` (Hermes/Qwen `<tool_call>{json}</tool_call>`) or `glm45` (GLM-4.5/5's
     /// `<arg_key>`/`<arg_value>` calls). Without it `auto` is a 400; `required` and a named
     /// function are constrained by a grammar and need no parser.
-    #[arg(long, value_parser = |s: &str| s.parse::<sparrow_server::tools::ToolParser>())]
-    pub tool_call_parser: Option<sparrow_server::tools::ToolParser>,
+    #[arg(long)]
+    pub tool_call_parser: Option<String>,
     /// Splits `<think>…</think>` into `reasoning_content` (SGLang's names): `glm45`, `qwen3`
     /// or `deepseek-r1` (whose output starts inside the reasoning).
-    #[arg(long, value_parser = |s: &str| s.parse::<sparrow_server::tools::ReasoningParser>())]
-    pub reasoning_parser: Option<sparrow_server::tools::ReasoningParser>,
+    #[arg(long)]
+    pub reasoning_parser: Option<String>,
+    /// The grammar engine of structured output: `llguidance`, the only one sparrow has
+    /// (SGLang's `xgrammar` and `outlines` are refused by name).
+    #[arg(long, value_enum, default_value_t = GrammarBackend::Llguidance)]
+    pub grammar_backend: GrammarBackend,
     /// Most requests running at once. Default: derived from the KV pool as SGLang does, then
     /// capped at start-up where doubling the decode batch no longer buys 10 % more tokens/s
     /// on this CPU (measured once, cached; reported in /get_server_info as `batch_cap`).
@@ -374,6 +392,14 @@ pub fn spelled<T: ValueEnum>(v: T) -> String {
 }
 
 impl ServeArgs {
+    /// `--tool-call-parser` and `--reasoning-parser` (values [`ServeArgs::check`] accepted).
+    pub fn parsers(&self) -> ChatParsers {
+        ChatParsers {
+            tool_call: self.tool_call_parser.as_deref().and_then(|s| s.parse().ok()),
+            reasoning: self.reasoning_parser.as_deref().and_then(|s| s.parse().ok()),
+        }
+    }
+
     /// Refuses SGLang values sparrow does not implement, naming the flag and the value.
     ///
     /// # Errors
@@ -402,6 +428,24 @@ impl ServeArgs {
                     spelled(b)
                 ));
             }
+        }
+        if self.grammar_backend != GrammarBackend::Llguidance {
+            return Err(format!(
+                "--grammar-backend {} is an SGLang grammar backend that sparrow serve does not support (have: llguidance)",
+                spelled(self.grammar_backend)
+            ));
+        }
+        if let Some(Err(e)) = self.tool_call_parser.as_deref().map(str::parse::<ToolParser>) {
+            return Err(format!(
+                "--tool-call-parser {} is an SGLang tool-call parser that sparrow serve does not support ({e})",
+                self.tool_call_parser.as_deref().unwrap_or("")
+            ));
+        }
+        if let Some(Err(e)) = self.reasoning_parser.as_deref().map(str::parse::<ReasoningParser>) {
+            return Err(format!(
+                "--reasoning-parser {} is an SGLang reasoning parser that sparrow serve does not support ({e})",
+                self.reasoning_parser.as_deref().unwrap_or("")
+            ));
         }
         if self.moe_runner_backend.engine().is_none() {
             return Err(format!(

@@ -164,10 +164,11 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         "threads": threads,
         "kv_cache_gb": a.kv_cache_gb,
         "model_runner": engine.notes(),
-        "tool_call_parser": a.tool_call_parser.map(|p| p.name()),
-        "reasoning_parser": a.reasoning_parser.map(|p| p.name()),
+        "tool_call_parser": a.parsers().tool_call.map(|p| p.name()),
+        "reasoning_parser": a.parsers().reasoning.map(|p| p.name()),
+        "grammar_backend": "llguidance",
     });
-    let parsers = sparrow_server::tools::ChatParsers { tool_call: a.tool_call_parser, reasoning: a.reasoning_parser };
+    let parsers = a.parsers();
     let state = sparrow_server::AppState::new(engine, tokenizer, model_id, model_path, server_info, parsers)
         .context("preparing the detokenizer")?;
     let addr = format!("{}:{}", a.host, a.port);

@@ -312,7 +312,7 @@ pub const REFUSED_GROUPS: &[RefusedGroup] = &[
     RefusedGroup {
         why: "constrained decoding and custom logit processing",
         flags: &[
-            "--grammar-backend", "--enable-custom-logit-processor", "--sampling-mask-max-tokens",
+            "--enable-custom-logit-processor", "--sampling-mask-max-tokens",
             "--disable-outlines-disk-cache", "--constrained-json-whitespace-pattern",
             "--constrained-json-disable-any-whitespace", "--constrained-json-max-whitespace-cnt",
         ],
