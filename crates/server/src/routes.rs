@@ -927,6 +927,9 @@ async fn chat(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) ->
         .map_err(|e| ApiError::bad("messages", e.to_string()))?;
     let ids = s.tokenizer.encode(&text, false).map_err(|e| ApiError::bad("messages", e.to_string()))?;
     p.logprobs = ask.spec(ids.len());
+    // A grammar forces the answer's shape from the first token: there is no reasoning to split
+    // off (a `deepseek-r1` parser would otherwise take the constrained JSON for reasoning).
+    let separate_reasoning = separate_reasoning && p.constraint.is_none();
     let prep = gen::prepare(&s, ids, p)?;
     let shape = ChatShape { parsers: s.parsers, tools, separate_reasoning };
     oai_respond(&s, Kind::Chat, vec![(prep, None)], ask, shape, stream, opts).await

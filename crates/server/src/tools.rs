@@ -619,6 +619,11 @@ impl Tagged {
                             // content.
                             if !body.started {
                                 ev.push(Ev::Content(format!("{CALL_START}{}{}", body.raw, body.pending)));
+                            } else if body.parser == ToolParser::Glm45 {
+                                // GLM's arguments are built here: close the object over the
+                                // complete pairs, so they stay valid JSON.
+                                body.glm_pairs(&self.tools, None, ev);
+                                ev.push(Ev::Args(if body.glm_pairs == 0 { "{}".to_owned() } else { "}".to_owned() }));
                             }
                             self.in_call = None;
                         }
@@ -1090,6 +1095,9 @@ mod tests {
         // `location` is a string in the schema: "42" stays a string; `days` is parsed.
         assert_eq!(calls(&m), vec![("get_weather", json!({"location": "42", "days": 3})), ("get_weather", json!({}))]);
         assert_eq!(m.calls[0].2, "{\"location\":\"42\",\"days\":3}");
+        // Cut off inside a call (max_tokens): the complete pairs, closed.
+        let m = run(p, Some(&r), "<tool_call>get_weather\n<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n<arg_key>loc");
+        assert_eq!(calls(&m), vec![("get_weather", json!({"days": 2}))]);
     }
 
     #[test]
