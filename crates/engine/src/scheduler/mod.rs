@@ -413,8 +413,7 @@ impl Scheduler {
                 let h = sc.spawn(move || {
                     jobs.into_iter()
                         .map(|(i, mut c)| {
-                            let mut allowed = vec![false; vocab];
-                            let m = c.allowed(&mut allowed).map(|()| allowed);
+                            let m = grammar_mask(c.as_mut(), vocab);
                             (i, c, m)
                         })
                         .collect::<Vec<_>>()
@@ -460,6 +459,12 @@ impl Scheduler {
         }
         jobs
     }
+}
+
+/// The tokens `c` allows next, over a vocabulary of `vocab`.
+fn grammar_mask(c: &mut dyn TokenConstraint, vocab: usize) -> Result<Vec<bool>, String> {
+    let mut allowed = vec![false; vocab];
+    c.allowed(&mut allowed).map(|()| allowed)
 }
 
 /// Token counts of `r` so far.

@@ -79,10 +79,7 @@ impl Scheduler {
             let mut row = raw.to_vec();
             let mask = match (r.mask.take(), r.constraint.as_mut()) {
                 (Some(m), _) => Some(m),
-                (None, Some(c)) => {
-                    let mut allowed = vec![false; row.len()];
-                    Some(c.allowed(&mut allowed).map(|()| allowed))
-                }
+                (None, Some(c)) => Some(super::grammar_mask(c.as_mut(), row.len())),
                 (None, None) => None,
             };
             if let Some(mask) = mask {
