@@ -4,13 +4,25 @@
 //! GGML block layouts follow `ggml/src/ggml-common.h` (llama.cpp):
 //! - `Q4_0`: `{ d: f16, qs: [u8; 16] }`, 32 weights, `w = d · (q − 8)`;
 //! - `Q4_1`: `{ d: f16, m: f16, qs: [u8; 16] }`, `w = d · q + m`;
-//! - `Q8_0`: `{ d: f16, qs: [i8; 32] }`, `w = d · q`.
+//! - `Q8_0`: `{ d: f16, qs: [i8; 32] }`, `w = d · q`;
+//! - `Q5_0`: `{ d: f16, qh: u32, qs: [u8; 16] }`, `w = d · (q − 16)`, bit 4 of weight `j` is bit
+//!   `j` of `qh`;
+//! - `Q5_1`: `{ d: f16, m: f16, qh: u32, qs: [u8; 16] }`, `w = d · q + m`;
+//! - K-quants, super-blocks of 256 (`QK_K`): `Q4_K` `{ d, dmin: f16, scales: [u8; 12],
+//!   qs: [u8; 128] }` and `Q5_K` (plus `qh: [u8; 32]`) give each 32-weight sub-block a 6-bit
+//!   scale `sc` and min `m`, `w = (d·sc) · q − dmin·m`; `Q6_K` `{ ql: [u8; 128], qh: [u8; 64],
+//!   scales: [i8; 16], d: f16 }` has 16-weight sub-blocks, `w = (d·sc) · (q − 32)`
+//!   (`dequantize_row_q{4,5,6}_K` in `ggml/src/ggml-quants.c`).
 //!
 //! In both 4-bit blocks byte `j` holds weight `j` in its low nibble and weight `j + 16` in its
 //! high nibble. Every quantized format is loaded into [`QMatrix`], where each 32-weight block is
 //! `w = d · u + m` with unsigned codes `u` (4-bit packed or 8-bit): `Q4_0` becomes `m = −8d`,
-//! `Q8_0` becomes `u = q + 128, m = −128d`. The conversion is exact, so one integer kernel
-//! serves all three formats. F16 and F32 matrices stay in f32 ([`crate::Weight::Dense`]).
+//! `Q8_0` becomes `u = q + 128, m = −128d`, the 5-bit formats take 8-bit codes (`Q5_0`:
+//! `m = −16d`), and a `Q4_K`/`Q5_K` sub-block becomes `d = d·sc`, `m = −dmin·m` (4- and 8-bit
+//! codes), with scales kept in f32 because `d·sc` is not an f16 value. Every conversion is exact
+//! (the dequantized values are GGML's bits), so one integer kernel serves all these formats.
+//! `Q6_K`'s 16-weight sub-blocks do not fit a 32-weight block; its matrices are dequantized
+//! (exactly) into f32, as are F16 and F32 ones ([`crate::Weight::Dense`]).
 #![allow(unsafe_code)]
 
 use crate::half::f16_to_f32;
@@ -18,8 +30,12 @@ use crate::half::f16_to_f32;
 /// Weights per quantization block (all GGML formats used here, and activations).
 pub const QK: usize = 32;
 
+/// Weights per K-quant super-block (`QK_K`).
+pub const QK_K: usize = 256;
+
 /// GGML tensor types this crate reads (values are GGML's `ggml_type` numbers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(non_camel_case_types)]
 pub enum GgmlType {
     /// 32-bit float.
     F32,
@@ -31,6 +47,16 @@ pub enum GgmlType {
     Q4_1,
     /// 8-bit, scale only.
     Q8_0,
+    /// 5-bit, scale only.
+    Q5_0,
+    /// 5-bit, scale and min.
+    Q5_1,
+    /// 4-bit K-quant (256-weight super-blocks, 6-bit sub-block scales and mins).
+    Q4_K,
+    /// 5-bit K-quant.
+    Q5_K,
+    /// 6-bit K-quant (16-weight sub-blocks, 8-bit scales).
+    Q6_K,
 }
 
 impl GgmlType {
@@ -41,12 +67,17 @@ impl GgmlType {
             1 => Self::F16,
             2 => Self::Q4_0,
             3 => Self::Q4_1,
+            6 => Self::Q5_0,
+            7 => Self::Q5_1,
             8 => Self::Q8_0,
+            12 => Self::Q4_K,
+            13 => Self::Q5_K,
+            14 => Self::Q6_K,
             _ => return None,
         })
     }
 
-    /// Bytes taken by `n` elements (`n` a multiple of [`QK`] for block types).
+    /// Bytes taken by `n` elements (`n` a multiple of [`GgmlType::block_len`]).
     pub fn bytes_for(self, n: usize) -> usize {
         match self {
             Self::F32 => 4 * n,
@@ -54,12 +85,116 @@ impl GgmlType {
             Self::Q4_0 => n / QK * 18,
             Self::Q4_1 => n / QK * 20,
             Self::Q8_0 => n / QK * 34,
+            Self::Q5_0 => n / QK * 22,
+            Self::Q5_1 => n / QK * 24,
+            Self::Q4_K => n / QK_K * 144,
+            Self::Q5_K => n / QK_K * 176,
+            Self::Q6_K => n / QK_K * 210,
         }
     }
 
-    /// True for block-quantized types (row length must be a multiple of [`QK`]).
+    /// True for block-quantized types (row length must be a multiple of [`GgmlType::block_len`]).
     pub fn is_block(self) -> bool {
-        matches!(self, Self::Q4_0 | Self::Q4_1 | Self::Q8_0)
+        !matches!(self, Self::F32 | Self::F16)
+    }
+
+    /// Weights per block: 1 for F32/F16, 32, or 256 for the K-quants.
+    pub fn block_len(self) -> usize {
+        match self {
+            Self::F32 | Self::F16 => 1,
+            Self::Q4_K | Self::Q5_K | Self::Q6_K => QK_K,
+            _ => QK,
+        }
+    }
+
+    /// Whether [`QMatrix::from_ggml`] takes the type (every block type but `Q6_K`, which loads
+    /// as dense f32).
+    pub fn is_affine(self) -> bool {
+        self.is_block() && self != Self::Q6_K
+    }
+
+    /// GGML's name (`Q4_K`, `F32`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::F32 => "F32",
+            Self::F16 => "F16",
+            Self::Q4_0 => "Q4_0",
+            Self::Q4_1 => "Q4_1",
+            Self::Q8_0 => "Q8_0",
+            Self::Q5_0 => "Q5_0",
+            Self::Q5_1 => "Q5_1",
+            Self::Q4_K => "Q4_K",
+            Self::Q5_K => "Q5_K",
+            Self::Q6_K => "Q6_K",
+        }
+    }
+}
+
+/// The 6-bit scale and min of sub-block `j` (0..8) of a `Q4_K`/`Q5_K` super-block
+/// (`get_scale_min_k4` in `ggml-quants.c`).
+fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        ((q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
+    }
+}
+
+/// One 32-weight block of an affine type as unsigned codes (`u[i]` is weight `i`), scale and
+/// offset, `w = d · u + m`: the single decoding of every affine type that both
+/// [`dequantize_row`] and [`QMatrix::from_ggml`] use. `blk` is the GGML block holding it and
+/// `sub` the block's index inside it (0 for 32-weight types, 0..8 for K-quants).
+fn affine_block(ty: GgmlType, blk: &[u8], sub: usize, u: &mut [u8; QK]) -> (f32, f32) {
+    match ty {
+        GgmlType::Q4_0 | GgmlType::Q4_1 => {
+            let qs = &blk[if ty == GgmlType::Q4_0 { 2 } else { 4 }..];
+            for j in 0..16 {
+                u[j] = qs[j] & 0xf;
+                u[j + 16] = qs[j] >> 4;
+            }
+            let d = rd_f16(blk, 0);
+            if ty == GgmlType::Q4_0 {
+                (d, -8.0 * d)
+            } else {
+                (d, rd_f16(blk, 2))
+            }
+        }
+        GgmlType::Q8_0 => {
+            for j in 0..QK {
+                u[j] = (blk[2 + j] as i8 as i16 + 128) as u8;
+            }
+            let d = rd_f16(blk, 0);
+            (d, -128.0 * d)
+        }
+        GgmlType::Q5_0 | GgmlType::Q5_1 => {
+            let o = if ty == GgmlType::Q5_0 { 2 } else { 4 };
+            let qh = u32::from_le_bytes([blk[o], blk[o + 1], blk[o + 2], blk[o + 3]]);
+            let qs = &blk[o + 4..];
+            for j in 0..16 {
+                u[j] = (qs[j] & 0xf) | (((qh >> j) << 4) & 0x10) as u8;
+                u[j + 16] = (qs[j] >> 4) | ((qh >> (j + 12)) & 0x10) as u8;
+            }
+            let d = rd_f16(blk, 0);
+            if ty == GgmlType::Q5_0 {
+                (d, -16.0 * d)
+            } else {
+                (d, rd_f16(blk, 2))
+            }
+        }
+        GgmlType::Q4_K | GgmlType::Q5_K => {
+            let (d, dmin) = (rd_f16(blk, 0), rd_f16(blk, 2));
+            let (sc, m) = scale_min_k4(sub, &blk[4..16]);
+            // Sub-blocks 2k and 2k+1 share 32 bytes of `qs`: low nibbles, then high ones.
+            let (qs, hi) = if ty == GgmlType::Q4_K { (&blk[16..], None) } else { (&blk[48..], Some(&blk[16..48])) };
+            let q = &qs[sub / 2 * 32..sub / 2 * 32 + 32];
+            for l in 0..QK {
+                let nib = if sub % 2 == 0 { q[l] & 0xf } else { q[l] >> 4 };
+                let h = hi.map_or(0, |qh| ((qh[l] >> sub) & 1) << 4);
+                u[l] = nib | h;
+            }
+            (d * sc as f32, -(dmin * m as f32))
+        }
+        GgmlType::F32 | GgmlType::F16 | GgmlType::Q6_K => unreachable!("not an affine block type"),
     }
 }
 
@@ -72,7 +207,6 @@ fn rd_f16(b: &[u8], at: usize) -> f32 {
 ///
 /// This is the scalar reference the kernels are tested against.
 pub fn dequantize_row(ty: GgmlType, src: &[u8], out: &mut [f32]) {
-    let n = out.len();
     match ty {
         GgmlType::F32 => {
             for (o, c) in out.iter_mut().zip(src.chunks_exact(4)) {
@@ -84,31 +218,35 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], out: &mut [f32]) {
                 *o = f16_to_f32(u16::from_le_bytes([c[0], c[1]]));
             }
         }
-        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 => {
-            let bs = ty.bytes_for(QK);
-            for b in 0..n / QK {
-                let blk = &src[b * bs..(b + 1) * bs];
-                let o = &mut out[b * QK..(b + 1) * QK];
-                match ty {
-                    GgmlType::Q4_0 => {
-                        let d = rd_f16(blk, 0);
-                        for j in 0..16 {
-                            o[j] = d * ((blk[2 + j] & 0xf) as f32 - 8.0);
-                            o[j + 16] = d * ((blk[2 + j] >> 4) as f32 - 8.0);
-                        }
+        GgmlType::Q6_K => {
+            for (blk, o) in src.chunks_exact(210).zip(out.chunks_exact_mut(QK_K)) {
+                let (ql, qh, sc) = (&blk[..128], &blk[128..192], &blk[192..208]);
+                let d = rd_f16(blk, 208);
+                for n in 0..2 {
+                    let (ql, qh, sc, y) = (&ql[64 * n..], &qh[32 * n..], &sc[8 * n..], &mut o[128 * n..]);
+                    for l in 0..32 {
+                        let is = l / 16;
+                        let q1 = ((ql[l] & 0xf) | ((qh[l] & 3) << 4)) as i32 - 32;
+                        let q2 = ((ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4)) as i32 - 32;
+                        let q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i32 - 32;
+                        let q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i32 - 32;
+                        // GGML's `d * sc[is] * q`, left to right.
+                        y[l] = d * sc[is] as i8 as f32 * q1 as f32;
+                        y[l + 32] = d * sc[is + 2] as i8 as f32 * q2 as f32;
+                        y[l + 64] = d * sc[is + 4] as i8 as f32 * q3 as f32;
+                        y[l + 96] = d * sc[is + 6] as i8 as f32 * q4 as f32;
                     }
-                    GgmlType::Q4_1 => {
-                        let (d, m) = (rd_f16(blk, 0), rd_f16(blk, 2));
-                        for j in 0..16 {
-                            o[j] = d * (blk[4 + j] & 0xf) as f32 + m;
-                            o[j + 16] = d * (blk[4 + j] >> 4) as f32 + m;
-                        }
-                    }
-                    _ => {
-                        let d = rd_f16(blk, 0);
-                        for j in 0..QK {
-                            o[j] = d * (blk[2 + j] as i8) as f32;
-                        }
+                }
+            }
+        }
+        _ => {
+            let (bl, bs) = (ty.block_len(), ty.bytes_for(ty.block_len()));
+            let mut u = [0u8; QK];
+            for (blk, o) in src.chunks_exact(bs).zip(out.chunks_exact_mut(bl)) {
+                for (sub, o) in o.chunks_exact_mut(QK).enumerate() {
+                    let (d, m) = affine_block(ty, blk, sub, &mut u);
+                    for (o, &u) in o.iter_mut().zip(&u) {
+                        *o = d * u as f32 + m;
                     }
                 }
             }
@@ -155,9 +293,16 @@ pub struct QMatrix {
     pub dh: Vec<u16>,
     /// `m` as f16, grouped like `dh`; empty when `m = m_factor · d` (Q4_0, Q8_0).
     pub mh: Vec<u16>,
-    /// `m / d` when it is the same for every block (−8 for Q4_0, −128 for Q8_0: an exact
-    /// power-of-two product), else `None` and `mh` holds the offsets.
+    /// `m / d` when it is the same for every block (−8 for Q4_0, −16 for Q5_0, −128 for Q8_0:
+    /// an exact power-of-two product), else `None` and `mh` (or `mf`) holds the offsets.
     pub m_factor: Option<f32>,
+    /// Whether the SIMD kernels read the f32 copies `df`/`mf` (K-quant sub-block scales
+    /// `d·sc`, which f16 cannot hold) instead of `dh`/`mh`, which are then empty.
+    pub f32_scales: bool,
+    /// `d` as f32 grouped like `dh` (only with `f32_scales`).
+    pub df: Vec<f32>,
+    /// `m` as f32 grouped like `dh` (only with `f32_scales`).
+    pub mf: Vec<f32>,
 }
 
 impl QMatrix {
@@ -166,6 +311,16 @@ impl QMatrix {
     fn regroup(&mut self) {
         let nb = self.cols / QK;
         let groups = self.rows / 8;
+        if self.f32_scales {
+            let grouped = |v: &[f32]| -> Vec<f32> {
+                (0..groups * nb * 8).map(|at| v[(8 * (at / (nb * 8)) + at % 8) * nb + at / 8 % nb]).collect()
+            };
+            self.df = grouped(&self.d);
+            self.mf = grouped(&self.m);
+            self.dh = Vec::new();
+            self.mh = Vec::new();
+            return;
+        }
         self.dh = vec![0; groups * nb * 8];
         self.mh = if self.m_factor.is_some() { Vec::new() } else { vec![0; groups * nb * 8] };
         for g in 0..groups {
@@ -212,6 +367,7 @@ impl QMatrix {
     }
 
     /// Builds the matrix from row-major codes (block `b` of row `r` at `(r·nb + b)·bb`).
+    #[allow(clippy::too_many_arguments)]
     fn from_row_major(
         rows: usize,
         cols: usize,
@@ -220,6 +376,7 @@ impl QMatrix {
         d: Vec<f32>,
         m: Vec<f32>,
         m_factor: Option<f32>,
+        f32_scales: bool,
     ) -> Self {
         let mut q = QMatrix {
             rows,
@@ -230,7 +387,10 @@ impl QMatrix {
             m,
             dh: Vec::new(),
             mh: Vec::new(),
-            m_factor,
+            m_factor: if f32_scales { None } else { m_factor },
+            f32_scales,
+            df: Vec::new(),
+            mf: Vec::new(),
         };
         let nb = cols / QK;
         let bb = q.block_bytes();
@@ -270,56 +430,45 @@ impl QMatrix {
     /// Bytes a SIMD matmul reads per call: the codes and the f16 scales (and offsets).
     pub fn kernel_bytes(&self) -> usize {
         let blocks = self.rows * self.cols / QK;
-        self.codes.len() + 2 * blocks * if self.m_factor.is_some() { 1 } else { 2 }
+        let per_scale = if self.f32_scales { 4 } else { 2 };
+        self.codes.len() + per_scale * blocks * if self.m_factor.is_some() { 1 } else { 2 }
     }
 
     /// Converts GGML block data (`rows` rows of `cols` weights) into the affine layout.
-    /// `ty` must be a block type.
+    /// `ty` must be affine ([`GgmlType::is_affine`]) and `cols` a multiple of its block length.
     pub fn from_ggml(ty: GgmlType, src: &[u8], rows: usize, cols: usize) -> Self {
+        debug_assert!(ty.is_affine() && cols.is_multiple_of(ty.block_len()));
         let nb = rows * cols / QK;
-        let bits = if ty == GgmlType::Q8_0 { Bits::U8 } else { Bits::U4 };
-        let mut q = QMatrix {
-            rows,
-            cols,
-            bits,
-            codes: Vec::with_capacity(match bits {
-                Bits::U4 => nb * 16,
-                Bits::U8 => nb * 32,
-            }),
-            d: Vec::with_capacity(nb),
-            m: Vec::with_capacity(nb),
-            dh: Vec::new(),
-            mh: Vec::new(),
-            m_factor: None,
+        let bits = match ty {
+            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4_K => Bits::U4,
+            _ => Bits::U8,
         };
-        let bs = ty.bytes_for(QK);
-        for blk in src[..nb * bs].chunks_exact(bs) {
-            match ty {
-                GgmlType::Q4_0 => {
-                    let d = rd_f16(blk, 0);
-                    q.d.push(d);
-                    q.m.push(-8.0 * d);
-                    q.codes.extend_from_slice(&blk[2..18]);
-                }
-                GgmlType::Q4_1 => {
-                    q.d.push(rd_f16(blk, 0));
-                    q.m.push(rd_f16(blk, 2));
-                    q.codes.extend_from_slice(&blk[4..20]);
-                }
-                _ => {
-                    let d = rd_f16(blk, 0);
-                    q.d.push(d);
-                    q.m.push(-128.0 * d);
-                    q.codes.extend(blk[2..34].iter().map(|&c| (c as i8 as i16 + 128) as u8));
+        let mut codes = Vec::with_capacity(match bits {
+            Bits::U4 => nb * 16,
+            Bits::U8 => nb * 32,
+        });
+        let (mut d, mut m) = (Vec::with_capacity(nb), Vec::with_capacity(nb));
+        let (bl, bs) = (ty.block_len(), ty.bytes_for(ty.block_len()));
+        let mut u = [0u8; QK];
+        for blk in src[..rows * cols / bl * bs].chunks_exact(bs) {
+            for sub in 0..bl / QK {
+                let (db, mb) = affine_block(ty, blk, sub, &mut u);
+                d.push(db);
+                m.push(mb);
+                match bits {
+                    Bits::U4 => codes.extend((0..16).map(|j| u[j] | (u[j + 16] << 4))),
+                    Bits::U8 => codes.extend_from_slice(&u),
                 }
             }
         }
         let m_factor = match ty {
             GgmlType::Q4_0 => Some(-8.0),
             GgmlType::Q8_0 => Some(-128.0),
+            GgmlType::Q5_0 => Some(-16.0),
             _ => None,
         };
-        QMatrix::from_row_major(rows, cols, bits, &q.codes, q.d, q.m, m_factor)
+        let f32_scales = matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K);
+        QMatrix::from_row_major(rows, cols, bits, &codes, d, m, m_factor, f32_scales)
     }
 
     /// Stacks matrices with the same `cols` and `bits` along rows (e.g. Q, K, V into one QKV
@@ -329,10 +478,12 @@ impl QMatrix {
         if parts.iter().any(|p| p.cols != first.cols || p.bits != first.bits) {
             return None;
         }
-        // Mixed offset rules (Q4_0 with Q4_1) keep per-block offsets, which must be f16-exact.
+        // Mixed offset rules (Q4_0 with Q4_1) keep per-block offsets, which must be f16-exact
+        // unless a K-quant part makes the result keep f32 scales anyway.
+        let f32_scales = parts.iter().any(|p| p.f32_scales);
         let m_factor = first.m_factor.filter(|_| parts.iter().all(|p| p.m_factor == first.m_factor));
         let exact = |m: f32| crate::half::f16_to_f32(crate::half::f32_to_f16(m)).to_bits() == m.to_bits();
-        if m_factor.is_none() && !parts.iter().all(|p| p.m.iter().all(|&m| exact(m))) {
+        if !f32_scales && m_factor.is_none() && !parts.iter().all(|p| p.m.iter().all(|&m| exact(m))) {
             return None;
         }
         let (mut rows, mut codes, mut d, mut m) = (0, Vec::new(), Vec::new(), Vec::new());
@@ -344,7 +495,7 @@ impl QMatrix {
             d.extend_from_slice(&p.d);
             m.extend_from_slice(&p.m);
         }
-        Some(QMatrix::from_row_major(rows, first.cols, first.bits, &codes, d, m, m_factor))
+        Some(QMatrix::from_row_major(rows, first.cols, first.bits, &codes, d, m, m_factor, f32_scales))
     }
 
     /// Dequantizes row `r` into `out` (length `cols`).
@@ -495,8 +646,31 @@ fn quantize_blocks_body(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32], b
     }
 }
 
+/// Random GGML bytes of `n` weights of block type `ty` whose f16 scales are finite and small
+/// (about 1e-3..1e-2), for tests of the formats and kernels.
+#[doc(hidden)]
+pub fn random_blocks(ty: GgmlType, n: usize, next: &mut dyn FnMut() -> u32) -> Vec<u8> {
+    let mut raw: Vec<u8> = (0..ty.bytes_for(n)).map(|_| next() as u8).collect();
+    let bs = ty.bytes_for(ty.block_len());
+    // The high bytes of the f16 fields: d (and m or dmin) at the front, Q6_K's d at the end.
+    let highs: &[usize] = match ty {
+        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[1, 3],
+        GgmlType::Q6_K => &[209],
+        GgmlType::F32 | GgmlType::F16 => &[],
+        _ => &[1],
+    };
+    for blk in raw.chunks_exact_mut(bs) {
+        for (i, &h) in highs.iter().enumerate() {
+            // A positive scale; Q4_1/Q5_1 offsets negative (K-quant mins are subtracted).
+            let sign = if i == 1 && matches!(ty, GgmlType::Q4_1 | GgmlType::Q5_1) { 0x80 } else { 0 };
+            blk[h] = sign | 0x20 | (blk[h] & 0x0f);
+        }
+    }
+    raw
+}
+
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::half::f32_to_f16;
 
@@ -580,7 +754,12 @@ mod tests {
         assert_eq!(s1.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), s2.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
     }
 
-    /// The affine repacking must reproduce GGML's dequantization exactly.
+    /// Affine types (everything but Q6_K).
+    pub(crate) const AFFINE: [GgmlType; 7] =
+        [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q5_K];
+
+    /// The affine repacking reproduces GGML's dequantization bit for bit, through the
+    /// row-group layout (9 rows: one group of 8 and a row-major tail) and through a concat.
     #[test]
     fn repack_is_exact() {
         let mut rng = 0x1234_5678u32;
@@ -590,29 +769,61 @@ mod tests {
             rng ^= rng << 5;
             rng
         };
-        for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
-            let (rows, cols) = (3, 64);
-            let mut raw = vec![0u8; ty.bytes_for(rows * cols)];
-            raw.iter_mut().for_each(|b| *b = next() as u8);
-            // Keep scales finite and small: f16 0x2xxx is around 1e-3..1e-2.
-            let bs = ty.bytes_for(QK);
-            for blk in raw.chunks_exact_mut(bs) {
-                blk[1] = 0x20 | (blk[1] & 0x0f);
-                if ty == GgmlType::Q4_1 {
-                    blk[3] = 0xa0 | (blk[3] & 0x0f);
-                }
-            }
+        for ty in AFFINE {
+            let (rows, cols) = (9, 512);
+            let raw = random_blocks(ty, rows * cols, &mut next);
             let q = QMatrix::from_ggml(ty, &raw, rows, cols);
+            let both = QMatrix::concat(&[&q, &q]).expect("same format");
             for r in 0..rows {
                 let mut want = vec![0f32; cols];
-                dequantize_row(ty, &raw[r * ty.bytes_for(cols)..], &mut want);
-                let mut got = vec![0f32; cols];
-                q.dequantize_row(r, &mut got);
-                for (g, w) in got.iter().zip(&want) {
-                    assert!((g - w).abs() <= 1e-6 * w.abs().max(1e-3), "{ty:?}: {g} vs {w}");
+                dequantize_row(ty, &raw[r * ty.bytes_for(cols)..(r + 1) * ty.bytes_for(cols)], &mut want);
+                for (m, r) in [(&q, r), (&both, r), (&both, r + rows)] {
+                    let mut got = vec![0f32; cols];
+                    m.dequantize_row(r, &mut got);
+                    let (g, w): (Vec<u32>, Vec<u32>) =
+                        (got.iter().map(|v| v.to_bits()).collect(), want.iter().map(|v| v.to_bits()).collect());
+                    assert_eq!(g, w, "{ty:?} row {r}");
                 }
             }
         }
     }
-}
 
+    /// Hand-built blocks against values computed by hand from GGML's layouts.
+    #[test]
+    fn hand_computed_blocks() {
+        let f16 = |v: f32| f32_to_f16(v).to_le_bytes();
+        // Q5_0, d = 0.5: weight j has low nibble j % 16, high bit set for odd j.
+        let mut b = Vec::new();
+        b.extend_from_slice(&f16(0.5));
+        let qh: u32 = (0..32).filter(|j| j % 2 == 1).fold(0, |a, j| a | 1 << j);
+        b.extend_from_slice(&qh.to_le_bytes());
+        b.extend((0..16u8).map(|j| j | (j << 4)));
+        let mut out = [0f32; 32];
+        dequantize_row(GgmlType::Q5_0, &b, &mut out);
+        for (j, &v) in out.iter().enumerate() {
+            let q = (j % 16) as f32 + if j % 2 == 1 { 16.0 } else { 0.0 };
+            assert_eq!(v, 0.5 * (q - 16.0), "Q5_0 weight {j}");
+        }
+        // Q4_K: d = 1, dmin = 0.25; sub-block s has scale 7s + 1 and min 9s (s < 4 direct,
+        // s ≥ 4 through the packed high bits); every code is 3 (low nibbles) or 5 (high).
+        let mut b = Vec::new();
+        b.extend_from_slice(&f16(1.0));
+        b.extend_from_slice(&f16(0.25));
+        let (sc, mn): (Vec<u8>, Vec<u8>) = ((0..8).map(|s| 7 * s + 1).collect(), (0..8).map(|s| 9 * s).collect());
+        let mut scales = [0u8; 12];
+        for j in 0..4 {
+            scales[j] = sc[j] | ((sc[j + 4] >> 4) << 6);
+            scales[j + 4] = mn[j] | ((mn[j + 4] >> 4) << 6);
+            scales[j + 8] = (sc[j + 4] & 0xf) | ((mn[j + 4] & 0xf) << 4);
+        }
+        b.extend_from_slice(&scales);
+        b.extend(std::iter::repeat_n(0x53u8, 128));
+        let mut out = vec![0f32; 256];
+        dequantize_row(GgmlType::Q4_K, &b, &mut out);
+        for (i, &v) in out.iter().enumerate() {
+            let s = i / 32;
+            let q = if s % 2 == 0 { 3.0 } else { 5.0 };
+            assert_eq!(v, sc[s] as f32 * q - 0.25 * mn[s] as f32, "Q4_K weight {i}");
+        }
+    }
+}

@@ -331,14 +331,7 @@ mod tests {
     }
 
     fn random_matrix(ty: GgmlType, rows: usize, cols: usize, seed: &mut u64) -> QMatrix {
-        let mut raw = vec![0u8; ty.bytes_for(rows * cols)];
-        raw.iter_mut().for_each(|b| *b = lcg(seed) as u8);
-        for blk in raw.chunks_exact_mut(ty.bytes_for(QK)) {
-            blk[1] = 0x20 | (blk[1] & 0x0f);
-            if ty == GgmlType::Q4_1 {
-                blk[3] = 0xa0 | (blk[3] & 0x0f);
-            }
-        }
+        let raw = crate::format::ggml::random_blocks(ty, rows * cols, &mut || lcg(seed));
         QMatrix::from_ggml(ty, &raw, rows, cols)
     }
 
@@ -422,8 +415,9 @@ mod tests {
     fn quant_matmul_matches_reference_and_is_batch_invariant() {
         let pool = ThreadPool::new(2).expect("pool");
         let mut seed = 7u64;
-        for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
-            let (n, k) = (45, 96);
+        for ty in crate::format::ggml::tests::AFFINE {
+            // K-quants need whole 256-weight super-blocks.
+            let (n, k) = (45, if ty.block_len() == 256 { 256 } else { 96 });
             // 45 rows: 4-row tiles, a 1-row tail tile and a scalar tail of 5 rows.
             let w = Weight::Quant(random_matrix(ty, n, k, &mut seed));
             for tokens in [1usize, 3, 4, 8, 9, 16, 17, 24, 30, 41] {

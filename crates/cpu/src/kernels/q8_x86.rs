@@ -164,6 +164,17 @@ unsafe fn block_sums<const NG: usize, const NT: usize, const M: u8>(
     s
 }
 
+/// The 8 rows' values at `at` of a grouped scale array: the f32 copy for K-quants
+/// (`QMatrix::f32_scales`), else the f16 one, widened (exactly).
+#[inline(always)]
+unsafe fn scales8(w: &QMatrix, h: &[u16], f: &[f32], at: usize) -> __m256 {
+    if w.f32_scales {
+        _mm256_loadu_ps(f.as_ptr().add(at))
+    } else {
+        _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr().add(at) as *const __m128i))
+    }
+}
+
 /// Row groups `g .. g+NG` (rows `8g .. 8(g+NG)`) against tokens `t0 .. t0+NT`.
 #[inline(always)]
 unsafe fn group_tile<const NG: usize, const NT: usize, const M: u8>(
@@ -183,7 +194,7 @@ unsafe fn group_tile<const NG: usize, const NT: usize, const M: u8>(
         let s = block_sums::<NG, NT, M>(w, g, b, x, t0);
         for j in 0..NG {
             let at = ((g + j) * nb + b) * 8;
-            let dw = _mm256_cvtph_ps(_mm_loadu_si128(w.dh.as_ptr().add(at) as *const __m128i));
+            let dw = scales8(w, &w.dh, &w.df, at);
             for t in 0..NT {
                 let scale = _mm256_mul_ps(dw, _mm256_set1_ps(*x.d.as_ptr().add((t0 + t) * nb + b)));
                 acc[j][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[j][t]), scale, acc[j][t]);
@@ -196,11 +207,8 @@ unsafe fn group_tile<const NG: usize, const NT: usize, const M: u8>(
             let at = ((g + j) * nb + b) * 8;
             let mw = match w.m_factor {
                 // m = factor · d exactly (a power of two), as the scalar path's stored m.
-                Some(f) => _mm256_mul_ps(
-                    _mm256_cvtph_ps(_mm_loadu_si128(w.dh.as_ptr().add(at) as *const __m128i)),
-                    _mm256_set1_ps(f),
-                ),
-                None => _mm256_cvtph_ps(_mm_loadu_si128(w.mh.as_ptr().add(at) as *const __m128i)),
+                Some(f) => _mm256_mul_ps(scales8(w, &w.dh, &w.df, at), _mm256_set1_ps(f)),
+                None => scales8(w, &w.mh, &w.mf, at),
             };
             for t in 0..NT {
                 macc[t] = _mm256_fmadd_ps(mw, _mm256_set1_ps(*x.s.as_ptr().add((t0 + t) * nb + b)), macc[t]);

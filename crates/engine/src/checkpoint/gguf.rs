@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use ggus::GGuf;
-use sparrow_cpu::format::ggml::{dequantize_row, GgmlType, QMatrix, QK};
+use sparrow_cpu::format::ggml::{dequantize_row, GgmlType, QMatrix};
 use sparrow_cpu::{Mapped, Weight};
 
 use crate::EngineError;
@@ -74,7 +74,7 @@ impl<'a> Gguf<'a> {
         let info = t.to_info();
         let ty = GgmlType::from_u32(info.ty() as u32).ok_or_else(|| {
             EngineError::model(format!(
-                "tensor {name}: type {:?} is not supported (Q4_0, Q4_1, Q8_0, F16, F32 are)",
+                "tensor {name}: type {:?} is not supported (F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K are)",
                 info.ty()
             ))
         })?;
@@ -103,8 +103,8 @@ impl<'a> Gguf<'a> {
         Ok(v)
     }
 
-    /// A `[rows, cols]` weight (GGUF shape `[cols, rows]`): block types as [`Weight::Quant`],
-    /// F16/F32 as [`Weight::Dense`].
+    /// A `[rows, cols]` weight (GGUF shape `[cols, rows]`): affine block types as
+    /// [`Weight::Quant`], Q6_K, F16 and F32 dequantized into [`Weight::Dense`].
     ///
     /// # Errors
     /// As [`Gguf::tensor`], and for another shape or a row that is not whole blocks.
@@ -113,10 +113,14 @@ impl<'a> Gguf<'a> {
         if shape != [cols, rows] {
             return Err(EngineError::model(format!("tensor {name}: GGUF shape {shape:?}, want [{cols}, {rows}]")));
         }
-        if ty.is_block() {
-            if !cols.is_multiple_of(QK) {
-                return Err(EngineError::model(format!("tensor {name}: {cols} columns is not a multiple of 32")));
-            }
+        if !cols.is_multiple_of(ty.block_len()) {
+            return Err(EngineError::model(format!(
+                "tensor {name}: {cols} columns is not a multiple of {} ({})",
+                ty.block_len(),
+                ty.name()
+            )));
+        }
+        if ty.is_affine() {
             Ok(Weight::Quant(QMatrix::from_ggml(ty, data, rows, cols)))
         } else {
             let mut v = vec![0f32; rows * cols];
