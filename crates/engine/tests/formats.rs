@@ -1,6 +1,8 @@
-//! Every GGUF tensor type the Llama loader accepts (Q4_0, Q4_1, Q8_0, F16, F32), in mixed
-//! combinations, with a tied or a separate output head, loaded from tiny synthetic GGUF files
-//! written here with `ggus`.
+//! Every GGUF tensor type the Llama loader accepts (F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+//! Q4_K, Q5_K, Q6_K), in mixed combinations, with a tied or a separate output head, loaded from
+//! tiny synthetic GGUF files written here with `ggus`. The 5-bit and K-quant tensors are random
+//! block bytes with their scales set for weights of about ±0.5 (no quantizer is needed: the
+//! twin holds whatever they decode to).
 //!
 //! Each quantized model is checked against an all-F32 twin holding exactly its dequantized
 //! weights: the twin runs the dense f32 path with unquantized activations, the original the
@@ -18,10 +20,11 @@ use sparrow_engine::model::Model;
 use sparrow_cpu::format::ggml::{dequantize_row, GgmlType};
 use sparrow_cpu::half::f16_to_f32;
 
-const HIDDEN: usize = 64;
+// Whole K-quant super-blocks (256) in every row.
+const HIDDEN: usize = 256;
 const HEADS: usize = 4;
 const KV_HEADS: usize = 2;
-const FFN: usize = 128;
+const FFN: usize = 512;
 const LAYERS: usize = 2;
 const VOCAB: usize = 96;
 const CTX: usize = 64;
@@ -41,6 +44,9 @@ impl Lcg {
 /// flushes tiny values to zero: any encoding will do, because the twin is built from the
 /// decoded values.
 fn encode(ty: GgmlType, x: &[f32]) -> Vec<u8> {
+    if matches!(ty, GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K) {
+        return random_encoding(ty, x);
+    }
     let f16 = |v: f32| -> [u8; 2] {
         // Exact for the scales used here: normal f16 range, 10-bit mantissa taken from f32.
         let b = v.to_bits();
@@ -88,6 +94,27 @@ fn encode(ty: GgmlType, x: &[f32]) -> Vec<u8> {
     out
 }
 
+/// Random codes (seeded from `x`) with the f16 scale fields set so that weights stay within
+/// about ±0.5: `(offset, value)` of each field per block.
+fn random_encoding(ty: GgmlType, x: &[f32]) -> Vec<u8> {
+    let mut rng = Lcg(x.len() as u64 ^ x[0].to_bits() as u64);
+    let mut raw = sparrow_cpu::format::ggml::random_blocks(ty, x.len(), &mut || rng.next());
+    let fields: &[(usize, f32)] = match ty {
+        GgmlType::Q5_0 => &[(0, 0.5 / 16.0)],
+        GgmlType::Q5_1 => &[(0, 1.0 / 31.0), (2, -0.5)],
+        GgmlType::Q4_K => &[(0, 1.0 / (63.0 * 15.0)), (2, 0.5 / 63.0)],
+        GgmlType::Q5_K => &[(0, 1.0 / (63.0 * 31.0)), (2, 0.5 / 63.0)],
+        _ => &[(208, 0.5 / (127.0 * 32.0))],
+    };
+    let bs = ty.bytes_for(ty.block_len());
+    for blk in raw.chunks_exact_mut(bs) {
+        for &(at, v) in fields {
+            blk[at..at + 2].copy_from_slice(&sparrow_cpu::half::f32_to_f16(v).to_le_bytes());
+        }
+    }
+    raw
+}
+
 fn ggml(ty: GgmlType) -> GGmlType {
     match ty {
         GgmlType::F32 => GGmlType::F32,
@@ -95,6 +122,11 @@ fn ggml(ty: GgmlType) -> GGmlType {
         GgmlType::Q4_0 => GGmlType::Q4_0,
         GgmlType::Q4_1 => GGmlType::Q4_1,
         GgmlType::Q8_0 => GGmlType::Q8_0,
+        GgmlType::Q5_0 => GGmlType::Q5_0,
+        GgmlType::Q5_1 => GGmlType::Q5_1,
+        GgmlType::Q4_K => GGmlType::Q4K,
+        GgmlType::Q5_K => GGmlType::Q5K,
+        GgmlType::Q6_K => GGmlType::Q6K,
     }
 }
 
@@ -205,11 +237,30 @@ fn every_tensor_type_loads_and_matches_its_f32_twin() {
         }
     };
     let uniform = |ty: GgmlType| move |_: &str| ty;
+    // What a Q4_K_M converter writes for Gemma 3: Q5_0/Q8_0 projections, Q4_K and Q6_K outputs
+    // and downs; Q5_0 beside Q8_0 in one fused QKV, Q6_K (dense) beside nothing.
+    let kmix = |n: &str| -> GgmlType {
+        if n.contains("attn_v") || n.starts_with("token_embd") {
+            GgmlType::Q8_0
+        } else if n.contains("attn_output") || n.contains("blk.0.ffn_down") {
+            GgmlType::Q4_K
+        } else if n.contains("ffn_down") {
+            GgmlType::Q6_K
+        } else {
+            GgmlType::Q5_0
+        }
+    };
     let cases: Vec<(&str, TypePick, bool)> = vec![
         ("mixed, separate output", Box::new(mixed), false),
         ("Q4_0, tied", Box::new(uniform(GgmlType::Q4_0)), true),
         ("Q8_0, separate output", Box::new(uniform(GgmlType::Q8_0)), false),
         ("F16, tied", Box::new(uniform(GgmlType::F16)), true),
+        ("Q5_0, tied", Box::new(uniform(GgmlType::Q5_0)), true),
+        ("Q5_1, separate output", Box::new(uniform(GgmlType::Q5_1)), false),
+        ("Q4_K, tied", Box::new(uniform(GgmlType::Q4_K)), true),
+        ("Q5_K, separate output", Box::new(uniform(GgmlType::Q5_K)), false),
+        ("Q6_K, tied", Box::new(uniform(GgmlType::Q6_K)), true),
+        ("K-quant mix (Q4_K_M-like)", Box::new(kmix), true),
     ];
     for (name, types, tied) in cases {
         let (real, twin) = weights(&*types, tied);

@@ -2,6 +2,8 @@
 //!
 //! Follows llama.cpp's reading of the same keys (`src/llama-vocab.cpp`): `tokenizer.ggml.model`
 //! `gpt2` is byte-level BPE over `tokens` with `merges` given as `"left right"` strings;
+//! `llama` is a SentencePiece vocabulary (see [`spm_model`]: scores instead of merges, `▁` for
+//! spaces, `<0xNN>` byte fallback, `add_space_prefix`);
 //! `tokenizer.ggml.pre` names the pre-tokenizer regex set; `token_type` 3 (control) marks
 //! special tokens and 4 (user-defined) plain added tokens; `add_bos_token` asks for a BOS
 //! token in front of every encoding. The pre-tokenizers below are the ones HF ships in each
@@ -27,6 +29,7 @@ const GGUF_MAGIC: &[u8; 4] = b"GGUF";
 /// `tokenizer.ggml.token_type` values (llama.cpp `llama_token_type`).
 const TOKEN_TYPE_CONTROL: i32 = 3;
 const TOKEN_TYPE_USER_DEFINED: i32 = 4;
+const TOKEN_TYPE_BYTE: i32 = 6;
 
 /// LLaMA-3 pre-tokenizer regex (`llama-bpe` in llama.cpp), also used by many newer BPE models.
 const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
@@ -65,9 +68,9 @@ fn meta_err(key: &str, e: ggus::GGufMetaError) -> TokenizerError {
 
 fn from_metadata(gguf: &GGuf<'_>, path: &Path) -> Result<Tokenizer, TokenizerError> {
     let model = gguf.tokenizer_ggml_model().map_err(|e| meta_err("tokenizer.ggml.model", e))?;
-    if model != "gpt2" {
+    if model != "gpt2" && model != "llama" {
         return Err(TokenizerError::Gguf(format!(
-            "tokenizer.ggml.model = {model:?} is not supported (only byte-level BPE, \"gpt2\")"
+            "tokenizer.ggml.model = {model:?} is not supported (byte-level BPE \"gpt2\" and SentencePiece \"llama\" are)"
         )));
     }
     let tokens: Vec<&str> = gguf
@@ -81,31 +84,47 @@ fn from_metadata(gguf: &GGuf<'_>, path: &Path) -> Result<Tokenizer, TokenizerErr
             .map_err(|e| TokenizerError::Gguf(format!("tokenizer.ggml.token_type: {e:?}")))?,
         Err(_) => vec![1; tokens.len()],
     };
-    let merges: Vec<(String, String)> = gguf
-        .tokenizer_ggml_merges()
-        .map_err(|e| meta_err("tokenizer.ggml.merges", e))?
-        .map(|m| {
-            let m = m.map_err(|e| TokenizerError::Gguf(format!("tokenizer.ggml.merges: {e:?}")))?;
-            let (a, b) = m.split_once(' ').ok_or_else(|| TokenizerError::Gguf(format!("merge {m:?} has no space")))?;
-            Ok((a.to_owned(), b.to_owned()))
-        })
-        .collect::<Result<_, TokenizerError>>()?;
-
-    let vocab: tokenizers::models::bpe::Vocab =
-        tokens.iter().enumerate().map(|(i, t)| ((*t).to_owned(), i as u32)).collect();
-    let bpe = BPE::builder().vocab_and_merges(vocab, merges).ignore_merges(false).build()?;
-    let mut inner = tokenizers::Tokenizer::new(bpe);
-
-    let pre = gguf.get_str("tokenizer.ggml.pre").unwrap_or("default");
-    inner.with_pre_tokenizer(Some(pre_tokenizer(pre)?));
-    inner.with_decoder(Some(ByteLevelDecoder::default()));
+    let (mut inner, pieces) = if model == "llama" {
+        let scores: Vec<f32> = gguf
+            .tokenizer_ggml_scores()
+            .map_err(|e| meta_err("tokenizer.ggml.scores", e))?
+            .collect::<Result<_, _>>()
+            .map_err(|e| TokenizerError::Gguf(format!("tokenizer.ggml.scores: {e:?}")))?;
+        if scores.len() != tokens.len() {
+            return Err(TokenizerError::Gguf(format!("{} scores for {} tokens", scores.len(), tokens.len())));
+        }
+        let prefix = gguf.get_bool("tokenizer.ggml.add_space_prefix").unwrap_or(true);
+        let unk = gguf.get_usize("tokenizer.ggml.unknown_token_id").ok().and_then(|i| tokens.get(i).copied());
+        (spm_model(&tokens, &scores, &types, prefix, unk)?, crate::Pieces::SentencePiece)
+    } else {
+        let merges: Vec<(String, String)> = gguf
+            .tokenizer_ggml_merges()
+            .map_err(|e| meta_err("tokenizer.ggml.merges", e))?
+            .map(|m| {
+                let m = m.map_err(|e| TokenizerError::Gguf(format!("tokenizer.ggml.merges: {e:?}")))?;
+                let (a, b) =
+                    m.split_once(' ').ok_or_else(|| TokenizerError::Gguf(format!("merge {m:?} has no space")))?;
+                Ok((a.to_owned(), b.to_owned()))
+            })
+            .collect::<Result<_, TokenizerError>>()?;
+        let vocab: tokenizers::models::bpe::Vocab =
+            tokens.iter().enumerate().map(|(i, t)| ((*t).to_owned(), i as u32)).collect();
+        let bpe = BPE::builder().vocab_and_merges(vocab, merges).ignore_merges(false).build()?;
+        let mut inner = tokenizers::Tokenizer::new(bpe);
+        let pre = gguf.get_str("tokenizer.ggml.pre").unwrap_or("default");
+        inner.with_pre_tokenizer(Some(pre_tokenizer(pre)?));
+        inner.with_decoder(Some(ByteLevelDecoder::default()));
+        (inner, crate::Pieces::ByteLevel)
+    };
 
     let added_of_type = |ty: i32, special: bool| -> Vec<AddedToken> {
         tokens
             .iter()
             .zip(&types)
             .filter(|(_, t)| **t == ty)
-            .map(|(s, _)| AddedToken::from((*s).to_owned(), special))
+            // Matched in the raw text, before SentencePiece's `▁` normalizer: llama.cpp splits
+            // user-defined tokens (Gemma's runs of spaces) out of the text as it is.
+            .map(|(s, _)| AddedToken::from((*s).to_owned(), special).normalized(false))
             .collect()
     };
     inner.add_special_tokens(&added_of_type(TOKEN_TYPE_CONTROL, true));
@@ -131,7 +150,78 @@ fn from_metadata(gguf: &GGuf<'_>, path: &Path) -> Result<Tokenizer, TokenizerErr
         inner.with_post_processor(Some(post));
     }
     let chat_template = gguf.tokenizer_chat_template().ok().map(str::to_owned);
-    Ok(Tokenizer::from_parts(inner, bos, eos, chat_template, path.to_owned()))
+    Ok(Tokenizer::from_parts(inner, bos, eos, chat_template, path.to_owned(), pieces))
+}
+
+/// The SentencePiece vocabulary of a GGUF file (`tokenizer.ggml.model = llama`) as a HF BPE
+/// model, the structure HF's own converters give SentencePiece-BPE models (Gemma's
+/// `tokenizer.json`): spaces normalized to `▁` (and one prepended when `add_space_prefix`),
+/// no pre-tokenizer, byte fallback to the `<0xNN>` tokens, and a decoder that maps `▁` back to
+/// spaces, fuses the fallback bytes and, with the prefix, strips the one leading space.
+///
+/// GGUF stores scores, not merges. llama.cpp's `llm_tokenizer_spm` starts from the text's
+/// characters and repeatedly joins the adjacent pair whose concatenation is the vocabulary
+/// token of highest score (leftmost on ties). That is BPE with a merge `(a, b)` for every
+/// split of a token `t = a + b` into two vocabulary tokens, ranked by `t`'s score (highest
+/// first, then by id), which is how HF's `SentencePieceExtractor` derives them too.
+///
+/// # Errors
+/// [`TokenizerError::Hf`] when `tokenizers` rejects the vocabulary.
+fn spm_model(
+    tokens: &[&str],
+    scores: &[f32],
+    types: &[i32],
+    add_space_prefix: bool,
+    unk: Option<&str>,
+) -> Result<tokenizers::Tokenizer, TokenizerError> {
+    use std::collections::HashMap;
+    use tokenizers::decoders::byte_fallback::ByteFallback;
+    use tokenizers::decoders::fuse::Fuse;
+    use tokenizers::decoders::sequence::Sequence as DecoderSequence;
+    use tokenizers::decoders::strip::Strip;
+    use tokenizers::normalizers::{prepend::Prepend, replace::Replace, Sequence as NormSequence};
+    use tokenizers::{DecoderWrapper, NormalizerWrapper};
+
+    // The first of duplicate texts wins, as in llama.cpp's `token_to_id` map.
+    let mut ids: HashMap<&str, u32> = HashMap::with_capacity(tokens.len());
+    for (i, t) in tokens.iter().enumerate() {
+        ids.entry(*t).or_insert(i as u32);
+    }
+    let mut ranked: Vec<(f32, u32, u32, u32)> = Vec::new();
+    for (i, t) in tokens.iter().enumerate() {
+        // Byte tokens stand for bytes, not their `<0xNN>` text.
+        if types.get(i) == Some(&TOKEN_TYPE_BYTE) || ids.get(t) != Some(&(i as u32)) {
+            continue;
+        }
+        for (k, _) in t.char_indices().skip(1) {
+            if let (Some(&a), Some(&b)) = (ids.get(&t[..k]), ids.get(&t[k..])) {
+                ranked.push((scores[i], i as u32, a, b));
+            }
+        }
+    }
+    ranked.sort_by(|x, y| y.0.total_cmp(&x.0).then(x.1.cmp(&y.1)));
+    let merges: Vec<(String, String)> =
+        ranked.iter().map(|&(_, _, a, b)| (tokens[a as usize].to_owned(), tokens[b as usize].to_owned())).collect();
+    let vocab: tokenizers::models::bpe::Vocab = ids.iter().map(|(t, &i)| ((*t).to_owned(), i)).collect();
+    let mut bpe = BPE::builder().vocab_and_merges(vocab, merges).byte_fallback(true).ignore_merges(false);
+    if let Some(unk) = unk {
+        bpe = bpe.unk_token(unk.to_owned());
+    }
+    let mut inner = tokenizers::Tokenizer::new(bpe.build()?);
+    let replace = Replace::new(" ", "\u{2581}")?;
+    let norm: NormalizerWrapper = if add_space_prefix {
+        NormSequence::new(vec![Prepend::new("\u{2581}".into()).into(), replace.into()]).into()
+    } else {
+        replace.into()
+    };
+    inner.with_normalizer(Some(norm));
+    let mut dec: Vec<DecoderWrapper> =
+        vec![Replace::new("\u{2581}", " ")?.into(), ByteFallback::new().into(), Fuse::new().into()];
+    if add_space_prefix {
+        dec.push(Strip::new(' ', 1, 0).into());
+    }
+    inner.with_decoder(Some(DecoderSequence::new(dec)));
+    Ok(inner)
 }
 
 /// The HF pre-tokenizer equivalent to llama.cpp's `tokenizer.ggml.pre` name.

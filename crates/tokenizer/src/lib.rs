@@ -82,6 +82,18 @@ pub struct Tokenizer {
     eos: Option<(u32, String)>,
     chat_template: Option<String>,
     source: PathBuf,
+    pieces: Pieces,
+}
+
+/// How a vocabulary piece spells its bytes (for [`Tokenizer::token_bytes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pieces {
+    /// GPT-2 byte-level: each char stands for one byte (`bytes_to_unicode`).
+    ByteLevel,
+    /// SentencePiece: UTF-8 text with `▁` for a space; `<0xNN>` pieces are single bytes.
+    SentencePiece,
+    /// Anything else: incremental decoding is not offered.
+    Other,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -139,12 +151,22 @@ impl Tokenizer {
         };
         let chat_template =
             cfg.as_ref().and_then(|c| c.get("chat_template")).and_then(|t| t.as_str()).map(str::to_owned);
+        let pieces = match inner.get_decoder() {
+            Some(tokenizers::DecoderWrapper::ByteLevel(_)) => Pieces::ByteLevel,
+            Some(tokenizers::DecoderWrapper::Sequence(_))
+                if serde_json::to_string(&inner.get_decoder()).is_ok_and(|d| d.contains("ByteFallback")) =>
+            {
+                Pieces::SentencePiece
+            }
+            _ => Pieces::Other,
+        };
         Ok(Tokenizer {
             bos: special("bos_token"),
             eos: special("eos_token"),
             chat_template,
             inner,
             source: path.to_owned(),
+            pieces,
         })
     }
 
@@ -154,8 +176,9 @@ impl Tokenizer {
         eos: Option<(u32, String)>,
         chat_template: Option<String>,
         source: PathBuf,
+        pieces: Pieces,
     ) -> Self {
-        Tokenizer { inner, bos, eos, chat_template, source }
+        Tokenizer { inner, bos, eos, chat_template, source, pieces }
     }
 
     /// Token ids of `text`. With `add_special_tokens` the model's post-processor runs (a BOS
@@ -178,16 +201,20 @@ impl Tokenizer {
     /// The raw bytes each token id stands for, `[vocab_size]`, for incremental decoding.
     ///
     /// Byte-level BPE tokens map back through GPT-2's byte↔unicode table (the inverse of
-    /// `bytes_to_unicode` in OpenAI's `gpt-2/src/encoder.py`); added tokens are their content,
-    /// and special tokens are empty when `skip_special_tokens` is set. Concatenating the bytes of
-    /// a sequence and decoding them as UTF-8 gives what [`Tokenizer::decode`] gives.
+    /// `bytes_to_unicode` in OpenAI's `gpt-2/src/encoder.py`); SentencePiece pieces are their
+    /// text with `▁` as a space, and `<0xNN>` byte-fallback pieces the one byte `NN` (llama.cpp's
+    /// `token_to_piece`). Added tokens are their content, and special tokens are empty when
+    /// `skip_special_tokens` is set. Concatenating the bytes of a sequence and decoding them as
+    /// UTF-8 gives what [`Tokenizer::decode`] gives (with SentencePiece's `add_space_prefix`,
+    /// but for the one leading space its decoder strips).
     ///
     /// # Errors
-    /// [`TokenizerError::Hf`] when the tokenizer is not byte-level BPE.
+    /// [`TokenizerError::Hf`] when the tokenizer is neither byte-level BPE nor SentencePiece.
     pub fn token_bytes(&self, skip_special_tokens: bool) -> Result<Vec<Vec<u8>>, TokenizerError> {
-        let is_byte_level = matches!(self.inner.get_decoder(), Some(tokenizers::DecoderWrapper::ByteLevel(_)));
-        if !is_byte_level {
-            return Err(TokenizerError::Hf("incremental decoding needs a byte-level BPE tokenizer".into()));
+        if self.pieces == Pieces::Other {
+            return Err(TokenizerError::Hf(
+                "incremental decoding needs a byte-level BPE or SentencePiece tokenizer".into(),
+            ));
         }
         let inverse = byte_level_inverse();
         let added = self.inner.get_added_tokens_decoder();
@@ -199,11 +226,14 @@ impl Tokenizer {
                 continue;
             }
             let piece = self.inner.id_to_token(id).unwrap_or_default();
-            let bytes = piece
-                .chars()
-                .map(|c| inverse.get(&c).copied())
-                .collect::<Option<Vec<u8>>>()
-                .unwrap_or_else(|| piece.as_bytes().to_vec());
+            let bytes = match self.pieces {
+                Pieces::SentencePiece => spm_piece_bytes(&piece),
+                _ => piece
+                    .chars()
+                    .map(|c| inverse.get(&c).copied())
+                    .collect::<Option<Vec<u8>>>()
+                    .unwrap_or_else(|| piece.as_bytes().to_vec()),
+            };
             out.push(bytes);
         }
         Ok(out)
@@ -489,6 +519,18 @@ mod template_tests {
 
 /// GPT-2's byte-level alphabet, inverted: the printable character each byte was mapped to,
 /// back to the byte.
+/// A SentencePiece piece's bytes: `<0xNN>` is the byte `NN`, else the text with `▁` a space.
+fn spm_piece_bytes(piece: &str) -> Vec<u8> {
+    if let Some(hex) = piece.strip_prefix("<0x").and_then(|p| p.strip_suffix('>')) {
+        if hex.len() == 2 {
+            if let Ok(b) = u8::from_str_radix(hex, 16) {
+                return vec![b];
+            }
+        }
+    }
+    piece.replace('\u{2581}', " ").into_bytes()
+}
+
 fn byte_level_inverse() -> std::collections::HashMap<char, u8> {
     let mut printable: Vec<u32> = (u32::from(b'!')..=u32::from(b'~')).collect();
     printable.extend(0xA1..=0xAC);

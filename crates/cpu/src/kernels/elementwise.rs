@@ -138,6 +138,17 @@ pub fn rms_norm(x: &[f32], g: &[f32], eps: f32, y: &mut [f32]) {
     }
 }
 
+/// GeGLU with the tanh GELU (Gemma's `gelu_pytorch_tanh`, Shazeer 2020 "GLU Variants"):
+/// `out[i] = gelu(gate[i]) · up[i]`, `gelu(v) = ½·v·(1 + tanh(√(2/π)·(v + 0.044715·v³)))`.
+/// Scalar on every ISA (libm's `tanhf`), so every path gives the same bits.
+pub fn gelu_tanh_mul(gate: &[f32], up: &[f32], out: &mut [f32]) {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+        let inner = SQRT_2_OVER_PI * (g + 0.044715 * g * g * g);
+        *o = 0.5 * g * (1.0 + inner.tanh()) * u;
+    }
+}
+
 /// SwiGLU: `out[i] = silu(gate[i]) · up[i]` with `silu(v) = v / (1 + e^{−v})`, `e^x` being
 /// [`exp_f32`](super::exp_f32) (Cephes' polynomial), so the AVX2 path (8 lanes of the same
 /// operations) and the scalar one give the same bits; libm's `expf`, used before, had no SIMD

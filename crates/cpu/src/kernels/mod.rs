@@ -44,7 +44,7 @@ mod q8_x86;
 pub use attention::{attend_group, KvElem};
 pub use dsa::{index_scores, IndexScratch};
 pub use flash::{block_scores, exp_f32, flash_attend, FlashScratch, KvView, KEY_BLOCK};
-pub use elementwise::{axpy, dot, rms_norm, silu_mul, softmax_in_place, to_f16, weighted_rows};
+pub use elementwise::{axpy, dot, gelu_tanh_mul, rms_norm, silu_mul, softmax_in_place, to_f16, weighted_rows};
 pub use matmul::{matmul, matmul_grouped, quant_dot_scalar, GemmJob};
 
 use crate::pool::ThreadPool;

@@ -1,5 +1,6 @@
 //! Llama-family decoder (Touvron et al. 2023) loaded from GGUF or a Hugging Face directory
-//! (BF16/F32 or ModelOpt NVFP4), run on the CPU over the paged KV cache.
+//! (BF16/F32 or ModelOpt NVFP4), run on the CPU over the paged KV cache; other dense families
+//! are [`Variant`]s of it, read from GGUF by architecture (`gemma3`: [`super::gemma3`]).
 //!
 //! Tensor names and metadata keys follow llama.cpp's `llama` architecture (`src/llama-model.cpp`):
 //! `token_embd`, `blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate,
@@ -32,6 +33,55 @@ use crate::checkpoint::gguf::GgufFile;
 use crate::model::observer::{Observer, ObserverSlot};
 use crate::EngineError;
 
+/// The gated MLP's activation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    /// SwiGLU (`silu(gate) · up`): Llama.
+    Silu,
+    /// GeGLU with the tanh GELU: Gemma.
+    GeluTanh,
+}
+
+/// What a family changes in the Llama decoder; [`Variant::llama`] is plain Llama.
+#[derive(Debug, Clone)]
+pub struct Variant {
+    /// MLP activation.
+    pub act: Activation,
+    /// Factor on the embedding rows (Gemma: √hidden, rounded to f32).
+    pub embed_scale: f32,
+    /// Attention score scale.
+    pub attn_scale: f32,
+    /// Which values of a head RoPE rotates together (Llama GGUF: adjacent pairs; Gemma:
+    /// halves, llama.cpp's NEOX).
+    pub rope_layout: RopeLayout,
+    /// Per layer: the sliding window (keys a query sees, itself included) or `None` for
+    /// global attention.
+    pub windows: Vec<Option<usize>>,
+    /// RoPE base of the sliding-window layers.
+    pub rope_local_base: f32,
+    /// Per-head RMSNorm of Q and K before RoPE (`attn_q_norm`, `attn_k_norm`).
+    pub qk_norm: bool,
+    /// RMSNorm of the attention and MLP outputs before the residual add
+    /// (`post_attention_norm`, `post_ffw_norm`).
+    pub post_norms: bool,
+}
+
+impl Variant {
+    /// Llama: SwiGLU, `1/√head_dim`, adjacent-pair RoPE, global attention everywhere.
+    pub fn llama(layers: usize, head_dim: usize, rope_base: f32) -> Variant {
+        Variant {
+            act: Activation::Silu,
+            embed_scale: 1.0,
+            attn_scale: 1.0 / (head_dim as f32).sqrt(),
+            rope_layout: RopeLayout::Interleaved,
+            windows: vec![None; layers],
+            rope_local_base: rope_base,
+            qk_norm: false,
+            post_norms: false,
+        }
+    }
+}
+
 /// Hyper-parameters read from GGUF metadata.
 #[derive(Debug, Clone)]
 pub struct LlamaConfig {
@@ -55,13 +105,28 @@ pub struct LlamaConfig {
     pub vocab: usize,
     /// Trained context length.
     pub context_length: usize,
+    /// The family's changes to Llama.
+    pub variant: Variant,
 }
 
 impl LlamaConfig {
-    /// Rejects head counts that do not divide the hidden size (from either file format).
-    fn check(&self) -> Result<(), EngineError> {
+    /// Width of all query heads together (`hidden` for Llama; Gemma 3 270M: 4 × 256 ≠ 640).
+    pub fn q_dim(&self) -> usize {
+        self.heads * self.head_dim
+    }
+
+    /// Rejects inconsistent head counts (from either file format).
+    pub(crate) fn check(&self) -> Result<(), EngineError> {
         let (h, kv) = (self.heads, self.kv_heads);
-        if h == 0 || kv == 0 || h % kv != 0 || self.head_dim * h != self.hidden || !self.head_dim.is_multiple_of(2) {
+        let llama_like = self.variant.embed_scale == 1.0;
+        if h == 0
+            || kv == 0
+            || h % kv != 0
+            || (llama_like && self.head_dim * h != self.hidden)
+            || !self.head_dim.is_multiple_of(2)
+            || self.variant.windows.len() != self.layers
+            || (self.variant.qk_norm && self.head_dim > MAX_QK_NORM_DIM)
+        {
             return Err(EngineError::model(format!(
                 "inconsistent heads: {h} heads of {}, {kv} KV heads, hidden {}",
                 self.head_dim, self.hidden
@@ -71,13 +136,17 @@ impl LlamaConfig {
     }
 }
 
-struct Layer {
-    attn_norm: Vec<f32>,
-    qkv: Weight,
-    wo: Weight,
-    ffn_norm: Vec<f32>,
-    gate_up: Weight,
-    down: Weight,
+pub(crate) struct Layer {
+    pub(crate) attn_norm: Vec<f32>,
+    pub(crate) qkv: Weight,
+    pub(crate) wo: Weight,
+    pub(crate) ffn_norm: Vec<f32>,
+    pub(crate) gate_up: Weight,
+    pub(crate) down: Weight,
+    /// Per-head Q and K norms (`head_dim` each), with [`Variant::qk_norm`].
+    pub(crate) qk_norm: Option<(Vec<f32>, Vec<f32>)>,
+    /// Norms of the attention and MLP outputs, with [`Variant::post_norms`].
+    pub(crate) post_norms: Option<(Vec<f32>, Vec<f32>)>,
 }
 
 #[derive(Default)]
@@ -90,10 +159,15 @@ struct Scratch {
     gu: Vec<f32>,
     act: Vec<f32>,
     xq: QActs,
+    /// A normalized block output (post-norm families).
+    post: Vec<f32>,
     row_seq: Vec<u32>,
     /// Attention output in task order (see `attention_tasks`), before it is scattered to `attn`.
     attn_t: Vec<f32>,
 }
+
+/// Largest head with a per-head QK norm (a stack buffer; Gemma 3 uses 256).
+const MAX_QK_NORM_DIM: usize = 512;
 
 /// Tokens per attention query block: with 3 heads per KV group, 96 query rows share each key
 /// block converted from f16 (32 and key blocks of 128 timed best at 4k tokens, against 16/64,
@@ -154,6 +228,8 @@ pub struct LlamaModel {
     layers: Vec<Layer>,
     /// RoPE angles for `pos < context_length`.
     rope: RopeTable,
+    /// The sliding-window layers' table, when their base differs.
+    rope_local: Option<RopeTable>,
     pool: ThreadPool,
     isa: Isa,
     s: Scratch,
@@ -173,7 +249,7 @@ impl std::fmt::Debug for LlamaModel {
 }
 
 
-fn fuse(parts: Vec<Weight>) -> Weight {
+pub(crate) fn fuse(parts: Vec<Weight>) -> Weight {
     Weight::concat_or_dense(&parts.iter().collect::<Vec<_>>())
 }
 
@@ -195,6 +271,46 @@ fn weight_bytes(w: &Weight) -> usize {
     w.bytes()
 }
 
+/// `general.architecture = llama`: `llama.*` keys as llama.cpp reads them.
+fn llama_gguf_config(ld: &crate::checkpoint::gguf::Gguf<'_>) -> Result<LlamaConfig, EngineError> {
+    let arch = "llama";
+    let get = |k: &str| ld.meta().get_usize(&format!("{arch}.{k}")).map_err(|e| EngineError::model(format!("{arch}.{k}: {e:?}")));
+    let hidden = get("embedding_length")?;
+    let heads = get("attention.head_count")?;
+    let kv_heads = get("attention.head_count_kv").unwrap_or(heads);
+    let head_dim = hidden.checked_div(heads).unwrap_or(0);
+    if let Ok(rd) = get("rope.dimension_count") {
+        if rd != head_dim {
+            return Err(EngineError::model(format!("partial RoPE ({rd} of {head_dim} dims) is not supported")));
+        }
+    }
+    if let Ok(s) = ld.meta().get_str(&format!("{arch}.rope.scaling.type")) {
+        if s != "none" {
+            return Err(EngineError::model(format!("RoPE scaling {s:?} is not supported")));
+        }
+    }
+    if ld.has_tensor("rope_freqs.weight") {
+        return Err(EngineError::model("rope_freqs (Llama 3.1 RoPE scaling) is not supported"));
+    }
+    let (_, embd_shape, _) = ld.tensor("token_embd.weight")?;
+    let vocab = embd_shape.get(1).copied().ok_or_else(|| EngineError::model("token_embd.weight is not 2-D"))?;
+    let layers = get("block_count")?;
+    let rope_base = ld.meta().get_f32(&format!("{arch}.rope.freq_base")).unwrap_or(10000.0);
+    Ok(LlamaConfig {
+        layers,
+        hidden,
+        ffn: get("feed_forward_length")?,
+        heads,
+        kv_heads,
+        head_dim,
+        rope_base,
+        rms_eps: ld.meta().get_f32(&format!("{arch}.attention.layer_norm_rms_epsilon")).unwrap_or(1e-5),
+        vocab,
+        context_length: get("context_length")?,
+        variant: Variant::llama(layers, head_dim, rope_base),
+    })
+}
+
 impl LlamaModel {
     /// The matrices a decode step multiplies, in order, named `blk.{l}.{qkv,wo,gate_up,down}`
     /// then `lm_head`: for kernel benchmarks and the roofline.
@@ -214,7 +330,9 @@ impl LlamaModel {
         (&self.pool, self.isa)
     }
 
-    /// Loads a Llama-architecture GGUF file; `threads` is the size of the compute pool.
+    /// Loads a GGUF file of a dense family keyed by `general.architecture`: `llama`, or
+    /// `gemma3` ([`super::gemma3`]); `threads` is the size of the compute pool. The families
+    /// share the tensor names and this loader; each reads its own hyper-parameters.
     ///
     /// # Errors
     /// [`EngineError::Model`] for an unreadable file, another architecture, a missing tensor,
@@ -224,43 +342,19 @@ impl LlamaModel {
         let file = GgufFile::open(path)?;
         let ld = file.view()?;
         let arch = ld.meta().general_architecture().map_err(|e| EngineError::model(format!("general.architecture: {e:?}")))?.to_owned();
-        if arch != "llama" {
-            return Err(EngineError::model(format!("architecture {arch:?} is not supported by the Llama loader")));
-        }
-        let get = |k: &str| ld.meta().get_usize(&format!("{arch}.{k}")).map_err(|e| EngineError::model(format!("{arch}.{k}: {e:?}")));
-        let hidden = get("embedding_length")?;
-        let heads = get("attention.head_count")?;
-        let kv_heads = get("attention.head_count_kv").unwrap_or(heads);
-        let head_dim = hidden.checked_div(heads).unwrap_or(0);
-        if let Ok(rd) = get("rope.dimension_count") {
-            if rd != head_dim {
-                return Err(EngineError::model(format!("partial RoPE ({rd} of {head_dim} dims) is not supported")));
+        let cfg = match arch.as_str() {
+            "llama" => llama_gguf_config(&ld)?,
+            "gemma3" => super::gemma3::config(&ld)?,
+            other => {
+                return Err(EngineError::model(format!(
+                    "{}: architecture {other:?} is not supported (GGUF: llama, gemma3)",
+                    path.display()
+                )))
             }
-        }
-        if let Ok(s) = ld.meta().get_str(&format!("{arch}.rope.scaling.type")) {
-            if s != "none" {
-                return Err(EngineError::model(format!("RoPE scaling {s:?} is not supported")));
-            }
-        }
-        if ld.has_tensor("rope_freqs.weight") {
-            return Err(EngineError::model("rope_freqs (Llama 3.1 RoPE scaling) is not supported"));
-        }
-        let (_, embd_shape, _) = ld.tensor("token_embd.weight")?;
-        let vocab = embd_shape.get(1).copied().ok_or_else(|| EngineError::model("token_embd.weight is not 2-D"))?;
-        let cfg = LlamaConfig {
-            layers: get("block_count")?,
-            hidden,
-            ffn: get("feed_forward_length")?,
-            heads,
-            kv_heads,
-            head_dim,
-            rope_base: ld.meta().get_f32(&format!("{arch}.rope.freq_base")).unwrap_or(10000.0),
-            rms_eps: ld.meta().get_f32(&format!("{arch}.attention.layer_norm_rms_epsilon")).unwrap_or(1e-5),
-            vocab,
-            context_length: get("context_length")?,
         };
         cfg.check()?;
-        let kvd = kv_heads * head_dim;
+        let (hidden, qd, kvd) = (cfg.hidden, cfg.q_dim(), cfg.kv_heads * cfg.head_dim);
+        let vocab = cfg.vocab;
         let embed = ld.matrix("token_embd.weight", vocab, hidden)?;
         let output = match ld.has_tensor("output.weight") {
             true => Some(ld.matrix("output.weight", vocab, hidden)?),
@@ -269,20 +363,31 @@ impl LlamaModel {
         let mut layers = Vec::with_capacity(cfg.layers);
         for l in 0..cfg.layers {
             let p = |n: &str| format!("blk.{l}.{n}.weight");
+            let pair = |a: &str, b: &str, len: usize| -> Result<(Vec<f32>, Vec<f32>), EngineError> {
+                Ok((ld.vector(&p(a), len)?, ld.vector(&p(b), len)?))
+            };
             layers.push(Layer {
                 attn_norm: ld.vector(&p("attn_norm"), hidden)?,
                 qkv: fuse(vec![
-                    ld.matrix(&p("attn_q"), hidden, hidden)?,
+                    ld.matrix(&p("attn_q"), qd, hidden)?,
                     ld.matrix(&p("attn_k"), kvd, hidden)?,
                     ld.matrix(&p("attn_v"), kvd, hidden)?,
                 ]),
-                wo: ld.matrix(&p("attn_output"), hidden, hidden)?,
+                wo: ld.matrix(&p("attn_output"), hidden, qd)?,
                 ffn_norm: ld.vector(&p("ffn_norm"), hidden)?,
                 gate_up: fuse(vec![
                     ld.matrix(&p("ffn_gate"), cfg.ffn, hidden)?,
                     ld.matrix(&p("ffn_up"), cfg.ffn, hidden)?,
                 ]),
                 down: ld.matrix(&p("ffn_down"), hidden, cfg.ffn)?,
+                qk_norm: match cfg.variant.qk_norm {
+                    true => Some(pair("attn_q_norm", "attn_k_norm", cfg.head_dim)?),
+                    false => None,
+                },
+                post_norms: match cfg.variant.post_norms {
+                    true => Some(pair("post_attention_norm", "post_ffw_norm", hidden)?),
+                    false => None,
+                },
             });
         }
         let output_norm = ld.vector("output_norm.weight", hidden)?;
@@ -331,6 +436,11 @@ impl LlamaModel {
             rms_eps: v.get("rms_norm_eps").and_then(|x| x.as_f64()).unwrap_or(1e-5) as f32,
             vocab: u("vocab_size")?,
             context_length: u("max_position_embeddings")?,
+            variant: Variant::llama(0, head_dim, 0.0),
+        };
+        let cfg = LlamaConfig {
+            variant: Variant::llama(cfg.layers, head_dim, cfg.rope_base),
+            ..cfg
         };
         cfg.check()?;
         let kvd = kv_heads * head_dim;
@@ -370,6 +480,8 @@ impl LlamaModel {
                     ck.linear(&format!("{p}.mlp.up_proj"), cfg.ffn, hidden)?,
                 ]),
                 down: ck.linear(&format!("{p}.mlp.down_proj"), hidden, cfg.ffn)?,
+                qk_norm: None,
+                post_norms: None,
             });
         }
         let output_norm = ck.vector("model.norm.weight", hidden)?;
@@ -378,7 +490,7 @@ impl LlamaModel {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn assemble(
+    pub(crate) fn assemble(
         cfg: LlamaConfig,
         arch: String,
         name: String,
@@ -389,6 +501,9 @@ impl LlamaModel {
         threads: usize,
     ) -> Result<Self, EngineError> {
         let rope = RopeTable::llama_cpp(cfg.rope_base as f64, cfg.head_dim, cfg.context_length);
+        let local = cfg.variant.windows.iter().any(Option::is_some) && cfg.variant.rope_local_base != cfg.rope_base;
+        let rope_local =
+            local.then(|| RopeTable::llama_cpp(cfg.variant.rope_local_base as f64, cfg.head_dim, cfg.context_length));
         let mut wbytes = weight_bytes(&embed) + output.as_ref().map_or(0, weight_bytes);
         for l in &layers {
             wbytes += weight_bytes(&l.qkv) + weight_bytes(&l.wo) + weight_bytes(&l.gate_up) + weight_bytes(&l.down);
@@ -411,6 +526,7 @@ impl LlamaModel {
             output_norm,
             layers,
             rope,
+            rope_local,
             pool,
             isa: Isa::detect(),
             s: Scratch::default(),
@@ -484,8 +600,9 @@ impl Model for LlamaModel {
     fn forward(&mut self, batch: &ForwardBatch, kv: &mut KvStore) -> Result<Vec<f32>, EngineError> {
         let c = self.cfg.clone();
         let t_n = batch.num_tokens();
-        let (h, hd, kvd) = (c.hidden, c.head_dim, c.kv_heads * c.head_dim);
-        let qkv_w = h + 2 * kvd;
+        let (h, hd, kvd, qd) = (c.hidden, c.head_dim, c.kv_heads * c.head_dim, c.q_dim());
+        let qkv_w = qd + 2 * kvd;
+        let var = &c.variant;
         if let Some(&p) = batch.positions.iter().max() {
             if p as usize >= c.context_length {
                 return Err(EngineError::model(format!("position {p} beyond the context length {}", c.context_length)));
@@ -506,10 +623,13 @@ impl Model for LlamaModel {
         }
         let mut s = std::mem::take(&mut self.s);
         s.x.resize(t_n * h, 0.0);
-        s.attn_t.resize(t_n * h, 0.0);
+        s.attn_t.resize(t_n * qd, 0.0);
         s.h.resize(t_n * h, 0.0);
         s.qkv.resize(t_n * qkv_w, 0.0);
-        s.attn.resize(t_n * h, 0.0);
+        s.attn.resize(t_n * qd, 0.0);
+        if var.post_norms {
+            s.post.resize(t_n * h, 0.0);
+        }
         s.proj.resize(t_n * h, 0.0);
         s.gu.resize(t_n * 2 * c.ffn, 0.0);
         s.act.resize(t_n * c.ffn, 0.0);
@@ -522,9 +642,13 @@ impl Model for LlamaModel {
                 self.s = s;
                 return Err(EngineError::model(format!("token id {id} outside the vocabulary ({})", c.vocab)));
             }
-            self.embed.row_f32(id as usize, &mut s.x[t * h..(t + 1) * h]);
+            let row = &mut s.x[t * h..(t + 1) * h];
+            self.embed.row_f32(id as usize, row);
+            if var.embed_scale != 1.0 {
+                row.iter_mut().for_each(|v| *v *= var.embed_scale);
+            }
         }
-        let scale = 1.0 / (hd as f32).sqrt();
+        let scale = var.attn_scale;
         let group = c.heads / c.kv_heads;
         let ghd = group * hd;
         let (attn_tasks, attn_ranges) = attention_tasks(batch, c.kv_heads, ghd);
@@ -542,12 +666,27 @@ impl Model for LlamaModel {
                 o.linear_input(&self.pool, isa, &[format!("{p}.self_attn.q_proj"), format!("{p}.self_attn.k_proj"), format!("{p}.self_attn.v_proj")], &s.h, t_n);
             }
             timed!(gemm, kernels::matmul(&self.pool, isa, &layer.qkv, &s.h, t_n, &mut s.xq, &mut s.qkv));
-            let rope = &self.rope;
+            let window = var.windows[l];
+            let rope = match (window, &self.rope_local) {
+                (Some(_), Some(local)) => local,
+                _ => &self.rope,
+            };
+            let (layout, eps) = (var.rope_layout, c.rms_eps);
+            let qk_norm = layer.qk_norm.as_ref();
             pool.par_rows(&mut s.qkv, qkv_w, |t, row| {
                 let pos = batch.positions[t] as usize;
-                let (q, rest) = row.split_at_mut(h);
-                rope.rotate_heads(q, pos, RopeLayout::Interleaved);
-                rope.rotate_heads(&mut rest[..kvd], pos, RopeLayout::Interleaved);
+                let (q, rest) = row.split_at_mut(qd);
+                let k = &mut rest[..kvd];
+                if let Some((qn, kn)) = qk_norm {
+                    let mut buf = [0f32; MAX_QK_NORM_DIM];
+                    let tmp = &mut buf[..hd];
+                    for (v, g) in q.chunks_exact_mut(hd).map(|v| (v, qn)).chain(k.chunks_exact_mut(hd).map(|v| (v, kn))) {
+                        kernels::rms_norm(v, g, eps, tmp);
+                        v.copy_from_slice(tmp);
+                    }
+                }
+                rope.rotate_heads(q, pos, layout);
+                rope.rotate_heads(k, pos, layout);
             });
             timed!(attention, {
                 let (kc, vc) = kv.pair_mut_f16(l);
@@ -565,7 +704,9 @@ impl Model for LlamaModel {
                         let mut scores = Vec::new();
                         for (task, o) in (r0..).zip(rows.chunks_mut(ghd)) {
                             let (t, g) = (task / c.kv_heads, task % c.kv_heads);
-                            let slots = &batch.kv_slots(row_seq[t] as usize)[..=batch.positions[t] as usize];
+                            let p = batch.positions[t] as usize;
+                            let lo = window.map_or(0, |w| (p + 1).saturating_sub(w));
+                            let slots = &batch.kv_slots(row_seq[t] as usize)[lo..=p];
                             let q = &qkv[t * qkv_w + g * ghd..t * qkv_w + (g + 1) * ghd];
                             kernels::attend_group(isa, q, hd, kc, vc, kvd, g * hd, slots, scale, &mut scores, o);
                         }
@@ -574,18 +715,35 @@ impl Model for LlamaModel {
                     pool.par_ranges(&mut s.attn_t, &attn_ranges, |task, o| {
                         let AttnTask { seq, g, i0, i1 } = attn_tasks[task];
                         let ts = batch.seqs[seq].token_start as usize;
-                        let view = kernels::KvView { k: kc, v: vc, stride: kvd, off: g * hd, slots: batch.kv_slots(seq) };
+                        let slots = batch.kv_slots(seq);
+                        let view = kernels::KvView { k: kc, v: vc, stride: kvd, off: g * hd, slots };
                         let q = &qkv[(ts + i0) * qkv_w + g * ghd..];
                         let pos = &batch.positions[ts + i0..ts + i1];
-                        FLASH.with_borrow_mut(|sc| kernels::flash_attend(isa, q, qkv_w, pos, group, hd, &view, scale, sc, o));
+                        let past_window = |w: usize| pos.iter().any(|&p| p as usize >= w);
+                        match window {
+                            // A token whose window starts past position 0 attends alone over a
+                            // view that starts there, so it reads its window only and its
+                            // arithmetic does not depend on the other tokens of the block.
+                            Some(w) if past_window(w) => {
+                                for (i, &p) in pos.iter().enumerate() {
+                                    let lo = (p as usize + 1).saturating_sub(w);
+                                    let view = kernels::KvView { slots: &slots[lo..], ..view };
+                                    let rel = [p - lo as u32];
+                                    let q = &q[i * qkv_w..];
+                                    let o = &mut o[i * ghd..(i + 1) * ghd];
+                                    FLASH.with_borrow_mut(|sc| kernels::flash_attend(isa, q, qkv_w, &rel, group, hd, &view, scale, sc, o));
+                                }
+                            }
+                            _ => FLASH.with_borrow_mut(|sc| kernels::flash_attend(isa, q, qkv_w, pos, group, hd, &view, scale, sc, o)),
+                        }
                     });
                     // Back to token rows: token t's group g from its sequence's `[g][i]` layout.
                     let (at, row_seq) = (&s.attn_t, &s.row_seq);
-                    pool.par_rows(&mut s.attn, h, |t, row| {
+                    pool.par_rows(&mut s.attn, qd, |t, row| {
                         let sq = &batch.seqs[row_seq[t] as usize];
                         let (ts, len) = (sq.token_start as usize, sq.extend_len as usize);
                         for g in 0..c.kv_heads {
-                            let src = ts * h + (g * len + t - ts) * ghd;
+                            let src = ts * qd + (g * len + t - ts) * ghd;
                             row[g * ghd..(g + 1) * ghd].copy_from_slice(&at[src..src + ghd]);
                         }
                     });
@@ -596,6 +754,11 @@ impl Model for LlamaModel {
                 o.linear_input(&self.pool, isa, &[format!("{p}.self_attn.o_proj")], &s.attn, t_n);
             }
             timed!(gemm, kernels::matmul(&self.pool, isa, &layer.wo, &s.attn, t_n, &mut s.xq, &mut s.proj));
+            let post = layer.post_norms.as_ref();
+            if let Some((pa, _)) = post {
+                pool.par_row_chunks2(&mut s.proj, h, &mut s.post, h, |_, p, y| kernels::rms_norm(p, pa, c.rms_eps, y));
+                std::mem::swap(&mut s.proj, &mut s.post);
+            }
             add_norm(pool, h, &mut s.x, Some(&s.proj), Some(&layer.ffn_norm), c.rms_eps, &mut s.h);
             if let Some(o) = self.observer.as_mut() {
                 let p = format!("model.layers.{l}");
@@ -603,15 +766,23 @@ impl Model for LlamaModel {
             }
             timed!(gemm, kernels::matmul(&self.pool, isa, &layer.gate_up, &s.h, t_n, &mut s.xq, &mut s.gu));
             let gu = &s.gu;
+            let act_fn = var.act;
             pool.par_rows(&mut s.act, c.ffn, |t, act| {
                 let gu = &gu[t * 2 * c.ffn..(t + 1) * 2 * c.ffn];
-                kernels::silu_mul(isa, &gu[..c.ffn], &gu[c.ffn..], act);
+                match act_fn {
+                    Activation::Silu => kernels::silu_mul(isa, &gu[..c.ffn], &gu[c.ffn..], act),
+                    Activation::GeluTanh => kernels::gelu_tanh_mul(&gu[..c.ffn], &gu[c.ffn..], act),
+                }
             });
             if let Some(o) = self.observer.as_mut() {
                 let p = format!("model.layers.{l}");
                 o.linear_input(&self.pool, isa, &[format!("{p}.mlp.down_proj")], &s.act, t_n);
             }
             timed!(gemm, kernels::matmul(&self.pool, isa, &layer.down, &s.act, t_n, &mut s.xq, &mut s.proj));
+            if let Some((_, pf)) = post {
+                pool.par_row_chunks2(&mut s.proj, h, &mut s.post, h, |_, p, y| kernels::rms_norm(p, pf, c.rms_eps, y));
+                std::mem::swap(&mut s.proj, &mut s.post);
+            }
             // The residual add, fused with the next layer's input norm.
             let next = self.layers.get(l + 1).map(|n| n.attn_norm.as_slice());
             add_norm(pool, h, &mut s.x, Some(&s.proj), next, c.rms_eps, &mut s.h);

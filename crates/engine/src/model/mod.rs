@@ -7,6 +7,7 @@
 pub mod common;
 pub mod autotune;
 pub mod batch_cap;
+pub mod gemma3;
 pub mod glm5;
 pub mod llama;
 pub mod load;

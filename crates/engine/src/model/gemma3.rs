@@ -1,0 +1,87 @@
+//! Gemma 3 (`general.architecture = gemma3`, Gemma Team 2025) as a [`Variant`] of the Llama
+//! decoder, following HF transformers' `models/gemma3/modeling_gemma3.py` and llama.cpp's
+//! `gemma3` graph (`src/models/gemma3.cpp`, hyper-parameters in `src/llama-model.cpp`):
+//! - embeddings × √hidden (f32);
+//! - RMSNorm of `(1 + w)`: the GGUF converter stores `1 + w` already (`convert_hf_to_gguf.py`
+//!   adds the 1), so the norms are plain multipliers here, as in llama.cpp;
+//! - norms before and after attention and the MLP, per-head RMSNorm of Q and K, GeGLU (tanh);
+//! - sliding-window layers (`gemma3.attention.sliding_window` keys, the query's own included)
+//!   interleaved with global ones: every `pattern`-th layer is global, `(l + 1) % pattern == 0`,
+//!   with `gemma3.attention.sliding_window_pattern` when the file states it and llama.cpp's 6
+//!   otherwise (`set_swa_pattern(6)`; HF `sliding_window_pattern = 6`);
+//! - RoPE over halves (llama.cpp's NEOX, HF's `rotate_half`), base `gemma3.rope.freq_base` on
+//!   global layers and 10 000 on local ones (HF `rope_local_base_freq`, llama.cpp's
+//!   `rope_freq_base_train_swa`);
+//! - attention scale `gemma3.attention.scale` when stated, else `1/√key_length` (HF's
+//!   `query_pre_attn_scalar`), but `1/√(hidden/heads)` for the 62-layer 27B, as llama.cpp;
+//! - the LM head tied to the embeddings, no final logit soft-capping (Gemma 2 had it).
+//!
+//! Gemma 3's linear RoPE scaling of the global layers (4B and up) is refused.
+
+use ggus::GGufMetaMapExt;
+
+use super::llama::{Activation, LlamaConfig, Variant};
+use super::common::RopeLayout;
+use crate::checkpoint::gguf::Gguf;
+use crate::EngineError;
+
+/// llama.cpp's default layer pattern: five sliding-window layers, then a global one.
+const DEFAULT_PATTERN: usize = 6;
+/// RoPE base of the sliding-window layers.
+const LOCAL_ROPE_BASE: f32 = 10_000.0;
+
+/// The hyper-parameters of a `gemma3` GGUF file.
+///
+/// # Errors
+/// [`EngineError::Model`] for a missing key or RoPE scaling.
+pub fn config(ld: &Gguf<'_>) -> Result<LlamaConfig, EngineError> {
+    let m = ld.meta();
+    let key = |k: &str| format!("gemma3.{k}");
+    let get = |k: &str| m.get_usize(&key(k)).map_err(|e| EngineError::model(format!("gemma3.{k}: {e:?}")));
+    let hidden = get("embedding_length")?;
+    let heads = get("attention.head_count")?;
+    let kv_heads = get("attention.head_count_kv").unwrap_or(heads);
+    let head_dim = get("attention.key_length").unwrap_or(hidden / heads.max(1));
+    if get("attention.value_length").is_ok_and(|v| v != head_dim) {
+        return Err(EngineError::model("gemma3: value_length differs from key_length"));
+    }
+    if let Ok(s) = m.get_str(&key("rope.scaling.type")) {
+        if s != "none" {
+            return Err(EngineError::model(format!("gemma3: RoPE scaling {s:?} is not supported")));
+        }
+    }
+    let layers = get("block_count")?;
+    let window = get("attention.sliding_window")?;
+    let pattern = get("attention.sliding_window_pattern").unwrap_or(DEFAULT_PATTERN).max(1);
+    let windows = (0..layers).map(|l| ((l + 1) % pattern != 0).then_some(window)).collect();
+    let attn_scale = match m.get_f32(&key("attention.scale")) {
+        Ok(s) => s,
+        Err(_) if layers == 62 => 1.0 / ((hidden / heads) as f32).sqrt(),
+        Err(_) => 1.0 / (head_dim as f32).sqrt(),
+    };
+    let (_, embd_shape, _) = ld.tensor("token_embd.weight")?;
+    let vocab = embd_shape.get(1).copied().ok_or_else(|| EngineError::model("token_embd.weight is not 2-D"))?;
+    let rope_base = m.get_f32(&key("rope.freq_base")).unwrap_or(1_000_000.0);
+    Ok(LlamaConfig {
+        layers,
+        hidden,
+        ffn: get("feed_forward_length")?,
+        heads,
+        kv_heads,
+        head_dim,
+        rope_base,
+        rms_eps: m.get_f32(&key("attention.layer_norm_rms_epsilon")).unwrap_or(1e-6),
+        vocab,
+        context_length: get("context_length")?,
+        variant: Variant {
+            act: Activation::GeluTanh,
+            embed_scale: (hidden as f32).sqrt(),
+            attn_scale,
+            rope_layout: RopeLayout::Halves,
+            windows,
+            rope_local_base: LOCAL_ROPE_BASE,
+            qk_norm: true,
+            post_norms: true,
+        },
+    })
+}
