@@ -691,7 +691,7 @@ impl Model for LlamaModel {
             timed!(attention, {
                 let (kc, vc) = kv.pair_mut_f16(l);
                 for t in 0..t_n {
-                    let (k, v) = s.qkv[t * qkv_w + h..(t + 1) * qkv_w].split_at(kvd);
+                    let (k, v) = s.qkv[t * qkv_w + qd..(t + 1) * qkv_w].split_at(kvd);
                     let slot = batch.out_cache_loc[t] as usize;
                     kernels::to_f16(isa, k, &mut kc[slot * kvd..(slot + 1) * kvd]);
                     kernels::to_f16(isa, v, &mut vc[slot * kvd..(slot + 1) * kvd]);
