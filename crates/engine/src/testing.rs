@@ -86,7 +86,7 @@ impl Model for FakeModel {
     }
 
     fn attention_needs(&self) -> AttentionNeeds {
-        AttentionNeeds { kind: "gqa", kv_layout: KvLayout::gqa(1, 1, 1) }
+        AttentionNeeds { kind: "gqa", kv_layout: KvLayout::gqa(1, 1, 1), sliding_window: false }
     }
 
     fn forward(&mut self, b: &ForwardBatch, kv: &mut KvStore) -> Result<Vec<f32>, EngineError> {

@@ -31,6 +31,33 @@ const TOKEN_TYPE_CONTROL: i32 = 3;
 const TOKEN_TYPE_USER_DEFINED: i32 = 4;
 const TOKEN_TYPE_BYTE: i32 = 6;
 
+/// Token texts llama.cpp puts in every vocabulary's end-of-generation set and marks as control
+/// tokens (`src/llama-vocab.cpp`, `llama_vocab::impl::load`, llama.cpp 0c1e570).
+const LLAMA_CPP_EOG: &[&str] = &[
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<|return|>",
+    "<|call|>",
+    "<|flush|>",
+    "<|calls|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "</s>",
+    "<|eom_id|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "[EOS]",
+    "<|end_of_text|>",
+    "<end_of_utterance>",
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
+    "<\u{ff5c}end\u{2581}of\u{2581}sentence\u{ff5c}>",
+    "[e~[",
+];
+
 /// LLaMA-3 pre-tokenizer regex (`llama-bpe` in llama.cpp), also used by many newer BPE models.
 const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
@@ -117,6 +144,13 @@ fn from_metadata(gguf: &GGuf<'_>, path: &Path) -> Result<Tokenizer, TokenizerErr
         (inner, crate::Pieces::ByteLevel)
     };
 
+    // llama.cpp makes every end-of-generation token a control token, whatever the file says
+    // (`</s>` is user-defined in Gemma 3's vocabulary).
+    let types: Vec<i32> = tokens
+        .iter()
+        .zip(&types)
+        .map(|(t, &ty)| if LLAMA_CPP_EOG.contains(t) { TOKEN_TYPE_CONTROL } else { ty })
+        .collect();
     let added_of_type = |ty: i32, special: bool| -> Vec<AddedToken> {
         tokens
             .iter()
@@ -150,7 +184,14 @@ fn from_metadata(gguf: &GGuf<'_>, path: &Path) -> Result<Tokenizer, TokenizerErr
         inner.with_post_processor(Some(post));
     }
     let chat_template = gguf.tokenizer_chat_template().ok().map(str::to_owned);
-    Ok(Tokenizer::from_parts(inner, bos, eos, chat_template, path.to_owned(), pieces))
+    let mut eot: Vec<u32> = ["tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"]
+        .iter()
+        .filter_map(|k| gguf.get_usize(k).ok().map(|i| i as u32))
+        .collect();
+    eot.extend(tokens.iter().enumerate().filter(|(_, t)| LLAMA_CPP_EOG.contains(t)).map(|(i, _)| i as u32));
+    eot.sort_unstable();
+    eot.dedup();
+    Ok(Tokenizer::from_parts(inner, bos, eos, chat_template, path.to_owned(), pieces, eot))
 }
 
 /// The SentencePiece vocabulary of a GGUF file (`tokenizer.ggml.model = llama`) as a HF BPE

@@ -83,6 +83,8 @@ pub struct Tokenizer {
     chat_template: Option<String>,
     source: PathBuf,
     pieces: Pieces,
+    /// End-of-turn ids besides the EOS (see [`Tokenizer::eog_ids`]).
+    eot: Vec<u32>,
 }
 
 /// How a vocabulary piece spells its bytes (for [`Tokenizer::token_bytes`]).
@@ -167,6 +169,7 @@ impl Tokenizer {
             inner,
             source: path.to_owned(),
             pieces,
+            eot: Vec::new(),
         })
     }
 
@@ -177,8 +180,9 @@ impl Tokenizer {
         chat_template: Option<String>,
         source: PathBuf,
         pieces: Pieces,
+        eot: Vec<u32>,
     ) -> Self {
-        Tokenizer { inner, bos, eos, chat_template, source, pieces }
+        Tokenizer { inner, bos, eos, chat_template, source, pieces, eot }
     }
 
     /// Token ids of `text`. With `add_special_tokens` the model's post-processor runs (a BOS
@@ -253,6 +257,21 @@ impl Tokenizer {
     /// BOS token id and text, if the model declares one.
     pub fn bos(&self) -> Option<(u32, &str)> {
         self.bos.as_ref().map(|(i, s)| (*i, s.as_str()))
+    }
+
+    /// Every id that ends generation: the EOS and, as llama.cpp's end-of-generation set, the
+    /// end-of-turn tokens a GGUF vocabulary states (`tokenizer.ggml.eot_token_id`,
+    /// `eom_token_id`) or spells with one of llama.cpp's end-of-generation texts
+    /// (`<end_of_turn>` and `</s>` for Gemma, `<|endoftext|>` for SmolLM2, `<|eot_id|>` for
+    /// Llama 3).
+    pub fn eog_ids(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self.eos.iter().map(|e| e.0).collect();
+        for &id in &self.eot {
+            if !v.contains(&id) {
+                v.push(id);
+            }
+        }
+        v
     }
 
     /// EOS token id and text, if the model declares one.

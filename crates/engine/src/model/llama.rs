@@ -594,6 +594,7 @@ impl Model for LlamaModel {
         AttentionNeeds {
             kind: "gqa",
             kv_layout: KvLayout::gqa(self.cfg.layers, self.cfg.kv_heads, self.cfg.head_dim).with_dtype(KvDtype::F16),
+            sliding_window: self.cfg.variant.windows.iter().any(Option::is_some),
         }
     }
 

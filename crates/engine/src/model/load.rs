@@ -1,4 +1,4 @@
-//! Loading a model from `--model-path`: a GGUF file (Llama family) or a Hugging Face checkpoint
+//! Loading a model from `--model-path`: a GGUF file (Llama family, Gemma 3) or a Hugging Face checkpoint
 //! directory (`glm_moe_dsa` GLM-5, `llama`), in one place; for GLM-5 the DSA attention choices
 //! and the MoE implementation (fixed, or autotuned per batch-size bucket) are applied here.
 
@@ -55,7 +55,22 @@ pub fn load_model(args: &EngineArgs) -> Result<(Box<dyn Model>, &'static str, se
     } else {
         let m = LlamaModel::load(p, args.threads)?;
         let isa = m.isa().name();
-        Ok((Box::new(m), isa, serde_json::Value::Null))
+        let windows = &m.config().variant.windows;
+        let sliding: Vec<usize> = windows.iter().flatten().copied().collect();
+        let notes = match sliding.first() {
+            // What the KV budget assumes, for the start-up line.
+            Some(w) => serde_json::json!({
+                "kv_cache": format!(
+                    "every layer keeps the full K/V of a sequence (the KV budget counts all {} layers); \
+                     {} sliding-window layers read only their last {w} keys, {} global layers read all",
+                    windows.len(),
+                    sliding.len(),
+                    windows.len() - sliding.len()
+                ),
+            }),
+            None => serde_json::Value::Null,
+        };
+        Ok((Box::new(m), isa, notes))
     }
 }
 

@@ -65,6 +65,8 @@ pub struct AttentionNeeds {
     pub kind: &'static str,
     /// The per-token cache layout.
     pub kv_layout: KvLayout,
+    /// Whether some layers attend over a sliding window of keys (Gemma 3).
+    pub sliding_window: bool,
 }
 
 /// What an attention backend provides.
@@ -78,16 +80,18 @@ pub struct BackendCaps {
     pub mixed_batches: bool,
     /// Whether EXTEND rows may start from a cached prefix (chunked prefill, radix hits).
     pub extend_with_prefix: bool,
+    /// Whether layers may attend over a sliding window (reading only its keys).
+    pub sliding_window: bool,
 }
 
 /// The CPU backend: paged GQA attention over the slot lists of a [`ForwardBatch`].
 pub const CPU_BACKEND: BackendCaps =
-    BackendCaps { name: "cpu", kinds: &["gqa"], mixed_batches: true, extend_with_prefix: true };
+    BackendCaps { name: "cpu", kinds: &["gqa"], mixed_batches: true, extend_with_prefix: true, sliding_window: true };
 
 /// The CPU NSA backend: MLA over the latent cache with DeepSeek sparse attention (indexer
 /// top-k), named after SGLang's `--attention-backend nsa`.
 pub const NSA_BACKEND: BackendCaps =
-    BackendCaps { name: "nsa", kinds: &["mla+dsa"], mixed_batches: true, extend_with_prefix: true };
+    BackendCaps { name: "nsa", kinds: &["mla+dsa"], mixed_batches: true, extend_with_prefix: true, sliding_window: false };
 
 /// Every attention backend this build has.
 pub const BACKENDS: &[BackendCaps] = &[CPU_BACKEND, NSA_BACKEND];
@@ -106,6 +110,12 @@ pub fn check_compat(needs: &AttentionNeeds, caps: &BackendCaps) -> Result<(), En
             needs.kind,
             if needs.kind.contains("dsa") { " (DeepSeek sparse attention)" } else { "" },
             fit
+        )));
+    }
+    if needs.sliding_window && !caps.sliding_window {
+        return Err(EngineError::Incompatible(format!(
+            "attention backend {:?} has no sliding-window attention, which the model's windowed layers need",
+            caps.name
         )));
     }
     if !caps.mixed_batches || !caps.extend_with_prefix {
@@ -149,13 +159,25 @@ mod tests {
                 ],
                 dtype: crate::kv::KvDtype::F16,
             },
+            sliding_window: false,
         };
         let e = check_compat(&mla, &CPU_BACKEND).expect_err("cpu has no MLA");
         assert!(e.to_string().contains("mla+dsa") && e.to_string().contains("cpu"), "{e}");
-        let gqa = AttentionNeeds { kind: "gqa", kv_layout: KvLayout::gqa(2, 3, 64) };
+        let gqa = AttentionNeeds { kind: "gqa", kv_layout: KvLayout::gqa(2, 3, 64), sliding_window: false };
         check_compat(&gqa, &CPU_BACKEND).expect("cpu runs GQA");
-        let no_mixed =
-            BackendCaps { name: "prefill-only", kinds: &["gqa"], mixed_batches: false, extend_with_prefix: true };
+        let no_mixed = BackendCaps {
+            name: "prefill-only",
+            kinds: &["gqa"],
+            mixed_batches: false,
+            extend_with_prefix: true,
+            sliding_window: true,
+        };
         assert!(check_compat(&gqa, &no_mixed).is_err());
+        // Gemma 3's windowed layers need a backend that reads only the window.
+        let swa = AttentionNeeds { sliding_window: true, ..gqa };
+        check_compat(&swa, &CPU_BACKEND).expect("cpu has sliding windows");
+        let no_window = BackendCaps { name: "full-only", sliding_window: false, ..CPU_BACKEND };
+        let e = check_compat(&swa, &no_window).expect_err("no windows");
+        assert!(e.to_string().contains("sliding-window"), "{e}");
     }
 }

