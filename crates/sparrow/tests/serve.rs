@@ -352,3 +352,62 @@ fn batch_cap_is_measured_then_cached() {
     assert_eq!(given["max_running_requests"], 3, "{given}");
     assert_eq!(given["batch_cap"]["measured"], serde_json::json!([]), "{given}");
 }
+
+/// Gemma 3 270M served by its short name (fetched and assembled on first use): the greedy text
+/// of the golden prompts (`crates/engine/tests/fixtures/gemma3_greedy.json`, llama.cpp on the
+/// same GGUF) is llama.cpp's, through `/v1/completions` with the prompt as text (BOS added by
+/// the tokenizer, as llama.cpp's `add_bos`), up to the first step where llama.cpp's own top-two
+/// margin is a near-tie (< 0.5); at least four of the six match for all 32 tokens.
+#[test]
+fn gemma3_served_greedy_text_equals_llama_cpp() {
+    let s = serve_with(&["--model-path", "gemma3-270m", "--max-total-tokens", "8192", "--disable-autotune"]);
+    let gguf = sparrow_assets::ensure_chunked(sparrow_assets::GEMMA3_270M_GGUF).expect("assembled by the server");
+    let tok = sparrow_tokenizer::Tokenizer::load(&gguf).expect("tokenizer");
+    let fixture: Value = serde_json::from_str(include_str!("../../engine/tests/fixtures/gemma3_greedy.json")).expect("fixture");
+    let script = r#"
+import json, sys, urllib.request
+base = f"http://127.0.0.1:{sys.argv[1]}"
+out = []
+for text in json.loads(sys.stdin.read()):
+    body = json.dumps({"model": "m", "prompt": text, "max_tokens": 32, "temperature": 0, "ignore_eos": True})
+    req = urllib.request.Request(base + "/v1/completions", data=body.encode(), headers={"Content-Type": "application/json"})
+    r = json.load(urllib.request.urlopen(req))
+    out.append({"text": r["choices"][0]["text"], "tokens": r["usage"]["completion_tokens"]})
+print(json.dumps(out))
+"#;
+    let cases = fixture["cases"].as_array().expect("cases");
+    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().expect("text")).collect();
+    let mut child = Command::new("python3")
+        .args(["-c", script, &s.1.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(serde_json::to_string(&texts).expect("json").as_bytes()).expect("write");
+    }
+    let out = child.wait_with_output().expect("python3 ends");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let got: Value = serde_json::from_slice(&out.stdout).expect("script prints JSON");
+    let mut full = 0;
+    for (case, served) in cases.iter().zip(got.as_array().expect("list")) {
+        let name = case["name"].as_str().unwrap_or("?");
+        let ids: Vec<u32> = case["greedy_ids"].as_array().expect("ids").iter().map(|v| v.as_u64().expect("id") as u32).collect();
+        let steps = case["steps"].as_array().expect("steps");
+        let sure = steps
+            .iter()
+            .position(|st| st["top1_logit"].as_f64().unwrap_or(0.0) - st["top2_logit"].as_f64().unwrap_or(0.0) < 0.5)
+            .unwrap_or(ids.len());
+        let text = served["text"].as_str().expect("text");
+        assert_eq!(served["tokens"], 32, "{name}");
+        let want = tok.decode(&ids[..sure], true).expect("decode");
+        assert!(text.starts_with(&want), "{name}: served {text:?}, llama.cpp {want:?}");
+        if text == tok.decode(&ids, true).expect("decode") {
+            full += 1;
+        }
+    }
+    assert!(full >= 4, "{full} of 6 served texts equal llama.cpp's in full");
+}
