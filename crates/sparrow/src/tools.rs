@@ -133,7 +133,7 @@ fn calibration_texts(
         if out.len() == n {
             break;
         }
-        let mut ids = tok.encode(reply, false)?;
+        let mut ids = tok.encode(reply, true)?;
         ids.truncate(CALIBRATION_TOKENS);
         if ids.len() >= 2 {
             out.push(ids);
@@ -388,13 +388,18 @@ pub fn quantize(a: &QuantizeArgs) -> anyhow::Result<()> {
 }
 
 /// `sparrow perplexity`: `exp(mean NLL)` of every reply token after the first, each reply
-/// scored alone from position 0 (no prompt, no special tokens), over the first `num_samples`
+/// scored alone from position 0 (no prompt; a BOS first only for models that ask for one, as
+/// llama.cpp's `llama-perplexity` adds it: Gemma, not SmolLM2), over the first `num_samples`
 /// ShareGPT replies that have at least 2 tokens.
 ///
 /// # Errors
 /// Model, tokenizer or dataset failures.
 pub fn perplexity(a: &PerplexityArgs) -> anyhow::Result<()> {
     let model_path = match &a.model_path {
+        Some(p) if !p.exists() && p.to_str().and_then(sparrow_assets::find_model).is_some() => {
+            let m = p.to_str().and_then(sparrow_assets::find_model).context("a known model name")?;
+            sparrow_assets::ensure_model(m).with_context(|| format!("fetching {}", p.display()))?
+        }
         Some(p) => p.clone(),
         None => sparrow_assets::ensure(sparrow_assets::SMOLLM2_GGUF).context("fetching SmolLM2")?,
     };
@@ -422,7 +427,7 @@ pub fn perplexity(a: &PerplexityArgs) -> anyhow::Result<()> {
         if seqs.len() == a.num_samples {
             break;
         }
-        let mut ids = tok.encode(reply, false)?;
+        let mut ids = tok.encode(reply, true)?;
         ids.truncate(a.max_tokens);
         if ids.len() >= 2 {
             seqs.push(ids);
