@@ -126,7 +126,10 @@ pub fn ensure_chunked_in(root: &Path, c: Chunked) -> Result<PathBuf, AssetError>
     let sums = std::fs::read_to_string(&sums_path).map_err(io("read", &sums_path))?;
     let want = sums
         .lines()
-        .find_map(|l| l.split_once(char::is_whitespace).filter(|(_, f)| f.trim() == c.file).map(|(h, _)| h.to_owned()))
+        .find_map(|l| {
+            // `sha256sum` writes `HASH  FILE`, or `HASH *FILE` in binary mode.
+            l.split_once(char::is_whitespace).filter(|(_, f)| f.trim().trim_start_matches('*') == c.file).map(|(h, _)| h.to_owned())
+        })
         .ok_or_else(|| AssetError::Missing { package: c.index.package.to_owned(), file: format!("sha256 of {}", c.file) })?;
     let parts: Vec<PathBuf> = c.parts.iter().map(|a| ensure_in(root, *a)).collect::<Result<_, _>>()?;
     std::fs::create_dir_all(&dir).map_err(io("create", &dir))?;

@@ -22,6 +22,11 @@ pub fn gguf_to_hf(path: &Path) -> Result<(serde_json::Value, Vec<Tensor>), Engin
     let ld = file.view()?;
     // Reuse the loader's checks by loading the config the same way.
     let m = LlamaModel::load(path, 1)?;
+    // Other families (gemma3) load through the same loader but have no `LlamaForCausalLM` form.
+    let arch = &sparrow_engine::model::Model::info(&m).architecture;
+    if arch != "llama" {
+        return Err(EngineError::model(format!("architecture {arch:?}: only llama GGUF files convert to a Llama checkpoint")));
+    }
     let c = m.config().clone();
     let tied = !ld.has_tensor("output.weight");
     let config = serde_json::json!({

@@ -85,7 +85,7 @@ impl Weight {
     }
 
     /// Bytes one matmul over the weight reads (for a quantized matrix, the SIMD kernels' codes
-    /// and f16 scales: what a decode step streams from memory).
+    /// and scales: what a decode step streams from memory).
     pub fn bytes(&self) -> usize {
         match self {
             Weight::Quant(q) => q.kernel_bytes(),

@@ -133,7 +133,7 @@ fn calibration_texts(
         if out.len() == n {
             break;
         }
-        let mut ids = tok.encode(reply, true)?;
+        let mut ids = tok.encode(reply, false)?;
         ids.truncate(CALIBRATION_TOKENS);
         if ids.len() >= 2 {
             out.push(ids);
@@ -390,7 +390,7 @@ pub fn quantize(a: &QuantizeArgs) -> anyhow::Result<()> {
 /// `sparrow perplexity`: `exp(mean NLL)` of every reply token after the first, each reply
 /// scored alone from position 0 (no prompt; a BOS first only for models that ask for one, as
 /// llama.cpp's `llama-perplexity` adds it: Gemma, not SmolLM2), over the first `num_samples`
-/// ShareGPT replies that have at least 2 tokens.
+/// ShareGPT replies that have at least 2 tokens (the BOS included).
 ///
 /// # Errors
 /// Model, tokenizer or dataset failures.

@@ -223,10 +223,11 @@ fn spm_model(
     use tokenizers::normalizers::{prepend::Prepend, replace::Replace, Sequence as NormSequence};
     use tokenizers::{DecoderWrapper, NormalizerWrapper};
 
-    // The first of duplicate texts wins, as in llama.cpp's `token_to_id` map.
+    // The last of duplicate texts wins, as in llama.cpp's `token_to_id` map (the earlier ids
+    // of such a text are then not reachable by encoding, nor decodable by this model).
     let mut ids: HashMap<&str, u32> = HashMap::with_capacity(tokens.len());
     for (i, t) in tokens.iter().enumerate() {
-        ids.entry(*t).or_insert(i as u32);
+        ids.insert(*t, i as u32);
     }
     let mut ranked: Vec<(f32, u32, u32, u32)> = Vec::new();
     for (i, t) in tokens.iter().enumerate() {

@@ -536,8 +536,6 @@ mod template_tests {
     }
 }
 
-/// GPT-2's byte-level alphabet, inverted: the printable character each byte was mapped to,
-/// back to the byte.
 /// A SentencePiece piece's bytes: `<0xNN>` is the byte `NN`, else the text with `▁` a space.
 fn spm_piece_bytes(piece: &str) -> Vec<u8> {
     if let Some(hex) = piece.strip_prefix("<0x").and_then(|p| p.strip_suffix('>')) {
@@ -550,6 +548,8 @@ fn spm_piece_bytes(piece: &str) -> Vec<u8> {
     piece.replace('\u{2581}', " ").into_bytes()
 }
 
+/// GPT-2's byte-level alphabet, inverted: the printable character each byte was mapped to,
+/// back to the byte.
 fn byte_level_inverse() -> std::collections::HashMap<char, u8> {
     let mut printable: Vec<u32> = (u32::from(b'!')..=u32::from(b'~')).collect();
     printable.extend(0xA1..=0xAC);

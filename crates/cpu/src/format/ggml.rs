@@ -273,7 +273,8 @@ pub enum Bits {
 /// halves, 8) weights of 8 rows, and one broadcast of 4 activation bytes feeds all of them. The
 /// `rows mod 8` remaining rows follow row-major. The scales the SIMD kernels read are kept as
 /// GGUF stores them, f16, grouped the same way (`dh`, `mh`): exact (f16 → f32 is), and a decode
-/// step reads as many bytes as the GGUF file holds, not twice the scale bytes.
+/// step reads as many bytes as the GGUF file holds, not twice the scale bytes; K-quant
+/// sub-block scales, which are not f16 values, are kept in f32 (`df`, `mf`).
 #[derive(Debug, Clone)]
 pub struct QMatrix {
     /// Output features.
@@ -291,7 +292,8 @@ pub struct QMatrix {
     pub m: Vec<f32>,
     /// `d` as f16 for whole row groups: `dh[(g·nb + b)·8 + i]` is row `8g+i`'s block `b`.
     pub dh: Vec<u16>,
-    /// `m` as f16, grouped like `dh`; empty when `m = m_factor · d` (Q4_0, Q8_0).
+    /// `m` as f16, grouped like `dh`; empty when `m = m_factor · d` (Q4_0, Q5_0, Q8_0) or with
+    /// `f32_scales`.
     pub mh: Vec<u16>,
     /// `m / d` when it is the same for every block (−8 for Q4_0, −16 for Q5_0, −128 for Q8_0:
     /// an exact power-of-two product), else `None` and `mh` (or `mf`) holds the offsets.

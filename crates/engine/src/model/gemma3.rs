@@ -52,6 +52,9 @@ pub fn config(ld: &Gguf<'_>) -> Result<LlamaConfig, EngineError> {
     }
     let layers = get("block_count")?;
     let window = get("attention.sliding_window")?;
+    if window == 0 {
+        return Err(EngineError::model("gemma3.attention.sliding_window is 0"));
+    }
     let pattern = get("attention.sliding_window_pattern").unwrap_or(DEFAULT_PATTERN).max(1);
     let windows = (0..layers).map(|l| ((l + 1) % pattern != 0).then_some(window)).collect();
     let attn_scale = match m.get_f32(&key("attention.scale")) {

@@ -722,9 +722,10 @@ impl Model for LlamaModel {
                         let pos = &batch.positions[ts + i0..ts + i1];
                         let past_window = |w: usize| pos.iter().any(|&p| p as usize >= w);
                         match window {
-                            // A token whose window starts past position 0 attends alone over a
-                            // view that starts there, so it reads its window only and its
-                            // arithmetic does not depend on the other tokens of the block.
+                            // When some token's window starts past position 0, every token of
+                            // the block attends alone over a view that starts at its window, so
+                            // it reads its window only and its arithmetic does not depend on the
+                            // other tokens of the block.
                             Some(w) if past_window(w) => {
                                 for (i, &p) in pos.iter().enumerate() {
                                     let lo = (p as usize + 1).saturating_sub(w);
