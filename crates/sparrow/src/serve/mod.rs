@@ -233,11 +233,13 @@ mod tests {
         let gguf = sparrow_assets::ensure(sparrow_assets::SMOLLM2_GGUF).expect("SmolLM2");
         let tok = sparrow_tokenizer::Tokenizer::load(&gguf).expect("tokenizer");
         let own = tok.eos().map(|(id, _)| id).expect("SmolLM2 has an EOS");
+        // `<|im_end|>` and, as in llama.cpp's end-of-generation set, `<|endoftext|>`.
+        assert_eq!(tok.eog_ids(), [own, 0]);
         let dir = tempfile::tempdir().expect("tmp");
         std::fs::write(dir.path().join("config.json"), r#"{"eos_token_id": [154820, 154827, 154829]}"#).expect("w");
         std::fs::write(dir.path().join("generation_config.json"), format!(r#"{{"eos_token_id": {own}}}"#)).expect("w");
-        assert_eq!(eos_ids(dir.path(), &tok), vec![own, 154820, 154827, 154829]);
-        assert_eq!(eos_ids(&gguf, &tok), vec![own], "a GGUF file has only the tokenizer's");
+        assert_eq!(eos_ids(dir.path(), &tok), vec![own, 0, 154820, 154827, 154829]);
+        assert_eq!(eos_ids(&gguf, &tok), vec![own, 0], "a GGUF file has only the tokenizer's");
     }
 }
 
