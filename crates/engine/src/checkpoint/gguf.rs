@@ -89,6 +89,19 @@ impl<'a> Gguf<'a> {
         Ok((ty, shape, data))
     }
 
+    /// Rows of `token_embd.weight` (GGUF shape `[hidden, vocab]`): the vocabulary size every
+    /// architecture's config reads.
+    ///
+    /// # Errors
+    /// As [`Gguf::tensor`], and for a tensor that is not 2-D.
+    pub fn embedding_rows(&self) -> Result<usize, EngineError> {
+        let (_, shape, _) = self.tensor("token_embd.weight")?;
+        match shape.as_slice() {
+            [_, rows] => Ok(*rows),
+            _ => Err(EngineError::model("token_embd.weight is not 2-D")),
+        }
+    }
+
     /// A 1-D F32/F16 tensor of `len` values.
     ///
     /// # Errors

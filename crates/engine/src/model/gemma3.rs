@@ -62,8 +62,7 @@ pub fn config(ld: &Gguf<'_>) -> Result<LlamaConfig, EngineError> {
         Err(_) if layers == 62 => 1.0 / ((hidden / heads) as f32).sqrt(),
         Err(_) => 1.0 / (head_dim as f32).sqrt(),
     };
-    let (_, embd_shape, _) = ld.tensor("token_embd.weight")?;
-    let vocab = embd_shape.get(1).copied().ok_or_else(|| EngineError::model("token_embd.weight is not 2-D"))?;
+    let vocab = ld.embedding_rows()?;
     let rope_base = m.get_f32(&key("rope.freq_base")).unwrap_or(1_000_000.0);
     Ok(LlamaConfig {
         layers,

@@ -292,8 +292,7 @@ fn llama_gguf_config(ld: &crate::checkpoint::gguf::Gguf<'_>) -> Result<LlamaConf
     if ld.has_tensor("rope_freqs.weight") {
         return Err(EngineError::model("rope_freqs (Llama 3.1 RoPE scaling) is not supported"));
     }
-    let (_, embd_shape, _) = ld.tensor("token_embd.weight")?;
-    let vocab = embd_shape.get(1).copied().ok_or_else(|| EngineError::model("token_embd.weight is not 2-D"))?;
+    let vocab = ld.embedding_rows()?;
     let layers = get("block_count")?;
     let rope_base = ld.meta().get_f32(&format!("{arch}.rope.freq_base")).unwrap_or(10000.0);
     Ok(LlamaConfig {
@@ -425,22 +424,20 @@ impl LlamaModel {
         let kv_heads = u("num_key_value_heads").unwrap_or(heads);
         let head_dim =
             v.get("head_dim").and_then(|x| x.as_u64()).map_or(hidden.checked_div(heads).unwrap_or(0), |x| x as usize);
+        let (layers, rope_base) =
+            (u("num_hidden_layers")?, v.get("rope_theta").and_then(|x| x.as_f64()).unwrap_or(10000.0) as f32);
         let cfg = LlamaConfig {
-            layers: u("num_hidden_layers")?,
+            layers,
             hidden,
             ffn: u("intermediate_size")?,
             heads,
             kv_heads,
             head_dim,
-            rope_base: v.get("rope_theta").and_then(|x| x.as_f64()).unwrap_or(10000.0) as f32,
+            rope_base,
             rms_eps: v.get("rms_norm_eps").and_then(|x| x.as_f64()).unwrap_or(1e-5) as f32,
             vocab: u("vocab_size")?,
             context_length: u("max_position_embeddings")?,
-            variant: Variant::llama(0, head_dim, 0.0),
-        };
-        let cfg = LlamaConfig {
-            variant: Variant::llama(cfg.layers, head_dim, cfg.rope_base),
-            ..cfg
+            variant: Variant::llama(layers, head_dim, rope_base),
         };
         cfg.check()?;
         let kvd = kv_heads * head_dim;
