@@ -9,6 +9,7 @@
 //! - [`record`]: what was observed of one request; [`metrics`]: the math over records;
 //!   [`report`]: SGLang's printed block and JSONL line.
 //! - [`run`]: the whole run: warmup, timed run, health watch, signals, details file.
+//! - [`merge`]: one report from the records files of several clients (`sparrow bench merge`).
 //! - [`mock`]: a scripted server for tests and for measuring the client itself.
 //!
 //! ```text
@@ -50,6 +51,7 @@ macro_rules! errln {
 pub mod args;
 pub mod client;
 pub mod dataset;
+pub mod merge;
 pub mod metrics;
 pub mod mock;
 pub mod record;

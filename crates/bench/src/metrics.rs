@@ -145,7 +145,8 @@ pub struct BenchmarkMetrics {
 /// Computes a run's figures from its records. `duration_s` is the run's wall time.
 ///
 /// `retokenize` counts the tokens of a generated text (for "Total generated tokens
-/// (retokenized)"); it is called once per successful request.
+/// (retokenized)"); it is called once per successful request that does not carry its count
+/// already ([`RequestRecord::retokenized_output_len`]).
 pub fn calculate(
     records: &[RequestRecord],
     duration_s: f64,
@@ -165,7 +166,7 @@ pub fn calculate(
             m.completed += 1;
             m.total_input += r.prompt_len;
             m.total_output += r.output_tokens;
-            m.total_output_retokenized += retokenize(&r.text);
+            m.total_output_retokenized += r.retokenized_output_len.unwrap_or_else(|| retokenize(&r.text));
             if r.output_tokens_source == TokenCountSource::Estimated {
                 m.estimated_output_requests += 1;
             }

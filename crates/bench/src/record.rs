@@ -3,10 +3,10 @@
 //! All times are seconds since the run start (one `Instant` taken just before the first send
 //! is scheduled), so records from one run share a clock and can be laid on one time line.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Why a request failed. Each cause is counted separately in the report.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FailureKind {
     /// The server answered with a non-2xx status.
@@ -63,7 +63,7 @@ impl FailureKind {
 }
 
 /// A failure: its cause and the detail the client saw (status body, error message).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Failure {
     /// The counted cause.
     pub kind: FailureKind,
@@ -78,7 +78,7 @@ impl std::fmt::Display for Failure {
 }
 
 /// Where a request's output token count came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TokenCountSource {
     /// The server's `usage.completion_tokens` or `meta_info.completion_tokens`.
@@ -88,7 +88,7 @@ pub enum TokenCountSource {
 }
 
 /// One content-bearing chunk as received.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Chunk {
     /// Arrival time, seconds since the run start.
     pub t: f64,
@@ -98,7 +98,7 @@ pub struct Chunk {
 }
 
 /// Which round of which conversation a request was (multi-turn datasets).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Turn {
     /// The conversation's position in the dataset.
     pub conversation: usize,
@@ -107,7 +107,7 @@ pub struct Turn {
 }
 
 /// Everything the client observed of one request.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RequestRecord {
     /// Position in the run's records (a conversation's rounds take consecutive places).
     pub index: usize,
@@ -135,6 +135,10 @@ pub struct RequestRecord {
     pub output_tokens: u64,
     /// Where [`Self::output_tokens`] came from.
     pub output_tokens_source: TokenCountSource,
+    /// [`Self::text`] re-tokenized by the client (successful requests; set by the collector,
+    /// so a records file carries it and `sparrow bench merge` needs no tokenizer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retokenized_output_len: Option<u64>,
     /// `finish_reason` as the server gave it.
     pub finish_reason: Option<String>,
     /// The generated text.

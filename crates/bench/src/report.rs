@@ -29,6 +29,18 @@ pub struct ServerDown {
     pub reason: String,
 }
 
+/// Which client of a multi-client run wrote a result line (`--client-index`,
+/// `--client-count`, `--start-at`); for a merged report, `index` is `None`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientInfo {
+    /// `--client-index`; `None` in a merged line.
+    pub index: Option<usize>,
+    /// `--client-count`.
+    pub count: usize,
+    /// `--start-at`, unix seconds.
+    pub start_at: Option<f64>,
+}
+
 /// The run-level facts the report shows besides the metrics.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunSummary {
@@ -62,6 +74,8 @@ pub struct RunSummary {
     pub server_down: Option<ServerDown>,
     /// Set when the run was cut short by a signal.
     pub interrupted: Option<String>,
+    /// Set for one client of several, or a merged report.
+    pub client: Option<ClientInfo>,
 }
 
 /// Python's `str(float)`: `inf`, `nan`, `16.0` for whole numbers, shortest round-trip
@@ -274,6 +288,11 @@ pub fn result_pairs(s: &RunSummary, m: &BenchmarkMetrics) -> Vec<(String, JVal)>
     put("in_flight_at_server_down", json!(s.server_down.as_ref().map(|d| d.in_flight)).into());
     put("server_down_reason", json!(s.server_down.as_ref().map(|d| d.reason.clone())).into());
     put("interrupted", json!(s.interrupted).into());
+    if let Some(c) = &s.client {
+        put("client_index", json!(c.index).into());
+        put("client_count", json!(c.count).into());
+        put("start_at", c.start_at.map_or(JVal::Json(Value::Null), JVal::Float));
+    }
     v
 }
 

@@ -22,6 +22,7 @@ fn fixed_trace() -> Vec<RequestRecord> {
         end_s: end,
         output_tokens: if failed { 0 } else { chunks.iter().map(|c| c.1).sum() },
         output_tokens_source: TokenCountSource::Server,
+        retokenized_output_len: None,
         finish_reason: None,
         text: String::new(),
         failure: failed.then(|| Failure { kind: FailureKind::Http(500), message: "boom".into() }),
@@ -109,6 +110,7 @@ fn block_matches_sglang_format_byte_for_byte() {
         server_info: None,
         server_down: None,
         interrupted: None,
+        client: None,
     };
     let golden = include_str!("fixtures/report_block.txt");
     assert_eq!(render_block(&summary, &m), golden);

@@ -140,7 +140,7 @@ pub struct GenerateResponse<'a> {
     pub index: usize,
 }
 
-/// Body of `GET /get_model_info`: SGLang's three fields, then the model's own facts.
+/// Body of `GET /get_model_info` (and `/model_info`): SGLang's fields, then the model's own facts.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct ModelInfo<'a> {
     /// The model file or directory the server loaded.
@@ -157,6 +157,30 @@ pub struct ModelInfo<'a> {
     pub vocab_size: usize,
     /// Longest prompt + output accepted, in tokens.
     pub context_length: usize,
+    /// Hugging Face `model_type` (`llama`, `gemma3`, `glm_moe_dsa`); sglang-router labels its
+    /// workers with it.
+    pub model_type: &'a str,
+    /// Hugging Face `architectures` (e.g. `["LlamaForCausalLM"]`); read by sglang-router.
+    pub architectures: [&'a str; 1],
+    /// SGLang's `--preferred-sampling-params`: none here.
+    pub preferred_sampling_params: Option<()>,
+    /// SGLang's weight version tag (`default` until weights are updated in place).
+    pub weight_version: &'a str,
+}
+
+/// One entry of `GET /get_load` (SGLang's `GetLoadReqOutput`, one per data-parallel rank):
+/// sglang-router's `power_of_two` policy sums `num_tokens` over the list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct LoadReport {
+    /// Data-parallel rank (always 0: one engine per server).
+    pub dp_rank: usize,
+    /// Requests running or waiting.
+    pub num_reqs: usize,
+    /// Of those, waiting for admission.
+    pub num_waiting_reqs: usize,
+    /// KV tokens held by requests (pages in use and not evictable, times the page size), as
+    /// SGLang's scheduler counts them.
+    pub num_tokens: usize,
 }
 
 /// Body of `GET /get_server_info`: the server's arguments and derived figures, as the server

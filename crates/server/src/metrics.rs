@@ -1,7 +1,7 @@
 //! Prometheus metrics under SGLang's names (`python/sglang/srt/metrics/collector.py`):
 //! `sglang:num_running_reqs`, `sglang:num_queue_reqs`, `sglang:token_usage`,
 //! `sglang:cache_hit_rate`, `sglang:gen_throughput`, `sglang:prompt_tokens_total`,
-//! `sglang:generation_tokens_total`, `sglang:num_requests_total`,
+//! `sglang:generation_tokens_total`, `sglang:cached_tokens_total`, `sglang:num_requests_total`,
 //! `sglang:time_to_first_token_seconds`, `sglang:inter_token_latency_seconds`,
 //! `sglang:e2e_request_latency_seconds`, plus `sparrow:num_retractions_total`, `sparrow:num_prefill_chunks_total` and
 //! `sparrow:radix_hit_tokens_total`. Histogram
@@ -36,6 +36,7 @@ pub struct Metrics {
     gen_throughput: Gauge<f64, AtomicU64>,
     prompt_tokens: Counter,
     gen_tokens: Counter,
+    cached_tokens: Counter,
     retractions: Counter,
     prefill_chunks: Counter,
     radix_hit_tokens: Counter,
@@ -81,6 +82,7 @@ impl Metrics {
             gen_throughput: Gauge::default(),
             prompt_tokens: Counter::default(),
             gen_tokens: Counter::default(),
+            cached_tokens: Counter::default(),
             retractions: Counter::default(),
             prefill_chunks: Counter::default(),
             radix_hit_tokens: Counter::default(),
@@ -110,6 +112,13 @@ impl Metrics {
         );
         registry.register("sglang:prompt_tokens", "Prompt tokens admitted", m.prompt_tokens.clone());
         registry.register("sglang:generation_tokens", "Tokens generated", m.gen_tokens.clone());
+        // SGLang's name: a fleet's radix hit rate is the sum of these over its workers
+        // divided by the sum of `prompt_tokens_total` (a ratio of gauges cannot be summed).
+        registry.register(
+            "sglang:cached_tokens",
+            "Prompt tokens served from the radix cache (first admissions, as usage reports them)",
+            m.cached_tokens.clone(),
+        );
         registry.register("sparrow:num_retractions", "Requests retracted for lack of KV pages", m.retractions.clone());
         registry.register(
             "sparrow:num_prefill_chunks",
@@ -137,6 +146,7 @@ impl Metrics {
         });
         catch_up(&self.prompt_tokens, s.prompt_tokens_total);
         catch_up(&self.gen_tokens, s.generation_tokens_total);
+        catch_up(&self.cached_tokens, s.cached_tokens_total);
         catch_up(&self.retractions, s.num_retractions);
         catch_up(&self.prefill_chunks, s.num_prefill_chunks);
         catch_up(&self.radix_hit_tokens, s.radix_hit_tokens_total);

@@ -33,7 +33,7 @@ use sparrow_protocol::openai::{
     CHAT_COMPLETION, CHAT_COMPLETION_CHUNK, TEXT_COMPLETION,
 };
 use sparrow_protocol::sglang::{
-    DetokenizeResponse, FinishReason, GenerateResponse, MetaInfo, ModelInfo, NativeLogprobs, ServerInfo,
+    DetokenizeResponse, FinishReason, GenerateResponse, LoadReport, MetaInfo, ModelInfo, NativeLogprobs, ServerInfo,
     TokenizeResponse,
 };
 use sparrow_protocol::{sse, ErrorBody, Usage};
@@ -56,6 +56,9 @@ pub fn app(state: AppState) -> Router {
         .route("/health_generate", get(health_generate))
         .route("/v1/models", get(models))
         .route("/get_model_info", get(model_info))
+        // sglang-router asks `/model_info` first, then `/get_model_info`.
+        .route("/model_info", get(model_info))
+        .route("/get_load", get(get_load))
         .route("/get_server_info", get(server_info))
         .route("/server_info", get(server_info))
         .route("/flush_cache", post(flush_cache).get(flush_cache))
@@ -158,7 +161,34 @@ async fn model_info(State(s): State<AppState>) -> Response {
         name: &i.name,
         vocab_size: i.vocab_size,
         context_length: s.engine.config().context_length,
+        model_type: &i.architecture,
+        architectures: [hf_architecture(&i.architecture)],
+        preferred_sampling_params: None,
+        weight_version: "default",
     })
+    .into_response()
+}
+
+/// The Hugging Face class name of a `model_type`, as `config.json` spells it.
+fn hf_architecture(model_type: &str) -> &'static str {
+    match model_type {
+        "llama" => "LlamaForCausalLM",
+        "gemma3" | "gemma3_text" => "Gemma3ForCausalLM",
+        "glm_moe_dsa" => "GlmMoeDsaForCausalLM",
+        _ => "unknown",
+    }
+}
+
+/// SGLang's `GET /get_load`: a list with one [`LoadReport`] (one engine, dp rank 0).
+async fn get_load(State(s): State<AppState>) -> Response {
+    let st = s.engine.stats();
+    let held = st.used_pages.saturating_sub(st.evictable_pages);
+    Json([LoadReport {
+        dp_rank: 0,
+        num_reqs: st.num_running_reqs + st.num_queue_reqs,
+        num_waiting_reqs: st.num_queue_reqs,
+        num_tokens: held * s.engine.config().page_size,
+    }])
     .into_response()
 }
 

@@ -50,6 +50,14 @@ enum Command {
     Roofline(roofline::RooflineArgs),
     /// Write a model's tokenizer as a Hugging Face tokenizer directory (for other clients).
     ExportTokenizer(tools::ExportTokenizerArgs),
+    // `sparrow bench merge`, reached through `sparrow bench merge ...` (see `parse_cli`).
+    #[command(
+        name = "bench-merge",
+        hide = true,
+        about = "Merge the records files of a multi-client `sparrow bench` run into one report",
+        override_usage = "sparrow bench merge [OPTIONS] <FILES>..."
+    )]
+    BenchMerge(sparrow_bench::merge::MergeArgs),
     /// A scripted OpenAI/SGLang-compatible server for testing the client.
     #[command(hide = true)]
     MockServer {
@@ -75,6 +83,13 @@ enum CliError {
 /// first, then clap, then the SGLang values sparrow serve refuses.
 fn parse_cli(argv: &[String]) -> Result<Cli, CliError> {
     let rest = argv.get(2..).unwrap_or_default();
+    // `sparrow bench merge FILES...` is its own command line: bench's flags (parsed with
+    // argparse's prefix rule) would otherwise read `merge` as a stray value.
+    if argv.get(1).map(String::as_str) == Some("bench") && rest.first().map(String::as_str) == Some("merge") {
+        let mut v = vec![argv[0].clone(), "bench-merge".to_owned()];
+        v.extend_from_slice(&rest[1..]);
+        return Cli::try_parse_from(v).map_err(CliError::Clap);
+    }
     match argv.get(1).map(String::as_str) {
         Some("bench") => {
             if let Some(e) = sparrow_bench::args::ambiguous_flag(rest) {
@@ -133,6 +148,13 @@ fn main() -> std::process::ExitCode {
             Command::Perplexity(a) => blocking(move || tools::perplexity(&a)).await,
             Command::ExportTokenizer(a) => blocking(move || tools::export_tokenizer(&a)).await,
             Command::Roofline(a) => blocking(move || roofline::roofline(&a)).await,
+            Command::BenchMerge(a) => match sparrow_bench::merge::run_merge(&a) {
+                Ok(code) => code,
+                Err(e) => {
+                    sparrow_bench::errln!("error: {e}");
+                    exit::SETUP
+                }
+            },
             Command::MockServer { listen, script } => mock(listen, script).await,
         }
     });

@@ -20,7 +20,9 @@ use crate::client::Backend;
     // `--request-rate -1` is a bad value (refused by the range check), not an unknown flag.
     allow_negative_numbers = true,
     about = "Benchmark an LLM server (drop-in for `python -m sglang.bench_serving`)",
-    after_help = "Exit status: 0 clean; 1 requests failed above --max-failure-rate; 2 bad flags or setup; \
+    after_help = "`sparrow bench merge <records files...>` joins the records of a multi-client run \
+                  (--client-index/--client-count/--start-at) into one report (`sparrow bench merge --help`).\n\n\
+                  Exit status: 0 clean; 1 requests failed above --max-failure-rate; 2 bad flags or setup; \
                   3 the server stopped answering; 130/143 interrupted by SIGINT/SIGTERM."
 )]
 pub struct BenchArgs {
@@ -243,6 +245,21 @@ pub struct BenchArgs {
     /// Seconds between server health probes during the run (0 disables).
     #[arg(long, default_value_t = 1.0)]
     pub health_interval: f64,
+    /// Multi-client runs: this process's place among `--client-count` clients. Every client
+    /// builds the same dataset and arrival schedule (same seed) and sends the requests whose
+    /// dataset position `p` has `p % client-count == client-index`, at their own offsets.
+    #[arg(long, default_value_t = 0)]
+    pub client_index: usize,
+    /// Multi-client runs: how many client processes share the run (`sparrow bench merge`
+    /// joins their records files into one report).
+    #[arg(long, default_value_t = 1)]
+    pub client_count: usize,
+    /// Unix time in seconds (fractions allowed) at which the timed run starts; every
+    /// client's arrival offsets and record times count from it, so their records share one
+    /// clock (across machines as far as their clocks agree). Needed with `--client-count`
+    /// above 1.
+    #[arg(long)]
+    pub start_at: Option<f64>,
 
     // SGLang flags sparrow bench does not implement: declared (hidden, any number of values)
     // only so that using one is refused by name. [`super::REFUSED_FLAGS`] says why for each.

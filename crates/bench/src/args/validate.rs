@@ -42,6 +42,26 @@ pub struct BenchConfig {
     pub warnings: Vec<String>,
 }
 
+impl BenchConfig {
+    /// Whether this client sends dataset row `row` (`row % client_count == client_index`: an
+    /// interleaved split, so every client gets the same mix of early and late arrivals).
+    pub fn owns_row(&self, row: usize) -> bool {
+        row % self.args.client_count == self.args.client_index
+    }
+
+    /// This client's share of `--max-concurrency`, which is the whole run's: `c / K`, plus
+    /// one for the first `c % K` clients, so the shares sum to `c`.
+    pub fn client_max_concurrency(&self) -> Option<usize> {
+        let (i, k) = (self.args.client_index, self.args.client_count);
+        self.args.max_concurrency.map(|c| c / k + usize::from(i < c % k))
+    }
+
+    /// True for a run that is one of several clients (or starts at a set time).
+    pub fn multi_client(&self) -> bool {
+        self.args.client_count > 1 || self.args.start_at.is_some()
+    }
+}
+
 /// One `--goodput` entry `KEY:VALUE` (SGLang's `_goodput_slo`).
 ///
 /// # Errors
@@ -252,6 +272,35 @@ impl BenchArgs {
         }
         if self.max_concurrency == Some(0) {
             return Err(FlagError("--max-concurrency must be at least 1".into()));
+        }
+        if self.client_count == 0 {
+            return Err(FlagError("--client-count must be at least 1".into()));
+        }
+        if self.client_index >= self.client_count {
+            return Err(FlagError(format!(
+                "--client-index {} must be below --client-count {}",
+                self.client_index, self.client_count
+            )));
+        }
+        if self.client_count > 1 && self.start_at.is_none() {
+            return Err(FlagError(format!(
+                "--client-count {} needs --start-at (one unix time for every client, e.g. $(( $(date +%s) + 30 ))) \
+                 so that their schedules and records share a clock",
+                self.client_count
+            )));
+        }
+        if let Some(t) = self.start_at {
+            if !(t.is_finite() && t > 0.0) {
+                return Err(FlagError(format!("--start-at must be a unix time in seconds, got {t}")));
+            }
+        }
+        if let Some(c) = self.max_concurrency {
+            if c < self.client_count {
+                return Err(FlagError(format!(
+                    "--max-concurrency {c} is the whole run's and is split over --client-count {}: it must be at least that",
+                    self.client_count
+                )));
+            }
         }
         if !(0.0..=1.0).contains(&self.max_failure_rate) {
             return Err(FlagError(format!("--max-failure-rate must be in [0, 1], got {}", self.max_failure_rate)));

@@ -16,19 +16,22 @@ use super::RunHooks;
 use crate::client::ClientCtx;
 use crate::record::RequestRecord;
 
-/// Receives every record until the last sender is dropped. Returns the records by index (a
-/// `None` for any that never arrived), the bar (left on screen until the run's last probes
+/// Receives every record until the last sender is dropped. `n_records` is the run's number
+/// of records (their indices), `n_expected` how many this client sends (its progress bar).
+/// Returns the records by index (a `None` for any that never arrived or another client
+/// sent), the bar (left on screen until the run's last probes
 /// are done), and whether the details file took every line.
 pub(super) async fn collect(
     mut rx: mpsc::UnboundedReceiver<RequestRecord>,
     n_records: usize,
+    n_expected: usize,
     ctx: &ClientCtx,
     hooks: &RunHooks,
     hidden: bool,
     details: &mut BufWriter<File>,
     details_file: &Path,
 ) -> (Vec<Option<RequestRecord>>, ProgressBar, bool) {
-    let pb = progress_bar(n_records, hidden, &hooks.bar_prefix);
+    let pb = progress_bar(n_expected, hidden, &hooks.bar_prefix);
     let mut records: Vec<Option<RequestRecord>> = vec![None; n_records];
     let (mut failed, mut out_tokens) = (0usize, 0u64);
     let mut details_ok = true;
@@ -40,10 +43,14 @@ pub(super) async fn collect(
     };
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
-        let rec = tokio::select! {
+        let mut rec = tokio::select! {
             r = rx.recv() => match r { Some(r) => r, None => break },
             _ = tick.tick() => { pb.set_message(bar_message(failed, out_tokens)); continue; }
         };
+        if rec.success() {
+            // Kept in the record so that `sparrow bench merge` needs no tokenizer.
+            rec.retokenized_output_len = Some(super::retokenized_len(&ctx.tokenizer, &rec.text));
+        }
         if details_ok {
             let line = details_line(&rec);
             // Flushed whenever no other record is waiting: a crash loses nothing that finished,
@@ -59,7 +66,9 @@ pub(super) async fn collect(
         pb.set_message(bar_message(failed, out_tokens));
         pb.inc(1);
         let idx = rec.index;
-        records[idx] = Some(rec);
+        if let Some(slot) = records.get_mut(idx) {
+            *slot = Some(rec);
+        }
     }
     (records, pb, details_ok)
 }

@@ -48,6 +48,7 @@ use crate::schedule;
 
 pub use health::interrupted;
 pub use output::{civil_from_days, default_details_file, default_output_file};
+pub(crate) use output::{append_result_line, details_line};
 pub use prompts::build_dataset;
 
 use health::{health_monitor, probe, Liveness};
@@ -236,7 +237,9 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
     };
     let warm_body = first_body(&opts, &rows[0], ids.first().map(Vec::as_slice), rows[0].output_len.min(32));
     warmup(&ctx, warm_body, &rows[0], a.warmup_requests, &hooks.stop).await?;
-    if a.flush_cache {
+    // Control calls are the run's, not each client's: only client 0 makes them (a late
+    // client flushing the cache would wipe the others' prefixes mid-run).
+    if a.flush_cache && a.client_index == 0 {
         // SGLang's flush_server_cache: vLLM (and LMDeploy) reset their prefix cache elsewhere.
         let url = if a.backend.is_sglang() {
             format!("{}/flush_cache?timeout={}", cfg.base_url, cfg.flush_cache_timeout.as_secs_f64())
@@ -247,7 +250,7 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
         };
         post_control(&http, &url, &headers, cfg.flush_cache_timeout + Duration::from_secs(10)).await;
     }
-    if a.profile {
+    if a.profile && a.client_index == 0 {
         crate::outln!("Starting profiler...");
         if post_control(&http, &format!("{}/start_profile", cfg.base_url), &headers, Duration::from_secs(60)).await {
             crate::outln!("Profiler started");
@@ -282,14 +285,30 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
         first_index.push(n_records);
         n_records += 1 + r.turns.len();
     }
+    let owned: Vec<usize> = (0..rows.len()).filter(|&i| cfg.owns_row(i)).collect();
+    let n_owned: usize = owned.iter().map(|&i| 1 + rows[i].turns.len()).sum();
+    if cfg.args.client_count > 1 {
+        crate::outln!(
+            "Client {} of {}: {} of {} requests (dataset positions i with i % {} == {}).",
+            a.client_index,
+            a.client_count,
+            n_owned,
+            n_records,
+            a.client_count,
+            a.client_index
+        );
+    }
     let rows = Arc::new(rows);
-    let sem = a.max_concurrency.map(|c| Arc::new(Semaphore::new(c)));
+    let sem = cfg.client_max_concurrency().map(|c| Arc::new(Semaphore::new(c)));
     let cancel = CancellationToken::new();
     let live = Arc::new(Liveness::default());
     let stop_monitor = CancellationToken::new();
     let (tx, rx) = mpsc::unbounded_channel::<RequestRecord>();
 
-    ctx.t0 = Instant::now();
+    ctx.t0 = match a.start_at {
+        None => Instant::now(),
+        Some(at) => start_at(at, &hooks.stop).await,
+    };
     let ctx = Arc::new(ctx);
     if let Some(interval) = cfg.health_interval {
         tokio::spawn(health_monitor(
@@ -315,19 +334,21 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
         print_requests: a.print_requests,
     };
     for (i, body) in bodies.into_iter().enumerate() {
-        request::spawn(shared.clone(), i, first_index[i], body, offsets[i]);
+        if cfg.owns_row(i) {
+            request::spawn(shared.clone(), i, first_index[i], body, offsets[i]);
+        }
     }
     // The collector ends when the last sender is gone: the tasks' clones, then this one.
     drop(shared);
 
     let (records, pb, details_ok) =
-        collect::collect(rx, n_records, &ctx, &hooks, a.disable_tqdm, &mut details, &details_file).await;
+        collect::collect(rx, n_records, n_owned, &ctx, &hooks, a.disable_tqdm, &mut details, &details_file).await;
     let duration_s = ctx.now();
     if details_ok && details.flush().is_err() {
         crate::errln!("warning: cannot write {}", details_file.display());
     }
     stop_monitor.cancel();
-    if a.profile {
+    if a.profile && a.client_index == 0 {
         crate::outln!("Stopping profiler...");
         if post_control(&http, &format!("{}/stop_profile", cfg.base_url), &headers, Duration::from_secs(300)).await {
             crate::outln!("Profiler stopped");
@@ -354,15 +375,14 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
             Err(_) => get_json(&http, &format!("{}/get_server_info", cfg.base_url), &headers).await.ok(),
         }
     };
-    let metrics =
-        metrics::calculate(&records, duration_s, |t| tokenizer.encode(t, false).map_or(0, |ids| ids.len() as u64));
+    let metrics = metrics::calculate(&records, duration_s, |t| retokenized_len(&tokenizer, t));
     let summary = RunSummary {
         backend: a.backend.name().into(),
         dataset_name: a.dataset_name.name().into(),
         request_rate: a.request_rate,
         request_rate_trace: trace,
         goodput: (!cfg.goodput.is_empty()).then(|| metrics::goodput(&records, &cfg.goodput, duration_s)),
-        max_concurrency: a.max_concurrency,
+        max_concurrency: cfg.client_max_concurrency(),
         sharegpt_output_len: a.sharegpt_output_len,
         random_input_len: a.random_input_len,
         random_output_len: a.random_output_len,
@@ -372,6 +392,11 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
         server_info,
         server_down,
         interrupted: interrupted.as_ref().map(|i| i.1.clone()),
+        client: cfg.multi_client().then(|| report::ClientInfo {
+            index: Some(a.client_index),
+            count: a.client_count,
+            start_at: a.start_at,
+        }),
     };
     crate::out!("{}", report::render_block(&summary, &metrics));
     output::append_result_line(&summary, &metrics, &records, a.output_details, a.strict_json, &output_file)?;
@@ -387,4 +412,31 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
         exit::OK
     };
     Ok(RunOutcome { exit_code, summary, metrics, records, output_file, details_file })
+}
+
+/// Tokens of a generated text counted by the client's tokenizer ("Total generated tokens
+/// (retokenized)"); 0 when it cannot encode it.
+pub(crate) fn retokenized_len(tokenizer: &sparrow_tokenizer::Tokenizer, text: &str) -> u64 {
+    tokenizer.encode(text, false).map_or(0, |ids| ids.len() as u64)
+}
+
+/// Waits for `--start-at` (unix seconds) and returns the run's clock origin: that moment as
+/// an `Instant`. A client that gets there late (a slow warmup) starts at once, with its
+/// origin still at `at`, so its requests keep their places on the shared timeline and the
+/// lateness shows as send lag instead of shifting every time.
+async fn start_at(at: f64, stop: &CancellationToken) -> Instant {
+    let wait = at - output::unix_now();
+    if wait > 0.0 {
+        crate::outln!("Waiting {wait:.1} s for --start-at {at:.3}...");
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_secs_f64(wait)) => {}
+            () = stop.cancelled() => {}
+        }
+    }
+    let late = (output::unix_now() - at).max(0.0);
+    if late > 1.0 {
+        crate::errln!("warning: --start-at {at:.3} was {late:.1} s ago; the first requests go out late");
+    }
+    let now = Instant::now();
+    now.checked_sub(Duration::from_secs_f64(late)).unwrap_or(now)
 }

@@ -15,18 +15,25 @@ use crate::record::RequestRecord;
 use crate::report::{self, RunSummary};
 
 /// SGLang's default output file name: `{backend}_{MMDD}_{n}_{in}_{out}.jsonl` for the random
-/// datasets, else `{backend}_{MMDD}_{n}_{dataset}.jsonl` (date in UTC).
+/// datasets, else `{backend}_{MMDD}_{n}_{dataset}.jsonl` (date in UTC); one client of
+/// several writes `<that stem>.client{i}of{K}.jsonl`.
 pub fn default_output_file(cfg: &BenchConfig) -> PathBuf {
     let days =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() / 86_400) as i64;
     let (_, m, d) = civil_from_days(days);
     let a = &cfg.args;
     let b = a.backend.name();
-    PathBuf::from(match a.dataset_name {
+    let stem = match a.dataset_name {
         DatasetName::Random | DatasetName::RandomIds => {
-            format!("{b}_{m:02}{d:02}_{}_{}_{}.jsonl", a.num_prompts, a.random_input_len, a.random_output_len)
+            format!("{b}_{m:02}{d:02}_{}_{}_{}", a.num_prompts, a.random_input_len, a.random_output_len)
         }
-        other => format!("{b}_{m:02}{d:02}_{}_{}.jsonl", a.num_prompts, other.name()),
+        other => format!("{b}_{m:02}{d:02}_{}_{}", a.num_prompts, other.name()),
+    };
+    // Clients of one run started in one directory must not append to one file.
+    PathBuf::from(if a.client_count > 1 {
+        format!("{stem}.client{}of{}.jsonl", a.client_index, a.client_count)
+    } else {
+        format!("{stem}.jsonl")
     })
 }
 
@@ -44,6 +51,11 @@ pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
+/// Unix time in seconds (`--start-at`, `--print-requests` lines).
+pub(crate) fn unix_now() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+}
+
 /// The details file beside `output`: `x.jsonl` → `x.requests.jsonl`.
 pub fn default_details_file(output: &Path) -> PathBuf {
     let stem = output.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
@@ -52,7 +64,7 @@ pub fn default_details_file(output: &Path) -> PathBuf {
 
 /// One details-file line: the record plus its derived latencies, serialized straight from the
 /// record (no `Value` tree: this runs once per finished request while the run goes on).
-pub(super) fn details_line(r: &RequestRecord) -> String {
+pub(crate) fn details_line(r: &RequestRecord) -> String {
     #[derive(serde::Serialize)]
     struct Line<'a> {
         #[serde(flatten)]
@@ -71,7 +83,7 @@ pub(super) fn details_line(r: &RequestRecord) -> String {
 ///
 /// # Errors
 /// [`BenchError::Io`] when the file cannot be opened or written.
-pub(super) fn append_result_line(
+pub(crate) fn append_result_line(
     summary: &RunSummary,
     metrics: &BenchmarkMetrics,
     records: &[RequestRecord],

@@ -13,6 +13,7 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::health::Liveness;
+use super::output::unix_now;
 use crate::client::{self, ClientCtx, PromptInput, RequestOptions};
 use crate::dataset::DatasetRow;
 use crate::record::{Failure, FailureKind, RequestRecord, TokenCountSource, Turn};
@@ -54,6 +55,7 @@ pub(super) fn new_record(index: usize, prompt_len: u64, output_len: u64, schedul
         end_s: scheduled_s,
         output_tokens: 0,
         output_tokens_source: TokenCountSource::Server,
+        retokenized_output_len: None,
         finish_reason: None,
         text: String::new(),
         failure: None,
@@ -185,9 +187,4 @@ pub(super) fn spawn(s: Shared, i: usize, base: usize, body: Bytes, offset_s: f64
             let _ = tx.send(std::mem::replace(&mut rec, new_record(0, 0, 0, 0.0)));
         }
     });
-}
-
-/// Unix time in seconds, for `--print-requests` lines.
-fn unix_now() -> f64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }

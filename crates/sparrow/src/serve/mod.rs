@@ -154,6 +154,12 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         "served_model_name": model_id,
         "host": a.host,
         "port": a.port,
+        // SGLang's fields sglang-router reads to label a worker (typed as SGLang types them:
+        // a mistyped field makes the router drop them all).
+        "tp_size": 1,
+        "dp_size": 1,
+        "load_balance_method": "round_robin",
+        "disaggregation_mode": "null",
         "max_total_num_tokens": c.max_total_tokens(),
         "max_running_requests": c.max_running_requests,
         // How max_running_requests was chosen: the curve and the source (measured, cached,

@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# A local data-parallel fleet: N `sparrow serve` workers on consecutive ports behind
+# sglang-router (SGLang's router, `python -m sglang_router.launch_router`).
+#
+#   scripts/fleet.sh N [serve flags...] [-- router flags...]
+#   scripts/fleet.sh 2 --page-size 16 -- --policy cache_aware
+#
+# Workers listen on 127.0.0.1:$WORKER_BASE_PORT.. (default 30001..), the router on
+# $ROUTER_HOST:$ROUTER_PORT (default 127.0.0.1:30000). Each worker gets `--threads` =
+# cores / N (at least 1) unless the serve flags set it. The router is installed with pip
+# (sglang-router $ROUTER_VERSION, default 0.3.2) into a venv under the cache directory
+# ($SPARROW_CACHE_DIR, else ~/.cache/sparrow) the first time. Logs and a `fleet.env` file
+# (worker URLs and PIDs, router URL and PID) go to $FLEET_DIR (default: a new /tmp dir).
+# The script stays in the foreground until Ctrl-C or SIGTERM, the router exits, or every
+# worker has (one dead worker is left for the router to route around); then it stops them
+# all. Binary: $SPARROW, else target/release/sparrow (built if missing).
+set -euo pipefail
+
+if [[ $# -lt 1 || ! "$1" =~ ^[0-9]+$ || "$1" -lt 1 ]]; then
+    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+    exit 2
+fi
+N=$1
+shift
+SERVE_ARGS=()
+ROUTER_ARGS=()
+seen_sep=0
+for a in "$@"; do
+    if [[ $seen_sep == 0 && "$a" == "--" ]]; then
+        seen_sep=1
+    elif [[ $seen_sep == 0 ]]; then
+        SERVE_ARGS+=("$a")
+    else
+        ROUTER_ARGS+=("$a")
+    fi
+done
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+CACHE=${SPARROW_CACHE_DIR:-$HOME/.cache/sparrow}
+ROUTER_VERSION=${ROUTER_VERSION:-0.3.2}
+VENV=$CACHE/venvs/sglang-router-$ROUTER_VERSION
+WORKER_BASE_PORT=${WORKER_BASE_PORT:-30001}
+ROUTER_HOST=${ROUTER_HOST:-127.0.0.1}
+ROUTER_PORT=${ROUTER_PORT:-30000}
+FLEET_DIR=${FLEET_DIR:-$(mktemp -d /tmp/sparrow-fleet.XXXXXX)}
+READY_TIMEOUT=${READY_TIMEOUT:-600}
+mkdir -p "$FLEET_DIR"
+
+SPARROW=${SPARROW:-$ROOT/target/release/sparrow}
+if [[ ! -x "$SPARROW" ]]; then
+    echo "fleet: building $SPARROW" >&2
+    (cd "$ROOT" && cargo build --release -p sparrow)
+fi
+
+if [[ ! -x "$VENV/bin/python" ]] || ! "$VENV/bin/python" -c "import sglang_router" 2>/dev/null; then
+    echo "fleet: installing sglang-router==$ROUTER_VERSION into $VENV" >&2
+    python3 -m venv "$VENV"
+    "$VENV/bin/pip" install --quiet "sglang-router==$ROUTER_VERSION"
+fi
+
+threads_given=0
+for a in "${SERVE_ARGS[@]+"${SERVE_ARGS[@]}"}"; do
+    [[ "$a" == --threads || "$a" == --threads=* ]] && threads_given=1
+done
+cores=$(nproc)
+per=$((cores / N))
+((per < 1)) && per=1
+
+PIDS=()
+cleanup() {
+    trap - EXIT INT TERM
+    for p in "${PIDS[@]+"${PIDS[@]}"}"; do
+        kill -TERM "$p" 2>/dev/null || true
+    done
+    sleep 1
+    for p in "${PIDS[@]+"${PIDS[@]}"}"; do
+        kill -KILL "$p" 2>/dev/null || true
+    done
+    wait 2>/dev/null || true
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+wait_http() { # url pid what
+    local deadline=$((SECONDS + READY_TIMEOUT))
+    until curl -sf -o /dev/null --max-time 2 "$1"; do
+        if ! kill -0 "$2" 2>/dev/null; then
+            echo "fleet: $3 exited before it was ready; its log:" >&2
+            tail -n 20 "$4" >&2 || true
+            exit 1
+        fi
+        if ((SECONDS > deadline)); then
+            echo "fleet: $3 not ready after $READY_TIMEOUT s ($1)" >&2
+            exit 1
+        fi
+        sleep 0.5
+    done
+}
+
+URLS=()
+: >"$FLEET_DIR/fleet.env"
+for ((i = 0; i < N; i++)); do
+    port=$((WORKER_BASE_PORT + i))
+    extra=()
+    ((threads_given)) || extra=(--threads "$per")
+    log="$FLEET_DIR/worker$i.log"
+    "$SPARROW" serve --host 127.0.0.1 --port "$port" "${extra[@]+"${extra[@]}"}" \
+        "${SERVE_ARGS[@]+"${SERVE_ARGS[@]}"}" >"$log" 2>&1 &
+    PIDS+=($!)
+    URLS+=("http://127.0.0.1:$port")
+    echo "WORKER${i}_URL=http://127.0.0.1:$port" >>"$FLEET_DIR/fleet.env"
+    echo "WORKER${i}_PID=$!" >>"$FLEET_DIR/fleet.env"
+    echo "WORKER${i}_LOG=$log" >>"$FLEET_DIR/fleet.env"
+done
+for ((i = 0; i < N; i++)); do
+    wait_http "${URLS[$i]}/health" "${PIDS[$i]}" "worker $i" "$FLEET_DIR/worker$i.log"
+    echo "fleet: worker $i ready at ${URLS[$i]}" >&2
+done
+
+# The router's Prometheus listener (default 0.0.0.0:29000) moves beside its port unless set.
+prom=()
+printf '%s\n' "${ROUTER_ARGS[@]+"${ROUTER_ARGS[@]}"}" | grep -q -- '^--prometheus-port' ||
+    prom=(--prometheus-host 127.0.0.1 --prometheus-port $((ROUTER_PORT + 10000)))
+rlog="$FLEET_DIR/router.log"
+"$VENV/bin/python" -m sglang_router.launch_router --host "$ROUTER_HOST" --port "$ROUTER_PORT" \
+    --worker-urls "${URLS[@]}" "${prom[@]+"${prom[@]}"}" "${ROUTER_ARGS[@]+"${ROUTER_ARGS[@]}"}" >"$rlog" 2>&1 &
+PIDS+=($!)
+{
+    echo "ROUTER_URL=http://$ROUTER_HOST:$ROUTER_PORT"
+    echo "ROUTER_PID=$!"
+    echo "ROUTER_LOG=$rlog"
+} >>"$FLEET_DIR/fleet.env"
+# `/readiness` answers 200 once a worker has been registered and found healthy; wait for all.
+deadline=$((SECONDS + READY_TIMEOUT))
+while :; do
+    body=$(curl -s --max-time 2 "http://$ROUTER_HOST:$ROUTER_PORT/readiness" || true)
+    healthy=$(sed -n 's/.*"healthy_workers":\([0-9]*\).*/\1/p' <<<"$body")
+    [[ -n "$healthy" && "$healthy" -ge "$N" ]] && break
+    if ! kill -0 "${PIDS[-1]}" 2>/dev/null; then
+        echo "fleet: the router exited; its log:" >&2
+        tail -n 20 "$rlog" >&2 || true
+        exit 1
+    fi
+    if ((SECONDS > deadline)); then
+        echo "fleet: the router did not report $N healthy workers in $READY_TIMEOUT s: $body" >&2
+        exit 1
+    fi
+    sleep 0.5
+done
+echo "fleet: ready: router http://$ROUTER_HOST:$ROUTER_PORT -> ${URLS[*]} (threads $per each; logs $FLEET_DIR)" >&2
+echo "READY=1" >>"$FLEET_DIR/fleet.env"
+
+# Stay up until a signal, or until any member exits (a dead worker is the router's to
+# route around; the fleet itself keeps running so a test can watch that).
+while :; do
+    if ! kill -0 "${PIDS[-1]}" 2>/dev/null; then
+        echo "fleet: the router exited" >&2
+        exit 1
+    fi
+    alive=0
+    for ((i = 0; i < N; i++)); do
+        kill -0 "${PIDS[$i]}" 2>/dev/null && alive=$((alive + 1))
+    done
+    if ((alive == 0)); then
+        echo "fleet: every worker has exited" >&2
+        exit 1
+    fi
+    sleep 1
+done
