@@ -372,6 +372,13 @@ async fn s11_disconnects_abort_and_free_pages() {
     let _ = tokio::time::timeout(Duration::from_millis(300), q).await;
     let st = stats(&s).await;
     assert_eq!(st["num_running_reqs"], 1, "{st}");
+    // SGLang's `/get_load` (sglang-router's power_of_two reads `num_tokens`): the stream
+    // still open holds its prompt and generated tokens; the queued one has left.
+    let load = get_json(&s, "/get_load").await;
+    assert_eq!(load[0]["num_reqs"], 1, "{load}");
+    assert_eq!(load[0]["num_waiting_reqs"], 0, "{load}");
+    let held = load[0]["num_tokens"].as_u64().expect("num_tokens");
+    assert!((5..=200).contains(&held), "the running request's KV tokens: {load}");
     drop(body);
     let mut ok = false;
     for _ in 0..200 {
@@ -425,6 +432,15 @@ async fn s13_repeated_prompt_full_cache_hit() {
     let body =
         json!({"messages": [{"role": "user", "content": "Name three colors."}], "max_tokens": 12, "temperature": 0});
     let (_, first) = post(s, "/v1/chat/completions", body.clone()).await;
+    let cached_metric = || async {
+        let m = client().get(s.url("/metrics")).send().await.expect("metrics").text().await.expect("text");
+        m.lines()
+            .find_map(|l| l.strip_prefix("sglang:cached_tokens_total "))
+            .and_then(|v| v.parse::<f64>().ok())
+            .expect("sglang:cached_tokens_total")
+    };
+    let metric_before = cached_metric().await;
+    let mut cached_sum = 0;
     for _ in 0..4 {
         let (st, v) = post(s, "/v1/chat/completions", body.clone()).await;
         assert_eq!(st, 200);
@@ -432,7 +448,10 @@ async fn s13_repeated_prompt_full_cache_hit() {
         let cached = v["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap_or(0);
         let prompt = v["usage"]["prompt_tokens"].as_u64().unwrap_or(0);
         assert_eq!(cached, prompt - 1, "a full hit reuses all but the last prompt token");
+        cached_sum += cached;
     }
+    // The counter a fleet's hit rate is summed from agrees with the usage reports.
+    assert_eq!(cached_metric().await - metric_before, cached_sum as f64);
     assert_drained(s).await;
 }
 

@@ -200,6 +200,9 @@ async fn snapshots_of_every_route() {
     snap.check("get_server_info", &get(&s, "/get_server_info").await);
     snap.check("v1_models", &get(&s, "/v1/models").await);
     snap.check("get_model_info", &get(&s, "/get_model_info").await);
+    // sglang-router asks `/model_info` first: the same body.
+    assert_eq!(get(&s, "/model_info").await.render(), get(&s, "/get_model_info").await.render());
+    snap.check("get_load", &get(&s, "/get_load").await);
     snap.check("health", &get(&s, "/health").await);
     snap.check("health_generate", &get(&s, "/health_generate").await);
     snap.check("flush_cache", &post(&s, "/flush_cache", json!({})).await);

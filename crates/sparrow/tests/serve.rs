@@ -269,6 +269,11 @@ fn openai_sdk_parse_and_streamed_tool_calls() {
     assert!(auto["content"].is_string() || auto["tool_calls"].is_array(), "{v}");
     let info = server_info(&s);
     assert_eq!((info["tool_call_parser"].as_str(), info["reasoning_parser"].as_str()), (Some("qwen25"), Some("qwen3")));
+    // The fields sglang-router labels a worker with, typed as SGLang types them (one
+    // mistyped field and the router drops them all).
+    assert_eq!((info["tp_size"].as_u64(), info["dp_size"].as_u64()), (Some(1), Some(1)), "{info}");
+    assert!(info["load_balance_method"].is_string() && info["disaggregation_mode"].is_string(), "{info}");
+    assert!(info["served_model_name"].is_string() && info["model_path"].is_string(), "{info}");
 }
 
 /// SGLang's `--chunked-prefill-size -1` (chunked prefill off) serves, reports -1 as SGLang
