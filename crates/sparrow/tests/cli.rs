@@ -149,3 +149,72 @@ fn dead_server_before_the_run_is_a_clear_setup_error() {
     assert!(err.contains("is not ready after 2s (--ready-check-timeout-sec)"), "{err}");
     assert!(t.elapsed() >= Duration::from_secs(2), "waited the whole ready check");
 }
+
+/// Two `sparrow bench` processes of one run (`--client-count 2`, one `--start-at`) and
+/// `sparrow bench merge` of their records files: the merged report covers the same
+/// requests with the same lengths and outputs as one process sending them all.
+#[test]
+fn two_bench_processes_merge_into_one_report() {
+    let m = mock(&["--first-chunk-delay-ms", "20", "--chunk-delay-ms", "5"]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tok = common::words_tokenizer();
+    let port = m.1.to_string();
+    let base = |out: &str| -> Command {
+        let mut c = sparrow();
+        c.args(["bench", "--host", "127.0.0.1", "--port", &port, "--tokenizer", &tok, "--strict-json"])
+            .args(["--dataset-name", "random-ids", "--random-input-len", "8", "--random-output-len", "6"])
+            .args(["--random-range-ratio", "0.3", "--num-prompts", "30", "--request-rate", "50"])
+            .args(["--max-concurrency", "4", "--disable-tqdm"])
+            .arg("--output-file")
+            .arg(dir.path().join(out));
+        c
+    };
+    let one = base("one.jsonl").output().expect("bench runs");
+    assert_eq!(one.status.code(), Some(0), "{}", String::from_utf8_lossy(&one.stderr));
+    let start = format!("{:.3}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs_f64() + 2.0);
+    let clients: Vec<Child> = (0..2)
+        .map(|i| {
+            base(&format!("two.client{i}of2.jsonl"))
+                .args(["--client-index", &i.to_string(), "--client-count", "2", "--start-at", &start])
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("bench client starts")
+        })
+        .collect();
+    for mut c in clients {
+        assert!(c.wait().expect("client exits").success());
+    }
+    let merged = sparrow()
+        .args(["bench", "merge"])
+        .arg(dir.path().join("two.client0of2.requests.jsonl"))
+        .arg(dir.path().join("two.client1of2.requests.jsonl"))
+        .arg("--strict-json")
+        .output()
+        .expect("merge runs");
+    let stdout = String::from_utf8_lossy(&merged.stdout);
+    assert_eq!(merged.status.code(), Some(0), "{stdout}\n{}", String::from_utf8_lossy(&merged.stderr));
+    assert!(stdout.contains(&format!("{:<40} {:<10}\n", "Successful requests:", 30)), "{stdout}");
+    let read = |name: &str| -> serde_json::Value {
+        let t = std::fs::read_to_string(dir.path().join(name)).expect("result file");
+        serde_json::from_str(t.lines().last().expect("line")).expect("json")
+    };
+    // Default name: the clients' stem without `.client{i}of{K}`, plus `.merged`.
+    let (m1, m2) = (read("one.jsonl"), read("two.merged.jsonl"));
+    for k in ["completed", "failed", "total_input_tokens", "total_output_tokens", "total_output_tokens_retokenized"] {
+        assert_eq!(m1[k], m2[k], "{k}: one client {m1}\nmerged {m2}");
+    }
+    assert_eq!(m2["max_concurrency"], 4, "the clients' shares add up: {m2}");
+    assert_eq!((m2["client_count"].as_u64(), m2["client_index"].is_null()), (Some(2), true), "{m2}");
+    let records = |name: &str| -> Vec<serde_json::Value> {
+        std::fs::read_to_string(dir.path().join(name))
+            .expect("records")
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("record"))
+            .collect()
+    };
+    let (r1, r2) = (records("one.requests.jsonl"), records("two.merged.requests.jsonl"));
+    let key = |r: &serde_json::Value| (r["index"].clone(), r["prompt_len"].clone(), r["output_tokens"].clone(), r["text"].clone(), r["scheduled_s"].clone());
+    let mut k1: Vec<_> = r1.iter().map(key).collect();
+    k1.sort_by_key(|k| k.0.as_u64());
+    assert_eq!(k1, r2.iter().map(key).collect::<Vec<_>>(), "request for request");
+}
