@@ -16,7 +16,7 @@
 # all. Binary: $SPARROW, else target/release/sparrow (built if missing).
 set -euo pipefail
 
-if [[ $# -lt 1 || ! "$1" =~ ^[0-9]+$ || "$1" -lt 1 ]]; then
+if [[ $# -lt 1 || ! "$1" =~ ^[1-9][0-9]*$ ]]; then
     sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 fi
@@ -52,16 +52,46 @@ if [[ ! -x "$SPARROW" ]]; then
     (cd "$ROOT" && cargo build --release -p sparrow)
 fi
 
-if [[ ! -x "$VENV/bin/python" ]] || ! "$VENV/bin/python" -c "import sglang_router" 2>/dev/null; then
+# A venv when Python can make one; else (no ensurepip) a plain --target directory.
+ROUTER_PY=("$VENV/bin/python")
+if [[ -d "$VENV/site" ]]; then
+    ROUTER_PY=(env "PYTHONPATH=$VENV/site" python3)
+fi
+if ! "${ROUTER_PY[@]}" -c "import sglang_router" 2>/dev/null; then
     echo "fleet: installing sglang-router==$ROUTER_VERSION into $VENV" >&2
-    python3 -m venv "$VENV"
-    "$VENV/bin/pip" install --quiet "sglang-router==$ROUTER_VERSION"
+    rm -rf "$VENV"
+    if python3 -m venv "$VENV" 2>/dev/null; then
+        ROUTER_PY=("$VENV/bin/python")
+        "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "sglang-router==$ROUTER_VERSION"
+    else
+        python3 -m pip install --quiet --disable-pip-version-check --target "$VENV/site" "sglang-router==$ROUTER_VERSION"
+        ROUTER_PY=(env "PYTHONPATH=$VENV/site" python3)
+    fi
 fi
 
 threads_given=0
 for a in "${SERVE_ARGS[@]+"${SERVE_ARGS[@]}"}"; do
-    [[ "$a" == --threads || "$a" == --threads=* ]] && threads_given=1
+    case "$a" in
+    --threads | --threads=*) threads_given=1 ;;
+    --port | --port=* | --host | --host=*)
+        echo "fleet: the fleet sets each worker's --host/--port (WORKER_BASE_PORT); drop $a" >&2
+        exit 2
+        ;;
+    esac
 done
+# The router's Prometheus listener (default 0.0.0.0:29000) moves to ROUTER_PORT + 10000 (or
+# below it) on loopback unless the router flags set it, so fleets on other ports can coexist.
+prom=()
+if ! printf '%s\n' "${ROUTER_ARGS[@]+"${ROUTER_ARGS[@]}"}" | grep -q -- '^--prometheus-port'; then
+    prom_port=$((ROUTER_PORT + 10000))
+    ((prom_port > 65535)) && prom_port=$((ROUTER_PORT - 10000))
+    prom=(--prometheus-host 127.0.0.1 --prometheus-port "$prom_port")
+fi
+last_worker=$((WORKER_BASE_PORT + N - 1))
+if ((ROUTER_PORT >= WORKER_BASE_PORT && ROUTER_PORT <= last_worker)) || ((last_worker > 65535)); then
+    echo "fleet: workers on $WORKER_BASE_PORT..$last_worker and the router on $ROUTER_PORT do not fit" >&2
+    exit 2
+fi
 cores=$(nproc)
 per=$((cores / N))
 ((per < 1)) && per=1
@@ -118,17 +148,14 @@ for ((i = 0; i < N; i++)); do
     echo "fleet: worker $i ready at ${URLS[$i]}" >&2
 done
 
-# The router's Prometheus listener (default 0.0.0.0:29000) moves beside its port unless set.
-prom=()
-printf '%s\n' "${ROUTER_ARGS[@]+"${ROUTER_ARGS[@]}"}" | grep -q -- '^--prometheus-port' ||
-    prom=(--prometheus-host 127.0.0.1 --prometheus-port $((ROUTER_PORT + 10000)))
 rlog="$FLEET_DIR/router.log"
-"$VENV/bin/python" -m sglang_router.launch_router --host "$ROUTER_HOST" --port "$ROUTER_PORT" \
+"${ROUTER_PY[@]}" -m sglang_router.launch_router --host "$ROUTER_HOST" --port "$ROUTER_PORT" \
     --worker-urls "${URLS[@]}" "${prom[@]+"${prom[@]}"}" "${ROUTER_ARGS[@]+"${ROUTER_ARGS[@]}"}" >"$rlog" 2>&1 &
-PIDS+=($!)
+ROUTER_PID=$!
+PIDS+=("$ROUTER_PID")
 {
     echo "ROUTER_URL=http://$ROUTER_HOST:$ROUTER_PORT"
-    echo "ROUTER_PID=$!"
+    echo "ROUTER_PID=$ROUTER_PID"
     echo "ROUTER_LOG=$rlog"
 } >>"$FLEET_DIR/fleet.env"
 # `/readiness` answers 200 once a worker has been registered and found healthy; wait for all.
@@ -137,7 +164,7 @@ while :; do
     body=$(curl -s --max-time 2 "http://$ROUTER_HOST:$ROUTER_PORT/readiness" || true)
     healthy=$(sed -n 's/.*"healthy_workers":\([0-9]*\).*/\1/p' <<<"$body")
     [[ -n "$healthy" && "$healthy" -ge "$N" ]] && break
-    if ! kill -0 "${PIDS[-1]}" 2>/dev/null; then
+    if ! kill -0 "$ROUTER_PID" 2>/dev/null; then
         echo "fleet: the router exited; its log:" >&2
         tail -n 20 "$rlog" >&2 || true
         exit 1
@@ -148,13 +175,15 @@ while :; do
     fi
     sleep 0.5
 done
-echo "fleet: ready: router http://$ROUTER_HOST:$ROUTER_PORT -> ${URLS[*]} (threads $per each; logs $FLEET_DIR)" >&2
+threads_note="threads $per each"
+((threads_given)) && threads_note="threads as given"
+echo "fleet: ready: router http://$ROUTER_HOST:$ROUTER_PORT -> ${URLS[*]} ($threads_note; logs $FLEET_DIR)" >&2
 echo "READY=1" >>"$FLEET_DIR/fleet.env"
 
 # Stay up until a signal, or until any member exits (a dead worker is the router's to
 # route around; the fleet itself keeps running so a test can watch that).
 while :; do
-    if ! kill -0 "${PIDS[-1]}" 2>/dev/null; then
+    if ! kill -0 "$ROUTER_PID" 2>/dev/null; then
         echo "fleet: the router exited" >&2
         exit 1
     fi

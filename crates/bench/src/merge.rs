@@ -9,9 +9,12 @@
 //!
 //! Each records file is read leniently at its end: a last line cut short by a killed client
 //! (no newline, not valid JSON) is reported and skipped; any other bad line is an error.
-//! Run-level facts (backend, dataset, rate, SLOs) come from each client's result line, the
-//! last line of `<stem>.jsonl` beside `<stem>.requests.jsonl`, when it is there (a client
-//! killed before its end wrote none; its records still count).
+//! Run-level facts (backend, dataset, rate, `--max-concurrency`, SLOs, the tokenizer the
+//! outputs are re-tokenized with) come from each client's result line, the last line of
+//! `<stem>.jsonl` beside `<stem>.requests.jsonl`, when it is there and describes that file's
+//! records (its `completed + failed` equals their number). A client killed before its end
+//! wrote none, or left an older run's line there: its records still count, and the merge says
+//! what it could not take from it.
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -20,6 +23,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use crate::args::{parse_slo, SloMetric};
+use sparrow_tokenizer::Tokenizer;
 use crate::metrics::{self, BenchmarkMetrics};
 use crate::record::RequestRecord;
 use crate::report::{self, ClientInfo, RunSummary, ServerDown};
@@ -44,6 +48,10 @@ pub struct MergeArgs {
     /// Write `null` instead of Python's `Infinity`/`NaN`.
     #[arg(long)]
     pub strict_json: bool,
+    /// Tokenizer for the re-tokenized output count (a tokenizer.json, a directory holding one,
+    /// or a GGUF file); default: the one the clients' result lines name.
+    #[arg(long)]
+    pub tokenizer: Option<PathBuf>,
     /// Exit 1 when more than this fraction of the merged requests failed.
     #[arg(long, default_value_t = 0.0)]
     pub max_failure_rate: f64,
@@ -152,12 +160,17 @@ pub struct MergeOutcome {
     pub warnings: Vec<String>,
 }
 
-/// Merges records files into one run, as described in the module docs.
+/// Merges records files into one run, as described in the module docs; `tokenizer`
+/// overrides the one the result lines name.
 ///
 /// # Errors
 /// [`MergeError`] when a file cannot be read, holds a bad line, or the files are not one
-/// run (a request index twice, clients of different counts or start times).
-pub fn merge(files: &[PathBuf]) -> Result<MergeOutcome, MergeError> {
+/// run (a request index twice, clients of different counts or start times), or the given
+/// tokenizer cannot be loaded.
+pub fn merge(files: &[PathBuf], tokenizer: Option<&Path>) -> Result<MergeOutcome, MergeError> {
+    if files.is_empty() {
+        return Err(MergeError::Mismatch("no records files to merge".into()));
+    }
     let mut warnings = Vec::new();
     let mut by_index: BTreeMap<usize, (RequestRecord, usize)> = BTreeMap::new();
     let mut lines: Vec<serde_json::Map<String, Value>> = Vec::new();
@@ -166,6 +179,7 @@ pub fn merge(files: &[PathBuf]) -> Result<MergeOutcome, MergeError> {
         if let Some(l) = rf.torn_line {
             warnings.push(format!("{}: line {l} is torn (a client killed mid-write); skipped", path.display()));
         }
+        let n_records = rf.records.len() as u64;
         for r in rf.records {
             if let Some((_, g)) = by_index.get(&r.index) {
                 return Err(MergeError::Mismatch(format!(
@@ -177,9 +191,31 @@ pub fn merge(files: &[PathBuf]) -> Result<MergeOutcome, MergeError> {
             }
             by_index.insert(r.index, (r, f));
         }
-        match result_file_of(path).as_deref().and_then(read_result_line) {
-            Some(l) => lines.push(l),
-            None => warnings.push(format!("{}: no result line beside it (killed before its end?)", path.display())),
+        let Some(result_file) = result_file_of(path) else {
+            warnings.push(format!(
+                "{}: not named <stem>.requests.jsonl, so no result line was looked for",
+                path.display()
+            ));
+            continue;
+        };
+        match read_result_line(&result_file) {
+            None => warnings.push(format!(
+                "{}: no result line (the client was killed before its end?)",
+                result_file.display()
+            )),
+            Some(l) => {
+                let described: u64 =
+                    ["completed", "failed"].iter().filter_map(|k| l.get(*k).and_then(Value::as_u64)).sum();
+                if described == n_records {
+                    lines.push(l);
+                } else {
+                    warnings.push(format!(
+                        "{}: its last result line counts {described} requests, the records file {n_records}: \
+                         ignored (an earlier run's line, the client killed before writing its own?)",
+                        result_file.display()
+                    ));
+                }
+            }
         }
     }
     let records: Vec<RequestRecord> = by_index.into_values().map(|(r, _)| r).collect();
@@ -199,36 +235,40 @@ pub fn merge(files: &[PathBuf]) -> Result<MergeOutcome, MergeError> {
     }
     let mut indices: Vec<u64> = lines.iter().filter_map(|l| get_u(l, "client_index")).collect();
     indices.sort_unstable();
-    if indices.windows(2).any(|w| w[0] == w[1]) {
-        return Err(MergeError::Mismatch(format!("two result lines are client {:?}'s", indices)));
+    if let Some(w) = indices.windows(2).find(|w| w[0] == w[1]) {
+        return Err(MergeError::Mismatch(format!("two result lines are client {}'s", w[0])));
     }
-    let count = counts.first().map_or(files.len(), |&c| c as usize);
-    if files.len() < count {
-        warnings.push(format!("merging {} files of a {count}-client run: the report covers only them", files.len()));
+    if let Some(&count) = counts.first() {
+        if (files.len() as u64) < count {
+            warnings.push(format!("merging {} files of a {count}-client run: the report covers only them", files.len()));
+        }
     }
-    let uncounted = records.iter().filter(|r| r.success() && r.retokenized_output_len.is_none()).count();
-    if uncounted > 0 {
-        warnings.push(format!(
-            "{uncounted} records carry no retokenized output length (written by an older sparrow bench); \
-             they count 0 in the retokenized total"
-        ));
-    }
+    let tok_path: Option<PathBuf> = tokenizer.map(Path::to_path_buf).or_else(|| {
+        lines
+            .iter()
+            .filter_map(|l| l.get("tokenizer").and_then(Value::as_str).map(PathBuf::from))
+            .find(|p| p.exists())
+    });
+    let tok = match &tok_path {
+        Some(p) => Some(Tokenizer::load(p).map_err(|e| MergeError::Mismatch(format!("--tokenizer {}: {e}", p.display())))?),
+        None => {
+            warnings.push(
+                "no tokenizer (pass --tokenizer): the retokenized output count is 0".to_owned(),
+            );
+            None
+        }
+    };
 
     let last_end = records.iter().map(|r| r.end_s).fold(0.0, f64::max);
     let duration_s = lines.iter().filter_map(|l| get_f(l, "duration")).fold(last_end, f64::max);
-    let metrics = metrics::calculate(&records, duration_s, |_| 0);
+    let metrics = metrics::calculate(&records, duration_s, |t| {
+        tok.as_ref().map_or(0, |tok| crate::run::retokenized_len(tok, t))
+    });
     let slos: Vec<(SloMetric, f64)> = first
         .get("goodput_slos_ms")
         .and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| parse_slo(&format!("{k}:{}", v.as_f64()?)).ok())
-                .collect::<Vec<_>>()
-        })
+        .map(|m| m.iter().filter_map(|(k, v)| parse_slo(&format!("{k}:{}", v.as_f64()?)).ok()).collect::<Vec<_>>())
         .unwrap_or_default();
-    let shares: Vec<Option<u64>> = lines.iter().map(|l| get_u(l, "max_concurrency")).collect();
-    let max_concurrency = (!shares.is_empty() && shares.iter().all(Option::is_some))
-        .then(|| shares.iter().flatten().sum::<u64>() as usize);
     let downs: Vec<&serde_json::Map<String, Value>> =
         lines.iter().filter(|l| get_f(l, "server_down_at_s").is_some()).collect();
     let server_down = (!downs.is_empty()).then(|| ServerDown {
@@ -238,11 +278,7 @@ pub fn merge(files: &[PathBuf]) -> Result<MergeOutcome, MergeError> {
             .iter()
             .filter(|r| r.failure.as_ref().is_some_and(|f| f.kind == crate::record::FailureKind::NotSent))
             .count(),
-        reason: downs
-            .iter()
-            .find_map(|l| l.get("server_down_reason").and_then(Value::as_str))
-            .unwrap_or("")
-            .to_owned(),
+        reason: downs.iter().find_map(|l| l.get("server_down_reason").and_then(Value::as_str)).unwrap_or("").to_owned(),
     });
     let rate = first.get("request_rate");
     let summary = RunSummary {
@@ -251,7 +287,8 @@ pub fn merge(files: &[PathBuf]) -> Result<MergeOutcome, MergeError> {
         request_rate: rate.and_then(Value::as_f64).unwrap_or(f64::INFINITY),
         request_rate_trace: rate.and_then(Value::as_str) == Some("trace"),
         goodput: (!slos.is_empty()).then(|| metrics::goodput(&records, &slos, duration_s)),
-        max_concurrency,
+        // The run-wide flag: every client's line carries it as given.
+        max_concurrency: get_u(&first, "max_concurrency").map(|c| c as usize),
         sharegpt_output_len: get_u(&first, "sharegpt_output_len"),
         random_input_len: get_u(&first, "random_input_len").unwrap_or(0),
         random_output_len: get_u(&first, "random_output_len").unwrap_or(0),
@@ -261,7 +298,13 @@ pub fn merge(files: &[PathBuf]) -> Result<MergeOutcome, MergeError> {
         server_info: first.get("server_info").filter(|v| !v.is_null()).cloned(),
         server_down,
         interrupted: lines.iter().find_map(|l| l.get("interrupted").and_then(Value::as_str)).map(str::to_owned),
-        client: Some(ClientInfo { index: None, count, start_at: starts.first().copied() }),
+        client: Some(ClientInfo {
+            index: None,
+            count: files.len(),
+            start_at: starts.first().copied(),
+            max_concurrency: None,
+            tokenizer: tok_path,
+        }),
     };
     Ok(MergeOutcome { records, metrics, summary, warnings })
 }
@@ -272,7 +315,13 @@ pub fn default_merged_file(first: &Path) -> PathBuf {
     let name = first.file_name().and_then(|n| n.to_str()).unwrap_or("bench");
     let stem = name.strip_suffix(".requests.jsonl").or_else(|| name.strip_suffix(".jsonl")).unwrap_or(name);
     let stem = match stem.rfind(".client") {
-        Some(p) if stem[p + 7..].split_once("of").is_some_and(|(a, b)| a.parse::<usize>().is_ok() && b.parse::<usize>().is_ok()) => &stem[..p],
+        Some(p)
+            if stem[p + 7..]
+                .split_once("of")
+                .is_some_and(|(a, b)| a.parse::<usize>().is_ok() && b.parse::<usize>().is_ok()) =>
+        {
+            &stem[..p]
+        }
         _ => stem,
     };
     first.with_file_name(format!("{stem}.merged.jsonl"))
@@ -285,12 +334,32 @@ pub fn default_merged_file(first: &Path) -> PathBuf {
 /// # Errors
 /// [`MergeError`] from [`merge`], or when an output cannot be written.
 pub fn run_merge(args: &MergeArgs) -> Result<i32, MergeError> {
-    let out = merge(&args.files)?;
+    if !(0.0..=1.0).contains(&args.max_failure_rate) {
+        return Err(MergeError::Mismatch(format!(
+            "--max-failure-rate must be in [0, 1], got {}",
+            args.max_failure_rate
+        )));
+    }
+    let Some(first) = args.files.first() else {
+        return Err(MergeError::Mismatch("no records files to merge".into()));
+    };
+    let output = args.output_file.clone().unwrap_or_else(|| default_merged_file(first));
+    let details = crate::run::default_details_file(&output);
+    // The merged files must not land on an input (its records would be overwritten).
+    for f in &args.files {
+        if *f == details || result_file_of(f).as_ref() == Some(&output) {
+            return Err(MergeError::Mismatch(format!(
+                "--output-file {} would overwrite the input {}",
+                output.display(),
+                f.display()
+            )));
+        }
+    }
+    let out = merge(&args.files, args.tokenizer.as_deref())?;
     for w in &out.warnings {
         crate::errln!("warning: {w}");
     }
     crate::out!("{}", report::render_block(&out.summary, &out.metrics));
-    let output = args.output_file.clone().unwrap_or_else(|| default_merged_file(&args.files[0]));
     crate::run::append_result_line(
         &out.summary,
         &out.metrics,
@@ -303,7 +372,6 @@ pub fn run_merge(args: &MergeArgs) -> Result<i32, MergeError> {
         crate::run::BenchError::Io { path, source } => MergeError::Io { path, source },
         other => MergeError::Mismatch(other.to_string()),
     })?;
-    let details = crate::run::default_details_file(&output);
     let write = || -> std::io::Result<()> {
         let mut w = std::io::BufWriter::new(std::fs::File::create(&details)?);
         for r in &out.records {

@@ -145,8 +145,7 @@ pub struct BenchmarkMetrics {
 /// Computes a run's figures from its records. `duration_s` is the run's wall time.
 ///
 /// `retokenize` counts the tokens of a generated text (for "Total generated tokens
-/// (retokenized)"); it is called once per successful request that does not carry its count
-/// already ([`RequestRecord::retokenized_output_len`]).
+/// (retokenized)"); it is called once per successful request.
 pub fn calculate(
     records: &[RequestRecord],
     duration_s: f64,
@@ -166,7 +165,7 @@ pub fn calculate(
             m.completed += 1;
             m.total_input += r.prompt_len;
             m.total_output += r.output_tokens;
-            m.total_output_retokenized += r.retokenized_output_len.unwrap_or_else(|| retokenize(&r.text));
+            m.total_output_retokenized += retokenize(&r.text);
             if r.output_tokens_source == TokenCountSource::Estimated {
                 m.estimated_output_requests += 1;
             }

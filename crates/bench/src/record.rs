@@ -1,7 +1,8 @@
 //! What the client observed of one request: timestamps, content chunks, outcome.
 //!
 //! All times are seconds since the run start (one `Instant` taken just before the first send
-//! is scheduled), so records from one run share a clock and can be laid on one time line.
+//! is scheduled, or the `--start-at` moment every client of a multi-client run shares), so
+//! records from one run share a clock and can be laid on one time line.
 
 use serde::{Deserialize, Serialize};
 
@@ -135,10 +136,6 @@ pub struct RequestRecord {
     pub output_tokens: u64,
     /// Where [`Self::output_tokens`] came from.
     pub output_tokens_source: TokenCountSource,
-    /// [`Self::text`] re-tokenized by the client (successful requests; set by the collector,
-    /// so a records file carries it and `sparrow bench merge` needs no tokenizer).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retokenized_output_len: Option<u64>,
     /// `finish_reason` as the server gave it.
     pub finish_reason: Option<String>,
     /// The generated text.

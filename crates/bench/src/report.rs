@@ -39,6 +39,10 @@ pub struct ClientInfo {
     pub count: usize,
     /// `--start-at`, unix seconds.
     pub start_at: Option<f64>,
+    /// This client's share of the run's `--max-concurrency`.
+    pub max_concurrency: Option<usize>,
+    /// The tokenizer the client counted with (so a merge re-tokenizes outputs as it did).
+    pub tokenizer: Option<std::path::PathBuf>,
 }
 
 /// The run-level facts the report shows besides the metrics.
@@ -138,6 +142,11 @@ pub fn render_block(s: &RunSummary, m: &BenchmarkMetrics) -> String {
     match s.max_concurrency {
         Some(c) => line_s(&mut o, "Max request concurrency:", c),
         None => line_s(&mut o, "Max request concurrency:", "not set"),
+    }
+    match &s.client {
+        Some(ClientInfo { index: Some(i), count, .. }) => line_s(&mut o, "Client:", format!("{i} of {count}")),
+        Some(ClientInfo { index: None, count, .. }) => line_s(&mut o, "Clients merged:", count),
+        None => {}
     }
     line_s(&mut o, "Successful requests:", m.completed);
     line_s(&mut o, "Failed requests:", m.failed);
@@ -292,6 +301,10 @@ pub fn result_pairs(s: &RunSummary, m: &BenchmarkMetrics) -> Vec<(String, JVal)>
         put("client_index", json!(c.index).into());
         put("client_count", json!(c.count).into());
         put("start_at", c.start_at.map_or(JVal::Json(Value::Null), JVal::Float));
+        if c.index.is_some() {
+            put("client_max_concurrency", json!(c.max_concurrency).into());
+        }
+        put("tokenizer", json!(c.tokenizer).into());
     }
     v
 }

@@ -22,7 +22,6 @@ fn fixed_trace() -> Vec<RequestRecord> {
         end_s: end,
         output_tokens: if failed { 0 } else { chunks.iter().map(|c| c.1).sum() },
         output_tokens_source: TokenCountSource::Server,
-        retokenized_output_len: None,
         finish_reason: None,
         text: String::new(),
         failure: failed.then(|| Failure { kind: FailureKind::Http(500), message: "boom".into() }),

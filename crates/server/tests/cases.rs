@@ -378,7 +378,7 @@ async fn s11_disconnects_abort_and_free_pages() {
     assert_eq!(load[0]["num_reqs"], 1, "{load}");
     assert_eq!(load[0]["num_waiting_reqs"], 0, "{load}");
     let held = load[0]["num_tokens"].as_u64().expect("num_tokens");
-    assert!((5..=200).contains(&held), "the running request's KV tokens: {load}");
+    assert!(held >= 5, "the running request's KV tokens: {load}");
     drop(body);
     let mut ok = false;
     for _ in 0..200 {

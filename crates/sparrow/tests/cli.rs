@@ -171,7 +171,10 @@ fn two_bench_processes_merge_into_one_report() {
     };
     let one = base("one.jsonl").output().expect("bench runs");
     assert_eq!(one.status.code(), Some(0), "{}", String::from_utf8_lossy(&one.stderr));
-    let start = format!("{:.3}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs_f64() + 2.0);
+    let start = format!(
+        "{:.3}",
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs_f64() + 2.0
+    );
     let clients: Vec<Child> = (0..2)
         .map(|i| {
             base(&format!("two.client{i}of2.jsonl"))
@@ -213,7 +216,15 @@ fn two_bench_processes_merge_into_one_report() {
             .collect()
     };
     let (r1, r2) = (records("one.requests.jsonl"), records("two.merged.requests.jsonl"));
-    let key = |r: &serde_json::Value| (r["index"].clone(), r["prompt_len"].clone(), r["output_tokens"].clone(), r["text"].clone(), r["scheduled_s"].clone());
+    let key = |r: &serde_json::Value| {
+        (
+            r["index"].clone(),
+            r["prompt_len"].clone(),
+            r["output_tokens"].clone(),
+            r["text"].clone(),
+            r["scheduled_s"].clone(),
+        )
+    };
     let mut k1: Vec<_> = r1.iter().map(key).collect();
     k1.sort_by_key(|k| k.0.as_u64());
     assert_eq!(k1, r2.iter().map(key).collect::<Vec<_>>(), "request for request");

@@ -27,6 +27,10 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::Value;
 
+fn unix_now() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs_f64()
+}
+
 /// A running `scripts/fleet.sh`; dropped, it gets SIGTERM and stops its workers and router.
 struct Fleet {
     child: Child,
@@ -61,16 +65,14 @@ impl Fleet {
     }
 }
 
-/// Three free ports for two workers on consecutive ports and the router, plus one for the
-/// router's Prometheus listener.
+/// Four free consecutive ports: two workers, the router, its Prometheus listener. Below
+/// Linux's ephemeral range (32768..), so no outgoing connection takes one meanwhile.
 fn ports() -> (u16, u16, u16) {
-    for _ in 0..200 {
-        let a = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
-        if a > 60_000 {
-            continue;
-        }
+    let seed = u64::from(std::process::id()) ^ unix_now().to_bits();
+    for k in 0..500u64 {
+        let a = 20_000 + (seed.wrapping_mul(2_654_435_761).wrapping_add(k * 97) % 12_000) as u16;
         let free = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
-        if free(a + 1) && free(a + 2) && free(a + 3) {
+        if (a..a + 4).all(free) {
             return (a, a + 2, a + 3);
         }
     }
@@ -155,7 +157,14 @@ struct BenchRun {
 fn bench(f: &Fleet, out: &Path, flags: &[&str]) -> BenchRun {
     let o = Command::new(env!("CARGO_BIN_EXE_sparrow"))
         .args(["bench", "--base-url", f.var("ROUTER_URL"), "--backend", "sglang"])
-        .args(["--dataset-name", "generated-shared-prefix", "--disable-tqdm", "--warmup-requests", "0", "--strict-json"])
+        .args([
+            "--dataset-name",
+            "generated-shared-prefix",
+            "--disable-tqdm",
+            "--warmup-requests",
+            "0",
+            "--strict-json",
+        ])
         .args(["--output-file", out.to_str().expect("utf8")])
         .args(flags)
         .output()
@@ -243,15 +252,24 @@ fn two_workers_behind_sglang_router() {
     ]
     .map(String::from)
     .into();
-    let run_start = Instant::now();
+    // The bench's clock starts at --start-at, so the kill is placed on its time line whatever
+    // its set-up takes.
+    let start_at = unix_now() + 10.0;
     let bench_thread = {
         let out = out.clone();
         let router = fleet.var("ROUTER_URL").to_owned();
         std::thread::spawn(move || {
             Command::new(env!("CARGO_BIN_EXE_sparrow"))
                 .args(["bench", "--base-url", &router, "--backend", "sglang"])
-                .args(["--dataset-name", "generated-shared-prefix", "--disable-tqdm", "--warmup-requests", "0", "--strict-json"])
-                .args(["--output-file", out.to_str().expect("utf8")])
+                .args([
+                    "--dataset-name",
+                    "generated-shared-prefix",
+                    "--disable-tqdm",
+                    "--warmup-requests",
+                    "0",
+                    "--strict-json",
+                ])
+                .args(["--output-file", out.to_str().expect("utf8"), "--start-at", &format!("{start_at:.3}")])
                 .args(&flags)
                 .output()
                 .expect("sparrow bench runs")
@@ -259,7 +277,7 @@ fn two_workers_behind_sglang_router() {
     };
     // Kill a worker while it is running requests (so some are cut mid-stream), 2 s or more
     // into the run.
-    std::thread::sleep(Duration::from_secs(2));
+    std::thread::sleep(Duration::from_secs_f64((start_at + 2.0 - unix_now()).max(0.0)));
     let deadline = Instant::now() + Duration::from_secs(30);
     let victim = loop {
         let busy = (0..2).find(|&i| {
@@ -273,17 +291,18 @@ fn two_workers_behind_sglang_router() {
         std::thread::sleep(Duration::from_millis(20));
     };
     kill(Pid::from_raw(pids[victim]), Signal::SIGKILL).expect("SIGKILL the worker");
-    let killed_at = run_start.elapsed().as_secs_f64();
+    let killed_at = unix_now() - start_at;
     let survivor = ports[1 - victim];
     let survivor_before = counter(&http_get(survivor, "/metrics"), "sglang:num_requests_total");
     let o = bench_thread.join().expect("bench thread");
-    let elapsed = run_start.elapsed().as_secs_f64();
+    let elapsed = unix_now() - start_at;
     let line = std::fs::read_to_string(&out).expect("result line");
     let result: Value = serde_json::from_str(line.lines().last().expect("line")).expect("json");
     eprintln!("killed worker {victim} at {killed_at:.1} s; bench: {}", String::from_utf8_lossy(&o.stdout));
 
     let failed = result["failed"].as_u64().expect("failed");
-    let by_cause: u64 = result["errors_by_cause"].as_object().expect("by cause").values().filter_map(Value::as_u64).sum();
+    let by_cause: u64 =
+        result["errors_by_cause"].as_object().expect("by cause").values().filter_map(Value::as_u64).sum();
     assert!(failed >= 1, "requests running on the killed worker fail: {result}");
     assert_eq!(by_cause, failed, "every failure is counted under a cause: {result}");
     assert_eq!(o.status.code(), Some(1), "failures above --max-failure-rate 0 exit 1");
@@ -292,7 +311,6 @@ fn two_workers_behind_sglang_router() {
     // the dead worker all succeed: the router sends them to the survivor.
     let details = std::fs::read_to_string(dir.path().join("kill.requests.jsonl")).expect("records");
     let records: Vec<Value> = details.lines().map(|l| serde_json::from_str(l).expect("record")).collect();
-    // Record times count from the bench's run start, a little after `run_start`.
     let settled = killed_at + interval as f64 + 1.0;
     let late: Vec<&Value> = records.iter().filter(|r| r["sent_s"].as_f64().expect("sent") > settled).collect();
     assert!(!late.is_empty(), "the run went on past the health check");

@@ -150,7 +150,12 @@ const SWEEP_FLAGS: &[&str] = &[
     "cgroup-dir",
 ];
 /// Bench flags the sweep sets per step and so refuses.
-const REFUSED: &[(&str, &str)] = &[("details-file", "each step writes its own details file under --output-dir")];
+const REFUSED: &[(&str, &str)] = &[
+    ("details-file", "each step writes its own details file under --output-dir"),
+    ("client-index", "a sweep is one client; run `sparrow bench` per client and `sparrow bench merge`"),
+    ("client-count", "a sweep is one client; run `sparrow bench` per client and `sparrow bench merge`"),
+    ("start-at", "each step starts when the previous one ends"),
+];
 
 /// Splits raw arguments (without the program name) into the sweep's and the bench's.
 ///
@@ -521,6 +526,7 @@ mod tests {
         assert!(p(&[]).expect_err("no steps").contains("--concurrency"));
         assert!(p(&["--concurrency", "0"]).expect_err("zero").contains("--concurrency"));
         assert!(p(&["--concurrency", "1", "--details-file", "x"]).expect_err("details").contains("--details-file"));
+        assert!(p(&["--concurrency", "1", "--client-count", "2"]).expect_err("clients").contains("--client-count"));
         assert!(p(&["--concurrency", "1", "--resume"]).expect_err("resume").contains("--output-dir"));
         assert!(p(&["--concurrency", "1", "--no-such-flag"]).expect_err("typo").contains("--no-such-flag"));
         assert!(p(&["--concurrency", "1", "--label", "a", "--label", "a"]).expect_err("same").contains("--label"));

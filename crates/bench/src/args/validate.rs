@@ -290,8 +290,12 @@ impl BenchArgs {
             )));
         }
         if let Some(t) = self.start_at {
-            if !(t.is_finite() && t > 0.0) {
-                return Err(FlagError(format!("--start-at must be a unix time in seconds, got {t}")));
+            // Bounds catch the usual slips: milliseconds (`date +%s%3N`), a stale variable.
+            let now = crate::run::unix_now();
+            if !(t.is_finite() && t > 0.0) || t > now + 86_400.0 || t < now - 3_600.0 {
+                return Err(FlagError(format!(
+                    "--start-at must be a unix time in seconds within a day from now (now is {now:.0}), got {t}"
+                )));
             }
         }
         if let Some(c) = self.max_concurrency {

@@ -43,14 +43,10 @@ pub(super) async fn collect(
     };
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
-        let mut rec = tokio::select! {
+        let rec = tokio::select! {
             r = rx.recv() => match r { Some(r) => r, None => break },
             _ = tick.tick() => { pb.set_message(bar_message(failed, out_tokens)); continue; }
         };
-        if rec.success() {
-            // Kept in the record so that `sparrow bench merge` needs no tokenizer.
-            rec.retokenized_output_len = Some(super::retokenized_len(&ctx.tokenizer, &rec.text));
-        }
         if details_ok {
             let line = details_line(&rec);
             // Flushed whenever no other record is waiting: a crash loses nothing that finished,

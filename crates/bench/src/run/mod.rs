@@ -47,8 +47,8 @@ use crate::report::{self, RunSummary};
 use crate::schedule;
 
 pub use health::interrupted;
-pub use output::{civil_from_days, default_details_file, default_output_file};
 pub(crate) use output::{append_result_line, details_line};
+pub use output::{civil_from_days, default_details_file, default_output_file, unix_now};
 pub use prompts::build_dataset;
 
 use health::{health_monitor, probe, Liveness};
@@ -239,7 +239,10 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
     warmup(&ctx, warm_body, &rows[0], a.warmup_requests, &hooks.stop).await?;
     // Control calls are the run's, not each client's: only client 0 makes them (a late
     // client flushing the cache would wipe the others' prefixes mid-run).
-    if a.flush_cache && a.client_index == 0 {
+    let past_start = a.start_at.is_some_and(|t| output::unix_now() > t);
+    if a.flush_cache && a.client_index == 0 && past_start && a.client_count > 1 {
+        crate::errln!("warning: --start-at has passed; not flushing the cache under the other clients' requests");
+    } else if a.flush_cache && a.client_index == 0 {
         // SGLang's flush_server_cache: vLLM (and LMDeploy) reset their prefix cache elsewhere.
         let url = if a.backend.is_sglang() {
             format!("{}/flush_cache?timeout={}", cfg.base_url, cfg.flush_cache_timeout.as_secs_f64())
@@ -382,7 +385,7 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
         request_rate: a.request_rate,
         request_rate_trace: trace,
         goodput: (!cfg.goodput.is_empty()).then(|| metrics::goodput(&records, &cfg.goodput, duration_s)),
-        max_concurrency: cfg.client_max_concurrency(),
+        max_concurrency: a.max_concurrency,
         sharegpt_output_len: a.sharegpt_output_len,
         random_input_len: a.random_input_len,
         random_output_len: a.random_output_len,
@@ -396,6 +399,8 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
             index: Some(a.client_index),
             count: a.client_count,
             start_at: a.start_at,
+            max_concurrency: cfg.client_max_concurrency(),
+            tokenizer: Some(tokenizer.source().to_path_buf()),
         }),
     };
     crate::out!("{}", report::render_block(&summary, &metrics));
@@ -426,10 +431,10 @@ pub(crate) fn retokenized_len(tokenizer: &sparrow_tokenizer::Tokenizer, text: &s
 /// lateness shows as send lag instead of shifting every time.
 async fn start_at(at: f64, stop: &CancellationToken) -> Instant {
     let wait = at - output::unix_now();
-    if wait > 0.0 {
+    if let Ok(d) = Duration::try_from_secs_f64(wait) {
         crate::outln!("Waiting {wait:.1} s for --start-at {at:.3}...");
         tokio::select! {
-            () = tokio::time::sleep(Duration::from_secs_f64(wait)) => {}
+            () = tokio::time::sleep(d) => {}
             () = stop.cancelled() => {}
         }
     }
@@ -438,5 +443,11 @@ async fn start_at(at: f64, stop: &CancellationToken) -> Instant {
         crate::errln!("warning: --start-at {at:.3} was {late:.1} s ago; the first requests go out late");
     }
     let now = Instant::now();
-    now.checked_sub(Duration::from_secs_f64(late)).unwrap_or(now)
+    match Duration::try_from_secs_f64(late).ok().and_then(|d| now.checked_sub(d)) {
+        Some(t0) => t0,
+        None => {
+            crate::errln!("warning: cannot place the clock origin {late:.1} s back; counting from now");
+            now
+        }
+    }
 }

@@ -52,7 +52,7 @@ pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
 }
 
 /// Unix time in seconds (`--start-at`, `--print-requests` lines).
-pub(crate) fn unix_now() -> f64 {
+pub fn unix_now() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 

@@ -55,7 +55,6 @@ pub(super) fn new_record(index: usize, prompt_len: u64, output_len: u64, schedul
         end_s: scheduled_s,
         output_tokens: 0,
         output_tokens_source: TokenCountSource::Server,
-        retokenized_output_len: None,
         finish_reason: None,
         text: String::new(),
         failure: None,
