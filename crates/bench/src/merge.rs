@@ -23,10 +23,10 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use crate::args::{parse_slo, SloMetric};
-use sparrow_tokenizer::Tokenizer;
 use crate::metrics::{self, BenchmarkMetrics};
 use crate::record::RequestRecord;
 use crate::report::{self, ClientInfo, RunSummary, ServerDown};
+use sparrow_tokenizer::Tokenizer;
 
 /// Flags of `sparrow bench merge`.
 #[derive(Debug, Clone, clap::Parser)]
@@ -192,17 +192,13 @@ pub fn merge(files: &[PathBuf], tokenizer: Option<&Path>) -> Result<MergeOutcome
             by_index.insert(r.index, (r, f));
         }
         let Some(result_file) = result_file_of(path) else {
-            warnings.push(format!(
-                "{}: not named <stem>.requests.jsonl, so no result line was looked for",
-                path.display()
-            ));
+            warnings
+                .push(format!("{}: not named <stem>.requests.jsonl, so no result line was looked for", path.display()));
             continue;
         };
         match read_result_line(&result_file) {
-            None => warnings.push(format!(
-                "{}: no result line (the client was killed before its end?)",
-                result_file.display()
-            )),
+            None => warnings
+                .push(format!("{}: no result line (the client was killed before its end?)", result_file.display())),
             Some(l) => {
                 let described: u64 =
                     ["completed", "failed"].iter().filter_map(|k| l.get(*k).and_then(Value::as_u64)).sum();
@@ -240,30 +236,27 @@ pub fn merge(files: &[PathBuf], tokenizer: Option<&Path>) -> Result<MergeOutcome
     }
     if let Some(&count) = counts.first() {
         if (files.len() as u64) < count {
-            warnings.push(format!("merging {} files of a {count}-client run: the report covers only them", files.len()));
+            warnings
+                .push(format!("merging {} files of a {count}-client run: the report covers only them", files.len()));
         }
     }
     let tok_path: Option<PathBuf> = tokenizer.map(Path::to_path_buf).or_else(|| {
-        lines
-            .iter()
-            .filter_map(|l| l.get("tokenizer").and_then(Value::as_str).map(PathBuf::from))
-            .find(|p| p.exists())
+        lines.iter().filter_map(|l| l.get("tokenizer").and_then(Value::as_str).map(PathBuf::from)).find(|p| p.exists())
     });
     let tok = match &tok_path {
-        Some(p) => Some(Tokenizer::load(p).map_err(|e| MergeError::Mismatch(format!("--tokenizer {}: {e}", p.display())))?),
+        Some(p) => {
+            Some(Tokenizer::load(p).map_err(|e| MergeError::Mismatch(format!("--tokenizer {}: {e}", p.display())))?)
+        }
         None => {
-            warnings.push(
-                "no tokenizer (pass --tokenizer): the retokenized output count is 0".to_owned(),
-            );
+            warnings.push("no tokenizer (pass --tokenizer): the retokenized output count is 0".to_owned());
             None
         }
     };
 
     let last_end = records.iter().map(|r| r.end_s).fold(0.0, f64::max);
     let duration_s = lines.iter().filter_map(|l| get_f(l, "duration")).fold(last_end, f64::max);
-    let metrics = metrics::calculate(&records, duration_s, |t| {
-        tok.as_ref().map_or(0, |tok| crate::run::retokenized_len(tok, t))
-    });
+    let metrics =
+        metrics::calculate(&records, duration_s, |t| tok.as_ref().map_or(0, |tok| crate::run::retokenized_len(tok, t)));
     let slos: Vec<(SloMetric, f64)> = first
         .get("goodput_slos_ms")
         .and_then(Value::as_object)

@@ -14,7 +14,6 @@ fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
 }
 
-
 /// The flags of every run here: 24 random-ids prompts of 3..=8 tokens asking for 2..=6
 /// tokens, arriving as a Poisson process at 40 req/s, at most 4 in flight run-wide.
 fn argv(url: &str, out: &Path, extra: &[String]) -> Vec<String> {
@@ -189,9 +188,7 @@ fn client_flags_are_checked() {
     };
     let at = format!("{:.0}", unix_now() + 60.0);
     assert!(p(&["--client-count", "2"]).expect_err("start").contains("--start-at"));
-    assert!(p(&["--client-index", "2", "--client-count", "2", "--start-at", &at])
-        .expect_err("idx")
-        .contains("below"));
+    assert!(p(&["--client-index", "2", "--client-count", "2", "--start-at", &at]).expect_err("idx").contains("below"));
     assert!(p(&["--client-count", "0"]).is_err());
     // Milliseconds, or a time long past, are slips, not start times.
     let ms = format!("{}", unix_now() * 1000.0);
