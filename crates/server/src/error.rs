@@ -31,6 +31,9 @@ pub enum ApiError {
     /// The engine thread stopped (503).
     #[error("the engine is not running")]
     Unavailable,
+    /// `--api-key` is set and the request did not carry `Authorization: Bearer <key>` (401).
+    #[error("missing or wrong API key: send `Authorization: Bearer <key>` (the server's --api-key)")]
+    Unauthorized,
 }
 
 impl ApiError {
@@ -53,13 +56,17 @@ impl ApiError {
             ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Engine(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
         }
     }
 
     /// The JSON body.
     pub fn body(&self) -> ErrorBody {
         let kind = match self {
-            ApiError::BadRequest { .. } | ApiError::MethodNotAllowed | ApiError::TooLarge(_) => "invalid_request_error",
+            ApiError::BadRequest { .. }
+            | ApiError::MethodNotAllowed
+            | ApiError::TooLarge(_)
+            | ApiError::Unauthorized => "invalid_request_error",
             ApiError::NotFound(_) => "not_found_error",
             ApiError::Engine(_) | ApiError::Unavailable => "server_error",
         };

@@ -58,6 +58,9 @@ pub struct Inner {
     pub server_info: serde_json::Value,
     /// `--tool-call-parser` and `--reasoning-parser`.
     pub parsers: tools::ChatParsers,
+    /// `--api-key`: when set, every route but `/health*` and `/metrics` needs
+    /// `Authorization: Bearer <key>`.
+    pub api_key: Option<String>,
     next_id: AtomicU64,
     grammars: std::sync::OnceLock<Result<Arc<grammar::Grammars>, String>>,
 }
@@ -76,7 +79,7 @@ impl std::fmt::Debug for AppState {
 }
 
 impl AppState {
-    /// Builds the state.
+    /// Builds the state; `api_key` is `--api-key`.
     ///
     /// # Errors
     /// The tokenizer is not byte-level BPE (needed for incremental decoding).
@@ -87,6 +90,7 @@ impl AppState {
         model_path: PathBuf,
         server_info: serde_json::Value,
         parsers: tools::ChatParsers,
+        api_key: Option<String>,
     ) -> Result<Self, sparrow_tokenizer::TokenizerError> {
         let bytes_skip = Arc::new(tokenizer.token_bytes(true)?);
         let bytes_all = Arc::new(tokenizer.token_bytes(false)?);
@@ -100,6 +104,7 @@ impl AppState {
             metrics: metrics::Metrics::new(),
             server_info,
             parsers,
+            api_key,
             next_id: AtomicU64::new(1),
             grammars: std::sync::OnceLock::new(),
         })))

@@ -71,6 +71,7 @@ pub fn app(state: AppState) -> Router {
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), require_api_key))
         .with_state(state)
 }
 
@@ -167,6 +168,35 @@ async fn model_info(State(s): State<AppState>) -> Response {
         weight_version: "default",
     })
     .into_response()
+}
+
+/// `--api-key`, as SGLang's `add_api_key_middleware` checks it: `OPTIONS`, `/health*` and
+/// `/metrics*` pass (load balancers and scrapers hold no key), everything else needs
+/// `Authorization: Bearer <key>` or gets a 401. sglang-router sends its own `Authorization`
+/// and also forwards the client's, so a request passes when any of its values is right.
+async fn require_api_key(
+    State(s): State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let Some(key) = s.api_key.as_deref() else { return next.run(req).await };
+    let path = req.uri().path();
+    if req.method() == axum::http::Method::OPTIONS || path.starts_with("/health") || path.starts_with("/metrics") {
+        return next.run(req).await;
+    }
+    let want = format!("Bearer {key}");
+    let ok = req.headers().get_all(header::AUTHORIZATION).iter().any(|v| constant_time_eq(v.as_bytes(), want.as_bytes()));
+    if ok {
+        next.run(req).await
+    } else {
+        ApiError::Unauthorized.into_response()
+    }
+}
+
+/// Byte equality whose time does not depend on where the inputs differ (only on their
+/// lengths), so a wrong key cannot be found a byte at a time by timing.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// The Hugging Face class name of a `model_type`, as `config.json` spells it.

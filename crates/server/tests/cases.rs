@@ -617,3 +617,54 @@ async fn bad_input_gets_openai_error_json() {
     assert_eq!(st, 200);
     assert_drained(s).await;
 }
+
+/// `--api-key`, as SGLang checks it: `/health*` and `/metrics` stay open, every other route
+/// needs `Authorization: Bearer <key>` or answers 401 with OpenAI's error JSON. sglang-router
+/// sends its own `Authorization` beside the client's: one right value among them passes.
+#[tokio::test]
+async fn api_key_guards_every_route_but_health_and_metrics() {
+    let _g = lock();
+    let s = TestServer::start(Opts { api_key: Some("sk-sparrow".into()), ..Opts::default() });
+    let c = client();
+    let get = |path: &'static str, auth: &'static [&'static str]| {
+        let mut r = c.get(s.url(path));
+        for a in auth {
+            r = r.header(reqwest::header::AUTHORIZATION, *a);
+        }
+        async move { r.send().await.expect("send") }
+    };
+    for path in ["/health", "/health_generate", "/metrics"] {
+        assert_eq!(get(path, &[]).await.status(), 200, "{path} needs no key");
+    }
+    for (auth, want) in [
+        (&[][..], 401),
+        (&["Bearer wrong"][..], 401),
+        (&["sk-sparrow"][..], 401),
+        (&["Bearer sk-sparrow"][..], 200),
+        (&["Bearer wrong", "Bearer sk-sparrow"][..], 200),
+    ] {
+        let r = get("/v1/models", auth).await;
+        assert_eq!(r.status(), want, "Authorization {auth:?}");
+        if want == 401 {
+            let v: Value = r.json().await.expect("json");
+            assert_eq!(v["error"]["code"], 401, "{v}");
+            assert!(v["error"]["message"].as_str().unwrap_or("").contains("API key"), "{v}");
+        }
+    }
+    // Generation too, and a refused request leaves nothing behind in the engine.
+    let body = json!({"text": "Hello", "sampling_params": {"max_new_tokens": 2}});
+    let r = c.post(s.url("/generate")).json(&body).send().await.expect("send");
+    assert_eq!(r.status(), 401);
+    let r = c.post(s.url("/generate")).bearer_auth("sk-sparrow").json(&body).send().await.expect("send");
+    assert_eq!(r.status(), 200);
+    let st: Value = c
+        .get(s.url("/get_server_info"))
+        .bearer_auth("sk-sparrow")
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(st["internal_states"][0]["num_running_reqs"], 0, "{st}");
+}

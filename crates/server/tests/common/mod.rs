@@ -30,6 +30,8 @@ pub struct Opts {
     pub server_info: Value,
     /// `--tool-call-parser` / `--reasoning-parser`.
     pub parsers: sparrow_server::tools::ChatParsers,
+    /// `--api-key`.
+    pub api_key: Option<String>,
 }
 
 impl Default for Opts {
@@ -43,6 +45,7 @@ impl Default for Opts {
             disable_radix_cache: false,
             server_info: serde_json::json!({}),
             parsers: Default::default(),
+            api_key: None,
         }
     }
 }
@@ -77,7 +80,8 @@ impl TestServer {
         };
         let (model, isa, _) = load_model(&args).expect("model loads");
         let engine = Engine::start_with_model(wrap(model), &args, isa).expect("engine starts");
-        let state = AppState::new(engine, tok, "smollm2".into(), gguf(), o.server_info, o.parsers).expect("state");
+        let state =
+            AppState::new(engine, tok, "smollm2".into(), gguf(), o.server_info, o.parsers, o.api_key).expect("state");
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let rt =

@@ -310,6 +310,10 @@ pub struct ServeArgs {
     /// checked, as in SGLang). Default: the file stem.
     #[arg(long)]
     pub served_model_name: Option<String>,
+    /// Require `Authorization: Bearer <key>` on every route but `/health*` and `/metrics`
+    /// (SGLang's rule; a missing or wrong key is a 401 JSON error).
+    #[arg(long)]
+    pub api_key: Option<String>,
     /// How `tool_choice: "auto"` calls are read from the model's text (SGLang's names):
     /// `qwen25` (Hermes/Qwen `<tool_call>{json}</tool_call>`) or `glm45` (GLM-4.5/5's
     /// `<arg_key>`/`<arg_value>` calls). Without it `auto` is a 400; `required` and a named

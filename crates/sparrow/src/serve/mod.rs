@@ -184,7 +184,8 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         "grammar_backend": "llguidance",
     });
     let parsers = a.parsers();
-    let state = sparrow_server::AppState::new(engine, tokenizer, model_id, model_path, server_info, parsers)
+    let state =
+        sparrow_server::AppState::new(engine, tokenizer, model_id, model_path, server_info, parsers, a.api_key.clone())
         .context("preparing the detokenizer")?;
     let addr = format!("{}:{}", a.host, a.port);
     let listener = tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("binding {addr}"))?;

@@ -284,12 +284,12 @@ pub const REFUSED_GROUPS: &[RefusedGroup] = &[
         ],
     },
     RefusedGroup {
-        why: "TLS, HTTP/2, gRPC, sidecars and API keys; sparrow serves plain HTTP/1.1 without authentication",
+        why: "TLS, HTTP/2, gRPC, sidecars and admin keys; sparrow serves plain HTTP/1.1 (with --api-key only)",
         flags: &[
             "--fastapi-root-path", "--enable-http-worker-reuseport", "--smg-grpc-mode", "--grpc-mode", "--grpc-port",
             "--grpc-response-timeout-secs", "--sidecar", "--sidecar-args", "--enable-http2",
             "--http2-max-concurrent-streams", "--http2-initial-connection-window-size", "--ssl-keyfile",
-            "--ssl-certfile", "--ssl-ca-certs", "--ssl-keyfile-password", "--enable-ssl-refresh", "--api-key",
+            "--ssl-certfile", "--ssl-ca-certs", "--ssl-keyfile-password", "--enable-ssl-refresh",
             "--admin-api-key",
         ],
     },

@@ -69,6 +69,7 @@ const TAKEN: &[&str] = &[
     "--host",
     "--port",
     "--served-model-name",
+    "--api-key",
     "--tool-call-parser",
     "--reasoning-parser",
     "--grammar-backend",
