@@ -112,20 +112,37 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-wait_http() { # url pid what
+# Polls `check args...` every 0.5 s until it succeeds; gives up (showing `log`) when `pid`
+# exits or READY_TIMEOUT passes. A check may set READY_DETAIL for the timeout message.
+READY_DETAIL=""
+wait_for() { # what pid log check args...
+    local what=$1 pid=$2 log=$3
+    shift 3
     local deadline=$((SECONDS + READY_TIMEOUT))
-    until curl -sf -o /dev/null --max-time 2 "$1"; do
-        if ! kill -0 "$2" 2>/dev/null; then
-            echo "fleet: $3 exited before it was ready; its log:" >&2
-            tail -n 20 "$4" >&2 || true
+    until "$@"; do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            echo "fleet: $what exited before it was ready; its log:" >&2
+            tail -n 20 "$log" >&2 || true
             exit 1
         fi
         if ((SECONDS > deadline)); then
-            echo "fleet: $3 not ready after $READY_TIMEOUT s ($1)" >&2
+            echo "fleet: $what not ready after $READY_TIMEOUT s: $READY_DETAIL" >&2
             exit 1
         fi
         sleep 0.5
     done
+}
+http_ok() { # url
+    READY_DETAIL="$1 does not answer 200"
+    curl -sf -o /dev/null --max-time 2 "$1"
+}
+# `/readiness` answers 200 once a worker has been registered and found healthy; wait for all.
+router_ready() { # url n
+    local body healthy
+    body=$(curl -s --max-time 2 "$1/readiness" || true)
+    READY_DETAIL="fewer than $2 healthy workers: $body"
+    healthy=$(sed -n 's/.*"healthy_workers":\([0-9]*\).*/\1/p' <<<"$body")
+    [[ -n "$healthy" && "$healthy" -ge "$2" ]]
 }
 
 URLS=()
@@ -144,7 +161,7 @@ for ((i = 0; i < N; i++)); do
     echo "WORKER${i}_LOG=$log" >>"$FLEET_DIR/fleet.env"
 done
 for ((i = 0; i < N; i++)); do
-    wait_http "${URLS[$i]}/health" "${PIDS[$i]}" "worker $i" "$FLEET_DIR/worker$i.log"
+    wait_for "worker $i" "${PIDS[$i]}" "$FLEET_DIR/worker$i.log" http_ok "${URLS[$i]}/health"
     echo "fleet: worker $i ready at ${URLS[$i]}" >&2
 done
 
@@ -158,23 +175,7 @@ PIDS+=("$ROUTER_PID")
     echo "ROUTER_PID=$ROUTER_PID"
     echo "ROUTER_LOG=$rlog"
 } >>"$FLEET_DIR/fleet.env"
-# `/readiness` answers 200 once a worker has been registered and found healthy; wait for all.
-deadline=$((SECONDS + READY_TIMEOUT))
-while :; do
-    body=$(curl -s --max-time 2 "http://$ROUTER_HOST:$ROUTER_PORT/readiness" || true)
-    healthy=$(sed -n 's/.*"healthy_workers":\([0-9]*\).*/\1/p' <<<"$body")
-    [[ -n "$healthy" && "$healthy" -ge "$N" ]] && break
-    if ! kill -0 "$ROUTER_PID" 2>/dev/null; then
-        echo "fleet: the router exited; its log:" >&2
-        tail -n 20 "$rlog" >&2 || true
-        exit 1
-    fi
-    if ((SECONDS > deadline)); then
-        echo "fleet: the router did not report $N healthy workers in $READY_TIMEOUT s: $body" >&2
-        exit 1
-    fi
-    sleep 0.5
-done
+wait_for "the router" "$ROUTER_PID" "$rlog" router_ready "http://$ROUTER_HOST:$ROUTER_PORT" "$N"
 threads_note="threads $per each"
 ((threads_given)) && threads_note="threads as given"
 echo "fleet: ready: router http://$ROUTER_HOST:$ROUTER_PORT -> ${URLS[*]} ($threads_note; logs $FLEET_DIR)" >&2

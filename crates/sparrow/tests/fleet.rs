@@ -152,11 +152,13 @@ fn worker_counts(f: &Fleet) -> Vec<(f64, f64, f64)> {
 struct BenchRun {
     code: i32,
     result: Value,
+    stdout: String,
 }
 
-fn bench(f: &Fleet, out: &Path, flags: &[&str]) -> BenchRun {
+/// `sparrow bench` of a generated-shared-prefix workload through `router`; its result line.
+fn bench(router: &str, out: &Path, flags: &[impl AsRef<std::ffi::OsStr>]) -> BenchRun {
     let o = Command::new(env!("CARGO_BIN_EXE_sparrow"))
-        .args(["bench", "--base-url", f.var("ROUTER_URL"), "--backend", "sglang"])
+        .args(["bench", "--base-url", router, "--backend", "sglang"])
         .args([
             "--dataset-name",
             "generated-shared-prefix",
@@ -169,10 +171,10 @@ fn bench(f: &Fleet, out: &Path, flags: &[&str]) -> BenchRun {
         .args(flags)
         .output()
         .expect("sparrow bench runs");
-    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
     let line = std::fs::read_to_string(out).unwrap_or_else(|e| panic!("no result line ({e}):\n{stdout}"));
     let result: Value = serde_json::from_str(line.lines().last().expect("a line")).expect("result json");
-    BenchRun { code: o.status.code().unwrap_or(-1), result }
+    BenchRun { code: o.status.code().unwrap_or(-1), result, stdout }
 }
 
 /// 12 system prompts of 128 tokens, 4 questions of 8 tokens each, 4 output tokens.
@@ -195,7 +197,7 @@ const SHARED_PREFIX: &[&str] = &[
 fn hit_rate(policy: &str, out: PathBuf) -> f64 {
     let fleet = start_fleet(&["--policy", policy]);
     let before = worker_counts(&fleet);
-    let run = bench(&fleet, &out, SHARED_PREFIX);
+    let run = bench(fleet.var("ROUTER_URL"), &out, SHARED_PREFIX);
     assert_eq!(run.code, 0, "{policy}: {}", run.result);
     assert_eq!(run.result["completed"], 48, "{policy}: every request succeeds: {}", run.result);
     let after = worker_counts(&fleet);
@@ -258,22 +260,9 @@ fn two_workers_behind_sglang_router() {
     let bench_thread = {
         let out = out.clone();
         let router = fleet.var("ROUTER_URL").to_owned();
-        std::thread::spawn(move || {
-            Command::new(env!("CARGO_BIN_EXE_sparrow"))
-                .args(["bench", "--base-url", &router, "--backend", "sglang"])
-                .args([
-                    "--dataset-name",
-                    "generated-shared-prefix",
-                    "--disable-tqdm",
-                    "--warmup-requests",
-                    "0",
-                    "--strict-json",
-                ])
-                .args(["--output-file", out.to_str().expect("utf8"), "--start-at", &format!("{start_at:.3}")])
-                .args(&flags)
-                .output()
-                .expect("sparrow bench runs")
-        })
+        let mut flags = flags;
+        flags.extend(["--start-at".to_owned(), format!("{start_at:.3}")]);
+        std::thread::spawn(move || bench(&router, &out, &flags))
     };
     // Kill a worker while it is running requests (so some are cut mid-stream), 2 s or more
     // into the run.
@@ -294,18 +283,17 @@ fn two_workers_behind_sglang_router() {
     let killed_at = unix_now() - start_at;
     let survivor = ports[1 - victim];
     let survivor_before = counter(&http_get(survivor, "/metrics"), "sglang:num_requests_total");
-    let o = bench_thread.join().expect("bench thread");
+    let run = bench_thread.join().expect("bench thread");
     let elapsed = unix_now() - start_at;
-    let line = std::fs::read_to_string(&out).expect("result line");
-    let result: Value = serde_json::from_str(line.lines().last().expect("line")).expect("json");
-    eprintln!("killed worker {victim} at {killed_at:.1} s; bench: {}", String::from_utf8_lossy(&o.stdout));
+    let result = run.result;
+    eprintln!("killed worker {victim} at {killed_at:.1} s; bench: {}", run.stdout);
 
     let failed = result["failed"].as_u64().expect("failed");
     let by_cause: u64 =
         result["errors_by_cause"].as_object().expect("by cause").values().filter_map(Value::as_u64).sum();
     assert!(failed >= 1, "requests running on the killed worker fail: {result}");
     assert_eq!(by_cause, failed, "every failure is counted under a cause: {result}");
-    assert_eq!(o.status.code(), Some(1), "failures above --max-failure-rate 0 exit 1");
+    assert_eq!(run.code, 1, "failures above --max-failure-rate 0 exit 1");
     assert_eq!(result["completed"].as_u64().expect("completed") + failed, 48);
     // Requests sent after the health check has had one interval (plus its timeout) to see
     // the dead worker all succeed: the router sends them to the survivor.
