@@ -34,6 +34,12 @@ pub enum ApiError {
     /// `--api-key` is set and the request did not carry `Authorization: Bearer <key>` (401).
     #[error("missing or wrong API key: send `Authorization: Bearer <key>` (the server's --api-key)")]
     Unauthorized,
+    /// `--max-connections` connections are open; this one is answered and closed (503).
+    #[error("the server has {0} connections open (its --max-connections); retry shortly")]
+    TooManyConnections(usize),
+    /// The request body stopped arriving for `--timeout-body-read` seconds (408).
+    #[error("the request body stopped arriving (nothing for the server's --timeout-body-read seconds)")]
+    BodyTimeout,
 }
 
 impl ApiError {
@@ -57,6 +63,8 @@ impl ApiError {
             ApiError::Engine(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::TooManyConnections(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
         }
     }
 
@@ -66,9 +74,10 @@ impl ApiError {
             ApiError::BadRequest { .. }
             | ApiError::MethodNotAllowed
             | ApiError::TooLarge(_)
-            | ApiError::Unauthorized => "invalid_request_error",
+            | ApiError::Unauthorized
+            | ApiError::BodyTimeout => "invalid_request_error",
             ApiError::NotFound(_) => "not_found_error",
-            ApiError::Engine(_) | ApiError::Unavailable => "server_error",
+            ApiError::Engine(_) | ApiError::Unavailable | ApiError::TooManyConnections(_) => "server_error",
         };
         let mut b = ErrorBody::new(self.to_string(), kind, self.status().as_u16());
         if let ApiError::BadRequest { param, .. } = self {

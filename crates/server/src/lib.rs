@@ -15,6 +15,7 @@
 //!      types as JSON or SSE frames)
 //! ```
 
+pub mod conn;
 pub mod detok;
 pub mod error;
 pub mod gbnf;
@@ -131,19 +132,18 @@ impl AppState {
     }
 }
 
-/// Serves `app(state)` on `listener` until `shutdown` resolves. Sets TCP_NODELAY on every
-/// connection: without it Nagle's algorithm holds small SSE frames until the client's delayed
-/// ACK (~40 ms), bunching tokens and faking inter-token latencies.
+/// Serves `app(state)` on `listener` under `limits` until `shutdown` resolves (see
+/// [`conn::serve`] for the timeouts, the connection cap and shutdown).
 ///
 /// # Errors
 /// The listener failed.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
+    limits: conn::ConnLimits,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
-        let _ = tcp.set_nodelay(true);
-    });
-    axum::serve(listener, routes::app(state)).with_graceful_shutdown(shutdown).await
+    let open = state.metrics.open_connections.clone();
+    let refused = state.metrics.refused_connections.clone();
+    conn::serve(listener, routes::app(state), limits, open, refused, shutdown).await
 }

@@ -40,6 +40,10 @@ pub struct Metrics {
     retractions: Counter,
     prefill_chunks: Counter,
     radix_hit_tokens: Counter,
+    /// HTTP connections being served (refusals past `--max-connections` not counted).
+    pub open_connections: Gauge,
+    /// Connections refused past `--max-connections` (answered 503 or closed unanswered).
+    pub refused_connections: Counter,
     last_rate: Mutex<Option<(Instant, u64)>>,
 }
 
@@ -86,6 +90,8 @@ impl Metrics {
             retractions: Counter::default(),
             prefill_chunks: Counter::default(),
             radix_hit_tokens: Counter::default(),
+            open_connections: Gauge::default(),
+            refused_connections: Counter::default(),
             last_rate: Mutex::new(None),
             registry: Registry::default(),
         };
@@ -129,6 +135,12 @@ impl Metrics {
             "sparrow:radix_hit_tokens",
             "Tokens matched in the radix cache at admission, re-admissions included",
             m.radix_hit_tokens.clone(),
+        );
+        registry.register("sparrow:http_connections_open", "HTTP connections being served", m.open_connections.clone());
+        registry.register(
+            "sparrow:http_connections_refused",
+            "HTTP connections refused past --max-connections",
+            m.refused_connections.clone(),
         );
         Metrics { registry, ..m }
     }

@@ -39,6 +39,7 @@ use sparrow_protocol::sglang::{
 use sparrow_protocol::{sse, ErrorBody, Usage};
 use sparrow_tokenizer::ChatMessage;
 
+use crate::conn;
 use crate::error::ApiError;
 use crate::gen::{self, ChoiceEvent, Finish};
 use crate::logprobs::{self, Legacy, TokenTexts};
@@ -79,14 +80,15 @@ fn now_secs() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
-/// Parses a JSON object body; malformed JSON is a 400 and an oversized body a 413, both as
-/// OpenAI error JSON (not axum's plain-text rejections).
+/// Parses a JSON object body; malformed JSON is a 400, an oversized body a 413 and a stalled one
+/// a 408, all as OpenAI error JSON (not axum's plain-text rejections).
 fn json_object(body: &Result<Bytes, BytesRejection>) -> Result<Map<String, Value>, ApiError> {
     let body = match body {
         Ok(b) => b,
         Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
             return Err(ApiError::TooLarge(format!("the request body is larger than {} MiB", BODY_LIMIT >> 20)))
         }
+        Err(e) if conn::is_body_timeout(e) => return Err(ApiError::BodyTimeout),
         Err(e) => return Err(ApiError::bad_body(format!("cannot read the request body: {e}"))),
     };
     match serde_json::from_slice::<Value>(body) {

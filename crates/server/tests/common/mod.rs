@@ -32,6 +32,8 @@ pub struct Opts {
     pub parsers: sparrow_server::tools::ChatParsers,
     /// `--api-key`.
     pub api_key: Option<String>,
+    /// Timeouts and the connection cap.
+    pub limits: sparrow_server::conn::ConnLimits,
 }
 
 impl Default for Opts {
@@ -46,6 +48,7 @@ impl Default for Opts {
             server_info: serde_json::json!({}),
             parsers: Default::default(),
             api_key: None,
+            limits: Default::default(),
         }
     }
 }
@@ -89,7 +92,7 @@ impl TestServer {
             rt.block_on(async move {
                 let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
                 tx.send(l.local_addr().expect("addr")).expect("report address");
-                sparrow_server::serve(l, state, std::future::pending()).await.expect("serve");
+                sparrow_server::serve(l, state, o.limits, std::future::pending()).await.expect("serve");
             });
         });
         let addr = rx.recv().expect("server address");

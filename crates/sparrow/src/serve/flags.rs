@@ -314,6 +314,25 @@ pub struct ServeArgs {
     /// (SGLang's rule; a missing or wrong key is a 401 JSON error).
     #[arg(long)]
     pub api_key: Option<String>,
+    /// Seconds a connection may take to send a complete request head, counted from when the
+    /// server starts waiting for it (a new connection, or the next request after a response);
+    /// then it is closed. hyper's default, 30. `0` turns it off. Never applies while a
+    /// response streams.
+    #[arg(long, default_value_t = 30.0, value_parser = values::seconds)]
+    pub timeout_header_read: f64,
+    /// Seconds an idle keep-alive connection (response done, no byte since) stays open:
+    /// uvicorn's `timeout_keep_alive`, 5 as SGLang and vLLM serve with. `0` turns it off.
+    #[arg(long, default_value_t = 5.0, value_parser = values::seconds)]
+    pub timeout_keep_alive: f64,
+    /// Seconds a request body may go without a byte before the request gets a 408. `0`
+    /// turns it off.
+    #[arg(long, default_value_t = 60.0, value_parser = values::seconds)]
+    pub timeout_body_read: f64,
+    /// Most HTTP connections served at once; a connection past it gets a 503 JSON error
+    /// (`Retry-After: 1`) and is closed. Default: the open-file limit (raised to its hard
+    /// limit at start-up, as SGLang does) less 320 descriptors kept for everything else.
+    #[arg(long, value_parser = values::count)]
+    pub max_connections: Option<usize>,
     /// How `tool_choice: "auto"` calls are read from the model's text (SGLang's names):
     /// `qwen25` (Hermes/Qwen `<tool_call>{json}</tool_call>`) or `glm45` (GLM-4.5/5's
     /// `<arg_key>`/`<arg_value>` calls). Without it `auto` is a 400; `required` and a named
@@ -410,6 +429,9 @@ impl ServeArgs {
     /// # Errors
     /// The message to print (exit status 2, as for a refused flag).
     pub fn check(&self) -> Result<(), String> {
+        if self.max_connections == Some(0) {
+            return Err("--max-connections must be at least 1".into());
+        }
         if !matches!(self.schedule_policy, Policy::Fcfs | Policy::Lpm) {
             return Err(format!(
                 "--schedule-policy {} is an SGLang schedule policy that sparrow serve does not support (have: fcfs, lpm)",

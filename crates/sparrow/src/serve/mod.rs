@@ -187,6 +187,31 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let state =
         sparrow_server::AppState::new(engine, tokenizer, model_id, model_path, server_info, parsers, a.api_key.clone())
         .context("preparing the detokenizer")?;
+    let fd_limit = sparrow_server::conn::raise_fd_limit();
+    let limits = sparrow_server::conn::ConnLimits {
+        header_read_timeout: values::timeout(a.timeout_header_read),
+        keep_alive_timeout: values::timeout(a.timeout_keep_alive),
+        body_read_timeout: values::timeout(a.timeout_body_read),
+        max_connections: a
+            .max_connections
+            .unwrap_or_else(|| sparrow_server::conn::default_max_connections(fd_limit.unwrap_or(1024))),
+    };
+    if let Some(fds) = fd_limit {
+        if limits.max_connections as u64 + sparrow_server::conn::RESERVED_FDS > fds {
+            eprintln!(
+                "sparrow serve: --max-connections {} is near the open-file limit ({fds}); accepts may fail with EMFILE",
+                limits.max_connections
+            );
+        }
+    }
+    eprintln!(
+        "connections: at most {} (open-file limit {}), header read {} s, keep-alive {} s, body read {} s",
+        limits.max_connections,
+        fd_limit.map_or("unknown".into(), |f| f.to_string()),
+        a.timeout_header_read,
+        a.timeout_keep_alive,
+        a.timeout_body_read
+    );
     let addr = format!("{}:{}", a.host, a.port);
     let listener = tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("binding {addr}"))?;
     eprintln!("listening on http://{addr}");
@@ -203,7 +228,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     };
     let mut grace = stop_rx;
     tokio::select! {
-        r = sparrow_server::serve(listener, state, shutdown) => r.context("serving")?,
+        r = sparrow_server::serve(listener, state, limits, shutdown) => r.context("serving")?,
         _ = async move {
             let _ = grace.wait_for(|s| *s).await;
             tokio::time::sleep(std::time::Duration::from_secs(SHUTDOWN_GRACE_S)).await;

@@ -127,9 +127,34 @@ pub fn count(s: &str) -> Result<usize, String> {
     usize::try_from(v).map_err(|_| format!("{v} must be 0 or more"))
 }
 
+/// clap value parser of a timeout in seconds: a finite number from 0 (off) to a year.
+pub fn seconds(s: &str) -> Result<f64, String> {
+    let v: f64 = s.trim().parse().map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if !(0.0..=31_536_000.0).contains(&v) {
+        return Err(format!("{v} must be between 0 (off) and 31536000 seconds"));
+    }
+    Ok(v)
+}
+
+/// A [`seconds`] value as a timeout: `None` for 0 (off).
+pub fn timeout(secs: f64) -> Option<std::time::Duration> {
+    (secs > 0.0).then(|| std::time::Duration::from_secs_f64(secs))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn timeouts_in_seconds() {
+        assert_eq!(seconds("30"), Ok(30.0));
+        assert_eq!(seconds("0.5"), Ok(0.5));
+        assert_eq!(timeout(0.0), None);
+        assert_eq!(timeout(2.5), Some(std::time::Duration::from_millis(2500)));
+        for bad in ["", "-1", "nan", "inf", "1e9", "5s"] {
+            assert!(seconds(bad).is_err(), "{bad:?} accepted");
+        }
+    }
 
     #[test]
     fn python_ints() {
