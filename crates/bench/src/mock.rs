@@ -27,8 +27,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use bytes::Bytes;
-use serde_json::{json, Value};
 use serde::Serialize;
+use serde_json::{json, Value};
 use sparrow_protocol::openai::{ChatDelta, Completion};
 use sparrow_protocol::{sse, ErrorBody, Usage};
 use tokio_util::sync::CancellationToken;
@@ -112,7 +112,8 @@ pub struct MockScript {
     /// throughput saturates, so a sweep has a knee).
     #[arg(long)]
     pub max_running: Option<usize>,
-    /// Print every generation request's number and prompt (JSON) on stderr.
+    /// Print every generation request's number and prompt (JSON) on stderr when it arrives
+    /// (`mock request N prompt=…`), and `mock done N` when its streamed answer's last frame is sent.
     #[arg(long)]
     pub log_requests: bool,
     /// Tokenizer path reported by /get_model_info (so a client can find it).
@@ -261,6 +262,8 @@ enum Dialect {
 
 /// What one request will get.
 struct Plan {
+    /// The request's number (arrival order, from 0).
+    number: u64,
     dialect: Dialect,
     stream: bool,
     tokens: u64,
@@ -293,6 +296,7 @@ fn plan(s: &MockState, dialect: Dialect, headers: &HeaderMap, body: &Value) -> P
         s.script.fail_modes.get(i).copied().unwrap_or(FailMode::Http500)
     });
     Plan {
+        number: n,
         dialect,
         stream: body.get("stream").and_then(Value::as_bool).unwrap_or(false),
         tokens,
@@ -470,14 +474,23 @@ fn respond(state: Arc<MockState>, p: Plan, permit: Option<tokio::sync::OwnedSema
     let steps = steps(&p, s);
     let kill = state.kill.clone();
     let hang = state.hang.clone();
+    // `--log-requests`: the line once the last frame is handed to the connection, so a test
+    // knows which answers a client could have finished.
+    let done_line = s.log_requests.then(|| format!("mock done {}", p.number));
     // The `--max-running` slot is held until the stream ends.
     let stream = futures_util::stream::unfold((steps.into_iter(), kill, permit), move |(mut it, kill, permit)| {
         let hang = hang.clone();
+        let done_line = done_line.clone();
         async move {
             if hang.is_cancelled() {
                 std::future::pending::<()>().await;
             }
-            let step = it.next()?;
+            let Some(step) = it.next() else {
+                if let Some(l) = &done_line {
+                    eprintln!("{l}");
+                }
+                return None;
+            };
             let (delay, frame) = match step {
                 Step::Send(d, f) => (d, Some(f)),
                 Step::Stall => (Duration::from_secs(86_400), None),
@@ -499,7 +512,12 @@ fn respond(state: Arc<MockState>, p: Plan, permit: Option<tokio::sync::OwnedSema
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
-async fn handle(state: Arc<MockState>, dialect: Dialect, headers: HeaderMap, body: Value) -> Result<Response, Infallible> {
+async fn handle(
+    state: Arc<MockState>,
+    dialect: Dialect,
+    headers: HeaderMap,
+    body: Value,
+) -> Result<Response, Infallible> {
     if state.kill.is_cancelled() {
         return Ok(StatusCode::SERVICE_UNAVAILABLE.into_response());
     }

@@ -229,3 +229,83 @@ fn two_bench_processes_merge_into_one_report() {
     k1.sort_by_key(|k| k.0.as_u64());
     assert_eq!(k1, r2.iter().map(key).collect::<Vec<_>>(), "request for request");
 }
+
+/// `sparrow bench` killed with SIGKILL mid-run (no handler, no flush at exit) leaves a
+/// details file of whole lines holding every request that had finished, each once, and none
+/// that had not; `sparrow bench merge` reads it back into a report. Every third request
+/// stalls forever, so the run's 8 slots fill with stalled requests and the kill comes when
+/// nothing has finished for a while: every finished request must then be on disk.
+#[test]
+fn sigkill_mid_run_leaves_every_finished_request_on_disk() {
+    use std::io::BufRead;
+    let port = free_port();
+    // 12 tokens 10 ms apart, about 120 ms a request.
+    let mut m = sparrow()
+        .args(["mock-server", "--listen", &format!("127.0.0.1:{port}"), "--log-requests", "--chunk-delay-ms", "10"])
+        .args(["--fail-every", "3", "--fail-modes", "stall"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mock-server starts");
+    let done: std::sync::Arc<std::sync::Mutex<Vec<Instant>>> = Default::default();
+    let seen = done.clone();
+    let err = m.stderr.take().expect("mock stderr");
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+            if line.starts_with("mock done ") {
+                seen.lock().expect("lock").push(Instant::now());
+            }
+        }
+    });
+    wait_listening(port, "mock server");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("r.jsonl");
+    let mut bench = sparrow()
+        .args(["bench", "--backend", "sglang-oai", "--host", "127.0.0.1", "--port", &port.to_string()])
+        .args(["--tokenizer", &common::words_tokenizer(), "--dataset-name", "random-ids"])
+        .args(["--random-input-len", "6", "--random-output-len", "12", "--random-range-ratio", "1"])
+        .args(["--num-prompts", "400", "--max-concurrency", "8", "--warmup-requests", "0", "--disable-tqdm"])
+        .arg("--output-file")
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("bench starts");
+    // Wait until the slots are all stalled: nothing finished for 500 ms.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let last = done.lock().expect("lock").last().copied();
+        if last.is_some_and(|t| t.elapsed() > Duration::from_millis(500)) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the run never settled");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    bench.kill().expect("SIGKILL");
+    let status = bench.wait().expect("bench reaped");
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9), "{status:?}");
+    let _ = m.kill();
+    let _ = m.wait();
+    reader.join().expect("reader");
+    let finished = done.lock().expect("lock").len();
+    assert!(finished >= 8, "only {finished} requests finished before the slots stalled");
+
+    let details = dir.path().join("r.requests.jsonl");
+    let text = std::fs::read(&details).expect("details file");
+    let rf = sparrow_bench::merge::read_records(&details).expect("every line but a torn last one is a record");
+    let n = rf.records.len();
+    assert_eq!(rf.torn_line, None, "nothing was being written at the kill");
+    assert_eq!(text.iter().filter(|b| **b == b'\n').count(), n, "whole lines");
+    assert_eq!(n, finished, "records on disk against requests the server finished");
+    let mut idx: Vec<usize> = rf.records.iter().map(|r| r.index).collect();
+    idx.sort_unstable();
+    idx.dedup();
+    assert_eq!(idx.len(), n, "a request recorded twice");
+    assert!(rf.records.iter().all(|r| r.success() && r.output_tokens == 12), "an unfinished request was recorded");
+    assert!(!out.exists(), "no result line: the run never ended");
+
+    // Read back as a report by the CLI.
+    let o = sparrow().args(["bench", "merge"]).arg(&details).output().expect("merge runs");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{stdout}\n{}", String::from_utf8_lossy(&o.stderr));
+    assert!(stdout.contains(&format!("{:<40} {:<10}\n", "Successful requests:", n)), "{stdout}");
+}

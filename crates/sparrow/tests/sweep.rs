@@ -348,6 +348,67 @@ fn resume_after_sigint_reruns_only_the_missing_steps() {
     assert!(String::from_utf8_lossy(&o3.stderr).contains("--resume"));
 }
 
+/// A sweep killed with SIGKILL during step 2 leaves step 1's line, step 2's finished requests
+/// as whole lines, and its server running (a process group of its own) on the port. `--resume`
+/// stops that orphan, keeps step 1, keeps step 2's finished requests aside, and runs steps 2
+/// and 3.
+#[test]
+fn sigkill_mid_step_leaves_whole_records_and_resume_takes_over() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    let mut a = sweep_args(dir.path(), port);
+    a.extend(["--server-cmd".into(), mock_cmd(port, "--log-requests --chunk-delay-ms 40")]);
+    a.extend(["--concurrency", "1,2,3", "--num-prompts-per-step", "12"].map(String::from));
+    let mut child = Command::new(SPARROW)
+        .args(&a)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("sweep starts");
+    let steps_file = dir.path().join("steps.jsonl");
+    let step2 = dir.path().join("steps/02-A-c2.requests.jsonl");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_to_string(&step2).map_or(0, |t| t.lines().count()) < 3 {
+        assert!(Instant::now() < deadline, "step 2 never finished 3 requests");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().expect("SIGKILL");
+    child.wait().expect("sweep reaped");
+    let lines = std::fs::read_to_string(&steps_file).expect("steps.jsonl");
+    assert_eq!(lines.lines().count(), 1, "{lines}");
+    assert!(lines.contains("\"status\":\"ok\""), "{lines}");
+    let cut = sparrow_bench::merge::read_records(&step2).expect("step 2's records read back");
+    let n = cut.records.len();
+    assert!(n >= 3 && n < 12, "{n} records");
+    assert!(cut.records.iter().all(|r| r.success() && r.output_tokens == 5), "an unfinished request was recorded");
+    // The server outlived the sweep: its group still holds the port.
+    assert!(dir.path().join("server-1.pid").exists());
+    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(), "the orphaned server is gone already");
+
+    let mut again = a.clone();
+    again.push("--resume".into());
+    let o = run(&again);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("server of server-1.log") && err.contains("left running by sweep pid"), "{err}");
+    assert!(err.contains(&format!("step 2: an earlier run of it left {n} finished request(s)")), "{err}");
+    assert!(err.contains("step 1/3 (A) already measured: kept"), "{err}");
+    let st = steps(dir.path());
+    assert!(st.iter().all(|s| s["status"] == "ok" && s["completed"] == 12), "{st:?}");
+    let kept = sparrow_bench::merge::read_records(&dir.path().join("steps/02-A-c2.earlier1.requests.jsonl"))
+        .expect("the cut run's records, kept");
+    assert_eq!(kept.records.len(), n);
+    let log1 = std::fs::read_to_string(dir.path().join("server-1.log")).expect("log");
+    assert!(log1.lines().last().is_some_and(|l| l.contains("by the sweep that took the folder over")), "{log1}");
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("dir")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".pid") && e.file_name() != "sweep.pid")
+        .collect();
+    assert!(left.is_empty(), "server pid files left: {left:?}");
+}
+
 /// Prompts each mock server received, in arrival order, from its log.
 fn prompts(log: &Path) -> Vec<String> {
     std::fs::read_to_string(log)

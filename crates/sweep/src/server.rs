@@ -5,6 +5,11 @@
 //! The process group keeps a terminal's Ctrl-C away from the server (the sweep stops it
 //! itself, after saving what the step measured) and lets one signal reach every process the
 //! command started (SGLang's scheduler and detokenizer, a wrapper script's children).
+//!
+//! The same group outlives a sweep killed with SIGKILL, still holding its port. So every
+//! launch leaves `server-<n>.pid` beside its log (the group id, the leader's start time and
+//! the sweep's own pid and start time) until it is stopped, and the next sweep over that
+//! folder ([`reap_orphans`]) stops any group whose sweep is gone before it launches its own.
 
 use std::io::Write as _;
 use std::os::unix::process::ExitStatusExt as _;
@@ -111,6 +116,8 @@ pub struct Server {
     pub cmd: String,
     /// Its log.
     pub log_path: PathBuf,
+    /// `server-<n>.pid`: there while the group may be alive (see [`reap_orphans`]).
+    pid_file: PathBuf,
     /// The pid of `sh -c` (also the process group id).
     pub pid: u32,
     /// When it was launched.
@@ -169,6 +176,14 @@ impl Server {
         if let Ok(mut live) = LIVE_GROUPS.lock() {
             live.push(pid);
         }
+        let pid_file = log_path.with_extension("pid");
+        let owner = PidFile {
+            pgid: pid,
+            start: start_time(pid),
+            sweep_pid: std::process::id(),
+            sweep_start: start_time(std::process::id()),
+        };
+        crate::report::write_atomic(&pid_file, owner.to_line().as_bytes()).map_err(log_err)?;
         let (tx, mut rx) = mpsc::unbounded_channel();
         if let Some(out) = child.stdout.take() {
             tokio::spawn(pump(out, "out", tx.clone()));
@@ -194,6 +209,7 @@ impl Server {
             index,
             cmd: cmd.to_owned(),
             log_path: log_path.to_owned(),
+            pid_file,
             pid,
             started,
             child,
@@ -273,6 +289,7 @@ impl Server {
         if let Ok(mut live) = LIVE_GROUPS.lock() {
             live.retain(|p| *p != self.pid);
         }
+        let _ = std::fs::remove_file(&self.pid_file);
         let _ = self.wait_exit(Duration::from_secs(5)).await;
         self.drain_log().await;
         if let Ok(mut f) = std::fs::OpenOptions::new().append(true).open(&self.log_path) {
@@ -291,6 +308,7 @@ impl Drop for Server {
             if let Ok(mut live) = LIVE_GROUPS.lock() {
                 live.retain(|p| *p != self.pid);
             }
+            let _ = std::fs::remove_file(&self.pid_file);
         }
     }
 }
@@ -305,6 +323,182 @@ pub fn kill_all_groups() {
             let _ = killpg(Pid::from_raw(*pid as i32), Signal::SIGKILL);
         }
     }
+}
+
+/// The start time of process `pid` in clock ticks since boot (field 22 of
+/// `/proc/<pid>/stat`, proc(5)): with the pid, it names one process for good, as pids are
+/// reused. `None` when there is no such process (or no `/proc`).
+pub fn start_time(pid: u32) -> Option<u64> {
+    proc_stat(pid).map(|s| s.start)
+}
+
+/// The fields of `/proc/<pid>/stat` this module reads.
+struct ProcStat {
+    /// Field 3: `Z` for a zombie (ended, not yet reaped).
+    state: char,
+    /// Field 5: the process group.
+    pgrp: u32,
+    /// Field 22: start time, clock ticks since boot.
+    start: u64,
+}
+
+fn proc_stat(pid: u32) -> Option<ProcStat> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: count from the last ')'.
+    let f: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    Some(ProcStat { state: f.first()?.chars().next()?, pgrp: f.get(2)?.parse().ok()?, start: f.get(19)?.parse().ok()? })
+}
+
+/// Whether the process `pid` that started at `start` still runs (`start` unknown: whether
+/// any live process has that pid). A zombie has ended.
+fn alive(pid: u32, start: Option<u64>) -> bool {
+    proc_stat(pid).is_some_and(|s| s.state != 'Z' && start.is_none_or(|t| t == s.start))
+}
+
+/// Live (not zombie) processes of process group `pgid`.
+fn group_members(pgid: u32) -> usize {
+    let Ok(d) = std::fs::read_dir("/proc") else { return 0 };
+    d.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(proc_stat)
+        .filter(|s| s.pgrp == pgid && s.state != 'Z')
+        .count()
+}
+
+/// The contents of `server-<n>.pid`: `pgid start sweep_pid sweep_start` (a start time of
+/// `-` when it could not be read).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PidFile {
+    pgid: u32,
+    start: Option<u64>,
+    sweep_pid: u32,
+    sweep_start: Option<u64>,
+}
+
+impl PidFile {
+    fn to_line(self) -> String {
+        let t = |v: Option<u64>| v.map_or("-".to_owned(), |v| v.to_string());
+        format!("{} {} {} {}\n", self.pgid, t(self.start), self.sweep_pid, t(self.sweep_start))
+    }
+
+    fn parse(text: &str) -> Option<PidFile> {
+        let f: Vec<&str> = text.split_whitespace().collect();
+        let t = |s: &str| s.parse().ok();
+        match f[..] {
+            [pgid, start, sweep_pid, sweep_start] => Some(PidFile {
+                pgid: pgid.parse().ok().filter(|p| *p > 1)?,
+                start: t(start),
+                sweep_pid: sweep_pid.parse().ok()?,
+                sweep_start: t(sweep_start),
+            }),
+            _ => None,
+        }
+    }
+
+    /// Whether the group still has a live process. A leader with another start time means
+    /// the id was reused, which the kernel only does once the old group is empty.
+    fn group_alive(&self) -> bool {
+        if let (Some(now), Some(then)) = (start_time(self.pgid), self.start) {
+            if now != then {
+                return false;
+            }
+        }
+        group_members(self.pgid) > 0
+    }
+}
+
+/// Errors of [`reap_orphans`] and [`claim_folder`].
+#[derive(Debug, thiserror::Error)]
+pub enum FolderError {
+    /// Another sweep that is still running uses the folder.
+    #[error("another sparrow sweep (pid {pid}) is still running in {dir}: wait for it, or stop it first")]
+    Busy {
+        /// The folder.
+        dir: PathBuf,
+        /// That sweep's pid.
+        pid: u32,
+    },
+    /// A file of the folder could not be written.
+    #[error("cannot write {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// Marks `dir` as this sweep's (`sweep.pid`: pid and start time), refusing it while the
+/// sweep named there still runs: two sweeps appending to one `steps.jsonl` would mix results.
+///
+/// # Errors
+/// [`FolderError::Busy`] when that sweep runs; [`FolderError::Io`] when the file cannot be
+/// written.
+pub fn claim_folder(dir: &Path) -> Result<(), FolderError> {
+    let path = dir.join("sweep.pid");
+    if let Some((pid, start)) = std::fs::read_to_string(&path).ok().and_then(|t| {
+        let mut f = t.split_whitespace();
+        Some((f.next()?.parse::<u32>().ok()?, f.next().and_then(|s| s.parse().ok())))
+    }) {
+        if pid != std::process::id() && alive(pid, start) {
+            return Err(FolderError::Busy { dir: dir.to_owned(), pid });
+        }
+    }
+    let me = std::process::id();
+    let line = format!("{me} {}\n", start_time(me).map_or("-".to_owned(), |t| t.to_string()));
+    crate::report::write_atomic(&path, line.as_bytes()).map_err(|source| FolderError::Io { path, source })
+}
+
+/// Stops the servers an earlier sweep over `dir` launched and never stopped (it was killed
+/// with SIGKILL, or the machine's OOM killer took it): each `server-<n>.pid` whose sweep is
+/// gone and whose group still runs gets SIGTERM, then SIGKILL after `grace`, and a footer in
+/// its log. Returns one line per server stopped, for the sweep to print.
+///
+/// # Errors
+/// [`FolderError::Busy`] when the sweep that launched one of them still runs.
+pub async fn reap_orphans(dir: &Path, grace: Duration) -> Result<Vec<String>, FolderError> {
+    let mut files: Vec<PathBuf> =
+        std::fs::read_dir(dir).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+    files.retain(|p| {
+        p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("server-") && n.ends_with(".pid"))
+    });
+    files.sort();
+    let mut stopped = Vec::new();
+    for path in files {
+        let Some(owner) = std::fs::read_to_string(&path).ok().and_then(|t| PidFile::parse(&t)) else {
+            let _ = std::fs::remove_file(&path);
+            continue;
+        };
+        if owner.sweep_pid != std::process::id() && alive(owner.sweep_pid, owner.sweep_start) {
+            return Err(FolderError::Busy { dir: dir.to_owned(), pid: owner.sweep_pid });
+        }
+        if owner.group_alive() {
+            let group = Pid::from_raw(owner.pgid as i32);
+            let t = Instant::now();
+            let _ = killpg(group, Signal::SIGTERM);
+            while owner.group_alive() && t.elapsed() < grace {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let how = if owner.group_alive() {
+                let _ = killpg(group, Signal::SIGKILL);
+                "did not stop on SIGTERM: killed with SIGKILL".to_owned()
+            } else {
+                format!("stopped by SIGTERM, {:.1} s after it was sent", t.elapsed().as_secs_f64())
+            };
+            let log = path.with_extension("log");
+            let line = format!(
+                "left running by sweep pid {} (gone without stopping it); {how} by the sweep that took the folder over",
+                owner.sweep_pid
+            );
+            if let Ok(mut f) = std::fs::OpenOptions::new().append(true).open(&log) {
+                let _ = writeln!(f, "# sparrow sweep: {line} ({})", utc(SystemTime::now()));
+            }
+            let name = log.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+            stopped.push(format!("server of {name} (process group {}): {line}", owner.pgid));
+        }
+        let _ = std::fs::remove_file(&path);
+    }
+    Ok(stopped)
 }
 
 /// True when anything answers HTTP at `url` (any status) within `timeout`.
@@ -365,6 +559,49 @@ mod tests {
         assert_eq!(utc(t), "2025-12-01T07:46:47.123Z");
         assert_eq!(strip_prefix("2025-12-01T07:46:47.123Z +1.000s err| boom | x"), Some("boom | x"));
         assert_eq!(strip_prefix("# header"), None);
+    }
+
+    #[test]
+    fn pid_file_round_trip_and_start_time() {
+        let me = std::process::id();
+        let start = start_time(me);
+        assert!(start.is_some(), "no /proc/{me}/stat start time");
+        assert!(alive(me, start));
+        assert!(!alive(me, start.map(|t| t + 1)), "another start time is another process");
+        let f = PidFile { pgid: 4242, start: Some(17), sweep_pid: me, sweep_start: None };
+        assert_eq!(PidFile::parse(&f.to_line()), Some(f));
+        assert_eq!(PidFile::parse("1 2 3"), None);
+        assert_eq!(PidFile::parse("0 - 3 -"), None, "group 0 would be the sweep's own");
+    }
+
+    #[tokio::test]
+    async fn orphaned_group_is_reaped_and_a_live_sweep_keeps_its_folder() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = dir.path().join("server-1.log");
+        let s = Server::launch("sleep 30 & sleep 30", 1, &log).expect("launch");
+        let pgid = s.pid;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // As a sweep killed with SIGKILL leaves it: the group runs on, its pid file stays.
+        std::mem::forget(s);
+        // Still this process's: another sweep must not take the folder.
+        let owner = PidFile::parse(&std::fs::read_to_string(dir.path().join("server-1.pid")).expect("pid file"))
+            .expect("parses");
+        assert_eq!((owner.pgid, owner.sweep_pid), (pgid, std::process::id()));
+        assert!(owner.group_alive());
+        // Written as a sweep that is gone (pid 1 never started at that tick).
+        let gone = PidFile { sweep_pid: 1, sweep_start: Some(u64::MAX), ..owner };
+        std::fs::write(dir.path().join("server-1.pid"), gone.to_line()).expect("write");
+        let stopped = reap_orphans(dir.path(), Duration::from_secs(2)).await.expect("reap");
+        assert_eq!(stopped.len(), 1, "{stopped:?}");
+        assert!(stopped[0].contains("stopped by SIGTERM"), "{stopped:?}");
+        assert!(!owner.group_alive(), "the orphaned group still runs");
+        assert!(!dir.path().join("server-1.pid").exists());
+        assert!(std::fs::read_to_string(&log).expect("log").contains("left running by sweep pid 1"));
+        // A folder claimed by a live sweep is refused; a dead one's claim is taken over.
+        std::fs::write(dir.path().join("sweep.pid"), "1 -\n").expect("write");
+        assert!(matches!(claim_folder(dir.path()), Err(FolderError::Busy { pid: 1, .. })));
+        std::fs::write(dir.path().join("sweep.pid"), format!("1 {}\n", u64::MAX)).expect("write");
+        claim_folder(dir.path()).expect("a dead sweep's folder");
     }
 
     #[tokio::test]

@@ -166,9 +166,12 @@ impl Sweep {
             )));
         }
         std::fs::create_dir_all(dir.join("steps")).map_err(io_err(&dir))?;
+        server::claim_folder(&dir).map_err(|e| SweepError::Setup(e.to_string()))?;
         let mut previous = HashMap::new();
         if cfg.args.resume {
-            let text = std::fs::read_to_string(&steps_file).unwrap_or_default();
+            // Lossy: a line torn by a kill may end inside a multi-byte character, and must not
+            // make the whole file unreadable.
+            let text = std::fs::read(&steps_file).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
             if !text.is_empty() && !text.ends_with('\n') {
                 // A line cut by a kill: end it, so the next one starts on its own line.
                 std::fs::OpenOptions::new()
@@ -334,7 +337,8 @@ impl Sweep {
             let how = old.stop(self.cfg.stop_grace).await;
             sparrow_bench::errln!(
                 "sparrow sweep: warning: server {} of {} ended between steps ({how}); relaunching",
-                old.index, side.label
+                old.index,
+                side.label
             );
         }
         // Two sides at one address cannot both be up: the other side's server makes way.
@@ -343,7 +347,8 @@ impl Sweep {
                 if let Some(mut other) = self.servers[j].take() {
                     sparrow_bench::errln!(
                         "sparrow sweep: stopping {}'s server (same address as {})",
-                        self.cfg.sides[j].label, side.label
+                        self.cfg.sides[j].label,
+                        side.label
                     );
                     other.stop(self.cfg.stop_grace).await;
                 }
@@ -381,7 +386,11 @@ impl Sweep {
         };
         match ready {
             Ok(t) => {
-                sparrow_bench::errln!("sparrow sweep: server {} ready after {:.1} s (log: {rel})", srv.index, t.as_secs_f64());
+                sparrow_bench::errln!(
+                    "sparrow sweep: server {} ready after {:.1} s (log: {rel})",
+                    srv.index,
+                    t.as_secs_f64()
+                );
                 self.servers[i] = Some(srv);
                 Ok(())
             }
@@ -596,6 +605,33 @@ impl Sweep {
         (state, verdict)
     }
 
+    /// A records file of step `k` already there was left by an earlier run of this step that
+    /// did not end `ok` (cut short by a signal or a kill of the sweep, or failed). `--resume`
+    /// runs the step again from its start, since throughput and concurrency figures only mean
+    /// something for one uninterrupted run; the requests that run finished are kept, renamed
+    /// `<name>.earlier<i>.requests.jsonl`, rather than overwritten.
+    fn keep_earlier_records(&self, k: usize, name: &str, details: &Path) {
+        if !details.exists() {
+            return;
+        }
+        let kept = (1..)
+            .map(|i| details.with_file_name(format!("{name}.earlier{i}.requests.jsonl")))
+            .find(|p| !p.exists())
+            .unwrap_or_else(|| details.with_extension("earlier"));
+        let finished = sparrow_bench::merge::read_records(details).map_or(0, |r| r.records.len());
+        match std::fs::rename(details, &kept) {
+            Ok(()) => sparrow_bench::errln!(
+                "sparrow sweep: step {}: an earlier run of it left {finished} finished request(s): kept in {}; the step runs again",
+                k + 1,
+                self.rel(&kept)
+            ),
+            Err(e) => sparrow_bench::errln!(
+                "sparrow sweep: warning: cannot keep {} aside ({e}); the step's new run overwrites it",
+                self.rel(details)
+            ),
+        }
+    }
+
     /// Runs step `k`: makes sure its server is up, runs the bench under the memory and hang
     /// watch, and judges the server afterwards.
     async fn run_step(&mut self, k: usize, p: Plan, out_file: &Path, slos: &Slos) -> Result<StepResult, SweepError> {
@@ -623,7 +659,9 @@ impl Sweep {
         b.num_prompts = self.cfg.num_prompts(p.value_index);
         b.seed = self.cfg.seed(p.value_index, p.repeat);
         b.output_file = Some(out_file.to_owned());
-        b.details_file = Some(self.dir.join("steps").join(format!("{name}.requests.jsonl")));
+        let details = self.dir.join("steps").join(format!("{name}.requests.jsonl"));
+        self.keep_earlier_records(k, &name, &details);
+        b.details_file = Some(details);
         b.tag = Some(b.tag.map_or_else(|| side.label.clone(), |t| format!("{t} {}", side.label)));
         b.tokenizer = self.tokenizer_for(p.side).await;
         let from_line = self.servers[p.side].as_ref().map_or(1, |s| s.log_lines() + 1);
@@ -690,6 +728,13 @@ impl Sweep {
     /// [`SweepError`] when a result file cannot be written.
     pub async fn run(mut self) -> Result<i32, SweepError> {
         tokio::spawn(signals(self.interrupt.clone(), self.interrupt_code.clone()));
+        // Servers of an earlier sweep over this folder that died without stopping them (a
+        // SIGKILL) still hold their ports: stopped before anything is launched.
+        for line in
+            server::reap_orphans(&self.dir, self.cfg.stop_grace).await.map_err(|e| SweepError::Setup(e.to_string()))?
+        {
+            sparrow_bench::errln!("sparrow sweep: {line}");
+        }
         let plan = self.plan();
         let n = plan.len();
         let out_file = self.cfg.args.output_file.clone().unwrap_or_else(|| self.dir.join("results.jsonl"));
@@ -711,7 +756,9 @@ impl Sweep {
         sparrow_bench::errln!("sparrow sweep: {n} step(s), results in {}", self.dir.display());
         if let [a, b] = &self.cfg.sides[..] {
             if a.server_cmd == b.server_cmd && a.base_url == b.base_url {
-                sparrow_bench::errln!("sparrow sweep: note: A and B are the same server command and address (an A/A run)");
+                sparrow_bench::errln!(
+                    "sparrow sweep: note: A and B are the same server command and address (an A/A run)"
+                );
             }
         }
         for (k, p) in plan.iter().copied().enumerate() {
@@ -726,7 +773,11 @@ impl Sweep {
             }
             let key = step_key(&self.cfg, &side, p.value_index, p.repeat);
             if let Some(prev) = self.previous.get(&key).cloned() {
-                sparrow_bench::errln!("sparrow sweep: step {}/{n} ({}) already measured: kept (--resume)", k + 1, side.label);
+                sparrow_bench::errln!(
+                    "sparrow sweep: step {}/{n} ({}) already measured: kept (--resume)",
+                    k + 1,
+                    side.label
+                );
                 self.record(StepResult { step: k + 1, ..prev })?;
                 continue;
             }
@@ -763,7 +814,9 @@ impl Sweep {
                         stopped =
                             Some(format!("not run: the sweep stopped after step {step_no} crashed (--on-crash stop)"))
                     }
-                    OnCrash::Restart => sparrow_bench::errln!("sparrow sweep: step {step_no} lost; going on (--on-crash restart)"),
+                    OnCrash::Restart => {
+                        sparrow_bench::errln!("sparrow sweep: step {step_no} lost; going on (--on-crash restart)")
+                    }
                 }
             } else if self.cfg.args.restart == Restart::PerStep {
                 if let Some(mut srv) = self.servers[p.side].take() {
@@ -779,7 +832,10 @@ impl Sweep {
         }
         let table = self.write_report()?;
         sparrow_bench::outln!("\n{:=^60}\n{table}", " Sweep Summary ");
-        sparrow_bench::errln!("sparrow sweep: summary.json, summary.csv, report.html and plots/ in {}", self.dir.display());
+        sparrow_bench::errln!(
+            "sparrow sweep: summary.json, summary.csv, report.html and plots/ in {}",
+            self.dir.display()
+        );
         let code = self.interrupt_code.lock().ok().and_then(|c| *c);
         Ok(match code {
             Some(c) => c,
