@@ -22,7 +22,8 @@ seconds (Poisson arrivals, each with its own seed per segment):
   their failures are the point and are not counted.
 Arrivals add up to --load (default 0.8) of the capacity measured first: the request
 throughput of the main mix at `--request-rate inf` and --capacity-concurrency requests in
-flight.
+flight, over enough prompts to fill the KV pool once (so every page is touched before the RSS
+reference).
 
 Samples go to <out>/soak.csv (t_s, rss_mib, rss_anon_mib, fds, free_pages,
 evictable_pages, total_pages, running, queued, retractions, generated_tokens); the verdict
@@ -30,8 +31,8 @@ and the figures to <out>/summary.json; the server's log to <out>/server.log; eve
 result line and per-request records to <out>/bench/.
 
 The checks, all stated in summary.json:
-- RSS: the reference is the first sample at or after --warmup seconds of load (by then the KV
-  pages the load reaches and the allocator's arenas are touched); the peak after it may
+- RSS: the reference is the first sample at or after --warmup seconds of load (by then every KV
+  page and the allocator's arenas are touched); the peak after it may
   exceed it by at most max(--rss-bound-mib, --rss-bound-frac x reference). The least-squares
   slope after the reference is reported in MiB/hour.
 - Pages: after the load stops and the server is idle, free + evictable pages = total (every
@@ -156,7 +157,8 @@ def main():
                     help="seconds of arrivals per bench run (default min(300, duration / 2))")
     ap.add_argument("--load", type=float, default=0.8, help="fraction of the measured capacity (default 0.8)")
     ap.add_argument("--capacity-concurrency", type=int, default=32)
-    ap.add_argument("--capacity-prompts", type=int, default=96)
+    ap.add_argument("--capacity-prompts", type=int, default=96,
+                    help="prompts of the capacity run, at least enough to fill the KV pool")
     ap.add_argument("--warmup", type=float, default=None,
                     help="seconds of load before the RSS reference (default min(600, duration / 4))")
     ap.add_argument("--rss-bound-mib", type=float, default=64.0)
@@ -212,13 +214,21 @@ def main():
                 raise SystemExit("soak: sparrow serve not ready after 600 s")
             time.sleep(0.5)
         fds_before = proc_status(server.pid)[2]
-        st0 = server_state(base)
+        _, info = http(base + "/get_server_info")
+        info = json.loads(info)
+        st0 = info["internal_states"][0]
+        # Enough prompts for the capacity run to fill the KV pool (the main mix averages 193
+        # tokens a request): the radix cache keeps every finished request until the pool is
+        # full, so by then every page has been touched, and pages touched for the first time
+        # later in the run cannot pass for a leak.
+        pool_tokens = st0["total_pages"] * int(info.get("page_size", 1))
+        capacity_prompts = max(args.capacity_prompts, math.ceil(1.25 * pool_tokens / 193))
         t0 = time.monotonic()
         sampler = Sampler(server.pid, base, args.interval, os.path.join(out, "soak.csv"), t0)
         sampler.start()
 
         # Capacity: the main mix, as fast as it goes, with a fixed number in flight.
-        p = bench(args, port, bench_dir, "capacity", MAIN + ["--num-prompts", str(args.capacity_prompts),
+        p = bench(args, port, bench_dir, "capacity", MAIN + ["--num-prompts", str(capacity_prompts),
                   "--max-concurrency", str(args.capacity_concurrency), "--request-rate", "inf"], bench_log)
         procs.append(p)
         if p.wait() != 0:
@@ -293,8 +303,8 @@ def main():
                 break
             time.sleep(0.5)
         time.sleep(1.0)
-        idle = sampler.sample()
         sampler.stop()
+        idle = sampler.sample()
         pages = {}
         if server.poll() is None and idle:
             if idle["free_pages"] + idle["evictable_pages"] != idle["total_pages"]:
