@@ -16,6 +16,14 @@ use sparrow_server::conn::ConnLimits;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+/// One test at a time: their timeouts are a second or less and one of them opens 4,000
+/// sockets, so they must not share the two cores; and a panic counted by [`panics_seen`] is
+/// then the running test's own.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static L: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    L.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 fn limits(header: f64, keep_alive: f64, body: f64, max: usize) -> ConnLimits {
     let t = |s: f64| (s > 0.0).then(|| Duration::from_secs_f64(s));
     ConnLimits {
@@ -60,6 +68,7 @@ async fn generate_ok(s: &TestServer) {
 /// the header-read timeout plus a second, while normal requests keep being answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn half_header_sockets_are_closed_within_the_header_timeout() {
+    let _serial = serial();
     const N: usize = 2000;
     let fds = sparrow_server::conn::raise_fd_limit().unwrap_or(0);
     assert!(fds >= 2 * N as u64 + 512, "this test needs an open-file limit of {} (have {fds})", 2 * N + 512);
@@ -119,6 +128,7 @@ fn metric(text: &str, name: &str) -> f64 {
 /// `Retry-After`; once the held connections close, requests are served again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_max_connections_a_503_then_recovery() {
+    let _serial = serial();
     const MAX: usize = 8;
     let s = TestServer::start(Opts { limits: limits(30.0, 0.0, 60.0, MAX), ..Opts::default() });
     let a = addr(&s);
@@ -161,6 +171,7 @@ async fn past_max_connections_a_503_then_recovery() {
 /// one that sends nothing at all after the header-read timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_keep_alive_connections_are_closed() {
+    let _serial = serial();
     let s = TestServer::start(Opts { limits: limits(3.0, 0.5, 60.0, 64), ..Opts::default() });
     let a = addr(&s);
     let mut sock = TcpStream::connect(&a).await.expect("connect");
@@ -209,6 +220,7 @@ impl Model for Slow {
 /// last token; a stalled upload gets a 408 JSON error after the body timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn long_streams_are_not_cut_and_stalled_bodies_get_408() {
+    let _serial = serial();
     let s = TestServer::start_wrapped(
         Opts { limits: limits(0.5, 0.5, 0.5, 64), disable_radix_cache: true, ..Opts::default() },
         |m| Box::new(Slow(m)),
@@ -298,6 +310,12 @@ fn post_cl(path: &str, extra_headers: &str, body: &[u8]) -> Vec<u8> {
     req(&format!("POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{extra_headers}Content-Length: {}\r\n\r\n", body.len()), body)
 }
 
+/// `POST /generate` with the given header lines (CRLF between them, none after the last) and
+/// the body as it is: the framing is whatever the headers say.
+fn gen_raw(headers: &str, body: &[u8]) -> Vec<u8> {
+    req(&format!("POST /generate HTTP/1.1\r\nHost: x\r\n{headers}\r\n\r\n"), body)
+}
+
 const GEN: &[u8] = br#"{"text":"Hi","sampling_params":{"max_new_tokens":2,"temperature":0}}"#;
 
 /// The hand-written raw cases: malformed request lines, headers, lengths and chunked bodies,
@@ -306,9 +324,7 @@ const GEN: &[u8] = br#"{"text":"Hi","sampling_params":{"max_new_tokens":2,"tempe
 fn raw_cases() -> Vec<(&'static str, Vec<u8>, Want)> {
     use Want::*;
     let b = |s: &str| s.as_bytes().to_vec();
-    let gen_chunked = |chunks: &str| {
-        req("POST /generate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", chunks.as_bytes())
-    };
+    let gen_chunked = |chunks: &str| gen_raw("Transfer-Encoding: chunked", chunks.as_bytes());
     let mut v: Vec<(&'static str, Vec<u8>, Want)> = vec![
         // Request lines.
         ("garbage request line", b("GARBAGE\r\n\r\n"), Reject),
@@ -345,55 +361,16 @@ fn raw_cases() -> Vec<(&'static str, Vec<u8>, Want)> {
         ),
         // Lengths.
         ("conflicting Content-Length", post_cl("/generate", "Content-Length: 3\r\n", GEN), Reject),
-        (
-            "Content-Length list",
-            req("POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: 5, 6\r\n\r\n", b"{}{}{}"),
-            Reject,
-        ),
-        (
-            "negative Content-Length",
-            req("POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n", b"{}"),
-            Reject,
-        ),
-        (
-            "non-numeric Content-Length",
-            req("POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n", b"{}"),
-            Reject,
-        ),
-        (
-            "signed Content-Length",
-            req("POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: +2\r\n\r\n", b"{}"),
-            Reject,
-        ),
-        (
-            "overflowing Content-Length",
-            req("POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999999\r\n\r\n", b"{}"),
-            Reject,
-        ),
-        (
-            "body shorter than Content-Length",
-            req("POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n", b"{\"text\":"),
-            Reject,
-        ),
-        (
-            "body longer than Content-Length",
-            req("POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n", b"{}GARBAGE\r\n\r\n"),
-            Reject,
-        ),
+        ("Content-Length list", gen_raw("Content-Length: 5, 6", b"{}{}{}"), Reject),
+        ("negative Content-Length", gen_raw("Content-Length: -1", b"{}"), Reject),
+        ("non-numeric Content-Length", gen_raw("Content-Length: abc", b"{}"), Reject),
+        ("signed Content-Length", gen_raw("Content-Length: +2", b"{}"), Reject),
+        ("overflowing Content-Length", gen_raw("Content-Length: 99999999999999999999999", b"{}"), Reject),
+        ("body shorter than Content-Length", gen_raw("Content-Length: 100", b"{\"text\":"), Reject),
+        ("body longer than Content-Length", gen_raw("Content-Length: 2", b"{}GARBAGE\r\n\r\n"), Reject),
         // Chunked bodies.
-        (
-            "transfer coding other than chunked",
-            req("POST /generate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", b"{}"),
-            Reject,
-        ),
-        (
-            "chunked not last",
-            req(
-                "POST /generate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
-                b"2\r\n{}\r\n0\r\n\r\n",
-            ),
-            Reject,
-        ),
+        ("transfer coding other than chunked", gen_raw("Transfer-Encoding: gzip", b"{}"), Reject),
+        ("chunked not last", gen_raw("Transfer-Encoding: chunked, gzip", b"2\r\n{}\r\n0\r\n\r\n"), Reject),
         ("chunk size not hex", gen_chunked("zz\r\n{}\r\n0\r\n\r\n"), Reject),
         ("chunk size overflow", gen_chunked("ffffffffffffffffffff\r\n{}\r\n0\r\n\r\n"), Reject),
         ("chunk data without CRLF", gen_chunked("2\r\n{}XX0\r\n\r\n"), Reject),
@@ -402,8 +379,8 @@ fn raw_cases() -> Vec<(&'static str, Vec<u8>, Want)> {
         ("missing last chunk", gen_chunked("2\r\n{}\r\n"), Reject),
         (
             "chunked and Content-Length (smuggling shape)",
-            req(
-                "POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n",
+            gen_raw(
+                "Content-Length: 4\r\nTransfer-Encoding: chunked",
                 b"0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n",
             ),
             Reject,
@@ -469,6 +446,7 @@ fn raw_cases() -> Vec<(&'static str, Vec<u8>, Want)> {
 /// No panic anywhere, the server answers throughout, and every KV page is free at the end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn raw_malformed_http_gets_4xx_or_close() {
+    let _serial = serial();
     let panics = panics_seen();
     let s = TestServer::start(Opts { limits: limits(1.0, 0.3, 1.0, 512), context_length: Some(96), ..Opts::default() });
     let a = addr(&s);
@@ -513,7 +491,9 @@ async fn raw_malformed_http_gets_4xx_or_close() {
     assert!(!text.to_ascii_lowercase().contains("transfer-encoding: chunked"), "{text}");
     assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
 
-    // A client that leaves mid-stream: the engine aborts its request.
+    // A client that leaves mid-stream: the engine aborts its request well before its 80
+    // tokens (the server sees the closed socket at its next write or two).
+    let before = generated(&s).await;
     let body =
         br#"{"text":"Once","stream":true,"sampling_params":{"max_new_tokens":80,"temperature":0,"ignore_eos":true}}"#;
     let mut sock = TcpStream::connect(&a).await.expect("connect");
@@ -522,10 +502,22 @@ async fn raw_malformed_http_gets_4xx_or_close() {
     let n = sock.read(&mut buf).await.expect("first bytes of the stream");
     assert!(buf[..n].starts_with(b"HTTP/1.1 200"), "{:?}", String::from_utf8_lossy(&buf[..n]));
     drop(sock);
+    let t0 = Instant::now();
+    while stats(&s).await["num_running_reqs"] != 0 {
+        assert!(t0.elapsed() < Duration::from_secs(20), "the abandoned stream still runs after 20 s");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let spent = generated(&s).await - before;
+    assert!(spent < 60, "{spent} of 80 tokens generated for a client that left after its first bytes");
 
     generate_ok(&s).await;
     assert_eq!(panics_seen(), panics, "a panic while serving raw cases");
     assert_drained(&s).await;
+}
+
+/// Tokens the engine has generated so far.
+async fn generated(s: &TestServer) -> u64 {
+    stats(s).await["generation_tokens_total"].as_u64().expect("generation_tokens_total")
 }
 
 /// Valid requests the mutation fuzzer starts from: every route kind (GET, a JSON POST by
@@ -603,6 +595,7 @@ fn mutate(rng: &mut impl rand::Rng, mut v: Vec<u8>) -> Vec<u8> {
 /// connection ends within the timeouts, nothing panics, and every KV page comes back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutated_raw_requests_never_get_a_5xx_or_leak() {
+    let _serial = serial();
     use rand::SeedableRng;
     let n: usize = std::env::var("SPARROW_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(600);
     let seed: u64 = std::env::var("SPARROW_FUZZ_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(18);
@@ -646,7 +639,7 @@ async fn mutated_raw_requests_never_get_a_5xx_or_leak() {
     eprintln!("{n} mutated requests (seed {seed}): {answered} answered 2xx, {rejected} refused 4xx, {silent} closed unanswered");
     assert!(failures.is_empty(), "{} of {n} mutated requests wrong:\n{}", failures.len(), failures.join("\n\n"));
     // The mix must reach both sides of the parser, or the fuzzer tests nothing.
-    assert!(answered > n / 20 && rejected > n / 20, "{answered} answered, {rejected} refused of {n}");
+    assert!(n < 100 || (answered > n / 20 && rejected > n / 20), "{answered} answered, {rejected} refused of {n}");
     generate_ok(&s).await;
     assert_eq!(panics_seen(), panics, "a panic while serving mutated requests");
     assert_drained(&s).await;

@@ -404,7 +404,7 @@ fn sigkill_mid_step_leaves_whole_records_and_resume_takes_over() {
     let left: Vec<_> = std::fs::read_dir(dir.path())
         .expect("dir")
         .flatten()
-        .filter(|e| e.file_name().to_string_lossy().ends_with(".pid") && e.file_name() != "sweep.pid")
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".pid"))
         .collect();
     assert!(left.is_empty(), "server pid files left: {left:?}");
 }

@@ -183,7 +183,16 @@ impl Server {
             sweep_pid: std::process::id(),
             sweep_start: start_time(std::process::id()),
         };
-        crate::report::write_atomic(&pid_file, owner.to_line().as_bytes()).map_err(log_err)?;
+        if let Err(e) = crate::report::write_atomic(&pid_file, owner.to_line().as_bytes()) {
+            // Unrecorded, a kill of the sweep would leave it running for good: not started.
+            if pid > 0 {
+                let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
+            }
+            if let Ok(mut live) = LIVE_GROUPS.lock() {
+                live.retain(|p| *p != pid);
+            }
+            return Err(ServerError::Log { path: pid_file, source: e });
+        }
         let (tx, mut rx) = mpsc::unbounded_channel();
         if let Some(out) = child.stdout.take() {
             tokio::spawn(pump(out, "out", tx.clone()));
@@ -411,7 +420,7 @@ impl PidFile {
 #[derive(Debug, thiserror::Error)]
 pub enum FolderError {
     /// Another sweep that is still running uses the folder.
-    #[error("another sparrow sweep (pid {pid}) is still running in {dir}: wait for it, or stop it first")]
+    #[error("another sparrow sweep (pid {pid}) is running in {dir}: wait for it, or stop it first")]
     Busy {
         /// The folder.
         dir: PathBuf,
@@ -428,25 +437,38 @@ pub enum FolderError {
     },
 }
 
-/// Marks `dir` as this sweep's (`sweep.pid`: pid and start time), refusing it while the
-/// sweep named there still runs: two sweeps appending to one `steps.jsonl` would mix results.
+/// This sweep's hold on its output folder: an exclusive `flock(2)` on `<dir>/sweep.lock`,
+/// which also holds the sweep's pid for the message another sweep gets. The kernel drops the
+/// lock when the process ends in any way, SIGKILL included, so a dead sweep never blocks
+/// its folder, and two sweeps started together cannot both get it.
+#[derive(Debug)]
+pub struct FolderLock(#[allow(dead_code)] nix::fcntl::Flock<std::fs::File>);
+
+/// Takes `dir` for this sweep, refusing it while another sweep holds it: two sweeps appending
+/// to one `steps.jsonl` would mix their results. Keep the lock for the sweep's lifetime.
 ///
 /// # Errors
-/// [`FolderError::Busy`] when that sweep runs; [`FolderError::Io`] when the file cannot be
-/// written.
-pub fn claim_folder(dir: &Path) -> Result<(), FolderError> {
-    let path = dir.join("sweep.pid");
-    if let Some((pid, start)) = std::fs::read_to_string(&path).ok().and_then(|t| {
-        let mut f = t.split_whitespace();
-        Some((f.next()?.parse::<u32>().ok()?, f.next().and_then(|s| s.parse().ok())))
-    }) {
-        if pid != std::process::id() && alive(pid, start) {
+/// [`FolderError::Busy`] when another sweep holds it; [`FolderError::Io`] when the lock file
+/// cannot be opened or written.
+pub fn claim_folder(dir: &Path) -> Result<FolderLock, FolderError> {
+    use nix::fcntl::{Flock, FlockArg};
+    use std::io::{Read as _, Seek as _};
+    let path = dir.join("sweep.lock");
+    let io = |source| FolderError::Io { path: path.clone(), source };
+    let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path).map_err(io)?;
+    let mut lock = match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+        Ok(l) => l,
+        Err((mut f, nix::errno::Errno::EWOULDBLOCK)) => {
+            let mut text = String::new();
+            let _ = f.read_to_string(&mut text);
+            let pid = text.split_whitespace().next().and_then(|p| p.parse().ok()).unwrap_or(0);
             return Err(FolderError::Busy { dir: dir.to_owned(), pid });
         }
-    }
-    let me = std::process::id();
-    let line = format!("{me} {}\n", start_time(me).map_or("-".to_owned(), |t| t.to_string()));
-    crate::report::write_atomic(&path, line.as_bytes()).map_err(|source| FolderError::Io { path, source })
+        Err((_, e)) => return Err(io(std::io::Error::from(e))),
+    };
+    lock.set_len(0).and_then(|()| lock.rewind()).map_err(io)?;
+    writeln!(*lock, "{}", std::process::id()).map_err(io)?;
+    Ok(FolderLock(lock))
 }
 
 /// Stops the servers an earlier sweep over `dir` launched and never stopped (it was killed
@@ -481,7 +503,16 @@ pub async fn reap_orphans(dir: &Path, grace: Duration) -> Result<Vec<String>, Fo
             }
             let how = if owner.group_alive() {
                 let _ = killpg(group, Signal::SIGKILL);
-                "did not stop on SIGTERM: killed with SIGKILL".to_owned()
+                // Gone only once its port (and a GPU's memory) is free for the new launch.
+                let t = Instant::now();
+                while owner.group_alive() && t.elapsed() < Duration::from_secs(10) {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                if owner.group_alive() {
+                    "did not stop on SIGTERM, and still runs 10 s after SIGKILL".to_owned()
+                } else {
+                    "did not stop on SIGTERM: killed with SIGKILL".to_owned()
+                }
             } else {
                 format!("stopped by SIGTERM, {:.1} s after it was sent", t.elapsed().as_secs_f64())
             };
@@ -597,11 +628,13 @@ mod tests {
         assert!(!owner.group_alive(), "the orphaned group still runs");
         assert!(!dir.path().join("server-1.pid").exists());
         assert!(std::fs::read_to_string(&log).expect("log").contains("left running by sweep pid 1"));
-        // A folder claimed by a live sweep is refused; a dead one's claim is taken over.
-        std::fs::write(dir.path().join("sweep.pid"), "1 -\n").expect("write");
-        assert!(matches!(claim_folder(dir.path()), Err(FolderError::Busy { pid: 1, .. })));
-        std::fs::write(dir.path().join("sweep.pid"), format!("1 {}\n", u64::MAX)).expect("write");
-        claim_folder(dir.path()).expect("a dead sweep's folder");
+        // A held folder is refused (flock locks belong to the open file, so a second open in
+        // this process stands for another sweep); once let go, it can be taken.
+        let held = claim_folder(dir.path()).expect("a free folder");
+        let me = std::process::id();
+        assert!(matches!(claim_folder(dir.path()), Err(FolderError::Busy { pid, .. }) if pid == me));
+        drop(held);
+        claim_folder(dir.path()).expect("a folder let go");
     }
 
     #[tokio::test]

@@ -90,6 +90,8 @@ pub struct Sweep {
     interrupt_code: Arc<Mutex<Option<i32>>>,
     /// The tokenizer every step of both sides builds its prompts with.
     tokenizer: Option<PathBuf>,
+    /// Held while the sweep runs: no other sweep writes this folder meanwhile.
+    _folder: server::FolderLock,
 }
 
 /// The default output folder: `sweep-YYYYMMDD-HHMMSS` (UTC).
@@ -166,7 +168,7 @@ impl Sweep {
             )));
         }
         std::fs::create_dir_all(dir.join("steps")).map_err(io_err(&dir))?;
-        server::claim_folder(&dir).map_err(|e| SweepError::Setup(e.to_string()))?;
+        let folder = server::claim_folder(&dir).map_err(|e| SweepError::Setup(e.to_string()))?;
         let mut previous = HashMap::new();
         if cfg.args.resume {
             // Lossy: a line torn by a kill may end inside a multi-byte character, and must not
@@ -223,6 +225,7 @@ impl Sweep {
             interrupt: CancellationToken::new(),
             interrupt_code: Arc::default(),
             tokenizer: None,
+            _folder: folder,
         })
     }
 
@@ -360,7 +363,7 @@ impl Sweep {
         while server::answers(&self.http, &url, Duration::from_secs(2)).await {
             if t.elapsed() > self.cfg.stop_grace {
                 let why = format!(
-                    "{url} already answers before the server is launched: another process holds the address (stop it, or give another --port/--base-url)"
+                    "{url} already answers before the server is launched: another process holds the address (stop it, or give another --port/--base-url; a server left by a sweep that was killed is stopped by `--resume --output-dir <its folder>`, which holds its server-<n>.pid)"
                 );
                 return Err((Verdict::plain(VerdictKind::Exited, why), None, MemEvidence::default()));
             }
@@ -605,11 +608,11 @@ impl Sweep {
         (state, verdict)
     }
 
-    /// A records file of step `k` already there was left by an earlier run of this step that
-    /// did not end `ok` (cut short by a signal or a kill of the sweep, or failed). `--resume`
-    /// runs the step again from its start, since throughput and concurrency figures only mean
-    /// something for one uninterrupted run; the requests that run finished are kept, renamed
-    /// `<name>.earlier<i>.requests.jsonl`, rather than overwritten.
+    /// A records file of step `k` already there was left by an earlier run of this step whose
+    /// result is not kept (cut short by a signal or a kill of the sweep, failed, or measured
+    /// with other flags). The step runs again from its start, since throughput and concurrency
+    /// figures only mean something for one uninterrupted run; the requests that run finished
+    /// are kept, renamed `<name>.earlier<i>.requests.jsonl`, rather than overwritten.
     fn keep_earlier_records(&self, k: usize, name: &str, details: &Path) {
         if !details.exists() {
             return;
