@@ -148,15 +148,6 @@ class Sampler(threading.Thread):
         self.join()
 
 
-def bench(args, base_port, out_dir, name, extra, log):
-    """Starts one `sparrow bench` process; its result line and records go to out_dir/name.*"""
-    cmd = [args.sparrow, "bench", "--host", "127.0.0.1", "--port", str(base_port), "--disable-tqdm",
-           "--output-file", os.path.join(out_dir, f"{name}.jsonl")] + extra
-    log.write(f"$ {' '.join(cmd)}\n")
-    log.flush()
-    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-
-
 def last_result(path):
     """The last result line of a bench's output file (Python's json reads its Infinity/NaN),
     or {} when there is none (the bench died before writing it)."""
@@ -249,6 +240,9 @@ class Soak:
         self.serve_cmd = [args.sparrow, "serve", "--host", "127.0.0.1", "--port", str(self.port)] + args.serve_args
         self.server = None
         self.sampler = None
+        # Set as the run reaches them: the server's state before the load, when sampling and
+        # the load began.
+        self.fds_before = self.st0 = self.t0 = self.load_t0 = None
         self.procs = []
         self.bench_log = open(os.path.join(out, "bench.log"), "w")
         self.summary = {"server_cmd": self.serve_cmd, "load": args.load, "duration_s": args.duration,
@@ -271,7 +265,12 @@ class Soak:
                 os.killpg(self.server.pid, signal.SIGKILL)
 
     def bench(self, name, extra):
-        return bench(self.args, self.port, self.bench_dir, name, extra, self.bench_log)
+        """Starts one `sparrow bench` process; its result line and records go to bench/<name>.*"""
+        cmd = [self.args.sparrow, "bench", "--host", "127.0.0.1", "--port", str(self.port), "--disable-tqdm",
+               "--output-file", os.path.join(self.bench_dir, f"{name}.jsonl")] + extra
+        self.bench_log.write(f"$ {' '.join(cmd)}\n")
+        self.bench_log.flush()
+        return subprocess.Popen(cmd, stdout=self.bench_log, stderr=subprocess.STDOUT)
 
     def start_server(self):
         print(f"soak: {' '.join(self.serve_cmd)}", flush=True)
@@ -419,7 +418,7 @@ class Soak:
     def check_rss(self):
         """RSS against the reference taken after the warm-up."""
         rows = self.sampler.rows if self.sampler else []
-        if not rows or not hasattr(self, "load_t0"):
+        if not rows or self.load_t0 is None:
             return
         load_rows = [r for r in rows if r["t_s"] >= (self.load_t0 - self.t0) + self.warmup]
         if len(load_rows) < 2:

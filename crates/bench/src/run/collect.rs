@@ -5,7 +5,7 @@
 //! report.
 
 use std::fs::File;
-use std::io::{BufWriter, Write as _};
+use std::io::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
@@ -20,8 +20,8 @@ use crate::record::RequestRecord;
 /// Receives every record until the last sender is dropped. `n_records` is the run's number
 /// of records (their indices), `n_expected` how many this client sends (its progress bar).
 /// Returns the records by index (a `None` for any that never arrived or another client
-/// sent), the bar (left on screen until the run's last probes
-/// are done), and whether the details file took every line.
+/// sent) and the bar (left on screen until the run's last probes are done). A details file
+/// that refuses a line gets a warning, and no further lines.
 pub(super) async fn collect(
     mut rx: mpsc::UnboundedReceiver<RequestRecord>,
     n_records: usize,
@@ -29,9 +29,9 @@ pub(super) async fn collect(
     ctx: &ClientCtx,
     hooks: &RunHooks,
     hidden: bool,
-    details: &mut BufWriter<File>,
+    details: &mut File,
     details_file: &Path,
-) -> (Vec<Option<RequestRecord>>, ProgressBar, bool) {
+) -> (Vec<Option<RequestRecord>>, ProgressBar) {
     let pb = progress_bar(n_expected, hidden, &hooks.bar_prefix);
     let mut records: Vec<Option<RequestRecord>> = vec![None; n_records];
     let (mut failed, mut out_tokens) = (0usize, 0u64);
@@ -55,7 +55,7 @@ pub(super) async fn collect(
             // moment leaves every finished request's line whole on disk, and at most the line
             // being written torn (readers skip a torn last line). One syscall per request is
             // noise next to the request's own HTTP exchange.
-            let res = details.write_all(line.as_bytes()).and_then(|()| details.flush());
+            let res = details.write_all(line.as_bytes());
             if res.is_err() {
                 details_ok = false;
                 crate::errln!("warning: cannot write {}; per-request records stop here", details_file.display());
@@ -70,7 +70,7 @@ pub(super) async fn collect(
             *slot = Some(rec);
         }
     }
-    (records, pb, details_ok)
+    (records, pb)
 }
 
 fn progress_bar(n: usize, hidden: bool, prefix: &str) -> ProgressBar {

@@ -26,7 +26,6 @@ mod prompts;
 mod request;
 mod setup;
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -270,9 +269,9 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
     let output_file = a.output_file.clone().unwrap_or_else(|| default_output_file(&cfg));
     let details_file = a.details_file.clone().unwrap_or_else(|| default_details_file(&output_file));
     // One run per details file: a rerun with the same output name starts it afresh.
-    let details =
+    // Unbuffered: the collector writes each record in one `write`, so nothing waits in memory.
+    let mut details =
         std::fs::File::create(&details_file).map_err(|source| BenchError::Io { path: details_file.clone(), source })?;
-    let mut details = std::io::BufWriter::new(details);
 
     let mut rng = StdRng::seed_from_u64(a.seed ^ 0x5eed_a441);
     let offsets = if trace {
@@ -344,12 +343,9 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
     // The collector ends when the last sender is gone: the tasks' clones, then this one.
     drop(shared);
 
-    let (records, pb, details_ok) =
+    let (records, pb) =
         collect::collect(rx, n_records, n_owned, &ctx, &hooks, a.disable_tqdm, &mut details, &details_file).await;
     let duration_s = ctx.now();
-    if details_ok && details.flush().is_err() {
-        crate::errln!("warning: cannot write {}", details_file.display());
-    }
     stop_monitor.cancel();
     if a.profile && a.client_index == 0 {
         crate::outln!("Stopping profiler...");
