@@ -46,6 +46,7 @@ impl FakeModel {
             num_layers: 1,
             hidden_size: 1,
             weight_bytes: 0,
+            file_weight_bytes: None,
         };
         FakeModel { info, predict, panic_on: None }
     }

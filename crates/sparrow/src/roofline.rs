@@ -171,12 +171,7 @@ fn kernels(pool: &ThreadPool, isa: Isa, l: &Limits, mats: &[(String, &Weight)], 
 fn row(name: &str, w: &Weight, t: usize, secs: f64, macs: usize, bytes: usize, peak: f64, theory: f64, l: &Limits) {
     let gmacs = (macs * t) as f64 / secs / 1e9;
     let gbs = bytes as f64 / secs / 1e9;
-    let ty = match w {
-        Weight::Quant(q) if q.bits == sparrow_cpu::format::ggml::Bits::U4 => "q4",
-        Weight::Quant(_) => "q8",
-        Weight::Dense { .. } => "f32",
-        Weight::Nvfp4(_) => "nvfp4",
-    };
+    let ty = w.kind();
     let shape = if name == "all" { "step".to_string() } else { format!("{}x{}", w.rows(), w.cols()) };
     println!(
         "{:<10} {:>12} {:>5} {:>6} {:>8.3}ms {:>8.1} {:>6.0} {:>7.0} {:>7.1} {:>5.0}",

@@ -1,5 +1,5 @@
-//! Weight formats: GGML blocks as stored in GGUF files, and the one affine 8/4-bit layout the
-//! kernels run on.
+//! GGML blocks as stored in GGUF files (their types, sizes and GGML's own dequantization), and
+//! the 8-bit activation blocks the integer kernels multiply them with.
 //!
 //! GGML block layouts follow `ggml/src/ggml-common.h` (llama.cpp):
 //! - `Q4_0`: `{ d: f16, qs: [u8; 16] }`, 32 weights, `w = d · (q − 8)`;
@@ -12,20 +12,18 @@
 //!   qs: [u8; 128] }` and `Q5_K` (plus `qh: [u8; 32]`) give each 32-weight sub-block a 6-bit
 //!   scale `sc` and min `m`, `w = (d·sc) · q − dmin·m`; `Q6_K` `{ ql: [u8; 128], qh: [u8; 64],
 //!   scales: [i8; 16], d: f16 }` has 16-weight sub-blocks, `w = (d·sc) · (q − 32)`
-//!   (`dequantize_row_q{4,5,6}_K` in `ggml/src/ggml-quants.c`).
+//!   (`dequantize_row_q{4,5,6}_K` in `ggml/src/ggml-quants.c`);
+//! - `F32`, `F16` and `BF16` (the top half of an f32) are plain arrays.
 //!
-//! In both 4-bit blocks byte `j` holds weight `j` in its low nibble and weight `j + 16` in its
-//! high nibble. Every quantized format is loaded into [`QMatrix`], where each 32-weight block is
-//! `w = d · u + m` with unsigned codes `u` (4-bit packed or 8-bit): `Q4_0` becomes `m = −8d`,
-//! `Q8_0` becomes `u = q + 128, m = −128d`, the 5-bit formats take 8-bit codes (`Q5_0`:
-//! `m = −16d`), and a `Q4_K`/`Q5_K` sub-block becomes `d = d·sc`, `m = −dmin·m` (4- and 8-bit
-//! codes), with scales kept in f32 because `d·sc` is not an f16 value. Every conversion is exact
-//! (the dequantized values are GGML's bits), so one integer kernel serves all these formats.
-//! `Q6_K`'s 16-weight sub-blocks do not fit a 32-weight block; its matrices are dequantized
-//! (exactly) into f32, as are F16 and F32 ones ([`crate::Weight::Dense`]).
+//! In both 4-bit legacy blocks byte `j` holds weight `j` in its low nibble and weight `j + 16` in
+//! its high nibble. [`decode_codes`] turns any block into its unsigned integer codes (the form
+//! [`QMatrix`] repacks, at the file's size); [`dequantize_row`] is GGML's dequantization, the
+//! reference the repacked layout is tested against.
 #![allow(unsafe_code)]
 
 use crate::half::f16_to_f32;
+
+pub use super::qmatrix::QMatrix;
 
 /// Weights per quantization block (all GGML formats used here, and activations).
 pub const QK: usize = 32;
@@ -41,6 +39,8 @@ pub enum GgmlType {
     F32,
     /// IEEE half.
     F16,
+    /// bfloat16 (the top 16 bits of an f32).
+    BF16,
     /// 4-bit, scale only.
     Q4_0,
     /// 4-bit, scale and min.
@@ -73,6 +73,7 @@ impl GgmlType {
             12 => Self::Q4_K,
             13 => Self::Q5_K,
             14 => Self::Q6_K,
+            30 => Self::BF16,
             _ => return None,
         })
     }
@@ -81,7 +82,7 @@ impl GgmlType {
     pub fn bytes_for(self, n: usize) -> usize {
         match self {
             Self::F32 => 4 * n,
-            Self::F16 => 2 * n,
+            Self::F16 | Self::BF16 => 2 * n,
             Self::Q4_0 => n / QK * 18,
             Self::Q4_1 => n / QK * 20,
             Self::Q8_0 => n / QK * 34,
@@ -95,22 +96,16 @@ impl GgmlType {
 
     /// True for block-quantized types (row length must be a multiple of [`GgmlType::block_len`]).
     pub fn is_block(self) -> bool {
-        !matches!(self, Self::F32 | Self::F16)
+        !matches!(self, Self::F32 | Self::F16 | Self::BF16)
     }
 
     /// Weights per block: 1 for F32/F16, 32, or 256 for the K-quants.
     pub fn block_len(self) -> usize {
         match self {
-            Self::F32 | Self::F16 => 1,
+            Self::F32 | Self::F16 | Self::BF16 => 1,
             Self::Q4_K | Self::Q5_K | Self::Q6_K => QK_K,
             _ => QK,
         }
-    }
-
-    /// Whether [`QMatrix::from_ggml`] takes the type (every block type but `Q6_K`, which loads
-    /// as dense f32).
-    pub fn is_affine(self) -> bool {
-        self.is_block() && self != Self::Q6_K
     }
 
     /// GGML's name (`Q4_K`, `F32`, ...).
@@ -118,6 +113,7 @@ impl GgmlType {
         match self {
             Self::F32 => "F32",
             Self::F16 => "F16",
+            Self::BF16 => "BF16",
             Self::Q4_0 => "Q4_0",
             Self::Q4_1 => "Q4_1",
             Self::Q8_0 => "Q8_0",
@@ -130,9 +126,21 @@ impl GgmlType {
     }
 }
 
+/// Every block type, in GGML's numbering order (tests iterate over it).
+pub const BLOCK_TYPES: [GgmlType; 8] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+];
+
 /// The 6-bit scale and min of sub-block `j` (0..8) of a `Q4_K`/`Q5_K` super-block
 /// (`get_scale_min_k4` in `ggml-quants.c`).
-fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+pub(crate) fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {
@@ -142,7 +150,7 @@ fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
 
 /// One 32-weight block of an affine type as unsigned codes (`u[i]` is weight `i`), scale and
 /// offset, `w = d · u + m`: the single decoding of every affine type that both
-/// [`dequantize_row`] and [`QMatrix::from_ggml`] use. `blk` is the GGML block holding it and
+/// [`dequantize_row`] and [`decode_codes`] use. `blk` is the GGML block holding it and
 /// `sub` the block's index inside it (0 for 32-weight types, 0..8 for K-quants).
 fn affine_block(ty: GgmlType, blk: &[u8], sub: usize, u: &mut [u8; QK]) -> (f32, f32) {
     match ty {
@@ -194,7 +202,34 @@ fn affine_block(ty: GgmlType, blk: &[u8], sub: usize, u: &mut [u8; QK]) -> (f32,
             }
             (d * sc as f32, -(dmin * m as f32))
         }
-        GgmlType::F32 | GgmlType::F16 | GgmlType::Q6_K => unreachable!("not an affine block type"),
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 | GgmlType::Q6_K => unreachable!("not an affine block type"),
+    }
+}
+
+/// The unsigned integer codes of one GGML block of a block type (`u.len()` = its block length):
+/// `u[i]` is weight `i`'s code, 4-bit (Q4_0, Q4_1, Q4_K), 5-bit (Q5_0, Q5_1, Q5_K), 6-bit (Q6_K,
+/// `q + 32`) or 8-bit (Q8_0, `q + 128`).
+///
+/// # Panics
+/// For F32/F16/BF16.
+pub fn decode_codes(ty: GgmlType, blk: &[u8], u: &mut [u8]) {
+    if ty == GgmlType::Q6_K {
+        let (ql, qh) = (&blk[..128], &blk[128..192]);
+        for n in 0..2 {
+            let (ql, qh, y) = (&ql[64 * n..], &qh[32 * n..], &mut u[128 * n..]);
+            for l in 0..32 {
+                y[l] = (ql[l] & 0xf) | ((qh[l] & 3) << 4);
+                y[l + 32] = (ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4);
+                y[l + 64] = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
+                y[l + 96] = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
+            }
+        }
+        return;
+    }
+    let mut sub = [0u8; QK];
+    for (s, o) in u.chunks_exact_mut(QK).enumerate() {
+        affine_block(ty, blk, s, &mut sub);
+        o.copy_from_slice(&sub);
     }
 }
 
@@ -216,6 +251,11 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], out: &mut [f32]) {
         GgmlType::F16 => {
             for (o, c) in out.iter_mut().zip(src.chunks_exact(2)) {
                 *o = f16_to_f32(u16::from_le_bytes([c[0], c[1]]));
+            }
+        }
+        GgmlType::BF16 => {
+            for (o, c) in out.iter_mut().zip(src.chunks_exact(2)) {
+                *o = f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16);
             }
         }
         GgmlType::Q6_K => {
@@ -254,280 +294,9 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], out: &mut [f32]) {
     }
 }
 
-/// Code width of a [`QMatrix`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Bits {
-    /// Two codes per byte, GGML nibble order (byte j: weight j low, weight j+16 high).
-    U4,
-    /// One code per byte.
-    U8,
-}
-
-/// A quantized matrix `[rows, cols]`: row `r` holds the weights that produce output `r`; block
-/// `b` of row `r` is `w = d[r·nb + b] · u + m[r·nb + b]`, `nb = cols / 32`.
-///
-/// The codes of rows in whole groups of 8 are stored for kernels with *rows in lanes*: for row
-/// group `g`, block `b` and 4-byte chunk `c` (GGML's bytes `4c .. 4c+4` of the row's block), the
-/// 8 rows' chunks are one 32-byte run at `((g·nb + b)·C + c)·32 + 4i` (`C` = 4 chunks of a
-/// 4-bit block, 8 of an 8-bit one). One 256-bit load then holds the same 4 (or, as two nibble
-/// halves, 8) weights of 8 rows, and one broadcast of 4 activation bytes feeds all of them. The
-/// `rows mod 8` remaining rows follow row-major. The scales the SIMD kernels read are kept as
-/// GGUF stores them, f16, grouped the same way (`dh`, `mh`): exact (f16 → f32 is), and a decode
-/// step reads as many bytes as the GGUF file holds, not twice the scale bytes; K-quant
-/// sub-block scales, which are not f16 values, are kept in f32 (`df`, `mf`).
-#[derive(Debug, Clone)]
-pub struct QMatrix {
-    /// Output features.
-    pub rows: usize,
-    /// Input features (a multiple of 32).
-    pub cols: usize,
-    /// Code width.
-    pub bits: Bits,
-    /// Codes, `rows · cols / 2` bytes for U4 or `rows · cols` for U8, laid out as in the type's
-    /// docs (see [`QMatrix::chunk_offset`]).
-    pub codes: Vec<u8>,
-    /// Per-block scales, row-major `[rows, nb]` (the scalar path and dequantization).
-    pub d: Vec<f32>,
-    /// Per-block offsets, row-major `[rows, nb]`.
-    pub m: Vec<f32>,
-    /// `d` as f16 for whole row groups: `dh[(g·nb + b)·8 + i]` is row `8g+i`'s block `b`.
-    pub dh: Vec<u16>,
-    /// `m` as f16, grouped like `dh`; empty when `m = m_factor · d` (Q4_0, Q5_0, Q8_0) or with
-    /// `f32_scales`.
-    pub mh: Vec<u16>,
-    /// `m / d` when it is the same for every block (−8 for Q4_0, −16 for Q5_0, −128 for Q8_0:
-    /// an exact power-of-two product), else `None` and `mh` (or `mf`) holds the offsets.
-    pub m_factor: Option<f32>,
-    /// Whether the SIMD kernels read the f32 copies `df`/`mf` (K-quant sub-block scales
-    /// `d·sc`, which f16 cannot hold) instead of `dh`/`mh`, which are then empty.
-    pub f32_scales: bool,
-    /// `d` as f32 grouped like `dh` (only with `f32_scales`).
-    pub df: Vec<f32>,
-    /// `m` as f32 grouped like `dh` (only with `f32_scales`).
-    pub mf: Vec<f32>,
-}
-
-impl QMatrix {
-    /// Builds `dh`/`mh` from `d`/`m` (after any change to the rows); `d`/`m` came from f16
-    /// values (or exact power-of-two multiples of them), so the f16 copies are exact.
-    fn regroup(&mut self) {
-        let nb = self.cols / QK;
-        let groups = self.rows / 8;
-        if self.f32_scales {
-            let grouped = |v: &[f32]| -> Vec<f32> {
-                (0..groups * nb * 8).map(|at| v[(8 * (at / (nb * 8)) + at % 8) * nb + at / 8 % nb]).collect()
-            };
-            self.df = grouped(&self.d);
-            self.mf = grouped(&self.m);
-            self.dh = Vec::new();
-            self.mh = Vec::new();
-            return;
-        }
-        self.dh = vec![0; groups * nb * 8];
-        self.mh = if self.m_factor.is_some() { Vec::new() } else { vec![0; groups * nb * 8] };
-        for g in 0..groups {
-            for b in 0..nb {
-                for i in 0..8 {
-                    let at = (g * nb + b) * 8 + i;
-                    self.dh[at] = crate::half::f32_to_f16(self.d[(8 * g + i) * nb + b]);
-                    if self.m_factor.is_none() {
-                        self.mh[at] = crate::half::f32_to_f16(self.m[(8 * g + i) * nb + b]);
-                    }
-                }
-            }
-        }
-    }
-
-    /// Bytes of codes per 32-weight block.
-    pub fn block_bytes(&self) -> usize {
-        match self.bits {
-            Bits::U4 => 16,
-            Bits::U8 => 32,
-        }
-    }
-
-    /// Offset in `codes` of chunk `c` (GGML's block bytes `4c .. 4c+4`) of block `b` of row `r`.
-    #[inline]
-    pub fn chunk_offset(&self, r: usize, b: usize, c: usize) -> usize {
-        let nb = self.cols / QK;
-        let bb = self.block_bytes();
-        let full = self.rows / 8 * 8;
-        if r < full {
-            (((r / 8 * nb + b) * (bb / 4) + c) * 8 + r % 8) * 4
-        } else {
-            (full * nb + (r - full) * nb + b) * bb + 4 * c
-        }
-    }
-
-    /// Block `b` of row `r` in GGML byte order (16 or 32 bytes into `out`).
-    #[inline]
-    pub fn block_codes(&self, r: usize, b: usize, out: &mut [u8; 32]) {
-        for c in 0..self.block_bytes() / 4 {
-            let o = self.chunk_offset(r, b, c);
-            out[4 * c..4 * c + 4].copy_from_slice(&self.codes[o..o + 4]);
-        }
-    }
-
-    /// Builds the matrix from row-major codes (block `b` of row `r` at `(r·nb + b)·bb`).
-    #[allow(clippy::too_many_arguments)]
-    fn from_row_major(
-        rows: usize,
-        cols: usize,
-        bits: Bits,
-        row_major: &[u8],
-        d: Vec<f32>,
-        m: Vec<f32>,
-        m_factor: Option<f32>,
-        f32_scales: bool,
-    ) -> Self {
-        let mut q = QMatrix {
-            rows,
-            cols,
-            bits,
-            codes: vec![0; row_major.len()],
-            d,
-            m,
-            dh: Vec::new(),
-            mh: Vec::new(),
-            m_factor: if f32_scales { None } else { m_factor },
-            f32_scales,
-            df: Vec::new(),
-            mf: Vec::new(),
-        };
-        let nb = cols / QK;
-        let bb = q.block_bytes();
-        for r in 0..rows {
-            for b in 0..nb {
-                for c in 0..bb / 4 {
-                    let src = (r * nb + b) * bb + 4 * c;
-                    let dst = q.chunk_offset(r, b, c);
-                    q.codes[dst..dst + 4].copy_from_slice(&row_major[src..src + 4]);
-                }
-            }
-        }
-        q.regroup();
-        q
-    }
-
-    /// Row `r`'s codes in row-major order.
-    fn row_codes(&self, r: usize) -> Vec<u8> {
-        let bb = self.block_bytes();
-        let mut blk = [0u8; 32];
-        let mut v = Vec::with_capacity(self.row_bytes());
-        for b in 0..self.cols / QK {
-            self.block_codes(r, b, &mut blk);
-            v.extend_from_slice(&blk[..bb]);
-        }
-        v
-    }
-
-    /// Bytes of codes per row.
-    pub fn row_bytes(&self) -> usize {
-        match self.bits {
-            Bits::U4 => self.cols / 2,
-            Bits::U8 => self.cols,
-        }
-    }
-
-    /// Bytes a SIMD matmul reads per call: the codes and the f16 scales (and offsets).
-    pub fn kernel_bytes(&self) -> usize {
-        let blocks = self.rows * self.cols / QK;
-        let per_scale = if self.f32_scales { 4 } else { 2 };
-        self.codes.len() + per_scale * blocks * if self.m_factor.is_some() { 1 } else { 2 }
-    }
-
-    /// Converts GGML block data (`rows` rows of `cols` weights) into the affine layout.
-    /// `ty` must be affine ([`GgmlType::is_affine`]) and `cols` a multiple of its block length.
-    pub fn from_ggml(ty: GgmlType, src: &[u8], rows: usize, cols: usize) -> Self {
-        debug_assert!(ty.is_affine() && cols.is_multiple_of(ty.block_len()));
-        let nb = rows * cols / QK;
-        let bits = match ty {
-            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4_K => Bits::U4,
-            _ => Bits::U8,
-        };
-        let mut codes = Vec::with_capacity(match bits {
-            Bits::U4 => nb * 16,
-            Bits::U8 => nb * 32,
-        });
-        let (mut d, mut m) = (Vec::with_capacity(nb), Vec::with_capacity(nb));
-        let (bl, bs) = (ty.block_len(), ty.bytes_for(ty.block_len()));
-        let mut u = [0u8; QK];
-        for blk in src[..rows * cols / bl * bs].chunks_exact(bs) {
-            for sub in 0..bl / QK {
-                let (db, mb) = affine_block(ty, blk, sub, &mut u);
-                d.push(db);
-                m.push(mb);
-                match bits {
-                    Bits::U4 => codes.extend((0..16).map(|j| u[j] | (u[j + 16] << 4))),
-                    Bits::U8 => codes.extend_from_slice(&u),
-                }
-            }
-        }
-        let m_factor = match ty {
-            GgmlType::Q4_0 => Some(-8.0),
-            GgmlType::Q8_0 => Some(-128.0),
-            GgmlType::Q5_0 => Some(-16.0),
-            _ => None,
-        };
-        let f32_scales = matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K);
-        QMatrix::from_row_major(rows, cols, bits, &codes, d, m, m_factor, f32_scales)
-    }
-
-    /// Stacks matrices with the same `cols` and `bits` along rows (e.g. Q, K, V into one QKV
-    /// projection); `None` when they differ.
-    pub fn concat(parts: &[&QMatrix]) -> Option<QMatrix> {
-        let first = parts.first()?;
-        if parts.iter().any(|p| p.cols != first.cols || p.bits != first.bits) {
-            return None;
-        }
-        // Mixed offset rules (Q4_0 with Q4_1) keep per-block offsets, which must be f16-exact
-        // unless a K-quant part makes the result keep f32 scales anyway.
-        let f32_scales = parts.iter().any(|p| p.f32_scales);
-        let m_factor = first.m_factor.filter(|_| parts.iter().all(|p| p.m_factor == first.m_factor));
-        let exact = |m: f32| crate::half::f16_to_f32(crate::half::f32_to_f16(m)).to_bits() == m.to_bits();
-        if !f32_scales && m_factor.is_none() && !parts.iter().all(|p| p.m.iter().all(|&m| exact(m))) {
-            return None;
-        }
-        let (mut rows, mut codes, mut d, mut m) = (0, Vec::new(), Vec::new(), Vec::new());
-        for p in parts {
-            rows += p.rows;
-            for r in 0..p.rows {
-                codes.extend(p.row_codes(r));
-            }
-            d.extend_from_slice(&p.d);
-            m.extend_from_slice(&p.m);
-        }
-        Some(QMatrix::from_row_major(rows, first.cols, first.bits, &codes, d, m, m_factor, f32_scales))
-    }
-
-    /// Dequantizes row `r` into `out` (length `cols`).
-    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
-        let nb = self.cols / QK;
-        let codes = self.row_codes(r);
-        for b in 0..nb {
-            let (d, m) = (self.d[r * nb + b], self.m[r * nb + b]);
-            let o = &mut out[b * QK..(b + 1) * QK];
-            match self.bits {
-                Bits::U4 => {
-                    let c = &codes[b * 16..(b + 1) * 16];
-                    for j in 0..16 {
-                        o[j] = d * (c[j] & 0xf) as f32 + m;
-                        o[j + 16] = d * (c[j] >> 4) as f32 + m;
-                    }
-                }
-                Bits::U8 => {
-                    let c = &codes[b * QK..(b + 1) * QK];
-                    for j in 0..QK {
-                        o[j] = d * c[j] as f32 + m;
-                    }
-                }
-            }
-        }
-    }
-}
-
 /// Activations quantized per 32-block to signed 8 bits (llama.cpp's `Q8_1` idea): for row `t`
-/// and block `b`, `x ≈ d · q` and `s = d · Σq` (the term the weight offsets multiply).
+/// and block `b`, `x ≈ d · q` and `s = d · Σq` (the term the weight offsets multiply), and the
+/// integer sums of each 16-value half (Q6_K's signed codes subtract `32 · Σq` per half).
 #[derive(Debug, Default, Clone)]
 pub struct QActs {
     /// Rows (tokens).
@@ -540,6 +309,8 @@ pub struct QActs {
     pub d: Vec<f32>,
     /// `rows · cols / 32` sums `d · Σq`.
     pub s: Vec<f32>,
+    /// `rows · cols / 16` integer sums `Σq` of each 16-value half.
+    pub bsum: Vec<i32>,
 }
 
 impl QActs {
@@ -550,7 +321,7 @@ impl QActs {
     pub fn quantize(&mut self, x: &[f32], rows: usize, cols: usize) {
         self.resize(rows, cols);
         let nb = rows * cols / QK;
-        quantize_blocks(x, &mut self.q, &mut self.d, &mut self.s, 0, nb);
+        quantize_blocks(x, &mut self.q, &mut self.d, &mut self.s, &mut self.bsum, 0, nb);
     }
 
     /// Sets the shape and sizes the buffers (contents unspecified until quantized).
@@ -562,21 +333,33 @@ impl QActs {
         let nb = rows * cols / QK;
         self.d.resize(nb, 0.0);
         self.s.resize(nb, 0.0);
+        self.bsum.resize(2 * nb, 0);
     }
 }
 
-/// Quantizes blocks `b0 .. b1` of `x` into the matching slices of `q`, `d`, `s` (which hold
-/// exactly those blocks).
-pub fn quantize_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32], b0: usize, b1: usize) {
+/// Quantizes blocks `b0 .. b1` of `x` into the matching slices of `q`, `d`, `s` and `bs` (two
+/// half sums per block), which hold exactly those blocks.
+pub fn quantize_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32], bs: &mut [i32], b0: usize, b1: usize) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
         // SAFETY: the features were just detected; the body is plain safe Rust.
         #[allow(unsafe_code)]
         unsafe {
-            return quantize_blocks_avx2(x, q, d, s, b0, b1);
+            quantize_blocks_avx2(x, q, d, s, b0, b1);
         }
+    } else {
+        quantize_blocks_body(x, q, d, s, b0, b1);
     }
-    quantize_blocks_body(x, q, d, s, b0, b1)
+    #[cfg(not(target_arch = "x86_64"))]
+    quantize_blocks_body(x, q, d, s, b0, b1);
+    half_sums(&q[b0 * QK..b1 * QK], &mut bs[2 * b0..2 * b1]);
+}
+
+/// The integer sum of each 16 codes (exact on every path; the compiler vectorizes it).
+fn half_sums(q: &[i8], bs: &mut [i32]) {
+    for (h, o) in q.chunks_exact(16).zip(bs.iter_mut()) {
+        *o = h.iter().map(|&v| v as i32).sum();
+    }
 }
 
 /// [`quantize_blocks_body`] with AVX2, block by block, bit-identical to it: `max` ignores NaN
@@ -658,7 +441,7 @@ pub fn random_blocks(ty: GgmlType, n: usize, next: &mut dyn FnMut() -> u32) -> V
     let highs: &[usize] = match ty {
         GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[1, 3],
         GgmlType::Q6_K => &[209],
-        GgmlType::F32 | GgmlType::F16 => &[],
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => &[],
         _ => &[1],
     };
     for blk in raw.chunks_exact_mut(bs) {
@@ -750,44 +533,14 @@ pub(crate) mod tests {
         let (mut q1, mut d1, mut s1) = (vec![0i8; x.len()], vec![0f32; nb], vec![0f32; nb]);
         let (mut q2, mut d2, mut s2) = (q1.clone(), d1.clone(), s1.clone());
         quantize_blocks_body(&x, &mut q1, &mut d1, &mut s1, 0, nb);
-        quantize_blocks(&x, &mut q2, &mut d2, &mut s2, 0, nb);
+        let mut bs = vec![0i32; 2 * nb];
+        quantize_blocks(&x, &mut q2, &mut d2, &mut s2, &mut bs, 0, nb);
+        for (h, &b) in q1.chunks_exact(16).zip(&bs) {
+            assert_eq!(b, h.iter().map(|&v| v as i32).sum::<i32>());
+        }
         assert_eq!(q1, q2);
         assert_eq!(d1.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), d2.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
         assert_eq!(s1.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), s2.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
-    }
-
-    /// Affine types (everything but Q6_K).
-    pub(crate) const AFFINE: [GgmlType; 7] =
-        [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q5_K];
-
-    /// The affine repacking reproduces GGML's dequantization bit for bit, through the
-    /// row-group layout (9 rows: one group of 8 and a row-major tail) and through a concat.
-    #[test]
-    fn repack_is_exact() {
-        let mut rng = 0x1234_5678u32;
-        let mut next = || {
-            rng ^= rng << 13;
-            rng ^= rng >> 17;
-            rng ^= rng << 5;
-            rng
-        };
-        for ty in AFFINE {
-            let (rows, cols) = (9, 512);
-            let raw = random_blocks(ty, rows * cols, &mut next);
-            let q = QMatrix::from_ggml(ty, &raw, rows, cols);
-            let both = QMatrix::concat(&[&q, &q]).expect("same format");
-            for r in 0..rows {
-                let mut want = vec![0f32; cols];
-                dequantize_row(ty, &raw[r * ty.bytes_for(cols)..(r + 1) * ty.bytes_for(cols)], &mut want);
-                for (m, r) in [(&q, r), (&both, r), (&both, r + rows)] {
-                    let mut got = vec![0f32; cols];
-                    m.dequantize_row(r, &mut got);
-                    let (g, w): (Vec<u32>, Vec<u32>) =
-                        (got.iter().map(|v| v.to_bits()).collect(), want.iter().map(|v| v.to_bits()).collect());
-                    assert_eq!(g, w, "{ty:?} row {r}");
-                }
-            }
-        }
     }
 
     /// Hand-built blocks against values computed by hand from GGML's layouts.

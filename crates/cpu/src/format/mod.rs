@@ -1,5 +1,7 @@
-//! Weight formats as stored in files: GGML blocks ([`ggml`]) and ModelOpt NVFP4 ([`nvfp4`]),
-//! with their codecs and the layouts the kernels run on.
+//! Weight formats as stored in files: GGML blocks ([`ggml`], repacked at their file's size by
+//! [`qmatrix`]) and ModelOpt NVFP4 ([`nvfp4`]), with their codecs and the layouts the kernels
+//! run on.
 
 pub mod ggml;
 pub mod nvfp4;
+pub mod qmatrix;

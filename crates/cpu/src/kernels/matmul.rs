@@ -1,16 +1,42 @@
-//! Batched matrix multiplication over a [`Weight`]: the Q4/Q8 integer path (activations
-//! quantized to 8 bits per 32-block), the NVFP4 path and the dense f32 path.
+//! Batched matrix multiplication over a [`Weight`]: the integer path over GGML block types
+//! (activations quantized to 8 bits per 32-block; the arithmetic is [`QMatrix::dot`]), the
+//! NVFP4 path, the dense f32 path and the dense 16-bit (F16/BF16) path.
 #![allow(unsafe_code)]
 
 use super::elementwise::dot;
 use super::rows_per_task;
-use crate::format::ggml::{Bits, QActs, QMatrix, QK};
+use crate::format::ggml::{QActs, QMatrix, QK};
+use crate::format::qmatrix::GROUP;
 use crate::isa::Isa;
 use crate::pool::{SyncPtr, ThreadPool};
-use crate::weight::Weight;
+use crate::weight::{half_to_f32, Weight};
+
+/// One single-form piece of a weight and the first output column it writes.
+struct Piece<'a> {
+    w: &'a Weight,
+    off: usize,
+}
+
+fn pieces(w: &Weight) -> Vec<Piece<'_>> {
+    match w {
+        Weight::Stack(parts) => {
+            let mut v = Vec::new();
+            let mut off = 0;
+            for p in parts {
+                for mut q in pieces(p) {
+                    q.off += off;
+                    v.push(q);
+                }
+                off += p.rows();
+            }
+            v
+        }
+        w => vec![Piece { w, off: 0 }],
+    }
+}
 
 /// `out[t·N + r] = Σ_c W[r, c] · x[t·K + c]` for `tokens` rows of `x` (`W`: `[N × K]`), on the
-/// pool by blocks of output rows.
+/// pool by blocks of output rows (every piece of a [`Weight::Stack`] in one fork-join).
 ///
 /// `xq` is scratch for the quantized activations (reused across calls to avoid allocation).
 ///
@@ -23,42 +49,97 @@ pub fn matmul(pool: &ThreadPool, isa: Isa, w: &Weight, x: &[f32], tokens: usize,
     if tokens == 0 {
         return;
     }
-    let ptr = SyncPtr(out.as_mut_ptr());
-    let rpt = rows_per_task(pool, n);
-    let tasks = n.div_ceil(rpt);
-    match w {
-        Weight::Quant(q) => {
-            quantize_parallel(pool, x, tokens, k, xq);
-            let xq = &*xq;
-            pool.run(tasks, |i| {
-                let r0 = i * rpt;
-                let r1 = (r0 + rpt).min(n);
-                // SAFETY: rows r0..r1 of every token are written by this task only; the
-                // target features were detected at start-up.
-                unsafe { quant_rows(isa, q, r0, r1, xq, ptr) }
-            });
+    let ps = pieces(w);
+    // NVFP4 runs its own tiled GEMM over the pool; inside a stack, through a buffer.
+    if let [Piece { w: Weight::Nvfp4(m), .. }] = ps.as_slice() {
+        return m.matmul(pool, isa, x, tokens, out);
+    }
+    if ps.iter().any(|p| matches!(p.w, Weight::Quant(_))) {
+        quantize_parallel(pool, x, tokens, k, xq);
+    }
+    // Tasks: row ranges of each piece, whole groups of 8 rows.
+    let mut tasks: Vec<(usize, usize, usize)> = Vec::new();
+    for (i, p) in ps.iter().enumerate() {
+        if matches!(p.w, Weight::Nvfp4(_)) {
+            continue;
         }
-        Weight::Nvfp4(m) => m.matmul(pool, isa, x, tokens, out),
-        Weight::Dense { data, .. } => {
-            pool.run(tasks, |i| {
-                let r0 = i * rpt;
-                let r1 = (r0 + rpt).min(n);
-                #[cfg(target_arch = "x86_64")]
-                if isa != Isa::Scalar {
-                    // SAFETY: AVX2+FMA were detected; rows r0..r1 of every token are written by
-                    // this task only.
-                    unsafe { dense_x86::rows(data, k, n, r0, r1, x, tokens, ptr) };
-                    return;
-                }
-                for r in r0..r1 {
-                    let wr = &data[r * k..(r + 1) * k];
-                    for t in 0..tokens {
-                        let v = dot(isa, wr, &x[t * k..(t + 1) * k]);
-                        // SAFETY: (t, r) is written by this task only.
-                        unsafe { *ptr.get().add(t * n + r) = v };
-                    }
-                }
-            });
+        let pn = p.w.rows();
+        let rpt = rows_per_task(pool, pn);
+        for r0 in (0..pn).step_by(rpt) {
+            tasks.push((i, r0, (r0 + rpt).min(pn)));
+        }
+    }
+    let ptr = SyncPtr(out.as_mut_ptr());
+    let xq = &*xq;
+    pool.run(tasks.len(), |ti| {
+        let (i, r0, r1) = tasks[ti];
+        let p = &ps[i];
+        // SAFETY: piece `i`'s rows r0..r1 (output columns off + r0 .. off + r1) of every token
+        // are written by this task only; the target features were detected at start-up.
+        let base = unsafe { ptr.get().add(p.off) };
+        match p.w {
+            Weight::Quant(q) => unsafe { quant_rows(isa, q, r0, r1, xq, base, n) },
+            Weight::Dense { data, .. } => unsafe { dense_rows(isa, Elems::F32(data), k, r0, r1, x, tokens, base, n) },
+            Weight::Half { data, bf16, .. } => {
+                let e = if *bf16 { Elems::Bf16(data) } else { Elems::F16(data) };
+                unsafe { dense_rows(isa, e, k, r0, r1, x, tokens, base, n) }
+            }
+            Weight::Nvfp4(_) | Weight::Stack(_) => {}
+        }
+    });
+    for p in &ps {
+        if let Weight::Nvfp4(m) = p.w {
+            let pn = m.rows;
+            let mut tmp = vec![0f32; tokens * pn];
+            m.matmul(pool, isa, x, tokens, &mut tmp);
+            for t in 0..tokens {
+                out[t * n + p.off..t * n + p.off + pn].copy_from_slice(&tmp[t * pn..(t + 1) * pn]);
+            }
+        }
+    }
+}
+
+/// A dense matrix's elements as stored.
+#[derive(Clone, Copy)]
+enum Elems<'a> {
+    F32(&'a [f32]),
+    F16(&'a [u16]),
+    Bf16(&'a [u16]),
+}
+
+impl Elems<'_> {
+    fn get(&self, i: usize) -> f32 {
+        match self {
+            Elems::F32(d) => d[i],
+            Elems::F16(d) => half_to_f32(d[i], false),
+            Elems::Bf16(d) => half_to_f32(d[i], true),
+        }
+    }
+}
+
+/// Rows `r0..r1` of a dense matrix (`k` columns) for every token, to `out[t·ldo + r]`: the
+/// tiled x86 kernel, or per (row, token) [`dot`] over the row widened to f32 (the same bits).
+///
+/// # Safety
+/// `isa` is supported; outputs of rows `r0..r1` are written by this call only.
+#[allow(clippy::too_many_arguments)]
+unsafe fn dense_rows(isa: Isa, w: Elems<'_>, k: usize, r0: usize, r1: usize, x: &[f32], tokens: usize, out: *mut f32, ldo: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Scalar {
+        match w {
+            Elems::F32(d) => dense_x86::rows::<0>(d.as_ptr() as *const u8, k, r0, r1, x, tokens, out, ldo),
+            Elems::F16(d) => dense_x86::rows::<1>(d.as_ptr() as *const u8, k, r0, r1, x, tokens, out, ldo),
+            Elems::Bf16(d) => dense_x86::rows::<2>(d.as_ptr() as *const u8, k, r0, r1, x, tokens, out, ldo),
+        }
+        return;
+    }
+    let mut row = vec![0f32; k];
+    for r in r0..r1 {
+        for (c, v) in row.iter_mut().enumerate() {
+            *v = w.get(r * k + c);
+        }
+        for t in 0..tokens {
+            *out.add(t * ldo + r) = dot(isa, &row, &x[t * k..(t + 1) * k]);
         }
     }
 }
@@ -100,8 +181,29 @@ pub fn matmul_grouped(pool: &ThreadPool, isa: Isa, jobs: &mut [GemmJob<'_>], xq:
 #[cfg(target_arch = "x86_64")]
 mod dense_x86 {
     use crate::kernels::hsum8;
-    use crate::pool::SyncPtr;
     use std::arch::x86_64::*;
+
+    /// 8 weights from element `i` on: f32 (`E = 0`), f16 (1) or bf16 (2), widened exactly.
+    #[inline(always)]
+    unsafe fn ld<const E: u8>(wp: *const u8, i: usize) -> __m256 {
+        match E {
+            0 => _mm256_loadu_ps((wp as *const f32).add(i)),
+            1 => _mm256_cvtph_ps(_mm_loadu_si128((wp as *const u16).add(i) as *const __m128i)),
+            _ => _mm256_castsi256_ps(_mm256_slli_epi32(
+                _mm256_cvtepu16_epi32(_mm_loadu_si128((wp as *const u16).add(i) as *const __m128i)),
+                16,
+            )),
+        }
+    }
+
+    /// One weight, widened exactly.
+    #[inline(always)]
+    unsafe fn el<const E: u8>(wp: *const u8, i: usize) -> f32 {
+        match E {
+            0 => *(wp as *const f32).add(i),
+            _ => crate::weight::half_to_f32(*(wp as *const u16).add(i), E == 2),
+        }
+    }
 
     /// Tokens per block: their activations stay in L1/L2 while the task's rows pass over them.
     const TOKEN_BLOCK: usize = 32;
@@ -109,10 +211,10 @@ mod dense_x86 {
     const STREAM_BYTES: usize = 1 << 20;
 
     #[allow(clippy::too_many_arguments)]
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn rows(w: &[f32], k: usize, n: usize, r0: usize, r1: usize, x: &[f32], tokens: usize, out: SyncPtr<f32>) {
-        assert!(w.len() >= r1 * k && x.len() >= tokens * k);
-        let (wp, xp, op) = (w.as_ptr(), x.as_ptr(), out.get());
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn rows<const E: u8>(wp: *const u8, k: usize, r0: usize, r1: usize, x: &[f32], tokens: usize, op: *mut f32, n: usize) {
+        assert!(x.len() >= tokens * k);
+        let xp = x.as_ptr();
         let k8 = k / 8 * 8;
         for t0 in (0..tokens).step_by(TOKEN_BLOCK) {
             let t1 = (t0 + TOKEN_BLOCK).min(tokens);
@@ -133,7 +235,7 @@ mod dense_x86 {
                             _mm256_loadu_ps(xp.add((t + 2) * k + c)),
                         ];
                         for (i, a) in acc.iter_mut().enumerate() {
-                            let wv = _mm256_loadu_ps(wp.add((r + i.min(rn - 1)) * k + c));
+                            let wv = ld::<E>(wp, (r + i.min(rn - 1)) * k + c);
                             a[0] = _mm256_fmadd_ps(wv, xv[0], a[0]);
                             a[1] = _mm256_fmadd_ps(wv, xv[1], a[1]);
                             a[2] = _mm256_fmadd_ps(wv, xv[2], a[2]);
@@ -152,7 +254,7 @@ mod dense_x86 {
                         for j in 0..3 {
                             let f = 3 * i + j;
                             let v = if f < 8 { s1[LANE[f]] } else { s2[LANE[f - 8]] };
-                            store(wp, xp, k, k8, r + i, t + j, v, op, n);
+                            store::<E>(wp, xp, k, k8, r + i, t + j, v, op, n);
                         }
                     }
                 }
@@ -162,7 +264,7 @@ mod dense_x86 {
                     while c < k8 {
                         let xv = [_mm256_loadu_ps(xp.add(t * k + c)), _mm256_loadu_ps(xp.add((t + 1) * k + c))];
                         for i in 0..4 {
-                            let wv = _mm256_loadu_ps(wp.add((r + i.min(rn - 1)) * k + c));
+                            let wv = ld::<E>(wp, (r + i.min(rn - 1)) * k + c);
                             acc[2 * i] = _mm256_fmadd_ps(wv, xv[0], acc[2 * i]);
                             acc[2 * i + 1] = _mm256_fmadd_ps(wv, xv[1], acc[2 * i + 1]);
                         }
@@ -173,13 +275,13 @@ mod dense_x86 {
                     _mm256_storeu_ps(sums.as_mut_ptr(), hsum8(&acc));
                     for i in 0..rn {
                         for j in 0..2 {
-                            store(wp, xp, k, k8, r + i, t + j, sums[4 * j + i], op, n);
+                            store::<E>(wp, xp, k, k8, r + i, t + j, sums[4 * j + i], op, n);
                         }
                     }
                 }
                 r += rn;
             }
-            if pairs_end < t1 && (r1 - r0) * k * 4 > STREAM_BYTES {
+            if pairs_end < t1 && (r1 - r0) * k * if E == 0 { 4 } else { 2 } > STREAM_BYTES {
                 // The odd token against many rows (an LM head: 50 MB at 49k × 256): rows one
                 // after another, a sequential stream the prefetcher follows; reading 8 rows at
                 // once made such a GEMV 1.5× slower.
@@ -188,10 +290,10 @@ mod dense_x86 {
                     let mut acc = _mm256_setzero_ps();
                     let mut c = 0;
                     while c < k8 {
-                        acc = _mm256_fmadd_ps(_mm256_loadu_ps(wp.add(r * k + c)), _mm256_loadu_ps(xp.add(t * k + c)), acc);
+                        acc = _mm256_fmadd_ps(ld::<E>(wp, r * k + c), _mm256_loadu_ps(xp.add(t * k + c)), acc);
                         c += 8;
                     }
-                    store(wp, xp, k, k8, r, t, crate::kernels::hsum(acc), op, n);
+                    store::<E>(wp, xp, k, k8, r, t, crate::kernels::hsum(acc), op, n);
                 }
             } else if pairs_end < t1 {
                 // The odd token: 8 rows × 1 token per tile, no duplicated work (a lone token
@@ -205,7 +307,7 @@ mod dense_x86 {
                     while c < k8 {
                         let xv = _mm256_loadu_ps(xp.add(t * k + c));
                         for (i, a) in acc.iter_mut().enumerate() {
-                            let wv = _mm256_loadu_ps(wp.add((r + i.min(rn - 1)) * k + c));
+                            let wv = ld::<E>(wp, (r + i.min(rn - 1)) * k + c);
                             *a = _mm256_fmadd_ps(wv, xv, *a);
                         }
                         c += 8;
@@ -214,7 +316,7 @@ mod dense_x86 {
                     let mut sums = [0f32; 8];
                     _mm256_storeu_ps(sums.as_mut_ptr(), hsum8(&acc));
                     for i in 0..rn {
-                        store(wp, xp, k, k8, r + i, t, sums[[0, 4, 1, 5, 2, 6, 3, 7][i]], op, n);
+                        store::<E>(wp, xp, k, k8, r + i, t, sums[[0, 4, 1, 5, 2, 6, 3, 7][i]], op, n);
                     }
                     r += rn;
                 }
@@ -225,11 +327,11 @@ mod dense_x86 {
     /// Adds the tail `k mod 8` of (row, token) to its reduced lanes, in order, and stores it.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
-    unsafe fn store(wp: *const f32, xp: *const f32, k: usize, k8: usize, row: usize, t: usize, sum: f32, op: *mut f32, n: usize) {
-        let (wr, xr) = (wp.add(row * k), xp.add(t * k));
+    unsafe fn store<const E: u8>(wp: *const u8, xp: *const f32, k: usize, k8: usize, row: usize, t: usize, sum: f32, op: *mut f32, n: usize) {
+        let xr = xp.add(t * k);
         let mut s = sum;
         for e in k8..k {
-            s += *wr.add(e) * *xr.add(e);
+            s += el::<E>(wp, row * k + e) * *xr.add(e);
         }
         *op.add(t * n + row) = s;
     }
@@ -240,82 +342,61 @@ fn quantize_parallel(pool: &ThreadPool, x: &[f32], rows: usize, cols: usize, xq:
     xq.resize(rows, cols);
     let nb = rows * cols / QK;
     if nb < 256 {
-        crate::format::ggml::quantize_blocks(x, &mut xq.q, &mut xq.d, &mut xq.s, 0, nb);
+        crate::format::ggml::quantize_blocks(x, &mut xq.q, &mut xq.d, &mut xq.s, &mut xq.bsum, 0, nb);
         return;
     }
     let tasks = pool.threads() * 2;
     let per = nb.div_ceil(tasks);
-    let (qp, dp, sp) = (SyncPtr(xq.q.as_mut_ptr()), SyncPtr(xq.d.as_mut_ptr()), SyncPtr(xq.s.as_mut_ptr()));
+    let (qp, dp, sp, bp) =
+        (SyncPtr(xq.q.as_mut_ptr()), SyncPtr(xq.d.as_mut_ptr()), SyncPtr(xq.s.as_mut_ptr()), SyncPtr(xq.bsum.as_mut_ptr()));
     pool.run(tasks, |i| {
         let (b0, b1) = ((i * per).min(nb), ((i + 1) * per).min(nb));
         // SAFETY: task i owns blocks b0..b1 of every buffer; the buffers outlive the call.
-        let (q, d, s) = unsafe {
+        let (q, d, s, bs) = unsafe {
             (
                 std::slice::from_raw_parts_mut(qp.get().add(b0 * QK), (b1 - b0) * QK),
                 std::slice::from_raw_parts_mut(dp.get().add(b0), b1 - b0),
                 std::slice::from_raw_parts_mut(sp.get().add(b0), b1 - b0),
+                std::slice::from_raw_parts_mut(bp.get().add(2 * b0), 2 * (b1 - b0)),
             )
         };
-        crate::format::ggml::quantize_blocks(&x[b0 * QK..b1 * QK], q, d, s, 0, b1 - b0);
+        crate::format::ggml::quantize_blocks(&x[b0 * QK..b1 * QK], q, d, s, bs, 0, b1 - b0);
     });
 }
 
+/// Rows `r0..r1` of `w` (`r0` a multiple of 8) for every token of `x`, to `out[t·ldo + r]`.
+///
 /// # Safety
-/// `isa` must be supported by the CPU; rows `r0..r1` of `out` (for every token) must not be
-/// accessed by anyone else during the call.
-unsafe fn quant_rows(isa: Isa, w: &QMatrix, r0: usize, r1: usize, x: &QActs, out: SyncPtr<f32>) {
-    let out = out.get();
-    // SIMD kernels take whole groups of 8 rows (r0 is a multiple of 8); the rest is scalar.
-    let r_simd = r0 + (r1 - r0) / 8 * 8;
+/// `isa` must be supported by the CPU; those outputs must not be accessed by anyone else
+/// during the call.
+unsafe fn quant_rows(isa: Isa, w: &QMatrix, r0: usize, r1: usize, x: &QActs, out: *mut f32, ldo: usize) {
+    debug_assert!(r0.is_multiple_of(GROUP));
+    // SIMD kernels take whole groups of 8 rows; a last partial group is scalar.
+    let r_simd = r0 + (r1 - r0) / GROUP * GROUP;
+    let (g0, g1) = (r0 / GROUP, r_simd / GROUP);
     match isa {
         #[cfg(target_arch = "x86_64")]
-        Isa::Vnni => super::q8_x86::quant_rows_vnni(w, r0, r_simd, x, out),
+        Isa::Vnni => super::q8_x86::quant_rows_vnni(w, g0, g1, x, out, ldo),
         #[cfg(target_arch = "x86_64")]
-        Isa::AvxVnni => super::q8_x86::quant_rows_avxvnni(w, r0, r_simd, x, out),
+        Isa::AvxVnni => super::q8_x86::quant_rows_avxvnni(w, g0, g1, x, out, ldo),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => super::q8_x86::quant_rows_avx2(w, r0, r_simd, x, out),
-        _ => quant_rows_scalar(w, r0, r_simd, x, out),
+        Isa::Avx2 => super::q8_x86::quant_rows_avx2(w, g0, g1, x, out, ldo),
+        _ => quant_rows_scalar(w, r0, r_simd, x, out, ldo),
     }
-    quant_rows_scalar(w, r_simd, r1, x, out);
+    quant_rows_scalar(w, r_simd, r1, x, out, ldo);
 }
 
-/// The definition (module docs) for one weight row against one token; the portable path and
-/// the reference the SIMD kernels are tested against bit for bit.
+/// [`QMatrix::dot`] for one weight row against one token: the definition every path computes.
 pub fn quant_dot_scalar(w: &QMatrix, r: usize, x: &QActs, t: usize) -> f32 {
-    let nb = w.cols / QK;
-    let xq = &x.q[t * w.cols..(t + 1) * w.cols];
-    let mut acc = 0f32;
-    let mut macc = 0f32;
-    let mut c = [0u8; 32];
-    for b in 0..nb {
-        let qb = &xq[b * QK..(b + 1) * QK];
-        let mut isum = 0i32;
-        w.block_codes(r, b, &mut c);
-        match w.bits {
-            Bits::U4 => {
-                for j in 0..16 {
-                    isum += (c[j] & 0xf) as i32 * qb[j] as i32 + (c[j] >> 4) as i32 * qb[j + 16] as i32;
-                }
-            }
-            Bits::U8 => {
-                for j in 0..QK {
-                    isum += c[j] as i32 * qb[j] as i32;
-                }
-            }
-        }
-        let xb = t * nb + b;
-        acc = (isum as f32).mul_add(w.d[r * nb + b] * x.d[xb], acc);
-        macc = w.m[r * nb + b].mul_add(x.s[xb], macc);
-    }
-    acc + macc
+    w.dot(r, x, t)
 }
 
 /// # Safety
 /// As [`quant_rows`].
-unsafe fn quant_rows_scalar(w: &QMatrix, r0: usize, r1: usize, x: &QActs, out: *mut f32) {
+unsafe fn quant_rows_scalar(w: &QMatrix, r0: usize, r1: usize, x: &QActs, out: *mut f32, ldo: usize) {
     for r in r0..r1 {
         for t in 0..x.rows {
-            *out.add(t * w.rows + r) = quant_dot_scalar(w, r, x, t);
+            *out.add(t * ldo + r) = w.dot(r, x, t);
         }
     }
 }
@@ -382,9 +463,10 @@ mod tests {
         }
     }
 
-    /// The tiled dense f32 product gives, for every (row, token), the bits of `dot` on the same
-    /// ISA: odd row counts (4-row tiles and a tail), odd token counts, `k` with a tail past the
-    /// last 8-lane chunk, token blocks, and a matrix large enough for the streaming GEMV path.
+    /// The tiled dense product gives, for every (row, token), the bits of `dot` over the row
+    /// widened to f32, on the same ISA, for f32, f16 and bf16 weights: odd row counts (4-row
+    /// tiles and a tail), odd token counts, `k` with a tail past the last 8-lane chunk, token
+    /// blocks, and a matrix large enough for the streaming GEMV path.
     #[test]
     fn dense_matmul_equals_dot_per_output() {
         let pool = ThreadPool::new(2).expect("pool");
@@ -394,61 +476,24 @@ mod tests {
         for (n, k, tokens) in [(45usize, 100usize, 37usize), (8, 64, 1), (3, 13, 70), (40_000, 76, 3)] {
             let data: Vec<f32> = (0..n * k).map(|_| rnd()).collect();
             let x: Vec<f32> = (0..tokens * k).map(|_| rnd()).collect();
-            let w = Weight::Dense { rows: n, cols: k, data: data.clone() };
-            for isa in Isa::available() {
-                let mut out = vec![0f32; tokens * n];
-                matmul(&pool, isa, &w, &x, tokens, &mut QActs::default(), &mut out);
-                for t in 0..tokens {
-                    for r in 0..n {
-                        let want = dot(isa, &data[r * k..(r + 1) * k], &x[t * k..(t + 1) * k]);
-                        assert_eq!(out[t * n + r].to_bits(), want.to_bits(), "{isa:?} [{n}x{k}] token {t} row {r}");
-                    }
-                }
-            }
-        }
-    }
-
-    /// The SIMD kernels agree with the scalar reference, and with a plain f32 product of the
-    /// dequantized matrices within quantization error; every token row is identical whatever
-    /// the batch size.
-    #[test]
-    fn quant_matmul_matches_reference_and_is_batch_invariant() {
-        let pool = ThreadPool::new(2).expect("pool");
-        let mut seed = 7u64;
-        for ty in crate::format::ggml::tests::AFFINE {
-            // K-quants need whole 256-weight super-blocks.
-            let (n, k) = (45, if ty.block_len() == 256 { 256 } else { 96 });
-            // 45 rows: 4-row tiles, a 1-row tail tile and a scalar tail of 5 rows.
-            let w = Weight::Quant(random_matrix(ty, n, k, &mut seed));
-            for tokens in [1usize, 3, 4, 8, 9, 16, 17, 24, 30, 41] {
-                let x: Vec<f32> = (0..tokens * k).map(|_| (lcg(&mut seed) % 2001) as f32 / 1000.0 - 1.0).collect();
-                let mut xq = QActs::default();
-                let mut out = vec![0f32; tokens * n];
-                // Every path this CPU has; the others are tested where they run.
+            let f16: Vec<u16> = data.iter().map(|&v| crate::half::f32_to_f16(v)).collect();
+            let bf16: Vec<u16> = data.iter().map(|&v| (v.to_bits() >> 16) as u16).collect();
+            let forms = [
+                Weight::Dense { rows: n, cols: k, data: data.clone() },
+                Weight::Half { rows: n, cols: k, data: f16, bf16: false },
+                Weight::Half { rows: n, cols: k, data: bf16, bf16: true },
+            ];
+            for w in &forms {
+                let mut wr = vec![0f32; k];
                 for isa in Isa::available() {
-                    matmul(&pool, isa, &w, &x, tokens, &mut xq, &mut out);
-                    let Weight::Quant(q) = &w else { unreachable!() };
-                    for t in 0..tokens {
-                        // Single-token run of the same row gives the same bits.
-                        let mut one = vec![0f32; n];
-                        matmul(&pool, isa, &w, &x[t * k..(t + 1) * k], 1, &mut QActs::default(), &mut one);
-                        let mut wr = vec![0f32; k];
-                        for r in 0..n {
-                            assert_eq!(out[t * n + r].to_bits(), one[r].to_bits(), "{ty:?} {isa:?} batch invariance");
-                            let refv = quant_dot_scalar(q, r, &xq, t);
-                            assert_eq!(
-                                out[t * n + r].to_bits(),
-                                refv.to_bits(),
-                                "{ty:?} {isa:?} row {r} token {t} of {tokens}"
-                            );
-                            q.dequantize_row(r, &mut wr);
-                            let exact: f32 = wr.iter().zip(&x[t * k..(t + 1) * k]).map(|(a, b)| a * b).sum();
-                            let scale: f32 = wr.iter().map(|v| v.abs()).sum::<f32>() / 127.0;
-                            assert!(
-                                (out[t * n + r] - exact).abs() <= scale + 1e-3,
-                                "{ty:?}: {} vs {exact}",
-                                out[t * n + r]
-                            );
+                    let mut out = vec![0f32; tokens * n];
+                    matmul(&pool, isa, w, &x, tokens, &mut QActs::default(), &mut out);
+                    for r in 0..n {
+                        w.row_f32(r, &mut wr);
+                        for t in 0..tokens {
+                            let want = dot(isa, &wr, &x[t * k..(t + 1) * k]);
+                            let kind = w.kind();
+                            assert_eq!(out[t * n + r].to_bits(), want.to_bits(), "{kind} {isa:?} [{n}x{k}] token {t} row {r}");
                         }
                     }
                 }
@@ -456,38 +501,119 @@ mod tests {
         }
     }
 
-    /// The largest block sums the i16 partial sums of the AVX2 path can meet (every code at its
-    /// maximum, every activation at ±127) are still exact on every path: the result equals the
-    /// scalar definition and the hand-computed value.
+    /// The SIMD kernels of every block type agree with the scalar definition bit for bit, and
+    /// with a plain f32 product of the dequantized matrices within quantization error; every
+    /// token row is identical whatever the batch size.
+    #[test]
+    fn quant_matmul_matches_reference_and_is_batch_invariant() {
+        let pool = ThreadPool::new(2).expect("pool");
+        let mut seed = 7u64;
+        for ty in crate::format::ggml::BLOCK_TYPES {
+            // K-quants need whole 256-weight super-blocks.
+            let (n, k) = (45, if ty.block_len() == 256 { 512 } else { 96 });
+            // 45 rows: 2-group tiles, a 1-group tile and a scalar tail of 5 rows.
+            let w = Weight::Quant(random_matrix(ty, n, k, &mut seed));
+            let Weight::Quant(q) = &w else { unreachable!() };
+            for tokens in [1usize, 3, 4, 8, 9, 17, 30] {
+                let x: Vec<f32> = (0..tokens * k).map(|_| (lcg(&mut seed) % 2001) as f32 / 1000.0 - 1.0).collect();
+                let mut xq = QActs::default();
+                let mut out = vec![0f32; tokens * n];
+                // Every path this CPU has; the others are tested where they run.
+                for isa in Isa::available() {
+                    matmul(&pool, isa, &w, &x, tokens, &mut xq, &mut out);
+                    let mut wr = vec![0f32; k];
+                    for t in 0..tokens {
+                        // Single-token run of the same row gives the same bits.
+                        let mut one = vec![0f32; n];
+                        matmul(&pool, isa, &w, &x[t * k..(t + 1) * k], 1, &mut QActs::default(), &mut one);
+                        for r in 0..n {
+                            assert_eq!(out[t * n + r].to_bits(), one[r].to_bits(), "{ty:?} {isa:?} batch invariance");
+                            let refv = quant_dot_scalar(q, r, &xq, t);
+                            assert_eq!(out[t * n + r].to_bits(), refv.to_bits(), "{ty:?} {isa:?} row {r} token {t} of {tokens}");
+                            q.dequantize_row(r, &mut wr);
+                            let exact: f32 = wr.iter().zip(&x[t * k..(t + 1) * k]).map(|(a, b)| a * b).sum();
+                            let scale: f32 = wr.iter().map(|v| v.abs()).sum::<f32>() / 127.0;
+                            assert!((out[t * n + r] - exact).abs() <= scale + 1e-3, "{ty:?}: {} vs {exact}", out[t * n + r]);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A stack of different forms (Q4_K, Q6_K, F16 and Q8_0 parts, as a Q4_K_M file's fused
+    /// QKV mixes them) gives each part's rows exactly what the part alone gives.
+    #[test]
+    fn stacked_parts_equal_each_part_alone() {
+        let pool = ThreadPool::new(2).expect("pool");
+        let mut seed = 99u64;
+        let k = 256;
+        let mut parts = vec![
+            Weight::Quant(random_matrix(GgmlType::Q4_K, 24, k, &mut seed)),
+            Weight::Quant(random_matrix(GgmlType::Q6_K, 16, k, &mut seed)),
+        ];
+        let mut rnd = || crate::kernels::test_rand(&mut seed);
+        parts.push(Weight::Half { rows: 5, cols: k, data: (0..5 * k).map(|_| crate::half::f32_to_f16(rnd())).collect(), bf16: false });
+        parts.push(Weight::Quant(random_matrix(GgmlType::Q8_0, 11, k, &mut 5u64)));
+        let w = Weight::stack(parts.clone());
+        assert!(matches!(&w, Weight::Stack(p) if p.len() == 4), "{:?}", w.kind());
+        assert_eq!(w.kind(), "mixed");
+        let n = w.rows();
+        for tokens in [1usize, 6] {
+            let x: Vec<f32> = (0..tokens * k).map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0).collect();
+            for isa in Isa::available() {
+                let mut out = vec![0f32; tokens * n];
+                matmul(&pool, isa, &w, &x, tokens, &mut QActs::default(), &mut out);
+                let mut off = 0;
+                for p in &parts {
+                    let pn = p.rows();
+                    let mut alone = vec![0f32; tokens * pn];
+                    matmul(&pool, isa, p, &x, tokens, &mut QActs::default(), &mut alone);
+                    for t in 0..tokens {
+                        for r in 0..pn {
+                            assert_eq!(out[t * n + off + r].to_bits(), alone[t * pn + r].to_bits(), "{} {isa:?}", p.kind());
+                        }
+                    }
+                    off += pn;
+                }
+            }
+        }
+    }
+
+    /// The largest sums the i16 partial sums of the AVX2 path can meet (every code at its
+    /// maximum, every activation at ±127, the largest sub-block scales) are still exact on every
+    /// path: the result equals the scalar definition and the f64 product of the dequantized
+    /// weights.
     #[test]
     fn extreme_codes_do_not_saturate() {
         let pool = ThreadPool::new(2).expect("pool");
-        let (n, k, tokens) = (16, 64, 16);
-        for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
-            let bb = ty.bytes_for(QK);
+        let tokens = 16;
+        for ty in crate::format::ggml::BLOCK_TYPES {
+            let (n, k) = (16, 2 * ty.block_len().max(64));
+            let bb = ty.bytes_for(ty.block_len());
             let mut raw = vec![0xffu8; ty.bytes_for(n * k)];
-            // d = 1.0 (f16 0x3c00); Q4_1's m = 0; Q8_0's codes all 127 (not -1).
+            // d = 1/64 (f16 0x2400), so sums stay moderate; Q4_1/Q5_1 m and K-quant dmin 0.
             for blk in raw.chunks_exact_mut(bb) {
-                blk[0] = 0x00;
-                blk[1] = 0x3c;
-                if ty == GgmlType::Q4_1 {
+                let d_at = if ty == GgmlType::Q6_K { 208 } else { 0 };
+                blk[d_at] = 0x00;
+                blk[d_at + 1] = 0x24;
+                if matches!(ty, GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K) {
                     blk[2] = 0;
                     blk[3] = 0;
                 }
                 if ty == GgmlType::Q8_0 {
                     blk[2..].iter_mut().for_each(|c| *c = 0x7f);
                 }
+                if ty == GgmlType::Q6_K {
+                    // Scales 127 (the i8 maximum).
+                    blk[192..208].iter_mut().for_each(|c| *c = 0x7f);
+                }
             }
             let w = Weight::Quant(QMatrix::from_ggml(ty, &raw, n, k));
             let Weight::Quant(q) = &w else { unreachable!() };
             // Token t: +1 everywhere for even t, -1 for odd t (codes ±127, scale 1/127).
             let x: Vec<f32> = (0..tokens * k).map(|i| if (i / k) % 2 == 0 { 1.0 } else { -1.0 }).collect();
-            // Per weight: Q4_0 is 15 - 8 = 7, Q4_1 is 15, Q8_0 is 127.
-            let wv = match ty {
-                GgmlType::Q4_0 => 7.0,
-                GgmlType::Q4_1 => 15.0,
-                _ => 127.0,
-            };
+            let mut wr = vec![0f32; k];
             for isa in Isa::available() {
                 let mut xq = QActs::default();
                 let mut out = vec![0f32; tokens * n];
@@ -497,8 +623,9 @@ mod tests {
                     for r in 0..n {
                         let v = out[t * n + r];
                         assert_eq!(v.to_bits(), quant_dot_scalar(q, r, &xq, t).to_bits(), "{ty:?} {isa:?}");
-                        let want = sign * wv * k as f32;
-                        assert!((v - want).abs() <= want.abs() * 1e-5, "{ty:?} {isa:?}: {v} vs {want}");
+                        q.dequantize_row(r, &mut wr);
+                        let want = sign * wr.iter().map(|&v| v as f64).sum::<f64>();
+                        assert!((v as f64 - want).abs() <= want.abs() * 1e-5, "{ty:?} {isa:?}: {v} vs {want}");
                     }
                 }
             }

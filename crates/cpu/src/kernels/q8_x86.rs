@@ -1,32 +1,33 @@
-//! x86 tiles of the Q4/Q8 integer matmul (see the module docs of [`super`] for the arithmetic
-//! every path computes): AVX-512 VNNI (EVEX `vpdpbusd` on 256-bit vectors, 32 registers),
-//! AVX-VNNI (VEX `vpdpbusd`, 16 registers) and AVX2 (`vpmaddubsw`, 16 registers).
+//! x86 tiles of the integer matmul over a [`QMatrix`] (the arithmetic is the module docs of
+//! [`crate::format::qmatrix`]): AVX-512 VNNI (EVEX `vpdpbusd` on 256-bit vectors, 32
+//! registers), AVX-VNNI (VEX `vpdpbusd`, 16 registers) and AVX2 (`vpmaddubsw`, 16 registers),
+//! one generic kernel per GGML type.
 //!
-//! One kernel shape serves every token count, *rows in lanes*: a tile is one group of 8 weight
-//! rows against `NT` tokens. [`QMatrix`] stores a row group's block as 32-byte runs that hold
-//! the same 4 code bytes of all 8 rows, so a 256-bit load gives 8 rows × 4 weights (8-bit) or,
-//! split into nibbles, 8 rows × 2 × 4 weights (4-bit), and a broadcast of a token's 4 matching
-//! activation bytes feeds the whole run: no horizontal reduction, no activation repacking, and
-//! the 8 results of a (row group, token) are one vector store. Tokens come in blocks of about
-//! 18 KiB of activation codes that stay in L1 while every row group passes over them; within a
-//! block each group's weights (a few KiB) stay in L1 while the block's tokens pass. Up to one
-//! block of tokens (decode batches), every weight is read from memory once per call.
+//! One kernel shape serves every token count, *rows in lanes*: a tile is `NG` groups of 8 weight
+//! rows against `NT` tokens. A chunk (32 bytes) holds the same 4 code bytes of all 8 rows, so a
+//! 256-bit load gives 8 rows × 4 weights (8-bit) or, split into nibbles, 8 rows × 2 × 4 weights,
+//! and a broadcast of a token's 4 matching activation bytes feeds the whole run: no horizontal
+//! reduction, no activation repacking, and the 8 results of a (row group, token) are one vector
+//! store. 5- and 6-bit codes get their high bits from the tile's high plane with one shift and
+//! one mask per chunk (see [`HighBits`](crate::format::qmatrix::HighBits)).
 //!
-//! Only the integer block sums `Σ u·q` differ between paths, and they are exact integers on
-//! every path, so every path's output is bit-identical to the scalar definition:
+//! Only the integer sums `Σ u·q` differ between paths, and they are exact on every path, so
+//! every path's output is bit-identical to [`QMatrix::dot`]:
 //! - with `vpdpbusd`, 4 products per i32 lane are added in one instruction;
-//! - with `vpmaddubsw` (llama.cpp's AVX2 path, `ggml_vec_dot_q4_1_q8_1`), pairs of u8·i8
-//!   products are added into *saturating* i16 lanes. A 4-bit code is at most 15 and an
-//!   activation code at most 127 in magnitude (`QActs` scales by `max|x|/127`), so one pair is at
-//!   most 2·15·127 = 3810, and the 8 pair sums a lane gathers over a block at most 30480 < 32767:
-//!   the tile keeps its partial sums in i16 for a whole block and widens them (`vpmaddwd` by 1)
-//!   once per block. 8-bit codes are split into their two nibbles, each summed that way, and
-//!   recombined as `lo + 16·hi` in i32.
+//! - with `vpmaddubsw` (llama.cpp's AVX2 idiom), pairs of u8·i8 products are added into
+//!   *saturating* i16 lanes, so a chain of them may only add as many pairs as cannot reach
+//!   32767. An activation code is at most 127 in magnitude (`QActs` scales by `max|x|/127`), so
+//!   one pair of 4-bit codes is at most 2·15·127 = 3810 and a 32-weight sub-block's 8 pairs per
+//!   lane at most 30480: one i16 chain per sub-block. 5-bit pairs reach 7874: the low and the
+//!   high nibble halves get a chain each (4 pairs, 31496). 6-bit pairs reach 16002, so each is
+//!   widened (`vpmaddwd` by 1) at once. 8-bit codes are split into their two nibbles,
+//!   each summed as 4-bit codes, and recombined as `lo + 16·hi` in i32.
 #![allow(unsafe_code)]
 // SIMD tiles index several parallel arrays by the same small constant bounds.
 #![allow(clippy::needless_range_loop)]
 
-use crate::format::ggml::{Bits, QActs, QMatrix, QK};
+use crate::format::ggml::{GgmlType, QActs, QMatrix, QK};
+use crate::format::qmatrix::{layout, TileLayout, GROUP};
 use std::arch::x86_64::*;
 
 /// `vpmaddubsw` + i16 partial sums.
@@ -35,6 +36,46 @@ const AVX2: u8 = 0;
 const AVXVNNI: u8 = 1;
 /// EVEX `vpdpbusd` on 256-bit registers.
 const VNNI512: u8 = 2;
+
+/// The GGML types as const-generic parameters.
+const Q4_0: u8 = 0;
+const Q4_1: u8 = 1;
+const Q5_0: u8 = 2;
+const Q5_1: u8 = 3;
+const Q8_0: u8 = 4;
+const Q4_K: u8 = 5;
+const Q5_K: u8 = 6;
+const Q6_K: u8 = 7;
+
+const fn ggml(t: u8) -> GgmlType {
+    match t {
+        Q4_0 => GgmlType::Q4_0,
+        Q4_1 => GgmlType::Q4_1,
+        Q5_0 => GgmlType::Q5_0,
+        Q5_1 => GgmlType::Q5_1,
+        Q8_0 => GgmlType::Q8_0,
+        Q4_K => GgmlType::Q4_K,
+        Q5_K => GgmlType::Q5_K,
+        _ => GgmlType::Q6_K,
+    }
+}
+
+const fn tl(t: u8) -> TileLayout {
+    match layout(ggml(t)) {
+        Some(l) => l,
+        None => panic!("a block type"),
+    }
+}
+
+/// Code width of type `t`: 4, 5, 6 or 8 bits.
+const fn bits(t: u8) -> u32 {
+    match t {
+        Q4_0 | Q4_1 | Q4_K => 4,
+        Q5_0 | Q5_1 | Q5_K => 5,
+        Q6_K => 6,
+        _ => 8,
+    }
+}
 
 #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
 unsafe fn dpbusd_evex(acc: __m256i, w: __m256i, x: __m256i) -> __m256i {
@@ -62,208 +103,292 @@ unsafe fn bcast4(p: *const i8) -> __m256i {
     _mm256_set1_epi32((p as *const i32).read_unaligned())
 }
 
-/// Block `b`'s exact integer sums of row groups `g .. g+NG` against tokens `t0 .. t0+NT`: lane
-/// `i` of result `[j][t]` is `Σ u[8(g+j)+i, b, ·] · q[t0+t, b, ·]`. Each broadcast of 4
-/// activation bytes feeds `NG` row groups.
 #[inline(always)]
-unsafe fn block_sums<const NG: usize, const NT: usize, const M: u8>(
-    w: &QMatrix,
-    g: usize,
-    b: usize,
-    x: &QActs,
-    t0: usize,
-) -> [[__m256i; NT]; NG] {
-    let nb = w.cols / QK;
-    let chunks = w.block_bytes() / 4;
-    let wp = |j: usize, c: usize| w.codes.as_ptr().add((((g + j) * nb + b) * chunks + c) * 32) as *const __m256i;
-    let xp = |t: usize| x.q.as_ptr().add((t0 + t) * w.cols + b * QK);
+unsafe fn shl32(v: __m256i, n: i32) -> __m256i {
+    _mm256_sll_epi32(v, _mm_cvtsi32_si128(n))
+}
+
+#[inline(always)]
+unsafe fn shr32(v: __m256i, n: i32) -> __m256i {
+    _mm256_srl_epi32(v, _mm_cvtsi32_si128(n))
+}
+
+/// The codes of chunk `c` of one row group's sub-block as two vectors of 8 rows × 4 unsigned
+/// codes: weights `4c .. 4c+4` and `16 + 4c .. 16 + 4c + 4` of the sub-block (8-bit codes:
+/// chunks `2c` and `2c + 1`, weights `8c .. 8c+8`). `codes` is the sub-block's code chunks and
+/// `hi` its high plane.
+#[inline(always)]
+unsafe fn chunk_codes<const T: u8>(codes: *const u8, hi: *const u8, c: usize) -> (__m256i, __m256i) {
     let nib = _mm256_set1_epi8(0x0f);
+    if bits(T) == 8 {
+        return (
+            _mm256_loadu_si256(codes.add(2 * c * 32) as *const __m256i),
+            _mm256_loadu_si256(codes.add((2 * c + 1) * 32) as *const __m256i),
+        );
+    }
+    let v = _mm256_loadu_si256(codes.add(c * 32) as *const __m256i);
+    let mut lo = _mm256_and_si256(v, nib);
+    let mut hh = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+    if bits(T) == 5 {
+        let h = _mm256_loadu_si256(hi as *const __m256i);
+        let m = _mm256_set1_epi8(0x10);
+        lo = _mm256_or_si256(lo, _mm256_and_si256(shl32(h, 4 - c as i32), m));
+        hh = _mm256_or_si256(hh, _mm256_and_si256(shr32(h, c as i32), m));
+    } else if bits(T) == 6 {
+        let h0 = _mm256_loadu_si256(hi as *const __m256i);
+        let h1 = _mm256_loadu_si256(hi.add(32) as *const __m256i);
+        let m = _mm256_set1_epi8(0x30);
+        let sh = 4 - 2 * c as i32;
+        let (a, b) = if sh >= 0 { (shl32(h0, sh), shl32(h1, sh)) } else { (shr32(h0, -sh), shr32(h1, -sh)) };
+        lo = _mm256_or_si256(lo, _mm256_and_si256(a, m));
+        hh = _mm256_or_si256(hh, _mm256_and_si256(b, m));
+    }
+    (lo, hh)
+}
+
+/// One sub-block's exact integer sums of row groups `j < NG` (tile pointers `tiles[j]`) against
+/// tokens `t0 .. t0+NT`: `[j][t] = (lo, hi)`, lane `i` the sums of row `8(g+j)+i` over the
+/// sub-block's first and second 16 weights (8-bit codes: its even and odd chunks; only Q6_K
+/// reads them apart, the others add them).
+#[inline(always)]
+unsafe fn sub_sums<const T: u8, const M: u8, const NG: usize, const NT: usize>(
+    tiles: &[*const u8; NG],
+    s: usize,
+    xp: &[*const i8; NT],
+) -> [[(__m256i, __m256i); NT]; NG] {
+    let l = const { tl(T) };
+    let z = _mm256_setzero_si256();
     let ones = _mm256_set1_epi16(1);
-    let mut s = [[_mm256_setzero_si256(); NT]; NG];
-    let mut s2 = [[_mm256_setzero_si256(); NT]; NG];
-    match w.bits {
-        // Chunk c: low nibbles are weights 4c.., high nibbles weights 16+4c.. of each row.
-        Bits::U4 => {
-            for c in 0..4 {
-                let mut lo = [_mm256_setzero_si256(); NG];
-                let mut hi = [_mm256_setzero_si256(); NG];
-                for j in 0..NG {
-                    let v = _mm256_loadu_si256(wp(j, c));
-                    lo[j] = _mm256_and_si256(v, nib);
-                    hi[j] = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
-                }
-                for t in 0..NT {
-                    let xl = bcast4(xp(t).add(4 * c));
-                    for j in 0..NG {
-                        s[j][t] = if M == AVX2 {
-                            _mm256_add_epi16(s[j][t], _mm256_maddubs_epi16(lo[j], xl))
-                        } else {
-                            dpbusd::<M>(s[j][t], lo[j], xl)
-                        };
-                    }
-                    let xh = bcast4(xp(t).add(16 + 4 * c));
-                    for j in 0..NG {
-                        if M == AVX2 {
-                            // One i16 chain: 8 pair sums a block (bound in the module docs).
-                            s[j][t] = _mm256_add_epi16(s[j][t], _mm256_maddubs_epi16(hi[j], xh));
-                        } else {
-                            // VNNI: a second chain per tile, so enough sums are in flight.
-                            s2[j][t] = dpbusd::<M>(s2[j][t], hi[j], xh);
-                        }
-                    }
-                }
-            }
-            for j in 0..NG {
-                for t in 0..NT {
-                    s[j][t] = if M == AVX2 {
-                        _mm256_madd_epi16(s[j][t], ones)
-                    } else {
-                        _mm256_add_epi32(s[j][t], s2[j][t])
-                    };
-                }
-            }
+    let mut lo = [[z; NT]; NG];
+    let mut hi = [[z; NT]; NG];
+    for c in 0..4 {
+        let mut wl = [z; NG];
+        let mut wh = [z; NG];
+        for j in 0..NG {
+            let codes = tiles[j].add(l.codes + s * l.code_bytes);
+            let hip = tiles[j].add(l.hi + s * l.hi_bytes);
+            (wl[j], wh[j]) = chunk_codes::<T>(codes, hip, c);
         }
-        // Chunk c: weights 4c .. 4c+4 of each row.
-        Bits::U8 => {
-            for c in 0..8 {
-                let mut lo = [_mm256_setzero_si256(); NG];
-                let mut hi = [_mm256_setzero_si256(); NG];
-                for j in 0..NG {
-                    let v = _mm256_loadu_si256(wp(j, c));
-                    lo[j] = if M == AVX2 { _mm256_and_si256(v, nib) } else { v };
-                    hi[j] = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
-                }
-                for t in 0..NT {
-                    let xv = bcast4(xp(t).add(4 * c));
-                    for j in 0..NG {
-                        if M == AVX2 {
-                            s[j][t] = _mm256_add_epi16(s[j][t], _mm256_maddubs_epi16(lo[j], xv));
-                            s2[j][t] = _mm256_add_epi16(s2[j][t], _mm256_maddubs_epi16(hi[j], xv));
-                        } else if c % 2 == 0 {
-                            s[j][t] = dpbusd::<M>(s[j][t], lo[j], xv);
-                        } else {
-                            s2[j][t] = dpbusd::<M>(s2[j][t], lo[j], xv);
-                        }
-                    }
-                }
-            }
+        for t in 0..NT {
+            // 8-bit: chunks 2c, 2c+1 are weights 8c..8c+8; else weights 4c.. and 16+4c...
+            let (xl, xh) = if bits(T) == 8 {
+                (bcast4(xp[t].add(8 * c)), bcast4(xp[t].add(8 * c + 4)))
+            } else {
+                (bcast4(xp[t].add(4 * c)), bcast4(xp[t].add(16 + 4 * c)))
+            };
             for j in 0..NG {
-                for t in 0..NT {
-                    s[j][t] = if M == AVX2 {
-                        _mm256_add_epi32(
-                            _mm256_madd_epi16(s[j][t], ones),
-                            _mm256_slli_epi32(_mm256_madd_epi16(s2[j][t], ones), 4),
-                        )
-                    } else {
-                        _mm256_add_epi32(s[j][t], s2[j][t])
-                    };
+                if M != AVX2 {
+                    lo[j][t] = dpbusd::<M>(lo[j][t], wl[j], xl);
+                    hi[j][t] = dpbusd::<M>(hi[j][t], wh[j], xh);
+                    continue;
+                }
+                match bits(T) {
+                    4 => {
+                        // One i16 chain: at most 8 pair sums a lane (module docs).
+                        let p = _mm256_add_epi16(_mm256_maddubs_epi16(wl[j], xl), _mm256_maddubs_epi16(wh[j], xh));
+                        lo[j][t] = _mm256_add_epi16(lo[j][t], p);
+                    }
+                    5 => {
+                        lo[j][t] = _mm256_add_epi16(lo[j][t], _mm256_maddubs_epi16(wl[j], xl));
+                        hi[j][t] = _mm256_add_epi16(hi[j][t], _mm256_maddubs_epi16(wh[j], xh));
+                    }
+                    6 => {
+                        // Widened at once: two 6-bit pairs may already exceed i16.
+                        lo[j][t] = _mm256_add_epi32(lo[j][t], _mm256_madd_epi16(_mm256_maddubs_epi16(wl[j], xl), ones));
+                        hi[j][t] = _mm256_add_epi32(hi[j][t], _mm256_madd_epi16(_mm256_maddubs_epi16(wh[j], xh), ones));
+                    }
+                    _ => {
+                        // 8-bit codes: two chunks per step, each split into nibbles; the low
+                        // nibbles of both go to `lo`, the high ones to `hi` (i16, 8 pairs each).
+                        let nib = _mm256_set1_epi8(0x0f);
+                        let (a, b) = (wl[j], wh[j]);
+                        let al = _mm256_and_si256(a, nib);
+                        let ah = _mm256_and_si256(_mm256_srli_epi16(a, 4), nib);
+                        let bl = _mm256_and_si256(b, nib);
+                        let bh = _mm256_and_si256(_mm256_srli_epi16(b, 4), nib);
+                        lo[j][t] = _mm256_add_epi16(
+                            lo[j][t],
+                            _mm256_add_epi16(_mm256_maddubs_epi16(al, xl), _mm256_maddubs_epi16(bl, xh)),
+                        );
+                        hi[j][t] = _mm256_add_epi16(
+                            hi[j][t],
+                            _mm256_add_epi16(_mm256_maddubs_epi16(ah, xl), _mm256_maddubs_epi16(bh, xh)),
+                        );
+                    }
                 }
             }
         }
     }
-    s
-}
-
-/// The 8 rows' values at `at` of a grouped scale array: the f32 copy for K-quants
-/// (`QMatrix::f32_scales`), else the f16 one, widened (exactly).
-#[inline(always)]
-unsafe fn scales8(w: &QMatrix, h: &[u16], f: &[f32], at: usize) -> __m256 {
-    if w.f32_scales {
-        _mm256_loadu_ps(f.as_ptr().add(at))
-    } else {
-        _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr().add(at) as *const __m128i))
+    let mut out = [[(z, z); NT]; NG];
+    for j in 0..NG {
+        for t in 0..NT {
+            out[j][t] = if M != AVX2 {
+                (lo[j][t], hi[j][t])
+            } else {
+                match bits(T) {
+                    4 => (_mm256_madd_epi16(lo[j][t], ones), z),
+                    5 => (_mm256_madd_epi16(lo[j][t], ones), _mm256_madd_epi16(hi[j][t], ones)),
+                    6 => (lo[j][t], hi[j][t]),
+                    _ => (_mm256_madd_epi16(lo[j][t], ones), _mm256_slli_epi32(_mm256_madd_epi16(hi[j][t], ones), 4)),
+                }
+            };
+        }
     }
+    out
 }
 
-/// Row groups `g .. g+NG` (rows `8g .. 8(g+NG)`) against tokens `t0 .. t0+NT`.
+/// The 8 rows' f16 values at `p`, widened (exactly).
 #[inline(always)]
-unsafe fn group_tile<const NG: usize, const NT: usize, const M: u8>(
+unsafe fn f16x8(p: *const u8) -> __m256 {
+    _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
+}
+
+/// The 8 rows' unsigned (or, `signed`, i8) scale bytes at `p`, as f32.
+#[inline(always)]
+unsafe fn bytes8(p: *const u8, signed: bool) -> __m256 {
+    let v = _mm_loadl_epi64(p as *const __m128i);
+    _mm256_cvtepi32_ps(if signed { _mm256_cvtepi8_epi32(v) } else { _mm256_cvtepu8_epi32(v) })
+}
+
+/// Row groups `g .. g+NG` against tokens `t0 .. t0+NT`; results to `out[t·ldo + row]`.
+#[inline(always)]
+unsafe fn group_tile<const T: u8, const M: u8, const NG: usize, const NT: usize>(
     w: &QMatrix,
     g: usize,
     x: &QActs,
     t0: usize,
     out: *mut f32,
+    ldo: usize,
 ) {
+    let l = const { tl(T) };
+    let nkb = w.cols / ggml(T).block_len();
     let nb = w.cols / QK;
-    // Two passes, so that only the `d` accumulators are live beside the integer chains (16
-    // AVX2 registers): `Σ d·dx·isum` over the blocks, then `Σ m·s` over the blocks. Each sum
-    // runs in block order as in the scalar definition and they meet in its final `acc + macc`,
-    // so the bits are the same.
+    let base = w.data().as_ptr();
+    let tile = |j: usize, kb: usize| base.add(((g + j) * nkb + kb) * l.bytes);
+    let cols = w.cols;
+    // Two passes, so that only the `acc` accumulators are live beside the integer chains (16
+    // AVX2 registers): `Σ I·dw·dx` over the sub-blocks, then `Σ mw·sx`. Each runs in sub-block
+    // order as in the definition and they meet in its final `acc + macc`: the same bits.
     let mut acc = [[_mm256_setzero_ps(); NT]; NG];
-    for b in 0..nb {
-        let s = block_sums::<NG, NT, M>(w, g, b, x, t0);
-        for j in 0..NG {
-            let at = ((g + j) * nb + b) * 8;
-            let dw = scales8(w, &w.dh, &w.df, at);
-            for t in 0..NT {
-                let scale = _mm256_mul_ps(dw, _mm256_set1_ps(*x.d.as_ptr().add((t0 + t) * nb + b)));
-                acc[j][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[j][t]), scale, acc[j][t]);
+    for kb in 0..nkb {
+        let tiles: [*const u8; NG] = std::array::from_fn(|j| tile(j, kb));
+        let d: [__m256; NG] = std::array::from_fn(|j| f16x8(tiles[j].add(l.d)));
+        for s in 0..l.subs {
+            let b = kb * l.subs + s;
+            let xp: [*const i8; NT] = std::array::from_fn(|t| x.q.as_ptr().add((t0 + t) * cols + b * QK));
+            let sums = sub_sums::<T, M, NG, NT>(&tiles, s, &xp);
+            for j in 0..NG {
+                if T == Q6_K {
+                    let sc = tiles[j].add(16 + 2 * s * GROUP);
+                    let dw = [_mm256_mul_ps(d[j], bytes8(sc, true)), _mm256_mul_ps(d[j], bytes8(sc.add(GROUP), true))];
+                    for t in 0..NT {
+                        let xb = (t0 + t) * nb + b;
+                        let dx = _mm256_set1_ps(*x.d.as_ptr().add(xb));
+                        let (sl, sh) = sums[j][t];
+                        let bl = _mm256_set1_epi32(32 * *x.bsum.as_ptr().add(2 * xb));
+                        let bh = _mm256_set1_epi32(32 * *x.bsum.as_ptr().add(2 * xb + 1));
+                        let il = _mm256_cvtepi32_ps(_mm256_sub_epi32(sl, bl));
+                        let ih = _mm256_cvtepi32_ps(_mm256_sub_epi32(sh, bh));
+                        acc[j][t] = _mm256_fmadd_ps(il, _mm256_mul_ps(dw[0], dx), acc[j][t]);
+                        acc[j][t] = _mm256_fmadd_ps(ih, _mm256_mul_ps(dw[1], dx), acc[j][t]);
+                    }
+                    continue;
+                }
+                let dw = if T == Q4_K || T == Q5_K {
+                    _mm256_mul_ps(d[j], bytes8(tiles[j].add(32 + s * GROUP), false))
+                } else {
+                    d[j]
+                };
+                for t in 0..NT {
+                    let dx = _mm256_set1_ps(*x.d.as_ptr().add((t0 + t) * nb + b));
+                    let (sl, sh) = sums[j][t];
+                    let i = _mm256_cvtepi32_ps(_mm256_add_epi32(sl, sh));
+                    acc[j][t] = _mm256_fmadd_ps(i, _mm256_mul_ps(dw, dx), acc[j][t]);
+                }
             }
         }
     }
     for j in 0..NG {
         let mut macc = [_mm256_setzero_ps(); NT];
-        for b in 0..nb {
-            let at = ((g + j) * nb + b) * 8;
-            let mw = match w.m_factor {
-                // m = factor · d exactly (a power of two), as the scalar path's stored m.
-                Some(f) => _mm256_mul_ps(scales8(w, &w.dh, &w.df, at), _mm256_set1_ps(f)),
-                None => scales8(w, &w.mh, &w.mf, at),
-            };
-            for t in 0..NT {
-                macc[t] = _mm256_fmadd_ps(mw, _mm256_set1_ps(*x.s.as_ptr().add((t0 + t) * nb + b)), macc[t]);
+        if T != Q6_K {
+            for kb in 0..nkb {
+                let t = tile(j, kb);
+                for s in 0..l.subs {
+                    let b = kb * l.subs + s;
+                    let mw = match T {
+                        // m = factor · d exactly (a power of two), as the definition's.
+                        Q4_0 => _mm256_mul_ps(f16x8(t.add(l.d)), _mm256_set1_ps(-8.0)),
+                        Q5_0 => _mm256_mul_ps(f16x8(t.add(l.d)), _mm256_set1_ps(-16.0)),
+                        Q8_0 => _mm256_mul_ps(f16x8(t.add(l.d)), _mm256_set1_ps(-128.0)),
+                        Q4_1 | Q5_1 => f16x8(t.add(16)),
+                        // −(dmin·m): the product is exact, the negation too.
+                        _ => {
+                            let p = _mm256_mul_ps(f16x8(t.add(16)), bytes8(t.add(96 + s * GROUP), false));
+                            _mm256_xor_ps(p, _mm256_set1_ps(-0.0))
+                        }
+                    };
+                    for tt in 0..NT {
+                        macc[tt] = _mm256_fmadd_ps(mw, _mm256_set1_ps(*x.s.as_ptr().add((t0 + tt) * nb + b)), macc[tt]);
+                    }
+                }
             }
         }
         for t in 0..NT {
-            _mm256_storeu_ps(out.add((t0 + t) * w.rows + 8 * (g + j)), _mm256_add_ps(acc[j][t], macc[t]));
+            _mm256_storeu_ps(out.add((t0 + t) * ldo + 8 * (g + j)), _mm256_add_ps(acc[j][t], macc[t]));
         }
     }
 }
 
 /// Row groups `g .. g+NG` against the `n < 4` tokens `t0 .. t0+n` in one tile of that many
-/// tokens: a batch of 13 rows runs as 4 + 4 + 4 + 1 at `NT = 4`, and 15 as 4 + 4 + 4 + 3, never
-/// with single-token tiles for the rest. Every path's `NT` is at most 4.
+/// tokens: a batch of 13 rows runs as 4 + 4 + 4 + 1 at `NT = 4`, never with single-token tiles
+/// for the rest.
 #[inline(always)]
-unsafe fn tile_n<const NG: usize, const M: u8>(w: &QMatrix, g: usize, x: &QActs, t0: usize, n: usize, out: *mut f32) {
+unsafe fn tile_n<const T: u8, const M: u8, const NG: usize>(
+    w: &QMatrix,
+    g: usize,
+    x: &QActs,
+    t0: usize,
+    n: usize,
+    out: *mut f32,
+    ldo: usize,
+) {
     match n {
-        1 => group_tile::<NG, 1, M>(w, g, x, t0, out),
-        2 => group_tile::<NG, 2, M>(w, g, x, t0, out),
-        _ => group_tile::<NG, 3, M>(w, g, x, t0, out),
+        1 => group_tile::<T, M, NG, 1>(w, g, x, t0, out, ldo),
+        2 => group_tile::<T, M, NG, 2>(w, g, x, t0, out, ldo),
+        _ => group_tile::<T, M, NG, 3>(w, g, x, t0, out, ldo),
     }
 }
 
-/// Rows `r0..r1` (whole groups of 8, `r0` a multiple of 8) for every token. Several tokens:
-/// blocks of tokens outer, then `NG` row groups at a time (then single groups), then `NT`-token
-/// tiles, the last `block mod NT` tokens as one smaller tile. One token (the memory-bound GEMV): `NG1` row
-/// groups at a time, so that more weight streams are in flight.
+/// Row groups `g0 .. g1` for every token. Several tokens: blocks of tokens outer, then `NG` row
+/// groups at a time (then single groups), then `NT`-token tiles, the last `block mod NT` tokens
+/// as one smaller tile. One token (the memory-bound GEMV): `NG1` row groups at a time.
 #[inline(always)]
-unsafe fn rows_generic<const M: u8, const NG: usize, const NT: usize, const NG1: usize>(
+unsafe fn rows_generic<const T: u8, const M: u8, const NG: usize, const NT: usize, const NG1: usize>(
     w: &QMatrix,
-    r0: usize,
-    r1: usize,
+    g0: usize,
+    g1: usize,
     x: &QActs,
     out: *mut f32,
+    ldo: usize,
 ) {
     const { assert!(NT <= 4) };
-    let (g1, mut g) = (r1 / 8, r0 / 8);
+    let mut g = g0;
     if x.rows == 1 {
         while g < g1 {
             if g + NG1 <= g1 {
-                group_tile::<NG1, 1, M>(w, g, x, 0, out);
+                group_tile::<T, M, NG1, 1>(w, g, x, 0, out, ldo);
                 g += NG1;
             } else {
-                group_tile::<1, 1, M>(w, g, x, 0, out);
+                group_tile::<T, M, 1, 1>(w, g, x, 0, out, ldo);
                 g += 1;
             }
         }
         return;
     }
     // Token blocks of about 18 KiB of activation codes, each passed over every row group: the
-    // block stays in L1 while the weights stream. Measured on Zen 3 (3072 × 576, 256 tokens,
-    // one thread): 62.6 GMAC/s with 32-token blocks, 51.2 with 64, 42.0 with none. A block
-    // boundary changes which tile a token is in, never its arithmetic.
+    // block stays in L1 while the weights stream. A block boundary changes which tile a token
+    // is in, never its arithmetic.
     let tb = (18432 / w.cols).max(NT) / NT * NT;
-    let g0 = g;
     for b0 in (0..x.rows).step_by(tb) {
         let b1 = (b0 + tb).min(x.rows);
         g = g0;
@@ -272,17 +397,17 @@ unsafe fn rows_generic<const M: u8, const NG: usize, const NT: usize, const NG1:
             let mut t = b0;
             while t + NT <= b1 {
                 if ng == NG {
-                    group_tile::<NG, NT, M>(w, g, x, t, out);
+                    group_tile::<T, M, NG, NT>(w, g, x, t, out, ldo);
                 } else {
-                    group_tile::<1, NT, M>(w, g, x, t, out);
+                    group_tile::<T, M, 1, NT>(w, g, x, t, out, ldo);
                 }
                 t += NT;
             }
             if t < b1 {
                 if ng == NG {
-                    tile_n::<NG, M>(w, g, x, t, b1 - t, out);
+                    tile_n::<T, M, NG>(w, g, x, t, b1 - t, out, ldo);
                 } else {
-                    tile_n::<1, M>(w, g, x, t, b1 - t, out);
+                    tile_n::<T, M, 1>(w, g, x, t, b1 - t, out, ldo);
                 }
             }
             g += ng;
@@ -290,29 +415,70 @@ unsafe fn rows_generic<const M: u8, const NG: usize, const NT: usize, const NG1:
     }
 }
 
-#[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
-pub(crate) unsafe fn quant_rows_vnni(w: &QMatrix, r0: usize, r1: usize, x: &QActs, out: *mut f32) {
-    // 32 registers: 2 row groups × 4 tokens' 16 sum chains and 16 accumulators.
-    rows_generic::<VNNI512, 2, 4, 2>(w, r0, r1, x, out)
+/// Dispatches `ty` to its monomorphized kernel.
+macro_rules! by_type {
+    ($ty:expr, $f:ident, $($args:tt)*) => {
+        match $ty {
+            GgmlType::Q4_0 => $f::<Q4_0>($($args)*),
+            GgmlType::Q4_1 => $f::<Q4_1>($($args)*),
+            GgmlType::Q5_0 => $f::<Q5_0>($($args)*),
+            GgmlType::Q5_1 => $f::<Q5_1>($($args)*),
+            GgmlType::Q8_0 => $f::<Q8_0>($($args)*),
+            GgmlType::Q4_K => $f::<Q4_K>($($args)*),
+            GgmlType::Q5_K => $f::<Q5_K>($($args)*),
+            GgmlType::Q6_K => $f::<Q6_K>($($args)*),
+            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => unreachable!("not a block type"),
+        }
+    };
 }
 
-#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-pub(crate) unsafe fn quant_rows_avxvnni(w: &QMatrix, r0: usize, r1: usize, x: &QActs, out: *mut f32) {
-    rows_generic::<AVXVNNI, 2, 2, 2>(w, r0, r1, x, out)
+#[inline(always)]
+unsafe fn vnni_t<const T: u8>(w: &QMatrix, g0: usize, g1: usize, x: &QActs, out: *mut f32, ldo: usize) {
+    // 32 registers: 2 row groups × 4 tokens' 16 sum chains and 8 accumulators.
+    rows_generic::<T, VNNI512, 2, 4, 2>(w, g0, g1, x, out, ldo)
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn quant_rows_avx2(w: &QMatrix, r0: usize, r1: usize, x: &QActs, out: *mut f32) {
-    // Tile shapes measured on Zen 3 with one thread, variants interleaved (best of 15 rounds):
-    // - 4-bit, 1 row group × 4 tokens (4 i16 chains, 4 f32 accumulators, the unpacked weights):
-    //   72.7 GMAC/s at 64 tokens, where 2 × 4 spilled to 68.6 and 2 × 2 gave 62;
-    // - 8-bit needs two chains per pair: 1 × 2 gives 40.2 GMAC/s, 2 × 2 29.1, 1 × 3 32.2;
-    // - one token streams from memory: 1 row group at a time reads 19 GMAC/s of a 42 MB 4-bit
-    //   matrix where 2 at a time read 12.7 (one sequential stream for the prefetcher).
-    // The ceiling of this instruction mix here is about 77 GMAC/s a core: `vpmaddubsw` +
-    // `vpaddw` issue at 2.8 a cycle, and each activation broadcast costs a third of a cycle.
-    match w.bits {
-        Bits::U4 => rows_generic::<AVX2, 1, 4, 1>(w, r0, r1, x, out),
-        Bits::U8 => rows_generic::<AVX2, 1, 2, 1>(w, r0, r1, x, out),
+#[inline(always)]
+unsafe fn avxvnni_t<const T: u8>(w: &QMatrix, g0: usize, g1: usize, x: &QActs, out: *mut f32, ldo: usize) {
+    rows_generic::<T, AVXVNNI, 2, 2, 2>(w, g0, g1, x, out, ldo)
+}
+
+#[inline(always)]
+unsafe fn avx2_t<const T: u8>(w: &QMatrix, g0: usize, g1: usize, x: &QActs, out: *mut f32, ldo: usize) {
+    // Tile shapes measured on Zen 3 with one thread (4-bit: 1 row group × 4 tokens, 72.7 GMAC/s
+    // at 64 tokens where 2 × 4 spilled; 8-bit: 1 × 2). One token streams from memory: one row
+    // group at a time is one sequential stream for the prefetcher.
+    if bits(T) == 8 {
+        rows_generic::<T, AVX2, 1, 2, 1>(w, g0, g1, x, out, ldo)
+    } else {
+        rows_generic::<T, AVX2, 1, 4, 1>(w, g0, g1, x, out, ldo)
     }
+}
+
+/// Row groups `g0 .. g1` (whole groups) of `w` for every token of `x`, AVX-512 VNNI.
+///
+/// # Safety
+/// The CPU has AVX2, FMA, F16C, AVX-512 VNNI and VL; outputs `out[t·ldo + 8g ..][..8]` of those
+/// groups are written by this call only.
+#[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
+pub(crate) unsafe fn quant_rows_vnni(w: &QMatrix, g0: usize, g1: usize, x: &QActs, out: *mut f32, ldo: usize) {
+    by_type!(w.ty, vnni_t, w, g0, g1, x, out, ldo)
+}
+
+/// As [`quant_rows_vnni`], AVX-VNNI.
+///
+/// # Safety
+/// As [`quant_rows_vnni`], with AVX-VNNI for AVX-512 VNNI.
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+pub(crate) unsafe fn quant_rows_avxvnni(w: &QMatrix, g0: usize, g1: usize, x: &QActs, out: *mut f32, ldo: usize) {
+    by_type!(w.ty, avxvnni_t, w, g0, g1, x, out, ldo)
+}
+
+/// As [`quant_rows_vnni`], AVX2 (`vpmaddubsw`).
+///
+/// # Safety
+/// As [`quant_rows_vnni`], with AVX2 + FMA + F16C only.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn quant_rows_avx2(w: &QMatrix, g0: usize, g1: usize, x: &QActs, out: *mut f32, ldo: usize) {
+    by_type!(w.ty, avx2_t, w, g0, g1, x, out, ldo)
 }

@@ -33,7 +33,7 @@ impl GgufFile {
     pub fn view(&self) -> Result<Gguf<'_>, EngineError> {
         let g = GGuf::new(&self.map)
             .map_err(|e| EngineError::model(format!("{}: not a GGUF file: {e}", self.path.display())))?;
-        Ok(Gguf { g, path: &self.path })
+        Ok(Gguf { g, path: &self.path, read: std::cell::Cell::new(0) })
     }
 }
 
@@ -41,6 +41,8 @@ impl GgufFile {
 pub struct Gguf<'a> {
     g: GGuf<'a>,
     path: &'a Path,
+    /// File bytes of the tensors read by [`Gguf::matrix`] and [`Gguf::vector`] so far.
+    read: std::cell::Cell<usize>,
 }
 
 impl<'a> Gguf<'a> {
@@ -52,6 +54,12 @@ impl<'a> Gguf<'a> {
     /// Whether the file holds tensor `name`.
     pub fn has_tensor(&self, name: &str) -> bool {
         self.g.tensors.contains_key(name)
+    }
+
+    /// The file's bytes of every tensor read so far by [`Gguf::matrix`] and [`Gguf::vector`]
+    /// (what "loaded bytes ≤ file bytes" is measured against).
+    pub fn read_bytes(&self) -> usize {
+        self.read.get()
     }
 
     /// Every tensor name, sorted.
@@ -74,7 +82,7 @@ impl<'a> Gguf<'a> {
         let info = t.to_info();
         let ty = GgmlType::from_u32(info.ty() as u32).ok_or_else(|| {
             EngineError::model(format!(
-                "tensor {name}: type {:?} is not supported (F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K are)",
+                "tensor {name}: type {:?} is not supported (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K are)",
                 info.ty()
             ))
         })?;
@@ -113,15 +121,25 @@ impl<'a> Gguf<'a> {
         }
         let mut v = vec![0f32; len];
         dequantize_row(ty, data, &mut v);
+        self.read.set(self.read.get() + data.len());
         Ok(v)
     }
 
-    /// A `[rows, cols]` weight (GGUF shape `[cols, rows]`): affine block types as
-    /// [`Weight::Quant`], Q6_K, F16 and F32 dequantized into [`Weight::Dense`].
+    /// A `[rows, cols]` weight (GGUF shape `[cols, rows]`) at the file's size: block types
+    /// repacked as [`Weight::Quant`], F16 and BF16 kept as [`Weight::Half`], F32 as
+    /// [`Weight::Dense`]. `threads` repack in parallel.
     ///
     /// # Errors
     /// As [`Gguf::tensor`], and for another shape or a row that is not whole blocks.
     pub fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Weight, EngineError> {
+        self.matrix_threads(name, rows, cols, 1)
+    }
+
+    /// [`Gguf::matrix`] repacked on `threads` threads.
+    ///
+    /// # Errors
+    /// As [`Gguf::matrix`].
+    pub fn matrix_threads(&self, name: &str, rows: usize, cols: usize, threads: usize) -> Result<Weight, EngineError> {
         let (ty, shape, data) = self.tensor(name)?;
         if shape != [cols, rows] {
             return Err(EngineError::model(format!("tensor {name}: GGUF shape {shape:?}, want [{cols}, {rows}]")));
@@ -133,12 +151,20 @@ impl<'a> Gguf<'a> {
                 ty.name()
             )));
         }
-        if ty.is_affine() {
-            Ok(Weight::Quant(QMatrix::from_ggml(ty, data, rows, cols)))
-        } else {
-            let mut v = vec![0f32; rows * cols];
-            dequantize_row(ty, data, &mut v);
-            Ok(Weight::Dense { rows, cols, data: v })
-        }
+        self.read.set(self.read.get() + data.len());
+        Ok(match ty {
+            GgmlType::F32 => {
+                let mut v = vec![0f32; rows * cols];
+                dequantize_row(ty, data, &mut v);
+                Weight::Dense { rows, cols, data: v }
+            }
+            GgmlType::F16 | GgmlType::BF16 => Weight::Half {
+                rows,
+                cols,
+                data: data.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect(),
+                bf16: ty == GgmlType::BF16,
+            },
+            _ => Weight::Quant(QMatrix::from_ggml_threads(ty, data, rows, cols, threads)),
+        })
     }
 }

@@ -31,9 +31,17 @@ impl RopeTable {
     /// llama.cpp's table for heads of `dim` values: `θ_i = base^(−2i/dim)` and `pos · θ_i` in
     /// f64, rounded to f32 after the cosine (what llama.cpp's rope cache effectively computes).
     pub fn llama_cpp(base: f64, dim: usize, positions: usize) -> Self {
+        Self::llama_cpp_scaled(base, dim, positions, None)
+    }
+
+    /// [`RopeTable::llama_cpp`] with llama.cpp's frequency factors (`rope_freqs`, one per
+    /// pair): pair `i`'s angle is `pos · θ_i / factors[i]` (`ggml_rope_cache_init`'s
+    /// `theta / ff`, ggml-cpu `ops.cpp`).
+    pub fn llama_cpp_scaled(base: f64, dim: usize, positions: usize, factors: Option<&[f32]>) -> Self {
         Self::build(dim, positions, |pos, i| {
             let theta = base.powf(-2.0 * i as f64 / dim as f64);
-            let a = pos as f64 * theta;
+            let ff = factors.map_or(1.0, |f| f[i] as f64);
+            let a = pos as f64 * theta / ff;
             (a.cos() as f32, a.sin() as f32)
         })
     }

@@ -83,6 +83,7 @@ pub fn config(ld: &Gguf<'_>) -> Result<LlamaConfig, EngineError> {
             windows,
             rope_local_base: LOCAL_ROPE_BASE,
             qk_norm: true,
+            rope_freq_factors: None,
             post_norms: true,
         },
     })

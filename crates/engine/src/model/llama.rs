@@ -61,6 +61,11 @@ pub struct Variant {
     pub rope_local_base: f32,
     /// Per-head RMSNorm of Q and K before RoPE (`attn_q_norm`, `attn_k_norm`).
     pub qk_norm: bool,
+    /// Llama 3's RoPE scaling as llama.cpp applies it: pair `i`'s angle is divided by factor
+    /// `i` (the `rope_freqs` tensor, `head_dim / 2` values, computed by the converter from
+    /// `rope_scaling = {rope_type: llama3, factor, low_freq_factor, high_freq_factor,
+    /// original_max_position_embeddings}`).
+    pub rope_freq_factors: Option<Vec<f32>>,
     /// RMSNorm of the attention and MLP outputs before the residual add
     /// (`post_attention_norm`, `post_ffw_norm`).
     pub post_norms: bool,
@@ -77,6 +82,7 @@ impl Variant {
             windows: vec![None; layers],
             rope_local_base: rope_base,
             qk_norm: false,
+            rope_freq_factors: None,
             post_norms: false,
         }
     }
@@ -250,7 +256,7 @@ impl std::fmt::Debug for LlamaModel {
 
 
 pub(crate) fn fuse(parts: Vec<Weight>) -> Weight {
-    Weight::concat_or_dense(&parts.iter().collect::<Vec<_>>())
+    Weight::stack(parts)
 }
 
 /// On the pool by token rows of the residual stream `x` (`[tokens, h]`): `x += proj` (when
@@ -289,12 +295,15 @@ fn llama_gguf_config(ld: &crate::checkpoint::gguf::Gguf<'_>) -> Result<LlamaConf
             return Err(EngineError::model(format!("RoPE scaling {s:?} is not supported")));
         }
     }
-    if ld.has_tensor("rope_freqs.weight") {
-        return Err(EngineError::model("rope_freqs (Llama 3.1 RoPE scaling) is not supported"));
-    }
+    let rope_freq_factors = match ld.has_tensor("rope_freqs.weight") {
+        true => Some(ld.vector("rope_freqs.weight", head_dim / 2)?),
+        false => None,
+    };
     let vocab = ld.embedding_rows()?;
     let layers = get("block_count")?;
     let rope_base = ld.meta().get_f32(&format!("{arch}.rope.freq_base")).unwrap_or(10000.0);
+    let mut variant = Variant::llama(layers, head_dim, rope_base);
+    variant.rope_freq_factors = rope_freq_factors;
     Ok(LlamaConfig {
         layers,
         hidden,
@@ -306,7 +315,7 @@ fn llama_gguf_config(ld: &crate::checkpoint::gguf::Gguf<'_>) -> Result<LlamaConf
         rms_eps: ld.meta().get_f32(&format!("{arch}.attention.layer_norm_rms_epsilon")).unwrap_or(1e-5),
         vocab,
         context_length: get("context_length")?,
-        variant: Variant::llama(layers, head_dim, rope_base),
+        variant,
     })
 }
 
@@ -354,9 +363,10 @@ impl LlamaModel {
         cfg.check()?;
         let (hidden, qd, kvd) = (cfg.hidden, cfg.q_dim(), cfg.kv_heads * cfg.head_dim);
         let vocab = cfg.vocab;
-        let embed = ld.matrix("token_embd.weight", vocab, hidden)?;
+        let mat = |n: &str, rows: usize, cols: usize| ld.matrix_threads(n, rows, cols, threads);
+        let embed = mat("token_embd.weight", vocab, hidden)?;
         let output = match ld.has_tensor("output.weight") {
-            true => Some(ld.matrix("output.weight", vocab, hidden)?),
+            true => Some(mat("output.weight", vocab, hidden)?),
             false => None,
         };
         let mut layers = Vec::with_capacity(cfg.layers);
@@ -367,18 +377,11 @@ impl LlamaModel {
             };
             layers.push(Layer {
                 attn_norm: ld.vector(&p("attn_norm"), hidden)?,
-                qkv: fuse(vec![
-                    ld.matrix(&p("attn_q"), qd, hidden)?,
-                    ld.matrix(&p("attn_k"), kvd, hidden)?,
-                    ld.matrix(&p("attn_v"), kvd, hidden)?,
-                ]),
-                wo: ld.matrix(&p("attn_output"), hidden, qd)?,
+                qkv: fuse(vec![mat(&p("attn_q"), qd, hidden)?, mat(&p("attn_k"), kvd, hidden)?, mat(&p("attn_v"), kvd, hidden)?]),
+                wo: mat(&p("attn_output"), hidden, qd)?,
                 ffn_norm: ld.vector(&p("ffn_norm"), hidden)?,
-                gate_up: fuse(vec![
-                    ld.matrix(&p("ffn_gate"), cfg.ffn, hidden)?,
-                    ld.matrix(&p("ffn_up"), cfg.ffn, hidden)?,
-                ]),
-                down: ld.matrix(&p("ffn_down"), hidden, cfg.ffn)?,
+                gate_up: fuse(vec![mat(&p("ffn_gate"), cfg.ffn, hidden)?, mat(&p("ffn_up"), cfg.ffn, hidden)?]),
+                down: mat(&p("ffn_down"), hidden, cfg.ffn)?,
                 qk_norm: match cfg.variant.qk_norm {
                     true => Some(pair("attn_q_norm", "attn_k_norm", cfg.head_dim)?),
                     false => None,
@@ -391,7 +394,9 @@ impl LlamaModel {
         }
         let output_norm = ld.vector("output_norm.weight", hidden)?;
         let name = ld.meta().general_name().unwrap_or("unnamed").to_owned();
-        Self::assemble(cfg, arch, name, embed, output, output_norm, layers, threads)
+        let mut m = Self::assemble(cfg, arch, name, embed, output, output_norm, layers, threads)?;
+        m.info.file_weight_bytes = Some(ld.read_bytes());
+        Ok(m)
     }
 
     /// Loads a Hugging Face Llama checkpoint directory (`LlamaForCausalLM` `config.json`,
@@ -497,14 +502,18 @@ impl LlamaModel {
         layers: Vec<Layer>,
         threads: usize,
     ) -> Result<Self, EngineError> {
-        let rope = RopeTable::llama_cpp(cfg.rope_base as f64, cfg.head_dim, cfg.context_length);
+        let ff = cfg.variant.rope_freq_factors.as_deref();
+        let rope = RopeTable::llama_cpp_scaled(cfg.rope_base as f64, cfg.head_dim, cfg.context_length, ff);
         let local = cfg.variant.windows.iter().any(Option::is_some) && cfg.variant.rope_local_base != cfg.rope_base;
         let rope_local =
-            local.then(|| RopeTable::llama_cpp(cfg.variant.rope_local_base as f64, cfg.head_dim, cfg.context_length));
-        let mut wbytes = weight_bytes(&embed) + output.as_ref().map_or(0, weight_bytes);
+            local.then(|| RopeTable::llama_cpp_scaled(cfg.variant.rope_local_base as f64, cfg.head_dim, cfg.context_length, ff));
+        let mut wbytes = weight_bytes(&embed) + output.as_ref().map_or(0, weight_bytes) + 4 * output_norm.len();
+        let vec_bytes = |v: &Option<(Vec<f32>, Vec<f32>)>| v.as_ref().map_or(0, |(a, b)| 4 * (a.len() + b.len()));
         for l in &layers {
             wbytes += weight_bytes(&l.qkv) + weight_bytes(&l.wo) + weight_bytes(&l.gate_up) + weight_bytes(&l.down);
+            wbytes += 4 * (l.attn_norm.len() + l.ffn_norm.len()) + vec_bytes(&l.qk_norm) + vec_bytes(&l.post_norms);
         }
+        wbytes += cfg.variant.rope_freq_factors.as_ref().map_or(0, |f| 4 * f.len());
         let info = ModelInfo {
             architecture: arch,
             name,
@@ -513,6 +522,7 @@ impl LlamaModel {
             num_layers: cfg.layers,
             hidden_size: cfg.hidden,
             weight_bytes: wbytes,
+            file_weight_bytes: None,
         };
         let pool = ThreadPool::new(threads).map_err(|e| EngineError::model(format!("thread pool: {e}")))?;
         Ok(LlamaModel {

@@ -32,8 +32,11 @@ pub struct ModelInfo {
     pub num_layers: usize,
     /// Hidden size.
     pub hidden_size: usize,
-    /// Bytes of weights held in memory.
+    /// Bytes of weights held in memory (matrices at their repacked size, vectors in f32).
     pub weight_bytes: usize,
+    /// The file's bytes of the same tensors, where the model came from a file that states them
+    /// (GGUF): start-up prints both, and `weight_bytes` stays within 1.05 × of it.
+    pub file_weight_bytes: Option<usize>,
 }
 
 /// Wall time of a model's forward passes by part, in seconds summed over the calls since the

@@ -52,6 +52,7 @@ impl Glm5Model {
             num_layers: c.layers,
             hidden_size: h,
             weight_bytes: weight_bytes(&embed, lm_head.as_ref(), &layers),
+            file_weight_bytes: None,
         };
         let pool = ThreadPool::new(threads).map_err(|e| EngineError::model(format!("thread pool: {e}")))?;
         Ok(Glm5Model {
@@ -147,7 +148,7 @@ fn absorbed_kv_b(ck: &Checkpoint, c: &Glm5Config, a: &str) -> Result<AbsorbedKvB
 fn load_mlp(ck: &Checkpoint, prefix: &str, hidden: usize, inter: usize) -> Result<Mlp, EngineError> {
     let g = ck.linear(&format!("{prefix}.gate_proj"), inter, hidden)?;
     let u = ck.linear(&format!("{prefix}.up_proj"), inter, hidden)?;
-    let gate_up = Weight::concat_or_dense(&[&g, &u]);
+    let gate_up = Weight::stack(vec![g, u]);
     Ok(Mlp { gate_up, down: ck.linear(&format!("{prefix}.down_proj"), hidden, inter)?, inter })
 }
 

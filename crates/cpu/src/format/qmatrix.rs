@@ -1,0 +1,522 @@
+//! [`QMatrix`]: a GGML block-quantized matrix repacked for the kernels at its file's size.
+//!
+//! Every block type keeps its own bits per weight (Q4_0 4.5, Q4_1 5, Q5_0 5.5, Q5_1 6, Q8_0 8.5,
+//! Q4_K 4.625 where the file has 4.5, Q5_K 5.625 for 5.5, Q6_K 6.5625): codes stay 4-bit
+//! nibbles plus a 1- or 2-bit high plane, scales stay f16 and the K-quants' 6-bit sub-block
+//! scales stay one byte each. Nothing is widened; the layout changes only *where* the bytes are.
+//!
+//! **Tiles.** Rows come in groups of 8 (the last group padded with zero rows). A *tile* is one
+//! row group × one GGML block (32 or 256 weights) and is contiguous, so a row group's weights are
+//! one sequential stream: the d/m (or d/dmin) f16 of the 8 rows, then per-sub-block scale bytes,
+//! then per 32-weight sub-block the high-bit plane and the code chunks. A *chunk* is 4
+//! consecutive code bytes of each of the 8 rows (32 bytes): one 256-bit load holds the same
+//! weights of 8 rows (*rows in lanes*), and one broadcast of 4 activation bytes feeds all 8.
+//! In a 4-bit sub-block, byte `j` (of 16) of a row holds weight `j` in its low nibble and weight
+//! `j + 16` in its high nibble (GGML's Q4_0 order, for every type), so chunk `c` gives weights
+//! `4c .. 4c+4` (low nibbles) and `16 + 4c .. 16 + 4c + 4` (high nibbles). The high planes are
+//! laid out so that chunk `c`'s bits reach bit 4 of each code byte with one shift and one mask
+//! (see [`HighBits`]).
+//!
+//! **Arithmetic** (the scalar definition [`QMatrix::dot`] that every kernel reproduces bit for
+//! bit). Activations are 8-bit per 32-block ([`QActs`]: `x ≈ dx · q`, `sx = dx · Σq`, and the
+//! integer sums of each 16-half). A row is a sequence of *sub-blocks* of `S` weights (32; 16
+//! for Q6_K), each `w = dw · u + mw` with unsigned integer codes `u`:
+//!
+//! ```text
+//! acc = 0; macc = 0
+//! for each sub-block b:  I    = Σ u·q                      (exact i32; Q6_K: Σ u·q − 32·Σq)
+//!                        acc  = fma(f32(I), dw_b · dx, acc)
+//!                        macc = fma(mw_b, sx, macc)        (types with an offset; 32-weight b only)
+//! out = acc + macc
+//! ```
+//!
+//! with, per type: Q4_0 `dw = d, mw = −8d`; Q4_1 `dw = d, mw = m`; Q5_0 `dw = d, mw = −16d`;
+//! Q5_1 `dw = d, mw = m`; Q8_0 `u = q + 128, dw = d, mw = −128d`; Q4_K and Q5_K `dw = d·sc,
+//! mw = −(dmin·m)` (6-bit `sc`, `m` per 32, both products exact in f32); Q6_K (16-weight
+//! sub-blocks, signed codes `u − 32`, no offset) `dw = d·sc` (i8 `sc`, exact). `dw · dx` is one
+//! f32 rounding. The integer sums are exact on every path (VNNI `vpdpbusd`, AVX2 `vpmaddubsw`
+//! in i16 within the bounds worked out in `kernels::q8_x86`, AMX `tdpbsud`), so every path
+//! gives the same bits, alone or batched. GGML's own dequantized values ([`QMatrix::dequantize_row`])
+//! are reproduced bit for bit (`dequantize_row_*` in `ggml/src/ggml-quants.c`).
+#![allow(unsafe_code)]
+
+use super::ggml::{decode_codes, GgmlType, QActs, QK, QK_K};
+use crate::half::f16_to_f32;
+
+/// Rows per group: the lanes of one 256-bit vector of i32 sums.
+pub const GROUP: usize = 8;
+
+/// Where each part of a tile lives (byte offsets inside the tile) and how big it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TileLayout {
+    /// Bytes of one tile (8 rows × one GGML block).
+    pub bytes: usize,
+    /// 32-weight sub-blocks per GGML block (1, or 8 for the K-quants).
+    pub subs: usize,
+    /// The 8 rows' `d` (f16).
+    pub d: usize,
+    /// The 8 rows' second f16 (Q4_1/Q5_1 `m`, Q4_K/Q5_K `dmin`), if any.
+    pub m: Option<usize>,
+    /// Sub-block scale bytes, `[sub][row]` (Q4_K/Q5_K: 6-bit `sc` per 32; Q6_K: i8 `sc` per 16,
+    /// `[half][row]`).
+    pub sc: Option<usize>,
+    /// Sub-block min bytes `[sub][row]` (Q4_K/Q5_K: 6-bit `m`).
+    pub mn: Option<usize>,
+    /// High-bit planes: first sub-block's plane (each sub-block's at `+ s · hi_bytes`).
+    pub hi: usize,
+    /// Bytes of a sub-block's high plane for 8 rows (0, 32 or 64).
+    pub hi_bytes: usize,
+    /// First sub-block's code chunks (each sub-block's at `+ s · code_bytes`).
+    pub codes: usize,
+    /// Bytes of a sub-block's codes for 8 rows (128 nibble bytes or 256 8-bit codes).
+    pub code_bytes: usize,
+}
+
+/// The high-bit plane of a 32-weight sub-block (per row).
+///
+/// - [`HighBits::One`] (Q5_*): one 32-bit lane per row; byte `j` of it holds, at bit `c`, bit 4
+///   of weight `4c + j` and, at bit `4 + c`, bit 4 of weight `16 + 4c + j` (`c` = 0..4). Chunk
+///   `c`'s bit 4 is `(lane << (4 − c)) & 0x10101010` (low-nibble weights) and `(lane >> c) &
+///   0x10101010` (high-nibble weights).
+/// - [`HighBits::Two`] (Q6_K): two 32-bit lanes per row, the first for weights 0..16, the
+///   second for 16..32; byte `j` holds at bits `2c, 2c+1` bits 4–5 of weight `4c + j` (of its
+///   half). Chunk `c`'s bits 4–5 are `(lane << 4 >> 2c) & 0x30303030`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HighBits {
+    /// 4-bit or 8-bit codes.
+    None,
+    /// Q5_0, Q5_1, Q5_K.
+    One,
+    /// Q6_K.
+    Two,
+}
+
+/// The layout of `ty`'s tiles; `None` for F32/F16/BF16.
+pub const fn layout(ty: GgmlType) -> Option<TileLayout> {
+    #[allow(clippy::too_many_arguments)]
+    const fn l(
+        bytes: usize,
+        subs: usize,
+        m: Option<usize>,
+        sc: Option<usize>,
+        mn: Option<usize>,
+        hi: usize,
+        hi_bytes: usize,
+        codes: usize,
+        code_bytes: usize,
+    ) -> TileLayout {
+        TileLayout { bytes, subs, d: 0, m, sc, mn, hi, hi_bytes, codes, code_bytes }
+    }
+    Some(match ty {
+        GgmlType::Q4_0 => l(144, 1, None, None, None, 16, 0, 16, 128),
+        GgmlType::Q4_1 => l(160, 1, Some(16), None, None, 32, 0, 32, 128),
+        GgmlType::Q8_0 => l(272, 1, None, None, None, 16, 0, 16, 256),
+        GgmlType::Q5_0 => l(176, 1, None, None, None, 16, 32, 48, 128),
+        GgmlType::Q5_1 => l(192, 1, Some(16), None, None, 32, 32, 64, 128),
+        GgmlType::Q4_K => l(1184, 8, Some(16), Some(32), Some(96), 160, 0, 160, 128),
+        GgmlType::Q5_K => l(1440, 8, Some(16), Some(32), Some(96), 160, 32, 416, 128),
+        GgmlType::Q6_K => l(1680, 8, None, Some(16), None, 144, 64, 656, 128),
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => return None,
+    })
+}
+
+/// The high plane kind of `ty`.
+pub const fn high_bits(ty: GgmlType) -> HighBits {
+    match ty {
+        GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q5_K => HighBits::One,
+        GgmlType::Q6_K => HighBits::Two,
+        _ => HighBits::None,
+    }
+}
+
+/// A quantized matrix `[rows, cols]` in tiles (module docs): row `r` produces output `r`.
+#[derive(Clone)]
+pub struct QMatrix {
+    /// The GGML type the matrix came from (and whose arithmetic it keeps).
+    pub ty: GgmlType,
+    /// Output features.
+    pub rows: usize,
+    /// Input features (a multiple of the type's block length).
+    pub cols: usize,
+    /// The tiles, `groups × blocks_per_row`, row group major.
+    data: Vec<u8>,
+}
+
+impl std::fmt::Debug for QMatrix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QMatrix").field("ty", &self.ty).field("rows", &self.rows).field("cols", &self.cols).finish()
+    }
+}
+
+/// The scale and offset of one sub-block of one row ([`QMatrix::sub_params`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SubParams {
+    /// `dw` (module docs).
+    pub dw: f32,
+    /// `mw`, for types with an offset.
+    pub mw: Option<f32>,
+}
+
+impl QMatrix {
+    /// The tile layout.
+    pub fn layout(&self) -> TileLayout {
+        // Construction only accepts block types.
+        layout(self.ty).unwrap_or(TileLayout {
+            bytes: 0,
+            subs: 1,
+            d: 0,
+            m: None,
+            sc: None,
+            mn: None,
+            hi: 0,
+            hi_bytes: 0,
+            codes: 0,
+            code_bytes: 0,
+        })
+    }
+
+    /// Row groups (the last may be partly padding).
+    pub fn groups(&self) -> usize {
+        self.rows.div_ceil(GROUP)
+    }
+
+    /// GGML blocks per row.
+    pub fn blocks_per_row(&self) -> usize {
+        self.cols / self.ty.block_len()
+    }
+
+    /// Every tile, `groups × blocks_per_row`, row group major (for the kernels).
+    pub fn data(&self) -> &[u8] {
+        &self.data
+    }
+
+    /// Bytes held: what a matmul over the matrix streams from memory.
+    pub fn bytes(&self) -> usize {
+        self.data.len()
+    }
+
+    /// Tile `(g, kb)`.
+    #[inline]
+    pub fn tile(&self, g: usize, kb: usize) -> &[u8] {
+        let l = self.layout();
+        let at = (g * self.blocks_per_row() + kb) * l.bytes;
+        &self.data[at..at + l.bytes]
+    }
+
+    /// Converts GGML block data (`rows` rows of `cols` weights, row-major as in a GGUF file)
+    /// into tiles, on up to `threads` threads.
+    ///
+    /// # Panics
+    /// When `ty` is not a block type, `cols` is not whole blocks or `src` is short (callers
+    /// check shapes first).
+    pub fn from_ggml(ty: GgmlType, src: &[u8], rows: usize, cols: usize) -> Self {
+        Self::from_ggml_threads(ty, src, rows, cols, 1)
+    }
+
+    /// [`QMatrix::from_ggml`] with the row groups split over `threads` scoped threads (the
+    /// repacking of an 8B model's 5 GB is a few seconds per thread).
+    ///
+    /// # Panics
+    /// As [`QMatrix::from_ggml`].
+    pub fn from_ggml_threads(ty: GgmlType, src: &[u8], rows: usize, cols: usize, threads: usize) -> Self {
+        let l = layout(ty).expect("a block type");
+        assert!(cols.is_multiple_of(ty.block_len()), "{cols} columns of {}", ty.name());
+        let row_bytes = ty.bytes_for(cols);
+        assert!(src.len() >= rows * row_bytes, "{} bytes for {rows} rows of {}", src.len(), ty.name());
+        let nkb = cols / ty.block_len();
+        let groups = rows.div_ceil(GROUP);
+        let group_bytes = nkb * l.bytes;
+        let mut data = vec![0u8; groups * group_bytes];
+        let per = groups.div_ceil(threads.max(1)).max(1);
+        let pack = |g0: usize, out: &mut [u8]| {
+            for (gi, gout) in out.chunks_exact_mut(group_bytes).enumerate() {
+                let g = g0 + gi;
+                for i in 0..GROUP {
+                    let r = g * GROUP + i;
+                    if r >= rows {
+                        break;
+                    }
+                    let row = &src[r * row_bytes..(r + 1) * row_bytes];
+                    let bb = ty.bytes_for(ty.block_len());
+                    for (kb, blk) in row.chunks_exact(bb).enumerate() {
+                        pack_block(ty, &l, blk, &mut gout[kb * l.bytes..(kb + 1) * l.bytes], i);
+                    }
+                }
+            }
+        };
+        if threads <= 1 || groups <= 1 {
+            pack(0, &mut data);
+        } else {
+            std::thread::scope(|s| {
+                for (ti, chunk) in data.chunks_mut(per * group_bytes).enumerate() {
+                    let pack = &pack;
+                    s.spawn(move || pack(ti * per, chunk));
+                }
+            });
+        }
+        QMatrix { ty, rows, cols, data }
+    }
+
+    /// Stacks matrices of one type and width along rows (Q, K and V into one QKV projection);
+    /// `None` when types or widths differ or a part's rows are not whole groups (but the last).
+    pub fn concat(parts: &[&QMatrix]) -> Option<QMatrix> {
+        let first = parts.first()?;
+        if parts.iter().any(|p| p.ty != first.ty || p.cols != first.cols) {
+            return None;
+        }
+        if parts[..parts.len() - 1].iter().any(|p| !p.rows.is_multiple_of(GROUP)) {
+            return None;
+        }
+        let mut data = Vec::with_capacity(parts.iter().map(|p| p.data.len()).sum());
+        for p in parts {
+            data.extend_from_slice(&p.data);
+        }
+        Some(QMatrix { ty: first.ty, rows: parts.iter().map(|p| p.rows).sum(), cols: first.cols, data })
+    }
+
+    /// The unsigned codes of 32-weight sub-block `b` (of the row) of row `r`: `u[i]` is weight
+    /// `32b + i` (0..15, 0..31, 0..63 or 0..255).
+    pub fn sub_codes(&self, r: usize, b: usize, u: &mut [u8; QK]) {
+        let l = self.layout();
+        let (g, i) = (r / GROUP, r % GROUP);
+        let (kb, s) = (b / l.subs, b % l.subs);
+        let t = self.tile(g, kb);
+        let codes = &t[l.codes + s * l.code_bytes..];
+        if l.code_bytes == 256 {
+            for c in 0..8 {
+                u[4 * c..4 * c + 4].copy_from_slice(&codes[c * 32 + 4 * i..c * 32 + 4 * i + 4]);
+            }
+            return;
+        }
+        for c in 0..4 {
+            for j in 0..4 {
+                let byte = codes[c * 32 + 4 * i + j];
+                u[4 * c + j] = byte & 0xf;
+                u[16 + 4 * c + j] = byte >> 4;
+            }
+        }
+        let hi = &t[l.hi + s * l.hi_bytes..];
+        match high_bits(self.ty) {
+            HighBits::None => {}
+            HighBits::One => {
+                let lane = &hi[4 * i..4 * i + 4];
+                for c in 0..4 {
+                    for j in 0..4 {
+                        u[4 * c + j] |= ((lane[j] >> c) & 1) << 4;
+                        u[16 + 4 * c + j] |= ((lane[j] >> (4 + c)) & 1) << 4;
+                    }
+                }
+            }
+            HighBits::Two => {
+                for (half, base) in [(0usize, 0usize), (1, 32)] {
+                    let lane = &hi[base + 4 * i..base + 4 * i + 4];
+                    for c in 0..4 {
+                        for j in 0..4 {
+                            u[16 * half + 4 * c + j] |= ((lane[j] >> (2 * c)) & 3) << 4;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn f16_at(&self, t: &[u8], at: usize, i: usize) -> f32 {
+        f16_to_f32(u16::from_le_bytes([t[at + 2 * i], t[at + 2 * i + 1]]))
+    }
+
+    /// `dw`/`mw` of row `r`'s 32-weight sub-block `b` (Q6_K: of its 16-weight half `half`).
+    pub fn sub_params(&self, r: usize, b: usize, half: usize) -> SubParams {
+        let l = self.layout();
+        let (g, i) = (r / GROUP, r % GROUP);
+        let (kb, s) = (b / l.subs, b % l.subs);
+        let t = self.tile(g, kb);
+        let d = self.f16_at(t, l.d, i);
+        match self.ty {
+            GgmlType::Q4_0 => SubParams { dw: d, mw: Some(-8.0 * d) },
+            GgmlType::Q5_0 => SubParams { dw: d, mw: Some(-16.0 * d) },
+            GgmlType::Q8_0 => SubParams { dw: d, mw: Some(-128.0 * d) },
+            GgmlType::Q4_1 | GgmlType::Q5_1 => SubParams { dw: d, mw: Some(self.f16_at(t, 16, i)) },
+            GgmlType::Q4_K | GgmlType::Q5_K => {
+                let sc = t[32 + s * GROUP + i] as f32;
+                let m = t[96 + s * GROUP + i] as f32;
+                SubParams { dw: d * sc, mw: Some(-(self.f16_at(t, 16, i) * m)) }
+            }
+            GgmlType::Q6_K => {
+                let sc = t[16 + (2 * s + half) * GROUP + i] as i8 as f32;
+                SubParams { dw: d * sc, mw: None }
+            }
+            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => unreachable!("not a block type"),
+        }
+    }
+
+    /// Row `r`'s weights as GGML dequantizes them (bit for bit), into `out` (`cols` values).
+    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        let mut u = [0u8; QK];
+        for b in 0..self.cols / QK {
+            self.sub_codes(r, b, &mut u);
+            let o = &mut out[b * QK..(b + 1) * QK];
+            if self.ty == GgmlType::Q6_K {
+                // GGML's `d * sc[is] * q` with q = u − 32, left to right.
+                for half in 0..2 {
+                    let dw = self.sub_params(r, b, half).dw;
+                    for j in 0..16 {
+                        o[16 * half + j] = dw * (u[16 * half + j] as i32 - 32) as f32;
+                    }
+                }
+                continue;
+            }
+            let p = self.sub_params(r, b, 0);
+            let m = p.mw.unwrap_or(0.0);
+            for (o, &u) in o.iter_mut().zip(&u) {
+                *o = p.dw * u as f32 + m;
+            }
+        }
+    }
+
+    /// The definition (module docs) for row `r` against token `t` of `x`: the portable path
+    /// and the reference every SIMD path is tested against bit for bit.
+    pub fn dot(&self, r: usize, x: &QActs, t: usize) -> f32 {
+        let nb = self.cols / QK;
+        let xq = &x.q[t * self.cols..(t + 1) * self.cols];
+        let (mut acc, mut macc) = (0f32, 0f32);
+        let mut u = [0u8; QK];
+        for b in 0..nb {
+            self.sub_codes(r, b, &mut u);
+            let q = &xq[b * QK..(b + 1) * QK];
+            let xb = t * nb + b;
+            let dx = x.d[xb];
+            if self.ty == GgmlType::Q6_K {
+                for half in 0..2 {
+                    let mut isum = 0i32;
+                    for j in 16 * half..16 * half + 16 {
+                        isum += u[j] as i32 * q[j] as i32;
+                    }
+                    isum -= 32 * x.bsum[2 * xb + half];
+                    let dw = self.sub_params(r, b, half).dw;
+                    acc = (isum as f32).mul_add(dw * dx, acc);
+                }
+                continue;
+            }
+            let isum: i32 = u.iter().zip(q).map(|(&u, &q)| u as i32 * q as i32).sum();
+            let p = self.sub_params(r, b, 0);
+            acc = (isum as f32).mul_add(p.dw * dx, acc);
+            if let Some(mw) = p.mw {
+                macc = mw.mul_add(x.s[xb], macc);
+            }
+        }
+        acc + macc
+    }
+}
+
+/// Writes row `i` (0..8) of a tile from one GGML block `blk` of type `ty`.
+fn pack_block(ty: GgmlType, l: &TileLayout, blk: &[u8], tile: &mut [u8], i: usize) {
+    let mut u = [0u8; QK_K];
+    let n = ty.block_len();
+    decode_codes(ty, blk, &mut u[..n]);
+    let put16 = |tile: &mut [u8], at: usize, v: [u8; 2]| tile[at + 2 * i..at + 2 * i + 2].copy_from_slice(&v);
+    match ty {
+        GgmlType::Q4_0 | GgmlType::Q8_0 | GgmlType::Q5_0 => put16(tile, l.d, [blk[0], blk[1]]),
+        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => {
+            put16(tile, l.d, [blk[0], blk[1]]);
+            put16(tile, 16, [blk[2], blk[3]]);
+        }
+        GgmlType::Q6_K => put16(tile, l.d, [blk[208], blk[209]]),
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => unreachable!("not a block type"),
+    }
+    if matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K) {
+        for s in 0..8 {
+            let (sc, m) = super::ggml::scale_min_k4(s, &blk[4..16]);
+            tile[32 + s * GROUP + i] = sc;
+            tile[96 + s * GROUP + i] = m;
+        }
+    }
+    if ty == GgmlType::Q6_K {
+        for h in 0..16 {
+            tile[16 + h * GROUP + i] = blk[192 + h];
+        }
+    }
+    for s in 0..l.subs {
+        let u = &u[s * QK..(s + 1) * QK];
+        let codes = &mut tile[l.codes + s * l.code_bytes..l.codes + (s + 1) * l.code_bytes];
+        if l.code_bytes == 256 {
+            for c in 0..8 {
+                codes[c * 32 + 4 * i..c * 32 + 4 * i + 4].copy_from_slice(&u[4 * c..4 * c + 4]);
+            }
+            continue;
+        }
+        for c in 0..4 {
+            for j in 0..4 {
+                codes[c * 32 + 4 * i + j] = (u[4 * c + j] & 0xf) | ((u[16 + 4 * c + j] & 0xf) << 4);
+            }
+        }
+        let hi = &mut tile[l.hi + s * l.hi_bytes..l.hi + (s + 1) * l.hi_bytes];
+        match high_bits(ty) {
+            HighBits::None => {}
+            HighBits::One => {
+                for j in 0..4 {
+                    let mut byte = 0u8;
+                    for c in 0..4 {
+                        byte |= ((u[4 * c + j] >> 4) & 1) << c;
+                        byte |= ((u[16 + 4 * c + j] >> 4) & 1) << (4 + c);
+                    }
+                    hi[4 * i + j] = byte;
+                }
+            }
+            HighBits::Two => {
+                for (half, base) in [(0usize, 0usize), (1, 32)] {
+                    for j in 0..4 {
+                        let mut byte = 0u8;
+                        for c in 0..4 {
+                            byte |= ((u[16 * half + 4 * c + j] >> 4) & 3) << (2 * c);
+                        }
+                        hi[base + 4 * i + j] = byte;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::ggml::{dequantize_row, random_blocks, BLOCK_TYPES};
+
+    fn xorshift(seed: &mut u32) -> u32 {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 17;
+        *seed ^= *seed << 5;
+        *seed
+    }
+
+    /// The tiles reproduce GGML's dequantization bit for bit, through a padded row group (13
+    /// rows: one group and 5 rows of a second) and through a concat, and every type's tiles are
+    /// within 3 % of the file's bytes (exactly its bytes but for the K-quants' unpacked scale
+    /// bytes).
+    #[test]
+    fn repack_is_exact_and_file_sized() {
+        let mut seed = 0x1234_5678u32;
+        for ty in BLOCK_TYPES {
+            let (rows, cols) = (13, 512);
+            let raw = random_blocks(ty, rows * cols, &mut || xorshift(&mut seed));
+            let q = QMatrix::from_ggml_threads(ty, &raw, rows, cols, 3);
+            let single = QMatrix::from_ggml(ty, &raw[..8 * ty.bytes_for(cols)], 8, cols);
+            let both = QMatrix::concat(&[&single, &q]).expect("same type");
+            assert_eq!(both.rows, 21);
+            for r in 0..rows {
+                let mut want = vec![0f32; cols];
+                dequantize_row(ty, &raw[r * ty.bytes_for(cols)..(r + 1) * ty.bytes_for(cols)], &mut want);
+                for (m, rr) in [(&q, r), (&both, r + 8)] {
+                    let mut got = vec![0f32; cols];
+                    m.dequantize_row(rr, &mut got);
+                    let g: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
+                    let w: Vec<u32> = want.iter().map(|v| v.to_bits()).collect();
+                    assert_eq!(g, w, "{ty:?} row {r}");
+                }
+            }
+            let full = QMatrix::from_ggml(ty, &raw[..8 * ty.bytes_for(cols)], 8, cols);
+            let ratio = full.bytes() as f64 / (8 * ty.bytes_for(cols)) as f64;
+            assert!((1.0..=1.03).contains(&ratio), "{ty:?}: {ratio}");
+        }
+    }
+}
