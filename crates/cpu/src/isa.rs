@@ -6,7 +6,9 @@
 /// The instruction set the kernels use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Isa {
-    /// AVX2 + FMA + F16C + AVX-512 VNNI/VL (`vpdpbusd` on 256-bit registers).
+    /// [`Isa::Vnni`] plus AMX-INT8 tiles (Sapphire Rapids and later) for batched matmuls.
+    Amx,
+    /// AVX2 + FMA + F16C + AVX-512 F/BW/VL/VNNI (`vpdpbusd` on 512-bit registers).
     Vnni,
     /// AVX2 + FMA + F16C + AVX-VNNI: the VEX-encoded 256-bit `vpdpbusd` of Alder Lake and later
     /// and Zen 5, with 16 vector registers.
@@ -17,14 +19,55 @@ pub enum Isa {
     Scalar,
 }
 
+/// Whether AMX-INT8 tiles may be used: the CPU has AMX-TILE and AMX-INT8 (CPUID leaf 7, EDX
+/// bits 24 and 25) and Linux granted this process the tile data state (`arch_prctl(
+/// ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`, Documentation/arch/x86/xstate.rst), asked once.
+pub fn amx_enabled() -> bool {
+    static AMX: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AMX.get_or_init(|| {
+        #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+        {
+            let edx = std::arch::x86_64::__cpuid_count(7, 0).edx;
+            if !is_x86_feature_detected!("avx2") || edx & (3 << 24) != 3 << 24 {
+                return false;
+            }
+            const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
+            const XFEATURE_XTILEDATA: libc::c_long = 18;
+            // SAFETY: a permission request; it changes no memory of ours.
+            #[allow(unsafe_code)]
+            let r = unsafe { libc::syscall(libc::SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) };
+            r == 0
+        }
+        #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+        false
+    })
+}
+
+/// AVX-512 F, BW, VL and VNNI: what the 512-bit kernels use.
+#[cfg(target_arch = "x86_64")]
+fn avx512() -> bool {
+    is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512vl")
+        && is_x86_feature_detected!("avx512vnni")
+}
+
 impl Isa {
+    /// Whether the 512-bit AVX-512 kernels run (the AMX path uses them below its batch sizes).
+    pub fn avx512(self) -> bool {
+        matches!(self, Isa::Amx | Isa::Vnni)
+    }
+
     /// The best set this CPU supports.
     pub fn detect() -> Isa {
         #[cfg(target_arch = "x86_64")]
         {
             let avx2 =
                 is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c");
-            if avx2 && is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl") {
+            if avx2 && avx512() && amx_enabled() {
+                return Isa::Amx;
+            }
+            if avx2 && avx512() {
                 return Isa::Vnni;
             }
             if avx2 && is_x86_feature_detected!("avxvnni") {
@@ -46,7 +89,10 @@ impl Isa {
         {
             let avx2 =
                 is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c");
-            if avx2 && is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl") {
+            if avx2 && avx512() && amx_enabled() {
+                v.push(Isa::Amx);
+            }
+            if avx2 && avx512() {
                 v.push(Isa::Vnni);
             }
             if avx2 && is_x86_feature_detected!("avxvnni") {
@@ -63,6 +109,7 @@ impl Isa {
     /// Name for logs and `/get_server_info`.
     pub fn name(self) -> &'static str {
         match self {
+            Isa::Amx => "amx",
             Isa::Vnni => "avx512-vnni",
             Isa::AvxVnni => "avx-vnni",
             Isa::Avx2 => "avx2",

@@ -99,7 +99,10 @@ fn print_limits(l: &Limits, mib: usize) {
             );
         }
     };
-    println!("clock: {:.2} GHz (dependent-add chain, one thread)", l.clock_ghz);
+    match l.clock_ghz {
+        Some(c) => println!("clock: {c:.2} GHz (dependent 64-bit imul chain, 3 cycles each, one thread)"),
+        None => println!("clock: cannot be measured here (an imul chain gave an implausible rate); theoretical peaks omitted"),
+    }
     println!("memory bandwidth: {:.1} GB/s (streaming read of {mib} MiB, {} threads)", l.bandwidth_gbs, l.threads);
     if l.fma_gflops > 0.0 {
         println!(

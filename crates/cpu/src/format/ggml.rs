@@ -311,6 +311,11 @@ pub struct QActs {
     pub s: Vec<f32>,
     /// `rows · cols / 16` integer sums `Σq` of each 16-value half.
     pub bsum: Vec<i32>,
+    /// The codes again in AMX A-tile order when [`QActs::pack_tiles`] made them: for each block
+    /// of 16 tokens and each 32-block, 16 rows × 32 bytes (tokens past `rows` zero), so one
+    /// tile load reads 512 contiguous bytes instead of 16 rows a whole row apart (which fell
+    /// into the same L1 sets).
+    pub tiles: Vec<i8>,
 }
 
 impl QActs {
@@ -322,6 +327,21 @@ impl QActs {
         self.resize(rows, cols);
         let nb = rows * cols / QK;
         quantize_blocks(x, &mut self.q, &mut self.d, &mut self.s, &mut self.bsum, 0, nb);
+    }
+
+    /// Fills [`QActs::tiles`] from the codes.
+    pub fn pack_tiles(&mut self) {
+        let nb = self.cols / QK;
+        let blocks = self.rows.div_ceil(16);
+        self.tiles.clear();
+        self.tiles.resize(blocks * nb * 16 * QK, 0);
+        for t in 0..self.rows {
+            let (tb, r) = (t / 16, t % 16);
+            for b in 0..nb {
+                let dst = ((tb * nb + b) * 16 + r) * QK;
+                self.tiles[dst..dst + QK].copy_from_slice(&self.q[t * self.cols + b * QK..t * self.cols + (b + 1) * QK]);
+            }
+        }
     }
 
     /// Sets the shape and sizes the buffers (contents unspecified until quantized).

@@ -5,12 +5,14 @@
 //! nibbles plus a 1- or 2-bit high plane, scales stay f16 and the K-quants' 6-bit sub-block
 //! scales stay one byte each. Nothing is widened; the layout changes only *where* the bytes are.
 //!
-//! **Tiles.** Rows come in groups of 8 (the last group padded with zero rows). A *tile* is one
+//! **Tiles.** Rows come in groups of 16 (the last group padded with zero rows). A *tile* is one
 //! row group × one GGML block (32 or 256 weights) and is contiguous, so a row group's weights are
-//! one sequential stream: the d/m (or d/dmin) f16 of the 8 rows, then per-sub-block scale bytes,
-//! then per 32-weight sub-block the high-bit plane and the code chunks. A *chunk* is 4
-//! consecutive code bytes of each of the 8 rows (32 bytes): one 256-bit load holds the same
-//! weights of 8 rows (*rows in lanes*), and one broadcast of 4 activation bytes feeds all 8.
+//! one sequential stream: the d/m (or d/dmin) f16 of the 16 rows, then per-sub-block scale
+//! bytes, then per 32-weight sub-block the high-bit planes and the code chunks. A *chunk* is 4
+//! consecutive code bytes of each of the 16 rows (64 bytes, row `i` at `4i`): one 512-bit load
+//! holds the same weights of 16 rows (*rows in lanes*), a 256-bit load those of 8 (the group's
+//! two *halves*), and one broadcast of 4 activation bytes feeds them all. A chunk is also one
+//! row of an AMX B tile (16 columns × 4 bytes of K).
 //! In a 4-bit sub-block, byte `j` (of 16) of a row holds weight `j` in its low nibble and weight
 //! `j + 16` in its high nibble (GGML's Q4_0 order, for every type), so chunk `c` gives weights
 //! `4c .. 4c+4` (low nibbles) and `16 + 4c .. 16 + 4c + 4` (high nibbles). The high planes are
@@ -43,13 +45,21 @@
 use super::ggml::{decode_codes, GgmlType, QActs, QK, QK_K};
 use crate::half::f16_to_f32;
 
-/// Rows per group: the lanes of one 256-bit vector of i32 sums.
-pub const GROUP: usize = 8;
+/// Rows per group: the lanes of one 512-bit vector of i32 sums.
+pub const GROUP: usize = 16;
 
-/// Where each part of a tile lives (byte offsets inside the tile) and how big it is.
+/// Rows per half group: the lanes of one 256-bit vector of i32 sums.
+pub const HALF: usize = 8;
+
+/// Bytes of a chunk: 4 code bytes of each of the 16 rows.
+pub const CHUNK: usize = 4 * GROUP;
+
+/// Where each part of a tile lives (byte offsets inside the tile) and how big it is. Every
+/// per-row array is `[..][row]` with the 16 rows contiguous (f16: 32 bytes; bytes: 16), so a
+/// half group's values are the first or second half of each run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TileLayout {
-    /// Bytes of one tile (8 rows × one GGML block).
+    /// Bytes of one tile (16 rows × one GGML block).
     pub bytes: usize,
     /// 32-weight sub-blocks per GGML block (1, or 8 for the K-quants).
     pub subs: usize,
@@ -64,22 +74,22 @@ pub struct TileLayout {
     pub mn: Option<usize>,
     /// High-bit planes: first sub-block's plane (each sub-block's at `+ s · hi_bytes`).
     pub hi: usize,
-    /// Bytes of a sub-block's high plane for 8 rows (0, 32 or 64).
+    /// Bytes of a sub-block's high plane for 16 rows (0, 64 or 128).
     pub hi_bytes: usize,
     /// First sub-block's code chunks (each sub-block's at `+ s · code_bytes`).
     pub codes: usize,
-    /// Bytes of a sub-block's codes for 8 rows (128 nibble bytes or 256 8-bit codes).
+    /// Bytes of a sub-block's codes for 16 rows (256 nibble bytes or 512 8-bit codes).
     pub code_bytes: usize,
 }
 
 /// The high-bit plane of a 32-weight sub-block (per row).
 ///
-/// - [`HighBits::One`] (Q5_*): one 32-bit lane per row; byte `j` of it holds, at bit `c`, bit 4
+/// - [`HighBits::One`] (Q5_*): one 32-bit lane per row (row `i` at `4i`); byte `j` of it holds, at bit `c`, bit 4
 ///   of weight `4c + j` and, at bit `4 + c`, bit 4 of weight `16 + 4c + j` (`c` = 0..4). Chunk
 ///   `c`'s bit 4 is `(lane << (4 − c)) & 0x10101010` (low-nibble weights) and `(lane >> c) &
 ///   0x10101010` (high-nibble weights).
-/// - [`HighBits::Two`] (Q6_K): two 32-bit lanes per row, the first for weights 0..16, the
-///   second for 16..32; byte `j` holds at bits `2c, 2c+1` bits 4–5 of weight `4c + j` (of its
+/// - [`HighBits::Two`] (Q6_K): two runs of 16 32-bit lanes, the first for weights 0..16 of
+///   each row, the second for 16..32; byte `j` holds at bits `2c, 2c+1` bits 4–5 of weight `4c + j` (of its
 ///   half). Chunk `c`'s bits 4–5 are `(lane << 4 >> 2c) & 0x30303030`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HighBits {
@@ -108,14 +118,14 @@ pub const fn layout(ty: GgmlType) -> Option<TileLayout> {
         TileLayout { bytes, subs, d: 0, m, sc, mn, hi, hi_bytes, codes, code_bytes }
     }
     Some(match ty {
-        GgmlType::Q4_0 => l(144, 1, None, None, None, 16, 0, 16, 128),
-        GgmlType::Q4_1 => l(160, 1, Some(16), None, None, 32, 0, 32, 128),
-        GgmlType::Q8_0 => l(272, 1, None, None, None, 16, 0, 16, 256),
-        GgmlType::Q5_0 => l(176, 1, None, None, None, 16, 32, 48, 128),
-        GgmlType::Q5_1 => l(192, 1, Some(16), None, None, 32, 32, 64, 128),
-        GgmlType::Q4_K => l(1184, 8, Some(16), Some(32), Some(96), 160, 0, 160, 128),
-        GgmlType::Q5_K => l(1440, 8, Some(16), Some(32), Some(96), 160, 32, 416, 128),
-        GgmlType::Q6_K => l(1680, 8, None, Some(16), None, 144, 64, 656, 128),
+        GgmlType::Q4_0 => l(288, 1, None, None, None, 32, 0, 32, 256),
+        GgmlType::Q4_1 => l(320, 1, Some(32), None, None, 64, 0, 64, 256),
+        GgmlType::Q8_0 => l(544, 1, None, None, None, 32, 0, 32, 512),
+        GgmlType::Q5_0 => l(352, 1, None, None, None, 32, 64, 96, 256),
+        GgmlType::Q5_1 => l(384, 1, Some(32), None, None, 64, 64, 128, 256),
+        GgmlType::Q4_K => l(2368, 8, Some(32), Some(64), Some(192), 320, 0, 320, 256),
+        GgmlType::Q5_K => l(2880, 8, Some(32), Some(64), Some(192), 320, 64, 832, 256),
+        GgmlType::Q6_K => l(3360, 8, None, Some(32), None, 288, 128, 1312, 256),
         GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => return None,
     })
 }
@@ -138,8 +148,8 @@ pub struct QMatrix {
     pub rows: usize,
     /// Input features (a multiple of the type's block length).
     pub cols: usize,
-    /// The tiles, `groups × blocks_per_row`, row group major.
-    data: Vec<u8>,
+    /// The tiles, `groups × blocks_per_row`, row group major, in huge pages.
+    data: crate::mem::HugeBytes,
 }
 
 impl std::fmt::Debug for QMatrix {
@@ -226,7 +236,7 @@ impl QMatrix {
         let nkb = cols / ty.block_len();
         let groups = rows.div_ceil(GROUP);
         let group_bytes = nkb * l.bytes;
-        let mut data = vec![0u8; groups * group_bytes];
+        let mut data = crate::mem::HugeBytes::zeroed(groups * group_bytes);
         let per = groups.div_ceil(threads.max(1)).max(1);
         let pack = |g0: usize, out: &mut [u8]| {
             for (gi, gout) in out.chunks_exact_mut(group_bytes).enumerate() {
@@ -267,9 +277,11 @@ impl QMatrix {
         if parts[..parts.len() - 1].iter().any(|p| !p.rows.is_multiple_of(GROUP)) {
             return None;
         }
-        let mut data = Vec::with_capacity(parts.iter().map(|p| p.data.len()).sum());
+        let mut data = crate::mem::HugeBytes::zeroed(parts.iter().map(|p| p.data.len()).sum());
+        let mut at = 0;
         for p in parts {
-            data.extend_from_slice(&p.data);
+            data[at..at + p.data.len()].copy_from_slice(&p.data);
+            at += p.data.len();
         }
         Some(QMatrix { ty: first.ty, rows: parts.iter().map(|p| p.rows).sum(), cols: first.cols, data })
     }
@@ -282,15 +294,15 @@ impl QMatrix {
         let (kb, s) = (b / l.subs, b % l.subs);
         let t = self.tile(g, kb);
         let codes = &t[l.codes + s * l.code_bytes..];
-        if l.code_bytes == 256 {
+        if l.code_bytes == 2 * CHUNK * 4 {
             for c in 0..8 {
-                u[4 * c..4 * c + 4].copy_from_slice(&codes[c * 32 + 4 * i..c * 32 + 4 * i + 4]);
+                u[4 * c..4 * c + 4].copy_from_slice(&codes[c * CHUNK + 4 * i..c * CHUNK + 4 * i + 4]);
             }
             return;
         }
         for c in 0..4 {
             for j in 0..4 {
-                let byte = codes[c * 32 + 4 * i + j];
+                let byte = codes[c * CHUNK + 4 * i + j];
                 u[4 * c + j] = byte & 0xf;
                 u[16 + 4 * c + j] = byte >> 4;
             }
@@ -308,7 +320,7 @@ impl QMatrix {
                 }
             }
             HighBits::Two => {
-                for (half, base) in [(0usize, 0usize), (1, 32)] {
+                for (half, base) in [(0usize, 0usize), (1, CHUNK)] {
                     let lane = &hi[base + 4 * i..base + 4 * i + 4];
                     for c in 0..4 {
                         for j in 0..4 {
@@ -335,14 +347,14 @@ impl QMatrix {
             GgmlType::Q4_0 => SubParams { dw: d, mw: Some(-8.0 * d) },
             GgmlType::Q5_0 => SubParams { dw: d, mw: Some(-16.0 * d) },
             GgmlType::Q8_0 => SubParams { dw: d, mw: Some(-128.0 * d) },
-            GgmlType::Q4_1 | GgmlType::Q5_1 => SubParams { dw: d, mw: Some(self.f16_at(t, 16, i)) },
+            GgmlType::Q4_1 | GgmlType::Q5_1 => SubParams { dw: d, mw: Some(self.f16_at(t, 2 * GROUP, i)) },
             GgmlType::Q4_K | GgmlType::Q5_K => {
-                let sc = t[32 + s * GROUP + i] as f32;
-                let m = t[96 + s * GROUP + i] as f32;
-                SubParams { dw: d * sc, mw: Some(-(self.f16_at(t, 16, i) * m)) }
+                let sc = t[4 * GROUP + s * GROUP + i] as f32;
+                let m = t[12 * GROUP + s * GROUP + i] as f32;
+                SubParams { dw: d * sc, mw: Some(-(self.f16_at(t, 2 * GROUP, i) * m)) }
             }
             GgmlType::Q6_K => {
-                let sc = t[16 + (2 * s + half) * GROUP + i] as i8 as f32;
+                let sc = t[2 * GROUP + (2 * s + half) * GROUP + i] as i8 as f32;
                 SubParams { dw: d * sc, mw: None }
             }
             GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => unreachable!("not a block type"),
@@ -408,7 +420,7 @@ impl QMatrix {
     }
 }
 
-/// Writes row `i` (0..8) of a tile from one GGML block `blk` of type `ty`.
+/// Writes row `i` (0..16) of a tile from one GGML block `blk` of type `ty`.
 fn pack_block(ty: GgmlType, l: &TileLayout, blk: &[u8], tile: &mut [u8], i: usize) {
     let mut u = [0u8; QK_K];
     let n = ty.block_len();
@@ -418,7 +430,7 @@ fn pack_block(ty: GgmlType, l: &TileLayout, blk: &[u8], tile: &mut [u8], i: usiz
         GgmlType::Q4_0 | GgmlType::Q8_0 | GgmlType::Q5_0 => put16(tile, l.d, [blk[0], blk[1]]),
         GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => {
             put16(tile, l.d, [blk[0], blk[1]]);
-            put16(tile, 16, [blk[2], blk[3]]);
+            put16(tile, 2 * GROUP, [blk[2], blk[3]]);
         }
         GgmlType::Q6_K => put16(tile, l.d, [blk[208], blk[209]]),
         GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => unreachable!("not a block type"),
@@ -426,27 +438,27 @@ fn pack_block(ty: GgmlType, l: &TileLayout, blk: &[u8], tile: &mut [u8], i: usiz
     if matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K) {
         for s in 0..8 {
             let (sc, m) = super::ggml::scale_min_k4(s, &blk[4..16]);
-            tile[32 + s * GROUP + i] = sc;
-            tile[96 + s * GROUP + i] = m;
+            tile[4 * GROUP + s * GROUP + i] = sc;
+            tile[12 * GROUP + s * GROUP + i] = m;
         }
     }
     if ty == GgmlType::Q6_K {
         for h in 0..16 {
-            tile[16 + h * GROUP + i] = blk[192 + h];
+            tile[2 * GROUP + h * GROUP + i] = blk[192 + h];
         }
     }
     for s in 0..l.subs {
         let u = &u[s * QK..(s + 1) * QK];
         let codes = &mut tile[l.codes + s * l.code_bytes..l.codes + (s + 1) * l.code_bytes];
-        if l.code_bytes == 256 {
+        if l.code_bytes == 2 * CHUNK * 4 {
             for c in 0..8 {
-                codes[c * 32 + 4 * i..c * 32 + 4 * i + 4].copy_from_slice(&u[4 * c..4 * c + 4]);
+                codes[c * CHUNK + 4 * i..c * CHUNK + 4 * i + 4].copy_from_slice(&u[4 * c..4 * c + 4]);
             }
             continue;
         }
         for c in 0..4 {
             for j in 0..4 {
-                codes[c * 32 + 4 * i + j] = (u[4 * c + j] & 0xf) | ((u[16 + 4 * c + j] & 0xf) << 4);
+                codes[c * CHUNK + 4 * i + j] = (u[4 * c + j] & 0xf) | ((u[16 + 4 * c + j] & 0xf) << 4);
             }
         }
         let hi = &mut tile[l.hi + s * l.hi_bytes..l.hi + (s + 1) * l.hi_bytes];
@@ -463,7 +475,7 @@ fn pack_block(ty: GgmlType, l: &TileLayout, blk: &[u8], tile: &mut [u8], i: usiz
                 }
             }
             HighBits::Two => {
-                for (half, base) in [(0usize, 0usize), (1, 32)] {
+                for (half, base) in [(0usize, 0usize), (1, CHUNK)] {
                     for j in 0..4 {
                         let mut byte = 0u8;
                         for c in 0..4 {
@@ -489,24 +501,24 @@ mod tests {
         *seed
     }
 
-    /// The tiles reproduce GGML's dequantization bit for bit, through a padded row group (13
-    /// rows: one group and 5 rows of a second) and through a concat, and every type's tiles are
+    /// The tiles reproduce GGML's dequantization bit for bit, through a padded row group (29
+    /// rows: one group and 13 rows of a second) and through a concat, and every type's tiles are
     /// within 3 % of the file's bytes (exactly its bytes but for the K-quants' unpacked scale
     /// bytes).
     #[test]
     fn repack_is_exact_and_file_sized() {
         let mut seed = 0x1234_5678u32;
         for ty in BLOCK_TYPES {
-            let (rows, cols) = (13, 512);
+            let (rows, cols) = (29, 512);
             let raw = random_blocks(ty, rows * cols, &mut || xorshift(&mut seed));
             let q = QMatrix::from_ggml_threads(ty, &raw, rows, cols, 3);
-            let single = QMatrix::from_ggml(ty, &raw[..8 * ty.bytes_for(cols)], 8, cols);
+            let single = QMatrix::from_ggml(ty, &raw[..16 * ty.bytes_for(cols)], 16, cols);
             let both = QMatrix::concat(&[&single, &q]).expect("same type");
-            assert_eq!(both.rows, 21);
+            assert_eq!(both.rows, 45);
             for r in 0..rows {
                 let mut want = vec![0f32; cols];
                 dequantize_row(ty, &raw[r * ty.bytes_for(cols)..(r + 1) * ty.bytes_for(cols)], &mut want);
-                for (m, rr) in [(&q, r), (&both, r + 8)] {
+                for (m, rr) in [(&q, r), (&both, r + 16)] {
                     let mut got = vec![0f32; cols];
                     m.dequantize_row(rr, &mut got);
                     let g: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
@@ -514,8 +526,8 @@ mod tests {
                     assert_eq!(g, w, "{ty:?} row {r}");
                 }
             }
-            let full = QMatrix::from_ggml(ty, &raw[..8 * ty.bytes_for(cols)], 8, cols);
-            let ratio = full.bytes() as f64 / (8 * ty.bytes_for(cols)) as f64;
+            let full = QMatrix::from_ggml(ty, &raw[..16 * ty.bytes_for(cols)], 16, cols);
+            let ratio = full.bytes() as f64 / (16 * ty.bytes_for(cols)) as f64;
             assert!((1.0..=1.03).contains(&ratio), "{ty:?}: {ratio}");
         }
     }

@@ -78,7 +78,7 @@ pub fn attend_group<E: KvElem>(
         super::elementwise::softmax_in_place(&mut scores[h * n..(h + 1) * n]);
     }
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Vnni && hd == 64 && group == 3 {
+    if isa.avx512() && hd == 64 && group == 3 {
         // SAFETY: Vnni implies AVX-512F/VL (32 vector registers hold all 24 accumulators).
         unsafe { x86::attn_values_g3_hd64(scores, v, stride, off, slots, out) };
         return;

@@ -6,7 +6,7 @@
 use super::elementwise::dot;
 use super::rows_per_task;
 use crate::format::ggml::{QActs, QMatrix, QK};
-use crate::format::qmatrix::GROUP;
+use crate::format::qmatrix::{GROUP, HALF};
 use crate::isa::Isa;
 use crate::pool::{SyncPtr, ThreadPool};
 use crate::weight::{half_to_f32, Weight};
@@ -56,6 +56,9 @@ pub fn matmul(pool: &ThreadPool, isa: Isa, w: &Weight, x: &[f32], tokens: usize,
     }
     if ps.iter().any(|p| matches!(p.w, Weight::Quant(_))) {
         quantize_parallel(pool, x, tokens, k, xq);
+        if isa == Isa::Amx && tokens >= AMX_MIN_TOKENS {
+            xq.pack_tiles();
+        }
     }
     // Tasks: row ranges of each piece, whole groups of 8 rows.
     let mut tasks: Vec<(usize, usize, usize)> = Vec::new();
@@ -364,23 +367,30 @@ fn quantize_parallel(pool: &ThreadPool, x: &[f32], rows: usize, cols: usize, xq:
     });
 }
 
-/// Rows `r0..r1` of `w` (`r0` a multiple of 8) for every token of `x`, to `out[t·ldo + r]`.
+/// Tokens from which the AMX path runs a matmul (below, the 512-bit VNNI kernel).
+const AMX_MIN_TOKENS: usize = 4;
+
+/// Rows `r0..r1` of `w` (`r0` a multiple of 16) for every token of `x`, to `out[t·ldo + r]`.
 ///
 /// # Safety
 /// `isa` must be supported by the CPU; those outputs must not be accessed by anyone else
 /// during the call.
 unsafe fn quant_rows(isa: Isa, w: &QMatrix, r0: usize, r1: usize, x: &QActs, out: *mut f32, ldo: usize) {
     debug_assert!(r0.is_multiple_of(GROUP));
-    // SIMD kernels take whole groups of 8 rows; a last partial group is scalar.
-    let r_simd = r0 + (r1 - r0) / GROUP * GROUP;
-    let (g0, g1) = (r0 / GROUP, r_simd / GROUP);
+    // The 512-bit kernel takes whole groups of 16 rows, the 256-bit ones whole halves of 8; the
+    // rows past them (a matrix whose rows are not whole groups) are scalar.
+    let unit = if isa.avx512() { GROUP } else { HALF };
+    let r_simd = r0 + (r1 - r0) / unit * unit;
+    let (u0, u1) = (r0 / unit, r_simd / unit);
     match isa {
         #[cfg(target_arch = "x86_64")]
-        Isa::Vnni => super::q8_x86::quant_rows_vnni(w, g0, g1, x, out, ldo),
+        Isa::Amx if x.rows >= AMX_MIN_TOKENS => super::amx::quant_rows(w, u0, u1, x, out, ldo),
         #[cfg(target_arch = "x86_64")]
-        Isa::AvxVnni => super::q8_x86::quant_rows_avxvnni(w, g0, g1, x, out, ldo),
+        Isa::Amx | Isa::Vnni => super::q8_avx512::quant_rows(w, u0, u1, x, out, ldo),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => super::q8_x86::quant_rows_avx2(w, g0, g1, x, out, ldo),
+        Isa::AvxVnni => super::q8_x86::quant_rows_avxvnni(w, u0, u1, x, out, ldo),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => super::q8_x86::quant_rows_avx2(w, u0, u1, x, out, ldo),
         _ => quant_rows_scalar(w, r0, r_simd, x, out, ldo),
     }
     quant_rows_scalar(w, r_simd, r1, x, out, ldo);
@@ -508,13 +518,15 @@ mod tests {
     fn quant_matmul_matches_reference_and_is_batch_invariant() {
         let pool = ThreadPool::new(2).expect("pool");
         let mut seed = 7u64;
-        for ty in crate::format::ggml::BLOCK_TYPES {
+        // 45 rows: single groups, 8-row halves and a scalar tail of 5 rows; 300 rows: tasks of
+        // several groups (the AMX path's group pairs), and a tail of 12.
+        for (ty, n) in crate::format::ggml::BLOCK_TYPES.into_iter().flat_map(|t| [(t, 45), (t, 300)]) {
             // K-quants need whole 256-weight super-blocks.
-            let (n, k) = (45, if ty.block_len() == 256 { 512 } else { 96 });
-            // 45 rows: 2-group tiles, a 1-group tile and a scalar tail of 5 rows.
+            let k = if ty.block_len() == 256 { 512 } else { 96 };
             let w = Weight::Quant(random_matrix(ty, n, k, &mut seed));
             let Weight::Quant(q) = &w else { unreachable!() };
-            for tokens in [1usize, 3, 4, 8, 9, 17, 30] {
+            let counts: &[usize] = if n == 45 { &[1, 3, 4, 8, 9, 17, 30] } else { &[1, 16, 33] };
+            for &tokens in counts {
                 let x: Vec<f32> = (0..tokens * k).map(|_| (lcg(&mut seed) % 2001) as f32 / 1000.0 - 1.0).collect();
                 let mut xq = QActs::default();
                 let mut out = vec![0f32; tokens * n];

@@ -39,6 +39,10 @@ pub mod dsa;
 pub mod matmul;
 mod nvfp4_gemm;
 #[cfg(target_arch = "x86_64")]
+mod amx;
+#[cfg(target_arch = "x86_64")]
+mod q8_avx512;
+#[cfg(target_arch = "x86_64")]
 mod q8_x86;
 
 pub use attention::{attend_group, KvElem};
@@ -52,10 +56,11 @@ use crate::pool::ThreadPool;
 /// that handing tasks out (an atomic on a shared cache line) stays cheap.
 const TASKS_PER_THREAD: usize = 4;
 
-/// Rows of `W` per task for a matrix of `n` rows (a multiple of 8, so row groups stay whole).
+/// Rows of `W` per task for a matrix of `n` rows (a multiple of 16, so row groups stay whole).
 pub(crate) fn rows_per_task(pool: &ThreadPool, n: usize) -> usize {
+    let g = crate::format::qmatrix::GROUP;
     let tasks = (pool.threads() * TASKS_PER_THREAD).max(1);
-    n.div_ceil(tasks).next_multiple_of(8).max(8)
+    n.div_ceil(tasks).next_multiple_of(g).max(g)
 }
 
 

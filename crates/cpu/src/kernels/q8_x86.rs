@@ -1,7 +1,7 @@
-//! x86 tiles of the integer matmul over a [`QMatrix`] (the arithmetic is the module docs of
-//! [`crate::format::qmatrix`]): AVX-512 VNNI (EVEX `vpdpbusd` on 256-bit vectors, 32
-//! registers), AVX-VNNI (VEX `vpdpbusd`, 16 registers) and AVX2 (`vpmaddubsw`, 16 registers),
-//! one generic kernel per GGML type.
+//! 256-bit x86 tiles of the integer matmul over a [`QMatrix`] (the arithmetic is the module docs
+//! of [`crate::format::qmatrix`]): AVX-VNNI (VEX `vpdpbusd`, 16 registers) and AVX2
+//! (`vpmaddubsw`, 16 registers), one generic kernel per GGML type, on half groups of 8 rows.
+//! AVX-512 machines run the 512-bit kernel of [`super::q8_avx512`].
 //!
 //! One kernel shape serves every token count, *rows in lanes*: a tile is `NG` groups of 8 weight
 //! rows against `NT` tokens. A chunk (32 bytes) holds the same 4 code bytes of all 8 rows, so a
@@ -27,15 +27,13 @@
 #![allow(clippy::needless_range_loop)]
 
 use crate::format::ggml::{GgmlType, QActs, QMatrix, QK};
-use crate::format::qmatrix::{layout, TileLayout, GROUP};
+use crate::format::qmatrix::{layout, TileLayout, CHUNK, GROUP, HALF};
 use std::arch::x86_64::*;
 
 /// `vpmaddubsw` + i16 partial sums.
 const AVX2: u8 = 0;
 /// VEX `vpdpbusd`.
 const AVXVNNI: u8 = 1;
-/// EVEX `vpdpbusd` on 256-bit registers.
-const VNNI512: u8 = 2;
 
 /// The GGML types as const-generic parameters.
 const Q4_0: u8 = 0;
@@ -77,24 +75,15 @@ const fn bits(t: u8) -> u32 {
     }
 }
 
-#[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
-unsafe fn dpbusd_evex(acc: __m256i, w: __m256i, x: __m256i) -> __m256i {
-    _mm256_dpbusd_epi32(acc, w, x)
-}
-
 #[target_feature(enable = "avx2,fma,avxvnni")]
 unsafe fn dpbusd_vex(acc: __m256i, w: __m256i, x: __m256i) -> __m256i {
     _mm256_dpbusd_avx_epi32(acc, w, x)
 }
 
-/// `acc + Σ` of the 4 u8·i8 products of each i32 lane, in one instruction (VNNI paths).
+/// `acc + Σ` of the 4 u8·i8 products of each i32 lane, in one instruction (AVX-VNNI).
 #[inline(always)]
 unsafe fn dpbusd<const M: u8>(acc: __m256i, w: __m256i, x: __m256i) -> __m256i {
-    if M == VNNI512 {
-        dpbusd_evex(acc, w, x)
-    } else {
-        dpbusd_vex(acc, w, x)
-    }
+    dpbusd_vex(acc, w, x)
 }
 
 /// 4 activation bytes at `p`, broadcast to every i32 lane (a load, no shuffle).
@@ -113,20 +102,20 @@ unsafe fn shr32(v: __m256i, n: i32) -> __m256i {
     _mm256_srl_epi32(v, _mm_cvtsi32_si128(n))
 }
 
-/// The codes of chunk `c` of one row group's sub-block as two vectors of 8 rows × 4 unsigned
+/// The codes of chunk `c` of one half group's sub-block as two vectors of 8 rows × 4 unsigned
 /// codes: weights `4c .. 4c+4` and `16 + 4c .. 16 + 4c + 4` of the sub-block (8-bit codes:
-/// chunks `2c` and `2c + 1`, weights `8c .. 8c+8`). `codes` is the sub-block's code chunks and
-/// `hi` its high plane.
+/// chunks `2c` and `2c + 1`, weights `8c .. 8c+8`). `codes` is the half's first chunk (the
+/// sub-block's chunks + 32 bytes for the second half) and `hi` its high plane likewise.
 #[inline(always)]
 unsafe fn chunk_codes<const T: u8>(codes: *const u8, hi: *const u8, c: usize) -> (__m256i, __m256i) {
     let nib = _mm256_set1_epi8(0x0f);
     if bits(T) == 8 {
         return (
-            _mm256_loadu_si256(codes.add(2 * c * 32) as *const __m256i),
-            _mm256_loadu_si256(codes.add((2 * c + 1) * 32) as *const __m256i),
+            _mm256_loadu_si256(codes.add(2 * c * CHUNK) as *const __m256i),
+            _mm256_loadu_si256(codes.add((2 * c + 1) * CHUNK) as *const __m256i),
         );
     }
-    let v = _mm256_loadu_si256(codes.add(c * 32) as *const __m256i);
+    let v = _mm256_loadu_si256(codes.add(c * CHUNK) as *const __m256i);
     let mut lo = _mm256_and_si256(v, nib);
     let mut hh = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
     if bits(T) == 5 {
@@ -136,7 +125,7 @@ unsafe fn chunk_codes<const T: u8>(codes: *const u8, hi: *const u8, c: usize) ->
         hh = _mm256_or_si256(hh, _mm256_and_si256(shr32(h, c as i32), m));
     } else if bits(T) == 6 {
         let h0 = _mm256_loadu_si256(hi as *const __m256i);
-        let h1 = _mm256_loadu_si256(hi.add(32) as *const __m256i);
+        let h1 = _mm256_loadu_si256(hi.add(CHUNK) as *const __m256i);
         let m = _mm256_set1_epi8(0x30);
         let sh = 4 - 2 * c as i32;
         let (a, b) = if sh >= 0 { (shl32(h0, sh), shl32(h1, sh)) } else { (shr32(h0, -sh), shr32(h1, -sh)) };
@@ -146,13 +135,13 @@ unsafe fn chunk_codes<const T: u8>(codes: *const u8, hi: *const u8, c: usize) ->
     (lo, hh)
 }
 
-/// One sub-block's exact integer sums of row groups `j < NG` (tile pointers `tiles[j]`) against
-/// tokens `t0 .. t0+NT`: `[j][t] = (lo, hi)`, lane `i` the sums of row `8(g+j)+i` over the
-/// sub-block's first and second 16 weights (8-bit codes: its even and odd chunks; only Q6_K
-/// reads them apart, the others add them).
+/// One sub-block's exact integer sums of half groups `j < NG` (tile pointers and halves
+/// `tiles[j]`) against tokens `t0 .. t0+NT`: `[j][t] = (lo, hi)`, lane `i` the sums of the
+/// half's row `i` over the sub-block's first and second 16 weights (8-bit codes: its even and
+/// odd chunks; only Q6_K reads them apart, the others add them).
 #[inline(always)]
 unsafe fn sub_sums<const T: u8, const M: u8, const NG: usize, const NT: usize>(
-    tiles: &[*const u8; NG],
+    tiles: &[(*const u8, usize); NG],
     s: usize,
     xp: &[*const i8; NT],
 ) -> [[(__m256i, __m256i); NT]; NG] {
@@ -165,8 +154,9 @@ unsafe fn sub_sums<const T: u8, const M: u8, const NG: usize, const NT: usize>(
         let mut wl = [z; NG];
         let mut wh = [z; NG];
         for j in 0..NG {
-            let codes = tiles[j].add(l.codes + s * l.code_bytes);
-            let hip = tiles[j].add(l.hi + s * l.hi_bytes);
+            let (tp, h) = tiles[j];
+            let codes = tp.add(l.codes + s * l.code_bytes + 32 * h);
+            let hip = tp.add(l.hi + s * l.hi_bytes + 32 * h);
             (wl[j], wh[j]) = chunk_codes::<T>(codes, hip, c);
         }
         for t in 0..NT {
@@ -250,11 +240,12 @@ unsafe fn bytes8(p: *const u8, signed: bool) -> __m256 {
     _mm256_cvtepi32_ps(if signed { _mm256_cvtepi8_epi32(v) } else { _mm256_cvtepu8_epi32(v) })
 }
 
-/// Row groups `g .. g+NG` against tokens `t0 .. t0+NT`; results to `out[t·ldo + row]`.
+/// Half groups (8-row units) `u .. u+NG` against tokens `t0 .. t0+NT`; results to
+/// `out[t·ldo + row]`.
 #[inline(always)]
 unsafe fn group_tile<const T: u8, const M: u8, const NG: usize, const NT: usize>(
     w: &QMatrix,
-    g: usize,
+    u: usize,
     x: &QActs,
     t0: usize,
     out: *mut f32,
@@ -264,23 +255,33 @@ unsafe fn group_tile<const T: u8, const M: u8, const NG: usize, const NT: usize>
     let nkb = w.cols / ggml(T).block_len();
     let nb = w.cols / QK;
     let base = w.data().as_ptr();
-    let tile = |j: usize, kb: usize| base.add(((g + j) * nkb + kb) * l.bytes);
+    // Unit `u + j`: group (u + j) / 2, half (u + j) % 2.
+    let tile = |j: usize, kb: usize| (base.add(((u + j) / 2 * nkb + kb) * l.bytes), (u + j) % 2);
     let cols = w.cols;
+    // Per-row arrays of a tile are `[..][16 rows]`: a half's 8 values start 8 elements in.
+    let f16h = |(tp, h): (*const u8, usize), at: usize| f16x8(tp.add(at + 2 * HALF * h));
+    let b8h = |(tp, h): (*const u8, usize), at: usize, signed: bool| bytes8(tp.add(at + HALF * h), signed);
     // Two passes, so that only the `acc` accumulators are live beside the integer chains (16
     // AVX2 registers): `Σ I·dw·dx` over the sub-blocks, then `Σ mw·sx`. Each runs in sub-block
     // order as in the definition and they meet in its final `acc + macc`: the same bits.
     let mut acc = [[_mm256_setzero_ps(); NT]; NG];
     for kb in 0..nkb {
-        let tiles: [*const u8; NG] = std::array::from_fn(|j| tile(j, kb));
-        let d: [__m256; NG] = std::array::from_fn(|j| f16x8(tiles[j].add(l.d)));
+        let tiles: [(*const u8, usize); NG] = std::array::from_fn(|j| tile(j, kb));
+        if NT == 1 {
+            prefetch_tile(tiles[0].0.add(PREFETCH), l.bytes / 2);
+        }
+        let d: [__m256; NG] = std::array::from_fn(|j| f16h(tiles[j], l.d));
         for s in 0..l.subs {
             let b = kb * l.subs + s;
             let xp: [*const i8; NT] = std::array::from_fn(|t| x.q.as_ptr().add((t0 + t) * cols + b * QK));
             let sums = sub_sums::<T, M, NG, NT>(&tiles, s, &xp);
             for j in 0..NG {
                 if T == Q6_K {
-                    let sc = tiles[j].add(16 + 2 * s * GROUP);
-                    let dw = [_mm256_mul_ps(d[j], bytes8(sc, true)), _mm256_mul_ps(d[j], bytes8(sc.add(GROUP), true))];
+                    let sc = 2 * GROUP + 2 * s * GROUP;
+                    let dw = [
+                        _mm256_mul_ps(d[j], b8h(tiles[j], sc, true)),
+                        _mm256_mul_ps(d[j], b8h(tiles[j], sc + GROUP, true)),
+                    ];
                     for t in 0..NT {
                         let xb = (t0 + t) * nb + b;
                         let dx = _mm256_set1_ps(*x.d.as_ptr().add(xb));
@@ -295,7 +296,7 @@ unsafe fn group_tile<const T: u8, const M: u8, const NG: usize, const NT: usize>
                     continue;
                 }
                 let dw = if T == Q4_K || T == Q5_K {
-                    _mm256_mul_ps(d[j], bytes8(tiles[j].add(32 + s * GROUP), false))
+                    _mm256_mul_ps(d[j], b8h(tiles[j], 4 * GROUP + s * GROUP, false))
                 } else {
                     d[j]
                 };
@@ -312,18 +313,18 @@ unsafe fn group_tile<const T: u8, const M: u8, const NG: usize, const NT: usize>
         let mut macc = [_mm256_setzero_ps(); NT];
         if T != Q6_K {
             for kb in 0..nkb {
-                let t = tile(j, kb);
+                let tp = tile(j, kb);
                 for s in 0..l.subs {
                     let b = kb * l.subs + s;
                     let mw = match T {
                         // m = factor · d exactly (a power of two), as the definition's.
-                        Q4_0 => _mm256_mul_ps(f16x8(t.add(l.d)), _mm256_set1_ps(-8.0)),
-                        Q5_0 => _mm256_mul_ps(f16x8(t.add(l.d)), _mm256_set1_ps(-16.0)),
-                        Q8_0 => _mm256_mul_ps(f16x8(t.add(l.d)), _mm256_set1_ps(-128.0)),
-                        Q4_1 | Q5_1 => f16x8(t.add(16)),
+                        Q4_0 => _mm256_mul_ps(f16h(tp, l.d), _mm256_set1_ps(-8.0)),
+                        Q5_0 => _mm256_mul_ps(f16h(tp, l.d), _mm256_set1_ps(-16.0)),
+                        Q8_0 => _mm256_mul_ps(f16h(tp, l.d), _mm256_set1_ps(-128.0)),
+                        Q4_1 | Q5_1 => f16h(tp, 2 * GROUP),
                         // −(dmin·m): the product is exact, the negation too.
                         _ => {
-                            let p = _mm256_mul_ps(f16x8(t.add(16)), bytes8(t.add(96 + s * GROUP), false));
+                            let p = _mm256_mul_ps(f16h(tp, 2 * GROUP), b8h(tp, 12 * GROUP + s * GROUP, false));
                             _mm256_xor_ps(p, _mm256_set1_ps(-0.0))
                         }
                     };
@@ -334,12 +335,27 @@ unsafe fn group_tile<const T: u8, const M: u8, const NG: usize, const NT: usize>
             }
         }
         for t in 0..NT {
-            _mm256_storeu_ps(out.add((t0 + t) * ldo + 8 * (g + j)), _mm256_add_ps(acc[j][t], macc[t]));
+            _mm256_storeu_ps(out.add((t0 + t) * ldo + HALF * (u + j)), _mm256_add_ps(acc[j][t], macc[t]));
         }
     }
 }
 
-/// Row groups `g .. g+NG` against the `n < 4` tokens `t0 .. t0+n` in one tile of that many
+/// Bytes ahead of the weights being read that a single-token tile prefetches: the hardware
+/// prefetcher alone left the decode GEMV at ~50 % of the streaming bandwidth; 2 KiB ahead
+/// measured best of 2, 4, 8 and 16 KiB (1B Q4_K_M decode step, 2 threads).
+pub(crate) const PREFETCH: usize = 2048;
+
+/// Prefetches `bytes` from `p` on, a line at a time.
+#[inline(always)]
+unsafe fn prefetch_tile(p: *const u8, bytes: usize) {
+    let mut off = 0;
+    while off < bytes {
+        _mm_prefetch::<_MM_HINT_T0>(p.add(off) as *const i8);
+        off += 64;
+    }
+}
+
+/// Units `u .. u+NG` against the `n < 4` tokens `t0 .. t0+n` in one tile of that many
 /// tokens: a batch of 13 rows runs as 4 + 4 + 4 + 1 at `NT = 4`, never with single-token tiles
 /// for the rest.
 #[inline(always)]
@@ -359,9 +375,10 @@ unsafe fn tile_n<const T: u8, const M: u8, const NG: usize>(
     }
 }
 
-/// Row groups `g0 .. g1` for every token. Several tokens: blocks of tokens outer, then `NG` row
-/// groups at a time (then single groups), then `NT`-token tiles, the last `block mod NT` tokens
-/// as one smaller tile. One token (the memory-bound GEMV): `NG1` row groups at a time.
+/// Units (8-row halves or, in the 512-bit kernel, 16-row groups) `g0 .. g1` for every token.
+/// Several tokens: blocks of tokens outer, then `NG` units at a time (then single units), then
+/// `NT`-token tiles, the last `block mod NT` tokens as one smaller tile. One token (the
+/// memory-bound GEMV): `NG1` units at a time.
 #[inline(always)]
 unsafe fn rows_generic<const T: u8, const M: u8, const NG: usize, const NT: usize, const NG1: usize>(
     w: &QMatrix,
@@ -433,12 +450,6 @@ macro_rules! by_type {
 }
 
 #[inline(always)]
-unsafe fn vnni_t<const T: u8>(w: &QMatrix, g0: usize, g1: usize, x: &QActs, out: *mut f32, ldo: usize) {
-    // 32 registers: 2 row groups × 4 tokens' 16 sum chains and 8 accumulators.
-    rows_generic::<T, VNNI512, 2, 4, 2>(w, g0, g1, x, out, ldo)
-}
-
-#[inline(always)]
 unsafe fn avxvnni_t<const T: u8>(w: &QMatrix, g0: usize, g1: usize, x: &QActs, out: *mut f32, ldo: usize) {
     rows_generic::<T, AVXVNNI, 2, 2, 2>(w, g0, g1, x, out, ldo)
 }
@@ -455,29 +466,20 @@ unsafe fn avx2_t<const T: u8>(w: &QMatrix, g0: usize, g1: usize, x: &QActs, out:
     }
 }
 
-/// Row groups `g0 .. g1` (whole groups) of `w` for every token of `x`, AVX-512 VNNI.
+/// Half groups (8 rows each) `u0 .. u1` of `w` for every token of `x`, AVX-VNNI.
 ///
 /// # Safety
-/// The CPU has AVX2, FMA, F16C, AVX-512 VNNI and VL; outputs `out[t·ldo + 8g ..][..8]` of those
-/// groups are written by this call only.
-#[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
-pub(crate) unsafe fn quant_rows_vnni(w: &QMatrix, g0: usize, g1: usize, x: &QActs, out: *mut f32, ldo: usize) {
-    by_type!(w.ty, vnni_t, w, g0, g1, x, out, ldo)
-}
-
-/// As [`quant_rows_vnni`], AVX-VNNI.
-///
-/// # Safety
-/// As [`quant_rows_vnni`], with AVX-VNNI for AVX-512 VNNI.
+/// The CPU has AVX2, FMA, F16C and AVX-VNNI; outputs `out[t·ldo + 8u ..][..8]` of those units
+/// are written by this call only.
 #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
 pub(crate) unsafe fn quant_rows_avxvnni(w: &QMatrix, g0: usize, g1: usize, x: &QActs, out: *mut f32, ldo: usize) {
     by_type!(w.ty, avxvnni_t, w, g0, g1, x, out, ldo)
 }
 
-/// As [`quant_rows_vnni`], AVX2 (`vpmaddubsw`).
+/// As [`quant_rows_avxvnni`], AVX2 (`vpmaddubsw`).
 ///
 /// # Safety
-/// As [`quant_rows_vnni`], with AVX2 + FMA + F16C only.
+/// As [`quant_rows_avxvnni`], with AVX2 + FMA + F16C only.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn quant_rows_avx2(w: &QMatrix, g0: usize, g1: usize, x: &QActs, out: *mut f32, ldo: usize) {
     by_type!(w.ty, avx2_t, w, g0, g1, x, out, ldo)

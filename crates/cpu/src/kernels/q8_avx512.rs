@@ -1,0 +1,278 @@
+//! AVX-512 VNNI tiles of the integer matmul over a [`QMatrix`]: the kernel of [`super::q8_x86`]
+//! on 512-bit vectors, one 16-row group per register (a whole chunk of the tile layout, see
+//! [`crate::format::qmatrix`]). Half the instructions per weight byte of the 256-bit kernel,
+//! which matters most for the single-token GEMV of a decode step: it must issue its loads fast
+//! enough to keep the memory bus busy. The integer sums are `vpdpbusd`'s exact ones and every
+//! float operation is the definition's ([`QMatrix::dot`]), so the bits are those of every
+//! other path.
+#![allow(unsafe_code)]
+#![allow(clippy::needless_range_loop)]
+
+use crate::format::ggml::{GgmlType, QActs, QMatrix, QK};
+use crate::format::qmatrix::{layout, TileLayout, CHUNK, GROUP};
+use std::arch::x86_64::*;
+
+const Q4_0: u8 = 0;
+const Q4_1: u8 = 1;
+const Q5_0: u8 = 2;
+const Q5_1: u8 = 3;
+const Q8_0: u8 = 4;
+const Q4_K: u8 = 5;
+const Q5_K: u8 = 6;
+const Q6_K: u8 = 7;
+
+const fn ggml(t: u8) -> GgmlType {
+    match t {
+        Q4_0 => GgmlType::Q4_0,
+        Q4_1 => GgmlType::Q4_1,
+        Q5_0 => GgmlType::Q5_0,
+        Q5_1 => GgmlType::Q5_1,
+        Q8_0 => GgmlType::Q8_0,
+        Q4_K => GgmlType::Q4_K,
+        Q5_K => GgmlType::Q5_K,
+        _ => GgmlType::Q6_K,
+    }
+}
+
+const fn tl(t: u8) -> TileLayout {
+    match layout(ggml(t)) {
+        Some(l) => l,
+        None => panic!("a block type"),
+    }
+}
+
+const fn bits(t: u8) -> u32 {
+    match t {
+        Q4_0 | Q4_1 | Q4_K => 4,
+        Q5_0 | Q5_1 | Q5_K => 5,
+        Q6_K => 6,
+        _ => 8,
+    }
+}
+
+#[inline(always)]
+unsafe fn bcast4(p: *const i8) -> __m512i {
+    _mm512_set1_epi32((p as *const i32).read_unaligned())
+}
+
+#[inline(always)]
+unsafe fn shl(v: __m512i, n: i32) -> __m512i {
+    _mm512_sll_epi32(v, _mm_cvtsi32_si128(n))
+}
+
+#[inline(always)]
+unsafe fn shr(v: __m512i, n: i32) -> __m512i {
+    _mm512_srl_epi32(v, _mm_cvtsi32_si128(n))
+}
+
+/// Chunk `c`'s codes of 16 rows (see `q8_x86::chunk_codes`, same order).
+#[inline(always)]
+unsafe fn chunk_codes<const T: u8>(codes: *const u8, hi: *const u8, c: usize) -> (__m512i, __m512i) {
+    if bits(T) == 8 {
+        return (_mm512_loadu_si512(codes.add(2 * c * CHUNK) as *const _), _mm512_loadu_si512(codes.add((2 * c + 1) * CHUNK) as *const _));
+    }
+    let nib = _mm512_set1_epi8(0x0f);
+    let v = _mm512_loadu_si512(codes.add(c * CHUNK) as *const _);
+    let mut lo = _mm512_and_si512(v, nib);
+    let mut hh = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+    if bits(T) == 5 {
+        let h = _mm512_loadu_si512(hi as *const _);
+        let m = _mm512_set1_epi8(0x10);
+        lo = _mm512_or_si512(lo, _mm512_and_si512(shl(h, 4 - c as i32), m));
+        hh = _mm512_or_si512(hh, _mm512_and_si512(shr(h, c as i32), m));
+    } else if bits(T) == 6 {
+        let h0 = _mm512_loadu_si512(hi as *const _);
+        let h1 = _mm512_loadu_si512(hi.add(CHUNK) as *const _);
+        let m = _mm512_set1_epi8(0x30);
+        let sh = 4 - 2 * c as i32;
+        let (a, b) = if sh >= 0 { (shl(h0, sh), shl(h1, sh)) } else { (shr(h0, -sh), shr(h1, -sh)) };
+        lo = _mm512_or_si512(lo, _mm512_and_si512(a, m));
+        hh = _mm512_or_si512(hh, _mm512_and_si512(b, m));
+    }
+    (lo, hh)
+}
+
+/// The 16 rows' f16 values at `p`, widened.
+#[inline(always)]
+unsafe fn f16x16(p: *const u8) -> __m512 {
+    _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i))
+}
+
+/// The 16 rows' scale bytes at `p` as f32.
+#[inline(always)]
+unsafe fn bytes16(p: *const u8, signed: bool) -> __m512 {
+    let v = _mm_loadu_si128(p as *const __m128i);
+    _mm512_cvtepi32_ps(if signed { _mm512_cvtepi8_epi32(v) } else { _mm512_cvtepu8_epi32(v) })
+}
+
+/// Row groups `g .. g+NG` against tokens `t0 .. t0+NT`; results to `out[t·ldo + row]`.
+#[inline(always)]
+unsafe fn group_tile<const T: u8, const NG: usize, const NT: usize>(
+    w: &QMatrix,
+    g: usize,
+    x: &QActs,
+    t0: usize,
+    out: *mut f32,
+    ldo: usize,
+) {
+    let l = const { tl(T) };
+    let nkb = w.cols / ggml(T).block_len();
+    let nb = w.cols / QK;
+    let base = w.data().as_ptr();
+    let tile = |j: usize, kb: usize| base.add(((g + j) * nkb + kb) * l.bytes);
+    let cols = w.cols;
+    let z = _mm512_setzero_si512();
+    let mut acc = [[_mm512_setzero_ps(); NT]; NG];
+    let mut macc = [[_mm512_setzero_ps(); NT]; NG];
+    for kb in 0..nkb {
+        let tiles: [*const u8; NG] = std::array::from_fn(|j| tile(j, kb));
+        if NT == 1 {
+            for j in 0..NG {
+                let p = tiles[j].add(super::q8_x86::PREFETCH);
+                let mut off = 0;
+                while off < l.bytes {
+                    _mm_prefetch::<_MM_HINT_T0>(p.add(off) as *const i8);
+                    off += 64;
+                }
+            }
+        }
+        let d: [__m512; NG] = std::array::from_fn(|j| f16x16(tiles[j].add(l.d)));
+        for s in 0..l.subs {
+            let b = kb * l.subs + s;
+            let xp: [*const i8; NT] = std::array::from_fn(|t| x.q.as_ptr().add((t0 + t) * cols + b * QK));
+            let mut lo = [[z; NT]; NG];
+            let mut hi = [[z; NT]; NG];
+            for c in 0..4 {
+                let mut wl = [z; NG];
+                let mut wh = [z; NG];
+                for j in 0..NG {
+                    let codes = tiles[j].add(l.codes + s * l.code_bytes);
+                    let hip = tiles[j].add(l.hi + s * l.hi_bytes);
+                    (wl[j], wh[j]) = chunk_codes::<T>(codes, hip, c);
+                }
+                for t in 0..NT {
+                    let (xl, xh) = if bits(T) == 8 {
+                        (bcast4(xp[t].add(8 * c)), bcast4(xp[t].add(8 * c + 4)))
+                    } else {
+                        (bcast4(xp[t].add(4 * c)), bcast4(xp[t].add(16 + 4 * c)))
+                    };
+                    for j in 0..NG {
+                        lo[j][t] = _mm512_dpbusd_epi32(lo[j][t], wl[j], xl);
+                        hi[j][t] = _mm512_dpbusd_epi32(hi[j][t], wh[j], xh);
+                    }
+                }
+            }
+            for j in 0..NG {
+                if T == Q6_K {
+                    let sc = tiles[j].add(2 * GROUP + 2 * s * GROUP);
+                    let dw = [_mm512_mul_ps(d[j], bytes16(sc, true)), _mm512_mul_ps(d[j], bytes16(sc.add(GROUP), true))];
+                    for t in 0..NT {
+                        let xb = (t0 + t) * nb + b;
+                        let dx = _mm512_set1_ps(*x.d.as_ptr().add(xb));
+                        let bl = _mm512_set1_epi32(32 * *x.bsum.as_ptr().add(2 * xb));
+                        let bh = _mm512_set1_epi32(32 * *x.bsum.as_ptr().add(2 * xb + 1));
+                        let il = _mm512_cvtepi32_ps(_mm512_sub_epi32(lo[j][t], bl));
+                        let ih = _mm512_cvtepi32_ps(_mm512_sub_epi32(hi[j][t], bh));
+                        acc[j][t] = _mm512_fmadd_ps(il, _mm512_mul_ps(dw[0], dx), acc[j][t]);
+                        acc[j][t] = _mm512_fmadd_ps(ih, _mm512_mul_ps(dw[1], dx), acc[j][t]);
+                    }
+                    continue;
+                }
+                let t_ = tiles[j];
+                let (dw, mw) = match T {
+                    Q4_K | Q5_K => {
+                        let dw = _mm512_mul_ps(d[j], bytes16(t_.add(4 * GROUP + s * GROUP), false));
+                        let p = _mm512_mul_ps(f16x16(t_.add(2 * GROUP)), bytes16(t_.add(12 * GROUP + s * GROUP), false));
+                        // −(dmin·m): the product is exact, the negation too.
+                        (dw, _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(p), _mm512_set1_epi32(i32::MIN))))
+                    }
+                    Q4_1 | Q5_1 => (d[j], f16x16(t_.add(2 * GROUP))),
+                    // m = factor · d exactly (a power of two), as the definition's.
+                    Q4_0 => (d[j], _mm512_mul_ps(d[j], _mm512_set1_ps(-8.0))),
+                    Q5_0 => (d[j], _mm512_mul_ps(d[j], _mm512_set1_ps(-16.0))),
+                    _ => (d[j], _mm512_mul_ps(d[j], _mm512_set1_ps(-128.0))),
+                };
+                for t in 0..NT {
+                    let xb = (t0 + t) * nb + b;
+                    let dx = _mm512_set1_ps(*x.d.as_ptr().add(xb));
+                    let i = _mm512_cvtepi32_ps(_mm512_add_epi32(lo[j][t], hi[j][t]));
+                    acc[j][t] = _mm512_fmadd_ps(i, _mm512_mul_ps(dw, dx), acc[j][t]);
+                    macc[j][t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(*x.s.as_ptr().add(xb)), macc[j][t]);
+                }
+            }
+        }
+    }
+    for j in 0..NG {
+        for t in 0..NT {
+            _mm512_storeu_ps(out.add((t0 + t) * ldo + GROUP * (g + j)), _mm512_add_ps(acc[j][t], macc[j][t]));
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn tile_n<const T: u8, const NG: usize>(w: &QMatrix, g: usize, x: &QActs, t0: usize, n: usize, out: *mut f32, ldo: usize) {
+    match n {
+        1 => group_tile::<T, NG, 1>(w, g, x, t0, out, ldo),
+        2 => group_tile::<T, NG, 2>(w, g, x, t0, out, ldo),
+        _ => group_tile::<T, NG, 3>(w, g, x, t0, out, ldo),
+    }
+}
+
+/// Row groups `g0 .. g1` for every token (the structure of `q8_x86::rows_generic`).
+#[inline(always)]
+unsafe fn rows<const T: u8>(w: &QMatrix, g0: usize, g1: usize, x: &QActs, out: *mut f32, ldo: usize) {
+    const NG: usize = 1;
+    const NT: usize = 4;
+    let mut g = g0;
+    if x.rows == 1 {
+        // Four groups' streams at a time: 31.4 ms for the 1B Q4_K_M step's matmuls against 31.9
+        // with two and 34.2 with one (2 threads, best of 10, prefetching 2 KiB ahead).
+        const NG1: usize = 4;
+        while g < g1 {
+            if g + NG1 <= g1 {
+                group_tile::<T, NG1, 1>(w, g, x, 0, out, ldo);
+                g += NG1;
+            } else {
+                group_tile::<T, 1, 1>(w, g, x, 0, out, ldo);
+                g += 1;
+            }
+        }
+        return;
+    }
+    let tb = (18432 / w.cols).max(NT) / NT * NT;
+    for b0 in (0..x.rows).step_by(tb) {
+        let b1 = (b0 + tb).min(x.rows);
+        g = g0;
+        while g < g1 {
+            let mut t = b0;
+            while t + NT <= b1 {
+                group_tile::<T, NG, NT>(w, g, x, t, out, ldo);
+                t += NT;
+            }
+            if t < b1 {
+                tile_n::<T, NG>(w, g, x, t, b1 - t, out, ldo);
+            }
+            g += NG;
+        }
+    }
+}
+
+/// Row groups `g0 .. g1` (16 rows each) of `w` for every token of `x`, 512-bit AVX-512 VNNI.
+///
+/// # Safety
+/// The CPU has AVX-512 F, BW, VNNI and F16C; outputs `out[t·ldo + 16g ..][..16]` of those
+/// groups are written by this call only.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
+pub(crate) unsafe fn quant_rows(w: &QMatrix, g0: usize, g1: usize, x: &QActs, out: *mut f32, ldo: usize) {
+    match w.ty {
+        GgmlType::Q4_0 => rows::<Q4_0>(w, g0, g1, x, out, ldo),
+        GgmlType::Q4_1 => rows::<Q4_1>(w, g0, g1, x, out, ldo),
+        GgmlType::Q5_0 => rows::<Q5_0>(w, g0, g1, x, out, ldo),
+        GgmlType::Q5_1 => rows::<Q5_1>(w, g0, g1, x, out, ldo),
+        GgmlType::Q8_0 => rows::<Q8_0>(w, g0, g1, x, out, ldo),
+        GgmlType::Q4_K => rows::<Q4_K>(w, g0, g1, x, out, ldo),
+        GgmlType::Q5_K => rows::<Q5_K>(w, g0, g1, x, out, ldo),
+        GgmlType::Q6_K => rows::<Q6_K>(w, g0, g1, x, out, ldo),
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => unreachable!("not a block type"),
+    }
+}
