@@ -23,6 +23,7 @@
 
 use crate::half::f16_to_f32;
 
+pub use super::acts::{quantize_blocks, QActs};
 pub use super::qmatrix::QMatrix;
 
 /// Weights per quantization block (all GGML formats used here, and activations).
@@ -294,163 +295,6 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], out: &mut [f32]) {
     }
 }
 
-/// Activations quantized per 32-block to signed 8 bits (llama.cpp's `Q8_1` idea): for row `t`
-/// and block `b`, `x ≈ d · q` and `s = d · Σq` (the term the weight offsets multiply), and the
-/// integer sums of each 16-value half (Q6_K's signed codes subtract `32 · Σq` per half).
-#[derive(Debug, Default, Clone)]
-pub struct QActs {
-    /// Rows (tokens).
-    pub rows: usize,
-    /// Values per row (a multiple of 32).
-    pub cols: usize,
-    /// `rows · cols` codes.
-    pub q: Vec<i8>,
-    /// `rows · cols / 32` scales.
-    pub d: Vec<f32>,
-    /// `rows · cols / 32` sums `d · Σq`.
-    pub s: Vec<f32>,
-    /// `rows · cols / 16` integer sums `Σq` of each 16-value half.
-    pub bsum: Vec<i32>,
-    /// The codes again in AMX A-tile order when [`QActs::pack_tiles`] made them: for each block
-    /// of 16 tokens and each 32-block, 16 rows × 32 bytes (tokens past `rows` zero), so one
-    /// tile load reads 512 contiguous bytes instead of 16 rows a whole row apart (which fell
-    /// into the same L1 sets).
-    pub tiles: Vec<i8>,
-}
-
-impl QActs {
-    /// Quantizes `x` (`rows · cols` row-major) in place of the previous contents.
-    ///
-    /// Rounding is to nearest, ties to even (llama.cpp's `quantize_row_q8_1` rounds with
-    /// `_MM_ROUND_NEAREST`); the scale is `max|x| / 127`.
-    pub fn quantize(&mut self, x: &[f32], rows: usize, cols: usize) {
-        self.resize(rows, cols);
-        let nb = rows * cols / QK;
-        quantize_blocks(x, &mut self.q, &mut self.d, &mut self.s, &mut self.bsum, 0, nb);
-    }
-
-    /// Fills [`QActs::tiles`] from the codes.
-    pub fn pack_tiles(&mut self) {
-        let nb = self.cols / QK;
-        let blocks = self.rows.div_ceil(16);
-        self.tiles.clear();
-        self.tiles.resize(blocks * nb * 16 * QK, 0);
-        for t in 0..self.rows {
-            let (tb, r) = (t / 16, t % 16);
-            for b in 0..nb {
-                let dst = ((tb * nb + b) * 16 + r) * QK;
-                self.tiles[dst..dst + QK].copy_from_slice(&self.q[t * self.cols + b * QK..t * self.cols + (b + 1) * QK]);
-            }
-        }
-    }
-
-    /// Sets the shape and sizes the buffers (contents unspecified until quantized).
-    pub fn resize(&mut self, rows: usize, cols: usize) {
-        debug_assert_eq!(cols % QK, 0);
-        self.rows = rows;
-        self.cols = cols;
-        self.q.resize(rows * cols, 0);
-        let nb = rows * cols / QK;
-        self.d.resize(nb, 0.0);
-        self.s.resize(nb, 0.0);
-        self.bsum.resize(2 * nb, 0);
-    }
-}
-
-/// Quantizes blocks `b0 .. b1` of `x` into the matching slices of `q`, `d`, `s` and `bs` (two
-/// half sums per block), which hold exactly those blocks.
-pub fn quantize_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32], bs: &mut [i32], b0: usize, b1: usize) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-        // SAFETY: the features were just detected; the body is plain safe Rust.
-        #[allow(unsafe_code)]
-        unsafe {
-            quantize_blocks_avx2(x, q, d, s, b0, b1);
-        }
-    } else {
-        quantize_blocks_body(x, q, d, s, b0, b1);
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    quantize_blocks_body(x, q, d, s, b0, b1);
-    half_sums(&q[b0 * QK..b1 * QK], &mut bs[2 * b0..2 * b1]);
-}
-
-/// The integer sum of each 16 codes (exact on every path; the compiler vectorizes it).
-fn half_sums(q: &[i8], bs: &mut [i32]) {
-    for (h, o) in q.chunks_exact(16).zip(bs.iter_mut()) {
-        *o = h.iter().map(|&v| v as i32).sum();
-    }
-}
-
-/// [`quantize_blocks_body`] with AVX2, block by block, bit-identical to it: `max` ignores NaN
-/// as `f32::max` does (`vmaxps` returns its second operand, the running maximum, when the first
-/// is NaN), `vcvtps2dq` rounds to nearest even as `round_ties_even` does, NaN values become 0
-/// as in `as i32`, and a block with a non-finite maximum (where the two conversions' saturation rules differ) takes the scalar body.
-#[cfg(target_arch = "x86_64")]
-#[allow(unsafe_code)]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn quantize_blocks_avx2(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32], b0: usize, b1: usize) {
-    use std::arch::x86_64::*;
-    let xs = &x[b0 * QK..b1 * QK];
-    let (qs, ds, ss) = (&mut q[b0 * QK..b1 * QK], &mut d[b0..b1], &mut s[b0..b1]);
-    let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
-    for b in 0..b1 - b0 {
-        let p = xs.as_ptr().add(b * QK);
-        let v = [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)), _mm256_loadu_ps(p.add(16)), _mm256_loadu_ps(p.add(24))];
-        let mut m = _mm256_setzero_ps();
-        for vi in v {
-            m = _mm256_max_ps(_mm256_and_ps(vi, abs_mask), m);
-        }
-        let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-        let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-        let amax = _mm_cvtss_f32(_mm_max_ss(m2, _mm_shuffle_ps(m2, m2, 1)));
-        if !amax.is_finite() {
-            quantize_blocks_body(xs, qs, ds, ss, b, b + 1);
-            continue;
-        }
-        let db = amax / 127.0;
-        let id = if db > 0.0 { 1.0 / db } else { 0.0 };
-        let idv = _mm256_set1_ps(id);
-        // A NaN value converts to 0 as `as i32` does (`vcvtps2dq` would give i32::MIN).
-        let r = v.map(|vi| {
-            let nan = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_UNORD_Q>(vi, vi));
-            _mm256_andnot_si256(nan, _mm256_cvtps_epi32(_mm256_mul_ps(vi, idv)))
-        });
-        let sum = _mm256_add_epi32(_mm256_add_epi32(r[0], r[1]), _mm256_add_epi32(r[2], r[3]));
-        let s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
-        let s2 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0b01_00_11_10));
-        let total = _mm_cvtsi128_si32(_mm_add_epi32(s2, _mm_shuffle_epi32(s2, 0b10_11_00_01)));
-        // Values are within ±127, so the saturating packs are exact; packing works per 128-bit
-        // lane, and the permute puts the 8 dword groups back in order.
-        let w01 = _mm256_packs_epi32(r[0], r[1]);
-        let w23 = _mm256_packs_epi32(r[2], r[3]);
-        let bytes = _mm256_packs_epi16(w01, w23);
-        let ordered = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-        _mm256_storeu_si256(qs.as_mut_ptr().add(b * QK) as *mut __m256i, ordered);
-        ds[b] = db;
-        ss[b] = db * total as f32;
-    }
-}
-
-#[inline(always)]
-fn quantize_blocks_body(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32], b0: usize, b1: usize) {
-    let xs = &x[b0 * QK..b1 * QK];
-    let (q, d, s) = (&mut q[b0 * QK..b1 * QK], &mut d[b0..b1], &mut s[b0..b1]);
-    for (b, (xs, qs)) in xs.chunks_exact(QK).zip(q.chunks_exact_mut(QK)).enumerate() {
-        let amax = xs.iter().fold(0.0f32, |a, v| a.max(v.abs()));
-        let db = amax / 127.0;
-        let id = if db > 0.0 { 1.0 / db } else { 0.0 };
-        let mut sum = 0i32;
-        for (qv, v) in qs.iter_mut().zip(xs) {
-            let r = (v * id).round_ties_even() as i32;
-            *qv = r as i8;
-            sum += r;
-        }
-        d[b] = db;
-        s[b] = db * sum as f32;
-    }
-}
-
 /// Random GGML bytes of `n` weights of block type `ty` whose f16 scales are finite and small
 /// (about 1e-3..1e-2), for tests of the formats and kernels.
 #[doc(hidden)]
@@ -527,40 +371,6 @@ pub(crate) mod tests {
     unsafe fn hw_f16(v: f32) -> u16 {
         use std::arch::x86_64::*;
         _mm_extract_epi16::<0>(_mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_set1_ps(v))) as u16
-    }
-
-    /// The AVX2 activation quantizer equals the scalar body bit for bit, including ties,
-    /// zeros, NaN and infinite blocks.
-    #[test]
-    fn quantize_avx2_matches_scalar() {
-        let mut rng = 0x2545_f491u32;
-        let mut x: Vec<f32> = (0..64 * QK)
-            .map(|_| {
-                rng ^= rng << 13;
-                rng ^= rng >> 17;
-                rng ^= rng << 5;
-                (rng as i32 as f32) / 2.0f32.powi(24)
-            })
-            .collect();
-        x[..QK].iter_mut().for_each(|v| *v = 0.0);
-        x[QK] = f32::NAN;
-        x[2 * QK + 3] = f32::INFINITY;
-        // Exact ties: 0.5 steps of the block scale.
-        for (i, v) in x[3 * QK..4 * QK].iter_mut().enumerate() {
-            *v = (i as f32 - 16.0) * 127.0 / 32.0 + 0.0;
-        }
-        let nb = x.len() / QK;
-        let (mut q1, mut d1, mut s1) = (vec![0i8; x.len()], vec![0f32; nb], vec![0f32; nb]);
-        let (mut q2, mut d2, mut s2) = (q1.clone(), d1.clone(), s1.clone());
-        quantize_blocks_body(&x, &mut q1, &mut d1, &mut s1, 0, nb);
-        let mut bs = vec![0i32; 2 * nb];
-        quantize_blocks(&x, &mut q2, &mut d2, &mut s2, &mut bs, 0, nb);
-        for (h, &b) in q1.chunks_exact(16).zip(&bs) {
-            assert_eq!(b, h.iter().map(|&v| v as i32).sum::<i32>());
-        }
-        assert_eq!(q1, q2);
-        assert_eq!(d1.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), d2.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
-        assert_eq!(s1.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), s2.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
     }
 
     /// Hand-built blocks against values computed by hand from GGML's layouts.

@@ -2,6 +2,7 @@
 //! [`qmatrix`]) and ModelOpt NVFP4 ([`nvfp4`]), with their codecs and the layouts the kernels
 //! run on.
 
+pub mod acts;
 pub mod ggml;
 pub mod nvfp4;
 pub mod qmatrix;

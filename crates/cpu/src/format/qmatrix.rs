@@ -20,29 +20,57 @@
 //! (see [`HighBits`]).
 //!
 //! **Arithmetic** (the scalar definition [`QMatrix::dot`] that every kernel reproduces bit for
-//! bit). Activations are 8-bit per 32-block ([`QActs`]: `x ≈ dx · q`, `sx = dx · Σq`, and the
-//! integer sums of each 16-half). A row is a sequence of *sub-blocks* of `S` weights (32; 16
-//! for Q6_K), each `w = dw · u + mw` with unsigned integer codes `u`:
+//! bit), llama.cpp's dot products (`ggml_vec_dot_*_q8_*` in `ggml-cpu/arch/x86/quants.c`) with
+//! one f32 rounding order fixed. Activations are 8-bit ([`QActs`]).
+//!
+//! *32-weight types* (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) against the per-32 form (`x ≈ dx · q`,
+//! `sx = dx · Σq`), each block `w = dw · u + mw` with unsigned codes `u`:
 //!
 //! ```text
 //! acc = 0; macc = 0
-//! for each sub-block b:  I    = Σ u·q                      (exact i32; Q6_K: Σ u·q − 32·Σq)
-//!                        acc  = fma(f32(I), dw_b · dx, acc)
-//!                        macc = fma(mw_b, sx, macc)        (types with an offset; 32-weight b only)
+//! for each block b:  acc  = fma(f32(Σ u·q), dw_b · dx_b, acc)      (the sum exact in i32)
+//!                    macc = fma(mw_b, sx_b, macc)
 //! out = acc + macc
 //! ```
 //!
-//! with, per type: Q4_0 `dw = d, mw = −8d`; Q4_1 `dw = d, mw = m`; Q5_0 `dw = d, mw = −16d`;
-//! Q5_1 `dw = d, mw = m`; Q8_0 `u = q + 128, dw = d, mw = −128d`; Q4_K and Q5_K `dw = d·sc,
-//! mw = −(dmin·m)` (6-bit `sc`, `m` per 32, both products exact in f32); Q6_K (16-weight
-//! sub-blocks, signed codes `u − 32`, no offset) `dw = d·sc` (i8 `sc`, exact). `dw · dx` is one
-//! f32 rounding. The integer sums are exact on every path (VNNI `vpdpbusd`, AVX2 `vpmaddubsw`
-//! in i16 within the bounds worked out in `kernels::q8_x86`, AMX `tdpbsud`), so every path
-//! gives the same bits, alone or batched. GGML's own dequantized values ([`QMatrix::dequantize_row`])
-//! are reproduced bit for bit (`dequantize_row_*` in `ggml/src/ggml-quants.c`).
+//! with Q4_0 `dw = d, mw = −8d`; Q4_1 `dw = d, mw = m`; Q5_0 `dw = d, mw = −16d`; Q5_1 `dw = d,
+//! mw = m`; Q8_0 `u = q + 128, dw = d, mw = −128d` (every `mw` exact).
+//!
+//! *K-quants* (Q4_K, Q5_K, Q6_K) against the per-256 form (`x ≈ dk · q` per super-block, 16-value
+//! sums `Σq`): the sub-block scales and mins are integers, so a super-block is summed in i32
+//! and scaled once:
+//!
+//! ```text
+//! acc = 0; macc = 0
+//! for each super-block:  S = Σ_j sc_j · Σ_{i∈j} u_i·q_i           Q4_K, Q5_K: 8 sub-blocks of 32
+//!                        M = Σ_j m_j · Σ_{i∈j} q_i
+//!                        (Q6_K: S = Σ_j sc_j · Σ_{i∈j} (u_i − 32)·q_i, 16 sub-blocks of 16, M = 0)
+//!                        acc  = fma(f32(S), d · dk, acc)
+//!                        macc = fma(f32(M), dmin · dk, macc)
+//! out = acc − macc
+//! ```
+//!
+//! (`S` and `M` exact in i32: at most 8 · 63 · 31 · 127 · 32 < 2^31.) The integer sums are exact
+//! on every path (VNNI `vpdpbusd`, AVX2 `vpmaddubsw` in i16 within the bounds worked out in
+//! `kernels::q8_x86`, AMX `tdpbsud`), so every path gives the same bits, alone or batched.
+//! GGML's own dequantized values ([`QMatrix::dequantize_row`]) are reproduced bit for bit
+//! (`dequantize_row_*` in `ggml/src/ggml-quants.c`).
 #![allow(unsafe_code)]
 
 use super::ggml::{decode_codes, GgmlType, QActs, QK, QK_K};
+
+/// The integer scales of one super-block of one row of a K-quant ([`QMatrix::k_params`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KParams {
+    /// `d` (f16, widened).
+    pub d: f32,
+    /// `dmin` (Q4_K, Q5_K; 0 for Q6_K).
+    pub dmin: f32,
+    /// Sub-block scales: 8 × 6-bit (Q4_K, Q5_K) or 16 × i8 (Q6_K).
+    pub sc: [i32; 16],
+    /// Sub-block mins: 8 × 6-bit (Q4_K, Q5_K).
+    pub m: [i32; 8],
+}
 use crate::half::f16_to_f32;
 
 /// Rows per group: the lanes of one 512-bit vector of i32 sums.
@@ -361,6 +389,31 @@ impl QMatrix {
         }
     }
 
+    /// Whether the type is a K-quant (256-weight super-blocks, multiplied with the per-256
+    /// activations).
+    pub fn is_k(&self) -> bool {
+        self.ty.block_len() == QK_K
+    }
+
+    /// The scales of row `r`'s super-block `sb` (a K-quant).
+    pub fn k_params(&self, r: usize, sb: usize) -> KParams {
+        let (g, i) = (r / GROUP, r % GROUP);
+        let t = self.tile(g, sb);
+        let mut p = KParams { d: self.f16_at(t, 0, i), dmin: 0.0, sc: [0; 16], m: [0; 8] };
+        if self.ty == GgmlType::Q6_K {
+            for h in 0..16 {
+                p.sc[h] = t[2 * GROUP + h * GROUP + i] as i8 as i32;
+            }
+        } else {
+            p.dmin = self.f16_at(t, 2 * GROUP, i);
+            for j in 0..8 {
+                p.sc[j] = t[4 * GROUP + j * GROUP + i] as i32;
+                p.m[j] = t[12 * GROUP + j * GROUP + i] as i32;
+            }
+        }
+        p
+    }
+
     /// Row `r`'s weights as GGML dequantizes them (bit for bit), into `out` (`cols` values).
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
         let mut u = [0u8; QK];
@@ -388,6 +441,9 @@ impl QMatrix {
     /// The definition (module docs) for row `r` against token `t` of `x`: the portable path
     /// and the reference every SIMD path is tested against bit for bit.
     pub fn dot(&self, r: usize, x: &QActs, t: usize) -> f32 {
+        if self.is_k() {
+            return self.dot_k(r, x, t);
+        }
         let nb = self.cols / QK;
         let xq = &x.q[t * self.cols..(t + 1) * self.cols];
         let (mut acc, mut macc) = (0f32, 0f32);
@@ -397,18 +453,6 @@ impl QMatrix {
             let q = &xq[b * QK..(b + 1) * QK];
             let xb = t * nb + b;
             let dx = x.d[xb];
-            if self.ty == GgmlType::Q6_K {
-                for half in 0..2 {
-                    let mut isum = 0i32;
-                    for j in 16 * half..16 * half + 16 {
-                        isum += u[j] as i32 * q[j] as i32;
-                    }
-                    isum -= 32 * x.bsum[2 * xb + half];
-                    let dw = self.sub_params(r, b, half).dw;
-                    acc = (isum as f32).mul_add(dw * dx, acc);
-                }
-                continue;
-            }
             let isum: i32 = u.iter().zip(q).map(|(&u, &q)| u as i32 * q as i32).sum();
             let p = self.sub_params(r, b, 0);
             acc = (isum as f32).mul_add(p.dw * dx, acc);
@@ -417,6 +461,40 @@ impl QMatrix {
             }
         }
         acc + macc
+    }
+}
+
+impl QMatrix {
+    /// [`QMatrix::dot`] for the K-quants (module docs).
+    fn dot_k(&self, r: usize, x: &QActs, t: usize) -> f32 {
+        let nsb = self.cols / QK_K;
+        let xq = &x.qk[t * self.cols..(t + 1) * self.cols];
+        let bs = &x.bk[t * self.cols / 16..(t + 1) * self.cols / 16];
+        let (mut acc, mut macc) = (0f32, 0f32);
+        let mut u = [0u8; QK];
+        for sb in 0..nsb {
+            let p = self.k_params(r, sb);
+            let dk = x.dk[t * nsb + sb];
+            let (mut s, mut m) = (0i32, 0i32);
+            for j in 0..8 {
+                let b = sb * 8 + j;
+                self.sub_codes(r, b, &mut u);
+                let q = &xq[b * QK..(b + 1) * QK];
+                if self.ty == GgmlType::Q6_K {
+                    for h in 0..2 {
+                        let i: i32 = (16 * h..16 * h + 16).map(|k| (u[k] as i32 - 32) * q[k] as i32).sum();
+                        s += p.sc[2 * j + h] * i;
+                    }
+                } else {
+                    let i: i32 = u.iter().zip(q).map(|(&u, &q)| u as i32 * q as i32).sum();
+                    s += p.sc[j] * i;
+                    m += p.m[j] * (bs[2 * b] + bs[2 * b + 1]);
+                }
+            }
+            acc = (s as f32).mul_add(p.d * dk, acc);
+            macc = (m as f32).mul_add(p.dmin * dk, macc);
+        }
+        acc - macc
     }
 }
 

@@ -27,7 +27,7 @@
 use std::arch::asm;
 use std::arch::x86_64::*;
 
-use crate::format::ggml::{GgmlType, QActs, QMatrix, QK};
+use crate::format::ggml::{GgmlType, QActs, QMatrix, QK, QK_K};
 use crate::format::qmatrix::{high_bits, HighBits, TileLayout, CHUNK, GROUP};
 
 /// The palette-1 tile configuration (`ldtilecfg`'s 64-byte operand).
@@ -98,6 +98,23 @@ thread_local! {
 /// Tokens per A tile.
 const TM: usize = 16;
 
+/// Per-thread buffers of the K-quant kernel.
+#[derive(Default)]
+struct KScratch {
+    /// One group's B planes: `[super-block][plane][sub-block][8 tile rows]`, 64 bytes each.
+    planes: Vec<__m512i>,
+    /// Every token block's `dk`, `[block][super-block][16 tokens]`.
+    dk: Vec<f32>,
+    /// The mins plane's C tiles of one token block, `[super-block][16 tokens]` (i32 × 16 rows).
+    cm: Vec<__m512i>,
+    /// The C tiles of one super-block.
+    c: Vec<__m512i>,
+}
+
+thread_local! {
+    static KSCRATCH: std::cell::RefCell<KScratch> = std::cell::RefCell::new(KScratch::default());
+}
+
 /// Row groups `g0 .. g1` of `w` for every token of `x`, to `out[t·ldo + row]`.
 ///
 /// # Safety
@@ -105,8 +122,13 @@ const TM: usize = 16;
 /// ([`crate::isa::amx_enabled`]); outputs of those groups are written by this call only.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
 pub(crate) unsafe fn quant_rows(w: &QMatrix, g0: usize, g1: usize, x: &QActs, out: *mut f32, ldo: usize) {
-    // SAFETY: the caller's guarantees, passed on.
-    SCRATCH.with_borrow_mut(|sc| unsafe { run(sc, w, g0, g1, x, out, ldo) });
+    if w.is_k() {
+        // SAFETY: the caller's guarantees, passed on.
+        KSCRATCH.with_borrow_mut(|sc| unsafe { run_k(sc, w, g0, g1, x, out, ldo) });
+    } else {
+        // SAFETY: as above.
+        SCRATCH.with_borrow_mut(|sc| unsafe { run(sc, w, g0, g1, x, out, ldo) });
+    }
 }
 
 #[inline(always)]
@@ -336,4 +358,254 @@ unsafe fn amx_step<const P: u8>(a: *const i8, bp: *const u8, q6: bool, cp: *mut 
     } else {
         step!("tmm1");
     }
+}
+
+/// Each row's 16 bytes at `p` (`[row]`) spread to its 4 bytes of a chunk-ordered vector.
+#[inline(always)]
+unsafe fn per_row(p: *const u8) -> __m512i {
+    _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128(p as *const __m128i)), _mm512_set1_epi32(0x0101_0101))
+}
+
+/// `v · k` per byte for a byte factor `k ∈ 0..8` (bits tested into masks, shifted copies added;
+/// exact when the products fit a byte).
+#[inline(always)]
+unsafe fn mul_small(v: __m512i, k: __m512i) -> __m512i {
+    let b0 = _mm512_test_epi8_mask(k, _mm512_set1_epi8(1));
+    let b1 = _mm512_test_epi8_mask(k, _mm512_set1_epi8(2));
+    let b2 = _mm512_test_epi8_mask(k, _mm512_set1_epi8(4));
+    let v2 = _mm512_add_epi8(v, v);
+    let v4 = _mm512_add_epi8(v2, v2);
+    _mm512_add_epi8(_mm512_add_epi8(_mm512_maskz_mov_epi8(b0, v), _mm512_maskz_mov_epi8(b1, v2)), _mm512_maskz_mov_epi8(b2, v4))
+}
+
+/// The K-quants on AMX. A super-block's integer sum `S = Σ_j sc_j · Σ u·q` is a dot product over
+/// its 256 codes with weights `u · sc_j`, which do not fit a byte; split into byte-sized
+/// *planes* it is a sum of tile products that accumulate in tiles over the whole super-block:
+///
+/// - Q4_K, Q5_K: `sc = 8·sh + sl` (3 bits each): planes `u·sh`, `u·sl` (≤ 31 · 7 = 217,
+///   unsigned) and the mins `m_j` (so `M = Σ_j m_j Σ q`); `S = 8·C_h + C_l`, `M = C_m`;
+/// - Q6_K: `sc + 128 = Σ_k 4^k·d_k` (base-4 digits): planes `d_k · (u − 32)` (|·| ≤ 96,
+///   signed) and `u − 32`; `S = Σ_k 4^k·C_k − 128·C_4`.
+///
+/// Each plane's products over a super-block are 4 tile products of K = 64 bytes, so a 16 × 16
+/// block of outputs stores its C tiles once per super-block (3 or 5 tiles) instead of once per
+/// sub-block. The sums are the definition's exact integers, then the same float steps
+/// (`acc = fma(f32(S), d·dk, acc)`, `macc = fma(f32(M), dmin·dk, macc)`), so the bits are those
+/// of every other path.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
+unsafe fn run_k(sc: &mut KScratch, w: &QMatrix, g0: usize, g1: usize, x: &QActs, out: *mut f32, ldo: usize) {
+    let ty = w.ty;
+    let l = w.layout();
+    let q6 = ty == GgmlType::Q6_K;
+    let np = if q6 { 5 } else { 3 };
+    let nsb = w.cols / QK_K;
+    let tokens = x.rows;
+    let blocks = tokens.div_ceil(TM);
+    let chunks = w.cols / 64;
+    debug_assert_eq!(x.tiles_k.len(), blocks * chunks * TM * 64, "QActs::pack_tiles first");
+    sc.planes.resize(nsb * np * 8 * 8, _mm512_setzero_si512());
+    sc.cm.resize(nsb * TM, _mm512_setzero_si512());
+    sc.c.resize(5 * TM, _mm512_setzero_si512());
+    sc.dk.clear();
+    sc.dk.resize(blocks * nsb * TM, 0.0);
+    for t in 0..tokens {
+        for sb in 0..nsb {
+            sc.dk[((t / TM) * nsb + sb) * TM + t % TM] = x.dk[t * nsb + sb];
+        }
+    }
+    let data = w.data().as_ptr();
+    let pl = sc.planes.as_mut_ptr();
+    let nib = _mm512_set1_epi8(0x0f);
+    let mut configured = usize::MAX;
+    for g in g0..g1 {
+        // The group's planes, once for every token block.
+        for sb in 0..nsb {
+            let t = data.add((g * nsb + sb) * l.bytes);
+            for s in 0..8 {
+                let mut rows = [_mm512_setzero_si512(); 8];
+                unpack_codes(ty, &l, t, s, &mut rows, nib);
+                let at = |p: usize, r: usize| pl.add(((sb * np + p) * 8 + s) * 8 + r);
+                if q6 {
+                    // Rows 0..4 are the sub-block's first half (scale 2s), 4..8 its second.
+                    let k = 32i8;
+                    for (r, v) in rows.iter().enumerate() {
+                        let half = 2 * s + r / 4;
+                        let scb = _mm512_xor_si512(per_row(t.add(2 * GROUP + half * GROUP)), _mm512_set1_epi8(-128));
+                        let sv = _mm512_sub_epi8(*v, _mm512_set1_epi8(k));
+                        for dgt in 0..4usize {
+                            let dk = _mm512_and_si512(shr16(scb, 2 * dgt as u32), _mm512_set1_epi8(3));
+                            *at(dgt, r) = mul_small(sv, dk);
+                        }
+                        *at(4, r) = sv;
+                    }
+                } else {
+                    let scv = per_row(t.add(4 * GROUP + s * GROUP));
+                    let sh = _mm512_and_si512(shr16(scv, 3), _mm512_set1_epi8(7));
+                    let sl = _mm512_and_si512(scv, _mm512_set1_epi8(7));
+                    let mv = per_row(t.add(12 * GROUP + s * GROUP));
+                    for (r, v) in rows.iter().enumerate() {
+                        *at(0, r) = mul_small(*v, sh);
+                        *at(1, r) = mul_small(*v, sl);
+                        *at(2, r) = mv;
+                    }
+                }
+            }
+        }
+        for tb in 0..blocks {
+            let t0 = tb * TM;
+            let m = (tokens - t0).min(TM);
+            if configured != m {
+                configure_k(m, q6);
+                configured = m;
+            }
+            let mut acc = [_mm512_setzero_ps(); TM];
+            let cbuf = sc.c.as_mut_ptr() as *mut u8;
+            let cm = sc.cm.as_mut_ptr();
+            for sb in 0..nsb {
+                let a0 = x.tiles_k.as_ptr().add((tb * chunks + sb * 4) * TM * 64);
+                let b0 = (pl as *const u8).add(sb * np * 8 * 8 * 64);
+                if q6 {
+                    k_products_q6(a0, b0, cbuf);
+                } else {
+                    k_products_q4(a0, b0, cbuf, (cm as *mut u8).add(sb * TM * 64));
+                }
+                let t_ = data.add((g * nsb + sb) * l.bytes);
+                let d = f16x16(t_.add(l.d));
+                let dkp = sc.dk.as_ptr().add((tb * nsb + sb) * TM);
+                let c = cbuf as *const __m512i;
+                for r in 0..TM {
+                    let s_ = if q6 {
+                        let c_ = |k: usize| *c.add(k * TM + r);
+                        let v = _mm512_add_epi32(c_(0), _mm512_slli_epi32(c_(1), 2));
+                        let v = _mm512_add_epi32(v, _mm512_slli_epi32(c_(2), 4));
+                        let v = _mm512_add_epi32(v, _mm512_slli_epi32(c_(3), 6));
+                        _mm512_sub_epi32(v, _mm512_slli_epi32(c_(4), 7))
+                    } else {
+                        _mm512_add_epi32(_mm512_slli_epi32(*c.add(r), 3), *c.add(TM + r))
+                    };
+                    let dk = _mm512_set1_ps(*dkp.add(r));
+                    acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s_), _mm512_mul_ps(d, dk), acc[r]);
+                }
+            }
+            let mut macc = [_mm512_setzero_ps(); TM];
+            if !q6 {
+                for sb in 0..nsb {
+                    let dmin = f16x16(data.add((g * nsb + sb) * l.bytes + 2 * GROUP));
+                    let dkp = sc.dk.as_ptr().add((tb * nsb + sb) * TM);
+                    for r in 0..TM {
+                        let mi = *cm.add(sb * TM + r);
+                        macc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mi), _mm512_mul_ps(dmin, _mm512_set1_ps(*dkp.add(r))), macc[r]);
+                    }
+                }
+            }
+            for r in 0..m {
+                _mm512_storeu_ps(out.add((t0 + r) * ldo + GROUP * g), _mm512_sub_ps(acc[r], macc[r]));
+            }
+        }
+    }
+    if configured != usize::MAX {
+        release();
+    }
+}
+
+#[inline(always)]
+unsafe fn shr16(v: __m512i, n: u32) -> __m512i {
+    _mm512_srl_epi16(v, _mm_cvtsi32_si128(n as i32))
+}
+
+/// Sub-block `s`'s unsigned codes of the 16 rows as 8 B-tile rows (K 0..4 of each chunk's low
+/// nibbles, then the high ones; see [`unpack`]).
+#[inline(always)]
+unsafe fn unpack_codes(ty: GgmlType, l: &TileLayout, t: *const u8, s: usize, rows: &mut [__m512i; 8], nib: __m512i) {
+    let codes = t.add(l.codes + s * l.code_bytes);
+    let hi = t.add(l.hi + s * l.hi_bytes);
+    for c in 0..4 {
+        let v = _mm512_loadu_si512(codes.add(c * CHUNK) as *const _);
+        let mut lo = _mm512_and_si512(v, nib);
+        let mut hh = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+        match high_bits(ty) {
+            HighBits::None => {}
+            HighBits::One => {
+                let h = _mm512_loadu_si512(hi as *const _);
+                let m = _mm512_set1_epi8(0x10);
+                lo = _mm512_or_si512(lo, _mm512_and_si512(shl(h, 4 - c as i32), m));
+                hh = _mm512_or_si512(hh, _mm512_and_si512(shr(h, c as i32), m));
+            }
+            HighBits::Two => {
+                let h0 = _mm512_loadu_si512(hi as *const _);
+                let h1 = _mm512_loadu_si512(hi.add(CHUNK) as *const _);
+                let m = _mm512_set1_epi8(0x30);
+                let sh = 4 - 2 * c as i32;
+                let (a, b) = if sh >= 0 { (shl(h0, sh), shl(h1, sh)) } else { (shr(h0, -sh), shr(h1, -sh)) };
+                lo = _mm512_or_si512(lo, _mm512_and_si512(a, m));
+                hh = _mm512_or_si512(hh, _mm512_and_si512(b, m));
+            }
+        }
+        rows[c] = lo;
+        rows[4 + c] = hh;
+    }
+}
+
+/// The K configuration: C tiles `tmm0..` (3 for Q4_K/Q5_K, 5 for Q6_K) and the A tile of `m`
+/// token rows × 64 bytes, B tiles of 16 rows × 64 bytes.
+#[inline]
+unsafe fn configure_k(m: usize, q6: bool) {
+    let mut c = TileCfg { palette: 1, start_row: 0, reserved: [0; 14], colsb: [0; 16], rows: [0; 16] };
+    let (nc, a) = if q6 { (5, 5) } else { (3, 3) };
+    for t in 0..=a {
+        c.rows[t] = m as u8;
+        c.colsb[t] = 64;
+    }
+    debug_assert!(nc == a);
+    for t in a + 1..8 {
+        c.rows[t] = 16;
+        c.colsb[t] = 64;
+    }
+    asm!("ldtilecfg [{}]", in(reg) &c as *const TileCfg, options(nostack, readonly));
+}
+
+/// One super-block of Q4_K/Q5_K: the 3 planes' products over 4 K-chunks into `tmm0..2`, the
+/// first two stored to `c`, the mins' to `cm`. A chunks at `a0` (16 × 64 bytes each, 1 KB
+/// apart), plane `p`'s chunk `k` at `b0 + (p·4 + k)·1 KB`.
+#[inline(always)]
+unsafe fn k_products_q4(a0: *const i8, b0: *const u8, c: *mut u8, cm: *mut u8) {
+    asm!("tilezero tmm0", "tilezero tmm1", "tilezero tmm2", options(nostack, nomem));
+    for k in 0..4 {
+        let a = a0.add(k * 1024);
+        tileload!("tmm3", a, 64usize);
+        tileload!("tmm4", b0.add(k * 1024), 64usize);
+        asm!("tdpbsud tmm0, tmm3, tmm4", options(nostack, nomem));
+        tileload!("tmm5", b0.add((4 + k) * 1024), 64usize);
+        asm!("tdpbsud tmm1, tmm3, tmm5", options(nostack, nomem));
+        tileload!("tmm6", b0.add((8 + k) * 1024), 64usize);
+        asm!("tdpbsud tmm2, tmm3, tmm6", options(nostack, nomem));
+    }
+    tilestore!("tmm0", c);
+    tilestore!("tmm1", c.add(1024));
+    tilestore!("tmm2", cm);
+}
+
+/// One super-block of Q6_K: the 5 planes' products (signed) into `tmm0..4`, stored to `c`.
+#[inline(always)]
+unsafe fn k_products_q6(a0: *const i8, b0: *const u8, c: *mut u8) {
+    asm!("tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3", "tilezero tmm4", options(nostack, nomem));
+    for k in 0..4 {
+        let a = a0.add(k * 1024);
+        tileload!("tmm5", a, 64usize);
+        tileload!("tmm6", b0.add(k * 1024), 64usize);
+        asm!("tdpbssd tmm0, tmm5, tmm6", options(nostack, nomem));
+        tileload!("tmm7", b0.add((4 + k) * 1024), 64usize);
+        asm!("tdpbssd tmm1, tmm5, tmm7", options(nostack, nomem));
+        tileload!("tmm6", b0.add((8 + k) * 1024), 64usize);
+        asm!("tdpbssd tmm2, tmm5, tmm6", options(nostack, nomem));
+        tileload!("tmm7", b0.add((12 + k) * 1024), 64usize);
+        asm!("tdpbssd tmm3, tmm5, tmm7", options(nostack, nomem));
+        tileload!("tmm6", b0.add((16 + k) * 1024), 64usize);
+        asm!("tdpbssd tmm4, tmm5, tmm6", options(nostack, nomem));
+    }
+    tilestore!("tmm0", c);
+    tilestore!("tmm1", c.add(1024));
+    tilestore!("tmm2", c.add(2048));
+    tilestore!("tmm3", c.add(3072));
+    tilestore!("tmm4", c.add(4096));
 }

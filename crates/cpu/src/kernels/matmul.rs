@@ -54,10 +54,14 @@ pub fn matmul(pool: &ThreadPool, isa: Isa, w: &Weight, x: &[f32], tokens: usize,
     if let [Piece { w: Weight::Nvfp4(m), .. }] = ps.as_slice() {
         return m.matmul(pool, isa, x, tokens, out);
     }
-    if ps.iter().any(|p| matches!(p.w, Weight::Quant(_))) {
-        quantize_parallel(pool, x, tokens, k, xq);
+    // The activation forms the pieces need: per 32 for the 32-weight types, per 256 for the
+    // K-quants.
+    let per32 = ps.iter().any(|p| matches!(p.w, Weight::Quant(q) if !q.is_k()));
+    let perk = ps.iter().any(|p| matches!(p.w, Weight::Quant(q) if q.is_k()));
+    if per32 || perk {
+        quantize_parallel(pool, x, tokens, k, xq, per32, perk);
         if isa == Isa::Amx && tokens >= AMX_MIN_TOKENS {
-            xq.pack_tiles();
+            xq.pack_tiles(per32, perk);
         }
     }
     // Tasks: row ranges of each piece, whole groups of 8 rows.
@@ -340,30 +344,56 @@ mod dense_x86 {
     }
 }
 
-/// Quantizes activations on the pool, a run of whole blocks per task.
-fn quantize_parallel(pool: &ThreadPool, x: &[f32], rows: usize, cols: usize, xq: &mut QActs) {
-    xq.resize(rows, cols);
-    let nb = rows * cols / QK;
-    if nb < 256 {
-        crate::format::ggml::quantize_blocks(x, &mut xq.q, &mut xq.d, &mut xq.s, &mut xq.bsum, 0, nb);
+/// Quantizes activations on the pool into the forms asked for, a run of whole blocks per task.
+fn quantize_parallel(pool: &ThreadPool, x: &[f32], rows: usize, cols: usize, xq: &mut QActs, per32: bool, perk: bool) {
+    use crate::format::ggml::{quantize_blocks, QK_K};
+    use crate::format::acts::quantize_k_blocks;
+    if per32 {
+        xq.resize(rows, cols);
+    }
+    if perk {
+        xq.resize_k(rows, cols);
+    }
+    let (n32, nk) = (if per32 { rows * cols / QK } else { 0 }, if perk { rows * cols / QK_K } else { 0 });
+    if n32 + 8 * nk < 256 {
+        if per32 {
+            quantize_blocks(x, &mut xq.q, &mut xq.d, &mut xq.s, 0, n32);
+        }
+        if perk {
+            quantize_k_blocks(x, &mut xq.qk, &mut xq.dk, &mut xq.bk, 0, nk);
+        }
         return;
     }
     let tasks = pool.threads() * 2;
-    let per = nb.div_ceil(tasks);
-    let (qp, dp, sp, bp) =
-        (SyncPtr(xq.q.as_mut_ptr()), SyncPtr(xq.d.as_mut_ptr()), SyncPtr(xq.s.as_mut_ptr()), SyncPtr(xq.bsum.as_mut_ptr()));
+    let (qp, dp, sp) = (SyncPtr(xq.q.as_mut_ptr()), SyncPtr(xq.d.as_mut_ptr()), SyncPtr(xq.s.as_mut_ptr()));
+    let (qkp, dkp, bkp) = (SyncPtr(xq.qk.as_mut_ptr()), SyncPtr(xq.dk.as_mut_ptr()), SyncPtr(xq.bk.as_mut_ptr()));
     pool.run(tasks, |i| {
-        let (b0, b1) = ((i * per).min(nb), ((i + 1) * per).min(nb));
-        // SAFETY: task i owns blocks b0..b1 of every buffer; the buffers outlive the call.
-        let (q, d, s, bs) = unsafe {
-            (
-                std::slice::from_raw_parts_mut(qp.get().add(b0 * QK), (b1 - b0) * QK),
-                std::slice::from_raw_parts_mut(dp.get().add(b0), b1 - b0),
-                std::slice::from_raw_parts_mut(sp.get().add(b0), b1 - b0),
-                std::slice::from_raw_parts_mut(bp.get().add(2 * b0), 2 * (b1 - b0)),
-            )
-        };
-        crate::format::ggml::quantize_blocks(&x[b0 * QK..b1 * QK], q, d, s, bs, 0, b1 - b0);
+        if per32 {
+            let per = n32.div_ceil(tasks);
+            let (b0, b1) = ((i * per).min(n32), ((i + 1) * per).min(n32));
+            // SAFETY: task i owns blocks b0..b1 of every per-32 buffer; they outlive the call.
+            let (q, d, s) = unsafe {
+                (
+                    std::slice::from_raw_parts_mut(qp.get().add(b0 * QK), (b1 - b0) * QK),
+                    std::slice::from_raw_parts_mut(dp.get().add(b0), b1 - b0),
+                    std::slice::from_raw_parts_mut(sp.get().add(b0), b1 - b0),
+                )
+            };
+            quantize_blocks(&x[b0 * QK..b1 * QK], q, d, s, 0, b1 - b0);
+        }
+        if perk {
+            let per = nk.div_ceil(tasks);
+            let (b0, b1) = ((i * per).min(nk), ((i + 1) * per).min(nk));
+            // SAFETY: task i owns 256-blocks b0..b1 of every per-256 buffer.
+            let (q, d, bs) = unsafe {
+                (
+                    std::slice::from_raw_parts_mut(qkp.get().add(b0 * QK_K), (b1 - b0) * QK_K),
+                    std::slice::from_raw_parts_mut(dkp.get().add(b0), b1 - b0),
+                    std::slice::from_raw_parts_mut(bkp.get().add(16 * b0), 16 * (b1 - b0)),
+                )
+            };
+            quantize_k_blocks(&x[b0 * QK_K..b1 * QK_K], q, d, bs, 0, b1 - b0);
+        }
     });
 }
 

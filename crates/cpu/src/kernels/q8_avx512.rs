@@ -1,5 +1,5 @@
-//! AVX-512 VNNI tiles of the integer matmul over a [`QMatrix`]: the kernel of [`super::q8_x86`]
-//! on 512-bit vectors, one 16-row group per register (a whole chunk of the tile layout, see
+//! AVX-512 VNNI tiles of the integer matmul over a [`QMatrix`]: the kernels of [`super::q8_x86`]
+//! (32-weight types; K-quants with their integer super-block sums) on 512-bit vectors, one 16-row group per register (a whole chunk of the tile layout, see
 //! [`crate::format::qmatrix`]). Half the instructions per weight byte of the 256-bit kernel,
 //! which matters most for the single-token GEMV of a decode step: it must issue its loads fast
 //! enough to keep the memory bus busy. The integer sums are `vpdpbusd`'s exact ones and every
@@ -8,7 +8,7 @@
 #![allow(unsafe_code)]
 #![allow(clippy::needless_range_loop)]
 
-use crate::format::ggml::{GgmlType, QActs, QMatrix, QK};
+use crate::format::ggml::{GgmlType, QActs, QMatrix, QK, QK_K};
 use crate::format::qmatrix::{layout, TileLayout, CHUNK, GROUP};
 use std::arch::x86_64::*;
 
@@ -98,12 +98,6 @@ unsafe fn f16x16(p: *const u8) -> __m512 {
     _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i))
 }
 
-/// The 16 rows' scale bytes at `p` as f32.
-#[inline(always)]
-unsafe fn bytes16(p: *const u8, signed: bool) -> __m512 {
-    let v = _mm_loadu_si128(p as *const __m128i);
-    _mm512_cvtepi32_ps(if signed { _mm512_cvtepi8_epi32(v) } else { _mm512_cvtepu8_epi32(v) })
-}
 
 /// Row groups `g .. g+NG` against tokens `t0 .. t0+NT`; results to `out[t·ldo + row]`.
 #[inline(always)]
@@ -163,29 +157,8 @@ unsafe fn group_tile<const T: u8, const NG: usize, const NT: usize>(
                 }
             }
             for j in 0..NG {
-                if T == Q6_K {
-                    let sc = tiles[j].add(2 * GROUP + 2 * s * GROUP);
-                    let dw = [_mm512_mul_ps(d[j], bytes16(sc, true)), _mm512_mul_ps(d[j], bytes16(sc.add(GROUP), true))];
-                    for t in 0..NT {
-                        let xb = (t0 + t) * nb + b;
-                        let dx = _mm512_set1_ps(*x.d.as_ptr().add(xb));
-                        let bl = _mm512_set1_epi32(32 * *x.bsum.as_ptr().add(2 * xb));
-                        let bh = _mm512_set1_epi32(32 * *x.bsum.as_ptr().add(2 * xb + 1));
-                        let il = _mm512_cvtepi32_ps(_mm512_sub_epi32(lo[j][t], bl));
-                        let ih = _mm512_cvtepi32_ps(_mm512_sub_epi32(hi[j][t], bh));
-                        acc[j][t] = _mm512_fmadd_ps(il, _mm512_mul_ps(dw[0], dx), acc[j][t]);
-                        acc[j][t] = _mm512_fmadd_ps(ih, _mm512_mul_ps(dw[1], dx), acc[j][t]);
-                    }
-                    continue;
-                }
                 let t_ = tiles[j];
                 let (dw, mw) = match T {
-                    Q4_K | Q5_K => {
-                        let dw = _mm512_mul_ps(d[j], bytes16(t_.add(4 * GROUP + s * GROUP), false));
-                        let p = _mm512_mul_ps(f16x16(t_.add(2 * GROUP)), bytes16(t_.add(12 * GROUP + s * GROUP), false));
-                        // −(dmin·m): the product is exact, the negation too.
-                        (dw, _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(p), _mm512_set1_epi32(i32::MIN))))
-                    }
                     Q4_1 | Q5_1 => (d[j], f16x16(t_.add(2 * GROUP))),
                     // m = factor · d exactly (a power of two), as the definition's.
                     Q4_0 => (d[j], _mm512_mul_ps(d[j], _mm512_set1_ps(-8.0))),
@@ -209,12 +182,127 @@ unsafe fn group_tile<const T: u8, const NG: usize, const NT: usize>(
     }
 }
 
+/// Row groups `g .. g+NG` of a K-quant against tokens `t0 .. t0+NT` (the K-quant definition
+/// of [`QMatrix::dot`]): per super-block the sub-block sums are scaled by their integer scales
+/// and summed in i32 (`vpmulld`), the mins likewise, then one float step.
+#[inline(always)]
+unsafe fn k_tile<const T: u8, const NG: usize, const NT: usize>(
+    w: &QMatrix,
+    g: usize,
+    x: &QActs,
+    t0: usize,
+    out: *mut f32,
+    ldo: usize,
+) {
+    let l = const { tl(T) };
+    let nsb = w.cols / QK_K;
+    let base = w.data().as_ptr();
+    let cols = w.cols;
+    let z = _mm512_setzero_si512();
+    let mut acc = [[_mm512_setzero_ps(); NT]; NG];
+    let mut macc = [[_mm512_setzero_ps(); NT]; NG];
+    for sb in 0..nsb {
+        let tiles: [*const u8; NG] = std::array::from_fn(|j| base.add(((g + j) * nsb + sb) * l.bytes));
+        if NT == 1 {
+            for j in 0..NG {
+                let p = tiles[j].add(super::q8_x86::PREFETCH);
+                let mut off = 0;
+                while off < l.bytes {
+                    _mm_prefetch::<_MM_HINT_T0>(p.add(off) as *const i8);
+                    off += 64;
+                }
+            }
+        }
+        let mut sacc = [[z; NT]; NG];
+        let mut macc_i = [[z; NT]; NG];
+        for s in 0..8 {
+            let b = sb * 8 + s;
+            let xp: [*const i8; NT] = std::array::from_fn(|t| x.qk.as_ptr().add((t0 + t) * cols + b * QK));
+            let mut lo = [[z; NT]; NG];
+            let mut hi = [[z; NT]; NG];
+            for c in 0..4 {
+                let mut wl = [z; NG];
+                let mut wh = [z; NG];
+                for j in 0..NG {
+                    let codes = tiles[j].add(l.codes + s * l.code_bytes);
+                    let hip = tiles[j].add(l.hi + s * l.hi_bytes);
+                    (wl[j], wh[j]) = chunk_codes::<T>(codes, hip, c);
+                }
+                for t in 0..NT {
+                    let (xl, xh) = (bcast4(xp[t].add(4 * c)), bcast4(xp[t].add(16 + 4 * c)));
+                    for j in 0..NG {
+                        lo[j][t] = _mm512_dpbusd_epi32(lo[j][t], wl[j], xl);
+                        hi[j][t] = _mm512_dpbusd_epi32(hi[j][t], wh[j], xh);
+                    }
+                }
+            }
+            for j in 0..NG {
+                if T == Q6_K {
+                    let sca = int16(tiles[j].add(2 * GROUP + 2 * s * GROUP), true);
+                    let scb = int16(tiles[j].add(2 * GROUP + (2 * s + 1) * GROUP), true);
+                    for t in 0..NT {
+                        let bk = x.bk.as_ptr().add((t0 + t) * cols / 16 + 2 * b);
+                        let ia = _mm512_sub_epi32(lo[j][t], _mm512_set1_epi32(32 * *bk));
+                        let ib = _mm512_sub_epi32(hi[j][t], _mm512_set1_epi32(32 * *bk.add(1)));
+                        sacc[j][t] = _mm512_add_epi32(sacc[j][t], _mm512_mullo_epi32(sca, ia));
+                        sacc[j][t] = _mm512_add_epi32(sacc[j][t], _mm512_mullo_epi32(scb, ib));
+                    }
+                } else {
+                    let sc = int16(tiles[j].add(4 * GROUP + s * GROUP), false);
+                    let mn = int16(tiles[j].add(12 * GROUP + s * GROUP), false);
+                    for t in 0..NT {
+                        let bk = x.bk.as_ptr().add((t0 + t) * cols / 16 + 2 * b);
+                        let i = _mm512_add_epi32(lo[j][t], hi[j][t]);
+                        sacc[j][t] = _mm512_add_epi32(sacc[j][t], _mm512_mullo_epi32(sc, i));
+                        macc_i[j][t] = _mm512_add_epi32(macc_i[j][t], _mm512_mullo_epi32(mn, _mm512_set1_epi32(*bk + *bk.add(1))));
+                    }
+                }
+            }
+        }
+        for j in 0..NG {
+            let d = f16x16(tiles[j].add(l.d));
+            let dmin = if T == Q6_K { _mm512_setzero_ps() } else { f16x16(tiles[j].add(2 * GROUP)) };
+            for t in 0..NT {
+                let dk = _mm512_set1_ps(*x.dk.as_ptr().add((t0 + t) * nsb + sb));
+                acc[j][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sacc[j][t]), _mm512_mul_ps(d, dk), acc[j][t]);
+                macc[j][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(macc_i[j][t]), _mm512_mul_ps(dmin, dk), macc[j][t]);
+            }
+        }
+    }
+    for j in 0..NG {
+        for t in 0..NT {
+            _mm512_storeu_ps(out.add((t0 + t) * ldo + GROUP * (g + j)), _mm512_sub_ps(acc[j][t], macc[j][t]));
+        }
+    }
+}
+
+/// The 16 rows' scale bytes at `p` as i32 lanes.
+#[inline(always)]
+unsafe fn int16(p: *const u8, signed: bool) -> __m512i {
+    let v = _mm_loadu_si128(p as *const __m128i);
+    if signed {
+        _mm512_cvtepi8_epi32(v)
+    } else {
+        _mm512_cvtepu8_epi32(v)
+    }
+}
+
+/// One tile of `NG` groups × `NT` tokens of type `T`: the K-quant or the 32-weight kernel.
+#[inline(always)]
+unsafe fn tile<const T: u8, const NG: usize, const NT: usize>(w: &QMatrix, g: usize, x: &QActs, t0: usize, out: *mut f32, ldo: usize) {
+    if ggml(T).block_len() == QK_K {
+        k_tile::<T, NG, NT>(w, g, x, t0, out, ldo)
+    } else {
+        group_tile::<T, NG, NT>(w, g, x, t0, out, ldo)
+    }
+}
+
 #[inline(always)]
 unsafe fn tile_n<const T: u8, const NG: usize>(w: &QMatrix, g: usize, x: &QActs, t0: usize, n: usize, out: *mut f32, ldo: usize) {
     match n {
-        1 => group_tile::<T, NG, 1>(w, g, x, t0, out, ldo),
-        2 => group_tile::<T, NG, 2>(w, g, x, t0, out, ldo),
-        _ => group_tile::<T, NG, 3>(w, g, x, t0, out, ldo),
+        1 => tile::<T, NG, 1>(w, g, x, t0, out, ldo),
+        2 => tile::<T, NG, 2>(w, g, x, t0, out, ldo),
+        _ => tile::<T, NG, 3>(w, g, x, t0, out, ldo),
     }
 }
 
@@ -230,10 +318,10 @@ unsafe fn rows<const T: u8>(w: &QMatrix, g0: usize, g1: usize, x: &QActs, out: *
         const NG1: usize = 4;
         while g < g1 {
             if g + NG1 <= g1 {
-                group_tile::<T, NG1, 1>(w, g, x, 0, out, ldo);
+                tile::<T, NG1, 1>(w, g, x, 0, out, ldo);
                 g += NG1;
             } else {
-                group_tile::<T, 1, 1>(w, g, x, 0, out, ldo);
+                tile::<T, 1, 1>(w, g, x, 0, out, ldo);
                 g += 1;
             }
         }
@@ -246,7 +334,7 @@ unsafe fn rows<const T: u8>(w: &QMatrix, g0: usize, g1: usize, x: &QActs, out: *
         while g < g1 {
             let mut t = b0;
             while t + NT <= b1 {
-                group_tile::<T, NG, NT>(w, g, x, t, out, ldo);
+                tile::<T, NG, NT>(w, g, x, t, out, ldo);
                 t += NT;
             }
             if t < b1 {

@@ -26,7 +26,7 @@
 // SIMD tiles index several parallel arrays by the same small constant bounds.
 #![allow(clippy::needless_range_loop)]
 
-use crate::format::ggml::{GgmlType, QActs, QMatrix, QK};
+use crate::format::ggml::{GgmlType, QActs, QMatrix, QK, QK_K};
 use crate::format::qmatrix::{layout, TileLayout, CHUNK, GROUP, HALF};
 use std::arch::x86_64::*;
 
@@ -233,12 +233,6 @@ unsafe fn f16x8(p: *const u8) -> __m256 {
     _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
 }
 
-/// The 8 rows' unsigned (or, `signed`, i8) scale bytes at `p`, as f32.
-#[inline(always)]
-unsafe fn bytes8(p: *const u8, signed: bool) -> __m256 {
-    let v = _mm_loadl_epi64(p as *const __m128i);
-    _mm256_cvtepi32_ps(if signed { _mm256_cvtepi8_epi32(v) } else { _mm256_cvtepu8_epi32(v) })
-}
 
 /// Half groups (8-row units) `u .. u+NG` against tokens `t0 .. t0+NT`; results to
 /// `out[t·ldo + row]`.
@@ -260,7 +254,6 @@ unsafe fn group_tile<const T: u8, const M: u8, const NG: usize, const NT: usize>
     let cols = w.cols;
     // Per-row arrays of a tile are `[..][16 rows]`: a half's 8 values start 8 elements in.
     let f16h = |(tp, h): (*const u8, usize), at: usize| f16x8(tp.add(at + 2 * HALF * h));
-    let b8h = |(tp, h): (*const u8, usize), at: usize, signed: bool| bytes8(tp.add(at + HALF * h), signed);
     // Two passes, so that only the `acc` accumulators are live beside the integer chains (16
     // AVX2 registers): `Σ I·dw·dx` over the sub-blocks, then `Σ mw·sx`. Each runs in sub-block
     // order as in the definition and they meet in its final `acc + macc`: the same bits.
@@ -276,30 +269,7 @@ unsafe fn group_tile<const T: u8, const M: u8, const NG: usize, const NT: usize>
             let xp: [*const i8; NT] = std::array::from_fn(|t| x.q.as_ptr().add((t0 + t) * cols + b * QK));
             let sums = sub_sums::<T, M, NG, NT>(&tiles, s, &xp);
             for j in 0..NG {
-                if T == Q6_K {
-                    let sc = 2 * GROUP + 2 * s * GROUP;
-                    let dw = [
-                        _mm256_mul_ps(d[j], b8h(tiles[j], sc, true)),
-                        _mm256_mul_ps(d[j], b8h(tiles[j], sc + GROUP, true)),
-                    ];
-                    for t in 0..NT {
-                        let xb = (t0 + t) * nb + b;
-                        let dx = _mm256_set1_ps(*x.d.as_ptr().add(xb));
-                        let (sl, sh) = sums[j][t];
-                        let bl = _mm256_set1_epi32(32 * *x.bsum.as_ptr().add(2 * xb));
-                        let bh = _mm256_set1_epi32(32 * *x.bsum.as_ptr().add(2 * xb + 1));
-                        let il = _mm256_cvtepi32_ps(_mm256_sub_epi32(sl, bl));
-                        let ih = _mm256_cvtepi32_ps(_mm256_sub_epi32(sh, bh));
-                        acc[j][t] = _mm256_fmadd_ps(il, _mm256_mul_ps(dw[0], dx), acc[j][t]);
-                        acc[j][t] = _mm256_fmadd_ps(ih, _mm256_mul_ps(dw[1], dx), acc[j][t]);
-                    }
-                    continue;
-                }
-                let dw = if T == Q4_K || T == Q5_K {
-                    _mm256_mul_ps(d[j], b8h(tiles[j], 4 * GROUP + s * GROUP, false))
-                } else {
-                    d[j]
-                };
+                let dw = d[j];
                 for t in 0..NT {
                     let dx = _mm256_set1_ps(*x.d.as_ptr().add((t0 + t) * nb + b));
                     let (sl, sh) = sums[j][t];
@@ -311,7 +281,7 @@ unsafe fn group_tile<const T: u8, const M: u8, const NG: usize, const NT: usize>
     }
     for j in 0..NG {
         let mut macc = [_mm256_setzero_ps(); NT];
-        if T != Q6_K {
+        {
             for kb in 0..nkb {
                 let tp = tile(j, kb);
                 for s in 0..l.subs {
@@ -321,12 +291,7 @@ unsafe fn group_tile<const T: u8, const M: u8, const NG: usize, const NT: usize>
                         Q4_0 => _mm256_mul_ps(f16h(tp, l.d), _mm256_set1_ps(-8.0)),
                         Q5_0 => _mm256_mul_ps(f16h(tp, l.d), _mm256_set1_ps(-16.0)),
                         Q8_0 => _mm256_mul_ps(f16h(tp, l.d), _mm256_set1_ps(-128.0)),
-                        Q4_1 | Q5_1 => f16h(tp, 2 * GROUP),
-                        // −(dmin·m): the product is exact, the negation too.
-                        _ => {
-                            let p = _mm256_mul_ps(f16h(tp, 2 * GROUP), b8h(tp, 12 * GROUP + s * GROUP, false));
-                            _mm256_xor_ps(p, _mm256_set1_ps(-0.0))
-                        }
+                        _ => f16h(tp, 2 * GROUP),
                     };
                     for tt in 0..NT {
                         macc[tt] = _mm256_fmadd_ps(mw, _mm256_set1_ps(*x.s.as_ptr().add((t0 + tt) * nb + b)), macc[tt]);
@@ -337,6 +302,105 @@ unsafe fn group_tile<const T: u8, const M: u8, const NG: usize, const NT: usize>
         for t in 0..NT {
             _mm256_storeu_ps(out.add((t0 + t) * ldo + HALF * (u + j)), _mm256_add_ps(acc[j][t], macc[t]));
         }
+    }
+}
+
+/// Half groups `u .. u+NG` of a K-quant against tokens `t0 .. t0+NT`: the K-quant definition
+/// of [`QMatrix::dot`], sub-block sums scaled by their integer scales in i32 (`vpmulld`), one
+/// float step per super-block.
+#[inline(always)]
+unsafe fn k_tile<const T: u8, const M: u8, const NG: usize, const NT: usize>(
+    w: &QMatrix,
+    u: usize,
+    x: &QActs,
+    t0: usize,
+    out: *mut f32,
+    ldo: usize,
+) {
+    let l = const { tl(T) };
+    let nsb = w.cols / QK_K;
+    let base = w.data().as_ptr();
+    let cols = w.cols;
+    let tile = |j: usize, sb: usize| (base.add(((u + j) / 2 * nsb + sb) * l.bytes), (u + j) % 2);
+    // A half's 8 per-row bytes start 8 in.
+    let ints = |(tp, h): (*const u8, usize), at: usize, signed: bool| {
+        let v = _mm_loadl_epi64(tp.add(at + HALF * h) as *const __m128i);
+        if signed {
+            _mm256_cvtepi8_epi32(v)
+        } else {
+            _mm256_cvtepu8_epi32(v)
+        }
+    };
+    let z = _mm256_setzero_si256();
+    let mut acc = [[_mm256_setzero_ps(); NT]; NG];
+    let mut macc = [[_mm256_setzero_ps(); NT]; NG];
+    for sb in 0..nsb {
+        let tiles: [(*const u8, usize); NG] = std::array::from_fn(|j| tile(j, sb));
+        if NT == 1 {
+            prefetch_tile(tiles[0].0.add(PREFETCH), l.bytes / 2);
+        }
+        let mut sacc = [[z; NT]; NG];
+        let mut macc_i = [[z; NT]; NG];
+        for s in 0..8 {
+            let b = sb * 8 + s;
+            let xp: [*const i8; NT] = std::array::from_fn(|t| x.qk.as_ptr().add((t0 + t) * cols + b * QK));
+            let sums = sub_sums::<T, M, NG, NT>(&tiles, s, &xp);
+            for j in 0..NG {
+                if T == Q6_K {
+                    let sca = ints(tiles[j], 2 * GROUP + 2 * s * GROUP, true);
+                    let scb = ints(tiles[j], 2 * GROUP + (2 * s + 1) * GROUP, true);
+                    for t in 0..NT {
+                        let bk = x.bk.as_ptr().add((t0 + t) * cols / 16 + 2 * b);
+                        let (lo, hi) = sums[j][t];
+                        let ia = _mm256_sub_epi32(lo, _mm256_set1_epi32(32 * *bk));
+                        let ib = _mm256_sub_epi32(hi, _mm256_set1_epi32(32 * *bk.add(1)));
+                        sacc[j][t] = _mm256_add_epi32(sacc[j][t], _mm256_mullo_epi32(sca, ia));
+                        sacc[j][t] = _mm256_add_epi32(sacc[j][t], _mm256_mullo_epi32(scb, ib));
+                    }
+                } else {
+                    let sc = ints(tiles[j], 4 * GROUP + s * GROUP, false);
+                    let mn = ints(tiles[j], 12 * GROUP + s * GROUP, false);
+                    for t in 0..NT {
+                        let bk = x.bk.as_ptr().add((t0 + t) * cols / 16 + 2 * b);
+                        let (lo, hi) = sums[j][t];
+                        sacc[j][t] = _mm256_add_epi32(sacc[j][t], _mm256_mullo_epi32(sc, _mm256_add_epi32(lo, hi)));
+                        macc_i[j][t] = _mm256_add_epi32(macc_i[j][t], _mm256_mullo_epi32(mn, _mm256_set1_epi32(*bk + *bk.add(1))));
+                    }
+                }
+            }
+        }
+        for j in 0..NG {
+            let (tp, h) = tiles[j];
+            let d = f16x8(tp.add(l.d + 2 * HALF * h));
+            let dmin = if T == Q6_K { _mm256_setzero_ps() } else { f16x8(tp.add(2 * GROUP + 2 * HALF * h)) };
+            for t in 0..NT {
+                let dk = _mm256_set1_ps(*x.dk.as_ptr().add((t0 + t) * nsb + sb));
+                acc[j][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sacc[j][t]), _mm256_mul_ps(d, dk), acc[j][t]);
+                macc[j][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(macc_i[j][t]), _mm256_mul_ps(dmin, dk), macc[j][t]);
+            }
+        }
+    }
+    for j in 0..NG {
+        for t in 0..NT {
+            _mm256_storeu_ps(out.add((t0 + t) * ldo + HALF * (u + j)), _mm256_sub_ps(acc[j][t], macc[j][t]));
+        }
+    }
+}
+
+/// One tile of `NG` half groups × `NT` tokens of type `T`: the K-quant or the 32-weight kernel.
+#[inline(always)]
+unsafe fn tile<const T: u8, const M: u8, const NG: usize, const NT: usize>(
+    w: &QMatrix,
+    u: usize,
+    x: &QActs,
+    t0: usize,
+    out: *mut f32,
+    ldo: usize,
+) {
+    if ggml(T).block_len() == QK_K {
+        k_tile::<T, M, NG, NT>(w, u, x, t0, out, ldo)
+    } else {
+        group_tile::<T, M, NG, NT>(w, u, x, t0, out, ldo)
     }
 }
 
@@ -369,9 +433,9 @@ unsafe fn tile_n<const T: u8, const M: u8, const NG: usize>(
     ldo: usize,
 ) {
     match n {
-        1 => group_tile::<T, M, NG, 1>(w, g, x, t0, out, ldo),
-        2 => group_tile::<T, M, NG, 2>(w, g, x, t0, out, ldo),
-        _ => group_tile::<T, M, NG, 3>(w, g, x, t0, out, ldo),
+        1 => tile::<T, M, NG, 1>(w, g, x, t0, out, ldo),
+        2 => tile::<T, M, NG, 2>(w, g, x, t0, out, ldo),
+        _ => tile::<T, M, NG, 3>(w, g, x, t0, out, ldo),
     }
 }
 
@@ -393,10 +457,10 @@ unsafe fn rows_generic<const T: u8, const M: u8, const NG: usize, const NT: usiz
     if x.rows == 1 {
         while g < g1 {
             if g + NG1 <= g1 {
-                group_tile::<T, M, NG1, 1>(w, g, x, 0, out, ldo);
+                tile::<T, M, NG1, 1>(w, g, x, 0, out, ldo);
                 g += NG1;
             } else {
-                group_tile::<T, M, 1, 1>(w, g, x, 0, out, ldo);
+                tile::<T, M, 1, 1>(w, g, x, 0, out, ldo);
                 g += 1;
             }
         }
@@ -414,9 +478,9 @@ unsafe fn rows_generic<const T: u8, const M: u8, const NG: usize, const NT: usiz
             let mut t = b0;
             while t + NT <= b1 {
                 if ng == NG {
-                    group_tile::<T, M, NG, NT>(w, g, x, t, out, ldo);
+                    tile::<T, M, NG, NT>(w, g, x, t, out, ldo);
                 } else {
-                    group_tile::<T, M, 1, NT>(w, g, x, t, out, ldo);
+                    tile::<T, M, 1, NT>(w, g, x, t, out, ldo);
                 }
                 t += NT;
             }
