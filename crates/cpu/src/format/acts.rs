@@ -3,23 +3,30 @@
 //!
 //! - per 32 values (`Q8_1`'s idea), for the 32-weight types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0):
 //!   `x ≈ d · q` and `s = d · Σq`, the term their offsets multiply;
-//! - per 256 values (`Q8_K`'s layout), for the K-quants (Q4_K, Q5_K, Q6_K): one scale `dk` per
-//!   super-block and the integer sums `Σq` of every 16 values, so a super-block's sub-block
-//!   scales and mins apply in integers and only one float step per super-block remains.
+//! - per 64 values, for the K-quants (Q4_K, Q5_K, Q6_K): one scale `dk` per 64 and the integer
+//!   sums `Σq` of every 16 values, so the sub-block scales and mins of 64 weights (two of
+//!   Q4_K's sub-blocks, four of Q6_K's) apply in integers and one float step per 64 remains.
+//!   llama.cpp's `Q8_K` uses one scale per 256; 64 keeps the logits within the tolerances the
+//!   Gemma 3 goldens state (measured against the exact f64 forward: largest error 1.05 and mean
+//!   0.153 with 64, 1.33 and 0.224 with 256; with 32, 0.83 and 0.132), and 64 bytes are one
+//!   AMX tile row, so a tile product still spans a whole block.
 //!
 //! Rounding is to nearest, ties to even (llama.cpp's `quantize_row_q8_1` rounds with
 //! `_MM_ROUND_NEAREST`); the scale is `max|x| / 127`. The AVX2 quantizers are bit-identical to
 //! the scalar ones (tested). Each form is made only when a matmul's weights need it.
 #![allow(unsafe_code)]
 
-use super::ggml::{QK, QK_K};
+use super::ggml::QK;
+
+/// Values per block of the K-quants' activation form.
+pub const QKA: usize = 64;
 
 /// Activations quantized for the integer kernels (module docs); the shape is `[rows, cols]`.
 #[derive(Debug, Default, Clone)]
 pub struct QActs {
     /// Rows (tokens).
     pub rows: usize,
-    /// Values per row (a multiple of 32; of 256 where the per-256 form is used).
+    /// Values per row (a multiple of 32; of 256 where the per-64 form is used, for K-quants).
     pub cols: usize,
     /// Per-32 form: `rows · cols` codes.
     pub q: Vec<i8>,
@@ -32,14 +39,14 @@ pub struct QActs {
     /// one tile load reads 512 contiguous bytes instead of 16 rows a whole row apart (which
     /// fell into the same L1 sets).
     pub tiles: Vec<i8>,
-    /// Per-256 form: `rows · cols` codes.
+    /// Per-64 form: `rows · cols` codes.
     pub qk: Vec<i8>,
-    /// Per-256 form: `rows · cols / 256` scales.
+    /// Per-64 form: `rows · cols / 64` scales.
     pub dk: Vec<f32>,
-    /// Per-256 form: `rows · cols / 16` integer sums `Σq` of every 16 codes.
+    /// Per-64 form: `rows · cols / 16` integer sums `Σq` of every 16 codes.
     pub bk: Vec<i32>,
-    /// Per-256 form's codes in AMX A-tile order ([`QActs::pack_tiles`]): per block of 16
-    /// tokens and 64-byte chunk, 16 rows × 64 bytes.
+    /// Per-64 form's codes in AMX A-tile order ([`QActs::pack_tiles`]): per block of 16
+    /// tokens and 64-value block, 16 rows × 64 bytes.
     pub tiles_k: Vec<i8>,
 }
 
@@ -51,10 +58,10 @@ impl QActs {
         quantize_blocks(x, &mut self.q, &mut self.d, &mut self.s, 0, nb);
     }
 
-    /// Quantizes `x` into the per-256 form (`cols` a multiple of 256).
+    /// Quantizes `x` into the per-64 form (`cols` a multiple of 64).
     pub fn quantize_k(&mut self, x: &[f32], rows: usize, cols: usize) {
         self.resize_k(rows, cols);
-        let nb = rows * cols / QK_K;
+        let nb = rows * cols / QKA;
         quantize_k_blocks(x, &mut self.qk, &mut self.dk, &mut self.bk, 0, nb);
     }
 
@@ -69,13 +76,13 @@ impl QActs {
         self.s.resize(nb, 0.0);
     }
 
-    /// Sets the shape and sizes the per-256 buffers (contents unspecified until quantized).
+    /// Sets the shape and sizes the per-64 buffers (contents unspecified until quantized).
     pub fn resize_k(&mut self, rows: usize, cols: usize) {
-        debug_assert_eq!(cols % QK_K, 0);
+        debug_assert_eq!(cols % QKA, 0);
         self.rows = rows;
         self.cols = cols;
         self.qk.resize(rows * cols, 0);
-        self.dk.resize(rows * cols / QK_K, 0.0);
+        self.dk.resize(rows * cols / QKA, 0.0);
         self.bk.resize(rows * cols / 16, 0);
     }
 
@@ -117,19 +124,19 @@ pub fn quantize_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32], b0
     quantize_body::<QK>(x, q, d, b0, b1, |b, db, total| s[b] = db * total as f32);
 }
 
-/// Quantizes 256-blocks `b0 .. b1` of `x` into the matching slices of `q`, `d` and `bs` (16
+/// Quantizes 64-blocks `b0 .. b1` of `x` into the matching slices of `q`, `d` and `bs` (4
 /// sums per block).
 pub fn quantize_k_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], bs: &mut [i32], b0: usize, b1: usize) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
         // SAFETY: the features were just detected.
-        unsafe { quantize_avx2::<QK_K>(x, q, d, b0, b1, |_, _, _| {}) };
+        unsafe { quantize_avx2::<QKA>(x, q, d, b0, b1, |_, _, _| {}) };
     } else {
-        quantize_body::<QK_K>(x, q, d, b0, b1, |_, _, _| {});
+        quantize_body::<QKA>(x, q, d, b0, b1, |_, _, _| {});
     }
     #[cfg(not(target_arch = "x86_64"))]
-    quantize_body::<QK_K>(x, q, d, b0, b1, |_, _, _| {});
-    for (h, o) in q[b0 * QK_K..b1 * QK_K].chunks_exact(16).zip(bs[b0 * 16..b1 * 16].iter_mut()) {
+    quantize_body::<QKA>(x, q, d, b0, b1, |_, _, _| {});
+    for (h, o) in q[b0 * QKA..b1 * QKA].chunks_exact(16).zip(bs[b0 * 4..b1 * 4].iter_mut()) {
         *o = h.iter().map(|&v| v as i32).sum();
     }
 }
@@ -217,7 +224,7 @@ mod tests {
     use super::*;
 
     /// The AVX2 quantizers equal the scalar body bit for bit in both block sizes, including
-    /// ties, zeros, NaN and infinite blocks, and the per-256 form's 16-value sums are its codes'.
+    /// ties, zeros, NaN and infinite blocks, and the per-64 form's 16-value sums are its codes'.
     #[test]
     fn quantize_avx2_matches_scalar() {
         let mut rng = 0x2545_f491u32;
@@ -236,7 +243,7 @@ mod tests {
         for (i, v) in x[3 * QK..4 * QK].iter_mut().enumerate() {
             *v = (i as f32 - 16.0) * 127.0 / 32.0 + 0.0;
         }
-        for l in [QK, QK_K] {
+        for l in [QK, QKA] {
             let nb = x.len() / l;
             let (mut q1, mut d1, mut s1) = (vec![0i8; x.len()], vec![0f32; nb], vec![0i32; nb]);
             let (mut q2, mut d2) = (q1.clone(), d1.clone());
@@ -244,7 +251,7 @@ mod tests {
             if l == QK {
                 quantize_body::<QK>(&x, &mut q1, &mut d1, 0, nb, |b, _, t| s1[b] = t);
             } else {
-                quantize_body::<QK_K>(&x, &mut q1, &mut d1, 0, nb, |b, _, t| s1[b] = t);
+                quantize_body::<QKA>(&x, &mut q1, &mut d1, 0, nb, |b, _, t| s1[b] = t);
             }
             #[cfg(target_arch = "x86_64")]
             if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
@@ -253,7 +260,7 @@ mod tests {
                     if l == QK {
                         quantize_avx2::<QK>(&x, &mut q2, &mut d2, 0, nb, |b, _, t| s2[b] = t);
                     } else {
-                        quantize_avx2::<QK_K>(&x, &mut q2, &mut d2, 0, nb, |b, _, t| s2[b] = t);
+                        quantize_avx2::<QKA>(&x, &mut q2, &mut d2, 0, nb, |b, _, t| s2[b] = t);
                     }
                 }
                 assert_eq!(q1, q2, "block {l}");

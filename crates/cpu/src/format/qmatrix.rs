@@ -36,21 +36,22 @@
 //! with Q4_0 `dw = d, mw = −8d`; Q4_1 `dw = d, mw = m`; Q5_0 `dw = d, mw = −16d`; Q5_1 `dw = d,
 //! mw = m`; Q8_0 `u = q + 128, dw = d, mw = −128d` (every `mw` exact).
 //!
-//! *K-quants* (Q4_K, Q5_K, Q6_K) against the per-256 form (`x ≈ dk · q` per super-block, 16-value
-//! sums `Σq`): the sub-block scales and mins are integers, so a super-block is summed in i32
-//! and scaled once:
+//! *K-quants* (Q4_K, Q5_K, Q6_K) against the per-64 form (`x ≈ dk · q` per 64 values, 16-value
+//! sums `Σq`; [`crate::format::acts`] says why 64): the sub-block scales and mins are integers,
+//! so each 64-value block is summed in i32 and scaled once:
 //!
 //! ```text
 //! acc = 0; macc = 0
-//! for each super-block:  S = Σ_j sc_j · Σ_{i∈j} u_i·q_i           Q4_K, Q5_K: 8 sub-blocks of 32
-//!                        M = Σ_j m_j · Σ_{i∈j} q_i
-//!                        (Q6_K: S = Σ_j sc_j · Σ_{i∈j} (u_i − 32)·q_i, 16 sub-blocks of 16, M = 0)
-//!                        acc  = fma(f32(S), d · dk, acc)
-//!                        macc = fma(f32(M), dmin · dk, macc)
+//! for each 64-block c of super-block B:
+//!     S = Σ_{j∈c} sc_j · Σ_{i∈j} u_i·q_i        Q4_K, Q5_K: 2 sub-blocks of 32
+//!     M = Σ_{j∈c} m_j · Σ_{i∈j} q_i
+//!     (Q6_K: S = Σ_{j∈c} sc_j · Σ_{i∈j} (u_i − 32)·q_i, 4 sub-blocks of 16; M = 0)
+//!     acc  = fma(f32(S), d_B · dk_c, acc)
+//!     macc = fma(f32(M), dmin_B · dk_c, macc)
 //! out = acc − macc
 //! ```
 //!
-//! (`S` and `M` exact in i32: at most 8 · 63 · 31 · 127 · 32 < 2^31.) The integer sums are exact
+//! (`S` and `M` exact in i32 and in f32: at most 2 · 63 · 31 · 127 · 32 < 2^24.) The integer sums are exact
 //! on every path (VNNI `vpdpbusd`, AVX2 `vpmaddubsw` in i16 within the bounds worked out in
 //! `kernels::q8_x86`, AMX `tdpbsud`), so every path gives the same bits, alone or batched.
 //! GGML's own dequantized values ([`QMatrix::dequantize_row`]) are reproduced bit for bit
@@ -470,11 +471,11 @@ impl QMatrix {
         let nsb = self.cols / QK_K;
         let xq = &x.qk[t * self.cols..(t + 1) * self.cols];
         let bs = &x.bk[t * self.cols / 16..(t + 1) * self.cols / 16];
+        let dks = &x.dk[t * self.cols / 64..(t + 1) * self.cols / 64];
         let (mut acc, mut macc) = (0f32, 0f32);
         let mut u = [0u8; QK];
         for sb in 0..nsb {
             let p = self.k_params(r, sb);
-            let dk = x.dk[t * nsb + sb];
             let (mut s, mut m) = (0i32, 0i32);
             for j in 0..8 {
                 let b = sb * 8 + j;
@@ -490,9 +491,13 @@ impl QMatrix {
                     s += p.sc[j] * i;
                     m += p.m[j] * (bs[2 * b] + bs[2 * b + 1]);
                 }
+                if j % 2 == 1 {
+                    let dk = dks[b / 2];
+                    acc = (s as f32).mul_add(p.d * dk, acc);
+                    macc = (m as f32).mul_add(p.dmin * dk, macc);
+                    (s, m) = (0, 0);
+                }
             }
-            acc = (s as f32).mul_add(p.d * dk, acc);
-            macc = (m as f32).mul_add(p.dmin * dk, macc);
         }
         acc - macc
     }

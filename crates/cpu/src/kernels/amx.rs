@@ -101,13 +101,18 @@ const TM: usize = 16;
 /// Per-thread buffers of the K-quant kernel.
 #[derive(Default)]
 struct KScratch {
-    /// One group's B planes: `[super-block][plane][sub-block][8 tile rows]`, 64 bytes each.
+    /// One group's B planes: `[64-block][plane][16 tile rows]`, 64 bytes each.
     planes: Vec<__m512i>,
-    /// Every token block's `dk`, `[block][super-block][16 tokens]`.
+    /// One group's mins per 64-block as i16 pairs per row lane (`m_2c | m_2c+1 << 16`).
+    mins: Vec<__m512i>,
+    /// One group's `d` and `dmin` per super-block.
+    d: Vec<__m512>,
+    dmin: Vec<__m512>,
+    /// Every token block's `dk`, `[block][64-block][16 tokens]`.
     dk: Vec<f32>,
-    /// The mins plane's C tiles of one token block, `[super-block][16 tokens]` (i32 × 16 rows).
-    cm: Vec<__m512i>,
-    /// The C tiles of one super-block.
+    /// Every token block's 32-value sums as i16 pairs, `[block][64-block][16 tokens]`.
+    bsp: Vec<i32>,
+    /// C tiles (two buffers of two, or five).
     c: Vec<__m512i>,
 }
 
@@ -378,39 +383,45 @@ unsafe fn mul_small(v: __m512i, k: __m512i) -> __m512i {
     _mm512_add_epi8(_mm512_add_epi8(_mm512_maskz_mov_epi8(b0, v), _mm512_maskz_mov_epi8(b1, v2)), _mm512_maskz_mov_epi8(b2, v4))
 }
 
-/// The K-quants on AMX. A super-block's integer sum `S = Σ_j sc_j · Σ u·q` is a dot product over
-/// its 256 codes with weights `u · sc_j`, which do not fit a byte; split into byte-sized
-/// *planes* it is a sum of tile products that accumulate in tiles over the whole super-block:
+/// The K-quants on AMX. A 64-value block's integer sum `S = Σ_j sc_j · Σ u·q` is a dot product
+/// over its 64 codes with weights `u · sc_j`, which do not fit a byte; split into byte-sized
+/// *planes* it is a sum of tile products of K = 64 bytes (one tile row per 4 bytes of K):
 ///
 /// - Q4_K, Q5_K: `sc = 8·sh + sl` (3 bits each): planes `u·sh`, `u·sl` (≤ 31 · 7 = 217,
-///   unsigned) and the mins `m_j` (so `M = Σ_j m_j Σ q`); `S = 8·C_h + C_l`, `M = C_m`;
-/// - Q6_K: `sc + 128 = Σ_k 4^k·d_k` (base-4 digits): planes `d_k · (u − 32)` (|·| ≤ 96,
-///   signed) and `u − 32`; `S = Σ_k 4^k·C_k − 128·C_4`.
+///   unsigned), `S = 8·C_h + C_l`; the mins `M = m_2c·Σq + m_2c+1·Σq` with `vpdpwssd` (i16 pairs);
+/// - Q6_K: `sc + 128 = Σ_k 4^k·d_k` (base-4 digits): planes `d_k · (u − 32)` (|·| ≤ 96, signed)
+///   and `u − 32`, `S = Σ_k 4^k·C_k − 128·C_4`.
 ///
-/// Each plane's products over a super-block are 4 tile products of K = 64 bytes, so a 16 × 16
-/// block of outputs stores its C tiles once per super-block (3 or 5 tiles) instead of once per
-/// sub-block. The sums are the definition's exact integers, then the same float steps
-/// (`acc = fma(f32(S), d·dk, acc)`, `macc = fma(f32(M), dmin·dk, macc)`), so the bits are those
-/// of every other path.
+/// The sums are the definition's exact integers, then its float steps (`acc = fma(f32(S),
+/// d·dk, acc)`, `macc = fma(f32(M), dmin·dk, macc)`), so the bits are those of every other path.
+/// Q4_K/Q5_K's two C tiles alternate between two pairs, and a block's products are issued before
+/// the previous block's epilogue.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
 unsafe fn run_k(sc: &mut KScratch, w: &QMatrix, g0: usize, g1: usize, x: &QActs, out: *mut f32, ldo: usize) {
     let ty = w.ty;
     let l = w.layout();
     let q6 = ty == GgmlType::Q6_K;
-    let np = if q6 { 5 } else { 3 };
+    let np = if q6 { 5 } else { 2 };
     let nsb = w.cols / QK_K;
+    let nc = w.cols / 64;
     let tokens = x.rows;
     let blocks = tokens.div_ceil(TM);
-    let chunks = w.cols / 64;
-    debug_assert_eq!(x.tiles_k.len(), blocks * chunks * TM * 64, "QActs::pack_tiles first");
-    sc.planes.resize(nsb * np * 8 * 8, _mm512_setzero_si512());
-    sc.cm.resize(nsb * TM, _mm512_setzero_si512());
+    debug_assert_eq!(x.tiles_k.len(), blocks * nc * TM * 64, "QActs::pack_tiles first");
+    sc.planes.resize(nc * np * 16, _mm512_setzero_si512());
+    sc.mins.resize(nc, _mm512_setzero_si512());
+    sc.d.resize(nsb, _mm512_setzero_ps());
+    sc.dmin.resize(nsb, _mm512_setzero_ps());
     sc.c.resize(5 * TM, _mm512_setzero_si512());
     sc.dk.clear();
-    sc.dk.resize(blocks * nsb * TM, 0.0);
+    sc.dk.resize(blocks * nc * TM, 0.0);
+    sc.bsp.clear();
+    sc.bsp.resize(blocks * nc * TM, 0);
     for t in 0..tokens {
-        for sb in 0..nsb {
-            sc.dk[((t / TM) * nsb + sb) * TM + t % TM] = x.dk[t * nsb + sb];
+        for c in 0..nc {
+            let at = ((t / TM) * nc + c) * TM + t % TM;
+            sc.dk[at] = x.dk[t * nc + c];
+            let bk = &x.bk[(t * nc + c) * 4..(t * nc + c) * 4 + 4];
+            sc.bsp[at] = ((bk[0] + bk[1]) & 0xffff) | ((bk[2] + bk[3]) << 16);
         }
     }
     let data = w.data().as_ptr();
@@ -418,20 +429,24 @@ unsafe fn run_k(sc: &mut KScratch, w: &QMatrix, g0: usize, g1: usize, x: &QActs,
     let nib = _mm512_set1_epi8(0x0f);
     let mut configured = usize::MAX;
     for g in g0..g1 {
-        // The group's planes, once for every token block.
+        // The group's planes, mins and scales, once for every token block.
         for sb in 0..nsb {
             let t = data.add((g * nsb + sb) * l.bytes);
+            sc.d[sb] = f16x16(t.add(l.d));
+            if !q6 {
+                sc.dmin[sb] = f16x16(t.add(2 * GROUP));
+            }
             for s in 0..8 {
+                let c = sb * 4 + s / 2;
                 let mut rows = [_mm512_setzero_si512(); 8];
                 unpack_codes(ty, &l, t, s, &mut rows, nib);
-                let at = |p: usize, r: usize| pl.add(((sb * np + p) * 8 + s) * 8 + r);
+                let at = |p: usize, r: usize| pl.add((c * np + p) * 16 + (s % 2) * 8 + r);
                 if q6 {
                     // Rows 0..4 are the sub-block's first half (scale 2s), 4..8 its second.
-                    let k = 32i8;
                     for (r, v) in rows.iter().enumerate() {
                         let half = 2 * s + r / 4;
                         let scb = _mm512_xor_si512(per_row(t.add(2 * GROUP + half * GROUP)), _mm512_set1_epi8(-128));
-                        let sv = _mm512_sub_epi8(*v, _mm512_set1_epi8(k));
+                        let sv = _mm512_sub_epi8(*v, _mm512_set1_epi8(32));
                         for dgt in 0..4usize {
                             let dk = _mm512_and_si512(shr16(scb, 2 * dgt as u32), _mm512_set1_epi8(3));
                             *at(dgt, r) = mul_small(sv, dk);
@@ -442,11 +457,14 @@ unsafe fn run_k(sc: &mut KScratch, w: &QMatrix, g0: usize, g1: usize, x: &QActs,
                     let scv = per_row(t.add(4 * GROUP + s * GROUP));
                     let sh = _mm512_and_si512(shr16(scv, 3), _mm512_set1_epi8(7));
                     let sl = _mm512_and_si512(scv, _mm512_set1_epi8(7));
-                    let mv = per_row(t.add(12 * GROUP + s * GROUP));
                     for (r, v) in rows.iter().enumerate() {
                         *at(0, r) = mul_small(*v, sh);
                         *at(1, r) = mul_small(*v, sl);
-                        *at(2, r) = mv;
+                    }
+                    if s % 2 == 0 {
+                        let m0 = _mm512_cvtepu8_epi32(_mm_loadu_si128(t.add(12 * GROUP + s * GROUP) as *const __m128i));
+                        let m1 = _mm512_cvtepu8_epi32(_mm_loadu_si128(t.add(12 * GROUP + (s + 1) * GROUP) as *const __m128i));
+                        sc.mins[c] = _mm512_or_si512(m0, _mm512_slli_epi32(m1, 16));
                     }
                 }
             }
@@ -458,43 +476,44 @@ unsafe fn run_k(sc: &mut KScratch, w: &QMatrix, g0: usize, g1: usize, x: &QActs,
                 configure_k(m, q6);
                 configured = m;
             }
+            let a0 = x.tiles_k.as_ptr().add(tb * nc * TM * 64);
+            let dkp = sc.dk.as_ptr().add(tb * nc * TM);
+            let cbuf = sc.c.as_mut_ptr();
             let mut acc = [_mm512_setzero_ps(); TM];
-            let cbuf = sc.c.as_mut_ptr() as *mut u8;
-            let cm = sc.cm.as_mut_ptr();
-            for sb in 0..nsb {
-                let a0 = x.tiles_k.as_ptr().add((tb * chunks + sb * 4) * TM * 64);
-                let b0 = (pl as *const u8).add(sb * np * 8 * 8 * 64);
-                if q6 {
-                    k_products_q6(a0, b0, cbuf);
-                } else {
-                    k_products_q4(a0, b0, cbuf, (cm as *mut u8).add(sb * TM * 64));
-                }
-                let t_ = data.add((g * nsb + sb) * l.bytes);
-                let d = f16x16(t_.add(l.d));
-                let dkp = sc.dk.as_ptr().add((tb * nsb + sb) * TM);
-                let c = cbuf as *const __m512i;
-                for r in 0..TM {
-                    let s_ = if q6 {
-                        let c_ = |k: usize| *c.add(k * TM + r);
+            if q6 {
+                for c in 0..nc {
+                    k_products_q6(a0.add(c * TM * 64), (pl as *const u8).add(c * np * 1024), cbuf as *mut u8);
+                    let d = sc.d[c / 4];
+                    for r in 0..TM {
+                        let c_ = |k: usize| *cbuf.add(k * TM + r);
                         let v = _mm512_add_epi32(c_(0), _mm512_slli_epi32(c_(1), 2));
                         let v = _mm512_add_epi32(v, _mm512_slli_epi32(c_(2), 4));
                         let v = _mm512_add_epi32(v, _mm512_slli_epi32(c_(3), 6));
-                        _mm512_sub_epi32(v, _mm512_slli_epi32(c_(4), 7))
-                    } else {
-                        _mm512_add_epi32(_mm512_slli_epi32(*c.add(r), 3), *c.add(TM + r))
-                    };
-                    let dk = _mm512_set1_ps(*dkp.add(r));
-                    acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s_), _mm512_mul_ps(d, dk), acc[r]);
+                        let s_ = _mm512_sub_epi32(v, _mm512_slli_epi32(c_(4), 7));
+                        let dk = _mm512_set1_ps(*dkp.add(c * TM + r));
+                        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s_), _mm512_mul_ps(d, dk), acc[r]);
+                    }
                 }
+            } else {
+                let dv = sc.d.as_ptr();
+                // Software-pipelined: block c's products run while block c − 1's epilogue reads
+                // the other pair of C buffers.
+                k_products_q4(a0, pl as *const u8, cbuf as *mut u8, 0);
+                for c in 1..nc {
+                    k_products_q4(a0.add(c * TM * 64), (pl as *const u8).add(c * np * 1024), cbuf as *mut u8, c % 2);
+                    k_epilogue(&mut acc, cbuf, *dv.add((c - 1) / 4), dkp.add((c - 1) * TM), (c - 1) % 2);
+                }
+                k_epilogue(&mut acc, cbuf, *dv.add((nc - 1) / 4), dkp.add((nc - 1) * TM), (nc - 1) % 2);
             }
             let mut macc = [_mm512_setzero_ps(); TM];
             if !q6 {
-                for sb in 0..nsb {
-                    let dmin = f16x16(data.add((g * nsb + sb) * l.bytes + 2 * GROUP));
-                    let dkp = sc.dk.as_ptr().add((tb * nsb + sb) * TM);
+                let bsp = sc.bsp.as_ptr().add(tb * nc * TM);
+                for c in 0..nc {
+                    let (mv, dmin) = (sc.mins[c], sc.dmin[c / 4]);
                     for r in 0..TM {
-                        let mi = *cm.add(sb * TM + r);
-                        macc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mi), _mm512_mul_ps(dmin, _mm512_set1_ps(*dkp.add(r))), macc[r]);
+                        let mi = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mv, _mm512_set1_epi32(*bsp.add(c * TM + r)));
+                        let dk = _mm512_set1_ps(*dkp.add(c * TM + r));
+                        macc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mi), _mm512_mul_ps(dmin, dk), macc[r]);
                     }
                 }
             }
@@ -505,6 +524,17 @@ unsafe fn run_k(sc: &mut KScratch, w: &QMatrix, g0: usize, g1: usize, x: &QActs,
     }
     if configured != usize::MAX {
         release();
+    }
+}
+
+/// Q4_K/Q5_K epilogue of the block in C buffer pair `buf`: `acc[r] = fma(f32(8·C_h + C_l),
+/// d · dk[r], acc[r])`.
+#[inline(always)]
+unsafe fn k_epilogue(acc: &mut [__m512; TM], cbuf: *const __m512i, d: __m512, dk: *const f32, buf: usize) {
+    let c = cbuf.add(buf * 2 * TM);
+    for r in 0..TM {
+        let s_ = _mm512_add_epi32(_mm512_slli_epi32(*c.add(r), 3), *c.add(TM + r));
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s_), _mm512_mul_ps(d, _mm512_set1_ps(*dk.add(r))), acc[r]);
     }
 }
 
@@ -546,63 +576,56 @@ unsafe fn unpack_codes(ty: GgmlType, l: &TileLayout, t: *const u8, s: usize, row
     }
 }
 
-/// The K configuration: C tiles `tmm0..` (3 for Q4_K/Q5_K, 5 for Q6_K) and the A tile of `m`
-/// token rows × 64 bytes, B tiles of 16 rows × 64 bytes.
+/// The K configuration, A and C tiles of `m` token rows × 64 bytes, B tiles of 16 rows × 64
+/// bytes. Q4_K/Q5_K: C `tmm0..3` (two pairs), A `tmm4`, B `tmm5, tmm6`; Q6_K: C `tmm0..4`, A
+/// `tmm5`, B `tmm6, tmm7`.
 #[inline]
 unsafe fn configure_k(m: usize, q6: bool) {
     let mut c = TileCfg { palette: 1, start_row: 0, reserved: [0; 14], colsb: [0; 16], rows: [0; 16] };
-    let (nc, a) = if q6 { (5, 5) } else { (3, 3) };
+    let a = if q6 { 5 } else { 4 };
     for t in 0..=a {
         c.rows[t] = m as u8;
         c.colsb[t] = 64;
     }
-    debug_assert!(nc == a);
-    for t in a + 1..8 {
+    for t in a + 1..if q6 { 8 } else { 7 } {
         c.rows[t] = 16;
         c.colsb[t] = 64;
     }
     asm!("ldtilecfg [{}]", in(reg) &c as *const TileCfg, options(nostack, readonly));
 }
 
-/// One super-block of Q4_K/Q5_K: the 3 planes' products over 4 K-chunks into `tmm0..2`, the
-/// first two stored to `c`, the mins' to `cm`. A chunks at `a0` (16 × 64 bytes each, 1 KB
-/// apart), plane `p`'s chunk `k` at `b0 + (p·4 + k)·1 KB`.
+/// One 64-block of Q4_K/Q5_K: the two planes' products (A at `a`, planes at `b` and `b + 1 KB`)
+/// into the C pair `buf` (`tmm0, 1` or `tmm2, 3`), stored to `c + buf · 2 KB`.
 #[inline(always)]
-unsafe fn k_products_q4(a0: *const i8, b0: *const u8, c: *mut u8, cm: *mut u8) {
-    asm!("tilezero tmm0", "tilezero tmm1", "tilezero tmm2", options(nostack, nomem));
-    for k in 0..4 {
-        let a = a0.add(k * 1024);
-        tileload!("tmm3", a, 64usize);
-        tileload!("tmm4", b0.add(k * 1024), 64usize);
-        asm!("tdpbsud tmm0, tmm3, tmm4", options(nostack, nomem));
-        tileload!("tmm5", b0.add((4 + k) * 1024), 64usize);
-        asm!("tdpbsud tmm1, tmm3, tmm5", options(nostack, nomem));
-        tileload!("tmm6", b0.add((8 + k) * 1024), 64usize);
-        asm!("tdpbsud tmm2, tmm3, tmm6", options(nostack, nomem));
+unsafe fn k_products_q4(a: *const i8, b: *const u8, c: *mut u8, buf: usize) {
+    tileload!("tmm4", a, 64usize);
+    tileload!("tmm5", b, 64usize);
+    tileload!("tmm6", b.add(1024), 64usize);
+    let c = c.add(buf * 2048);
+    if buf == 0 {
+        asm!("tilezero tmm0", "tilezero tmm1", "tdpbsud tmm0, tmm4, tmm5", "tdpbsud tmm1, tmm4, tmm6", options(nostack, nomem));
+        tilestore!("tmm0", c);
+        tilestore!("tmm1", c.add(1024));
+    } else {
+        asm!("tilezero tmm2", "tilezero tmm3", "tdpbsud tmm2, tmm4, tmm5", "tdpbsud tmm3, tmm4, tmm6", options(nostack, nomem));
+        tilestore!("tmm2", c);
+        tilestore!("tmm3", c.add(1024));
     }
-    tilestore!("tmm0", c);
-    tilestore!("tmm1", c.add(1024));
-    tilestore!("tmm2", cm);
 }
 
-/// One super-block of Q6_K: the 5 planes' products (signed) into `tmm0..4`, stored to `c`.
+/// One 64-block of Q6_K: the 5 planes' products (signed; plane `p` at `b + p KB`) into
+/// `tmm0..4`, stored to `c`.
 #[inline(always)]
-unsafe fn k_products_q6(a0: *const i8, b0: *const u8, c: *mut u8) {
-    asm!("tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3", "tilezero tmm4", options(nostack, nomem));
-    for k in 0..4 {
-        let a = a0.add(k * 1024);
-        tileload!("tmm5", a, 64usize);
-        tileload!("tmm6", b0.add(k * 1024), 64usize);
-        asm!("tdpbssd tmm0, tmm5, tmm6", options(nostack, nomem));
-        tileload!("tmm7", b0.add((4 + k) * 1024), 64usize);
-        asm!("tdpbssd tmm1, tmm5, tmm7", options(nostack, nomem));
-        tileload!("tmm6", b0.add((8 + k) * 1024), 64usize);
-        asm!("tdpbssd tmm2, tmm5, tmm6", options(nostack, nomem));
-        tileload!("tmm7", b0.add((12 + k) * 1024), 64usize);
-        asm!("tdpbssd tmm3, tmm5, tmm7", options(nostack, nomem));
-        tileload!("tmm6", b0.add((16 + k) * 1024), 64usize);
-        asm!("tdpbssd tmm4, tmm5, tmm6", options(nostack, nomem));
-    }
+unsafe fn k_products_q6(a: *const i8, b: *const u8, c: *mut u8) {
+    tileload!("tmm5", a, 64usize);
+    tileload!("tmm6", b, 64usize);
+    tileload!("tmm7", b.add(1024), 64usize);
+    asm!("tilezero tmm0", "tilezero tmm1", "tdpbssd tmm0, tmm5, tmm6", "tdpbssd tmm1, tmm5, tmm7", options(nostack, nomem));
+    tileload!("tmm6", b.add(2048), 64usize);
+    tileload!("tmm7", b.add(3072), 64usize);
+    asm!("tilezero tmm2", "tilezero tmm3", "tdpbssd tmm2, tmm5, tmm6", "tdpbssd tmm3, tmm5, tmm7", options(nostack, nomem));
+    tileload!("tmm6", b.add(4096), 64usize);
+    asm!("tilezero tmm4", "tdpbssd tmm4, tmm5, tmm6", options(nostack, nomem));
     tilestore!("tmm0", c);
     tilestore!("tmm1", c.add(1024));
     tilestore!("tmm2", c.add(2048));

@@ -54,7 +54,7 @@ pub fn matmul(pool: &ThreadPool, isa: Isa, w: &Weight, x: &[f32], tokens: usize,
     if let [Piece { w: Weight::Nvfp4(m), .. }] = ps.as_slice() {
         return m.matmul(pool, isa, x, tokens, out);
     }
-    // The activation forms the pieces need: per 32 for the 32-weight types, per 256 for the
+    // The activation forms the pieces need: per 32 for the 32-weight types, per 64 for the
     // K-quants.
     let per32 = ps.iter().any(|p| matches!(p.w, Weight::Quant(q) if !q.is_k()));
     let perk = ps.iter().any(|p| matches!(p.w, Weight::Quant(q) if q.is_k()));
@@ -346,16 +346,16 @@ mod dense_x86 {
 
 /// Quantizes activations on the pool into the forms asked for, a run of whole blocks per task.
 fn quantize_parallel(pool: &ThreadPool, x: &[f32], rows: usize, cols: usize, xq: &mut QActs, per32: bool, perk: bool) {
-    use crate::format::ggml::{quantize_blocks, QK_K};
-    use crate::format::acts::quantize_k_blocks;
+    use crate::format::acts::{quantize_k_blocks, QKA};
+    use crate::format::ggml::quantize_blocks;
     if per32 {
         xq.resize(rows, cols);
     }
     if perk {
         xq.resize_k(rows, cols);
     }
-    let (n32, nk) = (if per32 { rows * cols / QK } else { 0 }, if perk { rows * cols / QK_K } else { 0 });
-    if n32 + 8 * nk < 256 {
+    let (n32, nk) = (if per32 { rows * cols / QK } else { 0 }, if perk { rows * cols / QKA } else { 0 });
+    if n32 + 2 * nk < 256 {
         if per32 {
             quantize_blocks(x, &mut xq.q, &mut xq.d, &mut xq.s, 0, n32);
         }
@@ -384,21 +384,33 @@ fn quantize_parallel(pool: &ThreadPool, x: &[f32], rows: usize, cols: usize, xq:
         if perk {
             let per = nk.div_ceil(tasks);
             let (b0, b1) = ((i * per).min(nk), ((i + 1) * per).min(nk));
-            // SAFETY: task i owns 256-blocks b0..b1 of every per-256 buffer.
+            // SAFETY: task i owns 64-blocks b0..b1 of every per-64 buffer.
             let (q, d, bs) = unsafe {
                 (
-                    std::slice::from_raw_parts_mut(qkp.get().add(b0 * QK_K), (b1 - b0) * QK_K),
+                    std::slice::from_raw_parts_mut(qkp.get().add(b0 * QKA), (b1 - b0) * QKA),
                     std::slice::from_raw_parts_mut(dkp.get().add(b0), b1 - b0),
-                    std::slice::from_raw_parts_mut(bkp.get().add(16 * b0), 16 * (b1 - b0)),
+                    std::slice::from_raw_parts_mut(bkp.get().add(4 * b0), 4 * (b1 - b0)),
                 )
             };
-            quantize_k_blocks(&x[b0 * QK_K..b1 * QK_K], q, d, bs, 0, b1 - b0);
+            quantize_k_blocks(&x[b0 * QKA..b1 * QKA], q, d, bs, 0, b1 - b0);
         }
     });
 }
 
-/// Tokens from which the AMX path runs a matmul (below, the 512-bit VNNI kernel).
-const AMX_MIN_TOKENS: usize = 4;
+/// Tokens from which the AMX path runs a matmul of type `ty` (below, the 512-bit VNNI kernel is
+/// faster: the tiles' fixed costs, unpacking and stores, are not yet paid back). Measured one
+/// thread, 2048 × 2048 (`qmm` example): AMX and VNNI break even at about 16 tokens for the
+/// 32-weight types and Q4_K, 64 for Q6_K's five planes.
+fn amx_min_tokens(ty: crate::format::ggml::GgmlType) -> usize {
+    if ty == crate::format::ggml::GgmlType::Q6_K {
+        48
+    } else {
+        24
+    }
+}
+
+/// The fewest tokens any type runs on AMX with (activations are packed for the tiles from here).
+const AMX_MIN_TOKENS: usize = 24;
 
 /// Rows `r0..r1` of `w` (`r0` a multiple of 16) for every token of `x`, to `out[t·ldo + r]`.
 ///
@@ -414,7 +426,7 @@ unsafe fn quant_rows(isa: Isa, w: &QMatrix, r0: usize, r1: usize, x: &QActs, out
     let (u0, u1) = (r0 / unit, r_simd / unit);
     match isa {
         #[cfg(target_arch = "x86_64")]
-        Isa::Amx if x.rows >= AMX_MIN_TOKENS => super::amx::quant_rows(w, u0, u1, x, out, ldo),
+        Isa::Amx if x.rows >= amx_min_tokens(w.ty) => super::amx::quant_rows(w, u0, u1, x, out, ldo),
         #[cfg(target_arch = "x86_64")]
         Isa::Amx | Isa::Vnni => super::q8_avx512::quant_rows(w, u0, u1, x, out, ldo),
         #[cfg(target_arch = "x86_64")]
@@ -555,7 +567,8 @@ mod tests {
             let k = if ty.block_len() == 256 { 512 } else { 96 };
             let w = Weight::Quant(random_matrix(ty, n, k, &mut seed));
             let Weight::Quant(q) = &w else { unreachable!() };
-            let counts: &[usize] = if n == 45 { &[1, 3, 4, 8, 9, 17, 30] } else { &[1, 16, 33] };
+            // 30 and up: the AMX path of the 32-weight types and Q4_K/Q5_K; 50: Q6_K's.
+            let counts: &[usize] = if n == 45 { &[1, 3, 4, 8, 9, 17, 30] } else { &[1, 16, 33, 50] };
             for &tokens in counts {
                 let x: Vec<f32> = (0..tokens * k).map(|_| (lcg(&mut seed) % 2001) as f32 / 1000.0 - 1.0).collect();
                 let mut xq = QActs::default();

@@ -183,7 +183,7 @@ unsafe fn group_tile<const T: u8, const NG: usize, const NT: usize>(
 }
 
 /// Row groups `g .. g+NG` of a K-quant against tokens `t0 .. t0+NT` (the K-quant definition
-/// of [`QMatrix::dot`]): per super-block the sub-block sums are scaled by their integer scales
+/// of [`QMatrix::dot`]): per 64 values the sub-block sums are scaled by their integer scales
 /// and summed in i32 (`vpmulld`), the mins likewise, then one float step.
 #[inline(always)]
 unsafe fn k_tile<const T: u8, const NG: usize, const NT: usize>(
@@ -213,6 +213,9 @@ unsafe fn k_tile<const T: u8, const NG: usize, const NT: usize>(
                 }
             }
         }
+        let d: [__m512; NG] = std::array::from_fn(|j| f16x16(tiles[j].add(l.d)));
+        let dmin: [__m512; NG] =
+            std::array::from_fn(|j| if T == Q6_K { _mm512_setzero_ps() } else { f16x16(tiles[j].add(2 * GROUP)) });
         let mut sacc = [[z; NT]; NG];
         let mut macc_i = [[z; NT]; NG];
         for s in 0..8 {
@@ -258,14 +261,17 @@ unsafe fn k_tile<const T: u8, const NG: usize, const NT: usize>(
                     }
                 }
             }
-        }
-        for j in 0..NG {
-            let d = f16x16(tiles[j].add(l.d));
-            let dmin = if T == Q6_K { _mm512_setzero_ps() } else { f16x16(tiles[j].add(2 * GROUP)) };
-            for t in 0..NT {
-                let dk = _mm512_set1_ps(*x.dk.as_ptr().add((t0 + t) * nsb + sb));
-                acc[j][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sacc[j][t]), _mm512_mul_ps(d, dk), acc[j][t]);
-                macc[j][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(macc_i[j][t]), _mm512_mul_ps(dmin, dk), macc[j][t]);
+            // Every 64 values: one float step with that block's activation scale.
+            if s % 2 == 1 {
+                for j in 0..NG {
+                    for t in 0..NT {
+                        let dk = _mm512_set1_ps(*x.dk.as_ptr().add(((t0 + t) * cols + b * QK) / 64));
+                        acc[j][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sacc[j][t]), _mm512_mul_ps(d[j], dk), acc[j][t]);
+                        macc[j][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(macc_i[j][t]), _mm512_mul_ps(dmin[j], dk), macc[j][t]);
+                        sacc[j][t] = z;
+                        macc_i[j][t] = z;
+                    }
+                }
             }
         }
     }

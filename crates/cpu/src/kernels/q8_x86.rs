@@ -307,7 +307,7 @@ unsafe fn group_tile<const T: u8, const M: u8, const NG: usize, const NT: usize>
 
 /// Half groups `u .. u+NG` of a K-quant against tokens `t0 .. t0+NT`: the K-quant definition
 /// of [`QMatrix::dot`], sub-block sums scaled by their integer scales in i32 (`vpmulld`), one
-/// float step per super-block.
+/// float step per 64 values.
 #[inline(always)]
 unsafe fn k_tile<const T: u8, const M: u8, const NG: usize, const NT: usize>(
     w: &QMatrix,
@@ -339,6 +339,14 @@ unsafe fn k_tile<const T: u8, const M: u8, const NG: usize, const NT: usize>(
         if NT == 1 {
             prefetch_tile(tiles[0].0.add(PREFETCH), l.bytes / 2);
         }
+        let d: [__m256; NG] = std::array::from_fn(|j| f16x8(tiles[j].0.add(l.d + 2 * HALF * tiles[j].1)));
+        let dmin: [__m256; NG] = std::array::from_fn(|j| {
+            if T == Q6_K {
+                _mm256_setzero_ps()
+            } else {
+                f16x8(tiles[j].0.add(2 * GROUP + 2 * HALF * tiles[j].1))
+            }
+        });
         let mut sacc = [[z; NT]; NG];
         let mut macc_i = [[z; NT]; NG];
         for s in 0..8 {
@@ -368,15 +376,17 @@ unsafe fn k_tile<const T: u8, const M: u8, const NG: usize, const NT: usize>(
                     }
                 }
             }
-        }
-        for j in 0..NG {
-            let (tp, h) = tiles[j];
-            let d = f16x8(tp.add(l.d + 2 * HALF * h));
-            let dmin = if T == Q6_K { _mm256_setzero_ps() } else { f16x8(tp.add(2 * GROUP + 2 * HALF * h)) };
-            for t in 0..NT {
-                let dk = _mm256_set1_ps(*x.dk.as_ptr().add((t0 + t) * nsb + sb));
-                acc[j][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sacc[j][t]), _mm256_mul_ps(d, dk), acc[j][t]);
-                macc[j][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(macc_i[j][t]), _mm256_mul_ps(dmin, dk), macc[j][t]);
+            // Every 64 values: one float step with that block's activation scale.
+            if s % 2 == 1 {
+                for j in 0..NG {
+                    for t in 0..NT {
+                        let dk = _mm256_set1_ps(*x.dk.as_ptr().add(((t0 + t) * cols + b * QK) / 64));
+                        acc[j][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sacc[j][t]), _mm256_mul_ps(d[j], dk), acc[j][t]);
+                        macc[j][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(macc_i[j][t]), _mm256_mul_ps(dmin[j], dk), macc[j][t]);
+                        sacc[j][t] = z;
+                        macc_i[j][t] = z;
+                    }
+                }
             }
         }
     }
