@@ -183,6 +183,9 @@ pub struct EngineArgs {
     pub moe_runner_backend: MoeRunner,
     /// Skip the start-up MoE autotune.
     pub disable_autotune: bool,
+    /// KV cache element type (`None`: the model's own); a model whose attention cannot read it
+    /// is refused at start-up.
+    pub kv_cache_dtype: Option<crate::kv::KvDtype>,
     /// Where autotune results are kept (none: not kept).
     pub autotune_cache_dir: Option<PathBuf>,
     /// End-of-sequence tokens (the tokenizer's, and the model's `eos_token_id` list).
@@ -210,6 +213,7 @@ impl EngineArgs {
             nsa_decode_backend: AttnImpl::Sparse,
             moe_runner_backend: MoeRunner::Auto,
             disable_autotune: false,
+            kv_cache_dtype: None,
             autotune_cache_dir: None,
             eos: Vec::new(),
         }

@@ -47,6 +47,7 @@ pub struct Engine {
     isa: &'static str,
     notes: serde_json::Value,
     batch_cap: BatchCap,
+    kv_layout: crate::kv::KvLayout,
 }
 
 impl std::fmt::Debug for Engine {
@@ -86,6 +87,9 @@ impl Engine {
         args: &EngineArgs,
         isa: &'static str,
     ) -> Result<Engine, EngineError> {
+        if let Some(d) = args.kv_cache_dtype {
+            model.set_kv_dtype(d)?;
+        }
         let needs = model.attention_needs();
         let caps = match args.attention_backend {
             AttentionBackend::Auto => BACKENDS.iter().find(|b| b.kinds.contains(&needs.kind)).ok_or_else(|| {
@@ -119,7 +123,17 @@ impl Engine {
             .name("sparrow-engine".into())
             .spawn(move || engine_loop(model, sched, eos, rx, st))
             .map_err(|e| EngineError::Config(format!("cannot spawn the engine thread: {e}")))?;
-        Ok(Engine { tx, stats, info, config, backend: caps.name, isa, notes: serde_json::Value::Null, batch_cap })
+        Ok(Engine {
+            tx,
+            stats,
+            info,
+            config,
+            backend: caps.name,
+            isa,
+            notes: serde_json::Value::Null,
+            batch_cap,
+            kv_layout: needs.kv_layout.clone(),
+        })
     }
 
     /// Queues a request.
@@ -162,6 +176,11 @@ impl Engine {
     /// The batch cap in effect (measured, cached, given or disabled) and the curve behind it.
     pub fn batch_cap(&self) -> &BatchCap {
         &self.batch_cap
+    }
+
+    /// What the KV cache keeps per token (its element type and bytes per token).
+    pub fn kv_layout(&self) -> &crate::kv::KvLayout {
+        &self.kv_layout
     }
 
     /// Attention backend name.

@@ -6,9 +6,10 @@
 //! offset`), and each request's `req_to_token` row maps its positions to slots. Page 0 is never
 //! handed out, so a zeroed slot id is never a live entry.
 //!
-//! What a token stores per layer is a [`KvLayout`]: named components of fixed width, in f32 or
-//! f16 ([`KvDtype`]): GQA keys and values, or the MLA latent (`kv_lora_rank +
-//! qk_rope_head_dim`) and the DSA indexer key.
+//! What a token stores per layer is a [`KvLayout`]: named components of fixed width, in one
+//! element type ([`KvDtype`]: f32, f16, bf16, or fp8 E4M3/E5M2 as SGLang's `--kv-cache-dtype`
+//! names them): GQA keys and values, or the MLA latent (`kv_lora_rank + qk_rope_head_dim`) and
+//! the DSA indexer key.
 
 pub mod radix;
 
@@ -28,6 +29,12 @@ pub enum KvDtype {
     F32,
     /// IEEE half (as llama.cpp's default KV cache): half the memory and bandwidth.
     F16,
+    /// bfloat16 (SGLang's `bf16`).
+    Bf16,
+    /// OCP fp8 E4M3 (SGLang's `fp8_e4m3`; scale 1.0, saturating at ±448).
+    Fp8E4m3,
+    /// OCP fp8 E5M2 (SGLang's `fp8_e5m2`; scale 1.0).
+    Fp8E5m2,
 }
 
 impl KvDtype {
@@ -35,7 +42,19 @@ impl KvDtype {
     pub fn bytes(self) -> usize {
         match self {
             KvDtype::F32 => 4,
-            KvDtype::F16 => 2,
+            KvDtype::F16 | KvDtype::Bf16 => 2,
+            KvDtype::Fp8E4m3 | KvDtype::Fp8E5m2 => 1,
+        }
+    }
+
+    /// The name SGLang's `--kv-cache-dtype` gives it (`f32`, `f16` for ours that it has not).
+    pub fn name(self) -> &'static str {
+        match self {
+            KvDtype::F32 => "f32",
+            KvDtype::F16 => "f16",
+            KvDtype::Bf16 => "bf16",
+            KvDtype::Fp8E4m3 => "fp8_e4m3",
+            KvDtype::Fp8E5m2 => "fp8_e5m2",
         }
     }
 }
@@ -125,33 +144,36 @@ impl PageAllocator {
 }
 
 /// Per-layer storage for a [`KvLayout`]: `[layer][component]` is `num_slots × width` values
-/// of the layout's dtype (f16 as raw IEEE-half bits).
+/// of the layout's dtype (f16 and bf16 as raw 16-bit patterns, fp8 as bytes).
 #[derive(Debug)]
 pub struct KvStore {
     layout: KvLayout,
     num_slots: usize,
     f32: Vec<Vec<Vec<f32>>>,
-    f16: Vec<Vec<Vec<u16>>>,
+    u16: Vec<Vec<Vec<u16>>>,
+    u8: Vec<Vec<Vec<u8>>>,
 }
 
-fn wrong_dtype(want: KvDtype) -> ! {
+fn wrong_dtype(want: &str, have: KvDtype) -> ! {
     // A model reading its cache with the wrong element type is a bug in that model, found by
     // its first test; the engine's panic containment keeps the server up meanwhile.
-    panic!("KV store accessed as {want:?}, but it holds another element type")
+    panic!("KV store accessed as {want}, but it holds {}", have.name())
 }
 
 impl KvStore {
     /// Zeroed storage for `num_slots` slots. The allocation is lazy (the OS maps pages on first
     /// write), so a large budget costs memory only as it fills.
     pub fn new(layout: KvLayout, num_slots: usize) -> Self {
-        let (mut f32s, mut f16s) = (Vec::new(), Vec::new());
+        let (mut f32s, mut u16s, mut u8s) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..layout.layers {
+            let widths = layout.components.iter().map(|c| c.width * num_slots);
             match layout.dtype {
-                KvDtype::F32 => f32s.push(layout.components.iter().map(|c| vec![0f32; c.width * num_slots]).collect()),
-                KvDtype::F16 => f16s.push(layout.components.iter().map(|c| vec![0u16; c.width * num_slots]).collect()),
+                KvDtype::F32 => f32s.push(widths.map(|n| vec![0f32; n]).collect()),
+                KvDtype::F16 | KvDtype::Bf16 => u16s.push(widths.map(|n| vec![0u16; n]).collect()),
+                KvDtype::Fp8E4m3 | KvDtype::Fp8E5m2 => u8s.push(widths.map(|n| vec![0u8; n]).collect()),
             }
         }
-        KvStore { layout, num_slots, f32: f32s, f16: f16s }
+        KvStore { layout, num_slots, f32: f32s, u16: u16s, u8: u8s }
     }
 
     /// Writes `value` (rounded to the store's dtype) into every slot of every layer and
@@ -159,17 +181,17 @@ impl KvStore {
     /// over the store needs (the zeroed allocation of [`KvStore::new`] is not backed by memory
     /// until written).
     pub fn fill(&mut self, value: f32) {
-        let h = sparrow_cpu::half::f32_to_f16(value);
-        for layer in &mut self.f32 {
-            for c in layer {
-                c.fill(value);
-            }
-        }
-        for layer in &mut self.f16 {
-            for c in layer {
-                c.fill(h);
-            }
-        }
+        let h = match self.layout.dtype {
+            KvDtype::Bf16 => sparrow_cpu::half::f32_to_bf16(value),
+            _ => sparrow_cpu::half::f32_to_f16(value),
+        };
+        let b = match self.layout.dtype {
+            KvDtype::Fp8E5m2 => sparrow_cpu::half::Fp8::E5M2.encode(value),
+            _ => sparrow_cpu::half::Fp8::E4M3.encode(value),
+        };
+        self.f32.iter_mut().flatten().for_each(|c| c.fill(value));
+        self.u16.iter_mut().flatten().for_each(|c| c.fill(h));
+        self.u8.iter_mut().flatten().for_each(|c| c.fill(b));
     }
 
     /// The layout.
@@ -186,7 +208,7 @@ impl KvStore {
     pub fn component(&self, layer: usize, c: usize) -> &[f32] {
         match self.layout.dtype {
             KvDtype::F32 => &self.f32[layer][c],
-            KvDtype::F16 => wrong_dtype(KvDtype::F32),
+            d => wrong_dtype("f32", d),
         }
     }
 
@@ -194,24 +216,57 @@ impl KvStore {
     pub fn component_mut(&mut self, layer: usize, c: usize) -> &mut [f32] {
         match self.layout.dtype {
             KvDtype::F32 => &mut self.f32[layer][c],
-            KvDtype::F16 => wrong_dtype(KvDtype::F32),
+            d => wrong_dtype("f32", d),
         }
     }
 
     /// Component `c` of `layer` as f16 bits (an f16 store).
     pub fn component_f16(&self, layer: usize, c: usize) -> &[u16] {
         match self.layout.dtype {
-            KvDtype::F16 => &self.f16[layer][c],
-            KvDtype::F32 => wrong_dtype(KvDtype::F16),
+            KvDtype::F16 => &self.u16[layer][c],
+            d => wrong_dtype("f16", d),
+        }
+    }
+
+    /// Component `c` of `layer` as 16-bit patterns (an f16 or bf16 store).
+    pub fn component_u16(&self, layer: usize, c: usize) -> &[u16] {
+        match self.layout.dtype {
+            KvDtype::F16 | KvDtype::Bf16 => &self.u16[layer][c],
+            d => wrong_dtype("16-bit", d),
+        }
+    }
+
+    /// Component `c` of `layer` as bytes (an fp8 store).
+    pub fn component_u8(&self, layer: usize, c: usize) -> &[u8] {
+        match self.layout.dtype {
+            KvDtype::Fp8E4m3 | KvDtype::Fp8E5m2 => &self.u8[layer][c],
+            d => wrong_dtype("fp8", d),
         }
     }
 
     /// Components 0 and 1 of one layer, mutably, as f16 bits (e.g. K and V).
     pub fn pair_mut_f16(&mut self, layer: usize) -> (&mut [u16], &mut [u16]) {
         if self.layout.dtype != KvDtype::F16 {
-            wrong_dtype(KvDtype::F16)
+            wrong_dtype("f16", self.layout.dtype)
         }
-        let (a, b) = self.f16[layer].split_at_mut(1);
+        self.pair_mut_u16(layer)
+    }
+
+    /// Components 0 and 1 of one layer, mutably, as 16-bit patterns (an f16 or bf16 store).
+    pub fn pair_mut_u16(&mut self, layer: usize) -> (&mut [u16], &mut [u16]) {
+        if !matches!(self.layout.dtype, KvDtype::F16 | KvDtype::Bf16) {
+            wrong_dtype("16-bit", self.layout.dtype)
+        }
+        let (a, b) = self.u16[layer].split_at_mut(1);
+        (&mut a[0], &mut b[0])
+    }
+
+    /// Components 0 and 1 of one layer, mutably, as bytes (an fp8 store).
+    pub fn pair_mut_u8(&mut self, layer: usize) -> (&mut [u8], &mut [u8]) {
+        if !matches!(self.layout.dtype, KvDtype::Fp8E4m3 | KvDtype::Fp8E5m2) {
+            wrong_dtype("fp8", self.layout.dtype)
+        }
+        let (a, b) = self.u8[layer].split_at_mut(1);
         (&mut a[0], &mut b[0])
     }
 }

@@ -28,6 +28,7 @@ use sparrow_cpu::Isa;
 use crate::kv::{KvDtype, KvLayout, KvStore};
 use sparrow_cpu::ThreadPool;
 use sparrow_cpu::format::ggml::QActs;
+use sparrow_cpu::half::Fp8;
 use sparrow_cpu::Weight;
 use crate::checkpoint::gguf::GgufFile;
 use crate::model::observer::{Observer, ObserverSlot};
@@ -246,6 +247,8 @@ pub struct LlamaModel {
     /// Attention by the previous kernel (see [`LlamaModel::set_two_pass_attention`]).
     two_pass: bool,
     parts: PartTimes,
+    /// Element type of the KV cache (f16 unless [`Model::set_kv_dtype`] chose another).
+    kv_dtype: KvDtype,
 }
 
 impl std::fmt::Debug for LlamaModel {
@@ -541,6 +544,7 @@ impl LlamaModel {
             profile: false,
             two_pass: false,
             parts: PartTimes::default(),
+            kv_dtype: KvDtype::F16,
         })
     }
 
@@ -597,12 +601,23 @@ impl Model for LlamaModel {
     }
 
     fn attention_needs(&self) -> AttentionNeeds {
-        // f16 K/V, as llama.cpp keeps them: half the memory and attention bandwidth.
+        // f16 K/V by default, as llama.cpp keeps them: half the memory and attention bandwidth;
+        // `set_kv_dtype` chooses another.
         AttentionNeeds {
             kind: "gqa",
-            kv_layout: KvLayout::gqa(self.cfg.layers, self.cfg.kv_heads, self.cfg.head_dim).with_dtype(KvDtype::F16),
+            kv_layout: KvLayout::gqa(self.cfg.layers, self.cfg.kv_heads, self.cfg.head_dim).with_dtype(self.kv_dtype),
             sliding_window: self.cfg.variant.windows.iter().any(Option::is_some),
         }
+    }
+
+    fn set_kv_dtype(&mut self, dtype: KvDtype) -> Result<(), EngineError> {
+        // The element types the attention kernels read (`kernels::KvElem`) and the forward
+        // writes; f32 only for a model built that way.
+        if dtype == KvDtype::F32 {
+            return Err(EngineError::Incompatible("the Llama forward keeps no f32 KV cache".into()));
+        }
+        self.kv_dtype = dtype;
+        Ok(())
     }
 
     fn forward(&mut self, batch: &ForwardBatch, kv: &mut KvStore) -> Result<Vec<f32>, EngineError> {
@@ -618,6 +633,14 @@ impl Model for LlamaModel {
         }
         let clock = self.profile.then(std::time::Instant::now);
         let mut pt = PartTimes::default();
+        let kv_dtype = kv.layout().dtype;
+        if kv_dtype != self.kv_dtype {
+            return Err(EngineError::model(format!(
+                "KV cache holds {} but the model was set up for {}",
+                kv_dtype.name(),
+                self.kv_dtype.name()
+            )));
+        }
         // Runs `$e`, adding its wall time to the part `$field` while profiling.
         macro_rules! timed {
             ($field:ident, $e:expr) => {{
@@ -697,14 +720,39 @@ impl Model for LlamaModel {
                 rope.rotate_heads(k, pos, layout);
             });
             timed!(attention, {
-                let (kc, vc) = kv.pair_mut_f16(l);
-                for t in 0..t_n {
+                // The new tokens' K and V into their slots, in the cache's element type.
+                let rows = |t: usize| {
                     let (k, v) = s.qkv[t * qkv_w + qd..(t + 1) * qkv_w].split_at(kvd);
-                    let slot = batch.out_cache_loc[t] as usize;
-                    kernels::to_f16(isa, k, &mut kc[slot * kvd..(slot + 1) * kvd]);
-                    kernels::to_f16(isa, v, &mut vc[slot * kvd..(slot + 1) * kvd]);
+                    (k, v, batch.out_cache_loc[t] as usize * kvd)
+                };
+                match kv_dtype {
+                    KvDtype::F16 | KvDtype::Bf16 => {
+                        let (kc, vc) = kv.pair_mut_u16(l);
+                        for t in 0..t_n {
+                            let (k, v, at) = rows(t);
+                            if kv_dtype == KvDtype::F16 {
+                                kernels::to_f16(isa, k, &mut kc[at..at + kvd]);
+                                kernels::to_f16(isa, v, &mut vc[at..at + kvd]);
+                            } else {
+                                kc[at..at + kvd].iter_mut().zip(k).for_each(|(d, x)| *d = sparrow_cpu::half::f32_to_bf16(*x));
+                                vc[at..at + kvd].iter_mut().zip(v).for_each(|(d, x)| *d = sparrow_cpu::half::f32_to_bf16(*x));
+                            }
+                        }
+                    }
+                    _ => {
+                        let f = if kv_dtype == KvDtype::Fp8E4m3 { Fp8::E4M3 } else { Fp8::E5M2 };
+                        let (kc, vc) = kv.pair_mut_u8(l);
+                        for t in 0..t_n {
+                            let (k, v, at) = rows(t);
+                            kc[at..at + kvd].iter_mut().zip(k).for_each(|(d, x)| *d = f.encode(*x));
+                            vc[at..at + kvd].iter_mut().zip(v).for_each(|(d, x)| *d = f.encode(*x));
+                        }
+                    }
                 }
-                let (kc, vc) = (kv.component_f16(l, 0), kv.component_f16(l, 1));
+                // The attention itself, generic over the element type the cache holds.
+                macro_rules! attend {
+                    ($kc:expr, $vc:expr) => {{
+                        let (kc, vc) = ($kc, $vc);
                 let qkv = &s.qkv;
                 if self.two_pass {
                     let row_seq = &s.row_seq;
@@ -756,6 +804,15 @@ impl Model for LlamaModel {
                             row[g * ghd..(g + 1) * ghd].copy_from_slice(&at[src..src + ghd]);
                         }
                     });
+                }
+                    }};
+                }
+                match kv_dtype {
+                    KvDtype::F16 => attend!(kv.component_f16(l, 0), kv.component_f16(l, 1)),
+                    KvDtype::Bf16 => attend!(kernels::as_bf16(kv.component_u16(l, 0)), kernels::as_bf16(kv.component_u16(l, 1))),
+                    KvDtype::Fp8E4m3 => attend!(kernels::as_e4m3(kv.component_u8(l, 0)), kernels::as_e4m3(kv.component_u8(l, 1))),
+                    KvDtype::Fp8E5m2 => attend!(kernels::as_e5m2(kv.component_u8(l, 0)), kernels::as_e5m2(kv.component_u8(l, 1))),
+                    KvDtype::F32 => attend!(kv.component(l, 0), kv.component(l, 1)),
                 }
             });
             if let Some(o) = self.observer.as_mut() {

@@ -136,6 +136,24 @@ pub trait Model: Send {
     fn info(&self) -> &ModelInfo;
     /// What the attention needs (checked once at start-up).
     fn attention_needs(&self) -> AttentionNeeds;
+    /// Keeps the KV cache in `dtype` (SGLang's `--kv-cache-dtype`): [`Model::attention_needs`]
+    /// reports it from then on.
+    ///
+    /// # Errors
+    /// [`EngineError::Incompatible`] when the model's attention cannot read that type (the
+    /// default: only the model's own).
+    fn set_kv_dtype(&mut self, dtype: crate::kv::KvDtype) -> Result<(), EngineError> {
+        let own = self.attention_needs().kv_layout.dtype;
+        if dtype == own {
+            return Ok(());
+        }
+        Err(EngineError::Incompatible(format!(
+            "the {} model keeps its KV cache in {}; --kv-cache-dtype {} is not supported for it",
+            self.info().architecture,
+            own.name(),
+            dtype.name()
+        )))
+    }
     /// Runs one step: writes the new tokens' KV into `kv` at `batch.out_cache_loc` and returns
     /// the logits of `batch.logits_rows`, `[logits_rows.len() × vocab_size]` row-major.
     ///

@@ -185,6 +185,49 @@ impl NsaBackend {
     }
 }
 
+/// `--kv-cache-dtype` with SGLang 0.5.23's values: `auto` (the model's own, f16 for GGUF models),
+/// `bf16`/`bfloat16`, `fp8_e4m3`, `fp8_e5m2` (scales 1.0, SGLang's default without a
+/// `--quantization-param-path`); its other values are hidden choices, refused by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[value(rename_all = "snake_case")]
+pub enum KvCacheDtype {
+    /// The model's own element type (f16 for GGUF models, as llama.cpp's default).
+    Auto,
+    /// bfloat16.
+    Bf16,
+    /// SGLang's alias of `bf16`.
+    Bfloat16,
+    /// OCP fp8 E4M3: half of f16's bytes; saturates at ±448.
+    #[value(name = "fp8_e4m3")]
+    Fp8E4m3,
+    /// OCP fp8 E5M2.
+    #[value(name = "fp8_e5m2")]
+    Fp8E5m2,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    Mxfp8,
+    /// SGLang's; refused.
+    #[value(hide = true)]
+    Nvfp4,
+    /// SGLang's; refused.
+    #[value(name = "fp4_mx_block16", hide = true)]
+    Fp4MxBlock16,
+}
+
+impl KvCacheDtype {
+    /// The engine's element type: `Ok(None)` for `auto`, `Err` for SGLang's values sparrow lacks.
+    pub fn engine(self) -> Result<Option<sparrow_engine::kv::KvDtype>, ()> {
+        use sparrow_engine::kv::KvDtype as D;
+        match self {
+            KvCacheDtype::Auto => Ok(None),
+            KvCacheDtype::Bf16 | KvCacheDtype::Bfloat16 => Ok(Some(D::Bf16)),
+            KvCacheDtype::Fp8E4m3 => Ok(Some(D::Fp8E4m3)),
+            KvCacheDtype::Fp8E5m2 => Ok(Some(D::Fp8E5m2)),
+            KvCacheDtype::Mxfp8 | KvCacheDtype::Nvfp4 | KvCacheDtype::Fp4MxBlock16 => Err(()),
+        }
+    }
+}
+
 /// `--moe-runner-backend`: `auto` as in SGLang, or one of sparrow's two CPU implementations;
 /// SGLang's GPU runners are hidden choices, refused by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -401,6 +444,11 @@ pub struct ServeArgs {
     /// `token_major` or `expert_major`. SGLang's GPU runners are refused by name.
     #[arg(long, value_enum, default_value_t = MoeRunnerBackend::Auto)]
     pub moe_runner_backend: MoeRunnerBackend,
+    /// KV cache element type: `auto` (the model's own: f16 for GGUF models), `bf16`
+    /// (`bfloat16`), `fp8_e4m3`, `fp8_e5m2` (scales 1.0). SGLang's `mxfp8`, `nvfp4` and
+    /// `fp4_mx_block16` are refused by name.
+    #[arg(long, value_enum, default_value_t = KvCacheDtype::Auto)]
+    pub kv_cache_dtype: KvCacheDtype,
     /// Skip the start-up timings: the MoE autotune (`auto` then uses a fixed rule) and the
     /// batch cap (max_running_requests is then the KV-pool-derived value).
     #[arg(long)]
@@ -455,6 +503,13 @@ impl ServeArgs {
                     spelled(b)
                 ));
             }
+        }
+        if self.kv_cache_dtype.engine().is_err() {
+            return Err(format!(
+                "--kv-cache-dtype {} is an SGLang KV cache type that sparrow serve does not support \
+                 (have: auto, bf16, bfloat16, fp8_e4m3, fp8_e5m2)",
+                spelled(self.kv_cache_dtype)
+            ));
         }
         if self.grammar_backend != GrammarBackend::Llguidance {
             return Err(format!(

@@ -113,20 +113,35 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         nsa_decode_backend: engine_value("--nsa-decode-backend", a.nsa_decode_backend.engine())?,
         moe_runner_backend: engine_value("--moe-runner-backend", a.moe_runner_backend.engine())?,
         disable_autotune: a.disable_autotune,
+        // `check` refused the values without an engine type.
+        kv_cache_dtype: a.kv_cache_dtype.engine().unwrap_or(None),
         autotune_cache_dir: sparrow_assets::cache_root().ok().map(|d| d.join("autotune")),
         eos: eos_ids(&model_path, &tokenizer),
     };
     let engine = tokio::task::spawn_blocking(move || Engine::start(&eargs)).await.context("loading the model")??;
     let c = engine.config().clone();
     let info = engine.info().clone();
+    let file_bytes = match info.file_weight_bytes {
+        Some(f) => format!(" loaded, {:.0} MB in the file ({:.3}x)", f as f64 / 1e6, info.weight_bytes as f64 / f.max(1) as f64),
+        None => String::new(),
+    };
     eprintln!(
-        "sparrow serve: model {} ({}, {} layers, vocab {}, {:.0} MB of weights), kernels {}, {threads} threads",
+        "sparrow serve: model {} ({}, {} layers, vocab {}, {:.0} MB of weights{file_bytes}), kernels {}, {threads} threads",
         model_path.display(),
         info.architecture,
         info.num_layers,
         info.vocab_size,
         info.weight_bytes as f64 / 1e6,
         engine.isa()
+    );
+    let kvl = engine.kv_layout();
+    eprintln!(
+        "KV cache: {} ({}), {} bytes per token, {:.2} GB for the pool of {} tokens",
+        kvl.dtype.name(),
+        spelled(a.kv_cache_dtype),
+        kvl.bytes_per_token(),
+        (kvl.bytes_per_token() * c.max_total_tokens()) as f64 / 1e9,
+        c.max_total_tokens()
     );
     eprintln!(
         "max_total_num_tokens={}, chunked_prefill_size={}, max_prefill_tokens={}, max_running_requests={}, context_len={}, page_size={}, radix_cache={}, schedule_policy={}, attention_backend={}",
@@ -178,6 +193,8 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         "kernel_isa": engine.isa(),
         "threads": threads,
         "kv_cache_gb": a.kv_cache_gb,
+        "kv_cache_dtype": engine.kv_layout().dtype.name(),
+        "kv_bytes_per_token": engine.kv_layout().bytes_per_token(),
         "model_runner": engine.notes(),
         "tool_call_parser": a.parsers().tool_call.map(|p| p.name()),
         "reasoning_parser": a.parsers().reasoning.map(|p| p.name()),

@@ -218,7 +218,7 @@ pub const REFUSED_GROUPS: &[RefusedGroup] = &[
         why: "dtypes and quantization chosen at load time; sparrow runs GGUF or safetensors weights as stored, \
              quantized offline by `sparrow quantize`",
         flags: &[
-            "--dtype", "--quantization", "--quantization-param-path", "--kv-cache-dtype", "--qsa-indexer-dtype",
+            "--dtype", "--quantization", "--quantization-param-path", "--qsa-indexer-dtype",
             "--modelopt-quant", "--modelopt-checkpoint-restore-path", "--modelopt-checkpoint-save-path",
             "--modelopt-export-path", "--quantize-and-serve", "--rl-quant-profile",
         ],

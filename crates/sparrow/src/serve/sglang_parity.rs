@@ -83,6 +83,7 @@ const TAKEN: &[&str] = &[
     "--schedule-policy",
     "--disable-cuda-graph",
     "--attention-backend",
+    "--kv-cache-dtype",
     "--moe-runner-backend",
 ];
 
