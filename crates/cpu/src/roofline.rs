@@ -108,17 +108,19 @@ pub fn measure(pool: &ThreadPool, bandwidth_bytes: usize) -> Limits {
     let mut int8 = Vec::new();
     for isa in Isa::available() {
         let (instruction, kind, rate) = match isa {
-            Isa::Amx => continue,
+            Isa::Amx => ("tdpbsud (AMX tiles)", Kind::Amx, 0.0),
             Isa::Vnni => ("vpdpbusd ymm (EVEX)", Kind::DpbusdEvex, r_dpbusd),
             Isa::AvxVnni => ("vpdpbusd ymm (VEX)", Kind::DpbusdVex, r_dpbusd),
             Isa::Avx2 => ("vpmaddubsw ymm", Kind::Maddubs, r_maddubs),
             Isa::Scalar => continue,
         };
         let per_s = rate_on_pool(pool, kind);
+        // A tile instruction is 16 × 16 × 64 products, a vector one 32; AMX has no theory here.
+        let per_instr = if kind == Kind::Amx { 16384.0 } else { 32.0 };
         int8.push(Int8Peak {
             isa,
             instruction,
-            gmacs: per_s * 32.0 / 1e9,
+            gmacs: per_s * per_instr / 1e9,
             theory_gmacs: clock * 32.0 * rate * threads as f64,
             per_cycle: rate,
         });
@@ -145,8 +147,9 @@ impl Limits {
     }
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
+    Amx,
     Maddubs,
     MaddubsAdd,
     DpbusdVex,
@@ -180,6 +183,8 @@ fn rate_on_pool(pool: &ThreadPool, kind: Kind) -> f64 {
 unsafe fn instr_loop(kind: Kind, iters: u64) {
     #[cfg(target_arch = "x86_64")]
     match kind {
+        // 4 tile instructions per iteration; `rate_on_pool` counts 12.
+        Kind::Amx => crate::kernels::amx::peak_loop(iters * 3),
         Kind::Maddubs => maddubs_loop(iters),
         Kind::MaddubsAdd => maddubs_add_loop(iters),
         Kind::DpbusdVex => dpbusd_vex_loop(iters),

@@ -640,3 +640,30 @@ unsafe fn k_products_q6(a: *const i8, b: *const u8, c: *mut u8) {
     tilestore!("tmm2", c.add(2048));
     tilestore!("tmm3", c.add(3072));
 }
+
+/// `iters` × 4 independent `tdpbsud` of full tiles (16 × 16 × 64: 16384 products each), for
+/// the roofline's AMX peak.
+///
+/// # Safety
+/// AMX is enabled for the process ([`crate::isa::amx_enabled`]).
+pub(crate) unsafe fn peak_loop(iters: u64) {
+    let mut c = TileCfg { palette: 1, start_row: 0, reserved: [0; 14], colsb: [0; 16], rows: [0; 16] };
+    for t in 0..8 {
+        c.rows[t] = 16;
+        c.colsb[t] = 64;
+    }
+    asm!("ldtilecfg [{}]", in(reg) &c as *const TileCfg, options(nostack, readonly));
+    asm!("tilezero tmm4", "tilezero tmm5", options(nostack, nomem));
+    asm!(
+        "2:",
+        "tdpbsud tmm0, tmm4, tmm5",
+        "tdpbsud tmm1, tmm4, tmm5",
+        "tdpbsud tmm2, tmm4, tmm5",
+        "tdpbsud tmm3, tmm4, tmm5",
+        "dec {n}",
+        "jnz 2b",
+        n = inout(reg) iters => _,
+        options(nostack, nomem),
+    );
+    release();
+}

@@ -39,7 +39,7 @@ pub mod dsa;
 pub mod matmul;
 mod nvfp4_gemm;
 #[cfg(target_arch = "x86_64")]
-mod amx;
+pub(crate) mod amx;
 #[cfg(target_arch = "x86_64")]
 mod q8_avx512;
 #[cfg(target_arch = "x86_64")]

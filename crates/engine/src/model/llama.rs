@@ -642,6 +642,16 @@ impl Model for LlamaModel {
             )));
         }
         // Runs `$e`, adding its wall time to the part `$field` while profiling.
+        // Runs the matmul `$e` over weight `$w`, adding its time to `gemm` and its forms.
+        macro_rules! mm {
+            ($w:expr, $e:expr) => {{
+                let t0 = clock.map(|_| std::time::Instant::now());
+                $e;
+                if let Some(t0) = t0 {
+                    pt.add_gemm($w, t0.elapsed().as_secs_f64());
+                }
+            }};
+        }
         macro_rules! timed {
             ($field:ident, $e:expr) => {{
                 let t0 = clock.map(|_| std::time::Instant::now());
@@ -696,7 +706,7 @@ impl Model for LlamaModel {
                 let p = format!("model.layers.{l}");
                 o.linear_input(&self.pool, isa, &[format!("{p}.self_attn.q_proj"), format!("{p}.self_attn.k_proj"), format!("{p}.self_attn.v_proj")], &s.h, t_n);
             }
-            timed!(gemm, kernels::matmul(&self.pool, isa, &layer.qkv, &s.h, t_n, &mut s.xq, &mut s.qkv));
+            mm!(&layer.qkv, kernels::matmul(&self.pool, isa, &layer.qkv, &s.h, t_n, &mut s.xq, &mut s.qkv));
             let window = var.windows[l];
             let rope = match (window, &self.rope_local) {
                 (Some(_), Some(local)) => local,
@@ -819,7 +829,7 @@ impl Model for LlamaModel {
                 let p = format!("model.layers.{l}");
                 o.linear_input(&self.pool, isa, &[format!("{p}.self_attn.o_proj")], &s.attn, t_n);
             }
-            timed!(gemm, kernels::matmul(&self.pool, isa, &layer.wo, &s.attn, t_n, &mut s.xq, &mut s.proj));
+            mm!(&layer.wo, kernels::matmul(&self.pool, isa, &layer.wo, &s.attn, t_n, &mut s.xq, &mut s.proj));
             let post = layer.post_norms.as_ref();
             if let Some((pa, _)) = post {
                 pool.par_row_chunks2(&mut s.proj, h, &mut s.post, h, |_, p, y| kernels::rms_norm(p, pa, c.rms_eps, y));
@@ -830,7 +840,7 @@ impl Model for LlamaModel {
                 let p = format!("model.layers.{l}");
                 o.linear_input(&self.pool, isa, &[format!("{p}.mlp.gate_proj"), format!("{p}.mlp.up_proj")], &s.h, t_n);
             }
-            timed!(gemm, kernels::matmul(&self.pool, isa, &layer.gate_up, &s.h, t_n, &mut s.xq, &mut s.gu));
+            mm!(&layer.gate_up, kernels::matmul(&self.pool, isa, &layer.gate_up, &s.h, t_n, &mut s.xq, &mut s.gu));
             let gu = &s.gu;
             let act_fn = var.act;
             pool.par_rows(&mut s.act, c.ffn, |t, act| {
@@ -844,7 +854,7 @@ impl Model for LlamaModel {
                 let p = format!("model.layers.{l}");
                 o.linear_input(&self.pool, isa, &[format!("{p}.mlp.down_proj")], &s.act, t_n);
             }
-            timed!(gemm, kernels::matmul(&self.pool, isa, &layer.down, &s.act, t_n, &mut s.xq, &mut s.proj));
+            mm!(&layer.down, kernels::matmul(&self.pool, isa, &layer.down, &s.act, t_n, &mut s.xq, &mut s.proj));
             if let Some((_, pf)) = post {
                 pool.par_row_chunks2(&mut s.proj, h, &mut s.post, h, |_, p, y| kernels::rms_norm(p, pf, c.rms_eps, y));
                 std::mem::swap(&mut s.proj, &mut s.post);
@@ -855,12 +865,15 @@ impl Model for LlamaModel {
         }
         let head =
             OutputHead { norm: &self.output_norm, eps: c.rms_eps, weight: self.output.as_ref().unwrap_or(&self.embed) };
+        let t_head = clock.map(|_| std::time::Instant::now());
         let logits = head.logits(&self.pool, isa, &s.x, &batch.logits_rows, &mut s.xq);
+        if let Some(t0) = t_head {
+            pt.add_gemm(head.weight, t0.elapsed().as_secs_f64());
+        }
         self.s = s;
         if let Some(t0) = clock {
             pt.total = t0.elapsed().as_secs_f64();
-            let p = &mut self.parts;
-            (p.gemm, p.attention, p.total) = (p.gemm + pt.gemm, p.attention + pt.attention, p.total + pt.total);
+            self.parts.accumulate(&pt);
         }
         Ok(logits)
     }

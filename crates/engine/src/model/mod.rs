@@ -39,13 +39,21 @@ pub struct ModelInfo {
     pub file_weight_bytes: Option<usize>,
 }
 
+/// The weight forms [`PartTimes::gemm_by_kind`] splits the matmul time by (`Weight::kind`'s
+/// names).
+pub const GEMM_KINDS: [&str; 12] = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "F16", "BF16", "F32", "NVFP4"];
+
 /// Wall time of a model's forward passes by part, in seconds summed over the calls since the
 /// timing was switched on (`set_profile(true)` on a model): for benchmarks that want to see
-/// where a prefill goes, e.g. the quadratic attention term against the linear GEMMs.
+/// where a step goes, e.g. the quadratic attention term against the linear GEMMs, or (`sparrow
+/// roofline`) a decode step's matmuls by weight type.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct PartTimes {
-    /// Matrix multiplications (projections, MLP or experts; not the LM head).
+    /// Matrix multiplications (projections, MLP or experts; the Llama family's LM head too).
     pub gemm: f64,
+    /// `gemm` by weight form, indexed like [`GEMM_KINDS`]; a matmul over a stack of forms
+    /// (a fused QKV of Q4_K and Q6_K) is split by the forms' bytes.
+    pub gemm_by_kind: [f64; 12],
     /// Attention: K/V writes, scores, softmax, values.
     pub attention: f64,
     /// The DSA indexer's key scoring and top-k (GLM-5 only).
@@ -55,6 +63,29 @@ pub struct PartTimes {
 }
 
 impl PartTimes {
+    /// Adds `secs` of a matmul over `w` to `gemm` and to its forms' shares.
+    pub fn add_gemm(&mut self, w: &sparrow_cpu::Weight, secs: f64) {
+        self.gemm += secs;
+        let pieces = w.pieces();
+        let total: usize = pieces.iter().map(|p| p.1).sum::<usize>().max(1);
+        for (kind, bytes) in pieces {
+            if let Some(i) = GEMM_KINDS.iter().position(|k| *k == kind) {
+                self.gemm_by_kind[i] += secs * bytes as f64 / total as f64;
+            }
+        }
+    }
+
+    /// Adds another set of totals to these.
+    pub fn accumulate(&mut self, o: &PartTimes) {
+        self.gemm += o.gemm;
+        self.attention += o.attention;
+        self.indexer += o.indexer;
+        self.total += o.total;
+        for (a, b) in self.gemm_by_kind.iter_mut().zip(&o.gemm_by_kind) {
+            *a += b;
+        }
+    }
+
     /// Everything else: embeddings, norms, RoPE, activations, routing, the LM head.
     pub fn other(&self) -> f64 {
         self.total - self.gemm - self.attention - self.indexer
