@@ -121,8 +121,12 @@ unsafe fn group_tile<const T: u8, const NG: usize, const NT: usize>(
     for kb in 0..nkb {
         let tiles: [*const u8; NG] = std::array::from_fn(|j| tile(j, kb));
         if NT == 1 {
+            // Every line of the tiles about to be read, requested at once: the tile's loads in
+            // flight together (a 16-row tile is 2.4–3.4 KB). Measured on the 1B Q4_K_M step's
+            // matmuls, 2 threads: 31.2 ms, against 33.1 prefetching 1 KB ahead and 37.3 with no
+            // software prefetch.
             for j in 0..NG {
-                let p = tiles[j].add(super::q8_x86::PREFETCH);
+                let p = tiles[j];
                 let mut off = 0;
                 while off < l.bytes {
                     _mm_prefetch::<_MM_HINT_T0>(p.add(off) as *const i8);
@@ -204,8 +208,12 @@ unsafe fn k_tile<const T: u8, const NG: usize, const NT: usize>(
     for sb in 0..nsb {
         let tiles: [*const u8; NG] = std::array::from_fn(|j| base.add(((g + j) * nsb + sb) * l.bytes));
         if NT == 1 {
+            // Every line of the tiles about to be read, requested at once: the tile's loads in
+            // flight together (a 16-row tile is 2.4–3.4 KB). Measured on the 1B Q4_K_M step's
+            // matmuls, 2 threads: 31.2 ms, against 33.1 prefetching 1 KB ahead and 37.3 with no
+            // software prefetch.
             for j in 0..NG {
-                let p = tiles[j].add(super::q8_x86::PREFETCH);
+                let p = tiles[j];
                 let mut off = 0;
                 while off < l.bytes {
                     _mm_prefetch::<_MM_HINT_T0>(p.add(off) as *const i8);
