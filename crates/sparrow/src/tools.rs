@@ -221,6 +221,10 @@ pub struct PerplexityArgs {
     /// Compute threads. Default: all cores.
     #[arg(long)]
     pub threads: Option<usize>,
+    /// KV cache element type, as `sparrow serve --kv-cache-dtype` (SGLang's values): what a
+    /// narrower cache costs in perplexity.
+    #[arg(long, value_enum, default_value_t = crate::serve::KvCacheDtype::Auto)]
+    pub kv_cache_dtype: crate::serve::KvCacheDtype,
 }
 
 /// Writes `tokenizer.json` and `tokenizer_config.json` (BOS/EOS, chat template) for `tok`.
@@ -422,6 +426,12 @@ pub fn perplexity(a: &PerplexityArgs) -> anyhow::Result<()> {
         ..sparrow_engine::engine::EngineArgs::new(model_path.clone())
     };
     let (mut model, _, _) = sparrow_engine::engine::load_model(&args)?;
+    let kv_dtype = a.kv_cache_dtype.engine().map_err(|()| {
+        anyhow::anyhow!("--kv-cache-dtype {:?} is an SGLang KV cache type that sparrow does not support", a.kv_cache_dtype)
+    })?;
+    if let Some(d) = kv_dtype {
+        model.set_kv_dtype(d)?;
+    }
     let mut seqs = Vec::new();
     for (_, reply) in &pairs {
         if seqs.len() == a.num_samples {
@@ -447,6 +457,7 @@ pub fn perplexity(a: &PerplexityArgs) -> anyhow::Result<()> {
             "tokens_scored": count,
             "mean_nll": nll / count as f64,
             "perplexity": ppl,
+            "kv_cache_dtype": model.attention_needs().kv_layout.dtype.name(),
         })
     );
     Ok(())

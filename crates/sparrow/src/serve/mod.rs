@@ -17,7 +17,7 @@ use serde_json::json;
 use sparrow_engine::engine::{Engine, EngineArgs};
 use sparrow_engine::scheduler::SchedulePolicy;
 
-pub use flags::ServeArgs;
+pub use flags::{KvCacheDtype, ServeArgs};
 pub use refused::check_argv;
 
 use flags::{spelled, Policy};
