@@ -111,6 +111,7 @@ unsafe fn group_tile<const T: u8, const NG: usize, const NT: usize>(
 ) {
     let l = const { tl(T) };
     let nkb = w.cols / ggml(T).block_len();
+    let prefetch = crate::isa::prefetch_weight_tiles();
     let nb = w.cols / QK;
     let base = w.data().as_ptr();
     let tile = |j: usize, kb: usize| base.add(((g + j) * nkb + kb) * l.bytes);
@@ -120,11 +121,11 @@ unsafe fn group_tile<const T: u8, const NG: usize, const NT: usize>(
     let mut macc = [[_mm512_setzero_ps(); NT]; NG];
     for kb in 0..nkb {
         let tiles: [*const u8; NG] = std::array::from_fn(|j| tile(j, kb));
-        if NT == 1 {
+        if NT == 1 && prefetch {
             // Every line of the tiles about to be read, requested at once: the tile's loads in
             // flight together (a 16-row tile is 2.4–3.4 KB). Measured on the 1B Q4_K_M step's
             // matmuls, 2 threads: 31.2 ms, against 33.1 prefetching 1 KB ahead and 37.3 with no
-            // software prefetch.
+            // software prefetch (Intel; see `prefetch_weight_tiles` for AMD).
             for j in 0..NG {
                 let p = tiles[j];
                 let mut off = 0;
@@ -200,6 +201,7 @@ unsafe fn k_tile<const T: u8, const NG: usize, const NT: usize>(
 ) {
     let l = const { tl(T) };
     let nsb = w.cols / QK_K;
+    let prefetch = crate::isa::prefetch_weight_tiles();
     let base = w.data().as_ptr();
     let cols = w.cols;
     let z = _mm512_setzero_si512();
@@ -207,11 +209,11 @@ unsafe fn k_tile<const T: u8, const NG: usize, const NT: usize>(
     let mut macc = [[_mm512_setzero_ps(); NT]; NG];
     for sb in 0..nsb {
         let tiles: [*const u8; NG] = std::array::from_fn(|j| base.add(((g + j) * nsb + sb) * l.bytes));
-        if NT == 1 {
+        if NT == 1 && prefetch {
             // Every line of the tiles about to be read, requested at once: the tile's loads in
             // flight together (a 16-row tile is 2.4–3.4 KB). Measured on the 1B Q4_K_M step's
             // matmuls, 2 threads: 31.2 ms, against 33.1 prefetching 1 KB ahead and 37.3 with no
-            // software prefetch.
+            // software prefetch (Intel; see `prefetch_weight_tiles` for AMD).
             for j in 0..NG {
                 let p = tiles[j];
                 let mut off = 0;

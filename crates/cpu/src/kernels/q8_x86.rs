@@ -260,7 +260,7 @@ unsafe fn group_tile<const T: u8, const M: u8, const NG: usize, const NT: usize>
     let mut acc = [[_mm256_setzero_ps(); NT]; NG];
     for kb in 0..nkb {
         let tiles: [(*const u8, usize); NG] = std::array::from_fn(|j| tile(j, kb));
-        if NT == 1 {
+        if NT == 1 && crate::isa::prefetch_weight_tiles() {
             prefetch_tile(tiles[0].0.add(PREFETCH), l.bytes / 2);
         }
         let d: [__m256; NG] = std::array::from_fn(|j| f16h(tiles[j], l.d));
@@ -336,7 +336,7 @@ unsafe fn k_tile<const T: u8, const M: u8, const NG: usize, const NT: usize>(
     let mut macc = [[_mm256_setzero_ps(); NT]; NG];
     for sb in 0..nsb {
         let tiles: [(*const u8, usize); NG] = std::array::from_fn(|j| tile(j, sb));
-        if NT == 1 {
+        if NT == 1 && crate::isa::prefetch_weight_tiles() {
             prefetch_tile(tiles[0].0.add(PREFETCH), l.bytes / 2);
         }
         let d: [__m256; NG] = std::array::from_fn(|j| f16x8(tiles[j].0.add(l.d + 2 * HALF * tiles[j].1)));
@@ -416,7 +416,8 @@ unsafe fn tile<const T: u8, const M: u8, const NG: usize, const NT: usize>(
 
 /// Bytes ahead of the weights being read that a single-token tile prefetches: the hardware
 /// prefetcher alone left the decode GEMV at ~50 % of the streaming bandwidth; 2 KiB ahead
-/// measured best of 2, 4, 8 and 16 KiB (1B Q4_K_M decode step, 2 threads).
+/// measured best of 2, 4, 8 and 16 KiB (1B Q4_K_M decode step, 2 threads) on Intel; AMD runs
+/// without it ([`crate::isa::prefetch_weight_tiles`]).
 pub(crate) const PREFETCH: usize = 2048;
 
 /// Prefetches `bytes` from `p` on, a line at a time.
