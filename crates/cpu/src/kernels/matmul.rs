@@ -596,6 +596,42 @@ mod tests {
         }
     }
 
+    /// Batches over tasks larger than one L2 chunk of row groups (`kernels::l2_groups`):
+    /// several chunks per task, each passed over several token blocks, a chunk boundary inside
+    /// a task and a tail of 8 rows; every row still has the scalar definition's bits and those
+    /// of its single-token run.
+    #[test]
+    fn l2_chunked_batches_keep_every_rows_bits() {
+        let mut seed = 21u64;
+        let k = 4096;
+        for (ty, n) in [(GgmlType::Q4_0, 1128), (GgmlType::Q6_K, 648)] {
+            let q = random_matrix(ty, n, k, &mut seed);
+            // Four tasks per thread: each must span at least two chunks.
+            assert!(n / 4 > 2 * 16 * crate::kernels::l2_groups(&q), "{ty:?}: {} groups per chunk", crate::kernels::l2_groups(&q));
+            let w = Weight::Quant(q);
+            let Weight::Quant(q) = &w else { unreachable!() };
+            let tokens = 9;
+            let x: Vec<f32> = (0..tokens * k).map(|_| (lcg(&mut seed) % 2001) as f32 / 1000.0 - 1.0).collect();
+            for threads in [1, 2] {
+                let pool = ThreadPool::new(threads).expect("pool");
+                for isa in Isa::available() {
+                    let mut xq = QActs::default();
+                    let mut out = vec![0f32; tokens * n];
+                    matmul(&pool, isa, &w, &x, tokens, &mut xq, &mut out);
+                    for t in 0..tokens {
+                        let mut one = vec![0f32; n];
+                        matmul(&pool, isa, &w, &x[t * k..(t + 1) * k], 1, &mut QActs::default(), &mut one);
+                        for r in 0..n {
+                            assert_eq!(out[t * n + r].to_bits(), one[r].to_bits(), "{ty:?} {isa:?} row {r} token {t}: batch invariance");
+                            let refv = quant_dot_scalar(q, r, &xq, t);
+                            assert_eq!(out[t * n + r].to_bits(), refv.to_bits(), "{ty:?} {isa:?} row {r} token {t}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// A stack of different forms (Q4_K, Q6_K, F16 and Q8_0 parts, as a Q4_K_M file's fused
     /// QKV mixes them) gives each part's rows exactly what the part alone gives.
     #[test]

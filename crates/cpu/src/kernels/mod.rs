@@ -64,6 +64,17 @@ pub(crate) fn rows_per_task(pool: &ThreadPool, n: usize) -> usize {
 }
 
 
+/// Row groups (16 rows) per chunk of a batched integer matmul: the chunk's weights (about 256
+/// KiB, within every L2 we run on) are read from memory once and from L2 by every token block
+/// after the first. Without it a task's rows passed over each token block in turn, so a task
+/// larger than L2 (the 1B LM head: 27 MB per task) streamed from memory once per block of 8
+/// tokens. A chunk boundary changes the order tiles run in, never a tile's arithmetic.
+pub(crate) fn l2_groups(w: &crate::format::ggml::QMatrix) -> usize {
+    const L2_CHUNK: usize = 256 * 1024;
+    let per_group = w.bytes() / w.rows.div_ceil(crate::format::qmatrix::GROUP).max(1);
+    (L2_CHUNK / per_group.max(1)).max(1)
+}
+
 /// Horizontal sum of 8 f32 lanes, shared by the SIMD paths.
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]

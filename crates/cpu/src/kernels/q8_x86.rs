@@ -451,7 +451,8 @@ unsafe fn tile_n<const T: u8, const M: u8, const NG: usize>(
 }
 
 /// Units (8-row halves or, in the 512-bit kernel, 16-row groups) `g0 .. g1` for every token.
-/// Several tokens: blocks of tokens outer, then `NG` units at a time (then single units), then
+/// Several tokens: chunks of units whose weights fit in L2 outer ([`super::l2_groups`]), then
+/// blocks of tokens, then `NG` units at a time (then single units), then
 /// `NT`-token tiles, the last `block mod NT` tokens as one smaller tile. One token (the
 /// memory-bound GEMV): `NG1` units at a time.
 #[inline(always)]
@@ -477,32 +478,38 @@ unsafe fn rows_generic<const T: u8, const M: u8, const NG: usize, const NT: usiz
         }
         return;
     }
-    // Token blocks of about 18 KiB of activation codes, each passed over every row group: the
-    // block stays in L1 while the weights stream. A block boundary changes which tile a token
+    // Token blocks of about 18 KiB of activation codes, each passed over every row group of
+    // the chunk: the block stays in L1 while the weights come from L2. A block boundary changes which tile a token
     // is in, never its arithmetic.
     let tb = (18432 / w.cols).max(NT) / NT * NT;
-    for b0 in (0..x.rows).step_by(tb) {
-        let b1 = (b0 + tb).min(x.rows);
-        g = g0;
-        while g < g1 {
-            let ng = if g + NG <= g1 { NG } else { 1 };
-            let mut t = b0;
-            while t + NT <= b1 {
-                if ng == NG {
-                    tile::<T, M, NG, NT>(w, g, x, t, out, ldo);
-                } else {
-                    tile::<T, M, 1, NT>(w, g, x, t, out, ldo);
+    // Units here are 8-row halves: an L2 chunk of 16-row groups is twice as many units, kept
+    // a multiple of NG.
+    let chunk = (2 * super::l2_groups(w)).next_multiple_of(NG);
+    for c0 in (g0..g1).step_by(chunk) {
+        let c1 = (c0 + chunk).min(g1);
+        for b0 in (0..x.rows).step_by(tb) {
+            let b1 = (b0 + tb).min(x.rows);
+            g = c0;
+            while g < c1 {
+                let ng = if g + NG <= c1 { NG } else { 1 };
+                let mut t = b0;
+                while t + NT <= b1 {
+                    if ng == NG {
+                        tile::<T, M, NG, NT>(w, g, x, t, out, ldo);
+                    } else {
+                        tile::<T, M, 1, NT>(w, g, x, t, out, ldo);
+                    }
+                    t += NT;
                 }
-                t += NT;
-            }
-            if t < b1 {
-                if ng == NG {
-                    tile_n::<T, M, NG>(w, g, x, t, b1 - t, out, ldo);
-                } else {
-                    tile_n::<T, M, 1>(w, g, x, t, b1 - t, out, ldo);
+                if t < b1 {
+                    if ng == NG {
+                        tile_n::<T, M, NG>(w, g, x, t, b1 - t, out, ldo);
+                    } else {
+                        tile_n::<T, M, 1>(w, g, x, t, b1 - t, out, ldo);
+                    }
                 }
+                g += ng;
             }
-            g += ng;
         }
     }
 }
