@@ -553,6 +553,24 @@ mod tests {
         }
     }
 
+    /// Runs `tokens` rows of `x` through `w` (a `Weight::Quant`) on `isa` into `out`, and
+    /// asserts every (row, token) has the bits of its single-token run and of the scalar
+    /// definition ([`quant_dot_scalar`] on the activations `xq` the batch quantized).
+    fn assert_bits_of_definition(pool: &ThreadPool, isa: Isa, w: &Weight, x: &[f32], tokens: usize, xq: &mut QActs, out: &mut [f32]) {
+        let Weight::Quant(q) = w else { panic!("a quantized matrix") };
+        let (n, k, ty) = (q.rows, q.cols, q.ty);
+        matmul(pool, isa, w, x, tokens, xq, out);
+        for t in 0..tokens {
+            let mut one = vec![0f32; n];
+            matmul(pool, isa, w, &x[t * k..(t + 1) * k], 1, &mut QActs::default(), &mut one);
+            for r in 0..n {
+                assert_eq!(out[t * n + r].to_bits(), one[r].to_bits(), "{ty:?} {isa:?} row {r} token {t}: batch invariance");
+                let refv = quant_dot_scalar(q, r, xq, t);
+                assert_eq!(out[t * n + r].to_bits(), refv.to_bits(), "{ty:?} {isa:?} row {r} token {t} of {tokens}");
+            }
+        }
+    }
+
     /// The SIMD kernels of every block type agree with the scalar definition bit for bit, and
     /// with a plain f32 product of the dequantized matrices within quantization error; every
     /// token row is identical whatever the batch size.
@@ -575,16 +593,10 @@ mod tests {
                 let mut out = vec![0f32; tokens * n];
                 // Every path this CPU has; the others are tested where they run.
                 for isa in Isa::available() {
-                    matmul(&pool, isa, &w, &x, tokens, &mut xq, &mut out);
+                    assert_bits_of_definition(&pool, isa, &w, &x, tokens, &mut xq, &mut out);
                     let mut wr = vec![0f32; k];
                     for t in 0..tokens {
-                        // Single-token run of the same row gives the same bits.
-                        let mut one = vec![0f32; n];
-                        matmul(&pool, isa, &w, &x[t * k..(t + 1) * k], 1, &mut QActs::default(), &mut one);
                         for r in 0..n {
-                            assert_eq!(out[t * n + r].to_bits(), one[r].to_bits(), "{ty:?} {isa:?} batch invariance");
-                            let refv = quant_dot_scalar(q, r, &xq, t);
-                            assert_eq!(out[t * n + r].to_bits(), refv.to_bits(), "{ty:?} {isa:?} row {r} token {t} of {tokens}");
                             q.dequantize_row(r, &mut wr);
                             let exact: f32 = wr.iter().zip(&x[t * k..(t + 1) * k]).map(|(a, b)| a * b).sum();
                             let scale: f32 = wr.iter().map(|v| v.abs()).sum::<f32>() / 127.0;
@@ -609,24 +621,12 @@ mod tests {
             // Four tasks per thread: each must span at least two chunks.
             assert!(n / 4 > 2 * 16 * crate::kernels::l2_groups(&q), "{ty:?}: {} groups per chunk", crate::kernels::l2_groups(&q));
             let w = Weight::Quant(q);
-            let Weight::Quant(q) = &w else { unreachable!() };
             let tokens = 9;
             let x: Vec<f32> = (0..tokens * k).map(|_| (lcg(&mut seed) % 2001) as f32 / 1000.0 - 1.0).collect();
             for threads in [1, 2] {
                 let pool = ThreadPool::new(threads).expect("pool");
                 for isa in Isa::available() {
-                    let mut xq = QActs::default();
-                    let mut out = vec![0f32; tokens * n];
-                    matmul(&pool, isa, &w, &x, tokens, &mut xq, &mut out);
-                    for t in 0..tokens {
-                        let mut one = vec![0f32; n];
-                        matmul(&pool, isa, &w, &x[t * k..(t + 1) * k], 1, &mut QActs::default(), &mut one);
-                        for r in 0..n {
-                            assert_eq!(out[t * n + r].to_bits(), one[r].to_bits(), "{ty:?} {isa:?} row {r} token {t}: batch invariance");
-                            let refv = quant_dot_scalar(q, r, &xq, t);
-                            assert_eq!(out[t * n + r].to_bits(), refv.to_bits(), "{ty:?} {isa:?} row {r} token {t}");
-                        }
-                    }
+                    assert_bits_of_definition(&pool, isa, &w, &x, tokens, &mut QActs::default(), &mut vec![0f32; tokens * n]);
                 }
             }
         }

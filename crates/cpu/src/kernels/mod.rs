@@ -75,6 +75,18 @@ pub(crate) fn l2_groups(w: &crate::format::ggml::QMatrix) -> usize {
     (L2_CHUNK / per_group.max(1)).max(1)
 }
 
+/// The batched loop order of the integer kernels: chunks of `chunk` units of `g0 .. g1` outer
+/// (see [`l2_groups`]), blocks of `tb` tokens of `0 .. rows` inner; yields (units, tokens).
+pub(crate) fn chunk_blocks(
+    g0: usize,
+    g1: usize,
+    chunk: usize,
+    rows: usize,
+    tb: usize,
+) -> impl Iterator<Item = (std::ops::Range<usize>, std::ops::Range<usize>)> {
+    (g0..g1).step_by(chunk).flat_map(move |c0| (0..rows).step_by(tb).map(move |b0| (c0..(c0 + chunk).min(g1), b0..(b0 + tb).min(rows))))
+}
+
 /// Horizontal sum of 8 f32 lanes, shared by the SIMD paths.
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]

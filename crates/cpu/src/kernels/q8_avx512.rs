@@ -344,22 +344,15 @@ unsafe fn rows<const T: u8>(w: &QMatrix, g0: usize, g1: usize, x: &QActs, out: *
         return;
     }
     let tb = (18432 / w.cols).max(NT) / NT * NT;
-    let chunk = super::l2_groups(w);
-    for c0 in (g0..g1).step_by(chunk) {
-        let c1 = (c0 + chunk).min(g1);
-        for b0 in (0..x.rows).step_by(tb) {
-            let b1 = (b0 + tb).min(x.rows);
-            g = c0;
-            while g < c1 {
-                let mut t = b0;
-                while t + NT <= b1 {
-                    tile::<T, NG, NT>(w, g, x, t, out, ldo);
-                    t += NT;
-                }
-                if t < b1 {
-                    tile_n::<T, NG>(w, g, x, t, b1 - t, out, ldo);
-                }
-                g += NG;
+    for (units, toks) in super::chunk_blocks(g0, g1, super::l2_groups(w), x.rows, tb) {
+        for g in units.step_by(NG) {
+            let mut t = toks.start;
+            while t + NT <= toks.end {
+                tile::<T, NG, NT>(w, g, x, t, out, ldo);
+                t += NT;
+            }
+            if t < toks.end {
+                tile_n::<T, NG>(w, g, x, t, toks.end - t, out, ldo);
             }
         }
     }

@@ -258,9 +258,10 @@ unsafe fn group_tile<const T: u8, const M: u8, const NG: usize, const NT: usize>
     // AVX2 registers): `Σ I·dw·dx` over the sub-blocks, then `Σ mw·sx`. Each runs in sub-block
     // order as in the definition and they meet in its final `acc + macc`: the same bits.
     let mut acc = [[_mm256_setzero_ps(); NT]; NG];
+    let prefetch = crate::isa::prefetch_weight_tiles();
     for kb in 0..nkb {
         let tiles: [(*const u8, usize); NG] = std::array::from_fn(|j| tile(j, kb));
-        if NT == 1 && crate::isa::prefetch_weight_tiles() {
+        if NT == 1 && prefetch {
             prefetch_tile(tiles[0].0.add(PREFETCH), l.bytes / 2);
         }
         let d: [__m256; NG] = std::array::from_fn(|j| f16h(tiles[j], l.d));
@@ -334,9 +335,10 @@ unsafe fn k_tile<const T: u8, const M: u8, const NG: usize, const NT: usize>(
     let z = _mm256_setzero_si256();
     let mut acc = [[_mm256_setzero_ps(); NT]; NG];
     let mut macc = [[_mm256_setzero_ps(); NT]; NG];
+    let prefetch = crate::isa::prefetch_weight_tiles();
     for sb in 0..nsb {
         let tiles: [(*const u8, usize); NG] = std::array::from_fn(|j| tile(j, sb));
-        if NT == 1 && crate::isa::prefetch_weight_tiles() {
+        if NT == 1 && prefetch {
             prefetch_tile(tiles[0].0.add(PREFETCH), l.bytes / 2);
         }
         let d: [__m256; NG] = std::array::from_fn(|j| f16x8(tiles[j].0.add(l.d + 2 * HALF * tiles[j].1)));
@@ -479,37 +481,33 @@ unsafe fn rows_generic<const T: u8, const M: u8, const NG: usize, const NT: usiz
         return;
     }
     // Token blocks of about 18 KiB of activation codes, each passed over every row group of
-    // the chunk: the block stays in L1 while the weights come from L2. A block boundary changes which tile a token
-    // is in, never its arithmetic.
+    // the chunk: the block stays in L1 while the weights come from L2. A block boundary
+    // changes which tile a token is in, never its arithmetic.
     let tb = (18432 / w.cols).max(NT) / NT * NT;
     // Units here are 8-row halves: an L2 chunk of 16-row groups is twice as many units, kept
     // a multiple of NG.
     let chunk = (2 * super::l2_groups(w)).next_multiple_of(NG);
-    for c0 in (g0..g1).step_by(chunk) {
-        let c1 = (c0 + chunk).min(g1);
-        for b0 in (0..x.rows).step_by(tb) {
-            let b1 = (b0 + tb).min(x.rows);
-            g = c0;
-            while g < c1 {
-                let ng = if g + NG <= c1 { NG } else { 1 };
-                let mut t = b0;
-                while t + NT <= b1 {
-                    if ng == NG {
-                        tile::<T, M, NG, NT>(w, g, x, t, out, ldo);
-                    } else {
-                        tile::<T, M, 1, NT>(w, g, x, t, out, ldo);
-                    }
-                    t += NT;
+    for (units, toks) in super::chunk_blocks(g0, g1, chunk, x.rows, tb) {
+        g = units.start;
+        while g < units.end {
+            let ng = if g + NG <= units.end { NG } else { 1 };
+            let mut t = toks.start;
+            while t + NT <= toks.end {
+                if ng == NG {
+                    tile::<T, M, NG, NT>(w, g, x, t, out, ldo);
+                } else {
+                    tile::<T, M, 1, NT>(w, g, x, t, out, ldo);
                 }
-                if t < b1 {
-                    if ng == NG {
-                        tile_n::<T, M, NG>(w, g, x, t, b1 - t, out, ldo);
-                    } else {
-                        tile_n::<T, M, 1>(w, g, x, t, b1 - t, out, ldo);
-                    }
-                }
-                g += ng;
+                t += NT;
             }
+            if t < toks.end {
+                if ng == NG {
+                    tile_n::<T, M, NG>(w, g, x, t, toks.end - t, out, ldo);
+                } else {
+                    tile_n::<T, M, 1>(w, g, x, t, toks.end - t, out, ldo);
+                }
+            }
+            g += ng;
         }
     }
 }
