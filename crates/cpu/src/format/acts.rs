@@ -45,6 +45,11 @@ pub struct QActs {
     pub dk: Vec<f32>,
     /// Per-64 form: `rows · cols / 16` integer sums `Σq` of every 16 codes.
     pub bk: Vec<i32>,
+    /// Per-64 form: [`bk`](QActs::bk) as pairs of i16 in one i32 (low half first), the operand
+    /// `vpmaddwd` multiplies sub-block scales or mins with, 4 per 64-value block: `(Σq₀, Σq₁)`,
+    /// `(Σq₂, Σq₃)` of the four 16-value sums, `(Σq₀ + Σq₁, Σq₂ + Σq₃)` of the two 32-value
+    /// sums, and 0 (every sum fits i16: at most 32 · 127).
+    pub bp: Vec<i32>,
     /// Per-64 form's codes in AMX A-tile order ([`QActs::pack_tiles`]): per block of 16
     /// tokens and 64-value block, 16 rows × 64 bytes.
     pub tiles_k: Vec<i8>,
@@ -62,7 +67,7 @@ impl QActs {
     pub fn quantize_k(&mut self, x: &[f32], rows: usize, cols: usize) {
         self.resize_k(rows, cols);
         let nb = rows * cols / QKA;
-        quantize_k_blocks(x, &mut self.qk, &mut self.dk, &mut self.bk, 0, nb);
+        quantize_k_blocks(x, &mut self.qk, &mut self.dk, &mut self.bk, &mut self.bp, 0, nb);
     }
 
     /// Sets the shape and sizes the per-32 buffers (contents unspecified until quantized).
@@ -84,6 +89,7 @@ impl QActs {
         self.qk.resize(rows * cols, 0);
         self.dk.resize(rows * cols / QKA, 0.0);
         self.bk.resize(rows * cols / 16, 0);
+        self.bp.resize(rows * cols / 16, 0);
     }
 
     /// Fills [`QActs::tiles`] (from `q`, when `per32`) and [`QActs::tiles_k`] (from `qk`, when
@@ -124,9 +130,9 @@ pub fn quantize_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32], b0
     quantize_body::<QK>(x, q, d, b0, b1, |b, db, total| s[b] = db * total as f32);
 }
 
-/// Quantizes 64-blocks `b0 .. b1` of `x` into the matching slices of `q`, `d` and `bs` (4
-/// sums per block).
-pub fn quantize_k_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], bs: &mut [i32], b0: usize, b1: usize) {
+/// Quantizes 64-blocks `b0 .. b1` of `x` into the matching slices of `q`, `d`, `bs` (4
+/// sums per block) and `bp` (their 4 pairs, [`QActs::bp`]).
+pub fn quantize_k_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], bs: &mut [i32], bp: &mut [i32], b0: usize, b1: usize) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
         // SAFETY: the features were just detected.
@@ -138,6 +144,10 @@ pub fn quantize_k_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], bs: &mut [i32],
     quantize_body::<QKA>(x, q, d, b0, b1, |_, _, _| {});
     for (h, o) in q[b0 * QKA..b1 * QKA].chunks_exact(16).zip(bs[b0 * 4..b1 * 4].iter_mut()) {
         *o = h.iter().map(|&v| v as i32).sum();
+    }
+    let pair = |a: i32, b: i32| (a & 0xffff) | (b << 16);
+    for (s, p) in bs[b0 * 4..b1 * 4].chunks_exact(4).zip(bp[b0 * 4..b1 * 4].chunks_exact_mut(4)) {
+        p.copy_from_slice(&[pair(s[0], s[1]), pair(s[2], s[3]), pair(s[0] + s[1], s[2] + s[3]), 0]);
     }
 }
 
@@ -273,6 +283,11 @@ mod tests {
         a.quantize_k(&x, 2, x.len() / 2);
         for (h, &b) in a.qk.chunks_exact(16).zip(&a.bk) {
             assert_eq!(b, h.iter().map(|&v| v as i32).sum::<i32>());
+        }
+        let half = |v: i32, hi: bool| if hi { v >> 16 } else { v as i16 as i32 };
+        for (s, p) in a.bk.chunks_exact(4).zip(a.bp.chunks_exact(4)) {
+            assert_eq!([half(p[0], false), half(p[0], true), half(p[1], false), half(p[1], true)], [s[0], s[1], s[2], s[3]]);
+            assert_eq!([half(p[2], false), half(p[2], true), p[3]], [s[0] + s[1], s[2] + s[3], 0]);
         }
     }
 }

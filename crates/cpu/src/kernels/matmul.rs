@@ -360,13 +360,14 @@ fn quantize_parallel(pool: &ThreadPool, x: &[f32], rows: usize, cols: usize, xq:
             quantize_blocks(x, &mut xq.q, &mut xq.d, &mut xq.s, 0, n32);
         }
         if perk {
-            quantize_k_blocks(x, &mut xq.qk, &mut xq.dk, &mut xq.bk, 0, nk);
+            quantize_k_blocks(x, &mut xq.qk, &mut xq.dk, &mut xq.bk, &mut xq.bp, 0, nk);
         }
         return;
     }
     let tasks = pool.threads() * 2;
     let (qp, dp, sp) = (SyncPtr(xq.q.as_mut_ptr()), SyncPtr(xq.d.as_mut_ptr()), SyncPtr(xq.s.as_mut_ptr()));
     let (qkp, dkp, bkp) = (SyncPtr(xq.qk.as_mut_ptr()), SyncPtr(xq.dk.as_mut_ptr()), SyncPtr(xq.bk.as_mut_ptr()));
+    let bpp = SyncPtr(xq.bp.as_mut_ptr());
     pool.run(tasks, |i| {
         if per32 {
             let per = n32.div_ceil(tasks);
@@ -385,14 +386,15 @@ fn quantize_parallel(pool: &ThreadPool, x: &[f32], rows: usize, cols: usize, xq:
             let per = nk.div_ceil(tasks);
             let (b0, b1) = ((i * per).min(nk), ((i + 1) * per).min(nk));
             // SAFETY: task i owns 64-blocks b0..b1 of every per-64 buffer.
-            let (q, d, bs) = unsafe {
+            let (q, d, bs, bp) = unsafe {
                 (
                     std::slice::from_raw_parts_mut(qkp.get().add(b0 * QKA), (b1 - b0) * QKA),
                     std::slice::from_raw_parts_mut(dkp.get().add(b0), b1 - b0),
                     std::slice::from_raw_parts_mut(bkp.get().add(4 * b0), 4 * (b1 - b0)),
+                    std::slice::from_raw_parts_mut(bpp.get().add(4 * b0), 4 * (b1 - b0)),
                 )
             };
-            quantize_k_blocks(&x[b0 * QKA..b1 * QKA], q, d, bs, 0, b1 - b0);
+            quantize_k_blocks(&x[b0 * QKA..b1 * QKA], q, d, bs, bp, 0, b1 - b0);
         }
     });
 }

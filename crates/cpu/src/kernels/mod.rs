@@ -53,7 +53,9 @@ pub use matmul::{matmul, matmul_grouped, quant_dot_scalar, GemmJob};
 
 use crate::pool::ThreadPool;
 
-/// that handing tasks out (an atomic on a shared cache line) stays cheap.
+/// Matmul tasks per pool thread: enough that a thread slowed by the host (a shared machine)
+/// leaves its last tasks to the others, few enough that handing tasks out (an atomic on a
+/// shared cache line) stays cheap.
 const TASKS_PER_THREAD: usize = 4;
 
 /// Rows of `W` per task for a matrix of `n` rows (a multiple of 16, so row groups stay whole).

@@ -73,23 +73,24 @@ unsafe fn chunk_codes<const T: u8>(codes: *const u8, hi: *const u8, c: usize) ->
     }
     let nib = _mm512_set1_epi8(0x0f);
     let v = _mm512_loadu_si512(codes.add(c * CHUNK) as *const _);
-    let mut lo = _mm512_and_si512(v, nib);
-    let mut hh = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+    // `sel(a, b)`: the nibble bits of `a`, the other bits of `b` (`vpternlogd`, `nib ? a : b`),
+    // one instruction for the and-and-or of a code's low and high parts.
+    let sel = |a: __m512i, b: __m512i| _mm512_ternarylogic_epi32::<0xe4>(a, b, nib);
+    let hsrc = _mm512_srli_epi16(v, 4);
     if bits(T) == 5 {
         let h = _mm512_loadu_si512(hi as *const _);
         let m = _mm512_set1_epi8(0x10);
-        lo = _mm512_or_si512(lo, _mm512_and_si512(shl(h, 4 - c as i32), m));
-        hh = _mm512_or_si512(hh, _mm512_and_si512(shr(h, c as i32), m));
+        (sel(v, _mm512_and_si512(shl(h, 4 - c as i32), m)), sel(hsrc, _mm512_and_si512(shr(h, c as i32), m)))
     } else if bits(T) == 6 {
         let h0 = _mm512_loadu_si512(hi as *const _);
         let h1 = _mm512_loadu_si512(hi.add(CHUNK) as *const _);
         let m = _mm512_set1_epi8(0x30);
         let sh = 4 - 2 * c as i32;
         let (a, b) = if sh >= 0 { (shl(h0, sh), shl(h1, sh)) } else { (shr(h0, -sh), shr(h1, -sh)) };
-        lo = _mm512_or_si512(lo, _mm512_and_si512(a, m));
-        hh = _mm512_or_si512(hh, _mm512_and_si512(b, m));
+        (sel(v, _mm512_and_si512(a, m)), sel(hsrc, _mm512_and_si512(b, m)))
+    } else {
+        (_mm512_and_si512(v, nib), _mm512_and_si512(hsrc, nib))
     }
-    (lo, hh)
 }
 
 /// The 16 rows' f16 values at `p`, widened.
@@ -188,8 +189,21 @@ unsafe fn group_tile<const T: u8, const NG: usize, const NT: usize>(
 }
 
 /// Row groups `g .. g+NG` of a K-quant against tokens `t0 .. t0+NT` (the K-quant definition
-/// of [`QMatrix::dot`]): per 64 values the sub-block sums are scaled by their integer scales
-/// and summed in i32 (`vpmulld`), the mins likewise, then one float step.
+/// of [`QMatrix::dot`]), per 64 values:
+///
+/// - each sub-block's `vpdpbusd` sums (Q4_K, Q5_K: both halves of a 32-weight sub-block into one
+///   accumulator, as they share a scale; Q6_K: one per 16-weight half) times its integer scale
+///   (`vpmulld`), summed in i32;
+/// - the terms the activations' 16- and 32-value sums multiply, Q4_K/Q5_K's mins `Σ m_j · Σq_j`
+///   and Q6_K's offset `32 · Σ sc_j · Σq_j`, two products per `vpmaddwd` on i16 pairs (the
+///   mins or `32 · sc` of two sub-blocks against [`QActs::bp`]; Q6_K's offset for one token
+///   goes per 16 values instead, where unpacking the pairs would cost more than it saves);
+/// - then one float step (Q6_K has no min term, so no second one).
+///
+/// Every integer is the definition's (exact in i32), so the bits are too. Per token and 64
+/// values this issues 2 `vpmulld` + 1 `vpmaddwd` (Q4_K, Q5_K) or 4 + 2 (Q6_K) beside the 16
+/// `vpdpbusd`, where one `vpmulld` per sum and per min was issued before; on Zen 4 all of
+/// them share the two multiply pipes, which bound the batched kernel.
 #[inline(always)]
 unsafe fn k_tile<const T: u8, const NG: usize, const NT: usize>(
     w: &QMatrix,
@@ -226,60 +240,85 @@ unsafe fn k_tile<const T: u8, const NG: usize, const NT: usize>(
         let d: [__m512; NG] = std::array::from_fn(|j| f16x16(tiles[j].add(l.d)));
         let dmin: [__m512; NG] =
             std::array::from_fn(|j| if T == Q6_K { _mm512_setzero_ps() } else { f16x16(tiles[j].add(2 * GROUP)) });
-        let mut sacc = [[z; NT]; NG];
-        let mut macc_i = [[z; NT]; NG];
-        for s in 0..8 {
-            let b = sb * 8 + s;
-            let xp: [*const i8; NT] = std::array::from_fn(|t| x.qk.as_ptr().add((t0 + t) * cols + b * QK));
-            let mut lo = [[z; NT]; NG];
-            let mut hi = [[z; NT]; NG];
-            for c in 0..4 {
-                let mut wl = [z; NG];
-                let mut wh = [z; NG];
-                for j in 0..NG {
-                    let codes = tiles[j].add(l.codes + s * l.code_bytes);
-                    let hip = tiles[j].add(l.hi + s * l.hi_bytes);
-                    (wl[j], wh[j]) = chunk_codes::<T>(codes, hip, c);
-                }
-                for t in 0..NT {
-                    let (xl, xh) = (bcast4(xp[t].add(4 * c)), bcast4(xp[t].add(16 + 4 * c)));
+        for c64 in 0..4 {
+            let k64 = sb * 4 + c64;
+            let mut sacc = [[z; NT]; NG];
+            for s in 2 * c64..2 * c64 + 2 {
+                let b = sb * 8 + s;
+                let xp: [*const i8; NT] = std::array::from_fn(|t| x.qk.as_ptr().add((t0 + t) * cols + b * QK));
+                let mut lo = [[z; NT]; NG];
+                let mut hi = [[z; NT]; NG];
+                for c in 0..4 {
+                    let mut wl = [z; NG];
+                    let mut wh = [z; NG];
                     for j in 0..NG {
-                        lo[j][t] = _mm512_dpbusd_epi32(lo[j][t], wl[j], xl);
-                        hi[j][t] = _mm512_dpbusd_epi32(hi[j][t], wh[j], xh);
+                        let codes = tiles[j].add(l.codes + s * l.code_bytes);
+                        let hip = tiles[j].add(l.hi + s * l.hi_bytes);
+                        (wl[j], wh[j]) = chunk_codes::<T>(codes, hip, c);
+                    }
+                    for t in 0..NT {
+                        let (xl, xh) = (bcast4(xp[t].add(4 * c)), bcast4(xp[t].add(16 + 4 * c)));
+                        for j in 0..NG {
+                            lo[j][t] = _mm512_dpbusd_epi32(lo[j][t], wl[j], xl);
+                            if T == Q6_K {
+                                hi[j][t] = _mm512_dpbusd_epi32(hi[j][t], wh[j], xh);
+                            } else {
+                                lo[j][t] = _mm512_dpbusd_epi32(lo[j][t], wh[j], xh);
+                            }
+                        }
+                    }
+                }
+                for j in 0..NG {
+                    if T == Q6_K {
+                        let sca = int16(tiles[j].add(2 * GROUP + 2 * s * GROUP), true);
+                        let scb = int16(tiles[j].add(2 * GROUP + (2 * s + 1) * GROUP), true);
+                        for t in 0..NT {
+                            let (mut ia, mut ib) = (lo[j][t], hi[j][t]);
+                            if NT == 1 {
+                                // One token does not pay back the pairs' unpacking below: the
+                                // offset goes per 16 values, as the definition writes it.
+                                let bk = x.bk.as_ptr().add((t0 + t) * cols / 16 + 2 * b);
+                                ia = _mm512_sub_epi32(ia, _mm512_set1_epi32(32 * *bk));
+                                ib = _mm512_sub_epi32(ib, _mm512_set1_epi32(32 * *bk.add(1)));
+                            }
+                            sacc[j][t] = _mm512_add_epi32(sacc[j][t], _mm512_mullo_epi32(sca, ia));
+                            sacc[j][t] = _mm512_add_epi32(sacc[j][t], _mm512_mullo_epi32(scb, ib));
+                        }
+                    } else {
+                        let sc = int16(tiles[j].add(4 * GROUP + s * GROUP), false);
+                        for t in 0..NT {
+                            sacc[j][t] = _mm512_add_epi32(sacc[j][t], _mm512_mullo_epi32(sc, lo[j][t]));
+                        }
                     }
                 }
             }
             for j in 0..NG {
-                if T == Q6_K {
-                    let sca = int16(tiles[j].add(2 * GROUP + 2 * s * GROUP), true);
-                    let scb = int16(tiles[j].add(2 * GROUP + (2 * s + 1) * GROUP), true);
+                if T == Q6_K && NT == 1 {
+                    let dk = _mm512_set1_ps(*x.dk.as_ptr().add(t0 * cols / 64 + k64));
+                    acc[j][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sacc[j][0]), _mm512_mul_ps(d[j], dk), acc[j][0]);
+                } else if T == Q6_K {
+                    // S −= 32 · Σ sc_j · Σq_j over the 4 halves: (32·sc₀, 32·sc₁) · (Σq₀, Σq₁) + ...
+                    let p01 = _mm512_slli_epi16(pairs16(tiles[j].add(2 * GROUP + 4 * c64 * GROUP), true), 5);
+                    let p23 = _mm512_slli_epi16(pairs16(tiles[j].add(2 * GROUP + (4 * c64 + 2) * GROUP), true), 5);
                     for t in 0..NT {
-                        let bk = x.bk.as_ptr().add((t0 + t) * cols / 16 + 2 * b);
-                        let ia = _mm512_sub_epi32(lo[j][t], _mm512_set1_epi32(32 * *bk));
-                        let ib = _mm512_sub_epi32(hi[j][t], _mm512_set1_epi32(32 * *bk.add(1)));
-                        sacc[j][t] = _mm512_add_epi32(sacc[j][t], _mm512_mullo_epi32(sca, ia));
-                        sacc[j][t] = _mm512_add_epi32(sacc[j][t], _mm512_mullo_epi32(scb, ib));
+                        let bp = x.bp.as_ptr().add((t0 + t) * cols / 16 + 4 * k64);
+                        let o = _mm512_add_epi32(
+                            _mm512_madd_epi16(p01, _mm512_set1_epi32(*bp)),
+                            _mm512_madd_epi16(p23, _mm512_set1_epi32(*bp.add(1))),
+                        );
+                        let dk = _mm512_set1_ps(*x.dk.as_ptr().add((t0 + t) * cols / 64 + k64));
+                        let si = _mm512_sub_epi32(sacc[j][t], o);
+                        acc[j][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(si), _mm512_mul_ps(d[j], dk), acc[j][t]);
                     }
                 } else {
-                    let sc = int16(tiles[j].add(4 * GROUP + s * GROUP), false);
-                    let mn = int16(tiles[j].add(12 * GROUP + s * GROUP), false);
+                    // M = m_a · Σq_a + m_b · Σq_b over the two sub-blocks.
+                    let mn = pairs16(tiles[j].add(12 * GROUP + 2 * c64 * GROUP), false);
                     for t in 0..NT {
-                        let bk = x.bk.as_ptr().add((t0 + t) * cols / 16 + 2 * b);
-                        let i = _mm512_add_epi32(lo[j][t], hi[j][t]);
-                        sacc[j][t] = _mm512_add_epi32(sacc[j][t], _mm512_mullo_epi32(sc, i));
-                        macc_i[j][t] = _mm512_add_epi32(macc_i[j][t], _mm512_mullo_epi32(mn, _mm512_set1_epi32(*bk + *bk.add(1))));
-                    }
-                }
-            }
-            // Every 64 values: one float step with that block's activation scale.
-            if s % 2 == 1 {
-                for j in 0..NG {
-                    for t in 0..NT {
-                        let dk = _mm512_set1_ps(*x.dk.as_ptr().add(((t0 + t) * cols + b * QK) / 64));
+                        let bp = x.bp.as_ptr().add((t0 + t) * cols / 16 + 4 * k64 + 2);
+                        let m = _mm512_madd_epi16(mn, _mm512_set1_epi32(*bp));
+                        let dk = _mm512_set1_ps(*x.dk.as_ptr().add((t0 + t) * cols / 64 + k64));
                         acc[j][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sacc[j][t]), _mm512_mul_ps(d[j], dk), acc[j][t]);
-                        macc[j][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(macc_i[j][t]), _mm512_mul_ps(dmin[j], dk), macc[j][t]);
-                        sacc[j][t] = z;
-                        macc_i[j][t] = z;
+                        macc[j][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(dmin[j], dk), macc[j][t]);
                     }
                 }
             }
@@ -287,8 +326,25 @@ unsafe fn k_tile<const T: u8, const NG: usize, const NT: usize>(
     }
     for j in 0..NG {
         for t in 0..NT {
-            _mm512_storeu_ps(out.add((t0 + t) * ldo + GROUP * (g + j)), _mm512_sub_ps(acc[j][t], macc[j][t]));
+            // Q6_K's `acc − 0` is `acc` in every case (−0 included), so its subtraction is skipped.
+            let v = if T == Q6_K { acc[j][t] } else { _mm512_sub_ps(acc[j][t], macc[j][t]) };
+            _mm512_storeu_ps(out.add((t0 + t) * ldo + GROUP * (g + j)), v);
         }
+    }
+}
+
+/// Two runs of the 16 rows' scale bytes, at `p` and `p + 16`, as i16 pairs: lane `i` of the
+/// i32 view holds row `i`'s byte of the first run (low half) and of the second (high half),
+/// the operand `vpmaddwd` multiplies with a [`QActs::bp`] pair.
+#[inline(always)]
+unsafe fn pairs16(p: *const u8, signed: bool) -> __m512i {
+    let a = _mm_loadu_si128(p as *const __m128i);
+    let b = _mm_loadu_si128(p.add(GROUP) as *const __m128i);
+    let v = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(_mm_unpacklo_epi8(a, b)), _mm_unpackhi_epi8(a, b));
+    if signed {
+        _mm512_cvtepi8_epi16(v)
+    } else {
+        _mm512_cvtepu8_epi16(v)
     }
 }
 

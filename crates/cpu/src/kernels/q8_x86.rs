@@ -307,8 +307,9 @@ unsafe fn group_tile<const T: u8, const M: u8, const NG: usize, const NT: usize>
 }
 
 /// Half groups `u .. u+NG` of a K-quant against tokens `t0 .. t0+NT`: the K-quant definition
-/// of [`QMatrix::dot`], sub-block sums scaled by their integer scales in i32 (`vpmulld`), one
-/// float step per 64 values.
+/// of [`QMatrix::dot`], sub-block sums scaled by their integer scales in i32 (`vpmulld`), the
+/// mins (Q4_K, Q5_K) and Q6_K's `−32` offset (batched) per 64 values by `vpmaddwd` on i16
+/// pairs against [`QActs::bp`], as in `q8_avx512::k_tile`, then one float step per 64 values.
 #[inline(always)]
 unsafe fn k_tile<const T: u8, const M: u8, const NG: usize, const NT: usize>(
     w: &QMatrix,
@@ -332,6 +333,18 @@ unsafe fn k_tile<const T: u8, const M: u8, const NG: usize, const NT: usize>(
             _mm256_cvtepu8_epi32(v)
         }
     };
+    // Two sub-blocks' bytes of the half's 8 rows (at `at` and `at + 16`) as i16 pairs, the
+    // operand `vpmaddwd` multiplies with a `QActs::bp` pair.
+    let pairs8 = |(tp, h): (*const u8, usize), at: usize, signed: bool| {
+        let a = _mm_loadl_epi64(tp.add(at + HALF * h) as *const __m128i);
+        let b = _mm_loadl_epi64(tp.add(at + GROUP + HALF * h) as *const __m128i);
+        let v = _mm_unpacklo_epi8(a, b);
+        if signed {
+            _mm256_cvtepi8_epi16(v)
+        } else {
+            _mm256_cvtepu8_epi16(v)
+        }
+    };
     let z = _mm256_setzero_si256();
     let mut acc = [[_mm256_setzero_ps(); NT]; NG];
     let mut macc = [[_mm256_setzero_ps(); NT]; NG];
@@ -349,44 +362,70 @@ unsafe fn k_tile<const T: u8, const M: u8, const NG: usize, const NT: usize>(
                 f16x8(tiles[j].0.add(2 * GROUP + 2 * HALF * tiles[j].1))
             }
         });
-        let mut sacc = [[z; NT]; NG];
-        let mut macc_i = [[z; NT]; NG];
-        for s in 0..8 {
-            let b = sb * 8 + s;
-            let xp: [*const i8; NT] = std::array::from_fn(|t| x.qk.as_ptr().add((t0 + t) * cols + b * QK));
-            let sums = sub_sums::<T, M, NG, NT>(&tiles, s, &xp);
-            for j in 0..NG {
-                if T == Q6_K {
-                    let sca = ints(tiles[j], 2 * GROUP + 2 * s * GROUP, true);
-                    let scb = ints(tiles[j], 2 * GROUP + (2 * s + 1) * GROUP, true);
-                    for t in 0..NT {
-                        let bk = x.bk.as_ptr().add((t0 + t) * cols / 16 + 2 * b);
-                        let (lo, hi) = sums[j][t];
-                        let ia = _mm256_sub_epi32(lo, _mm256_set1_epi32(32 * *bk));
-                        let ib = _mm256_sub_epi32(hi, _mm256_set1_epi32(32 * *bk.add(1)));
-                        sacc[j][t] = _mm256_add_epi32(sacc[j][t], _mm256_mullo_epi32(sca, ia));
-                        sacc[j][t] = _mm256_add_epi32(sacc[j][t], _mm256_mullo_epi32(scb, ib));
-                    }
-                } else {
-                    let sc = ints(tiles[j], 4 * GROUP + s * GROUP, false);
-                    let mn = ints(tiles[j], 12 * GROUP + s * GROUP, false);
-                    for t in 0..NT {
-                        let bk = x.bk.as_ptr().add((t0 + t) * cols / 16 + 2 * b);
-                        let (lo, hi) = sums[j][t];
-                        sacc[j][t] = _mm256_add_epi32(sacc[j][t], _mm256_mullo_epi32(sc, _mm256_add_epi32(lo, hi)));
-                        macc_i[j][t] = _mm256_add_epi32(macc_i[j][t], _mm256_mullo_epi32(mn, _mm256_set1_epi32(*bk + *bk.add(1))));
+        for c64 in 0..4 {
+            let k64 = sb * 4 + c64;
+            let mut sacc = [[z; NT]; NG];
+            for s in 2 * c64..2 * c64 + 2 {
+                let b = sb * 8 + s;
+                let xp: [*const i8; NT] = std::array::from_fn(|t| x.qk.as_ptr().add((t0 + t) * cols + b * QK));
+                let sums = sub_sums::<T, M, NG, NT>(&tiles, s, &xp);
+                for j in 0..NG {
+                    if T == Q6_K {
+                        let sca = ints(tiles[j], 2 * GROUP + 2 * s * GROUP, true);
+                        let scb = ints(tiles[j], 2 * GROUP + (2 * s + 1) * GROUP, true);
+                        for t in 0..NT {
+                            let (mut ia, mut ib) = sums[j][t];
+                            if NT == 1 {
+                                // One token does not pay back the pairs' unpacking below.
+                                let bk = x.bk.as_ptr().add((t0 + t) * cols / 16 + 2 * b);
+                                ia = _mm256_sub_epi32(ia, _mm256_set1_epi32(32 * *bk));
+                                ib = _mm256_sub_epi32(ib, _mm256_set1_epi32(32 * *bk.add(1)));
+                            }
+                            sacc[j][t] = _mm256_add_epi32(sacc[j][t], _mm256_mullo_epi32(sca, ia));
+                            sacc[j][t] = _mm256_add_epi32(sacc[j][t], _mm256_mullo_epi32(scb, ib));
+                        }
+                    } else {
+                        let sc = ints(tiles[j], 4 * GROUP + s * GROUP, false);
+                        for t in 0..NT {
+                            let (lo, hi) = sums[j][t];
+                            sacc[j][t] = _mm256_add_epi32(sacc[j][t], _mm256_mullo_epi32(sc, _mm256_add_epi32(lo, hi)));
+                        }
                     }
                 }
             }
-            // Every 64 values: one float step with that block's activation scale.
-            if s % 2 == 1 {
-                for j in 0..NG {
+            // Every 64 values: the activation-sum terms by `vpmaddwd` (see the AVX-512 kernel),
+            // then one float step with that block's activation scale.
+            for j in 0..NG {
+                if T == Q6_K {
+                    let (p01, p23) = if NT == 1 {
+                        (z, z)
+                    } else {
+                        (
+                            _mm256_slli_epi16(pairs8(tiles[j], 2 * GROUP + 4 * c64 * GROUP, true), 5),
+                            _mm256_slli_epi16(pairs8(tiles[j], 2 * GROUP + (4 * c64 + 2) * GROUP, true), 5),
+                        )
+                    };
                     for t in 0..NT {
-                        let dk = _mm256_set1_ps(*x.dk.as_ptr().add(((t0 + t) * cols + b * QK) / 64));
+                        let mut si = sacc[j][t];
+                        if NT > 1 {
+                            let bp = x.bp.as_ptr().add((t0 + t) * cols / 16 + 4 * k64);
+                            let o = _mm256_add_epi32(
+                                _mm256_madd_epi16(p01, _mm256_set1_epi32(*bp)),
+                                _mm256_madd_epi16(p23, _mm256_set1_epi32(*bp.add(1))),
+                            );
+                            si = _mm256_sub_epi32(si, o);
+                        }
+                        let dk = _mm256_set1_ps(*x.dk.as_ptr().add((t0 + t) * cols / 64 + k64));
+                        acc[j][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_mul_ps(d[j], dk), acc[j][t]);
+                    }
+                } else {
+                    let mn = pairs8(tiles[j], 12 * GROUP + 2 * c64 * GROUP, false);
+                    for t in 0..NT {
+                        let bp = x.bp.as_ptr().add((t0 + t) * cols / 16 + 4 * k64 + 2);
+                        let m = _mm256_madd_epi16(mn, _mm256_set1_epi32(*bp));
+                        let dk = _mm256_set1_ps(*x.dk.as_ptr().add((t0 + t) * cols / 64 + k64));
                         acc[j][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sacc[j][t]), _mm256_mul_ps(d[j], dk), acc[j][t]);
-                        macc[j][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(macc_i[j][t]), _mm256_mul_ps(dmin[j], dk), macc[j][t]);
-                        sacc[j][t] = z;
-                        macc_i[j][t] = z;
+                        macc[j][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(dmin[j], dk), macc[j][t]);
                     }
                 }
             }
@@ -394,7 +433,9 @@ unsafe fn k_tile<const T: u8, const M: u8, const NG: usize, const NT: usize>(
     }
     for j in 0..NG {
         for t in 0..NT {
-            _mm256_storeu_ps(out.add((t0 + t) * ldo + HALF * (u + j)), _mm256_sub_ps(acc[j][t], macc[j][t]));
+            // Q6_K's `acc − 0` is `acc` in every case (−0 included).
+            let v = if T == Q6_K { acc[j][t] } else { _mm256_sub_ps(acc[j][t], macc[j][t]) };
+            _mm256_storeu_ps(out.add((t0 + t) * ldo + HALF * (u + j)), v);
         }
     }
 }
