@@ -20,13 +20,6 @@ use crate::dataset::DatasetRow;
 pub(super) fn http_client() -> Result<reqwest::Client, BenchError> {
     reqwest::Client::builder()
         .pool_max_idle_per_host(usize::MAX)
-        // Servers close idle keep-alive connections after 5 s (uvicorn's `timeout_keep_alive`
-        // under SGLang and vLLM, cpp-httplib's under llama-server, `sparrow serve`'s), and
-        // reqwest keeps them for 90 s: a request sent on one the server is closing fails with
-        // "connection closed before message completed" without reaching it (seen against
-        // llama-server at c=16, on a request that had waited for a concurrency slot). Dropping
-        // connections idle for 4 s opens a fresh one instead.
-        .pool_idle_timeout(Duration::from_secs(4))
         .tcp_nodelay(true)
         .connect_timeout(Duration::from_secs(10))
         .no_proxy()
