@@ -4,8 +4,9 @@
 //! - per 32 values (`Q8_1`'s idea), for the 32-weight types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0):
 //!   `x ≈ d · q` and `s = d · Σq`, the term their offsets multiply;
 //! - per 64 values, for the K-quants (Q4_K, Q5_K, Q6_K): one scale `dk` per 64 and the integer
-//!   sums `Σq` of every 16 values, so the sub-block scales and mins of 64 weights (two of
-//!   Q4_K's sub-blocks, four of Q6_K's) apply in integers and one float step per 64 remains.
+//!   sums `Σq` of every 16 values (also packed as i16 pairs, [`QActs::bp`], for `vpmaddwd`),
+//!   so the sub-block scales and mins of 64 weights (two of Q4_K's sub-blocks, four of Q6_K's)
+//!   apply in integers and one float step per 64 remains.
 //!   llama.cpp's `Q8_K` uses one scale per 256; 64 keeps the logits within the tolerances the
 //!   Gemma 3 goldens state (measured against the exact f64 forward: largest error 1.05 and mean
 //!   0.153 with 64, 1.33 and 0.224 with 256; with 32, 0.83 and 0.132), and 64 bytes are one

@@ -51,7 +51,9 @@
 //! out = acc − macc
 //! ```
 //!
-//! (`S` and `M` exact in i32 and in f32: at most 2 · 63 · 31 · 127 · 32 < 2^24.) The integer sums are exact
+//! (`S` and `M` are exact in i32. For Q4_K/Q5_K they are exact in f32 too: at most
+//! 2 · 63 · 31 · 127 · 32 < 2^24; Q6_K's `S` can reach about 3.3 · 10^7, and its conversion
+//! rounds to nearest even on every path, `vcvtdq2ps` as `as f32`.) The integer sums are exact
 //! on every path (VNNI `vpdpbusd`, AVX2 `vpmaddubsw` in i16 within the bounds worked out in
 //! `kernels::q8_x86`, AMX `tdpbsud`), so every path gives the same bits, alone or batched.
 //! GGML's own dequantized values ([`QMatrix::dequantize_row`]) are reproduced bit for bit

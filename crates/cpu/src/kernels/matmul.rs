@@ -685,14 +685,20 @@ mod tests {
             let (n, k) = (16, 2 * ty.block_len().max(64));
             let bb = ty.bytes_for(ty.block_len());
             let mut raw = vec![0xffu8; ty.bytes_for(n * k)];
-            // d = 1/64 (f16 0x2400), so sums stay moderate; Q4_1/Q5_1 m and K-quant dmin 0.
+            // d = 1/64 (f16 0x2400), so sums stay moderate; Q4_1/Q5_1 m 0; K-quant dmin 1/64
+            // too, so the min terms (6-bit mins 63 against 32-value sums ±32·127, the
+            // `vpmaddwd` pairs) run at their largest.
             for blk in raw.chunks_exact_mut(bb) {
                 let d_at = if ty == GgmlType::Q6_K { 208 } else { 0 };
                 blk[d_at] = 0x00;
                 blk[d_at + 1] = 0x24;
-                if matches!(ty, GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K) {
+                if matches!(ty, GgmlType::Q4_1 | GgmlType::Q5_1) {
                     blk[2] = 0;
                     blk[3] = 0;
+                }
+                if matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K) {
+                    blk[2] = 0x00;
+                    blk[3] = 0x24;
                 }
                 if ty == GgmlType::Q8_0 {
                     blk[2..].iter_mut().for_each(|c| *c = 0x7f);

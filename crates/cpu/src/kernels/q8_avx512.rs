@@ -201,9 +201,11 @@ unsafe fn group_tile<const T: u8, const NG: usize, const NT: usize>(
 /// - then one float step (Q6_K has no min term, so no second one).
 ///
 /// Every integer is the definition's (exact in i32), so the bits are too. Per token and 64
-/// values this issues 2 `vpmulld` + 1 `vpmaddwd` (Q4_K, Q5_K) or 4 + 2 (Q6_K) beside the 16
-/// `vpdpbusd`, where one `vpmulld` per sum and per min was issued before; on Zen 4 all of
-/// them share the two multiply pipes, which bound the batched kernel.
+/// values this issues, beside the 16 `vpdpbusd`: Q4_K/Q5_K 2 `vpmulld` + 1 `vpmaddwd` (4
+/// `vpmulld` before: one per sub-block sum and one per min), which matters because on Zen 4
+/// all of them share the two multiply pipes that bound the batched kernel; Q6_K 4 `vpmulld` +
+/// 2 `vpmaddwd` batched, 4 + 0 for one token (its gain is elsewhere: no dead min term, no
+/// broadcasts from general registers per 16 values, `vpternlogd` unpacking).
 #[inline(always)]
 unsafe fn k_tile<const T: u8, const NG: usize, const NT: usize>(
     w: &QMatrix,
@@ -326,7 +328,8 @@ unsafe fn k_tile<const T: u8, const NG: usize, const NT: usize>(
     }
     for j in 0..NG {
         for t in 0..NT {
-            // Q6_K's `acc − 0` is `acc` in every case (−0 included), so its subtraction is skipped.
+            // Q6_K's `macc` is +0, or NaN only where `dk` is infinite, and then `acc` is NaN
+            // too (S = 0 and 0 · inf): `acc − macc` has `acc`'s bits, so it is skipped.
             let v = if T == Q6_K { acc[j][t] } else { _mm512_sub_ps(acc[j][t], macc[j][t]) };
             _mm512_storeu_ps(out.add((t0 + t) * ldo + GROUP * (g + j)), v);
         }

@@ -433,7 +433,7 @@ unsafe fn k_tile<const T: u8, const M: u8, const NG: usize, const NT: usize>(
     }
     for j in 0..NG {
         for t in 0..NT {
-            // Q6_K's `acc − 0` is `acc` in every case (−0 included).
+            // Q6_K's `acc − macc` has `acc`'s bits (see `q8_avx512::k_tile`).
             let v = if T == Q6_K { acc[j][t] } else { _mm256_sub_ps(acc[j][t], macc[j][t]) };
             _mm256_storeu_ps(out.add((t0 + t) * ldo + HALF * (u + j)), v);
         }
