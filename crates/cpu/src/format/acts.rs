@@ -183,8 +183,7 @@ unsafe fn quantize_avx2<const L: usize>(
             quantize_body::<L>(x, q, d, b, b + 1, &mut done);
             continue;
         }
-        let db = amax / 127.0;
-        let id = if db > 0.0 { 1.0 / db } else { 0.0 };
+        let (db, id) = scale_of(amax);
         let idv = _mm256_set1_ps(id);
         let mut sum = _mm256_setzero_si256();
         for i in (0..L).step_by(32) {
@@ -211,14 +210,29 @@ unsafe fn quantize_avx2<const L: usize>(
     }
 }
 
+/// A block's scale `max|x| / 127` and its inverse. A block so small that the inverse overflows
+/// (`max|x|` below about 3.7e-37, e.g. SiLU of very negative inputs) is quantized as zeros with
+/// scale 0: `x · inf` would give codes of ±inf, which `as i32` saturates (and `as i8` then
+/// flips the sign of) and the AVX2 conversion turns into −128. llama.cpp's `quantize_row_q8_*`
+/// have the same `1/d` and leave this case undefined.
+#[inline(always)]
+fn scale_of(amax: f32) -> (f32, f32) {
+    let db = amax / 127.0;
+    let id = if db > 0.0 { 1.0 / db } else { 0.0 };
+    if id.is_finite() {
+        (db, id)
+    } else {
+        (0.0, 0.0)
+    }
+}
+
 /// The scalar quantizer of blocks `b0 .. b1` of `L` values (the reference).
 #[inline(always)]
 fn quantize_body<const L: usize>(x: &[f32], q: &mut [i8], d: &mut [f32], b0: usize, b1: usize, mut done: impl FnMut(usize, f32, i32)) {
     for b in b0..b1 {
         let xs = &x[b * L..(b + 1) * L];
         let amax = xs.iter().fold(0.0f32, |a, v| a.max(v.abs()));
-        let db = amax / 127.0;
-        let id = if db > 0.0 { 1.0 / db } else { 0.0 };
+        let (db, id) = scale_of(amax);
         let mut sum = 0i32;
         for (qv, v) in q[b * L..(b + 1) * L].iter_mut().zip(xs) {
             let r = (v * id).round_ties_even() as i32;
@@ -250,6 +264,8 @@ mod tests {
         x[..QK].iter_mut().for_each(|v| *v = 0.0);
         x[QK] = f32::NAN;
         x[2 * QK + 3] = f32::INFINITY;
+        // A block whose scale's inverse overflows (ahead of the ties, which fill 3·QK..4·QK).
+        x[4 * QK..5 * QK].iter_mut().enumerate().for_each(|(i, v)| *v = if i % 2 == 0 { 1e-38 } else { -2e-38 });
         // Exact ties: 0.5 steps of the block scale.
         for (i, v) in x[3 * QK..4 * QK].iter_mut().enumerate() {
             *v = (i as f32 - 16.0) * 127.0 / 32.0 + 0.0;
@@ -282,6 +298,11 @@ mod tests {
         }
         let mut a = QActs::default();
         a.quantize_k(&x, 2, x.len() / 2);
+        // The tiny 32-block: codes 0 (not −1 or −128) and scale 0, on this CPU's path (the loop
+        // above compared it with the scalar body).
+        let mut q32 = QActs::default();
+        q32.quantize(&x, 2, x.len() / 2);
+        assert!(q32.q[4 * QK..5 * QK].iter().all(|&c| c == 0) && q32.d[4] == 0.0, "tiny block");
         for (h, &b) in a.qk.chunks_exact(16).zip(&a.bk) {
             assert_eq!(b, h.iter().map(|&v| v as i32).sum::<i32>());
         }
