@@ -421,8 +421,8 @@ unsafe fn run_k(sc: &mut KScratch, w: &QMatrix, g0: usize, g1: usize, x: &QActs,
         for c in 0..nc {
             let at = ((t / TM) * nc + c) * TM + t % TM;
             sc.dk[at] = x.dk[t * nc + c];
-            let bk = &x.bk[(t * nc + c) * 4..(t * nc + c) * 4 + 4];
-            sc.bsp[at] = ((bk[0] + bk[1]) & 0xffff) | ((bk[2] + bk[3]) << 16);
+            // The two 32-value sums as an i16 pair (`QActs::bp`).
+            sc.bsp[at] = x.bp[(t * nc + c) * 4 + 2];
         }
     }
     let data = w.data().as_ptr();

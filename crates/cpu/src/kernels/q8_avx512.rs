@@ -100,6 +100,63 @@ unsafe fn f16x16(p: *const u8) -> __m512 {
 }
 
 
+/// Requests every line of the tiles about to be read at once, so a single-token tile's loads
+/// are in flight together (a 16-row tile is 2.4–3.4 KB). Measured on the 1B Q4_K_M step's
+/// matmuls, 2 threads: 31.2 ms, against 33.1 prefetching 1 KB ahead and 37.3 with no software
+/// prefetch (Intel; see `prefetch_weight_tiles` for AMD).
+#[inline(always)]
+unsafe fn prefetch_tiles<const NG: usize>(tiles: &[*const u8; NG], bytes: usize) {
+    for p in tiles {
+        let mut off = 0;
+        while off < bytes {
+            _mm_prefetch::<_MM_HINT_T0>(p.add(off) as *const i8);
+            off += 64;
+        }
+    }
+}
+
+/// The `vpdpbusd` sums of sub-block `s` (32 weights) of the `NG` tiles against the tokens at
+/// `xp`, per row in i32 lanes: the low-nibble weights (8-bit: the first 16) in `.0`, the others
+/// in `.1`; with `ONE` (halves that share a scale) both go to `.0` and `.1` stays zero.
+#[inline(always)]
+#[allow(clippy::type_complexity)]
+unsafe fn sub_sums<const T: u8, const NG: usize, const NT: usize, const ONE: bool>(
+    tiles: &[*const u8; NG],
+    s: usize,
+    xp: &[*const i8; NT],
+) -> ([[__m512i; NT]; NG], [[__m512i; NT]; NG]) {
+    let l = const { tl(T) };
+    let z = _mm512_setzero_si512();
+    let mut lo = [[z; NT]; NG];
+    let mut hi = [[z; NT]; NG];
+    for c in 0..4 {
+        let mut wl = [z; NG];
+        let mut wh = [z; NG];
+        for j in 0..NG {
+            let codes = tiles[j].add(l.codes + s * l.code_bytes);
+            let hip = tiles[j].add(l.hi + s * l.hi_bytes);
+            (wl[j], wh[j]) = chunk_codes::<T>(codes, hip, c);
+        }
+        for t in 0..NT {
+            // 8-bit: chunks 2c, 2c+1 are weights 8c..8c+8; else weights 4c.. and 16+4c...
+            let (xl, xh) = if bits(T) == 8 {
+                (bcast4(xp[t].add(8 * c)), bcast4(xp[t].add(8 * c + 4)))
+            } else {
+                (bcast4(xp[t].add(4 * c)), bcast4(xp[t].add(16 + 4 * c)))
+            };
+            for j in 0..NG {
+                lo[j][t] = _mm512_dpbusd_epi32(lo[j][t], wl[j], xl);
+                if ONE {
+                    lo[j][t] = _mm512_dpbusd_epi32(lo[j][t], wh[j], xh);
+                } else {
+                    hi[j][t] = _mm512_dpbusd_epi32(hi[j][t], wh[j], xh);
+                }
+            }
+        }
+    }
+    (lo, hi)
+}
+
 /// Row groups `g .. g+NG` against tokens `t0 .. t0+NT`; results to `out[t·ldo + row]`.
 #[inline(always)]
 unsafe fn group_tile<const T: u8, const NG: usize, const NT: usize>(
@@ -117,51 +174,18 @@ unsafe fn group_tile<const T: u8, const NG: usize, const NT: usize>(
     let base = w.data().as_ptr();
     let tile = |j: usize, kb: usize| base.add(((g + j) * nkb + kb) * l.bytes);
     let cols = w.cols;
-    let z = _mm512_setzero_si512();
     let mut acc = [[_mm512_setzero_ps(); NT]; NG];
     let mut macc = [[_mm512_setzero_ps(); NT]; NG];
     for kb in 0..nkb {
         let tiles: [*const u8; NG] = std::array::from_fn(|j| tile(j, kb));
         if NT == 1 && prefetch {
-            // Every line of the tiles about to be read, requested at once: the tile's loads in
-            // flight together (a 16-row tile is 2.4–3.4 KB). Measured on the 1B Q4_K_M step's
-            // matmuls, 2 threads: 31.2 ms, against 33.1 prefetching 1 KB ahead and 37.3 with no
-            // software prefetch (Intel; see `prefetch_weight_tiles` for AMD).
-            for j in 0..NG {
-                let p = tiles[j];
-                let mut off = 0;
-                while off < l.bytes {
-                    _mm_prefetch::<_MM_HINT_T0>(p.add(off) as *const i8);
-                    off += 64;
-                }
-            }
+            prefetch_tiles(&tiles, l.bytes);
         }
         let d: [__m512; NG] = std::array::from_fn(|j| f16x16(tiles[j].add(l.d)));
         for s in 0..l.subs {
             let b = kb * l.subs + s;
             let xp: [*const i8; NT] = std::array::from_fn(|t| x.q.as_ptr().add((t0 + t) * cols + b * QK));
-            let mut lo = [[z; NT]; NG];
-            let mut hi = [[z; NT]; NG];
-            for c in 0..4 {
-                let mut wl = [z; NG];
-                let mut wh = [z; NG];
-                for j in 0..NG {
-                    let codes = tiles[j].add(l.codes + s * l.code_bytes);
-                    let hip = tiles[j].add(l.hi + s * l.hi_bytes);
-                    (wl[j], wh[j]) = chunk_codes::<T>(codes, hip, c);
-                }
-                for t in 0..NT {
-                    let (xl, xh) = if bits(T) == 8 {
-                        (bcast4(xp[t].add(8 * c)), bcast4(xp[t].add(8 * c + 4)))
-                    } else {
-                        (bcast4(xp[t].add(4 * c)), bcast4(xp[t].add(16 + 4 * c)))
-                    };
-                    for j in 0..NG {
-                        lo[j][t] = _mm512_dpbusd_epi32(lo[j][t], wl[j], xl);
-                        hi[j][t] = _mm512_dpbusd_epi32(hi[j][t], wh[j], xh);
-                    }
-                }
-            }
+            let (lo, hi) = sub_sums::<T, NG, NT, false>(&tiles, s, &xp);
             for j in 0..NG {
                 let t_ = tiles[j];
                 let (dw, mw) = match T {
@@ -226,18 +250,7 @@ unsafe fn k_tile<const T: u8, const NG: usize, const NT: usize>(
     for sb in 0..nsb {
         let tiles: [*const u8; NG] = std::array::from_fn(|j| base.add(((g + j) * nsb + sb) * l.bytes));
         if NT == 1 && prefetch {
-            // Every line of the tiles about to be read, requested at once: the tile's loads in
-            // flight together (a 16-row tile is 2.4–3.4 KB). Measured on the 1B Q4_K_M step's
-            // matmuls, 2 threads: 31.2 ms, against 33.1 prefetching 1 KB ahead and 37.3 with no
-            // software prefetch (Intel; see `prefetch_weight_tiles` for AMD).
-            for j in 0..NG {
-                let p = tiles[j];
-                let mut off = 0;
-                while off < l.bytes {
-                    _mm_prefetch::<_MM_HINT_T0>(p.add(off) as *const i8);
-                    off += 64;
-                }
-            }
+            prefetch_tiles(&tiles, l.bytes);
         }
         let d: [__m512; NG] = std::array::from_fn(|j| f16x16(tiles[j].add(l.d)));
         let dmin: [__m512; NG] =
@@ -248,28 +261,12 @@ unsafe fn k_tile<const T: u8, const NG: usize, const NT: usize>(
             for s in 2 * c64..2 * c64 + 2 {
                 let b = sb * 8 + s;
                 let xp: [*const i8; NT] = std::array::from_fn(|t| x.qk.as_ptr().add((t0 + t) * cols + b * QK));
-                let mut lo = [[z; NT]; NG];
-                let mut hi = [[z; NT]; NG];
-                for c in 0..4 {
-                    let mut wl = [z; NG];
-                    let mut wh = [z; NG];
-                    for j in 0..NG {
-                        let codes = tiles[j].add(l.codes + s * l.code_bytes);
-                        let hip = tiles[j].add(l.hi + s * l.hi_bytes);
-                        (wl[j], wh[j]) = chunk_codes::<T>(codes, hip, c);
-                    }
-                    for t in 0..NT {
-                        let (xl, xh) = (bcast4(xp[t].add(4 * c)), bcast4(xp[t].add(16 + 4 * c)));
-                        for j in 0..NG {
-                            lo[j][t] = _mm512_dpbusd_epi32(lo[j][t], wl[j], xl);
-                            if T == Q6_K {
-                                hi[j][t] = _mm512_dpbusd_epi32(hi[j][t], wh[j], xh);
-                            } else {
-                                lo[j][t] = _mm512_dpbusd_epi32(lo[j][t], wh[j], xh);
-                            }
-                        }
-                    }
-                }
+                // Q4_K/Q5_K: a sub-block's two halves share its scale, so one accumulator.
+                let (lo, hi) = if T == Q6_K {
+                    sub_sums::<T, NG, NT, false>(&tiles, s, &xp)
+                } else {
+                    sub_sums::<T, NG, NT, true>(&tiles, s, &xp)
+                };
                 for j in 0..NG {
                     if T == Q6_K {
                         let sca = int16(tiles[j].add(2 * GROUP + 2 * s * GROUP), true);
