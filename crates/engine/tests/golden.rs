@@ -201,8 +201,8 @@ fn kv_cache_dtypes_stay_close_to_the_exact_forward() {
 /// fp8 E4M3 0.335 / 3.40, fp8 E5M2 0.578 / 6.76. f16 and bf16 keep the golden's own bounds;
 /// the fp8 bounds are the measured values plus a third: an fp8 cache without calibrated scales
 /// doubles (E4M3) or triples (E5M2) the error of this small model's logits, which is what such
-/// a cache costs (`sparrow perplexity` measures it on ShareGPT, README), while a codec mistake
-/// (a wrong exponent bias, a lost sign) moves them by tens of units.
+/// a cache costs (`sparrow perplexity` measures it on ShareGPT: `docs/serve.md`, "KV cache
+/// types"), while a codec mistake (a wrong exponent bias, a lost sign) moves them by tens of units.
 const KV_BOUNDS: [(sparrow_engine::kv::KvDtype, f64, f32); 4] = [
     (sparrow_engine::kv::KvDtype::F16, F64_MEAN_TOL, F64_TOL),
     (sparrow_engine::kv::KvDtype::Bf16, F64_MEAN_TOL, F64_TOL),

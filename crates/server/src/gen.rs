@@ -90,7 +90,7 @@ pub struct Prepared {
     pub max_new: usize,
 }
 
-/// Applies the length policy (documented in the README's API section):
+/// Applies the length policy (documented in `docs/api.md`, "Lengths"):
 /// - an empty prompt is a 400;
 /// - the prompt must be shorter than the context length (`ctx`): at least one token must fit;
 /// - an explicit `max_tokens` with `prompt + max_tokens > ctx` is a 400 naming both numbers
