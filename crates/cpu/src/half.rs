@@ -1,5 +1,6 @@
 //! IEEE 754 half precision <-> f32, exact and round-to-nearest-even (the scalar reference of
-//! the `vcvtps2ph` / `vcvtph2ps` paths).
+//! the `vcvtps2ph` / `vcvtph2ps` paths); f32 -> bf16; FP8 E4M3 / E5M2 ([`Fp8`]) for the KV
+//! cache.
 
 /// IEEE 754 half → f32 (exact; handles subnormals, infinities and NaN).
 pub fn f16_to_f32(h: u16) -> f32 {

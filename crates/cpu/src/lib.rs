@@ -5,13 +5,16 @@
 //! - [`isa`]: instruction-set detection, once at start-up ([`Isa`]);
 //! - [`pool`]: fork-join thread pool and the safe parallel-rows helpers the models use;
 //! - [`mmap`]: the one wrapper over `memmap2`, used by the checkpoint loaders and the tokenizer;
-//! - [`mem`]: the process's allocator settings for per-step activation buffers;
-//! - [`half`]: IEEE half <-> f32;
-//! - [`format`]: GGML blocks (Q4_0/Q4_1/Q8_0 -> one affine u4/u8 layout, F16/F32 -> dense, 8-bit activations) and
+//! - [`mem`]: the process's allocator settings for per-step activation buffers, and
+//!   [`mem::HugeBytes`], the huge-page buffers weights live in;
+//! - [`half`]: IEEE half <-> f32, bf16, FP8 E4M3 / E5M2;
+//! - [`format`]: GGML blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K repacked at their
+//!   file's size as [`format::qmatrix::QMatrix`]; F16/BF16/F32 dense; 8-bit activations) and
 //!   ModelOpt NVFP4 (E2M1 codes, E4M3 block scales, quantizer);
 //! - [`weight`]: [`Weight`], a linear layer's matrix in the form the kernels take;
-//! - [`kernels`]: batched matmul (Q4/Q8 integer, NVFP4, dense), attention, element-wise ops; each
-//!   SIMD path bit-identical to its scalar reference;
+//! - [`kernels`]: batched matmul (GGML integer types, NVFP4, dense), tiled flash attention over
+//!   the paged cache, the DSA indexer's scores, element-wise ops; each SIMD path bit-identical
+//!   to its scalar reference;
 //! - [`roofline`]: the machine's measured limits (clock, bandwidth, 8-bit and f32 peaks per
 //!   path) beside their theoretical values.
 

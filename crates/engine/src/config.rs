@@ -149,7 +149,7 @@ pub enum MoeRunner {
 /// Start-up options (the `sparrow serve` flags that concern the engine).
 #[derive(Debug, Clone)]
 pub struct EngineArgs {
-    /// GGUF model file.
+    /// `--model-path`: a GGUF file or a Hugging Face checkpoint directory.
     pub model_path: PathBuf,
     /// Compute threads (caller included).
     pub threads: usize,

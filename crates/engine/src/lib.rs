@@ -3,8 +3,8 @@
 //! (quantization, calibration, perplexity) in `sparrow-convert`.
 //!
 //! Modules, bottom up:
-//! - [`request`]: the request boundary: `NewRequest` in, `Output` events (`Started`, `Token`,
-//!   `Finished`) out;
+//! - [`request`]: the request boundary: `NewRequest` in, `Output` events (`Started`,
+//!   `PromptLogprobs`, `Token`, `Finished`) out;
 //! - [`config`]: typed start-up options (`EngineArgs`) and the derived scheduler configuration;
 //! - [`checkpoint`]: model files (HF directory with safetensors / ModelOpt NVFP4; GGUF), the one
 //!   place files are opened and mapped;
@@ -13,7 +13,8 @@
 //! - [`batch`]: `ForwardBatch`, the complete per-step metadata, and its validator;
 //! - [`model`]: the `Model` trait, attention backends by capability, the start-up compatibility
 //!   check and timings (MoE autotune, batch cap), the calibration observer hook, and the
-//!   models (Llama, GLM-5);
+//!   models (Llama family with its Gemma 3 variant, GLM-5);
+//! - [`logprobs`]: log-probabilities of a raw logits row (value, rank, top-N);
 //! - [`sampler`]: greedy / temperature / top-k / top-p / min-p / logit bias, seeded per
 //!   (request, step);
 //! - [`scheduler`]: continuous batching: `schedule()` (retraction, chunked prefill, admission,
@@ -24,7 +25,7 @@
 //! ```text
 //! request ─► engine thread ─► Scheduler::schedule ─► ForwardBatch::validate ─► Model::forward
 //!                 ▲                                                                 │
-//!                 └──── Output (Started / Token / Finished) ◄── Scheduler::postprocess ◄┘
+//!                 └──── Output (Started / Token / …) ◄───────── Scheduler::postprocess ◄┘
 //! ```
 
 pub mod batch;

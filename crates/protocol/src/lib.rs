@@ -1,9 +1,10 @@
 //! Wire types shared by the Sparrow server and `sparrow bench`.
 //!
 //! - [`openai`]: `/v1/completions`, `/v1/chat/completions` and `/v1/models` response bodies and
-//!   stream chunks, following the OpenAI API reference.
-//! - [`sglang`]: SGLang's native `/generate` answers and frames (`meta_info`), `/get_model_info`,
-//!   `/get_server_info`, `/tokenize`, `/detokenize`.
+//!   stream chunks, following the OpenAI API reference, and the request bodies `sparrow bench`
+//!   sends.
+//! - [`sglang`]: SGLang's native `/generate` request (sent by `sparrow bench`), answers and
+//!   frames (`meta_info`), `/get_model_info`, `/get_server_info`, `/tokenize`, `/detokenize`.
 //! - [`sse`]: Server-Sent Events framing, per the WHATWG HTML "server-sent events" section.
 //! - [`Usage`]: OpenAI `usage`; [`ErrorBody`]: OpenAI-style error JSON, also the shape of an
 //!   in-band error frame.

@@ -1,7 +1,8 @@
 //! Structured output: request constraints (`response_format` `json_object` / `json_schema`,
-//! SGLang's `regex` and `json_schema`) compiled by llguidance (the Rust crate mistral.rs uses;
-//! `llguidance::Matcher`, `toktrie::TokTrie`) into per-request
-//! [`TokenConstraint`]s the engine applies before sampling.
+//! vLLM's `structured_outputs` / `guided_*` (JSON, regex, choice, grammar), SGLang's
+//! `json_schema`, `regex` and `ebnf`; GBNF is rewritten by [`crate::gbnf`]) compiled by
+//! llguidance (the Rust crate mistral.rs uses; `llguidance::Matcher`, `toktrie::TokTrie`) into
+//! per-request [`TokenConstraint`]s the engine applies before sampling.
 //!
 //! The token trie is built once from the vocabulary's bytes; special tokens are marked with
 //! toktrie's `0xFF` prefix so that no grammar can spell them, and the tokenizer's EOS is the

@@ -5,9 +5,11 @@
 //!
 //! Modules: [`params`] validates request fields; [`gen`] runs a request on the engine and turns
 //! tokens into text ([`detok`]); [`routes`] renders OpenAI / SGLang bodies and SSE streams;
-//! [`error`] maps every failure to a status and OpenAI error JSON; [`metrics`] is the
-//! Prometheus registry. `app(state)` builds the router apart from any socket, so tests can
-//! drive it directly.
+//! [`tools`] parses tool calls and reasoning on chat; [`grammar`] compiles structured-output
+//! constraints (GBNF through [`gbnf`]); [`logprobs`] shapes logprobs per API; [`error`] maps
+//! every failure to a status and OpenAI error JSON; [`metrics`] is the Prometheus registry;
+//! [`conn`] is the connection layer (timeouts, connection cap). `app(state)` builds the router
+//! apart from any socket, so tests can drive it directly.
 //!
 //! ```text
 //! body -> routes -> params (validate) -> tokenize / chat template -> gen (NewRequest per choice)
@@ -83,7 +85,8 @@ impl AppState {
     /// Builds the state; `api_key` is `--api-key`.
     ///
     /// # Errors
-    /// The tokenizer is not byte-level BPE (needed for incremental decoding).
+    /// The tokenizer is neither byte-level BPE nor SentencePiece (incremental decoding needs
+    /// [`Tokenizer::token_bytes`]).
     pub fn new(
         engine: Engine,
         tokenizer: Tokenizer,

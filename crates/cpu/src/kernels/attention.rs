@@ -1,4 +1,7 @@
-//! GQA attention of one KV group over a list of KV slots, f32 or f16 cache.
+//! The two-pass GQA attention of earlier releases ([`attend_group`]: one KV group over a list of
+//! KV slots: every score, then softmax, then values), kept as the benchmarks' baseline; the
+//! live kernel is [`super::flash`]. Also the KV cache element types every attention kernel
+//! reads ([`KvElem`]: f32, f16 bits, [`Bf16`], [`E4m3`], [`E5m2`]).
 #![allow(unsafe_code)]
 
 use super::elementwise::{axpy, dot_scalar};

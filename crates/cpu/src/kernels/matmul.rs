@@ -1,6 +1,6 @@
 //! Batched matrix multiplication over a [`Weight`]: the integer path over GGML block types
-//! (activations quantized to 8 bits per 32-block; the arithmetic is [`QMatrix::dot`]), the
-//! NVFP4 path, the dense f32 path and the dense 16-bit (F16/BF16) path.
+//! (activations quantized to 8 bits per 32-block, per 64 for the K-quants; the arithmetic is
+//! [`QMatrix::dot`]), the NVFP4 path, the dense f32 path and the dense 16-bit (F16/BF16) path.
 #![allow(unsafe_code)]
 
 use super::elementwise::dot;

@@ -21,15 +21,18 @@
 //! tiles of 2 row groups × 4 tokens (AVX2, 4-bit) keep the integer block sums in registers, and the 8
 //! results of a (row group, token) are one vector store (details in `q8_x86`).
 //!
-//! Instruction sets are picked once at run time ([`Isa::detect`](crate::Isa::detect)): AVX-512
-//! VNNI on 256-bit vectors, else AVX-VNNI, else AVX2+FMA, else portable scalar code (also the
-//! tests' reference). `sparrow roofline` measures what each path reaches on the machine.
+//! Instruction sets are picked once at run time ([`Isa::detect`](crate::Isa::detect)): AMX tiles
+//! for batched integer matmuls, AVX-512 VNNI on 512-bit vectors, else AVX-VNNI, else AVX2+FMA,
+//! else portable scalar code (also the tests' reference). `sparrow roofline` measures what each
+//! path reaches on the machine.
 //!
-//! Files: [`matmul`](mod@matmul) (dispatch over [`crate::Weight`], Q4/Q8 integer path, scalar reference),
-//! `q8_x86` (its AVX-512 VNNI / AVX-VNNI / AVX2 tiles), `nvfp4_gemm` (the NVFP4 dequantizing GEMM),
+//! Files: [`matmul`](mod@matmul) (dispatch over [`crate::Weight`], the integer path over the
+//! GGML block types, scalar reference), `q8_x86` (its AVX-VNNI / AVX2 tiles), `q8_avx512` (its AVX-512
+//! VNNI tiles), `amx` (its AMX-INT8 tiles), `nvfp4_gemm` (the NVFP4 dequantizing GEMM),
 //! [`flash`] (tiled causal attention with an online softmax over the paged cache, for EXTEND and
-//! DECODE rows, and its score step [`block_scores`]), [`dsa`] (the DSA indexer's scores), [`attention`] (the previous two-pass GQA kernel, kept as the
-//! benchmarks' baseline), [`elementwise`] (dot, axpy, RMSNorm, SwiGLU, f16 conversion). RoPE
+//! DECODE rows, and its score step [`block_scores`]), [`dsa`] (the DSA indexer's scores),
+//! [`attention`] (the previous two-pass GQA kernel, kept as the benchmarks' baseline, and the KV
+//! element types), [`elementwise`] (dot, axpy, RMSNorm, SwiGLU, GeGLU, f16 conversion). RoPE
 //! lives with the models (`sparrow-engine`, `model/common.rs`).
 
 pub mod attention;

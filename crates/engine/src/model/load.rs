@@ -8,7 +8,7 @@ use crate::model::llama::LlamaModel;
 use crate::model::Model;
 use crate::EngineError;
 
-/// Loads the model `args.model_path` names: a GGUF file (Llama family), or a Hugging Face
+/// Loads the model `args.model_path` names: a GGUF file (Llama family, Gemma 3), or a Hugging Face
 /// checkpoint directory whose `config.json` says `glm_moe_dsa` (GLM-5) or `llama`. For GLM-5
 /// the NSA backends and the MoE implementation are applied, autotuning the MoE choice unless
 /// told otherwise. Returns the model, its kernel ISA name, and start-up notes.
@@ -48,7 +48,8 @@ pub fn load_model(args: &EngineArgs) -> Result<(Box<dyn Model>, &'static str, se
                 Ok((Box::new(m), isa, serde_json::Value::Null))
             }
             other => Err(EngineError::Model(format!(
-                "{}: model_type {other:?} is not supported (glm_moe_dsa and llama checkpoints, or Llama GGUF files)",
+                "{}: model_type {other:?} is not supported (glm_moe_dsa and llama checkpoints, \
+                 or Llama-family / Gemma 3 GGUF files)",
                 p.display()
             ))),
         }
