@@ -57,4 +57,4 @@ pub mod mock;
 pub mod record;
 pub mod report;
 pub mod run;
-pub mod schedule;
+pub mod arrivals;

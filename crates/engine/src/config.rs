@@ -82,8 +82,8 @@ pub enum AttentionBackend {
     Auto,
     /// `cpu`: GQA over the paged cache.
     Cpu,
-    /// `nsa`: MLA + DeepSeek sparse attention.
-    Nsa,
+    /// `dsa`: MLA + DeepSeek sparse attention (SGLang's `dsa`, formerly `nsa`).
+    Dsa,
 }
 
 impl AttentionBackend {
@@ -92,7 +92,7 @@ impl AttentionBackend {
         match self {
             AttentionBackend::Auto => "auto",
             AttentionBackend::Cpu => "cpu",
-            AttentionBackend::Nsa => "nsa",
+            AttentionBackend::Dsa => "dsa",
         }
     }
 }
@@ -175,9 +175,9 @@ pub struct EngineArgs {
     /// attention).
     pub attention_backend: AttentionBackend,
     /// DSA attention for EXTEND rows.
-    pub nsa_prefill_backend: AttnImpl,
+    pub dsa_prefill_backend: AttnImpl,
     /// DSA attention for DECODE rows.
-    pub nsa_decode_backend: AttnImpl,
+    pub dsa_decode_backend: AttnImpl,
     /// MoE implementation: autotuned per batch size (or a fixed rule when autotune is off), or
     /// one fixed implementation.
     pub moe_runner_backend: MoeRunner,
@@ -209,8 +209,8 @@ impl EngineArgs {
             disable_radix_cache: false,
             schedule_policy: SchedulePolicy::Fcfs,
             attention_backend: AttentionBackend::Auto,
-            nsa_prefill_backend: AttnImpl::Sparse,
-            nsa_decode_backend: AttnImpl::Sparse,
+            dsa_prefill_backend: AttnImpl::Sparse,
+            dsa_decode_backend: AttnImpl::Sparse,
             moe_runner_backend: MoeRunner::Auto,
             disable_autotune: false,
             kv_cache_dtype: None,

@@ -1,6 +1,6 @@
 //! The engine's request boundary: what callers submit ([`NewRequest`]) and the events they get
 //! back ([`Output`]: `Started`, `PromptLogprobs`, `Token`, `Finished` with a [`FinishReason`] and
-//! [`Usage`]), as in TGI's `schedule(request) -> stream of events`.
+//! [`TokenUsage`]), as in TGI's `schedule(request) -> stream of events`.
 
 use crate::sampler::SamplingParams;
 
@@ -112,7 +112,7 @@ pub enum FinishReason {
 
 /// Token accounting of a finished request (OpenAI `usage`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Usage {
+pub struct TokenUsage {
     /// Prompt tokens.
     pub prompt_tokens: usize,
     /// Generated tokens.
@@ -157,6 +157,6 @@ pub enum Output {
         /// Why.
         reason: FinishReason,
         /// Token counts.
-        usage: Usage,
+        usage: TokenUsage,
     },
 }

@@ -53,7 +53,7 @@ pub struct GenerateRequest<'a> {
 /// `{"type": "abort", "message": ...}`.
 #[derive(Debug, Clone, Copy, Serialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
-pub enum FinishReason<'a> {
+pub enum MetaFinishReason<'a> {
     /// A stop token or stop string ended it.
     Stop {
         /// The stop token id or string; `null` if unknown.
@@ -83,7 +83,7 @@ pub struct MetaInfo<'a> {
     /// Prompt tokens served from the prefix cache (0 until the choice's last frame).
     pub cached_tokens: usize,
     /// `null` until the choice's last frame.
-    pub finish_reason: Option<FinishReason<'a>>,
+    pub finish_reason: Option<MetaFinishReason<'a>>,
     /// With `return_logprob`: one `[logprob, token_id, text]` per prompt position from
     /// `logprob_start_len` (default −1: the last prompt token), the first with `logprob`
     /// `null` as SGLang pads it; `text` is `null` unless `return_text_in_logprobs`.
@@ -142,7 +142,7 @@ pub struct GenerateResponse<'a> {
 
 /// Body of `GET /get_model_info` (and `/model_info`): SGLang's fields, then the model's own facts.
 #[derive(Debug, Clone, Copy, Serialize)]
-pub struct ModelInfo<'a> {
+pub struct ModelInfoResponse<'a> {
     /// The model file or directory the server loaded.
     pub model_path: &'a Path,
     /// Where the tokenizer came from.
@@ -219,10 +219,10 @@ mod tests {
     #[test]
     fn finish_reason_is_tagged_by_type_first() {
         let m = MatchedStop::Token(7);
-        let r = |f: FinishReason<'_>| serde_json::to_string(&f).expect("serializes");
-        assert_eq!(r(FinishReason::Stop { matched: Some(&m) }), r#"{"type":"stop","matched":7}"#);
-        assert_eq!(r(FinishReason::Length { length: 3 }), r#"{"type":"length","length":3}"#);
-        assert_eq!(r(FinishReason::Abort { message: None }), r#"{"type":"abort","message":null}"#);
+        let r = |f: MetaFinishReason<'_>| serde_json::to_string(&f).expect("serializes");
+        assert_eq!(r(MetaFinishReason::Stop { matched: Some(&m) }), r#"{"type":"stop","matched":7}"#);
+        assert_eq!(r(MetaFinishReason::Length { length: 3 }), r#"{"type":"length","length":3}"#);
+        assert_eq!(r(MetaFinishReason::Abort { message: None }), r#"{"type":"abort","message":null}"#);
     }
 
     #[test]

@@ -33,7 +33,7 @@ use sparrow_protocol::openai::{
     CHAT_COMPLETION, CHAT_COMPLETION_CHUNK, TEXT_COMPLETION,
 };
 use sparrow_protocol::sglang::{
-    DetokenizeResponse, FinishReason, GenerateResponse, LoadReport, MetaInfo, ModelInfo, NativeLogprobs, ServerInfo,
+    DetokenizeResponse, GenerateResponse, LoadReport, MetaFinishReason, MetaInfo, ModelInfoResponse, NativeLogprobs, ServerInfo,
     TokenizeResponse,
 };
 use sparrow_protocol::{sse, ErrorBody, Usage};
@@ -156,7 +156,7 @@ async fn models(State(s): State<AppState>) -> Response {
 
 async fn model_info(State(s): State<AppState>) -> Response {
     let i = s.engine.info();
-    Json(ModelInfo {
+    Json(ModelInfoResponse {
         model_path: &s.model_path,
         tokenizer_path: s.tokenizer.source(),
         is_generation: true,
@@ -997,11 +997,11 @@ async fn chat(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) ->
     oai_respond(&s, Kind::Chat, vec![(prep, None)], ask, shape, stream, opts).await
 }
 
-fn native_finish(f: &Finish) -> FinishReason<'_> {
+fn native_finish(f: &Finish) -> MetaFinishReason<'_> {
     match f.reason {
-        "stop" => FinishReason::Stop { matched: f.matched.as_ref() },
-        "length" => FinishReason::Length { length: f.completion_tokens },
-        _ => FinishReason::Abort { message: f.error.as_deref() },
+        "stop" => MetaFinishReason::Stop { matched: f.matched.as_ref() },
+        "length" => MetaFinishReason::Length { length: f.completion_tokens },
+        _ => MetaFinishReason::Abort { message: f.error.as_deref() },
     }
 }
 

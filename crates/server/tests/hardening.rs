@@ -2,6 +2,7 @@
 //! keep-alive sockets, stalled bodies, more connections than `--max-connections`, long streams
 //! that must not be cut, and raw malformed HTTP/1.x that must get a 4xx or a closed socket.
 
+#[path = "it/common/mod.rs"]
 mod common;
 
 use std::time::{Duration, Instant};

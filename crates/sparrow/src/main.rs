@@ -5,7 +5,7 @@
 
 mod roofline;
 mod serve;
-mod tools;
+mod offline;
 
 use std::net::SocketAddr;
 
@@ -40,16 +40,16 @@ enum Command {
         args: Vec<String>,
     },
     /// Write a toy checkpoint (`glm5-tiny`) in the ModelOpt NVFP4 format.
-    GenModel(tools::GenModelArgs),
+    GenModel(offline::GenModelArgs),
     /// Convert a GGUF file or a BF16/F32 safetensors checkpoint to ModelOpt NVFP4.
-    Quantize(tools::QuantizeArgs),
+    Quantize(offline::QuantizeArgs),
     /// Perplexity of a model on ShareGPT replies.
-    Perplexity(tools::PerplexityArgs),
+    Perplexity(offline::PerplexityArgs),
     /// Measure this machine's limits (clock, bandwidth, 8-bit and f32 peaks per ISA path), the
     /// model's decode rooflines, and what the matmul kernels reach against them.
     Roofline(roofline::RooflineArgs),
     /// Write a model's tokenizer as a Hugging Face tokenizer directory (for other clients).
-    ExportTokenizer(tools::ExportTokenizerArgs),
+    ExportTokenizer(offline::ExportTokenizerArgs),
     // `sparrow bench merge`, reached through `sparrow bench merge ...` (see `parse_cli`).
     #[command(
         name = "bench-merge",
@@ -143,10 +143,10 @@ fn main() -> std::process::ExitCode {
             },
             Command::Bench(args) => bench(*args).await,
             Command::Sweep { args } => sweep(args).await,
-            Command::GenModel(a) => blocking(move || tools::gen_model(&a)).await,
-            Command::Quantize(a) => blocking(move || tools::quantize(&a)).await,
-            Command::Perplexity(a) => blocking(move || tools::perplexity(&a)).await,
-            Command::ExportTokenizer(a) => blocking(move || tools::export_tokenizer(&a)).await,
+            Command::GenModel(a) => blocking(move || offline::gen_model(&a)).await,
+            Command::Quantize(a) => blocking(move || offline::quantize(&a)).await,
+            Command::Perplexity(a) => blocking(move || offline::perplexity(&a)).await,
+            Command::ExportTokenizer(a) => blocking(move || offline::export_tokenizer(&a)).await,
             Command::Roofline(a) => blocking(move || roofline::roofline(&a)).await,
             Command::BenchMerge(a) => match sparrow_bench::merge::run_merge(&a) {
                 Ok(code) => code,

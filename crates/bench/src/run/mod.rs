@@ -43,7 +43,7 @@ use crate::dataset;
 use crate::metrics::{self, BenchmarkMetrics};
 use crate::record::{Failure, RequestRecord};
 use crate::report::{self, RunSummary};
-use crate::schedule;
+use crate::arrivals;
 
 pub use health::interrupted;
 pub(crate) use output::{append_result_line, details_line};
@@ -277,7 +277,7 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
     let offsets = if trace {
         rows.iter().map(|r| r.arrival_s.unwrap_or(0.0)).collect()
     } else {
-        schedule::arrival_offsets(rows.len(), a.request_rate, a.burstiness, &mut rng)
+        arrivals::arrival_offsets(rows.len(), a.request_rate, a.burstiness, &mut rng)
     };
     // Every round of a conversation is a record of its own: row i's rounds are records
     // first_index[i] .. first_index[i] + 1 + turns.

@@ -76,7 +76,7 @@ macro_rules! tilestore {
 
 /// Per-thread buffers of the kernel (grown on demand).
 #[derive(Default)]
-struct Scratch {
+struct TileScratch {
     /// Unpacked B tiles of one group: `[sub-block][8 × 64 bytes]`.
     b: Vec<__m512i>,
     /// `dw` per step (sub-block, or Q6_K half).
@@ -92,7 +92,7 @@ struct Scratch {
 }
 
 thread_local! {
-    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
+    static SCRATCH: std::cell::RefCell<TileScratch> = std::cell::RefCell::new(TileScratch::default());
 }
 
 /// Tokens per A tile.
@@ -100,7 +100,7 @@ const TM: usize = 16;
 
 /// Per-thread buffers of the K-quant kernel.
 #[derive(Default)]
-struct KScratch {
+struct KTileScratch {
     /// One group's B planes: `[64-block][plane][16 tile rows]`, 64 bytes each.
     planes: Vec<__m512i>,
     /// One group's mins per 64-block as i16 pairs per row lane (`m_2c | m_2c+1 << 16`); for
@@ -118,7 +118,7 @@ struct KScratch {
 }
 
 thread_local! {
-    static KSCRATCH: std::cell::RefCell<KScratch> = std::cell::RefCell::new(KScratch::default());
+    static KSCRATCH: std::cell::RefCell<KTileScratch> = std::cell::RefCell::new(KTileScratch::default());
 }
 
 /// Row groups `g0 .. g1` of `w` for every token of `x`, to `out[t·ldo + row]`.
@@ -209,7 +209,7 @@ unsafe fn unpack(ty: GgmlType, l: &TileLayout, t: *const u8, s: usize, dst: *mut
 /// order) and stalled the loop. The offsets' term `Σ mw·sx`, an independent chain of the
 /// definition, runs after it, also in registers.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
-unsafe fn run(sc: &mut Scratch, w: &QMatrix, g0: usize, g1: usize, x: &QActs, out: *mut f32, ldo: usize) {
+unsafe fn run(sc: &mut TileScratch, w: &QMatrix, g0: usize, g1: usize, x: &QActs, out: *mut f32, ldo: usize) {
     let ty = w.ty;
     let l = w.layout();
     let nkb = w.blocks_per_row();
@@ -398,7 +398,7 @@ unsafe fn mul_small(v: __m512i, k: __m512i) -> __m512i {
 /// Q4_K/Q5_K's two C tiles alternate between two pairs, and a block's products are issued before
 /// the previous block's epilogue.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
-unsafe fn run_k(sc: &mut KScratch, w: &QMatrix, g0: usize, g1: usize, x: &QActs, out: *mut f32, ldo: usize) {
+unsafe fn run_k(sc: &mut KTileScratch, w: &QMatrix, g0: usize, g1: usize, x: &QActs, out: *mut f32, ldo: usize) {
     let ty = w.ty;
     let l = w.layout();
     let q6 = ty == GgmlType::Q6_K;

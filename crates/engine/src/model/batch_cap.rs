@@ -381,7 +381,7 @@ pub fn decide(
             MoeRunner::Auto => "auto",
             MoeRunner::Fixed(m) => m.name(),
         };
-        format!("_dsa-{}_moe-{moe}", args.nsa_decode_backend.name())
+        format!("_dsa-{}_moe-{moe}", args.dsa_decode_backend.name())
     } else {
         String::new()
     };

@@ -157,7 +157,7 @@ pub(crate) struct Layer {
 }
 
 #[derive(Default)]
-struct Scratch {
+struct LayerBuffers {
     x: Vec<f32>,
     h: Vec<f32>,
     qkv: Vec<f32>,
@@ -239,7 +239,7 @@ pub struct LlamaModel {
     rope_local: Option<RopeTable>,
     pool: ThreadPool,
     isa: Isa,
-    s: Scratch,
+    s: LayerBuffers,
     /// Calibration hook (see [`LlamaModel::set_observer`]).
     observer: ObserverSlot,
     /// Whether forwards add their part times to `parts`.
@@ -539,7 +539,7 @@ impl LlamaModel {
             rope_local,
             pool,
             isa: Isa::detect(),
-            s: Scratch::default(),
+            s: LayerBuffers::default(),
             observer: None,
             profile: false,
             two_pass: false,

@@ -17,7 +17,7 @@ use crate::EngineError;
 /// Unreadable or unsupported checkpoints, unknown backend names.
 pub fn load_model(args: &EngineArgs) -> Result<(Box<dyn Model>, &'static str, serde_json::Value), EngineError> {
     let p = &args.model_path;
-    let (prefill_attn, decode_attn) = (args.nsa_prefill_backend, args.nsa_decode_backend);
+    let (prefill_attn, decode_attn) = (args.dsa_prefill_backend, args.dsa_decode_backend);
     let fixed = match args.moe_runner_backend {
         MoeRunner::Auto => None,
         MoeRunner::Fixed(m) => Some(m),
@@ -34,8 +34,8 @@ pub fn load_model(args: &EngineArgs) -> Result<(Box<dyn Model>, &'static str, se
                 };
                 let mut m = Glm5Model::load(p, args.threads, opts.clone())?;
                 let mut notes = serde_json::json!({
-                    "nsa_prefill_backend": args.nsa_prefill_backend.name(),
-                    "nsa_decode_backend": args.nsa_decode_backend.name(),
+                    "dsa_prefill_backend": args.dsa_prefill_backend.name(),
+                    "dsa_decode_backend": args.dsa_decode_backend.name(),
                 });
                 let moe = moe_choice(&m, args, fixed, &mut notes)?;
                 m.set_options(Glm5Options { moe, ..opts });

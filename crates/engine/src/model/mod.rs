@@ -122,13 +122,13 @@ pub struct BackendCaps {
 pub const CPU_BACKEND: BackendCaps =
     BackendCaps { name: "cpu", kinds: &["gqa"], mixed_batches: true, extend_with_prefix: true, sliding_window: true };
 
-/// The CPU NSA backend: MLA over the latent cache with DeepSeek sparse attention (indexer
-/// top-k), named after SGLang's `--attention-backend nsa`.
-pub const NSA_BACKEND: BackendCaps =
-    BackendCaps { name: "nsa", kinds: &["mla+dsa"], mixed_batches: true, extend_with_prefix: true, sliding_window: false };
+/// The CPU DSA backend: MLA over the latent cache with DeepSeek sparse attention (indexer
+/// top-k), named after SGLang's `--attention-backend dsa` (`nsa` before 0.5.23).
+pub const DSA_BACKEND: BackendCaps =
+    BackendCaps { name: "dsa", kinds: &["mla+dsa"], mixed_batches: true, extend_with_prefix: true, sliding_window: false };
 
 /// Every attention backend this build has.
-pub const BACKENDS: &[BackendCaps] = &[CPU_BACKEND, NSA_BACKEND];
+pub const BACKENDS: &[BackendCaps] = &[CPU_BACKEND, DSA_BACKEND];
 
 /// Refuses a model/backend pair the backend cannot run.
 ///

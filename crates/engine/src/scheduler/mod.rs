@@ -29,7 +29,7 @@ mod schedule;
 #[cfg(test)]
 mod tests;
 
-pub use crate::request::{FinishReason, LogprobSpec, NewRequest, Output, TokenConstraint, TokenLogprob, Usage};
+pub use crate::request::{FinishReason, LogprobSpec, NewRequest, Output, TokenConstraint, TokenLogprob, TokenUsage};
 pub use crate::config::{SchedulePolicy, SchedulerConfig};
 pub use schedule::Scheduled;
 
@@ -468,8 +468,8 @@ fn grammar_mask(c: &mut dyn TokenConstraint, vocab: usize) -> Result<Vec<bool>, 
 }
 
 /// Token counts of `r` so far.
-fn usage(r: &Req) -> Usage {
-    Usage {
+fn usage(r: &Req) -> TokenUsage {
+    TokenUsage {
         prompt_tokens: r.prompt_len,
         completion_tokens: r.output_len(),
         cached_tokens: r.cached_tokens.unwrap_or(0),

@@ -3,7 +3,10 @@
 //! does not implement (a GPU attention backend, a scheduling policy) is a hidden choice,
 //! refused by [`ServeArgs::check`] with a message that names it, instead of clap's generic
 //! "invalid value". Flags sparrow adds (`--kv-cache-gb`, `--threads`, `--nsa-*-backend`,
-//! `--disable-autotune`) are not SGLang's.
+//! `--disable-autotune`) are not SGLang's. The sparse-attention backend is `dsa` in code;
+//! `--attention-backend` takes SGLang's `dsa` and its older `nsa`. `--nsa-prefill-backend` /
+//! `--nsa-decode-backend` keep the older spelling because SGLang 0.5.23's `--dsa-*-backend`
+//! take only GPU kernels, so those are refused by name.
 
 use std::path::PathBuf;
 
@@ -47,7 +50,7 @@ pub enum Policy {
 /// `cpu`; SGLang's GPU backends are hidden choices, refused by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 #[value(rename_all = "snake_case")]
-pub enum AttentionBackend {
+pub enum AttentionBackendArg {
     /// The backend the model's attention needs (SGLang's default, no flag).
     Auto,
     /// Grouped-query attention on the CPU (Llama-family models).
@@ -127,14 +130,14 @@ pub enum AttentionBackend {
     IntelXpu,
 }
 
-impl AttentionBackend {
+impl AttentionBackendArg {
     /// The engine's backend, `None` for SGLang's GPU backends.
     pub fn engine(self) -> Option<sparrow_engine::config::AttentionBackend> {
         use sparrow_engine::config::AttentionBackend as E;
         match self {
-            AttentionBackend::Auto => Some(E::Auto),
-            AttentionBackend::Cpu => Some(E::Cpu),
-            AttentionBackend::Nsa | AttentionBackend::Dsa => Some(E::Nsa),
+            AttentionBackendArg::Auto => Some(E::Auto),
+            AttentionBackendArg::Cpu => Some(E::Cpu),
+            AttentionBackendArg::Nsa | AttentionBackendArg::Dsa => Some(E::Dsa),
             _ => None,
         }
     }
@@ -145,7 +148,7 @@ impl AttentionBackend {
 /// hidden choices, refused by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 #[value(rename_all = "snake_case")]
-pub enum NsaBackend {
+pub enum DsaBackendArg {
     /// Reads only the indexer's top-k slots.
     Sparse,
     /// Scores the whole context, masks to the top-k.
@@ -173,13 +176,13 @@ pub enum NsaBackend {
     Trtllm,
 }
 
-impl NsaBackend {
+impl DsaBackendArg {
     /// The engine's implementation, `None` for SGLang's kernels.
     pub fn engine(self) -> Option<sparrow_engine::config::AttnImpl> {
         use sparrow_engine::config::AttnImpl as E;
         match self {
-            NsaBackend::Sparse => Some(E::Sparse),
-            NsaBackend::Dense => Some(E::Dense),
+            DsaBackendArg::Sparse => Some(E::Sparse),
+            DsaBackendArg::Dense => Some(E::Dense),
             _ => None,
         }
     }
@@ -430,16 +433,16 @@ pub struct ServeArgs {
     pub disable_cuda_graph: bool,
     /// Attention backend: `auto` (the one the model needs), `cpu` (GQA), or `dsa`/`nsa` (MLA +
     /// DeepSeek sparse attention). SGLang's GPU backends are refused by name.
-    #[arg(long, value_enum, default_value_t = AttentionBackend::Auto)]
-    pub attention_backend: AttentionBackend,
+    #[arg(long, value_enum, default_value_t = AttentionBackendArg::Auto)]
+    pub attention_backend: AttentionBackendArg,
     /// DSA attention for prefill (EXTEND) rows: `sparse` (reads the indexer's top-k slots) or
     /// `dense` (scores the whole context, masks to the top-k). Sparrow's flag: SGLang's
     /// `--dsa-prefill-backend` picks a CUDA kernel.
-    #[arg(long, value_enum, default_value_t = NsaBackend::Sparse)]
-    pub nsa_prefill_backend: NsaBackend,
+    #[arg(long = "nsa-prefill-backend", value_enum, default_value_t = DsaBackendArg::Sparse)]
+    pub dsa_prefill_backend: DsaBackendArg,
     /// DSA attention for DECODE rows: `sparse` or `dense`.
-    #[arg(long, value_enum, default_value_t = NsaBackend::Sparse)]
-    pub nsa_decode_backend: NsaBackend,
+    #[arg(long = "nsa-decode-backend", value_enum, default_value_t = DsaBackendArg::Sparse)]
+    pub dsa_decode_backend: DsaBackendArg,
     /// MoE implementation: `auto` (chosen per batch size by the start-up autotune),
     /// `token_major` or `expert_major`. SGLang's GPU runners are refused by name.
     #[arg(long, value_enum, default_value_t = MoeRunnerBackend::Auto)]
@@ -494,7 +497,7 @@ impl ServeArgs {
             ));
         }
         for (flag, b) in
-            [("--nsa-prefill-backend", self.nsa_prefill_backend), ("--nsa-decode-backend", self.nsa_decode_backend)]
+            [("--nsa-prefill-backend", self.dsa_prefill_backend), ("--nsa-decode-backend", self.dsa_decode_backend)]
         {
             if b.engine().is_none() {
                 return Err(format!(

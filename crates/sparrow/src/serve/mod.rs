@@ -109,8 +109,8 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         },
         // `check` refused the values without an engine name.
         attention_backend: engine_value("--attention-backend", a.attention_backend.engine())?,
-        nsa_prefill_backend: engine_value("--nsa-prefill-backend", a.nsa_prefill_backend.engine())?,
-        nsa_decode_backend: engine_value("--nsa-decode-backend", a.nsa_decode_backend.engine())?,
+        dsa_prefill_backend: engine_value("--nsa-prefill-backend", a.dsa_prefill_backend.engine())?,
+        dsa_decode_backend: engine_value("--nsa-decode-backend", a.dsa_decode_backend.engine())?,
         moe_runner_backend: engine_value("--moe-runner-backend", a.moe_runner_backend.engine())?,
         disable_autotune: a.disable_autotune,
         // `check` refused the values without an engine type.

@@ -9,7 +9,7 @@
 //! against all of SGLang's flags: `--tp 2` means `--tp-size 2` there and is refused as such
 //! here, and a prefix several flags share is "ambiguous" in both. The table is checked
 //! against SGLang's parser, extracted into `tests/fixtures/sglang_server_args.json` by
-//! `scripts/sglang_server_args.py`: every SGLang flag is taken or in it, and it holds only
+//! `scripts/goldens/sglang_server_args.py`: every SGLang flag is taken or in it, and it holds only
 //! SGLang flags.
 
 use clap::{Args, Command};

@@ -1,5 +1,5 @@
 //! `sparrow serve` against SGLang 0.5.23's `launch_server` command line: every flag of SGLang's
-//! parser (fixture made by `scripts/sglang_server_args.py`) is either taken by `sparrow serve`
+//! parser (fixture made by `scripts/goldens/sglang_server_args.py`) is either taken by `sparrow serve`
 //! with a value SGLang takes, or refused by name; the refusals are exactly
 //! [`REFUSED_GROUPS`](super::refused::REFUSED_GROUPS). Parse only: no server starts.
 
@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
-use super::flags::{AttentionBackend, MoeRunnerBackend, Policy, ServeArgs};
+use super::flags::{AttentionBackendArg, MoeRunnerBackend, Policy, ServeArgs};
 use super::refused::REFUSED_GROUPS;
 use super::values::ChunkedPrefill;
 use crate::{parse_cli, CliError, Command};
@@ -149,8 +149,8 @@ fn every_sglang_value_of_a_taken_flag_is_taken_or_refused_by_name() {
     // The shared values land where SGLang puts them.
     let a = parse(&words("--schedule-policy lpm --attention-backend dsa --moe-runner-backend auto")).expect("ok");
     assert_eq!(a.schedule_policy, Policy::Lpm);
-    assert_eq!(a.attention_backend, AttentionBackend::Dsa);
-    assert_eq!(a.attention_backend.engine(), Some(sparrow_engine::config::AttentionBackend::Nsa));
+    assert_eq!(a.attention_backend, AttentionBackendArg::Dsa);
+    assert_eq!(a.attention_backend.engine(), Some(sparrow_engine::config::AttentionBackend::Dsa));
     assert_eq!(a.moe_runner_backend, MoeRunnerBackend::Auto);
     let e = parse(&words("--attention-backend fa3")).expect_err("GPU backend");
     assert!(e.starts_with("--attention-backend fa3 is an SGLang attention backend"), "{e}");

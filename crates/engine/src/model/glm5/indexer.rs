@@ -1,5 +1,5 @@
 //! DeepSeek sparse attention's "lightning indexer" (DeepSeek-V3.2 tech report §2; HF
-//! transformers `modeling_glm_moe_dsa.py`, `GlmMoeDsaIndexer`; SGLang's `nsa` backend): it
+//! transformers `modeling_glm_moe_dsa.py`, `GlmMoeDsaIndexer`; SGLang's `dsa` backend (`nsa` before 0.5.23)): it
 //! scores every cached token for each query and attention reads only the top-k.
 //!
 //! On layers whose indexer type is `full`: `q_I = RoPE(wq_b(qr))` per indexer head,

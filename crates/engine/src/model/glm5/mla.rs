@@ -1,7 +1,7 @@
 //! Multi-head latent attention (MLA, DeepSeek-V2 §2.1) in its absorbed form, over the top-k
 //! selection of the DSA indexer (DeepSeek-V3.2 §2). Semantics follow HF transformers
 //! `modeling_glm_moe_dsa.py` (`GlmMoeDsaAttention`); the absorbed, latent-only form and the
-//! sparse/dense choice follow SGLang's `nsa` backend.
+//! sparse/dense choice follow SGLang's `dsa` backend (`nsa` before 0.5.23).
 //!
 //! Per token: `qr = RMSNorm(q_a_proj(h))`, `q = q_b_proj(qr)` split per head into
 //! `[q_nope (qk_nope_head_dim), q_pe (qk_rope_head_dim)]`; `kv = kv_a_proj_with_mqa(h)` split

@@ -5,8 +5,8 @@
 //! group-limited top-k and shared experts (DeepSeek-V3 §2.1.2).
 //!
 //! Semantics follow HF transformers `models/glm_moe_dsa` (built on `deepseek_v32` and
-//! `deepseek_v3`); `scripts/reference_glm5.py` runs that implementation on our checkpoints to
-//! produce the goldens of `tests/glm5_golden.rs`. The layout follows candle's `deepseek2.rs`:
+//! `deepseek_v3`); `scripts/goldens/reference_glm5.py` runs that implementation on our checkpoints to
+//! produce the goldens of `sparrow-convert`'s `tests/it/glm5_golden.rs`. The layout follows candle's `deepseek2.rs`:
 //!
 //! - `config`: [`Glm5Config`], `config.json` with HF's defaults;
 //! - `mla`: the absorbed MLA attention over the latent cache ([`AttnImpl`], defined in

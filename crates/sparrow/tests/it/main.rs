@@ -1,0 +1,11 @@
+//! The `sparrow` binary's integration tests as one binary (one link instead of one per file);
+//! one module per area, each with its own doc. The soak keeps a binary of its own
+//! (`tests/soak.rs`): it loads the cores at a fraction of the capacity it measures first.
+
+mod common;
+mod bench_datasets;
+mod cli;
+mod fleet;
+mod glm5;
+mod serve;
+mod sweep;
