@@ -3,6 +3,7 @@
 //! (`tests/soak.rs`): it loads the cores at a fraction of the capacity it measures first.
 
 mod common;
+mod architecture;
 mod bench_datasets;
 mod cli;
 mod fleet;
