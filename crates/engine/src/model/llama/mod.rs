@@ -14,11 +14,7 @@
 //! causal attention over each sequence's slot list (`kernels::flash_attend`: tasks of one KV
 //! group × a query block of up to 32 tokens, longest first) → output projection + residual → RMSNorm →
 //! fused gate/up → SwiGLU → down + residual } → final RMSNorm and the output head for the
-//! `logits_rows` only.
-
-use std::path::Path;
-
-use ggus::GGufMetaMapExt;
+//! `logits_rows` only. Loading is in `load.rs`.
 
 use super::common::{OutputHead, RopeLayout, RopeTable};
 use super::{AttentionNeeds, Model, ModelInfo, PartTimes};
@@ -30,9 +26,10 @@ use sparrow_cpu::ThreadPool;
 use sparrow_cpu::format::ggml::QActs;
 use sparrow_cpu::half::Fp8;
 use sparrow_cpu::Weight;
-use crate::checkpoint::gguf::GgufFile;
 use crate::model::observer::{Observer, ObserverSlot};
 use crate::EngineError;
+
+mod load;
 
 /// The gated MLP's activation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -258,9 +255,6 @@ impl std::fmt::Debug for LlamaModel {
 }
 
 
-pub(crate) fn fuse(parts: Vec<Weight>) -> Weight {
-    Weight::stack(parts)
-}
 
 /// On the pool by token rows of the residual stream `x` (`[tokens, h]`): `x += proj` (when
 /// given), then `y = rms_norm(x) · g` (when given). Each row's arithmetic is the same on
@@ -276,51 +270,7 @@ fn add_norm(pool: &ThreadPool, h: usize, x: &mut [f32], proj: Option<&[f32]>, g:
     });
 }
 
-fn weight_bytes(w: &Weight) -> usize {
-    w.bytes()
-}
 
-/// `general.architecture = llama`: `llama.*` keys as llama.cpp reads them.
-fn llama_gguf_config(ld: &crate::checkpoint::gguf::Gguf<'_>) -> Result<LlamaConfig, EngineError> {
-    let arch = "llama";
-    let get = |k: &str| ld.meta().get_usize(&format!("{arch}.{k}")).map_err(|e| EngineError::model(format!("{arch}.{k}: {e:?}")));
-    let hidden = get("embedding_length")?;
-    let heads = get("attention.head_count")?;
-    let kv_heads = get("attention.head_count_kv").unwrap_or(heads);
-    let head_dim = hidden.checked_div(heads).unwrap_or(0);
-    if let Ok(rd) = get("rope.dimension_count") {
-        if rd != head_dim {
-            return Err(EngineError::model(format!("partial RoPE ({rd} of {head_dim} dims) is not supported")));
-        }
-    }
-    if let Ok(s) = ld.meta().get_str(&format!("{arch}.rope.scaling.type")) {
-        if s != "none" {
-            return Err(EngineError::model(format!("RoPE scaling {s:?} is not supported")));
-        }
-    }
-    let rope_freq_factors = match ld.has_tensor("rope_freqs.weight") {
-        true => Some(ld.vector("rope_freqs.weight", head_dim / 2)?),
-        false => None,
-    };
-    let vocab = ld.embedding_rows()?;
-    let layers = get("block_count")?;
-    let rope_base = ld.meta().get_f32(&format!("{arch}.rope.freq_base")).unwrap_or(10000.0);
-    let mut variant = Variant::llama(layers, head_dim, rope_base);
-    variant.rope_freq_factors = rope_freq_factors;
-    Ok(LlamaConfig {
-        layers,
-        hidden,
-        ffn: get("feed_forward_length")?,
-        heads,
-        kv_heads,
-        head_dim,
-        rope_base,
-        rms_eps: ld.meta().get_f32(&format!("{arch}.attention.layer_norm_rms_epsilon")).unwrap_or(1e-5),
-        vocab,
-        context_length: get("context_length")?,
-        variant,
-    })
-}
 
 impl LlamaModel {
     /// The matrices a decode step multiplies, in order, named `blk.{l}.{qkv,wo,gate_up,down}`
@@ -339,213 +289,6 @@ impl LlamaModel {
     /// The model's compute pool and instruction set.
     pub fn pool_isa(&self) -> (&ThreadPool, Isa) {
         (&self.pool, self.isa)
-    }
-
-    /// Loads a GGUF file of a dense family keyed by `general.architecture`: `llama`, or
-    /// `gemma3` ([`super::gemma3`]); `threads` is the size of the compute pool. The families
-    /// share the tensor names and this loader; each reads its own hyper-parameters.
-    ///
-    /// # Errors
-    /// [`EngineError::Model`] for an unreadable file, another architecture, a missing tensor,
-    /// an unsupported tensor type or inconsistent shapes.
-    pub fn load(path: &Path, threads: usize) -> Result<Self, EngineError> {
-        // Mapped only while the weights are copied into our own layout.
-        let file = GgufFile::open(path)?;
-        let ld = file.view()?;
-        let arch = ld.meta().general_architecture().map_err(|e| EngineError::model(format!("general.architecture: {e:?}")))?.to_owned();
-        let cfg = match arch.as_str() {
-            "llama" => llama_gguf_config(&ld)?,
-            "gemma3" => super::gemma3::config(&ld)?,
-            other => {
-                return Err(EngineError::model(format!(
-                    "{}: architecture {other:?} is not supported (GGUF: llama, gemma3)",
-                    path.display()
-                )))
-            }
-        };
-        cfg.check()?;
-        let (hidden, qd, kvd) = (cfg.hidden, cfg.q_dim(), cfg.kv_heads * cfg.head_dim);
-        let vocab = cfg.vocab;
-        let mat = |n: &str, rows: usize, cols: usize| ld.matrix_threads(n, rows, cols, threads);
-        let embed = mat("token_embd.weight", vocab, hidden)?;
-        let output = match ld.has_tensor("output.weight") {
-            true => Some(mat("output.weight", vocab, hidden)?),
-            false => None,
-        };
-        let mut layers = Vec::with_capacity(cfg.layers);
-        for l in 0..cfg.layers {
-            let p = |n: &str| format!("blk.{l}.{n}.weight");
-            let pair = |a: &str, b: &str, len: usize| -> Result<(Vec<f32>, Vec<f32>), EngineError> {
-                Ok((ld.vector(&p(a), len)?, ld.vector(&p(b), len)?))
-            };
-            layers.push(Layer {
-                attn_norm: ld.vector(&p("attn_norm"), hidden)?,
-                qkv: fuse(vec![mat(&p("attn_q"), qd, hidden)?, mat(&p("attn_k"), kvd, hidden)?, mat(&p("attn_v"), kvd, hidden)?]),
-                wo: mat(&p("attn_output"), hidden, qd)?,
-                ffn_norm: ld.vector(&p("ffn_norm"), hidden)?,
-                gate_up: fuse(vec![mat(&p("ffn_gate"), cfg.ffn, hidden)?, mat(&p("ffn_up"), cfg.ffn, hidden)?]),
-                down: mat(&p("ffn_down"), hidden, cfg.ffn)?,
-                qk_norm: match cfg.variant.qk_norm {
-                    true => Some(pair("attn_q_norm", "attn_k_norm", cfg.head_dim)?),
-                    false => None,
-                },
-                post_norms: match cfg.variant.post_norms {
-                    true => Some(pair("post_attention_norm", "post_ffw_norm", hidden)?),
-                    false => None,
-                },
-            });
-        }
-        let output_norm = ld.vector("output_norm.weight", hidden)?;
-        let name = ld.meta().general_name().unwrap_or("unnamed").to_owned();
-        let mut m = Self::assemble(cfg, arch, name, embed, output, output_norm, layers, threads)?;
-        m.info.file_weight_bytes = Some(ld.read_bytes());
-        Ok(m)
-    }
-
-    /// Loads a Hugging Face Llama checkpoint directory (`LlamaForCausalLM` `config.json`,
-    /// safetensors weights, optionally ModelOpt NVFP4, e.g. from `sparrow quantize`).
-    ///
-    /// HF stores Q and K for `rotate_half` RoPE (pairs `(i, i + d/2)` of a head); their rows are
-    /// permuted here into the adjacent-pair layout the GGUF path uses, the inverse of
-    /// llama.cpp's `convert_hf_to_gguf.py` `permute`.
-    ///
-    /// # Errors
-    /// As [`Checkpoint::open`](crate::checkpoint::hf::Checkpoint::open), plus another architecture, RoPE
-    /// scaling, or tensors of the wrong shape.
-    pub fn load_hf(dir: &Path, threads: usize) -> Result<Self, EngineError> {
-        let ck = crate::checkpoint::hf::Checkpoint::open(dir)?;
-        let v = &ck.config;
-        let mt = v.get("model_type").and_then(|x| x.as_str()).unwrap_or("");
-        if mt != "llama" {
-            return Err(EngineError::model(format!("config.json model_type {mt:?}: the Llama loader reads llama")));
-        }
-        if v.get("rope_scaling").is_some_and(|x| !x.is_null()) {
-            return Err(EngineError::model("config.json: rope_scaling is not supported"));
-        }
-        let u = |k: &str| {
-            v.get(k)
-                .and_then(|x| x.as_u64())
-                .map(|x| x as usize)
-                .ok_or_else(|| EngineError::model(format!("config.json: {k} missing")))
-        };
-        let (hidden, heads) = (u("hidden_size")?, u("num_attention_heads")?);
-        let kv_heads = u("num_key_value_heads").unwrap_or(heads);
-        let head_dim =
-            v.get("head_dim").and_then(|x| x.as_u64()).map_or(hidden.checked_div(heads).unwrap_or(0), |x| x as usize);
-        let (layers, rope_base) =
-            (u("num_hidden_layers")?, v.get("rope_theta").and_then(|x| x.as_f64()).unwrap_or(10000.0) as f32);
-        let cfg = LlamaConfig {
-            layers,
-            hidden,
-            ffn: u("intermediate_size")?,
-            heads,
-            kv_heads,
-            head_dim,
-            rope_base,
-            rms_eps: v.get("rms_norm_eps").and_then(|x| x.as_f64()).unwrap_or(1e-5) as f32,
-            vocab: u("vocab_size")?,
-            context_length: u("max_position_embeddings")?,
-            variant: Variant::llama(layers, head_dim, rope_base),
-        };
-        cfg.check()?;
-        let kvd = kv_heads * head_dim;
-        let rope_perm = |n_heads: usize| -> Vec<usize> {
-            let half = head_dim / 2;
-            (0..n_heads * head_dim)
-                .map(|r| {
-                    let (h, i) = (r / head_dim, r % head_dim);
-                    h * head_dim + if i % 2 == 0 { i / 2 } else { half + i / 2 }
-                })
-                .collect()
-        };
-        let permuted = |w: Weight, n_heads: usize| {
-            w.permute_rows(&rope_perm(n_heads)).ok_or_else(|| EngineError::model("cannot permute a GGUF-repacked weight"))
-        };
-        let (es, ed) = ck.f32("model.embed_tokens.weight")?;
-        if es != [cfg.vocab, hidden] {
-            return Err(EngineError::model(format!("model.embed_tokens.weight: shape {es:?}, want [{}, {hidden}]", cfg.vocab)));
-        }
-        let embed = Weight::Dense { rows: cfg.vocab, cols: hidden, data: ed };
-        let tied = v.get("tie_word_embeddings").and_then(|x| x.as_bool()).unwrap_or(false) || !ck.has("lm_head.weight");
-        let output = if tied { None } else { Some(ck.linear("lm_head", cfg.vocab, hidden)?) };
-        let mut layers = Vec::with_capacity(cfg.layers);
-        for l in 0..cfg.layers {
-            let p = format!("model.layers.{l}");
-            layers.push(Layer {
-                attn_norm: ck.vector(&format!("{p}.input_layernorm.weight"), hidden)?,
-                qkv: fuse(vec![
-                    permuted(ck.linear(&format!("{p}.self_attn.q_proj"), hidden, hidden)?, heads)?,
-                    permuted(ck.linear(&format!("{p}.self_attn.k_proj"), kvd, hidden)?, kv_heads)?,
-                    ck.linear(&format!("{p}.self_attn.v_proj"), kvd, hidden)?,
-                ]),
-                wo: ck.linear(&format!("{p}.self_attn.o_proj"), hidden, hidden)?,
-                ffn_norm: ck.vector(&format!("{p}.post_attention_layernorm.weight"), hidden)?,
-                gate_up: fuse(vec![
-                    ck.linear(&format!("{p}.mlp.gate_proj"), cfg.ffn, hidden)?,
-                    ck.linear(&format!("{p}.mlp.up_proj"), cfg.ffn, hidden)?,
-                ]),
-                down: ck.linear(&format!("{p}.mlp.down_proj"), hidden, cfg.ffn)?,
-                qk_norm: None,
-                post_norms: None,
-            });
-        }
-        let output_norm = ck.vector("model.norm.weight", hidden)?;
-        let name = dir.file_name().map_or("llama".into(), |n| n.to_string_lossy().into_owned());
-        Self::assemble(cfg, "llama".into(), name, embed, output, output_norm, layers, threads)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn assemble(
-        cfg: LlamaConfig,
-        arch: String,
-        name: String,
-        embed: Weight,
-        output: Option<Weight>,
-        output_norm: Vec<f32>,
-        layers: Vec<Layer>,
-        threads: usize,
-    ) -> Result<Self, EngineError> {
-        let ff = cfg.variant.rope_freq_factors.as_deref();
-        let rope = RopeTable::llama_cpp_scaled(cfg.rope_base as f64, cfg.head_dim, cfg.context_length, ff);
-        let local = cfg.variant.windows.iter().any(Option::is_some) && cfg.variant.rope_local_base != cfg.rope_base;
-        let rope_local =
-            local.then(|| RopeTable::llama_cpp_scaled(cfg.variant.rope_local_base as f64, cfg.head_dim, cfg.context_length, ff));
-        let mut wbytes = weight_bytes(&embed) + output.as_ref().map_or(0, weight_bytes) + 4 * output_norm.len();
-        let vec_bytes = |v: &Option<(Vec<f32>, Vec<f32>)>| v.as_ref().map_or(0, |(a, b)| 4 * (a.len() + b.len()));
-        for l in &layers {
-            wbytes += weight_bytes(&l.qkv) + weight_bytes(&l.wo) + weight_bytes(&l.gate_up) + weight_bytes(&l.down);
-            wbytes += 4 * (l.attn_norm.len() + l.ffn_norm.len()) + vec_bytes(&l.qk_norm) + vec_bytes(&l.post_norms);
-        }
-        wbytes += cfg.variant.rope_freq_factors.as_ref().map_or(0, |f| 4 * f.len());
-        let info = ModelInfo {
-            architecture: arch,
-            name,
-            vocab_size: cfg.vocab,
-            context_length: cfg.context_length,
-            num_layers: cfg.layers,
-            hidden_size: cfg.hidden,
-            weight_bytes: wbytes,
-            file_weight_bytes: None,
-        };
-        let pool = ThreadPool::new(threads).map_err(|e| EngineError::model(format!("thread pool: {e}")))?;
-        Ok(LlamaModel {
-            cfg,
-            info,
-            embed,
-            output,
-            output_norm,
-            layers,
-            rope,
-            rope_local,
-            pool,
-            isa: Isa::detect(),
-            s: LayerBuffers::default(),
-            observer: None,
-            profile: false,
-            two_pass: false,
-            parts: PartTimes::default(),
-            kv_dtype: KvDtype::F16,
-        })
     }
 
     /// Sets (or clears) the calibration observer: while set, every forward reports the input of
