@@ -98,7 +98,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
         dir="$OUT/fleet_${w}_r$r"
         rm -rf "$dir"
         FLEET_DIR="$dir" WORKER_BASE_PORT=$((PORT + 1)) ROUTER_PORT="$PORT" \
-            "$ROOT/scripts/fleet.sh" "$N" "${SERVE[@]}" -- --policy "$POLICY" --log-level warn \
+            "$ROOT/scripts/ops/fleet.sh" "$N" "${SERVE[@]}" -- --policy "$POLICY" --log-level warn \
             >"$dir.out" 2>&1 &
         fpid=$!
         until grep -qs READY=1 "$dir/fleet.env"; do

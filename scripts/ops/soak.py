@@ -6,7 +6,7 @@ KV page or descriptor not returned once the load stops, on a failed request wher
 fail, or on a server that died.
 
     scripts/ops/soak.py                       # one hour, SmolLM2, results in soak-<UTC time>/
-    scripts/ops/soak.py --duration 150 --interval 5 --out /tmp/soak   # the CI variant's size
+    scripts/ops/soak.py --duration 60 --segment 30 --interval 2 --warmup 10 --out /tmp/soak   # the CI variant
     scripts/ops/soak.py -- --max-total-tokens 8192     # flags after `--` go to `sparrow serve`
                                                    # (default: --max-total-tokens 16384)
 

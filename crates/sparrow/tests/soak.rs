@@ -13,7 +13,7 @@ use serde_json::Value;
 #[test]
 fn soak_ci_variant_passes() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/soak.py");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/ops/soak.py");
     let o = Command::new("python3")
         .arg(&script)
         .args(["--duration", "60", "--segment", "30", "--interval", "2", "--warmup", "10"])

@@ -82,7 +82,7 @@ fn ports() -> (u16, u16, u16) {
 fn start_fleet(router_flags: &[&str]) -> Fleet {
     let dir = tempfile::tempdir().expect("tempdir");
     let (workers, router, prom) = ports();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/fleet.sh");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/ops/fleet.sh");
     let mut cmd = Command::new("bash");
     cmd.arg(script)
         .arg("2")
