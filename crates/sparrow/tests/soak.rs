@@ -17,11 +17,11 @@ fn soak_ci_variant_passes() {
     let o = Command::new("python3")
         .arg(&script)
         .args(["--duration", "60", "--segment", "30", "--interval", "2", "--warmup", "10"])
-        .args(["--capacity-prompts", "48", "--capacity-concurrency", "16"])
+        .args(["--capacity-prompts", "32", "--capacity-concurrency", "16"])
         .args(["--sparrow", env!("CARGO_BIN_EXE_sparrow"), "--out"])
         .arg(dir.path())
-        // A pool the 48-prompt capacity run fills (as the hour's 16k pool is filled by its own).
-        .args(["--", "--max-total-tokens", "6144"])
+        // A pool the 32-prompt capacity run fills (as the hour's 16k pool is filled by its own).
+        .args(["--", "--max-total-tokens", "4096"])
         .output()
         .expect("python3 runs the soak script");
     let shown = format!("{}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
