@@ -263,7 +263,6 @@ impl LlamaModel {
             s: LayerBuffers::default(),
             observer: None,
             profile: false,
-            two_pass: false,
             parts: PartTimes::default(),
             kv_dtype: KvDtype::F16,
         })

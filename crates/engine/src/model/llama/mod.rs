@@ -241,8 +241,6 @@ pub struct LlamaModel {
     observer: ObserverSlot,
     /// Whether forwards add their part times to `parts`.
     profile: bool,
-    /// Attention by the previous kernel (see [`LlamaModel::set_two_pass_attention`]).
-    two_pass: bool,
     parts: PartTimes,
     /// Element type of the KV cache (f16 unless [`Model::set_kv_dtype`] chose another).
     kv_dtype: KvDtype,
@@ -322,14 +320,6 @@ impl LlamaModel {
     pub fn set_profile(&mut self, on: bool) {
         self.profile = on;
         self.parts = PartTimes::default();
-    }
-
-    /// Runs attention with the two-pass kernel of earlier releases ([`kernels::attend_group`]:
-    /// each (token, KV group) task scores every key, then softmax, then values) instead of the
-    /// tiled online-softmax one: the `prefill_bench` example's "before" column. The two agree
-    /// to f32 rounding, not bit for bit.
-    pub fn set_two_pass_attention(&mut self, on: bool) {
-        self.two_pass = on;
     }
 
     /// Time spent per part since [`LlamaModel::set_profile`]`(true)`.
@@ -506,58 +496,43 @@ impl Model for LlamaModel {
                 macro_rules! attend {
                     ($kc:expr, $vc:expr) => {{
                         let (kc, vc) = ($kc, $vc);
-                let qkv = &s.qkv;
-                if self.two_pass {
-                    let row_seq = &s.row_seq;
-                    pool.par_row_chunks(&mut s.attn, ghd, |r0, rows| {
-                        let mut scores = Vec::new();
-                        for (task, o) in (r0..).zip(rows.chunks_mut(ghd)) {
-                            let (t, g) = (task / c.kv_heads, task % c.kv_heads);
-                            let p = batch.positions[t] as usize;
-                            let lo = window.map_or(0, |w| (p + 1).saturating_sub(w));
-                            let slots = &batch.kv_slots(row_seq[t] as usize)[lo..=p];
-                            let q = &qkv[t * qkv_w + g * ghd..t * qkv_w + (g + 1) * ghd];
-                            kernels::attend_group(isa, q, hd, kc, vc, kvd, g * hd, slots, scale, &mut scores, o);
-                        }
-                    });
-                } else {
-                    pool.par_ranges(&mut s.attn_t, &attn_ranges, |task, o| {
-                        let AttnTask { seq, g, i0, i1 } = attn_tasks[task];
-                        let ts = batch.seqs[seq].token_start as usize;
-                        let slots = batch.kv_slots(seq);
-                        let view = kernels::KvView { k: kc, v: vc, stride: kvd, off: g * hd, slots };
-                        let q = &qkv[(ts + i0) * qkv_w + g * ghd..];
-                        let pos = &batch.positions[ts + i0..ts + i1];
-                        let past_window = |w: usize| pos.iter().any(|&p| p as usize >= w);
-                        match window {
-                            // When some token's window starts past position 0, every token of
-                            // the block attends alone over a view that starts at its window, so
-                            // it reads its window only and its arithmetic does not depend on the
-                            // other tokens of the block.
-                            Some(w) if past_window(w) => {
-                                for (i, &p) in pos.iter().enumerate() {
-                                    let lo = (p as usize + 1).saturating_sub(w);
-                                    let view = kernels::KvView { slots: &slots[lo..], ..view };
-                                    let rel = [p - lo as u32];
-                                    let q = &q[i * qkv_w..];
-                                    let o = &mut o[i * ghd..(i + 1) * ghd];
-                                    FLASH.with_borrow_mut(|sc| kernels::flash_attend(isa, q, qkv_w, &rel, group, hd, &view, scale, sc, o));
+                        let qkv = &s.qkv;
+                        pool.par_ranges(&mut s.attn_t, &attn_ranges, |task, o| {
+                            let AttnTask { seq, g, i0, i1 } = attn_tasks[task];
+                            let ts = batch.seqs[seq].token_start as usize;
+                            let slots = batch.kv_slots(seq);
+                            let view = kernels::KvView { k: kc, v: vc, stride: kvd, off: g * hd, slots };
+                            let q = &qkv[(ts + i0) * qkv_w + g * ghd..];
+                            let pos = &batch.positions[ts + i0..ts + i1];
+                            let past_window = |w: usize| pos.iter().any(|&p| p as usize >= w);
+                            match window {
+                                // When some token's window starts past position 0, every token of
+                                // the block attends alone over a view that starts at its window, so
+                                // it reads its window only and its arithmetic does not depend on the
+                                // other tokens of the block.
+                                Some(w) if past_window(w) => {
+                                    for (i, &p) in pos.iter().enumerate() {
+                                        let lo = (p as usize + 1).saturating_sub(w);
+                                        let view = kernels::KvView { slots: &slots[lo..], ..view };
+                                        let rel = [p - lo as u32];
+                                        let q = &q[i * qkv_w..];
+                                        let o = &mut o[i * ghd..(i + 1) * ghd];
+                                        FLASH.with_borrow_mut(|sc| kernels::flash_attend(isa, q, qkv_w, &rel, group, hd, &view, scale, sc, o));
+                                    }
                                 }
+                                _ => FLASH.with_borrow_mut(|sc| kernels::flash_attend(isa, q, qkv_w, pos, group, hd, &view, scale, sc, o)),
                             }
-                            _ => FLASH.with_borrow_mut(|sc| kernels::flash_attend(isa, q, qkv_w, pos, group, hd, &view, scale, sc, o)),
-                        }
-                    });
-                    // Back to token rows: token t's group g from its sequence's `[g][i]` layout.
-                    let (at, row_seq) = (&s.attn_t, &s.row_seq);
-                    pool.par_rows(&mut s.attn, qd, |t, row| {
-                        let sq = &batch.seqs[row_seq[t] as usize];
-                        let (ts, len) = (sq.token_start as usize, sq.extend_len as usize);
-                        for g in 0..c.kv_heads {
-                            let src = ts * qd + (g * len + t - ts) * ghd;
-                            row[g * ghd..(g + 1) * ghd].copy_from_slice(&at[src..src + ghd]);
-                        }
-                    });
-                }
+                        });
+                        // Back to token rows: token t's group g from its sequence's `[g][i]` layout.
+                        let (at, row_seq) = (&s.attn_t, &s.row_seq);
+                        pool.par_rows(&mut s.attn, qd, |t, row| {
+                            let sq = &batch.seqs[row_seq[t] as usize];
+                            let (ts, len) = (sq.token_start as usize, sq.extend_len as usize);
+                            for g in 0..c.kv_heads {
+                                let src = ts * qd + (g * len + t - ts) * ghd;
+                                row[g * ghd..(g + 1) * ghd].copy_from_slice(&at[src..src + ghd]);
+                            }
+                        });
                     }};
                 }
                 match kv_dtype {
