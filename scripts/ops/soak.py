@@ -6,7 +6,9 @@ KV page or descriptor not returned once the load stops, on a failed request wher
 fail, or on a server that died.
 
     scripts/ops/soak.py                       # one hour, SmolLM2, results in soak-<UTC time>/
-    scripts/ops/soak.py --duration 60 --segment 30 --interval 2 --warmup 10 --out /tmp/soak   # the CI variant
+    scripts/ops/soak.py --duration 60 --segment 30 --interval 2 --warmup 10 --capacity-prompts 32 \
+        --capacity-concurrency 16 --out /tmp/soak -- --max-total-tokens 4096 --disable-autotune
+                                                   # the CI variant (crates/sparrow/tests/soak.rs)
     scripts/ops/soak.py -- --max-total-tokens 8192     # flags after `--` go to `sparrow serve`
                                                    # (default: --max-total-tokens 16384)
 

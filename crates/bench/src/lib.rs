@@ -4,7 +4,7 @@
 //! - [`args`]: SGLang's flags, validated into a [`args::BenchConfig`].
 //! - [`dataset`]: prompt sets (ShareGPT, random, random-ids, generated-shared-prefix, custom,
 //!   openai, mooncake).
-//! - [`schedule`]: arrival times (Poisson / gamma burstiness) on absolute offsets.
+//! - [`arrivals`]: arrival times (Poisson / gamma burstiness) on absolute offsets.
 //! - [`client`]: one request per backend dialect, streamed chunk by chunk, failures classified.
 //! - [`record`]: what was observed of one request; [`metrics`]: the math over records;
 //!   [`report`]: SGLang's printed block and JSONL line.
@@ -14,7 +14,7 @@
 //!
 //! ```text
 //! flags -> args (BenchConfig) -> run: ready check, warmup -> dataset (prompts) -> client bodies
-//!       -> schedule (arrivals) -> one task per request: client (send, read SSE) -> record
+//!       -> arrivals -> one task per request: client (send, read SSE) -> record
 //!       -> collector (details file) -> metrics -> report (block, JSONL line)
 //! ```
 

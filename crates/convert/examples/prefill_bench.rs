@@ -1,6 +1,6 @@
 //! Long-prompt prefill split into the model's parts (GEMMs, attention, the DSA indexer, the
-//! rest) for prompts of N tokens: the tiled online-softmax attention and, in the same run, the
-//! two-pass attention kernel it replaced (Llama only).
+//! rest) for prompts of N tokens (the attention kernels alone: the `attnbench` example of
+//! `sparrow-cpu`).
 //!
 //! ```text
 //! cargo run --release -p sparrow-convert --example prefill_bench -- llama MODEL.gguf [N ...]
@@ -11,8 +11,8 @@
 //! 8192. `glm5`: the synthetic glm5-tiny checkpoint (NVFP4, MLA + DSA, MoE) with sparse and
 //! dense attention; N defaults to 1024 2048 4096. One sequence is prefilled in chunks of
 //! `CHUNK` tokens (default 512, the server's `--chunked-prefill-size`; `CHUNK=-1` for one
-//! chunk); each row is the best of `ROUNDS` runs (default 1); `KERNEL=tiled` (or `two-pass`)
-//! runs one Llama attention kernel only, `KERNEL=sparse` skips glm5's dense run. Prints a markdown table.
+//! chunk); each row is the best of `ROUNDS` runs (default 1); `KERNEL=sparse` skips glm5's dense
+//! run. Prints a markdown table.
 
 use std::time::Instant;
 

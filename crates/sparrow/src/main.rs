@@ -1,6 +1,6 @@
 //! The `sparrow` binary: `sparrow serve` (the inference server), `sparrow bench` (the
 //! benchmark client), `sparrow sweep` (bench steps against servers it may launch),
-//! `gen-model` / `quantize` / `perplexity` / `export-tokenizer` (`tools`, over `sparrow-convert`),
+//! `gen-model` / `quantize` / `perplexity` / `export-tokenizer` (`offline`, over `sparrow-convert`),
 //! and a hidden `sparrow mock-server` for trying the client without a model.
 
 mod roofline;

@@ -2,7 +2,7 @@
 //! (`client::build_body`, serialized as `run` sends it) and every answer the mock server
 //! gives, pinned in `fixtures/wire/`. They pin key order, absent against `null` fields and
 //! number formatting, which the parsing tests cannot see. `UPDATE_SNAPSHOTS=1 cargo test -p
-//! sparrow-bench --test wire_bytes` rewrites the files from what the code produces.
+//! sparrow-bench --test it wire_bytes` rewrites the files from what the code produces.
 
 use std::path::PathBuf;
 

@@ -5,7 +5,7 @@
 //! formatting, frame boundaries. Volatile values are scrubbed from the text before comparing
 //! (response ids keep their prefix and suffix, `created` and local paths become placeholders);
 //! everything else is compared byte for byte. `UPDATE_SNAPSHOTS=1 cargo test -p sparrow-server
-//! --test snapshots` rewrites the files from what the server sends.
+//! --test it snapshots` rewrites the files from what the server sends.
 //!
 //! Each server answers one request at a time so that outputs, batches and cache hits are
 //! deterministic. Streams of `n > 1` choices interleave their frames in whatever order the
