@@ -10,15 +10,6 @@ use super::*;
 use crate::checkpoint::gguf::GgufFile;
 use crate::model::common::RopeTable;
 
-/// Stacks the rows of `parts` into one matrix (fused QKV, gate/up).
-fn fuse(parts: Vec<Weight>) -> Weight {
-    Weight::stack(parts)
-}
-
-fn weight_bytes(w: &Weight) -> usize {
-    w.bytes()
-}
-
 /// `general.architecture = llama`: `llama.*` keys as llama.cpp reads them.
 fn llama_gguf_config(ld: &crate::checkpoint::gguf::Gguf<'_>) -> Result<LlamaConfig, EngineError> {
     let arch = "llama";
@@ -101,10 +92,10 @@ impl LlamaModel {
             };
             layers.push(Layer {
                 attn_norm: ld.vector(&p("attn_norm"), hidden)?,
-                qkv: fuse(vec![mat(&p("attn_q"), qd, hidden)?, mat(&p("attn_k"), kvd, hidden)?, mat(&p("attn_v"), kvd, hidden)?]),
+                qkv: Weight::stack(vec![mat(&p("attn_q"), qd, hidden)?, mat(&p("attn_k"), kvd, hidden)?, mat(&p("attn_v"), kvd, hidden)?]),
                 wo: mat(&p("attn_output"), hidden, qd)?,
                 ffn_norm: ld.vector(&p("ffn_norm"), hidden)?,
-                gate_up: fuse(vec![mat(&p("ffn_gate"), cfg.ffn, hidden)?, mat(&p("ffn_up"), cfg.ffn, hidden)?]),
+                gate_up: Weight::stack(vec![mat(&p("ffn_gate"), cfg.ffn, hidden)?, mat(&p("ffn_up"), cfg.ffn, hidden)?]),
                 down: mat(&p("ffn_down"), hidden, cfg.ffn)?,
                 qk_norm: match cfg.variant.qk_norm {
                     true => Some(pair("attn_q_norm", "attn_k_norm", cfg.head_dim)?),
@@ -194,14 +185,14 @@ impl LlamaModel {
             let p = format!("model.layers.{l}");
             layers.push(Layer {
                 attn_norm: ck.vector(&format!("{p}.input_layernorm.weight"), hidden)?,
-                qkv: fuse(vec![
+                qkv: Weight::stack(vec![
                     permuted(ck.linear(&format!("{p}.self_attn.q_proj"), hidden, hidden)?, heads)?,
                     permuted(ck.linear(&format!("{p}.self_attn.k_proj"), kvd, hidden)?, kv_heads)?,
                     ck.linear(&format!("{p}.self_attn.v_proj"), kvd, hidden)?,
                 ]),
                 wo: ck.linear(&format!("{p}.self_attn.o_proj"), hidden, hidden)?,
                 ffn_norm: ck.vector(&format!("{p}.post_attention_layernorm.weight"), hidden)?,
-                gate_up: fuse(vec![
+                gate_up: Weight::stack(vec![
                     ck.linear(&format!("{p}.mlp.gate_proj"), cfg.ffn, hidden)?,
                     ck.linear(&format!("{p}.mlp.up_proj"), cfg.ffn, hidden)?,
                 ]),
@@ -231,10 +222,10 @@ impl LlamaModel {
         let local = cfg.variant.windows.iter().any(Option::is_some) && cfg.variant.rope_local_base != cfg.rope_base;
         let rope_local =
             local.then(|| RopeTable::llama_cpp_scaled(cfg.variant.rope_local_base as f64, cfg.head_dim, cfg.context_length, ff));
-        let mut wbytes = weight_bytes(&embed) + output.as_ref().map_or(0, weight_bytes) + 4 * output_norm.len();
+        let mut wbytes = embed.bytes() + output.as_ref().map_or(0, Weight::bytes) + 4 * output_norm.len();
         let vec_bytes = |v: &Option<(Vec<f32>, Vec<f32>)>| v.as_ref().map_or(0, |(a, b)| 4 * (a.len() + b.len()));
         for l in &layers {
-            wbytes += weight_bytes(&l.qkv) + weight_bytes(&l.wo) + weight_bytes(&l.gate_up) + weight_bytes(&l.down);
+            wbytes += l.qkv.bytes() + l.wo.bytes() + l.gate_up.bytes() + l.down.bytes();
             wbytes += 4 * (l.attn_norm.len() + l.ffn_norm.len()) + vec_bytes(&l.qk_norm) + vec_bytes(&l.post_norms);
         }
         wbytes += cfg.variant.rope_freq_factors.as_ref().map_or(0, |f| 4 * f.len());
