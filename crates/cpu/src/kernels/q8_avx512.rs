@@ -400,14 +400,46 @@ unsafe fn rows<const T: u8>(w: &QMatrix, g0: usize, g1: usize, x: &QActs, out: *
         return;
     }
     let tb = (18432 / w.cols).max(NT) / NT * NT;
-    for (units, toks) in super::chunk_blocks(g0, g1, super::l2_groups(w), x.rows, tb) {
+    if x.rows > tb {
+        chunks::<T, NG, NT, true>(w, g0, g1, x, out, ldo, tb);
+    } else {
+        chunks::<T, NG, NT, false>(w, g0, g1, x, out, ldo, tb);
+    }
+}
+
+/// The batched loop of [`rows`]: L2 chunks of groups, blocks of `tb` tokens, `NT`-token tiles;
+/// with `PF` the next chunk is prefetched into L2 as this one runs ([`super::NextChunk`]). Two
+/// instances, so the loop without it compiles as before (one loop with a runtime switch
+/// measured 25 % slower at 8 tokens on Zen 4).
+#[inline(always)]
+unsafe fn chunks<const T: u8, const NG: usize, const NT: usize, const PF: bool>(
+    w: &QMatrix,
+    g0: usize,
+    g1: usize,
+    x: &QActs,
+    out: *mut f32,
+    ldo: usize,
+    tb: usize,
+) {
+    let chunk = super::l2_groups(w);
+    let mut ahead = super::NextChunk::new(w, g1, chunk, x.rows, tb, NT, NG, 1);
+    for (units, toks) in super::chunk_blocks(g0, g1, chunk, x.rows, tb) {
+        if PF && toks.start == 0 {
+            ahead.start(units.clone());
+        }
         for g in units.step_by(NG) {
             let mut t = toks.start;
             while t + NT <= toks.end {
+                if PF {
+                    ahead.step();
+                }
                 tile::<T, NG, NT>(w, g, x, t, out, ldo);
                 t += NT;
             }
             if t < toks.end {
+                if PF {
+                    ahead.step();
+                }
                 tile_n::<T, NG>(w, g, x, t, toks.end - t, out, ldo);
             }
         }

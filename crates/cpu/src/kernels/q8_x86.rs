@@ -527,13 +527,43 @@ unsafe fn rows_generic<const T: u8, const M: u8, const NG: usize, const NT: usiz
     let tb = (18432 / w.cols).max(NT) / NT * NT;
     // Units here are 8-row halves: an L2 chunk of 16-row groups is twice as many units, kept
     // a multiple of NG.
+    if x.rows > tb {
+        chunks::<T, M, NG, NT, true>(w, g0, g1, x, out, ldo, tb);
+    } else {
+        chunks::<T, M, NG, NT, false>(w, g0, g1, x, out, ldo, tb);
+    }
+}
+
+/// The batched loop of [`rows_generic`]; with `PF` the next L2 chunk is prefetched as this one
+/// runs ([`super::NextChunk`]). Two instances, so the loop without it compiles as before (one
+/// loop with a runtime switch measured 25 % slower at 8 tokens on Zen 4).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn chunks<const T: u8, const M: u8, const NG: usize, const NT: usize, const PF: bool>(
+    w: &QMatrix,
+    g0: usize,
+    g1: usize,
+    x: &QActs,
+    out: *mut f32,
+    ldo: usize,
+    tb: usize,
+) {
+    // Units here are 8-row halves: an L2 chunk of 16-row groups is twice as many units, kept
+    // a multiple of NG.
     let chunk = (2 * super::l2_groups(w)).next_multiple_of(NG);
+    let mut ahead = super::NextChunk::new(w, g1, chunk, x.rows, tb, NT, NG, 2);
     for (units, toks) in super::chunk_blocks(g0, g1, chunk, x.rows, tb) {
-        g = units.start;
+        if PF && toks.start == 0 {
+            ahead.start(units.clone());
+        }
+        let mut g = units.start;
         while g < units.end {
             let ng = if g + NG <= units.end { NG } else { 1 };
             let mut t = toks.start;
             while t + NT <= toks.end {
+                if PF {
+                    ahead.step();
+                }
                 if ng == NG {
                     tile::<T, M, NG, NT>(w, g, x, t, out, ldo);
                 } else {
@@ -542,6 +572,9 @@ unsafe fn rows_generic<const T: u8, const M: u8, const NG: usize, const NT: usiz
                 t += NT;
             }
             if t < toks.end {
+                if PF {
+                    ahead.step();
+                }
                 if ng == NG {
                     tile_n::<T, M, NG>(w, g, x, t, toks.end - t, out, ldo);
                 } else {
