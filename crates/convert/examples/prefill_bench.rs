@@ -28,33 +28,9 @@ fn env_num(key: &str, default: i64) -> i64 {
     std::env::var(key).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
-/// A model whose forwards can be timed by part.
-trait Profiled: Model {
-    fn profile(&mut self, on: bool);
-    fn parts(&self) -> PartTimes;
-}
-
-impl Profiled for LlamaModel {
-    fn profile(&mut self, on: bool) {
-        self.set_profile(on);
-    }
-    fn parts(&self) -> PartTimes {
-        self.part_times()
-    }
-}
-
-impl Profiled for Glm5Model {
-    fn profile(&mut self, on: bool) {
-        self.set_profile(on);
-    }
-    fn parts(&self) -> PartTimes {
-        self.part_times()
-    }
-}
-
 /// Prefills `n` pseudo-random ids over one sequence in chunks; the part times of the best
 /// round, and its last logits.
-fn prefill<M: Profiled>(m: &mut M, n: usize, vocab: usize) -> (PartTimes, Vec<f32>) {
+fn prefill<M: Model>(m: &mut M, n: usize, vocab: usize) -> (PartTimes, Vec<f32>) {
     let chunk = match env_num("CHUNK", 512) {
         c if c <= 0 => n,
         c => c as usize,
@@ -63,7 +39,7 @@ fn prefill<M: Profiled>(m: &mut M, n: usize, vocab: usize) -> (PartTimes, Vec<f3
     let mut best: Option<(PartTimes, Vec<f32>)> = None;
     for _ in 0..env_num("ROUNDS", 1).max(1) {
         let mut kv = KvStore::new(m.attention_needs().kv_layout, n + 1);
-        m.profile(true);
+        m.set_profile(true);
         let t0 = Instant::now();
         let mut done = 0;
         let mut logits = Vec::new();
@@ -73,8 +49,8 @@ fn prefill<M: Profiled>(m: &mut M, n: usize, vocab: usize) -> (PartTimes, Vec<f3
             done = end;
         }
         let wall = t0.elapsed().as_secs_f64();
-        let mut pt = m.parts();
-        m.profile(false);
+        let mut pt = m.part_times();
+        m.set_profile(false);
         pt.total = wall;
         if best.as_ref().is_none_or(|b| wall < b.0.total) {
             best = Some((pt, logits));

@@ -115,3 +115,16 @@ fn add_xtx(pool: &ThreadPool, isa: Isa, x: &[f32], tokens: usize, k: usize, h: &
 pub fn run_texts(model: &mut dyn Model, texts: &[Vec<u32>]) -> Result<(), EngineError> {
     crate::perplexity::forward_each(model, texts, false, |_, _| ())
 }
+
+/// Runs `model` over `texts` with an [`InputStats`] observer set (collecting GPTQ Hessians when
+/// `hessians`) and returns what it saw: any model that reports its linear inputs
+/// ([`Model::set_observer`]) calibrates the same way.
+///
+/// # Errors
+/// What a forward returns.
+pub fn calibrate(model: &mut dyn Model, texts: &[Vec<u32>], hessians: bool) -> Result<Calibration, EngineError> {
+    model.set_observer(Some(Box::new(InputStats::new(hessians))));
+    let run = run_texts(model, texts);
+    let stats = take_stats(model.take_observer());
+    run.map(|()| stats)
+}

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
-use sparrow_convert::calibration::{run_texts, take_stats, Calibration, InputStats};
+use sparrow_convert::calibration::{calibrate as observe, Calibration};
 use sparrow_convert::quantize::{self as convert, QuantStyle, Tensor};
 use sparrow_engine::checkpoint::hf::Checkpoint;
 use sparrow_cpu::format::nvfp4::ScaleRule;
@@ -150,9 +150,7 @@ fn calibrate_glm5(dir: &Path, texts: &[Vec<u32>]) -> anyhow::Result<std::collect
     use sparrow_engine::model::glm5::{Glm5Model, Glm5Options};
     let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let mut m = Glm5Model::load(dir, threads, Glm5Options::default())?;
-    m.set_observer(Some(Box::new(InputStats::new(false))));
-    run_texts(&mut m, texts)?;
-    Ok(take_stats(m.take_observer()).input_amax)
+    Ok(observe(&mut m, texts, false)?.input_amax)
 }
 
 /// Runs the input model over calibration replies: Llama (GGUF or HF) gives input amax and, for
@@ -180,14 +178,13 @@ fn calibrate(a: &QuantizeArgs, model_type: &str) -> anyhow::Result<Calibration> 
     } else {
         LlamaModel::load(&a.model_path, threads)?
     };
-    model.set_observer(Some(Box::new(InputStats::new(a.method == Method::Gptq))));
-    run_texts(&mut model, &texts)?;
+    let stats = observe(&mut model, &texts, a.method == Method::Gptq)?;
     eprintln!(
         "calibration: {} ShareGPT replies, {tokens} tokens ({})",
         texts.len(),
         if a.method == Method::Gptq { "GPTQ Hessians and input scales" } else { "input scales" }
     );
-    Ok(take_stats(model.take_observer()))
+    Ok(stats)
 }
 
 /// `--block-scale` values.

@@ -9,6 +9,7 @@ pub mod autotune;
 pub mod batch_cap;
 pub mod gemma3;
 pub mod glm5;
+pub mod linear;
 pub mod llama;
 pub mod load;
 pub mod observer;
@@ -191,6 +192,25 @@ pub trait Model: Send {
     /// # Errors
     /// Only for conditions the model cannot recover from (the engine fails the batch's requests).
     fn forward(&mut self, batch: &ForwardBatch, kv: &mut KvStore) -> Result<Vec<f32>, EngineError>;
+    /// Sets (or clears) the calibration observer: while set, every forward reports the input of
+    /// each linear layer under its HF module name (see [`observer::Observer`]). The default,
+    /// for models without linear layers (the scheduler's test doubles), keeps none.
+    fn set_observer(&mut self, observer: observer::ObserverSlot) {
+        drop(observer);
+    }
+    /// Removes the observer and returns it (`None` when none was kept).
+    fn take_observer(&mut self) -> observer::ObserverSlot {
+        None
+    }
+    /// Switches per-part timing of the forward passes on or off (off by default); switching it
+    /// on clears the totals. The default (test doubles) times nothing.
+    fn set_profile(&mut self, on: bool) {
+        let _ = on;
+    }
+    /// Time spent per part since [`Model::set_profile`]`(true)` (all zero by default).
+    fn part_times(&self) -> PartTimes {
+        PartTimes::default()
+    }
 }
 
 #[cfg(test)]

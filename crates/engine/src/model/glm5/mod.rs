@@ -44,7 +44,7 @@ use super::common::{OutputHead, RopeLayout, RopeTable, Scratch};
 use super::{AttentionNeeds, Model, ModelInfo, PartTimes};
 use crate::batch::ForwardBatch;
 use crate::kv::{KvComponent, KvDtype, KvLayout, KvStore};
-use crate::model::observer::{Observer, ObserverSlot};
+use crate::model::observer::ObserverSlot;
 use crate::EngineError;
 
 /// ε of `q_a_layernorm`, `kv_a_layernorm` and the indexer's `k_norm` (HF builds them without
@@ -243,30 +243,6 @@ impl Glm5Model {
         self.opts = opts;
     }
 
-    /// Sets (or clears) the calibration observer: while set, every forward reports the input of
-    /// each linear layer under its HF module name (see [`Observer`]).
-    pub fn set_observer(&mut self, observer: Option<Box<dyn Observer>>) {
-        self.observer = observer;
-    }
-
-    /// Removes the observer and returns it.
-    pub fn take_observer(&mut self) -> Option<Box<dyn Observer>> {
-        self.observer.take()
-    }
-
-    /// Switches per-part timing of the forward passes on or off (off by default); switching it
-    /// on clears the totals.
-    pub fn set_profile(&mut self, on: bool) {
-        self.profile = on;
-        self.parts = PartTimes::default();
-    }
-
-    /// Time spent per part since [`Glm5Model::set_profile`]`(true)`: `gemm` counts the
-    /// projections (with their norms and RoPE), `o_proj` and the MLP/MoE (with routing).
-    pub fn part_times(&self) -> PartTimes {
-        self.parts
-    }
-
     /// Attention work counters since load.
     pub fn attn_stats(&self) -> AttnStats {
         self.stats
@@ -289,6 +265,25 @@ impl Glm5Model {
 impl Model for Glm5Model {
     fn info(&self) -> &ModelInfo {
         &self.info
+    }
+
+    fn set_observer(&mut self, observer: ObserverSlot) {
+        self.observer = observer;
+    }
+
+    fn take_observer(&mut self) -> ObserverSlot {
+        self.observer.take()
+    }
+
+    fn set_profile(&mut self, on: bool) {
+        self.profile = on;
+        self.parts = PartTimes::default();
+    }
+
+    /// `gemm` counts the projections (with their norms and RoPE), `o_proj` and the MLP/MoE
+    /// (with routing).
+    fn part_times(&self) -> PartTimes {
+        self.parts
     }
 
     fn attention_needs(&self) -> AttentionNeeds {

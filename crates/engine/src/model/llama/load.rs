@@ -10,6 +10,18 @@ use super::*;
 use crate::checkpoint::gguf::GgufFile;
 use crate::model::common::RopeTable;
 
+/// The HF module names (the calibration observer's keys) of each fused projection's parts, in
+/// stack order.
+const QKV: [&str; 3] = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"];
+const O: [&str; 1] = ["self_attn.o_proj"];
+const GATE_UP: [&str; 2] = ["mlp.gate_proj", "mlp.up_proj"];
+const DOWN: [&str; 1] = ["mlp.down_proj"];
+
+/// `model.layers.{l}.{part}` for each part.
+fn hf_modules(l: usize, parts: &[&str]) -> Vec<String> {
+    parts.iter().map(|n| format!("model.layers.{l}.{n}")).collect()
+}
+
 /// `general.architecture = llama`: `llama.*` keys as llama.cpp reads them.
 fn llama_gguf_config(ld: &crate::checkpoint::gguf::Gguf<'_>) -> Result<LlamaConfig, EngineError> {
     let arch = "llama";
@@ -92,11 +104,17 @@ impl LlamaModel {
             };
             layers.push(Layer {
                 attn_norm: ld.vector(&p("attn_norm"), hidden)?,
-                qkv: Weight::stack(vec![mat(&p("attn_q"), qd, hidden)?, mat(&p("attn_k"), kvd, hidden)?, mat(&p("attn_v"), kvd, hidden)?]),
-                wo: mat(&p("attn_output"), hidden, qd)?,
+                qkv: Linear::new(
+                    Weight::stack(vec![mat(&p("attn_q"), qd, hidden)?, mat(&p("attn_k"), kvd, hidden)?, mat(&p("attn_v"), kvd, hidden)?]),
+                    hf_modules(l, &QKV),
+                ),
+                wo: Linear::new(mat(&p("attn_output"), hidden, qd)?, hf_modules(l, &O)),
                 ffn_norm: ld.vector(&p("ffn_norm"), hidden)?,
-                gate_up: Weight::stack(vec![mat(&p("ffn_gate"), cfg.ffn, hidden)?, mat(&p("ffn_up"), cfg.ffn, hidden)?]),
-                down: mat(&p("ffn_down"), hidden, cfg.ffn)?,
+                gate_up: Linear::new(
+                    Weight::stack(vec![mat(&p("ffn_gate"), cfg.ffn, hidden)?, mat(&p("ffn_up"), cfg.ffn, hidden)?]),
+                    hf_modules(l, &GATE_UP),
+                ),
+                down: Linear::new(mat(&p("ffn_down"), hidden, cfg.ffn)?, hf_modules(l, &DOWN)),
                 qk_norm: match cfg.variant.qk_norm {
                     true => Some(pair("attn_q_norm", "attn_k_norm", cfg.head_dim)?),
                     false => None,
@@ -185,18 +203,24 @@ impl LlamaModel {
             let p = format!("model.layers.{l}");
             layers.push(Layer {
                 attn_norm: ck.vector(&format!("{p}.input_layernorm.weight"), hidden)?,
-                qkv: Weight::stack(vec![
-                    permuted(ck.linear(&format!("{p}.self_attn.q_proj"), hidden, hidden)?, heads)?,
-                    permuted(ck.linear(&format!("{p}.self_attn.k_proj"), kvd, hidden)?, kv_heads)?,
-                    ck.linear(&format!("{p}.self_attn.v_proj"), kvd, hidden)?,
-                ]),
-                wo: ck.linear(&format!("{p}.self_attn.o_proj"), hidden, hidden)?,
+                qkv: Linear::new(
+                    Weight::stack(vec![
+                        permuted(ck.linear(&format!("{p}.self_attn.q_proj"), hidden, hidden)?, heads)?,
+                        permuted(ck.linear(&format!("{p}.self_attn.k_proj"), kvd, hidden)?, kv_heads)?,
+                        ck.linear(&format!("{p}.self_attn.v_proj"), kvd, hidden)?,
+                    ]),
+                    hf_modules(l, &QKV),
+                ),
+                wo: Linear::new(ck.linear(&format!("{p}.self_attn.o_proj"), hidden, hidden)?, hf_modules(l, &O)),
                 ffn_norm: ck.vector(&format!("{p}.post_attention_layernorm.weight"), hidden)?,
-                gate_up: Weight::stack(vec![
-                    ck.linear(&format!("{p}.mlp.gate_proj"), cfg.ffn, hidden)?,
-                    ck.linear(&format!("{p}.mlp.up_proj"), cfg.ffn, hidden)?,
-                ]),
-                down: ck.linear(&format!("{p}.mlp.down_proj"), hidden, cfg.ffn)?,
+                gate_up: Linear::new(
+                    Weight::stack(vec![
+                        ck.linear(&format!("{p}.mlp.gate_proj"), cfg.ffn, hidden)?,
+                        ck.linear(&format!("{p}.mlp.up_proj"), cfg.ffn, hidden)?,
+                    ]),
+                    hf_modules(l, &GATE_UP),
+                ),
+                down: Linear::new(ck.linear(&format!("{p}.mlp.down_proj"), hidden, cfg.ffn)?, hf_modules(l, &DOWN)),
                 qk_norm: None,
                 post_norms: None,
             });
@@ -225,7 +249,7 @@ impl LlamaModel {
         let mut wbytes = embed.bytes() + output.as_ref().map_or(0, Weight::bytes) + 4 * output_norm.len();
         let vec_bytes = |v: &Option<(Vec<f32>, Vec<f32>)>| v.as_ref().map_or(0, |(a, b)| 4 * (a.len() + b.len()));
         for l in &layers {
-            wbytes += l.qkv.bytes() + l.wo.bytes() + l.gate_up.bytes() + l.down.bytes();
+            wbytes += [&l.qkv, &l.wo, &l.gate_up, &l.down].iter().map(|x| x.weight.bytes()).sum::<usize>();
             wbytes += 4 * (l.attn_norm.len() + l.ffn_norm.len()) + vec_bytes(&l.qk_norm) + vec_bytes(&l.post_norms);
         }
         wbytes += cfg.variant.rope_freq_factors.as_ref().map_or(0, |f| 4 * f.len());

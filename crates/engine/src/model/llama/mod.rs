@@ -26,7 +26,8 @@ use sparrow_cpu::ThreadPool;
 use sparrow_cpu::format::ggml::QActs;
 use sparrow_cpu::half::Fp8;
 use sparrow_cpu::Weight;
-use crate::model::observer::{Observer, ObserverSlot};
+use crate::model::linear::{Fwd, Linear};
+use crate::model::observer::ObserverSlot;
 use crate::EngineError;
 
 mod load;
@@ -142,11 +143,13 @@ impl LlamaConfig {
 
 pub(crate) struct Layer {
     pub(crate) attn_norm: Vec<f32>,
-    pub(crate) qkv: Weight,
-    pub(crate) wo: Weight,
+    /// Q, K and V stacked (`[q_dim + 2·kv_dim × hidden]`).
+    pub(crate) qkv: Linear,
+    pub(crate) wo: Linear,
     pub(crate) ffn_norm: Vec<f32>,
-    pub(crate) gate_up: Weight,
-    pub(crate) down: Weight,
+    /// Gate and up stacked (`[2·ffn × hidden]`).
+    pub(crate) gate_up: Linear,
+    pub(crate) down: Linear,
     /// Per-head Q and K norms (`head_dim` each), with [`Variant::qk_norm`].
     pub(crate) qk_norm: Option<(Vec<f32>, Vec<f32>)>,
     /// Norms of the attention and MLP outputs, with [`Variant::post_norms`].
@@ -277,7 +280,7 @@ impl LlamaModel {
         let mut v = Vec::new();
         for (i, l) in self.layers.iter().enumerate() {
             for (n, w) in [("qkv", &l.qkv), ("wo", &l.wo), ("gate_up", &l.gate_up), ("down", &l.down)] {
-                v.push((format!("blk.{i}.{n}"), w));
+                v.push((format!("blk.{i}.{n}"), &w.weight));
             }
         }
         v.push(("lm_head".into(), self.output.as_ref().unwrap_or(&self.embed)));
@@ -287,17 +290,6 @@ impl LlamaModel {
     /// The model's compute pool and instruction set.
     pub fn pool_isa(&self) -> (&ThreadPool, Isa) {
         (&self.pool, self.isa)
-    }
-
-    /// Sets (or clears) the calibration observer: while set, every forward reports the input of
-    /// each linear layer under its HF module name (see [`Observer`]).
-    pub fn set_observer(&mut self, observer: Option<Box<dyn Observer>>) {
-        self.observer = observer;
-    }
-
-    /// Removes the observer and returns it.
-    pub fn take_observer(&mut self) -> Option<Box<dyn Observer>> {
-        self.observer.take()
     }
 
     /// The hyper-parameters.
@@ -315,22 +307,28 @@ impl LlamaModel {
         self.isa = isa;
     }
 
-    /// Switches per-part timing of the forward passes on or off (off by default); switching it
-    /// on clears the totals.
-    pub fn set_profile(&mut self, on: bool) {
-        self.profile = on;
-        self.parts = PartTimes::default();
-    }
-
-    /// Time spent per part since [`LlamaModel::set_profile`]`(true)`.
-    pub fn part_times(&self) -> PartTimes {
-        self.parts
-    }
 }
 
 impl Model for LlamaModel {
     fn info(&self) -> &ModelInfo {
         &self.info
+    }
+
+    fn set_observer(&mut self, observer: ObserverSlot) {
+        self.observer = observer;
+    }
+
+    fn take_observer(&mut self) -> ObserverSlot {
+        self.observer.take()
+    }
+
+    fn set_profile(&mut self, on: bool) {
+        self.profile = on;
+        self.parts = PartTimes::default();
+    }
+
+    fn part_times(&self) -> PartTimes {
+        self.parts
     }
 
     fn attention_needs(&self) -> AttentionNeeds {
@@ -366,6 +364,7 @@ impl Model for LlamaModel {
         }
         let clock = self.profile.then(std::time::Instant::now);
         let mut pt = PartTimes::default();
+        let mut cx = Fwd { pool: &self.pool, isa: self.isa, observer: &mut self.observer, parts: self.profile.then_some(&mut pt) };
         let kv_dtype = kv.layout().dtype;
         if kv_dtype != self.kv_dtype {
             return Err(EngineError::model(format!(
@@ -373,27 +372,6 @@ impl Model for LlamaModel {
                 kv_dtype.name(),
                 self.kv_dtype.name()
             )));
-        }
-        // Runs `$e`, adding its wall time to the part `$field` while profiling.
-        // Runs the matmul `$e` over weight `$w`, adding its time to `gemm` and its forms.
-        macro_rules! mm {
-            ($w:expr, $e:expr) => {{
-                let t0 = clock.map(|_| std::time::Instant::now());
-                $e;
-                if let Some(t0) = t0 {
-                    pt.add_gemm($w, t0.elapsed().as_secs_f64());
-                }
-            }};
-        }
-        macro_rules! timed {
-            ($field:ident, $e:expr) => {{
-                let t0 = clock.map(|_| std::time::Instant::now());
-                let r = $e;
-                if let Some(t0) = t0 {
-                    pt.$field += t0.elapsed().as_secs_f64();
-                }
-                r
-            }};
         }
         let mut s = std::mem::take(&mut self.s);
         s.x.resize(t_n * h, 0.0);
@@ -435,11 +413,7 @@ impl Model for LlamaModel {
             add_norm(pool, h, &mut s.x, None, Some(&first.attn_norm), c.rms_eps, &mut s.h);
         }
         for (l, layer) in self.layers.iter().enumerate() {
-            if let Some(o) = self.observer.as_mut() {
-                let p = format!("model.layers.{l}");
-                o.linear_input(&self.pool, isa, &[format!("{p}.self_attn.q_proj"), format!("{p}.self_attn.k_proj"), format!("{p}.self_attn.v_proj")], &s.h, t_n);
-            }
-            mm!(&layer.qkv, kernels::matmul(&self.pool, isa, &layer.qkv, &s.h, t_n, &mut s.xq, &mut s.qkv));
+            layer.qkv.forward(&mut cx, &s.h, t_n, &mut s.xq, &mut s.qkv);
             let window = var.windows[l];
             let rope = match (window, &self.rope_local) {
                 (Some(_), Some(local)) => local,
@@ -462,7 +436,7 @@ impl Model for LlamaModel {
                 rope.rotate_heads(q, pos, layout);
                 rope.rotate_heads(k, pos, layout);
             });
-            timed!(attention, {
+            cx.timed(|p| &mut p.attention, || {
                 // The new tokens' K and V into their slots, in the cache's element type.
                 let rows = |t: usize| {
                     let (k, v) = s.qkv[t * qkv_w + qd..(t + 1) * qkv_w].split_at(kvd);
@@ -543,22 +517,14 @@ impl Model for LlamaModel {
                     KvDtype::F32 => attend!(kv.component(l, 0), kv.component(l, 1)),
                 }
             });
-            if let Some(o) = self.observer.as_mut() {
-                let p = format!("model.layers.{l}");
-                o.linear_input(&self.pool, isa, &[format!("{p}.self_attn.o_proj")], &s.attn, t_n);
-            }
-            mm!(&layer.wo, kernels::matmul(&self.pool, isa, &layer.wo, &s.attn, t_n, &mut s.xq, &mut s.proj));
+            layer.wo.forward(&mut cx, &s.attn, t_n, &mut s.xq, &mut s.proj);
             let post = layer.post_norms.as_ref();
             if let Some((pa, _)) = post {
                 pool.par_row_chunks2(&mut s.proj, h, &mut s.post, h, |_, p, y| kernels::rms_norm(p, pa, c.rms_eps, y));
                 std::mem::swap(&mut s.proj, &mut s.post);
             }
             add_norm(pool, h, &mut s.x, Some(&s.proj), Some(&layer.ffn_norm), c.rms_eps, &mut s.h);
-            if let Some(o) = self.observer.as_mut() {
-                let p = format!("model.layers.{l}");
-                o.linear_input(&self.pool, isa, &[format!("{p}.mlp.gate_proj"), format!("{p}.mlp.up_proj")], &s.h, t_n);
-            }
-            mm!(&layer.gate_up, kernels::matmul(&self.pool, isa, &layer.gate_up, &s.h, t_n, &mut s.xq, &mut s.gu));
+            layer.gate_up.forward(&mut cx, &s.h, t_n, &mut s.xq, &mut s.gu);
             let gu = &s.gu;
             let act_fn = var.act;
             pool.par_rows(&mut s.act, c.ffn, |t, act| {
@@ -568,11 +534,7 @@ impl Model for LlamaModel {
                     Activation::GeluTanh => kernels::gelu_tanh_mul(&gu[..c.ffn], &gu[c.ffn..], act),
                 }
             });
-            if let Some(o) = self.observer.as_mut() {
-                let p = format!("model.layers.{l}");
-                o.linear_input(&self.pool, isa, &[format!("{p}.mlp.down_proj")], &s.act, t_n);
-            }
-            mm!(&layer.down, kernels::matmul(&self.pool, isa, &layer.down, &s.act, t_n, &mut s.xq, &mut s.proj));
+            layer.down.forward(&mut cx, &s.act, t_n, &mut s.xq, &mut s.proj);
             if let Some((_, pf)) = post {
                 pool.par_row_chunks2(&mut s.proj, h, &mut s.post, h, |_, p, y| kernels::rms_norm(p, pf, c.rms_eps, y));
                 std::mem::swap(&mut s.proj, &mut s.post);
@@ -585,6 +547,7 @@ impl Model for LlamaModel {
             OutputHead { norm: &self.output_norm, eps: c.rms_eps, weight: self.output.as_ref().unwrap_or(&self.embed) };
         let t_head = clock.map(|_| std::time::Instant::now());
         let logits = head.logits(&self.pool, isa, &s.x, &batch.logits_rows, &mut s.xq);
+        drop(cx);
         if let Some(t0) = t_head {
             pt.add_gemm(head.weight, t0.elapsed().as_secs_f64());
         }

@@ -1,0 +1,75 @@
+//! The model layer's linear projection and the context a forward pass carries.
+//!
+//! A [`Linear`] owns its work: the matmul over its weight, the calibration observer's report of
+//! its input under its Hugging Face module names, and its share of the profile's matmul time.
+//! The shape is mistral.rs's `QuantMethod` (`forward` plus `begin_track_stats`), reduced to
+//! what our models call. Before it, each model wrote the observer block and the timer around
+//! every matmul by hand and built the module names with `format!` on every forward.
+
+use super::observer::ObserverSlot;
+use super::PartTimes;
+use sparrow_cpu::format::ggml::QActs;
+use sparrow_cpu::{kernels, Isa, ThreadPool, Weight};
+
+/// A linear layer `y = x · Wᵀ` with the names calibration knows it by.
+#[derive(Debug, Clone)]
+pub struct Linear {
+    /// The matrix, `[out × in]`, at its file's size (several projections stacked when they
+    /// share an input: q/k/v, gate/up).
+    pub weight: Weight,
+    /// The HF modules it computes (`model.layers.3.self_attn.q_proj`, …), one per stacked
+    /// part, in the stack's order: what the observer is told.
+    pub modules: Vec<String>,
+}
+
+impl Linear {
+    /// A layer over `weight` computing the HF modules `modules`.
+    pub fn new(weight: Weight, modules: Vec<String>) -> Linear {
+        Linear { weight, modules }
+    }
+
+    /// Output features.
+    pub fn out_features(&self) -> usize {
+        self.weight.rows()
+    }
+
+    /// `out[t·out_features + r] = Σ_k x[t·in + k] · W[r][k]` for the `rows` token rows of `x`
+    /// (`[rows × in]` row-major f32); `xq` is the activations' quantization scratch. Reports the
+    /// input to the observer first and adds the matmul's wall time to the profile, when the
+    /// context has them.
+    pub fn forward(&self, cx: &mut Fwd<'_>, x: &[f32], rows: usize, xq: &mut QActs, out: &mut [f32]) {
+        if let Some(o) = cx.observer.as_mut() {
+            o.linear_input(cx.pool, cx.isa, &self.modules, x, rows);
+        }
+        let t0 = cx.parts.is_some().then(std::time::Instant::now);
+        kernels::matmul(cx.pool, cx.isa, &self.weight, x, rows, xq, out);
+        if let (Some(p), Some(t0)) = (cx.parts.as_deref_mut(), t0) {
+            p.add_gemm(&self.weight, t0.elapsed().as_secs_f64());
+        }
+    }
+}
+
+/// What one forward pass carries through its layers: the compute pool and instruction set,
+/// the calibration observer (serving has none) and the part times (`Some` while profiling).
+pub struct Fwd<'a> {
+    /// The model's compute pool.
+    pub pool: &'a ThreadPool,
+    /// The instruction set the kernels run.
+    pub isa: Isa,
+    /// Told the input of every [`Linear`] that runs.
+    pub observer: &'a mut ObserverSlot,
+    /// Where the wall times go while the model is profiled.
+    pub parts: Option<&'a mut PartTimes>,
+}
+
+impl Fwd<'_> {
+    /// Runs `f`, adding its wall time to the part `pick` chooses while profiling.
+    pub fn timed<R>(&mut self, pick: fn(&mut PartTimes) -> &mut f64, f: impl FnOnce() -> R) -> R {
+        let t0 = self.parts.is_some().then(std::time::Instant::now);
+        let r = f();
+        if let (Some(p), Some(t0)) = (self.parts.as_deref_mut(), t0) {
+            *pick(p) += t0.elapsed().as_secs_f64();
+        }
+        r
+    }
+}
