@@ -38,14 +38,30 @@ impl Linear {
     /// input to the observer first and adds the matmul's wall time to the profile, when the
     /// context has them.
     pub fn forward(&self, cx: &mut Fwd<'_>, x: &[f32], rows: usize, xq: &mut QActs, out: &mut [f32]) {
-        if let Some(o) = cx.observer.as_mut() {
-            o.linear_input(cx.pool, cx.isa, &self.modules, x, rows);
-        }
+        self.observe(cx.observer, cx.pool, cx.isa, x, rows);
         let t0 = cx.parts.is_some().then(std::time::Instant::now);
         kernels::matmul(cx.pool, cx.isa, &self.weight, x, rows, xq, out);
         if let (Some(p), Some(t0)) = (cx.parts.as_deref_mut(), t0) {
             p.add_gemm(&self.weight, t0.elapsed().as_secs_f64());
         }
+    }
+
+    /// Tells `obs` (when set) that `x` (`rows` rows) is this layer's input, under its modules'
+    /// names: for callers that run the matmul themselves (grouped expert GEMMs).
+    pub fn observe(&self, obs: &mut ObserverSlot, pool: &ThreadPool, isa: Isa, x: &[f32], rows: usize) {
+        if let Some(o) = obs.as_mut() {
+            o.linear_input(pool, isa, &self.modules, x, rows);
+        }
+    }
+}
+
+/// Tells `obs` (when set) that `x` (`rows` rows) is the input of every layer of `layers`, in
+/// one report (several projections reading the same rows: an observer that builds `XᵀX` builds
+/// it once).
+pub fn observe_shared(obs: &mut ObserverSlot, pool: &ThreadPool, isa: Isa, layers: &[&Linear], x: &[f32], rows: usize) {
+    if let Some(o) = obs.as_mut() {
+        let modules: Vec<String> = layers.iter().flat_map(|l| l.modules.iter().cloned()).collect();
+        o.linear_input(pool, isa, &modules, x, rows);
     }
 }
 

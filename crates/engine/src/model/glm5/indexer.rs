@@ -9,10 +9,11 @@
 //! `pos + 1 ≤ index_topk` every position is selected and the scores are not computed. A
 //! `shared` layer reuses the selection of the nearest `full` layer before it.
 
-use sparrow_cpu::{kernels, Weight};
+use sparrow_cpu::kernels;
 
 use super::{Step, Work, LORA_NORM_EPS, ROPE_LAYOUT};
 use crate::kv::KvStore;
+use crate::model::linear::Linear;
 
 /// Query rows scored together against each block of keys (× the index heads: 128 rows of the
 /// score GEMM for glm5-tiny's 8 heads, 512 for GLM-5's 32).
@@ -23,11 +24,11 @@ pub(super) type Selection = Vec<Option<Vec<u32>>>;
 
 /// One layer's indexer weights.
 pub(super) struct Indexer {
-    pub(super) wq_b: Weight,
-    pub(super) wk: Weight,
+    pub(super) wq_b: Linear,
+    pub(super) wk: Linear,
     pub(super) k_norm_w: Vec<f32>,
     pub(super) k_norm_b: Vec<f32>,
-    pub(super) weights_proj: Weight,
+    pub(super) weights_proj: Linear,
 }
 
 impl Indexer {
@@ -48,7 +49,7 @@ impl Indexer {
         let (di, ni) = (c.idx_dim, c.idx_heads);
         // `ki`, `qi`, `wts`: GEMM outputs, written whole.
         let mut ki = w.bufs.take(t_n * di);
-        kernels::matmul(s.pool, isa, &self.wk, h, t_n, &mut w.xq, &mut ki);
+        kernels::matmul(s.pool, isa, &self.wk.weight, h, t_n, &mut w.xq, &mut ki);
         let (rope, positions) = (s.rope, &batch.positions);
         s.pool.par_rows(&mut ki, di, |t, k| {
             layer_norm(k, &self.k_norm_w, &self.k_norm_b, LORA_NORM_EPS);
@@ -67,9 +68,9 @@ impl Indexer {
         let mut sel: Selection = vec![None; t_n];
         if !need.is_empty() {
             let mut qi = w.bufs.take(t_n * ni * di);
-            kernels::matmul(s.pool, isa, &self.wq_b, qr, t_n, &mut w.xq, &mut qi);
+            kernels::matmul(s.pool, isa, &self.wq_b.weight, qr, t_n, &mut w.xq, &mut qi);
             let mut wts = w.bufs.take(t_n * ni);
-            kernels::matmul(s.pool, isa, &self.weights_proj, h, t_n, &mut w.xq, &mut wts);
+            kernels::matmul(s.pool, isa, &self.weights_proj.weight, h, t_n, &mut w.xq, &mut wts);
             let wscale = 1.0 / (ni as f32).sqrt();
             let kscale = 1.0 / (di as f32).sqrt();
             // Rows outside `need` are never read: rotating them too keeps this one pass.

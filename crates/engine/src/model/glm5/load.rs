@@ -14,6 +14,7 @@ use super::moe::{Ffn, Mlp, Moe};
 use super::{AttnStats, DecoderLayer, Glm5Config, Glm5Model, Glm5Options};
 use crate::checkpoint::hf::Checkpoint;
 use crate::model::common::RopeTable;
+use crate::model::linear::Linear;
 use crate::model::{ModelInfo, PartTimes};
 use crate::EngineError;
 
@@ -85,11 +86,11 @@ fn load_layer(ck: &Checkpoint, c: &Glm5Config, l: usize) -> Result<DecoderLayer,
     let indexer = if c.indexer_full[l] {
         let ip = format!("{a}.indexer");
         Some(Indexer {
-            wq_b: ck.linear(&format!("{ip}.wq_b"), c.idx_heads * c.idx_dim, c.q_lora_rank)?,
-            wk: ck.linear(&format!("{ip}.wk"), c.idx_dim, h)?,
+            wq_b: lin(ck, &format!("{ip}.wq_b"), c.idx_heads * c.idx_dim, c.q_lora_rank)?,
+            wk: lin(ck, &format!("{ip}.wk"), c.idx_dim, h)?,
             k_norm_w: ck.vector(&format!("{ip}.k_norm.weight"), c.idx_dim)?,
             k_norm_b: ck.vector(&format!("{ip}.k_norm.bias"), c.idx_dim)?,
-            weights_proj: ck.linear(&format!("{ip}.weights_proj"), c.idx_heads, h)?,
+            weights_proj: lin(ck, &format!("{ip}.weights_proj"), c.idx_heads, h)?,
         })
     } else {
         None
@@ -103,14 +104,14 @@ fn load_layer(ck: &Checkpoint, c: &Glm5Config, l: usize) -> Result<DecoderLayer,
         input_ln: ck.vector(&format!("{p}.input_layernorm.weight"), h)?,
         post_ln: ck.vector(&format!("{p}.post_attention_layernorm.weight"), h)?,
         attn: Mla {
-            q_a: ck.linear(&format!("{a}.q_a_proj"), c.q_lora_rank, h)?,
+            q_a: lin(ck, &format!("{a}.q_a_proj"), c.q_lora_rank, h)?,
             q_a_ln: ck.vector(&format!("{a}.q_a_layernorm.weight"), c.q_lora_rank)?,
-            q_b: ck.linear(&format!("{a}.q_b_proj"), c.heads * hq, c.q_lora_rank)?,
-            kv_a: ck.linear(&format!("{a}.kv_a_proj_with_mqa"), c.kv_lora_rank + c.qk_rope, h)?,
+            q_b: lin(ck, &format!("{a}.q_b_proj"), c.heads * hq, c.q_lora_rank)?,
+            kv_a: lin(ck, &format!("{a}.kv_a_proj_with_mqa"), c.kv_lora_rank + c.qk_rope, h)?,
             kv_a_ln: ck.vector(&format!("{a}.kv_a_layernorm.weight"), c.kv_lora_rank)?,
             w_uk,
             w_uv: w_uv.into_iter().map(|data| Weight::Dense { rows: c.v_dim, cols: c.kv_lora_rank, data }).collect(),
-            o: ck.linear(&format!("{a}.o_proj"), h, c.heads * c.v_dim)?,
+            o: lin(ck, &format!("{a}.o_proj"), h, c.heads * c.v_dim)?,
             indexer,
         },
         ffn,
@@ -144,12 +145,18 @@ fn absorbed_kv_b(ck: &Checkpoint, c: &Glm5Config, a: &str) -> Result<AbsorbedKvB
     Ok((w_uk, w_uv))
 }
 
+/// The linear module `module` (its tensor `{module}.weight`, `[rows × cols]`), named by the same
+/// string for the calibration observer, so the name loaded and the name reported cannot
+/// differ.
+fn lin(ck: &Checkpoint, module: &str, rows: usize, cols: usize) -> Result<Linear, EngineError> {
+    Ok(Linear::new(ck.linear(module, rows, cols)?, vec![module.to_owned()]))
+}
+
 /// A SwiGLU MLP under `prefix` (`gate_proj`, `up_proj`, `down_proj`).
 fn load_mlp(ck: &Checkpoint, prefix: &str, hidden: usize, inter: usize) -> Result<Mlp, EngineError> {
-    let g = ck.linear(&format!("{prefix}.gate_proj"), inter, hidden)?;
-    let u = ck.linear(&format!("{prefix}.up_proj"), inter, hidden)?;
-    let gate_up = Weight::stack(vec![g, u]);
-    Ok(Mlp { gate_up, down: ck.linear(&format!("{prefix}.down_proj"), hidden, inter)?, inter })
+    let [g, u] = [lin(ck, &format!("{prefix}.gate_proj"), inter, hidden)?, lin(ck, &format!("{prefix}.up_proj"), inter, hidden)?];
+    let gate_up = Linear::new(Weight::stack(vec![g.weight, u.weight]), [g.modules, u.modules].concat());
+    Ok(Mlp { gate_up, down: lin(ck, &format!("{prefix}.down_proj"), hidden, inter)?, inter })
 }
 
 /// The MoE block under `p` (`model.layers.L.mlp`): routed experts, shared experts, the router
@@ -182,10 +189,10 @@ fn weight_bytes(embed: &Weight, lm_head: Option<&Weight>, layers: &[DecoderLayer
     let mut wbytes = embed.bytes() + lm_head.map_or(0, Weight::bytes);
     for l in layers {
         let m = &l.attn;
-        wbytes += m.q_a.bytes() + m.q_b.bytes() + m.kv_a.bytes() + m.o.bytes();
+        wbytes += [&m.q_a, &m.q_b, &m.kv_a, &m.o].iter().map(|x| x.weight.bytes()).sum::<usize>();
         wbytes += 4 * m.w_uk.iter().map(Vec::len).sum::<usize>() + m.w_uv.iter().map(Weight::bytes).sum::<usize>();
         if let Some(ix) = &m.indexer {
-            wbytes += ix.wq_b.bytes() + ix.wk.bytes() + ix.weights_proj.bytes();
+            wbytes += [&ix.wq_b, &ix.wk, &ix.weights_proj].iter().map(|x| x.weight.bytes()).sum::<usize>();
         }
         wbytes += match &l.ffn {
             Ffn::Dense(m) => m.bytes(),

@@ -21,8 +21,10 @@
 use sparrow_cpu::format::ggml::QActs;
 use sparrow_cpu::{kernels, Weight};
 
+use crate::model::linear::{observe_shared, Linear};
+
 use super::indexer::{Indexer, Selection};
-use super::{note, Step, Work, LORA_NORM_EPS, ROPE_LAYOUT};
+use super::{Step, Work, LORA_NORM_EPS, ROPE_LAYOUT};
 use crate::config::AttnImpl;
 use crate::kv::KvStore;
 use crate::model::common::Scratch;
@@ -36,16 +38,16 @@ const UV_GEMM_ROWS: usize = 16;
 
 /// One layer's attention weights, with its indexer on `full` layers.
 pub(super) struct Mla {
-    pub(super) q_a: Weight,
+    pub(super) q_a: Linear,
     pub(super) q_a_ln: Vec<f32>,
-    pub(super) q_b: Weight,
-    pub(super) kv_a: Weight,
+    pub(super) q_b: Linear,
+    pub(super) kv_a: Linear,
     pub(super) kv_a_ln: Vec<f32>,
     /// `[heads][nope × kv_lora]`.
     pub(super) w_uk: Vec<Vec<f32>>,
     /// Per head, `W_UV` as a dense `[v × kv_lora]` matrix.
     pub(super) w_uv: Vec<Weight>,
-    pub(super) o: Weight,
+    pub(super) o: Linear,
     pub(super) indexer: Option<Indexer>,
 }
 
@@ -65,9 +67,7 @@ impl Mla {
         let (c, isa, pool) = (s.cfg, s.isa, s.pool);
         let t_n = s.batch.num_tokens();
         let lat_w = c.kv_lora_rank + c.qk_rope;
-        // Module names only matter while calibrating; no formatting on the serving path.
-        let a = if w.obs.is_some() { format!("model.layers.{l}.self_attn") } else { String::new() };
-        let (qr, q, kva) = w.timed(|p| &mut p.gemm, |w| self.project(s, h, w, &a));
+        let (qr, q, kva) = w.timed(|p| &mut p.gemm, |w| self.project(s, h, w));
         {
             let cache = kv.component_mut(l, 0);
             for t in 0..t_n {
@@ -87,11 +87,9 @@ impl Mla {
             };
             w.stats.attn_keys += n * c.heads as u64;
         }
-        if w.obs.is_some() {
-            note(&mut w.obs, pool, isa, &[format!("{a}.o_proj")], &attn, t_n);
-        }
+        self.o.observe(&mut w.obs, pool, isa, &attn, t_n);
         let mut out = w.bufs.take(t_n * c.hidden);
-        w.timed(|p| &mut p.gemm, |w| kernels::matmul(pool, isa, &self.o, &attn, t_n, &mut w.xq, &mut out));
+        w.timed(|p| &mut p.gemm, |w| kernels::matmul(pool, isa, &self.o.weight, &attn, t_n, &mut w.xq, &mut out));
         for b in [qr, q, kva, attn] {
             w.bufs.give(b);
         }
@@ -100,36 +98,29 @@ impl Mla {
 
     /// The projections of the rows `h`, with their norms and RoPE: the normalized query LoRA
     /// `qr` (the indexer reads it too), the queries `q` (`[tokens × heads × (nope + rope)]`) and
-    /// the cache rows `[c, k_pe]`. `a` names the attention module while observing.
-    fn project(&self, s: &Step<'_>, h: &[f32], w: &mut Work, a: &str) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    /// the cache rows `[c, k_pe]`.
+    fn project(&self, s: &Step<'_>, h: &[f32], w: &mut Work) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
         let (c, isa, pool) = (s.cfg, s.isa, s.pool);
         let t_n = s.batch.num_tokens();
         let hq = c.qk_nope + c.qk_rope;
         let lat_w = c.kv_lora_rank + c.qk_rope;
-        if w.obs.is_some() {
-            let mut ms = vec![format!("{a}.q_a_proj"), format!("{a}.kv_a_proj_with_mqa")];
-            if self.indexer.is_some() {
-                ms.extend([format!("{a}.indexer.wk"), format!("{a}.indexer.weights_proj")]);
-            }
-            note(&mut w.obs, pool, isa, &ms, h, t_n);
-        }
+        let ix = self.indexer.as_ref();
+        let mut on_h = vec![&self.q_a, &self.kv_a];
+        on_h.extend(ix.into_iter().flat_map(|ix| [&ix.wk, &ix.weights_proj]));
+        observe_shared(&mut w.obs, pool, isa, &on_h, h, t_n);
         // Every buffer here is written whole (GEMM outputs, the norm's).
         let mut qa = w.bufs.take(t_n * c.q_lora_rank);
-        kernels::matmul(pool, isa, &self.q_a, h, t_n, &mut w.xq, &mut qa);
+        kernels::matmul(pool, isa, &self.q_a.weight, h, t_n, &mut w.xq, &mut qa);
         let mut qr = w.bufs.take(t_n * c.q_lora_rank);
         super::par_norm(pool, &qa, &self.q_a_ln, LORA_NORM_EPS, &mut qr);
         w.bufs.give(qa);
-        if w.obs.is_some() {
-            let mut ms = vec![format!("{a}.q_b_proj")];
-            if self.indexer.is_some() {
-                ms.push(format!("{a}.indexer.wq_b"));
-            }
-            note(&mut w.obs, pool, isa, &ms, &qr, t_n);
-        }
+        let mut on_qr = vec![&self.q_b];
+        on_qr.extend(ix.map(|ix| &ix.wq_b));
+        observe_shared(&mut w.obs, pool, isa, &on_qr, &qr, t_n);
         let mut q = w.bufs.take(t_n * c.heads * hq);
-        kernels::matmul(pool, isa, &self.q_b, &qr, t_n, &mut w.xq, &mut q);
+        kernels::matmul(pool, isa, &self.q_b.weight, &qr, t_n, &mut w.xq, &mut q);
         let mut kva = w.bufs.take(t_n * lat_w);
-        kernels::matmul(pool, isa, &self.kv_a, h, t_n, &mut w.xq, &mut kva);
+        kernels::matmul(pool, isa, &self.kv_a.weight, h, t_n, &mut w.xq, &mut kva);
         let (rope, positions) = (s.rope, &s.batch.positions);
         pool.par_rows(&mut kva, lat_w, |t, row| {
             let (lat, kpe) = row.split_at_mut(c.kv_lora_rank);

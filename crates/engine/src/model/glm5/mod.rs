@@ -89,13 +89,6 @@ pub struct AttnStats {
     pub queries_sparse: u64,
 }
 
-/// Reports `x` (`rows` rows) as the input of `modules` to the observer, if one is set.
-fn note(obs: &mut ObserverSlot, pool: &ThreadPool, isa: Isa, modules: &[String], x: &[f32], rows: usize) {
-    if let Some(o) = obs.as_mut() {
-        o.linear_input(pool, isa, modules, x, rows);
-    }
-}
-
 /// `y = rms_norm(x) · g` for every row of `x` (rows of `g.len()`), on the pool by rows.
 fn par_norm(pool: &ThreadPool, x: &[f32], g: &[f32], eps: f32, y: &mut [f32]) {
     let w = g.len();
@@ -136,7 +129,7 @@ impl DecoderLayer {
         let attn = self.attn.forward(s, l, &h, kv, sel, w);
         s.pool.par_row_chunks(x, hd, |r0, xs| xs.iter_mut().zip(&attn[r0 * hd..]).for_each(|(x, p)| *x += p));
         par_norm(s.pool, x, &self.post_ln, eps, &mut h);
-        let ffn = w.timed(|p| &mut p.gemm, |w| self.ffn.forward(s, l, &h, w));
+        let ffn = w.timed(|p| &mut p.gemm, |w| self.ffn.forward(s, &h, w));
         s.pool.par_row_chunks(x, hd, |r0, xs| xs.iter_mut().zip(&ffn[r0 * hd..]).for_each(|(x, p)| *x += p));
         for b in [h, attn, ffn] {
             w.bufs.give(b);

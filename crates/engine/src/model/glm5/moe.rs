@@ -19,9 +19,10 @@
 use sparrow_cpu::format::ggml::QActs;
 use sparrow_cpu::{kernels, Isa, ThreadPool, Weight};
 
-use super::{note, Glm5Config, Step, Work};
+use super::{Glm5Config, Step, Work};
 use crate::config::MoeImpl;
 use crate::model::common::Scratch;
+use crate::model::linear::Linear;
 use crate::model::observer::ObserverSlot;
 
 /// Which MoE implementation runs a batch of `tokens` tokens.
@@ -83,8 +84,8 @@ pub fn route(c: &Glm5Config, logits: &[f32], bias: &[f32]) -> Vec<(usize, f32)> 
 
 /// A SwiGLU MLP: fused `[gate; up]` and `down`.
 pub struct Mlp {
-    pub(super) gate_up: Weight,
-    pub(super) down: Weight,
+    pub(super) gate_up: Linear,
+    pub(super) down: Linear,
     pub(super) inter: usize,
 }
 
@@ -103,15 +104,14 @@ pub(super) enum Ffn {
 }
 
 impl Ffn {
-    /// The feed-forward of layer `l` on the step's rows `x` (`[tokens × hidden]`).
-    pub(super) fn forward(&self, s: &Step<'_>, l: usize, x: &[f32], w: &mut Work) -> Vec<f32> {
+    /// The feed-forward on the step's rows `x` (`[tokens × hidden]`).
+    pub(super) fn forward(&self, s: &Step<'_>, x: &[f32], w: &mut Work) -> Vec<f32> {
         let t_n = s.batch.num_tokens();
         // Written whole: by the dense MLP's GEMM, or by the MoE's combine, which starts each
         // row from zero.
         let mut out = w.bufs.take(t_n * s.cfg.hidden);
-        let prefix = if w.obs.is_some() { format!("model.layers.{l}.mlp") } else { String::new() };
         match self {
-            Ffn::Dense(m) => m.run(s.pool, s.isa, x, t_n, &mut w.xq, &mut w.bufs, &mut out, &mut w.obs, &prefix),
+            Ffn::Dense(m) => m.run(s.pool, s.isa, x, t_n, &mut w.xq, &mut w.bufs, &mut out, &mut w.obs),
             Ffn::Moe(m) => {
                 let routes = m.routes(s.cfg, s.pool, s.isa, x, t_n, &mut w.xq);
                 let imp = s.opts.moe.pick(t_n);
@@ -126,7 +126,6 @@ impl Ffn {
                     &mut w.bufs,
                     &mut out,
                     &mut w.obs,
-                    &prefix,
                 );
             }
         }
@@ -136,7 +135,7 @@ impl Ffn {
 
 impl Mlp {
     /// `out = down(silu(gate(x)) · up(x))` for `tokens` rows; reports the inputs of its
-    /// projections to `cap` under `prefix`.
+    /// projections to `cap`.
     #[allow(clippy::too_many_arguments)]
     fn run(
         &self,
@@ -148,31 +147,26 @@ impl Mlp {
         bufs: &mut Scratch,
         out: &mut [f32],
         cap: &mut ObserverSlot,
-        prefix: &str,
     ) {
-        if cap.is_some() {
-            note(cap, pool, isa, &[format!("{prefix}.gate_proj"), format!("{prefix}.up_proj")], x, tokens);
-        }
+        self.gate_up.observe(cap, pool, isa, x, tokens);
         // Both written whole (a GEMM's output, SwiGLU's).
         let mut gu = bufs.take(tokens * 2 * self.inter);
-        kernels::matmul(pool, isa, &self.gate_up, x, tokens, xq, &mut gu);
+        kernels::matmul(pool, isa, &self.gate_up.weight, x, tokens, xq, &mut gu);
         let mut act = bufs.take(tokens * self.inter);
         let inter = self.inter;
         pool.par_rows(&mut act, inter, |t, a| {
             let g = &gu[t * 2 * inter..(t + 1) * 2 * inter];
             kernels::silu_mul(isa, &g[..inter], &g[inter..], a);
         });
-        if cap.is_some() {
-            note(cap, pool, isa, &[format!("{prefix}.down_proj")], &act, tokens);
-        }
-        kernels::matmul(pool, isa, &self.down, &act, tokens, xq, out);
+        self.down.observe(cap, pool, isa, &act, tokens);
+        kernels::matmul(pool, isa, &self.down.weight, &act, tokens, xq, out);
         bufs.give(gu);
         bufs.give(act);
     }
 
     /// Bytes of its weights.
     pub(super) fn bytes(&self) -> usize {
-        self.gate_up.bytes() + self.down.bytes()
+        self.gate_up.weight.bytes() + self.down.weight.bytes()
     }
 }
 
@@ -191,11 +185,10 @@ impl Moe {
         xq: &mut QActs,
         out: &mut [f32],
     ) {
-        self.run_routed_capture(pool, isa, imp, routes, x, hidden, xq, &mut Scratch::default(), out, &mut None, "");
+        self.run_routed_capture(pool, isa, imp, routes, x, hidden, xq, &mut Scratch::default(), out, &mut None);
     }
 
-    /// [`Moe::run_routed`], reporting each module's input to `cap` under `prefix`
-    /// (`model.layers.L.mlp`).
+    /// [`Moe::run_routed`], reporting each module's input to `cap`.
     #[allow(clippy::too_many_arguments)]
     fn run_routed_capture(
         &self,
@@ -209,7 +202,6 @@ impl Moe {
         bufs: &mut Scratch,
         out: &mut [f32],
         cap: &mut ObserverSlot,
-        prefix: &str,
     ) {
         let tokens = routes.len();
         let k = routes.first().map_or(0, Vec::len);
@@ -221,19 +213,17 @@ impl Moe {
                 for (t, r) in routes.iter().enumerate() {
                     for (j, &(e, _)) in r.iter().enumerate() {
                         let dst = &mut y[(t * k + j) * hidden..(t * k + j + 1) * hidden];
-                        let p = if cap.is_some() { format!("{prefix}.experts.{e}") } else { String::new() };
-                        self.experts[e].run(pool, isa, &x[t * hidden..(t + 1) * hidden], 1, xq, bufs, dst, cap, &p);
+                        self.experts[e].run(pool, isa, &x[t * hidden..(t + 1) * hidden], 1, xq, bufs, dst, cap);
                     }
                 }
                 let sh = self.shared.as_ref().map(|m| {
                     let mut s = bufs.take(tokens * hidden);
-                    let p = if cap.is_some() { format!("{prefix}.shared_experts") } else { String::new() };
-                    m.run(pool, isa, x, tokens, xq, bufs, &mut s, cap, &p);
+                    m.run(pool, isa, x, tokens, xq, bufs, &mut s, cap);
                     s
                 });
                 (y, (0..tokens * k).collect(), sh)
             }
-            MoeImpl::ExpertMajor => self.expert_major(pool, isa, routes, x, hidden, xq, bufs, cap, prefix),
+            MoeImpl::ExpertMajor => self.expert_major(pool, isa, routes, x, hidden, xq, bufs, cap),
         };
         // Per token on the pool: the same sum in the same order on any thread and either
         // implementation: the routed outputs in routing order, then the shared experts'.
@@ -270,7 +260,6 @@ impl Moe {
         xq: &mut QActs,
         bufs: &mut Scratch,
         cap: &mut ObserverSlot,
-        prefix: &str,
     ) -> (Vec<f32>, Vec<usize>, Option<Vec<f32>>) {
         let (tokens, n_e) = (routes.len(), self.experts.len());
         let k = routes.first().map_or(0, Vec::len);
@@ -298,25 +287,21 @@ impl Moe {
         // Every buffer below is written whole: gathered rows, GEMM and SwiGLU outputs.
         let mut xs = bufs.take(pairs * hidden);
         pool.par_rows(&mut xs, hidden, |i, row| row.copy_from_slice(&x[src[i] * hidden..(src[i] + 1) * hidden]));
-        let name = |e: Option<usize>, m: &str| match e {
-            Some(e) => format!("{prefix}.experts.{e}.{m}"),
-            None => format!("{prefix}.shared_experts.{m}"),
-        };
         let rows = |e: usize| start[e]..start[e + 1];
         if cap.is_some() {
             for e in (0..n_e).filter(|&e| !rows(e).is_empty()) {
                 let r = rows(e);
-                note(cap, pool, isa, &[name(Some(e), "gate_proj"), name(Some(e), "up_proj")], &xs[r.start * hidden..r.end * hidden], r.len());
+                self.experts[e].gate_up.observe(cap, pool, isa, &xs[r.start * hidden..r.end * hidden], r.len());
             }
-            if self.shared.is_some() {
-                note(cap, pool, isa, &[name(None, "gate_proj"), name(None, "up_proj")], x, tokens);
+            if let Some(m) = &self.shared {
+                m.gate_up.observe(cap, pool, isa, x, tokens);
             }
         }
         let sh_inter = self.shared.as_ref().map_or(0, |m| m.inter);
         let mut gu = bufs.take(pairs * 2 * inter);
         let mut gu_sh = bufs.take(tokens * 2 * sh_inter);
-        let sh_job = self.shared.as_ref().map(|m| kernels::GemmJob { w: &m.gate_up, x, tokens, out: &mut gu_sh });
-        grouped_experts(pool, isa, xq, &self.experts, |m| &m.gate_up, &start, &xs, hidden, &mut gu, 2 * inter, sh_job);
+        let sh_job = self.shared.as_ref().map(|m| kernels::GemmJob { w: &m.gate_up.weight, x, tokens, out: &mut gu_sh });
+        grouped_experts(pool, isa, xq, &self.experts, |m| &m.gate_up.weight, &start, &xs, hidden, &mut gu, 2 * inter, sh_job);
         let swiglu = |gu: &[f32], inter: usize, act: &mut Vec<f32>| {
             pool.par_rows(act, inter, |t, a| {
                 let g = &gu[t * 2 * inter..(t + 1) * 2 * inter];
@@ -329,19 +314,19 @@ impl Moe {
         if cap.is_some() {
             for e in (0..n_e).filter(|&e| !rows(e).is_empty()) {
                 let r = rows(e);
-                note(cap, pool, isa, &[name(Some(e), "down_proj")], &act[r.start * inter..r.end * inter], r.len());
+                self.experts[e].down.observe(cap, pool, isa, &act[r.start * inter..r.end * inter], r.len());
             }
-            if self.shared.is_some() {
-                note(cap, pool, isa, &[name(None, "down_proj")], &act_sh, tokens);
+            if let Some(m) = &self.shared {
+                m.down.observe(cap, pool, isa, &act_sh, tokens);
             }
         }
         let mut ys = bufs.take(pairs * hidden);
         let mut sh = self.shared.as_ref().map(|_| bufs.take(tokens * hidden));
         let sh_job = match (&self.shared, sh.as_mut()) {
-            (Some(m), Some(s)) => Some(kernels::GemmJob { w: &m.down, x: &act_sh, tokens, out: s }),
+            (Some(m), Some(s)) => Some(kernels::GemmJob { w: &m.down.weight, x: &act_sh, tokens, out: s }),
             _ => None,
         };
-        grouped_experts(pool, isa, xq, &self.experts, |m| &m.down, &start, &act, inter, &mut ys, hidden, sh_job);
+        grouped_experts(pool, isa, xq, &self.experts, |m| &m.down.weight, &start, &act, inter, &mut ys, hidden, sh_job);
         for b in [xs, gu, gu_sh, act, act_sh] {
             bufs.give(b);
         }
@@ -370,7 +355,7 @@ impl Moe {
 
     /// The experts' weight format (`nvfp4`, `dense` or `gguf`), for autotune's cache key.
     pub fn weight_format(&self) -> &'static str {
-        match self.experts.first().map(|e| &e.gate_up) {
+        match self.experts.first().map(|e| &e.gate_up.weight) {
             Some(Weight::Nvfp4(_)) => "nvfp4",
             Some(Weight::Quant(_)) => "gguf",
             _ => "dense",
