@@ -28,6 +28,13 @@ impl Linear {
         Linear { weight, modules }
     }
 
+    /// One layer computing `parts` in order (projections that share an input: q/k/v,
+    /// gate/up), their weights stacked by [`Weight::stack`].
+    pub fn stack(parts: Vec<Linear>) -> Linear {
+        let (weights, modules): (Vec<Weight>, Vec<Vec<String>>) = parts.into_iter().map(|l| (l.weight, l.modules)).unzip();
+        Linear::new(Weight::stack(weights), modules.concat())
+    }
+
     /// Output features.
     pub fn out_features(&self) -> usize {
         self.weight.rows()

@@ -13,6 +13,7 @@ pub mod linear;
 pub mod llama;
 pub mod load;
 pub mod observer;
+pub mod vb;
 
 use crate::batch::ForwardBatch;
 use crate::kv::{KvLayout, KvStore};

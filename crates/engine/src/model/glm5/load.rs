@@ -15,6 +15,7 @@ use super::{AttnStats, DecoderLayer, Glm5Config, Glm5Model, Glm5Options};
 use crate::checkpoint::hf::Checkpoint;
 use crate::model::common::RopeTable;
 use crate::model::linear::Linear;
+use crate::model::vb::Vb;
 use crate::model::{ModelInfo, PartTimes};
 use crate::EngineError;
 
@@ -80,38 +81,38 @@ impl Glm5Model {
 /// Layer `l` (`model.layers.{l}`).
 fn load_layer(ck: &Checkpoint, c: &Glm5Config, l: usize) -> Result<DecoderLayer, EngineError> {
     let (h, hq) = (c.hidden, c.qk_nope + c.qk_rope);
-    let p = format!("model.layers.{l}");
-    let a = format!("{p}.self_attn");
-    let (w_uk, w_uv) = absorbed_kv_b(ck, c, &a)?;
+    let vb = Vb::new(ck).pp("model.layers").pp(l);
+    let a = vb.pp("self_attn");
+    let (w_uk, w_uv) = absorbed_kv_b(&a.matrix("kv_b_proj", c.heads * (c.qk_nope + c.v_dim), c.kv_lora_rank)?, c);
     let indexer = if c.indexer_full[l] {
-        let ip = format!("{a}.indexer");
+        let ix = a.pp("indexer");
         Some(Indexer {
-            wq_b: lin(ck, &format!("{ip}.wq_b"), c.idx_heads * c.idx_dim, c.q_lora_rank)?,
-            wk: lin(ck, &format!("{ip}.wk"), c.idx_dim, h)?,
-            k_norm_w: ck.vector(&format!("{ip}.k_norm.weight"), c.idx_dim)?,
-            k_norm_b: ck.vector(&format!("{ip}.k_norm.bias"), c.idx_dim)?,
-            weights_proj: lin(ck, &format!("{ip}.weights_proj"), c.idx_heads, h)?,
+            wq_b: ix.linear("wq_b", c.idx_heads * c.idx_dim, c.q_lora_rank)?,
+            wk: ix.linear("wk", c.idx_dim, h)?,
+            k_norm_w: ix.vector("k_norm.weight", c.idx_dim)?,
+            k_norm_b: ix.vector("k_norm.bias", c.idx_dim)?,
+            weights_proj: ix.linear("weights_proj", c.idx_heads, h)?,
         })
     } else {
         None
     };
     let ffn = if c.mlp_dense[l] {
-        Ffn::Dense(load_mlp(ck, &format!("{p}.mlp"), h, c.inter)?)
+        Ffn::Dense(load_mlp(&vb.pp("mlp"), h, c.inter)?)
     } else {
-        Ffn::Moe(load_moe(ck, c, &format!("{p}.mlp"))?)
+        Ffn::Moe(load_moe(ck, c, &vb.pp("mlp"))?)
     };
     Ok(DecoderLayer {
-        input_ln: ck.vector(&format!("{p}.input_layernorm.weight"), h)?,
-        post_ln: ck.vector(&format!("{p}.post_attention_layernorm.weight"), h)?,
+        input_ln: vb.vector("input_layernorm.weight", h)?,
+        post_ln: vb.vector("post_attention_layernorm.weight", h)?,
         attn: Mla {
-            q_a: lin(ck, &format!("{a}.q_a_proj"), c.q_lora_rank, h)?,
-            q_a_ln: ck.vector(&format!("{a}.q_a_layernorm.weight"), c.q_lora_rank)?,
-            q_b: lin(ck, &format!("{a}.q_b_proj"), c.heads * hq, c.q_lora_rank)?,
-            kv_a: lin(ck, &format!("{a}.kv_a_proj_with_mqa"), c.kv_lora_rank + c.qk_rope, h)?,
-            kv_a_ln: ck.vector(&format!("{a}.kv_a_layernorm.weight"), c.kv_lora_rank)?,
+            q_a: a.linear("q_a_proj", c.q_lora_rank, h)?,
+            q_a_ln: a.vector("q_a_layernorm.weight", c.q_lora_rank)?,
+            q_b: a.linear("q_b_proj", c.heads * hq, c.q_lora_rank)?,
+            kv_a: a.linear("kv_a_proj_with_mqa", c.kv_lora_rank + c.qk_rope, h)?,
+            kv_a_ln: a.vector("kv_a_layernorm.weight", c.kv_lora_rank)?,
             w_uk,
             w_uv: w_uv.into_iter().map(|data| Weight::Dense { rows: c.v_dim, cols: c.kv_lora_rank, data }).collect(),
-            o: lin(ck, &format!("{a}.o_proj"), h, c.heads * c.v_dim)?,
+            o: a.linear("o_proj", h, c.heads * c.v_dim)?,
             indexer,
         },
         ffn,
@@ -122,8 +123,7 @@ fn load_layer(ck: &Checkpoint, c: &Glm5Config, l: usize) -> Result<DecoderLayer,
 /// `W_UV [v × kv_lora]`, in f32.
 type AbsorbedKvB = (Vec<Vec<f32>>, Vec<Vec<f32>>);
 
-fn absorbed_kv_b(ck: &Checkpoint, c: &Glm5Config, a: &str) -> Result<AbsorbedKvB, EngineError> {
-    let kv_b = ck.linear(&format!("{a}.kv_b_proj"), c.heads * (c.qk_nope + c.v_dim), c.kv_lora_rank)?;
+fn absorbed_kv_b(kv_b: &Weight, c: &Glm5Config) -> AbsorbedKvB {
     let mut w_uk = Vec::with_capacity(c.heads);
     let mut w_uv = Vec::with_capacity(c.heads);
     let mut row = vec![0f32; c.kv_lora_rank];
@@ -142,43 +142,32 @@ fn absorbed_kv_b(ck: &Checkpoint, c: &Glm5Config, a: &str) -> Result<AbsorbedKvB
         w_uk.push(uk);
         w_uv.push(uv);
     }
-    Ok((w_uk, w_uv))
+    (w_uk, w_uv)
 }
 
-/// The linear module `module` (its tensor `{module}.weight`, `[rows × cols]`), named by the same
-/// string for the calibration observer, so the name loaded and the name reported cannot
-/// differ.
-fn lin(ck: &Checkpoint, module: &str, rows: usize, cols: usize) -> Result<Linear, EngineError> {
-    Ok(Linear::new(ck.linear(module, rows, cols)?, vec![module.to_owned()]))
+/// A SwiGLU MLP under `vb` (`gate_proj`, `up_proj`, `down_proj`), gate and up stacked.
+fn load_mlp(vb: &Vb<'_>, hidden: usize, inter: usize) -> Result<Mlp, EngineError> {
+    let gate_up = Linear::stack(vec![vb.linear("gate_proj", inter, hidden)?, vb.linear("up_proj", inter, hidden)?]);
+    Ok(Mlp { gate_up, down: vb.linear("down_proj", hidden, inter)?, inter })
 }
 
-/// A SwiGLU MLP under `prefix` (`gate_proj`, `up_proj`, `down_proj`).
-fn load_mlp(ck: &Checkpoint, prefix: &str, hidden: usize, inter: usize) -> Result<Mlp, EngineError> {
-    let [g, u] = [lin(ck, &format!("{prefix}.gate_proj"), inter, hidden)?, lin(ck, &format!("{prefix}.up_proj"), inter, hidden)?];
-    let gate_up = Linear::new(Weight::stack(vec![g.weight, u.weight]), [g.modules, u.modules].concat());
-    Ok(Mlp { gate_up, down: lin(ck, &format!("{prefix}.down_proj"), hidden, inter)?, inter })
-}
-
-/// The MoE block under `p` (`model.layers.L.mlp`): routed experts, shared experts, the router
-/// (f32) and its correction bias.
-fn load_moe(ck: &Checkpoint, c: &Glm5Config, p: &str) -> Result<Moe, EngineError> {
+/// The MoE block under `vb` (`model.layers.L.mlp`): routed experts, shared experts, the router
+/// (f32, read from `ck` whatever the quantization config says of it) and its correction bias.
+fn load_moe(ck: &Checkpoint, c: &Glm5Config, vb: &Vb<'_>) -> Result<Moe, EngineError> {
     let h = c.hidden;
-    let mut experts = Vec::with_capacity(c.n_routed);
-    for e in 0..c.n_routed {
-        experts.push(load_mlp(ck, &format!("{p}.experts.{e}"), h, c.moe_inter)?);
-    }
-    let shared = if c.n_shared > 0 {
-        Some(load_mlp(ck, &format!("{p}.shared_experts"), h, c.moe_inter * c.n_shared)?)
-    } else {
-        None
+    let experts = (0..c.n_routed).map(|e| load_mlp(&vb.pp("experts").pp(e), h, c.moe_inter)).collect::<Result<Vec<_>, _>>()?;
+    let shared = match c.n_shared > 0 {
+        true => Some(load_mlp(&vb.pp("shared_experts"), h, c.moe_inter * c.n_shared)?),
+        false => None,
     };
-    let (gs, gate) = ck.f32(&format!("{p}.gate.weight"))?;
+    let gate_name = vb.path("gate.weight");
+    let (gs, gate) = ck.f32(&gate_name)?;
     if gs != [c.n_routed, h] {
-        return Err(EngineError::model(format!("{p}.gate.weight: shape {gs:?}, want [{}, {h}]", c.n_routed)));
+        return Err(EngineError::model(format!("{gate_name}: shape {gs:?}, want [{}, {h}]", c.n_routed)));
     }
     Ok(Moe {
         gate: Weight::Dense { rows: c.n_routed, cols: h, data: gate },
-        bias: ck.vector(&format!("{p}.gate.e_score_correction_bias"), c.n_routed)?,
+        bias: vb.vector("gate.e_score_correction_bias", c.n_routed)?,
         experts,
         shared,
     })

@@ -9,18 +9,7 @@ use ggus::GGufMetaMapExt;
 use super::*;
 use crate::checkpoint::gguf::GgufFile;
 use crate::model::common::RopeTable;
-
-/// The HF module names (the calibration observer's keys) of each fused projection's parts, in
-/// stack order.
-const QKV: [&str; 3] = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"];
-const O: [&str; 1] = ["self_attn.o_proj"];
-const GATE_UP: [&str; 2] = ["mlp.gate_proj", "mlp.up_proj"];
-const DOWN: [&str; 1] = ["mlp.down_proj"];
-
-/// `model.layers.{l}.{part}` for each part.
-fn hf_modules(l: usize, parts: &[&str]) -> Vec<String> {
-    parts.iter().map(|n| format!("model.layers.{l}.{n}")).collect()
-}
+use crate::model::vb::{GgufTensors, Vb, GEMMA3_LAYER_NAMES, LLAMA_LAYER_NAMES};
 
 /// `general.architecture = llama`: `llama.*` keys as llama.cpp reads them.
 fn llama_gguf_config(ld: &crate::checkpoint::gguf::Gguf<'_>) -> Result<LlamaConfig, EngineError> {
@@ -64,6 +53,54 @@ fn llama_gguf_config(ld: &crate::checkpoint::gguf::Gguf<'_>) -> Result<LlamaConf
     })
 }
 
+/// Decoder layer `vb` (`model.layers.{l}`), by HF module names (a GGUF file maps them to
+/// llama.cpp's, [`GgufTensors`]). Q/K/V and gate/up are stacked, each a single matmul. With
+/// `hf_rope` (an HF checkpoint, whose RoPE rotates halves of a head, `rotate_half`), Q and K
+/// rows are permuted from those halves into adjacent pairs, the inverse of
+/// llama.cpp's `convert_hf_to_gguf.py` `permute`.
+fn load_layer(vb: &Vb<'_>, cfg: &LlamaConfig, hf_rope: bool) -> Result<Layer, EngineError> {
+    let (hidden, hd, qd, kvd) = (cfg.hidden, cfg.head_dim, cfg.q_dim(), cfg.kv_heads * cfg.head_dim);
+    let (attn, mlp) = (vb.pp("self_attn"), vb.pp("mlp"));
+    let (mut q, mut k) = (attn.linear("q_proj", qd, hidden)?, attn.linear("k_proj", kvd, hidden)?);
+    if hf_rope {
+        let permuted = |w: Weight, n_heads: usize| {
+            let half = hd / 2;
+            let perm: Vec<usize> = (0..n_heads * hd)
+                .map(|r| {
+                    let (h, i) = (r / hd, r % hd);
+                    h * hd + if i % 2 == 0 { i / 2 } else { half + i / 2 }
+                })
+                .collect();
+            w.permute_rows(&perm).ok_or_else(|| EngineError::model("cannot permute a GGUF-repacked weight"))
+        };
+        q.weight = permuted(q.weight, cfg.heads)?;
+        k.weight = permuted(k.weight, cfg.kv_heads)?;
+    }
+    let pair = |a: &str, b: &str, len: usize| -> Result<(Vec<f32>, Vec<f32>), EngineError> {
+        Ok((vb.vector(a, len)?, vb.vector(b, len)?))
+    };
+    let post_norms = cfg.variant.post_norms;
+    Ok(Layer {
+        attn_norm: vb.vector("input_layernorm.weight", hidden)?,
+        qkv: Linear::stack(vec![q, k, attn.linear("v_proj", kvd, hidden)?]),
+        wo: attn.linear("o_proj", hidden, qd)?,
+        ffn_norm: match post_norms {
+            true => vb.vector("pre_feedforward_layernorm.weight", hidden)?,
+            false => vb.vector("post_attention_layernorm.weight", hidden)?,
+        },
+        gate_up: Linear::stack(vec![mlp.linear("gate_proj", cfg.ffn, hidden)?, mlp.linear("up_proj", cfg.ffn, hidden)?]),
+        down: mlp.linear("down_proj", hidden, cfg.ffn)?,
+        qk_norm: match cfg.variant.qk_norm {
+            true => Some(pair("self_attn.q_norm.weight", "self_attn.k_norm.weight", hd)?),
+            false => None,
+        },
+        post_norms: match post_norms {
+            true => Some(pair("post_attention_layernorm.weight", "post_feedforward_layernorm.weight", hidden)?),
+            false => None,
+        },
+    })
+}
+
 impl LlamaModel {
     /// Loads a GGUF file of a dense family keyed by `general.architecture`: `llama`, or
     /// `gemma3` ([`crate::model::gemma3`]); `threads` is the size of the compute pool. The families
@@ -88,44 +125,21 @@ impl LlamaModel {
             }
         };
         cfg.check()?;
-        let (hidden, qd, kvd) = (cfg.hidden, cfg.q_dim(), cfg.kv_heads * cfg.head_dim);
-        let vocab = cfg.vocab;
-        let mat = |n: &str, rows: usize, cols: usize| ld.matrix_threads(n, rows, cols, threads);
-        let embed = mat("token_embd.weight", vocab, hidden)?;
-        let output = match ld.has_tensor("output.weight") {
-            true => Some(mat("output.weight", vocab, hidden)?),
+        let (hidden, vocab) = (cfg.hidden, cfg.vocab);
+        let names = match arch.as_str() {
+            "gemma3" => GEMMA3_LAYER_NAMES,
+            _ => LLAMA_LAYER_NAMES,
+        };
+        let src = GgufTensors { ld: &ld, layer_names: names, threads };
+        let root = Vb::new(&src);
+        let embed = root.matrix("model.embed_tokens", vocab, hidden)?;
+        let output = match root.has("lm_head.weight") {
+            true => Some(root.matrix("lm_head", vocab, hidden)?),
             false => None,
         };
-        let mut layers = Vec::with_capacity(cfg.layers);
-        for l in 0..cfg.layers {
-            let p = |n: &str| format!("blk.{l}.{n}.weight");
-            let pair = |a: &str, b: &str, len: usize| -> Result<(Vec<f32>, Vec<f32>), EngineError> {
-                Ok((ld.vector(&p(a), len)?, ld.vector(&p(b), len)?))
-            };
-            layers.push(Layer {
-                attn_norm: ld.vector(&p("attn_norm"), hidden)?,
-                qkv: Linear::new(
-                    Weight::stack(vec![mat(&p("attn_q"), qd, hidden)?, mat(&p("attn_k"), kvd, hidden)?, mat(&p("attn_v"), kvd, hidden)?]),
-                    hf_modules(l, &QKV),
-                ),
-                wo: Linear::new(mat(&p("attn_output"), hidden, qd)?, hf_modules(l, &O)),
-                ffn_norm: ld.vector(&p("ffn_norm"), hidden)?,
-                gate_up: Linear::new(
-                    Weight::stack(vec![mat(&p("ffn_gate"), cfg.ffn, hidden)?, mat(&p("ffn_up"), cfg.ffn, hidden)?]),
-                    hf_modules(l, &GATE_UP),
-                ),
-                down: Linear::new(mat(&p("ffn_down"), hidden, cfg.ffn)?, hf_modules(l, &DOWN)),
-                qk_norm: match cfg.variant.qk_norm {
-                    true => Some(pair("attn_q_norm", "attn_k_norm", cfg.head_dim)?),
-                    false => None,
-                },
-                post_norms: match cfg.variant.post_norms {
-                    true => Some(pair("post_attention_norm", "post_ffw_norm", hidden)?),
-                    false => None,
-                },
-            });
-        }
-        let output_norm = ld.vector("output_norm.weight", hidden)?;
+        let vb = root.pp("model.layers");
+        let layers = (0..cfg.layers).map(|l| load_layer(&vb.pp(l), &cfg, false)).collect::<Result<Vec<_>, _>>()?;
+        let output_norm = root.vector("model.norm.weight", hidden)?;
         let name = ld.meta().general_name().unwrap_or("unnamed").to_owned();
         let mut m = Self::assemble(cfg, arch, name, embed, output, output_norm, layers, threads)?;
         m.info.file_weight_bytes = Some(ld.read_bytes());
@@ -178,19 +192,6 @@ impl LlamaModel {
             variant: Variant::llama(layers, head_dim, rope_base),
         };
         cfg.check()?;
-        let kvd = kv_heads * head_dim;
-        let rope_perm = |n_heads: usize| -> Vec<usize> {
-            let half = head_dim / 2;
-            (0..n_heads * head_dim)
-                .map(|r| {
-                    let (h, i) = (r / head_dim, r % head_dim);
-                    h * head_dim + if i % 2 == 0 { i / 2 } else { half + i / 2 }
-                })
-                .collect()
-        };
-        let permuted = |w: Weight, n_heads: usize| {
-            w.permute_rows(&rope_perm(n_heads)).ok_or_else(|| EngineError::model("cannot permute a GGUF-repacked weight"))
-        };
         let (es, ed) = ck.f32("model.embed_tokens.weight")?;
         if es != [cfg.vocab, hidden] {
             return Err(EngineError::model(format!("model.embed_tokens.weight: shape {es:?}, want [{}, {hidden}]", cfg.vocab)));
@@ -198,33 +199,9 @@ impl LlamaModel {
         let embed = Weight::Dense { rows: cfg.vocab, cols: hidden, data: ed };
         let tied = v.get("tie_word_embeddings").and_then(|x| x.as_bool()).unwrap_or(false) || !ck.has("lm_head.weight");
         let output = if tied { None } else { Some(ck.linear("lm_head", cfg.vocab, hidden)?) };
-        let mut layers = Vec::with_capacity(cfg.layers);
-        for l in 0..cfg.layers {
-            let p = format!("model.layers.{l}");
-            layers.push(Layer {
-                attn_norm: ck.vector(&format!("{p}.input_layernorm.weight"), hidden)?,
-                qkv: Linear::new(
-                    Weight::stack(vec![
-                        permuted(ck.linear(&format!("{p}.self_attn.q_proj"), hidden, hidden)?, heads)?,
-                        permuted(ck.linear(&format!("{p}.self_attn.k_proj"), kvd, hidden)?, kv_heads)?,
-                        ck.linear(&format!("{p}.self_attn.v_proj"), kvd, hidden)?,
-                    ]),
-                    hf_modules(l, &QKV),
-                ),
-                wo: Linear::new(ck.linear(&format!("{p}.self_attn.o_proj"), hidden, hidden)?, hf_modules(l, &O)),
-                ffn_norm: ck.vector(&format!("{p}.post_attention_layernorm.weight"), hidden)?,
-                gate_up: Linear::new(
-                    Weight::stack(vec![
-                        ck.linear(&format!("{p}.mlp.gate_proj"), cfg.ffn, hidden)?,
-                        ck.linear(&format!("{p}.mlp.up_proj"), cfg.ffn, hidden)?,
-                    ]),
-                    hf_modules(l, &GATE_UP),
-                ),
-                down: Linear::new(ck.linear(&format!("{p}.mlp.down_proj"), hidden, cfg.ffn)?, hf_modules(l, &DOWN)),
-                qk_norm: None,
-                post_norms: None,
-            });
-        }
+        let vb = Vb::new(&ck).pp("model.layers");
+        let layers =
+            (0..cfg.layers).map(|l| load_layer(&vb.pp(l), &cfg, true)).collect::<Result<Vec<_>, _>>()?;
         let output_norm = ck.vector("model.norm.weight", hidden)?;
         let name = dir.file_name().map_or("llama".into(), |n| n.to_string_lossy().into_owned());
         Self::assemble(cfg, "llama".into(), name, embed, output, output_norm, layers, threads)

@@ -1,0 +1,243 @@
+//! Weights by name under a prefix, after candle-nn's `VarBuilder` (`vb.pp("model.layers").pp(3)`):
+//! a loader names each tensor once, relative to its module, and the same full name is what the
+//! calibration observer is told, so the name loaded and the name reported cannot differ.
+//!
+//! Names are Hugging Face state-dict names. A GGUF file is read through llama.cpp's mapping of
+//! those names to its own, per architecture (`gguf-py/gguf/tensor_mapping.py`:
+//! `model.layers.{bid}.self_attn.q_proj` is `blk.{bid}.attn_q`), so one layer loader serves a
+//! family's GGUF files and its HF checkpoints.
+
+use std::fmt::Display;
+
+use sparrow_cpu::Weight;
+
+use crate::checkpoint::gguf::Gguf;
+use crate::checkpoint::hf::Checkpoint;
+use crate::model::linear::Linear;
+use crate::EngineError;
+
+/// Where a loader's tensors come from, by HF name.
+pub trait Tensors {
+    /// Whether tensor `name` exists.
+    fn has(&self, name: &str) -> bool;
+    /// The 1-D tensor `name` as `len` f32 values.
+    ///
+    /// # Errors
+    /// A missing tensor, another length or a type that is not a float vector.
+    fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>, EngineError>;
+    /// The weight of linear module `module` (tensor `{module}.weight`), `[rows × cols]`, at
+    /// its file's size.
+    ///
+    /// # Errors
+    /// A missing tensor, another shape or an unsupported type, named by the file's own
+    /// tensor name.
+    fn matrix(&self, module: &str, rows: usize, cols: usize) -> Result<Weight, EngineError>;
+}
+
+impl Tensors for Checkpoint {
+    fn has(&self, name: &str) -> bool {
+        Checkpoint::has(self, name)
+    }
+    fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>, EngineError> {
+        Checkpoint::vector(self, name, len)
+    }
+    fn matrix(&self, module: &str, rows: usize, cols: usize) -> Result<Weight, EngineError> {
+        self.linear(module, rows, cols)
+    }
+}
+
+/// The HF module names of a decoder layer (`model.layers.{bid}.` stripped) and llama.cpp's
+/// names for them (`blk.{bid}.` stripped), for the Llama architecture
+/// (`tensor_mapping.py`, `MODEL_ARCH.LLAMA`).
+pub const LLAMA_LAYER_NAMES: &[(&str, &str)] = &[
+    ("input_layernorm", "attn_norm"),
+    ("self_attn.q_proj", "attn_q"),
+    ("self_attn.k_proj", "attn_k"),
+    ("self_attn.v_proj", "attn_v"),
+    ("self_attn.o_proj", "attn_output"),
+    ("post_attention_layernorm", "ffn_norm"),
+    ("mlp.gate_proj", "ffn_gate"),
+    ("mlp.up_proj", "ffn_up"),
+    ("mlp.down_proj", "ffn_down"),
+];
+
+/// As [`LLAMA_LAYER_NAMES`] for Gemma 2/3: four norms per layer (llama.cpp's `ffn_norm` is
+/// HF's `pre_feedforward_layernorm` there, and `post_attention_layernorm` is its own tensor)
+/// and per-head Q/K norms.
+pub const GEMMA3_LAYER_NAMES: &[(&str, &str)] = &[
+    ("input_layernorm", "attn_norm"),
+    ("self_attn.q_proj", "attn_q"),
+    ("self_attn.k_proj", "attn_k"),
+    ("self_attn.v_proj", "attn_v"),
+    ("self_attn.o_proj", "attn_output"),
+    ("self_attn.q_norm", "attn_q_norm"),
+    ("self_attn.k_norm", "attn_k_norm"),
+    ("post_attention_layernorm", "post_attention_norm"),
+    ("pre_feedforward_layernorm", "ffn_norm"),
+    ("post_feedforward_layernorm", "post_ffw_norm"),
+    ("mlp.gate_proj", "ffn_gate"),
+    ("mlp.up_proj", "ffn_up"),
+    ("mlp.down_proj", "ffn_down"),
+];
+
+/// A GGUF file's tensors under HF names: `layer_names` maps a layer's modules (one of the
+/// tables above); the model-level names are the same for every architecture.
+pub struct GgufTensors<'a, 'b> {
+    /// The parsed file.
+    pub ld: &'b Gguf<'a>,
+    /// `(HF, llama.cpp)` names of a layer's modules.
+    pub layer_names: &'static [(&'static str, &'static str)],
+    /// Threads that repack a block-type matrix.
+    pub threads: usize,
+}
+
+/// llama.cpp's name for the HF tensor or module `hf` (a trailing `.weight` / `.bias` is kept)
+/// given the architecture's `layer_names`, or `None` when it has no such tensor.
+pub fn gguf_name(layer_names: &[(&str, &str)], hf: &str) -> Option<String> {
+    let (stem, suffix) = match hf.rsplit_once('.') {
+        Some((s, x @ ("weight" | "bias"))) => (s, Some(x)),
+        _ => (hf, None),
+    };
+    let mapped = match stem {
+        "model.embed_tokens" => "token_embd".to_owned(),
+        "model.norm" => "output_norm".to_owned(),
+        "lm_head" => "output".to_owned(),
+        _ => {
+            let rest = stem.strip_prefix("model.layers.")?;
+            let (bid, module) = rest.split_once('.')?;
+            let bid: usize = bid.parse().ok()?;
+            let (_, file) = layer_names.iter().find(|(h, _)| *h == module)?;
+            format!("blk.{bid}.{file}")
+        }
+    };
+    Some(match suffix {
+        Some(x) => format!("{mapped}.{x}"),
+        None => mapped,
+    })
+}
+
+impl GgufTensors<'_, '_> {
+    fn named(&self, hf: &str) -> Result<String, EngineError> {
+        gguf_name(self.layer_names, hf)
+            .ok_or_else(|| EngineError::model(format!("no GGUF tensor name for HF tensor {hf} in this architecture")))
+    }
+}
+
+impl Tensors for GgufTensors<'_, '_> {
+    fn has(&self, name: &str) -> bool {
+        gguf_name(self.layer_names, name).is_some_and(|n| self.ld.has_tensor(&n))
+    }
+    fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>, EngineError> {
+        self.ld.vector(&self.named(name)?, len)
+    }
+    fn matrix(&self, module: &str, rows: usize, cols: usize) -> Result<Weight, EngineError> {
+        self.ld.matrix_threads(&self.named(&format!("{module}.weight"))?, rows, cols, self.threads)
+    }
+}
+
+/// A view of [`Tensors`] under a name prefix; cheap to clone and extend.
+#[derive(Clone)]
+pub struct Vb<'a> {
+    src: &'a dyn Tensors,
+    prefix: String,
+}
+
+impl<'a> Vb<'a> {
+    /// The root view (no prefix).
+    pub fn new(src: &'a dyn Tensors) -> Vb<'a> {
+        Vb { src, prefix: String::new() }
+    }
+
+    /// The view under `self`'s prefix extended by `.{s}` (`vb.pp("model.layers").pp(3)`).
+    pub fn pp(&self, s: impl Display) -> Vb<'a> {
+        let prefix = match self.prefix.is_empty() {
+            true => s.to_string(),
+            false => format!("{}.{s}", self.prefix),
+        };
+        Vb { src: self.src, prefix }
+    }
+
+    /// The full HF name of `n` under this prefix.
+    pub fn path(&self, n: &str) -> String {
+        match self.prefix.is_empty() {
+            true => n.to_owned(),
+            false => format!("{}.{n}", self.prefix),
+        }
+    }
+
+    /// Whether tensor `n` exists under this prefix.
+    pub fn has(&self, n: &str) -> bool {
+        self.src.has(&self.path(n))
+    }
+
+    /// The vector `n` (`len` values).
+    ///
+    /// # Errors
+    /// As [`Tensors::vector`].
+    pub fn vector(&self, n: &str, len: usize) -> Result<Vec<f32>, EngineError> {
+        self.src.vector(&self.path(n), len)
+    }
+
+    /// The weight of module `n`, `[rows × cols]`.
+    ///
+    /// # Errors
+    /// As [`Tensors::matrix`].
+    pub fn matrix(&self, n: &str, rows: usize, cols: usize) -> Result<Weight, EngineError> {
+        self.src.matrix(&self.path(n), rows, cols)
+    }
+
+    /// Module `n` as a [`Linear`] named by its full HF name.
+    ///
+    /// # Errors
+    /// As [`Tensors::matrix`].
+    pub fn linear(&self, n: &str, rows: usize, cols: usize) -> Result<Linear, EngineError> {
+        Ok(Linear::new(self.matrix(n, rows, cols)?, vec![self.path(n)]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_join_with_dots() {
+        struct Names;
+        impl Tensors for Names {
+            fn has(&self, name: &str) -> bool {
+                name == "model.layers.3.mlp.down_proj.weight"
+            }
+            fn vector(&self, name: &str, _: usize) -> Result<Vec<f32>, EngineError> {
+                Err(EngineError::model(name.to_owned()))
+            }
+            fn matrix(&self, module: &str, _: usize, _: usize) -> Result<Weight, EngineError> {
+                Err(EngineError::model(module.to_owned()))
+            }
+        }
+        let root = Vb::new(&Names);
+        let mlp = root.pp("model.layers").pp(3).pp("mlp");
+        assert_eq!(mlp.path("down_proj"), "model.layers.3.mlp.down_proj");
+        assert!(mlp.has("down_proj.weight"));
+        assert!(!root.has("down_proj.weight"));
+        assert_eq!(root.path("lm_head"), "lm_head");
+    }
+
+    /// Pairs from llama.cpp's `gguf-py/gguf/tensor_mapping.py` (and `constants.py` for the
+    /// GGUF spellings).
+    #[test]
+    fn hf_names_map_to_llama_cpp_names() {
+        let l = LLAMA_LAYER_NAMES;
+        assert_eq!(gguf_name(l, "model.layers.12.self_attn.q_proj.weight").as_deref(), Some("blk.12.attn_q.weight"));
+        assert_eq!(gguf_name(l, "model.layers.0.self_attn.k_proj.bias").as_deref(), Some("blk.0.attn_k.bias"));
+        assert_eq!(gguf_name(l, "model.layers.0.post_attention_layernorm.weight").as_deref(), Some("blk.0.ffn_norm.weight"));
+        assert_eq!(gguf_name(l, "model.layers.7.mlp.down_proj").as_deref(), Some("blk.7.ffn_down"));
+        assert_eq!(gguf_name(l, "model.embed_tokens.weight").as_deref(), Some("token_embd.weight"));
+        assert_eq!(gguf_name(l, "model.norm.weight").as_deref(), Some("output_norm.weight"));
+        assert_eq!(gguf_name(l, "lm_head").as_deref(), Some("output"));
+        assert_eq!(gguf_name(l, "model.layers.0.self_attn.q_norm.weight"), None);
+        assert_eq!(gguf_name(l, "model.layers.x.mlp.down_proj"), None);
+        let g = GEMMA3_LAYER_NAMES;
+        assert_eq!(gguf_name(g, "model.layers.2.post_attention_layernorm.weight").as_deref(), Some("blk.2.post_attention_norm.weight"));
+        assert_eq!(gguf_name(g, "model.layers.2.pre_feedforward_layernorm.weight").as_deref(), Some("blk.2.ffn_norm.weight"));
+        assert_eq!(gguf_name(g, "model.layers.2.self_attn.k_norm.weight").as_deref(), Some("blk.2.attn_k_norm.weight"));
+    }
+}
