@@ -31,7 +31,8 @@ impl Linear {
     /// One layer computing `parts` in order (projections that share an input: q/k/v,
     /// gate/up), their weights stacked by [`Weight::stack`].
     pub fn stack(parts: Vec<Linear>) -> Linear {
-        let (weights, modules): (Vec<Weight>, Vec<Vec<String>>) = parts.into_iter().map(|l| (l.weight, l.modules)).unzip();
+        let (weights, modules): (Vec<Weight>, Vec<Vec<String>>) =
+            parts.into_iter().map(|l| (l.weight, l.modules)).unzip();
         Linear::new(Weight::stack(weights), modules.concat())
     }
 

@@ -228,7 +228,10 @@ mod tests {
         let l = LLAMA_LAYER_NAMES;
         assert_eq!(gguf_name(l, "model.layers.12.self_attn.q_proj.weight").as_deref(), Some("blk.12.attn_q.weight"));
         assert_eq!(gguf_name(l, "model.layers.0.self_attn.k_proj.bias").as_deref(), Some("blk.0.attn_k.bias"));
-        assert_eq!(gguf_name(l, "model.layers.0.post_attention_layernorm.weight").as_deref(), Some("blk.0.ffn_norm.weight"));
+        assert_eq!(
+            gguf_name(l, "model.layers.0.post_attention_layernorm.weight").as_deref(),
+            Some("blk.0.ffn_norm.weight")
+        );
         assert_eq!(gguf_name(l, "model.layers.7.mlp.down_proj").as_deref(), Some("blk.7.ffn_down"));
         assert_eq!(gguf_name(l, "model.embed_tokens.weight").as_deref(), Some("token_embd.weight"));
         assert_eq!(gguf_name(l, "model.norm.weight").as_deref(), Some("output_norm.weight"));
@@ -236,8 +239,14 @@ mod tests {
         assert_eq!(gguf_name(l, "model.layers.0.self_attn.q_norm.weight"), None);
         assert_eq!(gguf_name(l, "model.layers.x.mlp.down_proj"), None);
         let g = GEMMA3_LAYER_NAMES;
-        assert_eq!(gguf_name(g, "model.layers.2.post_attention_layernorm.weight").as_deref(), Some("blk.2.post_attention_norm.weight"));
-        assert_eq!(gguf_name(g, "model.layers.2.pre_feedforward_layernorm.weight").as_deref(), Some("blk.2.ffn_norm.weight"));
+        assert_eq!(
+            gguf_name(g, "model.layers.2.post_attention_layernorm.weight").as_deref(),
+            Some("blk.2.post_attention_norm.weight")
+        );
+        assert_eq!(
+            gguf_name(g, "model.layers.2.pre_feedforward_layernorm.weight").as_deref(),
+            Some("blk.2.ffn_norm.weight")
+        );
         assert_eq!(gguf_name(g, "model.layers.2.self_attn.k_norm.weight").as_deref(), Some("blk.2.attn_k_norm.weight"));
     }
 }

@@ -155,7 +155,8 @@ fn load_mlp(vb: &Vb<'_>, hidden: usize, inter: usize) -> Result<Mlp, EngineError
 /// (f32, read from `ck` whatever the quantization config says of it) and its correction bias.
 fn load_moe(ck: &Checkpoint, c: &Glm5Config, vb: &Vb<'_>) -> Result<Moe, EngineError> {
     let h = c.hidden;
-    let experts = (0..c.n_routed).map(|e| load_mlp(&vb.pp("experts").pp(e), h, c.moe_inter)).collect::<Result<Vec<_>, _>>()?;
+    let experts =
+        (0..c.n_routed).map(|e| load_mlp(&vb.pp("experts").pp(e), h, c.moe_inter)).collect::<Result<Vec<_>, _>>()?;
     let shared = match c.n_shared > 0 {
         true => Some(load_mlp(&vb.pp("shared_experts"), h, c.moe_inter * c.n_shared)?),
         false => None,

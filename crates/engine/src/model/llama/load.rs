@@ -14,7 +14,9 @@ use crate::model::vb::{GgufTensors, Vb, GEMMA3_LAYER_NAMES, LLAMA_LAYER_NAMES};
 /// `general.architecture = llama`: `llama.*` keys as llama.cpp reads them.
 fn llama_gguf_config(ld: &crate::checkpoint::gguf::Gguf<'_>) -> Result<LlamaConfig, EngineError> {
     let arch = "llama";
-    let get = |k: &str| ld.meta().get_usize(&format!("{arch}.{k}")).map_err(|e| EngineError::model(format!("{arch}.{k}: {e:?}")));
+    let get = |k: &str| {
+        ld.meta().get_usize(&format!("{arch}.{k}")).map_err(|e| EngineError::model(format!("{arch}.{k}: {e:?}")))
+    };
     let hidden = get("embedding_length")?;
     let heads = get("attention.head_count")?;
     let kv_heads = get("attention.head_count_kv").unwrap_or(heads);
@@ -88,7 +90,10 @@ fn load_layer(vb: &Vb<'_>, cfg: &LlamaConfig, hf_rope: bool) -> Result<Layer, En
             true => vb.vector("pre_feedforward_layernorm.weight", hidden)?,
             false => vb.vector("post_attention_layernorm.weight", hidden)?,
         },
-        gate_up: Linear::stack(vec![mlp.linear("gate_proj", cfg.ffn, hidden)?, mlp.linear("up_proj", cfg.ffn, hidden)?]),
+        gate_up: Linear::stack(vec![
+            mlp.linear("gate_proj", cfg.ffn, hidden)?,
+            mlp.linear("up_proj", cfg.ffn, hidden)?,
+        ]),
         down: mlp.linear("down_proj", hidden, cfg.ffn)?,
         qk_norm: match cfg.variant.qk_norm {
             true => Some(pair("self_attn.q_norm.weight", "self_attn.k_norm.weight", hd)?),
@@ -113,7 +118,11 @@ impl LlamaModel {
         // Mapped only while the weights are copied into our own layout.
         let file = GgufFile::open(path)?;
         let ld = file.view()?;
-        let arch = ld.meta().general_architecture().map_err(|e| EngineError::model(format!("general.architecture: {e:?}")))?.to_owned();
+        let arch = ld
+            .meta()
+            .general_architecture()
+            .map_err(|e| EngineError::model(format!("general.architecture: {e:?}")))?
+            .to_owned();
         let cfg = match arch.as_str() {
             "llama" => llama_gguf_config(&ld)?,
             "gemma3" => crate::model::gemma3::config(&ld)?,
@@ -194,14 +203,16 @@ impl LlamaModel {
         cfg.check()?;
         let (es, ed) = ck.f32("model.embed_tokens.weight")?;
         if es != [cfg.vocab, hidden] {
-            return Err(EngineError::model(format!("model.embed_tokens.weight: shape {es:?}, want [{}, {hidden}]", cfg.vocab)));
+            return Err(EngineError::model(format!(
+                "model.embed_tokens.weight: shape {es:?}, want [{}, {hidden}]",
+                cfg.vocab
+            )));
         }
         let embed = Weight::Dense { rows: cfg.vocab, cols: hidden, data: ed };
         let tied = v.get("tie_word_embeddings").and_then(|x| x.as_bool()).unwrap_or(false) || !ck.has("lm_head.weight");
         let output = if tied { None } else { Some(ck.linear("lm_head", cfg.vocab, hidden)?) };
         let vb = Vb::new(&ck).pp("model.layers");
-        let layers =
-            (0..cfg.layers).map(|l| load_layer(&vb.pp(l), &cfg, true)).collect::<Result<Vec<_>, _>>()?;
+        let layers = (0..cfg.layers).map(|l| load_layer(&vb.pp(l), &cfg, true)).collect::<Result<Vec<_>, _>>()?;
         let output_norm = ck.vector("model.norm.weight", hidden)?;
         let name = dir.file_name().map_or("llama".into(), |n| n.to_string_lossy().into_owned());
         Self::assemble(cfg, "llama".into(), name, embed, output, output_norm, layers, threads)
@@ -221,8 +232,9 @@ impl LlamaModel {
         let ff = cfg.variant.rope_freq_factors.as_deref();
         let rope = RopeTable::llama_cpp_scaled(cfg.rope_base as f64, cfg.head_dim, cfg.context_length, ff);
         let local = cfg.variant.windows.iter().any(Option::is_some) && cfg.variant.rope_local_base != cfg.rope_base;
-        let rope_local =
-            local.then(|| RopeTable::llama_cpp_scaled(cfg.variant.rope_local_base as f64, cfg.head_dim, cfg.context_length, ff));
+        let rope_local = local.then(|| {
+            RopeTable::llama_cpp_scaled(cfg.variant.rope_local_base as f64, cfg.head_dim, cfg.context_length, ff)
+        });
         let mut wbytes = embed.bytes() + output.as_ref().map_or(0, Weight::bytes) + 4 * output_norm.len();
         let vec_bytes = |v: &Option<(Vec<f32>, Vec<f32>)>| v.as_ref().map_or(0, |(a, b)| 4 * (a.len() + b.len()));
         for l in &layers {
