@@ -525,8 +525,6 @@ unsafe fn rows_generic<const T: u8, const M: u8, const NG: usize, const NT: usiz
     // the chunk: the block stays in L1 while the weights come from L2. A block boundary
     // changes which tile a token is in, never its arithmetic.
     let tb = (18432 / w.cols).max(NT) / NT * NT;
-    // Units here are 8-row halves: an L2 chunk of 16-row groups is twice as many units, kept
-    // a multiple of NG.
     if x.rows > tb {
         chunks::<T, M, NG, NT, true>(w, g0, g1, x, out, ldo, tb);
     } else {
