@@ -66,6 +66,78 @@ pub const GEMMA3_270M_GGUF: Chunked = Chunked {
     file: "gemma-3-270m-q4_k_m.gguf",
 };
 
+/// A directory inside a package's source distribution (a `.tar.gz` on the registry), for
+/// material a wheel does not ship.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SdistDir {
+    /// Package name as given to `pip download`.
+    pub package: &'static str,
+    /// The exact version (the files are pinned by it).
+    pub version: &'static str,
+    /// The directory inside the archive, below its top-level `{name}-{version}/`.
+    pub dir: &'static str,
+}
+
+/// llama.cpp's `models/` as vendored by llama-cpp-python 0.3.36: real vocabularies
+/// (`ggml-vocab-*.gguf`, with `.inp`/`.out` tokenization vectors made by HF `tokenizers`) and
+/// real chat templates (`templates/*.jinja`).
+pub const LLAMA_CPP_MODELS: SdistDir =
+    SdistDir { package: "llama-cpp-python", version: "0.3.36", dir: "vendor/llama.cpp/models" };
+
+/// Path of `d`'s directory, fetching the source distribution with `pip download --no-binary`
+/// and extracting that directory (Python's `tarfile`, `data` filter) on first use.
+///
+/// # Errors
+/// [`AssetError`] when pip or python cannot be run, the download fails, or the archive lacks
+/// the directory.
+pub fn ensure_sdist_dir(d: SdistDir) -> Result<PathBuf, AssetError> {
+    let root = cache_root()?;
+    let top = format!("{}-{}", d.package.replace('-', "_"), d.version);
+    let base = root.join("pkgs").join(&top);
+    let target = base.join(d.dir);
+    let done = base.join(".complete");
+    if done.is_file() {
+        return Ok(target);
+    }
+    let dl_dir = root.join("pip");
+    std::fs::create_dir_all(&dl_dir).map_err(|source| AssetError::Io { what: "create", path: dl_dir.clone(), source })?;
+    let lock_path = root.join(".fetch.lock");
+    let lock = std::fs::File::create(&lock_path).map_err(|source| AssetError::Io {
+        what: "create",
+        path: lock_path.clone(),
+        source,
+    })?;
+    lock.lock().map_err(|source| AssetError::Io { what: "lock", path: lock_path, source })?;
+    if done.is_file() {
+        return Ok(target);
+    }
+    let archive = dl_dir.join(format!("{top}.tar.gz"));
+    if !archive.is_file() {
+        eprintln!("fetching the {} {} source distribution with pip into {}", d.package, d.version, dl_dir.display());
+        run(Command::new("python3")
+            .args(["-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q", "--no-binary"])
+            .arg(d.package)
+            .arg("-d")
+            .arg(&dl_dir)
+            .arg(format!("{}=={}", d.package, d.version)))?;
+    }
+    let script = "import sys, tarfile\n\
+        t = tarfile.open(sys.argv[1])\n\
+        p = sys.argv[2] + '/'\n\
+        ms = [m for m in t.getmembers() if m.name.startswith(p) and (m.isfile() or m.isdir()) and '..' not in m.name.split('/')]\n\
+        assert ms, 'no ' + p\n\
+        for m in ms: m.name = m.name[len(sys.argv[2]) + 1:]\n\
+        t.extractall(sys.argv[3], members=ms)\n";
+    let _ = std::fs::remove_dir_all(&base);
+    run(Command::new("python3")
+        .args(["-c", script])
+        .arg(&archive)
+        .arg(format!("{top}/{}", d.dir))
+        .arg(&target))?;
+    std::fs::write(&done, b"").map_err(|source| AssetError::Io { what: "write", path: done.clone(), source })?;
+    Ok(target)
+}
+
 /// The models `--model-path` takes by short name, and what each fetches.
 pub const MODELS: &[(&str, Model)] =
     &[("smollm2-135m", Model::Single(SMOLLM2_GGUF)), ("gemma3-270m", Model::Chunked(GEMMA3_270M_GGUF))];

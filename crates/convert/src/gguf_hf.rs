@@ -28,6 +28,14 @@ pub fn gguf_to_hf(path: &Path) -> Result<(serde_json::Value, Vec<Tensor>), Engin
         return Err(EngineError::model(format!("architecture {arch:?}: only llama GGUF files convert to a Llama checkpoint")));
     }
     let c = m.config().clone();
+    if c.variant.rope_freq_factors.is_some() {
+        // The file keeps Llama 3's per-pair factors, not the `rope_scaling` parameters an HF
+        // config states: a copy without them would run unscaled RoPE.
+        return Err(EngineError::model(format!(
+            "{}: Llama 3 RoPE frequency factors (rope_freqs.weight) have no HF config form here",
+            path.display()
+        )));
+    }
     let tied = !ld.has_tensor("output.weight");
     let config = serde_json::json!({
         "architectures": ["LlamaForCausalLM"],

@@ -91,24 +91,6 @@ impl Weight {
             }
         }
     }
-    /// Row `i` of the result is row `perm[i]` of `self` (undoes a checkpoint's head layout).
-    /// `None` for the GGUF forms, whose rows are interleaved in groups of 8.
-    pub fn permute_rows(&self, perm: &[usize]) -> Option<Weight> {
-        match self {
-            Weight::Quant(_) | Weight::Stack(_) | Weight::Half { .. } => None,
-            Weight::Dense { rows, cols, data } => {
-                debug_assert_eq!(perm.len(), *rows);
-                let data = perm.iter().flat_map(|&r| data[r * cols..(r + 1) * cols].iter().copied()).collect();
-                Some(Weight::Dense { rows: *rows, cols: *cols, data })
-            }
-            Weight::Nvfp4(m) => {
-                let parts: Vec<Nvfp4Matrix> = perm.iter().map(|&r| m.slice_rows(r, r + 1)).collect();
-                let refs: Vec<&Nvfp4Matrix> = parts.iter().collect();
-                Nvfp4Matrix::concat(&refs).map(Weight::Nvfp4)
-            }
-        }
-    }
-
     /// Bytes the weight holds: what one matmul over it streams from memory (codes and scales
     /// of a quantized matrix, at about its file's size).
     pub fn bytes(&self) -> usize {

@@ -61,6 +61,10 @@ const LLAMA_CPP_EOG: &[&str] = &[
 /// LLaMA-3 pre-tokenizer regex (`llama-bpe` in llama.cpp), also used by many newer BPE models.
 const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// Qwen2's pre-tokenizer regex (`qwen2` in llama.cpp, also `deepseek-r1-qwen`): Llama 3's with
+/// single digits (`\p{N}`, not `\p{N}{1,3}`).
+const QWEN2_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
 /// True when `path` starts with the GGUF magic.
 ///
 /// # Errors
@@ -136,9 +140,13 @@ fn from_metadata(gguf: &GGuf<'_>, path: &Path) -> Result<Tokenizer, TokenizerErr
             .collect::<Result<_, TokenizerError>>()?;
         let vocab: tokenizers::models::bpe::Vocab =
             tokens.iter().enumerate().map(|(i, t)| ((*t).to_owned(), i as u32)).collect();
-        let bpe = BPE::builder().vocab_and_merges(vocab, merges).ignore_merges(false).build()?;
-        let mut inner = tokenizers::Tokenizer::new(bpe);
         let pre = gguf.get_str("tokenizer.ggml.pre").unwrap_or("default");
+        // Llama 3's `tokenizer.json` sets `ignore_merges`: a pre-token that is itself in the
+        // vocabulary is one token, whatever the merges would build (llama.cpp: `ignore_merges`
+        // for its LLAMA3 pre-tokenizer group; " Việt" is one token only this way).
+        let ignore_merges = matches!(pre, "llama3" | "llama-v3" | "llama-bpe");
+        let bpe = BPE::builder().vocab_and_merges(vocab, merges).ignore_merges(ignore_merges).build()?;
+        let mut inner = tokenizers::Tokenizer::new(bpe);
         inner.with_pre_tokenizer(Some(pre_tokenizer(pre)?));
         inner.with_decoder(Some(ByteLevelDecoder::default()));
         (inner, crate::Pieces::ByteLevel)
@@ -275,14 +283,15 @@ fn pre_tokenizer(pre: &str) -> Result<PreTokenizerWrapper, TokenizerError> {
             PreTokenizerWrapper::Digits(Digits::new(true)),
             byte_level(true),
         ])),
-        "llama-bpe" | "llama3" | "smaug-bpe" => {
-            let split =
-                Split::new(SplitPattern::Regex(LLAMA3_REGEX.to_owned()), SplitDelimiterBehavior::Isolated, false)?;
+        "llama-bpe" | "llama3" | "llama-v3" | "smaug-bpe" | "qwen2" | "deepseek-r1-qwen" => {
+            let re = if pre.starts_with("llama") || pre == "smaug-bpe" { LLAMA3_REGEX } else { QWEN2_REGEX };
+            let split = Split::new(SplitPattern::Regex(re.to_owned()), SplitDelimiterBehavior::Isolated, false)?;
             PreTokenizerWrapper::Sequence(Sequence::new(vec![PreTokenizerWrapper::Split(split), byte_level(false)]))
         }
         other => {
             return Err(TokenizerError::Gguf(format!(
-                "tokenizer.ggml.pre = {other:?} is not supported (known: default, gpt2, smollm, starcoder, llama-bpe)"
+                "tokenizer.ggml.pre = {other:?} is not supported (known: default, gpt2, gpt-2, smollm, starcoder, \
+                 llama-bpe, llama3, llama-v3, smaug-bpe, qwen2, deepseek-r1-qwen)"
             )))
         }
     })

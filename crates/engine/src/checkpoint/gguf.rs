@@ -51,6 +51,39 @@ impl<'a> Gguf<'a> {
         &self.g
     }
 
+    /// The scalar metadata under `{arch}.` (llama.cpp's `LLM_KV_*` keys, `src/llama-arch.cpp`)
+    /// as a JSON object keyed by the rest of the name (`attention.head_count`), for a serde
+    /// reader of an architecture's hyper-parameters. Arrays (per-layer head counts, window
+    /// patterns) are left out: a reader that needs one reads it itself.
+    pub fn arch_keys(&self, arch: &str) -> serde_json::Map<String, serde_json::Value> {
+        use ggus::GGufMetaDataValueType as Ty;
+        let prefix = format!("{arch}.");
+        let mut out = serde_json::Map::new();
+        for (key, kv) in &self.g.meta_kvs {
+            let Some(rest) = key.strip_prefix(&prefix) else { continue };
+            let mut r = kv.value_reader();
+            let v: Option<serde_json::Value> = match kv.ty() {
+                Ty::U8 => r.read::<u8>().ok().map(Into::into),
+                Ty::I8 => r.read::<i8>().ok().map(Into::into),
+                Ty::U16 => r.read::<u16>().ok().map(Into::into),
+                Ty::I16 => r.read::<i16>().ok().map(Into::into),
+                Ty::U32 => r.read::<u32>().ok().map(Into::into),
+                Ty::I32 => r.read::<i32>().ok().map(Into::into),
+                Ty::U64 => r.read::<u64>().ok().map(Into::into),
+                Ty::I64 => r.read::<i64>().ok().map(Into::into),
+                Ty::F32 => r.read::<f32>().ok().map(|x| serde_json::Value::from(x as f64)),
+                Ty::F64 => r.read::<f64>().ok().map(Into::into),
+                Ty::Bool => r.read_bool().ok().map(Into::into),
+                Ty::String => r.read_str().ok().map(Into::into),
+                _ => None,
+            };
+            if let Some(v) = v {
+                out.insert(rest.to_owned(), v);
+            }
+        }
+        out
+    }
+
     /// Whether the file holds tensor `name`.
     pub fn has_tensor(&self, name: &str) -> bool {
         self.g.tensors.contains_key(name)

@@ -18,10 +18,9 @@
 //!
 //! Gemma 3's linear RoPE scaling of the global layers (4B and up) is refused.
 
-use ggus::GGufMetaMapExt;
-
-use super::llama::{Activation, LlamaConfig, Variant};
 use super::common::RopeLayout;
+use super::llama::load::GgufHparams;
+use super::llama::{Activation, LlamaConfig, Variant};
 use crate::checkpoint::gguf::Gguf;
 use crate::EngineError;
 
@@ -35,46 +34,33 @@ const LOCAL_ROPE_BASE: f32 = 10_000.0;
 /// # Errors
 /// [`EngineError::Model`] for a missing key or RoPE scaling.
 pub fn config(ld: &Gguf<'_>) -> Result<LlamaConfig, EngineError> {
-    let m = ld.meta();
-    let key = |k: &str| format!("gemma3.{k}");
-    let get = |k: &str| m.get_usize(&key(k)).map_err(|e| EngineError::model(format!("gemma3.{k}: {e:?}")));
-    let hidden = get("embedding_length")?;
-    let heads = get("attention.head_count")?;
-    let kv_heads = get("attention.head_count_kv").unwrap_or(heads);
-    let head_dim = get("attention.key_length").unwrap_or(hidden / heads.max(1));
-    if get("attention.value_length").is_ok_and(|v| v != head_dim) {
-        return Err(EngineError::model("gemma3: value_length differs from key_length"));
-    }
-    if let Ok(s) = m.get_str(&key("rope.scaling.type")) {
-        if s != "none" {
-            return Err(EngineError::model(format!("gemma3: RoPE scaling {s:?} is not supported")));
-        }
-    }
-    let layers = get("block_count")?;
-    let window = get("attention.sliding_window")?;
-    if window == 0 {
-        return Err(EngineError::model("gemma3.attention.sliding_window is 0"));
-    }
-    let pattern = get("attention.sliding_window_pattern").unwrap_or(DEFAULT_PATTERN).max(1);
-    let windows = (0..layers).map(|l| ((l + 1) % pattern != 0).then_some(window)).collect();
-    let attn_scale = match m.get_f32(&key("attention.scale")) {
-        Ok(s) => s,
-        Err(_) if layers == 62 => 1.0 / ((hidden / heads) as f32).sqrt(),
-        Err(_) => 1.0 / (head_dim as f32).sqrt(),
+    let hp = GgufHparams::read(ld, "gemma3")?;
+    let (hidden, heads, layers) = (hp.embedding_length, hp.head_count, hp.block_count);
+    let head_dim = hp.head_dim("gemma3")?;
+    hp.check_rope("gemma3", head_dim)?;
+    let window = match hp.sliding_window {
+        Some(0) | None => return Err(EngineError::model("gemma3.attention.sliding_window is missing or 0")),
+        Some(w) => w,
     };
-    let vocab = ld.embedding_rows()?;
-    let rope_base = m.get_f32(&key("rope.freq_base")).unwrap_or(1_000_000.0);
+    let pattern = hp.sliding_window_pattern.unwrap_or(DEFAULT_PATTERN).max(1);
+    let windows = (0..layers).map(|l| ((l + 1) % pattern != 0).then_some(window)).collect();
+    let attn_scale = match hp.attention_scale {
+        Some(s) => s,
+        None if layers == 62 => 1.0 / ((hidden / heads) as f32).sqrt(),
+        None => 1.0 / (head_dim as f32).sqrt(),
+    };
+    let rope_base = hp.rope_freq_base.unwrap_or(1_000_000.0);
     Ok(LlamaConfig {
         layers,
         hidden,
-        ffn: get("feed_forward_length")?,
+        ffn: hp.feed_forward_length,
         heads,
-        kv_heads,
+        kv_heads: hp.head_count_kv.unwrap_or(heads),
         head_dim,
         rope_base,
-        rms_eps: m.get_f32(&key("attention.layer_norm_rms_epsilon")).unwrap_or(1e-6),
-        vocab,
-        context_length: get("context_length")?,
+        rms_eps: hp.rms_eps.unwrap_or(1e-6),
+        vocab: ld.embedding_rows()?,
+        context_length: hp.context_length,
         variant: Variant {
             act: Activation::GeluTanh,
             embed_scale: (hidden as f32).sqrt(),
@@ -85,6 +71,7 @@ pub fn config(ld: &Gguf<'_>) -> Result<LlamaConfig, EngineError> {
             qk_norm: true,
             rope_freq_factors: None,
             post_norms: true,
+            no_rope: vec![false; layers],
         },
     })
 }

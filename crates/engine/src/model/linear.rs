@@ -17,23 +17,38 @@ pub struct Linear {
     /// The matrix, `[out × in]`, at its file's size (several projections stacked when they
     /// share an input: q/k/v, gate/up).
     pub weight: Weight,
+    /// The bias added to every output row (`out_features` values), when the module has one
+    /// (Qwen2's Q/K/V projections, `{module}.bias`).
+    pub bias: Option<Vec<f32>>,
     /// The HF modules it computes (`model.layers.3.self_attn.q_proj`, …), one per stacked
     /// part, in the stack's order: what the observer is told.
     pub modules: Vec<String>,
 }
 
 impl Linear {
-    /// A layer over `weight` computing the HF modules `modules`.
+    /// A layer over `weight` (no bias) computing the HF modules `modules`.
     pub fn new(weight: Weight, modules: Vec<String>) -> Linear {
-        Linear { weight, modules }
+        Linear { weight, bias: None, modules }
     }
 
     /// One layer computing `parts` in order (projections that share an input: q/k/v,
-    /// gate/up), their weights stacked by [`Weight::stack`].
+    /// gate/up), their weights stacked by [`Weight::stack`]; when some part has a bias, the
+    /// stack's bias is theirs concatenated, zeros for the parts without.
     pub fn stack(parts: Vec<Linear>) -> Linear {
-        let (weights, modules): (Vec<Weight>, Vec<Vec<String>>) =
-            parts.into_iter().map(|l| (l.weight, l.modules)).unzip();
-        Linear::new(Weight::stack(weights), modules.concat())
+        let any_bias = parts.iter().any(|l| l.bias.is_some());
+        let mut bias = Vec::new();
+        let (mut weights, mut modules) = (Vec::new(), Vec::new());
+        for l in parts {
+            if any_bias {
+                match l.bias {
+                    Some(b) => bias.extend(b),
+                    None => bias.extend(std::iter::repeat_n(0.0, l.weight.rows())),
+                }
+            }
+            weights.push(l.weight);
+            modules.extend(l.modules);
+        }
+        Linear { weight: Weight::stack(weights), bias: any_bias.then_some(bias), modules }
     }
 
     /// Output features.
@@ -41,7 +56,7 @@ impl Linear {
         self.weight.rows()
     }
 
-    /// `out[t·out_features + r] = Σ_k x[t·in + k] · W[r][k]` for the `rows` token rows of `x`
+    /// `out[t·out_features + r] = Σ_k x[t·in + k] · W[r][k] + bias[r]` for the `rows` token rows of `x`
     /// (`[rows × in]` row-major f32); `xq` is the activations' quantization scratch. Reports the
     /// input to the observer first and adds the matmul's wall time to the profile, when the
     /// context has them.
@@ -51,6 +66,11 @@ impl Linear {
         kernels::matmul(cx.pool, cx.isa, &self.weight, x, rows, xq, out);
         if let (Some(p), Some(t0)) = (cx.parts.as_deref_mut(), t0) {
             p.add_gemm(&self.weight, t0.elapsed().as_secs_f64());
+        }
+        if let Some(b) = &self.bias {
+            cx.pool.par_rows(&mut out[..rows * b.len()], b.len(), |_, row| {
+                row.iter_mut().zip(b).for_each(|(y, b)| *y += b);
+            });
         }
     }
 

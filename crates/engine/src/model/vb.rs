@@ -47,14 +47,17 @@ impl Tensors for Checkpoint {
 }
 
 /// The HF module names of a decoder layer (`model.layers.{bid}.` stripped) and llama.cpp's
-/// names for them (`blk.{bid}.` stripped), for the Llama architecture
-/// (`tensor_mapping.py`, `MODEL_ARCH.LLAMA`).
+/// names for them (`blk.{bid}.` stripped), for the Llama architecture and those that share its
+/// layer (`tensor_mapping.py`: `MODEL_ARCH.LLAMA`, `QWEN2`, `QWEN3`, `SMOLLM3`; Qwen3's Q/K
+/// norms, Qwen2's biases as `{name}.bias`).
 pub const LLAMA_LAYER_NAMES: &[(&str, &str)] = &[
     ("input_layernorm", "attn_norm"),
     ("self_attn.q_proj", "attn_q"),
     ("self_attn.k_proj", "attn_k"),
     ("self_attn.v_proj", "attn_v"),
     ("self_attn.o_proj", "attn_output"),
+    ("self_attn.q_norm", "attn_q_norm"),
+    ("self_attn.k_norm", "attn_k_norm"),
     ("post_attention_layernorm", "ffn_norm"),
     ("mlp.gate_proj", "ffn_gate"),
     ("mlp.up_proj", "ffn_up"),
@@ -186,12 +189,19 @@ impl<'a> Vb<'a> {
         self.src.matrix(&self.path(n), rows, cols)
     }
 
-    /// Module `n` as a [`Linear`] named by its full HF name.
+    /// Module `n` as a [`Linear`] named by its full HF name, with its bias (`{n}.bias`,
+    /// `rows` values) when the file has one, as llama.cpp's loader takes every projection
+    /// bias as optional (`create_tensor_qkv`, `TENSOR_NOT_REQUIRED`).
     ///
     /// # Errors
-    /// As [`Tensors::matrix`].
+    /// As [`Tensors::matrix`], and a bias of another length.
     pub fn linear(&self, n: &str, rows: usize, cols: usize) -> Result<Linear, EngineError> {
-        Ok(Linear::new(self.matrix(n, rows, cols)?, vec![self.path(n)]))
+        let mut l = Linear::new(self.matrix(n, rows, cols)?, vec![self.path(n)]);
+        let b = format!("{n}.bias");
+        if self.has(&b) {
+            l.bias = Some(self.vector(&b, rows)?);
+        }
+        Ok(l)
     }
 }
 
@@ -236,7 +246,8 @@ mod tests {
         assert_eq!(gguf_name(l, "model.embed_tokens.weight").as_deref(), Some("token_embd.weight"));
         assert_eq!(gguf_name(l, "model.norm.weight").as_deref(), Some("output_norm.weight"));
         assert_eq!(gguf_name(l, "lm_head").as_deref(), Some("output"));
-        assert_eq!(gguf_name(l, "model.layers.0.self_attn.q_norm.weight"), None);
+        assert_eq!(gguf_name(l, "model.layers.0.self_attn.q_norm.weight").as_deref(), Some("blk.0.attn_q_norm.weight"));
+        assert_eq!(gguf_name(l, "model.layers.0.pre_feedforward_layernorm.weight"), None);
         assert_eq!(gguf_name(l, "model.layers.x.mlp.down_proj"), None);
         let g = GEMMA3_LAYER_NAMES;
         assert_eq!(

@@ -84,7 +84,7 @@ fn run(m: &mut LlamaModel, c: SchedulerConfig, prompts: &[Vec<u32>], alone: bool
 
 /// Each prompt's output alone equals its output in one batch of all, for each page size and
 /// radix setting (chunks of 48 prefill tokens in the batches).
-fn check_invariance(m: &mut LlamaModel, prompts: &[Vec<u32>]) {
+pub(crate) fn check_invariance(m: &mut LlamaModel, prompts: &[Vec<u32>]) {
     let alone = run(m, cfg(1, false, 512), prompts, true);
     assert!(alone.iter().all(|o| o.len() == NEW));
     for (page, radix) in [(1, true), (16, true), (64, true), (16, false)] {

@@ -119,7 +119,7 @@ fn random_encoding(ty: GgmlType, x: &[f32]) -> Vec<u8> {
     raw
 }
 
-fn ggml(ty: GgmlType) -> GGmlType {
+pub(crate) fn ggml(ty: GgmlType) -> GGmlType {
     match ty {
         GgmlType::F32 => GGmlType::F32,
         GgmlType::F16 => GGmlType::F16,
@@ -139,7 +139,7 @@ fn ggml(ty: GgmlType) -> GGmlType {
 type TypePick = Box<dyn Fn(&str) -> GgmlType>;
 
 /// A tensor: name, GGUF shape `[cols, rows]` (or `[len]`), type, encoded bytes.
-type Tensor = (String, Vec<u64>, GgmlType, Vec<u8>);
+pub(crate) type Tensor = (String, Vec<u64>, GgmlType, Vec<u8>);
 
 /// Random weights; `types` picks the type of each linear tensor (by name suffix). Returns the
 /// tensors, and the same tensors re-encoded as F32 holding the dequantized values.
@@ -328,11 +328,11 @@ mod kq {
     pub const ROPE_BASE: f32 = 500000.0;
 }
 
-fn fnv1a(s: &str) -> u64 {
+pub(crate) fn fnv1a(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
 }
 
-fn splitmix(seed: u64, n: usize) -> Vec<u8> {
+pub(crate) fn splitmix(seed: u64, n: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(n + 8);
     let mut x = seed;
     while out.len() < n {
@@ -369,7 +369,7 @@ fn kq_matrix(name: &str, ty: GgmlType, rows: usize, cols: usize, role: &str) -> 
     raw
 }
 
-fn kq_vector(name: &str, n: usize, lo: f64, hi: f64) -> Vec<u8> {
+pub(crate) fn kq_vector(name: &str, n: usize, lo: f64, hi: f64) -> Vec<u8> {
     splitmix(fnv1a(name), 4 * n)
         .chunks_exact(4)
         .flat_map(|c| {
@@ -443,7 +443,7 @@ fn kq_run(m: &mut LlamaModel, ids: &[u32], positions: &[usize], greedy: usize) -
 
 /// Mean and largest per-row deviation of `rows` from the fixture's `want` rows, each relative
 /// to that row's largest |logit|.
-fn kq_rel(rows: &[Vec<f32>], want: &serde_json::Value) -> (f32, f32) {
+pub(crate) fn kq_rel(rows: &[Vec<f32>], want: &serde_json::Value) -> (f32, f32) {
     let (mut sum, mut worst) = (0f32, 0f32);
     let want = want.as_array().expect("rows");
     for (o, w) in rows.iter().zip(want) {

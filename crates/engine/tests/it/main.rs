@@ -5,6 +5,7 @@
 
 mod batch_invariance;
 mod engine_thread;
+mod families;
 mod formats;
 mod gemma3_golden;
 mod gguf_dequant;

@@ -119,7 +119,8 @@ fn ppl(model: &std::path::Path) -> f64 {
 }
 
 /// `sparrow quantize` on the SmolLM2 GGUF: with everything excluded the BF16 copy (HF names, Q/K
-/// rows un-permuted to HF's order and permuted back by the loader) scores like the original;
+/// rows un-permuted to HF's rotate-half order, which the loader rotates as halves) scores like
+/// the original;
 /// round-to-nearest NVFP4 of every linear layer costs some perplexity, within bounds. Input
 /// scales come from 8 calibration replies (64 by default): the bounds hold for either, and the
 /// quantizer's run is 4× shorter.

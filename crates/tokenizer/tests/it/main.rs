@@ -3,3 +3,4 @@
 
 mod gemma3;
 mod gguf;
+mod vocab_vectors;

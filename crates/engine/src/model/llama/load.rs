@@ -7,76 +7,342 @@ use std::path::Path;
 use ggus::GGufMetaMapExt;
 
 use super::*;
-use crate::checkpoint::gguf::GgufFile;
+use crate::checkpoint::gguf::{Gguf, GgufFile};
 use crate::model::common::RopeTable;
 use crate::model::vb::{GgufTensors, Vb, GEMMA3_LAYER_NAMES, LLAMA_LAYER_NAMES};
 
-/// `general.architecture = llama`: `llama.*` keys as llama.cpp reads them.
-fn llama_gguf_config(ld: &crate::checkpoint::gguf::Gguf<'_>) -> Result<LlamaConfig, EngineError> {
-    let arch = "llama";
-    let get = |k: &str| {
-        ld.meta().get_usize(&format!("{arch}.{k}")).map_err(|e| EngineError::model(format!("{arch}.{k}: {e:?}")))
-    };
-    let hidden = get("embedding_length")?;
-    let heads = get("attention.head_count")?;
-    let kv_heads = get("attention.head_count_kv").unwrap_or(heads);
-    let head_dim = hidden.checked_div(heads).unwrap_or(0);
-    if let Ok(rd) = get("rope.dimension_count") {
-        if rd != head_dim {
-            return Err(EngineError::model(format!("partial RoPE ({rd} of {head_dim} dims) is not supported")));
-        }
+/// A dense architecture the Llama decoder runs, as data: what llama.cpp's graph for it does
+/// differently from `llama` (`src/models/{llama,qwen2,qwen3,smollm3}.cpp`, the RoPE type from
+/// `llama_model_rope_type` in `src/llama-model.cpp`) and what HF transformers' modeling file
+/// does (`models/{llama,mistral,qwen2,qwen3,smollm3}/modeling_*.py`).
+#[derive(Debug, Clone, Copy)]
+pub struct Family {
+    /// GGUF `general.architecture`.
+    pub arch: &'static str,
+    /// HF `config.json` `model_type`s read as this family.
+    pub hf_model_types: &'static [&'static str],
+    /// How a GGUF file pairs a head's values for RoPE: llama.cpp's NORM (adjacent pairs; the
+    /// converter permuted HF's Q/K rows for it) or NEOX (halves, HF's own order). HF
+    /// checkpoints are always in halves (`rotate_half`).
+    pub gguf_rope: RopeLayout,
+    /// Q, K and V carry biases, required (Qwen2). Biases of other families are read when the
+    /// file has them, as llama.cpp does.
+    pub qkv_bias: bool,
+    /// Per-head RMSNorm of Q and K before RoPE (Qwen3).
+    pub qk_norm: bool,
+    /// Every `n`-th layer (`(l + 1) % n == 0`) skips RoPE (SmolLM3's NoPE layers,
+    /// llama.cpp's `n_no_rope_layer_step = 4`).
+    pub no_rope_step: Option<usize>,
+}
+
+/// Every dense family [`LlamaModel::load`] reads from GGUF besides `gemma3`, and
+/// [`LlamaModel::load_hf`] from HF checkpoints.
+pub const FAMILIES: &[Family] = &[
+    Family {
+        arch: "llama",
+        hf_model_types: &["llama", "mistral"],
+        gguf_rope: RopeLayout::Interleaved,
+        qkv_bias: false,
+        qk_norm: false,
+        no_rope_step: None,
+    },
+    Family {
+        arch: "qwen2",
+        hf_model_types: &["qwen2"],
+        gguf_rope: RopeLayout::Halves,
+        qkv_bias: true,
+        qk_norm: false,
+        no_rope_step: None,
+    },
+    Family {
+        arch: "qwen3",
+        hf_model_types: &["qwen3"],
+        gguf_rope: RopeLayout::Halves,
+        qkv_bias: false,
+        qk_norm: true,
+        no_rope_step: None,
+    },
+    Family {
+        arch: "smollm3",
+        hf_model_types: &["smollm3"],
+        gguf_rope: RopeLayout::Interleaved,
+        qkv_bias: false,
+        qk_norm: false,
+        no_rope_step: Some(4),
+    },
+];
+
+/// The GGUF architectures [`LlamaModel::load`] reads, for error messages.
+pub fn gguf_architectures() -> Vec<&'static str> {
+    FAMILIES.iter().map(|f| f.arch).chain(["gemma3"]).collect()
+}
+
+/// The `{arch}.*` hyper-parameters of a dense-family GGUF file, by llama.cpp's key names
+/// (`LLM_KV_*` in `src/llama-arch.cpp`), read through [`Gguf::arch_keys`].
+#[derive(Debug, serde::Deserialize)]
+pub(crate) struct GgufHparams {
+    pub block_count: usize,
+    pub embedding_length: usize,
+    pub feed_forward_length: usize,
+    pub context_length: usize,
+    #[serde(rename = "attention.head_count")]
+    pub head_count: usize,
+    #[serde(rename = "attention.head_count_kv")]
+    pub head_count_kv: Option<usize>,
+    #[serde(rename = "attention.key_length")]
+    pub key_length: Option<usize>,
+    #[serde(rename = "attention.value_length")]
+    pub value_length: Option<usize>,
+    #[serde(rename = "attention.layer_norm_rms_epsilon")]
+    pub rms_eps: Option<f32>,
+    #[serde(rename = "attention.sliding_window")]
+    pub sliding_window: Option<usize>,
+    #[serde(rename = "attention.sliding_window_pattern")]
+    pub sliding_window_pattern: Option<usize>,
+    #[serde(rename = "attention.scale")]
+    pub attention_scale: Option<f32>,
+    #[serde(rename = "rope.freq_base")]
+    pub rope_freq_base: Option<f32>,
+    #[serde(rename = "rope.dimension_count")]
+    pub rope_dimension_count: Option<usize>,
+    #[serde(rename = "rope.scaling.type")]
+    pub rope_scaling_type: Option<String>,
+}
+
+impl GgufHparams {
+    /// Reads `{arch}.*` of `ld`.
+    ///
+    /// # Errors
+    /// A missing or mistyped key, named with the architecture.
+    pub(crate) fn read(ld: &Gguf<'_>, arch: &str) -> Result<GgufHparams, EngineError> {
+        serde_json::from_value(serde_json::Value::Object(ld.arch_keys(arch)))
+            .map_err(|e| EngineError::model(format!("{arch} GGUF metadata: {e}")))
     }
-    if let Ok(s) = ld.meta().get_str(&format!("{arch}.rope.scaling.type")) {
-        if s != "none" {
-            return Err(EngineError::model(format!("RoPE scaling {s:?} is not supported")));
+
+    /// Per-head width: `attention.key_length` when stated (Qwen3: 128 with 2560 hidden and 32
+    /// heads), else `embedding_length / head_count`.
+    ///
+    /// # Errors
+    /// A value length unlike the key length, or a hidden size the heads do not divide.
+    pub(crate) fn head_dim(&self, arch: &str) -> Result<usize, EngineError> {
+        let hd = match self.key_length {
+            Some(k) => k,
+            None if self.head_count > 0 && self.embedding_length.is_multiple_of(self.head_count) => {
+                self.embedding_length / self.head_count
+            }
+            None => {
+                return Err(EngineError::model(format!(
+                    "{arch}: {} heads do not divide the hidden size {}",
+                    self.head_count, self.embedding_length
+                )))
+            }
+        };
+        if self.value_length.is_some_and(|v| v != hd) {
+            return Err(EngineError::model(format!("{arch}: attention.value_length differs from key_length ({hd})")));
         }
+        Ok(hd)
     }
+
+    /// Refuses RoPE the decoder does not apply: scaling other than `none` (Llama 3's factors
+    /// come as the `rope_freqs` tensor instead) and partial rotary.
+    ///
+    /// # Errors
+    /// Naming the key and value.
+    pub(crate) fn check_rope(&self, arch: &str, head_dim: usize) -> Result<(), EngineError> {
+        if let Some(s) = self.rope_scaling_type.as_deref().filter(|s| *s != "none") {
+            return Err(EngineError::model(format!(
+                "{arch}.rope.scaling.type = {s:?} is not supported (none, or Llama 3's rope_freqs tensor)"
+            )));
+        }
+        if let Some(rd) = self.rope_dimension_count.filter(|&rd| rd != head_dim) {
+            return Err(EngineError::model(format!(
+                "{arch}.rope.dimension_count = {rd}: partial RoPE ({rd} of {head_dim} dims) is not supported"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The hyper-parameters of a GGUF file of family `fam`.
+fn gguf_config(ld: &Gguf<'_>, fam: &Family) -> Result<LlamaConfig, EngineError> {
+    let arch = fam.arch;
+    let hp = GgufHparams::read(ld, arch)?;
+    let head_dim = hp.head_dim(arch)?;
+    hp.check_rope(arch, head_dim)?;
     let rope_freq_factors = match ld.has_tensor("rope_freqs.weight") {
         true => Some(ld.vector("rope_freqs.weight", head_dim / 2)?),
         false => None,
     };
-    let vocab = ld.embedding_rows()?;
-    let layers = get("block_count")?;
-    let rope_base = ld.meta().get_f32(&format!("{arch}.rope.freq_base")).unwrap_or(10000.0);
+    let layers = hp.block_count;
+    let rope_base = hp.rope_freq_base.unwrap_or(10000.0);
     let mut variant = Variant::llama(layers, head_dim, rope_base);
+    variant.rope_layout = fam.gguf_rope;
+    variant.qk_norm = fam.qk_norm;
     variant.rope_freq_factors = rope_freq_factors;
+    variant.no_rope = no_rope_layers(layers, fam.no_rope_step);
     Ok(LlamaConfig {
         layers,
-        hidden,
-        ffn: get("feed_forward_length")?,
-        heads,
-        kv_heads,
+        hidden: hp.embedding_length,
+        ffn: hp.feed_forward_length,
+        heads: hp.head_count,
+        kv_heads: hp.head_count_kv.unwrap_or(hp.head_count),
         head_dim,
         rope_base,
-        rms_eps: ld.meta().get_f32(&format!("{arch}.attention.layer_norm_rms_epsilon")).unwrap_or(1e-5),
-        vocab,
-        context_length: get("context_length")?,
+        rms_eps: hp.rms_eps.unwrap_or(1e-5),
+        vocab: ld.embedding_rows()?,
+        context_length: hp.context_length,
         variant,
     })
 }
 
+/// Which layers skip RoPE when every `step`-th does.
+fn no_rope_layers(layers: usize, step: Option<usize>) -> Vec<bool> {
+    (0..layers).map(|l| step.is_some_and(|n| n > 0 && (l + 1) % n == 0)).collect()
+}
+
+fn default_theta() -> f64 {
+    10000.0
+}
+
+fn default_hf_eps() -> f64 {
+    1e-6
+}
+
+/// The `config.json` of a dense HF checkpoint (the fields transformers' `LlamaConfig`,
+/// `MistralConfig`, `Qwen2Config`, `Qwen3Config` and `SmolLM3Config` share).
+#[derive(Debug, serde::Deserialize)]
+struct HfConfig {
+    model_type: String,
+    hidden_size: usize,
+    intermediate_size: usize,
+    num_hidden_layers: usize,
+    num_attention_heads: usize,
+    num_key_value_heads: Option<usize>,
+    head_dim: Option<usize>,
+    #[serde(default = "default_theta")]
+    rope_theta: f64,
+    #[serde(default = "default_hf_eps")]
+    rms_norm_eps: f64,
+    vocab_size: usize,
+    max_position_embeddings: usize,
+    #[serde(default)]
+    tie_word_embeddings: bool,
+    rope_scaling: Option<HfRopeScaling>,
+    /// Mistral: every layer attends over this many keys when set.
+    sliding_window: Option<usize>,
+    /// Qwen2/Qwen3 state a `sliding_window` but use it only with this set.
+    use_sliding_window: Option<bool>,
+    /// SmolLM3: 1 where a layer applies RoPE, 0 where it does not.
+    no_rope_layers: Option<Vec<u8>>,
+}
+
+/// HF's `rope_scaling` block.
+#[derive(Debug, serde::Deserialize)]
+struct HfRopeScaling {
+    rope_type: Option<String>,
+    #[serde(rename = "type")]
+    legacy_type: Option<String>,
+    factor: Option<f64>,
+    low_freq_factor: Option<f64>,
+    high_freq_factor: Option<f64>,
+    original_max_position_embeddings: Option<usize>,
+}
+
+/// Llama 3's RoPE frequency factors, one per pair of a `head_dim` head, as llama.cpp's
+/// converter computes the `rope_freqs` tensor (`convert_hf_to_gguf.py`, `LlamaModel.
+/// generate_extra_tensors`; HF `_compute_llama3_parameters`): wavelengths below
+/// `old_ctx / high` keep their frequency, those above `old_ctx / low` are divided by
+/// `factor`, and the band between is interpolated.
+pub fn llama3_rope_factors(base: f64, head_dim: usize, factor: f64, low: f64, high: f64, old_ctx: f64) -> Vec<f32> {
+    (0..head_dim / 2)
+        .map(|i| {
+            let freq = 1.0 / base.powf(2.0 * i as f64 / head_dim as f64);
+            let wavelen = 2.0 * std::f64::consts::PI / freq;
+            let f = if wavelen < old_ctx / high {
+                1.0
+            } else if wavelen > old_ctx / low {
+                factor
+            } else {
+                let smooth = (old_ctx / wavelen - low) / (high - low);
+                1.0 / ((1.0 - smooth) / factor + smooth)
+            };
+            f as f32
+        })
+        .collect()
+}
+
+impl HfConfig {
+    fn to_config(&self, fam: &Family) -> Result<LlamaConfig, EngineError> {
+        let (hidden, heads) = (self.hidden_size, self.num_attention_heads);
+        let head_dim = match self.head_dim {
+            Some(d) => d,
+            None if heads > 0 && hidden.is_multiple_of(heads) => hidden / heads,
+            None => return Err(EngineError::model(format!("config.json: {heads} heads do not divide hidden_size {hidden}"))),
+        };
+        let layers = self.num_hidden_layers;
+        let rope_base = self.rope_theta as f32;
+        let rope_freq_factors = match &self.rope_scaling {
+            None => None,
+            Some(r) => {
+                let kind = r.rope_type.as_deref().or(r.legacy_type.as_deref()).unwrap_or("");
+                match (kind, r.factor, r.low_freq_factor, r.high_freq_factor, r.original_max_position_embeddings) {
+                    ("llama3", Some(f), Some(lo), Some(hi), Some(old)) => {
+                        Some(llama3_rope_factors(self.rope_theta, head_dim, f, lo, hi, old as f64))
+                    }
+                    ("default", ..) => None,
+                    _ => {
+                        return Err(EngineError::model(format!(
+                            "config.json: rope_scaling {kind:?} is not supported (llama3 with factor, \
+                             low_freq_factor, high_freq_factor and original_max_position_embeddings)"
+                        )))
+                    }
+                }
+            }
+        };
+        let mut variant = Variant::llama(layers, head_dim, rope_base);
+        variant.rope_layout = RopeLayout::Halves;
+        variant.qk_norm = fam.qk_norm;
+        variant.rope_freq_factors = rope_freq_factors;
+        variant.no_rope = match &self.no_rope_layers {
+            Some(v) if v.len() == layers => v.iter().map(|&r| r == 0).collect(),
+            Some(v) => {
+                return Err(EngineError::model(format!("config.json: no_rope_layers has {} entries for {layers} layers", v.len())))
+            }
+            None => no_rope_layers(layers, fam.no_rope_step),
+        };
+        if let Some(w) = self.sliding_window.filter(|_| self.use_sliding_window.unwrap_or(true)) {
+            if w < self.max_position_embeddings {
+                variant.windows = vec![Some(w); layers];
+            }
+        }
+        Ok(LlamaConfig {
+            layers,
+            hidden,
+            ffn: self.intermediate_size,
+            heads,
+            kv_heads: self.num_key_value_heads.unwrap_or(heads),
+            head_dim,
+            rope_base,
+            rms_eps: self.rms_norm_eps as f32,
+            vocab: self.vocab_size,
+            context_length: self.max_position_embeddings,
+            variant,
+        })
+    }
+}
+
 /// Decoder layer `vb` (`model.layers.{l}`), by HF module names (a GGUF file maps them to
-/// llama.cpp's, [`GgufTensors`]). Q/K/V and gate/up are stacked, each a single matmul. With
-/// `hf_rope` (an HF checkpoint, whose RoPE rotates halves of a head, `rotate_half`), Q and K
-/// rows are permuted from those halves into adjacent pairs, the inverse of
-/// llama.cpp's `convert_hf_to_gguf.py` `permute`.
-fn load_layer(vb: &Vb<'_>, cfg: &LlamaConfig, hf_rope: bool) -> Result<Layer, EngineError> {
+/// llama.cpp's, [`GgufTensors`]). Q/K/V and gate/up are stacked, each a single matmul; a
+/// projection's bias is taken when the file has one, and required for Q/K/V where the family
+/// says so.
+fn load_layer(vb: &Vb<'_>, cfg: &LlamaConfig, fam: &Family) -> Result<Layer, EngineError> {
     let (hidden, hd, qd, kvd) = (cfg.hidden, cfg.head_dim, cfg.q_dim(), cfg.kv_heads * cfg.head_dim);
     let (attn, mlp) = (vb.pp("self_attn"), vb.pp("mlp"));
-    let (mut q, mut k) = (attn.linear("q_proj", qd, hidden)?, attn.linear("k_proj", kvd, hidden)?);
-    if hf_rope {
-        let permuted = |w: Weight, n_heads: usize| {
-            let half = hd / 2;
-            let perm: Vec<usize> = (0..n_heads * hd)
-                .map(|r| {
-                    let (h, i) = (r / hd, r % hd);
-                    h * hd + if i % 2 == 0 { i / 2 } else { half + i / 2 }
-                })
-                .collect();
-            w.permute_rows(&perm).ok_or_else(|| EngineError::model("cannot permute a GGUF-repacked weight"))
-        };
-        q.weight = permuted(q.weight, cfg.heads)?;
-        k.weight = permuted(k.weight, cfg.kv_heads)?;
+    let qkv = vec![attn.linear("q_proj", qd, hidden)?, attn.linear("k_proj", kvd, hidden)?, attn.linear("v_proj", kvd, hidden)?];
+    if fam.qkv_bias {
+        if let Some(l) = qkv.iter().find(|l| l.bias.is_none()) {
+            return Err(EngineError::model(format!("{}: {}.bias missing ({} has Q/K/V biases)", fam.arch, l.modules[0], fam.arch)));
+        }
     }
     let pair = |a: &str, b: &str, len: usize| -> Result<(Vec<f32>, Vec<f32>), EngineError> {
         Ok((vb.vector(a, len)?, vb.vector(b, len)?))
@@ -84,7 +350,7 @@ fn load_layer(vb: &Vb<'_>, cfg: &LlamaConfig, hf_rope: bool) -> Result<Layer, En
     let post_norms = cfg.variant.post_norms;
     Ok(Layer {
         attn_norm: vb.vector("input_layernorm.weight", hidden)?,
-        qkv: Linear::stack(vec![q, k, attn.linear("v_proj", kvd, hidden)?]),
+        qkv: Linear::stack(qkv),
         wo: attn.linear("o_proj", hidden, qd)?,
         ffn_norm: match post_norms {
             true => vb.vector("pre_feedforward_layernorm.weight", hidden)?,
@@ -106,6 +372,17 @@ fn load_layer(vb: &Vb<'_>, cfg: &LlamaConfig, hf_rope: bool) -> Result<Layer, En
     })
 }
 
+/// Gemma 3 in the decoder's terms: plain Llama's family data (its differences are in
+/// [`Variant`], read by [`crate::model::gemma3::config`]).
+const GEMMA3: Family = Family {
+    arch: "gemma3",
+    hf_model_types: &[],
+    gguf_rope: RopeLayout::Halves,
+    qkv_bias: false,
+    qk_norm: true,
+    no_rope_step: None,
+};
+
 impl LlamaModel {
     /// Loads a GGUF file of a dense family keyed by `general.architecture`: `llama`, or
     /// `gemma3` ([`crate::model::gemma3`]); `threads` is the size of the compute pool. The families
@@ -123,15 +400,18 @@ impl LlamaModel {
             .general_architecture()
             .map_err(|e| EngineError::model(format!("general.architecture: {e:?}")))?
             .to_owned();
-        let cfg = match arch.as_str() {
-            "llama" => llama_gguf_config(&ld)?,
-            "gemma3" => crate::model::gemma3::config(&ld)?,
-            other => {
-                return Err(EngineError::model(format!(
-                    "{}: architecture {other:?} is not supported (GGUF: llama, gemma3)",
-                    path.display()
-                )))
-            }
+        let (fam, cfg) = match arch.as_str() {
+            "gemma3" => (GEMMA3, crate::model::gemma3::config(&ld)?),
+            a => match FAMILIES.iter().find(|f| f.arch == a) {
+                Some(f) => (*f, gguf_config(&ld, f)?),
+                None => {
+                    return Err(EngineError::model(format!(
+                        "{}: architecture {a:?} is not supported (GGUF: {})",
+                        path.display(),
+                        gguf_architectures().join(", ")
+                    )))
+                }
+            },
         };
         cfg.check()?;
         let (hidden, vocab) = (cfg.hidden, cfg.vocab);
@@ -147,7 +427,7 @@ impl LlamaModel {
             false => None,
         };
         let vb = root.pp("model.layers");
-        let layers = (0..cfg.layers).map(|l| load_layer(&vb.pp(l), &cfg, false)).collect::<Result<Vec<_>, _>>()?;
+        let layers = (0..cfg.layers).map(|l| load_layer(&vb.pp(l), &cfg, &fam)).collect::<Result<Vec<_>, _>>()?;
         let output_norm = root.vector("model.norm.weight", hidden)?;
         let name = ld.meta().general_name().unwrap_or("unnamed").to_owned();
         let mut m = Self::assemble(cfg, arch, name, embed, output, output_norm, layers, threads)?;
@@ -155,52 +435,32 @@ impl LlamaModel {
         Ok(m)
     }
 
-    /// Loads a Hugging Face Llama checkpoint directory (`LlamaForCausalLM` `config.json`,
-    /// safetensors weights, optionally ModelOpt NVFP4, e.g. from `sparrow quantize`).
+    /// Loads a Hugging Face checkpoint directory of a dense family ([`FAMILIES`]' `model_type`s:
+    /// `llama`, `mistral`, `qwen2`, `qwen3`, `smollm3`; `config.json`, safetensors weights,
+    /// optionally ModelOpt NVFP4, e.g. from `sparrow quantize`), with Llama 3's `rope_scaling`.
     ///
-    /// HF stores Q and K for `rotate_half` RoPE (pairs `(i, i + d/2)` of a head); their rows are
-    /// permuted here into the adjacent-pair layout the GGUF path uses, the inverse of
-    /// llama.cpp's `convert_hf_to_gguf.py` `permute`.
+    /// HF stores Q and K for `rotate_half` RoPE (pairs `(i, i + d/2)` of a head), which the
+    /// forward rotates as they are ([`RopeLayout::Halves`]).
     ///
     /// # Errors
-    /// As [`Checkpoint::open`](crate::checkpoint::hf::Checkpoint::open), plus another architecture, RoPE
-    /// scaling, or tensors of the wrong shape.
+    /// As [`Checkpoint::open`](crate::checkpoint::hf::Checkpoint::open), plus another
+    /// `model_type`, unsupported RoPE scaling, or tensors of the wrong shape.
     pub fn load_hf(dir: &Path, threads: usize) -> Result<Self, EngineError> {
         let ck = crate::checkpoint::hf::Checkpoint::open(dir)?;
-        let v = &ck.config;
-        let mt = v.get("model_type").and_then(|x| x.as_str()).unwrap_or("");
-        if mt != "llama" {
-            return Err(EngineError::model(format!("config.json model_type {mt:?}: the Llama loader reads llama")));
-        }
-        if v.get("rope_scaling").is_some_and(|x| !x.is_null()) {
-            return Err(EngineError::model("config.json: rope_scaling is not supported"));
-        }
-        let u = |k: &str| {
-            v.get(k)
-                .and_then(|x| x.as_u64())
-                .map(|x| x as usize)
-                .ok_or_else(|| EngineError::model(format!("config.json: {k} missing")))
-        };
-        let (hidden, heads) = (u("hidden_size")?, u("num_attention_heads")?);
-        let kv_heads = u("num_key_value_heads").unwrap_or(heads);
-        let head_dim =
-            v.get("head_dim").and_then(|x| x.as_u64()).map_or(hidden.checked_div(heads).unwrap_or(0), |x| x as usize);
-        let (layers, rope_base) =
-            (u("num_hidden_layers")?, v.get("rope_theta").and_then(|x| x.as_f64()).unwrap_or(10000.0) as f32);
-        let cfg = LlamaConfig {
-            layers,
-            hidden,
-            ffn: u("intermediate_size")?,
-            heads,
-            kv_heads,
-            head_dim,
-            rope_base,
-            rms_eps: v.get("rms_norm_eps").and_then(|x| x.as_f64()).unwrap_or(1e-5) as f32,
-            vocab: u("vocab_size")?,
-            context_length: u("max_position_embeddings")?,
-            variant: Variant::llama(layers, head_dim, rope_base),
-        };
+        let hf: HfConfig = serde_json::from_value(ck.config.clone())
+            .map_err(|e| EngineError::model(format!("{}: config.json: {e}", dir.display())))?;
+        let fam = FAMILIES.iter().find(|f| f.hf_model_types.contains(&hf.model_type.as_str())).ok_or_else(|| {
+            let known: Vec<&str> = FAMILIES.iter().flat_map(|f| f.hf_model_types.iter().copied()).collect();
+            EngineError::model(format!(
+                "{}: config.json model_type {:?}: the dense loader reads {}",
+                dir.display(),
+                hf.model_type,
+                known.join(", ")
+            ))
+        })?;
+        let cfg = hf.to_config(fam)?;
         cfg.check()?;
+        let hidden = cfg.hidden;
         let (es, ed) = ck.f32("model.embed_tokens.weight")?;
         if es != [cfg.vocab, hidden] {
             return Err(EngineError::model(format!(
@@ -209,13 +469,13 @@ impl LlamaModel {
             )));
         }
         let embed = Weight::Dense { rows: cfg.vocab, cols: hidden, data: ed };
-        let tied = v.get("tie_word_embeddings").and_then(|x| x.as_bool()).unwrap_or(false) || !ck.has("lm_head.weight");
+        let tied = hf.tie_word_embeddings || !ck.has("lm_head.weight");
         let output = if tied { None } else { Some(ck.linear("lm_head", cfg.vocab, hidden)?) };
         let vb = Vb::new(&ck).pp("model.layers");
-        let layers = (0..cfg.layers).map(|l| load_layer(&vb.pp(l), &cfg, true)).collect::<Result<Vec<_>, _>>()?;
+        let layers = (0..cfg.layers).map(|l| load_layer(&vb.pp(l), &cfg, fam)).collect::<Result<Vec<_>, _>>()?;
         let output_norm = ck.vector("model.norm.weight", hidden)?;
-        let name = dir.file_name().map_or("llama".into(), |n| n.to_string_lossy().into_owned());
-        Self::assemble(cfg, "llama".into(), name, embed, output, output_norm, layers, threads)
+        let name = dir.file_name().map_or(hf.model_type.clone(), |n| n.to_string_lossy().into_owned());
+        Self::assemble(cfg, fam.arch.into(), name, embed, output, output_norm, layers, threads)
     }
 
     #[allow(clippy::too_many_arguments)]

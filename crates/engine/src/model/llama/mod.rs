@@ -1,14 +1,17 @@
 //! Llama-family decoder (Touvron et al. 2023) loaded from GGUF or a Hugging Face directory
-//! (BF16/F32 or ModelOpt NVFP4), run on the CPU over the paged KV cache; other dense families
-//! are [`Variant`]s of it, read from GGUF by architecture (`gemma3`: [`super::gemma3`]).
+//! (BF16/F32 or ModelOpt NVFP4), run on the CPU over the paged KV cache; the other dense
+//! families (Qwen2/2.5, Qwen3, SmolLM3, Mistral-style files, Gemma 3) are data: a
+//! [`load::Family`] row (RoPE pairing, biases, QK-norm, NoPE layers) and a [`Variant`]
+//! (`gemma3`: [`super::gemma3`]).
 //!
 //! Tensor names and metadata keys follow llama.cpp's `llama` architecture (`src/llama-model.cpp`):
 //! `token_embd`, `blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate,
 //! ffn_up, ffn_down}`, `output_norm`, `output` (absent when tied to `token_embd`), and
 //! `llama.{block_count, embedding_length, feed_forward_length, attention.head_count,
 //! attention.head_count_kv, rope.freq_base, attention.layer_norm_rms_epsilon, context_length}`.
-//! GGUF stores Q and K permuted so that RoPE rotates adjacent pairs `(x[2i], x[2i+1])`
-//! (llama.cpp's `LLAMA_ROPE_TYPE_NORM`); we rotate them the same way.
+//! A `llama` GGUF stores Q and K permuted so that RoPE rotates adjacent pairs
+//! `(x[2i], x[2i+1])` (llama.cpp's `LLAMA_ROPE_TYPE_NORM`); Qwen files and HF checkpoints keep
+//! halves (`NEOX`, `rotate_half`); we rotate each as it is stored.
 //!
 //! One step: embed → for each layer { RMSNorm → fused QKV → RoPE → write K,V to their slots →
 //! causal attention over each sequence's slot list (`kernels::flash_attend`: tasks of one KV
@@ -30,7 +33,7 @@ use crate::model::linear::{Fwd, Linear};
 use crate::model::observer::ObserverSlot;
 use crate::EngineError;
 
-mod load;
+pub mod load;
 
 /// The gated MLP's activation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +71,9 @@ pub struct Variant {
     /// RMSNorm of the attention and MLP outputs before the residual add
     /// (`post_attention_norm`, `post_ffw_norm`).
     pub post_norms: bool,
+    /// Per layer: whether it skips RoPE (SmolLM3's NoPE layers); Q and K go into attention
+    /// unrotated there.
+    pub no_rope: Vec<bool>,
 }
 
 impl Variant {
@@ -83,6 +89,7 @@ impl Variant {
             qk_norm: false,
             rope_freq_factors: None,
             post_norms: false,
+            no_rope: vec![false; layers],
         }
     }
 }
@@ -115,7 +122,8 @@ pub struct LlamaConfig {
 }
 
 impl LlamaConfig {
-    /// Width of all query heads together (`hidden` for Llama; Gemma 3 270M: 4 × 256 ≠ 640).
+    /// Width of all query heads together (`hidden` for Llama; Gemma 3 270M: 4 × 256 ≠ 640,
+    /// Qwen3-4B: 32 × 128 ≠ 2560).
     pub fn q_dim(&self) -> usize {
         self.heads * self.head_dim
     }
@@ -123,13 +131,12 @@ impl LlamaConfig {
     /// Rejects inconsistent head counts (from either file format).
     pub(crate) fn check(&self) -> Result<(), EngineError> {
         let (h, kv) = (self.heads, self.kv_heads);
-        let llama_like = self.variant.embed_scale == 1.0;
         if h == 0
             || kv == 0
             || h % kv != 0
-            || (llama_like && self.head_dim * h != self.hidden)
             || !self.head_dim.is_multiple_of(2)
             || self.variant.windows.len() != self.layers
+            || self.variant.no_rope.len() != self.layers
             || (self.variant.qk_norm && self.head_dim > MAX_QK_NORM_DIM)
         {
             return Err(EngineError::model(format!(
@@ -419,7 +426,7 @@ impl Model for LlamaModel {
                 (Some(_), Some(local)) => local,
                 _ => &self.rope,
             };
-            let (layout, eps) = (var.rope_layout, c.rms_eps);
+            let (layout, eps, rotate) = (var.rope_layout, c.rms_eps, !var.no_rope[l]);
             let qk_norm = layer.qk_norm.as_ref();
             pool.par_rows(&mut s.qkv, qkv_w, |t, row| {
                 let pos = batch.positions[t] as usize;
@@ -433,8 +440,10 @@ impl Model for LlamaModel {
                         v.copy_from_slice(tmp);
                     }
                 }
-                rope.rotate_heads(q, pos, layout);
-                rope.rotate_heads(k, pos, layout);
+                if rotate {
+                    rope.rotate_heads(q, pos, layout);
+                    rope.rotate_heads(k, pos, layout);
+                }
             });
             cx.timed(|p| &mut p.attention, || {
                 // The new tokens' K and V into their slots, in the cache's element type.

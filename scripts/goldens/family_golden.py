@@ -1,0 +1,264 @@
+#!/usr/bin/env python3
+"""Goldens of tiny "sharp" GGUF files of the dense families beside `llama` (qwen2, qwen3,
+smollm3), from llama.cpp (llama-cpp-python), for `crates/engine/tests/it/families.rs`.
+
+    PYTHONPATH=$PEERS/llamapy LLAMA_CPP_LIB_PATH=$PEERS/build/llama-shared/bin \\
+        $PEERS/venv/bin/python scripts/goldens/family_golden.py --out crates/engine/tests/fixtures/family_golden.json
+
+(llama-cpp-python 0.3.36: its Python package from the sdist that ../shared/peers/setup.sh unpacks,
+copied to $PEERS/llamapy, over a shared libllama built from the same vendored llama.cpp with
+`-DBUILD_SHARED_LIBS=ON` (`cmake --build … --target llama`); `pip install diskcache` for its
+imports. Any llama-cpp-python 0.3.36 install works the same.)
+
+The files are made here and again by the Rust test, byte for byte the same tensors: every
+tensor's bytes come from splitmix64 seeded with the FNV-1a hash of its name (the generator
+of `k_quant_golden.py`); matrices are Q8_0 blocks whose f16 scale is then set so the weights
+span ±TARGET[role]; vectors are uniform in a range. The fixture records each file's
+tensor-data SHA-256, so the test proves it evaluates the weights llama.cpp evaluated.
+
+What each family changes, and what makes it visible (the brief's "sharp" files): Q and K rows
+wider than the rest, so attention is far from uniform; norms 0.6..1.4, not 1; GQA (4 query
+heads on 2 KV heads); four layers; a 200-token prompt.
+- qwen2: Q/K/V biases of ±1.5 (a dropped bias moves every score), NEOX RoPE (halves), an
+  untied output head;
+- qwen3: per-head Q/K RMSNorm with weights 0.6..1.4, head_dim 96 so the query width (384)
+  differs from the hidden size (256), NEOX RoPE;
+- smollm3: Llama's adjacent-pair RoPE but none on every fourth layer (layer 3 here).
+For each family: the logits of every 10th prompt position (whole rows: the vocabulary is
+256), the same rows from an exact float64 forward of the same dequantized weights
+(`exact_forward`), and 16 greedy tokens decoded one at a time with their top-1/top-2 margins.
+"""
+import argparse
+import hashlib
+import json
+import os
+import struct
+import sys
+import tempfile
+from pathlib import Path
+
+PEERS = Path(os.environ.get("PEERS", Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sparrow-peers"))
+sys.path.insert(0, str(PEERS / "src" / "llama_cpp_python-0.3.36" / "vendor" / "llama.cpp" / "gguf-py"))
+import numpy as np  # noqa: E402
+import gguf  # noqa: E402
+
+HIDDEN, HEADS, KV_HEADS, FFN, LAYERS, VOCAB, CTX = 256, 4, 2, 512, 4, 256, 512
+EPS = 1e-6
+PROMPT_LEN, GREEDY = 200, 16
+TARGET = {"wide": 0.15, "mid": 0.25, "embd": 0.5}
+Q8_BLOCK, Q8_QK = 34, 32
+
+FAMILIES = {
+    "qwen2": {"head_dim": 64, "neox": True, "bias": True, "qk_norm": False, "nope": 0, "tied": False, "rope_base": 1000000.0},
+    "qwen3": {"head_dim": 96, "neox": True, "bias": False, "qk_norm": True, "nope": 0, "tied": True, "rope_base": 1000000.0},
+    "smollm3": {"head_dim": 64, "neox": False, "bias": False, "qk_norm": False, "nope": 4, "tied": True, "rope_base": 5000000.0},
+}
+
+
+def fnv1a(s):
+    h = 0xcbf29ce484222325
+    for b in s.encode():
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def splitmix(seed, n):
+    out = bytearray()
+    x = seed
+    while len(out) < n:
+        x = (x + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+        z = x
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+        z ^= z >> 31
+        out += struct.pack("<Q", z)
+    return bytes(out[:n])
+
+
+def q8_matrix(name, rows, cols, role):
+    """Q8_0 blocks of random codes, every block's f16 scale TARGET[role] / 127."""
+    raw = bytearray(splitmix(fnv1a(name), rows * cols // Q8_QK * Q8_BLOCK))
+    scale = np.float16(np.float32(TARGET[role] / 127)).tobytes()
+    for b0 in range(0, len(raw), Q8_BLOCK):
+        raw[b0:b0 + 2] = scale
+    return bytes(raw)
+
+
+def vector(name, n, lo, hi):
+    u = np.frombuffer(splitmix(fnv1a(name), 4 * n), dtype=np.uint32).astype(np.float64) / 2**32
+    return (lo + (hi - lo) * u).astype(np.float32)
+
+
+def tensors(fam):
+    """(name, numpy shape [rows, cols] or [n], type, bytes) in file order."""
+    f = FAMILIES[fam]
+    hd = f["head_dim"]
+    qd, kv = HEADS * hd, KV_HEADS * hd
+    out = [("token_embd.weight", [VOCAB, HIDDEN], "Q8_0", q8_matrix("token_embd.weight", VOCAB, HIDDEN, "embd"))]
+    vec = lambda name, n, lo, hi: (name, [n], "F32", vector(name, n, lo, hi).tobytes())
+    for l in range(LAYERS):
+        p = f"blk.{l}."
+        out.append(vec(p + "attn_norm.weight", HIDDEN, 0.6, 1.4))
+        for n, r, c, role in [("attn_q", qd, HIDDEN, "wide"), ("attn_k", kv, HIDDEN, "wide"), ("attn_v", kv, HIDDEN, "mid"),
+                              ("attn_output", HIDDEN, qd, "mid")]:
+            out.append((p + n + ".weight", [r, c], "Q8_0", q8_matrix(p + n + ".weight", r, c, role)))
+        if f["bias"]:
+            for n, r in [("attn_q", qd), ("attn_k", kv), ("attn_v", kv)]:
+                out.append(vec(p + n + ".bias", r, -1.5, 1.5))
+        if f["qk_norm"]:
+            out.append(vec(p + "attn_q_norm.weight", hd, 0.6, 1.4))
+            out.append(vec(p + "attn_k_norm.weight", hd, 0.6, 1.4))
+        out.append(vec(p + "ffn_norm.weight", HIDDEN, 0.6, 1.4))
+        for n, r, c in [("ffn_gate", FFN, HIDDEN), ("ffn_up", FFN, HIDDEN), ("ffn_down", HIDDEN, FFN)]:
+            out.append((p + n + ".weight", [r, c], "Q8_0", q8_matrix(p + n + ".weight", r, c, "mid")))
+    out.append(vec("output_norm.weight", HIDDEN, 0.6, 1.4))
+    if not f["tied"]:
+        out.append(("output.weight", [VOCAB, HIDDEN], "Q8_0", q8_matrix("output.weight", VOCAB, HIDDEN, "embd")))
+    return out
+
+
+def write(path, fam):
+    f = FAMILIES[fam]
+    w = gguf.GGUFWriter(str(path), fam)
+    w.add_name(f"family golden {fam}")
+    w.add_block_count(LAYERS)
+    w.add_context_length(CTX)
+    w.add_embedding_length(HIDDEN)
+    w.add_feed_forward_length(FFN)
+    w.add_head_count(HEADS)
+    w.add_head_count_kv(KV_HEADS)
+    w.add_rope_freq_base(f["rope_base"])
+    w.add_layer_norm_rms_eps(EPS)
+    if f["head_dim"] != HIDDEN // HEADS:
+        w.add_key_length(f["head_dim"])
+        w.add_value_length(f["head_dim"])
+    w.add_vocab_size(VOCAB)
+    w.add_tokenizer_model("none")
+    sha = hashlib.sha256()
+    for name, shape, ty, data in tensors(fam):
+        sha.update(data)
+        if ty == "F32":
+            w.add_tensor(name, np.frombuffer(data, dtype=np.float32).reshape(shape))
+        else:
+            arr = np.frombuffer(data, dtype=np.uint8).reshape(shape[0], len(data) // shape[0])
+            w.add_tensor(name, arr, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return sha.hexdigest()
+
+
+def exact_forward(fam, ids):
+    """An exact float64 forward of the same weights (gguf-py's dequantization, no activation
+    quantization, no f16), following llama.cpp's graphs `src/models/{qwen2,qwen3,smollm3}.cpp`:
+    RMSNorm → Q/K/V (+ bias) → [per-head Q/K RMSNorm] → RoPE (NEOX: pairs (i, i + d/2); NORM:
+    (2i, 2i + 1); none on NoPE layers) → causal GQA softmax(QKᵀ/√d)V → output projection →
+    residual → RMSNorm → SwiGLU MLP → residual; final RMSNorm and the head."""
+    from gguf.quants import dequantize
+    f = FAMILIES[fam]
+    hd = f["head_dim"]
+    w = {}
+    for name, shape, ty, data in tensors(fam):
+        if ty == "F32":
+            w[name] = np.frombuffer(data, dtype=np.float32).astype(np.float64)
+        else:
+            arr = np.frombuffer(data, dtype=np.uint8).reshape(shape[0], len(data) // shape[0])
+            w[name] = dequantize(arr, gguf.GGMLQuantizationType.Q8_0).astype(np.float64).reshape(shape)
+    rms = lambda x, g: x / np.sqrt((x * x).mean(-1, keepdims=True) + EPS) * g
+    T = len(ids)
+    inv = f["rope_base"] ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)
+    ang = np.arange(T, dtype=np.float64)[:, None] * inv[None, :]
+    cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+
+    def rope(x):  # [T, heads, hd]
+        if f["neox"]:
+            a, b = x[..., :hd // 2], x[..., hd // 2:]
+            return np.concatenate([a * cos - b * sin, b * cos + a * sin], axis=-1)
+        a, b = x[..., 0::2], x[..., 1::2]
+        out = np.empty_like(x)
+        out[..., 0::2] = a * cos - b * sin
+        out[..., 1::2] = b * cos + a * sin
+        return out
+
+    x = w["token_embd.weight"][ids]
+    mask = np.triu(np.full((T, T), -np.inf), 1)
+    for l in range(LAYERS):
+        p = f"blk.{l}."
+        h = rms(x, w[p + "attn_norm.weight"])
+        proj = lambda n: h @ w[p + n + ".weight"].T + (w[p + n + ".bias"] if f["bias"] else 0.0)
+        q = proj("attn_q").reshape(T, HEADS, hd)
+        k = proj("attn_k").reshape(T, KV_HEADS, hd)
+        v = proj("attn_v").reshape(T, KV_HEADS, hd)
+        if f["qk_norm"]:
+            q, k = rms(q, w[p + "attn_q_norm.weight"]), rms(k, w[p + "attn_k_norm.weight"])
+        if not (f["nope"] and (l + 1) % f["nope"] == 0):
+            q, k = rope(q), rope(k)
+        o = np.empty((T, HEADS, hd))
+        for hh in range(HEADS):
+            g = hh // (HEADS // KV_HEADS)
+            sc = q[:, hh] @ k[:, g].T / np.sqrt(hd) + mask
+            sc = np.exp(sc - sc.max(-1, keepdims=True))
+            o[:, hh] = (sc / sc.sum(-1, keepdims=True)) @ v[:, g]
+        x = x + o.reshape(T, -1) @ w[p + "attn_output.weight"].T
+        h = rms(x, w[p + "ffn_norm.weight"])
+        gt, up = h @ w[p + "ffn_gate.weight"].T, h @ w[p + "ffn_up.weight"].T
+        x = x + (gt / (1 + np.exp(-gt)) * up) @ w[p + "ffn_down.weight"].T
+    head = w["token_embd.weight"] if f["tied"] else w["output.weight"]
+    return rms(x, w["output_norm.weight"]) @ head.T
+
+
+def prompt():
+    ids = np.frombuffer(splitmix(fnv1a("prompt"), 4 * PROMPT_LEN), dtype=np.uint32) % VOCAB
+    return [int(i) for i in ids]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, required=True)
+    a = ap.parse_args()
+    import llama_cpp
+    from llama_cpp import Llama
+    ids = prompt()
+    cases = []
+    with tempfile.TemporaryDirectory() as d:
+        for fam in FAMILIES:
+            path = Path(d) / f"{fam}.gguf"
+            sha = write(path, fam)
+            llm = Llama(model_path=str(path), n_ctx=CTX, n_batch=CTX, n_ubatch=CTX, logits_all=True, n_threads=2,
+                        seed=0, verbose=False)
+            llm.reset()
+            llm.eval(ids)
+            scores = np.array(llm.scores[:len(ids)], dtype=np.float64)
+            positions = list(range(9, len(ids), 10))
+            rows = [[round(float(v), 4) for v in scores[p]] for p in positions]
+            seq, greedy, margins = list(ids), [], []
+            for _ in range(GREEDY):
+                row = np.array(llm.scores[len(seq) - 1], dtype=np.float64)
+                t = int(np.argmax(row))
+                top2 = np.sort(row)[-2:]
+                margins.append(round(float(top2[1] - top2[0]), 4))
+                greedy.append(t)
+                seq.append(t)
+                llm.eval([t])
+            ex = exact_forward(fam, ids)
+            exact = [[round(float(v), 4) for v in ex[p]] for p in positions]
+            ref = np.array([scores[p] for p in positions])
+            dev = np.abs(ref - ex[positions]).max(-1) / np.abs(ex[positions]).max(-1)
+            print(f"{fam}: llama.cpp from exact f64 {100 * dev.mean():.1f} % mean, {100 * dev.max():.1f} % max "
+                  f"of each row's scale; greedy margins min {min(margins):.3f}", file=sys.stderr)
+            cases.append({"family": fam, "tensor_sha256": sha, "positions": positions, "logits": rows, "exact": exact,
+                          "greedy_ids": greedy, "greedy_margins": margins})
+            del llm
+    out = {
+        "reference": f"llama-cpp-python {llama_cpp.__version__} (vendored llama.cpp), native build, n_threads=2",
+        "generator": "scripts/goldens/family_golden.py",
+        "prompt_ids": ids,
+        "cases": cases,
+    }
+    a.out.write_text(json.dumps(out, separators=(",", ":")) + "\n")
+    print(f"wrote {a.out}")
+
+
+if __name__ == "__main__":
+    main()
