@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Goldens of tiny "sharp" GGUF files of the dense families beside `llama` (qwen2, qwen3,
-smollm3), from llama.cpp (llama-cpp-python), for `crates/engine/tests/it/families.rs`.
+smollm3, phi3), from llama.cpp (llama-cpp-python), for `crates/engine/tests/it/families.rs`.
 
     PYTHONPATH=$PEERS/llamapy LLAMA_CPP_LIB_PATH=$PEERS/build/llama-shared/bin \\
         $PEERS/venv/bin/python scripts/goldens/family_golden.py --out crates/engine/tests/fixtures/family_golden.json
@@ -23,7 +23,11 @@ heads on 2 KV heads); four layers; a 200-token prompt.
   untied output head;
 - qwen3: per-head Q/K RMSNorm with weights 0.6..1.4, head_dim 96 so the query width (384)
   differs from the hidden size (256), NEOX RoPE;
-- smollm3: Llama's adjacent-pair RoPE but none on every fourth layer (layer 3 here).
+- smollm3: Llama's adjacent-pair RoPE but none on every fourth layer (layer 3 here);
+- phi3: fused `attn_qkv` and `ffn_up` (gate rows first), partial rotary (48 of 64 values, as
+  Phi-4-mini's 96 of 128), LongRoPE: per-pair long factors 1..8 chosen because the 512-token
+  context is past the original 128, and the attention factor √(1 + ln 4 / ln 128) on every
+  cosine and sine; an untied head.
 For each family: the logits of every 10th prompt position (whole rows: the vocabulary is
 256), the same rows from an exact float64 forward of the same dequantized weights
 (`exact_forward`), and 16 greedy tokens decoded one at a time with their top-1/top-2 margins.
@@ -52,7 +56,12 @@ FAMILIES = {
     "qwen2": {"head_dim": 64, "neox": True, "bias": True, "qk_norm": False, "nope": 0, "tied": False, "rope_base": 1000000.0},
     "qwen3": {"head_dim": 96, "neox": True, "bias": False, "qk_norm": True, "nope": 0, "tied": True, "rope_base": 1000000.0},
     "smollm3": {"head_dim": 64, "neox": False, "bias": False, "qk_norm": False, "nope": 4, "tied": True, "rope_base": 5000000.0},
+    "phi3": {"head_dim": 64, "neox": True, "bias": False, "qk_norm": False, "nope": 0, "tied": False, "rope_base": 10000.0,
+             "fused": True, "rope_dims": 48},
 }
+# phi3's LongRoPE: the context it extends, and the attention factor of the 512 / 128 extension.
+ORIG_CTX = 128
+ATTN_FACTOR = float(np.float32(np.sqrt(1 + np.log(CTX / ORIG_CTX) / np.log(ORIG_CTX))))
 
 
 def fnv1a(s):
@@ -96,11 +105,18 @@ def tensors(fam):
     qd, kv = HEADS * hd, KV_HEADS * hd
     out = [("token_embd.weight", [VOCAB, HIDDEN], "Q8_0", q8_matrix("token_embd.weight", VOCAB, HIDDEN, "embd"))]
     vec = lambda name, n, lo, hi: (name, [n], "F32", vector(name, n, lo, hi).tobytes())
+    fused = f.get("fused", False)
+    if fused:
+        half = f["rope_dims"] // 2
+        out.append(vec("rope_factors_long.weight", half, 1.0, 8.0))
+        out.append(vec("rope_factors_short.weight", half, 1.0, 1.5))
     for l in range(LAYERS):
         p = f"blk.{l}."
         out.append(vec(p + "attn_norm.weight", HIDDEN, 0.6, 1.4))
-        for n, r, c, role in [("attn_q", qd, HIDDEN, "wide"), ("attn_k", kv, HIDDEN, "wide"), ("attn_v", kv, HIDDEN, "mid"),
-                              ("attn_output", HIDDEN, qd, "mid")]:
+        # Fused Q/K/V: Q rows, then K, then V, each part as wide as the separate tensors.
+        mats = [("attn_qkv", qd + 2 * kv, HIDDEN, "wide")] if fused else [
+            ("attn_q", qd, HIDDEN, "wide"), ("attn_k", kv, HIDDEN, "wide"), ("attn_v", kv, HIDDEN, "mid")]
+        for n, r, c, role in mats + [("attn_output", HIDDEN, qd, "mid")]:
             out.append((p + n + ".weight", [r, c], "Q8_0", q8_matrix(p + n + ".weight", r, c, role)))
         if f["bias"]:
             for n, r in [("attn_q", qd), ("attn_k", kv), ("attn_v", kv)]:
@@ -109,7 +125,8 @@ def tensors(fam):
             out.append(vec(p + "attn_q_norm.weight", hd, 0.6, 1.4))
             out.append(vec(p + "attn_k_norm.weight", hd, 0.6, 1.4))
         out.append(vec(p + "ffn_norm.weight", HIDDEN, 0.6, 1.4))
-        for n, r, c in [("ffn_gate", FFN, HIDDEN), ("ffn_up", FFN, HIDDEN), ("ffn_down", HIDDEN, FFN)]:
+        ffn = [("ffn_up", 2 * FFN, HIDDEN)] if fused else [("ffn_gate", FFN, HIDDEN), ("ffn_up", FFN, HIDDEN)]
+        for n, r, c in ffn + [("ffn_down", HIDDEN, FFN)]:
             out.append((p + n + ".weight", [r, c], "Q8_0", q8_matrix(p + n + ".weight", r, c, "mid")))
     out.append(vec("output_norm.weight", HIDDEN, 0.6, 1.4))
     if not f["tied"]:
@@ -132,6 +149,10 @@ def write(path, fam):
     if f["head_dim"] != HIDDEN // HEADS:
         w.add_key_length(f["head_dim"])
         w.add_value_length(f["head_dim"])
+    if "rope_dims" in f:
+        w.add_rope_dimension_count(f["rope_dims"])
+        w.add_rope_scaling_attn_factors(ATTN_FACTOR)
+        w.add_rope_scaling_orig_ctx_len(ORIG_CTX)
     w.add_vocab_size(VOCAB)
     w.add_tokenizer_model("none")
     sha = hashlib.sha256()
@@ -167,29 +188,41 @@ def exact_forward(fam, ids):
             w[name] = dequantize(arr, gguf.GGMLQuantizationType.Q8_0).astype(np.float64).reshape(shape)
     rms = lambda x, g: x / np.sqrt((x * x).mean(-1, keepdims=True) + EPS) * g
     T = len(ids)
-    inv = f["rope_base"] ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)
+    rd = f.get("rope_dims", hd)
+    inv = f["rope_base"] ** (-np.arange(0, rd, 2, dtype=np.float64) / rd)
+    mscale = 1.0
+    if "rope_dims" in f:
+        # LongRoPE past the original context: the long factors, and the attention factor on
+        # every cosine and sine (llama.cpp's `attn_factor`, ggml's `mscale`).
+        inv = inv / w["rope_factors_long.weight"]
+        mscale = ATTN_FACTOR
     ang = np.arange(T, dtype=np.float64)[:, None] * inv[None, :]
-    cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    cos, sin = mscale * np.cos(ang)[:, None, :], mscale * np.sin(ang)[:, None, :]
 
-    def rope(x):  # [T, heads, hd]
+    def rope(x):  # [T, heads, hd]: the first rd values of each head rotate
+        r, rest = x[..., :rd], x[..., rd:]
         if f["neox"]:
-            a, b = x[..., :hd // 2], x[..., hd // 2:]
-            return np.concatenate([a * cos - b * sin, b * cos + a * sin], axis=-1)
-        a, b = x[..., 0::2], x[..., 1::2]
-        out = np.empty_like(x)
+            a, b = r[..., :rd // 2], r[..., rd // 2:]
+            return np.concatenate([a * cos - b * sin, b * cos + a * sin, rest], axis=-1)
+        a, b = r[..., 0::2], r[..., 1::2]
+        out = np.empty_like(r)
         out[..., 0::2] = a * cos - b * sin
         out[..., 1::2] = b * cos + a * sin
-        return out
+        return np.concatenate([out, rest], axis=-1)
 
     x = w["token_embd.weight"][ids]
     mask = np.triu(np.full((T, T), -np.inf), 1)
     for l in range(LAYERS):
         p = f"blk.{l}."
         h = rms(x, w[p + "attn_norm.weight"])
-        proj = lambda n: h @ w[p + n + ".weight"].T + (w[p + n + ".bias"] if f["bias"] else 0.0)
-        q = proj("attn_q").reshape(T, HEADS, hd)
-        k = proj("attn_k").reshape(T, KV_HEADS, hd)
-        v = proj("attn_v").reshape(T, KV_HEADS, hd)
+        if f.get("fused"):
+            qkv = h @ w[p + "attn_qkv.weight"].T
+            qd, kvd = HEADS * hd, KV_HEADS * hd
+            q, k, v = qkv[:, :qd], qkv[:, qd:qd + kvd], qkv[:, qd + kvd:]
+        else:
+            proj = lambda n: h @ w[p + n + ".weight"].T + (w[p + n + ".bias"] if f["bias"] else 0.0)
+            q, k, v = proj("attn_q"), proj("attn_k"), proj("attn_v")
+        q, k, v = q.reshape(T, HEADS, hd), k.reshape(T, KV_HEADS, hd), v.reshape(T, KV_HEADS, hd)
         if f["qk_norm"]:
             q, k = rms(q, w[p + "attn_q_norm.weight"]), rms(k, w[p + "attn_k_norm.weight"])
         if not (f["nope"] and (l + 1) % f["nope"] == 0):
@@ -202,7 +235,11 @@ def exact_forward(fam, ids):
             o[:, hh] = (sc / sc.sum(-1, keepdims=True)) @ v[:, g]
         x = x + o.reshape(T, -1) @ w[p + "attn_output.weight"].T
         h = rms(x, w[p + "ffn_norm.weight"])
-        gt, up = h @ w[p + "ffn_gate.weight"].T, h @ w[p + "ffn_up.weight"].T
+        if f.get("fused"):
+            gu = h @ w[p + "ffn_up.weight"].T
+            gt, up = gu[:, :FFN], gu[:, FFN:]
+        else:
+            gt, up = h @ w[p + "ffn_gate.weight"].T, h @ w[p + "ffn_up.weight"].T
         x = x + (gt / (1 + np.exp(-gt)) * up) @ w[p + "ffn_down.weight"].T
     head = w["token_embd.weight"] if f["tied"] else w["output.weight"]
     return rms(x, w["output_norm.weight"]) @ head.T

@@ -76,10 +76,28 @@ impl RopeTable {
 
     /// Rotates every head of `v` (consecutive runs of the rotary width) to position `pos`.
     pub fn rotate_heads(&self, v: &mut [f32], pos: usize, layout: RopeLayout) {
+        self.rotate_heads_of(v, 2 * self.half, pos, layout);
+    }
+
+    /// Rotates the first rotary-width values of every `head_dim`-wide head of `v` to position
+    /// `pos`, leaving the rest as they are (partial rotary: Phi-4-mini rotates 96 of 128, as
+    /// llama.cpp's `ggml_rope_ext` with `n_rot < head_dim` and HF's `partial_rotary_factor`).
+    pub fn rotate_heads_of(&self, v: &mut [f32], head_dim: usize, pos: usize, layout: RopeLayout) {
         let (c, s) = self.at(pos);
-        for head in v.chunks_exact_mut(2 * self.half) {
-            rotate(head, c, s, layout);
+        let w = 2 * self.half;
+        for head in v.chunks_exact_mut(head_dim) {
+            rotate(&mut head[..w], c, s, layout);
         }
+    }
+
+    /// The table with every cosine and sine multiplied by `m`: llama.cpp's `attn_factor`
+    /// (`mscale` in `ggml_rope_cache_init`), which LongRoPE uses to scale attention scores by
+    /// `m²` (`rope.scaling.attn_factor`; HF's `attention_factor`).
+    pub fn scaled_by(mut self, m: f32) -> Self {
+        if m != 1.0 {
+            self.cos.iter_mut().chain(self.sin.iter_mut()).for_each(|v| *v *= m);
+        }
+        self
     }
 
     fn at(&self, pos: usize) -> (&[f32], &[f32]) {

@@ -37,7 +37,7 @@ pub fn config(ld: &Gguf<'_>) -> Result<LlamaConfig, EngineError> {
     let hp = GgufHparams::read(ld, "gemma3")?;
     let (hidden, heads, layers) = (hp.embedding_length, hp.head_count, hp.block_count);
     let head_dim = hp.head_dim("gemma3")?;
-    hp.check_rope("gemma3", head_dim)?;
+    let rope_dims = hp.rope_dims("gemma3", head_dim)?;
     let window = match hp.sliding_window {
         Some(0) | None => return Err(EngineError::model("gemma3.attention.sliding_window is missing or 0")),
         Some(w) => w,
@@ -72,6 +72,8 @@ pub fn config(ld: &Gguf<'_>) -> Result<LlamaConfig, EngineError> {
             rope_freq_factors: None,
             post_norms: true,
             no_rope: vec![false; layers],
+            rope_dims,
+            rope_attn_factor: 1.0,
         },
     })
 }

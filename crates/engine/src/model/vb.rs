@@ -64,6 +64,18 @@ pub const LLAMA_LAYER_NAMES: &[(&str, &str)] = &[
     ("mlp.down_proj", "ffn_down"),
 ];
 
+/// As [`LLAMA_LAYER_NAMES`] for Phi-3/Phi-4 (`MODEL_ARCH.PHI3`): Q/K/V in one `attn_qkv`
+/// (HF `qkv_proj`) and gate/up in one `ffn_up` of twice the MLP width (HF `gate_up_proj`,
+/// gate rows first).
+pub const PHI3_LAYER_NAMES: &[(&str, &str)] = &[
+    ("input_layernorm", "attn_norm"),
+    ("self_attn.qkv_proj", "attn_qkv"),
+    ("self_attn.o_proj", "attn_output"),
+    ("post_attention_layernorm", "ffn_norm"),
+    ("mlp.gate_up_proj", "ffn_up"),
+    ("mlp.down_proj", "ffn_down"),
+];
+
 /// As [`LLAMA_LAYER_NAMES`] for Gemma 2/3: four norms per layer (llama.cpp's `ffn_norm` is
 /// HF's `pre_feedforward_layernorm` there, and `post_attention_layernorm` is its own tensor)
 /// and per-head Q/K norms.

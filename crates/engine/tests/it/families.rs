@@ -1,4 +1,4 @@
-//! The dense families beside `llama` (GGUF `qwen2`, `qwen3`, `smollm3`) against llama.cpp on
+//! The dense families beside `llama` (GGUF `qwen2`, `qwen3`, `smollm3`, `phi3`) against llama.cpp on
 //! tiny "sharp" files: `fixtures/family_golden.json`, from `scripts/goldens/family_golden.py`,
 //! whose tensor generator this mirrors byte for byte (the fixture's SHA-256 of the tensor data
 //! is checked first; the generator is `formats.rs`' splitmix64 over FNV-1a of each name, as in
@@ -6,7 +6,8 @@
 //!
 //! What each file makes visible: Qwen2's Q/K/V biases (±1.5) and halves RoPE, Qwen3's per-head
 //! Q/K RMSNorm with a query width (4 × 96) unlike the hidden size (256), SmolLM3's layers
-//! without RoPE (every fourth). Each family is compared with the exact f64 forward of the same
+//! without RoPE (every fourth), Phi-3's fused Q/K/V and gate/up, partial rotary (48 of 64) and
+//! LongRoPE (long factors past an original context of 128, the attention factor). Each family is compared with the exact f64 forward of the same
 //! weights, in multiples of llama.cpp's own distance from it (llama.cpp quantizes activations
 //! to 8 bits, as we do: 3.3–4.0 % of each row's scale on average), its greedy tokens with
 //! llama.cpp's, and a deliberately broken copy of each must fail the same comparison.
@@ -32,19 +33,31 @@ const CTX: usize = 512;
 const EPS: f32 = 1e-6;
 
 /// The script's `FAMILIES`.
+#[derive(Clone, Copy)]
 struct Spec {
     head_dim: usize,
     bias: bool,
     qk_norm: bool,
     tied: bool,
     rope_base: f32,
+    /// Phi-3: fused Q/K/V and gate/up, this many rotary values, LongRoPE.
+    fused_rope_dims: Option<usize>,
+}
+
+/// Phi-3's LongRoPE in the script: the original context and the attention factor of 512 / 128.
+const ORIG_CTX: usize = 128;
+
+fn attn_factor() -> f32 {
+    (1.0 + ((CTX / ORIG_CTX) as f64).ln() / (ORIG_CTX as f64).ln()).sqrt() as f32
 }
 
 fn spec(family: &str) -> Spec {
+    let plain = Spec { head_dim: 64, bias: false, qk_norm: false, tied: true, rope_base: 1e6, fused_rope_dims: None };
     match family {
-        "qwen2" => Spec { head_dim: 64, bias: true, qk_norm: false, tied: false, rope_base: 1e6 },
-        "qwen3" => Spec { head_dim: 96, bias: false, qk_norm: true, tied: true, rope_base: 1e6 },
-        "smollm3" => Spec { head_dim: 64, bias: false, qk_norm: false, tied: true, rope_base: 5e6 },
+        "qwen2" => Spec { bias: true, tied: false, ..plain },
+        "qwen3" => Spec { head_dim: 96, qk_norm: true, ..plain },
+        "smollm3" => Spec { rope_base: 5e6, ..plain },
+        "phi3" => Spec { tied: false, rope_base: 1e4, fused_rope_dims: Some(48), ..plain },
         other => panic!("no spec for {other}"),
     }
 }
@@ -72,10 +85,18 @@ fn tensors(family: &str) -> Vec<Tensor> {
         (name, vec![n as u64], GgmlType::F32, data)
     };
     let mut out = vec![mat("token_embd.weight".into(), VOCAB, HIDDEN, 0.5)];
+    if let Some(rd) = s.fused_rope_dims {
+        out.push(vec("rope_factors_long.weight".into(), rd / 2, 1.0, 8.0));
+        out.push(vec("rope_factors_short.weight".into(), rd / 2, 1.0, 1.5));
+    }
     for l in 0..LAYERS {
         let p = format!("blk.{l}.");
         out.push(vec(format!("{p}attn_norm.weight"), HIDDEN, 0.6, 1.4));
-        for (n, r, c, t) in [("attn_q", qd, HIDDEN, 0.15), ("attn_k", kv, HIDDEN, 0.15), ("attn_v", kv, HIDDEN, 0.25), ("attn_output", HIDDEN, qd, 0.25)] {
+        let mats = match s.fused_rope_dims {
+            Some(_) => vec![("attn_qkv", qd + 2 * kv, HIDDEN, 0.15)],
+            None => vec![("attn_q", qd, HIDDEN, 0.15), ("attn_k", kv, HIDDEN, 0.15), ("attn_v", kv, HIDDEN, 0.25)],
+        };
+        for (n, r, c, t) in mats.into_iter().chain([("attn_output", HIDDEN, qd, 0.25)]) {
             out.push(mat(format!("{p}{n}.weight"), r, c, t));
         }
         if s.bias {
@@ -88,7 +109,11 @@ fn tensors(family: &str) -> Vec<Tensor> {
             out.push(vec(format!("{p}attn_k_norm.weight"), s.head_dim, 0.6, 1.4));
         }
         out.push(vec(format!("{p}ffn_norm.weight"), HIDDEN, 0.6, 1.4));
-        for (n, r, c) in [("ffn_gate", FFN, HIDDEN), ("ffn_up", FFN, HIDDEN), ("ffn_down", HIDDEN, FFN)] {
+        let ffn = match s.fused_rope_dims {
+            Some(_) => vec![("ffn_up", 2 * FFN, HIDDEN)],
+            None => vec![("ffn_gate", FFN, HIDDEN), ("ffn_up", FFN, HIDDEN)],
+        };
+        for (n, r, c) in ffn.into_iter().chain([("ffn_down", HIDDEN, FFN)]) {
             out.push(mat(format!("{p}{n}.weight"), r, c, 0.25));
         }
     }
@@ -100,8 +125,12 @@ fn tensors(family: &str) -> Vec<Tensor> {
 }
 
 /// A GGUF of `tensors` under `arch`'s metadata keys (what the script's `gguf.GGUFWriter`
-/// writes for the model; no tokenizer).
+/// writes for the model; no tokenizer); `orig_ctx` and `attn` are LongRoPE's keys.
 fn write(path: &Path, arch: &str, s: &Spec, tensors: &[Tensor]) {
+    write_rope(path, arch, s, tensors, ORIG_CTX, attn_factor())
+}
+
+fn write_rope(path: &Path, arch: &str, s: &Spec, tensors: &[Tensor], orig_ctx: usize, attn: f32) {
     let u32v = |v: usize| (Ty::U32, (v as u32).to_le_bytes().to_vec());
     let f32v = |v: f32| (Ty::F32, v.to_le_bytes().to_vec());
     let mut meta: Vec<(String, (Ty, Vec<u8>))> = vec![(
@@ -121,6 +150,11 @@ fn write(path: &Path, arch: &str, s: &Spec, tensors: &[Tensor]) {
     if s.head_dim != HIDDEN / HEADS {
         keyed.push(("attention.key_length", u32v(s.head_dim)));
         keyed.push(("attention.value_length", u32v(s.head_dim)));
+    }
+    if let Some(rd) = s.fused_rope_dims {
+        keyed.push(("rope.dimension_count", u32v(rd)));
+        keyed.push(("rope.scaling.attn_factor", f32v(attn)));
+        keyed.push(("rope.scaling.original_context_length", u32v(orig_ctx)));
     }
     meta.extend(keyed.into_iter().map(|(k, v)| (format!("{arch}.{k}"), v)));
     let file = std::fs::File::create(path).expect("create gguf");
@@ -161,8 +195,8 @@ fn run(m: &mut LlamaModel, ids: &[u32], positions: &[usize], greedy: usize) -> (
 }
 
 /// How far ours may be from the exact f64 forward, in multiples of llama.cpp's own mean
-/// distance from it (measured on AVX2: qwen2 0.97, qwen3 1.06, smollm3 1.03 × llama.cpp's
-/// 3.3–4.0 %); the broken copies land at 3–38 × (printed).
+/// distance from it (measured on AVX2: qwen2 0.97, qwen3 1.06, smollm3 1.03, phi3 0.98 ×
+/// llama.cpp's 3.3–4.4 %); the broken copies land at 3–38 × (printed).
 const VS_REFERENCE: f32 = 1.25;
 
 /// llama.cpp's top-1/top-2 margin below which our greedy tokens may leave its (8-bit activation
@@ -217,6 +251,19 @@ fn dense_families_match_llama_cpp() {
         // A broken copy of each must fail the same comparison: the family's own difference
         // undone (a dropped bias, swapped Q/K norms, RoPE on every layer) or the file read as
         // plain `llama` (adjacent-pair RoPE on halves-paired heads).
+        if family == "phi3" {
+            // LongRoPE undone two ways: the short factors (an original context as long as the
+            // one served), and no attention factor.
+            for (what, orig, attn) in [("short RoPE factors", CTX, attn_factor()), ("no attention factor", ORIG_CTX, 1.0)] {
+                let bp = dir.path().join("broken.gguf");
+                write_rope(&bp, family, &s, &tensors, orig, attn);
+                let mut mb = LlamaModel::load(&bp, 2).unwrap_or_else(|e| panic!("{family} {what}: {e}"));
+                let (rows, _) = run(&mut mb, &ids, &positions, 1);
+                let (bm, _) = kq_rel(&rows, &case["exact"]);
+                eprintln!("{family} broken copy ({what}): {:.1} % from exact on average", 100.0 * bm);
+                assert!(bm > 2.0 * VS_REFERENCE * ref_mean, "{family} {what}: the golden does not see it ({bm})");
+            }
+        }
         let broken: Vec<(&str, &str, Vec<Tensor>)> = match family {
             "qwen2" => {
                 let mut zero = tensors.clone();
@@ -235,7 +282,16 @@ fn dense_families_match_llama_cpp() {
                 }
                 vec![("Q and K norms swapped", "qwen3", swapped)]
             }
-            _ => vec![("read as llama (RoPE on every layer)", "llama", tensors.clone())],
+            "smollm3" => vec![("read as llama (RoPE on every layer)", "llama", tensors.clone())],
+            _ => {
+                // Phi-3's fused gate/up with its halves swapped (up rows first).
+                let mut swapped = tensors.clone();
+                for t in swapped.iter_mut().filter(|t| t.0.ends_with("ffn_up.weight")) {
+                    let half = t.3.len() / 2;
+                    t.3.rotate_left(half);
+                }
+                vec![("fused gate and up swapped", "phi3", swapped)]
+            }
         };
         for (what, arch, t) in broken {
             let bp = dir.path().join("broken.gguf");
@@ -264,10 +320,26 @@ fn dense_families_batched_equal_alone() {
             p
         })
         .collect();
-    for family in ["qwen2", "qwen3", "smollm3"] {
+    for family in ["qwen2", "qwen3", "smollm3", "phi3"] {
         let path = dir.path().join(format!("{family}.gguf"));
         write(&path, family, &spec(family), &tensors(family));
         let mut m = LlamaModel::load(&path, 2).unwrap_or_else(|e| panic!("{family}: {e}"));
         crate::batch_invariance::check_invariance(&mut m, &prompts);
+    }
+}
+
+/// Llama 3's RoPE factors from an HF `rope_scaling` block equal those llama.cpp's converter
+/// stores as `rope_freqs` (the K-quant fixture's, computed by `k_quant_golden.py` with the
+/// converter's formula: base 500 000, head 64, factor 8, low 1, high 4, original context 32).
+#[test]
+fn llama3_rope_scaling_matches_the_converter() {
+    let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/k_quant_golden.json");
+    let g: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(p).expect("fixture")).expect("JSON");
+    let want: Vec<f64> = g["rope_freqs"].as_array().expect("factors").iter().map(|x| x.as_f64().expect("f")).collect();
+    let got = sparrow_engine::model::llama::load::llama3_rope_factors(500000.0, 64, 8.0, 1.0, 4.0, 32.0);
+    assert_eq!(got.len(), want.len());
+    assert!(want.iter().any(|&w| w > 1.0 && w < 8.0), "the fixture's factors include the interpolated band");
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert!((*g as f64 - w).abs() <= 1e-5 * w, "pair {i}: ours {g}, converter {w}");
     }
 }

@@ -9,7 +9,7 @@ use ggus::GGufMetaMapExt;
 use super::*;
 use crate::checkpoint::gguf::{Gguf, GgufFile};
 use crate::model::common::RopeTable;
-use crate::model::vb::{GgufTensors, Vb, GEMMA3_LAYER_NAMES, LLAMA_LAYER_NAMES};
+use crate::model::vb::{GgufTensors, Vb, GEMMA3_LAYER_NAMES, LLAMA_LAYER_NAMES, PHI3_LAYER_NAMES};
 
 /// A dense architecture the Llama decoder runs, as data: what llama.cpp's graph for it does
 /// differently from `llama` (`src/models/{llama,qwen2,qwen3,smollm3}.cpp`, the RoPE type from
@@ -33,6 +33,9 @@ pub struct Family {
     /// Every `n`-th layer (`(l + 1) % n == 0`) skips RoPE (SmolLM3's NoPE layers,
     /// llama.cpp's `n_no_rope_layer_step = 4`).
     pub no_rope_step: Option<usize>,
+    /// `(HF, llama.cpp)` names of a layer's modules (`vb.rs`): Phi-3's fused Q/K/V and
+    /// gate/up live under their own names.
+    pub layer_names: &'static [(&'static str, &'static str)],
 }
 
 /// Every dense family [`LlamaModel::load`] reads from GGUF besides `gemma3`, and
@@ -45,6 +48,7 @@ pub const FAMILIES: &[Family] = &[
         qkv_bias: false,
         qk_norm: false,
         no_rope_step: None,
+        layer_names: LLAMA_LAYER_NAMES,
     },
     Family {
         arch: "qwen2",
@@ -53,6 +57,7 @@ pub const FAMILIES: &[Family] = &[
         qkv_bias: true,
         qk_norm: false,
         no_rope_step: None,
+        layer_names: LLAMA_LAYER_NAMES,
     },
     Family {
         arch: "qwen3",
@@ -61,6 +66,7 @@ pub const FAMILIES: &[Family] = &[
         qkv_bias: false,
         qk_norm: true,
         no_rope_step: None,
+        layer_names: LLAMA_LAYER_NAMES,
     },
     Family {
         arch: "smollm3",
@@ -69,6 +75,16 @@ pub const FAMILIES: &[Family] = &[
         qkv_bias: false,
         qk_norm: false,
         no_rope_step: Some(4),
+        layer_names: LLAMA_LAYER_NAMES,
+    },
+    Family {
+        arch: "phi3",
+        hf_model_types: &["phi3"],
+        gguf_rope: RopeLayout::Halves,
+        qkv_bias: false,
+        qk_norm: false,
+        no_rope_step: None,
+        layer_names: PHI3_LAYER_NAMES,
     },
 ];
 
@@ -107,6 +123,10 @@ pub(crate) struct GgufHparams {
     pub rope_dimension_count: Option<usize>,
     #[serde(rename = "rope.scaling.type")]
     pub rope_scaling_type: Option<String>,
+    #[serde(rename = "rope.scaling.attn_factor")]
+    pub rope_scaling_attn_factor: Option<f32>,
+    #[serde(rename = "rope.scaling.original_context_length")]
+    pub rope_scaling_original_context_length: Option<usize>,
 }
 
 impl GgufHparams {
@@ -143,23 +163,27 @@ impl GgufHparams {
         Ok(hd)
     }
 
-    /// Refuses RoPE the decoder does not apply: scaling other than `none` (Llama 3's factors
-    /// come as the `rope_freqs` tensor instead) and partial rotary.
+    /// The values of a head RoPE rotates (`rope.dimension_count`, else all), refusing RoPE the
+    /// decoder does not apply: scaling other than `none` (Llama 3's factors come as the
+    /// `rope_freqs` tensor, Phi-3's LongRoPE as `rope_factors_{short,long}`) and a rotary
+    /// width that is odd or wider than the head.
     ///
     /// # Errors
     /// Naming the key and value.
-    pub(crate) fn check_rope(&self, arch: &str, head_dim: usize) -> Result<(), EngineError> {
+    pub(crate) fn rope_dims(&self, arch: &str, head_dim: usize) -> Result<usize, EngineError> {
         if let Some(s) = self.rope_scaling_type.as_deref().filter(|s| *s != "none") {
             return Err(EngineError::model(format!(
-                "{arch}.rope.scaling.type = {s:?} is not supported (none, or Llama 3's rope_freqs tensor)"
+                "{arch}.rope.scaling.type = {s:?} is not supported (none, Llama 3's rope_freqs tensor, \
+                 or LongRoPE's rope_factors_short/long tensors)"
             )));
         }
-        if let Some(rd) = self.rope_dimension_count.filter(|&rd| rd != head_dim) {
-            return Err(EngineError::model(format!(
-                "{arch}.rope.dimension_count = {rd}: partial RoPE ({rd} of {head_dim} dims) is not supported"
-            )));
+        match self.rope_dimension_count {
+            Some(rd) if rd > head_dim || !rd.is_multiple_of(2) || rd == 0 => Err(EngineError::model(format!(
+                "{arch}.rope.dimension_count = {rd}: not an even width within the {head_dim}-value head"
+            ))),
+            Some(rd) => Ok(rd),
+            None => Ok(head_dim),
         }
-        Ok(())
     }
 }
 
@@ -168,14 +192,21 @@ fn gguf_config(ld: &Gguf<'_>, fam: &Family) -> Result<LlamaConfig, EngineError> 
     let arch = fam.arch;
     let hp = GgufHparams::read(ld, arch)?;
     let head_dim = hp.head_dim(arch)?;
-    hp.check_rope(arch, head_dim)?;
-    let rope_freq_factors = match ld.has_tensor("rope_freqs.weight") {
-        true => Some(ld.vector("rope_freqs.weight", head_dim / 2)?),
-        false => None,
+    let rope_dims = hp.rope_dims(arch, head_dim)?;
+    // LongRoPE (Phi-3.5, Phi-4-mini): the long factors when the context is past the original
+    // one, as llama.cpp chooses them by its context (`llama_model::get_rope_factors`); here
+    // the context is the trained one the server offers.
+    let long = hp.rope_scaling_original_context_length.is_some_and(|orig| hp.context_length > orig);
+    let factors = ["rope_freqs.weight", if long { "rope_factors_long.weight" } else { "rope_factors_short.weight" }];
+    let rope_freq_factors = match factors.iter().find(|n| ld.has_tensor(n)) {
+        Some(n) => Some(ld.vector(n, rope_dims / 2)?),
+        None => None,
     };
     let layers = hp.block_count;
     let rope_base = hp.rope_freq_base.unwrap_or(10000.0);
     let mut variant = Variant::llama(layers, head_dim, rope_base);
+    variant.rope_dims = rope_dims;
+    variant.rope_attn_factor = hp.rope_scaling_attn_factor.unwrap_or(1.0);
     variant.rope_layout = fam.gguf_rope;
     variant.qk_norm = fam.qk_norm;
     variant.rope_freq_factors = rope_freq_factors;
@@ -234,6 +265,10 @@ struct HfConfig {
     use_sliding_window: Option<bool>,
     /// SmolLM3: 1 where a layer applies RoPE, 0 where it does not.
     no_rope_layers: Option<Vec<u8>>,
+    /// Phi-4-mini: the share of a head RoPE rotates.
+    partial_rotary_factor: Option<f64>,
+    /// Phi-3: the context LongRoPE extends.
+    original_max_position_embeddings: Option<usize>,
 }
 
 /// HF's `rope_scaling` block.
@@ -246,6 +281,10 @@ struct HfRopeScaling {
     low_freq_factor: Option<f64>,
     high_freq_factor: Option<f64>,
     original_max_position_embeddings: Option<usize>,
+    /// LongRoPE (Phi-3.5, Phi-4-mini): per-pair factors past and within the original context.
+    long_factor: Option<Vec<f64>>,
+    short_factor: Option<Vec<f64>>,
+    attention_factor: Option<f64>,
 }
 
 /// Llama 3's RoPE frequency factors, one per pair of a `head_dim` head, as llama.cpp's
@@ -281,25 +320,53 @@ impl HfConfig {
         };
         let layers = self.num_hidden_layers;
         let rope_base = self.rope_theta as f32;
+        let rope_dims = match self.partial_rotary_factor {
+            Some(f) => ((head_dim as f64 * f) as usize) & !1,
+            None => head_dim,
+        };
+        let mut rope_attn_factor = 1.0;
         let rope_freq_factors = match &self.rope_scaling {
             None => None,
             Some(r) => {
                 let kind = r.rope_type.as_deref().or(r.legacy_type.as_deref()).unwrap_or("");
-                match (kind, r.factor, r.low_freq_factor, r.high_freq_factor, r.original_max_position_embeddings) {
+                let orig = r.original_max_position_embeddings.or(self.original_max_position_embeddings);
+                match (kind, r.factor, r.low_freq_factor, r.high_freq_factor, orig) {
                     ("llama3", Some(f), Some(lo), Some(hi), Some(old)) => {
-                        Some(llama3_rope_factors(self.rope_theta, head_dim, f, lo, hi, old as f64))
+                        Some(llama3_rope_factors(self.rope_theta, rope_dims, f, lo, hi, old as f64))
+                    }
+                    ("longrope" | "su", _, _, _, Some(orig)) => {
+                        // HF `_compute_longrope_parameters`: the attention factor from the
+                        // extension ratio; the long factors past the original context, chosen
+                        // once from the context offered (as llama.cpp does), not per sequence.
+                        let ext = self.max_position_embeddings as f64 / orig as f64;
+                        rope_attn_factor = r.attention_factor.unwrap_or(match ext > 1.0 {
+                            true => (1.0 + ext.ln() / (orig as f64).ln()).sqrt(),
+                            false => 1.0,
+                        }) as f32;
+                        let f = if ext > 1.0 { &r.long_factor } else { &r.short_factor };
+                        match f {
+                            Some(f) if f.len() == rope_dims / 2 => Some(f.iter().map(|&x| x as f32).collect()),
+                            _ => {
+                                return Err(EngineError::model(format!(
+                                    "config.json: rope_scaling longrope needs long_factor and short_factor of {} values",
+                                    rope_dims / 2
+                                )))
+                            }
+                        }
                     }
                     ("default", ..) => None,
                     _ => {
                         return Err(EngineError::model(format!(
                             "config.json: rope_scaling {kind:?} is not supported (llama3 with factor, \
-                             low_freq_factor, high_freq_factor and original_max_position_embeddings)"
+                             low_freq_factor, high_freq_factor and original_max_position_embeddings; longrope)"
                         )))
                     }
                 }
             }
         };
         let mut variant = Variant::llama(layers, head_dim, rope_base);
+        variant.rope_dims = rope_dims;
+        variant.rope_attn_factor = rope_attn_factor;
         variant.rope_layout = RopeLayout::Halves;
         variant.qk_norm = fam.qk_norm;
         variant.rope_freq_factors = rope_freq_factors;
@@ -338,7 +405,15 @@ impl HfConfig {
 fn load_layer(vb: &Vb<'_>, cfg: &LlamaConfig, fam: &Family) -> Result<Layer, EngineError> {
     let (hidden, hd, qd, kvd) = (cfg.hidden, cfg.head_dim, cfg.q_dim(), cfg.kv_heads * cfg.head_dim);
     let (attn, mlp) = (vb.pp("self_attn"), vb.pp("mlp"));
-    let qkv = vec![attn.linear("q_proj", qd, hidden)?, attn.linear("k_proj", kvd, hidden)?, attn.linear("v_proj", kvd, hidden)?];
+    // Phi-3 files keep Q/K/V and gate/up fused already, in the order the forward stacks them.
+    let qkv = match attn.has("qkv_proj.weight") {
+        true => vec![attn.linear("qkv_proj", qd + 2 * kvd, hidden)?],
+        false => vec![attn.linear("q_proj", qd, hidden)?, attn.linear("k_proj", kvd, hidden)?, attn.linear("v_proj", kvd, hidden)?],
+    };
+    let gate_up = match mlp.has("gate_up_proj.weight") {
+        true => vec![mlp.linear("gate_up_proj", 2 * cfg.ffn, hidden)?],
+        false => vec![mlp.linear("gate_proj", cfg.ffn, hidden)?, mlp.linear("up_proj", cfg.ffn, hidden)?],
+    };
     if fam.qkv_bias {
         if let Some(l) = qkv.iter().find(|l| l.bias.is_none()) {
             return Err(EngineError::model(format!("{}: {}.bias missing ({} has Q/K/V biases)", fam.arch, l.modules[0], fam.arch)));
@@ -356,10 +431,7 @@ fn load_layer(vb: &Vb<'_>, cfg: &LlamaConfig, fam: &Family) -> Result<Layer, Eng
             true => vb.vector("pre_feedforward_layernorm.weight", hidden)?,
             false => vb.vector("post_attention_layernorm.weight", hidden)?,
         },
-        gate_up: Linear::stack(vec![
-            mlp.linear("gate_proj", cfg.ffn, hidden)?,
-            mlp.linear("up_proj", cfg.ffn, hidden)?,
-        ]),
+        gate_up: Linear::stack(gate_up),
         down: mlp.linear("down_proj", hidden, cfg.ffn)?,
         qk_norm: match cfg.variant.qk_norm {
             true => Some(pair("self_attn.q_norm.weight", "self_attn.k_norm.weight", hd)?),
@@ -381,6 +453,7 @@ const GEMMA3: Family = Family {
     qkv_bias: false,
     qk_norm: true,
     no_rope_step: None,
+    layer_names: GEMMA3_LAYER_NAMES,
 };
 
 impl LlamaModel {
@@ -415,11 +488,7 @@ impl LlamaModel {
         };
         cfg.check()?;
         let (hidden, vocab) = (cfg.hidden, cfg.vocab);
-        let names = match arch.as_str() {
-            "gemma3" => GEMMA3_LAYER_NAMES,
-            _ => LLAMA_LAYER_NAMES,
-        };
-        let src = GgufTensors { ld: &ld, layer_names: names, threads };
+        let src = GgufTensors { ld: &ld, layer_names: fam.layer_names, threads };
         let root = Vb::new(&src);
         let embed = root.matrix("model.embed_tokens", vocab, hidden)?;
         let output = match root.has("lm_head.weight") {
@@ -489,11 +558,11 @@ impl LlamaModel {
         layers: Vec<Layer>,
         threads: usize,
     ) -> Result<Self, EngineError> {
-        let ff = cfg.variant.rope_freq_factors.as_deref();
-        let rope = RopeTable::llama_cpp_scaled(cfg.rope_base as f64, cfg.head_dim, cfg.context_length, ff);
+        let (ff, dims, m) = (cfg.variant.rope_freq_factors.as_deref(), cfg.variant.rope_dims, cfg.variant.rope_attn_factor);
+        let rope = RopeTable::llama_cpp_scaled(cfg.rope_base as f64, dims, cfg.context_length, ff).scaled_by(m);
         let local = cfg.variant.windows.iter().any(Option::is_some) && cfg.variant.rope_local_base != cfg.rope_base;
         let rope_local = local.then(|| {
-            RopeTable::llama_cpp_scaled(cfg.variant.rope_local_base as f64, cfg.head_dim, cfg.context_length, ff)
+            RopeTable::llama_cpp_scaled(cfg.variant.rope_local_base as f64, dims, cfg.context_length, ff).scaled_by(m)
         });
         let mut wbytes = embed.bytes() + output.as_ref().map_or(0, Weight::bytes) + 4 * output_norm.len();
         let vec_bytes = |v: &Option<(Vec<f32>, Vec<f32>)>| v.as_ref().map_or(0, |(a, b)| 4 * (a.len() + b.len()));

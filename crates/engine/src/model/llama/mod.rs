@@ -74,6 +74,11 @@ pub struct Variant {
     /// Per layer: whether it skips RoPE (SmolLM3's NoPE layers); Q and K go into attention
     /// unrotated there.
     pub no_rope: Vec<bool>,
+    /// Values of each head RoPE rotates, the first ones (`head_dim` unless partial: Phi-4-mini
+    /// 96 of 128, `rope.dimension_count`).
+    pub rope_dims: usize,
+    /// Factor on RoPE's cosines and sines (LongRoPE's attention factor, 1 otherwise).
+    pub rope_attn_factor: f32,
 }
 
 impl Variant {
@@ -90,6 +95,8 @@ impl Variant {
             rope_freq_factors: None,
             post_norms: false,
             no_rope: vec![false; layers],
+            rope_dims: head_dim,
+            rope_attn_factor: 1.0,
         }
     }
 }
@@ -137,6 +144,9 @@ impl LlamaConfig {
             || !self.head_dim.is_multiple_of(2)
             || self.variant.windows.len() != self.layers
             || self.variant.no_rope.len() != self.layers
+            || self.variant.rope_dims > self.head_dim
+            || !self.variant.rope_dims.is_multiple_of(2)
+            || self.variant.rope_freq_factors.as_ref().is_some_and(|f| f.len() != self.variant.rope_dims / 2)
             || (self.variant.qk_norm && self.head_dim > MAX_QK_NORM_DIM)
         {
             return Err(EngineError::model(format!(
@@ -441,8 +451,8 @@ impl Model for LlamaModel {
                     }
                 }
                 if rotate {
-                    rope.rotate_heads(q, pos, layout);
-                    rope.rotate_heads(k, pos, layout);
+                    rope.rotate_heads_of(q, hd, pos, layout);
+                    rope.rotate_heads_of(k, hd, pos, layout);
                 }
             });
             cx.timed(|p| &mut p.attention, || {
