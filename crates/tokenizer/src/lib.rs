@@ -48,7 +48,7 @@ impl From<tokenizers::Error> for TokenizerError {
 }
 
 /// One chat message as chat templates see it (HF's message dict).
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
 pub struct ChatMessage {
     /// `system`, `user`, `assistant` or `tool`.
     pub role: String,
@@ -337,7 +337,11 @@ impl Tokenizer {
 /// Renders `template` as HF `apply_chat_template` does: `messages`, `tools`,
 /// `add_generation_prompt`, `bos_token` / `eos_token` (`special`), and `kwargs` as extra
 /// variables that cannot override those.
-fn render_template(
+///
+/// # Errors
+/// [`TokenizerError::ChatTemplate`] when the template does not parse or fails to render
+/// (including its own `raise_exception`).
+pub fn render_template(
     template: &str,
     messages: &[ChatMessage],
     tools: Option<&serde_json::Value>,
@@ -346,6 +350,12 @@ fn render_template(
     special: (&str, &str),
 ) -> Result<String, TokenizerError> {
     let mut env = minijinja::Environment::new();
+    // HF compiles templates with `trim_blocks` and `lstrip_blocks` (`_compile_jinja_template`),
+    // and templates call Python's string and dict methods (Qwen3's `startswith`, SmolLM3's
+    // `lstrip`, Mistral's `items`): minijinja-contrib's pycompat provides those.
+    env.set_trim_blocks(true);
+    env.set_lstrip_blocks(true);
+    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
     env.add_function("raise_exception", |msg: String| -> Result<String, minijinja::Error> {
         Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
     });

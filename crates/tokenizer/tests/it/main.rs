@@ -4,3 +4,4 @@
 mod gemma3;
 mod gguf;
 mod vocab_vectors;
+mod templates;
