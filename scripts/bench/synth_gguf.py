@@ -5,18 +5,21 @@ llama.cpp's own `llama-quantize` to the type mixes users download.
     $PEERS/venv/bin/python scripts/bench/synth_gguf.py --shape llama-3.2-1b --types Q4_K_M,Q8_0
     # prints one path per line: <out-dir>/<shape>-F16.gguf, then <out-dir>/<shape>-<TYPE>.gguf
 
-What a file holds (llama.cpp's conventions, `conversion/llama.py` and `conversion/base.py` of the
-vendored llama.cpp):
-- metadata: `general.architecture = llama`, `llama.{block_count, context_length,
-  embedding_length, feed_forward_length, attention.head_count, attention.head_count_kv,
-  attention.key_length, attention.value_length, rope.freq_base, rope.dimension_count,
-  attention.layer_norm_rms_epsilon, vocab_size}`, `general.file_type`;
-- the real Llama 3 vocabulary: every `tokenizer.*` key of llama.cpp's
-  `models/ggml-vocab-llama-bpe.gguf` (128,256 tokens, merges, pre-tokenizer `llama-bpe`), and
-  the model's chat template from `models/templates/`;
+What a file holds (llama.cpp's conventions, `convert_hf_to_gguf.py` of the vendored llama.cpp,
+per architecture):
+- metadata: `general.architecture` (`llama`, `qwen2`, `qwen3`, `smollm3`, `phi3`),
+  `{arch}.{block_count, context_length, embedding_length, feed_forward_length,
+  attention.head_count, attention.head_count_kv, attention.key_length, attention.value_length,
+  rope.freq_base, rope.dimension_count, attention.layer_norm_rms_epsilon, vocab_size}`,
+  `general.file_type`; Phi-3's `rope.scaling.{attn_factor, original_context_length}`;
+- a real vocabulary: every `tokenizer.*` key of llama.cpp's `models/ggml-vocab-{vocab}.gguf`
+  (Llama 3's `llama-bpe` for Llama and SmolLM3, `qwen2` for Qwen2.5/Qwen3, `phi-3`'s
+  SentencePiece), and the model's chat template from `models/templates/`;
 - tensors `token_embd`, `blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm,
-  ffn_gate, ffn_up, ffn_down}`, `output_norm`, `output` (absent when tied), and `rope_freqs`
-  (Llama 3's RoPE scaling factors, computed as `LlamaModel.generate_extra_tensors` does).
+  ffn_gate, ffn_up, ffn_down}`, `output_norm`, `output` (absent when tied), with each family's
+  own: `rope_freqs` (Llama 3's RoPE scaling factors, computed as `LlamaModel.
+  generate_extra_tensors` does), Q/K/V biases (Qwen2), `attn_q_norm`/`attn_k_norm` (Qwen3),
+  fused `attn_qkv` and `ffn_up` and `rope_factors_{long,short}` (Phi-3).
 
 Weights are N(0, 0.02) in F16 and norms are 1: activations stay finite, and speed does not
 depend on the values. These files are for speed and memory; correctness is checked on small
@@ -41,8 +44,25 @@ sys.path.insert(0, str(LLAMA_SRC / "gguf-py"))
 import numpy as np  # noqa: E402
 import gguf  # noqa: E402
 
-# Hugging Face config.json values of the real checkpoints.
+# Hugging Face config.json values of the real checkpoints (`arch` defaults to llama, `vocab_file`
+# to llama-bpe).
 SHAPES = {
+    "qwen2.5-1.5b": dict(
+        name="Qwen2.5 1.5B Instruct (synthetic weights)", arch="qwen2", layers=28, hidden=1536, ffn=8960, heads=12,
+        kv_heads=2, head_dim=128, vocab=151936, ctx=32768, rope_theta=1000000.0, rms_eps=1e-6, tied=True,
+        qkv_bias=True, vocab_file="qwen2", eos=151645, template="Qwen-Qwen2.5-7B-Instruct.jinja"),
+    "qwen3-1.7b": dict(
+        name="Qwen3 1.7B (synthetic weights)", arch="qwen3", layers=28, hidden=2048, ffn=6144, heads=16, kv_heads=8,
+        head_dim=128, vocab=151936, ctx=40960, rope_theta=1000000.0, rms_eps=1e-6, tied=True, qk_norm=True,
+        vocab_file="qwen2", eos=151645, template="Qwen-Qwen3-0.6B.jinja"),
+    "smollm3-3b": dict(
+        name="SmolLM3 3B (synthetic weights)", arch="smollm3", layers=36, hidden=2048, ffn=11008, heads=16,
+        kv_heads=4, head_dim=128, vocab=128256, ctx=65536, rope_theta=5000000.0, rms_eps=1e-6, tied=True,
+        template="HuggingFaceTB-SmolLM3-3B.jinja"),
+    "phi-3.5-mini": dict(
+        name="Phi-3.5 mini instruct (synthetic weights)", arch="phi3", layers=32, hidden=3072, ffn=8192, heads=32,
+        kv_heads=32, head_dim=96, vocab=32064, ctx=131072, rope_theta=10000.0, rms_eps=1e-5, tied=False,
+        fused=True, longrope=dict(original=4096), vocab_file="phi-3", template="microsoft-Phi-3.5-mini-instruct.jinja"),
     "llama-3.2-1b": dict(
         name="Llama 3.2 1B Instruct (synthetic weights)", layers=16, hidden=2048, ffn=8192, heads=32, kv_heads=8,
         head_dim=64, vocab=128256, ctx=131072, rope_theta=500000.0, rms_eps=1e-5, tied=True,
@@ -78,28 +98,52 @@ def tensors(s):
     """(name, shape as numpy [rows, cols] or [n], kind) in llama.cpp's order."""
     h, f, hd = s["hidden"], s["ffn"], s["head_dim"]
     q, kv = s["heads"] * hd, s["kv_heads"] * hd
-    yield "rope_freqs.weight", (hd // 2,), "rope"
+    if "rope_scaling" in s:
+        yield "rope_freqs.weight", (hd // 2,), "rope"
+    if "longrope" in s:
+        yield "rope_factors_long.weight", (hd // 2,), "longrope"
+        yield "rope_factors_short.weight", (hd // 2,), "shortrope"
     yield "token_embd.weight", (s["vocab"], h), "w"
     for i in range(s["layers"]):
         p = f"blk.{i}."
         yield p + "attn_norm.weight", (h,), "norm"
-        yield p + "attn_q.weight", (q, h), "w"
-        yield p + "attn_k.weight", (kv, h), "w"
-        yield p + "attn_v.weight", (kv, h), "w"
+        if s.get("fused"):
+            yield p + "attn_qkv.weight", (q + 2 * kv, h), "w"
+        else:
+            yield p + "attn_q.weight", (q, h), "w"
+            yield p + "attn_k.weight", (kv, h), "w"
+            yield p + "attn_v.weight", (kv, h), "w"
+        if s.get("qkv_bias"):
+            yield p + "attn_q.bias", (q,), "bias"
+            yield p + "attn_k.bias", (kv,), "bias"
+            yield p + "attn_v.bias", (kv,), "bias"
+        if s.get("qk_norm"):
+            yield p + "attn_q_norm.weight", (hd,), "norm"
+            yield p + "attn_k_norm.weight", (hd,), "norm"
         yield p + "attn_output.weight", (h, q), "w"
         yield p + "ffn_norm.weight", (h,), "norm"
-        yield p + "ffn_gate.weight", (f, h), "w"
-        yield p + "ffn_up.weight", (f, h), "w"
+        if s.get("fused"):
+            yield p + "ffn_up.weight", (2 * f, h), "w"
+        else:
+            yield p + "ffn_gate.weight", (f, h), "w"
+            yield p + "ffn_up.weight", (f, h), "w"
         yield p + "ffn_down.weight", (h, f), "w"
     yield "output_norm.weight", (h,), "norm"
     if not s["tied"]:
         yield "output.weight", (s["vocab"], h), "w"
 
 
-def copy_vocab(w):
-    r = gguf.GGUFReader(LLAMA_SRC / "models" / "ggml-vocab-llama-bpe.gguf")
+def copy_vocab(w, vocab_file, eos=None):
+    """The vocabulary's `tokenizer.*` keys; `eos` replaces its EOS id (an instruct model's
+    end of turn: Qwen2.5's `<|im_end|>`, where the base vocabulary says `<|endoftext|>`)."""
+    r = gguf.GGUFReader(LLAMA_SRC / "models" / f"ggml-vocab-{vocab_file}.gguf")
+    if eos is not None:
+        w.add_eos_token_id(eos)
     for key, field in r.fields.items():
-        if not key.startswith("tokenizer."):
+        # The model's own chat template is added after the vocabulary.
+        if not key.startswith("tokenizer.") or key == "tokenizer.chat_template":
+            continue
+        if eos is not None and key == "tokenizer.ggml.eos_token_id":
             continue
         vt = field.types[0]
         if vt == gguf.GGUFValueType.ARRAY:
@@ -110,7 +154,7 @@ def copy_vocab(w):
 
 def write_f16(shape, s, path, seed):
     rng = np.random.default_rng(seed)
-    w = gguf.GGUFWriter(str(path), "llama")
+    w = gguf.GGUFWriter(str(path), s.get("arch", "llama"))
     w.add_name(s["name"])
     w.add_block_count(s["layers"])
     w.add_context_length(s["ctx"])
@@ -124,8 +168,12 @@ def write_f16(shape, s, path, seed):
     w.add_layer_norm_rms_eps(s["rms_eps"])
     w.add_vocab_size(s["vocab"])
     w.add_rope_dimension_count(s["head_dim"])
+    if "longrope" in s:
+        orig = s["longrope"]["original"]
+        w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(s["ctx"] / orig) / math.log(orig)))
+        w.add_rope_scaling_orig_ctx_len(orig)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-    copy_vocab(w)
+    copy_vocab(w, s.get("vocab_file", "llama-bpe"), s.get("eos"))
     w.add_chat_template((LLAMA_SRC / "models" / "templates" / s["template"]).read_text())
     plan = list(tensors(s))
     for name, shp, kind in plan:
@@ -138,8 +186,15 @@ def write_f16(shape, s, path, seed):
     for name, shp, kind in plan:
         if kind == "rope":
             t = rope_factors(s["head_dim"], s["rope_theta"], s["rope_scaling"])
+        elif kind in ("longrope", "shortrope"):
+            # LongRoPE's per-pair factors rise from 1 to about the extension ratio (long) or
+            # stay near 1 (short); their values do not change speed.
+            top = s["ctx"] / s["longrope"]["original"] if kind == "longrope" else 1.1
+            t = np.linspace(1.0, top, shp[0], dtype=np.float32)
         elif kind == "norm":
             t = np.ones(shp, dtype=np.float32)
+        elif kind == "bias":
+            t = (rng.standard_normal(shp, dtype=np.float32) * 0.02).astype(np.float32)
         else:
             # Row blocks of 16M values: an 8B embedding is 525M values.
             t = np.empty(shp, dtype=np.float16)

@@ -523,9 +523,11 @@ mod template_tests {
         // A kwarg cannot replace a fixed variable.
         kwargs.insert("messages".into(), json!([]));
         let out = render_template(QWENISH, &msgs, Some(&tools), &kwargs, true, ("", "")).expect("renders");
+        // As transformers 5.24 renders it (`render_jinja_template`): `trim_blocks` drops the
+        // newline after each block tag.
         assert_eq!(
             out,
-            "<tools>\n{\"function\": {\"name\": \"w\", \"parameters\": [1, \"é\"]}}\n</tools>\
+            "<tools>{\"function\": {\"name\": \"w\", \"parameters\": [1, \"é\"]}}</tools>\
              <|user|>Weather?<|assistant|><tool_call>{\"name\": \"w\", \"arguments\": {\"city\": \"Paris\"}}</tool_call>\
              <|tool|>14C[c1]<|assistant|><think></think>"
         );
