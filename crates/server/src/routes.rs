@@ -205,6 +205,11 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 fn hf_architecture(model_type: &str) -> &'static str {
     match model_type {
         "llama" => "LlamaForCausalLM",
+        "mistral" => "MistralForCausalLM",
+        "qwen2" => "Qwen2ForCausalLM",
+        "qwen3" => "Qwen3ForCausalLM",
+        "phi3" => "Phi3ForCausalLM",
+        "smollm3" => "SmolLM3ForCausalLM",
         "gemma3" | "gemma3_text" => "Gemma3ForCausalLM",
         "glm_moe_dsa" => "GlmMoeDsaForCausalLM",
         _ => "unknown",

@@ -32,6 +32,10 @@ pub enum ToolParser {
     Qwen25,
     /// GLM-4.5 / GLM-5: `<tool_call>name\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>…</tool_call>`.
     Glm45,
+    /// Llama 3.1–3.3 JSON calls: the reply is `{"name": …, "parameters": {…}}` (after an
+    /// optional `<|python_tag|>`), several separated by `;` (SGLang's `llama3` detector,
+    /// `llama32_detector.py`).
+    Llama3,
 }
 
 impl ToolParser {
@@ -40,6 +44,7 @@ impl ToolParser {
         match self {
             ToolParser::Qwen25 => "qwen25",
             ToolParser::Glm45 => "glm45",
+            ToolParser::Llama3 => "llama3",
         }
     }
 }
@@ -50,7 +55,8 @@ impl FromStr for ToolParser {
         match s {
             "qwen25" | "qwen" | "hermes" => Ok(ToolParser::Qwen25),
             "glm45" | "glm47" => Ok(ToolParser::Glm45),
-            _ => Err("have: qwen25 (also qwen, hermes), glm45 (also glm47)".to_owned()),
+            "llama3" => Ok(ToolParser::Llama3),
+            _ => Err("have: qwen25 (also qwen, hermes), glm45 (also glm47), llama3".to_owned()),
         }
     }
 }
@@ -258,6 +264,11 @@ pub fn tools_system_prompt(tools: &Value, parser: Option<ToolParser>) -> String 
             "For each function call, output the function name and arguments within the following XML format:\n\
              <tool_call>{function-name}\n<arg_key>{arg-key-1}</arg_key>\n<arg_value>{arg-value-1}</arg_value>\n...\n</tool_call>",
         ),
+        // Llama 3.1's own wording of its JSON calls.
+        Some(ToolParser::Llama3) => out.push_str(
+            "To call a function, respond with only a JSON object in the format \
+             {\"name\": function name, \"parameters\": dictionary of argument name and its value}, and nothing else.",
+        ),
         _ => out.push_str(
             "For each function call, return a json object with function name and arguments within \
              <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>",
@@ -345,6 +356,8 @@ enum Calls {
     Array(ArrayCalls),
     /// A named function: all text is its arguments.
     Named { name: String, started: bool },
+    /// Llama 3's JSON calls.
+    Llama3(Llama3Calls),
 }
 
 impl Shaper {
@@ -354,6 +367,7 @@ impl Shaper {
         let calls = match tools.map(|t| (&t.choice, t)) {
             None | Some((ToolChoice::None, _)) => Calls::Off,
             Some((ToolChoice::Auto, t)) => match parsers.tool_call {
+                Some(ToolParser::Llama3) => Calls::Llama3(Llama3Calls::default()),
                 Some(p) => Calls::Tagged(Tagged::new(p, t.tools.clone())),
                 None => Calls::Off,
             },
@@ -425,6 +439,7 @@ impl Shaper {
             }
             Calls::Tagged(t) => t.push(text, end, &mut ev),
             Calls::Array(a) => a.push(text, &mut ev),
+            Calls::Llama3(l) => l.push(text, end, &mut ev),
             Calls::Named { name, started } => {
                 if !*started && (!text.is_empty() || end) {
                     *started = true;
@@ -714,7 +729,7 @@ impl Body {
                 Phase::Header => {
                     let region = &self.pending[..close.unwrap_or(self.pending.len())];
                     let name = match self.parser {
-                        ToolParser::Qwen25 => match call_header(region) {
+                        ToolParser::Qwen25 | ToolParser::Llama3 => match call_header(region) {
                             Header::Yes { name, used } => Some((name, used)),
                             _ => None,
                         },
@@ -732,7 +747,7 @@ impl Body {
                         ev.push(Ev::Start(name));
                         self.raw.extend(self.pending.drain(..used));
                         self.phase = match self.parser {
-                            ToolParser::Qwen25 => Phase::Value(ValueScan::default()),
+                            ToolParser::Qwen25 | ToolParser::Llama3 => Phase::Value(ValueScan::default()),
                             ToolParser::Glm45 => Phase::Tail,
                         };
                         continue;
@@ -869,6 +884,64 @@ impl ArrayCalls {
                     ev.push(Ev::Start(name));
                     self.pos += p + used;
                     self.scan = Some(ValueScan::default());
+                }
+            }
+        }
+    }
+}
+
+/// Llama 3's calls: a reply that starts (after whitespace and an optional `<|python_tag|>`)
+/// with a call header `{"name": …, "parameters"|"arguments": …` is calls, read as the
+/// `required` array's elements are (`;` or anything else between them is skipped); any other
+/// reply is content, unchanged. Held back until the start decides.
+#[derive(Debug, Default)]
+struct Llama3Calls {
+    buf: String,
+    mode: Option<bool>,
+    calls: ArrayCalls,
+}
+
+/// The token Llama 3.1 writes before a call to a built-in or JSON tool.
+const PYTHON_TAG: &str = "<|python_tag|>";
+
+impl Llama3Calls {
+    fn push(&mut self, text: &str, end: bool, ev: &mut Vec<Ev>) {
+        match self.mode {
+            Some(true) => return self.calls.push(text, ev),
+            Some(false) => {
+                if !text.is_empty() {
+                    ev.push(Ev::Content(text.to_owned()));
+                }
+                return;
+            }
+            None => self.buf.push_str(text),
+        }
+        let start = self.buf.trim_start();
+        let body = start.strip_prefix(PYTHON_TAG).map_or(start, str::trim_start);
+        // Whitespace only, or the tag still arriving.
+        let waiting = start.is_empty() || (start.len() < PYTHON_TAG.len() && PYTHON_TAG.starts_with(start));
+        let decided = if waiting || body.is_empty() {
+            end.then_some(false)
+        } else {
+            match call_header(body) {
+                Header::Yes { .. } => Some(true),
+                Header::More if !end => None,
+                _ => Some(false),
+            }
+        };
+        match decided {
+            None => {}
+            Some(true) => {
+                self.mode = Some(true);
+                let body = body.to_owned();
+                self.buf.clear();
+                self.calls.push(&body, ev);
+            }
+            Some(false) => {
+                self.mode = Some(false);
+                let all = std::mem::take(&mut self.buf);
+                if !all.is_empty() {
+                    ev.push(Ev::Content(all));
                 }
             }
         }
@@ -1082,6 +1155,28 @@ mod tests {
         // parallel_tool_calls: false keeps the first call.
         let m = run(p, Some(&req(ToolChoice::Auto, false)), text);
         assert_eq!(m.calls.len(), 1);
+    }
+
+    /// Llama 3's JSON calls (the shapes SGLang's `llama3` detector reads): after
+    /// `<|python_tag|>` or bare, several separated by `;`, `parameters` or `arguments`; a reply
+    /// that is not a call, even one that starts with JSON, is content.
+    #[test]
+    fn llama3_calls() {
+        let p = ChatParsers { tool_call: Some(ToolParser::Llama3), reasoning: None };
+        let r = req(ToolChoice::Auto, true);
+        let text = "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"location\": \"Paris; FR\", \"days\": 2}}; {\"name\": \"get_weather\", \"arguments\": {\"location\": \"Oslo\"}}";
+        let m = run(p, Some(&r), text);
+        assert_eq!(m.content, "");
+        assert_eq!(
+            calls(&m),
+            vec![("get_weather", json!({"location": "Paris; FR", "days": 2})), ("get_weather", json!({"location": "Oslo"}))]
+        );
+        assert_eq!(m.calls[0].2, "{\"location\": \"Paris; FR\", \"days\": 2}");
+        let m = run(p, Some(&r), "\n {\"name\": \"get_weather\", \"parameters\": {}}");
+        assert_eq!(calls(&m), vec![("get_weather", json!({}))]);
+        for plain in ["The weather is fine.", "{\"answer\": 4}", "  <|python", ""] {
+            assert_eq!(run(p, Some(&r), plain), Message { content: plain.into(), ..Default::default() }, "{plain:?}");
+        }
     }
 
     #[test]

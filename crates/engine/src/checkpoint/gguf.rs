@@ -33,7 +33,7 @@ impl GgufFile {
     pub fn view(&self) -> Result<Gguf<'_>, EngineError> {
         let g = GGuf::new(&self.map)
             .map_err(|e| EngineError::model(format!("{}: not a GGUF file: {e}", self.path.display())))?;
-        Ok(Gguf { g, path: &self.path, read: std::cell::Cell::new(0) })
+        Ok(Gguf { g, path: &self.path, read: std::cell::Cell::new(0), read_names: Default::default() })
     }
 }
 
@@ -43,6 +43,8 @@ pub struct Gguf<'a> {
     path: &'a Path,
     /// File bytes of the tensors read by [`Gguf::matrix`] and [`Gguf::vector`] so far.
     read: std::cell::Cell<usize>,
+    /// Names of the tensors read so far.
+    read_names: std::cell::RefCell<std::collections::HashSet<String>>,
 }
 
 impl<'a> Gguf<'a> {
@@ -93,6 +95,14 @@ impl<'a> Gguf<'a> {
     /// (what "loaded bytes ≤ file bytes" is measured against).
     pub fn read_bytes(&self) -> usize {
         self.read.get()
+    }
+
+    /// The tensors of the file that [`Gguf::matrix`] and [`Gguf::vector`] have not read, sorted:
+    /// a loader that finds some left over would run the model without them (an output bias,
+    /// a norm of a variant it does not know), so it refuses the file instead.
+    pub fn unread_tensors(&self) -> Vec<&str> {
+        let read = self.read_names.borrow();
+        self.tensor_names().into_iter().filter(|n| !read.contains(*n)).collect()
     }
 
     /// Every tensor name, sorted.
@@ -155,6 +165,7 @@ impl<'a> Gguf<'a> {
         let mut v = vec![0f32; len];
         dequantize_row(ty, data, &mut v);
         self.read.set(self.read.get() + data.len());
+        self.read_names.borrow_mut().insert(name.to_owned());
         Ok(v)
     }
 
@@ -185,6 +196,7 @@ impl<'a> Gguf<'a> {
             )));
         }
         self.read.set(self.read.get() + data.len());
+        self.read_names.borrow_mut().insert(name.to_owned());
         Ok(match ty {
             GgmlType::F32 => {
                 let mut v = vec![0f32; rows * cols];

@@ -94,6 +94,34 @@ impl PartTimes {
     }
 }
 
+/// What a model keeps for calibration and profiling, the same for every model: it hands it out
+/// through [`Model::instruments`] and [`Model::instruments_mut`], and the trait's
+/// `set_observer`, `take_observer`, `set_profile` and `part_times` work on it.
+#[derive(Default)]
+pub struct Instruments {
+    /// Told the input of every linear layer while set (calibration).
+    pub observer: observer::ObserverSlot,
+    /// Whether forwards time their parts.
+    pub profile: bool,
+    /// The part times summed since profiling was switched on.
+    pub parts: PartTimes,
+}
+
+impl Instruments {
+    /// A clock for one forward while profiling (`None` otherwise).
+    pub fn clock(&self) -> Option<std::time::Instant> {
+        self.profile.then(std::time::Instant::now)
+    }
+
+    /// Adds one forward's part times, its whole wall time measured from `clock`.
+    pub fn record(&mut self, clock: Option<std::time::Instant>, mut pt: PartTimes) {
+        if let Some(t0) = clock {
+            pt.total = t0.elapsed().as_secs_f64();
+            self.parts.accumulate(&pt);
+        }
+    }
+}
+
 /// What a model's attention requires from the backend.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AttentionNeeds {
@@ -193,24 +221,37 @@ pub trait Model: Send {
     /// # Errors
     /// Only for conditions the model cannot recover from (the engine fails the batch's requests).
     fn forward(&mut self, batch: &ForwardBatch, kv: &mut KvStore) -> Result<Vec<f32>, EngineError>;
+    /// The model's calibration observer and profile ([`Instruments`]); `None` for models that
+    /// keep none (the scheduler's test doubles), which the methods below then ignore.
+    fn instruments(&self) -> Option<&Instruments> {
+        None
+    }
+    /// As [`Model::instruments`], to change them.
+    fn instruments_mut(&mut self) -> Option<&mut Instruments> {
+        None
+    }
     /// Sets (or clears) the calibration observer: while set, every forward reports the input of
-    /// each linear layer under its HF module name (see [`observer::Observer`]). The default,
-    /// for models without linear layers (the scheduler's test doubles), keeps none.
+    /// each linear layer under its HF module name (see [`observer::Observer`]).
     fn set_observer(&mut self, observer: observer::ObserverSlot) {
-        drop(observer);
+        if let Some(i) = self.instruments_mut() {
+            i.observer = observer;
+        }
     }
     /// Removes the observer and returns it (`None` when none was kept).
     fn take_observer(&mut self) -> observer::ObserverSlot {
-        None
+        self.instruments_mut().and_then(|i| i.observer.take())
     }
     /// Switches per-part timing of the forward passes on or off (off by default); switching it
-    /// on clears the totals. The default (test doubles) times nothing.
+    /// on clears the totals.
     fn set_profile(&mut self, on: bool) {
-        let _ = on;
+        if let Some(i) = self.instruments_mut() {
+            i.profile = on;
+            i.parts = PartTimes::default();
+        }
     }
-    /// Time spent per part since [`Model::set_profile`]`(true)` (all zero by default).
+    /// Time spent per part since [`Model::set_profile`]`(true)` (all zero without one).
     fn part_times(&self) -> PartTimes {
-        PartTimes::default()
+        self.instruments().map_or_else(PartTimes::default, |i| i.parts)
     }
 }
 

@@ -343,3 +343,27 @@ fn llama3_rope_scaling_matches_the_converter() {
         assert!((*g as f64 - w).abs() <= 1e-5 * w, "pair {i}: ours {g}, converter {w}");
     }
 }
+
+/// Files the decoder cannot run exactly are refused at load, naming what is wrong: an
+/// architecture it does not know (listing those it does), a Qwen2 file without its Q/K/V
+/// biases, and a tensor the decoder does not read (an output-head bias, which llama.cpp's
+/// `qwen2` graph would add): running without it would change the arithmetic silently.
+#[test]
+fn unsupported_files_are_refused_by_name() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("f.gguf");
+    let err = |arch: &str, t: &[Tensor]| {
+        write(&path, arch, &spec("qwen2"), t);
+        LlamaModel::load(&path, 1).map(|_| ()).expect_err("refused").to_string()
+    };
+    let t = tensors("qwen2");
+    let e = err("falcon", &t);
+    assert!(e.contains("\"falcon\"") && e.contains("qwen2") && e.contains("phi3") && e.contains("gemma3"), "{e}");
+    let no_bias: Vec<Tensor> = t.iter().filter(|x| x.0 != "blk.1.attn_k.bias").cloned().collect();
+    let e = err("qwen2", &no_bias);
+    assert!(e.contains("model.layers.1.self_attn.k_proj.bias missing"), "{e}");
+    let mut extra = t.clone();
+    extra.push(("output.bias".into(), vec![VOCAB as u64], GgmlType::F32, vec![0; 4 * VOCAB]));
+    let e = err("qwen2", &extra);
+    assert!(e.contains("output.bias") && e.contains("does not use"), "{e}");
+}

@@ -16,7 +16,7 @@ use crate::checkpoint::hf::Checkpoint;
 use crate::model::common::RopeTable;
 use crate::model::linear::Linear;
 use crate::model::vb::Vb;
-use crate::model::{ModelInfo, PartTimes};
+use crate::model::{Instruments, ModelInfo};
 use crate::EngineError;
 
 impl Glm5Model {
@@ -71,9 +71,7 @@ impl Glm5Model {
             xq: QActs::default(),
             bufs: Default::default(),
             stats: AttnStats::default(),
-            observer: None,
-            profile: false,
-            parts: PartTimes::default(),
+            inst: Instruments::default(),
         })
     }
 }

@@ -41,7 +41,7 @@ use self::mla::Mla;
 use self::moe::Ffn;
 pub use self::moe::{route, Mlp, Moe, MoeChoice};
 use super::common::{OutputHead, RopeLayout, RopeTable, Scratch};
-use super::{AttentionNeeds, Model, ModelInfo, PartTimes};
+use super::{AttentionNeeds, Instruments, Model, ModelInfo, PartTimes};
 use crate::batch::ForwardBatch;
 use crate::kv::{KvComponent, KvDtype, KvLayout, KvStore};
 use crate::model::observer::ObserverSlot;
@@ -203,10 +203,9 @@ pub struct Glm5Model {
     xq: QActs,
     bufs: Scratch,
     stats: AttnStats,
-    observer: ObserverSlot,
-    /// Whether forwards add their part times to `parts`.
-    profile: bool,
-    parts: PartTimes,
+    /// Calibration observer and profile; the profile's `gemm` counts the projections (with
+    /// their norms and RoPE), `o_proj` and the MLP/MoE (with routing).
+    inst: Instruments,
 }
 
 impl std::fmt::Debug for Glm5Model {
@@ -260,23 +259,12 @@ impl Model for Glm5Model {
         &self.info
     }
 
-    fn set_observer(&mut self, observer: ObserverSlot) {
-        self.observer = observer;
+    fn instruments(&self) -> Option<&Instruments> {
+        Some(&self.inst)
     }
 
-    fn take_observer(&mut self) -> ObserverSlot {
-        self.observer.take()
-    }
-
-    fn set_profile(&mut self, on: bool) {
-        self.profile = on;
-        self.parts = PartTimes::default();
-    }
-
-    /// `gemm` counts the projections (with their norms and RoPE), `o_proj` and the MLP/MoE
-    /// (with routing).
-    fn part_times(&self) -> PartTimes {
-        self.parts
+    fn instruments_mut(&mut self) -> Option<&mut Instruments> {
+        Some(&mut self.inst)
     }
 
     fn attention_needs(&self) -> AttentionNeeds {
@@ -328,13 +316,13 @@ impl Model for Glm5Model {
             row_seq,
             row_decode,
         };
-        let clock = self.profile.then(std::time::Instant::now);
+        let clock = self.inst.clock();
         let mut w = Work {
             xq: std::mem::take(&mut self.xq),
             bufs: std::mem::take(&mut self.bufs),
-            obs: self.observer.take(),
+            obs: self.inst.observer.take(),
             stats: self.stats,
-            parts: self.profile.then(PartTimes::default),
+            parts: clock.map(|_| PartTimes::default()),
         };
         let mut sel: Selection = vec![None; t_n];
         for (l, layer) in self.layers.iter().enumerate() {
@@ -344,14 +332,8 @@ impl Model for Glm5Model {
             OutputHead { norm: &self.norm, eps: c.rms_eps, weight: self.lm_head.as_ref().unwrap_or(&self.embed) };
         let logits = head.logits(&self.pool, self.isa, &x, &batch.logits_rows, &mut w.xq);
         self.stats = w.stats;
-        if let (Some(t0), Some(pt)) = (clock, w.parts) {
-            let p = &mut self.parts;
-            p.gemm += pt.gemm;
-            p.attention += pt.attention;
-            p.indexer += pt.indexer;
-            p.total += t0.elapsed().as_secs_f64();
-        }
-        self.observer = w.obs;
+        self.inst.record(clock, w.parts.unwrap_or_default());
+        self.inst.observer = w.obs;
         self.xq = w.xq;
         self.bufs = w.bufs;
         Ok(logits)

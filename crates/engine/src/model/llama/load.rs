@@ -12,9 +12,9 @@ use crate::model::common::RopeTable;
 use crate::model::vb::{GgufTensors, Vb, GEMMA3_LAYER_NAMES, LLAMA_LAYER_NAMES, PHI3_LAYER_NAMES};
 
 /// A dense architecture the Llama decoder runs, as data: what llama.cpp's graph for it does
-/// differently from `llama` (`src/models/{llama,qwen2,qwen3,smollm3}.cpp`, the RoPE type from
+/// differently from `llama` (`src/models/{llama,qwen2,qwen3,smollm3,phi3}.cpp`, the RoPE type from
 /// `llama_model_rope_type` in `src/llama-model.cpp`) and what HF transformers' modeling file
-/// does (`models/{llama,mistral,qwen2,qwen3,smollm3}/modeling_*.py`).
+/// does (`models/{llama,mistral,qwen2,qwen3,smollm3,phi3}/modeling_*.py`).
 #[derive(Debug, Clone, Copy)]
 pub struct Family {
     /// GGUF `general.architecture`.
@@ -457,13 +457,14 @@ const GEMMA3: Family = Family {
 };
 
 impl LlamaModel {
-    /// Loads a GGUF file of a dense family keyed by `general.architecture`: `llama`, or
-    /// `gemma3` ([`crate::model::gemma3`]); `threads` is the size of the compute pool. The families
-    /// share the tensor names and this loader; each reads its own hyper-parameters.
+    /// Loads a GGUF file of a dense family keyed by `general.architecture`: a [`FAMILIES`] row
+    /// (`llama`, `qwen2`, `qwen3`, `smollm3`, `phi3`) or `gemma3` ([`crate::model::gemma3`]);
+    /// `threads` is the size of the compute pool. The families share this loader and the
+    /// layer's HF module names; each reads its own hyper-parameters and names its tensors.
     ///
     /// # Errors
     /// [`EngineError::Model`] for an unreadable file, another architecture, a missing tensor,
-    /// an unsupported tensor type or inconsistent shapes.
+    /// a tensor the family does not use, an unsupported tensor type or inconsistent shapes.
     pub fn load(path: &Path, threads: usize) -> Result<Self, EngineError> {
         // Mapped only while the weights are copied into our own layout.
         let file = GgufFile::open(path)?;
@@ -498,6 +499,16 @@ impl LlamaModel {
         let vb = root.pp("model.layers");
         let layers = (0..cfg.layers).map(|l| load_layer(&vb.pp(l), &cfg, &fam)).collect::<Result<Vec<_>, _>>()?;
         let output_norm = root.vector("model.norm.weight", hidden)?;
+        // LongRoPE files hold factors for both regimes; one is used.
+        let unused: Vec<&str> = ld.unread_tensors().into_iter().filter(|n| !n.starts_with("rope_factors_")).collect();
+        if let Some(first) = unused.first() {
+            return Err(EngineError::model(format!(
+                "{}: {} tensor(s) the {arch} decoder does not use (first: {first}); running without them would \
+                 change the model's arithmetic",
+                path.display(),
+                unused.len()
+            )));
+        }
         let name = ld.meta().general_name().unwrap_or("unnamed").to_owned();
         let mut m = Self::assemble(cfg, arch, name, embed, output, output_norm, layers, threads)?;
         m.info.file_weight_bytes = Some(ld.read_bytes());
@@ -594,10 +605,70 @@ impl LlamaModel {
             pool,
             isa: Isa::detect(),
             s: LayerBuffers::default(),
-            observer: None,
-            profile: false,
-            parts: PartTimes::default(),
+            inst: Instruments::default(),
             kv_dtype: KvDtype::F16,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(v: serde_json::Value) -> Result<LlamaConfig, EngineError> {
+        let hf: HfConfig = serde_json::from_value(v).expect("config.json");
+        let fam = FAMILIES.iter().find(|f| f.hf_model_types.contains(&hf.model_type.as_str())).expect("family");
+        hf.to_config(fam)
+    }
+
+    /// Fields of real `config.json` files (Qwen2.5-1.5B-Instruct, Mistral-7B-v0.1,
+    /// Phi-4-mini-instruct, Llama-3.2-1B) read as transformers reads them.
+    #[test]
+    fn hf_configs_of_the_families() {
+        let qwen = cfg(serde_json::json!({
+            "model_type": "qwen2", "hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28,
+            "num_attention_heads": 12, "num_key_value_heads": 2, "rope_theta": 1000000.0, "rms_norm_eps": 1e-06,
+            "vocab_size": 151936, "max_position_embeddings": 32768, "tie_word_embeddings": true,
+            "sliding_window": 32768, "use_sliding_window": false, "max_window_layers": 21
+        }))
+        .expect("qwen2");
+        assert_eq!((qwen.head_dim, qwen.kv_heads, qwen.variant.rope_layout), (128, 2, RopeLayout::Halves));
+        assert!(qwen.variant.windows.iter().all(Option::is_none), "use_sliding_window is false");
+        let mistral = cfg(serde_json::json!({
+            "model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "rope_theta": 10000.0, "rms_norm_eps": 1e-05,
+            "vocab_size": 32000, "max_position_embeddings": 32768, "sliding_window": 4096
+        }))
+        .expect("mistral");
+        assert!(mistral.variant.windows.iter().all(|w| *w == Some(4096)));
+        let long: Vec<f64> = (0..48).map(|i| 1.0 + i as f64).collect();
+        let phi = cfg(serde_json::json!({
+            "model_type": "phi3", "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32,
+            "num_attention_heads": 24, "num_key_value_heads": 8, "rope_theta": 10000.0, "rms_norm_eps": 1e-05,
+            "vocab_size": 200064, "max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
+            "partial_rotary_factor": 0.75,
+            "rope_scaling": {"type": "longrope", "long_factor": long, "short_factor": vec![1.0; 48]}
+        }))
+        .expect("phi3");
+        assert_eq!((phi.head_dim, phi.variant.rope_dims), (128, 96));
+        assert_eq!(phi.variant.rope_freq_factors.as_deref().map(|f| f[47]), Some(48.0), "long factors past 4096");
+        // √(1 + ln(131072 / 4096) / ln 4096), HF's LongRoPE attention factor.
+        assert!((phi.variant.rope_attn_factor - 1.190238).abs() < 1e-5, "{}", phi.variant.rope_attn_factor);
+        let llama = cfg(serde_json::json!({
+            "model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64, "rope_theta": 500000.0,
+            "vocab_size": 128256, "max_position_embeddings": 131072,
+            "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                             "original_max_position_embeddings": 8192}
+        }))
+        .expect("llama");
+        let ff = llama.variant.rope_freq_factors.expect("llama3 factors");
+        assert_eq!((ff.len(), ff[0], ff[31]), (32, 1.0, 32.0));
+        let yarn = cfg(serde_json::json!({
+            "model_type": "qwen3", "hidden_size": 64, "intermediate_size": 64, "num_hidden_layers": 1,
+            "num_attention_heads": 1, "vocab_size": 8, "max_position_embeddings": 8,
+            "rope_scaling": {"rope_type": "yarn", "factor": 4.0}
+        }));
+        assert!(yarn.expect_err("refused").to_string().contains("\"yarn\" is not supported"));
     }
 }

@@ -20,7 +20,7 @@
 //! `logits_rows` only. Loading is in `load.rs`.
 
 use super::common::{OutputHead, RopeLayout, RopeTable};
-use super::{AttentionNeeds, Model, ModelInfo, PartTimes};
+use super::{AttentionNeeds, Instruments, Model, ModelInfo, PartTimes};
 use crate::batch::ForwardBatch;
 use sparrow_cpu::kernels;
 use sparrow_cpu::Isa;
@@ -30,7 +30,6 @@ use sparrow_cpu::format::ggml::QActs;
 use sparrow_cpu::half::Fp8;
 use sparrow_cpu::Weight;
 use crate::model::linear::{Fwd, Linear};
-use crate::model::observer::ObserverSlot;
 use crate::EngineError;
 
 pub mod load;
@@ -257,11 +256,8 @@ pub struct LlamaModel {
     pool: ThreadPool,
     isa: Isa,
     s: LayerBuffers,
-    /// Calibration hook (see [`LlamaModel::set_observer`]).
-    observer: ObserverSlot,
-    /// Whether forwards add their part times to `parts`.
-    profile: bool,
-    parts: PartTimes,
+    /// Calibration observer and profile.
+    inst: Instruments,
     /// Element type of the KV cache (f16 unless [`Model::set_kv_dtype`] chose another).
     kv_dtype: KvDtype,
 }
@@ -331,21 +327,12 @@ impl Model for LlamaModel {
         &self.info
     }
 
-    fn set_observer(&mut self, observer: ObserverSlot) {
-        self.observer = observer;
+    fn instruments(&self) -> Option<&Instruments> {
+        Some(&self.inst)
     }
 
-    fn take_observer(&mut self) -> ObserverSlot {
-        self.observer.take()
-    }
-
-    fn set_profile(&mut self, on: bool) {
-        self.profile = on;
-        self.parts = PartTimes::default();
-    }
-
-    fn part_times(&self) -> PartTimes {
-        self.parts
+    fn instruments_mut(&mut self) -> Option<&mut Instruments> {
+        Some(&mut self.inst)
     }
 
     fn attention_needs(&self) -> AttentionNeeds {
@@ -379,9 +366,10 @@ impl Model for LlamaModel {
                 return Err(EngineError::model(format!("position {p} beyond the context length {}", c.context_length)));
             }
         }
-        let clock = self.profile.then(std::time::Instant::now);
+        let clock = self.inst.clock();
         let mut pt = PartTimes::default();
-        let mut cx = Fwd { pool: &self.pool, isa: self.isa, observer: &mut self.observer, parts: self.profile.then_some(&mut pt) };
+        let mut cx =
+            Fwd { pool: &self.pool, isa: self.isa, observer: &mut self.inst.observer, parts: clock.is_some().then_some(&mut pt) };
         let kv_dtype = kv.layout().dtype;
         if kv_dtype != self.kv_dtype {
             return Err(EngineError::model(format!(
@@ -571,10 +559,7 @@ impl Model for LlamaModel {
             pt.add_gemm(head.weight, t0.elapsed().as_secs_f64());
         }
         self.s = s;
-        if let Some(t0) = clock {
-            pt.total = t0.elapsed().as_secs_f64();
-            self.parts.accumulate(&pt);
-        }
+        self.inst.record(clock, pt);
         Ok(logits)
     }
 }
