@@ -356,20 +356,17 @@ impl Model for LlamaModel {
     }
 
     fn forward(&mut self, batch: &ForwardBatch, kv: &mut KvStore) -> Result<Vec<f32>, EngineError> {
-        let c = self.cfg.clone();
+        let c = &self.cfg;
         let t_n = batch.num_tokens();
-        let (h, hd, kvd, qd) = (c.hidden, c.head_dim, c.kv_heads * c.head_dim, c.q_dim());
-        let qkv_w = qd + 2 * kvd;
-        let var = &c.variant;
+        let h = c.hidden;
         if let Some(&p) = batch.positions.iter().max() {
             if p as usize >= c.context_length {
                 return Err(EngineError::model(format!("position {p} beyond the context length {}", c.context_length)));
             }
         }
-        let clock = self.inst.clock();
-        let mut pt = PartTimes::default();
-        let mut cx =
-            Fwd { pool: &self.pool, isa: self.isa, observer: &mut self.inst.observer, parts: clock.is_some().then_some(&mut pt) };
+        if let Some(&id) = batch.input_ids.iter().find(|&&id| id as usize >= c.vocab) {
+            return Err(EngineError::model(format!("token id {id} outside the vocabulary ({})", c.vocab)));
+        }
         let kv_dtype = kv.layout().dtype;
         if kv_dtype != self.kv_dtype {
             return Err(EngineError::model(format!(
@@ -378,188 +375,277 @@ impl Model for LlamaModel {
                 self.kv_dtype.name()
             )));
         }
-        let mut s = std::mem::take(&mut self.s);
-        s.x.resize(t_n * h, 0.0);
-        s.attn_t.resize(t_n * qd, 0.0);
-        s.h.resize(t_n * h, 0.0);
-        s.qkv.resize(t_n * qkv_w, 0.0);
-        s.attn.resize(t_n * qd, 0.0);
-        if var.post_norms {
-            s.post.resize(t_n * h, 0.0);
-        }
-        s.proj.resize(t_n * h, 0.0);
-        s.gu.resize(t_n * 2 * c.ffn, 0.0);
-        s.act.resize(t_n * c.ffn, 0.0);
-        s.row_seq.clear();
-        for (i, sq) in batch.seqs.iter().enumerate() {
-            s.row_seq.extend(std::iter::repeat_n(i as u32, sq.extend_len as usize));
-        }
+        let step = Step::new(c, batch, &self.rope, self.rope_local.as_ref(), kv_dtype);
+        let clock = self.inst.clock();
+        let mut pt = PartTimes::default();
+        let mut cx =
+            Fwd { pool: &self.pool, isa: self.isa, observer: &mut self.inst.observer, parts: clock.is_some().then_some(&mut pt) };
+        let s = &mut self.s;
+        s.resize(c, t_n, batch);
         for (t, &id) in batch.input_ids.iter().enumerate() {
-            if id as usize >= c.vocab {
-                self.s = s;
-                return Err(EngineError::model(format!("token id {id} outside the vocabulary ({})", c.vocab)));
-            }
             let row = &mut s.x[t * h..(t + 1) * h];
             self.embed.row_f32(id as usize, row);
-            if var.embed_scale != 1.0 {
-                row.iter_mut().for_each(|v| *v *= var.embed_scale);
+            if c.variant.embed_scale != 1.0 {
+                row.iter_mut().for_each(|v| *v *= c.variant.embed_scale);
             }
         }
-        let scale = var.attn_scale;
-        let group = c.heads / c.kv_heads;
-        let ghd = group * hd;
-        let (attn_tasks, attn_ranges) = attention_tasks(batch, c.kv_heads, ghd);
-        let isa = self.isa;
         // Element-wise work runs on the pool by token rows (each row's arithmetic is the same
         // whichever thread does it): at a 64-row decode step these serial loops were a tenth
-        // of the step with the second core idle.
+        // of the step with the second core idle. Each residual add is fused with the norm of
+        // the block that reads it.
         let pool = &self.pool;
         if let Some(first) = self.layers.first() {
             add_norm(pool, h, &mut s.x, None, Some(&first.attn_norm), c.rms_eps, &mut s.h);
         }
         for (l, layer) in self.layers.iter().enumerate() {
-            layer.qkv.forward(&mut cx, &s.h, t_n, &mut s.xq, &mut s.qkv);
-            let window = var.windows[l];
-            let rope = match (window, &self.rope_local) {
-                (Some(_), Some(local)) => local,
-                _ => &self.rope,
-            };
-            let (layout, eps, rotate) = (var.rope_layout, c.rms_eps, !var.no_rope[l]);
-            let qk_norm = layer.qk_norm.as_ref();
-            pool.par_rows(&mut s.qkv, qkv_w, |t, row| {
-                let pos = batch.positions[t] as usize;
-                let (q, rest) = row.split_at_mut(qd);
-                let k = &mut rest[..kvd];
-                if let Some((qn, kn)) = qk_norm {
-                    let mut buf = [0f32; MAX_QK_NORM_DIM];
-                    let tmp = &mut buf[..hd];
-                    for (v, g) in q.chunks_exact_mut(hd).map(|v| (v, qn)).chain(k.chunks_exact_mut(hd).map(|v| (v, kn))) {
-                        kernels::rms_norm(v, g, eps, tmp);
-                        v.copy_from_slice(tmp);
-                    }
-                }
-                if rotate {
-                    rope.rotate_heads_of(q, hd, pos, layout);
-                    rope.rotate_heads_of(k, hd, pos, layout);
-                }
-            });
-            cx.timed(|p| &mut p.attention, || {
-                // The new tokens' K and V into their slots, in the cache's element type.
-                let rows = |t: usize| {
-                    let (k, v) = s.qkv[t * qkv_w + qd..(t + 1) * qkv_w].split_at(kvd);
-                    (k, v, batch.out_cache_loc[t] as usize * kvd)
-                };
-                match kv_dtype {
-                    KvDtype::F16 | KvDtype::Bf16 => {
-                        let (kc, vc) = kv.pair_mut_u16(l);
-                        for t in 0..t_n {
-                            let (k, v, at) = rows(t);
-                            if kv_dtype == KvDtype::F16 {
-                                kernels::to_f16(isa, k, &mut kc[at..at + kvd]);
-                                kernels::to_f16(isa, v, &mut vc[at..at + kvd]);
-                            } else {
-                                kc[at..at + kvd].iter_mut().zip(k).for_each(|(d, x)| *d = sparrow_cpu::half::f32_to_bf16(*x));
-                                vc[at..at + kvd].iter_mut().zip(v).for_each(|(d, x)| *d = sparrow_cpu::half::f32_to_bf16(*x));
-                            }
-                        }
-                    }
-                    _ => {
-                        let f = if kv_dtype == KvDtype::Fp8E4m3 { Fp8::E4M3 } else { Fp8::E5M2 };
-                        let (kc, vc) = kv.pair_mut_u8(l);
-                        for t in 0..t_n {
-                            let (k, v, at) = rows(t);
-                            kc[at..at + kvd].iter_mut().zip(k).for_each(|(d, x)| *d = f.encode(*x));
-                            vc[at..at + kvd].iter_mut().zip(v).for_each(|(d, x)| *d = f.encode(*x));
-                        }
-                    }
-                }
-                // The attention itself, generic over the element type the cache holds.
-                macro_rules! attend {
-                    ($kc:expr, $vc:expr) => {{
-                        let (kc, vc) = ($kc, $vc);
-                        let qkv = &s.qkv;
-                        pool.par_ranges(&mut s.attn_t, &attn_ranges, |task, o| {
-                            let AttnTask { seq, g, i0, i1 } = attn_tasks[task];
-                            let ts = batch.seqs[seq].token_start as usize;
-                            let slots = batch.kv_slots(seq);
-                            let view = kernels::KvView { k: kc, v: vc, stride: kvd, off: g * hd, slots };
-                            let q = &qkv[(ts + i0) * qkv_w + g * ghd..];
-                            let pos = &batch.positions[ts + i0..ts + i1];
-                            let past_window = |w: usize| pos.iter().any(|&p| p as usize >= w);
-                            match window {
-                                // When some token's window starts past position 0, every token of
-                                // the block attends alone over a view that starts at its window, so
-                                // it reads its window only and its arithmetic does not depend on the
-                                // other tokens of the block.
-                                Some(w) if past_window(w) => {
-                                    for (i, &p) in pos.iter().enumerate() {
-                                        let lo = (p as usize + 1).saturating_sub(w);
-                                        let view = kernels::KvView { slots: &slots[lo..], ..view };
-                                        let rel = [p - lo as u32];
-                                        let q = &q[i * qkv_w..];
-                                        let o = &mut o[i * ghd..(i + 1) * ghd];
-                                        FLASH.with_borrow_mut(|sc| kernels::flash_attend(isa, q, qkv_w, &rel, group, hd, &view, scale, sc, o));
-                                    }
-                                }
-                                _ => FLASH.with_borrow_mut(|sc| kernels::flash_attend(isa, q, qkv_w, pos, group, hd, &view, scale, sc, o)),
-                            }
-                        });
-                        // Back to token rows: token t's group g from its sequence's `[g][i]` layout.
-                        let (at, row_seq) = (&s.attn_t, &s.row_seq);
-                        pool.par_rows(&mut s.attn, qd, |t, row| {
-                            let sq = &batch.seqs[row_seq[t] as usize];
-                            let (ts, len) = (sq.token_start as usize, sq.extend_len as usize);
-                            for g in 0..c.kv_heads {
-                                let src = ts * qd + (g * len + t - ts) * ghd;
-                                row[g * ghd..(g + 1) * ghd].copy_from_slice(&at[src..src + ghd]);
-                            }
-                        });
-                    }};
-                }
-                match kv_dtype {
-                    KvDtype::F16 => attend!(kv.component_f16(l, 0), kv.component_f16(l, 1)),
-                    KvDtype::Bf16 => attend!(kernels::as_bf16(kv.component_u16(l, 0)), kernels::as_bf16(kv.component_u16(l, 1))),
-                    KvDtype::Fp8E4m3 => attend!(kernels::as_e4m3(kv.component_u8(l, 0)), kernels::as_e4m3(kv.component_u8(l, 1))),
-                    KvDtype::Fp8E5m2 => attend!(kernels::as_e5m2(kv.component_u8(l, 0)), kernels::as_e5m2(kv.component_u8(l, 1))),
-                    KvDtype::F32 => attend!(kv.component(l, 0), kv.component(l, 1)),
-                }
-            });
-            layer.wo.forward(&mut cx, &s.attn, t_n, &mut s.xq, &mut s.proj);
-            let post = layer.post_norms.as_ref();
-            if let Some((pa, _)) = post {
-                pool.par_row_chunks2(&mut s.proj, h, &mut s.post, h, |_, p, y| kernels::rms_norm(p, pa, c.rms_eps, y));
-                std::mem::swap(&mut s.proj, &mut s.post);
-            }
+            layer.attention(&mut cx, &step, l, s, kv);
             add_norm(pool, h, &mut s.x, Some(&s.proj), Some(&layer.ffn_norm), c.rms_eps, &mut s.h);
-            layer.gate_up.forward(&mut cx, &s.h, t_n, &mut s.xq, &mut s.gu);
-            let gu = &s.gu;
-            let act_fn = var.act;
-            pool.par_rows(&mut s.act, c.ffn, |t, act| {
-                let gu = &gu[t * 2 * c.ffn..(t + 1) * 2 * c.ffn];
-                match act_fn {
-                    Activation::Silu => kernels::silu_mul(isa, &gu[..c.ffn], &gu[c.ffn..], act),
-                    Activation::GeluTanh => kernels::gelu_tanh_mul(&gu[..c.ffn], &gu[c.ffn..], act),
-                }
-            });
-            layer.down.forward(&mut cx, &s.act, t_n, &mut s.xq, &mut s.proj);
-            if let Some((_, pf)) = post {
-                pool.par_row_chunks2(&mut s.proj, h, &mut s.post, h, |_, p, y| kernels::rms_norm(p, pf, c.rms_eps, y));
-                std::mem::swap(&mut s.proj, &mut s.post);
-            }
-            // The residual add, fused with the next layer's input norm.
+            layer.mlp(&mut cx, c, s);
             let next = self.layers.get(l + 1).map(|n| n.attn_norm.as_slice());
             add_norm(pool, h, &mut s.x, Some(&s.proj), next, c.rms_eps, &mut s.h);
         }
         let head =
             OutputHead { norm: &self.output_norm, eps: c.rms_eps, weight: self.output.as_ref().unwrap_or(&self.embed) };
         let t_head = clock.map(|_| std::time::Instant::now());
-        let logits = head.logits(&self.pool, isa, &s.x, &batch.logits_rows, &mut s.xq);
-        drop(cx);
+        let logits = head.logits(pool, self.isa, &s.x, &batch.logits_rows, &mut s.xq);
         if let Some(t0) = t_head {
             pt.add_gemm(head.weight, t0.elapsed().as_secs_f64());
         }
-        self.s = s;
         self.inst.record(clock, pt);
         Ok(logits)
+    }
+}
+
+/// What every layer of one step reads: the batch, its attention tasks, the RoPE tables and
+/// the widths derived from the config.
+struct Step<'a> {
+    c: &'a LlamaConfig,
+    batch: &'a ForwardBatch,
+    rope: &'a RopeTable,
+    /// The sliding-window layers' table, when their base differs.
+    rope_local: Option<&'a RopeTable>,
+    kv_dtype: KvDtype,
+    /// Attention tasks, longest first, and the `attn_t` range each writes.
+    tasks: Vec<AttnTask>,
+    ranges: Vec<std::ops::Range<usize>>,
+    /// Widths: all query heads, all KV heads, a fused QKV row, one KV group's query heads.
+    qd: usize,
+    kvd: usize,
+    qkv_w: usize,
+    ghd: usize,
+    /// Query heads per KV head.
+    group: usize,
+}
+
+impl<'a> Step<'a> {
+    fn new(
+        c: &'a LlamaConfig,
+        batch: &'a ForwardBatch,
+        rope: &'a RopeTable,
+        rope_local: Option<&'a RopeTable>,
+        kv_dtype: KvDtype,
+    ) -> Step<'a> {
+        let (qd, kvd) = (c.q_dim(), c.kv_heads * c.head_dim);
+        let group = c.heads / c.kv_heads;
+        let ghd = group * c.head_dim;
+        let (tasks, ranges) = attention_tasks(batch, c.kv_heads, ghd);
+        Step { c, batch, rope, rope_local, kv_dtype, tasks, ranges, qd, kvd, qkv_w: qd + 2 * kvd, ghd, group }
+    }
+}
+
+impl LayerBuffers {
+    /// Sizes every buffer for `t_n` tokens and maps each token row to its sequence.
+    fn resize(&mut self, c: &LlamaConfig, t_n: usize, batch: &ForwardBatch) {
+        let (h, qd, kvd) = (c.hidden, c.q_dim(), c.kv_heads * c.head_dim);
+        self.x.resize(t_n * h, 0.0);
+        self.attn_t.resize(t_n * qd, 0.0);
+        self.h.resize(t_n * h, 0.0);
+        self.qkv.resize(t_n * (qd + 2 * kvd), 0.0);
+        self.attn.resize(t_n * qd, 0.0);
+        if c.variant.post_norms {
+            self.post.resize(t_n * h, 0.0);
+        }
+        self.proj.resize(t_n * h, 0.0);
+        self.gu.resize(t_n * 2 * c.ffn, 0.0);
+        self.act.resize(t_n * c.ffn, 0.0);
+        self.row_seq.clear();
+        for (i, sq) in batch.seqs.iter().enumerate() {
+            self.row_seq.extend(std::iter::repeat_n(i as u32, sq.extend_len as usize));
+        }
+    }
+}
+
+impl Layer {
+    /// Layer `l`'s self-attention (Vaswani et al. 2017 §3.2.2, grouped-query heads as Ainslie
+    /// et al. 2023): the normed input `s.h` (`[tokens, hidden]`) → fused QKV → per-head QK norm
+    /// and RoPE → the new K and V into their cache slots → causal attention over each
+    /// sequence's slots → output projection, in `s.proj` (`[tokens, hidden]`, normed where the
+    /// family has post-norms).
+    fn attention(&self, cx: &mut Fwd, st: &Step, l: usize, s: &mut LayerBuffers, kv: &mut KvStore) {
+        let c = st.c;
+        let t_n = st.batch.num_tokens();
+        self.qkv.forward(cx, &s.h, t_n, &mut s.xq, &mut s.qkv);
+        self.qk_norm_rope(cx.pool, st, l, &mut s.qkv);
+        let (pool, isa) = (cx.pool, cx.isa);
+        cx.timed(|p| &mut p.attention, || {
+            write_kv(isa, st, l, &s.qkv, kv);
+            attend(pool, isa, st, l, s, kv);
+        });
+        self.wo.forward(cx, &s.attn, t_n, &mut s.xq, &mut s.proj);
+        if let Some((pa, _)) = &self.post_norms {
+            post_norm(cx.pool, c, pa, s);
+        }
+    }
+
+    /// Per-head RMSNorm of Q and K (Qwen3, Gemma 3), then RoPE on the layer's rotated
+    /// dimensions (none on SmolLM3's NoPE layers), in place in the QKV rows.
+    fn qk_norm_rope(&self, pool: &ThreadPool, st: &Step, l: usize, qkv: &mut [f32]) {
+        let (c, var) = (st.c, &st.c.variant);
+        let (hd, qd, kvd) = (c.head_dim, st.qd, st.kvd);
+        let rope = match (var.windows[l], st.rope_local) {
+            (Some(_), Some(local)) => local,
+            _ => st.rope,
+        };
+        let (layout, eps, rotate) = (var.rope_layout, c.rms_eps, !var.no_rope[l]);
+        let qk_norm = self.qk_norm.as_ref();
+        pool.par_rows(qkv, st.qkv_w, |t, row| {
+            let pos = st.batch.positions[t] as usize;
+            let (q, rest) = row.split_at_mut(qd);
+            let k = &mut rest[..kvd];
+            if let Some((qn, kn)) = qk_norm {
+                let mut buf = [0f32; MAX_QK_NORM_DIM];
+                let tmp = &mut buf[..hd];
+                for (v, g) in q.chunks_exact_mut(hd).map(|v| (v, qn)).chain(k.chunks_exact_mut(hd).map(|v| (v, kn))) {
+                    kernels::rms_norm(v, g, eps, tmp);
+                    v.copy_from_slice(tmp);
+                }
+            }
+            if rotate {
+                rope.rotate_heads_of(q, hd, pos, layout);
+                rope.rotate_heads_of(k, hd, pos, layout);
+            }
+        });
+    }
+
+    /// The gated MLP (Shazeer 2020: SwiGLU, or GeGLU for Gemma): the normed input `s.h` →
+    /// fused gate/up → `act(gate) · up` → down, in `s.proj` (normed where the family has
+    /// post-norms).
+    fn mlp(&self, cx: &mut Fwd, c: &LlamaConfig, s: &mut LayerBuffers) {
+        let t_n = s.h.len() / c.hidden;
+        self.gate_up.forward(cx, &s.h, t_n, &mut s.xq, &mut s.gu);
+        let (gu, isa, act_fn, ffn) = (&s.gu, cx.isa, c.variant.act, c.ffn);
+        cx.pool.par_rows(&mut s.act, ffn, |t, act| {
+            let gu = &gu[t * 2 * ffn..(t + 1) * 2 * ffn];
+            match act_fn {
+                Activation::Silu => kernels::silu_mul(isa, &gu[..ffn], &gu[ffn..], act),
+                Activation::GeluTanh => kernels::gelu_tanh_mul(&gu[..ffn], &gu[ffn..], act),
+            }
+        });
+        self.down.forward(cx, &s.act, t_n, &mut s.xq, &mut s.proj);
+        if let Some((_, pf)) = &self.post_norms {
+            post_norm(cx.pool, c, pf, s);
+        }
+    }
+}
+
+/// `s.proj = rms_norm(s.proj) · g` by token rows (Gemma 3's post-attention and post-MLP norms).
+fn post_norm(pool: &ThreadPool, c: &LlamaConfig, g: &[f32], s: &mut LayerBuffers) {
+    let h = c.hidden;
+    pool.par_row_chunks2(&mut s.proj, h, &mut s.post, h, |_, p, y| kernels::rms_norm(p, g, c.rms_eps, y));
+    std::mem::swap(&mut s.proj, &mut s.post);
+}
+
+/// The new tokens' K and V (from the fused QKV rows, `[tokens, q_dim + 2·kv_dim]`) into their
+/// slots (`batch.out_cache_loc`) of layer `l`, in the cache's element type.
+fn write_kv(isa: Isa, st: &Step, l: usize, qkv: &[f32], kv: &mut KvStore) {
+    let (qd, kvd, qkv_w) = (st.qd, st.kvd, st.qkv_w);
+    let rows = |t: usize| {
+        let (k, v) = qkv[t * qkv_w + qd..(t + 1) * qkv_w].split_at(kvd);
+        (k, v, st.batch.out_cache_loc[t] as usize * kvd)
+    };
+    let t_n = st.batch.num_tokens();
+    match st.kv_dtype {
+        KvDtype::F16 | KvDtype::Bf16 => {
+            let (kc, vc) = kv.pair_mut_u16(l);
+            for t in 0..t_n {
+                let (k, v, at) = rows(t);
+                if st.kv_dtype == KvDtype::F16 {
+                    kernels::to_f16(isa, k, &mut kc[at..at + kvd]);
+                    kernels::to_f16(isa, v, &mut vc[at..at + kvd]);
+                } else {
+                    kc[at..at + kvd].iter_mut().zip(k).for_each(|(d, x)| *d = sparrow_cpu::half::f32_to_bf16(*x));
+                    vc[at..at + kvd].iter_mut().zip(v).for_each(|(d, x)| *d = sparrow_cpu::half::f32_to_bf16(*x));
+                }
+            }
+        }
+        _ => {
+            let f = if st.kv_dtype == KvDtype::Fp8E4m3 { Fp8::E4M3 } else { Fp8::E5M2 };
+            let (kc, vc) = kv.pair_mut_u8(l);
+            for t in 0..t_n {
+                let (k, v, at) = rows(t);
+                kc[at..at + kvd].iter_mut().zip(k).for_each(|(d, x)| *d = f.encode(*x));
+                vc[at..at + kvd].iter_mut().zip(v).for_each(|(d, x)| *d = f.encode(*x));
+            }
+        }
+    }
+}
+
+/// Causal attention of layer `l`: every new token's query heads (in `s.qkv`) over its
+/// sequence's cached K and V (its sliding window on window layers), one task per KV group ×
+/// query block (`kernels::flash_attend`, written to `s.attn_t` in task order), then back to
+/// token rows in `s.attn` (`[tokens, q_dim]`).
+fn attend(pool: &ThreadPool, isa: Isa, st: &Step, l: usize, s: &mut LayerBuffers, kv: &KvStore) {
+    let (c, batch) = (st.c, st.batch);
+    let (hd, kvd, qd, qkv_w, ghd, group) = (c.head_dim, st.kvd, st.qd, st.qkv_w, st.ghd, st.group);
+    let (scale, window) = (c.variant.attn_scale, c.variant.windows[l]);
+    // Generic over the element type the cache holds.
+    macro_rules! attend {
+        ($kc:expr, $vc:expr) => {{
+            let (kc, vc) = ($kc, $vc);
+            let qkv = &s.qkv;
+            pool.par_ranges(&mut s.attn_t, &st.ranges, |task, o| {
+                let AttnTask { seq, g, i0, i1 } = st.tasks[task];
+                let ts = batch.seqs[seq].token_start as usize;
+                let slots = batch.kv_slots(seq);
+                let view = kernels::KvView { k: kc, v: vc, stride: kvd, off: g * hd, slots };
+                let q = &qkv[(ts + i0) * qkv_w + g * ghd..];
+                let pos = &batch.positions[ts + i0..ts + i1];
+                let past_window = |w: usize| pos.iter().any(|&p| p as usize >= w);
+                match window {
+                    // When some token's window starts past position 0, every token of the
+                    // block attends alone over a view that starts at its window, so it reads
+                    // its window only and its arithmetic does not depend on the other tokens
+                    // of the block.
+                    Some(w) if past_window(w) => {
+                        for (i, &p) in pos.iter().enumerate() {
+                            let lo = (p as usize + 1).saturating_sub(w);
+                            let view = kernels::KvView { slots: &slots[lo..], ..view };
+                            let rel = [p - lo as u32];
+                            let q = &q[i * qkv_w..];
+                            let o = &mut o[i * ghd..(i + 1) * ghd];
+                            FLASH.with_borrow_mut(|sc| kernels::flash_attend(isa, q, qkv_w, &rel, group, hd, &view, scale, sc, o));
+                        }
+                    }
+                    _ => FLASH.with_borrow_mut(|sc| kernels::flash_attend(isa, q, qkv_w, pos, group, hd, &view, scale, sc, o)),
+                }
+            });
+            // Back to token rows: token t's group g from its sequence's `[g][i]` layout.
+            let (at, row_seq) = (&s.attn_t, &s.row_seq);
+            pool.par_rows(&mut s.attn, qd, |t, row| {
+                let sq = &batch.seqs[row_seq[t] as usize];
+                let (ts, len) = (sq.token_start as usize, sq.extend_len as usize);
+                for g in 0..c.kv_heads {
+                    let src = ts * qd + (g * len + t - ts) * ghd;
+                    row[g * ghd..(g + 1) * ghd].copy_from_slice(&at[src..src + ghd]);
+                }
+            });
+        }};
+    }
+    match st.kv_dtype {
+        KvDtype::F16 => attend!(kv.component_f16(l, 0), kv.component_f16(l, 1)),
+        KvDtype::Bf16 => attend!(kernels::as_bf16(kv.component_u16(l, 0)), kernels::as_bf16(kv.component_u16(l, 1))),
+        KvDtype::Fp8E4m3 => attend!(kernels::as_e4m3(kv.component_u8(l, 0)), kernels::as_e4m3(kv.component_u8(l, 1))),
+        KvDtype::Fp8E5m2 => attend!(kernels::as_e5m2(kv.component_u8(l, 0)), kernels::as_e5m2(kv.component_u8(l, 1))),
+        KvDtype::F32 => attend!(kv.component(l, 0), kv.component(l, 1)),
     }
 }
