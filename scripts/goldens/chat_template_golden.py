@@ -70,6 +70,13 @@ CONVERSATIONS = [
     ("tools offered", [
         {"role": "user", "content": "Weather in Oslo, in f?"},
     ], [WEATHER], {}),
+    # The reasoning a parser returned, sent back (Qwen3 re-renders the last turn's as <think>).
+    ("reasoning sent back", [
+        {"role": "user", "content": "2 + 2?"},
+        {"role": "assistant", "content": "4.", "reasoning_content": "Two and two."},
+        {"role": "user", "content": "And 3 + 3?"},
+        {"role": "assistant", "content": "6.", "reasoning_content": "Three and three make six."},
+    ], None, {}),
     ("thinking off", [
         {"role": "user", "content": "2 + 2?"},
     ], None, {"enable_thinking": False}),
@@ -87,7 +94,7 @@ def main():
         text = (TEMPLATES / name).read_text()
         for conv, messages, tools, extra in CONVERSATIONS:
             # With and without the generation prompt where a conversation ends on a reply.
-            for gen in ([True, False] if conv in ("turns", "tool call and result") else [True]):
+            for gen in ([True, False] if conv in ("turns", "tool call and result", "reasoning sent back") else [True]):
                 kwargs = {"bos_token": bos, "eos_token": eos, "date_string": "26 Jul 2024", **extra}
                 try:
                     out = render_jinja_template([messages], tools=tools, chat_template=text,

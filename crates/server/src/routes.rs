@@ -978,6 +978,10 @@ async fn chat(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) ->
             tool_calls,
             tool_call_id: str_field("tool_call_id").filter(|_| role == "tool"),
             name: str_field("name").filter(|_| role == "tool"),
+            // vLLM also reads the newer spelling `reasoning`.
+            reasoning_content: str_field("reasoning_content")
+                .or_else(|| str_field("reasoning"))
+                .filter(|_| role == "assistant"),
         });
     }
     let shown = tools.as_ref().filter(|t| t.shown());

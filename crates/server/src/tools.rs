@@ -36,6 +36,9 @@ pub enum ToolParser {
     /// optional `<|python_tag|>`), several separated by `;` (SGLang's `llama3` detector,
     /// `llama32_detector.py`).
     Llama3,
+    /// Phi-4-mini: `functools[{"name": …, "arguments": {…}}, …]`, text around the block is
+    /// content (SGLang's `phi4mini_detector.py`, vLLM's `phi4_mini_json`).
+    Phi4Mini,
 }
 
 impl ToolParser {
@@ -45,6 +48,7 @@ impl ToolParser {
             ToolParser::Qwen25 => "qwen25",
             ToolParser::Glm45 => "glm45",
             ToolParser::Llama3 => "llama3",
+            ToolParser::Phi4Mini => "phi4_mini",
         }
     }
 }
@@ -56,7 +60,8 @@ impl FromStr for ToolParser {
             "qwen25" | "qwen" | "hermes" => Ok(ToolParser::Qwen25),
             "glm45" | "glm47" => Ok(ToolParser::Glm45),
             "llama3" => Ok(ToolParser::Llama3),
-            _ => Err("have: qwen25 (also qwen, hermes), glm45 (also glm47), llama3".to_owned()),
+            "phi4_mini" => Ok(ToolParser::Phi4Mini),
+            _ => Err("have: qwen25 (also qwen, hermes), glm45 (also glm47), llama3, phi4_mini".to_owned()),
         }
     }
 }
@@ -207,7 +212,7 @@ impl ToolRequest {
         if choice == ToolChoice::Auto && parsers.tool_call.is_none() {
             return Err(ApiError::bad(
                 "tool_choice",
-                "\"auto\" tool choice needs the server started with --tool-call-parser (qwen25 or glm45); \
+                "\"auto\" tool choice needs the server started with --tool-call-parser (qwen25, glm45, llama3, phi4_mini); \
                  \"required\" or a named function work without one",
             ));
         }
@@ -268,6 +273,9 @@ pub fn tools_system_prompt(tools: &Value, parser: Option<ToolParser>) -> String 
         Some(ToolParser::Llama3) => out.push_str(
             "To call a function, respond with only a JSON object in the format \
              {\"name\": function name, \"parameters\": dictionary of argument name and its value}, and nothing else.",
+        ),
+        Some(ToolParser::Phi4Mini) => out.push_str(
+            "To call functions, respond with functools[{\"name\": <function-name>, \"arguments\": <args-json-object>}, ...].",
         ),
         _ => out.push_str(
             "For each function call, return a json object with function name and arguments within \
@@ -358,6 +366,8 @@ enum Calls {
     Named { name: String, started: bool },
     /// Llama 3's JSON calls.
     Llama3(Llama3Calls),
+    /// Phi-4-mini's `functools[…]`.
+    Functools(FunctoolsCalls),
 }
 
 impl Shaper {
@@ -368,6 +378,7 @@ impl Shaper {
             None | Some((ToolChoice::None, _)) => Calls::Off,
             Some((ToolChoice::Auto, t)) => match parsers.tool_call {
                 Some(ToolParser::Llama3) => Calls::Llama3(Llama3Calls::default()),
+                Some(ToolParser::Phi4Mini) => Calls::Functools(FunctoolsCalls::default()),
                 Some(p) => Calls::Tagged(Tagged::new(p, t.tools.clone())),
                 None => Calls::Off,
             },
@@ -440,6 +451,7 @@ impl Shaper {
             Calls::Tagged(t) => t.push(text, end, &mut ev),
             Calls::Array(a) => a.push(text, &mut ev),
             Calls::Llama3(l) => l.push(text, end, &mut ev),
+            Calls::Functools(f) => f.push(text, end, &mut ev),
             Calls::Named { name, started } => {
                 if !*started && (!text.is_empty() || end) {
                     *started = true;
@@ -729,7 +741,7 @@ impl Body {
                 Phase::Header => {
                     let region = &self.pending[..close.unwrap_or(self.pending.len())];
                     let name = match self.parser {
-                        ToolParser::Qwen25 | ToolParser::Llama3 => match call_header(region) {
+                        ToolParser::Qwen25 | ToolParser::Llama3 | ToolParser::Phi4Mini => match call_header(region) {
                             Header::Yes { name, used } => Some((name, used)),
                             _ => None,
                         },
@@ -747,7 +759,7 @@ impl Body {
                         ev.push(Ev::Start(name));
                         self.raw.extend(self.pending.drain(..used));
                         self.phase = match self.parser {
-                            ToolParser::Qwen25 | ToolParser::Llama3 => Phase::Value(ValueScan::default()),
+                            ToolParser::Qwen25 | ToolParser::Llama3 | ToolParser::Phi4Mini => Phase::Value(ValueScan::default()),
                             ToolParser::Glm45 => Phase::Tail,
                         };
                         continue;
@@ -944,6 +956,57 @@ impl Llama3Calls {
                     ev.push(Ev::Content(all));
                 }
             }
+        }
+    }
+}
+
+/// Phi-4-mini's calls: text outside `functools[…]` is content; inside, the array's elements
+/// are read as the `required` array's are, until the `]` that closes it (brackets inside
+/// strings do not count). A block cut off by the end of the text keeps the calls it started.
+#[derive(Debug, Default)]
+struct FunctoolsCalls {
+    /// Text outside a block held back because it may begin `functools[`.
+    held: String,
+    /// Inside a block: where its array ends, and its elements.
+    inside: Option<(ValueScan, ArrayCalls)>,
+}
+
+/// What opens Phi-4-mini's block of calls.
+const FUNCTOOLS: &str = "functools[";
+
+impl FunctoolsCalls {
+    fn push(&mut self, text: &str, end: bool, ev: &mut Vec<Ev>) {
+        let mut rest = text.to_owned();
+        loop {
+            if let Some((scan, calls)) = &mut self.inside {
+                let n = scan.feed(&rest);
+                calls.push(&rest[..n], ev);
+                if !scan.done {
+                    return;
+                }
+                self.inside = None;
+                rest.drain(..n);
+            }
+            self.held.push_str(&rest);
+            rest.clear();
+            if let Some(p) = self.held.find(FUNCTOOLS) {
+                if p > 0 {
+                    ev.push(Ev::Content(self.held[..p].to_owned()));
+                }
+                rest = self.held.split_off(p + FUNCTOOLS.len());
+                self.held.clear();
+                let mut scan = ValueScan::default();
+                scan.feed("[");
+                self.inside = Some((scan, ArrayCalls::default()));
+                continue;
+            }
+            let keep = if end { 0 } else { partial_suffix(&self.held, FUNCTOOLS) };
+            let out = self.held.len() - keep;
+            if out > 0 {
+                ev.push(Ev::Content(self.held[..out].to_owned()));
+                self.held.drain(..out);
+            }
+            return;
         }
     }
 }
@@ -1177,6 +1240,32 @@ mod tests {
         for plain in ["The weather is fine.", "{\"answer\": 4}", "  <|python", ""] {
             assert_eq!(run(p, Some(&r), plain), Message { content: plain.into(), ..Default::default() }, "{plain:?}");
         }
+    }
+
+    /// Phi-4-mini's `functools[…]` (the shapes SGLang's `phi4_mini` detector reads): text
+    /// before and after the block is content, brackets inside strings do not close it, and a
+    /// text that only mentions "functools" is content.
+    #[test]
+    fn phi4_mini_calls() {
+        let p = ChatParsers { tool_call: Some(ToolParser::Phi4Mini), reasoning: None };
+        let r = req(ToolChoice::Auto, true);
+        let text = "Checking. functools[{\"name\": \"get_weather\", \"arguments\": {\"location\": \"a]b [c\", \"days\": [1, 2]}}, {\"name\": \"get_weather\", \"parameters\": {\"location\": \"Oslo\"}}] Done.";
+        let m = run(p, Some(&r), text);
+        assert_eq!(m.content, "Checking.  Done.");
+        assert_eq!(
+            calls(&m),
+            vec![
+                ("get_weather", json!({"location": "a]b [c", "days": [1, 2]})),
+                ("get_weather", json!({"location": "Oslo"}))
+            ]
+        );
+        assert_eq!(m.calls[0].2, "{\"location\": \"a]b [c\", \"days\": [1, 2]}");
+        for plain in ["No tools: functools is a Python module.", "ends on functool", ""] {
+            assert_eq!(run(p, Some(&r), plain), Message { content: plain.into(), ..Default::default() }, "{plain:?}");
+        }
+        // Cut off inside the block: the call it started, its arguments as far as they came.
+        let m = run(p, Some(&r), "functools[{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Ro");
+        assert_eq!((m.calls.len(), m.calls[0].2.as_str()), (1, "{\"location\": \"Ro"));
     }
 
     #[test]

@@ -65,6 +65,11 @@ pub struct ChatMessage {
     /// A tool message's function `name`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// An assistant message's reasoning, as a reasoning parser returned it
+    /// (`reasoning_content`): Qwen3's template writes it back as `<think>…</think>` for the
+    /// turns after the last user message.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
 }
 
 impl ChatMessage {
