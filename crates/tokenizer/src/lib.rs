@@ -47,6 +47,18 @@ impl From<tokenizers::Error> for TokenizerError {
     }
 }
 
+/// Where a chat template reads the request's tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TemplateTools {
+    /// It does not: the server describes them in a system message of its own.
+    None,
+    /// From HF's `tools=` argument (Qwen, Llama 3.1+, SmolLM3, Mistral).
+    Argument,
+    /// From the system message's `tools` field, a JSON string (Phi-4-mini's model card:
+    /// `{"role": "system", "content": …, "tools": json.dumps(tools)}`).
+    SystemMessage,
+}
+
 /// One chat message as chat templates see it (HF's message dict).
 #[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
 pub struct ChatMessage {
@@ -70,6 +82,10 @@ pub struct ChatMessage {
     /// turns after the last user message.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reasoning_content: Option<String>,
+    /// A system message's tools as a JSON string, for templates that read them there
+    /// ([`TemplateTools::SystemMessage`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tools: Option<String>,
 }
 
 impl ChatMessage {
@@ -312,9 +328,15 @@ impl Tokenizer {
         self.apply_chat_template_with(messages, None, &serde_json::Map::new(), add_generation_prompt)
     }
 
-    /// True when the chat template reads `tools` (it renders them itself).
-    pub fn template_supports_tools(&self) -> bool {
-        self.chat_template.as_deref().is_some_and(|t| t.contains("tools"))
+    /// Where the chat template reads a request's tools from, if anywhere.
+    pub fn template_tools(&self) -> TemplateTools {
+        match self.chat_template.as_deref() {
+            Some(t) if ["message['tools']", "message[\"tools\"]", "message.tools"].iter().any(|m| t.contains(m)) => {
+                TemplateTools::SystemMessage
+            }
+            Some(t) if t.contains("tools") => TemplateTools::Argument,
+            _ => TemplateTools::None,
+        }
     }
 
     /// [`Tokenizer::apply_chat_template`] with the request's `tools` (OpenAI's list, passed as

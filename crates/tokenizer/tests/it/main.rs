@@ -3,5 +3,6 @@
 
 mod gemma3;
 mod gguf;
+mod o200k;
 mod vocab_vectors;
 mod templates;
