@@ -14,7 +14,9 @@ per architecture):
   `general.file_type`; Phi-3's `rope.scaling.{attn_factor, original_context_length}`;
 - a real vocabulary: every `tokenizer.*` key of llama.cpp's `models/ggml-vocab-{vocab}.gguf`
   (Llama 3's `llama-bpe` for Llama and SmolLM3, `qwen2` for Qwen2.5/Qwen3, `phi-3`'s
-  SentencePiece), and the model's chat template from `models/templates/`;
+  SentencePiece), and the model's chat template from `models/templates/`; Phi-4-mini's o200k
+  (not vendored) is built from the tiktoken-rs crate's `o200k_base.tiktoken` (`o200k_vocab`),
+  its template kept in `crates/tokenizer/tests/fixtures/templates/`;
 - tensors `token_embd`, `blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm,
   ffn_gate, ffn_up, ffn_down}`, `output_norm`, `output` (absent when tied), with each family's
   own: `rope_freqs` (Llama 3's RoPE scaling factors, computed as `LlamaModel.
