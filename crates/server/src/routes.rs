@@ -980,7 +980,8 @@ async fn chat(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) ->
             reasoning_content: str_field("reasoning_content")
                 .or_else(|| str_field("reasoning"))
                 .filter(|_| role == "assistant"),
-            tools: None,
+            // Phi-4-mini's model card puts the tools, as a JSON string, on the system message.
+            tools: str_field("tools").filter(|_| role == "system" || role == "developer"),
         });
     }
     let shown = tools.as_ref().filter(|t| t.shown());
@@ -990,7 +991,7 @@ async fn chat(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) ->
             conv.insert(0, ChatMessage::new("system", ""));
         }
         if let Some(first) = conv.first_mut() {
-            first.tools = Some(t.raw.to_string());
+            first.tools = Some(tools::py_json(&t.raw));
         }
     } else if let (Some(t), false) = (shown, native_tools) {
         let prompt = tools::tools_system_prompt(&t.raw, s.parsers.tool_call);

@@ -288,7 +288,9 @@ pub fn tools_system_prompt(tools: &Value, parser: Option<ToolParser>) -> String 
 /// An assistant message's earlier `tool_calls` (`[{"function": {"name", "arguments"}}]`,
 /// arguments as objects) written into its text in the format `parser` reads, for a template
 /// that cannot show calls: Phi-4-mini's `functools[…]`, Llama 3's `;`-separated JSON objects,
-/// otherwise Hermes `<tool_call>` blocks. Starts with a newline.
+/// otherwise (`qwen25`, no parser, and `glm45`, whose templates show calls themselves) Hermes
+/// `<tool_call>` blocks. JSON as Python's `json.dumps` writes it ([`py_json`]), as the model
+/// cards' examples do. Starts with a newline.
 pub fn history_calls(calls: &Value, parser: Option<ToolParser>) -> String {
     let calls: Vec<(&Value, &Value)> =
         calls.as_array().into_iter().flatten().map(|c| (&c["function"]["name"], &c["function"]["arguments"])).collect();
@@ -298,16 +300,64 @@ pub fn history_calls(calls: &Value, parser: Option<ToolParser>) -> String {
     match parser {
         Some(ToolParser::Phi4Mini) => {
             let list: Vec<Value> = calls.iter().map(|(n, a)| json!({"name": n, "arguments": a})).collect();
-            format!("\nfunctools{}", Value::Array(list))
+            format!("\nfunctools{}", py_json(&Value::Array(list)))
         }
         Some(ToolParser::Llama3) => {
-            let list: Vec<String> = calls.iter().map(|(n, a)| json!({"name": n, "parameters": a}).to_string()).collect();
+            let list: Vec<String> = calls.iter().map(|(n, a)| py_json(&json!({"name": n, "parameters": a}))).collect();
             format!("\n{}", list.join("; "))
         }
         _ => calls
             .iter()
-            .map(|(n, a)| format!("\n<tool_call>\n{}\n</tool_call>", json!({"name": n, "arguments": a})))
+            .map(|(n, a)| format!("\n<tool_call>\n{}\n</tool_call>", py_json(&json!({"name": n, "arguments": a}))))
             .collect(),
+    }
+}
+
+/// `v` as Python's `json.dumps(v)` writes it: `", "` and `": "` separators, non-ASCII as
+/// `\uXXXX` escapes (surrogate pairs above U+FFFF), keys in their given order. What a model
+/// card's `json.dumps(tools)` puts in the prompt, and so what the model was shown in training.
+pub fn py_json(v: &Value) -> String {
+    use serde::Serialize;
+    use std::io::Write;
+    struct Py;
+    impl serde_json::ser::Formatter for Py {
+        fn begin_array_value<W: ?Sized + Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+            if first {
+                Ok(())
+            } else {
+                w.write_all(b", ")
+            }
+        }
+        fn begin_object_key<W: ?Sized + Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+            if first {
+                Ok(())
+            } else {
+                w.write_all(b", ")
+            }
+        }
+        fn begin_object_value<W: ?Sized + Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+            w.write_all(b": ")
+        }
+        fn write_string_fragment<W: ?Sized + Write>(&mut self, w: &mut W, fragment: &str) -> std::io::Result<()> {
+            for c in fragment.chars() {
+                if c.is_ascii() {
+                    w.write_all(&[c as u8])?;
+                } else {
+                    let mut units = [0u16; 2];
+                    for u in c.encode_utf16(&mut units) {
+                        write!(w, "\\u{u:04x}")?;
+                    }
+                }
+            }
+            Ok(())
+        }
+    }
+    let mut out = Vec::new();
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, Py);
+    // Writing a `Value` into a Vec cannot fail, and the formatter writes only ASCII.
+    match v.serialize(&mut ser) {
+        Ok(()) => String::from_utf8(out).unwrap_or_default(),
+        Err(_) => v.to_string(),
     }
 }
 
@@ -988,13 +1038,28 @@ impl Llama3Calls {
 
 /// Phi-4-mini's calls: text outside `functools[…]` is content; inside, the array's elements
 /// are read as the `required` array's are, until the `]` that closes it (brackets inside
-/// strings do not count). A block cut off by the end of the text keeps the calls it started.
+/// strings do not count). A block in which no call starts (prose after the word, a code
+/// sample) is given back as content when it closes or the text ends, as SGLang's detector
+/// returns an unparseable block; a block cut off after a call started keeps that call.
 #[derive(Debug, Default)]
 struct FunctoolsCalls {
     /// Text outside a block held back because it may begin `functools[`.
     held: String,
-    /// Inside a block: where its array ends, and its elements.
-    inside: Option<(ValueScan, ArrayCalls)>,
+    /// The block being read.
+    inside: Option<Block>,
+}
+
+/// One `functools[…]` block being read.
+#[derive(Debug, Default)]
+struct Block {
+    /// Where its array ends.
+    scan: ValueScan,
+    /// Its elements.
+    calls: ArrayCalls,
+    /// Its text so far, given back when no call starts in it.
+    raw: String,
+    /// Whether a call started in it.
+    started: bool,
 }
 
 /// What opens Phi-4-mini's block of calls.
@@ -1004,14 +1069,20 @@ impl FunctoolsCalls {
     fn push(&mut self, text: &str, end: bool, ev: &mut Vec<Ev>) {
         let mut rest = text.to_owned();
         loop {
-            if let Some((scan, calls)) = &mut self.inside {
-                let n = scan.feed(&rest);
-                calls.push(&rest[..n], ev);
-                if !scan.done {
+            if let Some(b) = &mut self.inside {
+                let n = b.scan.feed(&rest);
+                b.raw.push_str(&rest[..n]);
+                let before = ev.len();
+                b.calls.push(&rest[..n], ev);
+                b.started |= ev[before..].iter().any(|e| matches!(e, Ev::Start(_)));
+                rest.drain(..n);
+                if !b.scan.done && !end {
                     return;
                 }
+                if !b.started {
+                    ev.push(Ev::Content(format!("{FUNCTOOLS}{}", b.raw)));
+                }
                 self.inside = None;
-                rest.drain(..n);
             }
             self.held.push_str(&rest);
             rest.clear();
@@ -1021,9 +1092,9 @@ impl FunctoolsCalls {
                 }
                 rest = self.held.split_off(p + FUNCTOOLS.len());
                 self.held.clear();
-                let mut scan = ValueScan::default();
-                scan.feed("[");
-                self.inside = Some((scan, ArrayCalls::default()));
+                let mut b = Block::default();
+                b.scan.feed("[");
+                self.inside = Some(b);
                 continue;
             }
             let keep = if end { 0 } else { partial_suffix(&self.held, FUNCTOOLS) };
@@ -1286,9 +1357,20 @@ mod tests {
             ]
         );
         assert_eq!(m.calls[0].2, "{\"location\": \"a]b [c\", \"days\": [1, 2]}");
-        for plain in ["No tools: functools is a Python module.", "ends on functool", ""] {
+        // Not calls: a mention, a held-back prefix at the end, a block with no call in it
+        // (closed or cut off) is content as written.
+        for plain in [
+            "No tools: functools is a Python module.",
+            "ends on functool",
+            "",
+            "use functools[0] and x[1] then",
+            "functools[ \"not a call ] yet\" ] after",
+            "cut off: functools[{\"x\": [1, 2",
+        ] {
             assert_eq!(run(p, Some(&r), plain), Message { content: plain.into(), ..Default::default() }, "{plain:?}");
         }
+        // parallel_tool_calls: false keeps the first call.
+        assert_eq!(run(p, Some(&req(ToolChoice::Auto, false)), text).calls.len(), 1);
         // Cut off inside the block: the call it started, its arguments as far as they came.
         let m = run(p, Some(&r), "functools[{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Ro");
         assert_eq!((m.calls.len(), m.calls[0].2.as_str()), (1, "{\"location\": \"Ro"));
@@ -1313,6 +1395,27 @@ mod tests {
             );
         }
         assert_eq!(history_calls(&json!([]), Some(ToolParser::Phi4Mini)), "");
+    }
+
+    /// `py_json` writes what Python's `json.dumps` writes (strings checked against CPython 3.11:
+    /// `json.dumps({"a": [1, 2.5, None], "b": "Zürich 🙂", "c": {"d": True}})`).
+    #[test]
+    fn py_json_is_json_dumps() {
+        let v: Value = serde_json::from_str(r#"{"a": [1, 2.5, null], "b": "Zürich 🙂", "c": {"d": true}}"#).unwrap_or_default();
+        assert_eq!(
+            py_json(&v),
+            r#"{"a": [1, 2.5, null], "b": "Z\u00fcrich \ud83d\ude42", "c": {"d": true}}"#
+        );
+        // The tools string of the template golden's Phi-4-mini conversation, made by
+        // `json.dumps` in chat_template_golden.py: what the server puts on the system message.
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tokenizer/tests/fixtures/chat_template_golden.json");
+        let g: Value = serde_json::from_str(&std::fs::read_to_string(p).expect("fixture")).expect("JSON");
+        let case = g["cases"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["conversation"] == "tools on the system message"))
+            .expect("case");
+        let sent = case["messages"][0]["tools"].as_str().expect("tools string");
+        assert_eq!(py_json(&serde_json::from_str(sent).expect("tools JSON")), sent);
     }
 
     #[test]

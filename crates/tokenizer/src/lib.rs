@@ -51,7 +51,7 @@ impl From<tokenizers::Error> for TokenizerError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TemplateTools {
     /// It does not: the server describes them in a system message of its own.
-    None,
+    NotRead,
     /// From HF's `tools=` argument (Qwen, Llama 3.1+, SmolLM3, Mistral).
     Argument,
     /// From the system message's `tools` field, a JSON string (Phi-4-mini's model card:
@@ -328,14 +328,17 @@ impl Tokenizer {
         self.apply_chat_template_with(messages, None, &serde_json::Map::new(), add_generation_prompt)
     }
 
-    /// Where the chat template reads a request's tools from, if anywhere.
+    /// Where the chat template reads a request's tools from, judged from its text (templates
+    /// declare nothing): a template that reads `message['tools']` (or `message.tools`) is taken
+    /// as [`TemplateTools::SystemMessage`] even if it also mentions `tools` elsewhere; otherwise
+    /// any mention of `tools` means [`TemplateTools::Argument`].
     pub fn template_tools(&self) -> TemplateTools {
         match self.chat_template.as_deref() {
             Some(t) if ["message['tools']", "message[\"tools\"]", "message.tools"].iter().any(|m| t.contains(m)) => {
                 TemplateTools::SystemMessage
             }
             Some(t) if t.contains("tools") => TemplateTools::Argument,
-            _ => TemplateTools::None,
+            _ => TemplateTools::NotRead,
         }
     }
 

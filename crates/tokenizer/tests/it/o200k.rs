@@ -61,9 +61,9 @@ fn string_array(items: &[String]) -> Vec<u8> {
     v
 }
 
-/// A vocabulary-only GGUF of o200k (ranks, then `<|endoftext|>` as EOS) with the `gpt-4o`
-/// pre-tokenizer.
-fn write_o200k(path: &Path, toks: &[Vec<u8>]) {
+/// A vocabulary-only GGUF of o200k (ranks, then `<|endoftext|>` as EOS) with the pre-tokenizer
+/// `pre`.
+fn write_o200k(path: &Path, toks: &[Vec<u8>], pre: &str) {
     let map = byte_map();
     let text = |b: &[u8]| b.iter().map(|&x| map[x as usize]).collect::<String>();
     let ranks: HashMap<&[u8], u32> = toks.iter().enumerate().map(|(i, t)| (t.as_slice(), i as u32)).collect();
@@ -86,7 +86,7 @@ fn write_o200k(path: &Path, toks: &[Vec<u8>]) {
     let meta: Vec<(&str, Ty, Vec<u8>)> = vec![
         ("general.architecture", Ty::String, gguf_string("phi3")),
         ("tokenizer.ggml.model", Ty::String, gguf_string("gpt2")),
-        ("tokenizer.ggml.pre", Ty::String, gguf_string("gpt-4o")),
+        ("tokenizer.ggml.pre", Ty::String, gguf_string(pre)),
         ("tokenizer.ggml.tokens", Ty::Array, string_array(&tokens)),
         ("tokenizer.ggml.token_type", Ty::Array, types),
         ("tokenizer.ggml.merges", Ty::Array, string_array(&merges)),
@@ -125,7 +125,7 @@ fn gpt4o_pre_tokenizer_matches_tiktoken() {
     let toks: Vec<Vec<u8>> = bpe._decode_native_and_split((0..RANKS).collect()).collect();
     let dir = tempfile::tempdir().expect("tmp");
     let path = dir.path().join("o200k.gguf");
-    write_o200k(&path, &toks);
+    write_o200k(&path, &toks, "gpt-4o");
     let t = Tokenizer::load(&path).expect("o200k GGUF loads");
     assert_eq!(t.vocab_size(), RANKS as usize + 1);
     for s in CASES {
@@ -134,4 +134,11 @@ fn gpt4o_pre_tokenizer_matches_tiktoken() {
         assert_eq!(got, want, "{s:?}");
         assert_eq!(t.decode(&got, false).expect("decode"), *s);
     }
+    // The same vocabulary read with Llama 3's pre-tokenizer differs from tiktoken: the cases
+    // can see a wrong split.
+    let llama = dir.path().join("o200k-llama-bpe.gguf");
+    write_o200k(&llama, &toks, "llama-bpe");
+    let t = Tokenizer::load(&llama).expect("loads");
+    let differ = CASES.iter().filter(|s| t.encode(s, false).expect("encode") != bpe.encode_ordinary(s)).count();
+    assert!(differ > 0, "no case tells the gpt-4o pre-tokenizer from Llama 3's");
 }

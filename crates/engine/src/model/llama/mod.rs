@@ -400,7 +400,7 @@ impl Model for LlamaModel {
         for (l, layer) in self.layers.iter().enumerate() {
             layer.attention(&mut cx, &step, l, s, kv);
             add_norm(pool, h, &mut s.x, Some(&s.proj), Some(&layer.ffn_norm), c.rms_eps, &mut s.h);
-            layer.mlp(&mut cx, c, s);
+            layer.mlp(&mut cx, &step, s);
             let next = self.layers.get(l + 1).map(|n| n.attn_norm.as_slice());
             add_norm(pool, h, &mut s.x, Some(&s.proj), next, c.rms_eps, &mut s.h);
         }
@@ -425,13 +425,17 @@ struct Step<'a> {
     /// The sliding-window layers' table, when their base differs.
     rope_local: Option<&'a RopeTable>,
     kv_dtype: KvDtype,
-    /// Attention tasks, longest first, and the `attn_t` range each writes.
+    /// Attention tasks, longest first.
     tasks: Vec<AttnTask>,
+    /// The range of `attn_t` each task writes.
     ranges: Vec<std::ops::Range<usize>>,
-    /// Widths: all query heads, all KV heads, a fused QKV row, one KV group's query heads.
+    /// Width of all query heads (`heads · head_dim`).
     qd: usize,
+    /// Width of all KV heads (`kv_heads · head_dim`).
     kvd: usize,
+    /// Width of a fused QKV row (`qd + 2 · kvd`).
     qkv_w: usize,
+    /// Width of one KV group's query heads (`group · head_dim`).
     ghd: usize,
     /// Query heads per KV head.
     group: usize,
@@ -530,8 +534,8 @@ impl Layer {
     /// The gated MLP (Shazeer 2020: SwiGLU, or GeGLU for Gemma): the normed input `s.h` →
     /// fused gate/up → `act(gate) · up` → down, in `s.proj` (normed where the family has
     /// post-norms).
-    fn mlp(&self, cx: &mut Fwd, c: &LlamaConfig, s: &mut LayerBuffers) {
-        let t_n = s.h.len() / c.hidden;
+    fn mlp(&self, cx: &mut Fwd, st: &Step, s: &mut LayerBuffers) {
+        let (c, t_n) = (st.c, st.batch.num_tokens());
         self.gate_up.forward(cx, &s.h, t_n, &mut s.xq, &mut s.gu);
         let (gu, isa, act_fn, ffn) = (&s.gu, cx.isa, c.variant.act, c.ffn);
         cx.pool.par_rows(&mut s.act, ffn, |t, act| {
