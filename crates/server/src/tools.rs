@@ -1285,6 +1285,13 @@ mod tests {
         a
     }
 
+    /// Each text is content as written, with no call.
+    fn assert_plain(p: ChatParsers, r: &ToolRequest, texts: &[&str]) {
+        for plain in texts {
+            assert_eq!(run(p, Some(r), plain), Message { content: (*plain).into(), ..Default::default() }, "{plain:?}");
+        }
+    }
+
     fn calls(m: &Message) -> Vec<(&str, Value)> {
         m.calls.iter().map(|c| (c.1.as_str(), serde_json::from_str(&c.2).unwrap_or(Value::Null))).collect()
     }
@@ -1334,9 +1341,7 @@ mod tests {
         assert_eq!(m.calls[0].2, "{\"location\": \"Paris; FR\", \"days\": 2}");
         let m = run(p, Some(&r), "\n {\"name\": \"get_weather\", \"parameters\": {}}");
         assert_eq!(calls(&m), vec![("get_weather", json!({}))]);
-        for plain in ["The weather is fine.", "{\"answer\": 4}", "  <|python", ""] {
-            assert_eq!(run(p, Some(&r), plain), Message { content: plain.into(), ..Default::default() }, "{plain:?}");
-        }
+        assert_plain(p, &r, &["The weather is fine.", "{\"answer\": 4}", "  <|python", ""]);
     }
 
     /// Phi-4-mini's `functools[…]` (the shapes SGLang's `phi4_mini` detector reads): text
@@ -1359,16 +1364,18 @@ mod tests {
         assert_eq!(m.calls[0].2, "{\"location\": \"a]b [c\", \"days\": [1, 2]}");
         // Not calls: a mention, a held-back prefix at the end, a block with no call in it
         // (closed or cut off) is content as written.
-        for plain in [
-            "No tools: functools is a Python module.",
-            "ends on functool",
-            "",
-            "use functools[0] and x[1] then",
-            "functools[ \"not a call ] yet\" ] after",
-            "cut off: functools[{\"x\": [1, 2",
-        ] {
-            assert_eq!(run(p, Some(&r), plain), Message { content: plain.into(), ..Default::default() }, "{plain:?}");
-        }
+        assert_plain(
+            p,
+            &r,
+            &[
+                "No tools: functools is a Python module.",
+                "ends on functool",
+                "",
+                "use functools[0] and x[1] then",
+                "functools[ \"not a call ] yet\" ] after",
+                "cut off: functools[{\"x\": [1, 2",
+            ],
+        );
         // parallel_tool_calls: false keeps the first call.
         assert_eq!(run(p, Some(&req(ToolChoice::Auto, false)), text).calls.len(), 1);
         // Cut off inside the block: the call it started, its arguments as far as they came.

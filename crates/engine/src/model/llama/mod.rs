@@ -357,7 +357,6 @@ impl Model for LlamaModel {
 
     fn forward(&mut self, batch: &ForwardBatch, kv: &mut KvStore) -> Result<Vec<f32>, EngineError> {
         let c = &self.cfg;
-        let t_n = batch.num_tokens();
         let h = c.hidden;
         if let Some(&p) = batch.positions.iter().max() {
             if p as usize >= c.context_length {
@@ -381,7 +380,7 @@ impl Model for LlamaModel {
         let mut cx =
             Fwd { pool: &self.pool, isa: self.isa, observer: &mut self.inst.observer, parts: clock.is_some().then_some(&mut pt) };
         let s = &mut self.s;
-        s.resize(c, t_n, batch);
+        s.resize(&step);
         for (t, &id) in batch.input_ids.iter().enumerate() {
             let row = &mut s.x[t * h..(t + 1) * h];
             self.embed.row_f32(id as usize, row);
@@ -458,13 +457,14 @@ impl<'a> Step<'a> {
 }
 
 impl LayerBuffers {
-    /// Sizes every buffer for `t_n` tokens and maps each token row to its sequence.
-    fn resize(&mut self, c: &LlamaConfig, t_n: usize, batch: &ForwardBatch) {
-        let (h, qd, kvd) = (c.hidden, c.q_dim(), c.kv_heads * c.head_dim);
+    /// Sizes every buffer for the step's tokens and maps each token row to its sequence.
+    fn resize(&mut self, st: &Step) {
+        let (c, batch) = (st.c, st.batch);
+        let (h, qd, t_n) = (c.hidden, st.qd, batch.num_tokens());
         self.x.resize(t_n * h, 0.0);
         self.attn_t.resize(t_n * qd, 0.0);
         self.h.resize(t_n * h, 0.0);
-        self.qkv.resize(t_n * (qd + 2 * kvd), 0.0);
+        self.qkv.resize(t_n * st.qkv_w, 0.0);
         self.attn.resize(t_n * qd, 0.0);
         if c.variant.post_norms {
             self.post.resize(t_n * h, 0.0);
