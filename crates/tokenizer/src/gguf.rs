@@ -70,6 +70,15 @@ const QWEN2_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}
 /// with the lowercase run after them, contractions attach, digits go in threes.
 const GPT4O_REGEX: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// Mistral's Tekken pre-tokenizer regex (`tekken` in llama.cpp: Mistral Nemo, Ministral 8B,
+/// Mistral Small 3), as `tekken.json` / `tokenizer.json` state it (and llama.cpp quotes it in
+/// `llama-vocab.cpp`): GPT-4o's without the contractions, digits one by one. llama.cpp runs an
+/// ASCII-case approximation (`[^a-z]` / `[^A-Z]` over letters) because its matcher folds every
+/// non-ASCII letter into one class: on ASCII text the ids are the same, but a capital after
+/// lowercase in another script (`ПриветМир`) starts a new piece here, as in Mistral's own
+/// tokenizer, and not in llama.cpp.
+const TEKKEN_REGEX: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
 /// True when `path` starts with the GGUF magic.
 ///
 /// # Errors
@@ -148,8 +157,11 @@ fn from_metadata(gguf: &GGuf<'_>, path: &Path) -> Result<Tokenizer, TokenizerErr
         let pre = gguf.get_str("tokenizer.ggml.pre").unwrap_or("default");
         // Llama 3's `tokenizer.json` sets `ignore_merges`: a pre-token that is itself in the
         // vocabulary is one token, whatever the merges would build (llama.cpp: `ignore_merges`
-        // for its LLAMA3 pre-tokenizer group; " Việt" is one token only this way).
-        let ignore_merges = matches!(pre, "llama3" | "llama-v3" | "llama-bpe");
+        // for its LLAMA3 pre-tokenizer group; " Việt" is one token only this way). llama.cpp
+        // sets it for `tekken` too, as tiktoken (Tekken's own encoder) looks a whole pre-token up
+        // first; with merges derived from the ranks, as the converter writes them, the ids are
+        // the same either way.
+        let ignore_merges = matches!(pre, "llama3" | "llama-v3" | "llama-bpe" | "tekken");
         let bpe = BPE::builder().vocab_and_merges(vocab, merges).ignore_merges(ignore_merges).build()?;
         let mut inner = tokenizers::Tokenizer::new(bpe);
         inner.with_pre_tokenizer(Some(pre_tokenizer(pre)?));
@@ -288,9 +300,11 @@ fn pre_tokenizer(pre: &str) -> Result<PreTokenizerWrapper, TokenizerError> {
             PreTokenizerWrapper::Digits(Digits::new(true)),
             byte_level(true),
         ])),
-        "llama-bpe" | "llama3" | "llama-v3" | "smaug-bpe" | "qwen2" | "deepseek-r1-qwen" | "gpt-4o" | "llama4" => {
+        "llama-bpe" | "llama3" | "llama-v3" | "smaug-bpe" | "qwen2" | "deepseek-r1-qwen" | "gpt-4o" | "llama4"
+        | "tekken" => {
             let re = match pre {
                 "gpt-4o" | "llama4" => GPT4O_REGEX,
+                "tekken" => TEKKEN_REGEX,
                 "qwen2" | "deepseek-r1-qwen" => QWEN2_REGEX,
                 _ => LLAMA3_REGEX,
             };
@@ -300,7 +314,7 @@ fn pre_tokenizer(pre: &str) -> Result<PreTokenizerWrapper, TokenizerError> {
         other => {
             return Err(TokenizerError::Gguf(format!(
                 "tokenizer.ggml.pre = {other:?} is not supported (known: default, gpt2, gpt-2, smollm, starcoder, \
-                 llama-bpe, llama3, llama-v3, smaug-bpe, qwen2, deepseek-r1-qwen, gpt-4o, llama4)"
+                 llama-bpe, llama3, llama-v3, smaug-bpe, qwen2, deepseek-r1-qwen, gpt-4o, llama4, tekken)"
             )))
         }
     })

@@ -1,5 +1,8 @@
 //! GPT-4o's o200k vocabulary under llama.cpp's `gpt-4o` pre-tokenizer (Phi-4-mini's GGUFs), against
-//! OpenAI's own BPE (tiktoken, as the tiktoken-rs crate ports it).
+//! OpenAI's own BPE (tiktoken, as the tiktoken-rs crate ports it); and the same vocabulary under
+//! Mistral's `tekken` pre-tokenizer (Mistral Nemo's and Ministral's GGUFs), against tiktoken run
+//! with Tekken's split pattern, which is how Mistral's own tokenizer (`mistral-common`'s
+//! `Tekkenizer`) encodes: its vocabulary is a tiktoken one.
 //!
 //! No `ggml-vocab-*.gguf` of o200k is vendored with llama.cpp, so the test writes one the way
 //! llama.cpp's converter writes a tiktoken vocabulary (`convert_hf_to_gguf.py`, `QwenModel.bpe` and
@@ -141,4 +144,51 @@ fn gpt4o_pre_tokenizer_matches_tiktoken() {
     let t = Tokenizer::load(&llama).expect("loads");
     let differ = CASES.iter().filter(|s| t.encode(s, false).expect("encode") != bpe.encode_ordinary(s)).count();
     assert!(differ > 0, "no case tells the gpt-4o pre-tokenizer from Llama 3's");
+}
+
+/// Tekken's split pattern as `tekken.json` states it (Mistral Nemo, Ministral 8B).
+const TEKKEN_PATTERN: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+#[test]
+fn tekken_pre_tokenizer_matches_tiktoken_with_tekkens_pattern() {
+    let o200k = tiktoken_rs::o200k_base().expect("o200k_base");
+    let toks: Vec<Vec<u8>> = o200k._decode_native_and_split((0..RANKS).collect()).collect();
+    let encoder = toks.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
+    let special = [("<|endoftext|>".to_owned(), RANKS)].into_iter().collect();
+    let bpe = tiktoken_rs::CoreBPE::new(encoder, special, TEKKEN_PATTERN).expect("tiktoken with Tekken's pattern");
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("tekken.gguf");
+    write_o200k(&path, &toks, "tekken");
+    let t = Tokenizer::load(&path).expect("tekken GGUF loads");
+    for s in CASES {
+        let want = bpe.encode_ordinary(s);
+        let got = t.encode(s, false).expect("encode");
+        assert_eq!(got, want, "{s:?}");
+        assert_eq!(t.decode(&got, false).expect("decode"), *s);
+    }
+    // Where Tekken's pattern must cut, whatever the vocabulary (checked on our ids, so a
+    // pattern pasted wrong into both sides above still fails here): digits one by one, a
+    // contraction apart from its word, a capital after lowercase starts a word in any script.
+    let cuts = |s: &str| -> Vec<usize> {
+        let ids = t.encode(s, false).expect("encode");
+        let mut at = 0;
+        o200k
+            ._decode_native_and_split(ids)
+            .map(|b| {
+                at += b.len();
+                at
+            })
+            .collect()
+    };
+    for (s, want) in [("1234", &[1, 2, 3][..]), ("don't", &[3]), ("ПриветМир", &["Привет".len()]), ("fooBar", &[3])]
+    {
+        let got = cuts(s);
+        assert!(want.iter().all(|w| got.contains(w)), "{s:?}: token ends {got:?} lack {want:?}");
+    }
+    // Tekken splits digits one by one and keeps no contractions: read as GPT-4o's it differs.
+    let gpt4o = dir.path().join("tekken-as-gpt-4o.gguf");
+    write_o200k(&gpt4o, &toks, "gpt-4o");
+    let t = Tokenizer::load(&gpt4o).expect("loads");
+    let differ = CASES.iter().filter(|s| t.encode(s, false).expect("encode") != bpe.encode_ordinary(s)).count();
+    assert!(differ > 0, "no case tells the tekken pre-tokenizer from GPT-4o's");
 }
