@@ -15,7 +15,9 @@ use std::time::Instant;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
+use crate::model::common::Scratch;
 use crate::model::glm5::{Glm5Model, MoeImpl};
+use crate::model::linear::Fwd;
 use sparrow_cpu::format::ggml::QActs;
 use crate::EngineError;
 
@@ -108,19 +110,20 @@ pub fn tune(model: &Glm5Model, bucket_list: &[usize], dir: Option<&Path>) -> Res
     let pool = model.pool();
     let isa = model.isa();
     let mut rng = rand::rngs::StdRng::seed_from_u64(0);
-    let mut xq = QActs::default();
+    let mut none = None;
+    let mut cx = Fwd { pool, isa, xq: QActs::default(), observer: &mut none, parts: None };
     let mut out = Vec::new();
     for &t in bucket_list {
         let x: Vec<f32> = (0..t * c.hidden).map(|_| rng.random_range(-1.0f32..1.0)).collect();
-        let routes = moe.routes(c, pool, isa, &x, t, &mut xq);
+        let routes = moe.routes(c, &mut cx, &x, t);
         let mut y = vec![0f32; t * c.hidden];
         let mut micros = [0f64; 2];
         for (i, imp) in [MoeImpl::TokenMajor, MoeImpl::ExpertMajor].into_iter().enumerate() {
-            moe.run_routed(pool, isa, imp, &routes, &x, c.hidden, &mut xq, &mut y);
+            moe.forward_routed(&mut cx, imp, &routes, &x, &mut Scratch::default(), &mut y);
             let mut best = f64::INFINITY;
             for _ in 0..REPEATS {
                 let t0 = Instant::now();
-                moe.run_routed(pool, isa, imp, &routes, &x, c.hidden, &mut xq, &mut y);
+                moe.forward_routed(&mut cx, imp, &routes, &x, &mut Scratch::default(), &mut y);
                 best = best.min(t0.elapsed().as_secs_f64() * 1e6);
             }
             micros[i] = best;

@@ -6,8 +6,8 @@
 //! (`inv_freq` and `pos · inv_freq` in f32), and each model's goldens were made against its own
 //! reference, so the two builders stay separate, side by side here.
 
-use sparrow_cpu::format::ggml::QActs;
-use sparrow_cpu::{kernels, Isa, ThreadPool, Weight};
+use crate::model::linear::Fwd;
+use sparrow_cpu::{kernels, Weight};
 
 /// Which values of a head RoPE rotates together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,8 +133,9 @@ pub struct OutputHead<'a> {
 
 impl OutputHead<'_> {
     /// Logits of rows `rows` of the hidden states `x` (`[tokens × hidden]`):
-    /// `[rows.len() × vocab]`. Only the wanted rows are normalized and multiplied.
-    pub fn logits(&self, pool: &ThreadPool, isa: Isa, x: &[f32], rows: &[u32], xq: &mut QActs) -> Vec<f32> {
+    /// `[rows.len() × vocab]`. Only the wanted rows are normalized and multiplied; the matmul
+    /// counts as one in the profile.
+    pub fn logits(&self, cx: &mut Fwd<'_>, x: &[f32], rows: &[u32]) -> Vec<f32> {
         let h = self.norm.len();
         let r_n = rows.len();
         let mut sel = vec![0f32; r_n * h];
@@ -144,7 +145,7 @@ impl OutputHead<'_> {
         let mut normed = vec![0f32; r_n * h];
         kernels::rms_norm(&sel, self.norm, self.eps, &mut normed);
         let mut logits = vec![0f32; r_n * self.weight.rows()];
-        kernels::matmul(pool, isa, self.weight, &normed, r_n, xq, &mut logits);
+        cx.matmul(self.weight, &normed, r_n, &mut logits);
         logits
     }
 }

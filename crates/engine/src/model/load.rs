@@ -102,11 +102,11 @@ fn moe_choice(
         None => {
             let max_tokens = args.chunked_prefill_size.min(args.max_prefill_tokens).clamp(1, 1024);
             let bl = crate::model::autotune::buckets(max_tokens);
-            let key = crate::model::autotune::key(&m, bl.last().copied().unwrap_or(1));
+            let key = crate::model::autotune::key(m, bl.last().copied().unwrap_or(1));
             let cached = args.autotune_cache_dir.as_deref().and_then(|d| crate::model::autotune::load(d, &key, &bl));
             let (tune, source) = match cached {
                 Some(t) => (t, "cache"),
-                None => (crate::model::autotune::tune(&m, &bl, args.autotune_cache_dir.as_deref())?, "measured"),
+                None => (crate::model::autotune::tune(m, &bl, args.autotune_cache_dir.as_deref())?, "measured"),
             };
             notes["moe_runner_backend"] = "auto".into();
             notes["moe_autotune"] = serde_json::json!({

@@ -51,7 +51,8 @@ pub const GEMM_KINDS: [&str; 12] = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_
 /// roofline`) a decode step's matmuls by weight type.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct PartTimes {
-    /// Matrix multiplications (projections, MLP or experts; the Llama family's LM head too).
+    /// Matrix multiplications: every [`linear::Linear`] (projections, MLP, experts), GLM-5's
+    /// router and the LM head; the matmuls alone, not the norms or activations around them.
     pub gemm: f64,
     /// `gemm` by weight form, indexed like [`GEMM_KINDS`]; a matmul over a stack of forms
     /// (a fused QKV of Q4_K and Q6_K) is split by the forms' bytes.
@@ -88,7 +89,8 @@ impl PartTimes {
         }
     }
 
-    /// Everything else: embeddings, norms, RoPE, activations, routing, the LM head.
+    /// Everything else: embeddings, norms, RoPE, activations, the routing rule and the MoE
+    /// combine, the pool's hand-offs.
     pub fn other(&self) -> f64 {
         self.total - self.gemm - self.attention - self.indexer
     }

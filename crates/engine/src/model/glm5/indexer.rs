@@ -34,7 +34,9 @@ pub(super) struct Indexer {
 impl Indexer {
     /// Writes the step's index keys to layer `l` of the cache and returns each row's selection.
     /// `h` is the layer's normalized input, `qr` the normalized query LoRA (both
-    /// `[tokens × …]`).
+    /// `[tokens × …]`), already reported to the observer for these projections
+    /// ([`super::mla`]'s `project`). The projections count as matmuls in the profile, the
+    /// scoring and top-k as the indexer.
     pub(super) fn select(
         &self,
         s: &Step<'_>,
@@ -42,14 +44,14 @@ impl Indexer {
         h: &[f32],
         qr: &[f32],
         kv: &mut KvStore,
-        w: &mut Work,
+        w: &mut Work<'_>,
     ) -> Selection {
         let (c, batch, isa) = (s.cfg, s.batch, s.isa);
         let t_n = batch.num_tokens();
         let (di, ni) = (c.idx_dim, c.idx_heads);
         // `ki`, `qi`, `wts`: GEMM outputs, written whole.
         let mut ki = w.bufs.take(t_n * di);
-        kernels::matmul(s.pool, isa, &self.wk.weight, h, t_n, &mut w.xq, &mut ki);
+        self.wk.forward_observed(&mut w.cx, h, t_n, &mut ki);
         let (rope, positions) = (s.rope, &batch.positions);
         s.pool.par_rows(&mut ki, di, |t, k| {
             layer_norm(k, &self.k_norm_w, &self.k_norm_b, LORA_NORM_EPS);
@@ -68,9 +70,9 @@ impl Indexer {
         let mut sel: Selection = vec![None; t_n];
         if !need.is_empty() {
             let mut qi = w.bufs.take(t_n * ni * di);
-            kernels::matmul(s.pool, isa, &self.wq_b.weight, qr, t_n, &mut w.xq, &mut qi);
+            self.wq_b.forward_observed(&mut w.cx, qr, t_n, &mut qi);
             let mut wts = w.bufs.take(t_n * ni);
-            kernels::matmul(s.pool, isa, &self.weights_proj.weight, h, t_n, &mut w.xq, &mut wts);
+            self.weights_proj.forward_observed(&mut w.cx, h, t_n, &mut wts);
             let wscale = 1.0 / (ni as f32).sqrt();
             let kscale = 1.0 / (di as f32).sqrt();
             // Rows outside `need` are never read: rotating them too keeps this one pass.
@@ -89,7 +91,7 @@ impl Indexer {
             // Longest first (work ≈ rows × keys of the last row), for a balanced finish.
             let mut order: Vec<usize> = (0..tasks.len()).collect();
             order.sort_by_key(|&i| std::cmp::Reverse(tasks[i].len() * (batch.positions[need[tasks[i].end - 1]] as usize + 1)));
-            s.pool.run(tasks.len(), |i| {
+            w.cx.timed(|p| &mut p.indexer, || s.pool.run(tasks.len(), |i| {
                 let task = order[i];
                 let rows = &need[tasks[task].clone()];
                 let slots = batch.kv_slots(row_seq[rows[0]] as usize);
@@ -110,7 +112,7 @@ impl Indexer {
                 if let Ok(mut r) = results[task].lock() {
                     *r = top;
                 }
-            });
+            }));
             for (task, r) in tasks.iter().zip(results) {
                 let tops = r.into_inner().unwrap_or_default();
                 for (n, top) in task.clone().zip(tops) {

@@ -62,12 +62,12 @@ impl Mla {
         h: &[f32],
         kv: &mut KvStore,
         sel: &mut Selection,
-        w: &mut Work,
+        w: &mut Work<'_>,
     ) -> Vec<f32> {
-        let (c, isa, pool) = (s.cfg, s.isa, s.pool);
+        let c = s.cfg;
         let t_n = s.batch.num_tokens();
         let lat_w = c.kv_lora_rank + c.qk_rope;
-        let (qr, q, kva) = w.timed(|p| &mut p.gemm, |w| self.project(s, h, w));
+        let (qr, q, kva) = self.project(s, h, w);
         {
             let cache = kv.component_mut(l, 0);
             for t in 0..t_n {
@@ -76,9 +76,9 @@ impl Mla {
             }
         }
         if let Some(ix) = &self.indexer {
-            *sel = w.timed(|p| &mut p.indexer, |w| ix.select(s, l, h, &qr, kv, w));
+            *sel = ix.select(s, l, h, &qr, kv, w);
         }
-        let attn = w.timed(|p| &mut p.attention, |w| self.attend(s, &q, kv.component(l, 0), sel, &mut w.bufs));
+        let attn = w.cx.timed(|p| &mut p.attention, || self.attend(s, &q, kv.component(l, 0), sel, &mut w.bufs));
         for (t, chosen) in sel.iter().enumerate() {
             let ctx = s.batch.positions[t] as u64 + 1;
             let n = match (chosen, s.attn_impl(t)) {
@@ -87,9 +87,8 @@ impl Mla {
             };
             w.stats.attn_keys += n * c.heads as u64;
         }
-        self.o.observe(&mut w.obs, pool, isa, &attn, t_n);
         let mut out = w.bufs.take(t_n * c.hidden);
-        w.timed(|p| &mut p.gemm, |w| kernels::matmul(pool, isa, &self.o.weight, &attn, t_n, &mut w.xq, &mut out));
+        self.o.forward(&mut w.cx, &attn, t_n, &mut out);
         for b in [qr, q, kva, attn] {
             w.bufs.give(b);
         }
@@ -98,8 +97,9 @@ impl Mla {
 
     /// The projections of the rows `h`, with their norms and RoPE: the normalized query LoRA
     /// `qr` (the indexer reads it too), the queries `q` (`[tokens × heads × (nope + rope)]`) and
-    /// the cache rows `[c, k_pe]`.
-    fn project(&self, s: &Step<'_>, h: &[f32], w: &mut Work) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    /// the cache rows `[c, k_pe]`. The rows `h` (and `qr`) are reported to the observer once
+    /// for every projection that reads them, the indexer's included.
+    fn project(&self, s: &Step<'_>, h: &[f32], w: &mut Work<'_>) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
         let (c, isa, pool) = (s.cfg, s.isa, s.pool);
         let t_n = s.batch.num_tokens();
         let hq = c.qk_nope + c.qk_rope;
@@ -107,20 +107,20 @@ impl Mla {
         let ix = self.indexer.as_ref();
         let mut on_h = vec![&self.q_a, &self.kv_a];
         on_h.extend(ix.into_iter().flat_map(|ix| [&ix.wk, &ix.weights_proj]));
-        observe_shared(&mut w.obs, pool, isa, &on_h, h, t_n);
+        observe_shared(w.cx.observer, pool, isa, &on_h, h, t_n);
         // Every buffer here is written whole (GEMM outputs, the norm's).
         let mut qa = w.bufs.take(t_n * c.q_lora_rank);
-        kernels::matmul(pool, isa, &self.q_a.weight, h, t_n, &mut w.xq, &mut qa);
+        self.q_a.forward_observed(&mut w.cx, h, t_n, &mut qa);
         let mut qr = w.bufs.take(t_n * c.q_lora_rank);
         super::par_norm(pool, &qa, &self.q_a_ln, LORA_NORM_EPS, &mut qr);
         w.bufs.give(qa);
         let mut on_qr = vec![&self.q_b];
         on_qr.extend(ix.map(|ix| &ix.wq_b));
-        observe_shared(&mut w.obs, pool, isa, &on_qr, &qr, t_n);
+        observe_shared(w.cx.observer, pool, isa, &on_qr, &qr, t_n);
         let mut q = w.bufs.take(t_n * c.heads * hq);
-        kernels::matmul(pool, isa, &self.q_b.weight, &qr, t_n, &mut w.xq, &mut q);
+        self.q_b.forward_observed(&mut w.cx, &qr, t_n, &mut q);
         let mut kva = w.bufs.take(t_n * lat_w);
-        kernels::matmul(pool, isa, &self.kv_a.weight, h, t_n, &mut w.xq, &mut kva);
+        self.kv_a.forward_observed(&mut w.cx, h, t_n, &mut kva);
         let (rope, positions) = (s.rope, &s.batch.positions);
         pool.par_rows(&mut kva, lat_w, |t, row| {
             let (lat, kpe) = row.split_at_mut(c.kv_lora_rank);

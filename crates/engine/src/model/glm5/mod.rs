@@ -44,7 +44,7 @@ use super::common::{OutputHead, RopeLayout, RopeTable, Scratch};
 use super::{AttentionNeeds, Instruments, Model, ModelInfo, PartTimes};
 use crate::batch::ForwardBatch;
 use crate::kv::{KvComponent, KvDtype, KvLayout, KvStore};
-use crate::model::observer::ObserverSlot;
+use crate::model::linear::Fwd;
 use crate::EngineError;
 
 /// ε of `q_a_layernorm`, `kv_a_layernorm` and the indexer's `k_norm` (HF builds them without
@@ -120,7 +120,7 @@ struct DecoderLayer {
 impl DecoderLayer {
     /// Layer `l` on the step's hidden states `x` (`[tokens × hidden]`), in place; `sel` is the
     /// selection of the last `full` indexer layer, replaced when this layer runs its own.
-    fn forward(&self, s: &Step<'_>, l: usize, x: &mut [f32], kv: &mut KvStore, sel: &mut Selection, w: &mut Work) {
+    fn forward(&self, s: &Step<'_>, l: usize, x: &mut [f32], kv: &mut KvStore, sel: &mut Selection, w: &mut Work<'_>) {
         let (eps, hd) = (s.cfg.rms_eps, s.cfg.hidden);
         // Written whole by the norms.
         let mut h = w.bufs.take(x.len());
@@ -129,7 +129,7 @@ impl DecoderLayer {
         let attn = self.attn.forward(s, l, &h, kv, sel, w);
         s.pool.par_row_chunks(x, hd, |r0, xs| xs.iter_mut().zip(&attn[r0 * hd..]).for_each(|(x, p)| *x += p));
         par_norm(s.pool, x, &self.post_ln, eps, &mut h);
-        let ffn = w.timed(|p| &mut p.gemm, |w| self.ffn.forward(s, &h, w));
+        let ffn = self.ffn.forward(s, &h, w);
         s.pool.par_row_chunks(x, hd, |r0, xs| xs.iter_mut().zip(&ffn[r0 * hd..]).for_each(|(x, p)| *x += p));
         for b in [h, attn, ffn] {
             w.bufs.give(b);
@@ -163,28 +163,14 @@ impl Step<'_> {
     }
 }
 
-/// What one forward updates besides the activations and the cache.
-struct Work {
-    /// Quantized-activation scratch of the matmuls.
-    xq: QActs,
+/// What one forward carries besides the activations and the cache: the model layer's forward
+/// context and GLM-5's own scratch and counters.
+struct Work<'a> {
+    /// Pool, ISA, the matmuls' scratch, observer, part times.
+    cx: Fwd<'a>,
     /// Activation buffers kept across forwards.
     bufs: Scratch,
-    obs: ObserverSlot,
     stats: AttnStats,
-    /// Part times of this forward, while profiling.
-    parts: Option<PartTimes>,
-}
-
-impl Work {
-    /// Runs `f`, adding its wall time to the part `pick` selects while profiling.
-    fn timed<R>(&mut self, pick: fn(&mut PartTimes) -> &mut f64, f: impl FnOnce(&mut Self) -> R) -> R {
-        let t0 = self.parts.map(|_| std::time::Instant::now());
-        let r = f(self);
-        if let (Some(t0), Some(p)) = (t0, self.parts.as_mut()) {
-            *pick(p) += t0.elapsed().as_secs_f64();
-        }
-        r
-    }
 }
 
 /// A loaded GLM-5 model.
@@ -203,8 +189,10 @@ pub struct Glm5Model {
     xq: QActs,
     bufs: Scratch,
     stats: AttnStats,
-    /// Calibration observer and profile; the profile's `gemm` counts the projections (with
-    /// their norms and RoPE), `o_proj` and the MLP/MoE (with routing).
+    /// Calibration observer and profile: every [`Linear`](crate::model::linear::Linear), the
+    /// router and the LM head count as `gemm`, the indexer's scoring and top-k as `indexer`, MLA's scores
+    /// and latent sums (with `W_UV`) as `attention`; norms, RoPE, SwiGLU, routing and the
+    /// MoE combine are the rest.
     inst: Instruments,
 }
 
@@ -317,25 +305,26 @@ impl Model for Glm5Model {
             row_decode,
         };
         let clock = self.inst.clock();
-        let mut w = Work {
+        let mut pt = PartTimes::default();
+        let cx = Fwd {
+            pool: &self.pool,
+            isa: self.isa,
             xq: std::mem::take(&mut self.xq),
-            bufs: std::mem::take(&mut self.bufs),
-            obs: self.inst.observer.take(),
-            stats: self.stats,
-            parts: clock.map(|_| PartTimes::default()),
+            observer: &mut self.inst.observer,
+            parts: clock.is_some().then_some(&mut pt),
         };
+        let mut w = Work { cx, bufs: std::mem::take(&mut self.bufs), stats: self.stats };
         let mut sel: Selection = vec![None; t_n];
         for (l, layer) in self.layers.iter().enumerate() {
             layer.forward(&s, l, &mut x, kv, &mut sel, &mut w);
         }
         let head =
             OutputHead { norm: &self.norm, eps: c.rms_eps, weight: self.lm_head.as_ref().unwrap_or(&self.embed) };
-        let logits = head.logits(&self.pool, self.isa, &x, &batch.logits_rows, &mut w.xq);
+        let logits = head.logits(&mut w.cx, &x, &batch.logits_rows);
         self.stats = w.stats;
-        self.inst.record(clock, w.parts.unwrap_or_default());
-        self.inst.observer = w.obs;
-        self.xq = w.xq;
+        self.xq = w.cx.xq;
         self.bufs = w.bufs;
+        self.inst.record(clock, pt);
         Ok(logits)
     }
 }

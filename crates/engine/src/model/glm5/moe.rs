@@ -16,14 +16,12 @@
 //! bit-identical outputs; which is faster depends on the batch size, hence the start-up
 //! autotune ([`crate::model::autotune`]).
 
-use sparrow_cpu::format::ggml::QActs;
-use sparrow_cpu::{kernels, Isa, ThreadPool, Weight};
+use sparrow_cpu::{kernels, Weight};
 
 use super::{Glm5Config, Step, Work};
 use crate::config::MoeImpl;
 use crate::model::common::Scratch;
-use crate::model::linear::Linear;
-use crate::model::observer::ObserverSlot;
+use crate::model::linear::{gather_forward, Fwd, Gathered, Linear};
 
 /// Which MoE implementation runs a batch of `tokens` tokens.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,28 +103,16 @@ pub(super) enum Ffn {
 
 impl Ffn {
     /// The feed-forward on the step's rows `x` (`[tokens × hidden]`).
-    pub(super) fn forward(&self, s: &Step<'_>, x: &[f32], w: &mut Work) -> Vec<f32> {
+    pub(super) fn forward(&self, s: &Step<'_>, x: &[f32], w: &mut Work<'_>) -> Vec<f32> {
         let t_n = s.batch.num_tokens();
         // Written whole: by the dense MLP's GEMM, or by the MoE's combine, which starts each
         // row from zero.
         let mut out = w.bufs.take(t_n * s.cfg.hidden);
         match self {
-            Ffn::Dense(m) => m.run(s.pool, s.isa, x, t_n, &mut w.xq, &mut w.bufs, &mut out, &mut w.obs),
+            Ffn::Dense(m) => m.forward(&mut w.cx, x, t_n, &mut w.bufs, &mut out),
             Ffn::Moe(m) => {
-                let routes = m.routes(s.cfg, s.pool, s.isa, x, t_n, &mut w.xq);
-                let imp = s.opts.moe.pick(t_n);
-                m.run_routed_capture(
-                    s.pool,
-                    s.isa,
-                    imp,
-                    &routes,
-                    x,
-                    s.cfg.hidden,
-                    &mut w.xq,
-                    &mut w.bufs,
-                    &mut out,
-                    &mut w.obs,
-                );
+                let routes = m.routes(s.cfg, &mut w.cx, x, t_n);
+                m.forward_routed(&mut w.cx, s.opts.moe.pick(t_n), &routes, x, &mut w.bufs, &mut out);
             }
         }
         out
@@ -134,32 +120,14 @@ impl Ffn {
 }
 
 impl Mlp {
-    /// `out = down(silu(gate(x)) · up(x))` for `tokens` rows; reports the inputs of its
-    /// projections to `cap`.
-    #[allow(clippy::too_many_arguments)]
-    fn run(
-        &self,
-        pool: &ThreadPool,
-        isa: Isa,
-        x: &[f32],
-        tokens: usize,
-        xq: &mut QActs,
-        bufs: &mut Scratch,
-        out: &mut [f32],
-        cap: &mut ObserverSlot,
-    ) {
-        self.gate_up.observe(cap, pool, isa, x, tokens);
+    /// `out = down(silu(gate(x)) · up(x))` for `tokens` rows.
+    fn forward(&self, cx: &mut Fwd<'_>, x: &[f32], tokens: usize, bufs: &mut Scratch, out: &mut [f32]) {
         // Both written whole (a GEMM's output, SwiGLU's).
         let mut gu = bufs.take(tokens * 2 * self.inter);
-        kernels::matmul(pool, isa, &self.gate_up.weight, x, tokens, xq, &mut gu);
+        self.gate_up.forward(cx, x, tokens, &mut gu);
         let mut act = bufs.take(tokens * self.inter);
-        let inter = self.inter;
-        pool.par_rows(&mut act, inter, |t, a| {
-            let g = &gu[t * 2 * inter..(t + 1) * 2 * inter];
-            kernels::silu_mul(isa, &g[..inter], &g[inter..], a);
-        });
-        self.down.observe(cap, pool, isa, &act, tokens);
-        kernels::matmul(pool, isa, &self.down.weight, &act, tokens, xq, out);
+        swiglu(cx, &gu, self.inter, &mut act);
+        self.down.forward(cx, &act, tokens, out);
         bufs.give(gu);
         bufs.give(act);
     }
@@ -171,38 +139,20 @@ impl Mlp {
 }
 
 impl Moe {
-    /// The routed + shared output for `tokens` rows of `x` (`[tokens × hidden]`), with the
-    /// routing of each token given; implementation `imp`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn run_routed(
+    /// The routed + shared output for the rows of `x` (`[tokens × hidden]`, into `out`), with
+    /// the routing of each token given (`routes[t]`, one per row); implementation `imp`.
+    /// Activation buffers come from `bufs` and go back to it.
+    pub fn forward_routed(
         &self,
-        pool: &ThreadPool,
-        isa: Isa,
+        cx: &mut Fwd<'_>,
         imp: MoeImpl,
         routes: &[Vec<(usize, f32)>],
         x: &[f32],
-        hidden: usize,
-        xq: &mut QActs,
-        out: &mut [f32],
-    ) {
-        self.run_routed_capture(pool, isa, imp, routes, x, hidden, xq, &mut Scratch::default(), out, &mut None);
-    }
-
-    /// [`Moe::run_routed`], reporting each module's input to `cap`.
-    #[allow(clippy::too_many_arguments)]
-    fn run_routed_capture(
-        &self,
-        pool: &ThreadPool,
-        isa: Isa,
-        imp: MoeImpl,
-        routes: &[Vec<(usize, f32)>],
-        x: &[f32],
-        hidden: usize,
-        xq: &mut QActs,
         bufs: &mut Scratch,
         out: &mut [f32],
-        cap: &mut ObserverSlot,
     ) {
+        let hidden = self.gate.cols();
+        let pool = cx.pool;
         let tokens = routes.len();
         let k = routes.first().map_or(0, Vec::len);
         // Row at[t·k + j] of `ys` is expert routes[t][j]'s output for token t; `sh` the shared
@@ -213,17 +163,17 @@ impl Moe {
                 for (t, r) in routes.iter().enumerate() {
                     for (j, &(e, _)) in r.iter().enumerate() {
                         let dst = &mut y[(t * k + j) * hidden..(t * k + j + 1) * hidden];
-                        self.experts[e].run(pool, isa, &x[t * hidden..(t + 1) * hidden], 1, xq, bufs, dst, cap);
+                        self.experts[e].forward(cx, &x[t * hidden..(t + 1) * hidden], 1, bufs, dst);
                     }
                 }
                 let sh = self.shared.as_ref().map(|m| {
                     let mut s = bufs.take(tokens * hidden);
-                    m.run(pool, isa, x, tokens, xq, bufs, &mut s, cap);
+                    m.forward(cx, x, tokens, bufs, &mut s);
                     s
                 });
                 (y, (0..tokens * k).collect(), sh)
             }
-            MoeImpl::ExpertMajor => self.expert_major(pool, isa, routes, x, hidden, xq, bufs, cap),
+            MoeImpl::ExpertMajor => self.expert_major(cx, routes, x, hidden, bufs),
         };
         // Per token on the pool: the same sum in the same order on any thread and either
         // implementation: the routed outputs in routing order, then the shared experts'.
@@ -249,17 +199,13 @@ impl Moe {
     /// fork-joins of the pool for the layer instead of three per expert. Returns the
     /// expert-sorted outputs, the row of (token t, choice j) at `t·k + j`, and the shared
     /// experts' output.
-    #[allow(clippy::too_many_arguments)]
     fn expert_major(
         &self,
-        pool: &ThreadPool,
-        isa: Isa,
+        cx: &mut Fwd<'_>,
         routes: &[Vec<(usize, f32)>],
         x: &[f32],
         hidden: usize,
-        xq: &mut QActs,
         bufs: &mut Scratch,
-        cap: &mut ObserverSlot,
     ) -> (Vec<f32>, Vec<usize>, Option<Vec<f32>>) {
         let (tokens, n_e) = (routes.len(), self.experts.len());
         let k = routes.first().map_or(0, Vec::len);
@@ -286,65 +232,58 @@ impl Moe {
         let pairs = tokens * k;
         // Every buffer below is written whole: gathered rows, GEMM and SwiGLU outputs.
         let mut xs = bufs.take(pairs * hidden);
-        pool.par_rows(&mut xs, hidden, |i, row| row.copy_from_slice(&x[src[i] * hidden..(src[i] + 1) * hidden]));
-        let rows = |e: usize| start[e]..start[e + 1];
-        if cap.is_some() {
-            for e in (0..n_e).filter(|&e| !rows(e).is_empty()) {
-                let r = rows(e);
-                self.experts[e].gate_up.observe(cap, pool, isa, &xs[r.start * hidden..r.end * hidden], r.len());
-            }
-            if let Some(m) = &self.shared {
-                m.gate_up.observe(cap, pool, isa, x, tokens);
-            }
-        }
+        cx.pool.par_rows(&mut xs, hidden, |i, row| row.copy_from_slice(&x[src[i] * hidden..(src[i] + 1) * hidden]));
         let sh_inter = self.shared.as_ref().map_or(0, |m| m.inter);
         let mut gu = bufs.take(pairs * 2 * inter);
         let mut gu_sh = bufs.take(tokens * 2 * sh_inter);
-        let sh_job = self.shared.as_ref().map(|m| kernels::GemmJob { w: &m.gate_up.weight, x, tokens, out: &mut gu_sh });
-        grouped_experts(pool, isa, xq, &self.experts, |m| &m.gate_up.weight, &start, &xs, hidden, &mut gu, 2 * inter, sh_job);
-        let swiglu = |gu: &[f32], inter: usize, act: &mut Vec<f32>| {
-            pool.par_rows(act, inter, |t, a| {
-                let g = &gu[t * 2 * inter..(t + 1) * 2 * inter];
-                kernels::silu_mul(isa, &g[..inter], &g[inter..], a);
-            });
-        };
+        gather_forward(cx, self.gathered(|m| &m.gate_up, &start, &xs, &mut gu, x, &mut gu_sh));
         let (mut act, mut act_sh) = (bufs.take(pairs * inter), bufs.take(tokens * sh_inter));
-        swiglu(&gu, inter, &mut act);
-        swiglu(&gu_sh, sh_inter, &mut act_sh);
-        if cap.is_some() {
-            for e in (0..n_e).filter(|&e| !rows(e).is_empty()) {
-                let r = rows(e);
-                self.experts[e].down.observe(cap, pool, isa, &act[r.start * inter..r.end * inter], r.len());
-            }
-            if let Some(m) = &self.shared {
-                m.down.observe(cap, pool, isa, &act_sh, tokens);
-            }
-        }
+        swiglu(cx, &gu, inter, &mut act);
+        swiglu(cx, &gu_sh, sh_inter, &mut act_sh);
         let mut ys = bufs.take(pairs * hidden);
         let mut sh = self.shared.as_ref().map(|_| bufs.take(tokens * hidden));
-        let sh_job = match (&self.shared, sh.as_mut()) {
-            (Some(m), Some(s)) => Some(kernels::GemmJob { w: &m.down.weight, x: &act_sh, tokens, out: s }),
-            _ => None,
-        };
-        grouped_experts(pool, isa, xq, &self.experts, |m| &m.down.weight, &start, &act, inter, &mut ys, hidden, sh_job);
+        let mut no_shared = Vec::new();
+        let sh_out = sh.as_mut().unwrap_or(&mut no_shared);
+        gather_forward(cx, self.gathered(|m| &m.down, &start, &act, &mut ys, &act_sh, sh_out));
         for b in [xs, gu, gu_sh, act, act_sh] {
             bufs.give(b);
         }
         (ys, at, sh)
     }
 
-    /// Routes every token of `x` (`[tokens × hidden]`).
-    pub fn routes(
-        &self,
-        c: &Glm5Config,
-        pool: &ThreadPool,
-        isa: Isa,
-        x: &[f32],
-        tokens: usize,
-        xq: &mut QActs,
-    ) -> Vec<Vec<(usize, f32)>> {
+    /// One projection (`pick`: `gate_up` or `down`) of every expert as the parts of one grouped
+    /// GEMM: expert `e` over rows `start[e]..start[e + 1]` of `x` into the same rows of `out`,
+    /// then the shared experts over every row of `x_sh` into `out_sh` (widths: the
+    /// projection's).
+    fn gathered<'a>(
+        &'a self,
+        pick: fn(&Mlp) -> &Linear,
+        start: &[usize],
+        x: &'a [f32],
+        out: &'a mut [f32],
+        x_sh: &'a [f32],
+        out_sh: &'a mut [f32],
+    ) -> Vec<Gathered<'a>> {
+        let mut parts = Vec::with_capacity(self.experts.len() + 1);
+        let mut rest = out;
+        for (e, m) in self.experts.iter().enumerate() {
+            let (lin, rows) = (pick(m), start[e + 1] - start[e]);
+            let (xw, ow) = (lin.weight.cols(), lin.out_features());
+            let (mine, tail) = std::mem::take(&mut rest).split_at_mut(rows * ow);
+            rest = tail;
+            parts.push(Gathered { linear: lin, x: &x[start[e] * xw..start[e + 1] * xw], rows, out: mine });
+        }
+        if let Some(m) = &self.shared {
+            let lin = pick(m);
+            parts.push(Gathered { linear: lin, x: x_sh, rows: x_sh.len() / lin.weight.cols(), out: out_sh });
+        }
+        parts
+    }
+
+    /// Routes every token of `x` (`[tokens × hidden]`); the router's matmul counts as one.
+    pub fn routes(&self, c: &Glm5Config, cx: &mut Fwd<'_>, x: &[f32], tokens: usize) -> Vec<Vec<(usize, f32)>> {
         let mut logits = vec![0f32; tokens * c.n_routed];
-        kernels::matmul(pool, isa, &self.gate, x, tokens, xq, &mut logits);
+        cx.matmul(&self.gate, x, tokens, &mut logits);
         logits.chunks_exact(c.n_routed).map(|l| route(c, l, &self.bias)).collect()
     }
 
@@ -368,36 +307,13 @@ impl Moe {
     }
 }
 
-/// One grouped GEMM over a MoE layer's experts ([`kernels::matmul_grouped`]): expert `e`
-/// multiplies rows `start[e]..start[e + 1]` of `x` (`xw` wide) by `pick(expert e)` into the same
-/// rows of `out` (`ow` wide); experts without tokens are skipped, and `shared` (the shared
-/// experts over every token) joins the same fork-join.
-#[allow(clippy::too_many_arguments)]
-fn grouped_experts<'a>(
-    pool: &ThreadPool,
-    isa: Isa,
-    xq: &mut QActs,
-    experts: &'a [Mlp],
-    pick: fn(&Mlp) -> &Weight,
-    start: &[usize],
-    x: &'a [f32],
-    xw: usize,
-    out: &'a mut [f32],
-    ow: usize,
-    shared: Option<kernels::GemmJob<'a>>,
-) {
-    let mut jobs = Vec::with_capacity(experts.len() + 1);
-    let mut rest = out;
-    for (e, m) in experts.iter().enumerate() {
-        let n = start[e + 1] - start[e];
-        let (mine, tail) = std::mem::take(&mut rest).split_at_mut(n * ow);
-        rest = tail;
-        if n > 0 {
-            jobs.push(kernels::GemmJob { w: pick(m), x: &x[start[e] * xw..start[e + 1] * xw], tokens: n, out: mine });
-        }
-    }
-    jobs.extend(shared);
-    kernels::matmul_grouped(pool, isa, &mut jobs, xq);
+/// SwiGLU of every row of `gu` (`[gate (inter), up (inter)]` per row) into `act` (`inter` wide).
+fn swiglu(cx: &Fwd<'_>, gu: &[f32], inter: usize, act: &mut [f32]) {
+    let isa = cx.isa;
+    cx.pool.par_rows(act, inter, |t, a| {
+        let g = &gu[t * 2 * inter..(t + 1) * 2 * inter];
+        kernels::silu_mul(isa, &g[..inter], &g[inter..], a);
+    });
 }
 
 #[cfg(test)]

@@ -181,6 +181,8 @@ struct LayerBuffers {
     proj: Vec<f32>,
     gu: Vec<f32>,
     act: Vec<f32>,
+    /// The matmuls' activation scratch, parked here between forwards (a forward's [`Fwd`]
+    /// holds it).
     xq: QActs,
     /// A normalized block output (post-norm families).
     post: Vec<f32>,
@@ -377,8 +379,13 @@ impl Model for LlamaModel {
         let step = Step::new(c, batch, &self.rope, self.rope_local.as_ref(), kv_dtype);
         let clock = self.inst.clock();
         let mut pt = PartTimes::default();
-        let mut cx =
-            Fwd { pool: &self.pool, isa: self.isa, observer: &mut self.inst.observer, parts: clock.is_some().then_some(&mut pt) };
+        let mut cx = Fwd {
+            pool: &self.pool,
+            isa: self.isa,
+            xq: std::mem::take(&mut self.s.xq),
+            observer: &mut self.inst.observer,
+            parts: clock.is_some().then_some(&mut pt),
+        };
         let s = &mut self.s;
         s.resize(&step);
         for (t, &id) in batch.input_ids.iter().enumerate() {
@@ -405,11 +412,8 @@ impl Model for LlamaModel {
         }
         let head =
             OutputHead { norm: &self.output_norm, eps: c.rms_eps, weight: self.output.as_ref().unwrap_or(&self.embed) };
-        let t_head = clock.map(|_| std::time::Instant::now());
-        let logits = head.logits(pool, self.isa, &s.x, &batch.logits_rows, &mut s.xq);
-        if let Some(t0) = t_head {
-            pt.add_gemm(head.weight, t0.elapsed().as_secs_f64());
-        }
+        let logits = head.logits(&mut cx, &s.x, &batch.logits_rows);
+        s.xq = cx.xq;
         self.inst.record(clock, pt);
         Ok(logits)
     }
@@ -488,14 +492,14 @@ impl Layer {
     fn attention(&self, cx: &mut Fwd, st: &Step, l: usize, s: &mut LayerBuffers, kv: &mut KvStore) {
         let c = st.c;
         let t_n = st.batch.num_tokens();
-        self.qkv.forward(cx, &s.h, t_n, &mut s.xq, &mut s.qkv);
+        self.qkv.forward(cx, &s.h, t_n, &mut s.qkv);
         self.qk_norm_rope(cx.pool, st, l, &mut s.qkv);
         let (pool, isa) = (cx.pool, cx.isa);
         cx.timed(|p| &mut p.attention, || {
             write_kv(isa, st, l, &s.qkv, kv);
             attend(pool, isa, st, l, s, kv);
         });
-        self.wo.forward(cx, &s.attn, t_n, &mut s.xq, &mut s.proj);
+        self.wo.forward(cx, &s.attn, t_n, &mut s.proj);
         if let Some((pa, _)) = &self.post_norms {
             post_norm(cx.pool, c, pa, s);
         }
@@ -536,7 +540,7 @@ impl Layer {
     /// post-norms).
     fn mlp(&self, cx: &mut Fwd, st: &Step, s: &mut LayerBuffers) {
         let (c, t_n) = (st.c, st.batch.num_tokens());
-        self.gate_up.forward(cx, &s.h, t_n, &mut s.xq, &mut s.gu);
+        self.gate_up.forward(cx, &s.h, t_n, &mut s.gu);
         let (gu, isa, act_fn, ffn) = (&s.gu, cx.isa, c.variant.act, c.ffn);
         cx.pool.par_rows(&mut s.act, ffn, |t, act| {
             let gu = &gu[t * 2 * ffn..(t + 1) * 2 * ffn];
@@ -545,7 +549,7 @@ impl Layer {
                 Activation::GeluTanh => kernels::gelu_tanh_mul(&gu[..ffn], &gu[ffn..], act),
             }
         });
-        self.down.forward(cx, &s.act, t_n, &mut s.xq, &mut s.proj);
+        self.down.forward(cx, &s.act, t_n, &mut s.proj);
         if let Some((_, pf)) = &self.post_norms {
             post_norm(cx.pool, c, pf, s);
         }
