@@ -102,6 +102,9 @@ pub struct BenchmarkMetrics {
     pub failed: usize,
     /// Failed requests by cause label.
     pub errors_by_cause: BTreeMap<String, usize>,
+    /// Requests sent a second time on a fresh connection after theirs closed at once, before
+    /// any response byte (succeeded or not; [`RequestRecord::retries`]).
+    pub retried_requests: usize,
     /// Prompt tokens of successful requests.
     pub total_input: u64,
     /// Output tokens of successful requests (server usage, or estimates where none came).
@@ -157,6 +160,7 @@ pub fn calculate(
     let mut token_buckets: BTreeMap<i64, f64> = BTreeMap::new();
     let mut events: Vec<(f64, i32)> = Vec::new();
     for r in records {
+        m.retried_requests += usize::from(r.retries > 0);
         if r.dispatched_s >= 0.0 {
             lags.push((r.dispatched_s - r.scheduled_s).max(0.0));
             waits.push((r.sent_s - r.dispatched_s).max(0.0));

@@ -22,8 +22,8 @@ pub enum FailureKind {
     Deadline,
     /// The TCP connection was refused (nothing listening).
     ConnectionRefused,
-    /// The connection could not be made for another reason (name lookup, unreachable host,
-    /// connect timeout).
+    /// The connection could not be made for another reason (name lookup, unreachable host; a
+    /// connect timeout is a `Timeout`).
     ConnectionFailed,
     /// The connection broke mid-request (reset, closed mid-frame, any transport error after
     /// the connection was made).
@@ -142,6 +142,16 @@ pub struct RequestRecord {
     pub text: String,
     /// `None` on success.
     pub failure: Option<Failure>,
+    /// Times the request was sent again on a fresh connection because the connection it was
+    /// written into closed at once, before any response byte (0 or 1; see
+    /// [`crate::client::send`]). Never hidden: counted in the result line as
+    /// `retried_requests` (warmup requests are not counted).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub retries: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl RequestRecord {

@@ -2,8 +2,9 @@
 //!
 //! The block reproduces SGLang's (`python/sglang/benchmark/serving.py`, `benchmark()`): the
 //! same labels in the same order, `"{:<40} {:<10}"` / `"{:<40} {:<10.2f}"` columns, 50-wide
-//! separators. Sparrow adds `Failed requests:` after `Successful requests:`, a line when
-//! output counts had to be estimated, and, when anything failed, a `Failures` section with
+//! separators. Sparrow adds `Failed requests:` after `Successful requests:` (and
+//! `Retried on a fresh connection:` when a request was), a line when output counts had to be
+//! estimated, and, when anything failed, a `Failures` section with
 //! one line per cause and what is known of a server that stopped answering.
 //!
 //! The JSONL line has SGLang's keys in SGLang's order (written as Python's `json.dumps`
@@ -150,6 +151,9 @@ pub fn render_block(s: &RunSummary, m: &BenchmarkMetrics) -> String {
     }
     line_s(&mut o, "Successful requests:", m.completed);
     line_s(&mut o, "Failed requests:", m.failed);
+    if m.retried_requests > 0 {
+        line_s(&mut o, "Retried on a fresh connection:", m.retried_requests);
+    }
     line_f(&mut o, "Benchmark duration (s):", s.duration_s);
     line_s(&mut o, "Total input tokens:", m.total_input);
     line_s(&mut o, "Total input text tokens:", m.total_input);
@@ -288,6 +292,7 @@ pub fn result_pairs(s: &RunSummary, m: &BenchmarkMetrics) -> Vec<(String, JVal)>
     put("itl_per_token", json!(m.itl_per_token).into());
     put("failed", json!(m.failed).into());
     put("errors_by_cause", json!(m.errors_by_cause).into());
+    put("retried_requests", json!(m.retried_requests).into());
     put("output_tokens_estimated_requests", json!(m.estimated_output_requests).into());
     put("send_lag_ms_p50", JVal::Float(m.send_lag_ms.median));
     put("send_lag_ms_p99", JVal::Float(m.send_lag_ms.p99));

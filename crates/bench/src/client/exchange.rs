@@ -32,15 +32,64 @@ async fn next_or_timeout<T>(ctx: &ClientCtx, fut: impl std::future::Future<Outpu
 /// The header SGLang's client sends a prefix group's routing key in (`serving.py`).
 pub const ROUTING_KEY_HEADER: &str = "X-SMG-Routing-Key";
 
+/// How an exchange failed.
+pub(super) enum Exchange {
+    /// The connection closed before any response byte came (see [`unanswered`]): the request
+    /// may be sent again on a fresh connection.
+    Unanswered(Failure),
+    /// Any other failure, recorded as it is.
+    Failed(Failure),
+}
+
+impl Exchange {
+    /// The failure, whichever way the exchange failed.
+    pub(super) fn failure(self) -> Failure {
+        match self {
+            Exchange::Unanswered(f) | Exchange::Failed(f) => f,
+        }
+    }
+}
+
+impl From<Failure> for Exchange {
+    fn from(f: Failure) -> Exchange {
+        Exchange::Failed(f)
+    }
+}
+
+/// Whether a send error is a connection that closed under the request before the response
+/// head was read: hyper's incomplete message (the peer closed after the request was written),
+/// or a reset, broken pipe or abort. Connect errors and timeouts are not.
+fn unanswered(e: &reqwest::Error) -> bool {
+    if e.is_timeout() || e.is_connect() {
+        return false;
+    }
+    let mut src: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = src {
+        if s.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_incomplete_message) {
+            return true;
+        }
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset};
+            if matches!(io.kind(), ConnectionReset | BrokenPipe | ConnectionAborted) {
+                return true;
+            }
+        }
+        src = s.source();
+    }
+    false
+}
+
+/// One POST of `body` through `http` (the pooled client or the fresh one), filling `rec` and
+/// `acc` as the answer arrives.
 pub(super) async fn exchange(
     ctx: &ClientCtx,
+    http: &reqwest::Client,
     body: Bytes,
     rec: &mut RequestRecord,
     acc: &mut Accumulator,
     routing_key: Option<&str>,
-) -> Result<(), Failure> {
-    let mut req = ctx
-        .http
+) -> Result<(), Exchange> {
+    let mut req = http
         .post(&ctx.url)
         .headers(ctx.headers.clone())
         .header(reqwest::header::CONTENT_TYPE, "application/json")
@@ -50,8 +99,13 @@ pub(super) async fn exchange(
     }
     // Without streaming the headers come only once the whole answer is generated, so only
     // the overall deadline applies to them.
-    let resp = if ctx.stream { next_or_timeout(ctx, req.send()).await? } else { req.send().await }
-        .map_err(|e| failure(classify(&e), error_chain(&e)))?;
+    let resp = match if ctx.stream { next_or_timeout(ctx, req.send()).await? } else { req.send().await } {
+        Ok(r) => r,
+        Err(e) => {
+            let f = failure(classify(&e), error_chain(&e));
+            return Err(if unanswered(&e) { Exchange::Unanswered(f) } else { Exchange::Failed(f) });
+        }
+    };
     ctx.activity.touch();
     rec.first_byte_s = Some(ctx.now());
     let status = resp.status();
@@ -61,7 +115,7 @@ pub(super) async fn exchange(
             .ok()
             .and_then(|v| sparrow_protocol::in_band_error(&v))
             .unwrap_or_else(|| text.chars().take(500).collect());
-        return Err(failure(FailureKind::Http(status.as_u16()), msg));
+        return Err(failure(FailureKind::Http(status.as_u16()), msg).into());
     }
     if !ctx.stream {
         let bytes = next_or_timeout(ctx, resp.bytes()).await?.map_err(|e| failure(classify(&e), error_chain(&e)))?;
@@ -69,7 +123,7 @@ pub(super) async fn exchange(
         let v: Value =
             serde_json::from_slice(&bytes).map_err(|e| failure(FailureKind::InvalidResponse, e.to_string()))?;
         if let Some(msg) = sparrow_protocol::in_band_error(&v) {
-            return Err(failure(FailureKind::InBandError, msg));
+            return Err(failure(FailureKind::InBandError, msg).into());
         }
         let text = match ctx.api {
             Api::Generate => v.get("text").and_then(Value::as_str),
@@ -143,7 +197,7 @@ pub(super) async fn exchange(
             }
         });
         if let Some(e) = err {
-            return Err(e);
+            return Err(e.into());
         }
         if acc.done {
             break;
@@ -157,6 +211,7 @@ pub(super) async fn exchange(
         Err(failure(
             FailureKind::StreamEndedEarly,
             if cut { "body ended mid-frame" } else { "body ended without [DONE] or finish_reason" }.into(),
-        ))
+        )
+        .into())
     }
 }

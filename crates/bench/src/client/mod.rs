@@ -27,7 +27,7 @@ use crate::record::{Failure, FailureKind, RequestRecord, TokenCountSource};
 pub use body::{build_body, LogprobOptions, PromptInput, RequestOptions};
 pub use exchange::ROUTING_KEY_HEADER;
 
-use exchange::exchange;
+use exchange::{exchange, Exchange};
 use stream::Accumulator;
 
 /// The API dialect a backend speaks.
@@ -154,11 +154,19 @@ impl Api {
     }
 }
 
+/// How soon after its send a request's connection must have closed, with no response byte,
+/// for the request to be sent again ([`send`]): the idle-close race fails within a round trip;
+/// a later close is a failure of the request.
+pub const RETRY_WINDOW: Duration = Duration::from_millis(250);
+
 /// What every request of a run shares.
 #[derive(Debug, Clone)]
 pub struct ClientCtx {
     /// The pooled HTTP client.
     pub http: reqwest::Client,
+    /// A client without a pool: every request on a new connection (the one retry of
+    /// [`send`]).
+    pub fresh: reqwest::Client,
     /// Full endpoint URL.
     pub url: String,
     /// Extra headers (`--header`, `OPENAI_API_KEY`).
@@ -219,6 +227,17 @@ impl ClientCtx {
 /// `cancel` interrupts the request (recorded as `interrupted`); `abandon` gives it up because
 /// the server was declared down (recorded as `connection reset`). `routing_key` is sent as
 /// `X-SMG-Routing-Key`.
+///
+/// A request whose connection closed before any response byte (hyper's "connection closed
+/// before message completed", a reset or broken pipe) within [`RETRY_WINDOW`] of the send is
+/// sent once more on a fresh connection, and `rec.retries` says so: that is how a pooled
+/// connection the server closed while idle fails (the close crosses the request on the wire),
+/// and such a request never reached the server's handler. reqwest does not say whether a
+/// connection was pooled, hence the window: a connection that dies later had the request for
+/// a while (a crash mid-generation, a proxy's reset), and that failure is the request's. When
+/// the retry gets no response byte either (refused: the server went away), the first failure
+/// is the record's, the retry's appended to its message. A failure after the first response
+/// byte is never retried. Latencies of a retried request count from the first send.
 pub async fn send(
     ctx: &ClientCtx,
     body: Bytes,
@@ -229,8 +248,28 @@ pub async fn send(
 ) {
     rec.sent_s = ctx.now();
     let mut acc = Accumulator::default();
+    let sent = Instant::now();
+    let attempts = async {
+        match exchange(ctx, &ctx.http, body.clone(), rec, &mut acc, routing_key).await {
+            Ok(()) => Ok(()),
+            Err(Exchange::Unanswered(first)) if sent.elapsed() <= RETRY_WINDOW => {
+                rec.retries += 1;
+                exchange(ctx, &ctx.fresh, body, rec, &mut acc, routing_key).await.map_err(|e| {
+                    let f = e.failure();
+                    match rec.first_byte_s {
+                        None => Failure {
+                            message: format!("{}; retried on a fresh connection: {}", first.message, f.message),
+                            ..first
+                        },
+                        Some(_) => f,
+                    }
+                })
+            }
+            Err(e) => Err(e.failure()),
+        }
+    };
     let outcome = tokio::select! {
-        r = tokio::time::timeout(ctx.request_timeout, exchange(ctx, body, rec, &mut acc, routing_key)) => match r {
+        r = tokio::time::timeout(ctx.request_timeout, attempts) => match r {
             Ok(r) => r,
             Err(_) => Err(failure(FailureKind::Deadline, format!("no answer within {:?}", ctx.request_timeout))),
         },

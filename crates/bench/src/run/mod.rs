@@ -52,7 +52,7 @@ pub use prompts::build_dataset;
 
 use health::{health_monitor, probe, Liveness};
 use prompts::mooncake_path;
-use setup::{first_body, get_json, header_map, http_client, post_control, resolve_tokenizer, wait_ready, warmup};
+use setup::{first_body, get_json, header_map, http_clients, post_control, resolve_tokenizer, wait_ready, warmup};
 
 /// Exit status of a run (also documented in `sparrow bench --help`).
 pub mod exit {
@@ -156,7 +156,7 @@ pub async fn run(cfg: BenchConfig) -> Result<RunOutcome, BenchError> {
 /// As [`run`].
 pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, BenchError> {
     let a = &cfg.args;
-    let http = http_client()?;
+    let (http, fresh) = http_clients()?;
     let headers = header_map(&cfg)?;
     for w in &cfg.warnings {
         crate::errln!("warning: {w}");
@@ -224,6 +224,7 @@ pub async fn run_with(cfg: BenchConfig, hooks: RunHooks) -> Result<RunOutcome, B
         .collect();
     let mut ctx = ClientCtx {
         http: http.clone(),
+        fresh,
         url: format!("{}{}", cfg.base_url, opts.api.path()),
         headers: headers.clone(),
         api: opts.api,

@@ -58,6 +58,7 @@ pub(super) fn new_record(index: usize, prompt_len: u64, output_len: u64, schedul
         finish_reason: None,
         text: String::new(),
         failure: None,
+        retries: 0,
     }
 }
 

@@ -17,14 +17,27 @@ use crate::args::BenchConfig;
 use crate::client::{self, ClientCtx, PromptInput, RequestOptions};
 use crate::dataset::DatasetRow;
 
-pub(super) fn http_client() -> Result<reqwest::Client, BenchError> {
-    reqwest::Client::builder()
-        .pool_max_idle_per_host(usize::MAX)
-        .tcp_nodelay(true)
-        .connect_timeout(Duration::from_secs(10))
-        .no_proxy()
-        .build()
-        .map_err(|e| BenchError::Setup(format!("cannot build HTTP client: {e}")))
+/// How long a pooled connection may sit idle and still be reused. Servers close idle
+/// keep-alive connections on their own clock (llama-server after 5 s); a request written into a
+/// connection the server is closing gets no answer (`connection closed before message
+/// completed`). Well under any server's bound, and a reconnect costs far less than a request.
+pub const POOL_IDLE: Duration = Duration::from_millis(500);
+
+/// The run's HTTP clients: the pooled one every request uses, and one that opens a fresh
+/// connection for every request (the retry of a request a pooled connection lost; see
+/// [`crate::client::send`]).
+pub(super) fn http_clients() -> Result<(reqwest::Client, reqwest::Client), BenchError> {
+    let build = |pooled: bool| {
+        reqwest::Client::builder()
+            .pool_max_idle_per_host(if pooled { usize::MAX } else { 0 })
+            .pool_idle_timeout(POOL_IDLE)
+            .tcp_nodelay(true)
+            .connect_timeout(Duration::from_secs(10))
+            .no_proxy()
+            .build()
+            .map_err(|e| BenchError::Setup(format!("cannot build HTTP client: {e}")))
+    };
+    Ok((build(true)?, build(false)?))
 }
 
 /// GET `url` as JSON with a short timeout; `None` on any failure (calls made outside the timed

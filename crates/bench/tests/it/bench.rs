@@ -22,13 +22,17 @@ async fn start(script: MockScript) -> mock::MockServer {
 
 /// Runs a bench against `server` with `extra` flags on top of quiet, fast defaults.
 async fn bench(server: &mock::MockServer, dir: &Path, extra: &[&str]) -> Result<RunOutcome, run::BenchError> {
+    bench_at(&server.url(), dir, extra).await
+}
+
+/// [`bench`] against any server at `url`.
+pub(crate) async fn bench_at(url: &str, dir: &Path, extra: &[&str]) -> Result<RunOutcome, run::BenchError> {
     let out = dir.join("out.jsonl");
     let tok = fixture("words.tokenizer.json");
-    let url = server.url();
     let mut argv: Vec<String> = [
         "bench",
         "--base-url",
-        &url,
+        url,
         "--tokenizer",
         tok.to_str().expect("utf8"),
         "--dataset-name",

@@ -2,6 +2,7 @@
 //! area, each with its own doc.
 
 mod bench;
+mod keepalive;
 mod multi_client;
 mod report;
 mod sglang_parity;

@@ -25,6 +25,7 @@ fn fixed_trace() -> Vec<RequestRecord> {
         finish_reason: None,
         text: String::new(),
         failure: failed.then(|| Failure { kind: FailureKind::Http(500), message: "boom".into() }),
+        retries: 0,
     };
     vec![
         rec(0, 0.0, &[(0.5, 1), (0.7, 1), (1.0, 1)], 1.1, 10, false),
