@@ -238,6 +238,8 @@ mod tests {
             step: 0,
             key: String::new(),
             label: label.into(),
+            config: None,
+            workload: None,
             value_index: vi,
             repeat: 0,
             concurrency: Some(c),

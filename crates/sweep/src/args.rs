@@ -98,8 +98,26 @@ pub struct SweepArgs {
     #[arg(long, default_value_t = 0.9)]
     pub slo_attainment: f64,
     /// Runs of each step; the summary gives the median and the spread.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, visible_alias = "num-runs", default_value_t = 1)]
     pub repeat: usize,
+    /// Server configurations: a JSON file of flag sets appended to the one `--server-cmd`
+    /// (a list of flag dicts, or a dict of named ones; vLLM's `--serve-params` format); each
+    /// configuration gets a fresh server, its own log and its own verdicts.
+    #[arg(long)]
+    pub serve_params: Option<PathBuf>,
+    /// Workloads: a JSON file of `sparrow bench` flag sets (dataset, lengths, ...), each run
+    /// over every step of every configuration.
+    #[arg(long)]
+    pub bench_params: Option<PathBuf>,
+    /// Server flag tied to a bench flag (`max_running_requests=max_concurrency`): a step runs
+    /// only where both are set to the same value; a workload without the bench flag takes the
+    /// configuration's value.
+    #[arg(long, value_delimiter = ',')]
+    pub link_vars: Vec<String>,
+    /// The configuration (a `--serve-params` name) every other is compared with in words
+    /// (default: the first).
+    #[arg(long)]
+    pub baseline: Option<String>,
     /// Folder for every result (default: a new `sweep-YYYYMMDD-HHMMSS` folder here).
     #[arg(long)]
     pub output_dir: Option<PathBuf>,
@@ -145,6 +163,11 @@ const SWEEP_FLAGS: &[&str] = &[
     "slo-e2e-ms",
     "slo-attainment",
     "repeat",
+    "num-runs",
+    "serve-params",
+    "bench-params",
+    "link-vars",
+    "baseline",
     "output-dir",
     "output-file",
     "cgroup-dir",
@@ -219,15 +242,38 @@ impl Axis {
     }
 }
 
-/// One side of an A/B run (or the only side).
-#[derive(Debug, Clone, PartialEq)]
+/// One series of steps: a side of an A/B run (or the only side), or one configuration ×
+/// workload of a grid.
+#[derive(Debug, Clone)]
 pub struct Side {
-    /// `--label`.
+    /// `--label`; in a grid the configuration's name, then `:` and the workload's when there
+    /// are workloads.
     pub label: String,
-    /// `--server-cmd`, when the sweep launches the server.
+    /// `--server-cmd` (with the configuration's flags), when the sweep launches the server.
     pub server_cmd: Option<String>,
     /// Base URL without a trailing slash.
     pub base_url: String,
+    /// The server the side's steps run on (index into the sweep's servers): the sides of one
+    /// grid configuration share it.
+    pub server: usize,
+    /// The grid configuration's name (`--serve-params`).
+    pub config: Option<String>,
+    /// The workload's name (`--bench-params`).
+    pub workload: Option<String>,
+    /// Bench flags after the sweep's own: the workload's, then values tied by `--link-vars`.
+    pub bench_extra: Vec<String>,
+    /// The validated bench flags the side's steps start from.
+    pub bench: BenchConfig,
+    /// The step values (indices on the axis) the side runs: every one, or those a
+    /// `--link-vars` pair on the step flag keeps.
+    pub steps: Vec<usize>,
+}
+
+impl Side {
+    /// The bench flags of the side, as given (the sweep's, then [`Self::bench_extra`]).
+    pub fn bench_argv(&self, common: &[String]) -> Vec<String> {
+        common.iter().chain(&self.bench_extra).cloned().collect()
+    }
 }
 
 /// Validated, immutable settings of a sweep.
@@ -246,8 +292,16 @@ pub struct SweepConfig {
     pub fixed_rate: f64,
     /// See [`Self::fixed_rate`].
     pub fixed_concurrency: Option<usize>,
-    /// One or two sides.
+    /// One or two sides, or a grid's configurations × workloads (configuration-major).
     pub sides: Vec<Side>,
+    /// True for a grid of server configurations (`--serve-params`).
+    pub grid: bool,
+    /// The grid's configurations, in file order (empty outside a grid).
+    pub configs: Vec<crate::grid::ParamSet>,
+    /// The workloads (`--bench-params`), in file order (empty without).
+    pub workloads: Vec<crate::grid::ParamSet>,
+    /// The configuration the others are compared with (`--baseline`, else the first).
+    pub baseline: Option<String>,
     /// `--startup-timeout`.
     pub startup_timeout: Duration,
     /// `--hang-timeout`.
@@ -375,13 +429,30 @@ fn validate(a: SweepArgs, mut bench_args: BenchArgs, bench_argv: Vec<String>) ->
     if n_sides == 2 && a.server_cmd.len() == 1 && a.base_url.len() == 2 {
         return Err(FlagError("an A/B run with two --base-url needs --server-cmd twice (or not at all)".into()));
     }
+    let grid = a.serve_params.is_some();
+    if grid && (a.server_cmd.len() != 1 || a.base_url.len() > 1 || !a.label.is_empty()) {
+        return Err(FlagError(
+            "--serve-params takes one --server-cmd (the command every configuration's flags are appended to), at most one --base-url and no --label (configurations are named in the file)".into(),
+        ));
+    }
+    if n_sides == 2 && a.bench_params.is_some() {
+        return Err(FlagError(
+            "--bench-params with an A/B run: give the two servers as --serve-params configurations of one --server-cmd"
+                .into(),
+        ));
+    }
+    let links = crate::grid::parse_links(&a.link_vars)?;
+    if !links.is_empty() && !grid {
+        return Err(FlagError("--link-vars ties --serve-params values to bench values: give --serve-params".into()));
+    }
     // The bench's own validation gives the default address (from --host/--port/--backend).
     bench_args.base_url = a.base_url.first().cloned();
     // The sweep owns readiness (its own launch wait and liveness watch): a step never waits
     // out the bench's 60 s ready check on a server the sweep already judged.
     bench_args.ready_check_timeout_sec = 0;
     let bench = bench_args.clone().validate().map_err(|e| FlagError(e.0))?;
-    let mut sides = Vec::with_capacity(n_sides);
+    // Servers: the A/B sides, or the grid's configurations.
+    let mut servers: Vec<(String, Option<String>, String, Option<crate::grid::ParamSet>)> = vec![];
     for i in 0..n_sides {
         let label = a.label.get(i).cloned().unwrap_or_else(|| ["A", "B"][i].to_owned());
         let base_url = a
@@ -396,9 +467,72 @@ fn validate(a: SweepArgs, mut bench_args: BenchArgs, bench_argv: Vec<String>) ->
         if server_cmd.as_deref().is_some_and(|c| c.trim().is_empty()) {
             return Err(FlagError("--server-cmd is empty".into()));
         }
-        sides.push(Side { label, server_cmd, base_url });
+        servers.push((label, server_cmd, base_url, None));
     }
-    if sides.len() == 2 && sides[0].label == sides[1].label {
+    if let Some(path) = &a.serve_params {
+        let (_, cmd, url, _) = servers.remove(0);
+        let cmd = cmd.unwrap_or_default();
+        for set in crate::grid::load(path, "--serve-params")? {
+            servers.push((set.name.clone(), Some(set.command(&cmd)), url.clone(), Some(set)));
+        }
+    }
+    let workloads = match &a.bench_params {
+        Some(path) => crate::grid::load(path, "--bench-params")?.into_iter().map(Some).collect(),
+        None => vec![None],
+    };
+    let mut sides = vec![];
+    for (si, (label, server_cmd, base_url, config)) in servers.iter().enumerate() {
+        for w in &workloads {
+            let Some(side) = grid_side(&axis, &bench_argv, &links, config.as_ref(), w.as_ref())? else { continue };
+            let (bench_extra, steps) = side;
+            let mut b = if bench_extra.is_empty() {
+                bench.clone()
+            } else {
+                let what = format!("--bench-params {}", w.as_ref().map_or("", |w| w.name.as_str()));
+                let argv: Vec<String> = std::iter::once("sparrow bench".to_owned())
+                    .chain(bench_argv.iter().cloned())
+                    .chain(bench_extra.iter().cloned())
+                    .collect();
+                let mut ba =
+                    BenchArgs::try_parse_from(&argv).map_err(|e| FlagError(format!("{what}: {}", clap_message(&e))))?;
+                ba.base_url = Some(base_url.clone());
+                ba.ready_check_timeout_sec = 0;
+                ba.validate().map_err(|e| FlagError(format!("{what}: {}", e.0)))?
+            };
+            b.base_url.clone_from(base_url);
+            sides.push(Side {
+                label: match w {
+                    Some(w) => format!("{label}:{}", w.name),
+                    None => label.clone(),
+                },
+                server_cmd: server_cmd.clone(),
+                base_url: base_url.clone(),
+                server: si,
+                config: config.as_ref().map(|c| c.name.clone()),
+                workload: w.as_ref().map(|w| w.name.clone()),
+                bench_extra,
+                bench: b,
+                steps,
+            });
+        }
+    }
+    let configs: Vec<crate::grid::ParamSet> = servers.into_iter().filter_map(|s| s.3).collect();
+    let baseline = match &a.baseline {
+        Some(b) if !configs.iter().any(|c| &c.name == b) => {
+            return Err(FlagError(format!(
+                "--baseline {b:?} is not a --serve-params configuration ({})",
+                configs.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", ")
+            )))
+        }
+        Some(b) => Some(b.clone()),
+        None => configs.first().map(|c| c.name.clone()),
+    };
+    if sides.is_empty() {
+        return Err(FlagError(
+            "--link-vars leaves no configuration × workload × step to run: no pair has equal linked values".into(),
+        ));
+    }
+    if sides.len() == 2 && !grid && sides[0].label == sides[1].label {
         return Err(FlagError(format!("the two --label values are the same ({:?})", sides[0].label)));
     }
     if let Some(l) = sides.iter().find(|s| s.label.is_empty() || s.label.contains(['/', '\0'])) {
@@ -415,7 +549,87 @@ fn validate(a: SweepArgs, mut bench_args: BenchArgs, bench_argv: Vec<String>) ->
         fixed_rate,
         fixed_concurrency,
         sides,
+        grid,
+        baseline,
+        configs,
+        workloads: workloads.into_iter().flatten().collect(),
     })
+}
+
+/// Bench flags a workload may not set: the sweep sets them per step or per side.
+const OWNED_BY_SWEEP: &[&str] =
+    &["max-concurrency", "request-rate", "num-prompts", "output-file", "base-url", "host", "port", "seed"];
+
+/// A kept configuration × workload pair: its extra bench flags and its step value indices.
+type GridPair = (Vec<String>, Vec<usize>);
+
+/// A configuration × workload pair under `--link-vars`: its extra bench flags (the workload's,
+/// then values a link carries over) and its step values; `None` when a link's two values differ.
+fn grid_side(
+    axis: &Axis,
+    bench_argv: &[String],
+    links: &[crate::grid::Link],
+    config: Option<&crate::grid::ParamSet>,
+    workload: Option<&crate::grid::ParamSet>,
+) -> Result<Option<GridPair>, FlagError> {
+    use crate::grid::{flag_name, norm_key, same_value};
+    let mut extra = workload.map(crate::grid::ParamSet::argv).unwrap_or_default();
+    if let Some(w) = workload {
+        for (f, _) in &w.flags {
+            let k = norm_key(f);
+            let refused = REFUSED.iter().any(|(r, _)| *r == k);
+            if refused || OWNED_BY_SWEEP.contains(&k.as_str()) || SWEEP_FLAGS.contains(&k.as_str()) {
+                return Err(FlagError(format!(
+                    "--bench-params {}: {f} is set by the sweep (steps: --concurrency / --request-rate; prompts: --num-prompts-per-step; seed and address: the sweep's own flags)",
+                    w.name
+                )));
+            }
+        }
+    }
+    let mut steps: Vec<usize> = (0..axis.len()).collect();
+    for l in links {
+        let on_axis = match axis {
+            Axis::Concurrency(_) => l.bench == "max-concurrency" || l.bench == "concurrency",
+            Axis::RequestRate(_) => l.bench == "request-rate",
+        };
+        if !on_axis && (OWNED_BY_SWEEP.contains(&l.bench.as_str()) || SWEEP_FLAGS.contains(&l.bench.as_str())) {
+            return Err(FlagError(format!(
+                "--link-vars {}={}: --{} is set by the sweep, not by a workload",
+                l.serve, l.bench, l.bench
+            )));
+        }
+        let Some(sv) = config.and_then(|c| c.get(&l.serve)) else { continue };
+        if on_axis {
+            steps.retain(|&i| same_value(&sv, &crate::analysis::fmt_value(axis.value(i))));
+        } else if let Some(bv) = workload.and_then(|w| w.get(&l.bench)) {
+            if !same_value(&sv, &bv) {
+                return Ok(None);
+            }
+        } else {
+            // Set by the sweep's own bench flags, the link holds where they agree; unset, the
+            // workload takes the configuration's value.
+            match flag_value(bench_argv, &l.bench) {
+                Some(g) if !same_value(&g, &sv) => return Ok(None),
+                Some(_) => {}
+                None => extra.extend([flag_name(&l.bench), sv]),
+            }
+        }
+    }
+    Ok((!steps.is_empty()).then_some((extra, steps)))
+}
+
+/// The last value given to bench flag `key` (comparable form) in `argv`.
+fn flag_value(argv: &[String], key: &str) -> Option<String> {
+    let mut found = None;
+    let mut it = argv.iter();
+    while let Some(x) = it.next() {
+        let Some(n) = x.strip_prefix("--") else { continue };
+        let (name, inline) = n.split_once('=').map_or((n, None), |(k, v)| (k, Some(v.to_owned())));
+        if crate::grid::norm_key(name) == key {
+            found = inline.or_else(|| it.next().cloned());
+        }
+    }
+    found
 }
 
 impl SweepConfig {
@@ -433,11 +647,11 @@ impl SweepConfig {
             Axis::RequestRate(v) => v[i],
         }
     }
-    /// Prompts of step value `i`: `--num-prompts-per-step`, else max(4 × concurrency, 64);
-    /// for `generated-shared-prefix`, groups × prompts per group (that dataset sets its own
-    /// count, as in `sparrow bench`).
-    pub fn num_prompts(&self, i: usize) -> usize {
-        let b = &self.bench.args;
+    /// Prompts of side `side` at step value `i`: `--num-prompts-per-step`, else
+    /// max(4 × concurrency, 64); for `generated-shared-prefix`, groups × prompts per group
+    /// (that dataset sets its own count, as in `sparrow bench`).
+    pub fn num_prompts(&self, side: usize, i: usize) -> usize {
+        let b = &self.sides[side].bench.args;
         if b.dataset_name == sparrow_bench::args::DatasetName::GeneratedSharedPrefix {
             return b.gsp_num_groups * b.gsp_prompts_per_group;
         }
@@ -447,6 +661,14 @@ impl SweepConfig {
     /// sides, so no step re-sends another step's prompts and A and B get the same ones.
     pub fn seed(&self, i: usize, r: usize) -> u64 {
         self.bench.args.seed.wrapping_add((i + r * self.axis.len()) as u64)
+    }
+    /// True for an A/B run (two sides, no grid, no workloads): compared step by step.
+    pub fn is_ab(&self) -> bool {
+        !self.grid && self.workloads.is_empty() && self.sides.len() == 2
+    }
+    /// True when configurations or workloads are compared (`--serve-params`, `--bench-params`).
+    pub fn is_grid(&self) -> bool {
+        self.grid || !self.workloads.is_empty()
     }
     /// True when SLOs were given.
     pub fn has_slos(&self) -> bool {
@@ -480,8 +702,8 @@ mod tests {
         assert_eq!(c.bench_argv, vec!["--dataset-name", "random", "--random-input-len=256"]);
         assert_eq!(c.bench.args.random_input_len, 256);
         assert!(c.args.resume);
-        assert_eq!(c.num_prompts(0), 64);
-        assert_eq!(c.num_prompts(2), 1024);
+        assert_eq!(c.num_prompts(0, 0), 64);
+        assert_eq!(c.num_prompts(0, 2), 1024);
         assert!(c.request_rate(1).is_infinite());
         assert_eq!(c.sides.len(), 1);
         assert_eq!(c.sides[0].base_url, "http://0.0.0.0:30000");
@@ -534,5 +756,123 @@ mod tests {
         assert!(p(&["--concurrency", "64,1"]).expect_err("order").contains("increase"));
         assert!(p(&["--request-rate", "1,inf,4"]).expect_err("order").contains("--request-rate"));
         assert!(p(&["--concurrency", "4,4"]).expect_err("dup").contains("increase"));
+    }
+
+    fn files(serve: &str, bench: &str) -> (tempfile::TempDir, String, String) {
+        let d = tempfile::tempdir().expect("tempdir");
+        let (sp, bp) = (d.path().join("serve.json"), d.path().join("bench.json"));
+        std::fs::write(&sp, serve).expect("serve");
+        std::fs::write(&bp, bench).expect("bench");
+        let s = |p: std::path::PathBuf| p.to_str().expect("utf8").to_owned();
+        (d, s(sp), s(bp))
+    }
+
+    #[test]
+    fn grid_sides_are_configurations_times_workloads() {
+        let (_d, sp, bp) = files(
+            r#"{"small": {"max_running_requests": 8}, "big": {"max_running_requests": 64, "disable_radix_cache": true}}"#,
+            r#"{"short": {"random_input_len": 16}, "long": {"random_input_len": 512, "dataset_name": "random"}}"#,
+        );
+        let c = p(&[
+            "--concurrency",
+            "1,8,64",
+            "--server-cmd",
+            "srv --port 30000",
+            "--serve-params",
+            &sp,
+            "--bench-params",
+            &bp,
+        ])
+        .expect("grid");
+        let labels: Vec<&str> = c.sides.iter().map(|s| s.label.as_str()).collect();
+        assert_eq!(labels, ["small:short", "small:long", "big:short", "big:long"]);
+        assert_eq!(
+            c.sides[2].server_cmd.as_deref(),
+            Some("srv --port 30000 --max-running-requests 64 --disable-radix-cache")
+        );
+        assert_eq!((c.sides[0].server, c.sides[1].server, c.sides[2].server), (0, 0, 1));
+        assert_eq!(c.sides[1].bench.args.random_input_len, 512);
+        assert_eq!(c.sides[0].bench.args.random_input_len, 16);
+        assert_eq!(c.sides[3].steps, [0, 1, 2]);
+        assert_eq!(c.baseline.as_deref(), Some("small"));
+        assert!(c.grid && c.is_grid() && !c.is_ab());
+        // Linked to the step axis, each configuration runs at its own cap only.
+        let c = p(&[
+            "--concurrency",
+            "1,8,64",
+            "--server-cmd",
+            "srv",
+            "--serve-params",
+            &sp,
+            "--link-vars",
+            "max_running_requests=max_concurrency",
+        ])
+        .expect("linked");
+        assert_eq!((c.sides[0].steps.as_slice(), c.sides[1].steps.as_slice()), (&[1][..], &[2][..]));
+    }
+
+    #[test]
+    fn linked_bench_values_are_carried_or_filter_pairs() {
+        let (_d, sp, bp) = files(
+            r#"[{"context_length": 256}, {"context_length": 512}]"#,
+            r#"[{"random_input_len": 256}, {"random_output_len": 7}]"#,
+        );
+        let c = p(&[
+            "--concurrency",
+            "1",
+            "--server-cmd",
+            "srv",
+            "--serve-params",
+            &sp,
+            "--bench-params",
+            &bp,
+            "--link-vars",
+            "context_length=random_input_len",
+        ])
+        .expect("linked");
+        // (256, input 256) kept; (512, input 256) dropped; the second workload takes each value.
+        let got: Vec<(String, u64)> =
+            c.sides.iter().map(|s| (s.label.clone(), s.bench.args.random_input_len)).collect();
+        assert_eq!(
+            got,
+            [
+                ("context-length=256:random-input-len=256".to_owned(), 256),
+                ("context-length=256:random-output-len=7".to_owned(), 256),
+                ("context-length=512:random-output-len=7".to_owned(), 512),
+            ]
+        );
+        assert_eq!(c.sides[2].bench_extra, ["--random-output-len", "7", "--random-input-len", "512"]);
+    }
+
+    #[test]
+    fn grid_flags_are_refused_by_name() {
+        let (_d, sp, bp) = files(r#"[{"a": 1}]"#, r#"[{"max_concurrency": 4}]"#);
+        let e = |args: &[&str]| p(args).expect_err("refused");
+        assert!(e(&["--concurrency", "1", "--serve-params", &sp]).contains("one --server-cmd"));
+        assert!(e(&["--concurrency", "1", "--server-cmd", "a", "--server-cmd", "b", "--serve-params", &sp])
+            .contains("one --server-cmd"));
+        assert!(e(&["--concurrency", "1", "--server-cmd", "a", "--serve-params", &sp, "--label", "x"])
+            .contains("no --label"));
+        assert!(e(&["--concurrency", "1", "--server-cmd", "a", "--bench-params", &bp])
+            .contains("--max-concurrency is set by the sweep"));
+        assert!(e(&["--concurrency", "1", "--link-vars", "a=b"]).contains("give --serve-params"));
+        assert!(e(&["--concurrency", "1", "--server-cmd", "a", "--serve-params", &sp, "--baseline", "zz"])
+            .contains("--baseline \"zz\""));
+        assert!(e(&["--concurrency", "1", "--server-cmd", "a", "--serve-params", "/nonexistent.json"])
+            .contains("--serve-params /nonexistent.json"));
+        let (_d2, sp2, bp2) = files(r#"[{"a": 1}]"#, r#"[{"random_input_len": "many"}]"#);
+        assert!(e(&["--concurrency", "1", "--server-cmd", "a", "--serve-params", &sp2, "--bench-params", &bp2])
+            .contains("--bench-params random-input-len=many"));
+        assert!(e(&[
+            "--concurrency",
+            "2",
+            "--server-cmd",
+            "a",
+            "--serve-params",
+            &sp2,
+            "--link-vars",
+            "a=max_concurrency"
+        ])
+        .contains("leaves no"));
     }
 }

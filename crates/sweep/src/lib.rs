@@ -3,17 +3,22 @@
 //! defect, with the log line that proves it), the knee, A/B runs and a report.
 //!
 //! - [`args`]: the sweep's flags, split from the `sparrow bench` flags they travel with.
+//! - [`grid`]: server configurations × workloads (`--serve-params`, `--bench-params`,
+//!   `--link-vars`).
 //! - [`server`]: a launched server: process group, timestamped log, readiness, clean stop.
 //! - [`monitor`]: RSS of the server's process tree, available memory, cgroup OOM records.
 //! - [`forensics`]: the verdict on a server that died or hung.
 //! - [`step`]: one step's result and the per-request SLO judgement.
 //! - [`analysis`]: knee, peak, SLO point, repeats.
+//! - [`compare`]: a grid's configurations compared: cells, Pareto front, ranking, baseline.
 //! - [`plot`], [`report`]: plots, table, `summary.json`/`.csv`, `report.html`.
 //! - [`sweep`]: the steps, one after another.
 
 pub mod analysis;
 pub mod args;
+pub mod compare;
 pub mod forensics;
+pub mod grid;
 pub mod monitor;
 pub mod plot;
 pub mod report;

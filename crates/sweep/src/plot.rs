@@ -19,7 +19,7 @@ use plotters::prelude::*;
 pub struct Series {
     /// Legend text.
     pub name: String,
-    /// Colour index (0 = side A, 1 = side B).
+    /// Colour index (0 = side A, 1 = side B, one per grid side; [`FRONT_COLOR`]).
     pub color: usize,
     /// Dashed (p99) or solid (p50, throughput).
     pub dashed: bool,
@@ -30,7 +30,7 @@ pub struct Series {
 /// One chart.
 #[derive(Debug, Clone)]
 pub struct Chart {
-    /// File stem (`throughput`, `ttft`, `tpot`, `latency_throughput`).
+    /// File stem (`throughput`, `ttft`, `tpot`, `latency_throughput`, `pareto[-N]`).
     pub name: String,
     /// Caption.
     pub title: String,
@@ -51,7 +51,33 @@ pub struct Chart {
 /// Size of every plot, pixels.
 pub const SIZE: (u32, u32) = (900, 520);
 
-const COLORS: [RGBColor; 2] = [RGBColor(31, 119, 180), RGBColor(214, 39, 40)];
+/// Side colours (matplotlib's tab10, A blue and B red first as before), then black for the
+/// Pareto front ([`FRONT_COLOR`]).
+const COLORS: [RGBColor; 11] = [
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(255, 127, 14),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+    RGBColor(0, 0, 0),
+];
+
+/// The colour index of the Pareto front's line.
+pub const FRONT_COLOR: usize = usize::MAX;
+
+/// Side `i`'s colour (the palette repeats past ten sides; black is the front's alone).
+fn color(i: usize) -> RGBColor {
+    if i == FRONT_COLOR {
+        COLORS[10]
+    } else {
+        COLORS[i % 10]
+    }
+}
 
 fn tx(v: f64, log: bool) -> Option<f64> {
     if !v.is_finite() {
@@ -203,7 +229,7 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &Chart) -> Result<
         .draw()
         .map_err(e)?;
     for (s, pts) in &series {
-        let color = COLORS[s.color % COLORS.len()];
+        let color = color(s.color);
         let style = color.stroke_width(2);
         let drawn = if s.dashed {
             chart.draw_series(DashedLineSeries::new(pts.clone(), 8, 5, style)).map_err(e)?
@@ -221,7 +247,7 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &Chart) -> Result<
     }
     for (x, y, text, ci) in &c.marks {
         if let (Some(x), Some(y)) = (tx(*x, c.x_log), tx(*y, c.y_log)) {
-            let color = COLORS[ci % COLORS.len()];
+            let color = color(*ci);
             chart.draw_series(std::iter::once(Circle::new((x, y), 11, color.stroke_width(3)))).map_err(e)?;
             chart
                 .draw_series(std::iter::once(Text::new(

@@ -233,8 +233,11 @@ impl Report<'_> {
                 let _ = writeln!(o, "{}: {}", a.label, s.how);
             }
         }
-        if an.len() == 2 {
+        if self.cfg.is_ab() {
             o.push_str(&self.ab_table(an));
+        }
+        if self.cfg.is_grid() {
+            o.push_str(&crate::compare::table_text(self.cfg, an, self.steps));
         }
         o
     }
@@ -282,7 +285,7 @@ impl Report<'_> {
             "started": self.started,
             "axis": self.cfg.axis.name(),
             "bench_flags": self.cfg.bench_argv,
-            "sides": self.cfg.sides.iter().map(|s| json!({"label": s.label, "server_cmd": s.server_cmd, "base_url": s.base_url})).collect::<Vec<_>>(),
+            "sides": self.cfg.sides.iter().map(|s| json!({"label": s.label, "server_cmd": s.server_cmd, "base_url": s.base_url, "configuration": s.config, "workload": s.workload, "bench_flags": s.bench_extra})).collect::<Vec<_>>(),
             "forensics_note": self.forensics_note(),
             "machine": self.machine,
             "steps": self.steps,
@@ -300,7 +303,8 @@ impl Report<'_> {
                     "slo_attainment": p.slo_attainment, "goodput": p.goodput,
                 })).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
-            "ab": (an.len() == 2).then(|| self.ab_rows(an).into_iter().map(|(v, cols)| {
+            "grid": self.cfg.is_grid().then(|| crate::compare::json(self.cfg, an, self.steps)),
+            "ab": self.cfg.is_ab().then(|| self.ab_rows(an).into_iter().map(|(v, cols)| {
                 let mut m = serde_json::Map::new();
                 m.insert("value".into(), fmt_json(v));
                 for (n, a, b) in cols {
@@ -315,13 +319,15 @@ impl Report<'_> {
     pub fn csv(&self) -> String {
         let cols: Vec<&str> = STEP_FIGURES.iter().copied().chain(["median_e2e_latency_ms"]).collect();
         let mut o = format!(
-            "step,label,concurrency,request_rate,repeat,seed,num_prompts,status,verdict,completed,failed,{},goodput,slo_attainment,peak_rss_bytes,evidence\n",
+            "step,label,configuration,workload,concurrency,request_rate,repeat,seed,num_prompts,status,verdict,completed,failed,{},goodput,slo_attainment,peak_rss_bytes,evidence\n",
             cols.join(",")
         );
         for s in self.steps {
             let mut row = vec![
                 s.step.to_string(),
                 csv_cell(&s.label),
+                csv_cell(s.config.as_deref().unwrap_or("")),
+                csv_cell(s.workload.as_deref().unwrap_or("")),
                 s.concurrency.map_or(String::new(), |c| c.to_string()),
                 fmt_value(s.request_rate),
                 s.repeat.to_string(),
@@ -414,12 +420,60 @@ impl Report<'_> {
                 }
             }
         }
-        vec![
+        let mut charts = vec![
             throughput,
             chart("ttft", "Time to first token", x_desc, "TTFT (ms)", true, true, ttft),
             chart("tpot", "Time per output token", x_desc, "TPOT (ms)", true, true, tpot),
             latency,
-        ]
+        ];
+        if self.cfg.is_grid() {
+            for (wi, w) in crate::compare::workloads(self.cfg).into_iter().enumerate() {
+                let pts = crate::compare::pareto(self.cfg, an, w);
+                // Each configuration's points in step order, then the front through the best.
+                let mut series: Vec<Series> = an
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, a)| pts.iter().any(|p| p.label == a.label))
+                    .map(|(i, a)| Series {
+                        // The workload is in the title: the configuration names the line.
+                        name: self
+                            .cfg
+                            .sides
+                            .iter()
+                            .find(|s| s.label == a.label)
+                            .and_then(|s| s.config.clone())
+                            .unwrap_or_else(|| a.label.clone()),
+                        color: i,
+                        dashed: false,
+                        pts: pts.iter().filter(|p| p.label == a.label).map(|p| (p.per_user, p.total)).collect(),
+                    })
+                    .collect();
+                let mut front: Vec<(f64, f64)> =
+                    pts.iter().filter(|p| p.on_front).map(|p| (p.per_user, p.total)).collect();
+                front.sort_by(|a, b| a.0.total_cmp(&b.0));
+                series.push(Series {
+                    name: "Pareto front".into(),
+                    color: crate::plot::FRONT_COLOR,
+                    dashed: true,
+                    pts: front,
+                });
+                let name = if wi == 0 { "pareto".to_owned() } else { format!("pareto-{}", wi + 1) };
+                let title = match w {
+                    Some(w) => format!("Pareto front: {w}"),
+                    None => "Pareto front".to_owned(),
+                };
+                charts.push(chart(
+                    &name,
+                    &title,
+                    "tokens/s per user (1000 / median TPOT ms)",
+                    "output tok/s",
+                    false,
+                    false,
+                    series,
+                ));
+            }
+        }
+        charts
     }
 
     /// `report.html`, with the SVG plots inlined.
@@ -507,7 +561,10 @@ td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}th{background:#f2f2
             "</ul>\n<p>The knee is the first step value after which output tok/s grows by less than {:.0} % per doubling of the step value (T(i+1)/T(i) &lt; (1 + gain)<sup>log2(c(i+1)/c(i))</sup>); with --repeat, medians are compared.</p>",
             self.cfg.args.knee_gain * 100.0
         );
-        if an.len() == 2 {
+        if self.cfg.is_grid() {
+            h.push_str(&crate::compare::html(self.cfg, an, self.steps));
+        }
+        if self.cfg.is_ab() {
             let _ = writeln!(h, "<h2>A/B</h2>\n<p>{} (A) against {} (B): same prompts at each step, runs interleaved A, B; ratio B/A.</p>\n<table><tr><th>{}</th><th>figure</th><th>A</th><th>B</th><th>B/A</th></tr>", esc(&an[0].label), esc(&an[1].label), self.cfg.axis.name());
             for (v, cols) in self.ab_rows(an) {
                 for (n, a, b) in cols {
@@ -686,7 +743,9 @@ pub fn write_all(r: &Report<'_>, dir: &Path) -> std::io::Result<String> {
         }
     }
     if font.is_none() {
-        sparrow_bench::errln!("warning: no TrueType font found (install fonts-dejavu-core or set SPARROW_PLOT_FONT): no plots");
+        sparrow_bench::errln!(
+            "warning: no TrueType font found (install fonts-dejavu-core or set SPARROW_PLOT_FONT): no plots"
+        );
     }
     write_atomic(&dir.join("report.html"), r.html(&an, &svgs).as_bytes())?;
     Ok(r.table(&an))

@@ -73,8 +73,14 @@ pub struct StepResult {
     pub step: usize,
     /// Resume key: label, step value, repeat and bench flags.
     pub key: String,
-    /// The side's `--label`.
+    /// The side's `--label` (in a grid, `configuration` or `configuration:workload`).
     pub label: String,
+    /// The grid configuration (`--serve-params`), absent outside a grid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<String>,
+    /// The workload (`--bench-params`), absent without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<String>,
     /// Index of the step value on the axis.
     pub value_index: usize,
     /// Repeat number (0-based).

@@ -10,3 +10,4 @@ mod fleet;
 mod glm5;
 mod serve;
 mod sweep;
+mod sweep_grid;

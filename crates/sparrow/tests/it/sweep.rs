@@ -12,26 +12,25 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-const SPARROW: &str = env!("CARGO_BIN_EXE_sparrow");
-
+pub(crate) const SPARROW: &str = env!("CARGO_BIN_EXE_sparrow");
 
 use crate::common::{free_port, words_tokenizer};
 
-fn fixture(name: &str) -> String {
+pub(crate) fn fixture(name: &str) -> String {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sweep/tests/fixtures").join(name);
     p.to_str().expect("utf8").to_owned()
 }
 
 /// `sparrow mock-server` on `port` with `extra` flags (10 ms between chunks unless they say
 /// otherwise), as a `--server-cmd` string.
-fn mock_cmd(port: u16, extra: &str) -> String {
+pub(crate) fn mock_cmd(port: u16, extra: &str) -> String {
     let delay = if extra.contains("--chunk-delay-ms") { "" } else { "--chunk-delay-ms 10 " };
     format!("'{SPARROW}' mock-server --listen 127.0.0.1:{port} {delay}{extra}")
 }
 
 /// The quiet, fast bench flags every mock sweep uses: 8 prompts per step of 6 in / 5 out
 /// tokens over the word-level test tokenizer.
-fn sweep_args(dir: &Path, port: u16) -> Vec<String> {
+pub(crate) fn sweep_args(dir: &Path, port: u16) -> Vec<String> {
     let tok = words_tokenizer();
     let dir = dir.to_str().expect("utf8").to_owned();
     let port = port.to_string();
@@ -68,25 +67,25 @@ fn sweep_args(dir: &Path, port: u16) -> Vec<String> {
     .collect()
 }
 
-fn run(args: &[String]) -> Output {
+pub(crate) fn run(args: &[String]) -> Output {
     Command::new(SPARROW).args(args).stdin(Stdio::null()).output().expect("sparrow sweep runs")
 }
 
-fn summary(dir: &Path) -> Value {
+pub(crate) fn summary(dir: &Path) -> Value {
     let text = std::fs::read_to_string(dir.join("summary.json")).expect("summary.json");
     serde_json::from_str(&text).expect("summary is JSON")
 }
 
-fn steps(dir: &Path) -> Vec<Value> {
+pub(crate) fn steps(dir: &Path) -> Vec<Value> {
     summary(dir)["steps"].as_array().expect("steps").clone()
 }
 
-fn show(o: &Output) -> String {
+pub(crate) fn show(o: &Output) -> String {
     format!("stdout:\n{}\nstderr:\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
 
 /// Checks the PNG is an image of the plots' size with real content (not one colour).
-fn check_png(path: &Path) {
+pub(crate) fn check_png(path: &Path) {
     let img = image::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).to_rgb8();
     assert_eq!(img.dimensions(), (900, 520), "{}", path.display());
     let non_white = img.pixels().filter(|p| p.0 != [255, 255, 255]).count();
@@ -379,7 +378,7 @@ fn sigkill_mid_step_leaves_whole_records_and_resume_takes_over() {
     assert!(lines.contains("\"status\":\"ok\""), "{lines}");
     let cut = sparrow_bench::merge::read_records(&step2).expect("step 2's records read back");
     let n = cut.records.len();
-    assert!(n >= 3 && n < 12, "{n} records");
+    assert!((3..12).contains(&n), "{n} records");
     assert!(cut.records.iter().all(|r| r.success() && r.output_tokens == 5), "an unfinished request was recorded");
     // The server outlived the sweep: its group still holds the port.
     assert!(dir.path().join("server-1.pid").exists());
@@ -409,7 +408,7 @@ fn sigkill_mid_step_leaves_whole_records_and_resume_takes_over() {
 }
 
 /// Prompts each mock server received, in arrival order, from its log.
-fn prompts(log: &Path) -> Vec<String> {
+pub(crate) fn prompts(log: &Path) -> Vec<String> {
     std::fs::read_to_string(log)
         .expect("log")
         .lines()

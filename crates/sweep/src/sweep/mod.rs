@@ -101,9 +101,11 @@ fn default_dir() -> PathBuf {
     PathBuf::from(format!("sweep-{}-{}", &digits[..8], &digits[8..]))
 }
 
-/// What makes two steps the same measurement: the side (label, command, address), the
-/// step's effective settings (concurrency, rate, prompts, seed, repeat) and the bench flags.
-fn step_key(cfg: &SweepConfig, side: &Side, vi: usize, r: usize) -> String {
+/// What makes two steps the same measurement: the side (label, command with the
+/// configuration's flags, address), the step's effective settings (concurrency, rate, prompts,
+/// seed, repeat) and the bench flags (the workload's included).
+fn step_key(cfg: &SweepConfig, si: usize, vi: usize, r: usize) -> String {
+    let side = &cfg.sides[si];
     format!(
         "{}|{}|{}|concurrency={}|rate={}|prompts={}|seed={}|repeat={r}|{}",
         side.label,
@@ -111,9 +113,9 @@ fn step_key(cfg: &SweepConfig, side: &Side, vi: usize, r: usize) -> String {
         side.base_url,
         cfg.concurrency(vi).map_or("-".into(), |c| c.to_string()),
         fmt_value(cfg.request_rate(vi)),
-        cfg.num_prompts(vi),
+        cfg.num_prompts(si, vi),
         cfg.seed(vi, r),
-        cfg.bench_argv.join("\u{1f}")
+        side.bench_argv(&cfg.bench_argv).join("\u{1f}")
     )
 }
 
@@ -210,7 +212,7 @@ impl Sweep {
             .connect_timeout(Duration::from_secs(5))
             .build()
             .map_err(|e| SweepError::Setup(format!("cannot build HTTP client: {e}")))?;
-        let n_sides = cfg.sides.len();
+        let n_servers = cfg.sides.iter().map(|s| s.server + 1).max().unwrap_or(1);
         Ok(Sweep {
             cfg,
             argv,
@@ -219,7 +221,7 @@ impl Sweep {
             machine: Machine::read(),
             http,
             steps: vec![],
-            servers: (0..n_sides).map(|_| None).collect(),
+            servers: (0..n_servers).map(|_| None).collect(),
             launches,
             previous,
             interrupt: CancellationToken::new(),
@@ -234,10 +236,21 @@ impl Sweep {
         &self.dir
     }
 
+    /// The steps in run order. A grid runs one configuration at a time (its server is up
+    /// once), its workloads one after another; an A/B run interleaves A and B at each value.
     fn plan(&self) -> Vec<Plan> {
         let mut p = vec![];
+        let repeats = self.cfg.args.repeat;
+        if self.cfg.grid {
+            for (side, s) in self.cfg.sides.iter().enumerate() {
+                for &value_index in &s.steps {
+                    p.extend((0..repeats).map(|repeat| Plan { value_index, repeat, side }));
+                }
+            }
+            return p;
+        }
         for value_index in 0..self.cfg.axis.len() {
-            for repeat in 0..self.cfg.args.repeat {
+            for repeat in 0..repeats {
                 for side in 0..self.cfg.sides.len() {
                     p.push(Plan { value_index, repeat, side });
                 }
@@ -252,26 +265,29 @@ impl Sweep {
             Axis::RequestRate(_) => "r",
         };
         let rep = if self.cfg.args.repeat > 1 { format!("-rep{}", p.repeat + 1) } else { String::new() };
-        format!(
-            "{:02}-{}-{axis}{}{rep}",
-            k + 1,
-            self.cfg.sides[p.side].label,
-            fmt_value(self.cfg.axis.value(p.value_index))
-        )
+        // Grid names come from files: anything a file name should not hold becomes '_'.
+        let label: String = self.cfg.sides[p.side]
+            .label
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || "-_=.,+:".contains(c) { c } else { '_' })
+            .collect();
+        format!("{:02}-{label}-{axis}{}{rep}", k + 1, fmt_value(self.cfg.axis.value(p.value_index)))
     }
 
     fn blank(&self, k: usize, p: Plan, status: Status, evidence: String) -> StepResult {
         let side = &self.cfg.sides[p.side];
         StepResult {
             step: k + 1,
-            key: step_key(&self.cfg, side, p.value_index, p.repeat),
+            key: step_key(&self.cfg, p.side, p.value_index, p.repeat),
             label: side.label.clone(),
+            config: side.config.clone(),
+            workload: side.workload.clone(),
             value_index: p.value_index,
             repeat: p.repeat,
             concurrency: self.cfg.concurrency(p.value_index),
             request_rate: self.cfg.request_rate(p.value_index),
             seed: self.cfg.seed(p.value_index, p.repeat),
-            num_prompts: self.cfg.num_prompts(p.value_index),
+            num_prompts: self.cfg.num_prompts(p.side, p.value_index),
             status,
             verdict: None,
             evidence,
@@ -337,6 +353,8 @@ impl Sweep {
         let n = plan.len();
         let out_file = self.cfg.args.output_file.clone().unwrap_or_else(|| self.dir.join("results.jsonl"));
         let mut stopped: Option<String> = None;
+        // In a grid, a crash with `--on-crash stop` ends only its configuration's steps.
+        let mut config_stopped: HashMap<usize, String> = HashMap::new();
         let slos = Slos {
             ttft_ms: self.cfg.args.slo_ttft_ms,
             tpot_ms: self.cfg.args.slo_tpot_ms,
@@ -364,12 +382,21 @@ impl Sweep {
             if self.interrupt.is_cancelled() && stopped.is_none() {
                 stopped = Some("not run: the sweep was interrupted".into());
             }
-            if let Some(why) = &stopped {
+            if let Some(why) = stopped.as_ref().or(config_stopped.get(&side.server)) {
                 let s = self.blank(k, p, Status::Skipped, why.clone());
                 self.record(s)?;
                 continue;
             }
-            let key = step_key(&self.cfg, &side, p.value_index, p.repeat);
+            if self.cfg.grid {
+                // One configuration at a time: the one before makes way (memory, the port).
+                for j in (0..self.servers.len()).filter(|&j| j != side.server) {
+                    if let Some(mut srv) = self.servers[j].take() {
+                        let how = srv.stop(self.cfg.stop_grace).await;
+                        sparrow_bench::errln!("sparrow sweep: server {} {how} (its configuration is done)", srv.index);
+                    }
+                }
+            }
+            let key = step_key(&self.cfg, p.side, p.value_index, p.repeat);
             if let Some(prev) = self.previous.get(&key).cloned() {
                 sparrow_bench::errln!(
                     "sparrow sweep: step {}/{n} ({}) already measured: kept (--resume)",
@@ -385,7 +412,7 @@ impl Sweep {
                 k + 1,
                 side.label,
                 self.cfg.axis.name(),
-                self.cfg.num_prompts(p.value_index),
+                self.cfg.num_prompts(p.side, p.value_index),
                 self.cfg.seed(p.value_index, p.repeat)
             );
             let result = self.run_step(k, p, &out_file, &slos).await?;
@@ -404,10 +431,20 @@ impl Sweep {
             let step_no = k + 1;
             self.record(result)?;
             if crashed {
-                if let Some(mut srv) = self.servers[p.side].take() {
+                if let Some(mut srv) = self.servers[side.server].take() {
                     srv.stop(self.cfg.stop_grace).await;
                 }
                 match self.cfg.args.on_crash {
+                    OnCrash::Stop if self.cfg.grid => {
+                        let name = side.config.clone().unwrap_or_default();
+                        sparrow_bench::errln!(
+                            "sparrow sweep: configuration {name} crashed at step {step_no}: its other steps are skipped; the grid goes on"
+                        );
+                        config_stopped.insert(
+                            side.server,
+                            format!("not run: configuration {name} crashed at step {step_no} (--on-crash stop)"),
+                        );
+                    }
                     OnCrash::Stop => {
                         stopped =
                             Some(format!("not run: the sweep stopped after step {step_no} crashed (--on-crash stop)"))
@@ -417,7 +454,7 @@ impl Sweep {
                     }
                 }
             } else if self.cfg.args.restart == Restart::PerStep {
-                if let Some(mut srv) = self.servers[p.side].take() {
+                if let Some(mut srv) = self.servers[side.server].take() {
                     srv.stop(self.cfg.stop_grace).await;
                 }
             }

@@ -19,13 +19,14 @@ impl Sweep {
         from_step: usize,
     ) -> Result<(), (Verdict, Option<String>, MemEvidence)> {
         let side: Side = self.cfg.sides[i].clone();
+        let si = side.server;
         let Some(cmd) = side.server_cmd.clone() else { return Ok(()) };
-        if let Some(s) = self.servers[i].as_mut() {
+        if let Some(s) = self.servers[si].as_mut() {
             if s.exited().is_none() {
                 return Ok(());
             }
         }
-        if let Some(mut old) = self.servers[i].take() {
+        if let Some(mut old) = self.servers[si].take() {
             // A death right after a step is judged with that step; one between steps only
             // shows here.
             let how = old.stop(self.cfg.stop_grace).await;
@@ -37,12 +38,13 @@ impl Sweep {
         }
         // Two sides at one address cannot both be up: the other side's server makes way.
         for j in 0..self.servers.len() {
-            if j != i && self.cfg.sides[j].base_url == side.base_url {
+            let Some(other_side) = self.cfg.sides.iter().find(|s| s.server == j) else { continue };
+            if j != si && other_side.base_url == side.base_url {
                 if let Some(mut other) = self.servers[j].take() {
                     sparrow_bench::errln!(
                         "sparrow sweep: stopping {}'s server (same address as {})",
-                        self.cfg.sides[j].label,
-                        side.label
+                        other_side.config.as_ref().unwrap_or(&other_side.label),
+                        side.config.as_ref().unwrap_or(&side.label)
                     );
                     other.stop(self.cfg.stop_grace).await;
                 }
@@ -85,7 +87,7 @@ impl Sweep {
                     srv.index,
                     t.as_secs_f64()
                 );
-                self.servers[i] = Some(srv);
+                self.servers[si] = Some(srv);
                 Ok(())
             }
             Err(why) => {
@@ -115,7 +117,7 @@ impl Sweep {
     /// first side's server reports in `/get_model_info` (when readable here). Found once, so
     /// that B builds its prompts exactly as A does even if its server names another file.
     pub(super) async fn tokenizer_for(&mut self, side: usize) -> Option<PathBuf> {
-        let a = &self.cfg.bench.args;
+        let a = &self.cfg.sides[side].bench.args;
         if a.tokenizer.is_some() {
             return a.tokenizer.clone();
         }
@@ -150,7 +152,7 @@ impl Sweep {
             }
         };
         let base = self.cfg.sides[side].base_url.clone();
-        let pid = self.servers[side].as_ref().map(|s| s.pid);
+        let pid = self.servers[self.cfg.sides[side].server].as_ref().map(|s| s.pid);
         let mut watch = MemWatch::new(pid, self.cfg.args.cgroup_dir.clone());
         let hooks = RunHooks { bar_prefix: prefix, ignore_signals: true, ..Default::default() };
         // On a task of its own: its set-up (a dataset load, a tokenizer) runs without awaiting,
@@ -181,7 +183,7 @@ impl Sweep {
                     if let Ok(mut s) = hooks.bar_status.lock() {
                         *s = if pid.is_some() { format!("server RSS {}", gib(rss)) } else { String::new() };
                     }
-                    if let Some(srv) = self.servers[side].as_mut() {
+                    if let Some(srv) = self.servers[self.cfg.sides[side].server].as_mut() {
                         if let Some(e) = srv.exited() {
                             let t = *death_seen.get_or_insert_with(Instant::now);
                             // Requests end by themselves on a dead server; a child still
@@ -223,14 +225,16 @@ impl Sweep {
         let url = format!("{}{}", self.cfg.sides[side].base_url, self.cfg.args.ready_path);
         let deadline = last_life + self.cfg.hang_timeout;
         loop {
-            if let Some(s) = self.servers[side].as_mut() {
+            if let Some(s) = self.servers[self.cfg.sides[side].server].as_mut() {
                 if s.exited().is_some() {
                     return Settled::Ended;
                 }
             }
             match self.http.get(&url).timeout(Duration::from_secs(2)).send().await {
                 Ok(_) => return Settled::Alive,
-                Err(e) if e.is_connect() && self.servers[side].is_none() => return Settled::Ended,
+                Err(e) if e.is_connect() && self.servers[self.cfg.sides[side].server].is_none() => {
+                    return Settled::Ended
+                }
                 Err(_) => {}
             }
             if self.interrupt.is_cancelled() {
@@ -256,7 +260,7 @@ impl Sweep {
     ) -> (Settled, Verdict) {
         let base_url = self.cfg.sides[side].base_url.clone();
         // A server that dies just as the step's last request ends is this step's.
-        let exited = match self.servers[side].as_mut() {
+        let exited = match self.servers[self.cfg.sides[side].server].as_mut() {
             Some(srv) => srv.wait_exit(Duration::from_millis(300)).await,
             None => None,
         };
@@ -281,7 +285,7 @@ impl Sweep {
                     obs.mem.describe()
                 ),
             ),
-            Settled::Ended => match self.servers[side].as_mut() {
+            Settled::Ended => match self.servers[self.cfg.sides[side].server].as_mut() {
                 Some(srv) => {
                     let e = srv.wait_exit(Duration::from_secs(1)).await.unwrap_or(server::ExitInfo { code: None, signal: None });
                     srv.drain_log().await;
@@ -328,9 +332,15 @@ impl Sweep {
 
     /// Runs step `k`: makes sure its server is up, runs the bench under the memory and hang
     /// watch, and judges the server afterwards.
-    pub(super) async fn run_step(&mut self, k: usize, p: Plan, out_file: &Path, slos: &Slos) -> Result<StepResult, SweepError> {
+    pub(super) async fn run_step(
+        &mut self,
+        k: usize,
+        p: Plan,
+        out_file: &Path,
+        slos: &Slos,
+    ) -> Result<StepResult, SweepError> {
         let side = self.cfg.sides[p.side].clone();
-        let n = self.cfg.axis.len() * self.cfg.args.repeat * self.cfg.sides.len();
+        let n = self.cfg.sides.iter().map(|s| s.steps.len()).sum::<usize>() * self.cfg.args.repeat;
         let value = fmt_value(self.cfg.axis.value(p.value_index));
         let mut result = self.blank(k, p, Status::Ok, String::new());
         if let Err((v, log, mem)) = self.ensure_server(p.side, k).await {
@@ -346,11 +356,11 @@ impl Sweep {
             return Ok(result);
         }
         let name = self.step_name(k, p);
-        let mut b = self.cfg.bench.args.clone();
+        let mut b = side.bench.args.clone();
         b.base_url = Some(side.base_url.clone());
         b.max_concurrency = self.cfg.concurrency(p.value_index);
         b.request_rate = self.cfg.request_rate(p.value_index);
-        b.num_prompts = self.cfg.num_prompts(p.value_index);
+        b.num_prompts = self.cfg.num_prompts(p.side, p.value_index);
         b.seed = self.cfg.seed(p.value_index, p.repeat);
         b.output_file = Some(out_file.to_owned());
         let details = self.dir.join("steps").join(format!("{name}.requests.jsonl"));
@@ -358,7 +368,7 @@ impl Sweep {
         b.details_file = Some(details);
         b.tag = Some(b.tag.map_or_else(|| side.label.clone(), |t| format!("{t} {}", side.label)));
         b.tokenizer = self.tokenizer_for(p.side).await;
-        let from_line = self.servers[p.side].as_ref().map_or(1, |s| s.log_lines() + 1);
+        let from_line = self.servers[side.server].as_ref().map_or(1, |s| s.log_lines() + 1);
         let prefix = format!(
             "[{}/{n} {} {}={value}]",
             k + 1,
@@ -366,8 +376,8 @@ impl Sweep {
             if self.cfg.axis.name() == "concurrency" { "c" } else { "rate" }
         );
         let obs = self.observe(p.side, b, prefix).await;
-        result.peak_rss_bytes = self.servers[p.side].as_ref().map(|_| obs.mem.peak_rss);
-        result.server_log = self.servers[p.side].as_ref().map(|s| s.log_path.clone()).map(|l| self.rel(&l));
+        result.peak_rss_bytes = self.servers[side.server].as_ref().map(|_| obs.mem.peak_rss);
+        result.server_log = self.servers[side.server].as_ref().map(|s| s.log_path.clone()).map(|l| self.rel(&l));
         let server_down;
         match &obs.outcome {
             Ok(o) => {
