@@ -43,6 +43,8 @@ pub struct Point {
     pub slo_attainment: Option<f64>,
     /// Median goodput (req/s), when SLOs were given.
     pub goodput: Option<f64>,
+    /// Whether the value met the SLOs: more than half of its runs did (with SLOs).
+    pub slo_met: Option<bool>,
 }
 
 /// Median (numpy's: the mean of the two middle values for an even count); 0 for none.
@@ -53,9 +55,10 @@ pub fn median(xs: &[f64]) -> f64 {
 /// The points of side `label` in step-value order (values with no usable run are left out).
 pub fn points(steps: &[StepResult], label: &str, axis: &str) -> Vec<Point> {
     let mut idx: Vec<usize> = steps.iter().filter(|s| s.label == label).map(|s| s.value_index).collect();
-    idx.sort_unstable();
+    // Listed values increase along the axis, but an SLO search appends the values it bisects.
+    let value_of = |vi: usize| steps.iter().find(|s| s.value_index == vi).map_or(0.0, |s| s.value(axis));
+    idx.sort_by(|a, b| value_of(*a).total_cmp(&value_of(*b)));
     idx.dedup();
-    // Step values are validated to increase along the axis, so index order is value order.
     idx.into_iter()
         .filter_map(|vi| {
             let runs: Vec<&StepResult> =
@@ -83,6 +86,10 @@ pub fn points(steps: &[StepResult], label: &str, axis: &str) -> Vec<Point> {
                 e2e_p50: med("median_e2e_latency_ms"),
                 slo_attainment: opt(&|s| s.slo_attainment),
                 goodput: opt(&|s| s.goodput),
+                slo_met: {
+                    let judged: Vec<bool> = runs.iter().filter_map(|s| s.slo_met).collect();
+                    (!judged.is_empty()).then(|| 2 * judged.iter().filter(|m| **m).count() > judged.len())
+                },
             })
         })
         .collect()
@@ -165,27 +172,21 @@ pub fn peak(pts: &[Point]) -> Finding {
     }
 }
 
-/// The highest step value whose (median) SLO attainment reaches `target`.
-pub fn slo_point(pts: &[Point], target: f64, slos: &str) -> Finding {
-    let ok =
-        pts.iter().filter(|p| p.slo_attainment.is_some_and(|a| a >= target)).max_by(|a, b| a.value.total_cmp(&b.value));
+/// The highest step value that met the SLOs `slos` (described in words).
+pub fn slo_point(pts: &[Point], slos: &str) -> Finding {
+    let ok = pts.iter().filter(|p| p.slo_met == Some(true)).max_by(|a, b| a.value.total_cmp(&b.value));
     match ok {
         Some(p) => Finding {
             value: Some(p.value),
             figure: p.goodput,
             how: format!(
-                "highest step meeting {slos} for >= {:.0} % of requests: {} ({:.1} % met, goodput {:.2} req/s)",
-                target * 100.0,
+                "highest step meeting {slos}: {} ({:.1} % of requests met every bound, goodput {:.2} req/s)",
                 fmt_value(p.value),
                 p.slo_attainment.unwrap_or(0.0) * 100.0,
                 p.goodput.unwrap_or(0.0)
             ),
         },
-        None => Finding {
-            value: None,
-            figure: None,
-            how: format!("no step met {slos} for >= {:.0} % of requests", target * 100.0),
-        },
+        None => Finding { value: None, figure: None, how: format!("no step met {slos}") },
     }
 }
 
@@ -210,6 +211,7 @@ mod tests {
             e2e_p50: 0.0,
             slo_attainment: None,
             goodput: None,
+            slo_met: None,
         }
     }
 
@@ -259,6 +261,8 @@ mod tests {
             peak_rss_bytes: None,
             goodput: None,
             slo_attainment: None,
+            slo_met: None,
+            slo_missed: vec![],
             block_file: None,
             bench,
         }
@@ -286,11 +290,12 @@ mod tests {
     #[test]
     fn slo_point_is_the_highest_meeting_step() {
         let mut pts = [pt(1.0, 1.0), pt(4.0, 2.0), pt(16.0, 3.0)];
-        pts[0].slo_attainment = Some(1.0);
+        pts[0].slo_met = Some(true);
+        pts[1].slo_met = Some(true);
         pts[1].slo_attainment = Some(0.95);
         pts[1].goodput = Some(3.5);
-        pts[2].slo_attainment = Some(0.5);
-        let f = slo_point(&pts, 0.9, "TTFT <= 100 ms");
+        pts[2].slo_met = Some(false);
+        let f = slo_point(&pts, "TTFT <= 100 ms for >= 90 % of requests");
         assert_eq!(f.value, Some(4.0));
         assert_eq!(f.figure, Some(3.5));
         assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);

@@ -97,6 +97,15 @@ pub struct SweepArgs {
     /// Fraction of a step's requests that must meet every SLO for the step to meet them.
     #[arg(long, default_value_t = 0.9)]
     pub slo_attainment: f64,
+    /// SLOs to search the load for, ms (`ttft_p99<=2000,tpot_p99<=100,e2e_p90<=8000`; a term
+    /// without `_pNN` is a per-request bound judged with --slo-attainment): per side, the
+    /// listed step values are tried in order until one misses, then the gap is bisected.
+    #[arg(long)]
+    pub slo: Option<String>,
+    /// With --slo on a request-rate sweep: bisection ends when the rate met and the rate
+    /// missed are within this fraction of each other.
+    #[arg(long, default_value_t = 0.05)]
+    pub slo_rate_tolerance: f64,
     /// Runs of each step; the summary gives the median and the spread.
     #[arg(long, visible_alias = "num-runs", default_value_t = 1)]
     pub repeat: usize,
@@ -162,6 +171,8 @@ const SWEEP_FLAGS: &[&str] = &[
     "slo-tpot-ms",
     "slo-e2e-ms",
     "slo-attainment",
+    "slo",
+    "slo-rate-tolerance",
     "repeat",
     "num-runs",
     "serve-params",
@@ -215,6 +226,17 @@ pub enum Axis {
 }
 
 impl Axis {
+    /// The index of step value `v`, added at the end if new (an SLO search's bisection).
+    pub fn index_or_push(&mut self, v: f64) -> usize {
+        if let Some(i) = (0..self.len()).find(|&i| self.value(i) == v) {
+            return i;
+        }
+        match self {
+            Axis::Concurrency(c) => c.push(v.round().max(1.0) as usize),
+            Axis::RequestRate(r) => r.push(v),
+        }
+        self.len() - 1
+    }
     /// The axis name as used in the report (`concurrency` / `request_rate`).
     pub fn name(&self) -> &'static str {
         match self {
@@ -276,7 +298,11 @@ impl Side {
     }
 }
 
-/// Validated, immutable settings of a sweep.
+/// The seed stride of repeats in an SLO search, which adds step values as it goes: more than
+/// any search holds (64 listed, then a bisection of at most 64 halvings per side).
+pub const SEARCH_STRIDE: usize = 1 << 16;
+
+/// Validated settings of a sweep (a search adds step values to the axis as it goes).
 #[derive(Debug, Clone)]
 pub struct SweepConfig {
     /// The raw sweep flags, for fields used as given.
@@ -302,6 +328,10 @@ pub struct SweepConfig {
     pub workloads: Vec<crate::grid::ParamSet>,
     /// The configuration the others are compared with (`--baseline`, else the first).
     pub baseline: Option<String>,
+    /// Every SLO (`--slo` terms and `--slo-*-ms` bounds).
+    pub slo: crate::slo::Slo,
+    /// True when the steps are a search for the SLOs' limit (`--slo`).
+    pub search: bool,
     /// `--startup-timeout`.
     pub startup_timeout: Duration,
     /// `--hang-timeout`.
@@ -409,6 +439,34 @@ fn validate(a: SweepArgs, mut bench_args: BenchArgs, bench_argv: Vec<String>) ->
             return Err(FlagError(format!("{flag} must be a positive number of milliseconds")));
         }
     }
+    let mut slo = crate::slo::Slo { terms: vec![], attainment: a.slo_attainment };
+    if let Some(text) = &a.slo {
+        slo.terms = crate::slo::parse_terms(text).map_err(FlagError)?;
+        if axis.len() > 64 {
+            return Err(FlagError("--slo searches from at most 64 listed step values".into()));
+        }
+        if (0..axis.len()).any(|i| axis.value(i).is_infinite()) {
+            return Err(FlagError(
+                "--slo searches between the listed rates and has no middle to take with inf: end the list with a finite rate".into(),
+            ));
+        }
+        if !(a.slo_rate_tolerance.is_finite() && a.slo_rate_tolerance > 0.0) {
+            return Err(FlagError(format!(
+                "--slo-rate-tolerance must be a positive fraction, got {}",
+                a.slo_rate_tolerance
+            )));
+        }
+    }
+    for (metric, v) in [
+        (crate::slo::Metric::Ttft, a.slo_ttft_ms),
+        (crate::slo::Metric::Tpot, a.slo_tpot_ms),
+        (crate::slo::Metric::E2e, a.slo_e2e_ms),
+    ] {
+        if let Some(bound_ms) = v {
+            slo.terms.push(crate::slo::Term { metric, pct: None, bound_ms });
+        }
+    }
+    let search = a.slo.is_some();
     if !a.ready_path.starts_with('/') {
         return Err(FlagError(format!("--ready-path must start with '/', got {:?}", a.ready_path)));
     }
@@ -553,6 +611,8 @@ fn validate(a: SweepArgs, mut bench_args: BenchArgs, bench_argv: Vec<String>) ->
         baseline,
         configs,
         workloads: workloads.into_iter().flatten().collect(),
+        slo,
+        search,
     })
 }
 
@@ -657,10 +717,12 @@ impl SweepConfig {
         }
         self.args.num_prompts_per_step.unwrap_or_else(|| self.concurrency(i).map_or(64, |c| (4 * c).max(64)))
     }
-    /// The seed of step value `i`, repeat `r`: `--seed + i + r × steps`, the same for both
-    /// sides, so no step re-sends another step's prompts and A and B get the same ones.
+    /// The seed of step value `i`, repeat `r`: `--seed + i + r × steps`, the same for every
+    /// side, so no step re-sends another step's prompts and A and B get the same ones. A
+    /// search adds step values as it goes: its stride is [`SEARCH_STRIDE`], not the count.
     pub fn seed(&self, i: usize, r: usize) -> u64 {
-        self.bench.args.seed.wrapping_add((i + r * self.axis.len()) as u64)
+        let stride = if self.search { SEARCH_STRIDE } else { self.axis.len() };
+        self.bench.args.seed.wrapping_add((i + r * stride) as u64)
     }
     /// True for an A/B run (two sides, no grid, no workloads): compared step by step.
     pub fn is_ab(&self) -> bool {
@@ -672,7 +734,7 @@ impl SweepConfig {
     }
     /// True when SLOs were given.
     pub fn has_slos(&self) -> bool {
-        self.args.slo_ttft_ms.is_some() || self.args.slo_tpot_ms.is_some() || self.args.slo_e2e_ms.is_some()
+        self.slo.any()
     }
 }
 

@@ -250,6 +250,17 @@ pub fn baseline_words(cfg: &SweepConfig, an: &[SideAnalysis], steps: &[StepResul
     out
 }
 
+/// A step value as JSON: a whole number as an integer (concurrencies), `"inf"` for infinity.
+fn num(v: f64) -> serde_json::Value {
+    if v.is_infinite() {
+        "inf".into()
+    } else if v == v.trunc() && v.abs() < 9.0e15 {
+        (v as i64).into()
+    } else {
+        v.into()
+    }
+}
+
 /// The workloads of a sweep: each named one, or the one unnamed workload.
 pub fn workloads(cfg: &SweepConfig) -> Vec<Option<&str>> {
     if cfg.workloads.is_empty() {
@@ -316,7 +327,7 @@ pub fn table_text(cfg: &SweepConfig, an: &[SideAnalysis], steps: &[StepResult]) 
 /// workloads (name, flags), cells, Pareto points, rankings and the baseline comparison.
 pub fn json(cfg: &SweepConfig, an: &[SideAnalysis], steps: &[StepResult]) -> serde_json::Value {
     use serde_json::json;
-    let fv = |v: f64| if v.is_finite() { json!(v) } else { json!("inf") };
+    let fv = num;
     let server_cmd =
         |name: &str| cfg.sides.iter().find(|s| s.config.as_deref() == Some(name)).and_then(|s| s.server_cmd.clone());
     json!({
@@ -393,6 +404,145 @@ pub fn html(cfg: &SweepConfig, an: &[SideAnalysis], steps: &[StepResult]) -> Str
         }
         h.push_str("</ul>\n");
     }
+    h
+}
+
+/// One side at its SLOs: the values measured (in run order, for a search the probes), the
+/// highest that met them and the lowest that missed, and the figures at the SLO point.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SloRow {
+    /// The side's label.
+    pub label: String,
+    /// (value, met, the terms missed) per value, in the order first measured.
+    pub probes: Vec<(f64, bool, Vec<String>)>,
+    /// The highest value met.
+    pub met: Option<f64>,
+    /// The lowest value missed.
+    pub missed: Option<f64>,
+    /// Goodput (req/s) and output tok/s at the highest value met.
+    pub goodput: Option<f64>,
+    /// See above.
+    pub output_throughput: Option<f64>,
+}
+
+/// The SLO table: one row per side (with SLOs).
+pub fn slo_rows(cfg: &SweepConfig, an: &[SideAnalysis], steps: &[StepResult]) -> Vec<SloRow> {
+    let axis = cfg.axis.name();
+    cfg.sides
+        .iter()
+        .map(|side| {
+            let mut seen: Vec<usize> = vec![];
+            for s in steps.iter().filter(|s| s.label == side.label && s.status != Status::Skipped) {
+                if !seen.contains(&s.value_index) {
+                    seen.push(s.value_index);
+                }
+            }
+            let probes: Vec<(f64, bool, Vec<String>)> = seen
+                .iter()
+                .map(|&vi| {
+                    let runs: Vec<&StepResult> =
+                        steps.iter().filter(|s| s.label == side.label && s.value_index == vi).collect();
+                    let value = runs.first().map_or(0.0, |s| s.value(axis));
+                    let mut why: Vec<String> = runs.iter().flat_map(|s| s.slo_missed.iter().cloned()).collect();
+                    if let Some(c) = runs.iter().find(|s| s.status != Status::Ok) {
+                        why.push(format!("step {}: {}", c.step, c.verdict.map_or(c.status.as_str(), |v| v.as_str())));
+                    }
+                    why.dedup();
+                    (value, crate::sweep::value_met(steps, &side.label, vi), why)
+                })
+                .collect();
+            let met = probes.iter().filter(|p| p.1).map(|p| p.0).reduce(f64::max);
+            let missed = probes.iter().filter(|p| !p.1).map(|p| p.0).reduce(f64::min);
+            let at =
+                an.iter().find(|a| a.label == side.label).and_then(|a| a.points.iter().find(|p| Some(p.value) == met));
+            SloRow {
+                label: side.label.clone(),
+                probes,
+                met,
+                missed,
+                goodput: at.and_then(|p| p.goodput),
+                output_throughput: at.map(|p| p.output_throughput),
+            }
+        })
+        .collect()
+}
+
+fn probe_text(p: &(f64, bool, Vec<String>)) -> String {
+    format!("{} {}", fmt_value(p.0), if p.1 { "met" } else { "missed" })
+}
+
+/// The SLO table on the terminal.
+pub fn slo_text(cfg: &SweepConfig, an: &[SideAnalysis], steps: &[StepResult]) -> String {
+    use std::fmt::Write as _;
+    let mut o = format!(
+        "SLOs: {}{}\n",
+        cfg.slo.describe(),
+        if cfg.search { " (searched: the listed values until one missed, then bisection)" } else { "" }
+    );
+    for r in slo_rows(cfg, an, steps) {
+        let _ = writeln!(
+            o,
+            "  {}: highest met {}{}; lowest missed {}; {}",
+            r.label,
+            r.met.map_or("none".into(), fmt_value),
+            match (r.goodput, r.output_throughput) {
+                (Some(g), Some(t)) => format!(" (goodput {g:.2} req/s, {t:.1} output tok/s)"),
+                _ => String::new(),
+            },
+            r.missed.map_or("none".into(), fmt_value),
+            r.probes.iter().map(probe_text).collect::<Vec<_>>().join(", ")
+        );
+        if let Some(p) = r.probes.iter().find(|p| Some(p.0) == r.missed) {
+            for w in &p.2 {
+                let _ = writeln!(o, "    at {}: {w}", fmt_value(p.0));
+            }
+        }
+    }
+    o
+}
+
+/// The SLO table as JSON rows.
+pub fn slo_json(cfg: &SweepConfig, an: &[SideAnalysis], steps: &[StepResult]) -> serde_json::Value {
+    use serde_json::json;
+    let fv = num;
+    json!({
+        "slos": cfg.slo.describe(),
+        "searched": cfg.search,
+        "rows": slo_rows(cfg, an, steps).iter().map(|r| json!({
+            "label": r.label,
+            "highest_met": r.met.map(fv),
+            "lowest_missed": r.missed.map(fv),
+            "goodput": r.goodput,
+            "output_throughput": r.output_throughput,
+            "probes": r.probes.iter().map(|p| json!({"value": fv(p.0), "met": p.1, "missed_terms": p.2})).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// The SLO table in `report.html`.
+pub fn slo_html(cfg: &SweepConfig, an: &[SideAnalysis], steps: &[StepResult]) -> String {
+    use crate::report::esc;
+    use std::fmt::Write as _;
+    let mut h = format!(
+        "<h2>SLOs</h2>\n<p>{}{}</p>\n<table id=\"slo\"><tr><th>series</th><th>highest met</th><th>goodput req/s</th><th>output tok/s</th><th>lowest missed</th><th>why missed</th><th>values measured</th></tr>\n",
+        esc(&cfg.slo.describe()),
+        if cfg.search { " &middot; searched: the listed values until one missed, then bisection" } else { "" }
+    );
+    for r in slo_rows(cfg, an, steps) {
+        let why = r.probes.iter().find(|p| Some(p.0) == r.missed).map_or(String::new(), |p| p.2.join("; "));
+        let _ = writeln!(
+            h,
+            "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td></tr>",
+            esc(&r.label),
+            r.met.map_or("none".into(), fmt_value),
+            r.goodput.map_or("-".into(), |g| format!("{g:.2}")),
+            r.output_throughput.map_or("-".into(), |t| format!("{t:.1}")),
+            r.missed.map_or("none".into(), fmt_value),
+            esc(&why),
+            esc(&r.probes.iter().map(probe_text).collect::<Vec<_>>().join(", "))
+        );
+    }
+    h.push_str("</table>\n");
     h
 }
 

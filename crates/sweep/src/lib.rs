@@ -8,7 +8,8 @@
 //! - [`server`]: a launched server: process group, timestamped log, readiness, clean stop.
 //! - [`monitor`]: RSS of the server's process tree, available memory, cgroup OOM records.
 //! - [`forensics`]: the verdict on a server that died or hung.
-//! - [`step`]: one step's result and the per-request SLO judgement.
+//! - [`slo`]: SLO terms, a step's judgement, and the search for the load that meets them.
+//! - [`step`]: one step's result.
 //! - [`analysis`]: knee, peak, SLO point, repeats.
 //! - [`compare`]: a grid's configurations compared: cells, Pareto front, ranking, baseline.
 //! - [`plot`], [`report`]: plots, table, `summary.json`/`.csv`, `report.html`.
@@ -23,5 +24,6 @@ pub mod monitor;
 pub mod plot;
 pub mod report;
 pub mod server;
+pub mod slo;
 pub mod step;
 pub mod sweep;

@@ -109,21 +109,6 @@ pub struct SideAnalysis {
     pub slo: Option<Finding>,
 }
 
-fn slo_text(cfg: &SweepConfig) -> String {
-    let a = &cfg.args;
-    let mut v = vec![];
-    if let Some(t) = a.slo_ttft_ms {
-        v.push(format!("TTFT <= {} ms", fmt_value(t)));
-    }
-    if let Some(t) = a.slo_tpot_ms {
-        v.push(format!("TPOT <= {} ms", fmt_value(t)));
-    }
-    if let Some(t) = a.slo_e2e_ms {
-        v.push(format!("E2E <= {} ms", fmt_value(t)));
-    }
-    v.join(", ")
-}
-
 impl Report<'_> {
     /// The analysis of every side.
     pub fn analyse(&self) -> Vec<SideAnalysis> {
@@ -137,10 +122,7 @@ impl Report<'_> {
                     label: s.label.clone(),
                     knee: analysis::knee(&points, self.cfg.args.knee_gain),
                     peak: analysis::peak(&points),
-                    slo: self
-                        .cfg
-                        .has_slos()
-                        .then(|| analysis::slo_point(&points, self.cfg.args.slo_attainment, &slo_text(self.cfg))),
+                    slo: self.cfg.has_slos().then(|| analysis::slo_point(&points, &self.cfg.slo.describe())),
                     points,
                 }
             })
@@ -236,6 +218,9 @@ impl Report<'_> {
         if self.cfg.is_ab() {
             o.push_str(&self.ab_table(an));
         }
+        if self.cfg.has_slos() {
+            o.push_str(&crate::compare::slo_text(self.cfg, an, self.steps));
+        }
         if self.cfg.is_grid() {
             o.push_str(&crate::compare::table_text(self.cfg, an, self.steps));
         }
@@ -304,6 +289,7 @@ impl Report<'_> {
                 })).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
             "grid": self.cfg.is_grid().then(|| crate::compare::json(self.cfg, an, self.steps)),
+            "slo": self.cfg.has_slos().then(|| crate::compare::slo_json(self.cfg, an, self.steps)),
             "ab": self.cfg.is_ab().then(|| self.ab_rows(an).into_iter().map(|(v, cols)| {
                 let mut m = serde_json::Map::new();
                 m.insert("value".into(), fmt_json(v));
@@ -319,7 +305,7 @@ impl Report<'_> {
     pub fn csv(&self) -> String {
         let cols: Vec<&str> = STEP_FIGURES.iter().copied().chain(["median_e2e_latency_ms"]).collect();
         let mut o = format!(
-            "step,label,configuration,workload,concurrency,request_rate,repeat,seed,num_prompts,status,verdict,completed,failed,{},goodput,slo_attainment,peak_rss_bytes,evidence\n",
+            "step,label,configuration,workload,concurrency,request_rate,repeat,seed,num_prompts,status,verdict,completed,failed,{},goodput,slo_attainment,slo_met,peak_rss_bytes,evidence\n",
             cols.join(",")
         );
         for s in self.steps {
@@ -341,6 +327,7 @@ impl Report<'_> {
             row.extend(cols.iter().map(|c| s.metric(c).map_or(String::new(), |v| v.to_string())));
             row.push(s.goodput.map_or(String::new(), |v| v.to_string()));
             row.push(s.slo_attainment.map_or(String::new(), |v| v.to_string()));
+            row.push(s.slo_met.map_or(String::new(), |v| v.to_string()));
             row.push(s.peak_rss_bytes.map_or(String::new(), |v| v.to_string()));
             row.push(csv_cell(&s.evidence));
             o.push_str(&row.join(","));
@@ -561,6 +548,9 @@ td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}th{background:#f2f2
             "</ul>\n<p>The knee is the first step value after which output tok/s grows by less than {:.0} % per doubling of the step value (T(i+1)/T(i) &lt; (1 + gain)<sup>log2(c(i+1)/c(i))</sup>); with --repeat, medians are compared.</p>",
             self.cfg.args.knee_gain * 100.0
         );
+        if self.cfg.has_slos() {
+            h.push_str(&crate::compare::slo_html(self.cfg, an, self.steps));
+        }
         if self.cfg.is_grid() {
             h.push_str(&crate::compare::html(self.cfg, an, self.steps));
         }

@@ -1,9 +1,7 @@
-//! One step's result, as `summary.json` and `steps.jsonl` hold it, and the per-request SLO
-//! judgement.
+//! One step's result, as `summary.json` and `steps.jsonl` hold it.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use sparrow_bench::record::RequestRecord;
 
 use crate::forensics::{LogQuote, VerdictKind};
 
@@ -120,6 +118,12 @@ pub struct StepResult {
     pub goodput: Option<f64>,
     /// Fraction of the step's requests meeting every SLO (with SLOs).
     pub slo_attainment: Option<f64>,
+    /// Whether the step met the SLOs (every term held; with SLOs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo_met: Option<bool>,
+    /// The SLO terms the step missed, with what was measured.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slo_missed: Vec<String>,
     /// The printed block (relative path).
     pub block_file: Option<String>,
     /// The bench's JSONL keys for this step (its `concurrency`, Little's-law mean, is
@@ -144,37 +148,5 @@ impl StepResult {
     /// True when the step measured something usable for the curves.
     pub fn measured(&self) -> bool {
         self.status == Status::Ok && self.completed > 0
-    }
-}
-
-/// SLOs in milliseconds; a request meets them when it succeeded and every given bound holds
-/// (a request with a single output token has no TPOT and meets a TPOT bound), as SGLang's and
-/// vLLM's `--goodput` judge requests.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Slos {
-    /// Time to first token.
-    pub ttft_ms: Option<f64>,
-    /// Time per output token.
-    pub tpot_ms: Option<f64>,
-    /// End-to-end latency.
-    pub e2e_ms: Option<f64>,
-}
-
-impl Slos {
-    /// Whether `r` meets every SLO.
-    pub fn met(&self, r: &RequestRecord) -> bool {
-        let le = |v: Option<f64>, bound: Option<f64>| bound.is_none_or(|b| v.is_none_or(|v| v * 1000.0 <= b));
-        r.success()
-            && le(r.ttft(), self.ttft_ms)
-            && le(r.tpot(), self.tpot_ms)
-            && self.e2e_ms.is_none_or(|b| r.e2e() * 1000.0 <= b)
-            && (self.ttft_ms.is_none() || r.ttft().is_some())
-    }
-    /// (goodput in req/s, attainment in [0, 1]) over a step's records; every request counts in
-    /// the attainment's denominator, failed ones included.
-    pub fn judge(&self, records: &[RequestRecord], duration_s: f64) -> (f64, f64) {
-        let good = records.iter().filter(|r| self.met(r)).count();
-        let goodput = if duration_s > 0.0 { good as f64 / duration_s } else { 0.0 };
-        (goodput, if records.is_empty() { 0.0 } else { good as f64 / records.len() as f64 })
     }
 }

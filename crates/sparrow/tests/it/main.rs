@@ -10,4 +10,4 @@ mod fleet;
 mod glm5;
 mod serve;
 mod sweep;
-mod sweep_grid;
+mod sweep_tuning;

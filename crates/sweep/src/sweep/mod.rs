@@ -19,9 +19,13 @@ use crate::forensics::{Verdict, VerdictKind};
 use crate::monitor::MemEvidence;
 use crate::report::{self, Machine, Report};
 use crate::server::{self, Server};
-use crate::step::{Slos, Status, StepResult};
+use crate::step::{Status, StepResult};
 
+mod plan;
 mod step_run;
+
+pub use plan::value_met;
+use plan::{Plan, Planner};
 
 /// Errors that end a sweep before or outside its steps.
 #[derive(Debug, thiserror::Error)]
@@ -56,14 +60,6 @@ enum Settled {
     Interrupted,
 }
 
-/// One planned step.
-#[derive(Debug, Clone, Copy)]
-struct Plan {
-    value_index: usize,
-    repeat: usize,
-    side: usize,
-}
-
 /// What was seen while a step ran.
 struct Observed {
     outcome: Result<RunOutcome, BenchError>,
@@ -88,6 +84,8 @@ pub struct Sweep {
     previous: HashMap<String, StepResult>,
     interrupt: CancellationToken,
     interrupt_code: Arc<Mutex<Option<i32>>>,
+    /// Steps planned, when known up front (not in an SLO search).
+    planned: Option<usize>,
     /// The tokenizer every step of both sides builds its prompts with.
     tokenizer: Option<PathBuf>,
     /// Held while the sweep runs: no other sweep writes this folder meanwhile.
@@ -227,6 +225,7 @@ impl Sweep {
             interrupt: CancellationToken::new(),
             interrupt_code: Arc::default(),
             tokenizer: None,
+            planned: None,
             _folder: folder,
         })
     }
@@ -236,27 +235,9 @@ impl Sweep {
         &self.dir
     }
 
-    /// The steps in run order. A grid runs one configuration at a time (its server is up
-    /// once), its workloads one after another; an A/B run interleaves A and B at each value.
-    fn plan(&self) -> Vec<Plan> {
-        let mut p = vec![];
-        let repeats = self.cfg.args.repeat;
-        if self.cfg.grid {
-            for (side, s) in self.cfg.sides.iter().enumerate() {
-                for &value_index in &s.steps {
-                    p.extend((0..repeats).map(|repeat| Plan { value_index, repeat, side }));
-                }
-            }
-            return p;
-        }
-        for value_index in 0..self.cfg.axis.len() {
-            for repeat in 0..repeats {
-                for side in 0..self.cfg.sides.len() {
-                    p.push(Plan { value_index, repeat, side });
-                }
-            }
-        }
-        p
+    /// `/N` after a step number when the step count is known (not in a search).
+    fn of(&self) -> String {
+        self.planned.map_or(String::new(), |n| format!("/{n}"))
     }
 
     fn step_name(&self, k: usize, p: Plan) -> String {
@@ -301,6 +282,8 @@ impl Sweep {
             peak_rss_bytes: None,
             goodput: None,
             slo_attainment: None,
+            slo_met: None,
+            slo_missed: vec![],
             block_file: None,
             bench: Map::new(),
         }
@@ -349,17 +332,12 @@ impl Sweep {
         {
             sparrow_bench::errln!("sparrow sweep: {line}");
         }
-        let plan = self.plan();
-        let n = plan.len();
+        let mut planner = Planner::new(&self.cfg);
+        self.planned = planner.planned();
         let out_file = self.cfg.args.output_file.clone().unwrap_or_else(|| self.dir.join("results.jsonl"));
         let mut stopped: Option<String> = None;
         // In a grid, a crash with `--on-crash stop` ends only its configuration's steps.
         let mut config_stopped: HashMap<usize, String> = HashMap::new();
-        let slos = Slos {
-            ttft_ms: self.cfg.args.slo_ttft_ms,
-            tpot_ms: self.cfg.args.slo_tpot_ms,
-            e2e_ms: self.cfg.args.slo_e2e_ms,
-        };
         for side in self.cfg.sides.iter().filter(|s| s.server_cmd.is_none()) {
             let url = format!("{}{}", side.base_url, self.cfg.args.ready_path);
             if !server::answers(&self.http, &url, Duration::from_secs(2)).await {
@@ -369,7 +347,15 @@ impl Sweep {
                 )));
             }
         }
-        sparrow_bench::errln!("sparrow sweep: {n} step(s), results in {}", self.dir.display());
+        match self.planned {
+            Some(n) => sparrow_bench::errln!("sparrow sweep: {n} step(s), results in {}", self.dir.display()),
+            None => sparrow_bench::errln!(
+                "sparrow sweep: searching the load that meets {} on {} side(s), results in {}",
+                self.cfg.slo.describe(),
+                self.cfg.sides.len(),
+                self.dir.display()
+            ),
+        }
         if let [a, b] = &self.cfg.sides[..] {
             if a.server_cmd == b.server_cmd && a.base_url == b.base_url {
                 sparrow_bench::errln!(
@@ -377,7 +363,8 @@ impl Sweep {
                 );
             }
         }
-        for (k, p) in plan.iter().copied().enumerate() {
+        for k in 0.. {
+            let Some(p) = planner.next(&mut self.cfg, &self.steps) else { break };
             let side = self.cfg.sides[p.side].clone();
             if self.interrupt.is_cancelled() && stopped.is_none() {
                 stopped = Some("not run: the sweep was interrupted".into());
@@ -385,6 +372,7 @@ impl Sweep {
             if let Some(why) = stopped.as_ref().or(config_stopped.get(&side.server)) {
                 let s = self.blank(k, p, Status::Skipped, why.clone());
                 self.record(s)?;
+                planner.end_side(p.side);
                 continue;
             }
             if self.cfg.grid {
@@ -399,8 +387,9 @@ impl Sweep {
             let key = step_key(&self.cfg, p.side, p.value_index, p.repeat);
             if let Some(prev) = self.previous.get(&key).cloned() {
                 sparrow_bench::errln!(
-                    "sparrow sweep: step {}/{n} ({}) already measured: kept (--resume)",
+                    "sparrow sweep: step {}{} ({}) already measured: kept (--resume)",
                     k + 1,
+                    self.of(),
                     side.label
                 );
                 self.record(StepResult { step: k + 1, ..prev })?;
@@ -408,18 +397,20 @@ impl Sweep {
             }
             let value = fmt_value(self.cfg.axis.value(p.value_index));
             sparrow_bench::errln!(
-                "sparrow sweep: step {}/{n}: {} {}={value} prompts={} seed={}",
+                "sparrow sweep: step {}{}: {} {}={value} prompts={} seed={}",
                 k + 1,
+                self.of(),
                 side.label,
                 self.cfg.axis.name(),
                 self.cfg.num_prompts(p.side, p.value_index),
                 self.cfg.seed(p.value_index, p.repeat)
             );
-            let result = self.run_step(k, p, &out_file, &slos).await?;
+            let result = self.run_step(k, p, &out_file).await?;
             let crashed = result.status == Status::Crashed;
             sparrow_bench::errln!(
-                "sparrow sweep: step {}/{n} {}: {} ({})",
+                "sparrow sweep: step {}{} {}: {} ({})",
                 k + 1,
+                self.of(),
                 side.label,
                 result.verdict.map_or("-", VerdictKind::as_str),
                 result.evidence

@@ -332,15 +332,9 @@ impl Sweep {
 
     /// Runs step `k`: makes sure its server is up, runs the bench under the memory and hang
     /// watch, and judges the server afterwards.
-    pub(super) async fn run_step(
-        &mut self,
-        k: usize,
-        p: Plan,
-        out_file: &Path,
-        slos: &Slos,
-    ) -> Result<StepResult, SweepError> {
+    pub(super) async fn run_step(&mut self, k: usize, p: Plan, out_file: &Path) -> Result<StepResult, SweepError> {
         let side = self.cfg.sides[p.side].clone();
-        let n = self.cfg.sides.iter().map(|s| s.steps.len()).sum::<usize>() * self.cfg.args.repeat;
+        let of = self.of();
         let value = fmt_value(self.cfg.axis.value(p.value_index));
         let mut result = self.blank(k, p, Status::Ok, String::new());
         if let Err((v, log, mem)) = self.ensure_server(p.side, k).await {
@@ -370,7 +364,7 @@ impl Sweep {
         b.tokenizer = self.tokenizer_for(p.side).await;
         let from_line = self.servers[side.server].as_ref().map_or(1, |s| s.log_lines() + 1);
         let prefix = format!(
-            "[{}/{n} {} {}={value}]",
+            "[{}{of} {} {}={value}]",
             k + 1,
             side.label,
             if self.cfg.axis.name() == "concurrency" { "c" } else { "rate" }
@@ -385,9 +379,11 @@ impl Sweep {
                 result.failed = o.metrics.failed;
                 result.bench = bench_keys(o);
                 if self.cfg.has_slos() {
-                    let (g, a) = slos.judge(&o.records, o.summary.duration_s);
-                    result.goodput = Some(g);
-                    result.slo_attainment = Some(a);
+                    let j = self.cfg.slo.judge(&o.records, o.summary.duration_s);
+                    result.goodput = Some(j.goodput);
+                    result.slo_attainment = Some(j.attainment);
+                    result.slo_met = Some(j.met && o.exit_code == exit::OK);
+                    result.slo_missed = j.missed;
                 }
                 let block = bench_report::render_block(&o.summary, &o.metrics);
                 let bf = self.dir.join("steps").join(format!("{name}.txt"));

@@ -1,7 +1,8 @@
-//! `sparrow sweep --serve-params/--bench-params`: a grid of server configurations × workloads
-//! over scripted `sparrow mock-server`s. A configuration that dies (each `--die-how`, a real
-//! death of a real process) gets its verdict, its log and its partial block, and the grid goes
-//! on; a sweep killed mid-grid resumes without losing a configuration's finished steps.
+//! `sparrow sweep` as a tuning loop over scripted `sparrow mock-server`s: a grid of server
+//! configurations × workloads (`--serve-params`, `--bench-params`), where a configuration that
+//! dies (each `--die-how`, a real death of a real process) gets its verdict, its log and its
+//! partial block while the grid goes on, and a sweep killed mid-grid resumes without losing a
+//! finished step; and the SLO search (`--slo`) for the highest load a server meets its SLOs at.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -159,4 +160,48 @@ fn linked_grid_of_workloads_resumes_after_sigkill() {
     assert_eq!(st[2]["server_log"], st[3]["server_log"]);
     assert_ne!(st[0]["server_log"], st[2]["server_log"]);
     assert!(dir.path().join("steps/03-max-running=2:short-c2.earlier1.requests.jsonl").exists());
+}
+
+/// A server that answers at most `cap` requests at once keeps TTFT near 1 ms up to
+/// concurrency `cap` and queues a request behind a whole answer (5 chunks of 10 ms) beyond it,
+/// for about one request in `cap + 1`: with `ttft_p95<=30` the search brackets the cap with
+/// the listed 1, 2, 16 and bisects to it exactly, per configuration.
+#[test]
+fn slo_search_finds_each_configurations_cap() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let files = tempfile::tempdir().expect("files");
+    let port = free_port();
+    let serve = write(files.path(), "serve.json", r#"{"cap3": {"max_running": 3}, "cap6": {"max_running": 6}}"#);
+    let mut a = sweep_args(dir.path(), port);
+    a.extend([
+        "--server-cmd".into(),
+        format!("'{SPARROW}' mock-server --listen 127.0.0.1:{port} --chunk-delay-ms 10"),
+        "--serve-params".into(),
+        serve,
+    ]);
+    a.extend(["--concurrency", "1,2,16", "--num-prompts-per-step", "42", "--slo", "ttft_p95<=30"].map(String::from));
+    let o = run(&a);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let s = summary(dir.path());
+    let rows = s["slo"]["rows"].as_array().expect("SLO rows");
+    for (row, cap) in rows.iter().zip([3, 6]) {
+        assert_eq!(row["highest_met"], cap, "{row}");
+        assert_eq!(row["lowest_missed"], cap + 1, "{row}");
+        let probes: Vec<u64> =
+            row["probes"].as_array().expect("probes").iter().map(|p| p["value"].as_u64().unwrap_or(0)).collect();
+        assert_eq!(&probes[..3], [1, 2, 16], "bracketing first: {row}");
+        assert!(probes.len() <= 3 + 4, "bisection from 2..16 takes at most 4 probes: {row}");
+        let miss =
+            row["probes"].as_array().expect("probes").iter().find(|p| p["value"] == cap + 1).expect("the missed probe");
+        assert!(miss["missed_terms"][0].as_str().expect("why").starts_with("TTFT p95 <= 30 ms:"), "{miss}");
+        assert!(row["goodput"].as_f64().expect("goodput") > 0.0);
+    }
+    // Each configuration's steps carry their judgement; the search adds the bisected values.
+    let st = steps(dir.path());
+    assert!(st.iter().all(|s| s["slo_met"].is_boolean()), "{st:?}");
+    assert!(st.iter().any(|s| s["concurrency"] == 7));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("cap3: highest met 3") && stdout.contains("lowest missed 4"), "{stdout}");
+    let html = std::fs::read_to_string(dir.path().join("report.html")).expect("report");
+    assert!(html.contains("<table id=\"slo\">"), "the SLO table");
 }
