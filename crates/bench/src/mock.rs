@@ -16,7 +16,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -109,7 +109,8 @@ pub struct MockScript {
     #[arg(long, value_enum, default_value = "cut")]
     pub die_how: DieHow,
     /// Most answers generated at once; later requests wait for a slot (a server whose
-    /// throughput saturates, so a sweep has a knee).
+    /// throughput saturates, so a sweep has a knee). `/metrics` reports the answers running
+    /// and the requests waiting under SGLang's names, `/get_server_info` the cap.
     #[arg(long)]
     pub max_running: Option<usize>,
     /// Print every generation request's number and prompt (JSON) on stderr when it arrives
@@ -155,6 +156,23 @@ struct MockState {
     kill: CancellationToken,
     hang: CancellationToken,
     running: Option<Arc<tokio::sync::Semaphore>>,
+    /// Answers being streamed, and requests waiting for a `--max-running` slot (its
+    /// `/metrics`, under SGLang's names).
+    active: Arc<AtomicI64>,
+    waiting: AtomicI64,
+}
+
+/// An answer's hold on the server: its `--max-running` slot, if any, and its place in the
+/// running count, both given back when the stream ends (or is dropped).
+struct Slot {
+    _permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    active: Arc<AtomicI64>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.active.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// A running mock server.
@@ -209,9 +227,30 @@ fn app(state: Arc<MockState>) -> Router {
             }),
         )
         .route("/get_model_info", get(model_info))
-        .route("/get_server_info", get(|State(s): State<Arc<MockState>>| async move { Json(json!({"mock": true, "model_id": s.script.model_id})) }))
+        .route(
+            "/get_server_info",
+            get(|State(s): State<Arc<MockState>>| async move {
+                Json(json!({"mock": true, "model_id": s.script.model_id, "max_running_requests": s.script.max_running}))
+            }),
+        )
+        .route("/metrics", get(metrics))
         .route("/flush_cache", post(|| async { "Cache flushed." }))
         .with_state(state)
+}
+
+/// `/metrics` in Prometheus' text format under SGLang's gauge names: answers streaming, and
+/// requests waiting for a `--max-running` slot.
+async fn metrics(State(s): State<Arc<MockState>>) -> Response {
+    let label = format!("{{model_name=\"{}\"}}", s.script.model_id);
+    let mut text = String::new();
+    for (name, v) in [
+        ("sglang:num_running_reqs", s.active.load(Ordering::SeqCst)),
+        ("sglang:num_queue_reqs", s.waiting.load(Ordering::SeqCst)),
+        ("sglang:token_usage", 0),
+    ] {
+        text.push_str(&format!("# TYPE {name} gauge\n{name}{label} {v}\n"));
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
 /// Starts a mock server on `addr` (port 0 picks a free one).
@@ -226,6 +265,8 @@ pub async fn start(addr: SocketAddr, script: MockScript) -> std::io::Result<Mock
         kill: CancellationToken::new(),
         hang: CancellationToken::new(),
         running: script.max_running.map(|n| Arc::new(tokio::sync::Semaphore::new(n.max(1)))),
+        active: Arc::default(),
+        waiting: AtomicI64::new(0),
         script,
     });
     let router = app(state.clone());
@@ -449,7 +490,7 @@ fn steps(p: &Plan, s: &MockScript) -> Vec<Step> {
     out
 }
 
-fn respond(state: Arc<MockState>, p: Plan, permit: Option<tokio::sync::OwnedSemaphorePermit>) -> Response {
+fn respond(state: Arc<MockState>, p: Plan, permit: Slot) -> Response {
     if p.fail == Some(FailMode::Http500) {
         return (StatusCode::INTERNAL_SERVER_ERROR, Json(scripted_failure())).into_response();
     }
@@ -525,11 +566,15 @@ async fn handle(
         std::future::pending::<()>().await;
     }
     let p = plan(&state, dialect, &headers, &body);
+    state.waiting.fetch_add(1, Ordering::SeqCst);
     let permit = match &state.running {
         Some(sem) => sem.clone().acquire_owned().await.ok(),
         None => None,
     };
-    Ok(respond(state, p, permit))
+    state.waiting.fetch_sub(1, Ordering::SeqCst);
+    state.active.fetch_add(1, Ordering::SeqCst);
+    let slot = Slot { _permit: permit, active: state.active.clone() };
+    Ok(respond(state, p, slot))
 }
 
 /// The POST route of one dialect's endpoint.

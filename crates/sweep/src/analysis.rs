@@ -263,6 +263,9 @@ mod tests {
             slo_attainment: None,
             slo_met: None,
             slo_missed: vec![],
+            server_stats: None,
+            limit: None,
+            series_file: None,
             block_file: None,
             bench,
         }

@@ -141,6 +141,10 @@ pub struct SweepArgs {
     /// server's own cgroup, from `/proc/<pid>/cgroup`).
     #[arg(long, hide = true)]
     pub cgroup_dir: Option<PathBuf>,
+    /// Seconds between two samples of the server's `/metrics`, CPU and RSS (1 s; tests of a
+    /// fast scripted server take more).
+    #[arg(long, default_value_t = 1.0, hide = true)]
+    pub scrape_interval: f64,
 }
 
 /// Why flags were refused.
@@ -182,6 +186,7 @@ const SWEEP_FLAGS: &[&str] = &[
     "output-dir",
     "output-file",
     "cgroup-dir",
+    "scrape-interval",
 ];
 /// Bench flags the sweep sets per step and so refuses.
 const REFUSED: &[(&str, &str)] = &[
@@ -467,6 +472,9 @@ fn validate(a: SweepArgs, mut bench_args: BenchArgs, bench_argv: Vec<String>) ->
         }
     }
     let search = a.slo.is_some();
+    if !(a.scrape_interval.is_finite() && a.scrape_interval >= 0.01) {
+        return Err(FlagError(format!("--scrape-interval must be at least 0.01 s, got {}", a.scrape_interval)));
+    }
     if !a.ready_path.starts_with('/') {
         return Err(FlagError(format!("--ready-path must start with '/', got {:?}", a.ready_path)));
     }

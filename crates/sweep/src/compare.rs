@@ -447,6 +447,9 @@ pub fn slo_rows(cfg: &SweepConfig, an: &[SideAnalysis], steps: &[StepResult]) ->
                     if let Some(c) = runs.iter().find(|s| s.status != Status::Ok) {
                         why.push(format!("step {}: {}", c.step, c.verdict.map_or(c.status.as_str(), |v| v.as_str())));
                     }
+                    if let Some(l) = runs.iter().find_map(|s| s.limit.as_ref()) {
+                        why.push(format!("limit: {l}"));
+                    }
                     why.dedup();
                     (value, crate::sweep::value_met(steps, &side.label, vi), why)
                 })

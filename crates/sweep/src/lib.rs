@@ -5,6 +5,7 @@
 //! - [`args`]: the sweep's flags, split from the `sparrow bench` flags they travel with.
 //! - [`grid`]: server configurations × workloads (`--serve-params`, `--bench-params`,
 //!   `--link-vars`).
+//! - [`scrape`]: `/metrics`, CPU and RSS once a second per step; why throughput stopped growing.
 //! - [`server`]: a launched server: process group, timestamped log, readiness, clean stop.
 //! - [`monitor`]: RSS of the server's process tree, available memory, cgroup OOM records.
 //! - [`forensics`]: the verdict on a server that died or hung.
@@ -23,6 +24,7 @@ pub mod grid;
 pub mod monitor;
 pub mod plot;
 pub mod report;
+pub mod scrape;
 pub mod server;
 pub mod slo;
 pub mod step;

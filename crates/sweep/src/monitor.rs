@@ -23,31 +23,39 @@ fn page_size() -> u64 {
     nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE).ok().flatten().map_or(4096, |p| p as u64)
 }
 
-/// Resident bytes of `root` and every descendant (parent links from `/proc/<pid>/stat`).
-/// 0 when `root` is gone.
-pub fn tree_rss(root: u32) -> u64 {
-    let Ok(dir) = std::fs::read_dir("/proc") else { return 0 };
+/// `root` and every descendant (parent links from `/proc/<pid>/stat`); just `root` when
+/// `/proc` cannot be read.
+pub fn tree_pids(root: u32) -> Vec<u32> {
     let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
-    for e in dir.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-        // `pid (comm) state ppid ...`: comm may hold spaces and parentheses.
-        let Some(after) = stat.rfind(')').map(|i| &stat[i + 1..]) else { continue };
-        if let Some(ppid) = after.split_whitespace().nth(1).and_then(|s| s.parse::<u32>().ok()) {
-            children.entry(ppid).or_default().push(pid);
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for e in dir.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+            // `pid (comm) state ppid ...`: comm may hold spaces and parentheses.
+            let Some(after) = stat.rfind(')').map(|i| &stat[i + 1..]) else { continue };
+            if let Some(ppid) = after.split_whitespace().nth(1).and_then(|s| s.parse::<u32>().ok()) {
+                children.entry(ppid).or_default().push(pid);
+            }
         }
     }
-    let page = page_size();
-    let (mut stack, mut total) = (vec![root], 0u64);
+    let (mut stack, mut out) = (vec![root], vec![]);
     while let Some(p) = stack.pop() {
-        if let Ok(statm) = std::fs::read_to_string(format!("/proc/{p}/statm")) {
-            total += statm.split_whitespace().nth(1).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0) * page;
-        }
+        out.push(p);
         if let Some(c) = children.get(&p) {
             stack.extend(c);
         }
     }
-    total
+    out
+}
+
+/// Resident bytes of `root` and every descendant. 0 when `root` is gone.
+pub fn tree_rss(root: u32) -> u64 {
+    let page = page_size();
+    tree_pids(root)
+        .into_iter()
+        .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/statm")).ok())
+        .map(|statm| statm.split_whitespace().nth(1).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0) * page)
+        .sum()
 }
 
 /// The cgroup v2 folder of `pid` (`/sys/fs/cgroup` + the `0::` line of `/proc/<pid>/cgroup`).

@@ -107,6 +107,9 @@ pub struct SideAnalysis {
     pub peak: Finding,
     /// The SLO point (with SLOs).
     pub slo: Option<Finding>,
+    /// What held the throughput past the knee, from the server's series at the next step
+    /// value ("at 16: the server runs at most 4 at once (max_running_requests): ...").
+    pub limit: Option<String>,
 }
 
 impl Report<'_> {
@@ -118,9 +121,19 @@ impl Report<'_> {
             .iter()
             .map(|s| {
                 let points = analysis::points(self.steps, &s.label, axis);
+                let knee = analysis::knee(&points, self.cfg.args.knee_gain);
+                let past = knee.value.and_then(|k| points.iter().find(|p| p.value > k)).map(|p| p.value);
+                let limit = past.and_then(|v| {
+                    self.steps
+                        .iter()
+                        .filter(|t| t.label == s.label && t.value(axis) == v)
+                        .find_map(|t| t.limit.as_ref())
+                        .map(|l| format!("at {}: {l}", fmt_value(v)))
+                });
                 SideAnalysis {
                     label: s.label.clone(),
-                    knee: analysis::knee(&points, self.cfg.args.knee_gain),
+                    limit,
+                    knee,
                     peak: analysis::peak(&points),
                     slo: self.cfg.has_slos().then(|| analysis::slo_point(&points, &self.cfg.slo.describe())),
                     points,
@@ -210,6 +223,9 @@ impl Report<'_> {
                 }
             }
             let _ = writeln!(o, "{}: {}", a.label, a.knee.how);
+            if let Some(l) = &a.limit {
+                let _ = writeln!(o, "{}: past the knee, {l}", a.label);
+            }
             let _ = writeln!(o, "{}: {}", a.label, a.peak.how);
             if let Some(s) = &a.slo {
                 let _ = writeln!(o, "{}: {}", a.label, s.how);
@@ -277,6 +293,7 @@ impl Report<'_> {
             "analysis": an.iter().map(|a| json!({
                 "label": a.label,
                 "knee": finding(&a.knee),
+                "limit": a.limit,
                 "peak": finding(&a.peak),
                 "slo_point": a.slo.as_ref().map(finding),
                 "points": a.points.iter().map(|p| json!({
@@ -464,7 +481,7 @@ impl Report<'_> {
     }
 
     /// `report.html`, with the SVG plots inlined.
-    pub fn html(&self, an: &[SideAnalysis], svgs: &[(String, String)]) -> String {
+    pub fn html(&self, an: &[SideAnalysis], svgs: &[(String, String)], dir: &Path) -> String {
         let mut h = String::new();
         h.push_str(
             "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>sparrow sweep</title><style>\n",
@@ -539,6 +556,9 @@ td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}th{background:#f2f2
                 esc(&a.label),
                 esc(&a.peak.how)
             );
+            if let Some(l) = &a.limit {
+                let _ = writeln!(h, "<li><b>{}</b>: past the knee, {}</li>", esc(&a.label), esc(l));
+            }
             if let Some(s) = &a.slo {
                 let _ = writeln!(h, "<li><b>{}</b>: {}</li>", esc(&a.label), esc(&s.how));
             }
@@ -576,7 +596,9 @@ td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}th{background:#f2f2
             let body = svg.find("<svg").map_or(svg.as_str(), |i| &svg[i..]);
             let _ = writeln!(h, "<div id=\"plot-{name}\">{body}</div>");
         }
-        h.push_str("</div>\n<h2>Verdicts</h2>\n");
+        h.push_str("</div>\n");
+        h.push_str(&self.series_html(dir));
+        h.push_str("<h2>Verdicts</h2>\n");
         let mut any = false;
         for s in self
             .steps
@@ -637,6 +659,51 @@ td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}th{background:#f2f2
         h
     }
 
+    /// The server over each step, one second a point: a small line per figure (running,
+    /// queued, KV usage, the server's CPU, the host's CPU, RSS) with its range, and the
+    /// step's limit.
+    fn series_html(&self, dir: &Path) -> String {
+        let rows: Vec<(&StepResult, Vec<crate::scrape::Sample>)> = self
+            .steps
+            .iter()
+            .filter_map(|s| {
+                let text = std::fs::read_to_string(dir.join(s.series_file.as_ref()?)).ok()?;
+                Some((s, serde_json::from_str(&text).ok()?))
+            })
+            .collect();
+        if rows.is_empty() {
+            return String::new();
+        }
+        let mut h = String::from(
+            "<h2>The server over each step</h2>\n<p>Sampled once a second: <code>/metrics</code> (SGLang, vLLM, llama.cpp or sparrow names), the server's process tree's CPU and RSS, the host's CPU.</p>\n<table id=\"series\"><tr><th>step</th><th>series</th><th>value</th><th>running</th><th>queued</th><th>KV usage</th><th>server CPU (cores)</th><th>host CPU</th><th>RSS</th><th>limit</th></tr>\n",
+        );
+        let axis = self.cfg.axis.name();
+        for (s, series) in rows {
+            let _ = write!(
+                h,
+                "<tr><td>{}</td><td class=\"l\">{}</td><td>{}</td>",
+                s.step,
+                esc(&s.label),
+                fmt_value(s.value(axis))
+            );
+            let cols: [(&dyn Fn(&crate::scrape::Sample) -> Option<f64>, fn(f64) -> String); 6] = [
+                (&|x| x.running, |v| format!("{v:.0}")),
+                (&|x| x.queued, |v| format!("{v:.0}")),
+                (&|x| x.kv_usage.map(|k| k * 100.0), |v| format!("{v:.0} %")),
+                (&|x| x.server_cpu, |v| format!("{v:.2}")),
+                (&|x| x.host_cpu.map(|c| c * 100.0), |v| format!("{v:.0} %")),
+                (&|x| x.rss.map(|r| r as f64), |v| crate::monitor::gib(v as u64)),
+            ];
+            for (f, fmt) in cols {
+                let v: Vec<(f64, f64)> = series.iter().filter_map(|x| Some((x.t, f(x)?))).collect();
+                let _ = write!(h, "<td>{}</td>", sparkline(&v, fmt));
+            }
+            let _ = writeln!(h, "<td class=\"l\">{}</td></tr>", esc(s.limit.as_deref().unwrap_or("")));
+        }
+        h.push_str("</table>\n");
+        h
+    }
+
     fn kernel_isa_rows(&self) -> String {
         let mut o = String::new();
         for s in &self.cfg.sides {
@@ -654,6 +721,27 @@ td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}th{background:#f2f2
         }
         o
     }
+}
+
+/// A 120 × 28 inline SVG line of `(t, v)` points with its range in words ("0 .. 4"); a dash
+/// for none.
+fn sparkline(pts: &[(f64, f64)], fmt: fn(f64) -> String) -> String {
+    if pts.is_empty() {
+        return "-".into();
+    }
+    let (w, hgt) = (120.0, 28.0);
+    let (t0, t1) = (pts[0].0, pts[pts.len() - 1].0);
+    let lo = pts.iter().map(|p| p.1).fold(f64::INFINITY, f64::min);
+    let hi = pts.iter().map(|p| p.1).fold(f64::NEG_INFINITY, f64::max);
+    let x = |t: f64| if t1 > t0 { (t - t0) / (t1 - t0) * w } else { w / 2.0 };
+    let y = |v: f64| if hi > lo { hgt - 2.0 - (v - lo) / (hi - lo) * (hgt - 4.0) } else { hgt / 2.0 };
+    let line: Vec<String> = pts.iter().map(|p| format!("{:.1},{:.1}", x(p.0), y(p.1))).collect();
+    format!(
+        "<svg width=\"{w}\" height=\"{hgt}\" viewBox=\"0 0 {w} {hgt}\"><polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"1.5\" points=\"{}\"/></svg><br>{} .. {}",
+        line.join(" "),
+        fmt(lo),
+        fmt(hi)
+    )
 }
 
 fn ratio(a: f64, b: f64) -> String {
@@ -737,7 +825,7 @@ pub fn write_all(r: &Report<'_>, dir: &Path) -> std::io::Result<String> {
             "warning: no TrueType font found (install fonts-dejavu-core or set SPARROW_PLOT_FONT): no plots"
         );
     }
-    write_atomic(&dir.join("report.html"), r.html(&an, &svgs).as_bytes())?;
+    write_atomic(&dir.join("report.html"), r.html(&an, &svgs, dir).as_bytes())?;
     Ok(r.table(&an))
 }
 

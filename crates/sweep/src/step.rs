@@ -124,6 +124,15 @@ pub struct StepResult {
     /// The SLO terms the step missed, with what was measured.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub slo_missed: Vec<String>,
+    /// The server's `/metrics`, CPU and RSS over the step, in a few figures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_stats: Option<crate::scrape::Stats>,
+    /// What the series says held the step's throughput: the batch cap, the KV pool, the CPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<String>,
+    /// The series, one sample a second (relative path, JSON).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub series_file: Option<String>,
     /// The printed block (relative path).
     pub block_file: Option<String>,
     /// The bench's JSONL keys for this step (its `concurrency`, Little's-law mean, is

@@ -144,7 +144,7 @@ async fn mock_answers() {
         let url = server.url();
         let mut out = String::new();
         if name == "mock_continuous.txt" {
-            for path in ["/v1/models", "/get_model_info", "/get_server_info", "/health"] {
+            for path in ["/v1/models", "/get_model_info", "/get_server_info", "/health", "/metrics"] {
                 out += &answer(&url, path, None).await;
             }
             out += &answer(&url, "/flush_cache", Some(json!({}))).await;

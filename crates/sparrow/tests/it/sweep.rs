@@ -138,7 +138,8 @@ fn clean_sweep_finds_the_knee_and_the_slo_point() {
         assert!(svg.contains("<svg"), "{p}");
     }
     let html = std::fs::read_to_string(dir.path().join("report.html")).expect("report");
-    assert_eq!(html.matches("<svg").count(), 4, "plots inlined");
+    assert_eq!(html.matches("<div id=\"plot-").count(), 4, "plots inlined");
+    assert!(html.contains("<table id=\"series\">"), "the server over each step");
     assert!(html.contains("knee at 4") && html.contains("sparrow sweep"));
 }
 

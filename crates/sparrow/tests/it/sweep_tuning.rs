@@ -163,7 +163,7 @@ fn linked_grid_of_workloads_resumes_after_sigkill() {
 }
 
 /// A server that answers at most `cap` requests at once keeps TTFT near 1 ms up to
-/// concurrency `cap` and queues a request behind a whole answer (5 chunks of 10 ms) beyond it,
+/// concurrency `cap` and queues a request behind a whole answer (5 chunks of 20 ms) beyond it,
 /// for about one request in `cap + 1`: with `ttft_p95<=30` the search brackets the cap with
 /// the listed 1, 2, 16 and bisects to it exactly, per configuration.
 #[test]
@@ -175,11 +175,23 @@ fn slo_search_finds_each_configurations_cap() {
     let mut a = sweep_args(dir.path(), port);
     a.extend([
         "--server-cmd".into(),
-        format!("'{SPARROW}' mock-server --listen 127.0.0.1:{port} --chunk-delay-ms 10"),
+        format!("'{SPARROW}' mock-server --listen 127.0.0.1:{port} --chunk-delay-ms 20"),
         "--serve-params".into(),
         serve,
     ]);
-    a.extend(["--concurrency", "1,2,16", "--num-prompts-per-step", "42", "--slo", "ttft_p95<=30"].map(String::from));
+    a.extend(
+        [
+            "--concurrency",
+            "1,2,16",
+            "--num-prompts-per-step",
+            "42",
+            "--slo",
+            "ttft_p95<=30",
+            "--scrape-interval",
+            "0.1",
+        ]
+        .map(String::from),
+    );
     let o = run(&a);
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
     let s = summary(dir.path());
@@ -194,6 +206,9 @@ fn slo_search_finds_each_configurations_cap() {
         let miss =
             row["probes"].as_array().expect("probes").iter().find(|p| p["value"] == cap + 1).expect("the missed probe");
         assert!(miss["missed_terms"][0].as_str().expect("why").starts_with("TTFT p95 <= 30 ms:"), "{miss}");
+        // Why: the scraped metrics show the cap, named by the server's own max_running_requests.
+        let limit = format!("limit: the server runs at most {cap} at once (max_running_requests)");
+        assert!(miss["missed_terms"][1].as_str().expect("limit").starts_with(&limit), "{miss}");
         assert!(row["goodput"].as_f64().expect("goodput") > 0.0);
     }
     // Each configuration's steps carry their judgement; the search adds the bisected values.
@@ -202,6 +217,14 @@ fn slo_search_finds_each_configurations_cap() {
     assert!(st.iter().any(|s| s["concurrency"] == 7));
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(stdout.contains("cap3: highest met 3") && stdout.contains("lowest missed 4"), "{stdout}");
+    let past_knee = s["analysis"][0]["limit"].as_str().expect("the knee's limit");
+    assert!(past_knee.contains("the server runs at most 3 at once"), "{past_knee}");
+    let series: Vec<Value> = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join(st[2]["series_file"].as_str().expect("series"))).expect("series file"),
+    )
+    .expect("series JSON");
+    assert!(series.iter().any(|x| x["queued"].as_f64().unwrap_or(0.0) >= 1.0), "queued at 16 on cap 3: {series:?}");
+    assert!(series.iter().all(|x| x["running"].as_f64().unwrap_or(9.0) <= 3.0));
     let html = std::fs::read_to_string(dir.path().join("report.html")).expect("report");
-    assert!(html.contains("<table id=\"slo\">"), "the SLO table");
+    assert!(html.contains("<table id=\"slo\">") && html.contains("<table id=\"series\">"), "the SLO and series tables");
 }

@@ -68,6 +68,8 @@ struct Observed {
     hang: Option<String>,
     /// When the server last showed life (a /health answer or a byte on a stream).
     last_life: Instant,
+    /// Its `/metrics`, CPU and RSS, once a second.
+    series: Vec<crate::scrape::Sample>,
 }
 
 /// A sweep in progress.
@@ -284,6 +286,9 @@ impl Sweep {
             slo_attainment: None,
             slo_met: None,
             slo_missed: vec![],
+            server_stats: None,
+            limit: None,
+            series_file: None,
             block_file: None,
             bench: Map::new(),
         }

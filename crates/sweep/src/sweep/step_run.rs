@@ -148,6 +148,7 @@ impl Sweep {
                     mem: MemEvidence::default(),
                     hang: None,
                     last_life: Instant::now(),
+                    series: vec![],
                 }
             }
         };
@@ -158,6 +159,15 @@ impl Sweep {
         // On a task of its own: its set-up (a dataset load, a tokenizer) runs without awaiting,
         // and the watch below must keep its one-second beat meanwhile.
         let mut run = tokio::spawn(bench_run::run_with(cfg, hooks.clone()));
+        let scrape_stop = CancellationToken::new();
+        let every = Duration::from_secs_f64(self.cfg.args.scrape_interval);
+        let scrape = tokio::spawn(crate::scrape::watch(
+            self.http.clone(),
+            format!("{base}/metrics"),
+            pid,
+            every,
+            scrape_stop.clone(),
+        ));
         let started = Instant::now();
         let last_health = Arc::new(Mutex::new(started));
         let probing = Arc::new(AtomicBool::new(false));
@@ -216,7 +226,9 @@ impl Sweep {
             }
         };
         let _ = watch.sample(pid).await;
-        Observed { outcome, mem: watch.finish(), hang, last_life: life(&last_health) }
+        scrape_stop.cancel();
+        let series = scrape.await.unwrap_or_default();
+        Observed { outcome, mem: watch.finish(), hang, last_life: life(&last_health), series }
     }
 
     /// After a step whose server may be gone: waits (up to the hang window) for it to either
@@ -372,6 +384,13 @@ impl Sweep {
         let obs = self.observe(p.side, b, prefix).await;
         result.peak_rss_bytes = self.servers[side.server].as_ref().map(|_| obs.mem.peak_rss);
         result.server_log = self.servers[side.server].as_ref().map(|s| s.log_path.clone()).map(|l| self.rel(&l));
+        if !obs.series.is_empty() {
+            let sf = self.dir.join("steps").join(format!("{name}.series.json"));
+            let text = serde_json::to_string(&obs.series).unwrap_or_default();
+            report::write_atomic(&sf, text.as_bytes()).map_err(io_err(&sf))?;
+            result.series_file = Some(self.rel(&sf));
+            result.server_stats = Some(crate::scrape::stats(&obs.series));
+        }
         let server_down;
         match &obs.outcome {
             Ok(o) => {
@@ -403,6 +422,12 @@ impl Sweep {
                 result.status = Status::Failed;
                 result.evidence = format!("the step could not run: {e}");
             }
+        }
+        if let Some(st) = &result.server_stats {
+            let cap =
+                result.bench.get("server_info").and_then(|i| i.get("max_running_requests")).and_then(Value::as_f64);
+            let offered = result.concurrency.map(|c| c as f64);
+            result.limit = crate::scrape::limit(st, cap, offered, self.machine.cores);
         }
         let (state, verdict) = self.judge(p.side, &obs, server_down, from_line, &result.evidence).await;
         if verdict.kind != VerdictKind::Ok {
