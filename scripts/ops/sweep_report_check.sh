@@ -31,15 +31,19 @@ if ! command -v chromium >/dev/null; then
   apt-get update -qq && apt-get install -y -qq chromium >/dev/null
 fi
 profile=$(mktemp -d)
+# Tall enough for the tables above the plots: the steps and the server's series grow a row a
+# step.
+steps=$(python3 -c 'import json, sys; print(len(json.load(open(sys.argv[1]))["steps"]))' "$dir/summary.json")
+height=$((2600 + 90 * steps))
 chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
   --disable-background-networking --disable-component-update --disable-sync \
-  --user-data-dir="$profile" --hide-scrollbars --window-size=1900,2600 \
+  --user-data-dir="$profile" --hide-scrollbars --window-size=1900,$height \
   --screenshot="$dir/report.png" "file://$dir/report.html" 2>/dev/null
 rm -rf "$profile"
 
 # Decode the screenshot (8-bit RGB/RGBA PNG, standard library only) and count the pixels
-# drawn in the plots' series colours (A's, and B's for an A/B run): a page without its plots
-# has none.
+# drawn in the plots' series colours (A's, B's for an A/B run, the third for a grid): a page
+# without its plots has none.
 python3 - "$dir/report.png" "$dir/summary.json" <<'PY'
 import json, struct, sys, zlib
 sides = len(json.load(open(sys.argv[2]))["sides"])
@@ -72,8 +76,9 @@ for _ in range(h):
     rows.append(bytes(line)); prev = line
 def count(rgb):
     return sum(1 for r in rows for x in range(0, stride, bpp) if abs(r[x] - rgb[0]) < 8 and abs(r[x + 1] - rgb[1]) < 8 and abs(r[x + 2] - rgb[2]) < 8)
-blue, red = count((31, 119, 180)), count((214, 39, 40))
-print(f"screenshot {w}x{h}: {blue} pixels in side A's colour, {red} in side B's")
+blue, red, green = count((31, 119, 180)), count((214, 39, 40)), count((44, 160, 44))
+print(f"screenshot {w}x{h}: {blue} pixels in side A's colour, {red} in side B's, {green} in the third's")
 assert blue > 2000 and (sides < 2 or red > 2000), "the plots are not in the screenshot"
+assert sides < 3 or green > 1000, "a grid's third series is not in the screenshot"
 PY
 echo "ok: $dir/report.png"

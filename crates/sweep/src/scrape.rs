@@ -230,14 +230,22 @@ pub fn stats(s: &[Sample]) -> Stats {
 }
 
 /// Why a step's throughput stopped growing, from its series: the batch cap (requests queued
-/// while the running count stayed at its most, below the offered concurrency), a full KV pool
+/// while the running count reached the server's cap, or without one stayed near its most,
+/// below the offered concurrency), a full KV pool
 /// (usage at 98 % or more with retractions), or the CPU (the server's tree at 90 % of the
 /// cores, or the host at 90 %); `None` when none of these shows. `cap` is the server's
 /// `max_running_requests` when its `/get_server_info` tells; `concurrency` the step's.
 pub fn limit(st: &Stats, cap: Option<f64>, concurrency: Option<f64>, cores: usize) -> Option<String> {
     let queued = st.queued_mean.unwrap_or(0.0);
     if let (Some(max), Some(mean)) = (st.running_max, st.running_mean) {
-        let pinned = max > 0.0 && mean >= 0.8 * max && queued >= 0.5;
+        // With the server's cap known, reaching it is enough (a scheduler that admits one
+        // prefill a step ramps back up after each wave); without, running must have stayed
+        // near its most.
+        let at_cap = match cap {
+            Some(c) => max >= c,
+            None => mean >= 0.8 * max,
+        };
+        let pinned = max > 0.0 && at_cap && queued >= 0.5;
         let below_offered = concurrency.is_none_or(|c| max < c);
         if pinned && below_offered {
             let n = cap.unwrap_or(max);
@@ -301,6 +309,11 @@ mod tests {
         assert!(why.starts_with("the server runs at most 4 at once (max_running_requests)"), "{why}");
         // Running as many as offered is no cap, even with a queue.
         assert_eq!(limit(&cap, None, Some(4.0), 2), None);
+        // A wave that ramps back up (1, 4, 1 running) with a queue: the cap when the server
+        // tells it; without, running did not stay near its most.
+        let wave = stats(&[at(1.0, 12.0, 0.0, 0.0, 0.1), at(4.0, 12.0, 0.0, 0.0, 0.1), at(1.0, 7.0, 0.0, 0.0, 0.1)]);
+        assert!(limit(&wave, Some(4.0), Some(16.0), 2).expect("cap").contains("at most 4 at once"));
+        assert_eq!(limit(&wave, None, Some(16.0), 2), None);
         // The pool full and retractions.
         let kv = stats(&[at(8.0, 0.0, 0.9, 1.0, 0.5), at(6.0, 0.0, 1.0, 3.0, 0.5)]);
         assert!(limit(&kv, None, Some(16.0), 2)

@@ -1,10 +1,10 @@
 //! `sparrow serve` as its own process, driven by unchanged clients: the OpenAI Python SDK
 //! (streaming chat and a plain completion) and `sparrow bench` (OpenAI and native backends).
 
+use serde_json::Value;
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use serde_json::Value;
 
 fn sparrow() -> Command {
     Command::new(env!("CARGO_BIN_EXE_sparrow"))
@@ -253,7 +253,11 @@ fn openai_sdk_parse_and_streamed_tool_calls() {
     assert!(["Paris", "Lyon", "Nice"].contains(&v["city"]["name"].as_str().unwrap_or("")), "{v}");
     assert!(v["city"]["population"].as_u64().is_some_and(|p| (1000..=99_999_999).contains(&p)), "{v}");
     assert_eq!(v["city_finish"], "stop");
-    assert_eq!((v["call"]["name"].as_str(), v["call_finish"].as_str()), (Some("get_weather"), Some("tool_calls")), "{v}");
+    assert_eq!(
+        (v["call"]["name"].as_str(), v["call_finish"].as_str()),
+        (Some("get_weather"), Some("tool_calls")),
+        "{v}"
+    );
     assert!(v["call"]["id"].as_str().is_some_and(|i| i.starts_with("call_")), "{v}");
     let streamed = v["streamed"].as_array().expect("streamed calls");
     assert_eq!(streamed.len(), 1, "{v}");
@@ -368,7 +372,8 @@ fn gemma3_served_greedy_text_equals_llama_cpp() {
     let s = serve_with(&["--model-path", "gemma3-270m", "--max-total-tokens", "8192", "--disable-autotune"]);
     let gguf = sparrow_assets::ensure_chunked(sparrow_assets::GEMMA3_270M_GGUF).expect("assembled by the server");
     let tok = sparrow_tokenizer::Tokenizer::load(&gguf).expect("tokenizer");
-    let fixture: Value = serde_json::from_str(include_str!("../../../engine/tests/fixtures/gemma3_greedy.json")).expect("fixture");
+    let fixture: Value =
+        serde_json::from_str(include_str!("../../../engine/tests/fixtures/gemma3_greedy.json")).expect("fixture");
     let script = r#"
 import json, sys, urllib.request
 base = f"http://127.0.0.1:{sys.argv[1]}"
@@ -400,7 +405,8 @@ print(json.dumps(out))
     let mut full = 0;
     for (case, served) in cases.iter().zip(got.as_array().expect("list")) {
         let name = case["name"].as_str().unwrap_or("?");
-        let ids: Vec<u32> = case["greedy_ids"].as_array().expect("ids").iter().map(|v| v.as_u64().expect("id") as u32).collect();
+        let ids: Vec<u32> =
+            case["greedy_ids"].as_array().expect("ids").iter().map(|v| v.as_u64().expect("id") as u32).collect();
         let steps = case["steps"].as_array().expect("steps");
         let sure = steps
             .iter()
@@ -415,4 +421,79 @@ print(json.dumps(out))
         }
     }
     assert!(full >= 4, "{full} of 6 served texts equal llama.cpp's in full");
+}
+
+/// The body of `GET path` on `port` (HTTP/1.0: the server closes when done).
+fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    c.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    c.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes()).expect("request");
+    let mut text = String::new();
+    c.read_to_string(&mut text).expect("response");
+    text.split_once("\r\n\r\n").map_or(text.clone(), |(_, b)| b.to_owned())
+}
+
+/// The Mooncake-format sample (`scripts/bench/mooncake_sample.py`: 16 sessions whose leading
+/// hash ids repeat earlier sessions') replayed by `sparrow bench --dataset-name mooncake`
+/// against a server with the radix cache and one without: requests go out on the trace's
+/// schedule, and the repeated hash ids are prefix-cache hits on the first server only.
+#[test]
+fn mooncake_sample_replays_on_schedule_with_prefix_hits() {
+    let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/tests/fixtures/mooncake_sample.jsonl");
+    let want: Vec<f64> = std::fs::read_to_string(&trace)
+        .expect("trace")
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("json")["timestamp"].as_f64().expect("ms") / 1000.0)
+        .collect();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cached = vec![];
+    // Without the radix cache, the first 6 sessions (4 of them repeat a block) are proof enough.
+    for (extra, sessions) in [(None, 16), (Some("--disable-radix-cache"), 6)] {
+        let mut flags = vec!["--max-total-tokens", "30000", "--disable-autotune"];
+        flags.extend(extra);
+        let s = serve_with(&flags);
+        let out = dir.path().join(format!("r{}.jsonl", s.1));
+        let o = sparrow()
+            .args(["bench", "--host", "127.0.0.1", "--port", &s.1.to_string(), "--backend", "sglang"])
+            .args(["--dataset-name", "mooncake", "--dataset-path", trace.to_str().expect("utf8")])
+            .args(["--num-prompts", &sessions.to_string(), "--use-trace-timestamps", "--warmup-requests", "0"])
+            .arg("--disable-tqdm")
+            .arg("--output-file")
+            .arg(&out)
+            .output()
+            .expect("bench runs");
+        assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+        let recs: Vec<Value> = std::fs::read_to_string(out.with_file_name(format!("r{}.requests.jsonl", s.1)))
+            .expect("details")
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("record"))
+            .collect();
+        assert_eq!(recs.len(), sessions);
+        let mut sched: Vec<f64> = recs.iter().map(|r| r["scheduled_s"].as_f64().expect("scheduled")).collect();
+        sched.sort_by(f64::total_cmp);
+        for (got, w) in sched.iter().zip(&want) {
+            assert!((got - w).abs() < 1e-9, "scheduled {got} for trace time {w}");
+        }
+        // How late each request went out; the server's prefill shares the two cores.
+        let mut lag: Vec<f64> = recs
+            .iter()
+            .map(|r| r["dispatched_s"].as_f64().expect("sent") - r["scheduled_s"].as_f64().expect("s"))
+            .collect();
+        lag.sort_by(f64::total_cmp);
+        assert!(lag[sessions / 2] <= 0.005 && lag[sessions - 1] <= 0.1, "send lag (s): {lag:?}");
+        let metrics = http_get(s.1, "/metrics");
+        let hit = metrics
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("sglang:cached_tokens_total").map(|v| v.split_whitespace().last().unwrap_or(""))
+            })
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no sglang:cached_tokens_total in {metrics}"));
+        cached.push(hit);
+    }
+    // Every session after the first repeats at least one earlier leading hash id (128 `hi`
+    // words and its number): most of those arrive after the block is cached.
+    assert!(cached[0] >= 5.0 * 128.0, "radix cache hits: {cached:?}");
+    assert_eq!(cached[1], 0.0, "no prefix cache, no hits: {cached:?}");
 }
