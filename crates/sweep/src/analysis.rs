@@ -47,6 +47,20 @@ pub struct Point {
     pub slo_met: Option<bool>,
 }
 
+/// Whether side `label` met the SLOs at step value `vi`: more than half of its judged runs
+/// there did. A run that crashed, or failed on requests, is judged and did not; a skipped or
+/// interrupted one is not judged. `None` when no run was judged.
+pub fn value_met(steps: &[StepResult], label: &str, vi: usize) -> Option<bool> {
+    use crate::step::Status;
+    let judged: Vec<&StepResult> = steps
+        .iter()
+        .filter(|s| s.label == label && s.value_index == vi)
+        .filter(|s| matches!(s.status, Status::Ok | Status::Failed | Status::Crashed))
+        .collect();
+    let met = judged.iter().filter(|s| s.status == Status::Ok && s.slo_met == Some(true)).count();
+    (!judged.is_empty()).then(|| 2 * met > judged.len())
+}
+
 /// Median (numpy's: the mean of the two middle values for an even count); 0 for none.
 pub fn median(xs: &[f64]) -> f64 {
     sparrow_bench::metrics::percentile(xs, 50.0)
@@ -86,10 +100,7 @@ pub fn points(steps: &[StepResult], label: &str, axis: &str) -> Vec<Point> {
                 e2e_p50: med("median_e2e_latency_ms"),
                 slo_attainment: opt(&|s| s.slo_attainment),
                 goodput: opt(&|s| s.goodput),
-                slo_met: {
-                    let judged: Vec<bool> = runs.iter().filter_map(|s| s.slo_met).collect();
-                    (!judged.is_empty()).then(|| 2 * judged.iter().filter(|m| **m).count() > judged.len())
-                },
+                slo_met: first.slo_met.and_then(|_| value_met(steps, label, vi)),
             })
         })
         .collect()

@@ -287,6 +287,8 @@ pub struct Side {
     pub config: Option<String>,
     /// The workload's name (`--bench-params`).
     pub workload: Option<String>,
+    /// The workload's position in `--bench-params` (0 without).
+    pub workload_index: usize,
     /// Bench flags after the sweep's own: the workload's, then values tied by `--link-vars`.
     pub bench_extra: Vec<String>,
     /// The validated bench flags the side's steps start from.
@@ -302,6 +304,9 @@ impl Side {
         common.iter().chain(&self.bench_extra).cloned().collect()
     }
 }
+
+/// The seed stride of workloads: more than any workload's steps × repeats.
+pub const WORKLOAD_STRIDE: usize = 1 << 24;
 
 /// The seed stride of repeats in an SLO search, which adds step values as it goes: more than
 /// any search holds (64 listed, then a bisection of at most 64 halvings per side).
@@ -337,6 +342,8 @@ pub struct SweepConfig {
     pub slo: crate::slo::Slo,
     /// True when the steps are a search for the SLOs' limit (`--slo`).
     pub search: bool,
+    /// How many step values were listed (a search appends the values it bisects to).
+    pub listed: usize,
     /// `--startup-timeout`.
     pub startup_timeout: Duration,
     /// `--hang-timeout`.
@@ -538,7 +545,22 @@ fn validate(a: SweepArgs, mut bench_args: BenchArgs, bench_argv: Vec<String>) ->
     if let Some(path) = &a.serve_params {
         let (_, cmd, url, _) = servers.remove(0);
         let cmd = cmd.unwrap_or_default();
+        let template: Vec<String> = cmd
+            .split_whitespace()
+            .filter(|t| t.starts_with("--"))
+            .map(|t| crate::grid::norm_key(t.split('=').next().unwrap_or(t)))
+            .collect();
         for set in crate::grid::load(path, "--serve-params")? {
+            // Appended, a flag the template already holds would be given twice (refused by
+            // sparrow serve's parser, the last one kept by argparse): one place for each flag.
+            if let Some((f, _)) =
+                set.flags.iter().find(|(f, _)| f.starts_with("--") && template.contains(&crate::grid::norm_key(f)))
+            {
+                return Err(FlagError(format!(
+                    "--serve-params {}: {f} is in --server-cmd as well: give it in one place (in the file to vary it)",
+                    set.name
+                )));
+            }
             servers.push((set.name.clone(), Some(set.command(&cmd)), url.clone(), Some(set)));
         }
     }
@@ -548,7 +570,7 @@ fn validate(a: SweepArgs, mut bench_args: BenchArgs, bench_argv: Vec<String>) ->
     };
     let mut sides = vec![];
     for (si, (label, server_cmd, base_url, config)) in servers.iter().enumerate() {
-        for w in &workloads {
+        for (workload_index, w) in workloads.iter().enumerate() {
             let Some(side) = grid_side(&axis, &bench_argv, &links, config.as_ref(), w.as_ref())? else { continue };
             let (bench_extra, steps) = side;
             let mut b = if bench_extra.is_empty() {
@@ -576,6 +598,7 @@ fn validate(a: SweepArgs, mut bench_args: BenchArgs, bench_argv: Vec<String>) ->
                 server: si,
                 config: config.as_ref().map(|c| c.name.clone()),
                 workload: w.as_ref().map(|w| w.name.clone()),
+                workload_index,
                 bench_extra,
                 bench: b,
                 steps,
@@ -604,6 +627,7 @@ fn validate(a: SweepArgs, mut bench_args: BenchArgs, bench_argv: Vec<String>) ->
     if let Some(l) = sides.iter().find(|s| s.label.is_empty() || s.label.contains(['/', '\0'])) {
         return Err(FlagError(format!("--label {:?} must be non-empty and hold no '/'", l.label)));
     }
+    let listed = axis.len();
     Ok(SweepConfig {
         startup_timeout: secs("--startup-timeout", a.startup_timeout)?,
         hang_timeout: secs("--hang-timeout", a.hang_timeout)?,
@@ -621,6 +645,7 @@ fn validate(a: SweepArgs, mut bench_args: BenchArgs, bench_argv: Vec<String>) ->
         workloads: workloads.into_iter().flatten().collect(),
         slo,
         search,
+        listed,
     })
 }
 
@@ -669,6 +694,17 @@ fn grid_side(
         let Some(sv) = config.and_then(|c| c.get(&l.serve)) else { continue };
         if on_axis {
             steps.retain(|&i| same_value(&sv, &crate::analysis::fmt_value(axis.value(i))));
+            if steps.is_empty() {
+                let values: Vec<String> = (0..axis.len()).map(|i| crate::analysis::fmt_value(axis.value(i))).collect();
+                return Err(FlagError(format!(
+                    "--link-vars {}={}: configuration {} has {}={sv}, which is not among the steps ({}): add it to the list",
+                    l.serve,
+                    l.bench,
+                    config.map_or("", |c| c.name.as_str()),
+                    l.serve,
+                    values.join(",")
+                )));
+            }
         } else if let Some(bv) = workload.and_then(|w| w.get(&l.bench)) {
             if !same_value(&sv, &bv) {
                 return Ok(None);
@@ -725,16 +761,19 @@ impl SweepConfig {
         }
         self.args.num_prompts_per_step.unwrap_or_else(|| self.concurrency(i).map_or(64, |c| (4 * c).max(64)))
     }
-    /// The seed of step value `i`, repeat `r`: `--seed + i + r × steps`, the same for every
-    /// side, so no step re-sends another step's prompts and A and B get the same ones. A
-    /// search adds step values as it goes: its stride is [`SEARCH_STRIDE`], not the count.
-    pub fn seed(&self, i: usize, r: usize) -> u64 {
+    /// The seed of side `side` at step value `i`, repeat `r`: `--seed + i + r × steps + w ×`
+    /// [`WORKLOAD_STRIDE`] for the side's `w`-th workload, the same for every configuration
+    /// (and A and B), so no step re-sends another step's or workload's prompts into a warm
+    /// cache and every configuration gets the same ones. A search adds step values as it goes:
+    /// its stride is [`SEARCH_STRIDE`], not the count.
+    pub fn seed(&self, side: usize, i: usize, r: usize) -> u64 {
         let stride = if self.search { SEARCH_STRIDE } else { self.axis.len() };
-        self.bench.args.seed.wrapping_add((i + r * stride) as u64)
+        let w = self.sides.get(side).map_or(0, |s| s.workload_index);
+        self.bench.args.seed.wrapping_add((i + r * stride + w * WORKLOAD_STRIDE) as u64)
     }
-    /// True for an A/B run (two sides, no grid, no workloads): compared step by step.
+    /// True for an A/B run (two sides, no grid, no workloads, no search): compared step by step.
     pub fn is_ab(&self) -> bool {
-        !self.grid && self.workloads.is_empty() && self.sides.len() == 2
+        !self.grid && !self.search && self.workloads.is_empty() && self.sides.len() == 2
     }
     /// True when configurations or workloads are compared (`--serve-params`, `--bench-params`).
     pub fn is_grid(&self) -> bool {
@@ -784,8 +823,8 @@ mod tests {
         let c = p(&["--request-rate", "1,4,inf", "--max-concurrency", "8", "--seed", "10"]).expect("parses");
         assert_eq!(c.axis, Axis::RequestRate(vec![1.0, 4.0, f64::INFINITY]));
         assert_eq!(c.concurrency(2), Some(8));
-        assert_eq!(c.seed(0, 0), 10);
-        assert_eq!(c.seed(2, 1), 15);
+        assert_eq!(c.seed(0, 0, 0), 10);
+        assert_eq!(c.seed(0, 2, 1), 15);
     }
 
     #[test]
@@ -943,6 +982,8 @@ mod tests {
             "--link-vars",
             "a=max_concurrency"
         ])
-        .contains("leaves no"));
+        .contains("a=1, which is not among the steps (2)"));
+        assert!(e(&["--concurrency", "2", "--server-cmd", "srv --a 3", "--serve-params", &sp2])
+            .contains("--a is in --server-cmd as well"));
     }
 }

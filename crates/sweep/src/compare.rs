@@ -47,7 +47,8 @@ pub fn cells(cfg: &SweepConfig, steps: &[StepResult]) -> Vec<Cell> {
                 workload: s.workload.clone(),
                 label: s.label.clone(),
                 ok: mine.iter().filter(|t| t.status == Status::Ok).count(),
-                planned: s.steps.len() * cfg.args.repeat,
+                // A search decides its steps as it goes: what it ran is what it planned.
+                planned: if cfg.search { mine.len() } else { s.steps.len() * cfg.args.repeat },
                 trouble,
             }
         })
@@ -415,6 +416,9 @@ pub struct SloRow {
     pub label: String,
     /// (value, met, the terms missed) per value, in the order first measured.
     pub probes: Vec<(f64, bool, Vec<String>)>,
+    /// Why the side's steps (a search) stopped before their end: a crash with `--on-crash
+    /// stop`, or a signal.
+    pub cut_short: Option<String>,
     /// The highest value met.
     pub met: Option<f64>,
     /// The lowest value missed.
@@ -432,7 +436,10 @@ pub fn slo_rows(cfg: &SweepConfig, an: &[SideAnalysis], steps: &[StepResult]) ->
         .iter()
         .map(|side| {
             let mut seen: Vec<usize> = vec![];
-            for s in steps.iter().filter(|s| s.label == side.label && s.status != Status::Skipped) {
+            for s in steps
+                .iter()
+                .filter(|s| s.label == side.label && !matches!(s.status, Status::Skipped | Status::Interrupted))
+            {
                 if !seen.contains(&s.value_index) {
                     seen.push(s.value_index);
                 }
@@ -451,15 +458,19 @@ pub fn slo_rows(cfg: &SweepConfig, an: &[SideAnalysis], steps: &[StepResult]) ->
                         why.push(format!("limit: {l}"));
                     }
                     why.dedup();
-                    (value, crate::sweep::value_met(steps, &side.label, vi), why)
+                    (value, crate::analysis::value_met(steps, &side.label, vi).unwrap_or(false), why)
                 })
                 .collect();
             let met = probes.iter().filter(|p| p.1).map(|p| p.0).reduce(f64::max);
             let missed = probes.iter().filter(|p| !p.1).map(|p| p.0).reduce(f64::min);
             let at =
                 an.iter().find(|a| a.label == side.label).and_then(|a| a.points.iter().find(|p| Some(p.value) == met));
+            let cut = steps
+                .iter()
+                .find(|s| s.label == side.label && matches!(s.status, Status::Skipped | Status::Interrupted));
             SloRow {
                 label: side.label.clone(),
+                cut_short: cut.map(|s| s.evidence.clone()),
                 probes,
                 met,
                 missed,
@@ -495,6 +506,9 @@ pub fn slo_text(cfg: &SweepConfig, an: &[SideAnalysis], steps: &[StepResult]) ->
             r.missed.map_or("none".into(), fmt_value),
             r.probes.iter().map(probe_text).collect::<Vec<_>>().join(", ")
         );
+        if let Some(c) = &r.cut_short {
+            let _ = writeln!(o, "    cut short: {c}");
+        }
         if let Some(p) = r.probes.iter().find(|p| Some(p.0) == r.missed) {
             for w in &p.2 {
                 let _ = writeln!(o, "    at {}: {w}", fmt_value(p.0));
@@ -518,6 +532,7 @@ pub fn slo_json(cfg: &SweepConfig, an: &[SideAnalysis], steps: &[StepResult]) ->
             "goodput": r.goodput,
             "output_throughput": r.output_throughput,
             "probes": r.probes.iter().map(|p| json!({"value": fv(p.0), "met": p.1, "missed_terms": p.2})).collect::<Vec<_>>(),
+            "cut_short": r.cut_short,
         })).collect::<Vec<_>>(),
     })
 }
@@ -532,7 +547,10 @@ pub fn slo_html(cfg: &SweepConfig, an: &[SideAnalysis], steps: &[StepResult]) ->
         if cfg.search { " &middot; searched: the listed values until one missed, then bisection" } else { "" }
     );
     for r in slo_rows(cfg, an, steps) {
-        let why = r.probes.iter().find(|p| Some(p.0) == r.missed).map_or(String::new(), |p| p.2.join("; "));
+        let mut why = r.probes.iter().find(|p| Some(p.0) == r.missed).map_or(String::new(), |p| p.2.join("; "));
+        if let Some(c) = &r.cut_short {
+            why = format!("{why} (cut short: {c})");
+        }
         let _ = writeln!(
             h,
             "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td></tr>",

@@ -6,7 +6,9 @@
 //! its flags) or a dict of named flag dicts (`{"baseline": {}, "big": {...}}`, in file order).
 //! A key is a flag name as the program spells it, with `_` read as `-` (`max_num_seqs` is
 //! `--max-num-seqs`) unless it starts with `-` (`-np`, kept as written); `true` is the bare
-//! flag, `false` and `null` leave it out, a number or string is its value, a list its values.
+//! flag, `false` and `null` leave it out (SGLang's and sparrow's switches have no `--no-`
+//! form, which vLLM writes), a number or string is its value, a list its values, an object
+//! its JSON text.
 
 use std::path::Path;
 
@@ -104,7 +106,8 @@ fn flag_set(what: &str, name: Option<String>, obj: Ordered) -> Result<ParamSet, 
                     .map(|x| scalar(x).ok_or_else(|| format!("{what}: {k}: list items must be numbers or strings")))
                     .collect::<Result<_, _>>()?,
             ),
-            Value::Object(_) => return Err(format!("{what}: {k}: a flag's value cannot be an object")),
+            // As vLLM passes one: the JSON text (`--speculative-config '{"method": ...}'`).
+            Value::Object(_) => FlagValue::One(v.to_string()),
             x => FlagValue::One(scalar(x).unwrap_or_default()),
         };
         if flags.iter().any(|(g, _): &(String, FlagValue)| norm_key(g) == norm_key(&f)) {
@@ -127,7 +130,8 @@ fn flag_set(what: &str, name: Option<String>, obj: Ordered) -> Result<ParamSet, 
         if parts.is_empty() {
             "default".into()
         } else {
-            parts.join(",")
+            // A name is a file name and a label: no '/' or ':' from a path or URL value.
+            parts.join(",").replace(['/', ':'], "_")
         }
     });
     Ok(ParamSet { name, flags })
@@ -282,6 +286,9 @@ mod tests {
         assert_eq!(n[0].argv(), ["--b", "1", "--a", "2"]);
         let q = parse(r#"[{"served-model-name": "a b's"}]"#, "t").expect("quote");
         assert_eq!(q[0].command("s"), r"s --served-model-name 'a b'\''s'");
+        let j = parse(r#"[{"model_path": "Qwen/Qwen3-8B", "speculative_config": {"k": 2}}]"#, "t").expect("json");
+        assert_eq!(j[0].name, r#"model-path=Qwen_Qwen3-8B,speculative-config={"k"_2}"#);
+        assert_eq!(j[0].argv(), ["--model-path", "Qwen/Qwen3-8B", "--speculative-config", r#"{"k":2}"#]);
     }
 
     #[test]
@@ -290,7 +297,7 @@ mod tests {
         assert!(e("{").contains("--serve-params f.json"));
         assert!(e("[]").contains("no flag sets"));
         assert!(e("[1]").contains("not a list"));
-        assert!(e(r#"[{"a": {"b": 1}}]"#).contains("entry 0: a: a flag's value cannot be an object"));
+        assert!(e(r#"[{"a": [{"b": 1}]}]"#).contains("entry 0: a: list items must be numbers or strings"));
         assert!(e(r#"{"x/y": {}}"#).contains("'/'"));
         assert!(e(r#"[{"a": 1}, {"a": 1}]"#).contains("two flag sets"));
         assert!(e(r#"[{"a_b": 1, "a-b": 2}]"#).contains("twice"));

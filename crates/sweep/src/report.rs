@@ -121,7 +121,10 @@ impl Report<'_> {
             .iter()
             .map(|s| {
                 let points = analysis::points(self.steps, &s.label, axis);
-                let knee = analysis::knee(&points, self.cfg.args.knee_gain);
+                // The knee over the listed values: a search's bisection probes sit a step apart,
+                // where growth per doubling is noise.
+                let listed: Vec<Point> = points.iter().filter(|p| p.value_index < self.cfg.listed).cloned().collect();
+                let knee = analysis::knee(&listed, self.cfg.args.knee_gain);
                 let past = knee.value.and_then(|k| points.iter().find(|p| p.value > k)).map(|p| p.value);
                 let limit = past.and_then(|v| {
                     self.steps

@@ -38,11 +38,12 @@ pub struct Sample {
     pub rss: Option<u64>,
 }
 
-/// Prometheus text exposition format: each metric's value summed over its label sets (vLLM
-/// labels by model and engine). Comments, `_bucket`/`_sum`/`_count` histogram lines and
-/// unparsable lines are kept or skipped as they come: only the names asked for are read.
-pub fn parse_prometheus(text: &str) -> HashMap<String, f64> {
-    let mut m: HashMap<String, f64> = HashMap::new();
+/// Prometheus text exposition format: every value of each metric, one per label set (SGLang
+/// repeats a gauge per tensor-parallel rank, vLLM gives one per engine). Comments, histogram
+/// lines and unparsable lines are kept or skipped as they come: only the names asked for are
+/// read.
+pub fn parse_prometheus(text: &str) -> HashMap<String, Vec<f64>> {
+    let mut m: HashMap<String, Vec<f64>> = HashMap::new();
     for line in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
         let (name, rest) = match line.find(['{', ' ']) {
             Some(i) if line.as_bytes()[i] == b'{' => match line[i..].find('}') {
@@ -54,20 +55,28 @@ pub fn parse_prometheus(text: &str) -> HashMap<String, f64> {
         };
         let Some(v) = rest.split_whitespace().next().and_then(|v| v.parse::<f64>().ok()) else { continue };
         if v.is_finite() {
-            *m.entry(name.to_owned()).or_default() += v;
+            m.entry(name.to_owned()).or_default().push(v);
         }
     }
     m
 }
 
-/// The first of `names` present.
-fn first(m: &HashMap<String, f64>, names: &[&str]) -> Option<f64> {
-    names.iter().find_map(|n| m.get(*n).copied())
+/// The first of `names` present, its label sets combined: vLLM's request counts are summed
+/// over engines (data parallel); anything else (SGLang's per-rank duplicates, a usage
+/// fraction, llama-server's one value) takes the largest.
+fn first(m: &HashMap<String, Vec<f64>>, names: &[&str]) -> Option<f64> {
+    names.iter().find_map(|n| {
+        let v = m.get(*n)?;
+        let sum = n.starts_with("vllm:num_") || n.starts_with("sparrow:");
+        Some(if sum { v.iter().sum() } else { v.iter().copied().fold(f64::NEG_INFINITY, f64::max) })
+    })
 }
 
 /// The gauges of a `/metrics` page in one vocabulary: (running, queued, KV usage 0..1,
-/// retractions counter). vLLM reports KV usage as a fraction under both its names.
-pub fn gauges(m: &HashMap<String, f64>) -> (Option<f64>, Option<f64>, Option<f64>, Option<f64>) {
+/// retractions counter). vLLM reports KV usage as a fraction under both its names; SGLang's
+/// retraction counter is `num_retracted_requests_total` (its `num_retracted_reqs` is a gauge of
+/// the last batch, not a count).
+pub fn gauges(m: &HashMap<String, Vec<f64>>) -> (Option<f64>, Option<f64>, Option<f64>, Option<f64>) {
     (
         first(m, &["sglang:num_running_reqs", "vllm:num_requests_running", "llamacpp:requests_processing"]),
         first(m, &["sglang:num_queue_reqs", "vllm:num_requests_waiting", "llamacpp:requests_deferred"]),
@@ -82,13 +91,7 @@ pub fn gauges(m: &HashMap<String, f64>) -> (Option<f64>, Option<f64>, Option<f64
         ),
         first(
             m,
-            &[
-                "sparrow:num_retractions_total",
-                "sglang:num_retracted_reqs_total",
-                "sglang:num_retracted_reqs",
-                "vllm:num_preemptions_total",
-                "vllm:num_preemptions",
-            ],
+            &["sparrow:num_retractions_total", "sglang:num_retracted_requests_total", "vllm:num_preemptions_total"],
         ),
     )
 }
@@ -248,10 +251,15 @@ pub fn limit(st: &Stats, cap: Option<f64>, concurrency: Option<f64>, cores: usiz
         let pinned = max > 0.0 && at_cap && queued >= 0.5;
         let below_offered = concurrency.is_none_or(|c| max < c);
         if pinned && below_offered {
-            let n = cap.unwrap_or(max);
-            return Some(format!(
-                "the server runs at most {n:.0} at once (max_running_requests): running stayed at {mean:.1} on average (most {max:.0}) while {queued:.1} waited"
-            ));
+            return Some(match cap {
+                Some(n) => format!(
+                    "the server runs at most {n:.0} at once (max_running_requests): running stayed at {mean:.1} on average (most {max:.0}) while {queued:.1} waited"
+                ),
+                // The server does not say why (vLLM's max_num_seqs, or admission by KV pages).
+                None => format!(
+                    "the server ran at most {max:.0} at once (a batch cap such as max_running_requests / max_num_seqs, or admission by KV pages): running stayed at {mean:.1} on average while {queued:.1} waited"
+                ),
+            });
         }
     }
     if st.kv_usage_max.is_some_and(|k| k >= 0.98) && st.retractions.is_some_and(|r| r > 0.0) {
@@ -281,16 +289,19 @@ mod tests {
             "# HELP vllm:num_requests_running x\n# TYPE vllm:num_requests_running gauge\n\
              vllm:num_requests_running{model_name=\"a\",engine=\"0\"} 3.0\n\
              vllm:num_requests_running{model_name=\"a\",engine=\"1\"} 4\n\
-             vllm:kv_cache_usage_perc{engine=\"0\"} 0.5\nvllm:num_preemptions_total 7 1700000000\n\
-             bad line\nnan_metric NaN\n",
+             vllm:kv_cache_usage_perc{engine=\"0\"} 0.5\nvllm:kv_cache_usage_perc{engine=\"1\"} 0.75\n\
+             vllm:num_preemptions_total 7 1700000000\nbad line\nnan_metric NaN\n",
         );
-        assert_eq!(m["vllm:num_requests_running"], 7.0);
-        let g = gauges(&m);
-        assert_eq!(g, (Some(7.0), None, Some(0.5), Some(7.0)));
+        assert_eq!(m["vllm:num_requests_running"], [3.0, 4.0]);
+        // Engines' requests add up; their KV usage is the fullest one's, not a sum.
+        assert_eq!(gauges(&m), (Some(7.0), None, Some(0.75), Some(7.0)));
         assert!(!m.contains_key("nan_metric"));
-        let s = parse_prometheus("sglang:num_running_reqs{model_name=\"m\"} 2\nsglang:num_queue_reqs 5\n");
-        assert_eq!(gauges(&s).0, Some(2.0));
-        assert_eq!(gauges(&s).1, Some(5.0));
+        // SGLang repeats a gauge per TP rank: not a sum. The gauge num_retracted_reqs is no count.
+        let s = parse_prometheus(
+            "sglang:num_running_reqs{tp_rank=\"0\"} 2\nsglang:num_running_reqs{tp_rank=\"1\"} 2\n\
+             sglang:num_queue_reqs 5\nsglang:num_retracted_reqs 3\nsglang:num_retracted_requests_total{priority=\"\"} 9\n",
+        );
+        assert_eq!(gauges(&s), (Some(2.0), Some(5.0), None, Some(9.0)));
     }
 
     #[test]
@@ -306,6 +317,7 @@ mod tests {
         // Four running, three waiting, at concurrency 8: the cap.
         let cap = stats(&[at(4.0, 3.0, 0.2, 0.0, 0.1), at(4.0, 4.0, 0.2, 0.0, 0.1), at(4.0, 3.0, 0.2, 0.0, 0.1)]);
         let why = limit(&cap, Some(4.0), Some(8.0), 2).expect("cap");
+        assert!(limit(&cap, None, Some(8.0), 2).is_some());
         assert!(why.starts_with("the server runs at most 4 at once (max_running_requests)"), "{why}");
         // Running as many as offered is no cap, even with a queue.
         assert_eq!(limit(&cap, None, Some(4.0), 2), None);
@@ -314,6 +326,9 @@ mod tests {
         let wave = stats(&[at(1.0, 12.0, 0.0, 0.0, 0.1), at(4.0, 12.0, 0.0, 0.0, 0.1), at(1.0, 7.0, 0.0, 0.0, 0.1)]);
         assert!(limit(&wave, Some(4.0), Some(16.0), 2).expect("cap").contains("at most 4 at once"));
         assert_eq!(limit(&wave, None, Some(16.0), 2), None);
+        // A server that does not tell its cap: named as what it may be.
+        let told = limit(&cap, None, Some(8.0), 2).expect("cap unknown");
+        assert!(told.starts_with("the server ran at most 4 at once (a batch cap"), "{told}");
         // The pool full and retractions.
         let kv = stats(&[at(8.0, 0.0, 0.9, 1.0, 0.5), at(6.0, 0.0, 1.0, 3.0, 0.5)]);
         assert!(limit(&kv, None, Some(16.0), 2)

@@ -3,10 +3,10 @@
 //! after vLLM's `vllm bench sweep serve_sla` (which interpolates instead of bisecting).
 //!
 //! A term is `metric[_pNN]<=ms` with metric `ttft`, `tpot`, `itl` or `e2e`:
-//! - with `_pNN` (`ttft_p99<=2000`), at least NN % of the step's requests meet the bound, a
-//!   failed request counting as a miss (for `itl`, NN % of the inter-token gaps, each failed
-//!   request one missed gap), which is the step's pNN at or under the bound with failures
-//!   taken as infinitely slow;
+//! - with `_pNN` (`ttft_p99<=2000`), the step's pNN of the metric is at or under the bound:
+//!   the percentile as the bench prints it (numpy's linear interpolation over the requests;
+//!   for `itl` over every inter-token gap), with each failed request taken as infinitely slow
+//!   (one infinite value), so failures cannot pass for fast requests;
 //! - without (`tpot<=100`), the bounds are judged together per request, and at least
 //!   `--slo-attainment` of the requests must meet them all, as SGLang's and vLLM's `--goodput`
 //!   judge requests (`--slo-ttft-ms` and friends are such terms).
@@ -142,6 +142,25 @@ fn meets(r: &RequestRecord, t: &Term) -> bool {
         }
 }
 
+/// The `q`-th percentile of `v` with numpy's linear interpolation (as the bench prints its
+/// percentiles), where infinite values (failed requests) sort last and an interpolation that
+/// touches one is infinite; `v` is sorted in place. 0 for no value.
+pub fn percentile_inf(v: &mut [f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let h = (v.len() - 1) as f64 * q / 100.0;
+    let lo = h.floor() as usize;
+    let hi = (lo + 1).min(v.len() - 1);
+    let frac = h - lo as f64;
+    if frac == 0.0 || v[hi] == v[lo] {
+        v[lo]
+    } else {
+        v[lo] + frac * (v[hi] - v[lo])
+    }
+}
+
 impl Slo {
     /// True when there is any term.
     pub fn any(&self) -> bool {
@@ -179,28 +198,27 @@ impl Slo {
             }
         }
         for t in self.terms.iter().filter(|t| t.pct.is_some()) {
-            let need = t.pct.unwrap_or(100.0) / 100.0;
-            let (k, of) = if t.metric == Metric::Itl {
-                // Every gap of the successful requests; a failed request is one missed gap.
-                let mut k = 0;
-                let mut of = 0;
-                for r in records {
-                    if r.success() {
-                        let gaps = r.itl().0;
-                        of += gaps.len();
-                        k += gaps.iter().filter(|g| **g * 1000.0 <= t.bound_ms).count();
-                    } else {
-                        of += 1;
-                    }
+            let mut values: Vec<f64> = vec![];
+            for r in records {
+                if !r.success() {
+                    values.push(f64::INFINITY);
+                } else if t.metric == Metric::Itl {
+                    values.extend(r.itl().0.iter().map(|g| g * 1000.0));
+                } else if let Some(v) = value_ms(r, t.metric) {
+                    values.push(v);
+                } else if t.metric == Metric::Ttft {
+                    // A success with no content chunk has no TTFT to meet the bound with.
+                    values.push(f64::INFINITY);
                 }
-                (k, of)
-            } else {
-                (records.iter().filter(|r| meets(r, t)).count(), n)
-            };
-            // A step with no gap at all (one token per request) has no ITL to miss.
-            let ok = of == 0 && t.metric == Metric::Itl || frac(k, of) + 1e-12 >= need;
-            if !ok {
-                missed.push(format!("{t}: {:.1} % met", frac(k, of) * 100.0));
+            }
+            // No value at all (one token per request for TPOT/ITL) has nothing to miss.
+            if values.is_empty() {
+                continue;
+            }
+            let p = percentile_inf(&mut values, t.pct.unwrap_or(100.0));
+            if p > t.bound_ms {
+                let shown = if p.is_finite() { format!("{p:.1} ms") } else { "a failed request".to_owned() };
+                missed.push(format!("{t}: p{} was {shown}", fmt_value(t.pct.unwrap_or(100.0))));
             }
         }
         Judgement {
@@ -215,7 +233,9 @@ impl Slo {
 /// The search for the highest step value meeting the SLOs on one side: the listed values are
 /// tried in increasing order until one misses (bracketing); then the gap between the highest
 /// value met and the lowest missed is halved until the two are adjacent integers
-/// (concurrency) or within `tolerance` of each other (request rate, relative).
+/// (concurrency) or within `tolerance` of each other (request rate, relative). When even the
+/// lowest listed concurrency misses, the search halves it down towards 1 (vLLM's
+/// `serve_sla` searches from 1 as well).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Search {
     listed: Vec<f64>,
@@ -245,8 +265,9 @@ impl Search {
         match (self.met, self.missed) {
             // Still bracketing: the next listed value above the highest met.
             (_, None) => self.listed.get(self.next_listed).copied(),
-            // Even the lowest listed value missed.
-            (None, Some(_)) => None,
+            // Even the lowest listed value missed: concurrencies go on down towards 1 (the
+            // implicit lower end); rates stop (no lower end to bisect from).
+            (None, Some(hi)) => (self.integer && hi.round() > 1.0).then(|| (hi.round() / 2.0).floor().max(1.0)),
             (Some(lo), Some(hi)) => {
                 if self.integer {
                     let (lo, hi) = (lo.round(), hi.round());
@@ -283,7 +304,7 @@ impl Search {
             (Some(m), None) => {
                 format!("every probe met the SLOs up to {} (the top of the list): the limit lies above", fmt_value(m))
             }
-            (None, Some(x)) => format!("even {} (the lowest probe) missed the SLOs", fmt_value(x)),
+            (None, Some(x)) => format!("even {} missed the SLOs", fmt_value(x)),
             (None, None) => "nothing measured".into(),
         }
     }
@@ -309,6 +330,16 @@ mod tests {
         }
     }
 
+    #[test]
+    fn percentiles_interpolate_and_failures_are_infinitely_slow() {
+        let mut v = vec![10.0, 20.0, 30.0, 40.0];
+        assert_eq!(percentile_inf(&mut v, 50.0), 25.0);
+        let mut w = vec![10.0, f64::INFINITY, 20.0];
+        assert_eq!(percentile_inf(&mut w, 50.0), 20.0);
+        assert!(percentile_inf(&mut w, 75.0).is_infinite());
+        assert_eq!(percentile_inf(&mut [], 99.0), 0.0);
+    }
+
     /// Concurrency 1..=100 where everything up to 37 meets: the listed 1, 4, 16, 64 bracket
     /// it between 16 and 64, and bisection ends at 37 / 38.
     #[test]
@@ -328,10 +359,19 @@ mod tests {
         }
         let (lo, hi) = (r.met.expect("met"), r.missed.expect("missed"));
         assert!(lo <= 3.3 && hi > 3.3 && hi / lo - 1.0 <= 0.05, "{lo} {hi}");
-        // Nothing met; everything met.
-        let mut n = Search::new(vec![2.0, 4.0], true, 0.05);
-        n.record(2.0, false);
-        assert_eq!(n.next(), None);
+        // Nothing met at the lowest listed value: down towards 1.
+        let mut n = Search::new(vec![8.0, 16.0], true, 0.05);
+        let mut seen = vec![];
+        while let Some(v) = n.next() {
+            seen.push(v);
+            n.record(v, v <= 2.0);
+        }
+        assert_eq!(seen, [8.0, 4.0, 2.0, 3.0]);
+        assert_eq!((n.met, n.missed), (Some(2.0), Some(3.0)));
+        let mut one = Search::new(vec![1.0, 4.0], true, 0.05);
+        one.record(1.0, false);
+        assert_eq!(one.next(), None);
+        assert!(one.outcome().contains("even 1"));
         let mut a = Search::new(vec![2.0, 4.0], true, 0.05);
         a.record(2.0, true);
         a.record(4.0, true);

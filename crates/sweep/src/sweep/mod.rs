@@ -24,7 +24,6 @@ use crate::step::{Status, StepResult};
 mod plan;
 mod step_run;
 
-pub use plan::value_met;
 use plan::{Plan, Planner};
 
 /// Errors that end a sweep before or outside its steps.
@@ -103,7 +102,7 @@ fn default_dir() -> PathBuf {
 
 /// What makes two steps the same measurement: the side (label, command with the
 /// configuration's flags, address), the step's effective settings (concurrency, rate, prompts,
-/// seed, repeat) and the bench flags (the workload's included).
+/// seed, repeat), the bench flags (the workload's included) and the SLOs it was judged by.
 fn step_key(cfg: &SweepConfig, si: usize, vi: usize, r: usize) -> String {
     let side = &cfg.sides[si];
     format!(
@@ -114,9 +113,19 @@ fn step_key(cfg: &SweepConfig, si: usize, vi: usize, r: usize) -> String {
         cfg.concurrency(vi).map_or("-".into(), |c| c.to_string()),
         fmt_value(cfg.request_rate(vi)),
         cfg.num_prompts(si, vi),
-        cfg.seed(vi, r),
-        side.bench_argv(&cfg.bench_argv).join("\u{1f}")
-    )
+        cfg.seed(si, vi, r),
+        side.bench_argv(&cfg.bench_argv).join("\u{1f}"),
+    ) + &slo_key(cfg)
+}
+
+/// The SLOs in a step's key: a step judged under other SLOs (or none) is measured again, so
+/// a resumed search never decides on another judgement.
+fn slo_key(cfg: &SweepConfig) -> String {
+    if cfg.has_slos() {
+        format!("|slo={}", cfg.slo.describe())
+    } else {
+        String::new()
+    }
 }
 
 /// The bench's JSONL pairs as a JSON object, without the keys the step holds itself.
@@ -269,7 +278,7 @@ impl Sweep {
             repeat: p.repeat,
             concurrency: self.cfg.concurrency(p.value_index),
             request_rate: self.cfg.request_rate(p.value_index),
-            seed: self.cfg.seed(p.value_index, p.repeat),
+            seed: self.cfg.seed(p.side, p.value_index, p.repeat),
             num_prompts: self.cfg.num_prompts(p.side, p.value_index),
             status,
             verdict: None,
@@ -408,7 +417,7 @@ impl Sweep {
                 side.label,
                 self.cfg.axis.name(),
                 self.cfg.num_prompts(p.side, p.value_index),
-                self.cfg.seed(p.value_index, p.repeat)
+                self.cfg.seed(p.side, p.value_index, p.repeat)
             );
             let result = self.run_step(k, p, &out_file).await?;
             let crashed = result.status == Status::Crashed;

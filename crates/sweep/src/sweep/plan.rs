@@ -2,9 +2,10 @@
 //! grid one configuration at a time), or, with `--slo`, a search per side whose next step
 //! value depends on whether the last one met the SLOs.
 
+use crate::analysis::value_met;
 use crate::args::{Axis, SweepConfig};
 use crate::slo::Search;
-use crate::step::{Status, StepResult};
+use crate::step::StepResult;
 
 /// One planned step.
 #[derive(Debug, Clone, Copy)]
@@ -28,14 +29,6 @@ pub(super) enum Planner {
         current: Option<(usize, usize)>,
         repeats: usize,
     },
-}
-
-/// Whether side `label` met the SLOs at step value `vi`: more than half of its runs there
-/// did (a crashed or failed run did not).
-pub fn value_met(steps: &[StepResult], label: &str, vi: usize) -> bool {
-    let runs: Vec<&StepResult> = steps.iter().filter(|s| s.label == label && s.value_index == vi).collect();
-    let met = runs.iter().filter(|s| s.status == Status::Ok && s.slo_met == Some(true)).count();
-    !runs.is_empty() && 2 * met > runs.len()
 }
 
 impl Planner {
@@ -95,8 +88,12 @@ impl Planner {
                         *current = Some((vi, done + 1));
                         return Some(Plan { value_index: vi, repeat: done, side: *at });
                     }
-                    search.record(cfg.axis.value(vi), value_met(steps, &cfg.sides[*at].label, vi));
                     *current = None;
+                    match value_met(steps, &cfg.sides[*at].label, vi) {
+                        Some(met) => search.record(cfg.axis.value(vi), met),
+                        // Nothing judged there (skipped, interrupted): the search stops.
+                        None => search.end(),
+                    }
                 }
                 match search.next() {
                     Some(v) => {

@@ -367,7 +367,7 @@ impl Sweep {
         b.max_concurrency = self.cfg.concurrency(p.value_index);
         b.request_rate = self.cfg.request_rate(p.value_index);
         b.num_prompts = self.cfg.num_prompts(p.side, p.value_index);
-        b.seed = self.cfg.seed(p.value_index, p.repeat);
+        b.seed = self.cfg.seed(p.side, p.value_index, p.repeat);
         b.output_file = Some(out_file.to_owned());
         let details = self.dir.join("steps").join(format!("{name}.requests.jsonl"));
         self.keep_earlier_records(k, &name, &details);
