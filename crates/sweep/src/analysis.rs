@@ -106,6 +106,24 @@ pub fn points(steps: &[StepResult], label: &str, axis: &str) -> Vec<Point> {
         .collect()
 }
 
+/// One side's analysis.
+#[derive(Debug, Clone)]
+pub struct SideAnalysis {
+    /// The label.
+    pub label: String,
+    /// Its points.
+    pub points: Vec<Point>,
+    /// The knee.
+    pub knee: Finding,
+    /// The peak.
+    pub peak: Finding,
+    /// The SLO point (with SLOs).
+    pub slo: Option<Finding>,
+    /// What held the throughput past the knee, from the server's series at the next step
+    /// value ("at 16: the server runs at most 4 at once (max_running_requests): ...").
+    pub limit: Option<String>,
+}
+
 /// A found point and how it was found.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Finding {

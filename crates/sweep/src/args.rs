@@ -514,7 +514,7 @@ fn validate(a: SweepArgs, mut bench_args: BenchArgs, bench_argv: Vec<String>) ->
                 .into(),
         ));
     }
-    let links = crate::grid::parse_links(&a.link_vars)?;
+    let links = crate::grid::parse_links(&a.link_vars).map_err(FlagError)?;
     if !links.is_empty() && !grid {
         return Err(FlagError("--link-vars ties --serve-params values to bench values: give --serve-params".into()));
     }
@@ -550,7 +550,7 @@ fn validate(a: SweepArgs, mut bench_args: BenchArgs, bench_argv: Vec<String>) ->
             .filter(|t| t.starts_with("--"))
             .map(|t| crate::grid::norm_key(t.split('=').next().unwrap_or(t)))
             .collect();
-        for set in crate::grid::load(path, "--serve-params")? {
+        for set in crate::grid::load(path, "--serve-params").map_err(FlagError)? {
             // Appended, a flag the template already holds would be given twice (refused by
             // sparrow serve's parser, the last one kept by argparse): one place for each flag.
             if let Some((f, _)) =
@@ -565,7 +565,7 @@ fn validate(a: SweepArgs, mut bench_args: BenchArgs, bench_argv: Vec<String>) ->
         }
     }
     let workloads = match &a.bench_params {
-        Some(path) => crate::grid::load(path, "--bench-params")?.into_iter().map(Some).collect(),
+        Some(path) => crate::grid::load(path, "--bench-params").map_err(FlagError)?.into_iter().map(Some).collect(),
         None => vec![None],
     };
     let mut sides = vec![];

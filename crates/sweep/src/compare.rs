@@ -3,10 +3,10 @@
 //! `vllm bench sweep plot_pareto`, with 1 / TPOT as the per-user rate), the ranking of
 //! configurations per workload, and each configuration's difference from the baseline in words.
 
+use crate::analysis::SideAnalysis;
 use crate::analysis::{fmt_value, Point};
 use crate::args::SweepConfig;
 use crate::grid::{FlagValue, ParamSet};
-use crate::report::SideAnalysis;
 use crate::step::{Status, StepResult};
 
 /// One configuration × workload of a grid.
@@ -357,7 +357,7 @@ pub fn json(cfg: &SweepConfig, an: &[SideAnalysis], steps: &[StepResult]) -> ser
 
 /// The grid in `report.html`: the cells table, the rankings, the baseline comparison.
 pub fn html(cfg: &SweepConfig, an: &[SideAnalysis], steps: &[StepResult]) -> String {
-    use crate::report::esc;
+    use crate::out::esc;
     use std::fmt::Write as _;
     let mut h = String::from("<h2>Grid</h2>\n<table id=\"grid\"><tr><th>configuration</th><th>workload</th><th>steps ok</th><th>peak out tok/s</th><th>knee</th>");
     if cfg.has_slos() {
@@ -539,7 +539,7 @@ pub fn slo_json(cfg: &SweepConfig, an: &[SideAnalysis], steps: &[StepResult]) ->
 
 /// The SLO table in `report.html`.
 pub fn slo_html(cfg: &SweepConfig, an: &[SideAnalysis], steps: &[StepResult]) -> String {
-    use crate::report::esc;
+    use crate::out::esc;
     use std::fmt::Write as _;
     let mut h = format!(
         "<h2>SLOs</h2>\n<p>{}{}</p>\n<table id=\"slo\"><tr><th>series</th><th>highest met</th><th>goodput req/s</th><th>output tok/s</th><th>lowest missed</th><th>why missed</th><th>values measured</th></tr>\n",

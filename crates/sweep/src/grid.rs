@@ -16,8 +16,6 @@ use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::args::FlagError;
-
 /// One flag of a flag set, as the command line gets it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum FlagValue {
@@ -177,11 +175,11 @@ pub fn parse(text: &str, what: &str) -> Result<Vec<ParamSet>, String> {
 /// Reads a flag-sets file (`flag` is the option that named it, for errors).
 ///
 /// # Errors
-/// [`FlagError`] naming the flag and file when it cannot be read or parsed ([`parse`]).
-pub fn load(path: &Path, flag: &str) -> Result<Vec<ParamSet>, FlagError> {
+/// A message naming the flag and file when it cannot be read or parsed ([`parse`]).
+pub fn load(path: &Path, flag: &str) -> Result<Vec<ParamSet>, String> {
     let what = format!("{flag} {}", path.display());
-    let text = std::fs::read_to_string(path).map_err(|e| FlagError(format!("{what}: {e}")))?;
-    parse(&text, &what).map_err(FlagError)
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{what}: {e}"))?;
+    parse(&text, &what)
 }
 
 /// Quotes `s` for `sh -c` when it needs it.
@@ -242,16 +240,16 @@ pub struct Link {
 ///
 /// # Errors
 /// A message naming the pair that is not `serve_key=bench_key`.
-pub fn parse_links(items: &[String]) -> Result<Vec<Link>, FlagError> {
+pub fn parse_links(items: &[String]) -> Result<Vec<Link>, String> {
     items
         .iter()
         .map(|it| match it.split_once('=') {
             Some((s, b)) if !norm_key(s).is_empty() && !norm_key(b).is_empty() => {
                 Ok(Link { serve: norm_key(s), bench: norm_key(b) })
             }
-            _ => Err(FlagError(format!(
+            _ => Err(format!(
                 "--link-vars {it:?}: expected serve_flag=bench_flag (max_running_requests=max_concurrency)"
-            ))),
+            )),
         })
         .collect()
 }

@@ -13,6 +13,7 @@
 //! - [`step`]: one step's result.
 //! - [`analysis`]: knee, peak, SLO point, repeats.
 //! - [`compare`]: a grid's configurations compared: cells, Pareto front, ranking, baseline.
+//! - [`out`]: whole-file writes, HTML escaping, shell quoting.
 //! - [`plot`], [`report`]: plots, table, `summary.json`/`.csv`, `report.html`.
 //! - [`sweep`]: the steps, one after another.
 
@@ -22,6 +23,7 @@ pub mod compare;
 pub mod forensics;
 pub mod grid;
 pub mod monitor;
+pub mod out;
 pub mod plot;
 pub mod report;
 pub mod scrape;

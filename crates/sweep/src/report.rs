@@ -7,8 +7,9 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use crate::analysis::{self, fmt_value, Finding, Point};
+use crate::analysis::{self, fmt_value, Finding, Point, SideAnalysis};
 use crate::args::SweepConfig;
+use crate::out::{esc, shell_join, write_atomic};
 use crate::plot::{self, Chart, Series};
 use crate::step::{Status, StepResult};
 
@@ -93,24 +94,6 @@ const STEP_FIGURES: [&str; 8] = [
 
 /// A/B rows: the step value and (figure, A, B) per figure.
 type AbRows = Vec<(f64, Vec<(&'static str, f64, f64)>)>;
-
-/// One side's analysis.
-#[derive(Debug, Clone)]
-pub struct SideAnalysis {
-    /// The label.
-    pub label: String,
-    /// Its points.
-    pub points: Vec<Point>,
-    /// The knee.
-    pub knee: Finding,
-    /// The peak.
-    pub peak: Finding,
-    /// The SLO point (with SLOs).
-    pub slo: Option<Finding>,
-    /// What held the throughput past the knee, from the server's series at the next step
-    /// value ("at 16: the server runs at most 4 at once (max_running_requests): ...").
-    pub limit: Option<String>,
-}
 
 impl Report<'_> {
     /// The analysis of every side.
@@ -771,25 +754,6 @@ fn csv_cell(s: &str) -> String {
     }
 }
 
-/// HTML-escapes text.
-pub fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
-}
-
-/// Arguments joined as a shell would need them quoted.
-pub fn shell_join(argv: &[String]) -> String {
-    argv.iter()
-        .map(|a| {
-            if !a.is_empty() && a.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@".contains(c)) {
-                a.clone()
-            } else {
-                format!("'{}'", a.replace('\'', "'\\''"))
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 /// Writes `summary.json`, `summary.csv`, the plots (`plots/*.svg`, `plots/*.png`) and
 /// `report.html` into `dir`; returns the terminal table. Plot failures are warnings.
 ///
@@ -830,11 +794,4 @@ pub fn write_all(r: &Report<'_>, dir: &Path) -> std::io::Result<String> {
     }
     write_atomic(&dir.join("report.html"), r.html(&an, &svgs, dir).as_bytes())?;
     Ok(r.table(&an))
-}
-
-/// Writes through a temporary file and a rename, so a reader (or a kill) never sees half.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)
 }

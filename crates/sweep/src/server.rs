@@ -183,7 +183,7 @@ impl Server {
             sweep_pid: std::process::id(),
             sweep_start: start_time(std::process::id()),
         };
-        if let Err(e) = crate::report::write_atomic(&pid_file, owner.to_line().as_bytes()) {
+        if let Err(e) = crate::out::write_atomic(&pid_file, owner.to_line().as_bytes()) {
             // Unrecorded, a kill of the sweep would leave it running for good: not started.
             if pid > 0 {
                 let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);

@@ -387,7 +387,7 @@ impl Sweep {
         if !obs.series.is_empty() {
             let sf = self.dir.join("steps").join(format!("{name}.series.json"));
             let text = serde_json::to_string(&obs.series).unwrap_or_default();
-            report::write_atomic(&sf, text.as_bytes()).map_err(io_err(&sf))?;
+            crate::out::write_atomic(&sf, text.as_bytes()).map_err(io_err(&sf))?;
             result.series_file = Some(self.rel(&sf));
             result.server_stats = Some(crate::scrape::stats(&obs.series));
         }
@@ -406,7 +406,7 @@ impl Sweep {
                 }
                 let block = bench_report::render_block(&o.summary, &o.metrics);
                 let bf = self.dir.join("steps").join(format!("{name}.txt"));
-                report::write_atomic(&bf, block.as_bytes()).map_err(io_err(&bf))?;
+                crate::out::write_atomic(&bf, block.as_bytes()).map_err(io_err(&bf))?;
                 result.block_file = Some(self.rel(&bf));
                 server_down = o.summary.server_down.is_some() || o.exit_code == exit::STOPPED;
                 // Anything but a clean bench exit (failures over the limit, a server
