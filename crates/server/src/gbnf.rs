@@ -39,7 +39,8 @@ pub fn to_lark(src: &str) -> Result<String, String> {
                     match c {
                         '"' => break,
                         '\\' => {
-                            let (ch, used) = escape(&chars[i..]).ok_or_else(|| format!("bad escape at offset {}", i - 1))?;
+                            let (ch, used) =
+                                escape(&chars[i..]).ok_or_else(|| format!("bad escape at offset {}", i - 1))?;
                             lit.push(ch);
                             i += used;
                         }
@@ -61,7 +62,8 @@ pub fn to_lark(src: &str) -> Result<String, String> {
                     match c {
                         ']' if class.len() > 1 && class != "[^" => break,
                         '\\' => {
-                            let (ch, used) = escape(&chars[i..]).ok_or_else(|| format!("bad escape at offset {}", i - 1))?;
+                            let (ch, used) =
+                                escape(&chars[i..]).ok_or_else(|| format!("bad escape at offset {}", i - 1))?;
                             i += used;
                             class.push_str(&regex_char(ch));
                         }
@@ -142,7 +144,8 @@ pub fn to_lark(src: &str) -> Result<String, String> {
 }
 
 fn rule_name(gbnf: &str) -> String {
-    let body: String = gbnf.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' }).collect();
+    let body: String =
+        gbnf.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' }).collect();
     format!("g_{body}")
 }
 
@@ -195,7 +198,8 @@ mod tests {
              g_ws: /[ \\x{9}\\x{a}]/ *\n\
              g_name_x: /[^\"\\\\]/ | \"é\\n\"\n"
         );
-        for (bad, why) in [("root ::= \"a", "unterminated"), ("x ::= \"a\"", "root"), ("root ::= [a-", "unterminated")] {
+        for (bad, why) in [("root ::= \"a", "unterminated"), ("x ::= \"a\"", "root"), ("root ::= [a-", "unterminated")]
+        {
             assert!(to_lark(bad).is_err_and(|e| e.contains(why)), "{bad}");
         }
     }

@@ -294,7 +294,16 @@ impl Choice {
 /// [`ApiError::Unavailable`] when the engine is gone.
 pub fn start(state: &AppState, prep: Prepared) -> Result<BoxStream<'static, ChoiceEvent>, ApiError> {
     let GenParams {
-        sampling, stop, stop_token_ids, ignore_eos, n, skip_special_tokens, no_stop_trim, logprobs, constraint, ..
+        sampling,
+        stop,
+        stop_token_ids,
+        ignore_eos,
+        n,
+        skip_special_tokens,
+        no_stop_trim,
+        logprobs,
+        constraint,
+        ..
     } = prep.params;
     // Every choice's grammar compiles before anything is submitted: a bad schema is a 400.
     let mut constraints: Vec<Option<Box<dyn TokenConstraint>>> = Vec::with_capacity(n);

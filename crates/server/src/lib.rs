@@ -121,8 +121,12 @@ impl AppState {
     pub fn grammars(&self) -> Result<Arc<grammar::Grammars>, String> {
         self.grammars
             .get_or_init(|| {
-                let special: Vec<bool> =
-                    self.bytes_skip.iter().zip(self.bytes_all.iter()).map(|(s, a)| s.is_empty() && !a.is_empty()).collect();
+                let special: Vec<bool> = self
+                    .bytes_skip
+                    .iter()
+                    .zip(self.bytes_all.iter())
+                    .map(|(s, a)| s.is_empty() && !a.is_empty())
+                    .collect();
                 let eos = self.tokenizer.eos().map_or(0, |e| e.0);
                 grammar::Grammars::new(&self.bytes_all, &special, eos).map(Arc::new)
             })

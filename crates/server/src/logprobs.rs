@@ -178,10 +178,7 @@ mod tests {
         let mut n = NativeLogprobs::default();
         native_push(&mut n, &entry(0, None, 0), true, &ask, &texts());
         native_push(&mut n, &entry(3, Some(-2.0), 3), false, &ask, &texts());
-        assert_eq!(
-            serde_json::to_value(&n.input_token_logprobs).expect("json"),
-            serde_json::json!([[null, 0, "a"]])
-        );
+        assert_eq!(serde_json::to_value(&n.input_token_logprobs).expect("json"), serde_json::json!([[null, 0, "a"]]));
         assert_eq!(n.input_top_logprobs, vec![None]);
         assert_eq!(n.output_top_logprobs, vec![Some(vec![(Some(-0.5), 1, Some("bc".to_owned()))])]);
         assert_eq!(n.output_token_ids_logprobs, vec![Some(vec![(Some(-2.0), 3, Some("d".to_owned()))])]);

@@ -162,7 +162,8 @@ fn parse_constraint(f: &Fields<'_>, api: Api) -> Result<Option<(Constraint, &'st
     fn choice(v: &Value, field: &'static str) -> Result<Constraint, ApiError> {
         let bad = || ApiError::bad(field, format!("{field} must be a non-empty list of strings"));
         let list = v.as_array().filter(|a| !a.is_empty()).ok_or_else(bad)?;
-        let c: Vec<String> = list.iter().map(|x| x.as_str().map(str::to_owned).ok_or_else(bad)).collect::<Result<_, _>>()?;
+        let c: Vec<String> =
+            list.iter().map(|x| x.as_str().map(str::to_owned).ok_or_else(bad)).collect::<Result<_, _>>()?;
         Ok(Constraint::choice(&c))
     }
     let mut found: Vec<(Constraint, &'static str)> = Vec::new();
@@ -171,7 +172,9 @@ fn parse_constraint(f: &Fields<'_>, api: Api) -> Result<Option<(Constraint, &'st
             None => {}
             Some(v) => match v.get("type").and_then(Value::as_str) {
                 Some("text") => {}
-                Some("json_object") => found.push((Constraint::Json(serde_json::json!({"type": "object"})), "response_format")),
+                Some("json_object") => {
+                    found.push((Constraint::Json(serde_json::json!({"type": "object"})), "response_format"))
+                }
                 Some("json_schema") => {
                     let s = v.get("json_schema").and_then(|j| j.get("schema")).ok_or_else(|| {
                         ApiError::bad("response_format", "response_format.json_schema.schema is required")
@@ -202,7 +205,10 @@ fn parse_constraint(f: &Fields<'_>, api: Api) -> Result<Option<(Constraint, &'st
                     // Our JSON is always compact and there is no fallback backend.
                     "disable_any_whitespace" | "disable_fallback" => continue,
                     other => {
-                        return Err(ApiError::bad(F, format!("structured_outputs.{other} is not supported by this server")))
+                        return Err(ApiError::bad(
+                            F,
+                            format!("structured_outputs.{other} is not supported by this server"),
+                        ))
                     }
                 };
                 found.push((c, F));
@@ -221,7 +227,8 @@ fn parse_constraint(f: &Fields<'_>, api: Api) -> Result<Option<(Constraint, &'st
             found.push((grammar(v, "guided_grammar")?, "guided_grammar"));
         }
     } else if let Some(v) = f.get("json_schema") {
-        let s = string(v, "json_schema").map_err(|_| ApiError::bad("json_schema", "json_schema must be a JSON string"))?;
+        let s =
+            string(v, "json_schema").map_err(|_| ApiError::bad("json_schema", "json_schema must be a JSON string"))?;
         found.push((schema(&Value::from(s), "json_schema")?, "json_schema"));
     }
     if let Some(v) = f.get("regex") {
@@ -276,7 +283,10 @@ pub fn parse_logprobs(map: &Map<String, Value>, api: Api, echo: bool) -> Result<
                 ask.null_first = true;
                 ask.prompt_start = f.int("logprob_start_len")?.unwrap_or(-1);
                 if ask.prompt_start < -1 {
-                    return Err(ApiError::bad("logprob_start_len", "logprob_start_len must be -1 or a prompt position"));
+                    return Err(ApiError::bad(
+                        "logprob_start_len",
+                        "logprob_start_len must be -1 or a prompt position",
+                    ));
                 }
                 ask.with_text = f.bool("return_text_in_logprobs")?.unwrap_or(false);
                 ask.token_ids = match f.get("token_ids_logprob") {
@@ -466,7 +476,10 @@ pub fn parse(map: &Map<String, Value>, api: Api) -> Result<GenParams, ApiError> 
     let min_field = if api == Api::Native { "min_new_tokens" } else { "min_tokens" };
     let min_tokens = f.count(min_field)?.unwrap_or(0);
     if let Some(m) = max_tokens.filter(|&m| min_tokens > m) {
-        return Err(ApiError::bad(min_field, format!("{min_field} ({min_tokens}) must not exceed the token limit ({m})")));
+        return Err(ApiError::bad(
+            min_field,
+            format!("{min_field} ({min_tokens}) must not exceed the token limit ({m})"),
+        ));
     }
     f.refuse_unless("suffix", &[Value::from("")], "insertion is not implemented")?;
     if let Some(b) = f.count("best_of")? {
@@ -571,14 +584,18 @@ mod tests {
         assert_eq!(lp(json!({"logprobs": true}), Api::Chat, false).expect("chat").output, Some(0));
         let e = lp(json!({"top_logprobs": 2}), Api::Chat, false).expect_err("needs logprobs");
         assert!(e.to_string().contains("top_logprobs"));
-        let n = lp(json!({"return_logprob": true, "top_logprobs_num": 2, "token_ids_logprob": [5, 7]}), Api::Native, false)
-            .expect("native");
+        let n =
+            lp(json!({"return_logprob": true, "top_logprobs_num": 2, "token_ids_logprob": [5, 7]}), Api::Native, false)
+                .expect("native");
         // SGLang's default start (-1) is the last prompt token, whose entry is `null`: the
         // engine computes none.
         assert_eq!(n.start(8), 7);
         assert_eq!(n.spec(8), LogprobSpec { output: true, prompt_start: Some(8), top_n: 2, token_ids: vec![5, 7] });
         let n = lp(json!({"return_logprob": true, "logprob_start_len": 0}), Api::Native, false).expect("start 0");
         assert_eq!(n.spec(8).prompt_start, Some(1));
-        assert_eq!(lp(json!({"top_logprobs_num": 2}), Api::Native, false).expect("off").spec(8), LogprobSpec::default());
+        assert_eq!(
+            lp(json!({"top_logprobs_num": 2}), Api::Native, false).expect("off").spec(8),
+            LogprobSpec::default()
+        );
     }
 }

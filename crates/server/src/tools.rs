@@ -166,7 +166,10 @@ impl ToolRequest {
                 "auto" => ToolChoice::Auto,
                 "required" => ToolChoice::Required,
                 other => {
-                    return Err(ApiError::bad("tool_choice", format!("tool_choice {other:?} is not none, auto, required or a function")))
+                    return Err(ApiError::bad(
+                        "tool_choice",
+                        format!("tool_choice {other:?} is not none, auto, required or a function"),
+                    ))
                 }
             }),
             Some(v) => {
@@ -175,7 +178,12 @@ impl ToolRequest {
                     .and_then(|f| f.get("name"))
                     .and_then(Value::as_str)
                     .filter(|_| v.get("type").and_then(Value::as_str) == Some("function"))
-                    .ok_or_else(|| ApiError::bad("tool_choice", "tool_choice must be {\"type\": \"function\", \"function\": {\"name\": ...}}"))?;
+                    .ok_or_else(|| {
+                        ApiError::bad(
+                            "tool_choice",
+                            "tool_choice must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                        )
+                    })?;
                 Some(ToolChoice::Named(name.to_owned()))
             }
         };
@@ -190,16 +198,24 @@ impl ToolRequest {
             let func = t
                 .get("function")
                 .filter(|_| t.get("type").and_then(Value::as_str) == Some("function"))
-                .ok_or_else(|| ApiError::bad("tools", format!("tools[{i}] must be {{\"type\": \"function\", \"function\": {{...}}}}")))?;
-            let name = func
-                .get("name")
-                .and_then(Value::as_str)
-                .filter(|n| !n.is_empty())
-                .ok_or_else(|| ApiError::bad("tools", format!("tools[{i}].function.name must be a non-empty string")))?;
+                .ok_or_else(|| {
+                    ApiError::bad(
+                        "tools",
+                        format!("tools[{i}] must be {{\"type\": \"function\", \"function\": {{...}}}}"),
+                    )
+                })?;
+            let name = func.get("name").and_then(Value::as_str).filter(|n| !n.is_empty()).ok_or_else(|| {
+                ApiError::bad("tools", format!("tools[{i}].function.name must be a non-empty string"))
+            })?;
             let parameters = match func.get("parameters") {
                 None | Some(Value::Null) => json!({"type": "object", "properties": {}}),
                 Some(p @ Value::Object(_)) => p.clone(),
-                Some(_) => return Err(ApiError::bad("tools", format!("tools[{i}].function.parameters must be a JSON schema object"))),
+                Some(_) => {
+                    return Err(ApiError::bad(
+                        "tools",
+                        format!("tools[{i}].function.parameters must be a JSON schema object"),
+                    ))
+                }
             };
             tools.push(ToolSpec { name: name.to_owned(), parameters });
         }
@@ -223,7 +239,9 @@ impl ToolRequest {
     pub fn constraint(&self) -> Option<Constraint> {
         match &self.choice {
             ToolChoice::None | ToolChoice::Auto => None,
-            ToolChoice::Named(n) => self.tools.iter().find(|t| &t.name == n).map(|t| Constraint::Json(t.parameters.clone())),
+            ToolChoice::Named(n) => {
+                self.tools.iter().find(|t| &t.name == n).map(|t| Constraint::Json(t.parameters.clone()))
+            }
             ToolChoice::Required => {
                 let any: Vec<Value> = self
                     .tools
@@ -589,7 +607,13 @@ enum ThinkState {
 
 impl Think {
     fn new(p: ReasoningParser) -> Think {
-        Think { force: p == ReasoningParser::DeepseekR1, state: ThinkState::Undecided, buf: String::new(), ws: String::new(), emitted: false }
+        Think {
+            force: p == ReasoningParser::DeepseekR1,
+            state: ThinkState::Undecided,
+            buf: String::new(),
+            ws: String::new(),
+            emitted: false,
+        }
     }
 
     fn push(&mut self, text: &str, reasoning: &mut String, content: &mut String) {
@@ -824,7 +848,8 @@ impl Body {
                         ToolParser::Glm45 => {
                             let cut = [region.find('\n'), region.find("<arg_key>")].into_iter().flatten().min();
                             match cut.or(close) {
-                                Some(c) => Some((region[..c].trim().to_owned(), c)).filter(|(n, _)| !n.is_empty() && !n.contains('<')),
+                                Some(c) => Some((region[..c].trim().to_owned(), c))
+                                    .filter(|(n, _)| !n.is_empty() && !n.contains('<')),
                                 None => None,
                             }
                         }
@@ -835,7 +860,9 @@ impl Body {
                         ev.push(Ev::Start(name));
                         self.raw.extend(self.pending.drain(..used));
                         self.phase = match self.parser {
-                            ToolParser::Qwen25 | ToolParser::Llama3 | ToolParser::Phi4Mini => Phase::Value(ValueScan::default()),
+                            ToolParser::Qwen25 | ToolParser::Llama3 | ToolParser::Phi4Mini => {
+                                Phase::Value(ValueScan::default())
+                            }
                             ToolParser::Glm45 => Phase::Tail,
                         };
                         continue;
@@ -848,7 +875,10 @@ impl Body {
                     let left = self.pending[p + CALL_END.len()..].to_owned();
                     let parsed = match (self.parser, serde_json::from_str::<Value>(inner.trim())) {
                         (ToolParser::Qwen25, Ok(Value::Object(o))) => {
-                            match (o.get("name").and_then(Value::as_str), o.get("arguments").or_else(|| o.get("parameters"))) {
+                            match (
+                                o.get("name").and_then(Value::as_str),
+                                o.get("arguments").or_else(|| o.get("parameters")),
+                            ) {
                                 (Some(n), Some(a)) => Some((n.to_owned(), a.to_string())),
                                 _ => None,
                             }
@@ -1336,7 +1366,10 @@ mod tests {
         assert_eq!(m.content, "");
         assert_eq!(
             calls(&m),
-            vec![("get_weather", json!({"location": "Paris; FR", "days": 2})), ("get_weather", json!({"location": "Oslo"}))]
+            vec![
+                ("get_weather", json!({"location": "Paris; FR", "days": 2})),
+                ("get_weather", json!({"location": "Oslo"}))
+            ]
         );
         assert_eq!(m.calls[0].2, "{\"location\": \"Paris; FR\", \"days\": 2}");
         let m = run(p, Some(&r), "\n {\"name\": \"get_weather\", \"parameters\": {}}");
@@ -1397,7 +1430,10 @@ mod tests {
             let m = run(ChatParsers { tool_call: Some(parser), reasoning: None }, Some(&r), &text);
             assert_eq!(
                 calls(&m),
-                vec![("get_weather", json!({"location": "Oslo"})), ("get_weather", json!({"location": "Rome", "days": 2}))],
+                vec![
+                    ("get_weather", json!({"location": "Oslo"})),
+                    ("get_weather", json!({"location": "Rome", "days": 2}))
+                ],
                 "{parser:?}: {text}"
             );
         }
@@ -1408,14 +1444,13 @@ mod tests {
     /// `json.dumps({"a": [1, 2.5, None], "b": "Zürich 🙂", "c": {"d": True}})`).
     #[test]
     fn py_json_is_json_dumps() {
-        let v: Value = serde_json::from_str(r#"{"a": [1, 2.5, null], "b": "Zürich 🙂", "c": {"d": true}}"#).unwrap_or_default();
-        assert_eq!(
-            py_json(&v),
-            r#"{"a": [1, 2.5, null], "b": "Z\u00fcrich \ud83d\ude42", "c": {"d": true}}"#
-        );
+        let v: Value =
+            serde_json::from_str(r#"{"a": [1, 2.5, null], "b": "Zürich 🙂", "c": {"d": true}}"#).unwrap_or_default();
+        assert_eq!(py_json(&v), r#"{"a": [1, 2.5, null], "b": "Z\u00fcrich \ud83d\ude42", "c": {"d": true}}"#);
         // The tools string of the template golden's Phi-4-mini conversation, made by
         // `json.dumps` in chat_template_golden.py: what the server puts on the system message.
-        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tokenizer/tests/fixtures/chat_template_golden.json");
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tokenizer/tests/fixtures/chat_template_golden.json");
         let g: Value = serde_json::from_str(&std::fs::read_to_string(p).expect("fixture")).expect("JSON");
         let case = g["cases"]
             .as_array()
@@ -1437,7 +1472,8 @@ mod tests {
         assert_eq!(calls(&m), vec![("get_weather", json!({"location": "42", "days": 3})), ("get_weather", json!({}))]);
         assert_eq!(m.calls[0].2, "{\"location\":\"42\",\"days\":3}");
         // Cut off inside a call (max_tokens): the complete pairs, closed.
-        let m = run(p, Some(&r), "<tool_call>get_weather\n<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n<arg_key>loc");
+        let m =
+            run(p, Some(&r), "<tool_call>get_weather\n<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n<arg_key>loc");
         assert_eq!(calls(&m), vec![("get_weather", json!({"days": 2}))]);
     }
 
@@ -1461,7 +1497,10 @@ mod tests {
     fn constrained_shapes() {
         let none = ChatParsers::default();
         let m = run(none, Some(&req(ToolChoice::Required, true)), "[{\"name\":\"get_weather\",\"parameters\":{\"location\":\"a}\",\"days\":[1,{\"x\":2}]}},{\"name\":\"get_weather\",\"parameters\":{}}]");
-        assert_eq!(calls(&m), vec![("get_weather", json!({"location": "a}", "days": [1, {"x": 2}]})), ("get_weather", json!({}))]);
+        assert_eq!(
+            calls(&m),
+            vec![("get_weather", json!({"location": "a}", "days": [1, {"x": 2}]})), ("get_weather", json!({}))]
+        );
         assert_eq!(m.content, "");
         let m = run(none, Some(&req(ToolChoice::Named("get_weather".into()), true)), "{\"location\":\"Paris\"}");
         assert_eq!(calls(&m), vec![("get_weather", json!({"location": "Paris"}))]);

@@ -4,7 +4,6 @@
 //! are not disturbed by each other.
 #![allow(clippy::await_holding_lock)]
 
-
 use std::time::Duration;
 
 use crate::common::*;
@@ -136,7 +135,8 @@ async fn s04_zero_max_tokens_with_echo() {
     sb["stream"] = json!(true);
     let (_, _, frames) = post_sse(s, "/v1/completions", sb).await;
     assert_eq!(stream_text(&frames, 0), PARIS);
-    let streamed: Vec<&Value> = frames.iter().filter_map(|f| f["choices"][0]["logprobs"]["token_logprobs"].as_array()).flatten().collect();
+    let streamed: Vec<&Value> =
+        frames.iter().filter_map(|f| f["choices"][0]["logprobs"]["token_logprobs"].as_array()).flatten().collect();
     assert_eq!(streamed, vals.iter().collect::<Vec<_>>(), "streamed prompt logprobs equal the whole answer's");
     assert_drained(s).await;
 }
@@ -589,7 +589,11 @@ async fn bad_input_gets_openai_error_json() {
         ("/v1/completions", json!({"prompt": "hi", "stream": "yes"}), "stream"),
         ("/generate", json!({"text": "hi", "sampling_params": {"foo": 1}}), "sampling_params"),
         ("/generate", json!({"text": "hi", "return_logprob": true, "top_logprobs_num": 21}), "top_logprobs_num"),
-        ("/generate", json!({"text": "hi", "return_logprob": true, "token_ids_logprob": [999999]}), "token_ids_logprob"),
+        (
+            "/generate",
+            json!({"text": "hi", "return_logprob": true, "token_ids_logprob": [999999]}),
+            "token_ids_logprob",
+        ),
         ("/v1/completions", json!({"prompt": "hi", "logprobs": 21}), "logprobs"),
         ("/v1/completions", json!({"prompt": ["hi", ""]}), "prompt"),
         (

@@ -6,7 +6,6 @@
 //! `logprobs_golden.rs`.
 #![allow(clippy::await_holding_lock)]
 
-
 use crate::common::*;
 use serde_json::{json, Value};
 
@@ -24,7 +23,8 @@ fn floats(v: &Value) -> Vec<Option<f64>> {
 async fn lm_eval_batch_of_token_id_prompts() {
     let s = shared();
     let _g = lock();
-    let prompts: Vec<Vec<u32>> = vec![vec![504, 3575, 282, 4649, 314, 7042], vec![1, 2, 3], vec![9690, 30, 378, 28, 436]];
+    let prompts: Vec<Vec<u32>> =
+        vec![vec![504, 3575, 282, 4649, 314, 7042], vec![1, 2, 3], vec![9690, 30, 378, 28, 436]];
     let body = json!({"prompt": prompts, "echo": true, "logprobs": 1, "max_tokens": 1, "temperature": 0});
     let (st, v) = post(s, "/v1/completions", body).await;
     assert_eq!(st, 200, "{v}");
@@ -83,7 +83,12 @@ async fn batched_prompts_are_numbered_prompt_major() {
     let c = v["choices"].as_array().expect("choices");
     assert_eq!(c.iter().map(|c| c["index"].as_u64()).collect::<Vec<_>>(), [0, 1, 2, 3].map(Some));
     assert_eq!(c[0]["text"], c[1]["text"], "greedy: both choices of a prompt agree");
-    let (_, alone) = post(s, "/v1/completions", json!({"prompt": [504, 3575], "max_tokens": 3, "temperature": 0, "ignore_eos": true})).await;
+    let (_, alone) = post(
+        s,
+        "/v1/completions",
+        json!({"prompt": [504, 3575], "max_tokens": 3, "temperature": 0, "ignore_eos": true}),
+    )
+    .await;
     assert_eq!(c[2]["text"], alone["choices"][0]["text"]);
     assert_eq!(v["usage"]["prompt_tokens"], 7);
     assert_eq!(v["usage"]["completion_tokens"], 12);
@@ -109,7 +114,8 @@ async fn batched_prompts_are_numbered_prompt_major() {
 async fn streamed_logprobs_equal_whole_ones_on_every_route() {
     let s = shared();
     let _g = lock();
-    let body = json!({"prompt": PARIS, "max_tokens": 8, "temperature": 0, "logprobs": 3, "echo": true, "ignore_eos": true});
+    let body =
+        json!({"prompt": PARIS, "max_tokens": 8, "temperature": 0, "logprobs": 3, "echo": true, "ignore_eos": true});
     let (_, whole) = post(s, "/v1/completions", body.clone()).await;
     let w = &whole["choices"][0]["logprobs"];
     let mut sb = body;
@@ -167,7 +173,12 @@ async fn streamed_logprobs_equal_whole_ones_on_every_route() {
     assert_eq!(last["meta_info"]["input_token_logprobs"], mi["input_token_logprobs"]);
     // SGLang's default start (-1): the last prompt token only, `null` as SGLang pads the entry at
     // the start; a later start likewise (values from the position after it).
-    let (_, d) = post(s, "/generate", json!({"text": PARIS, "sampling_params": {"max_new_tokens": 2, "temperature": 0}, "return_logprob": true})).await;
+    let (_, d) = post(
+        s,
+        "/generate",
+        json!({"text": PARIS, "sampling_params": {"max_new_tokens": 2, "temperature": 0}, "return_logprob": true}),
+    )
+    .await;
     assert_eq!(d["meta_info"]["input_token_logprobs"], json!([[null, input[4][1], null]]));
     assert!(d["meta_info"].get("input_top_logprobs").is_none());
     let (_, d) = post(s, "/generate", json!({"text": PARIS, "sampling_params": {"max_new_tokens": 0}, "return_logprob": true, "logprob_start_len": 2})).await;
@@ -201,20 +212,22 @@ async fn streamed_logprobs_equal_whole_ones_on_every_route() {
     let mut csb = cb;
     csb["stream"] = json!(true);
     let (_, _, cf) = post_sse(s, "/v1/chat/completions", csb).await;
-    let streamed: Vec<Value> = cf
-        .iter()
-        .filter_map(|f| f["choices"][0]["logprobs"]["content"].as_array())
-        .flatten()
-        .cloned()
-        .collect();
+    let streamed: Vec<Value> =
+        cf.iter().filter_map(|f| f["choices"][0]["logprobs"]["content"].as_array()).flatten().cloned().collect();
     assert_eq!(Value::Array(streamed), content);
     for c in content.as_array().expect("content") {
-        let bytes: Vec<u8> = c["bytes"].as_array().expect("bytes").iter().filter_map(|b| b.as_u64().map(|b| b as u8)).collect();
+        let bytes: Vec<u8> =
+            c["bytes"].as_array().expect("bytes").iter().filter_map(|b| b.as_u64().map(|b| b as u8)).collect();
         assert_eq!(String::from_utf8_lossy(&bytes), c["token"].as_str().unwrap_or(""));
         assert_eq!(c["top_logprobs"].as_array().map(Vec::len), Some(2));
     }
     // `logprobs: true` alone: empty top lists.
-    let (_, one) = post(s, "/v1/chat/completions", json!({"messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 2, "logprobs": true})).await;
+    let (_, one) = post(
+        s,
+        "/v1/chat/completions",
+        json!({"messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 2, "logprobs": true}),
+    )
+    .await;
     assert_eq!(one["choices"][0]["logprobs"]["content"][0]["top_logprobs"], json!([]));
     assert_drained(s).await;
 }

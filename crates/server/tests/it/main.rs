@@ -3,8 +3,8 @@
 //! `tests/hardening.rs` keeps a binary of its own: its timeouts are a second or less and one
 //! test opens 4,000 sockets, so it must not share the cores with the model-running tests here.
 
-mod common;
 mod cases;
+mod common;
 mod logprobs;
 mod snapshots;
 mod structured;

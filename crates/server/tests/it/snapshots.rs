@@ -11,7 +11,6 @@
 //! deterministic. Streams of `n > 1` choices interleave their frames in whatever order the
 //! choices' tokens arrive; their frames are regrouped by choice (stably) before comparing.
 
-
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -4,7 +4,6 @@
 //! unconstrained request batched beside constrained ones gives the same text as alone.
 #![allow(clippy::await_holding_lock)]
 
-
 use crate::common::*;
 use serde_json::{json, Value};
 
@@ -72,8 +71,13 @@ async fn json_schema_outputs_parse_and_validate() {
         assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
     }
     // json_object, a regex, and /generate's json_schema string.
-    let (_, v) = post(s, "/v1/completions", json!({"prompt": "JSON:", "max_tokens": 40, "temperature": 0,
-        "response_format": {"type": "json_object"}})).await;
+    let (_, v) = post(
+        s,
+        "/v1/completions",
+        json!({"prompt": "JSON:", "max_tokens": 40, "temperature": 0,
+        "response_format": {"type": "json_object"}}),
+    )
+    .await;
     // A free-form object may run to the limit (the model may write an endless number): it must
     // start as an object, and parse as one whenever it ended by itself.
     let t = text0(&v);
@@ -81,8 +85,13 @@ async fn json_schema_outputs_parse_and_validate() {
     if v["choices"][0]["finish_reason"] == "stop" {
         assert!(serde_json::from_str::<Value>(&t).is_ok_and(|x| x.is_object()), "{v}");
     }
-    let (_, v) = post(s, "/v1/completions", json!({"prompt": "The year is", "max_tokens": 10, "temperature": 0,
-        "regex": " (19|20)[0-9]{2}"})).await;
+    let (_, v) = post(
+        s,
+        "/v1/completions",
+        json!({"prompt": "The year is", "max_tokens": 10, "temperature": 0,
+        "regex": " (19|20)[0-9]{2}"}),
+    )
+    .await;
     let t = text0(&v);
     assert!(t.len() == 5 && (t.starts_with(" 19") || t.starts_with(" 20")), "{t}");
     let g = json!({"text": "Cities:", "sampling_params": {"max_new_tokens": 120, "temperature": 0,
@@ -98,7 +107,10 @@ async fn bad_grammars_are_400_and_unconstrained_rows_are_unchanged() {
     let s = shared();
     let _g = lock();
     for (body, field) in [
-        (json!({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "nonsense"}}}, "stream": true}), "response_format"),
+        (
+            json!({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "nonsense"}}}, "stream": true}),
+            "response_format",
+        ),
         (json!({"prompt": "x", "regex": "(unclosed"}), "regex"),
         (json!({"prompt": "x", "response_format": {"type": "xml"}}), "response_format"),
         (json!({"prompt": "x", "response_format": {"type": "json_object"}, "regex": "a"}), "regex"),
@@ -109,7 +121,8 @@ async fn bad_grammars_are_400_and_unconstrained_rows_are_unchanged() {
     }
     let plain = json!({"prompt": "The capital of France is", "max_tokens": 16, "temperature": 0, "ignore_eos": true});
     let (_, alone) = post(s, "/v1/completions", plain.clone()).await;
-    let constrained = json!({"prompt": "Data:", "max_tokens": 60, "temperature": 0, "response_format": {"type": "json_object"}});
+    let constrained =
+        json!({"prompt": "Data:", "max_tokens": 60, "temperature": 0, "response_format": {"type": "json_object"}});
     let (a, b, c) = tokio::join!(
         post(s, "/v1/completions", constrained.clone()),
         post(s, "/v1/completions", plain),
@@ -211,26 +224,38 @@ fn conforms(v: &Value, s: &Value, path: &str) -> Result<(), String> {
 fn schema_set() -> Vec<(&'static str, Value)> {
     vec![
         ("nested", schema()),
-        ("enums", json!({"type": "object", "properties": {
+        (
+            "enums",
+            json!({"type": "object", "properties": {
             "colour": {"enum": ["red", "green", "blue"]},
             "size": {"type": "string", "enum": ["S", "M", "L", "XL"]},
             "in_stock": {"type": "boolean"},
             "kind": {"const": "shirt"}},
-            "required": ["colour", "size", "in_stock", "kind"], "additionalProperties": false})),
-        ("arrays", json!({"type": "object", "properties": {
+            "required": ["colour", "size", "in_stock", "kind"], "additionalProperties": false}),
+        ),
+        (
+            "arrays",
+            json!({"type": "object", "properties": {
             "scores": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 100}, "minItems": 2, "maxItems": 4},
             "names": {"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": 6}, "minItems": 1, "maxItems": 2}},
-            "required": ["scores", "names"], "additionalProperties": false})),
-        ("numbers", json!({"type": "object", "properties": {
+            "required": ["scores", "names"], "additionalProperties": false}),
+        ),
+        (
+            "numbers",
+            json!({"type": "object", "properties": {
             "ratio": {"type": "number", "minimum": 0, "maximum": 1},
             "temp": {"type": "number", "exclusiveMinimum": -50, "exclusiveMaximum": 60},
             "year": {"type": "integer", "minimum": 1900, "maximum": 2100}},
-            "required": ["ratio", "temp", "year"], "additionalProperties": false})),
-        ("optional", json!({"type": "object", "properties": {
+            "required": ["ratio", "temp", "year"], "additionalProperties": false}),
+        ),
+        (
+            "optional",
+            json!({"type": "object", "properties": {
             "id": {"type": "integer", "minimum": 1, "maximum": 999},
             "note": {"type": "string", "maxLength": 10},
             "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 2}},
-            "required": ["id"], "additionalProperties": false})),
+            "required": ["id"], "additionalProperties": false}),
+        ),
     ]
 }
 
@@ -257,7 +282,8 @@ async fn schema_set_greedy_and_20_seeds_batched_with_unconstrained_rows() {
                 b
             })
             .collect();
-        let constrained = futures_util::future::join_all(bodies.iter().map(|b| post(s, "/v1/chat/completions", b.clone())));
+        let constrained =
+            futures_util::future::join_all(bodies.iter().map(|b| post(s, "/v1/chat/completions", b.clone())));
         let (outs, beside) = tokio::join!(constrained, post(s, "/v1/completions", plain.clone()));
         assert_eq!(text0(&beside.1), text0(&alone), "{name}: an unconstrained row batched with constrained ones");
         for (i, (st, v)) in outs.iter().enumerate() {
@@ -279,7 +305,8 @@ async fn ebnf_choice_and_vllm_aliases() {
     let _g = lock();
     let gbnf = r#"root ::= "The answer is " ("yes" | "no") "." "#;
     let chat = |extra: Value| {
-        let mut b = json!({"messages": [{"role": "user", "content": "Is the sky blue?"}], "max_tokens": 20, "temperature": 0});
+        let mut b =
+            json!({"messages": [{"role": "user", "content": "Is the sky blue?"}], "max_tokens": 20, "temperature": 0});
         for (k, v) in extra.as_object().into_iter().flatten() {
             b[k] = v.clone();
         }
@@ -296,13 +323,21 @@ async fn ebnf_choice_and_vllm_aliases() {
         assert_eq!(st, 200, "{extra}: {v}");
         assert!(["The answer is yes.", "The answer is no."].contains(&answer(&v).as_str()), "{extra}: {v}");
     }
-    for extra in [json!({"guided_choice": ["yes", "no", "maybe"]}), json!({"structured_outputs": {"choice": ["yes", "no", "maybe"]}})] {
+    for extra in [
+        json!({"guided_choice": ["yes", "no", "maybe"]}),
+        json!({"structured_outputs": {"choice": ["yes", "no", "maybe"]}}),
+    ] {
         let (_, v) = post(s, "/v1/chat/completions", chat(extra.clone())).await;
         assert!(["yes", "no", "maybe"].contains(&answer(&v).as_str()), "{extra}: {v}");
     }
     let digits = json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9}}, "required": ["n"], "additionalProperties": false});
-    for extra in [json!({"guided_json": digits}), json!({"guided_json": digits.to_string()}), json!({"structured_outputs": {"json": digits}}),
-                  json!({"guided_regex": "[0-9]{3}"}), json!({"structured_outputs": {"regex": "[0-9]{3}"}})] {
+    for extra in [
+        json!({"guided_json": digits}),
+        json!({"guided_json": digits.to_string()}),
+        json!({"structured_outputs": {"json": digits}}),
+        json!({"guided_regex": "[0-9]{3}"}),
+        json!({"structured_outputs": {"regex": "[0-9]{3}"}}),
+    ] {
         let (st, v) = post(s, "/v1/chat/completions", chat(extra.clone())).await;
         assert_eq!(st, 200, "{extra}: {v}");
         let a = answer(&v);

@@ -5,7 +5,6 @@
 //! are 400s. The parsers themselves are tested on fixed model texts in `src/tools.rs`.
 #![allow(clippy::await_holding_lock)]
 
-
 use std::sync::OnceLock;
 
 use crate::common::*;
@@ -89,8 +88,16 @@ fn fold_stream(frames: &[Value]) -> (Vec<(String, String, String)>, String, Stri
                 let i = t["index"].as_u64().expect("index") as usize;
                 if let Some(id) = t.get("id") {
                     assert_eq!(i, calls.len(), "calls are numbered in order: {t}");
-                    assert_eq!((t["type"].as_str(), t["function"]["arguments"].as_str()), (Some("function"), Some("")), "{t}");
-                    calls.push((id.as_str().expect("id").into(), t["function"]["name"].as_str().expect("name").into(), String::new()));
+                    assert_eq!(
+                        (t["type"].as_str(), t["function"]["arguments"].as_str()),
+                        (Some("function"), Some("")),
+                        "{t}"
+                    );
+                    calls.push((
+                        id.as_str().expect("id").into(),
+                        t["function"]["name"].as_str().expect("name").into(),
+                        String::new(),
+                    ));
                 } else {
                     let keys: Vec<&String> = t.as_object().expect("entry").keys().collect();
                     assert_eq!(keys, ["index", "function"], "{t}");
@@ -134,13 +141,23 @@ async fn required_and_named_calls_have_openais_shapes_streamed_and_not() {
         assert_eq!(frames[0]["choices"][0]["delta"], json!({"role": "assistant", "content": ""}));
         let (streamed, content, finish) = fold_stream(&frames);
         assert_eq!((content.as_str(), finish.as_str()), ("", "tool_calls"));
-        let arg_chunks = frames.iter().filter(|f| f["choices"][0]["delta"]["tool_calls"][0].get("id").is_none()
-            && f["choices"][0]["delta"].get("tool_calls").is_some()).count();
+        let arg_chunks = frames
+            .iter()
+            .filter(|f| {
+                f["choices"][0]["delta"]["tool_calls"][0].get("id").is_none()
+                    && f["choices"][0]["delta"].get("tool_calls").is_some()
+            })
+            .count();
         assert!(arg_chunks > 2, "arguments arrive in pieces ({arg_chunks} chunks)");
         // Greedy: the same calls as the non-streamed answer.
         let want: Vec<(String, String)> = calls
             .iter()
-            .map(|c| (c["function"]["name"].as_str().unwrap_or("").into(), c["function"]["arguments"].as_str().unwrap_or("").into()))
+            .map(|c| {
+                (
+                    c["function"]["name"].as_str().unwrap_or("").into(),
+                    c["function"]["arguments"].as_str().unwrap_or("").into(),
+                )
+            })
             .collect();
         let got: Vec<(String, String)> = streamed.iter().map(|c| (c.1.clone(), c.2.clone())).collect();
         assert_eq!(got, want);
@@ -187,10 +204,19 @@ async fn tools_and_tool_messages_reach_the_prompt_and_bad_fields_are_400() {
         (json!({"tools": tools()}), "tool_choice"), // auto, and this server has no parser
         (json!({"tools": tools(), "tool_choice": {"type": "function", "function": {"name": "nope"}}}), "tool_choice"),
         (json!({"tool_choice": "required"}), "tool_choice"),
-        (json!({"tools": [{"type": "function", "function": {"description": "no name"}}], "tool_choice": "required"}), "tools"),
-        (json!({"tools": tools(), "tool_choice": "required", "response_format": {"type": "json_object"}}), "response_format"),
-        (json!({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "nonsense"}}}],
-                "tool_choice": "required", "stream": true}), "tools"),
+        (
+            json!({"tools": [{"type": "function", "function": {"description": "no name"}}], "tool_choice": "required"}),
+            "tools",
+        ),
+        (
+            json!({"tools": tools(), "tool_choice": "required", "response_format": {"type": "json_object"}}),
+            "response_format",
+        ),
+        (
+            json!({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "nonsense"}}}],
+                "tool_choice": "required", "stream": true}),
+            "tools",
+        ),
     ] {
         body["messages"] = json!([{"role": "user", "content": "Hi"}]);
         let (st, v) = post(s, "/v1/chat/completions", body.clone()).await;
@@ -228,7 +254,8 @@ async fn auto_with_a_parser_and_reasoning_fields() {
     assert_eq!(streamed.len(), calls.len());
     assert_eq!(finish, reason);
     // A plain chat through the parsing server gives the same text as through the plain one.
-    let q = json!({"messages": [{"role": "user", "content": "Name three colours."}], "max_tokens": 24, "temperature": 0});
+    let q =
+        json!({"messages": [{"role": "user", "content": "Name three colours."}], "max_tokens": 24, "temperature": 0});
     let (_, a) = post(s, "/v1/chat/completions", q.clone()).await;
     let _g = lock();
     let (_, b) = post(shared(), "/v1/chat/completions", q).await;

@@ -1,0 +1,125 @@
+//! Route handlers and wire rendering, one module per API: [`openai`] (`/v1/completions`,
+//! `/v1/chat/completions`), [`native`] (SGLang's `/generate`), [`admin`] (health, info,
+//! tokenize, metrics), over the shared frames of [`frames`].
+//!
+//! Every validation error is returned before the first SSE byte, as a JSON error with its status.
+//!
+//! Bodies and chunks are the borrowed types of [`sparrow_protocol::openai`] and
+//! [`sparrow_protocol::sglang`], serialized straight into the response bytes.
+
+use crate::conn;
+use crate::error::ApiError;
+use crate::AppState;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde_json::{Map, Value};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+mod admin;
+mod frames;
+mod native;
+mod openai;
+
+use admin::{
+    detokenize, flush_cache, get_load, health, health_generate, metrics, model_info, models, server_info, tokenize,
+};
+use native::generate;
+use openai::{chat, completions};
+
+/// Largest request body accepted (a prompt at the context limit is far smaller).
+pub const BODY_LIMIT: usize = 16 << 20;
+
+/// The router, apart from any socket.
+pub fn app(state: AppState) -> Router {
+    Router::new()
+        .route("/health", get(health))
+        .route("/health_generate", get(health_generate))
+        .route("/v1/models", get(models))
+        .route("/get_model_info", get(model_info))
+        // sglang-router asks `/model_info` first, then `/get_model_info`.
+        .route("/model_info", get(model_info))
+        .route("/get_load", get(get_load))
+        .route("/get_server_info", get(server_info))
+        .route("/server_info", get(server_info))
+        .route("/flush_cache", post(flush_cache).get(flush_cache))
+        .route("/tokenize", post(tokenize))
+        .route("/detokenize", post(detokenize))
+        .route("/metrics", get(metrics))
+        .route("/v1/completions", post(completions))
+        .route("/v1/chat/completions", post(chat))
+        .route("/generate", post(generate))
+        .fallback(|| async { ApiError::NotFound("no such route".into()) })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), require_api_key))
+        .with_state(state)
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// Parses a JSON object body; malformed JSON is a 400, an oversized body a 413 and a stalled one
+/// a 408, all as OpenAI error JSON (not axum's plain-text rejections).
+fn json_object(body: &Result<Bytes, BytesRejection>) -> Result<Map<String, Value>, ApiError> {
+    let body = match body {
+        Ok(b) => b,
+        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return Err(ApiError::TooLarge(format!("the request body is larger than {} MiB", BODY_LIMIT >> 20)))
+        }
+        Err(e) if conn::is_body_timeout(e) => return Err(ApiError::BodyTimeout),
+        Err(e) => return Err(ApiError::bad_body(format!("cannot read the request body: {e}"))),
+    };
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(m)) => Ok(m),
+        Ok(_) => Err(ApiError::bad_body("the request body must be a JSON object")),
+        Err(e) => Err(ApiError::bad_body(format!("invalid JSON body: {e}"))),
+    }
+}
+
+/// `--api-key`, as SGLang's `add_api_key_middleware` checks it: `OPTIONS`, `/health*` and
+/// `/metrics*` pass (load balancers and scrapers hold no key), everything else needs
+/// `Authorization: Bearer <key>` or gets a 401. sglang-router sends its own `Authorization`
+/// and also forwards the client's, so a request passes when any of its values is right.
+async fn require_api_key(
+    State(s): State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let Some(key) = s.api_key.as_deref() else { return next.run(req).await };
+    let path = req.uri().path();
+    if req.method() == axum::http::Method::OPTIONS || path.starts_with("/health") || path.starts_with("/metrics") {
+        return next.run(req).await;
+    }
+    let want = format!("Bearer {key}");
+    let ok =
+        req.headers().get_all(header::AUTHORIZATION).iter().any(|v| constant_time_eq(v.as_bytes(), want.as_bytes()));
+    if ok {
+        next.run(req).await
+    } else {
+        ApiError::Unauthorized.into_response()
+    }
+}
+
+/// Byte equality whose time does not depend on where the inputs differ (only on their
+/// lengths), so a wrong key cannot be found a byte at a time by timing.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn token_ids(v: &Value, field: &str) -> Result<Vec<u32>, ApiError> {
+    let arr = v.as_array().ok_or_else(|| ApiError::bad(field, format!("{field} must be a list of token ids")))?;
+    arr.iter()
+        .map(|x| {
+            x.as_u64()
+                .filter(|&t| t <= u32::MAX as u64)
+                .map(|t| t as u32)
+                .ok_or_else(|| ApiError::bad(field, format!("{field} must be a list of token ids")))
+        })
+        .collect()
+}
