@@ -64,6 +64,7 @@ fn template_calls(v: &Value, i: usize) -> Result<Value, ApiError> {
     Ok(Value::Array(out))
 }
 
+/// OpenAI's `POST /v1/chat/completions`.
 pub(crate) async fn chat(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
     let m = json_object(&body)?;
     let f = Fields(&m);

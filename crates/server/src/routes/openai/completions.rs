@@ -53,6 +53,7 @@ fn decode_all(s: &AppState, ids: &[u32]) -> String {
     String::from_utf8_lossy(&raw).into_owned()
 }
 
+/// OpenAI's `POST /v1/completions`.
 pub(crate) async fn completions(
     State(s): State<AppState>,
     body: Result<Bytes, BytesRejection>,
