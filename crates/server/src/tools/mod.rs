@@ -1,0 +1,374 @@
+//! Tool calls and reasoning content on `/v1/chat/completions`.
+//!
+//! - [`ToolRequest::parse`] reads OpenAI's `tools`, `tool_choice` (`none`, `auto`, `required`,
+//!   `{"type": "function", "function": {"name": ...}}`) and `parallel_tool_calls`. `required`
+//!   and a named function constrain generation ([`ToolRequest::constraint`]) to vLLM's shapes: a
+//!   JSON array of `{"name", "parameters"}` objects, or the named function's arguments object.
+//! - `auto` parses the model's own format, chosen by `--tool-call-parser` with SGLang's names
+//!   (`sglang/srt/function_call/`): `qwen25` (Hermes / Qwen 2.5:
+//!   `<tool_call>{"name": …, "arguments": {…}}</tool_call>`) and `glm45` (GLM-4.5 / GLM-5:
+//!   `<tool_call>name<arg_key>k</arg_key><arg_value>v</arg_value>…</tool_call>`).
+//! - `--reasoning-parser` (`glm45`, `qwen3`, `deepseek-r1`, SGLang's `reasoning_parser.py`)
+//!   splits `<think>…</think>` into `reasoning_content`; `deepseek-r1` starts inside the
+//!   reasoning (its template opens the `<think>`).
+//!
+//! [`Shaper`] turns a choice's text, piece by piece, into [`Delta`]s. It is one incremental
+//! machine for both the stream and the collected answer (fed all at once), so the two agree by
+//! construction; its output does not depend on how the text was split (tested char by char).
+
+use std::str::FromStr;
+
+mod array;
+mod json_scan;
+mod llama3;
+mod phi4_mini;
+mod request;
+mod shaper;
+mod tagged;
+mod think;
+
+pub use request::{history_calls, py_json, tools_system_prompt, ToolChoice, ToolRequest, ToolSpec};
+pub use shaper::{Delta, Message, Shaper};
+
+/// A `--tool-call-parser` (SGLang's names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolParser {
+    /// Hermes / Qwen 2.5: `<tool_call>{"name": …, "arguments": {…}}</tool_call>`.
+    Qwen25,
+    /// GLM-4.5 / GLM-5: `<tool_call>name\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>…</tool_call>`.
+    Glm45,
+    /// Llama 3.1–3.3 JSON calls: the reply is `{"name": …, "parameters": {…}}` (after an
+    /// optional `<|python_tag|>`), several separated by `;` (SGLang's `llama3` detector,
+    /// `llama32_detector.py`).
+    Llama3,
+    /// Phi-4-mini: `functools[{"name": …, "arguments": {…}}, …]`, text around the block is
+    /// content (SGLang's `phi4mini_detector.py`, vLLM's `phi4_mini_json`).
+    Phi4Mini,
+}
+
+impl ToolParser {
+    /// The flag value.
+    pub fn name(self) -> &'static str {
+        match self {
+            ToolParser::Qwen25 => "qwen25",
+            ToolParser::Glm45 => "glm45",
+            ToolParser::Llama3 => "llama3",
+            ToolParser::Phi4Mini => "phi4_mini",
+        }
+    }
+}
+
+impl FromStr for ToolParser {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "qwen25" | "qwen" | "hermes" => Ok(ToolParser::Qwen25),
+            "glm45" | "glm47" => Ok(ToolParser::Glm45),
+            "llama3" => Ok(ToolParser::Llama3),
+            "phi4_mini" => Ok(ToolParser::Phi4Mini),
+            _ => Err("have: qwen25 (also qwen, hermes), glm45 (also glm47), llama3, phi4_mini".to_owned()),
+        }
+    }
+}
+
+/// A `--reasoning-parser` (SGLang's names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReasoningParser {
+    /// GLM-4.5: the model opens `<think>` itself.
+    Glm45,
+    /// Qwen 3: the model opens `<think>` itself.
+    Qwen3,
+    /// DeepSeek-R1: the template opens `<think>`, the output starts inside the reasoning.
+    DeepseekR1,
+}
+
+impl ReasoningParser {
+    /// The flag value.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReasoningParser::Glm45 => "glm45",
+            ReasoningParser::Qwen3 => "qwen3",
+            ReasoningParser::DeepseekR1 => "deepseek-r1",
+        }
+    }
+}
+
+impl FromStr for ReasoningParser {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "glm45" => Ok(ReasoningParser::Glm45),
+            "qwen3" => Ok(ReasoningParser::Qwen3),
+            "deepseek-r1" => Ok(ReasoningParser::DeepseekR1),
+            _ => Err("have: glm45, qwen3, deepseek-r1".to_owned()),
+        }
+    }
+}
+
+/// The server's parsers (from `--tool-call-parser` and `--reasoning-parser`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChatParsers {
+    /// How `auto` tool calls are read from the text.
+    pub tool_call: Option<ToolParser>,
+    /// How reasoning is split from the answer.
+    pub reasoning: Option<ReasoningParser>,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::{json, Value};
+
+    use super::*;
+    use crate::error::ApiError;
+    use crate::grammar::Constraint;
+
+    fn weather() -> Arc<[ToolSpec]> {
+        vec![ToolSpec {
+            name: "get_weather".into(),
+            parameters: json!({"type": "object", "properties": {"location": {"type": "string"}, "days": {"type": "integer"}}}),
+        }]
+        .into()
+    }
+
+    fn req(choice: ToolChoice, parallel: bool) -> ToolRequest {
+        ToolRequest { tools: weather(), raw: json!([]), choice, parallel }
+    }
+
+    /// Runs `text` through a shaper whole and char by char; both must fold to one message.
+    fn run(parsers: ChatParsers, tools: Option<&ToolRequest>, text: &str) -> Message {
+        let mut whole = Shaper::new(parsers, tools, true);
+        let mut a = Message::default();
+        a.add(&whole.push(text));
+        a.add(&whole.finish());
+        let mut pieces = Shaper::new(parsers, tools, true);
+        let mut b = Message::default();
+        for (i, c) in text.char_indices() {
+            b.add(&pieces.push(&text[i..i + c.len_utf8()]));
+        }
+        b.add(&pieces.finish());
+        let strip = |m: &Message| m.calls.iter().map(|c| (c.1.clone(), c.2.clone())).collect::<Vec<_>>();
+        assert_eq!((&a.content, &a.reasoning, strip(&a)), (&b.content, &b.reasoning, strip(&b)), "{text:?}");
+        a
+    }
+
+    /// Each text is content as written, with no call.
+    fn assert_plain(p: ChatParsers, r: &ToolRequest, texts: &[&str]) {
+        for plain in texts {
+            assert_eq!(run(p, Some(r), plain), Message { content: (*plain).into(), ..Default::default() }, "{plain:?}");
+        }
+    }
+
+    fn calls(m: &Message) -> Vec<(&str, Value)> {
+        m.calls.iter().map(|c| (c.1.as_str(), serde_json::from_str(&c.2).unwrap_or(Value::Null))).collect()
+    }
+
+    #[test]
+    fn qwen25_calls_and_content() {
+        let p = ChatParsers { tool_call: Some(ToolParser::Qwen25), reasoning: None };
+        let r = req(ToolChoice::Auto, true);
+        let text = "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Paris, \\\"FR\\\" </tool_call>\", \"days\": 3}}\n</tool_call>\n<tool_call>\n{\"arguments\": {\"location\": \"Nice\"}, \"name\": \"get_weather\"}\n</tool_call>";
+        let m = run(p, Some(&r), text);
+        assert_eq!(m.content, "Let me check.");
+        assert_eq!(
+            calls(&m),
+            vec![
+                ("get_weather", json!({"location": "Paris, \"FR\" </tool_call>", "days": 3})),
+                ("get_weather", json!({"location": "Nice"}))
+            ]
+        );
+        // The streamed arguments are the model's own text.
+        assert_eq!(m.calls[0].2, "{\"location\": \"Paris, \\\"FR\\\" </tool_call>\", \"days\": 3}");
+        assert!(m.calls[0].0.starts_with("call_") && m.calls[0].0.len() == 29);
+        // No call: the text is unchanged, whitespace and a lone `<` included.
+        let plain = "  a < b\n\n";
+        assert_eq!(run(p, Some(&r), plain), Message { content: plain.into(), ..Default::default() });
+        // Not a call: the block is content.
+        let m = run(p, Some(&r), "x <tool_call>oops</tool_call>");
+        assert_eq!((m.content.as_str(), m.calls.len()), ("x<tool_call>oops</tool_call>", 0));
+        // parallel_tool_calls: false keeps the first call.
+        let m = run(p, Some(&req(ToolChoice::Auto, false)), text);
+        assert_eq!(m.calls.len(), 1);
+    }
+
+    /// Llama 3's JSON calls (the shapes SGLang's `llama3` detector reads): after
+    /// `<|python_tag|>` or bare, several separated by `;`, `parameters` or `arguments`; a reply
+    /// that is not a call, even one that starts with JSON, is content.
+    #[test]
+    fn llama3_calls() {
+        let p = ChatParsers { tool_call: Some(ToolParser::Llama3), reasoning: None };
+        let r = req(ToolChoice::Auto, true);
+        let text = "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"location\": \"Paris; FR\", \"days\": 2}}; {\"name\": \"get_weather\", \"arguments\": {\"location\": \"Oslo\"}}";
+        let m = run(p, Some(&r), text);
+        assert_eq!(m.content, "");
+        assert_eq!(
+            calls(&m),
+            vec![
+                ("get_weather", json!({"location": "Paris; FR", "days": 2})),
+                ("get_weather", json!({"location": "Oslo"}))
+            ]
+        );
+        assert_eq!(m.calls[0].2, "{\"location\": \"Paris; FR\", \"days\": 2}");
+        let m = run(p, Some(&r), "\n {\"name\": \"get_weather\", \"parameters\": {}}");
+        assert_eq!(calls(&m), vec![("get_weather", json!({}))]);
+        assert_plain(p, &r, &["The weather is fine.", "{\"answer\": 4}", "  <|python", ""]);
+    }
+
+    /// Phi-4-mini's `functools[…]` (the shapes SGLang's `phi4_mini` detector reads): text
+    /// before and after the block is content, brackets inside strings do not close it, and a
+    /// text that only mentions "functools" is content.
+    #[test]
+    fn phi4_mini_calls() {
+        let p = ChatParsers { tool_call: Some(ToolParser::Phi4Mini), reasoning: None };
+        let r = req(ToolChoice::Auto, true);
+        let text = "Checking. functools[{\"name\": \"get_weather\", \"arguments\": {\"location\": \"a]b [c\", \"days\": [1, 2]}}, {\"name\": \"get_weather\", \"parameters\": {\"location\": \"Oslo\"}}] Done.";
+        let m = run(p, Some(&r), text);
+        assert_eq!(m.content, "Checking.  Done.");
+        assert_eq!(
+            calls(&m),
+            vec![
+                ("get_weather", json!({"location": "a]b [c", "days": [1, 2]})),
+                ("get_weather", json!({"location": "Oslo"}))
+            ]
+        );
+        assert_eq!(m.calls[0].2, "{\"location\": \"a]b [c\", \"days\": [1, 2]}");
+        // Not calls: a mention, a held-back prefix at the end, a block with no call in it
+        // (closed or cut off) is content as written.
+        assert_plain(
+            p,
+            &r,
+            &[
+                "No tools: functools is a Python module.",
+                "ends on functool",
+                "",
+                "use functools[0] and x[1] then",
+                "functools[ \"not a call ] yet\" ] after",
+                "cut off: functools[{\"x\": [1, 2",
+            ],
+        );
+        // parallel_tool_calls: false keeps the first call.
+        assert_eq!(run(p, Some(&req(ToolChoice::Auto, false)), text).calls.len(), 1);
+        // Cut off inside the block: the call it started, its arguments as far as they came.
+        let m = run(p, Some(&r), "functools[{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Ro");
+        assert_eq!((m.calls.len(), m.calls[0].2.as_str()), (1, "{\"location\": \"Ro"));
+    }
+
+    /// Earlier calls written into the history for a template that cannot show them read back,
+    /// through the same parser, as the same calls.
+    #[test]
+    fn history_calls_read_back() {
+        let r = req(ToolChoice::Auto, true);
+        let sent = json!([
+            {"function": {"name": "get_weather", "arguments": {"location": "Oslo"}}},
+            {"function": {"name": "get_weather", "arguments": {"location": "Rome", "days": 2}}}
+        ]);
+        for parser in [ToolParser::Phi4Mini, ToolParser::Llama3, ToolParser::Qwen25] {
+            let text = history_calls(&sent, Some(parser));
+            let m = run(ChatParsers { tool_call: Some(parser), reasoning: None }, Some(&r), &text);
+            assert_eq!(
+                calls(&m),
+                vec![
+                    ("get_weather", json!({"location": "Oslo"})),
+                    ("get_weather", json!({"location": "Rome", "days": 2}))
+                ],
+                "{parser:?}: {text}"
+            );
+        }
+        assert_eq!(history_calls(&json!([]), Some(ToolParser::Phi4Mini)), "");
+    }
+
+    /// `py_json` writes what Python's `json.dumps` writes (strings checked against CPython 3.11:
+    /// `json.dumps({"a": [1, 2.5, None], "b": "Zürich 🙂", "c": {"d": True}})`).
+    #[test]
+    fn py_json_is_json_dumps() {
+        let v: Value =
+            serde_json::from_str(r#"{"a": [1, 2.5, null], "b": "Zürich 🙂", "c": {"d": true}}"#).unwrap_or_default();
+        assert_eq!(py_json(&v), r#"{"a": [1, 2.5, null], "b": "Z\u00fcrich \ud83d\ude42", "c": {"d": true}}"#);
+        // The tools string of the template golden's Phi-4-mini conversation, made by
+        // `json.dumps` in chat_template_golden.py: what the server puts on the system message.
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tokenizer/tests/fixtures/chat_template_golden.json");
+        let g: Value = serde_json::from_str(&std::fs::read_to_string(p).expect("fixture")).expect("JSON");
+        let case = g["cases"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["conversation"] == "tools on the system message"))
+            .expect("case");
+        let sent = case["messages"][0]["tools"].as_str().expect("tools string");
+        assert_eq!(py_json(&serde_json::from_str(sent).expect("tools JSON")), sent);
+    }
+
+    #[test]
+    fn glm45_calls() {
+        let p = ChatParsers { tool_call: Some(ToolParser::Glm45), reasoning: Some(ReasoningParser::Glm45) };
+        let r = req(ToolChoice::Auto, true);
+        let text = "<think>The user wants weather.\n</think>\n\nSure.<tool_call>get_weather\n<arg_key>location</arg_key>\n<arg_value>42</arg_value>\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call><tool_call>get_weather\n</tool_call>";
+        let m = run(p, Some(&r), text);
+        assert_eq!(m.reasoning.as_deref(), Some("The user wants weather."));
+        assert_eq!(m.content, "Sure.");
+        // `location` is a string in the schema: "42" stays a string; `days` is parsed.
+        assert_eq!(calls(&m), vec![("get_weather", json!({"location": "42", "days": 3})), ("get_weather", json!({}))]);
+        assert_eq!(m.calls[0].2, "{\"location\":\"42\",\"days\":3}");
+        // Cut off inside a call (max_tokens): the complete pairs, closed.
+        let m =
+            run(p, Some(&r), "<tool_call>get_weather\n<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n<arg_key>loc");
+        assert_eq!(calls(&m), vec![("get_weather", json!({"days": 2}))]);
+    }
+
+    #[test]
+    fn reasoning_split() {
+        let q = ChatParsers { tool_call: None, reasoning: Some(ReasoningParser::Qwen3) };
+        let m = run(q, None, "\n<think>\nstep 1\n\nstep 2  \n</think>\n\nThe answer is 4.");
+        assert_eq!((m.reasoning.as_deref(), m.content.as_str()), (Some("step 1\n\nstep 2"), "The answer is 4."));
+        // Not forced: no <think>, no reasoning.
+        let m = run(q, None, "<thin is not a tag");
+        assert_eq!((m.reasoning, m.content.as_str()), (None, "<thin is not a tag"));
+        // DeepSeek-R1 starts inside the reasoning; cut off before </think>, all is reasoning.
+        let r1 = ChatParsers { tool_call: None, reasoning: Some(ReasoningParser::DeepseekR1) };
+        let m = run(r1, None, "hmm </thi");
+        assert_eq!((m.reasoning.as_deref(), m.content.as_str()), (Some("hmm </thi"), ""));
+        let m = run(r1, None, "a</think>b");
+        assert_eq!((m.reasoning.as_deref(), m.content.as_str()), (Some("a"), "b"));
+    }
+
+    #[test]
+    fn constrained_shapes() {
+        let none = ChatParsers::default();
+        let m = run(none, Some(&req(ToolChoice::Required, true)), "[{\"name\":\"get_weather\",\"parameters\":{\"location\":\"a}\",\"days\":[1,{\"x\":2}]}},{\"name\":\"get_weather\",\"parameters\":{}}]");
+        assert_eq!(
+            calls(&m),
+            vec![("get_weather", json!({"location": "a}", "days": [1, {"x": 2}]})), ("get_weather", json!({}))]
+        );
+        assert_eq!(m.content, "");
+        let m = run(none, Some(&req(ToolChoice::Named("get_weather".into()), true)), "{\"location\":\"Paris\"}");
+        assert_eq!(calls(&m), vec![("get_weather", json!({"location": "Paris"}))]);
+        let c = req(ToolChoice::Required, false).constraint();
+        let Some(Constraint::Json(s)) = c else { panic!("a schema") };
+        assert_eq!((s["minItems"].clone(), s["maxItems"].clone()), (json!(1), json!(1)));
+        assert_eq!(s["items"]["anyOf"][0]["properties"]["name"]["enum"], json!(["get_weather"]));
+    }
+
+    #[test]
+    fn tool_fields() {
+        let parse = |v: Value, p| ToolRequest::parse(v.as_object().expect("object"), p);
+        let with = ChatParsers { tool_call: Some(ToolParser::Qwen25), reasoning: None };
+        let tools = json!([{"type": "function", "function": {"name": "f"}}]);
+        let r = parse(json!({"tools": tools}), with).expect("ok").expect("some");
+        assert_eq!((r.choice.clone(), r.parallel), (ToolChoice::Auto, true));
+        assert_eq!(r.tools[0].parameters, json!({"type": "object", "properties": {}}));
+        for (body, field) in [
+            (json!({"tools": tools}), "tool_choice"), // auto without a parser
+            (json!({"tools": tools, "tool_choice": {"type": "function", "function": {"name": "g"}}}), "tool_choice"),
+            (json!({"tool_choice": "required"}), "tool_choice"),
+            (json!({"tools": [{"type": "function", "function": {}}], "tool_choice": "required"}), "tools"),
+            (json!({"tools": tools, "tool_choice": "sometimes"}), "tool_choice"),
+        ] {
+            match parse(body.clone(), ChatParsers::default()) {
+                Err(ApiError::BadRequest { param, .. }) => assert_eq!(param.as_deref(), Some(field), "{body}"),
+                other => panic!("{body}: {other:?}"),
+            }
+        }
+        assert!(parse(json!({"tools": tools, "tool_choice": "required"}), ChatParsers::default()).is_ok());
+        assert_eq!(parse(json!({"tool_choice": "none"}), with).expect("ok"), None);
+    }
+}

@@ -1,0 +1,78 @@
+//! Phi-4-mini's `functools[{…}, …]` block (`phi4_mini`, SGLang's `phi4mini_detector.py`): text
+//! around the block is content, brackets inside strings do not close it.
+
+use super::array::ArrayCalls;
+use super::json_scan::ValueScan;
+use super::shaper::{partial_suffix, Ev};
+
+/// Phi-4-mini's calls: text outside `functools[…]` is content; inside, the array's elements
+/// are read as the `required` array's are, until the `]` that closes it (brackets inside
+/// strings do not count). A block in which no call starts (prose after the word, a code
+/// sample) is given back as content when it closes or the text ends, as SGLang's detector
+/// returns an unparseable block; a block cut off after a call started keeps that call.
+#[derive(Debug, Default)]
+pub(super) struct FunctoolsCalls {
+    /// Text outside a block held back because it may begin `functools[`.
+    pub(super) held: String,
+    /// The block being read.
+    pub(super) inside: Option<Block>,
+}
+
+/// One `functools[…]` block being read.
+#[derive(Debug, Default)]
+pub(super) struct Block {
+    /// Where its array ends.
+    pub(super) scan: ValueScan,
+    /// Its elements.
+    pub(super) calls: ArrayCalls,
+    /// Its text so far, given back when no call starts in it.
+    pub(super) raw: String,
+    /// Whether a call started in it.
+    pub(super) started: bool,
+}
+
+/// What opens Phi-4-mini's block of calls.
+pub(super) const FUNCTOOLS: &str = "functools[";
+
+impl FunctoolsCalls {
+    pub(super) fn push(&mut self, text: &str, end: bool, ev: &mut Vec<Ev>) {
+        let mut rest = text.to_owned();
+        loop {
+            if let Some(b) = &mut self.inside {
+                let n = b.scan.feed(&rest);
+                b.raw.push_str(&rest[..n]);
+                let before = ev.len();
+                b.calls.push(&rest[..n], ev);
+                b.started |= ev[before..].iter().any(|e| matches!(e, Ev::Start(_)));
+                rest.drain(..n);
+                if !b.scan.done && !end {
+                    return;
+                }
+                if !b.started {
+                    ev.push(Ev::Content(format!("{FUNCTOOLS}{}", b.raw)));
+                }
+                self.inside = None;
+            }
+            self.held.push_str(&rest);
+            rest.clear();
+            if let Some(p) = self.held.find(FUNCTOOLS) {
+                if p > 0 {
+                    ev.push(Ev::Content(self.held[..p].to_owned()));
+                }
+                rest = self.held.split_off(p + FUNCTOOLS.len());
+                self.held.clear();
+                let mut b = Block::default();
+                b.scan.feed("[");
+                self.inside = Some(b);
+                continue;
+            }
+            let keep = if end { 0 } else { partial_suffix(&self.held, FUNCTOOLS) };
+            let out = self.held.len() - keep;
+            if out > 0 {
+                ev.push(Ev::Content(self.held[..out].to_owned()));
+                self.held.drain(..out);
+            }
+            return;
+        }
+    }
+}
