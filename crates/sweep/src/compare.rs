@@ -182,12 +182,7 @@ pub fn baseline_words(cfg: &SweepConfig, an: &[SideAnalysis], steps: &[StepResul
     let Some(base) = cfg.configs.iter().find(|c| &c.name == base_name) else { return vec![] };
     let axis = cfg.axis.name();
     let mut out = vec![];
-    let workloads: Vec<Option<&str>> = if cfg.workloads.is_empty() {
-        vec![None]
-    } else {
-        cfg.workloads.iter().map(|w| Some(w.name.as_str())).collect()
-    };
-    for w in workloads {
+    for w in workloads(cfg) {
         let side_of =
             |config: &str| cfg.sides.iter().find(|s| s.config.as_deref() == Some(config) && s.workload.as_deref() == w);
         let Some(bs) = side_of(base_name) else { continue };
@@ -271,6 +266,20 @@ pub fn workloads(cfg: &SweepConfig) -> Vec<Option<&str>> {
     }
 }
 
+/// A cell's peak: "305.0 at 16", or "-".
+fn peak_text(a: Option<&SideAnalysis>) -> String {
+    a.and_then(|a| a.peak.value.zip(a.peak.figure)).map_or("-".into(), |(v, f)| format!("{f:.1} at {}", fmt_value(v)))
+}
+
+/// What [`ranking`] ranks by, in words.
+fn ranked_by(cfg: &SweepConfig) -> &'static str {
+    if cfg.has_slos() {
+        "output tok/s at the SLO point"
+    } else {
+        "peak output tok/s"
+    }
+}
+
 fn rank_figure(r: &Ranked) -> String {
     match (r.figure, r.at) {
         (Some(f), Some(at)) => format!("{f:.1} at {}", fmt_value(at)),
@@ -287,9 +296,7 @@ pub fn table_text(cfg: &SweepConfig, an: &[SideAnalysis], steps: &[StepResult]) 
         writeln!(o, "Grid: {} configuration(s) x {} workload(s)", cfg.configs.len().max(1), cfg.workloads.len().max(1));
     for c in cells(cfg, steps) {
         let a = an.iter().find(|a| a.label == c.label);
-        let peak = a
-            .and_then(|a| a.peak.value.zip(a.peak.figure))
-            .map_or("-".into(), |(v, f)| format!("{f:.1} at {}", fmt_value(v)));
+        let peak = peak_text(a);
         let knee = a.and_then(|a| a.knee.value).map_or("-".into(), fmt_value);
         let slo = a.and_then(|a| a.slo.as_ref()).map(|s| s.value.map_or("none".into(), fmt_value));
         let _ = writeln!(
@@ -303,7 +310,7 @@ pub fn table_text(cfg: &SweepConfig, an: &[SideAnalysis], steps: &[StepResult]) 
             c.trouble.map_or(String::new(), |t| format!("  [{t}]"))
         );
     }
-    let by = if cfg.has_slos() { "output tok/s at the SLO point" } else { "peak output tok/s" };
+    let by = ranked_by(cfg);
     for w in workloads(cfg) {
         let r = ranking(cfg, an, w);
         let list: Vec<String> =
@@ -366,9 +373,7 @@ pub fn html(cfg: &SweepConfig, an: &[SideAnalysis], steps: &[StepResult]) -> Str
     h.push_str("<th>trouble</th></tr>\n");
     for c in cells(cfg, steps) {
         let a = an.iter().find(|a| a.label == c.label);
-        let peak = a
-            .and_then(|a| a.peak.value.zip(a.peak.figure))
-            .map_or("-".into(), |(v, f)| format!("{f:.1} at {}", fmt_value(v)));
+        let peak = peak_text(a);
         let cls = if c.trouble.is_some() { " class=\"bad\"" } else { "" };
         let _ = write!(
             h,
@@ -389,7 +394,7 @@ pub fn html(cfg: &SweepConfig, an: &[SideAnalysis], steps: &[StepResult]) -> Str
         let _ = writeln!(h, "<td class=\"l\">{}</td></tr>", esc(c.trouble.as_deref().unwrap_or("")));
     }
     h.push_str("</table>\n");
-    let by = if cfg.has_slos() { "output tok/s at the SLO point" } else { "peak output tok/s" };
+    let by = ranked_by(cfg);
     for w in workloads(cfg) {
         let _ = writeln!(h, "<h3>Ranking{} by {by}</h3>\n<ol>", w.map_or(String::new(), |w| format!(" ({})", esc(w))));
         for r in ranking(cfg, an, w) {

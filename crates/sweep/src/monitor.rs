@@ -50,9 +50,13 @@ pub fn tree_pids(root: u32) -> Vec<u32> {
 
 /// Resident bytes of `root` and every descendant. 0 when `root` is gone.
 pub fn tree_rss(root: u32) -> u64 {
+    pids_rss(&tree_pids(root))
+}
+
+/// Resident bytes of the processes `pids` (those gone count 0).
+pub fn pids_rss(pids: &[u32]) -> u64 {
     let page = page_size();
-    tree_pids(root)
-        .into_iter()
+    pids.iter()
         .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/statm")).ok())
         .map(|statm| statm.split_whitespace().nth(1).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0) * page)
         .sum()

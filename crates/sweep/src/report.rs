@@ -672,15 +672,7 @@ td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}th{background:#f2f2
                 esc(&s.label),
                 fmt_value(s.value(axis))
             );
-            let cols: [(&dyn Fn(&crate::scrape::Sample) -> Option<f64>, fn(f64) -> String); 6] = [
-                (&|x| x.running, |v| format!("{v:.0}")),
-                (&|x| x.queued, |v| format!("{v:.0}")),
-                (&|x| x.kv_usage.map(|k| k * 100.0), |v| format!("{v:.0} %")),
-                (&|x| x.server_cpu, |v| format!("{v:.2}")),
-                (&|x| x.host_cpu.map(|c| c * 100.0), |v| format!("{v:.0} %")),
-                (&|x| x.rss.map(|r| r as f64), |v| crate::monitor::gib(v as u64)),
-            ];
-            for (f, fmt) in cols {
+            for (f, fmt) in SERIES_COLUMNS {
                 let v: Vec<(f64, f64)> = series.iter().filter_map(|x| Some((x.t, f(x)?))).collect();
                 let _ = write!(h, "<td>{}</td>", sparkline(&v, fmt));
             }
@@ -708,6 +700,19 @@ td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}th{background:#f2f2
         o
     }
 }
+
+/// A figure of the server's series, and how its values read.
+type Column = (fn(&crate::scrape::Sample) -> Option<f64>, fn(f64) -> String);
+
+/// The columns of the series table: running, queued, KV usage, server CPU, host CPU, RSS.
+const SERIES_COLUMNS: [Column; 6] = [
+    (|x| x.running, |v| format!("{v:.0}")),
+    (|x| x.queued, |v| format!("{v:.0}")),
+    (|x| x.kv_usage.map(|k| k * 100.0), |v| format!("{v:.0} %")),
+    (|x| x.server_cpu, |v| format!("{v:.2}")),
+    (|x| x.host_cpu.map(|c| c * 100.0), |v| format!("{v:.0} %")),
+    (|x| x.rss.map(|r| r as f64), |v| crate::monitor::gib(v as u64)),
+];
 
 /// A 120 × 28 inline SVG line of `(t, v)` points with its range in words ("0 .. 4"); a dash
 /// for none.

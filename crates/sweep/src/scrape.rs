@@ -106,10 +106,9 @@ fn host_jiffies() -> Option<(u64, u64)> {
     Some((total - idle, total))
 }
 
-/// utime + stime (clock ticks) of `root` and every descendant.
-fn tree_ticks(root: u32) -> u64 {
-    crate::monitor::tree_pids(root)
-        .into_iter()
+/// utime + stime (clock ticks) of the processes `pids` (those gone count 0).
+fn pids_ticks(pids: &[u32]) -> u64 {
+    pids.iter()
         .filter_map(|p| {
             let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
             let after = &stat[stat.rfind(')')? + 1..];
@@ -136,7 +135,7 @@ pub async fn watch(
     let started = Instant::now();
     let mut out = vec![];
     let mut host_prev = host_jiffies();
-    let mut tree_prev = pid.map(tree_ticks);
+    let mut tree_prev = pid.map(|p| pids_ticks(&crate::monitor::tree_pids(p)));
     let mut t_prev = Instant::now();
     let hz = clock_ticks();
     let mut tick = tokio::time::interval(every);
@@ -168,13 +167,15 @@ pub async fn watch(
         }
         host_prev = host;
         if let Some(p) = pid {
-            let ticks = tree_ticks(p);
+            // One walk of /proc for the tree, read for both its CPU time and its RSS.
+            let tree = crate::monitor::tree_pids(p);
+            let ticks = pids_ticks(&tree);
             let dt = t_prev.elapsed().as_secs_f64();
             if let (Some(prev), true) = (tree_prev, dt > 0.0) {
                 s.server_cpu = Some(ticks.saturating_sub(prev) as f64 / hz / dt);
             }
             tree_prev = Some(ticks);
-            s.rss = Some(crate::monitor::tree_rss(p)).filter(|r| *r > 0);
+            s.rss = Some(crate::monitor::pids_rss(&tree)).filter(|r| *r > 0);
         }
         t_prev = Instant::now();
         out.push(s);

@@ -347,6 +347,25 @@ fn resume_after_sigint_reruns_only_the_missing_steps() {
     assert!(String::from_utf8_lossy(&o3.stderr).contains("--resume"));
 }
 
+/// Runs `sparrow sweep` with `args` and kills it with SIGKILL once `records` (a step's
+/// requests file) holds `lines` finished requests, within `secs` seconds.
+pub(crate) fn sigkill_when(args: &[String], records: &Path, lines: usize, secs: u64) {
+    let mut child = Command::new(SPARROW)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("sweep starts");
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while std::fs::read_to_string(records).map_or(0, |t| t.lines().count()) < lines {
+        assert!(Instant::now() < deadline, "{} never held {lines} finished requests", records.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().expect("SIGKILL");
+    child.wait().expect("sweep reaped");
+}
+
 /// A sweep killed with SIGKILL during step 2 leaves step 1's line, step 2's finished requests
 /// as whole lines, and its server running (a process group of its own) on the port. `--resume`
 /// stops that orphan, keeps step 1, keeps step 2's finished requests aside, and runs steps 2
@@ -358,22 +377,9 @@ fn sigkill_mid_step_leaves_whole_records_and_resume_takes_over() {
     let mut a = sweep_args(dir.path(), port);
     a.extend(["--server-cmd".into(), mock_cmd(port, "--log-requests --chunk-delay-ms 40")]);
     a.extend(["--concurrency", "1,2,3", "--num-prompts-per-step", "12"].map(String::from));
-    let mut child = Command::new(SPARROW)
-        .args(&a)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("sweep starts");
     let steps_file = dir.path().join("steps.jsonl");
     let step2 = dir.path().join("steps/02-A-c2.requests.jsonl");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while std::fs::read_to_string(&step2).map_or(0, |t| t.lines().count()) < 3 {
-        assert!(Instant::now() < deadline, "step 2 never finished 3 requests");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.kill().expect("SIGKILL");
-    child.wait().expect("sweep reaped");
+    sigkill_when(&a, &step2, 3, 60);
     let lines = std::fs::read_to_string(&steps_file).expect("steps.jsonl");
     assert_eq!(lines.lines().count(), 1, "{lines}");
     assert!(lines.contains("\"status\":\"ok\""), "{lines}");

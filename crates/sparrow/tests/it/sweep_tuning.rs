@@ -5,13 +5,11 @@
 //! finished step; and the SLO search (`--slo`) for the highest load a server meets its SLOs at.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 use crate::common::free_port;
-use crate::sweep::{run, show, steps, summary, sweep_args, SPARROW};
+use crate::sweep::{run, show, sigkill_when, steps, summary, sweep_args, SPARROW};
 
 fn write(dir: &Path, name: &str, text: &str) -> String {
     let p = dir.join(name);
@@ -108,21 +106,7 @@ fn linked_grid_of_workloads_resumes_after_sigkill() {
         ["--concurrency", "1,2", "--link-vars", "max_running=max_concurrency", "--num-prompts-per-step", "12"]
             .map(String::from),
     );
-    let mut child = Command::new(SPARROW)
-        .args(&a)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("sweep starts");
-    let third = dir.path().join("steps/03-max-running=2:short-c2.requests.jsonl");
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while std::fs::read_to_string(&third).map_or(0, |t| t.lines().count()) < 3 {
-        assert!(Instant::now() < deadline, "step 3 never finished 3 requests");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.kill().expect("SIGKILL");
-    child.wait().expect("sweep reaped");
+    sigkill_when(&a, &dir.path().join("steps/03-max-running=2:short-c2.requests.jsonl"), 3, 90);
     let lines = std::fs::read_to_string(dir.path().join("steps.jsonl")).expect("steps.jsonl");
     assert_eq!(lines.lines().count(), 2, "the first configuration's two steps: {lines}");
 
