@@ -19,11 +19,34 @@ use crate::error::ApiError;
 use crate::params::GenParams;
 use crate::AppState;
 
+/// Why a choice ended, as every API's renderer maps it (OpenAI `finish_reason`, SGLang
+/// `meta_info.finish_reason.type`, Responses `status`, Anthropic `stop_reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndReason {
+    /// EOS, a stop token, a stop string, or the grammar's end.
+    Stop,
+    /// The token limit (`max_tokens` or the context).
+    Length,
+    /// Aborted (client gone, engine failure).
+    Abort,
+}
+
+impl EndReason {
+    /// The OpenAI / SGLang spelling: `stop`, `length`, `abort`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EndReason::Stop => "stop",
+            EndReason::Length => "length",
+            EndReason::Abort => "abort",
+        }
+    }
+}
+
 /// How a choice ended.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Finish {
-    /// `stop`, `length` or `abort`.
-    pub reason: &'static str,
+    /// Why.
+    pub reason: EndReason,
     /// The stop token id or stop string that ended it (SGLang's `matched_stop`).
     pub matched: Option<MatchedStop>,
     /// Generated tokens of this choice.
@@ -238,11 +261,11 @@ impl Choice {
                 };
                 text.push_str(&self.stop.finish());
                 let (r, matched, error) = match reason {
-                    FinishReason::Stop(t) => ("stop", Some(MatchedStop::Token(t)), None),
-                    FinishReason::Length => ("length", None, None),
-                    FinishReason::GrammarEnd => ("stop", None, None),
-                    FinishReason::Abort => ("abort", None, None),
-                    FinishReason::Error(e) => ("abort", None, Some(e)),
+                    FinishReason::Stop(t) => (EndReason::Stop, Some(MatchedStop::Token(t)), None),
+                    FinishReason::Length => (EndReason::Length, None, None),
+                    FinishReason::GrammarEnd => (EndReason::Stop, None, None),
+                    FinishReason::Abort => (EndReason::Abort, None, None),
+                    FinishReason::Error(e) => (EndReason::Abort, None, Some(e)),
                 };
                 let finish = Finish {
                     reason: r,
@@ -274,7 +297,7 @@ impl Choice {
             text.push_str(&matched);
         }
         let finish = Finish {
-            reason: "stop",
+            reason: EndReason::Stop,
             matched: Some(MatchedStop::Text(matched)),
             completion_tokens: self.tokens,
             cached_tokens,
@@ -324,7 +347,7 @@ pub fn start(state: &AppState, prep: Prepared) -> Result<BoxStream<'static, Choi
         let events: Vec<ChoiceEvent> = (0..n)
             .map(|index| ChoiceEvent::Done {
                 index,
-                finish: Finish { reason: "length", matched: None, completion_tokens: 0, cached_tokens: 0, error: None },
+                finish: Finish { reason: EndReason::Length, matched: None, completion_tokens: 0, cached_tokens: 0, error: None },
             })
             .collect();
         return Ok(stream::iter(events).boxed());

@@ -17,6 +17,7 @@
 //!      types as JSON or SSE frames)
 //! ```
 
+pub mod chat;
 pub mod conn;
 pub mod detok;
 pub mod error;

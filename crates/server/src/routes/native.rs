@@ -4,7 +4,7 @@
 use super::frames::{collect, push_done, push_error, push_frame, sse_response};
 use super::{json_object, token_ids};
 use crate::error::ApiError;
-use crate::gen::{self, ChoiceEvent, Finish};
+use crate::gen::{self, ChoiceEvent, EndReason, Finish};
 use crate::logprobs::{self, TokenTexts};
 use crate::params::{self, Api, Fields, LogprobAsk};
 use crate::AppState;
@@ -20,9 +20,9 @@ use sparrow_protocol::sglang::{GenerateResponse, MetaFinishReason, MetaInfo, Nat
 
 fn native_finish(f: &Finish) -> MetaFinishReason<'_> {
     match f.reason {
-        "stop" => MetaFinishReason::Stop { matched: f.matched.as_ref() },
-        "length" => MetaFinishReason::Length { length: f.completion_tokens },
-        _ => MetaFinishReason::Abort { message: f.error.as_deref() },
+        EndReason::Stop => MetaFinishReason::Stop { matched: f.matched.as_ref() },
+        EndReason::Length => MetaFinishReason::Length { length: f.completion_tokens },
+        EndReason::Abort => MetaFinishReason::Abort { message: f.error.as_deref() },
     }
 }
 

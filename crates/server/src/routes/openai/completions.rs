@@ -1,6 +1,7 @@
 //! `POST /v1/completions`: prompts as text, token ids or lists of either; `n` choices each.
 
-use super::{oai_respond, stream_opts, ChatShape, Kind};
+use super::{oai_respond, stream_opts, Kind};
+use crate::chat::ChatShape;
 use crate::error::ApiError;
 use crate::gen::{self};
 use crate::params::{self, Api, Fields};

@@ -11,10 +11,11 @@
 use super::frames::{collect, push_done, push_error, push_frame, sse_response};
 use super::now_secs;
 use crate::error::ApiError;
-use crate::gen::{self, ChoiceEvent, Finish};
+use crate::gen::{self, ChoiceEvent, EndReason, Finish};
 use crate::logprobs::{self, Legacy, TokenTexts};
 use crate::params::{Fields, LogprobAsk};
-use crate::tools::{self, ChatParsers, Delta, Shaper, ToolRequest};
+use crate::chat::ChatShape;
+use crate::tools::{self, Delta, Shaper};
 use crate::AppState;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -81,26 +82,12 @@ struct OaiRun {
     shape: ChatShape,
 }
 
-/// What a chat request's [`Shaper`]s are built from.
-#[derive(Clone, Default)]
-struct ChatShape {
-    parsers: ChatParsers,
-    tools: Option<ToolRequest>,
-    separate_reasoning: bool,
-}
-
-impl ChatShape {
-    fn shaper(&self) -> Shaper {
-        Shaper::new(self.parsers, self.tools.as_ref(), self.separate_reasoning)
-    }
-}
-
 /// A finished chat choice's reason: `tool_calls` when it made calls and ended by itself.
 fn chat_reason(f: &Finish, calls: usize) -> &'static str {
-    if calls > 0 && f.reason == "stop" {
+    if calls > 0 && f.reason == EndReason::Stop {
         "tool_calls"
     } else {
-        f.reason
+        f.reason.as_str()
     }
 }
 
@@ -156,7 +143,7 @@ impl OaiRun {
                 let (text, finish_reason, matched_stop) = match piece {
                     Piece::Start(t) | Piece::Text(t) => (t, None, None),
                     Piece::Delta(_) => ("", None, None),
-                    Piece::Finish(f, _) => ("", Some(f.reason), Some(f.matched.as_ref())),
+                    Piece::Finish(f, _) => ("", Some(f.reason.as_str()), Some(f.matched.as_ref())),
                 };
                 let c = TextChoice {
                     index,
@@ -406,7 +393,7 @@ async fn oai_collect(run: OaiRun, events: BoxStream<'static, ChoiceEvent>) -> Re
                     index,
                     text,
                     logprobs: legacy.as_ref(),
-                    finish_reason: Some(f.reason),
+                    finish_reason: Some(f.reason.as_str()),
                     matched_stop: Some(f.matched.as_ref()),
                     prompt_logprobs: prompt.as_deref(),
                 })

@@ -1,0 +1,128 @@
+//! The one internal chat request every chat-like API lowers into: OpenAI's
+//! `/v1/chat/completions`, the Responses API's `/v1/responses` and Anthropic's `/v1/messages`
+//! each read their own wire shape into a [`ChatRequest`], and [`lower`] turns it into prompt
+//! token ids (through the model's chat template), generation parameters and the [`ChatShape`]
+//! that splits the answer into content, reasoning and tool calls. What a template cannot show
+//! (tools, earlier calls) is written the way the server's `--tool-call-parser` reads it, once,
+//! here, for all three APIs.
+
+use crate::error::ApiError;
+use crate::gen::{self, Prepared};
+use crate::params::{GenParams, LogprobAsk};
+use crate::tools::{self, ChatParsers, Shaper, ToolRequest};
+use crate::AppState;
+use serde_json::{Map, Value};
+use sparrow_tokenizer::{ChatMessage, TemplateTools};
+
+/// A chat-like request in API-neutral terms.
+#[derive(Debug, Clone)]
+pub struct ChatRequest {
+    /// The conversation: roles `system`, `user`, `assistant`, `tool`; an assistant message's
+    /// `tool_calls` in the template form (`arguments` as an object when it parses).
+    pub messages: Vec<ChatMessage>,
+    /// Tools, `tool_choice` and `parallel_tool_calls`.
+    pub tools: Option<ToolRequest>,
+    /// Extra chat-template variables (`enable_thinking`, `reasoning_effort`, …).
+    pub kwargs: Map<String, Value>,
+    /// Sampling, stop, limits and the structured-output constraint.
+    pub params: GenParams,
+    /// The logprobs asked for.
+    pub ask: LogprobAsk,
+    /// Split reasoning text off the answer (when the server has a `--reasoning-parser`).
+    pub separate_reasoning: bool,
+}
+
+/// How a chat answer's text becomes content, reasoning and tool calls (one [`Shaper`] per
+/// choice, the same for the stream and the collected answer).
+#[derive(Clone, Default)]
+pub struct ChatShape {
+    /// The server's parsers.
+    pub parsers: ChatParsers,
+    /// The request's tools, when it has any.
+    pub tools: Option<ToolRequest>,
+    /// Whether reasoning is split off.
+    pub separate_reasoning: bool,
+}
+
+impl ChatShape {
+    /// A fresh machine for one choice.
+    pub fn shaper(&self) -> Shaper {
+        Shaper::new(self.parsers, self.tools.as_ref(), self.separate_reasoning)
+    }
+}
+
+/// Puts a `required` or named `tool_choice`'s grammar on `p`.
+///
+/// # Errors
+/// A 400 when the request already carries a structured-output constraint.
+pub fn add_tool_constraint(p: &mut GenParams, tools: Option<&ToolRequest>) -> Result<(), ApiError> {
+    if let Some(c) = tools.and_then(ToolRequest::constraint) {
+        if let Some((_, field)) = &p.constraint {
+            return Err(ApiError::bad(field, format!("{field} cannot be combined with a required or named tool_choice")));
+        }
+        p.constraint = Some((c, "tools"));
+    }
+    Ok(())
+}
+
+/// Writes an assistant message's earlier calls into its text when the template cannot show
+/// them (the parser's own format), so every API's history reads the same to the model.
+pub fn calls_into_content(s: &AppState, m: &mut ChatMessage) {
+    if s.tokenizer.template_tools() != TemplateTools::Argument {
+        if let Some(calls) = &m.tool_calls {
+            m.content.push_str(&tools::history_calls(calls, s.parsers.tool_call));
+        }
+    }
+}
+
+/// The prompt's token ids: the conversation through the chat template, with the tools where
+/// the template reads them (its `tools` argument, the system message, or a system prompt we
+/// write in the parser's format).
+///
+/// # Errors
+/// A 400 naming `messages` when the template fails or the text does not tokenize.
+pub fn prompt_ids(
+    s: &AppState,
+    mut conv: Vec<ChatMessage>,
+    tools: Option<&ToolRequest>,
+    kwargs: &Map<String, Value>,
+) -> Result<Vec<u32>, ApiError> {
+    let where_tools = s.tokenizer.template_tools();
+    let native_tools = where_tools == TemplateTools::Argument;
+    let shown = tools.filter(|t| t.shown());
+    if let (Some(t), TemplateTools::SystemMessage) = (shown, where_tools) {
+        // Phi-4-mini's way: the tools ride on the system message, one is added if none.
+        if conv.first().is_none_or(|m| m.role != "system") {
+            conv.insert(0, ChatMessage::new("system", ""));
+        }
+        if let Some(first) = conv.first_mut() {
+            first.tools = Some(tools::py_json(&t.raw));
+        }
+    } else if let (Some(t), false) = (shown, native_tools) {
+        let prompt = tools::tools_system_prompt(&t.raw, s.parsers.tool_call);
+        match conv.first_mut() {
+            Some(first) if first.role == "system" => first.content = format!("{}\n\n{prompt}", first.content),
+            _ => conv.insert(0, ChatMessage::new("system", prompt)),
+        }
+    }
+    let text = s
+        .tokenizer
+        .apply_chat_template_with(&conv, shown.filter(|_| native_tools).map(|t| &t.raw), kwargs, true)
+        .map_err(|e| ApiError::bad("messages", e.to_string()))?;
+    s.tokenizer.encode(&text, false).map_err(|e| ApiError::bad("messages", e.to_string()))
+}
+
+/// Lowers a chat request to a prepared engine request and its answer's shape.
+///
+/// # Errors
+/// The template's and [`gen::prepare`]'s 400s.
+pub fn lower(s: &AppState, req: ChatRequest) -> Result<(Prepared, ChatShape), ApiError> {
+    let ChatRequest { messages, tools, kwargs, mut params, ask, separate_reasoning } = req;
+    let ids = prompt_ids(s, messages, tools.as_ref(), &kwargs)?;
+    params.logprobs = ask.spec(ids.len());
+    // A grammar forces the answer's shape from the first token: there is no reasoning to split
+    // off (a `deepseek-r1` parser would otherwise take the constrained JSON for reasoning).
+    let separate_reasoning = separate_reasoning && params.constraint.is_none();
+    let prep = gen::prepare(s, ids, params)?;
+    Ok((prep, ChatShape { parsers: s.parsers, tools, separate_reasoning }))
+}
