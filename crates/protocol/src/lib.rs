@@ -5,13 +5,17 @@
 //!   sends.
 //! - [`sglang`]: SGLang's native `/generate` request (sent by `sparrow bench`), answers and
 //!   frames (`meta_info`), `/get_model_info`, `/get_server_info`, `/tokenize`, `/detokenize`.
+//! - [`responses`]: OpenAI's Responses API request (`/v1/responses`).
+//! - [`anthropic`]: Anthropic's Messages API request and error body (`/v1/messages`).
 //! - [`sse`]: Server-Sent Events framing, per the WHATWG HTML "server-sent events" section.
 //! - [`Usage`]: OpenAI `usage`; [`ErrorBody`]: OpenAI-style error JSON, also the shape of an
 //!   in-band error frame.
 //!
 //! Response types render in their field order and borrow what they render (see [`openai`]).
 
+pub mod anthropic;
 pub mod openai;
+pub mod responses;
 pub mod sglang;
 pub mod sse;
 

@@ -457,7 +457,8 @@ mod tests {
             kind: "function",
             function: FunctionCall { name: "get_weather".into(), arguments: "{\"location\":\"Paris, France\"}".into() },
         }];
-        let m = AssistantMessage { role: "assistant", content: None, reasoning_content: None, tool_calls: Some(&calls) };
+        let m =
+            AssistantMessage { role: "assistant", content: None, reasoning_content: None, tool_calls: Some(&calls) };
         let want: serde_json::Value = serde_json::from_str(
             r#"{"role": "assistant", "content": null, "tool_calls": [{"id": "call_12345xyz", "type": "function",
                 "function": {"name": "get_weather", "arguments": "{\"location\":\"Paris, France\"}"}}]}"#,
@@ -470,14 +471,24 @@ mod tests {
             kind: Some("function"),
             function: FunctionDelta { name: Some("get_weather"), arguments: "" },
         }];
-        let more = [ToolCallDelta { index: 0, id: None, kind: None, function: FunctionDelta { name: None, arguments: "{\"" } }];
-        let d = |c| serde_json::to_string(&ChatDelta { tool_calls: Some(c), ..Default::default() }).expect("serializes");
+        let more = [ToolCallDelta {
+            index: 0,
+            id: None,
+            kind: None,
+            function: FunctionDelta { name: None, arguments: "{\"" },
+        }];
+        let d =
+            |c| serde_json::to_string(&ChatDelta { tool_calls: Some(c), ..Default::default() }).expect("serializes");
         assert_eq!(
             d(&first),
             r#"{"tool_calls":[{"index":0,"id":"call_DdmO9pD3xa9XTPNJ32zg2hcA","type":"function","function":{"name":"get_weather","arguments":""}}]}"#
         );
         assert_eq!(d(&more), r#"{"tool_calls":[{"index":0,"function":{"arguments":"{\""}}]}"#);
-        let r = AssistantMessage { role: "assistant", content: Some("4"), reasoning_content: Some(None), tool_calls: None };
-        assert_eq!(serde_json::to_string(&r).expect("serializes"), r#"{"role":"assistant","content":"4","reasoning_content":null}"#);
+        let r =
+            AssistantMessage { role: "assistant", content: Some("4"), reasoning_content: Some(None), tool_calls: None };
+        assert_eq!(
+            serde_json::to_string(&r).expect("serializes"),
+            r#"{"role":"assistant","content":"4","reasoning_content":null}"#
+        );
     }
 }

@@ -58,7 +58,10 @@ impl ChatShape {
 pub fn add_tool_constraint(p: &mut GenParams, tools: Option<&ToolRequest>) -> Result<(), ApiError> {
     if let Some(c) = tools.and_then(ToolRequest::constraint) {
         if let Some((_, field)) = &p.constraint {
-            return Err(ApiError::bad(field, format!("{field} cannot be combined with a required or named tool_choice")));
+            return Err(ApiError::bad(
+                field,
+                format!("{field} cannot be combined with a required or named tool_choice"),
+            ));
         }
         p.constraint = Some((c, "tools"));
     }

@@ -347,7 +347,13 @@ pub fn start(state: &AppState, prep: Prepared) -> Result<BoxStream<'static, Choi
         let events: Vec<ChoiceEvent> = (0..n)
             .map(|index| ChoiceEvent::Done {
                 index,
-                finish: Finish { reason: EndReason::Length, matched: None, completion_tokens: 0, cached_tokens: 0, error: None },
+                finish: Finish {
+                    reason: EndReason::Length,
+                    matched: None,
+                    completion_tokens: 0,
+                    cached_tokens: 0,
+                    error: None,
+                },
             })
             .collect();
         return Ok(stream::iter(events).boxed());

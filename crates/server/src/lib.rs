@@ -28,6 +28,7 @@ pub mod logprobs;
 pub mod metrics;
 pub mod params;
 pub mod routes;
+pub mod store;
 pub mod tools;
 
 use std::ops::Deref;
@@ -65,6 +66,8 @@ pub struct Inner {
     /// `--api-key`: when set, every route but `/health*` and `/metrics` needs
     /// `Authorization: Bearer <key>`.
     pub api_key: Option<String>,
+    /// The Responses API's stored responses.
+    pub responses: store::ResponseStore,
     next_id: AtomicU64,
     grammars: std::sync::OnceLock<Result<Arc<grammar::Grammars>, String>>,
 }
@@ -83,7 +86,8 @@ impl std::fmt::Debug for AppState {
 }
 
 impl AppState {
-    /// Builds the state; `api_key` is `--api-key`.
+    /// Builds the state; `api_key` is `--api-key`, `responses_store_size` is
+    /// `--responses-store-size` (stored Responses API responses, 0: none).
     ///
     /// # Errors
     /// The tokenizer is neither byte-level BPE nor SentencePiece (incremental decoding needs
@@ -96,6 +100,7 @@ impl AppState {
         server_info: serde_json::Value,
         parsers: tools::ChatParsers,
         api_key: Option<String>,
+        responses_store_size: usize,
     ) -> Result<Self, sparrow_tokenizer::TokenizerError> {
         let bytes_skip = Arc::new(tokenizer.token_bytes(true)?);
         let bytes_all = Arc::new(tokenizer.token_bytes(false)?);
@@ -110,6 +115,7 @@ impl AppState {
             server_info,
             parsers,
             api_key,
+            responses: store::ResponseStore::new(responses_store_size),
             next_id: AtomicU64::new(1),
             grammars: std::sync::OnceLock::new(),
         })))

@@ -3,9 +3,9 @@
 //! `gen-model` / `quantize` / `perplexity` / `export-tokenizer` (`offline`, over `sparrow-convert`),
 //! and a hidden `sparrow mock-server` for trying the client without a model.
 
+mod offline;
 mod roofline;
 mod serve;
-mod offline;
 
 use std::net::SocketAddr;
 

@@ -9,8 +9,8 @@ use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
 use sparrow_convert::calibration::{calibrate as observe, Calibration};
 use sparrow_convert::quantize::{self as convert, QuantStyle, Tensor};
-use sparrow_engine::checkpoint::hf::Checkpoint;
 use sparrow_cpu::format::nvfp4::ScaleRule;
+use sparrow_engine::checkpoint::hf::Checkpoint;
 
 /// Which quantization-config file to write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -424,7 +424,10 @@ pub fn perplexity(a: &PerplexityArgs) -> anyhow::Result<()> {
     };
     let (mut model, _, _) = sparrow_engine::engine::load_model(&args)?;
     let kv_dtype = a.kv_cache_dtype.engine().map_err(|()| {
-        anyhow::anyhow!("--kv-cache-dtype {:?} is an SGLang KV cache type that sparrow does not support", a.kv_cache_dtype)
+        anyhow::anyhow!(
+            "--kv-cache-dtype {:?} is an SGLang KV cache type that sparrow does not support",
+            a.kv_cache_dtype
+        )
     })?;
     if let Some(d) = kv_dtype {
         model.set_kv_dtype(d)?;
@@ -499,7 +502,8 @@ pub fn export_tokenizer(a: &ExportTokenizerArgs) -> anyhow::Result<()> {
         cfg["eos_token"] = json!(e);
     }
     let cfg_path = a.out.join("tokenizer_config.json");
-    std::fs::write(&cfg_path, serde_json::to_string_pretty(&cfg)?).with_context(|| format!("write {}", cfg_path.display()))?;
+    std::fs::write(&cfg_path, serde_json::to_string_pretty(&cfg)?)
+        .with_context(|| format!("write {}", cfg_path.display()))?;
     println!("wrote {} and {}", json_path.display(), cfg_path.display());
     Ok(())
 }

@@ -163,7 +163,9 @@ fn print_limits(l: &Limits, mib: usize) {
     };
     match l.clock_ghz {
         Some(c) => println!("clock: {c:.2} GHz (dependent 64-bit imul chain, 3 cycles each, one thread)"),
-        None => println!("clock: cannot be measured here (an imul chain gave an implausible rate); theoretical peaks omitted"),
+        None => println!(
+            "clock: cannot be measured here (an imul chain gave an implausible rate); theoretical peaks omitted"
+        ),
     }
     println!("memory bandwidth: {:.1} GB/s (streaming read of {mib} MiB, {} threads)", l.bandwidth_gbs, l.threads);
     if l.fma_gflops > 0.0 {
@@ -203,7 +205,10 @@ fn kernels(pool: &ThreadPool, isa: Isa, l: &Limits, mats: &[(String, &Weight)], 
         pool.threads(),
         if isa == Isa::Avx2 { format!("; AVX2 idiom peak {:.0} GMAC/s", l.avx2_idiom_gmacs) } else { String::new() }
     );
-    println!("{:<10} {:>12} {:>5} {:>6} {:>10} {:>8} {:>6} {:>7} {:>7} {:>5}", "matrix", "shape", "type", "T", "time", "GMAC/s", "%peak", "%theory", "GB/s", "%bw");
+    println!(
+        "{:<10} {:>12} {:>5} {:>6} {:>10} {:>8} {:>6} {:>7} {:>7} {:>5}",
+        "matrix", "shape", "type", "T", "time", "GMAC/s", "%peak", "%theory", "GB/s", "%bw"
+    );
     let one_layer = mats.iter().filter(|(n, _)| n.starts_with("blk.0.") || n == "lm_head");
     for (name, w) in one_layer {
         for &t in tokens {

@@ -29,7 +29,7 @@ use admin::{
     detokenize, flush_cache, get_load, health, health_generate, metrics, model_info, models, server_info, tokenize,
 };
 use native::generate;
-use openai::{chat, completions};
+use openai::{chat, completions, responses_create, responses_delete, responses_get};
 
 /// Largest request body accepted (a prompt at the context limit is far smaller).
 pub const BODY_LIMIT: usize = 16 << 20;
@@ -52,12 +52,38 @@ pub fn app(state: AppState) -> Router {
         .route("/metrics", get(metrics))
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat))
+        .route("/v1/responses", post(responses_create))
+        .route("/v1/responses/{id}", get(responses_get).delete(responses_delete))
         .route("/generate", post(generate))
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(axum::middleware::from_fn_with_state(state.clone(), require_api_key))
         .with_state(state)
+}
+
+/// Reads a JSON object body into the typed request `T` (unknown fields ignored), keeping the
+/// object for the fields read by name. A field of the wrong shape is a 400 naming its path
+/// (`input[0].content: …`).
+fn typed_body<T: serde::de::DeserializeOwned>(
+    body: &Result<Bytes, BytesRejection>,
+) -> Result<(T, Map<String, Value>), ApiError> {
+    let m = json_object(body)?;
+    let t = serde_path_to_error::deserialize(&Value::Object(m.clone())).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner().to_string();
+        let inner = if inner.contains("did not match any variant") {
+            "has the wrong type (see the API reference for its forms)".to_owned()
+        } else {
+            inner
+        };
+        if path == "." {
+            ApiError::bad_body(inner)
+        } else {
+            ApiError::bad(&path, format!("{path}: {inner}"))
+        }
+    })?;
+    Ok((t, m))
 }
 
 fn now_secs() -> u64 {

@@ -360,6 +360,10 @@ pub struct ServeArgs {
     /// (SGLang's rule; a missing or wrong key is a 401 JSON error).
     #[arg(long)]
     pub api_key: Option<String>,
+    /// Responses kept for `GET /v1/responses/{id}` and `previous_response_id` (`store: true`,
+    /// the API's default), least recently used dropped first; `0` stores none. In memory only.
+    #[arg(long, default_value_t = 1024)]
+    pub responses_store_size: usize,
     /// Seconds a connection may take to send a complete request head, counted from when the
     /// server starts waiting for it (a new connection, or the next request after a response);
     /// then it is closed. hyper's default, 30. `0` turns it off. Never applies while a

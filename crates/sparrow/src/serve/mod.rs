@@ -122,7 +122,11 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let c = engine.config().clone();
     let info = engine.info().clone();
     let file_bytes = match info.file_weight_bytes {
-        Some(f) => format!(" loaded, {:.0} MB in the file ({:.3}x)", f as f64 / 1e6, info.weight_bytes as f64 / f.max(1) as f64),
+        Some(f) => format!(
+            " loaded, {:.0} MB in the file ({:.3}x)",
+            f as f64 / 1e6,
+            info.weight_bytes as f64 / f.max(1) as f64
+        ),
         None => String::new(),
     };
     eprintln!(
@@ -201,9 +205,17 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         "grammar_backend": "llguidance",
     });
     let parsers = a.parsers();
-    let state =
-        sparrow_server::AppState::new(engine, tokenizer, model_id, model_path, server_info, parsers, a.api_key.clone())
-        .context("preparing the detokenizer")?;
+    let state = sparrow_server::AppState::new(
+        engine,
+        tokenizer,
+        model_id,
+        model_path,
+        server_info,
+        parsers,
+        a.api_key.clone(),
+        a.responses_store_size,
+    )
+    .context("preparing the detokenizer")?;
     let fd_limit = sparrow_server::conn::raise_fd_limit();
     let limits = sparrow_server::conn::ConnLimits {
         header_read_timeout: values::timeout(a.timeout_header_read),

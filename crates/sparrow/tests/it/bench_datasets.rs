@@ -2,7 +2,6 @@
 //! `sparrow mock-server --log-requests`, checking what went over the wire (bodies, headers,
 //! send times) and what the result line says.
 
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Output, Stdio};
@@ -66,7 +65,11 @@ fn bench(m: &Mock, dir: &Path, args: &[&str]) -> (Output, Value, Vec<Value>) {
         .output()
         .expect("bench runs");
     let line = std::fs::read_to_string(&out).unwrap_or_else(|_| {
-        panic!("no result line; stdout {} stderr {}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+        panic!(
+            "no result line; stdout {} stderr {}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
     });
     let result: Value = serde_json::from_str(&line.replace("Infinity", "null")).expect("result json");
     let details = out.with_file_name(format!("r-{}.requests.jsonl", m.port));
@@ -86,11 +89,32 @@ fn multi_turn_zipf_shared_prefix_with_routing_keys_and_goodput() {
         &m,
         dir.path(),
         &[
-            "--backend", "sglang-oai-chat", "--dataset-name", "generated-shared-prefix",
-            "--gsp-num-groups", "4", "--gsp-prompts-per-group", "3", "--gsp-system-prompt-len", "20",
-            "--gsp-question-len", "5", "--gsp-output-len", "4", "--gsp-num-turns", "3",
-            "--gsp-group-distribution", "zipf", "--gsp-zipf-alpha", "1.5", "--gsp-send-routing-key",
-            "--goodput", "e2el:60000", "ttft:60000", "--max-concurrency", "4",
+            "--backend",
+            "sglang-oai-chat",
+            "--dataset-name",
+            "generated-shared-prefix",
+            "--gsp-num-groups",
+            "4",
+            "--gsp-prompts-per-group",
+            "3",
+            "--gsp-system-prompt-len",
+            "20",
+            "--gsp-question-len",
+            "5",
+            "--gsp-output-len",
+            "4",
+            "--gsp-num-turns",
+            "3",
+            "--gsp-group-distribution",
+            "zipf",
+            "--gsp-zipf-alpha",
+            "1.5",
+            "--gsp-send-routing-key",
+            "--goodput",
+            "e2el:60000",
+            "ttft:60000",
+            "--max-concurrency",
+            "4",
         ],
     );
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
@@ -115,7 +139,10 @@ fn multi_turn_zipf_shared_prefix_with_routing_keys_and_goodput() {
     let mut rounds: BTreeMap<u64, Vec<(u64, u64)>> = BTreeMap::new();
     for x in &recs {
         let c = x["turn"]["conversation"].as_u64().expect("conversation");
-        rounds.entry(c).or_default().push((x["turn"]["round"].as_u64().expect("round"), x["prompt_len"].as_u64().expect("len")));
+        rounds
+            .entry(c)
+            .or_default()
+            .push((x["turn"]["round"].as_u64().expect("round"), x["prompt_len"].as_u64().expect("len")));
     }
     assert_eq!(rounds.len(), 12);
     for (c, mut v) in rounds {
@@ -148,8 +175,21 @@ fn multi_turn_zipf_shared_prefix_with_routing_keys_and_goodput() {
     let (_, r, _) = bench(
         &m,
         dir.path(),
-        &["--backend", "sglang-oai", "--dataset-name", "random-ids", "--random-input-len", "8",
-          "--random-output-len", "4", "--num-prompts", "5", "--goodput", "ttft:0.000001", "e2el:60000"],
+        &[
+            "--backend",
+            "sglang-oai",
+            "--dataset-name",
+            "random-ids",
+            "--random-input-len",
+            "8",
+            "--random-output-len",
+            "4",
+            "--num-prompts",
+            "5",
+            "--goodput",
+            "ttft:0.000001",
+            "e2el:60000",
+        ],
     );
     assert_eq!(r["slo_attainment"], 0.0);
     assert_eq!(r["request_goodput"], 0.0);
@@ -174,8 +214,20 @@ fn openai_dataset_sends_each_lines_messages_and_fields() {
     let (o, r, recs) = bench(
         &m,
         dir.path(),
-        &["--backend", "sglang-oai-chat", "--dataset-name", "openai", "--dataset-path", data.to_str().expect("utf8"),
-          "--num-prompts", "2", "--temperature", "0.5", "--top-p", "0.8"],
+        &[
+            "--backend",
+            "sglang-oai-chat",
+            "--dataset-name",
+            "openai",
+            "--dataset-path",
+            data.to_str().expect("utf8"),
+            "--num-prompts",
+            "2",
+            "--temperature",
+            "0.5",
+            "--top-p",
+            "0.8",
+        ],
     );
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(r["completed"], 2);
@@ -198,10 +250,14 @@ fn mooncake_trace_replays_at_its_timestamps_with_rounds() {
     std::fs::write(
         &trace,
         concat!(
-            r#"{"timestamp": 2000, "input_length": 10, "output_length": 3, "hash_ids": [5]}"#, "\n",
-            r#"{"timestamp": 0, "input_length": 10, "output_length": 2, "hash_ids": [1, 2]}"#, "\n",
-            r#"{"timestamp": 1000, "input_length": 10, "output_length": 4, "hash_ids": [3]}"#, "\n",
-            r#"{"timestamp": 9000, "input_length": 10, "output_length": 4, "hash_ids": [9]}"#, "\n",
+            r#"{"timestamp": 2000, "input_length": 10, "output_length": 3, "hash_ids": [5]}"#,
+            "\n",
+            r#"{"timestamp": 0, "input_length": 10, "output_length": 2, "hash_ids": [1, 2]}"#,
+            "\n",
+            r#"{"timestamp": 1000, "input_length": 10, "output_length": 4, "hash_ids": [3]}"#,
+            "\n",
+            r#"{"timestamp": 9000, "input_length": 10, "output_length": 4, "hash_ids": [9]}"#,
+            "\n",
         ),
     )
     .expect("write");
@@ -209,9 +265,24 @@ fn mooncake_trace_replays_at_its_timestamps_with_rounds() {
     let (o, r, recs) = bench(
         &m,
         dir.path(),
-        &["--backend", "sglang", "--dataset-name", "mooncake", "--dataset-path", trace.to_str().expect("utf8"),
-          "--num-prompts", "3", "--mooncake-num-rounds", "2", "--mooncake-slowdown-factor", "0.5",
-          "--use-trace-timestamps", "--request-rate", "1000", "--print-requests"],
+        &[
+            "--backend",
+            "sglang",
+            "--dataset-name",
+            "mooncake",
+            "--dataset-path",
+            trace.to_str().expect("utf8"),
+            "--num-prompts",
+            "3",
+            "--mooncake-num-rounds",
+            "2",
+            "--mooncake-slowdown-factor",
+            "0.5",
+            "--use-trace-timestamps",
+            "--request-rate",
+            "1000",
+            "--print-requests",
+        ],
     );
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(r["request_rate"], "trace");
@@ -225,8 +296,7 @@ fn mooncake_trace_replays_at_its_timestamps_with_rounds() {
     assert_eq!(sched, vec![(0.0, 2), (0.0, 2), (0.5, 4), (0.5, 4), (1.0, 3), (1.0, 3)]);
     assert!(r["duration"].as_f64().expect("duration") >= 1.0);
     // The prompts: each hash id then 128 `hi`, round 2 holding round 1 and a placeholder answer.
-    let texts: Vec<String> =
-        m.requests().iter().map(|(_, b)| b["text"].as_str().expect("text").to_owned()).collect();
+    let texts: Vec<String> = m.requests().iter().map(|(_, b)| b["text"].as_str().expect("text").to_owned()).collect();
     let two = texts.iter().find(|t| t.contains("Round 2: ") && t.contains("1hi hi")).expect("session 1 round 2");
     assert!(two.contains("Round 1: 1hi hi"), "{two}");
     assert!(two.contains("2hi hi"), "{two}");
@@ -245,9 +315,25 @@ fn tokenize_prompt_sends_input_ids_and_sampling_flags_reach_generate() {
     let (o, r, recs) = bench(
         &m,
         dir.path(),
-        &["--backend", "sglang", "--dataset-name", "random-ids", "--random-input-len", "12", "--random-output-len",
-          "3", "--random-range-ratio", "1", "--num-prompts", "4", "--tokenize-prompt", "--temperature", "0.3",
-          "--top-p", "0.5"],
+        &[
+            "--backend",
+            "sglang",
+            "--dataset-name",
+            "random-ids",
+            "--random-input-len",
+            "12",
+            "--random-output-len",
+            "3",
+            "--random-range-ratio",
+            "1",
+            "--num-prompts",
+            "4",
+            "--tokenize-prompt",
+            "--temperature",
+            "0.3",
+            "--top-p",
+            "0.5",
+        ],
     );
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(r["completed"], 4);
@@ -269,8 +355,23 @@ fn trt_backend_streams_text_output_until_the_body_ends() {
     let (o, r, recs) = bench(
         &m,
         dir.path(),
-        &["--backend", "trt", "--model", "your-trt-llm-model", "--dataset-name", "random-ids", "--random-input-len",
-          "8", "--random-output-len", "6", "--random-range-ratio", "1", "--num-prompts", "3", "--disable-ignore-eos"],
+        &[
+            "--backend",
+            "trt",
+            "--model",
+            "your-trt-llm-model",
+            "--dataset-name",
+            "random-ids",
+            "--random-input-len",
+            "8",
+            "--random-output-len",
+            "6",
+            "--random-range-ratio",
+            "1",
+            "--num-prompts",
+            "3",
+            "--disable-ignore-eos",
+        ],
     );
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(r["completed"], 3);
@@ -325,8 +426,10 @@ fn sglang_guide_command_lines_run_against_the_mock() {
     std::fs::write(&trace, "{\"timestamp\": 0, \"output_length\": 4, \"hash_ids\": [1]}\n{\"timestamp\": 100, \"output_length\": 4, \"hash_ids\": [2]}\n")
         .expect("trace");
     let m = Mock::start(dir.path(), &[]);
-    let guide = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/tests/fixtures/sglang_docs_commands.txt"))
-        .expect("fixture");
+    let guide = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/tests/fixtures/sglang_docs_commands.txt"),
+    )
+    .expect("fixture");
     let mut ran = 0;
     for (n, line) in guide.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()).enumerate() {
         if line.contains("--dataset-name image") {
@@ -349,8 +452,9 @@ fn sglang_guide_command_lines_run_against_the_mock() {
         argv.extend(["--output-file".to_owned(), out.to_str().expect("utf8").to_owned()]);
         let o = sparrow().arg("bench").args(&argv).output().expect("bench runs");
         assert_eq!(o.status.code(), Some(0), "{line}\n{}", String::from_utf8_lossy(&o.stderr));
-        let r: Value = serde_json::from_str(&std::fs::read_to_string(&out).expect("result").replace("Infinity", "null"))
-            .expect("json");
+        let r: Value =
+            serde_json::from_str(&std::fs::read_to_string(&out).expect("result").replace("Infinity", "null"))
+                .expect("json");
         assert!(r["completed"].as_u64().is_some_and(|c| c >= 3), "{line}: {r}");
         ran += 1;
     }

@@ -2,10 +2,10 @@
 //! one module per area, each with its own doc. The soak keeps a binary of its own
 //! (`tests/soak.rs`): it loads the cores at a fraction of the capacity it measures first.
 
-mod common;
 mod architecture;
 mod bench_datasets;
 mod cli;
+mod common;
 mod fleet;
 mod glm5;
 mod serve;

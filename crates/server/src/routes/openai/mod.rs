@@ -10,11 +10,11 @@
 
 use super::frames::{collect, push_done, push_error, push_frame, sse_response};
 use super::now_secs;
+use crate::chat::ChatShape;
 use crate::error::ApiError;
 use crate::gen::{self, ChoiceEvent, EndReason, Finish};
 use crate::logprobs::{self, Legacy, TokenTexts};
 use crate::params::{Fields, LogprobAsk};
-use crate::chat::ChatShape;
 use crate::tools::{self, Delta, Shaper};
 use crate::AppState;
 use axum::response::{IntoResponse, Response};
@@ -30,9 +30,11 @@ use sparrow_protocol::Usage;
 
 mod chat;
 mod completions;
+mod responses;
 
 pub(super) use chat::chat;
 pub(super) use completions::completions;
+pub(super) use responses::{create as responses_create, delete as responses_delete, get as responses_get};
 
 /// `stream_options` flags.
 #[derive(Debug, Clone, Copy, Default)]

@@ -83,8 +83,8 @@ impl TestServer {
         };
         let (model, isa, _) = load_model(&args).expect("model loads");
         let engine = Engine::start_with_model(wrap(model), &args, isa).expect("engine starts");
-        let state =
-            AppState::new(engine, tok, "smollm2".into(), gguf(), o.server_info, o.parsers, o.api_key).expect("state");
+        let state = AppState::new(engine, tok, "smollm2".into(), gguf(), o.server_info, o.parsers, o.api_key, 64)
+            .expect("state");
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let rt =

@@ -1,0 +1,281 @@
+//! OpenAI's Responses API: `POST /v1/responses`, `GET` and `DELETE /v1/responses/{id}`.
+//!
+//! The request ([`sparrow_protocol::responses::ResponsesRequest`]) is lowered into the internal
+//! [`ChatRequest`]: `instructions` become the first system message, input items become messages
+//! (`function_call` items an assistant message's calls, `function_call_output` items tool
+//! messages, `reasoning` items the next assistant message's reasoning), `text.format` the
+//! structured-output constraint, `reasoning.effort` the template's `reasoning_effort` (and
+//! `enable_thinking: false` for `none`, Qwen 3's switch). `previous_response_id` puts the stored
+//! conversation before the new input. The answer is rendered by [`render::Render`], one machine
+//! for the stream and the whole object, so the two agree by construction.
+//!
+//! Follows the OpenAI API reference ("Responses") and the `openai` Python SDK's types; vLLM's
+//! `serving_responses.py` and SGLang's `serving_responses.py` serve the same shapes.
+
+use super::super::frames::collect;
+use super::super::typed_body;
+use crate::chat::{self, ChatRequest};
+use crate::error::ApiError;
+use crate::gen;
+use crate::params::{self, Api};
+use crate::store::Stored;
+use crate::tools::ToolRequest;
+use crate::AppState;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use render::Render;
+use serde_json::{json, Map, Value};
+use sparrow_protocol::responses::{Content, Input, Item, ResponsesRequest, TextFormat};
+use sparrow_tokenizer::ChatMessage;
+
+mod render;
+
+/// Sampling fields read as chat reads them (same names, same ranges, one validation).
+const SAMPLING_FIELDS: &[&str] = &[
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "seed",
+    "stop",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+];
+
+/// `reasoning.effort` values the API defines.
+const EFFORTS: &[&str] = &["none", "minimal", "low", "medium", "high", "xhigh"];
+
+fn not_found(id: &str) -> ApiError {
+    ApiError::NotFound(format!("Response with id '{id}' not found."))
+}
+
+/// The input items as chat messages, appended to `conv`.
+fn lower_items(items: &[Item], conv: &mut Vec<ChatMessage>) -> Result<(), ApiError> {
+    let mut reasoning: Option<String> = None;
+    for (i, item) in items.iter().enumerate() {
+        let bad = |m: String| ApiError::bad("input", format!("input[{i}]: {m}"));
+        match item {
+            Item::Message(m) => {
+                let role = match m.role.as_str() {
+                    "developer" | "system" => "system",
+                    r @ ("user" | "assistant") => r,
+                    other => {
+                        return Err(bad(format!("role {other:?} is not one of user, assistant, system, developer")))
+                    }
+                };
+                let content = m.content.text().map_err(bad)?;
+                let mut msg = ChatMessage::new(role, content);
+                if role == "assistant" {
+                    msg.reasoning_content = reasoning.take();
+                }
+                conv.push(msg);
+            }
+            Item::FunctionCall(c) => {
+                let args = serde_json::from_str::<Value>(&c.arguments).unwrap_or(Value::String(c.arguments.clone()));
+                let call =
+                    json!({"id": c.call_id, "type": "function", "function": {"name": c.name, "arguments": args}});
+                match conv.last_mut() {
+                    Some(last) if last.role == "assistant" && reasoning.is_none() => match &mut last.tool_calls {
+                        Some(Value::Array(a)) => a.push(call),
+                        _ => last.tool_calls = Some(Value::Array(vec![call])),
+                    },
+                    _ => {
+                        let mut msg = ChatMessage::new("assistant", "");
+                        msg.reasoning_content = reasoning.take();
+                        msg.tool_calls = Some(Value::Array(vec![call]));
+                        conv.push(msg);
+                    }
+                }
+            }
+            Item::FunctionCallOutput(o) => {
+                let name = conv.iter().rev().find_map(|m| {
+                    m.tool_calls.as_ref()?.as_array()?.iter().find_map(|c| {
+                        (c["id"].as_str() == Some(o.call_id.as_str())).then(|| c["function"]["name"].as_str())?
+                    })
+                });
+                let mut msg = ChatMessage::new("tool", o.output.text().map_err(bad)?);
+                msg.tool_call_id = Some(o.call_id.clone());
+                msg.name = name.map(str::to_owned);
+                conv.push(msg);
+            }
+            Item::Reasoning(r) => {
+                let text = match &r.content {
+                    Some(parts) => Content::Parts(parts.clone()).text().map_err(bad)?,
+                    None => r.summary.iter().map(|s| s.text.as_str()).collect::<Vec<_>>().join("\n"),
+                };
+                reasoning.get_or_insert_with(String::new).push_str(&text);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `tools`, `tool_choice` and `parallel_tool_calls` in chat's form, read by [`ToolRequest`].
+fn tool_fields(s: &AppState, r: &ResponsesRequest) -> Result<Option<ToolRequest>, ApiError> {
+    let mut m = Map::new();
+    if let Some(tools) = &r.tools {
+        let mut list = Vec::with_capacity(tools.len());
+        for (i, t) in tools.iter().enumerate() {
+            if t.kind != "function" {
+                return Err(ApiError::bad(
+                    "tools",
+                    format!("tools[{i}]: {:?} tools are not supported by this server (function tools are)", t.kind),
+                ));
+            }
+            let mut f = json!({"name": t.name, "parameters": t.parameters});
+            if let Some(d) = &t.description {
+                f["description"] = json!(d);
+            }
+            list.push(json!({"type": "function", "function": f}));
+        }
+        m.insert("tools".into(), Value::Array(list));
+    }
+    if let Some(c) = &r.tool_choice {
+        let c = match c {
+            Value::String(_) => c.clone(),
+            Value::Object(o) if o.get("type").and_then(Value::as_str) == Some("function") => {
+                json!({"type": "function", "function": {"name": o.get("name")}})
+            }
+            _ => {
+                return Err(ApiError::bad(
+                    "tool_choice",
+                    "tool_choice must be none, auto, required or {\"type\": \"function\", \"name\": ...}",
+                ))
+            }
+        };
+        m.insert("tool_choice".into(), c);
+    }
+    if let Some(p) = r.parallel_tool_calls {
+        m.insert("parallel_tool_calls".into(), Value::Bool(p));
+    }
+    ToolRequest::parse(&m, s.parsers)
+}
+
+/// The request lowered: the chat request, the conversation to store, and the request's echo.
+fn lower(
+    s: &AppState,
+    r: &ResponsesRequest,
+    raw: &Map<String, Value>,
+) -> Result<(ChatRequest, Vec<ChatMessage>), ApiError> {
+    let mut pm: Map<String, Value> =
+        SAMPLING_FIELDS.iter().filter_map(|k| raw.get(*k).map(|v| ((*k).to_owned(), v.clone()))).collect();
+    if let Some(m) = r.max_output_tokens {
+        if m == 0 {
+            return Err(ApiError::bad("max_output_tokens", "max_output_tokens must be at least 1"));
+        }
+        pm.insert("max_tokens".into(), json!(m));
+    }
+    match r.text.as_ref().and_then(|t| t.format.as_ref()) {
+        None | Some(TextFormat::Text) => {}
+        Some(TextFormat::JsonObject) => {
+            pm.insert("response_format".into(), json!({"type": "json_object"}));
+        }
+        Some(TextFormat::JsonSchema { name, schema, .. }) => {
+            pm.insert(
+                "response_format".into(),
+                json!({"type": "json_schema", "json_schema": {"name": name, "schema": schema}}),
+            );
+        }
+    }
+    if let Some(n) = r.top_logprobs {
+        if n > 0 {
+            return Err(ApiError::bad("top_logprobs", "top_logprobs is not supported on /v1/responses by this server"));
+        }
+    }
+    let tools = tool_fields(s, r)?;
+    let mut params = params::parse(&pm, Api::Chat).map_err(|e| rename(e, "response_format", "text.format"))?;
+    params.max_tokens_field = "max_output_tokens";
+    chat::add_tool_constraint(&mut params, tools.as_ref())?;
+    let mut kwargs = Map::new();
+    if let Some(effort) = r.reasoning.as_ref().and_then(|x| x.effort.as_deref()) {
+        if !EFFORTS.contains(&effort) {
+            return Err(ApiError::bad(
+                "reasoning.effort",
+                format!("reasoning.effort {effort:?} is not one of {}", EFFORTS.join(", ")),
+            ));
+        }
+        kwargs.insert("reasoning_effort".into(), json!(effort));
+        kwargs.insert("enable_thinking".into(), json!(effort != "none"));
+    }
+    let mut history = match &r.previous_response_id {
+        None => Vec::new(),
+        Some(id) => s.responses.get(id).map(|st| st.history).ok_or_else(|| not_found(id))?,
+    };
+    match &r.input {
+        None => return Err(ApiError::bad("input", "input is required")),
+        Some(Input::Text(t)) => history.push(ChatMessage::new("user", t.clone())),
+        Some(Input::Items(items)) => lower_items(items, &mut history)?,
+    }
+    if history.is_empty() {
+        return Err(ApiError::bad("input", "input must not be empty"));
+    }
+    let mut messages = Vec::with_capacity(history.len() + 1);
+    if let Some(i) = &r.instructions {
+        messages.push(ChatMessage::new("system", i.clone()));
+    }
+    messages.extend(history.iter().cloned());
+    for m in &mut messages {
+        chat::calls_into_content(s, m);
+    }
+    let ask = params::parse_logprobs(&Map::new(), Api::Chat, false)?;
+    Ok((ChatRequest { messages, tools, kwargs, params, ask, separate_reasoning: true }, history))
+}
+
+/// A 400 about `from` reported as `to` (a chat field name that this API spells otherwise).
+fn rename(e: ApiError, from: &str, to: &str) -> ApiError {
+    match e {
+        ApiError::BadRequest { message, param } if param.as_deref() == Some(from) => {
+            ApiError::BadRequest { message: message.replace(from, to), param: Some(to.to_owned()) }
+        }
+        e => e,
+    }
+}
+
+/// `POST /v1/responses`.
+pub(crate) async fn create(
+    State(s): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let (r, raw): (ResponsesRequest, _) = typed_body(&body)?;
+    let (req, history) = lower(&s, &r, &raw)?;
+    let store = r.store.unwrap_or(true) && s.responses.enabled();
+    let (prep, shape) = chat::lower(&s, req)?;
+    let prompt_tokens = prep.prompt_ids.len();
+    let mut render = Render::new(&s, &r, &raw, prompt_tokens, shape);
+    let events = gen::start(&s, prep)?;
+    let keep = store.then_some((s.clone(), history));
+    if r.stream.unwrap_or(false) {
+        return Ok(render::stream(render, events, keep));
+    }
+    let all = collect(events, 1).await;
+    let Some(c) = all.into_iter().next() else { return Err(ApiError::Unavailable) };
+    let finish = c.finish.ok_or(ApiError::Unavailable)?;
+    if let Some(e) = finish.error {
+        return Err(ApiError::Engine(e));
+    }
+    render.text(&c.text);
+    render.finish(&finish);
+    let response = render.response();
+    if let Some((s, history)) = keep {
+        render::keep(&s, &render, history);
+    }
+    Ok(Json(response).into_response())
+}
+
+/// `GET /v1/responses/{id}`.
+pub(crate) async fn get(State(s): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let st: Stored = s.responses.get(&id).ok_or_else(|| not_found(&id))?;
+    Ok(Json(st.response).into_response())
+}
+
+/// `DELETE /v1/responses/{id}`.
+pub(crate) async fn delete(State(s): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    if !s.responses.delete(&id) {
+        return Err(not_found(&id));
+    }
+    Ok(Json(json!({"id": id, "object": "response", "deleted": true})).into_response())
+}
