@@ -34,6 +34,8 @@ pub struct MessagesRequest {
     pub top_k: Option<i64>,
     /// Extended thinking.
     pub thinking: Option<Thinking>,
+    /// `format` (structured output) and `effort`.
+    pub output_config: Option<OutputConfig>,
     /// `{"user_id"}`, accepted.
     pub metadata: Option<Value>,
     /// Stream Anthropic's events.
@@ -179,6 +181,28 @@ pub enum Thinking {
     Disabled,
     /// The model decides (the family's default).
     Adaptive,
+    /// Thinking between tool calls (treated as enabled).
+    BetweenTools,
+}
+
+/// `output_config`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct OutputConfig {
+    /// `low`, `medium`, `high`, `xhigh` or `max`.
+    pub effort: Option<String>,
+    /// The answer's format.
+    pub format: Option<OutputFormat>,
+}
+
+/// `output_config.format`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum OutputFormat {
+    /// JSON matching `schema`.
+    JsonSchema {
+        /// The JSON schema.
+        schema: Value,
+    },
 }
 
 /// Anthropic's error body: `{"type": "error", "error": {"type", "message"}}`.

@@ -21,6 +21,7 @@ use serde_json::{Map, Value};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 mod admin;
+mod anthropic;
 mod frames;
 mod native;
 mod openai;
@@ -53,6 +54,8 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat))
         .route("/v1/responses", post(responses_create))
+        .route("/v1/messages", post(anthropic::messages))
+        .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/v1/responses/{id}", get(responses_get).delete(responses_delete))
         .route("/generate", post(generate))
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
@@ -110,8 +113,9 @@ fn json_object(body: &Result<Bytes, BytesRejection>) -> Result<Map<String, Value
 
 /// `--api-key`, as SGLang's `add_api_key_middleware` checks it: `OPTIONS`, `/health*` and
 /// `/metrics*` pass (load balancers and scrapers hold no key), everything else needs
-/// `Authorization: Bearer <key>` or gets a 401. sglang-router sends its own `Authorization`
-/// and also forwards the client's, so a request passes when any of its values is right.
+/// `Authorization: Bearer <key>` or, as Anthropic's SDKs send it, `x-api-key: <key>`, or gets a
+/// 401 (in Anthropic's error shape on `/v1/messages*`). sglang-router sends its own
+/// `Authorization` and also forwards the client's, so a request passes when any value is right.
 async fn require_api_key(
     State(s): State<AppState>,
     req: axum::extract::Request,
@@ -123,10 +127,13 @@ async fn require_api_key(
         return next.run(req).await;
     }
     let want = format!("Bearer {key}");
-    let ok =
-        req.headers().get_all(header::AUTHORIZATION).iter().any(|v| constant_time_eq(v.as_bytes(), want.as_bytes()));
+    let h = req.headers();
+    let ok = h.get_all(header::AUTHORIZATION).iter().any(|v| constant_time_eq(v.as_bytes(), want.as_bytes()))
+        || h.get_all("x-api-key").iter().any(|v| constant_time_eq(v.as_bytes(), key.as_bytes()));
     if ok {
         next.run(req).await
+    } else if path.starts_with("/v1/messages") {
+        anthropic::AnthropicError(ApiError::Unauthorized).into_response()
     } else {
         ApiError::Unauthorized.into_response()
     }

@@ -187,7 +187,7 @@ fn lower(
         }
     }
     let tools = tool_fields(s, r)?;
-    let mut params = params::parse(&pm, Api::Chat).map_err(|e| rename(e, "response_format", "text.format"))?;
+    let mut params = params::parse(&pm, Api::Chat).map_err(|e| e.renamed("response_format", "text.format"))?;
     params.max_tokens_field = "max_output_tokens";
     chat::add_tool_constraint(&mut params, tools.as_ref())?;
     let mut kwargs = Map::new();
@@ -223,16 +223,6 @@ fn lower(
     }
     let ask = params::parse_logprobs(&Map::new(), Api::Chat, false)?;
     Ok((ChatRequest { messages, tools, kwargs, params, ask, separate_reasoning: true }, history))
-}
-
-/// A 400 about `from` reported as `to` (a chat field name that this API spells otherwise).
-fn rename(e: ApiError, from: &str, to: &str) -> ApiError {
-    match e {
-        ApiError::BadRequest { message, param } if param.as_deref() == Some(from) => {
-            ApiError::BadRequest { message: message.replace(from, to), param: Some(to.to_owned()) }
-        }
-        e => e,
-    }
 }
 
 /// `POST /v1/responses`.
