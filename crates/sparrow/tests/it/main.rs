@@ -2,6 +2,7 @@
 //! one module per area, each with its own doc. The soak keeps a binary of its own
 //! (`tests/soak.rs`): it loads the cores at a fraction of the capacity it measures first.
 
+mod agent_apis;
 mod architecture;
 mod bench_datasets;
 mod cli;

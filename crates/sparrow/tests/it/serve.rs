@@ -10,7 +10,7 @@ fn sparrow() -> Command {
     Command::new(env!("CARGO_BIN_EXE_sparrow"))
 }
 
-struct Server(Child, u16);
+pub(super) struct Server(Child, pub(super) u16);
 
 impl Drop for Server {
     fn drop(&mut self) {
@@ -25,7 +25,7 @@ fn serve() -> Server {
     serve_with(&["--max-total-tokens", "30000", "--chunked-prefill-size", "256", "--disable-autotune"])
 }
 
-fn serve_with(flags: &[&str]) -> Server {
+pub(super) fn serve_with(flags: &[&str]) -> Server {
     serve_in(flags, None)
 }
 

@@ -1,4 +1,5 @@
-"""The OpenAI Python SDK's Responses API against `sparrow serve` (argv[1]: its port).
+"""The OpenAI Python SDK's Responses API against `sparrow serve` (argv[1]: its port; argv[2]: its
+--api-key).
 
 Prints one JSON object of what the SDK returned; the Rust test asserts on it. Every streamed
 event is parsed by the SDK into its own event models (an unknown or malformed event raises).
@@ -9,7 +10,7 @@ import openai
 from openai import OpenAI
 from pydantic import BaseModel, Field
 
-client = OpenAI(base_url=f"http://127.0.0.1:{sys.argv[1]}/v1", api_key="none")
+client = OpenAI(base_url=f"http://127.0.0.1:{sys.argv[1]}/v1", api_key=sys.argv[2])
 model = client.models.list().data[0].id
 out = {}
 Q = "What is the capital of France?"
