@@ -5,6 +5,8 @@
 //!   sends.
 //! - [`sglang`]: SGLang's native `/generate` request (sent by `sparrow bench`), answers and
 //!   frames (`meta_info`), `/get_model_info`, `/get_server_info`, `/tokenize`, `/detokenize`.
+//! - [`openai_request`]: the `/v1/completions` and `/v1/chat/completions` bodies as the server
+//!   reads them.
 //! - [`responses`]: OpenAI's Responses API request (`/v1/responses`).
 //! - [`anthropic`]: Anthropic's Messages API request and error body (`/v1/messages`).
 //! - [`sse`]: Server-Sent Events framing, per the WHATWG HTML "server-sent events" section.
@@ -15,6 +17,7 @@
 
 pub mod anthropic;
 pub mod openai;
+pub mod openai_request;
 pub mod responses;
 pub mod sglang;
 pub mod sse;

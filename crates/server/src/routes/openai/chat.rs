@@ -4,46 +4,21 @@
 use super::{oai_respond, stream_opts, Kind};
 use crate::chat::{self, ChatRequest};
 use crate::error::ApiError;
-use crate::params::{self, Api, Fields};
-use crate::routes::json_object;
+use crate::params::{self, Api};
+use crate::routes::typed_body;
 use crate::tools::ToolRequest;
 use crate::AppState;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::response::Response;
-use serde_json::{Map, Value};
+use serde_json::Value;
+use sparrow_protocol::openai_request::ChatBody;
 use sparrow_tokenizer::ChatMessage;
-
-/// Text of a chat message's `content`: a string, or the `text` parts of a list.
-fn message_text(v: &Value, i: usize) -> Result<String, ApiError> {
-    match v {
-        Value::String(s) => Ok(s.clone()),
-        Value::Null => Ok(String::new()),
-        Value::Array(parts) => {
-            let mut out = String::new();
-            for p in parts {
-                match (p.get("type").and_then(Value::as_str), p.get("text").and_then(Value::as_str)) {
-                    (Some("text"), Some(t)) => out.push_str(t),
-                    _ => {
-                        return Err(ApiError::bad(
-                            "messages",
-                            format!("messages[{i}]: only text content parts are supported"),
-                        ))
-                    }
-                }
-            }
-            Ok(out)
-        }
-        _ => Err(ApiError::bad("messages", format!("messages[{i}].content must be a string or a list of parts"))),
-    }
-}
 
 /// An assistant message's `tool_calls` as templates take them: `arguments` parsed from the
 /// API's JSON string into an object (vLLM does the same), kept as a string if it is not JSON.
-fn template_calls(v: &Value, i: usize) -> Result<Value, ApiError> {
-    let list =
-        v.as_array().ok_or_else(|| ApiError::bad("messages", format!("messages[{i}].tool_calls must be a list")))?;
+fn template_calls(list: &[Value], i: usize) -> Result<Value, ApiError> {
     let mut out = Vec::with_capacity(list.len());
     for c in list {
         let mut c = c.clone();
@@ -66,57 +41,45 @@ fn template_calls(v: &Value, i: usize) -> Result<Value, ApiError> {
 
 /// OpenAI's `POST /v1/chat/completions`.
 pub(crate) async fn chat(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
-    let m = json_object(&body)?;
-    let f = Fields(&m);
-    let stream = f.bool("stream")?.unwrap_or(false);
-    let opts = stream_opts(&m, stream)?;
+    let (b, m): (ChatBody, _) = typed_body(&body)?;
+    let stream = b.stream.unwrap_or(false);
+    let opts = stream_opts(b.stream_options, stream)?;
     let tools = ToolRequest::parse(&m, s.parsers)?;
-    let separate_reasoning = f.bool("separate_reasoning")?.unwrap_or(true);
-    let kwargs = match f.get("chat_template_kwargs") {
-        None => Map::new(),
-        Some(Value::Object(o)) => o.clone(),
-        Some(_) => return Err(ApiError::bad("chat_template_kwargs", "chat_template_kwargs must be an object")),
-    };
+    let separate_reasoning = b.separate_reasoning.unwrap_or(true);
+    let kwargs = b.chat_template_kwargs.unwrap_or_default();
     let ask = params::parse_logprobs(&m, Api::Chat, false)?;
     let mut params = params::parse(&m, Api::Chat)?;
     chat::add_tool_constraint(&mut params, tools.as_ref())?;
-    let msgs = m
-        .get("messages")
-        .and_then(Value::as_array)
-        .ok_or_else(|| ApiError::bad("messages", "messages must be a list"))?;
+    let msgs = b.messages.ok_or_else(|| ApiError::bad("messages", "messages must be a list"))?;
     if msgs.is_empty() {
         return Err(ApiError::bad("messages", "messages must not be empty"));
     }
     let mut messages = Vec::with_capacity(msgs.len() + 1);
-    for (i, msg) in msgs.iter().enumerate() {
-        let role = msg
-            .get("role")
-            .and_then(Value::as_str)
-            .ok_or_else(|| ApiError::bad("messages", format!("messages[{i}].role must be a string")))?;
+    for (i, msg) in msgs.into_iter().enumerate() {
+        let role = msg.role.as_str();
         if !matches!(role, "system" | "user" | "assistant" | "developer" | "tool") {
             return Err(ApiError::bad(
                 "messages",
                 format!("messages[{i}].role {role:?} is not one of system, user, assistant, developer, tool"),
             ));
         }
-        let content = message_text(msg.get("content").unwrap_or(&Value::Null), i)?;
-        let tool_calls = match msg.get("tool_calls") {
-            Some(v) if role == "assistant" && !v.is_null() => Some(template_calls(v, i)?),
+        let content = msg.content.text().ok_or_else(|| {
+            ApiError::bad("messages", format!("messages[{i}]: only text content parts are supported"))
+        })?;
+        let tool_calls = match &msg.tool_calls {
+            Some(v) if role == "assistant" => Some(template_calls(v, i)?),
             _ => None,
         };
-        let str_field = |k: &str| msg.get(k).and_then(Value::as_str).map(str::to_owned);
         let mut m = ChatMessage {
             role: if role == "developer" { "system".into() } else { role.into() },
             content,
             tool_calls,
-            tool_call_id: str_field("tool_call_id").filter(|_| role == "tool"),
-            name: str_field("name").filter(|_| role == "tool"),
+            tool_call_id: msg.tool_call_id.filter(|_| role == "tool"),
+            name: msg.name.filter(|_| role == "tool"),
             // vLLM also reads the newer spelling `reasoning`.
-            reasoning_content: str_field("reasoning_content")
-                .or_else(|| str_field("reasoning"))
-                .filter(|_| role == "assistant"),
+            reasoning_content: msg.reasoning_content.or(msg.reasoning).filter(|_| role == "assistant"),
             // Phi-4-mini's model card puts the tools, as a JSON string, on the system message.
-            tools: str_field("tools").filter(|_| role == "system" || role == "developer"),
+            tools: msg.tools.filter(|_| role == "system" || role == "developer"),
         };
         chat::calls_into_content(&s, &mut m);
         messages.push(m);

@@ -4,48 +4,44 @@ use super::{oai_respond, stream_opts, Kind};
 use crate::chat::ChatShape;
 use crate::error::ApiError;
 use crate::gen::{self};
-use crate::params::{self, Api, Fields};
-use crate::routes::{json_object, token_ids};
+use crate::params::{self, Api};
+use crate::routes::typed_body;
 use crate::AppState;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::response::Response;
-use serde_json::Value;
+use sparrow_protocol::openai_request::{CompletionBody, OnePrompt, PromptIn};
 
 /// Most choices one `/v1/completions` request may ask for (prompts × `n`).
 pub const MAX_CHOICES: usize = 1024;
 
-/// The prompts of `/v1/completions`: a string, a list of token ids, or a list of either
-/// (batched, answered prompt-major); each with the text `echo` shows.
-fn completion_prompts(s: &AppState, v: Option<&Value>) -> Result<Vec<(Vec<u32>, String)>, ApiError> {
-    let v = v.ok_or_else(|| ApiError::bad("prompt", "prompt is required"))?;
-    let one = |v: &Value, i: Option<usize>| -> Result<(Vec<u32>, String), ApiError> {
+/// The prompts of `/v1/completions` (a string, token ids, or a batch of either, answered
+/// prompt-major), each with the text `echo` shows.
+fn completion_prompts(s: &AppState, p: Option<PromptIn>) -> Result<Vec<(Vec<u32>, String)>, ApiError> {
+    let p = p.ok_or_else(|| ApiError::bad("prompt", "prompt is required"))?;
+    let one = |p: OnePrompt, i: Option<usize>| -> Result<(Vec<u32>, String), ApiError> {
         let at = i.map_or(String::new(), |i| format!("prompt[{i}]: "));
-        match v {
-            Value::String(t) if t.is_empty() => {
+        match p {
+            OnePrompt::Text(t) if t.is_empty() => {
                 Err(ApiError::bad("prompt", format!("{at}the prompt is empty; send at least one token")))
             }
-            Value::String(t) => {
-                let ids = s.tokenizer.encode(t, true).map_err(|e| ApiError::bad("prompt", format!("{at}{e}")))?;
-                Ok((ids, t.clone()))
-            }
-            Value::Array(a) if a.is_empty() => {
+            OnePrompt::Ids(ids) if ids.is_empty() => {
                 Err(ApiError::bad("prompt", format!("{at}the prompt is empty; send at least one token")))
             }
-            Value::Array(_) => {
-                let ids = token_ids(v, "prompt")?;
+            OnePrompt::Text(t) => {
+                let ids = s.tokenizer.encode(&t, true).map_err(|e| ApiError::bad("prompt", format!("{at}{e}")))?;
+                Ok((ids, t))
+            }
+            OnePrompt::Ids(ids) => {
                 let text = decode_all(s, &ids);
                 Ok((ids, text))
             }
-            _ => Err(ApiError::bad("prompt", format!("{at}a prompt must be a string or a list of token ids"))),
         }
     };
-    match v {
-        Value::Array(a) if a.is_empty() => Err(ApiError::bad("prompt", "the prompt is empty; send at least one token")),
-        Value::Array(a) if a.iter().all(Value::is_number) => Ok(vec![one(v, None)?]),
-        Value::Array(a) => a.iter().enumerate().map(|(i, p)| one(p, Some(i))).collect(),
-        _ => Ok(vec![one(v, None)?]),
+    match p {
+        PromptIn::One(p) => Ok(vec![one(p, None)?]),
+        PromptIn::Batch(b) => b.into_iter().enumerate().map(|(i, p)| one(p, Some(i))).collect(),
     }
 }
 
@@ -59,14 +55,13 @@ pub(crate) async fn completions(
     State(s): State<AppState>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let m = json_object(&body)?;
-    let f = Fields(&m);
-    let stream = f.bool("stream")?.unwrap_or(false);
-    let opts = stream_opts(&m, stream)?;
-    let echo = f.bool("echo")?.unwrap_or(false);
+    let (b, m): (CompletionBody, _) = typed_body(&body)?;
+    let stream = b.stream.unwrap_or(false);
+    let opts = stream_opts(b.stream_options, stream)?;
+    let echo = b.echo.unwrap_or(false);
     let ask = params::parse_logprobs(&m, Api::Completions, echo)?;
     let p = params::parse(&m, Api::Completions)?;
-    let prompts = completion_prompts(&s, m.get("prompt"))?;
+    let prompts = completion_prompts(&s, b.prompt)?;
     if prompts.len() * p.n > MAX_CHOICES {
         return Err(ApiError::bad(
             "prompt",

@@ -14,18 +14,18 @@ use crate::chat::ChatShape;
 use crate::error::ApiError;
 use crate::gen::{self, ChoiceEvent, EndReason, Finish};
 use crate::logprobs::{self, Legacy, TokenTexts};
-use crate::params::{Fields, LogprobAsk};
+use crate::params::LogprobAsk;
 use crate::tools::{self, Delta, Shaper};
 use crate::AppState;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::stream::{self, BoxStream, StreamExt};
-use serde_json::{Map, Value};
 use sparrow_protocol::openai::{
     AssistantMessage, ChatChoice, ChatChunkChoice, ChatDelta, ChatLogprobs, Completion, CompletionLogprobs,
     FunctionCall, FunctionDelta, PromptLogprob, TextChoice, ToolCall, ToolCallDelta, CHAT_COMPLETION,
     CHAT_COMPLETION_CHUNK, TEXT_COMPLETION,
 };
+use sparrow_protocol::openai_request::StreamOptionsIn;
 use sparrow_protocol::Usage;
 
 mod chat;
@@ -43,20 +43,16 @@ struct StreamOpts {
     continuous: bool,
 }
 
-fn stream_opts(m: &Map<String, Value>, stream: bool) -> Result<StreamOpts, ApiError> {
-    match m.get("stream_options") {
-        None | Some(Value::Null) => Ok(StreamOpts::default()),
-        Some(Value::Object(o)) => {
-            if !stream {
-                return Err(ApiError::bad("stream_options", "stream_options is only allowed when stream is true"));
-            }
-            let f = Fields(o);
-            Ok(StreamOpts {
-                include_usage: f.bool("include_usage")?.unwrap_or(false),
-                continuous: f.bool("continuous_usage_stats")?.unwrap_or(false),
-            })
+fn stream_opts(o: Option<StreamOptionsIn>, stream: bool) -> Result<StreamOpts, ApiError> {
+    match o {
+        None => Ok(StreamOpts::default()),
+        Some(_) if !stream => {
+            Err(ApiError::bad("stream_options", "stream_options is only allowed when stream is true"))
         }
-        Some(_) => Err(ApiError::bad("stream_options", "stream_options must be an object")),
+        Some(o) => Ok(StreamOpts {
+            include_usage: o.include_usage.unwrap_or(false),
+            continuous: o.continuous_usage_stats.unwrap_or(false),
+        }),
     }
 }
 
