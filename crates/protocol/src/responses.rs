@@ -40,8 +40,10 @@ pub struct ResponsesRequest {
     pub metadata: Option<Map<String, Value>>,
     /// End-user id, echoed back.
     pub user: Option<String>,
-    /// Alternatives per output token (0–20); with it, `output_text` parts carry `logprobs`.
+    /// Alternatives per output token (0–20), with `include: ["message.output_text.logprobs"]`.
     pub top_logprobs: Option<u32>,
+    /// Extra output: `message.output_text.logprobs` puts token logprobs on `output_text`.
+    pub include: Option<Vec<String>>,
 }
 
 /// `input`.

@@ -52,6 +52,15 @@ fn check_responses(v: &Value) {
     let seqs: Vec<u64> = st["seqs"].as_array().expect("seqs").iter().filter_map(Value::as_u64).collect();
     assert_eq!(seqs, (0..n as u64).collect::<Vec<_>>(), "sequence_number counts every event from 0");
 
+    // Logprobs: one per output token with two alternatives, the same streamed, the same as chat's.
+    let lp = &v["logprobs"];
+    let plain_lp = lp["plain"].as_array().expect("logprobs");
+    assert_eq!(plain_lp.len() as u64, lp["tokens"].as_u64().unwrap_or(0), "{v}");
+    assert!(plain_lp.iter().all(|e| e[2] == 2), "{v}");
+    let pairs: Vec<Value> = plain_lp.iter().map(|e| Value::from(vec![e[0].clone(), e[1].clone()])).collect();
+    assert_eq!(Value::from(pairs.clone()), lp["streamed"], "streamed logprobs ≠ non-streamed");
+    assert_eq!(Value::from(pairs), lp["chat"], "Responses logprobs ≠ chat's");
+
     // Structured output: the pydantic model validated it; streamed equals non-streamed.
     let city = &v["parsed"]["city"];
     assert!(["Paris", "Lyon", "Nice"].contains(&city["name"].as_str().unwrap_or("")), "{v}");

@@ -30,6 +30,20 @@ for ev in client.responses.create(model=model, input=Q, max_output_tokens=24, te
 out["streamed"] = {"types": types, "seqs": seqs, "text": text, "final_text": final.output_text,
                    "status": final.status, "usage": final.usage.model_dump()}
 
+# Logprobs (`include` + `top_logprobs`): one entry per output token, streamed and not.
+LP = dict(include=["message.output_text.logprobs"], top_logprobs=2, max_output_tokens=8, temperature=0)
+lp_plain = client.responses.create(model=model, input=Q, **LP)
+lp_stream = []
+for ev in client.responses.create(model=model, input=Q, stream=True, **LP):
+    if ev.type == "response.output_text.delta":
+        lp_stream += [(l.token, l.logprob) for l in ev.logprobs]
+part = lp_plain.output[0].content[0]
+out["logprobs"] = {"plain": [(l.token, l.logprob, len(l.top_logprobs)) for l in part.logprobs],
+                   "streamed": lp_stream, "tokens": lp_plain.usage.output_tokens}
+lp_chat = client.chat.completions.create(model=model, messages=[{"role": "user", "content": Q}], max_tokens=8,
+                                         temperature=0, logprobs=True, top_logprobs=2)
+out["logprobs"]["chat"] = [(t.token, t.logprob) for t in lp_chat.choices[0].logprobs.content]
+
 # Chat and Responses lower into one request: the same greedy answer.
 chat = client.chat.completions.create(model=model, messages=[{"role": "user", "content": Q}], max_tokens=24,
                                       temperature=0)

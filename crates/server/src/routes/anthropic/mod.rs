@@ -12,7 +12,6 @@
 //! Follows Anthropic's API reference ("Messages", "Streaming Messages", "Errors") and the
 //! `anthropic` Python SDK's types; SGLang and vLLM serve the same route.
 
-use super::frames::collect;
 use super::typed_body;
 use crate::chat::{self, ChatRequest};
 use crate::error::ApiError;
@@ -26,6 +25,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use futures_util::StreamExt;
 use render::Render;
 use serde_json::{json, Map, Value};
 use sparrow_protocol::anthropic::{
@@ -290,18 +290,19 @@ pub(crate) async fn messages(
     let req = lower(&s, &r, &raw)?;
     let (prep, shape) = chat::lower(&s, req)?;
     let render = Render::new(&s, prep.prompt_ids.len(), shape);
-    let events = gen::start(&s, prep)?;
+    let mut events = gen::start(&s, prep)?;
     if r.stream.unwrap_or(false) {
         return Ok(render::stream(render, events));
     }
     let mut render = render;
-    let all = collect(events, 1).await;
-    let Some(c) = all.into_iter().next() else { return Err(ApiError::Unavailable.into()) };
-    let finish = c.finish.ok_or(ApiError::Unavailable)?;
+    let mut finish = None;
+    while let Some(e) = events.next().await {
+        finish = render.feed(e).or(finish);
+    }
+    let finish = finish.ok_or(ApiError::Unavailable)?;
     if let Some(e) = finish.error {
         return Err(ApiError::Engine(e).into());
     }
-    render.text(&c.text);
     render.finish(&finish);
     Ok(Json(render.message()).into_response())
 }

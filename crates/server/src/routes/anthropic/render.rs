@@ -137,10 +137,21 @@ impl Render {
         }
     }
 
-    /// Adds a piece of the choice's text.
-    pub(super) fn text(&mut self, text: &str) {
+    fn text(&mut self, text: &str) {
         for d in self.shaper.push(text) {
             self.delta(&d);
+        }
+    }
+
+    /// Feeds one event of the choice; the finish when it is the last.
+    pub(super) fn feed(&mut self, e: ChoiceEvent) -> Option<Finish> {
+        match e {
+            ChoiceEvent::Text { text, .. } => {
+                self.text(&text);
+                None
+            }
+            ChoiceEvent::Prompt { .. } => None,
+            ChoiceEvent::Done { finish, .. } => Some(finish),
         }
     }
 
@@ -204,10 +215,14 @@ pub(super) fn stream(render: Render, events: BoxStream<'static, ChoiceEvent>) ->
             st.r.drain(&mut out);
             return Some((out, st));
         }
-        match st.events.next().await {
-            Some(ChoiceEvent::Text { text, .. }) => st.r.text(&text),
-            Some(ChoiceEvent::Prompt { .. }) => {}
-            Some(ChoiceEvent::Done { finish, .. }) if finish.error.is_none() => {
+        let next = st.events.next().await;
+        let finish = match next {
+            Some(e) => st.r.feed(e).map(Some),
+            None => Some(None),
+        };
+        match finish {
+            None => {}
+            Some(Some(finish)) if finish.error.is_none() => {
                 st.done = true;
                 st.r.finish(&finish);
                 let delta = json!({"delta": {"stop_reason": st.r.stop_reason, "stop_sequence": st.r.stop_sequence},
@@ -215,12 +230,12 @@ pub(super) fn stream(render: Render, events: BoxStream<'static, ChoiceEvent>) ->
                 st.r.event("message_delta", delta);
                 st.r.event("message_stop", json!({}));
             }
-            other => {
+            Some(other) => {
                 st.done = true;
                 st.r.drain(&mut out);
                 let message = match other {
-                    Some(ChoiceEvent::Done { finish, .. }) => finish.error.unwrap_or_default(),
-                    _ => "the engine stopped before the request finished".into(),
+                    Some(finish) => finish.error.unwrap_or_default(),
+                    None => "the engine stopped before the request finished".into(),
                 };
                 let err = serde_json::to_value(ErrorBody::new("api_error", message)).unwrap_or(Value::Null);
                 push_event(&mut out, "error", &err);

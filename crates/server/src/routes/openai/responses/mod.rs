@@ -12,7 +12,6 @@
 //! Follows the OpenAI API reference ("Responses") and the `openai` Python SDK's types; vLLM's
 //! `serving_responses.py` and SGLang's `serving_responses.py` serve the same shapes.
 
-use super::super::frames::collect;
 use super::super::typed_body;
 use crate::chat::{self, ChatRequest};
 use crate::error::ApiError;
@@ -26,6 +25,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use futures_util::StreamExt;
 use render::Render;
 use serde_json::{json, Map, Value};
 use sparrow_protocol::responses::{Content, Input, Item, ResponsesRequest, TextFormat};
@@ -45,6 +45,9 @@ const SAMPLING_FIELDS: &[&str] = &[
     "frequency_penalty",
     "repetition_penalty",
 ];
+
+/// The `include` value that turns on `output_text` logprobs.
+const INCLUDE_LOGPROBS: &str = "message.output_text.logprobs";
 
 /// `reasoning.effort` values the API defines.
 const EFFORTS: &[&str] = &["none", "minimal", "low", "medium", "high", "xhigh"];
@@ -181,10 +184,17 @@ fn lower(
             );
         }
     }
-    if let Some(n) = r.top_logprobs {
-        if n > 0 {
-            return Err(ApiError::bad("top_logprobs", "top_logprobs is not supported on /v1/responses by this server"));
-        }
+    // Logprobs come back when `include` asks for them; `top_logprobs` sets the alternatives.
+    let lp_on = r.include.iter().flatten().any(|i| i == INCLUDE_LOGPROBS);
+    if let Some(bad) = r.include.iter().flatten().find(|i| *i != INCLUDE_LOGPROBS) {
+        return Err(ApiError::bad(
+            "include",
+            format!("include {bad:?} is not supported by this server ({INCLUDE_LOGPROBS} is)"),
+        ));
+    }
+    if lp_on {
+        pm.insert("logprobs".into(), json!(true));
+        pm.insert("top_logprobs".into(), json!(r.top_logprobs.unwrap_or(0)));
     }
     let tools = tool_fields(s, r)?;
     let mut params = params::parse(&pm, Api::Chat).map_err(|e| e.renamed("response_format", "text.format"))?;
@@ -221,7 +231,7 @@ fn lower(
     for m in &mut messages {
         chat::calls_into_content(s, m);
     }
-    let ask = params::parse_logprobs(&Map::new(), Api::Chat, false)?;
+    let ask = params::parse_logprobs(&pm, Api::Chat, false)?;
     Ok((ChatRequest { messages, tools, kwargs, params, ask, separate_reasoning: true }, history))
 }
 
@@ -233,21 +243,23 @@ pub(crate) async fn create(
     let (r, raw): (ResponsesRequest, _) = typed_body(&body)?;
     let (req, history) = lower(&s, &r, &raw)?;
     let store = r.store.unwrap_or(true) && s.responses.enabled();
+    let top = req.ask.output;
     let (prep, shape) = chat::lower(&s, req)?;
     let prompt_tokens = prep.prompt_ids.len();
-    let mut render = Render::new(&s, &r, &raw, prompt_tokens, shape);
-    let events = gen::start(&s, prep)?;
+    let mut render = Render::new(&s, &r, &raw, prompt_tokens, shape, top);
+    let mut events = gen::start(&s, prep)?;
     let keep = store.then_some((s.clone(), history));
     if r.stream.unwrap_or(false) {
         return Ok(render::stream(render, events, keep));
     }
-    let all = collect(events, 1).await;
-    let Some(c) = all.into_iter().next() else { return Err(ApiError::Unavailable) };
-    let finish = c.finish.ok_or(ApiError::Unavailable)?;
+    let mut finish = None;
+    while let Some(e) = events.next().await {
+        finish = render.feed(e).or(finish);
+    }
+    let finish = finish.ok_or(ApiError::Unavailable)?;
     if let Some(e) = finish.error {
         return Err(ApiError::Engine(e));
     }
-    render.text(&c.text);
     render.finish(&finish);
     let response = render.response();
     if let Some((s, history)) = keep {

@@ -12,10 +12,12 @@ use crate::gen::{ChoiceEvent, EndReason, Finish};
 use crate::routes::now_secs;
 use crate::store::Stored;
 use crate::tools::{Delta, Shaper};
+use crate::logprobs::{self, TokenTexts};
 use crate::AppState;
 use axum::response::Response;
 use futures_util::stream::{self, BoxStream, StreamExt};
 use serde_json::{json, Map, Value};
+use sparrow_engine::scheduler::TokenLogprob;
 use sparrow_protocol::responses::ResponsesRequest;
 use sparrow_protocol::sse;
 use sparrow_tokenizer::ChatMessage;
@@ -46,6 +48,12 @@ pub(super) struct Render {
     error: Option<Value>,
     /// Token counter for `reasoning_tokens`.
     state: AppState,
+    /// Alternatives per token when logprobs were asked for (`include` names
+    /// `message.output_text.logprobs`).
+    top_logprobs: Option<usize>,
+    texts: TokenTexts,
+    /// Logprobs of tokens whose text has not reached the message yet.
+    pending_lp: Vec<Value>,
 }
 
 fn hex_id(prefix: &str) -> String {
@@ -59,6 +67,7 @@ impl Render {
         raw: &Map<String, Value>,
         prompt_tokens: usize,
         shape: ChatShape,
+        top_logprobs: Option<usize>,
     ) -> Self {
         let id = hex_id("resp");
         let echo = |k: &str| raw.get(k).cloned().unwrap_or(Value::Null);
@@ -79,6 +88,7 @@ impl Render {
         base.insert("reasoning".into(), echo("reasoning"));
         base.insert("store".into(), json!(r.store.unwrap_or(true) && s.responses.enabled()));
         base.insert("text".into(), raw.get("text").cloned().unwrap_or_else(|| json!({"format": {"type": "text"}})));
+        base.insert("top_logprobs".into(), echo("top_logprobs"));
         base.insert("truncation".into(), json!("disabled"));
         base.insert("user".into(), echo("user"));
         Render {
@@ -95,6 +105,9 @@ impl Render {
             incomplete: None,
             error: None,
             state: s.clone(),
+            top_logprobs,
+            texts: TokenTexts(s.bytes_all.clone()),
+            pending_lp: Vec::new(),
         }
     }
 
@@ -130,6 +143,7 @@ impl Render {
         self.event("response.output_item.added", json!({"output_index": output_index, "item": item}));
         let part = match kind {
             Open::Message => json!({"type": "output_text", "text": "", "annotations": [], "logprobs": []}),
+
             Open::Reasoning => json!({"type": "reasoning_text", "text": ""}),
             Open::Call => return,
         };
@@ -157,7 +171,7 @@ impl Render {
                 self.event(
                     "response.output_text.done",
                     json!({"item_id": item_id, "output_index": output_index, "content_index": 0,
-                           "text": part["text"], "logprobs": []}),
+                           "text": part["text"], "logprobs": part["logprobs"]}),
                 );
                 self.event(
                     "response.content_part.done",
@@ -203,11 +217,15 @@ impl Render {
                     self.open(Open::Message, item);
                 }
                 self.append("/content/0/text", t);
+                let lps = std::mem::take(&mut self.pending_lp);
+                if let Some(Value::Array(all)) = self.output.last_mut().and_then(|i| i.pointer_mut("/content/0/logprobs")) {
+                    all.extend(lps.iter().cloned());
+                }
                 let (item_id, output_index) = (self.item_id(), self.index());
                 self.event(
                     "response.output_text.delta",
                     json!({"item_id": item_id, "output_index": output_index, "content_index": 0,
-                           "delta": t, "logprobs": []}),
+                           "delta": t, "logprobs": lps}),
                 );
             }
             Delta::Reasoning(t) => {
@@ -239,10 +257,33 @@ impl Render {
         }
     }
 
-    /// Adds a piece of the choice's text.
-    pub(super) fn text(&mut self, text: &str) {
-        for d in self.shaper.push(text) {
-            self.delta(&d);
+    /// Adds a piece of the choice's text and the logprobs of the token it came from. A token's
+    /// logprobs ride on the next `output_text` delta; those of reasoning or call text are dropped.
+    fn text(&mut self, text: &str, logprob: Option<&TokenLogprob>) {
+        if let (Some(e), Some(k)) = (logprob, self.top_logprobs) {
+            // Through text, so the f32 values print as chat prints them (`to_value` would widen
+            // them to f64 digits).
+            let entry = serde_json::to_string(&logprobs::chat_entry(e, k, &self.texts));
+            self.pending_lp.push(entry.ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or(Value::Null));
+        }
+        let deltas = self.shaper.push(text);
+        for d in &deltas {
+            self.delta(d);
+        }
+        if deltas.iter().any(|d| !matches!(d, Delta::Content(_))) {
+            self.pending_lp.clear();
+        }
+    }
+
+    /// Feeds one event of the choice; the finish when it is the last.
+    pub(super) fn feed(&mut self, e: ChoiceEvent) -> Option<Finish> {
+        match e {
+            ChoiceEvent::Text { text, logprob, .. } => {
+                self.text(&text, logprob.as_deref());
+                None
+            }
+            ChoiceEvent::Prompt { .. } => None,
+            ChoiceEvent::Done { finish, .. } => Some(finish),
         }
     }
 
@@ -379,12 +420,7 @@ pub(super) fn stream(
             return Some((out, st));
         }
         let finish = match st.events.next().await {
-            Some(ChoiceEvent::Text { text, .. }) => {
-                st.r.text(&text);
-                None
-            }
-            Some(ChoiceEvent::Prompt { .. }) => None,
-            Some(ChoiceEvent::Done { finish, .. }) => Some(finish),
+            Some(e) => st.r.feed(e),
             None => Some(Finish {
                 reason: EndReason::Abort,
                 matched: None,
