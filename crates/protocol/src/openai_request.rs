@@ -141,15 +141,20 @@ impl TryFrom<Value> for PromptIn {
     fn try_from(v: Value) -> Result<Self, String> {
         let one = |v: &Value, at: &str| match v {
             Value::String(s) => Ok(OnePrompt::Text(s.clone())),
-            Value::Array(a) => ids(a).map(OnePrompt::Ids).ok_or_else(|| "prompt must be a list of token ids".to_owned()),
+            Value::Array(a) => {
+                ids(a).map(OnePrompt::Ids).ok_or_else(|| "prompt must be a list of token ids".to_owned())
+            }
             _ => Err(format!("{at}a prompt must be a string or a list of token ids")),
         };
         match &v {
             Value::Array(a) if a.is_empty() => Ok(PromptIn::One(OnePrompt::Ids(Vec::new()))),
             Value::Array(a) if a.iter().all(Value::is_number) => Ok(PromptIn::One(one(&v, "")?)),
-            Value::Array(a) => {
-                a.iter().enumerate().map(|(i, p)| one(p, &format!("prompt[{i}]: "))).collect::<Result<_, _>>().map(PromptIn::Batch)
-            }
+            Value::Array(a) => a
+                .iter()
+                .enumerate()
+                .map(|(i, p)| one(p, &format!("prompt[{i}]: ")))
+                .collect::<Result<_, _>>()
+                .map(PromptIn::Batch),
             _ => Ok(PromptIn::One(one(&v, "")?)),
         }
     }
@@ -165,10 +170,14 @@ mod tests {
         assert!(matches!(p(r#"{"prompt": "hi"}"#), Ok(Some(PromptIn::One(OnePrompt::Text(_))))));
         assert!(matches!(p(r#"{"prompt": [1, 2]}"#), Ok(Some(PromptIn::One(OnePrompt::Ids(v)))) if v == [1, 2]));
         let batch = p(r#"{"prompt": ["a", [3]], "unknown": 1}"#);
-        assert!(matches!(batch, Ok(Some(PromptIn::Batch(b))) if b == [OnePrompt::Text("a".into()), OnePrompt::Ids(vec![3])]));
+        assert!(
+            matches!(batch, Ok(Some(PromptIn::Batch(b))) if b == [OnePrompt::Text("a".into()), OnePrompt::Ids(vec![3])])
+        );
         assert!(p(r#"{"prompt": 5}"#).is_err());
         assert!(p(r#"{"prompt": [1, -2]}"#).is_err());
-        let m = serde_json::from_str::<ChatBody>(r#"{"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]}"#);
+        let m = serde_json::from_str::<ChatBody>(
+            r#"{"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]}"#,
+        );
         let m = m.ok().and_then(|b| b.messages).unwrap_or_default();
         assert_eq!(m[0].content.text().as_deref(), Some("ab"));
         let img = InContent::Parts(vec![serde_json::json!({"type": "image_url"})]);

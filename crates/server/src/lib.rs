@@ -85,9 +85,21 @@ impl std::fmt::Debug for AppState {
     }
 }
 
+/// The server's settings beside the engine and the model: what `sparrow serve`'s flags set.
+#[derive(Debug, Clone, Default)]
+pub struct ServerOptions {
+    /// `/get_server_info` body (flags and derived numbers).
+    pub server_info: serde_json::Value,
+    /// `--tool-call-parser` and `--reasoning-parser`.
+    pub parsers: tools::ChatParsers,
+    /// `--api-key`.
+    pub api_key: Option<String>,
+    /// `--responses-store-size`: stored Responses API responses (0: none).
+    pub responses_store_size: usize,
+}
+
 impl AppState {
-    /// Builds the state; `api_key` is `--api-key`, `responses_store_size` is
-    /// `--responses-store-size` (stored Responses API responses, 0: none).
+    /// Builds the state.
     ///
     /// # Errors
     /// The tokenizer is neither byte-level BPE nor SentencePiece (incremental decoding needs
@@ -97,11 +109,9 @@ impl AppState {
         tokenizer: Tokenizer,
         model_id: String,
         model_path: PathBuf,
-        server_info: serde_json::Value,
-        parsers: tools::ChatParsers,
-        api_key: Option<String>,
-        responses_store_size: usize,
+        opts: ServerOptions,
     ) -> Result<Self, sparrow_tokenizer::TokenizerError> {
+        let ServerOptions { server_info, parsers, api_key, responses_store_size } = opts;
         let bytes_skip = Arc::new(tokenizer.token_bytes(true)?);
         let bytes_all = Arc::new(tokenizer.token_bytes(false)?);
         Ok(AppState(Arc::new(Inner {

@@ -204,18 +204,14 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         "reasoning_parser": a.parsers().reasoning.map(|p| p.name()),
         "grammar_backend": "llguidance",
     });
-    let parsers = a.parsers();
-    let state = sparrow_server::AppState::new(
-        engine,
-        tokenizer,
-        model_id,
-        model_path,
+    let opts = sparrow_server::ServerOptions {
         server_info,
-        parsers,
-        a.api_key.clone(),
-        a.responses_store_size,
-    )
-    .context("preparing the detokenizer")?;
+        parsers: a.parsers(),
+        api_key: a.api_key.clone(),
+        responses_store_size: a.responses_store_size,
+    };
+    let state = sparrow_server::AppState::new(engine, tokenizer, model_id, model_path, opts)
+        .context("preparing the detokenizer")?;
     let fd_limit = sparrow_server::conn::raise_fd_limit();
     let limits = sparrow_server::conn::ConnLimits {
         header_read_timeout: values::timeout(a.timeout_header_read),

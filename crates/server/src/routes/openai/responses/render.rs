@@ -9,10 +9,10 @@
 use super::super::super::frames::sse_response;
 use crate::chat::ChatShape;
 use crate::gen::{ChoiceEvent, EndReason, Finish};
+use crate::logprobs::{self, TokenTexts};
 use crate::routes::now_secs;
 use crate::store::Stored;
 use crate::tools::{Delta, Shaper};
-use crate::logprobs::{self, TokenTexts};
 use crate::AppState;
 use axum::response::Response;
 use futures_util::stream::{self, BoxStream, StreamExt};
@@ -218,7 +218,9 @@ impl Render {
                 }
                 self.append("/content/0/text", t);
                 let lps = std::mem::take(&mut self.pending_lp);
-                if let Some(Value::Array(all)) = self.output.last_mut().and_then(|i| i.pointer_mut("/content/0/logprobs")) {
+                if let Some(Value::Array(all)) =
+                    self.output.last_mut().and_then(|i| i.pointer_mut("/content/0/logprobs"))
+                {
                     all.extend(lps.iter().cloned());
                 }
                 let (item_id, output_index) = (self.item_id(), self.index());

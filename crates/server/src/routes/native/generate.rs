@@ -1,8 +1,8 @@
 //! SGLang's native `POST /generate`: text or `input_ids`, `sampling_params`, and a stream that
 //! sends the whole text so far with `meta_info` in every frame.
 
-use super::frames::{collect, push_done, push_error, push_frame, sse_response};
-use super::{json_object, token_ids};
+use super::super::frames::{collect, push_done, push_error, push_frame, sse_response};
+use super::super::{json_object, token_ids};
 use crate::error::ApiError;
 use crate::gen::{self, ChoiceEvent, EndReason, Finish};
 use crate::logprobs::{self, TokenTexts};
@@ -81,7 +81,7 @@ impl NativeRun {
 }
 
 /// SGLang's `POST /generate`.
-pub(super) async fn generate(
+pub(crate) async fn generate(
     State(s): State<AppState>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {

@@ -1,0 +1,291 @@
+//! Anthropic's Messages API: `POST /v1/messages` and `POST /v1/messages/count_tokens`.
+//!
+//! The request ([`sparrow_protocol::anthropic::MessagesRequest`]) is lowered into the internal
+//! [`ChatRequest`]: `system` becomes the first system message; a user message's `tool_result`
+//! blocks become tool messages and its text a user message; an assistant message's `text`,
+//! `thinking` and `tool_use` blocks become its content, reasoning and calls; `tools`
+//! (`input_schema`) and `tool_choice` (`auto`, `any` = required, `tool` = named, `none`,
+//! `disable_parallel_tool_use`) become chat's; `stop_sequences` the stop strings; `thinking`
+//! the template's `enable_thinking`. Errors use Anthropic's shape and its status codes
+//! (`{"type": "error", "error": {"type": "invalid_request_error", "message"}}`).
+//!
+//! Follows Anthropic's API reference ("Messages", "Streaming Messages", "Errors") and the
+//! `anthropic` Python SDK's types; SGLang and vLLM serve the same route.
+
+use super::super::typed_body;
+use super::render::{self, Render};
+use super::AnthropicError;
+use crate::chat::{self, ChatRequest};
+use crate::error::ApiError;
+use crate::gen;
+use crate::params::{self, Api};
+use crate::tools::ToolRequest;
+use crate::AppState;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures_util::StreamExt;
+use serde_json::{json, Map, Value};
+use sparrow_protocol::anthropic::{
+    Block, MessageContent, MessagesRequest, OutputFormat, System, Thinking, ToolChoice, ToolResultContent,
+};
+use sparrow_tokenizer::ChatMessage;
+
+/// Text of text blocks; other kinds are a 400 naming where they are.
+fn blocks_text(blocks: &[Block], at: &str) -> Result<String, ApiError> {
+    let mut out = String::new();
+    for (j, b) in blocks.iter().enumerate() {
+        match b {
+            Block::Text { text } => out.push_str(text),
+            other => return Err(unsupported(other, &format!("{at}[{j}]"), "text blocks only")),
+        }
+    }
+    Ok(out)
+}
+
+fn unsupported(b: &Block, at: &str, here: &str) -> ApiError {
+    let kind = match b {
+        Block::Image => "image blocks are not supported by this server".to_owned(),
+        Block::Document => "document blocks are not supported by this server".to_owned(),
+        Block::Text { .. } => format!("text is not allowed here ({here})"),
+        Block::ToolUse { .. } => format!("tool_use is not allowed here ({here})"),
+        Block::ToolResult { .. } => format!("tool_result is not allowed here ({here})"),
+        Block::Thinking { .. } | Block::RedactedThinking => format!("thinking is not allowed here ({here})"),
+    };
+    ApiError::bad("messages", format!("{at}: {kind}"))
+}
+
+/// The conversation as chat messages.
+fn lower_messages(r: &MessagesRequest) -> Result<Vec<ChatMessage>, ApiError> {
+    let mut conv = Vec::with_capacity(r.messages.len() + 1);
+    match &r.system {
+        None => {}
+        Some(System::Text(t)) => conv.push(ChatMessage::new("system", t.clone())),
+        Some(System::Blocks(b)) => conv.push(ChatMessage::new("system", blocks_text(b, "system")?)),
+    }
+    if r.messages.is_empty() {
+        return Err(ApiError::bad("messages", "messages must not be empty"));
+    }
+    for (i, m) in r.messages.iter().enumerate() {
+        let blocks = match &m.content {
+            MessageContent::Text(t) => vec![Block::Text { text: t.clone() }],
+            MessageContent::Blocks(b) => b.clone(),
+        };
+        match m.role.as_str() {
+            "user" => {
+                let mut text = String::new();
+                for (j, b) in blocks.iter().enumerate() {
+                    match b {
+                        Block::Text { text: t } => text.push_str(t),
+                        Block::ToolResult { tool_use_id, content, is_error } => {
+                            let mut out = match content {
+                                None => String::new(),
+                                Some(ToolResultContent::Text(t)) => t.clone(),
+                                Some(ToolResultContent::Blocks(b)) => {
+                                    blocks_text(b, &format!("messages[{i}].content[{j}].content"))?
+                                }
+                            };
+                            if is_error == &Some(true) {
+                                out = format!("Error: {out}");
+                            }
+                            let name = conv.iter().rev().find_map(|c: &ChatMessage| {
+                                c.tool_calls.as_ref()?.as_array()?.iter().find_map(|c| {
+                                    (c["id"].as_str() == Some(tool_use_id.as_str()))
+                                        .then(|| c["function"]["name"].as_str())?
+                                })
+                            });
+                            let mut msg = ChatMessage::new("tool", out);
+                            msg.tool_call_id = Some(tool_use_id.clone());
+                            msg.name = name.map(str::to_owned);
+                            conv.push(msg);
+                        }
+                        other => {
+                            return Err(unsupported(other, &format!("messages[{i}].content[{j}]"), "a user message"))
+                        }
+                    }
+                }
+                if !text.is_empty() || matches!(m.content, MessageContent::Text(_)) {
+                    conv.push(ChatMessage::new("user", text));
+                }
+            }
+            "assistant" => {
+                let mut msg = ChatMessage::new("assistant", "");
+                let mut calls = Vec::new();
+                for (j, b) in blocks.iter().enumerate() {
+                    match b {
+                        Block::Text { text } => msg.content.push_str(text),
+                        Block::Thinking { thinking, .. } => {
+                            msg.reasoning_content.get_or_insert_with(String::new).push_str(thinking)
+                        }
+                        // Encrypted by another provider: nothing here can read it.
+                        Block::RedactedThinking => {}
+                        Block::ToolUse { id, name, input } => calls.push(
+                            json!({"id": id, "type": "function", "function": {"name": name, "arguments": input}}),
+                        ),
+                        other => {
+                            return Err(unsupported(
+                                other,
+                                &format!("messages[{i}].content[{j}]"),
+                                "an assistant message",
+                            ))
+                        }
+                    }
+                }
+                msg.tool_calls = (!calls.is_empty()).then_some(Value::Array(calls));
+                conv.push(msg);
+            }
+            other => {
+                return Err(ApiError::bad("messages", format!("messages[{i}].role {other:?} is not user or assistant")))
+            }
+        }
+    }
+    Ok(conv)
+}
+
+/// `tools` and `tool_choice` in chat's form, read by [`ToolRequest`].
+fn tool_fields(s: &AppState, r: &MessagesRequest) -> Result<Option<ToolRequest>, ApiError> {
+    let mut m = Map::new();
+    if let Some(tools) = &r.tools {
+        let mut list = Vec::with_capacity(tools.len());
+        for (i, t) in tools.iter().enumerate() {
+            if let Some(k) = t.kind.as_deref().filter(|k| *k != "custom") {
+                return Err(ApiError::bad(
+                    "tools",
+                    format!("tools[{i}]: {k:?} server tools are not supported by this server (client tools are)"),
+                ));
+            }
+            let mut f = json!({"name": t.name, "parameters": t.input_schema});
+            if let Some(d) = &t.description {
+                f["description"] = json!(d);
+            }
+            list.push(json!({"type": "function", "function": f}));
+        }
+        m.insert("tools".into(), Value::Array(list));
+    }
+    let (choice, no_parallel) = match &r.tool_choice {
+        None => (None, None),
+        Some(ToolChoice::Auto { disable_parallel_tool_use }) => (Some(json!("auto")), *disable_parallel_tool_use),
+        Some(ToolChoice::Any { disable_parallel_tool_use }) => (Some(json!("required")), *disable_parallel_tool_use),
+        Some(ToolChoice::Tool { name, disable_parallel_tool_use }) => {
+            (Some(json!({"type": "function", "function": {"name": name}})), *disable_parallel_tool_use)
+        }
+        Some(ToolChoice::None) => (Some(json!("none")), None),
+    };
+    if let Some(c) = choice {
+        m.insert("tool_choice".into(), c);
+    }
+    if let Some(d) = no_parallel {
+        m.insert("parallel_tool_calls".into(), Value::Bool(!d));
+    }
+    ToolRequest::parse(&m, s.parsers)
+}
+
+/// The template variables `thinking` sets (Qwen 3's `enable_thinking`).
+fn thinking_kwargs(r: &MessagesRequest) -> Result<Map<String, Value>, ApiError> {
+    let mut kwargs = Map::new();
+    match &r.thinking {
+        None | Some(Thinking::Adaptive) => {}
+        Some(Thinking::Disabled) => {
+            kwargs.insert("enable_thinking".into(), json!(false));
+        }
+        Some(Thinking::BetweenTools) => {
+            kwargs.insert("enable_thinking".into(), json!(true));
+        }
+        Some(Thinking::Enabled { budget_tokens }) => {
+            if *budget_tokens < 1024 {
+                return Err(ApiError::bad("thinking.budget_tokens", "thinking.budget_tokens must be at least 1024"));
+            }
+            if r.max_tokens.is_some_and(|m| *budget_tokens >= m) {
+                return Err(ApiError::bad(
+                    "thinking.budget_tokens",
+                    "thinking.budget_tokens must be less than max_tokens",
+                ));
+            }
+            kwargs.insert("enable_thinking".into(), json!(true));
+        }
+    }
+    if let Some(effort) = r.output_config.as_ref().and_then(|o| o.effort.as_deref()) {
+        const EFFORTS: &[&str] = &["low", "medium", "high", "xhigh", "max"];
+        if !EFFORTS.contains(&effort) {
+            return Err(ApiError::bad(
+                "output_config.effort",
+                format!("output_config.effort {effort:?} is not one of {}", EFFORTS.join(", ")),
+            ));
+        }
+        kwargs.insert("reasoning_effort".into(), json!(effort));
+    }
+    Ok(kwargs)
+}
+
+fn lower(s: &AppState, r: &MessagesRequest, raw: &Map<String, Value>) -> Result<ChatRequest, ApiError> {
+    let max = r.max_tokens.ok_or_else(|| ApiError::bad("max_tokens", "max_tokens: field required"))?;
+    if max == 0 {
+        return Err(ApiError::bad("max_tokens", "max_tokens must be at least 1"));
+    }
+    let mut pm: Map<String, Value> = ["temperature", "top_p", "top_k"]
+        .iter()
+        .filter_map(|k| raw.get(*k).map(|v| ((*k).to_owned(), v.clone())))
+        .collect();
+    pm.insert("max_tokens".into(), json!(max));
+    if let Some(stop) = &r.stop_sequences {
+        pm.insert("stop".into(), json!(stop));
+    }
+    if let Some(OutputFormat::JsonSchema { schema }) = r.output_config.as_ref().and_then(|o| o.format.as_ref()) {
+        pm.insert("response_format".into(), json!({"type": "json_schema", "json_schema": {"schema": schema}}));
+    }
+    let tools = tool_fields(s, r)?;
+    let mut params = params::parse(&pm, Api::Chat)
+        .map_err(|e| e.renamed("stop", "stop_sequences").renamed("response_format", "output_config.format"))?;
+    chat::add_tool_constraint(&mut params, tools.as_ref())?;
+    let kwargs = thinking_kwargs(r)?;
+    let mut messages = lower_messages(r)?;
+    for m in &mut messages {
+        chat::calls_into_content(s, m);
+    }
+    let ask = params::parse_logprobs(&Map::new(), Api::Chat, false)?;
+    Ok(ChatRequest { messages, tools, kwargs, params, ask, separate_reasoning: true })
+}
+
+/// `POST /v1/messages`.
+pub(crate) async fn messages(
+    State(s): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, AnthropicError> {
+    let (r, raw): (MessagesRequest, _) = typed_body(&body)?;
+    let req = lower(&s, &r, &raw)?;
+    let (prep, shape) = chat::lower(&s, req)?;
+    let render = Render::new(&s, prep.prompt_ids.len(), shape);
+    let mut events = gen::start(&s, prep)?;
+    if r.stream.unwrap_or(false) {
+        return Ok(render::stream(render, events));
+    }
+    let mut render = render;
+    let mut finish = None;
+    while let Some(e) = events.next().await {
+        finish = render.feed(e).or(finish);
+    }
+    let finish = finish.ok_or(ApiError::Unavailable)?;
+    if let Some(e) = finish.error {
+        return Err(ApiError::Engine(e).into());
+    }
+    render.finish(&finish);
+    Ok(Json(render.message()).into_response())
+}
+
+/// `POST /v1/messages/count_tokens`: the prompt's tokens as `/v1/messages` would build it.
+pub(crate) async fn count_tokens(
+    State(s): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, AnthropicError> {
+    let (r, _): (MessagesRequest, Map<String, Value>) = typed_body(&body)?;
+    let tools = tool_fields(&s, &r)?;
+    let kwargs = thinking_kwargs(&r)?;
+    let mut messages = lower_messages(&r)?;
+    for m in &mut messages {
+        chat::calls_into_content(&s, m);
+    }
+    let ids = chat::prompt_ids(&s, messages, tools.as_ref(), &kwargs)?;
+    Ok(Json(json!({"input_tokens": ids.len()})).into_response())
+}

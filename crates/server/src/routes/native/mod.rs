@@ -1,0 +1,5 @@
+//! SGLang's native API: `POST /generate` ([`generate`]).
+
+mod generate;
+
+pub(super) use generate::generate;
