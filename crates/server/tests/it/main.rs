@@ -3,6 +3,7 @@
 //! `tests/hardening.rs` keeps a binary of its own: its timeouts are a second or less and one
 //! test opens 4,000 sockets, so it must not share the cores with the model-running tests here.
 
+mod agent_apis;
 mod cases;
 mod common;
 mod logprobs;

@@ -1,0 +1,197 @@
+//! The Responses API (`/v1/responses`) and Anthropic's Messages API (`/v1/messages`) on the
+//! wire: every malformed field is a 400 in the API's own error shape naming the field, sent
+//! before any stream byte, with nothing reaching the engine; unknown stored ids are 404s; the
+//! streamed frames carry their `event:` names and numbering. (The official SDKs drive both APIs
+//! end to end in the `sparrow` crate's `agent_apis` test.)
+#![allow(clippy::await_holding_lock)]
+
+use crate::common::*;
+use serde_json::{json, Value};
+
+/// `sglang:num_requests_total`: requests that reached generation.
+async fn requests_total(s: &TestServer) -> f64 {
+    let text = client().get(s.url("/metrics")).send().await.expect("metrics").text().await.expect("text");
+    text.lines()
+        .find_map(|l| l.strip_prefix("sglang:num_requests_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("sglang:num_requests_total")
+}
+
+async fn post_raw(s: &TestServer, path: &str, body: &Value) -> (u16, String, Value) {
+    let r = client().post(s.url(path)).json(body).send().await.expect("request");
+    let status = r.status().as_u16();
+    let ct = r.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+    let text = r.text().await.expect("body");
+    (status, ct, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+}
+
+#[tokio::test]
+async fn malformed_fields_are_400s_in_each_apis_shape_before_any_stream_byte() {
+    let s = shared();
+    let _g = lock();
+    let hi = json!([{"role": "user", "content": "hi"}]);
+    let responses: Vec<(Value, &str)> = vec![
+        (json!({}), "input"),
+        (json!({"input": 5}), "input"),
+        (json!({"input": [{"type": "message", "role": "user", "content": 7}]}), "input"),
+        (json!({"input": [{"type": "message", "role": "user", "content": [{"type": "input_image"}]}]}), "input"),
+        (json!({"input": [{"type": "computer_call"}]}), "input"),
+        (json!({"input": [{"role": "robot", "content": "x"}]}), "input"),
+        (json!({"input": "hi", "max_output_tokens": -1}), "max_output_tokens"),
+        (json!({"input": "hi", "max_output_tokens": 0}), "max_output_tokens"),
+        (json!({"input": "hi", "max_output_tokens": 100000}), "max_output_tokens"),
+        (json!({"input": "hi", "temperature": "hot"}), "temperature"),
+        (json!({"input": "hi", "top_p": 1.5}), "top_p"),
+        (json!({"input": "hi", "stop": [""]}), "stop"),
+        (json!({"input": "hi", "tools": [{"type": "web_search"}]}), "tools"),
+        (json!({"input": "hi", "tool_choice": "required"}), "tool_choice"),
+        (json!({"input": "hi", "text": {"format": {"type": "json_schema"}}}), "text.format"),
+        (json!({"input": "hi", "text": {"format": {"type": "yaml"}}}), "text.format"),
+        (json!({"input": "hi", "reasoning": {"effort": "max"}}), "reasoning.effort"),
+        (json!({"input": "hi", "include": ["file_search_call.results"]}), "include"),
+        (json!({"input": "hi", "include": ["message.output_text.logprobs"], "top_logprobs": 50}), "top_logprobs"),
+        (json!({"input": "hi", "previous_response_id": 5}), "previous_response_id"),
+        (json!({"input": "hi", "store": "yes"}), "store"),
+    ];
+    let messages: Vec<(Value, &str)> = vec![
+        (json!({"messages": hi}), "max_tokens"),
+        (json!({"max_tokens": 8}), "messages"),
+        (json!({"max_tokens": 8, "messages": []}), "messages"),
+        (json!({"max_tokens": 0, "messages": hi}), "max_tokens"),
+        (json!({"max_tokens": 100000, "messages": hi}), "max_tokens"),
+        (json!({"max_tokens": 8, "messages": [{"role": "robot", "content": "x"}]}), "role"),
+        (json!({"max_tokens": 8, "messages": [{"role": "user", "content": 5}]}), "content"),
+        (json!({"max_tokens": 8, "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}), "image"),
+        (json!({"max_tokens": 8, "messages": [{"role": "user", "content": [{"type": "video"}]}]}), "content"),
+        (json!({"max_tokens": 8, "messages": hi, "system": 3}), "system"),
+        (json!({"max_tokens": 8, "messages": hi, "temperature": "hot"}), "temperature"),
+        (json!({"max_tokens": 8, "messages": hi, "top_k": -5}), "top_k"),
+        (json!({"max_tokens": 8, "messages": hi, "stop_sequences": [""]}), "stop_sequences"),
+        (json!({"max_tokens": 8, "messages": hi, "stop_sequences": "."}), "stop_sequences"),
+        (
+            json!({"max_tokens": 8, "messages": hi, "tools": [{"name": "f", "input_schema": {}}],
+                   "tool_choice": {"type": "tool", "name": "nope"}}),
+            "tool_choice",
+        ),
+        (json!({"max_tokens": 8, "messages": hi, "tool_choice": {"type": "sometimes"}}), "tool_choice"),
+        (json!({"max_tokens": 8, "messages": hi, "tools": [{"type": "web_search_20250305", "name": "w"}]}), "tools"),
+        (json!({"max_tokens": 8, "messages": hi, "thinking": {"type": "enabled", "budget_tokens": 10}}), "budget_tokens"),
+        (json!({"max_tokens": 2000, "messages": hi, "thinking": {"type": "enabled", "budget_tokens": 4000}}), "budget_tokens"),
+        (json!({"max_tokens": 8, "messages": hi, "output_config": {"effort": "ultra"}}), "effort"),
+        (json!({"max_tokens": 8, "messages": hi, "output_config": {"format": {"type": "xml"}}}), "format"),
+    ];
+    let before = requests_total(s).await;
+    for stream in [false, true] {
+        for (body, field) in &responses {
+            let mut b = body.clone();
+            b["stream"] = json!(stream);
+            let (st, ct, v) = post_raw(s, "/v1/responses", &b).await;
+            assert_eq!((st, ct.as_str()), (400, "application/json"), "{b} -> {v}");
+            assert_eq!(v["error"]["type"], "invalid_request_error", "{b} -> {v}");
+            let (param, message) = (v["error"]["param"].as_str().unwrap_or(""), v["error"]["message"].as_str());
+            assert!(param == *field || message.is_some_and(|m| m.contains(field)), "{b} names {field}: {v}");
+        }
+        for (body, field) in &messages {
+            let mut b = body.clone();
+            b["stream"] = json!(stream);
+            let (st, ct, v) = post_raw(s, "/v1/messages", &b).await;
+            assert_eq!((st, ct.as_str()), (400, "application/json"), "{b} -> {v}");
+            assert_eq!((&v["type"], &v["error"]["type"]), (&json!("error"), &json!("invalid_request_error")), "{v}");
+            assert!(v["error"]["message"].as_str().is_some_and(|m| m.contains(field)), "{b} names {field}: {v}");
+            assert!(v.get("param").is_none() && v["error"].get("param").is_none(), "Anthropic's shape only: {v}");
+        }
+    }
+    let (st, _, v) = post_raw(s, "/v1/messages/count_tokens", &json!({"messages": []})).await;
+    assert_eq!((st, &v["error"]["type"]), (400, &json!("invalid_request_error")), "{v}");
+    assert_eq!(requests_total(s).await, before, "a malformed request reached the engine");
+    assert_drained(s).await;
+}
+
+#[tokio::test]
+async fn unknown_response_ids_are_404s_in_openais_shape() {
+    let s = shared();
+    let _g = lock();
+    let (st, _, v) = post_raw(s, "/v1/responses", &json!({"input": "hi", "previous_response_id": "resp_nope"})).await;
+    assert_eq!(st, 404, "{v}");
+    assert!(v["error"]["message"].as_str().is_some_and(|m| m.contains("resp_nope")), "{v}");
+    let r = client().get(s.url("/v1/responses/resp_nope")).send().await.expect("get");
+    assert_eq!(r.status().as_u16(), 404);
+    let r = client().delete(s.url("/v1/responses/resp_nope")).send().await.expect("delete");
+    assert_eq!(r.status().as_u16(), 404);
+    // A stored one: retrieved as returned, deleted once, then gone.
+    let (st, _, made) = post_raw(s, "/v1/responses", &json!({"input": "hi", "max_output_tokens": 2})).await;
+    assert_eq!(st, 200, "{made}");
+    let id = made["id"].as_str().expect("id");
+    assert_eq!(get_json(s, &format!("/v1/responses/{id}")).await, made);
+    let r = client().delete(s.url(&format!("/v1/responses/{id}"))).send().await.expect("delete");
+    let v: Value = r.json().await.expect("json");
+    assert_eq!(v, json!({"id": id, "object": "response", "deleted": true}));
+    let r = client().get(s.url(&format!("/v1/responses/{id}"))).send().await.expect("get");
+    assert_eq!(r.status().as_u16(), 404);
+    // `store: false` keeps nothing.
+    let (_, _, unstored) =
+        post_raw(s, "/v1/responses", &json!({"input": "hi", "max_output_tokens": 2, "store": false})).await;
+    let r = client().get(s.url(&format!("/v1/responses/{}", unstored["id"].as_str().unwrap_or("")))).send().await;
+    assert_eq!(r.expect("get").status().as_u16(), 404);
+    assert_drained(s).await;
+}
+
+/// SSE frames as `(event name, data)`.
+async fn frames(s: &TestServer, path: &str, body: Value) -> Vec<(String, Value)> {
+    let r = client().post(s.url(path)).json(&body).send().await.expect("request");
+    assert_eq!(r.status().as_u16(), 200);
+    let text = r.text().await.expect("body");
+    text.split("\n\n")
+        .filter(|f| !f.trim().is_empty())
+        .map(|f| {
+            let event = f.lines().find_map(|l| l.strip_prefix("event: ")).unwrap_or("").to_owned();
+            let data = f.lines().find_map(|l| l.strip_prefix("data: ")).expect("data line");
+            (event, serde_json::from_str(data).expect("JSON data"))
+        })
+        .collect()
+}
+
+/// Every frame's `event:` names its data's `type`; Responses events are numbered from 0; the
+/// stream's last state equals the non-streamed answer; Anthropic's stream opens with
+/// `message_start` and `ping` and its blocks open and close in order.
+#[tokio::test]
+async fn streamed_frames_are_named_numbered_and_equal_the_whole_answer() {
+    let s = shared();
+    let _g = lock();
+    let body = json!({"input": "The capital of France is", "max_output_tokens": 6, "temperature": 0});
+    let (_, _, whole) = post_raw(s, "/v1/responses", &body).await;
+    let mut sb = body.clone();
+    sb["stream"] = json!(true);
+    let f = frames(s, "/v1/responses", sb).await;
+    for (i, (event, data)) in f.iter().enumerate() {
+        assert_eq!(data["type"].as_str(), Some(event.as_str()), "{data}");
+        assert_eq!(data["sequence_number"], i, "{data}");
+    }
+    let last = &f.last().expect("frames").1["response"];
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        for k in ["id", "created_at", "completed_at"] {
+            v[k] = Value::Null;
+        }
+        for o in v["output"].as_array_mut().into_iter().flatten() {
+            o["id"] = Value::Null;
+        }
+        v["usage"]["input_tokens_details"]["cached_tokens"] = Value::Null;
+        v
+    };
+    assert_eq!(strip(last), strip(&whole), "the stream's final response ≠ the non-streamed one");
+    assert_eq!(f[0].1["response"]["status"], "in_progress");
+
+    let body = json!({"max_tokens": 6, "temperature": 0, "stream": true,
+                      "messages": [{"role": "user", "content": "The capital of France is"}]});
+    let f = frames(s, "/v1/messages", body).await;
+    let names: Vec<&str> = f.iter().map(|(e, _)| e.as_str()).collect();
+    assert_eq!(&names[..3], ["message_start", "ping", "content_block_start"], "{names:?}");
+    assert_eq!(&names[names.len() - 3..], ["content_block_stop", "message_delta", "message_stop"], "{names:?}");
+    for (event, data) in &f {
+        assert_eq!(data["type"].as_str(), Some(event.as_str()), "{data}");
+    }
+    assert_eq!(f[f.len() - 2].1["delta"]["stop_reason"], "max_tokens");
+    assert_eq!(f[f.len() - 2].1["usage"]["output_tokens"], 6);
+    assert_drained(s).await;
+}
