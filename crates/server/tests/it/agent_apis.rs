@@ -7,6 +7,12 @@
 
 use crate::common::*;
 use serde_json::{json, Value};
+use sparrow_engine::batch::ForwardBatch;
+use sparrow_engine::kv::KvStore;
+use sparrow_engine::model::{AttentionNeeds, Model, ModelInfo};
+use sparrow_engine::EngineError;
+use sparrow_server::tools::{ChatParsers, ReasoningParser, ToolParser};
+use std::sync::{Arc, Mutex};
 
 /// `sglang:num_requests_total`: requests that reached generation.
 async fn requests_total(s: &TestServer) -> f64 {
@@ -61,7 +67,10 @@ async fn malformed_fields_are_400s_in_each_apis_shape_before_any_stream_byte() {
         (json!({"max_tokens": 100000, "messages": hi}), "max_tokens"),
         (json!({"max_tokens": 8, "messages": [{"role": "robot", "content": "x"}]}), "role"),
         (json!({"max_tokens": 8, "messages": [{"role": "user", "content": 5}]}), "content"),
-        (json!({"max_tokens": 8, "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}), "image"),
+        (
+            json!({"max_tokens": 8, "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}),
+            "image",
+        ),
         (json!({"max_tokens": 8, "messages": [{"role": "user", "content": [{"type": "video"}]}]}), "content"),
         (json!({"max_tokens": 8, "messages": hi, "system": 3}), "system"),
         (json!({"max_tokens": 8, "messages": hi, "temperature": "hot"}), "temperature"),
@@ -75,8 +84,14 @@ async fn malformed_fields_are_400s_in_each_apis_shape_before_any_stream_byte() {
         ),
         (json!({"max_tokens": 8, "messages": hi, "tool_choice": {"type": "sometimes"}}), "tool_choice"),
         (json!({"max_tokens": 8, "messages": hi, "tools": [{"type": "web_search_20250305", "name": "w"}]}), "tools"),
-        (json!({"max_tokens": 8, "messages": hi, "thinking": {"type": "enabled", "budget_tokens": 10}}), "budget_tokens"),
-        (json!({"max_tokens": 2000, "messages": hi, "thinking": {"type": "enabled", "budget_tokens": 4000}}), "budget_tokens"),
+        (
+            json!({"max_tokens": 8, "messages": hi, "thinking": {"type": "enabled", "budget_tokens": 10}}),
+            "budget_tokens",
+        ),
+        (
+            json!({"max_tokens": 2000, "messages": hi, "thinking": {"type": "enabled", "budget_tokens": 4000}}),
+            "budget_tokens",
+        ),
         (json!({"max_tokens": 8, "messages": hi, "output_config": {"effort": "ultra"}}), "effort"),
         (json!({"max_tokens": 8, "messages": hi, "output_config": {"format": {"type": "xml"}}}), "format"),
     ];
@@ -194,4 +209,205 @@ async fn streamed_frames_are_named_numbered_and_equal_the_whole_answer() {
     assert_eq!(f[f.len() - 2].1["delta"]["stop_reason"], "max_tokens");
     assert_eq!(f[f.len() - 2].1["usage"]["output_tokens"], 6);
     assert_drained(s).await;
+}
+
+/// SmolLM2 made to say a script: after the prompt, greedy decoding emits `script`'s tokens in
+/// order, then EOS (the real forward still runs, so KV and batching are as in serving). The
+/// rows are told apart by position: a prefill sets the start, each later position takes the
+/// next script token. One request at a time, radix cache off (so a prefill is never one token).
+struct Scripted {
+    inner: Box<dyn Model>,
+    script: Arc<Mutex<Vec<u32>>>,
+    eos: u32,
+    start: u32,
+}
+
+impl Model for Scripted {
+    fn info(&self) -> &ModelInfo {
+        self.inner.info()
+    }
+
+    fn attention_needs(&self) -> AttentionNeeds {
+        self.inner.attention_needs()
+    }
+
+    fn forward(&mut self, batch: &ForwardBatch, kv: &mut KvStore) -> Result<Vec<f32>, EngineError> {
+        let mut logits = self.inner.forward(batch, kv)?;
+        let vocab = self.inner.info().vocab_size;
+        let script = self.script.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let mut out_row = 0;
+        for s in batch.seqs.iter().filter(|s| s.num_logits > 0) {
+            let last = (s.token_start + s.extend_len - 1) as usize;
+            let pos = batch.positions[last];
+            if s.extend_len > 1 {
+                self.start = pos;
+            }
+            let i = pos.saturating_sub(self.start) as usize;
+            let want = script.get(i).copied().unwrap_or(self.eos) as usize;
+            let row = out_row + s.num_logits as usize - 1;
+            let l = &mut logits[row * vocab..(row + 1) * vocab];
+            l.fill(-1e4);
+            l[want] = 1e4;
+            out_row += s.num_logits as usize;
+        }
+        Ok(logits)
+    }
+}
+
+fn scripted_server(script: Arc<Mutex<Vec<u32>>>) -> TestServer {
+    let tok = sparrow_tokenizer::Tokenizer::load(&gguf()).expect("tokenizer");
+    let eos = tok.eos().map_or(0, |e| e.0);
+    let opts = Opts {
+        disable_radix_cache: true,
+        parsers: ChatParsers { tool_call: Some(ToolParser::Qwen25), reasoning: Some(ReasoningParser::Qwen3) },
+        ..Opts::default()
+    };
+    TestServer::start_wrapped(opts, move |inner| Box::new(Scripted { inner, script, eos, start: 0 }))
+}
+
+/// Ids and positions of the non-streamed answer erased, to compare it with a stream's end.
+fn strip(v: &Value) -> Value {
+    let mut v = v.clone();
+    for k in ["id", "created_at", "completed_at"] {
+        if v.get(k).is_some() {
+            v[k] = Value::Null;
+        }
+    }
+    for o in v["output"].as_array_mut().into_iter().flatten() {
+        o["id"] = Value::Null;
+        if o.get("call_id").is_some() {
+            o["call_id"] = Value::Null;
+        }
+    }
+    for b in v["content"].as_array_mut().into_iter().flatten() {
+        if b.get("id").is_some() {
+            b["id"] = Value::Null;
+        }
+    }
+    v
+}
+
+/// The Anthropic stream folded into its final message (as the SDK's accumulator does).
+fn fold_messages(f: &[(String, Value)]) -> Value {
+    let mut msg = f[0].1["message"].clone();
+    let mut json_parts: Vec<String> = Vec::new();
+    for (event, d) in f {
+        match event.as_str() {
+            "content_block_start" => {
+                msg["content"].as_array_mut().expect("content").push(d["content_block"].clone());
+                json_parts.push(String::new());
+            }
+            "content_block_delta" => {
+                let i = d["index"].as_u64().expect("index") as usize;
+                let b = &mut msg["content"][i];
+                match d["delta"]["type"].as_str() {
+                    Some("text_delta") => {
+                        b["text"] = json!(format!(
+                            "{}{}",
+                            b["text"].as_str().unwrap_or(""),
+                            d["delta"]["text"].as_str().unwrap_or("")
+                        ))
+                    }
+                    Some("thinking_delta") => {
+                        b["thinking"] = json!(format!(
+                            "{}{}",
+                            b["thinking"].as_str().unwrap_or(""),
+                            d["delta"]["thinking"].as_str().unwrap_or("")
+                        ))
+                    }
+                    Some("input_json_delta") => {
+                        json_parts[i].push_str(d["delta"]["partial_json"].as_str().unwrap_or(""))
+                    }
+                    other => panic!("unknown delta {other:?}"),
+                }
+            }
+            "content_block_stop" => {
+                let i = d["index"].as_u64().expect("index") as usize;
+                if msg["content"][i]["type"] == "tool_use" {
+                    msg["content"][i]["input"] = serde_json::from_str(&json_parts[i]).expect("input JSON");
+                }
+            }
+            "message_delta" => {
+                msg["stop_reason"] = d["delta"]["stop_reason"].clone();
+                msg["stop_sequence"] = d["delta"]["stop_sequence"].clone();
+                msg["usage"] = d["usage"].clone();
+            }
+            _ => {}
+        }
+    }
+    msg
+}
+
+/// Reasoning and tool calls through the family's parsers (`qwen3`, `qwen25`) on a scripted
+/// answer: Responses `reasoning` / `message` / `function_call` items and Anthropic `thinking` /
+/// `text` / `tool_use` blocks, streamed equal to non-streamed, and the same split as chat's.
+#[tokio::test]
+async fn reasoning_and_calls_become_items_and_blocks() {
+    let script = Arc::new(Mutex::new(Vec::new()));
+    let s = scripted_server(script.clone());
+    let tok = sparrow_tokenizer::Tokenizer::load(&gguf()).expect("tokenizer");
+    let say = |text: &str| {
+        *script.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = tok.encode(text, false).expect("encode");
+    };
+    let q = json!([{"role": "user", "content": "What is the capital of France?"}]);
+
+    say("<think>Recall the capital.</think>It is Paris.");
+    let (st, _, r) = post_raw(&s, "/v1/responses", &json!({"input": q, "max_output_tokens": 40})).await;
+    assert_eq!(st, 200, "{r}");
+    let out = r["output"].as_array().expect("output");
+    assert_eq!((out.len(), &out[0]["type"], &out[1]["type"]), (2, &json!("reasoning"), &json!("message")), "{r}");
+    assert_eq!(out[0]["content"][0]["text"], "Recall the capital.", "{r}");
+    assert_eq!(out[1]["content"][0]["text"], "It is Paris.", "{r}");
+    assert_eq!(r["status"], "completed");
+    let reasoning_tokens = r["usage"]["output_tokens_details"]["reasoning_tokens"].as_u64().unwrap_or(0);
+    assert!(reasoning_tokens > 0 && reasoning_tokens < r["usage"]["output_tokens"].as_u64().unwrap_or(0), "{r}");
+    let f = frames(&s, "/v1/responses", json!({"input": q, "max_output_tokens": 40, "stream": true})).await;
+    let types: Vec<&str> = f.iter().map(|(e, _)| e.as_str()).collect();
+    let first_msg = types.iter().position(|t| *t == "response.output_text.delta").expect("text deltas");
+    let last_reasoning = types.iter().rposition(|t| *t == "response.reasoning_text.delta").expect("reasoning deltas");
+    assert!(last_reasoning < first_msg, "reasoning item before the message: {types:?}");
+    for t in ["response.reasoning_text.done", "response.output_text.done", "response.completed"] {
+        assert!(types.contains(&t), "{t} in {types:?}");
+    }
+    assert_eq!(strip(&f.last().expect("frames").1["response"]), strip(&r), "stream end ≠ non-streamed");
+
+    let body = json!({"messages": q, "max_tokens": 40});
+    let (st, _, m) = post_raw(&s, "/v1/messages", &body).await;
+    assert_eq!(st, 200, "{m}");
+    let blocks = m["content"].as_array().expect("content");
+    assert_eq!(blocks[0], json!({"type": "thinking", "thinking": "Recall the capital.", "signature": ""}), "{m}");
+    assert_eq!(blocks[1], json!({"type": "text", "text": "It is Paris."}), "{m}");
+    assert_eq!(m["stop_reason"], "end_turn");
+    let mut sb = body.clone();
+    sb["stream"] = json!(true);
+    let f = frames(&s, "/v1/messages", sb).await;
+    assert_eq!(strip(&fold_messages(&f)), strip(&m), "folded stream ≠ non-streamed");
+    let (_, c) = post(&s, "/v1/chat/completions", json!({"messages": q, "max_tokens": 40})).await;
+    assert_eq!(c["choices"][0]["message"]["reasoning_content"], "Recall the capital.", "one split for all APIs: {c}");
+
+    say("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>");
+    let tools = json!([{"type": "function", "name": "get_weather",
+                        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]);
+    let body = json!({"input": q, "tools": tools, "max_output_tokens": 60});
+    let (st, _, r) = post_raw(&s, "/v1/responses", &body).await;
+    assert_eq!(st, 200, "{r}");
+    let call = &r["output"][0];
+    assert_eq!((&call["type"], &call["name"]), (&json!("function_call"), &json!("get_weather")), "{r}");
+    let args: Value = serde_json::from_str(call["arguments"].as_str().unwrap_or("")).expect("arguments JSON");
+    assert_eq!(args, json!({"city": "Paris"}));
+    let mut sb = body.clone();
+    sb["stream"] = json!(true);
+    let f = frames(&s, "/v1/responses", sb).await;
+    assert!(f.iter().filter(|(e, _)| e == "response.function_call_arguments.delta").count() > 1, "pieces");
+    assert_eq!(strip(&f.last().expect("frames").1["response"]), strip(&r), "stream end ≠ non-streamed");
+
+    let atools = json!([{"name": "get_weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]);
+    let body = json!({"messages": q, "tools": atools, "max_tokens": 60});
+    let (_, _, m) = post_raw(&s, "/v1/messages", &body).await;
+    assert_eq!(m["content"][0]["type"], "tool_use", "{m}");
+    assert_eq!((&m["content"][0]["input"], &m["stop_reason"]), (&json!({"city": "Paris"}), &json!("tool_use")), "{m}");
+    let mut sb = body.clone();
+    sb["stream"] = json!(true);
+    let f = frames(&s, "/v1/messages", sb).await;
+    assert_eq!(strip(&fold_messages(&f)), strip(&m), "folded stream ≠ non-streamed");
 }
