@@ -14,13 +14,18 @@ use sparrow_engine::EngineError;
 use sparrow_server::tools::{ChatParsers, ReasoningParser, ToolParser};
 use std::sync::{Arc, Mutex};
 
-/// `sglang:num_requests_total`: requests that reached generation.
-async fn requests_total(s: &TestServer) -> f64 {
+/// A counter of `/metrics`.
+async fn counter(s: &TestServer, name: &str) -> f64 {
     let text = client().get(s.url("/metrics")).send().await.expect("metrics").text().await.expect("text");
     text.lines()
-        .find_map(|l| l.strip_prefix("sglang:num_requests_total "))
+        .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')))
         .and_then(|v| v.trim().parse().ok())
-        .expect("sglang:num_requests_total")
+        .unwrap_or_else(|| panic!("{name} in /metrics"))
+}
+
+/// `sglang:num_requests_total`: requests that reached generation.
+async fn requests_total(s: &TestServer) -> f64 {
+    counter(s, "sglang:num_requests_total").await
 }
 
 async fn post_raw(s: &TestServer, path: &str, body: &Value) -> (u16, String, Value) {
@@ -410,4 +415,40 @@ async fn reasoning_and_calls_become_items_and_blocks() {
     sb["stream"] = json!(true);
     let f = frames(&s, "/v1/messages", sb).await;
     assert_eq!(strip(&fold_messages(&f)), strip(&m), "folded stream ≠ non-streamed");
+}
+
+/// A client that leaves a Responses or Messages stream aborts its request: the engine stops
+/// it within a step and every KV page returns (the answer here would run 400 tokens).
+#[tokio::test]
+async fn leaving_a_stream_aborts_the_request() {
+    let script = Arc::new(Mutex::new(Vec::new()));
+    let s = scripted_server(script.clone());
+    let tok = sparrow_tokenizer::Tokenizer::load(&gguf()).expect("tokenizer");
+    let long = tok.encode(&" one two three four".repeat(100), false).expect("encode");
+    *script.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = long;
+    let q = json!([{"role": "user", "content": "Count."}]);
+    let before = counter(&s, "sglang:generation_tokens_total").await;
+    for (path, body) in [
+        ("/v1/responses", json!({"input": q, "max_output_tokens": 450, "stream": true})),
+        ("/v1/messages", json!({"messages": q, "max_tokens": 450, "stream": true})),
+    ] {
+        let mut r = client().post(s.url(path)).json(&body).send().await.expect("request");
+        let mut seen = 0;
+        while seen < 5 {
+            seen += usize::from(r.chunk().await.expect("chunk").is_some());
+        }
+        drop(r);
+        let mut running = Value::Null;
+        for _ in 0..200 {
+            running = stats(&s).await["num_running_reqs"].clone();
+            if running == 0 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+        assert_eq!(running, 0, "{path}: the request still runs after its client left");
+        assert_drained(&s).await;
+    }
+    let generated = counter(&s, "sglang:generation_tokens_total").await - before;
+    assert!(generated < 300.0, "{generated} tokens generated for two requests left after 5 chunks");
 }
