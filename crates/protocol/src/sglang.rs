@@ -13,7 +13,7 @@
 
 use std::path::Path;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::openai::MatchedStop;
@@ -210,6 +210,36 @@ pub struct TokenizeResponse<'a> {
 pub struct DetokenizeResponse<'a> {
     /// The decoded text (invalid UTF-8 replaced by U+FFFD).
     pub text: &'a str,
+}
+
+/// `POST /generate` as the server reads it (SGLang's `GenerateReqInput`, one prompt): the
+/// fields whose shape is SGLang's; `sampling_params` and the logprob fields are checked by the
+/// server's parameter reader with the other APIs' fields.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct GenerateBody {
+    /// The prompt as text (a batch of texts is refused).
+    pub text: Option<GenerateText>,
+    /// The prompt as token ids.
+    pub input_ids: Option<Vec<u32>>,
+    /// SGLang's `SamplingParams` fields.
+    pub sampling_params: Option<Map<String, Value>>,
+    /// Stream frames.
+    pub stream: Option<bool>,
+}
+
+/// `text`: one string.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "Value")]
+pub struct GenerateText(pub String);
+
+impl TryFrom<Value> for GenerateText {
+    type Error = &'static str;
+    fn try_from(v: Value) -> Result<Self, Self::Error> {
+        match v {
+            Value::String(s) => Ok(GenerateText(s)),
+            _ => Err("text must be a string (batched prompts are not supported)"),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,11 +1,13 @@
-//! Route handlers and wire rendering, one module per API: [`openai`] (`/v1/completions`,
-//! `/v1/chat/completions`), [`native`] (SGLang's `/generate`), [`admin`] (health, info,
-//! tokenize, metrics), over the shared frames of [`frames`].
+//! Route handlers and wire rendering, one module per API: `openai` (`/v1/completions`,
+//! `/v1/chat/completions`, `/v1/responses`), `anthropic` (`/v1/messages`), `native`
+//! (SGLang's `/generate`), `admin` (health, info, tokenize, metrics), over the shared frames
+//! of `frames`.
 //!
-//! Every validation error is returned before the first SSE byte, as a JSON error with its status.
-//!
-//! Bodies and chunks are the borrowed types of [`sparrow_protocol::openai`] and
-//! [`sparrow_protocol::sglang`], serialized straight into the response bytes.
+//! Bodies are read into the typed requests of [`sparrow_protocol`] (`typed_body`); every
+//! chat-like API lowers into the one internal [`crate::chat::ChatRequest`]; each API renders
+//! the same choice events ([`crate::gen::ChoiceEvent`]) in its own wire format. Every
+//! validation error is returned before the first SSE byte, as a JSON error with its status in
+//! the API's shape.
 
 use crate::conn;
 use crate::error::ApiError;

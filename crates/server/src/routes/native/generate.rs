@@ -2,11 +2,11 @@
 //! sends the whole text so far with `meta_info` in every frame.
 
 use super::super::frames::{collect, push_done, push_error, push_frame, sse_response};
-use super::super::{json_object, token_ids};
+use super::super::typed_body;
 use crate::error::ApiError;
 use crate::gen::{self, ChoiceEvent, EndReason, Finish};
 use crate::logprobs::{self, TokenTexts};
-use crate::params::{self, Api, Fields, LogprobAsk};
+use crate::params::{self, Api, LogprobAsk};
 use crate::AppState;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -14,9 +14,10 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::stream::{self, StreamExt};
-use serde_json::{Map, Value};
 use sparrow_engine::scheduler::TokenLogprob;
-use sparrow_protocol::sglang::{GenerateResponse, MetaFinishReason, MetaInfo, NativeLogprobs};
+use sparrow_protocol::sglang::{
+    GenerateBody, GenerateResponse, GenerateText, MetaFinishReason, MetaInfo, NativeLogprobs,
+};
 
 fn native_finish(f: &Finish) -> MetaFinishReason<'_> {
     match f.reason {
@@ -85,14 +86,9 @@ pub(crate) async fn generate(
     State(s): State<AppState>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let m = json_object(&body)?;
-    let f = Fields(&m);
-    let stream = f.bool("stream")?.unwrap_or(false);
-    let sp = match m.get("sampling_params") {
-        None | Some(Value::Null) => Map::new(),
-        Some(Value::Object(o)) => o.clone(),
-        Some(_) => return Err(ApiError::bad("sampling_params", "sampling_params must be an object")),
-    };
+    let (b, m): (GenerateBody, _) = typed_body(&body)?;
+    let stream = b.stream.unwrap_or(false);
+    let sp = b.sampling_params.unwrap_or_default();
     let ask = params::parse_logprobs(&m, Api::Native, false)?;
     let vocab = s.engine.info().vocab_size;
     if let Some(bad) = ask.token_ids.iter().find(|&&t| t as usize >= vocab) {
@@ -105,18 +101,15 @@ pub(crate) async fn generate(
         return Err(ApiError::bad("sampling_params", format!("unknown sampling parameter {k:?}")));
     }
     let mut p = params::parse(&sp, Api::Native)?;
-    let ids = match (m.get("text"), m.get("input_ids")) {
-        (Some(Value::String(t)), None) => {
+    let ids = match (b.text, b.input_ids) {
+        (Some(GenerateText(t)), None) => {
             if t.is_empty() {
                 return Err(ApiError::bad("text", "the prompt is empty; send at least one token"));
             }
-            s.tokenizer.encode(t, true).map_err(|e| ApiError::bad("text", e.to_string()))?
+            s.tokenizer.encode(&t, true).map_err(|e| ApiError::bad("text", e.to_string()))?
         }
-        (None, Some(v)) => token_ids(v, "input_ids")?,
+        (None, Some(ids)) => ids,
         (Some(_), Some(_)) => return Err(ApiError::bad_body("send either text or input_ids, not both")),
-        (Some(_), None) => {
-            return Err(ApiError::bad("text", "text must be a string (batched prompts are not supported)"))
-        }
         (None, None) => return Err(ApiError::bad_body("text or input_ids is required")),
     };
     p.logprobs = ask.spec(ids.len());
