@@ -40,16 +40,55 @@ pub struct MessagesRequest {
     pub metadata: Option<Value>,
     /// Stream Anthropic's events.
     pub stream: Option<bool>,
+    /// MCP connectors (refused).
+    pub mcp_servers: Option<Value>,
+    /// Code-execution container (refused).
+    pub container: Option<Value>,
 }
 
 /// `system`.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
+#[serde(try_from = "Value")]
 pub enum System {
     /// Plain text.
     Text(String),
     /// Text blocks.
     Blocks(Vec<Block>),
+}
+
+/// A string, or a list of blocks each read on its own so an error names the block.
+fn text_or_blocks(v: Value) -> Result<Result<String, Vec<Block>>, String> {
+    match v {
+        Value::String(s) => Ok(Ok(s)),
+        Value::Array(a) => a
+            .into_iter()
+            .enumerate()
+            .map(|(i, b)| serde_json::from_value(b).map_err(|e| format!("block {i}: {e}")))
+            .collect::<Result<_, _>>()
+            .map(Err),
+        _ => Err("must be a string or a list of content blocks".into()),
+    }
+}
+
+impl TryFrom<Value> for System {
+    type Error = String;
+    fn try_from(v: Value) -> Result<Self, String> {
+        text_or_blocks(v).map(|r| r.map_or_else(System::Blocks, System::Text))
+    }
+}
+
+impl TryFrom<Value> for MessageContent {
+    type Error = String;
+    fn try_from(v: Value) -> Result<Self, String> {
+        text_or_blocks(v).map(|r| r.map_or_else(MessageContent::Blocks, MessageContent::Text))
+    }
+}
+
+impl TryFrom<Value> for ToolResultContent {
+    type Error = String;
+    fn try_from(v: Value) -> Result<Self, String> {
+        text_or_blocks(v).map(|r| r.map_or_else(ToolResultContent::Blocks, ToolResultContent::Text))
+    }
 }
 
 /// One message.
@@ -63,7 +102,7 @@ pub struct Message {
 
 /// A message's `content`.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
+#[serde(try_from = "Value")]
 pub enum MessageContent {
     /// Plain text.
     Text(String),
@@ -118,7 +157,7 @@ pub enum Block {
 
 /// A `tool_result`'s `content`.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
+#[serde(try_from = "Value")]
 pub enum ToolResultContent {
     /// Plain text.
     Text(String),

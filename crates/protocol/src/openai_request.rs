@@ -33,6 +33,8 @@ pub struct ChatBody {
     pub separate_reasoning: Option<bool>,
     /// Extra chat-template variables (`enable_thinking`, …).
     pub chat_template_kwargs: Option<Map<String, Value>>,
+    /// vLLM: continue the final assistant message instead of starting a new turn.
+    pub continue_final_message: Option<bool>,
 }
 
 /// One message of `messages`.

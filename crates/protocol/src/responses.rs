@@ -44,6 +44,14 @@ pub struct ResponsesRequest {
     pub top_logprobs: Option<u32>,
     /// Extra output: `message.output_text.logprobs` puts token logprobs on `output_text`.
     pub include: Option<Vec<String>>,
+    /// A stored conversation (refused: `previous_response_id` is the supported chaining).
+    pub conversation: Option<Value>,
+    /// Run in the background (refused).
+    pub background: Option<bool>,
+    /// A stored prompt template (refused).
+    pub prompt: Option<Value>,
+    /// `disabled` (the default) or `auto` (refused: inputs are never cut).
+    pub truncation: Option<String>,
 }
 
 /// `input`.
@@ -145,13 +153,17 @@ impl TryFrom<Value> for Content {
 }
 
 impl Content {
-    /// The text parts joined; `Err` names the first part of another kind.
+    /// The text parts joined by newlines; `Err` names the first part of another kind.
     pub fn text(&self) -> Result<String, String> {
         match self {
             Content::Text(t) => Ok(t.clone()),
             Content::Parts(parts) => {
                 let mut out = String::new();
                 for p in parts {
+                    // Parts are joined with a newline, as vLLM joins text parts.
+                    if !out.is_empty() {
+                        out.push('\n');
+                    }
                     match p {
                         Part::InputText { text } | Part::OutputText { text } | Part::ReasoningText { text } => {
                             out.push_str(text)

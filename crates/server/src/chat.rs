@@ -30,6 +30,9 @@ pub struct ChatRequest {
     pub ask: LogprobAsk,
     /// Split reasoning text off the answer (when the server has a `--reasoning-parser`).
     pub separate_reasoning: bool,
+    /// Continue the last (assistant) message instead of opening a new turn: Anthropic's
+    /// prefill, vLLM's `continue_final_message`.
+    pub continue_final: bool,
 }
 
 /// How a chat answer's text becomes content, reasoning and tool calls (one [`Shaper`] per
@@ -80,7 +83,8 @@ pub fn calls_into_content(s: &AppState, m: &mut ChatMessage) {
 
 /// The prompt's token ids: the conversation through the chat template, with the tools where
 /// the template reads them (its `tools` argument, the system message, or a system prompt we
-/// write in the parser's format).
+/// write in the parser's format). With `continue_final` and a non-empty last assistant message
+/// the prompt ends inside that message, so generation continues it.
 ///
 /// # Errors
 /// A 400 naming `messages` when the template fails or the text does not tokenize.
@@ -89,7 +93,12 @@ pub fn prompt_ids(
     mut conv: Vec<ChatMessage>,
     tools: Option<&ToolRequest>,
     kwargs: &Map<String, Value>,
+    continue_final: bool,
 ) -> Result<Vec<u32>, ApiError> {
+    let prefill = match conv.last() {
+        Some(m) if continue_final && m.role == "assistant" && !m.content.is_empty() => Some(m.content.clone()),
+        _ => None,
+    };
     let where_tools = s.tokenizer.template_tools();
     let native_tools = where_tools == TemplateTools::Argument;
     let shown = tools.filter(|t| t.shown());
@@ -108,10 +117,18 @@ pub fn prompt_ids(
             _ => conv.insert(0, ChatMessage::new("system", prompt)),
         }
     }
-    let text = s
+    let mut text = s
         .tokenizer
-        .apply_chat_template_with(&conv, shown.filter(|_| native_tools).map(|t| &t.raw), kwargs, true)
+        .apply_chat_template_with(&conv, shown.filter(|_| native_tools).map(|t| &t.raw), kwargs, prefill.is_none())
         .map_err(|e| ApiError::bad("messages", e.to_string()))?;
+    if let Some(p) = prefill {
+        // vLLM's rule for `continue_final_message`: the rendered conversation is cut right after
+        // the last message's text, dropping the end-of-turn the template wrote after it.
+        let end = text.rfind(&p).map(|i| i + p.len()).ok_or_else(|| {
+            ApiError::bad("messages", "the chat template does not show the final assistant message to continue")
+        })?;
+        text.truncate(end);
+    }
     s.tokenizer.encode(&text, false).map_err(|e| ApiError::bad("messages", e.to_string()))
 }
 
@@ -120,8 +137,8 @@ pub fn prompt_ids(
 /// # Errors
 /// The template's and [`gen::prepare`]'s 400s.
 pub fn lower(s: &AppState, req: ChatRequest) -> Result<(Prepared, ChatShape), ApiError> {
-    let ChatRequest { messages, tools, kwargs, mut params, ask, separate_reasoning } = req;
-    let ids = prompt_ids(s, messages, tools.as_ref(), &kwargs)?;
+    let ChatRequest { messages, tools, kwargs, mut params, ask, separate_reasoning, continue_final } = req;
+    let ids = prompt_ids(s, messages, tools.as_ref(), &kwargs, continue_final)?;
     params.logprobs = ask.spec(ids.len());
     // A grammar forces the answer's shape from the first token: there is no reasoning to split
     // off (a `deepseek-r1` parser would otherwise take the constrained JSON for reasoning).

@@ -31,8 +31,11 @@ pub enum ApiError {
     /// The engine thread stopped (503).
     #[error("the engine is not running")]
     Unavailable,
-    /// `--api-key` is set and the request did not carry `Authorization: Bearer <key>` (401).
-    #[error("missing or wrong API key: send `Authorization: Bearer <key>` (the server's --api-key)")]
+    /// `--api-key` is set and the request carried neither `Authorization: Bearer <key>` nor
+    /// `x-api-key: <key>` (401).
+    #[error(
+        "missing or wrong API key: send `Authorization: Bearer <key>` or `x-api-key: <key>` (the server's --api-key)"
+    )]
     Unauthorized,
     /// `--max-connections` connections are open; this one is answered and closed (503).
     #[error("the server has {0} connections open (its --max-connections); retry shortly")]

@@ -85,6 +85,19 @@ pub struct GenParams {
     pub constraint: Option<(Constraint, &'static str)>,
 }
 
+impl GenParams {
+    /// Reports the constraint read from `from` as asked by `to` (an API whose structured-output
+    /// field is read as chat's `response_format`), so a schema that fails to compile later is
+    /// named as the client spelled it.
+    pub fn relabel_constraint(&mut self, from: &str, to: &'static str) {
+        if let Some((_, field)) = &mut self.constraint {
+            if *field == from {
+                *field = to;
+            }
+        }
+    }
+}
+
 /// The logprobs a request asked for, in the route's terms; [`LogprobAsk::spec`] turns them into
 /// the engine's [`LogprobSpec`] once the prompt length is known.
 #[derive(Debug, Clone, Default, PartialEq)]

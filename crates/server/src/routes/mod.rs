@@ -15,7 +15,7 @@ use crate::AppState;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
@@ -60,8 +60,8 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/v1/responses/{id}", get(responses_get).delete(responses_delete))
         .route("/generate", post(generate))
-        .fallback(|| async { ApiError::NotFound("no such route".into()) })
-        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .fallback(|uri: Uri| async move { in_shape_of(&uri, ApiError::NotFound("no such route".into())) })
+        .method_not_allowed_fallback(|uri: Uri| async move { in_shape_of(&uri, ApiError::MethodNotAllowed) })
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(axum::middleware::from_fn_with_state(state.clone(), require_api_key))
         .with_state(state)
@@ -89,6 +89,16 @@ fn typed_body<T: serde::de::DeserializeOwned>(
         }
     })?;
     Ok((t, m))
+}
+
+/// An error in the shape of the API `uri` belongs to: Anthropic's under `/v1/messages`, else
+/// OpenAI's.
+fn in_shape_of(uri: &Uri, e: ApiError) -> Response {
+    if uri.path().starts_with("/v1/messages") {
+        anthropic::AnthropicError(e).into_response()
+    } else {
+        e.into_response()
+    }
 }
 
 fn now_secs() -> u64 {
@@ -134,10 +144,8 @@ async fn require_api_key(
         || h.get_all("x-api-key").iter().any(|v| constant_time_eq(v.as_bytes(), key.as_bytes()));
     if ok {
         next.run(req).await
-    } else if path.starts_with("/v1/messages") {
-        anthropic::AnthropicError(ApiError::Unauthorized).into_response()
     } else {
-        ApiError::Unauthorized.into_response()
+        in_shape_of(req.uri(), ApiError::Unauthorized)
     }
 }
 

@@ -59,10 +59,24 @@ async fn malformed_fields_are_400s_in_each_apis_shape_before_any_stream_byte() {
         (json!({"input": "hi", "text": {"format": {"type": "json_schema"}}}), "text.format"),
         (json!({"input": "hi", "text": {"format": {"type": "yaml"}}}), "text.format"),
         (json!({"input": "hi", "reasoning": {"effort": "max"}}), "reasoning.effort"),
-        (json!({"input": "hi", "include": ["file_search_call.results"]}), "include"),
         (json!({"input": "hi", "include": ["message.output_text.logprobs"], "top_logprobs": 50}), "top_logprobs"),
         (json!({"input": "hi", "previous_response_id": 5}), "previous_response_id"),
         (json!({"input": "hi", "store": "yes"}), "store"),
+        (json!({"input": "hi", "include": ["everything"]}), "include"),
+        (json!({"input": "hi", "tools": [{"type": "function", "parameters": {}}]}), "name"),
+        (
+            json!({"input": "hi", "tools": [{"type": "function", "name": "f"}], "tool_choice": {"type": "function"}}),
+            "tool_choice",
+        ),
+        (
+            json!({"input": "hi", "text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "bogus"}}}}),
+            "text.format",
+        ),
+        (json!({"input": "hi", "conversation": "conv_1"}), "conversation"),
+        (json!({"input": "hi", "background": true}), "background"),
+        (json!({"input": "hi", "truncation": "auto"}), "truncation"),
+        (json!({"input": "hi", "prompt": {"id": "pmpt_1"}}), "prompt"),
+        (json!({"input": "hi", "metadata": {"a": 1}}), "metadata"),
     ];
     let messages: Vec<(Value, &str)> = vec![
         (json!({"messages": hi}), "max_tokens"),
@@ -99,6 +113,20 @@ async fn malformed_fields_are_400s_in_each_apis_shape_before_any_stream_byte() {
         ),
         (json!({"max_tokens": 8, "messages": hi, "output_config": {"effort": "ultra"}}), "effort"),
         (json!({"max_tokens": 8, "messages": hi, "output_config": {"format": {"type": "xml"}}}), "format"),
+        (
+            json!({"max_tokens": 8, "messages": hi, "output_config": {"format": {"type": "json_schema", "schema": {"type": "bogus"}}}}),
+            "output_config.format",
+        ),
+        (json!({"max_tokens": 8, "messages": [{"role": "user", "content": []}]}), "content"),
+        (
+            json!({"max_tokens": 8, "messages": [{"role": "user", "content": [{"type": "search_result"}]}]}),
+            "search_result",
+        ),
+        (json!({"max_tokens": 8, "messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]}), "block 0"),
+        (json!({"max_tokens": 8, "messages": hi, "temperature": 1.5}), "temperature"),
+        (json!({"max_tokens": 8, "messages": hi, "tools": [{"name": "f"}]}), "input_schema"),
+        (json!({"max_tokens": 8, "messages": hi, "tools": [{"name": "", "input_schema": {}}]}), "name"),
+        (json!({"max_tokens": 8, "messages": hi, "mcp_servers": [{"url": "x"}]}), "mcp_servers"),
     ];
     let before = requests_total(s).await;
     for stream in [false, true] {
@@ -123,7 +151,51 @@ async fn malformed_fields_are_400s_in_each_apis_shape_before_any_stream_byte() {
     }
     let (st, _, v) = post_raw(s, "/v1/messages/count_tokens", &json!({"messages": []})).await;
     assert_eq!((st, &v["error"]["type"]), (400, &json!("invalid_request_error")), "{v}");
+    // Unknown routes and methods under /v1/messages answer in Anthropic's shape too.
+    let (st, _, v) = post_raw(s, "/v1/messages/batches", &json!({})).await;
+    assert_eq!((st, &v["type"], &v["error"]["type"]), (404, &json!("error"), &json!("not_found_error")), "{v}");
+    let r = client().get(s.url("/v1/messages")).send().await.expect("get");
+    assert_eq!(r.status().as_u16(), 405);
+    let v: Value = r.json().await.expect("json");
+    assert_eq!(v["type"], "error", "{v}");
     assert_eq!(requests_total(s).await, before, "a malformed request reached the engine");
+    assert_drained(s).await;
+}
+
+/// Valid values the server has nothing to add for are accepted (agent SDKs send them), and an
+/// Anthropic prefill (a final assistant message) is continued, not closed: the prompt ends with
+/// the prefill's text, where a new turn would add the end-of-turn and the assistant header.
+#[tokio::test]
+async fn accepted_extras_and_anthropic_prefill() {
+    let s = shared();
+    let _g = lock();
+    let body = json!({"input": "hi", "max_output_tokens": 2, "store": false,
+                      "include": ["reasoning.encrypted_content"], "metadata": {"k": "v"}, "truncation": "disabled"});
+    let (st, _, v) = post_raw(s, "/v1/responses", &body).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["metadata"], json!({"k": "v"}));
+    let user = json!({"role": "user", "content": "Count to five."});
+    let count = |messages: Value| async move {
+        let (st, _, v) = post_raw(s, "/v1/messages/count_tokens", &json!({"messages": messages})).await;
+        assert_eq!(st, 200, "{v}");
+        v["input_tokens"].as_u64().expect("input_tokens")
+    };
+    let plain = count(json!([user])).await;
+    let prefilled = count(json!([user, {"role": "assistant", "content": "One, two,"}])).await;
+    let tok = sparrow_tokenizer::Tokenizer::load(&gguf()).expect("tokenizer");
+    let prefill = tok.encode("One, two,", false).expect("encode").len() as u64;
+    assert_eq!(prefilled, plain + prefill, "the prompt ends inside the assistant's turn");
+    let (st, _, m) = post_raw(
+        s,
+        "/v1/messages",
+        &json!({"max_tokens": 3, "messages": [user, {"role": "assistant", "content": "One, two,"}], "temperature": 0}),
+    )
+    .await;
+    assert_eq!(st, 200, "{m}");
+    assert_eq!(
+        m["usage"]["input_tokens"].as_u64().unwrap_or(0) + m["usage"]["cache_read_input_tokens"].as_u64().unwrap_or(0),
+        prefilled
+    );
     assert_drained(s).await;
 }
 

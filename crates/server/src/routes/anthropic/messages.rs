@@ -17,7 +17,7 @@ use super::render::{self, Render};
 use super::AnthropicError;
 use crate::chat::{self, ChatRequest};
 use crate::error::ApiError;
-use crate::gen;
+use crate::gen::{self, EndReason};
 use crate::params::{self, Api};
 use crate::tools::ToolRequest;
 use crate::AppState;
@@ -33,12 +33,21 @@ use sparrow_protocol::anthropic::{
 };
 use sparrow_tokenizer::ChatMessage;
 
+/// Appends a text block: blocks are joined with a newline, as vLLM joins text parts (several
+/// blocks per turn are common; joined bare, words would fuse at the seams).
+fn push_block(out: &mut String, text: &str) {
+    if !out.is_empty() {
+        out.push('\n');
+    }
+    out.push_str(text);
+}
+
 /// Text of text blocks; other kinds are a 400 naming where they are.
 fn blocks_text(blocks: &[Block], at: &str) -> Result<String, ApiError> {
     let mut out = String::new();
     for (j, b) in blocks.iter().enumerate() {
         match b {
-            Block::Text { text } => out.push_str(text),
+            Block::Text { text } => push_block(&mut out, text),
             other => return Err(unsupported(other, &format!("{at}[{j}]"), "text blocks only")),
         }
     }
@@ -71,6 +80,9 @@ fn lower_messages(r: &MessagesRequest) -> Result<Vec<ChatMessage>, ApiError> {
     for (i, m) in r.messages.iter().enumerate() {
         let blocks = match &m.content {
             MessageContent::Text(t) => vec![Block::Text { text: t.clone() }],
+            MessageContent::Blocks(b) if b.is_empty() => {
+                return Err(ApiError::bad("messages", format!("messages[{i}].content must not be empty")))
+            }
             MessageContent::Blocks(b) => b.clone(),
         };
         match m.role.as_str() {
@@ -78,7 +90,7 @@ fn lower_messages(r: &MessagesRequest) -> Result<Vec<ChatMessage>, ApiError> {
                 let mut text = String::new();
                 for (j, b) in blocks.iter().enumerate() {
                     match b {
-                        Block::Text { text: t } => text.push_str(t),
+                        Block::Text { text: t } => push_block(&mut text, t),
                         Block::ToolResult { tool_use_id, content, is_error } => {
                             let mut out = match content {
                                 None => String::new(),
@@ -115,7 +127,7 @@ fn lower_messages(r: &MessagesRequest) -> Result<Vec<ChatMessage>, ApiError> {
                 let mut calls = Vec::new();
                 for (j, b) in blocks.iter().enumerate() {
                     match b {
-                        Block::Text { text } => msg.content.push_str(text),
+                        Block::Text { text } => push_block(&mut msg.content, text),
                         Block::Thinking { thinking, .. } => {
                             msg.reasoning_content.get_or_insert_with(String::new).push_str(thinking)
                         }
@@ -156,7 +168,13 @@ fn tool_fields(s: &AppState, r: &MessagesRequest) -> Result<Option<ToolRequest>,
                     format!("tools[{i}]: {k:?} server tools are not supported by this server (client tools are)"),
                 ));
             }
-            let mut f = json!({"name": t.name, "parameters": t.input_schema});
+            if t.name.is_empty() {
+                return Err(ApiError::bad("tools", format!("tools[{i}].name must be a non-empty string")));
+            }
+            let Some(schema) = &t.input_schema else {
+                return Err(ApiError::bad("tools", format!("tools[{i}].input_schema is required")));
+            };
+            let mut f = json!({"name": t.name, "parameters": schema});
             if let Some(d) = &t.description {
                 f["description"] = json!(d);
             }
@@ -186,10 +204,11 @@ fn tool_fields(s: &AppState, r: &MessagesRequest) -> Result<Option<ToolRequest>,
 fn thinking_kwargs(r: &MessagesRequest) -> Result<Map<String, Value>, ApiError> {
     let mut kwargs = Map::new();
     match &r.thinking {
-        None | Some(Thinking::Adaptive) => {}
-        Some(Thinking::Disabled) => {
+        // The API thinks only when asked to; a template that thinks by default (Qwen 3) is told.
+        None | Some(Thinking::Disabled) => {
             kwargs.insert("enable_thinking".into(), json!(false));
         }
+        Some(Thinking::Adaptive) => {}
         Some(Thinking::BetweenTools) => {
             kwargs.insert("enable_thinking".into(), json!(true));
         }
@@ -224,6 +243,14 @@ fn lower(s: &AppState, r: &MessagesRequest, raw: &Map<String, Value>) -> Result<
     if max == 0 {
         return Err(ApiError::bad("max_tokens", "max_tokens must be at least 1"));
     }
+    if let Some(t) = r.temperature.filter(|t| !(0.0..=1.0).contains(t)) {
+        return Err(ApiError::bad("temperature", format!("temperature must be between 0 and 1, got {t}")));
+    }
+    for (field, v) in [("mcp_servers", &r.mcp_servers), ("container", &r.container)] {
+        if v.as_ref().is_some_and(|v| !v.is_null()) {
+            return Err(ApiError::bad(field, format!("{field} is not supported by this server")));
+        }
+    }
     let mut pm: Map<String, Value> = ["temperature", "top_p", "top_k"]
         .iter()
         .filter_map(|k| raw.get(*k).map(|v| ((*k).to_owned(), v.clone())))
@@ -238,6 +265,7 @@ fn lower(s: &AppState, r: &MessagesRequest, raw: &Map<String, Value>) -> Result<
     let tools = tool_fields(s, r)?;
     let mut params = params::parse(&pm, Api::Chat)
         .map_err(|e| e.renamed("stop", "stop_sequences").renamed("response_format", "output_config.format"))?;
+    params.relabel_constraint("response_format", "output_config.format");
     chat::add_tool_constraint(&mut params, tools.as_ref())?;
     let kwargs = thinking_kwargs(r)?;
     let mut messages = lower_messages(r)?;
@@ -245,7 +273,9 @@ fn lower(s: &AppState, r: &MessagesRequest, raw: &Map<String, Value>) -> Result<
         chat::calls_into_content(s, m);
     }
     let ask = params::parse_logprobs(&Map::new(), Api::Chat, false)?;
-    Ok(ChatRequest { messages, tools, kwargs, params, ask, separate_reasoning: true })
+    // A final assistant message is a prefill: the answer continues it.
+    let continue_final = messages.last().is_some_and(|m| m.role == "assistant");
+    Ok(ChatRequest { messages, tools, kwargs, params, ask, separate_reasoning: true, continue_final })
 }
 
 /// `POST /v1/messages`.
@@ -270,6 +300,9 @@ pub(crate) async fn messages(
     if let Some(e) = finish.error {
         return Err(ApiError::Engine(e).into());
     }
+    if finish.reason == EndReason::Abort {
+        return Err(ApiError::Engine("the request was aborted".into()).into());
+    }
     render.finish(&finish);
     Ok(Json(render.message()).into_response())
 }
@@ -286,6 +319,7 @@ pub(crate) async fn count_tokens(
     for m in &mut messages {
         chat::calls_into_content(&s, m);
     }
-    let ids = chat::prompt_ids(&s, messages, tools.as_ref(), &kwargs)?;
+    let continue_final = messages.last().is_some_and(|m| m.role == "assistant");
+    let ids = chat::prompt_ids(&s, messages, tools.as_ref(), &kwargs, continue_final)?;
     Ok(Json(json!({"input_tokens": ids.len()})).into_response())
 }

@@ -39,8 +39,14 @@ pub(crate) fn error_type(e: &ApiError) -> &'static str {
 
 impl IntoResponse for AnthropicError {
     fn into_response(self) -> Response {
-        let status = self.0.status();
-        let mut r = (status, Json(ErrorBody::new(error_type(&self.0), self.0.to_string()))).into_response();
+        let kind = error_type(&self.0);
+        // Anthropic answers "overloaded" with its own 529.
+        let status = if kind == "overloaded_error" {
+            StatusCode::from_u16(529).unwrap_or(StatusCode::SERVICE_UNAVAILABLE)
+        } else {
+            self.0.status()
+        };
+        let mut r = (status, Json(ErrorBody::new(kind, self.0.to_string()))).into_response();
         if status == StatusCode::UNAUTHORIZED {
             r.headers_mut().insert("www-authenticate", axum::http::HeaderValue::from_static("x-api-key"));
         }

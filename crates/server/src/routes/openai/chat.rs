@@ -84,7 +84,8 @@ pub(crate) async fn chat(State(s): State<AppState>, body: Result<Bytes, BytesRej
         chat::calls_into_content(&s, &mut m);
         messages.push(m);
     }
-    let req = ChatRequest { messages, tools, kwargs, params, ask: ask.clone(), separate_reasoning };
+    let continue_final = b.continue_final_message.unwrap_or(false);
+    let req = ChatRequest { messages, tools, kwargs, params, ask: ask.clone(), separate_reasoning, continue_final };
     let (prep, shape) = chat::lower(&s, req)?;
     oai_respond(&s, Kind::Chat, vec![(prep, None)], ask, shape, stream, opts).await
 }

@@ -49,6 +49,19 @@ const SAMPLING_FIELDS: &[&str] = &[
 /// The `include` value that turns on `output_text` logprobs.
 const INCLUDE_LOGPROBS: &str = "message.output_text.logprobs";
 
+/// The API's other `include` values: accepted, with nothing to add (they ask for outputs of
+/// built-in tools and images this server does not run, or for encrypted reasoning, which it
+/// does not produce; agent SDKs send `reasoning.encrypted_content` whenever `store` is false).
+const INCLUDE_NOTHING: &[&str] = &[
+    "file_search_call.results",
+    "web_search_call.results",
+    "web_search_call.action.sources",
+    "message.input_image.image_url",
+    "computer_call_output.output.image_url",
+    "code_interpreter_call.outputs",
+    "reasoning.encrypted_content",
+];
+
 /// `reasoning.effort` values the API defines.
 const EFFORTS: &[&str] = &["none", "minimal", "low", "medium", "high", "xhigh"];
 
@@ -129,7 +142,10 @@ fn tool_fields(s: &AppState, r: &ResponsesRequest) -> Result<Option<ToolRequest>
                     format!("tools[{i}]: {:?} tools are not supported by this server (function tools are)", t.kind),
                 ));
             }
-            let mut f = json!({"name": t.name, "parameters": t.parameters});
+            let Some(name) = t.name.as_deref().filter(|n| !n.is_empty()) else {
+                return Err(ApiError::bad("tools", format!("tools[{i}].name must be a non-empty string")));
+            };
+            let mut f = json!({"name": name, "parameters": t.parameters});
             if let Some(d) = &t.description {
                 f["description"] = json!(d);
             }
@@ -140,7 +156,10 @@ fn tool_fields(s: &AppState, r: &ResponsesRequest) -> Result<Option<ToolRequest>
     if let Some(c) = &r.tool_choice {
         let c = match c {
             Value::String(_) => c.clone(),
-            Value::Object(o) if o.get("type").and_then(Value::as_str) == Some("function") => {
+            Value::Object(o)
+                if o.get("type").and_then(Value::as_str) == Some("function")
+                    && o.get("name").is_some_and(Value::is_string) =>
+            {
                 json!({"type": "function", "function": {"name": o.get("name")}})
             }
             _ => {
@@ -158,12 +177,37 @@ fn tool_fields(s: &AppState, r: &ResponsesRequest) -> Result<Option<ToolRequest>
     ToolRequest::parse(&m, s.parsers)
 }
 
-/// The request lowered: the chat request, the conversation to store, and the request's echo.
+/// Refuses what this server does not do, by name, rather than answering as if it had.
+fn refuse_unsupported(r: &ResponsesRequest) -> Result<(), ApiError> {
+    let refuse =
+        |field: &str, why: &str| Err(ApiError::bad(field, format!("{field} is not supported by this server ({why})")));
+    if r.conversation.as_ref().is_some_and(|v| !v.is_null()) {
+        return refuse("conversation", "use previous_response_id");
+    }
+    if r.background == Some(true) {
+        return refuse("background", "responses are answered while the request is open");
+    }
+    if r.prompt.as_ref().is_some_and(|v| !v.is_null()) {
+        return refuse("prompt", "stored prompt templates");
+    }
+    if r.truncation.as_deref().is_some_and(|t| t != "disabled") {
+        return refuse("truncation", "an input past the context length is a 400, never cut");
+    }
+    if let Some(m) = &r.metadata {
+        if m.len() > 16 || m.values().any(|v| !v.is_string()) {
+            return Err(ApiError::bad("metadata", "metadata must hold at most 16 string values"));
+        }
+    }
+    Ok(())
+}
+
+/// The request lowered: the chat request and the conversation to store.
 fn lower(
     s: &AppState,
     r: &ResponsesRequest,
     raw: &Map<String, Value>,
 ) -> Result<(ChatRequest, Vec<ChatMessage>), ApiError> {
+    refuse_unsupported(r)?;
     let mut pm: Map<String, Value> =
         SAMPLING_FIELDS.iter().filter_map(|k| raw.get(*k).map(|v| ((*k).to_owned(), v.clone()))).collect();
     if let Some(m) = r.max_output_tokens {
@@ -186,11 +230,10 @@ fn lower(
     }
     // Logprobs come back when `include` asks for them; `top_logprobs` sets the alternatives.
     let lp_on = r.include.iter().flatten().any(|i| i == INCLUDE_LOGPROBS);
-    if let Some(bad) = r.include.iter().flatten().find(|i| *i != INCLUDE_LOGPROBS) {
-        return Err(ApiError::bad(
-            "include",
-            format!("include {bad:?} is not supported by this server ({INCLUDE_LOGPROBS} is)"),
-        ));
+    if let Some(bad) =
+        r.include.iter().flatten().find(|i| *i != INCLUDE_LOGPROBS && !INCLUDE_NOTHING.contains(&i.as_str()))
+    {
+        return Err(ApiError::bad("include", format!("include {bad:?} is not one of the API's values")));
     }
     if lp_on {
         pm.insert("logprobs".into(), json!(true));
@@ -199,6 +242,7 @@ fn lower(
     let tools = tool_fields(s, r)?;
     let mut params = params::parse(&pm, Api::Chat).map_err(|e| e.renamed("response_format", "text.format"))?;
     params.max_tokens_field = "max_output_tokens";
+    params.relabel_constraint("response_format", "text.format");
     chat::add_tool_constraint(&mut params, tools.as_ref())?;
     let mut kwargs = Map::new();
     if let Some(effort) = r.reasoning.as_ref().and_then(|x| x.effort.as_deref()) {
@@ -216,6 +260,7 @@ fn lower(
         Some(id) => s.responses.get(id).map(|st| st.history).ok_or_else(|| not_found(id))?,
     };
     match &r.input {
+        None if r.previous_response_id.is_some() => {}
         None => return Err(ApiError::bad("input", "input is required")),
         Some(Input::Text(t)) => history.push(ChatMessage::new("user", t.clone())),
         Some(Input::Items(items)) => lower_items(items, &mut history)?,
@@ -232,7 +277,8 @@ fn lower(
         chat::calls_into_content(s, m);
     }
     let ask = params::parse_logprobs(&pm, Api::Chat, false)?;
-    Ok((ChatRequest { messages, tools, kwargs, params, ask, separate_reasoning: true }, history))
+    let req = ChatRequest { messages, tools, kwargs, params, ask, separate_reasoning: true, continue_final: false };
+    Ok((req, history))
 }
 
 /// `POST /v1/responses`.

@@ -90,6 +90,7 @@ impl Render {
         base.insert("text".into(), raw.get("text").cloned().unwrap_or_else(|| json!({"format": {"type": "text"}})));
         base.insert("top_logprobs".into(), echo("top_logprobs"));
         base.insert("truncation".into(), json!("disabled"));
+        base.insert("background".into(), json!(false));
         base.insert("user".into(), echo("user"));
         Render {
             base,
@@ -330,7 +331,8 @@ impl Render {
             }
             (None, EndReason::Abort) => {
                 self.close("incomplete");
-                self.status = "cancelled";
+                self.status = "failed";
+                self.error = Some(json!({"code": "server_error", "message": "the request was aborted"}));
             }
             (None, EndReason::Stop) => {
                 self.close("completed");
