@@ -1,20 +1,22 @@
-//! Sparrow's HTTP server: OpenAI (`/v1/completions`, `/v1/chat/completions`, `/v1/models`) and
-//! SGLang-native (`/generate`, `/get_model_info`, `/get_server_info`, `/flush_cache`,
-//! `/tokenize`, `/detokenize`, `/health`, `/health_generate`, `/metrics`) routes over one
-//! [`Engine`].
+//! Sparrow's HTTP server: OpenAI (`/v1/completions`, `/v1/chat/completions`, `/v1/responses`,
+//! `/v1/models`), Anthropic (`/v1/messages`, `/v1/messages/count_tokens`) and SGLang-native
+//! (`/generate`, `/get_model_info`, `/get_server_info`, `/flush_cache`, `/tokenize`,
+//! `/detokenize`, `/health`, `/health_generate`, `/metrics`) routes over one [`Engine`].
 //!
-//! Modules: [`params`] validates request fields; [`gen`] runs a request on the engine and turns
-//! tokens into text ([`detok`]); [`routes`] renders OpenAI / SGLang bodies and SSE streams;
-//! [`tools`] parses tool calls and reasoning on chat; [`grammar`] compiles structured-output
-//! constraints (GBNF through [`gbnf`]); [`logprobs`] shapes logprobs per API; [`error`] maps
-//! every failure to a status and OpenAI error JSON; [`metrics`] is the Prometheus registry;
-//! [`conn`] is the connection layer (timeouts, connection cap). `app(state)` builds the router
-//! apart from any socket, so tests can drive it directly.
+//! Modules: [`routes`] reads each API's typed request (from `sparrow_protocol`) and renders its
+//! bodies and SSE streams; [`chat`] is the one internal chat request every chat-like API lowers
+//! into; [`params`] validates the sampling fields all APIs share; [`gen`] runs a request on the
+//! engine and turns tokens into text ([`detok`]); [`tools`] parses tool calls and reasoning;
+//! [`grammar`] compiles structured-output constraints (GBNF through [`gbnf`]); [`logprobs`]
+//! shapes logprobs per API; [`store`] keeps stored Responses; [`error`] maps every failure to a
+//! status and error JSON; [`metrics`] is the Prometheus registry; [`conn`] is the connection
+//! layer (timeouts, connection cap). `app(state)` builds the router apart from any socket, so
+//! tests can drive it directly.
 //!
 //! ```text
-//! body -> routes -> params (validate) -> tokenize / chat template -> gen (NewRequest per choice)
-//!      -> Engine -> Output events -> gen + detok (text, stop strings) -> routes (sparrow_protocol
-//!      types as JSON or SSE frames)
+//! body -> routes (typed request) -> chat::ChatRequest (chat-like APIs) -> params (validate)
+//!      -> chat template -> gen (NewRequest per choice) -> Engine -> Output events
+//!      -> gen + detok (text, stop strings) -> ChoiceEvent -> one renderer per API (JSON or SSE)
 //! ```
 
 pub mod chat;
