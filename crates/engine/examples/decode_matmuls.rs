@@ -16,7 +16,8 @@ fn main() {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let m = LlamaModel::load(std::path::Path::new(path), threads).expect("model");
     let (pool, isa) = m.pool_isa();
-    let isa = std::env::var("ISA").ok().and_then(|n| Isa::available().into_iter().find(|i| i.name() == n)).unwrap_or(isa);
+    let isa =
+        std::env::var("ISA").ok().and_then(|n| Isa::available().into_iter().find(|i| i.name() == n)).unwrap_or(isa);
     let mats = m.decode_matrices();
     let bytes: usize = mats.iter().map(|(_, w)| w.bytes()).sum();
     let kmax = mats.iter().map(|(_, w)| w.cols()).max().unwrap_or(0);

@@ -287,4 +287,3 @@ pub fn derive_config(
         policy: args.schedule_policy,
     })
 }
-

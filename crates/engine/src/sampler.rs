@@ -226,7 +226,12 @@ mod tests {
     /// once per output token; tokens seen nowhere untouched.
     #[test]
     fn penalties_by_hand() {
-        let p = SamplingParams { repetition_penalty: 2.0, frequency_penalty: 0.5, presence_penalty: 0.25, ..Default::default() };
+        let p = SamplingParams {
+            repetition_penalty: 2.0,
+            frequency_penalty: 0.5,
+            presence_penalty: 0.25,
+            ..Default::default()
+        };
         let mut l = [2.0f32, -1.0, 0.5, 3.0, 7.0];
         let h = History { prompt: &[0, 1, 0], output: &[3, 3, 2], stop_ids: &[] };
         apply_penalties(&mut l, &p, &h);
@@ -248,7 +253,12 @@ mod tests {
         let done = History { output: &[0, 0], ..h };
         assert_eq!(sample_seq(&mut [0.0, 1.0, 9.0], &p, &done), 2);
         // Bias +1 then repetition 2 on token 0 (in the prompt): (1 + 1) / 2 = 1 < 1.5.
-        let q = SamplingParams { temperature: 0.0, logit_bias: vec![(0, 1.0)], repetition_penalty: 2.0, ..Default::default() };
+        let q = SamplingParams {
+            temperature: 0.0,
+            logit_bias: vec![(0, 1.0)],
+            repetition_penalty: 2.0,
+            ..Default::default()
+        };
         let h0 = History { prompt: &[0], output: &[], stop_ids: &[] };
         let mut row = [1.0f32, 1.5];
         assert_eq!(sample_seq(&mut row, &q, &h0), 1);

@@ -160,7 +160,9 @@ impl<'a> Gguf<'a> {
     pub fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>, EngineError> {
         let (ty, shape, data) = self.tensor(name)?;
         if shape.iter().product::<usize>() != len || ty.is_block() {
-            return Err(EngineError::model(format!("tensor {name}: shape {shape:?} type {ty:?}, want [{len}] F32/F16")));
+            return Err(EngineError::model(format!(
+                "tensor {name}: shape {shape:?} type {ty:?}, want [{len}] F32/F16"
+            )));
         }
         let mut v = vec![0f32; len];
         dequantize_row(ty, data, &mut v);

@@ -20,11 +20,10 @@ pub use safetensors::tensor::Dtype;
 use safetensors::SafeTensors;
 use serde_json::Value;
 
+use crate::EngineError;
 use sparrow_cpu::format::nvfp4::{Nvfp4Matrix, BLOCK};
 use sparrow_cpu::half::f16_to_f32;
 use sparrow_cpu::Weight;
-use crate::EngineError;
-
 
 /// The NVFP4 quantization config of a checkpoint.
 #[derive(Debug, Clone, PartialEq)]
@@ -56,7 +55,10 @@ impl QuantConfig {
         let (source, q) = if hqc.is_file() {
             let v = read_json(&hqc)?;
             let q = v.get("quantization").cloned().ok_or_else(|| {
-                EngineError::model(format!("{}: no \"quantization\" object (ModelOpt's hf_quant_config.json has one)", hqc.display()))
+                EngineError::model(format!(
+                    "{}: no \"quantization\" object (ModelOpt's hf_quant_config.json has one)",
+                    hqc.display()
+                ))
             })?;
             (hqc.display().to_string(), q)
         } else if let Some(q) = config.get("quantization_config") {
@@ -76,16 +78,24 @@ impl QuantConfig {
         }
         let group_size = q.get("group_size").and_then(Value::as_u64).unwrap_or(BLOCK as u64) as usize;
         if group_size != BLOCK {
-            return Err(EngineError::model(format!("{source}: group_size {group_size} is not supported (NVFP4 uses {BLOCK})")));
+            return Err(EngineError::model(format!(
+                "{source}: group_size {group_size} is not supported (NVFP4 uses {BLOCK})"
+            )));
         }
         let list = q.get("exclude_modules").or_else(|| q.get("ignore"));
         let exclude = match list {
             None | Some(Value::Null) => Vec::new(),
             Some(Value::Array(a)) => a
                 .iter()
-                .map(|p| p.as_str().map(str::to_owned).ok_or_else(|| EngineError::model(format!("{source}: non-string pattern {p}"))))
+                .map(|p| {
+                    p.as_str()
+                        .map(str::to_owned)
+                        .ok_or_else(|| EngineError::model(format!("{source}: non-string pattern {p}")))
+                })
                 .collect::<Result<_, _>>()?,
-            Some(other) => return Err(EngineError::model(format!("{source}: exclude list is {other}, want an array of globs"))),
+            Some(other) => {
+                return Err(EngineError::model(format!("{source}: exclude list is {other}, want an array of globs")))
+            }
         };
         Ok(Some(QuantConfig { source, group_size, exclude }))
     }
@@ -169,7 +179,8 @@ impl Checkpoint {
             // Validates the whole header (offsets, sizes) once; afterwards tensors are sliced
             // straight out of the map.
             SafeTensors::deserialize(&map).map_err(|e| EngineError::model(format!("{}: {e}", f.display())))?;
-            let (n, meta) = SafeTensors::read_metadata(&map).map_err(|e| EngineError::model(format!("{}: {e}", f.display())))?;
+            let (n, meta) =
+                SafeTensors::read_metadata(&map).map_err(|e| EngineError::model(format!("{}: {e}", f.display())))?;
             let base = 8 + n;
             for (name, info) in meta.tensors() {
                 let (a, b) = info.data_offsets;
@@ -198,12 +209,14 @@ impl Checkpoint {
     /// # Errors
     /// A missing tensor, named with the directory.
     pub fn raw(&self, name: &str) -> Result<RawTensor<'_>, EngineError> {
-        let (i, dtype, shape, range) =
-            self.index.get(name).ok_or_else(|| EngineError::model(format!("{}: tensor {name} missing", self.dir.display())))?;
+        let (i, dtype, shape, range) = self
+            .index
+            .get(name)
+            .ok_or_else(|| EngineError::model(format!("{}: tensor {name} missing", self.dir.display())))?;
         let (path, map) = &self.maps[*i];
-        let data = map
-            .get(range.clone())
-            .ok_or_else(|| EngineError::model(format!("{}: tensor {name} runs past the end of the file", path.display())))?;
+        let data = map.get(range.clone()).ok_or_else(|| {
+            EngineError::model(format!("{}: tensor {name} runs past the end of the file", path.display()))
+        })?;
         Ok(RawTensor { dtype: *dtype, shape: shape.clone(), data })
     }
 
@@ -248,7 +261,10 @@ impl Checkpoint {
                 )))
             }
             (Some(q), true) if q.is_excluded(module) => {
-                return Err(EngineError::model(format!("{module} is NVFP4 but {} excludes it from quantization", q.source)))
+                return Err(EngineError::model(format!(
+                    "{module} is NVFP4 but {} excludes it from quantization",
+                    q.source
+                )))
             }
             (Some(q), false) if !q.is_excluded(module) => {
                 return Err(EngineError::model(format!(
@@ -293,7 +309,10 @@ impl Checkpoint {
         want(&w, "weight", Dtype::U8, &[rows, cols / 2])?;
         want(&s, "weight_scale", Dtype::F8_E4M3, &[rows, cols / BLOCK])?;
         if s2.dtype != Dtype::F32 || s2.shape.iter().product::<usize>() != 1 {
-            return Err(EngineError::model(format!("{module}.weight_scale_2: {:?} {:?}, want one F32", s2.dtype, s2.shape)));
+            return Err(EngineError::model(format!(
+                "{module}.weight_scale_2: {:?} {:?}, want one F32",
+                s2.dtype, s2.shape
+            )));
         }
         let g = f32::from_le_bytes([s2.data[0], s2.data[1], s2.data[2], s2.data[3]]);
         if !g.is_finite() || g <= 0.0 {
@@ -329,8 +348,9 @@ pub fn to_f32(name: &str, t: RawTensor<'_>) -> Result<Vec<f32>, EngineError> {
         }
         Dtype::F16 => d.chunks_exact(2).map(|c| f16_to_f32(u16::from_le_bytes([c[0], c[1]]))).collect(),
         other => {
-            return Err(EngineError::model(format!("tensor {name}: dtype {other:?} is not supported here (F32, BF16, F16 are)")))
+            return Err(EngineError::model(format!(
+                "tensor {name}: dtype {other:?} is not supported here (F32, BF16, F16 are)"
+            )))
         }
     })
 }
-

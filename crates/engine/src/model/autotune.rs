@@ -18,8 +18,8 @@ use serde::{Deserialize, Serialize};
 use crate::model::common::Scratch;
 use crate::model::glm5::{Glm5Model, MoeImpl};
 use crate::model::linear::Fwd;
-use sparrow_cpu::format::ggml::QActs;
 use crate::EngineError;
+use sparrow_cpu::format::ggml::QActs;
 
 /// Timed runs per (bucket, implementation); the minimum is kept.
 pub const REPEATS: usize = 3;

@@ -533,7 +533,10 @@ mod tests {
         let dir = tempfile::tempdir().expect("tmp");
         let m = FakeModel::new(100, 4096, Predict::NextToken);
         let k = key(&m, "", "avx2", 2, 256);
-        assert_eq!(k, format!("batchcap_fake_gqa_L1_H1_V100_kv8_W0_avx2_2t_ctx256_k{}", sparrow_cpu::KERNEL_GENERATION));
+        assert_eq!(
+            k,
+            format!("batchcap_fake_gqa_L1_H1_V100_kv8_W0_avx2_2t_ctx256_k{}", sparrow_cpu::KERNEL_GENERATION)
+        );
         let s = Stored {
             key: k.clone(),
             context_len: 256,

@@ -207,7 +207,12 @@ impl Scratch {
     pub fn take(&mut self, n: usize) -> Vec<f32> {
         let exact = self.free.iter().position(|v| v.len() == n);
         let fit = || {
-            self.free.iter().enumerate().filter(|(_, v)| v.capacity() >= n).min_by_key(|(_, v)| v.capacity()).map(|(i, _)| i)
+            self.free
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| v.capacity() >= n)
+                .min_by_key(|(_, v)| v.capacity())
+                .map(|(i, _)| i)
         };
         match exact.or_else(fit) {
             Some(i) => {
@@ -226,7 +231,9 @@ impl Scratch {
             return;
         }
         self.free.push(v);
-        while self.free.len() > Self::KEEP || self.free.iter().map(|v| v.capacity() * 4).sum::<usize>() > Self::MAX_BYTES {
+        while self.free.len() > Self::KEEP
+            || self.free.iter().map(|v| v.capacity() * 4).sum::<usize>() > Self::MAX_BYTES
+        {
             let Some(i) = self.free.iter().enumerate().min_by_key(|(_, v)| v.capacity()).map(|(i, _)| i) else { break };
             self.free.swap_remove(i);
         }

@@ -4,15 +4,16 @@
 //! needs ([`AttentionNeeds`]) and the backend states what it provides ([`BackendCaps`]);
 //! [`check_compat`] refuses a mismatched pair with a message before any request is admitted.
 
-pub mod common;
 pub mod autotune;
 pub mod batch_cap;
+pub mod common;
 pub mod gemma3;
 pub mod glm5;
 pub mod linear;
 pub mod llama;
 pub mod load;
 pub mod observer;
+pub mod routing;
 pub mod vb;
 
 use crate::batch::ForwardBatch;
@@ -43,7 +44,8 @@ pub struct ModelInfo {
 
 /// The weight forms [`PartTimes::gemm_by_kind`] splits the matmul time by (`Weight::kind`'s
 /// names).
-pub const GEMM_KINDS: [&str; 12] = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "F16", "BF16", "F32", "NVFP4"];
+pub const GEMM_KINDS: [&str; 12] =
+    ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "F16", "BF16", "F32", "NVFP4"];
 
 /// Wall time of a model's forward passes by part, in seconds summed over the calls since the
 /// timing was switched on (`set_profile(true)` on a model): for benchmarks that want to see
@@ -156,8 +158,13 @@ pub const CPU_BACKEND: BackendCaps =
 
 /// The CPU DSA backend: MLA over the latent cache with DeepSeek sparse attention (indexer
 /// top-k), named after SGLang's `--attention-backend dsa` (`nsa` before 0.5.23).
-pub const DSA_BACKEND: BackendCaps =
-    BackendCaps { name: "dsa", kinds: &["mla+dsa"], mixed_batches: true, extend_with_prefix: true, sliding_window: false };
+pub const DSA_BACKEND: BackendCaps = BackendCaps {
+    name: "dsa",
+    kinds: &["mla+dsa"],
+    mixed_batches: true,
+    extend_with_prefix: true,
+    sliding_window: false,
+};
 
 /// Every attention backend this build has.
 pub const BACKENDS: &[BackendCaps] = &[CPU_BACKEND, DSA_BACKEND];

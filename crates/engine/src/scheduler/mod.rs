@@ -29,14 +29,14 @@ mod schedule;
 #[cfg(test)]
 mod tests;
 
-pub use crate::request::{FinishReason, LogprobSpec, NewRequest, Output, TokenConstraint, TokenLogprob, TokenUsage};
 pub use crate::config::{SchedulePolicy, SchedulerConfig};
+pub use crate::request::{FinishReason, LogprobSpec, NewRequest, Output, TokenConstraint, TokenLogprob, TokenUsage};
 pub use schedule::Scheduled;
 
 use crate::batch::ForwardBatch;
+use crate::kv::radix::RadixCache;
 use crate::kv::{KvStore, PageAllocator};
 use crate::model::Model;
-use crate::kv::radix::RadixCache;
 use crate::sampler::SamplingParams;
 use crate::EngineError;
 

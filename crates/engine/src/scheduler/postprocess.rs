@@ -5,8 +5,8 @@
 //! `process_batch_result`).
 
 use super::{usage, Scheduled, Scheduler};
-use crate::request::{FinishReason, Output};
 use crate::logprobs::row_logprobs;
+use crate::request::{FinishReason, Output};
 use crate::sampler::{sample_seq, History};
 use crate::EngineError;
 
@@ -106,7 +106,8 @@ impl Scheduler {
                     }
                 }
             }
-            let h = History { prompt: &r.tokens[..r.prompt_len], output: &r.tokens[r.prompt_len..], stop_ids: &r.stop_ids };
+            let h =
+                History { prompt: &r.tokens[..r.prompt_len], output: &r.tokens[r.prompt_len..], stop_ids: &r.stop_ids };
             let tok = sample_seq(&mut row, &r.sampling, &h);
             let logprob = r
                 .logprobs
@@ -140,7 +141,6 @@ impl Scheduler {
         }
         self.last_batch = Some(batch);
     }
-
 }
 
 /// Row `k` of `[rows × vocab]` logits.

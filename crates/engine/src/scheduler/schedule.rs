@@ -51,7 +51,11 @@ impl Scheduler {
         let mut logit_rows_left = self.logit_row_budget;
         for i in order {
             let rem = self.running[i].tokens.len() - self.running[i].kv_len;
-            let n = if rem == 1 { 1 } else { self.running[i].cap_for_logits(self.running[i].kv_len, rem.min(budget), logit_rows_left) };
+            let n = if rem == 1 {
+                1
+            } else {
+                self.running[i].cap_for_logits(self.running[i].kv_len, rem.min(budget), logit_rows_left)
+            };
             if n == 0 {
                 continue;
             }

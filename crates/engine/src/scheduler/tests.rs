@@ -109,7 +109,10 @@ fn a_failed_forward_fails_only_that_batch() {
     let mut out = Vec::new();
     let sched = s.schedule(&mut out).expect("a batch");
     s.postprocess(sched, Err(EngineError::Internal("boom".into())), &mut out);
-    assert!(matches!(&out[..], [Output::Started { id: 1, .. }, Output::Finished { id: 1, reason: FinishReason::Error(m), .. }] if m.contains("boom")), "{out:?}");
+    assert!(
+        matches!(&out[..], [Output::Started { id: 1, .. }, Output::Finished { id: 1, reason: FinishReason::Error(m), .. }] if m.contains("boom")),
+        "{out:?}"
+    );
     assert!(s.is_idle());
     s.submit(req(2, vec![1, 2, 3], 2)).expect("admissible");
     let (done, _) = drain(&mut s, &mut m, &mut kv);
@@ -143,12 +146,15 @@ fn prompt_logprobs_survive_chunks_the_row_budget_and_the_radix_cache() {
     // 20 arbitrary tokens, then 30 the model predicts itself.
     let head: Vec<u32> = (0..20).map(|i| (i * 11 + 5) % V as u32).collect();
     let prompt = [head.clone(), m.reference(&head, 30, None, 4096).0].concat();
-    let predicted: Vec<u32> = (1..=prompt.len()).map(|p| *m.reference(&prompt[..p], 1, None, 4096).0.first().unwrap_or(&0)).collect();
+    let predicted: Vec<u32> =
+        (1..=prompt.len()).map(|p| *m.reference(&prompt[..p], 1, None, 4096).0.first().unwrap_or(&0)).collect();
     let lse = (1f64.exp() + (V - 1) as f64).ln();
     let spec = LogprobSpec { output: true, prompt_start: Some(0), top_n: 2, token_ids: vec![3] };
     s.submit(NewRequest { logprobs: spec.clone(), ..req(1, prompt.clone(), 3) }).expect("admissible");
     let outs = drain_all(&mut s, &mut m, &mut kv);
-    let Some(Output::PromptLogprobs { start: 0, entries, .. }) = outs.iter().find(|o| matches!(o, Output::PromptLogprobs { .. })) else {
+    let Some(Output::PromptLogprobs { start: 0, entries, .. }) =
+        outs.iter().find(|o| matches!(o, Output::PromptLogprobs { .. }))
+    else {
         panic!("no prompt logprobs in {outs:?}")
     };
     assert_eq!(entries.len(), prompt.len());
@@ -178,7 +184,9 @@ fn prompt_logprobs_survive_chunks_the_row_budget_and_the_radix_cache() {
     let spec30 = LogprobSpec { prompt_start: Some(30), output: false, ..spec };
     s.submit(NewRequest { logprobs: spec30, ..req(2, prompt.clone(), 0) }).expect("admissible");
     let again = drain_all(&mut s, &mut m, &mut kv);
-    let Some(Output::PromptLogprobs { start: 30, entries: e30, .. }) = again.iter().find(|o| matches!(o, Output::PromptLogprobs { .. })) else {
+    let Some(Output::PromptLogprobs { start: 30, entries: e30, .. }) =
+        again.iter().find(|o| matches!(o, Output::PromptLogprobs { .. }))
+    else {
         panic!("no prompt logprobs in {again:?}")
     };
     assert_eq!(e30[..], entries[30..]);
@@ -253,8 +261,12 @@ fn constrained_run(beside: bool) {
     s.submit(NewRequest { constraint: Some(Box::new(Spell(spelled.clone(), 0))), ..req(1, prompt.clone(), 10) })
         .expect("admissible");
     let sampled = SamplingParams { temperature: 1.0, seed: 3, ..Default::default() };
-    s.submit(NewRequest { constraint: Some(Box::new(Spell(spelled.clone(), 0))), sampling: sampled, ..req(2, prompt.clone(), 10) })
-        .expect("admissible");
+    s.submit(NewRequest {
+        constraint: Some(Box::new(Spell(spelled.clone(), 0))),
+        sampling: sampled,
+        ..req(2, prompt.clone(), 10)
+    })
+    .expect("admissible");
     s.submit(req(3, prompt.clone(), 6)).expect("admissible");
     let (done, _) = drain(&mut s, &mut m, &mut kv);
     assert_eq!(done[0], (1, spelled.clone(), FinishReason::GrammarEnd));

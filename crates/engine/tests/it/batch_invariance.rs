@@ -30,7 +30,13 @@ fn cfg(page_size: usize, radix: bool, chunk: usize) -> SchedulerConfig {
 fn penalties(i: usize) -> SamplingParams {
     let greedy = SamplingParams { temperature: 0.0, ..Default::default() };
     match i % 3 {
-        1 => SamplingParams { repetition_penalty: 1.3, frequency_penalty: 0.5, presence_penalty: 0.4, min_tokens: 2, ..greedy },
+        1 => SamplingParams {
+            repetition_penalty: 1.3,
+            frequency_penalty: 0.5,
+            presence_penalty: 0.4,
+            min_tokens: 2,
+            ..greedy
+        },
         2 => SamplingParams { presence_penalty: -0.5, repetition_penalty: 0.8, ..greedy },
         _ => greedy,
     }

@@ -46,7 +46,12 @@ fn run(engine: &Engine, id: u64, prompt: Vec<u32>) -> (Vec<u32>, FinishReason) {
 
 #[test]
 fn a_panicking_model_fails_the_batch_and_the_engine_keeps_serving() {
-    let engine = Engine::start_with_model(Box::new(FakeModel::new(100, 256, Predict::NextToken).panic_on(13)), &args(), "scalar").expect("starts");
+    let engine = Engine::start_with_model(
+        Box::new(FakeModel::new(100, 256, Predict::NextToken).panic_on(13)),
+        &args(),
+        "scalar",
+    )
+    .expect("starts");
     assert_eq!(run(&engine, 1, vec![5, 6]), (vec![7, 8, 9], FinishReason::Length));
     let (toks, reason) = run(&engine, 2, vec![12, 13]);
     assert!(toks.is_empty());

@@ -215,7 +215,10 @@ fn dense_families_match_llama_cpp() {
                 for t in zero.iter_mut().filter(|t| t.0.ends_with(".bias")) {
                     t.3.iter_mut().for_each(|b| *b = 0);
                 }
-                vec![plain("biases zeroed", "qwen2", zero), plain("read as llama (RoPE pairs)", "llama", tensors.clone())]
+                vec![
+                    plain("biases zeroed", "qwen2", zero),
+                    plain("read as llama (RoPE pairs)", "llama", tensors.clone()),
+                ]
             }
             "qwen3" => {
                 let mut swapped = tensors.clone();

@@ -14,12 +14,12 @@
 use std::path::Path;
 
 use ggus::{GGmlType, GGufFileHeader, GGufFileWriter, GGufMetaDataValueType as Ty};
+use sparrow_cpu::format::ggml::{dequantize_row, GgmlType};
+use sparrow_cpu::half::f16_to_f32;
 use sparrow_engine::batch::ForwardBatch;
 use sparrow_engine::kv::KvStore;
 use sparrow_engine::model::llama::LlamaModel;
 use sparrow_engine::model::Model;
-use sparrow_cpu::format::ggml::{dequantize_row, GgmlType};
-use sparrow_cpu::half::f16_to_f32;
 
 // Whole K-quant super-blocks (256) in every row.
 const HIDDEN: usize = 256;
@@ -193,7 +193,17 @@ fn write_gguf(path: &Path, tensors: &[Tensor]) {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn write_gguf_meta(path: &Path, tensors: &[Tensor], layers: usize, ctx: usize, hidden: usize, ffn: usize, heads: usize, kv_heads: usize, rope_base: f32) {
+fn write_gguf_meta(
+    path: &Path,
+    tensors: &[Tensor],
+    layers: usize,
+    ctx: usize,
+    hidden: usize,
+    ffn: usize,
+    heads: usize,
+    kv_heads: usize,
+    rope_base: f32,
+) {
     let meta: Vec<(&str, Ty, Vec<u8>)> = vec![
         ("general.architecture", Ty::String, [&(5u64.to_le_bytes())[..], b"llama"].concat()),
         ("llama.block_count", Ty::U32, (layers as u32).to_le_bytes().to_vec()),
@@ -392,7 +402,8 @@ fn kq_tensors(mix: &str, rope: &[f32]) -> Vec<Tensor> {
     };
     let kv = KV_HEADS * HEAD_DIM;
     let f32s = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-    let mut out: Vec<Tensor> = vec![("rope_freqs.weight".into(), vec![(HEAD_DIM / 2) as u64], GgmlType::F32, f32s(rope))];
+    let mut out: Vec<Tensor> =
+        vec![("rope_freqs.weight".into(), vec![(HEAD_DIM / 2) as u64], GgmlType::F32, f32s(rope))];
     let mat = |name: String, r: usize, c: usize, role: &str| {
         let ty = ty_of(&name);
         let data = kq_matrix(&name, ty, r, c, role);
@@ -401,16 +412,36 @@ fn kq_tensors(mix: &str, rope: &[f32]) -> Vec<Tensor> {
     out.push(mat("token_embd.weight".into(), VOCAB, HIDDEN, "embd"));
     for l in 0..LAYERS {
         let p = format!("blk.{l}.");
-        out.push((format!("{p}attn_norm.weight"), vec![HIDDEN as u64], GgmlType::F32, kq_vector(&format!("{p}attn_norm.weight"), HIDDEN, 0.6, 1.4)));
-        for (n, r, c, role) in [("attn_q", HIDDEN, HIDDEN, "wide"), ("attn_k", kv, HIDDEN, "wide"), ("attn_v", kv, HIDDEN, "mid"), ("attn_output", HIDDEN, HIDDEN, "mid")] {
+        out.push((
+            format!("{p}attn_norm.weight"),
+            vec![HIDDEN as u64],
+            GgmlType::F32,
+            kq_vector(&format!("{p}attn_norm.weight"), HIDDEN, 0.6, 1.4),
+        ));
+        for (n, r, c, role) in [
+            ("attn_q", HIDDEN, HIDDEN, "wide"),
+            ("attn_k", kv, HIDDEN, "wide"),
+            ("attn_v", kv, HIDDEN, "mid"),
+            ("attn_output", HIDDEN, HIDDEN, "mid"),
+        ] {
             out.push(mat(format!("{p}{n}.weight"), r, c, role));
         }
-        out.push((format!("{p}ffn_norm.weight"), vec![HIDDEN as u64], GgmlType::F32, kq_vector(&format!("{p}ffn_norm.weight"), HIDDEN, 0.6, 1.4)));
+        out.push((
+            format!("{p}ffn_norm.weight"),
+            vec![HIDDEN as u64],
+            GgmlType::F32,
+            kq_vector(&format!("{p}ffn_norm.weight"), HIDDEN, 0.6, 1.4),
+        ));
         for (n, r, c) in [("ffn_gate", FFN, HIDDEN), ("ffn_up", FFN, HIDDEN), ("ffn_down", HIDDEN, FFN)] {
             out.push(mat(format!("{p}{n}.weight"), r, c, "mid"));
         }
     }
-    out.push(("output_norm.weight".into(), vec![HIDDEN as u64], GgmlType::F32, kq_vector("output_norm.weight", HIDDEN, 0.6, 1.4)));
+    out.push((
+        "output_norm.weight".into(),
+        vec![HIDDEN as u64],
+        GgmlType::F32,
+        kq_vector("output_norm.weight", HIDDEN, 0.6, 1.4),
+    ));
     out
 }
 
@@ -474,7 +505,10 @@ pub(crate) fn check_against_llama_cpp(
     assert!(mean <= vs_reference * ref_mean, "{label}: {mean} from exact against llama.cpp's {ref_mean}");
     if agree < want_greedy.len() {
         let margin = case["greedy_margins"][agree].as_f64().expect("margin") as f32;
-        assert!(margin < greedy_margin, "{label}: greedy leaves llama.cpp's at token {agree}, where its margin is {margin}");
+        assert!(
+            margin < greedy_margin,
+            "{label}: greedy leaves llama.cpp's at token {agree}, where its margin is {margin}"
+        );
     }
     ref_mean
 }
@@ -511,9 +545,12 @@ fn k_quant_mixes_match_llama_cpp() {
     use sha2::{Digest, Sha256};
     let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/k_quant_golden.json");
     let g: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(p).expect("fixture")).expect("JSON");
-    let u32s = |v: &serde_json::Value| -> Vec<u32> { v.as_array().expect("ids").iter().map(|x| x.as_u64().expect("id") as u32).collect() };
+    let u32s = |v: &serde_json::Value| -> Vec<u32> {
+        v.as_array().expect("ids").iter().map(|x| x.as_u64().expect("id") as u32).collect()
+    };
     let ids = u32s(&g["prompt_ids"]);
-    let rope: Vec<f32> = g["rope_freqs"].as_array().expect("rope").iter().map(|x| x.as_f64().expect("f") as f32).collect();
+    let rope: Vec<f32> =
+        g["rope_freqs"].as_array().expect("rope").iter().map(|x| x.as_f64().expect("f") as f32).collect();
     let dir = tempfile::tempdir().expect("tmp");
     let write = |path: &Path, t: &[Tensor]| {
         use kq::*;
@@ -529,10 +566,12 @@ fn k_quant_mixes_match_llama_cpp() {
         let path = dir.path().join(format!("{mix}.gguf"));
         write(&path, &tensors);
         let mut m = LlamaModel::load(&path, 2).expect("loads");
-        let positions: Vec<usize> = case["positions"].as_array().expect("pos").iter().map(|x| x.as_u64().expect("p") as usize).collect();
+        let positions: Vec<usize> =
+            case["positions"].as_array().expect("pos").iter().map(|x| x.as_u64().expect("p") as usize).collect();
         let want_greedy = u32s(&case["greedy_ids"]);
         let (rows, greedy) = kq_run(&mut m, &ids, &positions, want_greedy.len());
-        let ref_mean = check_against_llama_cpp(mix, case, &rows, &greedy, &want_greedy, KQ_VS_REFERENCE, KQ_GREEDY_MARGIN);
+        let ref_mean =
+            check_against_llama_cpp(mix, case, &rows, &greedy, &want_greedy, KQ_VS_REFERENCE, KQ_GREEDY_MARGIN);
         // Deliberately broken copies must fail the same comparison: without Llama 3's RoPE
         // factors, and with the gate and up projections swapped.
         if mix == "Q4_K_M" {

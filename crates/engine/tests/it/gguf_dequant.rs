@@ -40,7 +40,8 @@ fn synthetic_blocks_equal_gguf_py() {
     let f = fixture();
     for (name, case) in f["synthetic"].as_object().expect("synthetic") {
         let hex = case["hex"].as_str().expect("hex");
-        let raw: Vec<u8> = (0..hex.len() / 2).map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).expect("hex")).collect();
+        let raw: Vec<u8> =
+            (0..hex.len() / 2).map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).expect("hex")).collect();
         let want = floats(&case["values"]);
         let mut got = vec![0f32; want.len()];
         dequantize_row(ty(name), &raw, &mut got);
@@ -75,7 +76,10 @@ fn gemma3_tensors_equal_gguf_py() {
             let sum: f64 = row.iter().map(|&v| v as f64).sum();
             let abs: f64 = row.iter().map(|&v| (v as f64).abs()).sum();
             let (ws, wa) = (t["sum"][k].as_f64().expect("sum"), t["abs_sum"][k].as_f64().expect("abs"));
-            assert!((sum - ws).abs() <= 1e-9 * wa.max(1.0) && (abs - wa).abs() <= 1e-9 * wa.max(1.0), "{name} row {r}: sums {sum} {abs} vs {ws} {wa}");
+            assert!(
+                (sum - ws).abs() <= 1e-9 * wa.max(1.0) && (abs - wa).abs() <= 1e-9 * wa.max(1.0),
+                "{name} row {r}: sums {sum} {abs} vs {ws} {wa}"
+            );
         }
     }
     assert_eq!(types.into_iter().collect::<Vec<_>>(), ["Q4_K", "Q5_0", "Q6_K", "Q8_0"]);

@@ -90,29 +90,39 @@ impl Indexer {
             let (qi_r, wts_r, row_seq, need) = (&qi, &wts, &s.row_seq, &need);
             // Longest first (work ≈ rows × keys of the last row), for a balanced finish.
             let mut order: Vec<usize> = (0..tasks.len()).collect();
-            order.sort_by_key(|&i| std::cmp::Reverse(tasks[i].len() * (batch.positions[need[tasks[i].end - 1]] as usize + 1)));
-            w.cx.timed(|p| &mut p.indexer, || s.pool.run(tasks.len(), |i| {
-                let task = order[i];
-                let rows = &need[tasks[task].clone()];
-                let slots = batch.kv_slots(row_seq[rows[0]] as usize);
-                let lens: Vec<usize> = rows.iter().map(|&t| batch.positions[t] as usize + 1).collect();
-                let n = lens.iter().copied().max().unwrap_or(0);
-                let mut q = Vec::with_capacity(rows.len() * ni * di);
-                // Per head, `w_h · n_heads^-½` as the reference computes it.
-                let mut hw = Vec::with_capacity(rows.len() * ni);
-                for &t in rows {
-                    q.extend_from_slice(&qi_r[t * ni * di..(t + 1) * ni * di]);
-                    hw.extend((0..ni).map(|hd| wts_r[t * ni + hd] * wscale));
-                }
-                let mut scores = vec![0f32; rows.len() * n];
-                let mut sc = kernels::IndexScratch::default();
-                kernels::index_scores(isa, &q, ni, di, &hw, kc, slots, &lens, kscale, &mut sc, &mut scores);
-                let top: Vec<Vec<u32>> =
-                    lens.iter().enumerate().map(|(i, &len)| top_k_positions(&scores[i * n..i * n + len], c.idx_topk)).collect();
-                if let Ok(mut r) = results[task].lock() {
-                    *r = top;
-                }
-            }));
+            order.sort_by_key(|&i| {
+                std::cmp::Reverse(tasks[i].len() * (batch.positions[need[tasks[i].end - 1]] as usize + 1))
+            });
+            w.cx.timed(
+                |p| &mut p.indexer,
+                || {
+                    s.pool.run(tasks.len(), |i| {
+                        let task = order[i];
+                        let rows = &need[tasks[task].clone()];
+                        let slots = batch.kv_slots(row_seq[rows[0]] as usize);
+                        let lens: Vec<usize> = rows.iter().map(|&t| batch.positions[t] as usize + 1).collect();
+                        let n = lens.iter().copied().max().unwrap_or(0);
+                        let mut q = Vec::with_capacity(rows.len() * ni * di);
+                        // Per head, `w_h · n_heads^-½` as the reference computes it.
+                        let mut hw = Vec::with_capacity(rows.len() * ni);
+                        for &t in rows {
+                            q.extend_from_slice(&qi_r[t * ni * di..(t + 1) * ni * di]);
+                            hw.extend((0..ni).map(|hd| wts_r[t * ni + hd] * wscale));
+                        }
+                        let mut scores = vec![0f32; rows.len() * n];
+                        let mut sc = kernels::IndexScratch::default();
+                        kernels::index_scores(isa, &q, ni, di, &hw, kc, slots, &lens, kscale, &mut sc, &mut scores);
+                        let top: Vec<Vec<u32>> = lens
+                            .iter()
+                            .enumerate()
+                            .map(|(i, &len)| top_k_positions(&scores[i * n..i * n + len], c.idx_topk))
+                            .collect();
+                        if let Ok(mut r) = results[task].lock() {
+                            *r = top;
+                        }
+                    })
+                },
+            );
             for (task, r) in tasks.iter().zip(results) {
                 let tops = r.into_inner().unwrap_or_default();
                 for (n, top) in task.clone().zip(tops) {
@@ -187,7 +197,8 @@ fn top_k_positions(scores: &[f32], k: usize) -> Vec<u32> {
     let chunk = if n >= 64 * k { 16 } else { 8 };
     let maxima: Vec<(f32, bool)> = scores.chunks(chunk).map(chunk_max).collect();
     let mut sel: Vec<f32> = maxima.iter().map(|m| m.0).collect();
-    let thr = if sel.len() >= k { *sel.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a)).1 } else { f32::NEG_INFINITY };
+    let thr =
+        if sel.len() >= k { *sel.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a)).1 } else { f32::NEG_INFINITY };
     let mut kept: Vec<Kept> = Vec::with_capacity(4 * k);
     for (c, &(mx, nan)) in maxima.iter().enumerate() {
         // A chunk whose largest score is below the threshold, and that holds no NaN, has

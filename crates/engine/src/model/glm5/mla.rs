@@ -163,7 +163,17 @@ impl Mla {
             let nr = chunk.len() / (heads * lat_w);
             for hd in 0..heads {
                 let wq = &q[(r0 * heads + hd) * hq..];
-                kernels::weighted_rows(isa, wq, heads * hq, nr, &self.w_uk[hd], &uk_rows, kvl, &mut chunk[hd * lat_w..], heads * lat_w);
+                kernels::weighted_rows(
+                    isa,
+                    wq,
+                    heads * hq,
+                    nr,
+                    &self.w_uk[hd],
+                    &uk_rows,
+                    kvl,
+                    &mut chunk[hd * lat_w..],
+                    heads * lat_w,
+                );
                 for t in 0..nr {
                     let src = &q[((r0 + t) * heads + hd) * hq + c.qk_nope..((r0 + t) * heads + hd + 1) * hq];
                     chunk[(t * heads + hd) * lat_w + kvl..(t * heads + hd + 1) * lat_w].copy_from_slice(src);
@@ -213,7 +223,17 @@ impl Mla {
                 for k0 in (0..=last).step_by(kernels::KEY_BLOCK) {
                     let k1 = (k0 + kernels::KEY_BLOCK).min(last + 1);
                     let nr = rows.len() * heads;
-                    kernels::block_scores(isa, qrows, nr, lat_w, &view, &slots[k0..k1], softmax_scale, &mut kt, &mut blk);
+                    kernels::block_scores(
+                        isa,
+                        qrows,
+                        nr,
+                        lat_w,
+                        &view,
+                        &slots[k0..k1],
+                        softmax_scale,
+                        &mut kt,
+                        &mut blk,
+                    );
                     for (i, t) in rows.clone().enumerate() {
                         let ch = chosen(t);
                         let (m, o) = (ch.len(), &mut out[off[t] - base..off[t + 1] - base]);
@@ -240,7 +260,8 @@ impl Mla {
                         ks.extend(ch[n0..n1].iter().map(|&p| slots[p as usize]));
                         kernels::block_scores(isa, qrow, heads, lat_w, &view, &ks, softmax_scale, &mut kt, &mut blk);
                         for hd in 0..heads {
-                            o[hd * m + n0..hd * m + n1].copy_from_slice(&blk[hd * kernels::KEY_BLOCK..hd * kernels::KEY_BLOCK + n1 - n0]);
+                            o[hd * m + n0..hd * m + n1]
+                                .copy_from_slice(&blk[hd * kernels::KEY_BLOCK..hd * kernels::KEY_BLOCK + n1 - n0]);
                         }
                     }
                 }
@@ -254,7 +275,8 @@ impl Mla {
         let mut lat_all = bufs.take(t_n * heads * kvl);
         let mut attn = bufs.take(t_n * heads * vd);
         pool.par_row_chunks2(&mut lat_all, heads * kvl, &mut attn, heads * vd, |r0, lats, outs| {
-            for (i, (lat, out)) in lats.chunks_exact_mut(heads * kvl).zip(outs.chunks_exact_mut(heads * vd)).enumerate() {
+            for (i, (lat, out)) in lats.chunks_exact_mut(heads * kvl).zip(outs.chunks_exact_mut(heads * vd)).enumerate()
+            {
                 let t = r0 + i;
                 let slots = batch.kv_slots(s.row_seq[t] as usize);
                 let ch = chosen(t);
@@ -282,9 +304,13 @@ impl Mla {
             let (mut xh, mut oh) = (bufs.take(t_n * kvl), bufs.take(t_n * vd));
             let mut xq = QActs::default();
             for (hd, uv) in self.w_uv.iter().enumerate() {
-                pool.par_rows(&mut xh, kvl, |t, r| r.copy_from_slice(&lat_all[(t * heads + hd) * kvl..(t * heads + hd + 1) * kvl]));
+                pool.par_rows(&mut xh, kvl, |t, r| {
+                    r.copy_from_slice(&lat_all[(t * heads + hd) * kvl..(t * heads + hd + 1) * kvl])
+                });
                 kernels::matmul(pool, isa, uv, &xh, t_n, &mut xq, &mut oh);
-                pool.par_rows(&mut attn, heads * vd, |t, r| r[hd * vd..(hd + 1) * vd].copy_from_slice(&oh[t * vd..(t + 1) * vd]));
+                pool.par_rows(&mut attn, heads * vd, |t, r| {
+                    r[hd * vd..(hd + 1) * vd].copy_from_slice(&oh[t * vd..(t + 1) * vd])
+                });
             }
             bufs.give(xh);
             bufs.give(oh);

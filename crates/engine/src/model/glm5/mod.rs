@@ -36,13 +36,13 @@ use sparrow_cpu::{kernels, Isa, ThreadPool, Weight};
 
 pub use self::config::Glm5Config;
 use self::indexer::Selection;
-pub use crate::config::{AttnImpl, MoeImpl};
 use self::mla::Mla;
 use self::moe::Ffn;
 pub use self::moe::{route, Mlp, Moe, MoeChoice};
 use super::common::{OutputHead, RopeLayout, RopeTable, Scratch};
 use super::{AttentionNeeds, Instruments, Model, ModelInfo, PartTimes};
 use crate::batch::ForwardBatch;
+pub use crate::config::{AttnImpl, MoeImpl};
 use crate::kv::{KvComponent, KvDtype, KvLayout, KvStore};
 use crate::model::linear::Fwd;
 use crate::EngineError;

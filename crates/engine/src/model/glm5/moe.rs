@@ -22,6 +22,7 @@ use super::{Glm5Config, Step, Work};
 use crate::config::MoeImpl;
 use crate::model::common::Scratch;
 use crate::model::linear::{gather_forward, Fwd, Gathered, Linear};
+use crate::model::routing::{Routing, Scoring};
 
 /// Which MoE implementation runs a batch of `tokens` tokens.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,39 +46,23 @@ impl MoeChoice {
     }
 }
 
+/// GLM-5's routing rule as data: sigmoid scores, the correction bias, group-limited top-k.
+pub fn routing(c: &Glm5Config) -> Routing {
+    Routing {
+        scoring: Scoring::Sigmoid,
+        top_k: c.top_k,
+        norm_topk_prob: c.norm_topk_prob,
+        scaling: c.routed_scaling,
+        n_group: c.n_group,
+        topk_group: c.topk_group,
+    }
+}
+
 /// Chooses the experts of one token: returns `(expert, weight)` in selection order.
 ///
 /// `logits` are the router's `[n_routed]` outputs; see the module docs for the rule.
 pub fn route(c: &Glm5Config, logits: &[f32], bias: &[f32]) -> Vec<(usize, f32)> {
-    let scores: Vec<f32> = logits.iter().map(|&x| 1.0 / (1.0 + (-x).exp())).collect();
-    let choice: Vec<f32> = scores.iter().zip(bias).map(|(s, b)| s + b).collect();
-    let per = c.n_routed / c.n_group;
-    let mut allowed = vec![true; c.n_routed];
-    if c.n_group > 1 {
-        let mut gscore: Vec<(usize, f32)> = (0..c.n_group)
-            .map(|g| {
-                let mut v: Vec<f32> = choice[g * per..(g + 1) * per].to_vec();
-                v.sort_by(|a, b| b.total_cmp(a));
-                (g, v[0] + v[1])
-            })
-            .collect();
-        // Highest first; ties to the lower index (torch.topk's order on CPU).
-        gscore.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        let keep: Vec<usize> = gscore.iter().take(c.topk_group).map(|g| g.0).collect();
-        for (e, a) in allowed.iter_mut().enumerate() {
-            *a = keep.contains(&(e / per));
-        }
-    }
-    let mut cand: Vec<usize> = (0..c.n_routed).filter(|&e| allowed[e]).collect();
-    cand.sort_by(|&a, &b| choice[b].total_cmp(&choice[a]).then(a.cmp(&b)));
-    cand.truncate(c.top_k);
-    let mut w: Vec<(usize, f32)> = cand.iter().map(|&e| (e, scores[e])).collect();
-    if c.norm_topk_prob {
-        let sum: f32 = w.iter().map(|x| x.1).sum::<f32>() + 1e-20;
-        w.iter_mut().for_each(|x| x.1 /= sum);
-    }
-    w.iter_mut().for_each(|x| x.1 *= c.routed_scaling);
-    w
+    routing(c).route(logits, Some(bias))
 }
 
 /// A SwiGLU MLP: fused `[gate; up]` and `down`.
@@ -284,7 +269,8 @@ impl Moe {
     pub fn routes(&self, c: &Glm5Config, cx: &mut Fwd<'_>, x: &[f32], tokens: usize) -> Vec<Vec<(usize, f32)>> {
         let mut logits = vec![0f32; tokens * c.n_routed];
         cx.matmul(&self.gate, x, tokens, &mut logits);
-        logits.chunks_exact(c.n_routed).map(|l| route(c, l, &self.bias)).collect()
+        let r = routing(c);
+        logits.chunks_exact(c.n_routed).map(|l| r.route(l, Some(&self.bias))).collect()
     }
 
     /// Routed experts.

@@ -316,7 +316,11 @@ impl HfConfig {
         let head_dim = match self.head_dim {
             Some(d) => d,
             None if heads > 0 && hidden.is_multiple_of(heads) => hidden / heads,
-            None => return Err(EngineError::model(format!("config.json: {heads} heads do not divide hidden_size {hidden}"))),
+            None => {
+                return Err(EngineError::model(format!(
+                    "config.json: {heads} heads do not divide hidden_size {hidden}"
+                )))
+            }
         };
         let layers = self.num_hidden_layers;
         let rope_base = self.rope_theta as f32;
@@ -346,12 +350,10 @@ impl HfConfig {
                         let f = if ext > 1.0 { &r.long_factor } else { &r.short_factor };
                         match f {
                             Some(f) if f.len() == rope_dims / 2 => Some(f.iter().map(|&x| x as f32).collect()),
-                            _ => {
-                                return Err(EngineError::model(format!(
-                                    "config.json: rope_scaling longrope needs long_factor and short_factor of {} values",
-                                    rope_dims / 2
-                                )))
-                            }
+                            _ => return Err(EngineError::model(format!(
+                                "config.json: rope_scaling longrope needs long_factor and short_factor of {} values",
+                                rope_dims / 2
+                            ))),
                         }
                     }
                     ("default", ..) => None,
@@ -373,7 +375,10 @@ impl HfConfig {
         variant.no_rope = match &self.no_rope_layers {
             Some(v) if v.len() == layers => v.iter().map(|&r| r == 0).collect(),
             Some(v) => {
-                return Err(EngineError::model(format!("config.json: no_rope_layers has {} entries for {layers} layers", v.len())))
+                return Err(EngineError::model(format!(
+                    "config.json: no_rope_layers has {} entries for {layers} layers",
+                    v.len()
+                )))
             }
             None => no_rope_layers(layers, fam.no_rope_step),
         };
@@ -408,7 +413,11 @@ fn load_layer(vb: &Vb<'_>, cfg: &LlamaConfig, fam: &Family) -> Result<Layer, Eng
     // Phi-3 files keep Q/K/V and gate/up fused already, in the order the forward stacks them.
     let qkv = match attn.has("qkv_proj.weight") {
         true => vec![attn.linear("qkv_proj", qd + 2 * kvd, hidden)?],
-        false => vec![attn.linear("q_proj", qd, hidden)?, attn.linear("k_proj", kvd, hidden)?, attn.linear("v_proj", kvd, hidden)?],
+        false => vec![
+            attn.linear("q_proj", qd, hidden)?,
+            attn.linear("k_proj", kvd, hidden)?,
+            attn.linear("v_proj", kvd, hidden)?,
+        ],
     };
     let gate_up = match mlp.has("gate_up_proj.weight") {
         true => vec![mlp.linear("gate_up_proj", 2 * cfg.ffn, hidden)?],
@@ -416,7 +425,10 @@ fn load_layer(vb: &Vb<'_>, cfg: &LlamaConfig, fam: &Family) -> Result<Layer, Eng
     };
     if fam.qkv_bias {
         if let Some(l) = qkv.iter().find(|l| l.bias.is_none()) {
-            return Err(EngineError::model(format!("{}: {}.bias missing ({} has Q/K/V biases)", fam.arch, l.modules[0], fam.arch)));
+            return Err(EngineError::model(format!(
+                "{}: {}.bias missing ({} has Q/K/V biases)",
+                fam.arch, l.modules[0], fam.arch
+            )));
         }
     }
     let pair = |a: &str, b: &str, len: usize| -> Result<(Vec<f32>, Vec<f32>), EngineError> {
@@ -569,7 +581,8 @@ impl LlamaModel {
         layers: Vec<Layer>,
         threads: usize,
     ) -> Result<Self, EngineError> {
-        let (ff, dims, m) = (cfg.variant.rope_freq_factors.as_deref(), cfg.variant.rope_dims, cfg.variant.rope_attn_factor);
+        let (ff, dims, m) =
+            (cfg.variant.rope_freq_factors.as_deref(), cfg.variant.rope_dims, cfg.variant.rope_attn_factor);
         let rope = RopeTable::llama_cpp_scaled(cfg.rope_base as f64, dims, cfg.context_length, ff).scaled_by(m);
         let local = cfg.variant.windows.iter().any(Option::is_some) && cfg.variant.rope_local_base != cfg.rope_base;
         let rope_local = local.then(|| {

@@ -22,15 +22,15 @@
 use super::common::{OutputHead, RopeLayout, RopeTable};
 use super::{AttentionNeeds, Instruments, Model, ModelInfo, PartTimes};
 use crate::batch::ForwardBatch;
-use sparrow_cpu::kernels;
-use sparrow_cpu::Isa;
 use crate::kv::{KvDtype, KvLayout, KvStore};
-use sparrow_cpu::ThreadPool;
-use sparrow_cpu::format::ggml::QActs;
-use sparrow_cpu::half::Fp8;
-use sparrow_cpu::Weight;
 use crate::model::linear::{Fwd, Linear};
 use crate::EngineError;
+use sparrow_cpu::format::ggml::QActs;
+use sparrow_cpu::half::Fp8;
+use sparrow_cpu::kernels;
+use sparrow_cpu::Isa;
+use sparrow_cpu::ThreadPool;
+use sparrow_cpu::Weight;
 
 pub mod load;
 
@@ -270,12 +270,18 @@ impl std::fmt::Debug for LlamaModel {
     }
 }
 
-
-
 /// On the pool by token rows of the residual stream `x` (`[tokens, h]`): `x += proj` (when
 /// given), then `y = rms_norm(x) · g` (when given). Each row's arithmetic is the same on
 /// whichever thread runs it.
-fn add_norm(pool: &ThreadPool, h: usize, x: &mut [f32], proj: Option<&[f32]>, g: Option<&[f32]>, eps: f32, y: &mut [f32]) {
+fn add_norm(
+    pool: &ThreadPool,
+    h: usize,
+    x: &mut [f32],
+    proj: Option<&[f32]>,
+    g: Option<&[f32]>,
+    eps: f32,
+    y: &mut [f32],
+) {
     pool.par_row_chunks2(x, h, y, h, |r0, x, y| {
         if let Some(p) = proj {
             x.iter_mut().zip(&p[r0 * h..]).for_each(|(x, p)| *x += p);
@@ -285,8 +291,6 @@ fn add_norm(pool: &ThreadPool, h: usize, x: &mut [f32], proj: Option<&[f32]>, g:
         }
     });
 }
-
-
 
 impl LlamaModel {
     /// The matrices a decode step multiplies, in order, named `blk.{l}.{qkv,wo,gate_up,down}`
@@ -321,7 +325,6 @@ impl LlamaModel {
     pub fn set_isa(&mut self, isa: Isa) {
         self.isa = isa;
     }
-
 }
 
 impl Model for LlamaModel {
@@ -495,10 +498,13 @@ impl Layer {
         self.qkv.forward(cx, &s.h, t_n, &mut s.qkv);
         self.qk_norm_rope(cx.pool, st, l, &mut s.qkv);
         let (pool, isa) = (cx.pool, cx.isa);
-        cx.timed(|p| &mut p.attention, || {
-            write_kv(isa, st, l, &s.qkv, kv);
-            attend(pool, isa, st, l, s, kv);
-        });
+        cx.timed(
+            |p| &mut p.attention,
+            || {
+                write_kv(isa, st, l, &s.qkv, kv);
+                attend(pool, isa, st, l, s, kv);
+            },
+        );
         self.wo.forward(cx, &s.attn, t_n, &mut s.proj);
         if let Some((pa, _)) = &self.post_norms {
             post_norm(cx.pool, c, pa, s);
@@ -631,10 +637,14 @@ fn attend(pool: &ThreadPool, isa: Isa, st: &Step, l: usize, s: &mut LayerBuffers
                             let rel = [p - lo as u32];
                             let q = &q[i * qkv_w..];
                             let o = &mut o[i * ghd..(i + 1) * ghd];
-                            FLASH.with_borrow_mut(|sc| kernels::flash_attend(isa, q, qkv_w, &rel, group, hd, &view, scale, sc, o));
+                            FLASH.with_borrow_mut(|sc| {
+                                kernels::flash_attend(isa, q, qkv_w, &rel, group, hd, &view, scale, sc, o)
+                            });
                         }
                     }
-                    _ => FLASH.with_borrow_mut(|sc| kernels::flash_attend(isa, q, qkv_w, pos, group, hd, &view, scale, sc, o)),
+                    _ => FLASH.with_borrow_mut(|sc| {
+                        kernels::flash_attend(isa, q, qkv_w, pos, group, hd, &view, scale, sc, o)
+                    }),
                 }
             });
             // Back to token rows: token t's group g from its sequence's `[g][i]` layout.
