@@ -60,6 +60,13 @@ pub struct Finish {
 /// One event of a request's combined choice streams.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ChoiceEvent {
+    /// Choice `index` was scheduled: its prompt's prefix-cache hit is known (before any text).
+    Started {
+        /// Choice index.
+        index: usize,
+        /// Prompt tokens served from the radix cache.
+        cached_tokens: usize,
+    },
     /// New text of choice `index`; `tokens` counts its tokens so far.
     Text {
         /// Choice index.
@@ -94,9 +101,10 @@ impl ChoiceEvent {
     /// The same event for choice `index + off` (choices of several prompts merged, prompt-major).
     pub fn offset(mut self, off: usize) -> Self {
         match &mut self {
-            ChoiceEvent::Text { index, .. } | ChoiceEvent::Prompt { index, .. } | ChoiceEvent::Done { index, .. } => {
-                *index += off
-            }
+            ChoiceEvent::Started { index, .. }
+            | ChoiceEvent::Text { index, .. }
+            | ChoiceEvent::Prompt { index, .. }
+            | ChoiceEvent::Done { index, .. } => *index += off,
         }
         self
     }
@@ -224,7 +232,7 @@ impl Choice {
         match o {
             Output::Started { cached_tokens, .. } => {
                 self.cached = cached_tokens;
-                Vec::new()
+                vec![ChoiceEvent::Started { index, cached_tokens }]
             }
             Output::PromptLogprobs { start, entries, .. } => vec![ChoiceEvent::Prompt { index, start, entries }],
             Output::Token { token, logprob, .. } => {

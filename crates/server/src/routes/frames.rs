@@ -55,6 +55,7 @@ pub(super) async fn collect(mut events: BoxStream<'static, ChoiceEvent>, total: 
             }
             ChoiceEvent::Prompt { index, entries, .. } => c[index].prompt = entries,
             ChoiceEvent::Done { index, finish } => c[index].finish = Some(finish),
+            ChoiceEvent::Started { .. } => {}
         }
     }
     c

@@ -276,7 +276,7 @@ async fn streamed_frames_are_named_numbered_and_equal_the_whole_answer() {
 
     let body = json!({"max_tokens": 6, "temperature": 0, "stream": true,
                       "messages": [{"role": "user", "content": "The capital of France is"}]});
-    let f = frames(s, "/v1/messages", body).await;
+    let f = frames(s, "/v1/messages", body.clone()).await;
     let names: Vec<&str> = f.iter().map(|(e, _)| e.as_str()).collect();
     assert_eq!(&names[..3], ["message_start", "ping", "content_block_start"], "{names:?}");
     assert_eq!(&names[names.len() - 3..], ["content_block_stop", "message_delta", "message_stop"], "{names:?}");
@@ -285,6 +285,14 @@ async fn streamed_frames_are_named_numbered_and_equal_the_whole_answer() {
     }
     assert_eq!(f[f.len() - 2].1["delta"]["stop_reason"], "max_tokens");
     assert_eq!(f[f.len() - 2].1["usage"]["output_tokens"], 6);
+    // The same prompt again hits the radix cache: `message_start` already reports the split
+    // `message_delta` reports (it waits until the request is scheduled).
+    let f = frames(s, "/v1/messages", body).await;
+    let (start, end) = (&f[0].1["message"]["usage"], &f[f.len() - 2].1["usage"]);
+    assert!(start["cache_read_input_tokens"].as_u64() > Some(0), "{start}");
+    for k in ["input_tokens", "cache_read_input_tokens"] {
+        assert_eq!(start[k], end[k], "message_start and message_delta disagree on {k}");
+    }
     assert_drained(s).await;
 }
 

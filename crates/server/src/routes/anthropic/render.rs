@@ -150,6 +150,10 @@ impl Render {
                 self.text(&text);
                 None
             }
+            ChoiceEvent::Started { cached_tokens, .. } => {
+                self.usage = self.usage_with(cached_tokens, 0);
+                None
+            }
             ChoiceEvent::Prompt { .. } => None,
             ChoiceEvent::Done { finish, .. } => Some(finish),
         }
@@ -171,10 +175,14 @@ impl Render {
             }
             _ => "end_turn",
         });
-        // Anthropic's `input_tokens` are the uncached ones; cached ones are a read.
-        let cached = f.cached_tokens.min(self.prompt_tokens);
-        self.usage = json!({"input_tokens": self.prompt_tokens - cached, "output_tokens": f.completion_tokens,
-                            "cache_creation_input_tokens": 0, "cache_read_input_tokens": cached});
+        self.usage = self.usage_with(f.cached_tokens, f.completion_tokens);
+    }
+
+    /// `usage`: Anthropic's `input_tokens` are the uncached prompt tokens; cached ones are a read.
+    fn usage_with(&self, cached: usize, output: usize) -> Value {
+        let cached = cached.min(self.prompt_tokens);
+        json!({"input_tokens": self.prompt_tokens - cached, "output_tokens": output,
+               "cache_creation_input_tokens": 0, "cache_read_input_tokens": cached})
     }
 
     fn drain(&mut self, out: &mut Vec<u8>) {
@@ -207,15 +215,24 @@ pub(super) fn stream(render: Render, events: BoxStream<'static, ChoiceEvent>) ->
             return None;
         }
         let mut out = Vec::new();
+        let mut next = st.events.next().await;
         if !st.started {
+            // `message_start` waits for the request's first event (normally `Started`, once the
+            // request is scheduled), so its usage already splits cached from uncached input as
+            // `message_delta` and the non-streamed body do.
             st.started = true;
+            let first_is_start = matches!(next, Some(ChoiceEvent::Started { .. }));
+            if let Some(e) = next.take_if(|e| matches!(e, ChoiceEvent::Started { .. })) {
+                st.r.feed(e);
+            }
             let msg = st.r.message();
             st.r.event("message_start", json!({"message": msg}));
             st.r.event("ping", json!({}));
             st.r.drain(&mut out);
-            return Some((out, st));
+            if first_is_start {
+                return Some((out, st));
+            }
         }
-        let next = st.events.next().await;
         let finish = match next {
             Some(e) => st.r.feed(e).map(Some),
             None => Some(None),

@@ -163,6 +163,7 @@ pub(crate) async fn generate(
             Poll::Ready(Some(ChoiceEvent::Prompt { index, entries, .. })) => {
                 run.add(&mut lps[index], &entries, true);
             }
+            Poll::Ready(Some(ChoiceEvent::Started { .. })) => {}
             Poll::Ready(Some(ChoiceEvent::Text { index, text, tokens, logprob })) => {
                 let has_lp = logprob.is_some();
                 if let Some(e) = logprob {

@@ -261,6 +261,7 @@ fn oai_stream(run: OaiRun, events: BoxStream<'static, ChoiceEvent>, opts: Stream
         };
         let texts = st.run.texts.clone();
         match next {
+            Some(ChoiceEvent::Started { .. }) => {}
             Some(ChoiceEvent::Prompt { index, entries, .. }) => {
                 if st.run.opens_with_prompt() {
                     let legacy = st.run.ask.prompt.map(|k| {

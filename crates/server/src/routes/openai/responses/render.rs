@@ -285,7 +285,7 @@ impl Render {
                 self.text(&text, logprob.as_deref());
                 None
             }
-            ChoiceEvent::Prompt { .. } => None,
+            ChoiceEvent::Prompt { .. } | ChoiceEvent::Started { .. } => None,
             ChoiceEvent::Done { finish, .. } => Some(finish),
         }
     }
