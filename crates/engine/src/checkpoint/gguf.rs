@@ -199,19 +199,66 @@ impl<'a> Gguf<'a> {
         }
         self.read.set(self.read.get() + data.len());
         self.read_names.borrow_mut().insert(name.to_owned());
-        Ok(match ty {
-            GgmlType::F32 => {
-                let mut v = vec![0f32; rows * cols];
-                dequantize_row(ty, data, &mut v);
-                Weight::Dense { rows, cols, data: v }
-            }
-            GgmlType::F16 | GgmlType::BF16 => Weight::Half {
-                rows,
-                cols,
-                data: data.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect(),
-                bf16: ty == GgmlType::BF16,
-            },
-            _ => Weight::Quant(QMatrix::from_ggml_threads(ty, data, rows, cols, threads)),
-        })
+        Ok(weight(ty, data, rows, cols, threads))
+    }
+
+    /// The experts of a MoE tensor as llama.cpp stores them (`blk.N.ffn_{gate,up,down}_exps`:
+    /// GGUF shape `[cols, rows, n_expert]`, one `[rows, cols]` matrix per expert, contiguous),
+    /// each at the file's size as [`Gguf::matrix`] makes it.
+    ///
+    /// # Errors
+    /// As [`Gguf::tensor`]; another shape (naming the tensor and both shapes, so an expert count
+    /// that disagrees with the metadata is a start-up error), or a row that is not whole blocks.
+    pub fn experts(
+        &self,
+        name: &str,
+        n_expert: usize,
+        rows: usize,
+        cols: usize,
+        threads: usize,
+    ) -> Result<Vec<Weight>, EngineError> {
+        let (ty, shape, data) = self.tensor(name)?;
+        if shape != [cols, rows, n_expert] {
+            return Err(EngineError::model(format!(
+                "tensor {name}: GGUF shape {shape:?}, want [{cols}, {rows}, {n_expert}] ({n_expert} experts)"
+            )));
+        }
+        if !cols.is_multiple_of(ty.block_len()) {
+            return Err(EngineError::model(format!(
+                "tensor {name}: {cols} columns is not a multiple of {} ({})",
+                ty.block_len(),
+                ty.name()
+            )));
+        }
+        let per = rows * ty.bytes_for(cols);
+        if data.len() != per * n_expert {
+            return Err(EngineError::model(format!(
+                "tensor {name}: {} bytes, want {} for {n_expert} experts of [{rows}, {cols}] {}",
+                data.len(),
+                per * n_expert,
+                ty.name()
+            )));
+        }
+        self.read.set(self.read.get() + data.len());
+        self.read_names.borrow_mut().insert(name.to_owned());
+        Ok(data.chunks_exact(per).map(|d| weight(ty, d, rows, cols, threads)).collect())
+    }
+}
+
+/// A `[rows, cols]` weight from its file bytes: block types repacked, 16-bit kept, F32 dense.
+fn weight(ty: GgmlType, data: &[u8], rows: usize, cols: usize, threads: usize) -> Weight {
+    match ty {
+        GgmlType::F32 => {
+            let mut v = vec![0f32; rows * cols];
+            dequantize_row(ty, data, &mut v);
+            Weight::Dense { rows, cols, data: v }
+        }
+        GgmlType::F16 | GgmlType::BF16 => Weight::Half {
+            rows,
+            cols,
+            data: data.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect(),
+            bf16: ty == GgmlType::BF16,
+        },
+        _ => Weight::Quant(QMatrix::from_ggml_threads(ty, data, rows, cols, threads)),
     }
 }

@@ -30,13 +30,13 @@ const LAYERS: usize = 2;
 const VOCAB: usize = 96;
 const CTX: usize = 64;
 
-struct Lcg(u64);
+pub(crate) struct Lcg(pub(crate) u64);
 impl Lcg {
     fn next(&mut self) -> u32 {
         self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         (self.0 >> 33) as u32
     }
-    fn f(&mut self, scale: f32) -> f32 {
+    pub(crate) fn f(&mut self, scale: f32) -> f32 {
         (self.next() % 20001) as f32 / 10000.0 * scale - scale
     }
 }
@@ -44,7 +44,7 @@ impl Lcg {
 /// Encodes `x` (a multiple of 32 values) in a GGML type. f32 → f16 truncates the mantissa and
 /// flushes tiny values to zero: any encoding will do, because the twin is built from the
 /// decoded values.
-fn encode(ty: GgmlType, x: &[f32]) -> Vec<u8> {
+pub(crate) fn encode(ty: GgmlType, x: &[f32]) -> Vec<u8> {
     if matches!(ty, GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K) {
         return random_encoding(ty, x);
     }

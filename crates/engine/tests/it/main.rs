@@ -11,4 +11,5 @@ mod gemma3_golden;
 mod gguf_dequant;
 mod golden;
 mod logprobs_golden;
+mod moe_tensors;
 mod scheduler_props;

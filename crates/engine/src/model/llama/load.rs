@@ -350,10 +350,12 @@ impl HfConfig {
                         let f = if ext > 1.0 { &r.long_factor } else { &r.short_factor };
                         match f {
                             Some(f) if f.len() == rope_dims / 2 => Some(f.iter().map(|&x| x as f32).collect()),
-                            _ => return Err(EngineError::model(format!(
+                            _ => {
+                                return Err(EngineError::model(format!(
                                 "config.json: rope_scaling longrope needs long_factor and short_factor of {} values",
                                 rope_dims / 2
-                            ))),
+                            )))
+                            }
                         }
                     }
                     ("default", ..) => None,
