@@ -59,9 +59,9 @@ fn expert_tensors_split_into_one_weight_per_expert() {
             }
         }
         // Another expert count (metadata that disagrees with the file) names the tensor.
-        let err = g.experts(name, EXPERTS + 1, ROWS, COLS, 1).err().expect("a shape error").to_string();
+        let err = g.experts(name, EXPERTS + 1, ROWS, COLS, 1).expect_err("a shape error").to_string();
         assert!(err.contains(name.as_str()) && err.contains("4 experts"), "{err}");
-        let err = g.experts(name, EXPERTS, ROWS + 1, COLS, 1).err().expect("a shape error").to_string();
+        let err = g.experts(name, EXPERTS, ROWS + 1, COLS, 1).expect_err("a shape error").to_string();
         assert!(err.contains(name.as_str()), "{err}");
     }
     assert!(g.experts("blk.9.ffn_up_exps.weight", EXPERTS, ROWS, COLS, 1).is_err(), "a missing tensor");
