@@ -153,31 +153,32 @@ impl TryFrom<Value> for Content {
 }
 
 impl Content {
-    /// The text parts joined by newlines; `Err` names the first part of another kind.
+    /// The text: a string, or the parts' text ([`parts_text`]).
     pub fn text(&self) -> Result<String, String> {
         match self {
             Content::Text(t) => Ok(t.clone()),
-            Content::Parts(parts) => {
-                let mut out = String::new();
-                for p in parts {
-                    // Parts are joined with a newline, as vLLM joins text parts.
-                    if !out.is_empty() {
-                        out.push('\n');
-                    }
-                    match p {
-                        Part::InputText { text } | Part::OutputText { text } | Part::ReasoningText { text } => {
-                            out.push_str(text)
-                        }
-                        Part::Refusal { refusal } => out.push_str(refusal),
-                        Part::InputImage | Part::InputFile | Part::InputAudio => {
-                            return Err("image, file and audio input parts are not supported by this server".into())
-                        }
-                    }
-                }
-                Ok(out)
+            Content::Parts(parts) => parts_text(parts),
+        }
+    }
+}
+
+/// The text parts joined by newlines (as vLLM joins text parts); `Err` names the first part of
+/// another kind.
+pub fn parts_text(parts: &[Part]) -> Result<String, String> {
+    let mut out = String::new();
+    for p in parts {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        match p {
+            Part::InputText { text } | Part::OutputText { text } | Part::ReasoningText { text } => out.push_str(text),
+            Part::Refusal { refusal } => out.push_str(refusal),
+            Part::InputImage | Part::InputFile | Part::InputAudio => {
+                return Err("image, file and audio input parts are not supported by this server".into())
             }
         }
     }
+    Ok(out)
 }
 
 /// A content part.

@@ -30,8 +30,8 @@ pub struct ChatRequest {
     pub ask: LogprobAsk,
     /// Split reasoning text off the answer (when the server has a `--reasoning-parser`).
     pub separate_reasoning: bool,
-    /// Continue the last (assistant) message instead of opening a new turn: Anthropic's
-    /// prefill, vLLM's `continue_final_message`.
+    /// When the conversation ends with a non-empty assistant message, continue it instead of
+    /// opening a new turn: Anthropic's prefill, vLLM's `continue_final_message`.
     pub continue_final: bool,
 }
 
@@ -71,20 +71,27 @@ pub fn add_tool_constraint(p: &mut GenParams, tools: Option<&ToolRequest>) -> Re
     Ok(())
 }
 
-/// Writes an assistant message's earlier calls into its text when the template cannot show
-/// them (the parser's own format), so every API's history reads the same to the model.
-pub fn calls_into_content(s: &AppState, m: &mut ChatMessage) {
-    if s.tokenizer.template_tools() != TemplateTools::Argument {
-        if let Some(calls) = &m.tool_calls {
-            m.content.push_str(&tools::history_calls(calls, s.parsers.tool_call));
-        }
-    }
+/// A tool message answering call `call_id`, named after the function an earlier assistant
+/// message of `conv` called with that id (templates show the name; APIs that send results by id
+/// only, as Responses and Messages do, leave it to be found).
+pub fn tool_result(conv: &[ChatMessage], call_id: &str, content: String) -> ChatMessage {
+    let name = conv.iter().rev().find_map(|m| {
+        m.tool_calls.as_ref()?.as_array()?.iter().find_map(|c| {
+            (c["id"].as_str() == Some(call_id)).then(|| c["function"]["name"].as_str().map(str::to_owned))?
+        })
+    });
+    let mut msg = ChatMessage::new("tool", content);
+    msg.tool_call_id = Some(call_id.to_owned());
+    msg.name = name;
+    msg
 }
 
 /// The prompt's token ids: the conversation through the chat template, with the tools where
 /// the template reads them (its `tools` argument, the system message, or a system prompt we
-/// write in the parser's format). With `continue_final` and a non-empty last assistant message
-/// the prompt ends inside that message, so generation continues it.
+/// write in the parser's format), and earlier calls written into their assistant messages'
+/// text, in the parser's format, when the template cannot show them. With `continue_final` and
+/// a non-empty last assistant message the prompt ends inside that message, so generation
+/// continues it.
 ///
 /// # Errors
 /// A 400 naming `messages` when the template fails or the text does not tokenize.
@@ -95,12 +102,19 @@ pub fn prompt_ids(
     kwargs: &Map<String, Value>,
     continue_final: bool,
 ) -> Result<Vec<u32>, ApiError> {
+    let where_tools = s.tokenizer.template_tools();
+    let native_tools = where_tools == TemplateTools::Argument;
+    if !native_tools {
+        for m in &mut conv {
+            if let Some(calls) = &m.tool_calls {
+                m.content.push_str(&tools::history_calls(calls, s.parsers.tool_call));
+            }
+        }
+    }
     let prefill = match conv.last() {
         Some(m) if continue_final && m.role == "assistant" && !m.content.is_empty() => Some(m.content.clone()),
         _ => None,
     };
-    let where_tools = s.tokenizer.template_tools();
-    let native_tools = where_tools == TemplateTools::Argument;
     let shown = tools.filter(|t| t.shown());
     if let (Some(t), TemplateTools::SystemMessage) = (shown, where_tools) {
         // Phi-4-mini's way: the tools ride on the system message, one is added if none.

@@ -56,9 +56,9 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat))
         .route("/v1/responses", post(responses_create))
+        .route("/v1/responses/{id}", get(responses_get).delete(responses_delete))
         .route("/v1/messages", post(anthropic::messages))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
-        .route("/v1/responses/{id}", get(responses_get).delete(responses_delete))
         .route("/generate", post(generate))
         .fallback(|uri: Uri| async move { in_shape_of(&uri, ApiError::NotFound("no such route".into())) })
         .method_not_allowed_fallback(|uri: Uri| async move { in_shape_of(&uri, ApiError::MethodNotAllowed) })
@@ -74,7 +74,7 @@ fn typed_body<T: serde::de::DeserializeOwned>(
     body: &Result<Bytes, BytesRejection>,
 ) -> Result<(T, Map<String, Value>), ApiError> {
     let m = json_object(body)?;
-    let t = serde_path_to_error::deserialize(&Value::Object(m.clone())).map_err(|e| {
+    let t = serde_path_to_error::deserialize(&m).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner().to_string();
         let inner = if inner.contains("did not match any variant") {

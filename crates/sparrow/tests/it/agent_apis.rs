@@ -6,7 +6,7 @@
 //! their own models, so a malformed or out-of-order event fails the script. `.ci/run` installs
 //! both SDKs.
 
-use super::serve::{serve_with, Server};
+use super::serve::{serve_with, Server, PARSING_FLAGS};
 use serde_json::Value;
 use std::process::Command;
 
@@ -155,17 +155,7 @@ fn check_messages(v: &Value, responses: &Value) {
 /// Both SDKs against one server (`--api-key`, the qwen25 tool parser, qwen3 reasoning split).
 #[test]
 fn responses_and_messages_through_the_official_sdks() {
-    let s = serve_with(&[
-        "--max-total-tokens",
-        "30000",
-        "--disable-autotune",
-        "--tool-call-parser",
-        "qwen25",
-        "--reasoning-parser",
-        "qwen3",
-        "--api-key",
-        KEY,
-    ]);
+    let s = serve_with(&[PARSING_FLAGS, &["--api-key", KEY]].concat());
     let responses = run_sdk(&s, "responses.py", "OpenAI Responses");
     check_responses(&responses);
     let messages = run_sdk(&s, "anthropic_messages.py", "Anthropic Messages");

@@ -25,6 +25,17 @@ fn serve() -> Server {
     serve_with(&["--max-total-tokens", "30000", "--chunked-prefill-size", "256", "--disable-autotune"])
 }
 
+/// A server with the qwen25 tool-call parser and the qwen3 reasoning split (no batch cap timed).
+pub(super) const PARSING_FLAGS: &[&str] = &[
+    "--max-total-tokens",
+    "30000",
+    "--disable-autotune",
+    "--tool-call-parser",
+    "qwen25",
+    "--reasoning-parser",
+    "qwen3",
+];
+
 pub(super) fn serve_with(flags: &[&str]) -> Server {
     serve_in(flags, None)
 }
@@ -237,15 +248,7 @@ print(json.dumps({"city": city.model_dump(), "city_finish": parsed.choices[0].fi
 /// named function folded from `delta.tool_calls`, and `auto` (the parser's path).
 #[test]
 fn openai_sdk_parse_and_streamed_tool_calls() {
-    let s = serve_with(&[
-        "--max-total-tokens",
-        "30000",
-        "--disable-autotune",
-        "--tool-call-parser",
-        "qwen25",
-        "--reasoning-parser",
-        "qwen3",
-    ]);
+    let s = serve_with(PARSING_FLAGS);
     let out = Command::new("python3").args(["-c", SDK_TOOLS_SCRIPT, &s.1.to_string()]).output().expect("python3 runs");
     assert!(out.status.success(), "SDK script failed:\n{}", String::from_utf8_lossy(&out.stderr));
     let v: Value = serde_json::from_slice(&out.stdout).expect("script prints JSON");

@@ -42,6 +42,10 @@ fn push_block(out: &mut String, text: &str) {
     out.push_str(text);
 }
 
+/// A final assistant message is a prefill: the answer continues it (`chat::prompt_ids` continues
+/// only a final, non-empty assistant message).
+const PREFILL: bool = true;
+
 /// Text of text blocks; other kinds are a 400 naming where they are.
 fn blocks_text(blocks: &[Block], at: &str) -> Result<String, ApiError> {
     let mut out = String::new();
@@ -102,16 +106,7 @@ fn lower_messages(r: &MessagesRequest) -> Result<Vec<ChatMessage>, ApiError> {
                             if is_error == &Some(true) {
                                 out = format!("Error: {out}");
                             }
-                            let name = conv.iter().rev().find_map(|c: &ChatMessage| {
-                                c.tool_calls.as_ref()?.as_array()?.iter().find_map(|c| {
-                                    (c["id"].as_str() == Some(tool_use_id.as_str()))
-                                        .then(|| c["function"]["name"].as_str())?
-                                })
-                            });
-                            let mut msg = ChatMessage::new("tool", out);
-                            msg.tool_call_id = Some(tool_use_id.clone());
-                            msg.name = name.map(str::to_owned);
-                            conv.push(msg);
+                            conv.push(chat::tool_result(&conv, tool_use_id, out));
                         }
                         other => {
                             return Err(unsupported(other, &format!("messages[{i}].content[{j}]"), "a user message"))
@@ -268,14 +263,9 @@ fn lower(s: &AppState, r: &MessagesRequest, raw: &Map<String, Value>) -> Result<
     params.relabel_constraint("response_format", "output_config.format");
     chat::add_tool_constraint(&mut params, tools.as_ref())?;
     let kwargs = thinking_kwargs(r)?;
-    let mut messages = lower_messages(r)?;
-    for m in &mut messages {
-        chat::calls_into_content(s, m);
-    }
+    let messages = lower_messages(r)?;
     let ask = params::parse_logprobs(&Map::new(), Api::Chat, false)?;
-    // A final assistant message is a prefill: the answer continues it.
-    let continue_final = messages.last().is_some_and(|m| m.role == "assistant");
-    Ok(ChatRequest { messages, tools, kwargs, params, ask, separate_reasoning: true, continue_final })
+    Ok(ChatRequest { messages, tools, kwargs, params, ask, separate_reasoning: true, continue_final: PREFILL })
 }
 
 /// `POST /v1/messages`.
@@ -315,11 +305,7 @@ pub(crate) async fn count_tokens(
     let (r, _): (MessagesRequest, Map<String, Value>) = typed_body(&body)?;
     let tools = tool_fields(&s, &r)?;
     let kwargs = thinking_kwargs(&r)?;
-    let mut messages = lower_messages(&r)?;
-    for m in &mut messages {
-        chat::calls_into_content(&s, m);
-    }
-    let continue_final = messages.last().is_some_and(|m| m.role == "assistant");
-    let ids = chat::prompt_ids(&s, messages, tools.as_ref(), &kwargs, continue_final)?;
+    let messages = lower_messages(&r)?;
+    let ids = chat::prompt_ids(&s, messages, tools.as_ref(), &kwargs, PREFILL)?;
     Ok(Json(json!({"input_tokens": ids.len()})).into_response())
 }

@@ -70,7 +70,7 @@ pub(crate) async fn chat(State(s): State<AppState>, body: Result<Bytes, BytesRej
             Some(v) if role == "assistant" => Some(template_calls(v, i)?),
             _ => None,
         };
-        let mut m = ChatMessage {
+        messages.push(ChatMessage {
             role: if role == "developer" { "system".into() } else { role.into() },
             content,
             tool_calls,
@@ -80,9 +80,7 @@ pub(crate) async fn chat(State(s): State<AppState>, body: Result<Bytes, BytesRej
             reasoning_content: msg.reasoning_content.or(msg.reasoning).filter(|_| role == "assistant"),
             // Phi-4-mini's model card puts the tools, as a JSON string, on the system message.
             tools: msg.tools.filter(|_| role == "system" || role == "developer"),
-        };
-        chat::calls_into_content(&s, &mut m);
-        messages.push(m);
+        });
     }
     let continue_final = b.continue_final_message.unwrap_or(false);
     let req = ChatRequest { messages, tools, kwargs, params, ask: ask.clone(), separate_reasoning, continue_final };

@@ -28,7 +28,7 @@ use axum::Json;
 use futures_util::StreamExt;
 use render::Render;
 use serde_json::{json, Map, Value};
-use sparrow_protocol::responses::{Content, Input, Item, ResponsesRequest, TextFormat};
+use sparrow_protocol::responses::{parts_text, Input, Item, ResponsesRequest, TextFormat};
 use sparrow_tokenizer::ChatMessage;
 
 mod render;
@@ -108,19 +108,12 @@ fn lower_items(items: &[Item], conv: &mut Vec<ChatMessage>) -> Result<(), ApiErr
                 }
             }
             Item::FunctionCallOutput(o) => {
-                let name = conv.iter().rev().find_map(|m| {
-                    m.tool_calls.as_ref()?.as_array()?.iter().find_map(|c| {
-                        (c["id"].as_str() == Some(o.call_id.as_str())).then(|| c["function"]["name"].as_str())?
-                    })
-                });
-                let mut msg = ChatMessage::new("tool", o.output.text().map_err(bad)?);
-                msg.tool_call_id = Some(o.call_id.clone());
-                msg.name = name.map(str::to_owned);
+                let msg = chat::tool_result(conv, &o.call_id, o.output.text().map_err(bad)?);
                 conv.push(msg);
             }
             Item::Reasoning(r) => {
                 let text = match &r.content {
-                    Some(parts) => Content::Parts(parts.clone()).text().map_err(bad)?,
+                    Some(parts) => parts_text(parts).map_err(bad)?,
                     None => r.summary.iter().map(|s| s.text.as_str()).collect::<Vec<_>>().join("\n"),
                 };
                 reasoning.get_or_insert_with(String::new).push_str(&text);
@@ -273,9 +266,6 @@ fn lower(
         messages.push(ChatMessage::new("system", i.clone()));
     }
     messages.extend(history.iter().cloned());
-    for m in &mut messages {
-        chat::calls_into_content(s, m);
-    }
     let ask = params::parse_logprobs(&pm, Api::Chat, false)?;
     let req = ChatRequest { messages, tools, kwargs, params, ask, separate_reasoning: true, continue_final: false };
     Ok((req, history))
