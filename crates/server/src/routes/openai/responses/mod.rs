@@ -299,7 +299,7 @@ pub(crate) async fn create(
     render.finish(&finish);
     let response = render.response();
     if let Some((s, history)) = keep {
-        render::keep(&s, &render, history);
+        render::keep(&s, &render, response.clone(), history);
     }
     Ok(Json(response).into_response())
 }

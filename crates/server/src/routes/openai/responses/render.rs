@@ -390,10 +390,10 @@ impl Render {
     }
 }
 
-/// Stores the finished response and its conversation.
-pub(super) fn keep(s: &AppState, r: &Render, mut history: Vec<ChatMessage>) {
+/// Stores the finished `response` (the object [`Render::response`] made) and its conversation.
+pub(super) fn keep(s: &AppState, r: &Render, response: Value, mut history: Vec<ChatMessage>) {
     history.push(r.as_message());
-    s.responses.put(r.id.clone(), Stored { response: r.response(), history });
+    s.responses.put(r.id.clone(), Stored { response, history });
 }
 
 /// Streams the response's events.
@@ -437,11 +437,11 @@ pub(super) fn stream(
             st.done = true;
             st.r.finish(&f);
             let resp = st.r.response();
+            if let (Some((s, history)), "completed" | "incomplete") = (st.keep_as.take(), st.r.status) {
+                keep(&s, &st.r, resp.clone(), history);
+            }
             let closing = st.r.closing();
             st.r.event(closing, json!({"response": resp}));
-            if let (Some((s, history)), "completed" | "incomplete") = (st.keep_as.take(), st.r.status) {
-                keep(&s, &st.r, history);
-            }
         }
         st.r.drain(&mut out);
         Some((out, st))
