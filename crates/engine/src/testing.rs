@@ -47,6 +47,7 @@ impl FakeModel {
             hidden_size: 1,
             weight_bytes: 0,
             file_weight_bytes: None,
+            active_weight_bytes: None,
         };
         FakeModel { info, predict, panic_on: None }
     }

@@ -116,6 +116,10 @@ impl AppState {
         let ServerOptions { server_info, parsers, api_key, responses_store_size } = opts;
         let bytes_skip = Arc::new(tokenizer.token_bytes(true)?);
         let bytes_all = Arc::new(tokenizer.token_bytes(false)?);
+        let metrics = metrics::Metrics::new();
+        let info = engine.info();
+        metrics.weight_bytes.set(info.weight_bytes as i64);
+        metrics.active_weight_bytes.set(info.active_weight_bytes.unwrap_or(info.weight_bytes) as i64);
         Ok(AppState(Arc::new(Inner {
             engine,
             tokenizer,
@@ -123,7 +127,7 @@ impl AppState {
             bytes_all,
             model_id,
             model_path,
-            metrics: metrics::Metrics::new(),
+            metrics,
             server_info,
             parsers,
             api_key,

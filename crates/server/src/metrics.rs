@@ -44,6 +44,10 @@ pub struct Metrics {
     pub open_connections: Gauge,
     /// Connections refused past `--max-connections` (answered 503 or closed unanswered).
     pub refused_connections: Counter,
+    /// Bytes of weights the model holds.
+    pub weight_bytes: Gauge,
+    /// Bytes of weights one token reads (a MoE model: its routed experts, not all).
+    pub active_weight_bytes: Gauge,
     last_rate: Mutex<Option<(Instant, u64)>>,
 }
 
@@ -92,6 +96,8 @@ impl Metrics {
             radix_hit_tokens: Counter::default(),
             open_connections: Gauge::default(),
             refused_connections: Counter::default(),
+            weight_bytes: Gauge::default(),
+            active_weight_bytes: Gauge::default(),
             last_rate: Mutex::new(None),
             registry: Registry::default(),
         };
@@ -141,6 +147,12 @@ impl Metrics {
             "sparrow:http_connections_refused",
             "HTTP connections refused past --max-connections",
             m.refused_connections.clone(),
+        );
+        registry.register("sparrow:weight_bytes", "Bytes of model weights held", m.weight_bytes.clone());
+        registry.register(
+            "sparrow:active_weight_bytes",
+            "Bytes of model weights one token reads (MoE: the routed experts it is sent to)",
+            m.active_weight_bytes.clone(),
         );
         Metrics { registry, ..m }
     }

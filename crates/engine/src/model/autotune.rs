@@ -115,7 +115,7 @@ pub fn tune(model: &Glm5Model, bucket_list: &[usize], dir: Option<&Path>) -> Res
     let mut out = Vec::new();
     for &t in bucket_list {
         let x: Vec<f32> = (0..t * c.hidden).map(|_| rng.random_range(-1.0f32..1.0)).collect();
-        let routes = moe.routes(c, &mut cx, &x, t);
+        let routes = moe.routes(&mut cx, &x, t);
         let mut y = vec![0f32; t * c.hidden];
         let mut micros = [0f64; 2];
         for (i, imp) in [MoeImpl::TokenMajor, MoeImpl::ExpertMajor].into_iter().enumerate() {

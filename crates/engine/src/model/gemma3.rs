@@ -75,5 +75,6 @@ pub fn config(ld: &Gguf<'_>) -> Result<LlamaConfig, EngineError> {
             rope_dims,
             rope_attn_factor: 1.0,
         },
+        moe: None,
     })
 }

@@ -54,7 +54,10 @@ pub fn load_model(args: &EngineArgs) -> Result<(Box<dyn Model>, &'static str, se
             ))),
         }
     } else {
-        let m = LlamaModel::load(p, args.threads)?;
+        let mut m = LlamaModel::load(p, args.threads)?;
+        if let Some(f) = fixed {
+            m.set_moe(MoeChoice::Fixed(f));
+        }
         let isa = m.isa().name();
         let windows = &m.config().variant.windows;
         let sliding: Vec<usize> = windows.iter().flatten().copied().collect();

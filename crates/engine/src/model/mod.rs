@@ -12,6 +12,7 @@ pub mod glm5;
 pub mod linear;
 pub mod llama;
 pub mod load;
+pub mod moe;
 pub mod observer;
 pub mod routing;
 pub mod vb;
@@ -40,6 +41,9 @@ pub struct ModelInfo {
     /// The file's bytes of the same tensors, where the model came from a file that states them
     /// (GGUF): start-up prints both, and `weight_bytes` stays within 1.05 × of it.
     pub file_weight_bytes: Option<usize>,
+    /// Bytes of weights one token reads, where that is less than `weight_bytes` (a MoE model:
+    /// the router, its `top_k` routed and the shared experts of each layer, and the rest).
+    pub active_weight_bytes: Option<usize>,
 }
 
 /// The weight forms [`PartTimes::gemm_by_kind`] splits the matmul time by (`Weight::kind`'s

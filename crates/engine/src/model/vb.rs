@@ -32,6 +32,18 @@ pub trait Tensors {
     /// A missing tensor, another shape or an unsupported type, named by the file's own
     /// tensor name.
     fn matrix(&self, module: &str, rows: usize, cols: usize) -> Result<Weight, EngineError>;
+
+    /// The `[rows × cols]` weights of `n` experts of one projection, `module` naming them
+    /// without the expert index (`model.layers.3.mlp.experts.gate_proj`): an HF checkpoint
+    /// keeps one tensor per expert (`…experts.{e}.gate_proj.weight`), a GGUF file one tensor
+    /// for all (`blk.3.ffn_gate_exps.weight`, [`Gguf::experts`]).
+    ///
+    /// # Errors
+    /// A missing tensor, or one of another shape, named.
+    fn experts(&self, module: &str, n: usize, rows: usize, cols: usize) -> Result<Vec<Weight>, EngineError> {
+        let (head, proj) = module.rsplit_once('.').unwrap_or(("", module));
+        (0..n).map(|e| self.matrix(&format!("{head}.{e}.{proj}"), rows, cols)).collect()
+    }
 }
 
 impl Tensors for Checkpoint {
@@ -62,6 +74,58 @@ pub const LLAMA_LAYER_NAMES: &[(&str, &str)] = &[
     ("mlp.gate_proj", "ffn_gate"),
     ("mlp.up_proj", "ffn_up"),
     ("mlp.down_proj", "ffn_down"),
+];
+
+/// As [`LLAMA_LAYER_NAMES`] for the MoE families on the Llama layer (`MODEL_ARCH.QWEN3MOE`,
+/// `GLM4_MOE`): the router `mlp.gate` (`ffn_gate_inp`), its selection bias
+/// (`e_score_correction_bias`, `exp_probs_b.bias`), the routed experts as one tensor per
+/// projection (`mlp.experts.{e}.gate_proj` of every `e` is `ffn_gate_exps`, read by
+/// [`Tensors::experts`]), shared experts (`ffn_*_shexp`) and, for leading dense layers, the
+/// plain MLP names.
+pub const MOE_LAYER_NAMES: &[(&str, &str)] = &[
+    ("input_layernorm", "attn_norm"),
+    ("self_attn.q_proj", "attn_q"),
+    ("self_attn.k_proj", "attn_k"),
+    ("self_attn.v_proj", "attn_v"),
+    ("self_attn.o_proj", "attn_output"),
+    ("self_attn.q_norm", "attn_q_norm"),
+    ("self_attn.k_norm", "attn_k_norm"),
+    ("post_attention_layernorm", "ffn_norm"),
+    ("mlp.gate_proj", "ffn_gate"),
+    ("mlp.up_proj", "ffn_up"),
+    ("mlp.down_proj", "ffn_down"),
+    ("mlp.gate", "ffn_gate_inp"),
+    ("mlp.gate.e_score_correction_bias", "exp_probs_b.bias"),
+    ("mlp.experts.gate_proj", "ffn_gate_exps"),
+    ("mlp.experts.up_proj", "ffn_up_exps"),
+    ("mlp.experts.down_proj", "ffn_down_exps"),
+    ("mlp.shared_experts.gate_proj", "ffn_gate_shexp"),
+    ("mlp.shared_experts.up_proj", "ffn_up_shexp"),
+    ("mlp.shared_experts.down_proj", "ffn_down_shexp"),
+];
+
+/// As [`MOE_LAYER_NAMES`] for GLM-4.5 (`MODEL_ARCH.GLM4_MOE`): the pre-FFN norm is stored as
+/// `post_attention_norm`.
+pub const GLM4MOE_LAYER_NAMES: &[(&str, &str)] = &[
+    ("input_layernorm", "attn_norm"),
+    ("self_attn.q_proj", "attn_q"),
+    ("self_attn.k_proj", "attn_k"),
+    ("self_attn.v_proj", "attn_v"),
+    ("self_attn.o_proj", "attn_output"),
+    ("self_attn.q_norm", "attn_q_norm"),
+    ("self_attn.k_norm", "attn_k_norm"),
+    ("post_attention_layernorm", "post_attention_norm"),
+    ("mlp.gate_proj", "ffn_gate"),
+    ("mlp.up_proj", "ffn_up"),
+    ("mlp.down_proj", "ffn_down"),
+    ("mlp.gate", "ffn_gate_inp"),
+    ("mlp.gate.e_score_correction_bias", "exp_probs_b.bias"),
+    ("mlp.experts.gate_proj", "ffn_gate_exps"),
+    ("mlp.experts.up_proj", "ffn_up_exps"),
+    ("mlp.experts.down_proj", "ffn_down_exps"),
+    ("mlp.shared_experts.gate_proj", "ffn_gate_shexp"),
+    ("mlp.shared_experts.up_proj", "ffn_up_shexp"),
+    ("mlp.shared_experts.down_proj", "ffn_down_shexp"),
 ];
 
 /// As [`LLAMA_LAYER_NAMES`] for Phi-3/Phi-4 (`MODEL_ARCH.PHI3`): Q/K/V in one `attn_qkv`
@@ -148,6 +212,9 @@ impl Tensors for GgufTensors<'_, '_> {
     fn matrix(&self, module: &str, rows: usize, cols: usize) -> Result<Weight, EngineError> {
         self.ld.matrix_threads(&self.named(&format!("{module}.weight"))?, rows, cols, self.threads)
     }
+    fn experts(&self, module: &str, n: usize, rows: usize, cols: usize) -> Result<Vec<Weight>, EngineError> {
+        self.ld.experts(&self.named(&format!("{module}.weight"))?, n, rows, cols, self.threads)
+    }
 }
 
 /// A view of [`Tensors`] under a name prefix; cheap to clone and extend.
@@ -199,6 +266,16 @@ impl<'a> Vb<'a> {
     /// As [`Tensors::matrix`].
     pub fn matrix(&self, n: &str, rows: usize, cols: usize) -> Result<Weight, EngineError> {
         self.src.matrix(&self.path(n), rows, cols)
+    }
+
+    /// The `n` experts of projection `proj` under this prefix (`…mlp.experts`), each a
+    /// [`Linear`] named `{prefix}.{e}.{proj}`, as [`Tensors::experts`] reads them.
+    ///
+    /// # Errors
+    /// As [`Tensors::experts`].
+    pub fn experts(&self, proj: &str, n: usize, rows: usize, cols: usize) -> Result<Vec<Linear>, EngineError> {
+        let ws = self.src.experts(&self.path(proj), n, rows, cols)?;
+        Ok(ws.into_iter().enumerate().map(|(e, w)| Linear::new(w, vec![self.pp(e).path(proj)])).collect())
     }
 
     /// Module `n` as a [`Linear`] named by its full HF name, with its bias (`{n}.bias`,

@@ -11,5 +11,6 @@ mod gemma3_golden;
 mod gguf_dequant;
 mod golden;
 mod logprobs_golden;
+mod moe_families;
 mod moe_tensors;
 mod scheduler_props;

@@ -129,8 +129,12 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         ),
         None => String::new(),
     };
+    let active = match info.active_weight_bytes {
+        Some(a) => format!(", {:.0} MB active per token", a as f64 / 1e6),
+        None => String::new(),
+    };
     eprintln!(
-        "sparrow serve: model {} ({}, {} layers, vocab {}, {:.0} MB of weights{file_bytes}), kernels {}, {threads} threads",
+        "sparrow serve: model {} ({}, {} layers, vocab {}, {:.0} MB of weights{file_bytes}{active}), kernels {}, {threads} threads",
         model_path.display(),
         info.architecture,
         info.num_layers,

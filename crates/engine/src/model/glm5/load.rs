@@ -10,7 +10,8 @@ use sparrow_cpu::{Isa, ThreadPool, Weight};
 
 use super::indexer::Indexer;
 use super::mla::Mla;
-use super::moe::{Ffn, Mlp, Moe};
+use super::moe::{routing, Ffn};
+use crate::model::moe::{Mlp, Moe};
 use super::{AttnStats, DecoderLayer, Glm5Config, Glm5Model, Glm5Options};
 use crate::checkpoint::hf::Checkpoint;
 use crate::model::common::RopeTable;
@@ -55,6 +56,7 @@ impl Glm5Model {
             hidden_size: h,
             weight_bytes: weight_bytes(&embed, lm_head.as_ref(), &layers),
             file_weight_bytes: None,
+            active_weight_bytes: None,
         };
         let pool = ThreadPool::new(threads).map_err(|e| EngineError::model(format!("thread pool: {e}")))?;
         Ok(Glm5Model {
@@ -166,7 +168,8 @@ fn load_moe(ck: &Checkpoint, c: &Glm5Config, vb: &Vb<'_>) -> Result<Moe, EngineE
     }
     Ok(Moe {
         gate: Weight::Dense { rows: c.n_routed, cols: h, data: gate },
-        bias: vb.vector("gate.e_score_correction_bias", c.n_routed)?,
+        bias: Some(vb.vector("gate.e_score_correction_bias", c.n_routed)?),
+        routing: routing(c),
         experts,
         shared,
     })

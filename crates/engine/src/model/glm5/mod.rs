@@ -12,8 +12,9 @@
 //! - `mla`: the absorbed MLA attention over the latent cache ([`AttnImpl`], defined in
 //!   [`crate::config`]);
 //! - `indexer`: the DSA indexer and its top-k;
-//! - `moe`: the router ([`route`]), [`Moe`], [`Mlp`] and the dense-or-MoE feed-forward
-//!   ([`MoeChoice`]; [`MoeImpl`] is defined in [`crate::config`]);
+//! - `moe`: the routing rule ([`route`]) and the dense-or-MoE feed-forward over the shared
+//!   [`Moe`] and [`Mlp`] of [`crate::model::moe`] ([`MoeChoice`]; [`MoeImpl`] is defined in
+//!   [`crate::config`]);
 //! - `load`: building the model from a [`Checkpoint`](crate::checkpoint::hf::Checkpoint);
 //! - here: the model, its decoder layer and the [`Model`] impl.
 //!
@@ -38,7 +39,8 @@ pub use self::config::Glm5Config;
 use self::indexer::Selection;
 use self::mla::Mla;
 use self::moe::Ffn;
-pub use self::moe::{route, Mlp, Moe, MoeChoice};
+pub use self::moe::route;
+pub use crate::model::moe::{Mlp, Moe, MoeChoice};
 use super::common::{OutputHead, RopeLayout, RopeTable, Scratch};
 use super::{AttentionNeeds, Instruments, Model, ModelInfo, PartTimes};
 use crate::batch::ForwardBatch;

@@ -9,7 +9,9 @@ use ggus::GGufMetaMapExt;
 use super::*;
 use crate::checkpoint::gguf::{Gguf, GgufFile};
 use crate::model::common::RopeTable;
-use crate::model::vb::{GgufTensors, Vb, GEMMA3_LAYER_NAMES, LLAMA_LAYER_NAMES, PHI3_LAYER_NAMES};
+use crate::model::moe::{Mlp, Moe};
+use crate::model::routing::{Routing, Scoring};
+use crate::model::vb::{GgufTensors, Vb, GEMMA3_LAYER_NAMES, LLAMA_LAYER_NAMES, GLM4MOE_LAYER_NAMES, MOE_LAYER_NAMES, PHI3_LAYER_NAMES};
 
 /// A dense architecture the Llama decoder runs, as data: what llama.cpp's graph for it does
 /// differently from `llama` (`src/models/{llama,qwen2,qwen3,smollm3,phi3}.cpp`, the RoPE type from
@@ -30,12 +32,31 @@ pub struct Family {
     pub qkv_bias: bool,
     /// Per-head RMSNorm of Q and K before RoPE (Qwen3).
     pub qk_norm: bool,
+    /// Per-head Q/K RMSNorm when the file has `attn_q_norm` (GLM-4.5: some sizes have it).
+    pub qk_norm_if_present: bool,
     /// Every `n`-th layer (`(l + 1) % n == 0`) skips RoPE (SmolLM3's NoPE layers,
     /// llama.cpp's `n_no_rope_layer_step = 4`).
     pub no_rope_step: Option<usize>,
     /// `(HF, llama.cpp)` names of a layer's modules (`vb.rs`): Phi-3's fused Q/K/V and
     /// gate/up live under their own names.
     pub layer_names: &'static [(&'static str, &'static str)],
+    /// A Mixture-of-Experts family's routing as llama.cpp's graph for it fixes it; `None` for
+    /// a dense family.
+    pub moe: Option<MoeFamily>,
+}
+
+/// What a MoE family's llama.cpp graph fixes and what it reads from the file
+/// (`build_moe_ffn`'s `norm_w` and `gating_op` arguments in `src/models/{qwen3moe,glm4-moe}.cpp`).
+#[derive(Debug, Clone, Copy)]
+pub struct MoeFamily {
+    /// The scoring the graph uses; `None`: the file's `expert_gating_func` (1 softmax, 2
+    /// sigmoid, 3 softmax over the chosen; sigmoid when absent, as `glm4moe` defaults).
+    pub scoring: Option<Scoring>,
+    /// Whether the chosen weights are renormalized; `None`: the file's `expert_weights_norm`
+    /// (false when absent).
+    pub norm_topk_prob: Option<bool>,
+    /// Whether `expert_weights_scale` applies (`routed_scaling_factor`).
+    pub scaled: bool,
 }
 
 /// Every dense family [`LlamaModel::load`] reads from GGUF besides `gemma3`, and
@@ -47,8 +68,10 @@ pub const FAMILIES: &[Family] = &[
         gguf_rope: RopeLayout::Interleaved,
         qkv_bias: false,
         qk_norm: false,
+        qk_norm_if_present: false,
         no_rope_step: None,
         layer_names: LLAMA_LAYER_NAMES,
+        moe: None,
     },
     Family {
         arch: "qwen2",
@@ -56,8 +79,10 @@ pub const FAMILIES: &[Family] = &[
         gguf_rope: RopeLayout::Halves,
         qkv_bias: true,
         qk_norm: false,
+        qk_norm_if_present: false,
         no_rope_step: None,
         layer_names: LLAMA_LAYER_NAMES,
+        moe: None,
     },
     Family {
         arch: "qwen3",
@@ -65,8 +90,10 @@ pub const FAMILIES: &[Family] = &[
         gguf_rope: RopeLayout::Halves,
         qkv_bias: false,
         qk_norm: true,
+        qk_norm_if_present: false,
         no_rope_step: None,
         layer_names: LLAMA_LAYER_NAMES,
+        moe: None,
     },
     Family {
         arch: "smollm3",
@@ -74,8 +101,10 @@ pub const FAMILIES: &[Family] = &[
         gguf_rope: RopeLayout::Interleaved,
         qkv_bias: false,
         qk_norm: false,
+        qk_norm_if_present: false,
         no_rope_step: Some(4),
         layer_names: LLAMA_LAYER_NAMES,
+        moe: None,
     },
     Family {
         arch: "phi3",
@@ -83,8 +112,37 @@ pub const FAMILIES: &[Family] = &[
         gguf_rope: RopeLayout::Halves,
         qkv_bias: false,
         qk_norm: false,
+        qk_norm_if_present: false,
         no_rope_step: None,
         layer_names: PHI3_LAYER_NAMES,
+        moe: None,
+    },
+    // Qwen3-MoE: Qwen3's attention; softmax over all experts, the chosen renormalized
+    // (`build_moe_ffn(…, norm_w = true, …, SOFTMAX)` whatever the file says).
+    Family {
+        arch: "qwen3moe",
+        hf_model_types: &[],
+        gguf_rope: RopeLayout::Halves,
+        qkv_bias: false,
+        qk_norm: true,
+        qk_norm_if_present: false,
+        no_rope_step: None,
+        layer_names: MOE_LAYER_NAMES,
+        moe: Some(MoeFamily { scoring: Some(Scoring::Softmax), norm_topk_prob: Some(true), scaled: false }),
+    },
+    // GLM-4.5 / 4.6 / 4.7 (and Solar Open): Q/K/V biases, partial NEOX RoPE, optional Q/K norms,
+    // the pre-FFN norm stored as `post_attention_norm`; leading dense layers, then sigmoid
+    // routing with the selection bias, the file's renormalization and scale, shared experts.
+    Family {
+        arch: "glm4moe",
+        hf_model_types: &[],
+        gguf_rope: RopeLayout::Halves,
+        qkv_bias: false,
+        qk_norm: false,
+        qk_norm_if_present: true,
+        no_rope_step: None,
+        layer_names: GLM4MOE_LAYER_NAMES,
+        moe: Some(MoeFamily { scoring: None, norm_topk_prob: None, scaled: true }),
     },
 ];
 
@@ -127,9 +185,62 @@ pub(crate) struct GgufHparams {
     pub rope_scaling_attn_factor: Option<f32>,
     #[serde(rename = "rope.scaling.original_context_length")]
     pub rope_scaling_original_context_length: Option<usize>,
+    pub expert_count: Option<usize>,
+    pub expert_used_count: Option<usize>,
+    pub expert_feed_forward_length: Option<usize>,
+    pub expert_shared_count: Option<usize>,
+    pub expert_shared_feed_forward_length: Option<usize>,
+    pub leading_dense_block_count: Option<usize>,
+    pub expert_weights_scale: Option<f32>,
+    pub expert_weights_norm: Option<bool>,
+    pub expert_gating_func: Option<u32>,
+    pub expert_group_count: Option<usize>,
+    pub expert_group_used_count: Option<usize>,
+    /// Multi-token-prediction layers after the trunk (GLM-4.5's NextN): counted in
+    /// `block_count`, not run for the next token.
+    pub nextn_predict_layers: Option<usize>,
 }
 
 impl GgufHparams {
+    /// A MoE family's feed-forward from the `expert_*` keys, read as llama.cpp reads them for
+    /// `fam` (`llama_model::load_hparams`).
+    ///
+    /// # Errors
+    /// A missing `expert_count`, `expert_used_count` or `expert_feed_forward_length`, or an
+    /// unknown gating function, named with the key.
+    pub(crate) fn moe(&self, arch: &str, fam: &MoeFamily) -> Result<MoeConfig, EngineError> {
+        let need = |v: Option<usize>, key: &str| {
+            v.ok_or_else(|| EngineError::model(format!("{arch}.{key} missing (a MoE architecture)")))
+        };
+        let n_expert = need(self.expert_count, "expert_count")?;
+        let expert_ffn = need(self.expert_feed_forward_length, "expert_feed_forward_length")?;
+        let scoring = match fam.scoring {
+            Some(s) => s,
+            None => match self.expert_gating_func.unwrap_or(0) {
+                1 => Scoring::Softmax,
+                0 | 2 => Scoring::Sigmoid,
+                3 => Scoring::SoftmaxSelected,
+                g => return Err(EngineError::model(format!("{arch}.expert_gating_func = {g}: not 1, 2 or 3"))),
+            },
+        };
+        let shared = self.expert_shared_count.unwrap_or(0);
+        let n_group = self.expert_group_count.unwrap_or(1).max(1);
+        Ok(MoeConfig {
+            n_expert,
+            expert_ffn,
+            shared_ffn: shared * self.expert_shared_feed_forward_length.unwrap_or(expert_ffn),
+            first_dense: self.leading_dense_block_count.unwrap_or(0),
+            routing: Routing {
+                scoring,
+                top_k: need(self.expert_used_count, "expert_used_count")?,
+                norm_topk_prob: fam.norm_topk_prob.unwrap_or(self.expert_weights_norm.unwrap_or(false)),
+                scaling: if fam.scaled { self.expert_weights_scale.unwrap_or(1.0) } else { 1.0 },
+                n_group,
+                topk_group: self.expert_group_used_count.unwrap_or(n_group),
+            },
+        })
+    }
+
     /// Reads `{arch}.*` of `ld`.
     ///
     /// # Errors
@@ -202,15 +313,21 @@ fn gguf_config(ld: &Gguf<'_>, fam: &Family) -> Result<LlamaConfig, EngineError> 
         Some(n) => Some(ld.vector(n, rope_dims / 2)?),
         None => None,
     };
-    let layers = hp.block_count;
+    // The trunk: llama.cpp's `n_layer()`, `block_count` less the NextN layers, which serve
+    // only speculative decoding.
+    let layers = hp.block_count.checked_sub(hp.nextn_predict_layers.unwrap_or(0)).unwrap_or(0);
     let rope_base = hp.rope_freq_base.unwrap_or(10000.0);
     let mut variant = Variant::llama(layers, head_dim, rope_base);
     variant.rope_dims = rope_dims;
     variant.rope_attn_factor = hp.rope_scaling_attn_factor.unwrap_or(1.0);
     variant.rope_layout = fam.gguf_rope;
-    variant.qk_norm = fam.qk_norm;
+    variant.qk_norm = fam.qk_norm || (fam.qk_norm_if_present && ld.has_tensor("blk.0.attn_q_norm.weight"));
     variant.rope_freq_factors = rope_freq_factors;
     variant.no_rope = no_rope_layers(layers, fam.no_rope_step);
+    let moe = match &fam.moe {
+        Some(m) => Some(hp.moe(arch, m)?),
+        None => None,
+    };
     Ok(LlamaConfig {
         layers,
         hidden: hp.embedding_length,
@@ -223,6 +340,7 @@ fn gguf_config(ld: &Gguf<'_>, fam: &Family) -> Result<LlamaConfig, EngineError> 
         vocab: ld.embedding_rows()?,
         context_length: hp.context_length,
         variant,
+        moe,
     })
 }
 
@@ -401,6 +519,7 @@ impl HfConfig {
             vocab: self.vocab_size,
             context_length: self.max_position_embeddings,
             variant,
+            moe: None,
         })
     }
 }
@@ -409,7 +528,7 @@ impl HfConfig {
 /// llama.cpp's, [`GgufTensors`]). Q/K/V and gate/up are stacked, each a single matmul; a
 /// projection's bias is taken when the file has one, and required for Q/K/V where the family
 /// says so.
-fn load_layer(vb: &Vb<'_>, cfg: &LlamaConfig, fam: &Family) -> Result<Layer, EngineError> {
+fn load_layer(vb: &Vb<'_>, l: usize, cfg: &LlamaConfig, fam: &Family) -> Result<Layer, EngineError> {
     let (hidden, hd, qd, kvd) = (cfg.hidden, cfg.head_dim, cfg.q_dim(), cfg.kv_heads * cfg.head_dim);
     let (attn, mlp) = (vb.pp("self_attn"), vb.pp("mlp"));
     // Phi-3 files keep Q/K/V and gate/up fused already, in the order the forward stacks them.
@@ -421,9 +540,15 @@ fn load_layer(vb: &Vb<'_>, cfg: &LlamaConfig, fam: &Family) -> Result<Layer, Eng
             attn.linear("v_proj", kvd, hidden)?,
         ],
     };
-    let gate_up = match mlp.has("gate_up_proj.weight") {
-        true => vec![mlp.linear("gate_up_proj", 2 * cfg.ffn, hidden)?],
-        false => vec![mlp.linear("gate_proj", cfg.ffn, hidden)?, mlp.linear("up_proj", cfg.ffn, hidden)?],
+    let ffn = match &cfg.moe {
+        Some(m) if l >= m.first_dense => FeedForward::Moe(Box::new(load_moe(&mlp, hidden, m)?)),
+        _ => {
+            let gate_up = match mlp.has("gate_up_proj.weight") {
+                true => vec![mlp.linear("gate_up_proj", 2 * cfg.ffn, hidden)?],
+                false => vec![mlp.linear("gate_proj", cfg.ffn, hidden)?, mlp.linear("up_proj", cfg.ffn, hidden)?],
+            };
+            FeedForward::Dense { gate_up: Linear::stack(gate_up), down: mlp.linear("down_proj", hidden, cfg.ffn)? }
+        }
     };
     if fam.qkv_bias {
         if let Some(l) = qkv.iter().find(|l| l.bias.is_none()) {
@@ -445,8 +570,7 @@ fn load_layer(vb: &Vb<'_>, cfg: &LlamaConfig, fam: &Family) -> Result<Layer, Eng
             true => vb.vector("pre_feedforward_layernorm.weight", hidden)?,
             false => vb.vector("post_attention_layernorm.weight", hidden)?,
         },
-        gate_up: Linear::stack(gate_up),
-        down: mlp.linear("down_proj", hidden, cfg.ffn)?,
+        ffn,
         qk_norm: match cfg.variant.qk_norm {
             true => Some(pair("self_attn.q_norm.weight", "self_attn.k_norm.weight", hd)?),
             false => None,
@@ -458,6 +582,39 @@ fn load_layer(vb: &Vb<'_>, cfg: &LlamaConfig, fam: &Family) -> Result<Layer, Eng
     })
 }
 
+/// A MoE layer's feed-forward under `mlp` (`model.layers.L.mlp`): the router `gate`, its
+/// selection bias when the file has one, the routed experts (gate and up stacked per expert)
+/// and the shared experts.
+fn load_moe(mlp: &Vb<'_>, hidden: usize, m: &MoeConfig) -> Result<Moe, EngineError> {
+    let (n, inter) = (m.n_expert, m.expert_ffn);
+    let ex = mlp.pp("experts");
+    let gates = ex.experts("gate_proj", n, inter, hidden)?;
+    let ups = ex.experts("up_proj", n, inter, hidden)?;
+    let downs = ex.experts("down_proj", n, hidden, inter)?;
+    let experts = gates
+        .into_iter()
+        .zip(ups)
+        .zip(downs)
+        .map(|((g, u), down)| Mlp { gate_up: Linear::stack(vec![g, u]), down, inter })
+        .collect();
+    let shared = match m.shared_ffn {
+        0 => None,
+        si => {
+            let sv = mlp.pp("shared_experts");
+            let gate_up = Linear::stack(vec![sv.linear("gate_proj", si, hidden)?, sv.linear("up_proj", si, hidden)?]);
+            Some(Mlp { gate_up, down: sv.linear("down_proj", hidden, si)?, inter: si })
+        }
+    };
+    let bias_name = "gate.e_score_correction_bias";
+    Ok(Moe {
+        gate: mlp.matrix("gate", n, hidden)?,
+        bias: if mlp.has(bias_name) { Some(mlp.vector(bias_name, n)?) } else { None },
+        routing: m.routing,
+        experts,
+        shared,
+    })
+}
+
 /// Gemma 3 in the decoder's terms: plain Llama's family data (its differences are in
 /// [`Variant`], read by [`crate::model::gemma3::config`]).
 const GEMMA3: Family = Family {
@@ -466,8 +623,10 @@ const GEMMA3: Family = Family {
     gguf_rope: RopeLayout::Halves,
     qkv_bias: false,
     qk_norm: true,
+    qk_norm_if_present: false,
     no_rope_step: None,
     layer_names: GEMMA3_LAYER_NAMES,
+    moe: None,
 };
 
 impl LlamaModel {
@@ -511,10 +670,19 @@ impl LlamaModel {
             false => None,
         };
         let vb = root.pp("model.layers");
-        let layers = (0..cfg.layers).map(|l| load_layer(&vb.pp(l), &cfg, &fam)).collect::<Result<Vec<_>, _>>()?;
+        let layers = (0..cfg.layers).map(|l| load_layer(&vb.pp(l), l, &cfg, &fam)).collect::<Result<Vec<_>, _>>()?;
         let output_norm = root.vector("model.norm.weight", hidden)?;
-        // LongRoPE files hold factors for both regimes; one is used.
-        let unused: Vec<&str> = ld.unread_tensors().into_iter().filter(|n| !n.starts_with("rope_factors_")).collect();
+        // LongRoPE files hold factors for both regimes; one is used. NextN layers (past the
+        // trunk) serve only multi-token prediction.
+        let past_trunk = |n: &str| {
+            n.strip_prefix("blk.").and_then(|r| r.split('.').next()).and_then(|b| b.parse::<usize>().ok())
+                >= Some(cfg.layers)
+        };
+        let unused: Vec<&str> = ld
+            .unread_tensors()
+            .into_iter()
+            .filter(|n| !n.starts_with("rope_factors_") && !past_trunk(n))
+            .collect();
         if let Some(first) = unused.first() {
             return Err(EngineError::model(format!(
                 "{}: {} tensor(s) the {arch} decoder does not use (first: {first}); running without them would \
@@ -566,7 +734,7 @@ impl LlamaModel {
         let tied = hf.tie_word_embeddings || !ck.has("lm_head.weight");
         let output = if tied { None } else { Some(ck.linear("lm_head", cfg.vocab, hidden)?) };
         let vb = Vb::new(&ck).pp("model.layers");
-        let layers = (0..cfg.layers).map(|l| load_layer(&vb.pp(l), &cfg, fam)).collect::<Result<Vec<_>, _>>()?;
+        let layers = (0..cfg.layers).map(|l| load_layer(&vb.pp(l), l, &cfg, fam)).collect::<Result<Vec<_>, _>>()?;
         let output_norm = ck.vector("model.norm.weight", hidden)?;
         let name = dir.file_name().map_or(hf.model_type.clone(), |n| n.to_string_lossy().into_owned());
         Self::assemble(cfg, fam.arch.into(), name, embed, output, output_norm, layers, threads)
@@ -593,7 +761,7 @@ impl LlamaModel {
         let mut wbytes = embed.bytes() + output.as_ref().map_or(0, Weight::bytes) + 4 * output_norm.len();
         let vec_bytes = |v: &Option<(Vec<f32>, Vec<f32>)>| v.as_ref().map_or(0, |(a, b)| 4 * (a.len() + b.len()));
         for l in &layers {
-            wbytes += [&l.qkv, &l.wo, &l.gate_up, &l.down].iter().map(|x| x.weight.bytes()).sum::<usize>();
+            wbytes += [&l.qkv, &l.wo].iter().map(|x| x.weight.bytes()).sum::<usize>() + l.ffn.bytes();
             wbytes += 4 * (l.attn_norm.len() + l.ffn_norm.len()) + vec_bytes(&l.qk_norm) + vec_bytes(&l.post_norms);
         }
         wbytes += cfg.variant.rope_freq_factors.as_ref().map_or(0, |f| 4 * f.len());
@@ -606,8 +774,15 @@ impl LlamaModel {
             hidden_size: cfg.hidden,
             weight_bytes: wbytes,
             file_weight_bytes: None,
+            active_weight_bytes: None,
         };
         let pool = ThreadPool::new(threads).map_err(|e| EngineError::model(format!("thread pool: {e}")))?;
+        let mut info = info;
+        if layers.iter().any(|l| matches!(l.ffn, FeedForward::Moe(_))) {
+            let all: usize = layers.iter().map(|l| l.ffn.bytes()).sum();
+            let active: usize = layers.iter().map(|l| l.ffn.active_bytes()).sum();
+            info.active_weight_bytes = Some(info.weight_bytes - all + active);
+        }
         Ok(LlamaModel {
             cfg,
             info,
@@ -622,6 +797,7 @@ impl LlamaModel {
             s: LayerBuffers::default(),
             inst: Instruments::default(),
             kv_dtype: KvDtype::F16,
+            moe: MoeChoice::Fixed(MoeImpl::ExpertMajor),
         })
     }
 }

@@ -19,7 +19,10 @@
 //! fused gate/up → SwiGLU → down + residual } → final RMSNorm and the output head for the
 //! `logits_rows` only. Loading is in `load.rs`.
 
-use super::common::{OutputHead, RopeLayout, RopeTable};
+use super::common::{OutputHead, RopeLayout, RopeTable, Scratch};
+use super::moe::{Moe, MoeChoice};
+use super::routing::Routing;
+use crate::config::MoeImpl;
 use super::{AttentionNeeds, Instruments, Model, ModelInfo, PartTimes};
 use crate::batch::ForwardBatch;
 use crate::kv::{KvDtype, KvLayout, KvStore};
@@ -125,6 +128,25 @@ pub struct LlamaConfig {
     pub context_length: usize,
     /// The family's changes to Llama.
     pub variant: Variant,
+    /// The Mixture-of-Experts feed-forward of a MoE family (`qwen3moe`, `glm4moe`); `None` for
+    /// a dense model.
+    pub moe: Option<MoeConfig>,
+}
+
+/// A MoE family's feed-forward, from GGUF metadata (llama.cpp's `LLM_KV_EXPERT_*` keys).
+#[derive(Debug, Clone)]
+pub struct MoeConfig {
+    /// Routed experts (`expert_count`).
+    pub n_expert: usize,
+    /// Each routed expert's inner width (`expert_feed_forward_length`).
+    pub expert_ffn: usize,
+    /// Shared experts' inner width together (`expert_shared_count ×
+    /// expert_shared_feed_forward_length`, or × `expert_feed_forward_length`); 0 for none.
+    pub shared_ffn: usize,
+    /// Leading layers with the dense MLP (`leading_dense_block_count`).
+    pub first_dense: usize,
+    /// How the router's logits choose and weigh experts.
+    pub routing: Routing,
 }
 
 impl LlamaConfig {
@@ -153,6 +175,23 @@ impl LlamaConfig {
                 self.head_dim, self.hidden
             )));
         }
+        if let Some(m) = &self.moe {
+            let r = &m.routing;
+            if m.n_expert == 0
+                || r.top_k == 0
+                || r.top_k > m.n_expert
+                || m.expert_ffn == 0
+                || !m.n_expert.is_multiple_of(r.n_group)
+                || r.topk_group == 0
+                || r.topk_group > r.n_group
+            {
+                return Err(EngineError::model(format!(
+                    "inconsistent experts: expert_count {}, expert_used_count {}, expert_feed_forward_length {}, \
+                     {} groups of which {} used",
+                    m.n_expert, r.top_k, m.expert_ffn, r.n_group, r.topk_group
+                )));
+            }
+        }
         Ok(())
     }
 }
@@ -163,13 +202,37 @@ pub(crate) struct Layer {
     pub(crate) qkv: Linear,
     pub(crate) wo: Linear,
     pub(crate) ffn_norm: Vec<f32>,
-    /// Gate and up stacked (`[2·ffn × hidden]`).
-    pub(crate) gate_up: Linear,
-    pub(crate) down: Linear,
+    pub(crate) ffn: FeedForward,
     /// Per-head Q and K norms (`head_dim` each), with [`Variant::qk_norm`].
     pub(crate) qk_norm: Option<(Vec<f32>, Vec<f32>)>,
     /// Norms of the attention and MLP outputs, with [`Variant::post_norms`].
     pub(crate) post_norms: Option<(Vec<f32>, Vec<f32>)>,
+}
+
+/// A layer's feed-forward.
+pub(crate) enum FeedForward {
+    /// The gated MLP: gate and up stacked (`[2·ffn × hidden]`), then down.
+    Dense { gate_up: Linear, down: Linear },
+    /// Routed (and shared) experts ([`crate::model::moe`]).
+    Moe(Box<Moe>),
+}
+
+impl FeedForward {
+    /// Bytes of its weights.
+    pub(crate) fn bytes(&self) -> usize {
+        match self {
+            FeedForward::Dense { gate_up, down } => gate_up.weight.bytes() + down.weight.bytes(),
+            FeedForward::Moe(m) => m.bytes(),
+        }
+    }
+
+    /// Bytes one token reads (a MoE layer: the router, its chosen and the shared experts).
+    pub(crate) fn active_bytes(&self) -> usize {
+        match self {
+            FeedForward::Dense { .. } => self.bytes(),
+            FeedForward::Moe(m) => m.active_bytes(),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -189,6 +252,8 @@ struct LayerBuffers {
     row_seq: Vec<u32>,
     /// Attention output in task order (see `attention_tasks`), before it is scattered to `attn`.
     attn_t: Vec<f32>,
+    /// The MoE layers' activation buffers.
+    moe: Scratch,
 }
 
 /// Largest head with a per-head QK norm (a stack buffer; Gemma 3 uses 256).
@@ -262,6 +327,8 @@ pub struct LlamaModel {
     inst: Instruments,
     /// Element type of the KV cache (f16 unless [`Model::set_kv_dtype`] chose another).
     kv_dtype: KvDtype,
+    /// Which MoE implementation runs a batch of a given size (MoE families).
+    moe: MoeChoice,
 }
 
 impl std::fmt::Debug for LlamaModel {
@@ -298,8 +365,20 @@ impl LlamaModel {
     pub fn decode_matrices(&self) -> Vec<(String, &Weight)> {
         let mut v = Vec::new();
         for (i, l) in self.layers.iter().enumerate() {
-            for (n, w) in [("qkv", &l.qkv), ("wo", &l.wo), ("gate_up", &l.gate_up), ("down", &l.down)] {
+            for (n, w) in [("qkv", &l.qkv), ("wo", &l.wo)] {
                 v.push((format!("blk.{i}.{n}"), &w.weight));
+            }
+            match &l.ffn {
+                FeedForward::Dense { gate_up, down } => {
+                    v.push((format!("blk.{i}.gate_up"), &gate_up.weight));
+                    v.push((format!("blk.{i}.down"), &down.weight));
+                }
+                FeedForward::Moe(m) => {
+                    for (e, x) in m.experts.iter().enumerate() {
+                        v.push((format!("blk.{i}.exp{e}.gate_up"), &x.gate_up.weight));
+                        v.push((format!("blk.{i}.exp{e}.down"), &x.down.weight));
+                    }
+                }
             }
         }
         v.push(("lm_head".into(), self.output.as_ref().unwrap_or(&self.embed)));
@@ -324,6 +403,12 @@ impl LlamaModel {
     /// Forces an instruction set (tests compare the SIMD path against the scalar one).
     pub fn set_isa(&mut self, isa: Isa) {
         self.isa = isa;
+    }
+
+    /// Chooses the MoE implementation per batch size (`--moe-runner-backend`; both give the
+    /// same bits).
+    pub fn set_moe(&mut self, moe: MoeChoice) {
+        self.moe = moe;
     }
 }
 
@@ -379,7 +464,8 @@ impl Model for LlamaModel {
                 self.kv_dtype.name()
             )));
         }
-        let step = Step::new(c, batch, &self.rope, self.rope_local.as_ref(), kv_dtype);
+        let mut step = Step::new(c, batch, &self.rope, self.rope_local.as_ref(), kv_dtype);
+        step.moe = self.moe.pick(batch.num_tokens());
         let clock = self.inst.clock();
         let mut pt = PartTimes::default();
         let mut cx = Fwd {
@@ -445,6 +531,8 @@ struct Step<'a> {
     ghd: usize,
     /// Query heads per KV head.
     group: usize,
+    /// The MoE implementation for this step's size.
+    moe: MoeImpl,
 }
 
 impl<'a> Step<'a> {
@@ -459,7 +547,8 @@ impl<'a> Step<'a> {
         let group = c.heads / c.kv_heads;
         let ghd = group * c.head_dim;
         let (tasks, ranges) = attention_tasks(batch, c.kv_heads, ghd);
-        Step { c, batch, rope, rope_local, kv_dtype, tasks, ranges, qd, kvd, qkv_w: qd + 2 * kvd, ghd, group }
+        let moe = MoeImpl::ExpertMajor;
+        Step { c, batch, rope, rope_local, kv_dtype, tasks, ranges, qd, kvd, qkv_w: qd + 2 * kvd, ghd, group, moe }
     }
 }
 
@@ -541,12 +630,19 @@ impl Layer {
         });
     }
 
-    /// The gated MLP (Shazeer 2020: SwiGLU, or GeGLU for Gemma): the normed input `s.h` →
-    /// fused gate/up → `act(gate) · up` → down, in `s.proj` (normed where the family has
-    /// post-norms).
+    /// The feed-forward on the normed input `s.h`, in `s.proj` (normed where the family has
+    /// post-norms): the gated MLP (Shazeer 2020: SwiGLU, or GeGLU for Gemma: fused gate/up →
+    /// `act(gate) · up` → down), or the MoE layer.
     fn mlp(&self, cx: &mut Fwd, st: &Step, s: &mut LayerBuffers) {
         let (c, t_n) = (st.c, st.batch.num_tokens());
-        self.gate_up.forward(cx, &s.h, t_n, &mut s.gu);
+        let (gate_up, down) = match &self.ffn {
+            FeedForward::Dense { gate_up, down } => (gate_up, down),
+            FeedForward::Moe(m) => {
+                m.forward(cx, st.moe, &s.h, t_n, &mut s.moe, &mut s.proj);
+                return;
+            }
+        };
+        gate_up.forward(cx, &s.h, t_n, &mut s.gu);
         let (gu, isa, act_fn, ffn) = (&s.gu, cx.isa, c.variant.act, c.ffn);
         cx.pool.par_rows(&mut s.act, ffn, |t, act| {
             let gu = &gu[t * 2 * ffn..(t + 1) * 2 * ffn];
@@ -555,7 +651,7 @@ impl Layer {
                 Activation::GeluTanh => kernels::gelu_tanh_mul(&gu[..ffn], &gu[ffn..], act),
             }
         });
-        self.down.forward(cx, &s.act, t_n, &mut s.proj);
+        down.forward(cx, &s.act, t_n, &mut s.proj);
         if let Some((_, pf)) = &self.post_norms {
             post_norm(cx.pool, c, pf, s);
         }
