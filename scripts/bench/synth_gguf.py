@@ -21,7 +21,12 @@ per architecture):
   ffn_gate, ffn_up, ffn_down}`, `output_norm`, `output` (absent when tied), with each family's
   own: `rope_freqs` (Llama 3's RoPE scaling factors, computed as `LlamaModel.
   generate_extra_tensors` does), Q/K/V biases (Qwen2), `attn_q_norm`/`attn_k_norm` (Qwen3),
-  fused `attn_qkv` and `ffn_up` and `rope_factors_{long,short}` (Phi-3).
+  fused `attn_qkv` and `ffn_up` and `rope_factors_{long,short}` (Phi-3);
+- MoE (`qwen3moe`, Qwen3-30B-A3B): `{arch}.{expert_count, expert_used_count,
+  expert_feed_forward_length}`, the router `blk.N.ffn_gate_inp` (F32, which llama-quantize
+  keeps) and `blk.N.ffn_{gate,up,down}_exps` ([experts, rows, cols]) in place of the MLP.
+  `--layers N` keeps the first N layers (the file is named `<shape>-<N>l-<TYPE>.gguf`) where the
+  whole file would not fit the disk: compare per layer.
 
 Weights are N(0, 0.02) in F16 and norms are 1: activations stay finite, and speed does not
 depend on the values. These files are for speed and memory; correctness is checked on small
@@ -82,6 +87,13 @@ SHAPES = {
         head_dim=128, vocab=128256, ctx=131072, rope_theta=500000.0, rms_eps=1e-5, tied=False,
         rope_scaling=dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8192),
         template="meta-llama-Llama-3.1-8B-Instruct.jinja"),
+    # Qwen3-30B-A3B: 128 experts of 768, 8 per token, softmax routing renormalized (the
+    # `qwen3moe` graph); 48 layers in the real file, `--layers` cuts them to fit a disk.
+    "qwen3-30b-a3b": dict(
+        name="Qwen3 30B A3B (synthetic weights)", arch="qwen3moe", layers=48, hidden=2048, ffn=6144, heads=32,
+        kv_heads=4, head_dim=128, vocab=151936, ctx=40960, rope_theta=1000000.0, rms_eps=1e-6, tied=False,
+        qk_norm=True, experts=128, experts_used=8, expert_ffn=768, vocab_file="qwen2", eos=151645,
+        template="Qwen-Qwen3-0.6B.jinja"),
 }
 
 
@@ -132,6 +144,13 @@ def tensors(s):
             yield p + "attn_k_norm.weight", (hd,), "norm"
         yield p + "attn_output.weight", (h, q), "w"
         yield p + "ffn_norm.weight", (h,), "norm"
+        if "experts" in s:
+            n, ef = s["experts"], s["expert_ffn"]
+            yield p + "ffn_gate_inp.weight", (n, h), "router"
+            yield p + "ffn_gate_exps.weight", (n, ef, h), "w"
+            yield p + "ffn_up_exps.weight", (n, ef, h), "w"
+            yield p + "ffn_down_exps.weight", (n, h, ef), "w"
+            continue
         if s.get("fused"):
             yield p + "ffn_up.weight", (2 * f, h), "w"
         else:
@@ -268,6 +287,10 @@ def write_f16(shape, s, path, seed):
         orig = s["longrope"]["original"]
         w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(s["ctx"] / orig) / math.log(orig)))
         w.add_rope_scaling_orig_ctx_len(orig)
+    if "experts" in s:
+        w.add_expert_count(s["experts"])
+        w.add_expert_used_count(s["experts_used"])
+        w.add_expert_feed_forward_length(s["expert_ffn"])
     w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
     if s.get("vocab_file") == "o200k":
         o200k_vocab(w, s["vocab"])
@@ -277,6 +300,7 @@ def write_f16(shape, s, path, seed):
         w.add_chat_template((LLAMA_SRC / "models" / "templates" / s["template"]).read_text())
     plan = list(tensors(s))
     for name, shp, kind in plan:
+        # The router stays F32, as convert_hf_to_gguf.py writes it and llama-quantize keeps it.
         dt = np.float16 if kind == "w" else np.float32
         nbytes = int(np.prod(shp)) * np.dtype(dt).itemsize
         w.add_tensor_info(name, shp, np.dtype(dt), nbytes)
@@ -293,15 +317,18 @@ def write_f16(shape, s, path, seed):
             t = np.linspace(1.0, top, shp[0], dtype=np.float32)
         elif kind == "norm":
             t = np.ones(shp, dtype=np.float32)
-        elif kind == "bias":
+        elif kind in ("bias", "router"):
             t = (rng.standard_normal(shp, dtype=np.float32) * 0.02).astype(np.float32)
         else:
-            # Row blocks of 16M values: an 8B embedding is 525M values.
-            t = np.empty(shp, dtype=np.float16)
-            step = max(1, (1 << 24) // shp[1])
-            for r0 in range(0, shp[0], step):
-                blk = rng.standard_normal((min(step, shp[0] - r0), shp[1]), dtype=np.float32)
+            # Row blocks of 16M values: an 8B embedding is 525M values; expert tensors
+            # ([experts, rows, cols]) as their rows stacked.
+            rows, cols = int(np.prod(shp[:-1])), shp[-1]
+            t = np.empty((rows, cols), dtype=np.float16)
+            step = max(1, (1 << 24) // cols)
+            for r0 in range(0, rows, step):
+                blk = rng.standard_normal((min(step, rows - r0), cols), dtype=np.float32)
                 t[r0:r0 + step] = (blk * 0.02).astype(np.float16)
+            t = t.reshape(shp)
         w.write_tensor_data(t)
     w.close()
 
@@ -313,23 +340,29 @@ def main():
     cache = Path(os.environ.get("SPARROW_CACHE_DIR", Path.home() / ".cache" / "sparrow"))
     ap.add_argument("--out-dir", type=Path, default=cache / "synth")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--layers", type=int, help="keep this many layers of the shape (a cut file; the name says so)")
     ap.add_argument("--quantize", type=Path, default=PEERS / "build" / "llama.cpp" / "bin" / "llama-quantize")
     a = ap.parse_args()
     a.out_dir.mkdir(parents=True, exist_ok=True)
-    s = SHAPES[a.shape]
-    f16 = a.out_dir / f"{a.shape}-F16.gguf"
+    s = dict(SHAPES[a.shape])
+    stem = a.shape
+    if a.layers and a.layers != s["layers"]:
+        s["layers"] = a.layers
+        s["name"] += f", {a.layers} of its layers"
+        stem = f"{a.shape}-{a.layers}l"
+    f16 = a.out_dir / f"{stem}-F16.gguf"
     if not f16.exists():
         tmp = f16.with_suffix(".tmp")
         write_f16(a.shape, s, tmp, a.seed)
         tmp.rename(f16)
     print(f16, flush=True)
     for ty in [t for t in a.types.split(",") if t and t != "F16"]:
-        out = a.out_dir / f"{a.shape}-{ty}.gguf"
+        out = a.out_dir / f"{stem}-{ty}.gguf"
         if not out.exists():
             if not a.quantize.exists():
                 sys.exit(f"{a.quantize}: missing (run ../shared/peers/setup.sh)")
             tmp = out.with_suffix(".tmp")
-            log = a.out_dir / f"{a.shape}-{ty}.quantize.log"
+            log = a.out_dir / f"{stem}-{ty}.quantize.log"
             with open(log, "w") as lf:
                 subprocess.run([str(a.quantize), str(f16), str(tmp), ty, str(os.cpu_count() or 1)],
                                check=True, stdout=lf, stderr=subprocess.STDOUT)

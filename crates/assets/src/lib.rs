@@ -121,11 +121,7 @@ pub fn ensure_sdist_dir(d: SdistDir) -> Result<PathBuf, AssetError> {
         for m in ms: m.name = m.name[len(sys.argv[2]) + 1:]\n\
         t.extractall(sys.argv[3], members=ms)\n";
     let _ = std::fs::remove_dir_all(&base);
-    run(Command::new("python3")
-        .args(["-c", script])
-        .arg(&archive)
-        .arg(format!("{top}/{}", d.dir))
-        .arg(&target))?;
+    run(Command::new("python3").args(["-c", script]).arg(&archive).arg(format!("{top}/{}", d.dir)).arg(&target))?;
     std::fs::write(&done, b"").map_err(|source| AssetError::Io { what: "write", path: done.clone(), source })?;
     Ok(target)
 }
@@ -193,9 +189,14 @@ pub fn ensure_chunked_in(root: &Path, c: Chunked) -> Result<PathBuf, AssetError>
         .lines()
         .find_map(|l| {
             // `sha256sum` writes `HASH  FILE`, or `HASH *FILE` in binary mode.
-            l.split_once(char::is_whitespace).filter(|(_, f)| f.trim().trim_start_matches('*') == c.file).map(|(h, _)| h.to_owned())
+            l.split_once(char::is_whitespace)
+                .filter(|(_, f)| f.trim().trim_start_matches('*') == c.file)
+                .map(|(h, _)| h.to_owned())
         })
-        .ok_or_else(|| AssetError::Missing { package: c.index.package.to_owned(), file: format!("sha256 of {}", c.file) })?;
+        .ok_or_else(|| AssetError::Missing {
+            package: c.index.package.to_owned(),
+            file: format!("sha256 of {}", c.file),
+        })?;
     let parts: Vec<PathBuf> = c.parts.iter().map(|a| ensure_in(root, *a)).collect::<Result<_, _>>()?;
     std::fs::create_dir_all(&dir).map_err(io("create", &dir))?;
     let tmp = dir.join(format!(".{}.partial", c.file));
@@ -345,7 +346,11 @@ pub fn ensure_in(root: &Path, asset: Asset) -> Result<PathBuf, AssetError> {
 /// (the caller checks again once it holds the lock). The lock is released when dropped.
 fn fetch_lock(root: &Path) -> Result<(PathBuf, std::fs::File), AssetError> {
     let dl_dir = root.join("pip");
-    std::fs::create_dir_all(&dl_dir).map_err(|source| AssetError::Io { what: "create", path: dl_dir.clone(), source })?;
+    std::fs::create_dir_all(&dl_dir).map_err(|source| AssetError::Io {
+        what: "create",
+        path: dl_dir.clone(),
+        source,
+    })?;
     let lock_path = root.join(".fetch.lock");
     let lock = std::fs::File::create(&lock_path).map_err(|source| AssetError::Io {
         what: "create",
@@ -409,7 +414,8 @@ mod tests {
             std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
             std::fs::write(&p, bytes).expect("write");
         };
-        const PARTS: &[Asset] = &[Asset { package: "t-part1", file: "t1/a.part00" }, Asset { package: "t-part2", file: "t2/a.part01" }];
+        const PARTS: &[Asset] =
+            &[Asset { package: "t-part1", file: "t1/a.part00" }, Asset { package: "t-part2", file: "t2/a.part01" }];
         let c = Chunked { name: "t", index: Asset { package: "t", file: "t/SHA256SUMS" }, parts: PARTS, file: "a.bin" };
         let want: String = Sha256::digest(b"hello, world").iter().map(|b| format!("{b:02x}")).collect();
         put(c.index, format!("{}  a.bin\n", "0".repeat(64)).as_bytes());

@@ -551,11 +551,9 @@ pub fn custom(
 fn content_text(content: Option<&serde_json::Value>) -> String {
     match content {
         Some(serde_json::Value::String(s)) => s.clone(),
-        Some(serde_json::Value::Array(parts)) => parts
-            .iter()
-            .filter_map(|p| p.get("text").and_then(|t| t.as_str()))
-            .collect::<Vec<_>>()
-            .join(""),
+        Some(serde_json::Value::Array(parts)) => {
+            parts.iter().filter_map(|p| p.get("text").and_then(|t| t.as_str())).collect::<Vec<_>>().join("")
+        }
         _ => String::new(),
     }
 }
@@ -608,7 +606,12 @@ pub fn openai(
         obj.remove("model");
         let chat: Vec<ChatMessage> = messages
             .iter()
-            .map(|m| ChatMessage::new(m.get("role").and_then(|r| r.as_str()).unwrap_or("user"), content_text(m.get("content"))))
+            .map(|m| {
+                ChatMessage::new(
+                    m.get("role").and_then(|r| r.as_str()).unwrap_or("user"),
+                    content_text(m.get("content")),
+                )
+            })
             .collect();
         let prompt = render_chat(tok, &chat);
         let mut prompt_len = tok.encode(&prompt, true)?.len() as u64;

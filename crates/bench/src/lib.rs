@@ -49,6 +49,7 @@ macro_rules! errln {
 }
 
 pub mod args;
+pub mod arrivals;
 pub mod client;
 pub mod dataset;
 pub mod merge;
@@ -57,4 +58,3 @@ pub mod mock;
 pub mod record;
 pub mod report;
 pub mod run;
-pub mod arrivals;

@@ -269,6 +269,10 @@ pub fn goodput(records: &[RequestRecord], slos: &[(crate::args::SloMetric, f64)]
         slos_ms: uniq.iter().map(|(m, v)| (m.name().to_owned(), *v)).collect(),
         request_goodput: if duration_s > 0.0 { good as f64 / duration_s } else { 0.0 },
         slo_attainment: good as f64 / n,
-        slo_attainment_by_metric: uniq.iter().zip(&met).map(|((m, _), c)| (m.name().to_owned(), *c as f64 / n)).collect(),
+        slo_attainment_by_metric: uniq
+            .iter()
+            .zip(&met)
+            .map(|((m, _), c)| (m.name().to_owned(), *c as f64 / n))
+            .collect(),
     }
 }

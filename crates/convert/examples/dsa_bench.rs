@@ -9,12 +9,12 @@
 
 use std::time::Instant;
 
-use sparrow_engine::batch::{ForwardBatch, SeqMeta};
 use sparrow_convert::quantize::{quantize_state_dict, write_checkpoint, QuantStyle};
+use sparrow_cpu::format::nvfp4::ScaleRule;
+use sparrow_engine::batch::{ForwardBatch, SeqMeta};
 use sparrow_engine::kv::KvStore;
 use sparrow_engine::model::glm5::{AttnImpl, Glm5Model, Glm5Options, MoeChoice, MoeImpl};
 use sparrow_engine::model::Model;
-use sparrow_cpu::format::nvfp4::ScaleRule;
 
 const CHUNK: usize = 512;
 const DECODE_STEPS: usize = 32;

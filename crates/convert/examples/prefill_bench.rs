@@ -35,7 +35,8 @@ fn prefill<M: Model>(m: &mut M, n: usize, vocab: usize) -> (PartTimes, Vec<f32>)
         c if c <= 0 => n,
         c => c as usize,
     };
-    let ids: Vec<u32> = (0..n as u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 8) % (vocab as u32 - 200) + 100).collect();
+    let ids: Vec<u32> =
+        (0..n as u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 8) % (vocab as u32 - 200) + 100).collect();
     let mut best: Option<(PartTimes, Vec<f32>)> = None;
     for _ in 0..env_num("ROUNDS", 1).max(1) {
         let mut kv = KvStore::new(m.attention_needs().kv_layout, n + 1);
@@ -105,7 +106,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let sd = sparrow_convert::toy::glm5_tiny_state_dict(0);
             let ex = sparrow_convert::toy::glm5_tiny_exclude();
             let t = quantize_state_dict(&sd, &ex, ScaleRule::Amax)?;
-            write_checkpoint(&dir, sparrow_convert::toy::glm5_tiny_config(), &t, 1, Some((&ex, QuantStyle::HfQuantConfig)))?;
+            write_checkpoint(
+                &dir,
+                sparrow_convert::toy::glm5_tiny_config(),
+                &t,
+                1,
+                Some((&ex, QuantStyle::HfQuantConfig)),
+            )?;
             println!("glm5-tiny: {threads} threads, ISA {isa:?}, chunks of {chunk}\n\n{head}");
             let load = |a: AttnImpl| {
                 let o = Glm5Options { prefill_attn: a, decode_attn: a, moe: MoeChoice::Fixed(MoeImpl::ExpertMajor) };

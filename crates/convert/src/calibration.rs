@@ -106,7 +106,6 @@ fn add_xtx(pool: &ThreadPool, isa: Isa, x: &[f32], tokens: usize, k: usize, h: &
     h.iter_mut().zip(&out).for_each(|(a, b)| *a += *b as f64);
 }
 
-
 /// Runs `model` over `texts`, one sequence at a time from position 0 (the observer, if set,
 /// sees every token).
 ///

@@ -25,7 +25,9 @@ pub fn gguf_to_hf(path: &Path) -> Result<(serde_json::Value, Vec<Tensor>), Engin
     // Other families (gemma3) load through the same loader but have no `LlamaForCausalLM` form.
     let arch = &sparrow_engine::model::Model::info(&m).architecture;
     if arch != "llama" {
-        return Err(EngineError::model(format!("architecture {arch:?}: only llama GGUF files convert to a Llama checkpoint")));
+        return Err(EngineError::model(format!(
+            "architecture {arch:?}: only llama GGUF files convert to a Llama checkpoint"
+        )));
     }
     let c = m.config().clone();
     if c.variant.rope_freq_factors.is_some() {
@@ -78,19 +80,17 @@ pub fn gguf_to_hf(path: &Path) -> Result<(serde_json::Value, Vec<Tensor>), Engin
                 let p = format!("model.layers.{l}");
                 match rest {
                     "attn_norm.weight" => (format!("{p}.input_layernorm.weight"), v),
-                    "attn_q.weight" => {
-                        (format!("{p}.self_attn.q_proj.weight"), unpermute(v, hf_shape[0], hf_shape[1]))
-                    }
-                    "attn_k.weight" => {
-                        (format!("{p}.self_attn.k_proj.weight"), unpermute(v, hf_shape[0], hf_shape[1]))
-                    }
+                    "attn_q.weight" => (format!("{p}.self_attn.q_proj.weight"), unpermute(v, hf_shape[0], hf_shape[1])),
+                    "attn_k.weight" => (format!("{p}.self_attn.k_proj.weight"), unpermute(v, hf_shape[0], hf_shape[1])),
                     "attn_v.weight" => (format!("{p}.self_attn.v_proj.weight"), v),
                     "attn_output.weight" => (format!("{p}.self_attn.o_proj.weight"), v),
                     "ffn_norm.weight" => (format!("{p}.post_attention_layernorm.weight"), v),
                     "ffn_gate.weight" => (format!("{p}.mlp.gate_proj.weight"), v),
                     "ffn_up.weight" => (format!("{p}.mlp.up_proj.weight"), v),
                     "ffn_down.weight" => (format!("{p}.mlp.down_proj.weight"), v),
-                    other => return Err(EngineError::model(format!("GGUF tensor {name}: {other} has no Llama HF name"))),
+                    other => {
+                        return Err(EngineError::model(format!("GGUF tensor {name}: {other} has no Llama HF name")))
+                    }
                 }
             }
             None => match name {
@@ -105,4 +105,3 @@ pub fn gguf_to_hf(path: &Path) -> Result<(serde_json::Value, Vec<Tensor>), Engin
     }
     Ok((config, out))
 }
-

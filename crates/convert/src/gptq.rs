@@ -14,7 +14,9 @@
 //! Dampening: `λ = damp · mean(diag H)` is added to the diagonal; columns never excited by
 //! the calibration data (`H[j,j] = 0`) are zeroed, as in the reference.
 
-use sparrow_cpu::format::nvfp4::{amax, e2m1_to_f32, e4m3_to_f32, f32_to_e2m1, f32_to_e4m3, global_scale, Nvfp4Matrix, BLOCK};
+use sparrow_cpu::format::nvfp4::{
+    amax, e2m1_to_f32, e4m3_to_f32, f32_to_e2m1, f32_to_e4m3, global_scale, Nvfp4Matrix, BLOCK,
+};
 
 /// Errors of [`gptq_nvfp4`].
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -13,10 +13,9 @@ use std::path::Path;
 use safetensors::tensor::{Dtype, TensorView};
 use serde_json::{json, Value};
 
-use sparrow_cpu::half::f32_to_bf16;
 use sparrow_cpu::format::nvfp4::{Nvfp4Matrix, ScaleRule, BLOCK};
+use sparrow_cpu::half::f32_to_bf16;
 use sparrow_engine::EngineError;
-
 
 /// One tensor to write.
 #[derive(Debug, Clone, PartialEq)]
@@ -52,7 +51,9 @@ impl TensorOut {
     pub fn nvfp4(module: &str, m: &Nvfp4Matrix, input_scale: f32) -> Result<Vec<Self>, EngineError> {
         let g = m.weight_scale_2.first().copied().unwrap_or(1.0);
         if m.weight_scale_2.iter().any(|&x| x != g) {
-            return Err(EngineError::model(format!("{module}: rows with different weight_scale_2 cannot be one tensor")));
+            return Err(EngineError::model(format!(
+                "{module}: rows with different weight_scale_2 cannot be one tensor"
+            )));
         }
         Ok(vec![
             TensorOut {
@@ -180,7 +181,8 @@ pub fn quantize_state_dict_with(
         match quantized(t) {
             Some(m) => {
                 let m = m.as_str();
-                let global = sparrow_cpu::format::nvfp4::global_scale(group_amax.get(&fusion_group(m)).copied().unwrap_or(0.0));
+                let global =
+                    sparrow_cpu::format::nvfp4::global_scale(group_amax.get(&fusion_group(m)).copied().unwrap_or(0.0));
                 let (rows, cols) = (t.shape[0], t.shape[1]);
                 if !cols.is_multiple_of(BLOCK) {
                     return Err(EngineError::model(format!(
@@ -201,7 +203,8 @@ pub fn quantize_state_dict_with(
                     .map_err(|e| EngineError::model(format!("{}: GPTQ: {e}", t.name)))?,
                     None => Nvfp4Matrix::quantize_global(&t.data, rows, cols, rule, global),
                 };
-                let input_scale = (opts.input_amax)(m).filter(|a| *a > 0.0).map_or(1.0, sparrow_cpu::format::nvfp4::global_scale);
+                let input_scale =
+                    (opts.input_amax)(m).filter(|a| *a > 0.0).map_or(1.0, sparrow_cpu::format::nvfp4::global_scale);
                 TensorOut::nvfp4(m, &q, input_scale)
             }
             None if t.keep_f32 => Ok(vec![TensorOut::f32(&t.name, t.shape.clone(), &t.data)]),
@@ -275,12 +278,14 @@ pub fn write_checkpoint(
             if n == 1 { "model.safetensors".to_owned() } else { format!("model-{:05}-of-{n:05}.safetensors", i + 1) };
         let mut views = Vec::with_capacity(g.len());
         for t in g {
-            let v = TensorView::new(t.dtype, t.shape.clone(), &t.data).map_err(|e| EngineError::model(format!("{}: {e}", t.name)))?;
+            let v = TensorView::new(t.dtype, t.shape.clone(), &t.data)
+                .map_err(|e| EngineError::model(format!("{}: {e}", t.name)))?;
             views.push((t.name.clone(), v));
             weight_map.insert(t.name.clone(), Value::String(file.clone()));
         }
         let path = dir.join(&file);
-        safetensors::serialize_to_file(views, None, &path).map_err(|e| EngineError::model(format!("{}: {e}", path.display())))?;
+        safetensors::serialize_to_file(views, None, &path)
+            .map_err(|e| EngineError::model(format!("{}: {e}", path.display())))?;
     }
     if n > 1 {
         let idx = json!({"metadata": {"total_size": total}, "weight_map": weight_map});

@@ -1,8 +1,8 @@
 //! Quantized matmul throughput on a random Q4_1 matrix (Q8_0 with `Q8=1`): `mmbench ROWS COLS TOKENS`.
+use sparrow_cpu::format::ggml::{GgmlType, QActs, QMatrix};
 use sparrow_cpu::kernels::matmul;
 use sparrow_cpu::Isa;
 use sparrow_cpu::ThreadPool;
-use sparrow_cpu::format::ggml::{GgmlType, QActs, QMatrix};
 use sparrow_cpu::Weight;
 fn main() {
     let a: Vec<usize> = std::env::args().skip(1).map(|s| s.parse().expect("number")).collect();

@@ -7,7 +7,9 @@ use sparrow_cpu::{roofline, Isa, ThreadPool, Weight};
 fn main() {
     let pool = ThreadPool::new(2).expect("pool");
     let isa = Isa::detect();
-    for (rows, cols, tokens) in [(256usize, 256usize, 128usize), (256, 128, 128), (1024, 256, 512), (256, 512, 512), (256, 256, 512)] {
+    for (rows, cols, tokens) in
+        [(256usize, 256usize, 128usize), (256, 128, 128), (1024, 256, 512), (256, 512, 512), (256, 256, 512)]
+    {
         let w: Vec<f32> = (0..rows * cols).map(|i| ((i * 7919 % 2001) as f32) / 1000.0 - 1.0).collect();
         let m = Weight::Nvfp4(Nvfp4Matrix::quantize(&w, rows, cols));
         let t = roofline::time_matmul(&pool, isa, &m, tokens);

@@ -5,7 +5,8 @@ use sparrow_cpu::{kernels::matmul, Isa, ThreadPool, Weight};
 fn main() {
     let a: Vec<String> = std::env::args().skip(1).collect();
     let ty: GgmlType = BLOCK_TYPES.into_iter().find(|t| t.name() == a[0]).expect("type");
-    let (n, k, t): (usize, usize, usize) = (a[1].parse().expect("rows"), a[2].parse().expect("cols"), a[3].parse().expect("tokens"));
+    let (n, k, t): (usize, usize, usize) =
+        (a[1].parse().expect("rows"), a[2].parse().expect("cols"), a[3].parse().expect("tokens"));
     let threads: usize = a.get(4).map_or(1, |s| s.parse().expect("threads"));
     let mut x = 1u32;
     let raw = random_blocks(ty, n * k, &mut || {
@@ -32,6 +33,11 @@ fn main() {
             }
             best = best.min(t0.elapsed().as_secs_f64() / iters as f64);
         }
-        println!("{:<12} {ty:?} {n}x{k} T={t} threads {threads}: {:.3} ms, {:.1} GMAC/s", isa.name(), best * 1e3, (n * k * t) as f64 / best / 1e9);
+        println!(
+            "{:<12} {ty:?} {n}x{k} T={t} threads {threads}: {:.3} ms, {:.1} GMAC/s",
+            isa.name(),
+            best * 1e3,
+            (n * k * t) as f64 / best / 1e9
+        );
     }
 }

@@ -140,7 +140,13 @@ impl Fp8 {
         } else {
             let e = a.log2().floor() as i32;
             // log2 may misjudge by one at powers of two; fix the exponent so 1 ≤ frac < 2.
-            let e = if a / 2f64.powi(e) >= 2.0 { e + 1 } else if a / 2f64.powi(e) < 1.0 { e - 1 } else { e };
+            let e = if a / 2f64.powi(e) >= 2.0 {
+                e + 1
+            } else if a / 2f64.powi(e) < 1.0 {
+                e - 1
+            } else {
+                e
+            };
             let m = q((a / 2f64.powi(e) - 1.0) * (1u32 << mb) as f64) as u32;
             let (e, m) = if m == 1 << mb { (e + 1, 0) } else { (e, m) };
             let c = (((e + bias) as u32) << mb) | m;
@@ -163,7 +169,8 @@ impl Fp8 {
                 if e == 0xf && m == 7 {
                     return f32::NAN;
                 }
-                let v = if e == 0 { m as f32 * 2f32.powi(-9) } else { (1.0 + m as f32 / 8.0) * 2f32.powi(e as i32 - 7) };
+                let v =
+                    if e == 0 { m as f32 * 2f32.powi(-9) } else { (1.0 + m as f32 / 8.0) * 2f32.powi(e as i32 - 7) };
                 if c & 0x80 != 0 {
                     -v
                 } else {
@@ -183,7 +190,8 @@ mod fp8_tests {
     #[test]
     fn fp8_round_trips_and_rounds_to_nearest_even() {
         for f in [Fp8::E4M3, Fp8::E5M2] {
-            let mut finite: Vec<(u8, f32)> = (0..=255u8).map(|c| (c, f.decode(c))).filter(|(_, v)| v.is_finite()).collect();
+            let mut finite: Vec<(u8, f32)> =
+                (0..=255u8).map(|c| (c, f.decode(c))).filter(|(_, v)| v.is_finite()).collect();
             for &(c, v) in &finite {
                 let back = f.encode(v);
                 // ±0 both encode as themselves.

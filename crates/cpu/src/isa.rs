@@ -58,7 +58,9 @@ pub fn prefetch_weight_tiles() -> bool {
         {
             let r = std::arch::x86_64::__cpuid(0);
             // "GenuineIntel" in EBX, EDX, ECX.
-            r.ebx == u32::from_le_bytes(*b"Genu") && r.edx == u32::from_le_bytes(*b"ineI") && r.ecx == u32::from_le_bytes(*b"ntel")
+            r.ebx == u32::from_le_bytes(*b"Genu")
+                && r.edx == u32::from_le_bytes(*b"ineI")
+                && r.ecx == u32::from_le_bytes(*b"ntel")
         }
         #[cfg(not(target_arch = "x86_64"))]
         false
@@ -139,4 +141,3 @@ impl Isa {
         }
     }
 }
-

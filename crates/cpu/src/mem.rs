@@ -38,7 +38,10 @@ pub fn retain_freed_memory() -> bool {
         // ranges glibc accepts (it returns 0 and changes nothing otherwise).
         #[allow(unsafe_code)]
         let (mmap, trim) = unsafe {
-            (libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD), libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+            (
+                libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD),
+                libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD),
+            )
         };
         mmap == 1 && trim == 1
     }

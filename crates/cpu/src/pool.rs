@@ -111,7 +111,14 @@ impl ThreadPool {
     pub fn new(threads: usize) -> std::io::Result<Self> {
         let threads = threads.max(1);
         let shared = Arc::new(Shared {
-            state: Mutex::new(State { epoch: 0, job: None, active: 0, sleeping: 0, caller_waiting: false, shutdown: false }),
+            state: Mutex::new(State {
+                epoch: 0,
+                job: None,
+                active: 0,
+                sleeping: 0,
+                caller_waiting: false,
+                shutdown: false,
+            }),
             wake: Condvar::new(),
             done: Condvar::new(),
             next: Padded(AtomicUsize::new(0)),
@@ -201,7 +208,12 @@ impl ThreadPool {
     ///
     /// # Panics
     /// When a range leaves `out` or two ranges overlap.
-    pub fn par_ranges<T: Send, F: Fn(usize, &mut [T]) + Sync>(&self, out: &mut [T], ranges: &[std::ops::Range<usize>], f: F) {
+    pub fn par_ranges<T: Send, F: Fn(usize, &mut [T]) + Sync>(
+        &self,
+        out: &mut [T],
+        ranges: &[std::ops::Range<usize>],
+        f: F,
+    ) {
         let mut sorted: Vec<&std::ops::Range<usize>> = ranges.iter().filter(|r| !r.is_empty()).collect();
         sorted.sort_by_key(|r| r.start);
         for w in sorted.windows(2) {

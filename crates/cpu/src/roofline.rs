@@ -127,8 +127,11 @@ pub fn measure(pool: &ThreadPool, bandwidth_bytes: usize) -> Limits {
     }
     let fma = if Isa::detect() == Isa::Scalar { 0.0 } else { rate_on_pool(pool, Kind::Fma) * 16.0 / 1e9 };
     // 12 instructions per iteration, 6 of them multiplies: half the instruction rate.
-    let idiom =
-        if Isa::available().contains(&Isa::Avx2) { rate_on_pool(pool, Kind::MaddubsAdd) / 2.0 * 32.0 / 1e9 } else { 0.0 };
+    let idiom = if Isa::available().contains(&Isa::Avx2) {
+        rate_on_pool(pool, Kind::MaddubsAdd) / 2.0 * 32.0 / 1e9
+    } else {
+        0.0
+    };
     Limits {
         threads,
         clock_ghz: clock_opt,
@@ -172,7 +175,8 @@ fn rate_on_pool(pool: &ThreadPool, kind: Kind) -> f64 {
             nanos[i].store(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
         });
         // 12 instructions per iteration, per thread.
-        let rate: f64 = nanos.iter().map(|n| (ITERS * 12) as f64 / (n.load(Ordering::Relaxed).max(1) as f64 * 1e-9)).sum();
+        let rate: f64 =
+            nanos.iter().map(|n| (ITERS * 12) as f64 / (n.load(Ordering::Relaxed).max(1) as f64 * 1e-9)).sum();
         best = best.max(rate);
     }
     best

@@ -63,7 +63,8 @@ const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L
 
 /// Qwen2's pre-tokenizer regex (`qwen2` in llama.cpp, also `deepseek-r1-qwen`): Llama 3's with
 /// single digits (`\p{N}`, not `\p{N}{1,3}`).
-const QWEN2_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const QWEN2_REGEX: &str =
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// GPT-4o's (o200k) pre-tokenizer regex, as its `tokenizer.json` states it (llama.cpp's
 /// `gpt-4o` pre-type, used by Phi-4-mini and Llama 4): cased words keep their capitals together

@@ -433,7 +433,13 @@ fn tojson(v: minijinja::Value, kwargs: minijinja::value::Kwargs) -> Result<minij
         // Non-ASCII appears only inside JSON strings: escape it as Python does (UTF-16 units).
         s = s
             .chars()
-            .map(|c| if c.is_ascii() { c.to_string() } else { c.encode_utf16(&mut [0; 2]).iter().map(|u| format!("\\u{u:04x}")).collect() })
+            .map(|c| {
+                if c.is_ascii() {
+                    c.to_string()
+                } else {
+                    c.encode_utf16(&mut [0; 2]).iter().map(|u| format!("\\u{u:04x}")).collect()
+                }
+            })
             .collect();
     }
     Ok(minijinja::Value::from_safe_string(s))
@@ -541,7 +547,9 @@ mod template_tests {
         let msgs = [
             ChatMessage::new("user", "Weather?"),
             ChatMessage {
-                tool_calls: Some(json!([{"id": "c1", "type": "function", "function": {"name": "w", "arguments": {"city": "Paris"}}}])),
+                tool_calls: Some(
+                    json!([{"id": "c1", "type": "function", "function": {"name": "w", "arguments": {"city": "Paris"}}}]),
+                ),
                 ..ChatMessage::new("assistant", "")
             },
             ChatMessage { tool_call_id: Some("c1".into()), ..ChatMessage::new("tool", "14C") },
@@ -561,20 +569,32 @@ mod template_tests {
              <|user|>Weather?<|assistant|><tool_call>{\"name\": \"w\", \"arguments\": {\"city\": \"Paris\"}}</tool_call>\
              <|tool|>14C[c1]<|assistant|><think></think>"
         );
-        let plain = render_template(QWENISH, &msgs[..1], None, &serde_json::Map::new(), true, ("", "")).expect("renders");
+        let plain =
+            render_template(QWENISH, &msgs[..1], None, &serde_json::Map::new(), true, ("", "")).expect("renders");
         assert_eq!(plain, "<|user|>Weather?<|assistant|>");
-        let indented = render_template("{{ x | tojson(indent=2) }}", &[], None, &{
-            let mut k = serde_json::Map::new();
-            k.insert("x".into(), json!({"a": [1]}));
-            k
-        }, false, ("", "")).expect("renders");
+        let indented = render_template(
+            "{{ x | tojson(indent=2) }}",
+            &[],
+            None,
+            &{
+                let mut k = serde_json::Map::new();
+                k.insert("x".into(), json!({"a": [1]}));
+                k
+            },
+            false,
+            ("", ""),
+        )
+        .expect("renders");
         assert_eq!(indented, "{\n  \"a\": [\n    1\n  ]\n}");
         // GLM-4.5's call and the other json.dumps arguments templates use.
         let mut k = serde_json::Map::new();
         k.insert("x".into(), json!({"b": "é", "a": [], "c": {}}));
         let r = |t: &str| render_template(t, &[], None, &k, false, ("", "")).expect("renders");
         assert_eq!(r("{{ x | tojson(ensure_ascii=False, sort_keys=True) }}"), "{\"a\": [], \"b\": \"é\", \"c\": {}}");
-        assert_eq!(r("{{ x | tojson(ensure_ascii=True, sort_keys=True, separators=(',', ':')) }}"), "{\"a\":[],\"b\":\"\\u00e9\",\"c\":{}}");
+        assert_eq!(
+            r("{{ x | tojson(ensure_ascii=True, sort_keys=True, separators=(',', ':')) }}"),
+            "{\"a\":[],\"b\":\"\\u00e9\",\"c\":{}}"
+        );
     }
 }
 

@@ -57,7 +57,12 @@ pub enum PromptInput<'a> {
 
 /// The JSON body for one request: our fields, then `--extra-request-body`, then the row's
 /// own fields (`openai` dataset), each overriding the one before (SGLang's order).
-pub fn build_body(o: &RequestOptions, input: PromptInput<'_>, max_tokens: u64, row_extra: &Map<String, Value>) -> Value {
+pub fn build_body(
+    o: &RequestOptions,
+    input: PromptInput<'_>,
+    max_tokens: u64,
+    row_extra: &Map<String, Value>,
+) -> Value {
     let top_p = (o.top_p < 1.0).then_some(o.top_p);
     // An endpoint that takes text gets a conversation's contents, one message a line.
     let joined = match (o.api, input) {
@@ -93,7 +98,9 @@ pub fn build_body(o: &RequestOptions, input: PromptInput<'_>, max_tokens: u64, r
             b
         }
         (Api::Chat, PromptInput::Messages(m)) => chat_body(o, max_tokens, top_p, m),
-        (Api::Chat, PromptInput::Text(t)) => chat_body(o, max_tokens, top_p, &[ChatMessage { role: "user", content: t }]),
+        (Api::Chat, PromptInput::Text(t)) => {
+            chat_body(o, max_tokens, top_p, &[ChatMessage { role: "user", content: t }])
+        }
         // Token ids go to a chat endpoint as a completions `prompt` (no message can hold them).
         (Api::Completions | Api::Chat, _) => to_json(&CompletionRequest {
             model: &o.model,
@@ -135,7 +142,16 @@ pub fn build_body(o: &RequestOptions, input: PromptInput<'_>, max_tokens: u64, r
 
 fn chat_body<M: Serialize>(o: &RequestOptions, max_tokens: u64, top_p: Option<f64>, messages: &[M]) -> Value {
     let (model, temperature, stream, ignore_eos) = (&o.model, o.temperature, o.stream, o.ignore_eos);
-    let b = ChatCompletionRequest { model, temperature, max_tokens, stream, ignore_eos, top_p, messages, stream_options: None };
+    let b = ChatCompletionRequest {
+        model,
+        temperature,
+        max_tokens,
+        stream,
+        ignore_eos,
+        top_p,
+        messages,
+        stream_options: None,
+    };
     to_json(&ChatCompletionRequest { stream_options: stream_options(o), ..b })
 }
 

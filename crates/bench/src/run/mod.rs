@@ -38,12 +38,12 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::args::{BenchConfig, DatasetName};
+use crate::arrivals;
 use crate::client::{self, ClientCtx, LogprobOptions, RequestOptions};
 use crate::dataset;
 use crate::metrics::{self, BenchmarkMetrics};
 use crate::record::{Failure, RequestRecord};
 use crate::report::{self, RunSummary};
-use crate::arrivals;
 
 pub use health::interrupted;
 pub(crate) use output::{append_result_line, details_line};

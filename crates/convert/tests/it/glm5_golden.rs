@@ -14,14 +14,14 @@
 use std::path::Path;
 
 use serde_json::Value;
-use sparrow_engine::batch::{ForwardBatch, SeqMeta};
 use sparrow_convert::quantize::{quantize_state_dict, write_checkpoint, QuantStyle};
+use sparrow_convert::toy;
+use sparrow_cpu::format::nvfp4::ScaleRule;
+use sparrow_engine::batch::{ForwardBatch, SeqMeta};
 use sparrow_engine::checkpoint::hf::Checkpoint;
 use sparrow_engine::kv::KvStore;
 use sparrow_engine::model::glm5::{AttnImpl, Glm5Model, Glm5Options, MoeChoice, MoeImpl};
 use sparrow_engine::model::Model;
-use sparrow_cpu::format::nvfp4::ScaleRule;
-use sparrow_convert::toy;
 
 const TOL: f32 = 1e-4;
 

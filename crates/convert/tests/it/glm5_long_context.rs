@@ -38,7 +38,8 @@ fn run(m: &mut Glm5Model, ids: &[u32], chunk: usize) -> Vec<Vec<f32>> {
 }
 
 fn same(a: &[Vec<f32>], b: &[Vec<f32>]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.len() == y.len() && x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits()))
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| x.len() == y.len() && x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits()))
 }
 
 #[test]

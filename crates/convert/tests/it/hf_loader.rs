@@ -7,8 +7,8 @@ use std::path::Path;
 use safetensors::tensor::Dtype;
 use serde_json::json;
 use sparrow_convert::quantize::{write_checkpoint, QuantStyle, TensorOut};
-use sparrow_engine::checkpoint::hf::{Checkpoint, QuantConfig};
 use sparrow_cpu::Weight;
+use sparrow_engine::checkpoint::hf::{Checkpoint, QuantConfig};
 
 /// One NVFP4 row of 32 weights, decoded by hand:
 /// - bytes: `0x21` → elements 0, 1 = codes 1, 2 → 0.5, 1.0; `0xf7` → codes 7, 0xf → 6, −6;

@@ -228,7 +228,14 @@ fn scale_of(amax: f32) -> (f32, f32) {
 
 /// The scalar quantizer of blocks `b0 .. b1` of `L` values (the reference).
 #[inline(always)]
-fn quantize_body<const L: usize>(x: &[f32], q: &mut [i8], d: &mut [f32], b0: usize, b1: usize, mut done: impl FnMut(usize, f32, i32)) {
+fn quantize_body<const L: usize>(
+    x: &[f32],
+    q: &mut [i8],
+    d: &mut [f32],
+    b0: usize,
+    b1: usize,
+    mut done: impl FnMut(usize, f32, i32),
+) {
     for b in b0..b1 {
         let xs = &x[b * L..(b + 1) * L];
         let amax = xs.iter().fold(0.0f32, |a, v| a.max(v.abs()));
@@ -308,7 +315,10 @@ mod tests {
         }
         let half = |v: i32, hi: bool| if hi { v >> 16 } else { v as i16 as i32 };
         for (s, p) in a.bk.chunks_exact(4).zip(a.bp.chunks_exact(4)) {
-            assert_eq!([half(p[0], false), half(p[0], true), half(p[1], false), half(p[1], true)], [s[0], s[1], s[2], s[3]]);
+            assert_eq!(
+                [half(p[0], false), half(p[0], true), half(p[1], false), half(p[1], true)],
+                [s[0], s[1], s[2], s[3]]
+            );
             assert_eq!([half(p[2], false), half(p[2], true), p[3]], [s[0] + s[1], s[2] + s[3], 0]);
         }
     }

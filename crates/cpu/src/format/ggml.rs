@@ -234,7 +234,6 @@ pub fn decode_codes(ty: GgmlType, blk: &[u8], u: &mut [u8]) {
     }
 }
 
-
 fn rd_f16(b: &[u8], at: usize) -> f32 {
     f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
 }

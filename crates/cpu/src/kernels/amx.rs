@@ -261,7 +261,8 @@ unsafe fn run(sc: &mut TileScratch, w: &QMatrix, g0: usize, g1: usize, x: &QActs
                         *dwp.add(b) = _mm512_mul_ps(d, bytes16(t.add(4 * GROUP + s * GROUP), false));
                         let p = _mm512_mul_ps(f16x16(t.add(2 * GROUP)), bytes16(t.add(12 * GROUP + s * GROUP), false));
                         // −(dmin·m): the product is exact, the negation too.
-                        *mwp.add(b) = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(p), _mm512_set1_epi32(i32::MIN)));
+                        *mwp.add(b) =
+                            _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(p), _mm512_set1_epi32(i32::MIN)));
                     }
                     GgmlType::Q4_1 | GgmlType::Q5_1 => {
                         *dwp.add(b) = d;
@@ -332,7 +333,14 @@ unsafe fn product(a0: *const i8, bbuf: *const __m512i, cbuf: *mut __m512i, halve
 
 /// Step `st`'s epilogue: `acc[r] = fma(f32(C[r]), dw · dx[r], acc[r])` for the 16 tokens `r`.
 #[inline(always)]
-unsafe fn epilogue(acc: &mut [__m512; TM], cbuf: *const __m512i, dwp: *const __m512, dxp: *const f32, halves: usize, st: usize) {
+unsafe fn epilogue(
+    acc: &mut [__m512; TM],
+    cbuf: *const __m512i,
+    dwp: *const __m512,
+    dxp: *const f32,
+    halves: usize,
+    st: usize,
+) {
     let b = st / halves;
     let cp = cbuf.add((st % 2) * TM);
     let dw = *dwp.add(st);
@@ -381,7 +389,10 @@ unsafe fn mul_small(v: __m512i, k: __m512i) -> __m512i {
     let b2 = _mm512_test_epi8_mask(k, _mm512_set1_epi8(4));
     let v2 = _mm512_add_epi8(v, v);
     let v4 = _mm512_add_epi8(v2, v2);
-    _mm512_add_epi8(_mm512_add_epi8(_mm512_maskz_mov_epi8(b0, v), _mm512_maskz_mov_epi8(b1, v2)), _mm512_maskz_mov_epi8(b2, v4))
+    _mm512_add_epi8(
+        _mm512_add_epi8(_mm512_maskz_mov_epi8(b0, v), _mm512_maskz_mov_epi8(b1, v2)),
+        _mm512_maskz_mov_epi8(b2, v4),
+    )
 }
 
 /// The K-quants on AMX. A 64-value block's integer sum `S = Σ_j sc_j · Σ u·q` is a dot product
@@ -464,7 +475,9 @@ unsafe fn run_k(sc: &mut KTileScratch, w: &QMatrix, g0: usize, g1: usize, x: &QA
                     }
                     if s % 2 == 0 {
                         let m0 = _mm512_cvtepu8_epi32(_mm_loadu_si128(t.add(12 * GROUP + s * GROUP) as *const __m128i));
-                        let m1 = _mm512_cvtepu8_epi32(_mm_loadu_si128(t.add(12 * GROUP + (s + 1) * GROUP) as *const __m128i));
+                        let m1 = _mm512_cvtepu8_epi32(_mm_loadu_si128(
+                            t.add(12 * GROUP + (s + 1) * GROUP) as *const __m128i
+                        ));
                         sc.mins[c] = _mm512_or_si512(m0, _mm512_slli_epi32(m1, 16));
                     }
                 }
@@ -511,7 +524,8 @@ unsafe fn run_k(sc: &mut KTileScratch, w: &QMatrix, g0: usize, g1: usize, x: &QA
                 for c in 0..nc {
                     let (mv, dmin) = (sc.mins[c], sc.dmin[c / 4]);
                     for r in 0..TM {
-                        let mi = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mv, _mm512_set1_epi32(*bsp.add(c * TM + r)));
+                        let mi =
+                            _mm512_dpwssd_epi32(_mm512_setzero_si512(), mv, _mm512_set1_epi32(*bsp.add(c * TM + r)));
                         let dk = _mm512_set1_ps(*dkp.add(c * TM + r));
                         macc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mi), _mm512_mul_ps(dmin, dk), macc[r]);
                     }
@@ -609,11 +623,23 @@ unsafe fn k_products_q4(a: *const i8, b: *const u8, c: *mut u8, buf: usize) {
     tileload!("tmm6", b.add(1024), 64usize);
     let c = c.add(buf * 2048);
     if buf == 0 {
-        asm!("tilezero tmm0", "tilezero tmm1", "tdpbsud tmm0, tmm4, tmm5", "tdpbsud tmm1, tmm4, tmm6", options(nostack, nomem));
+        asm!(
+            "tilezero tmm0",
+            "tilezero tmm1",
+            "tdpbsud tmm0, tmm4, tmm5",
+            "tdpbsud tmm1, tmm4, tmm6",
+            options(nostack, nomem)
+        );
         tilestore!("tmm0", c);
         tilestore!("tmm1", c.add(1024));
     } else {
-        asm!("tilezero tmm2", "tilezero tmm3", "tdpbsud tmm2, tmm4, tmm5", "tdpbsud tmm3, tmm4, tmm6", options(nostack, nomem));
+        asm!(
+            "tilezero tmm2",
+            "tilezero tmm3",
+            "tdpbsud tmm2, tmm4, tmm5",
+            "tdpbsud tmm3, tmm4, tmm6",
+            options(nostack, nomem)
+        );
         tilestore!("tmm2", c);
         tilestore!("tmm3", c.add(1024));
     }

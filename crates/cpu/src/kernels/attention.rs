@@ -390,7 +390,10 @@ mod tests {
                         .iter()
                         .map(|&j| {
                             (0..hd)
-                                .map(|i| q[h * hd + i] as f64 * crate::half::f16_to_f32(kh[j as usize * stride + hd + i]) as f64)
+                                .map(|i| {
+                                    q[h * hd + i] as f64
+                                        * crate::half::f16_to_f32(kh[j as usize * stride + hd + i]) as f64
+                                })
                                 .sum::<f64>()
                                 * 0.125
                         })
@@ -401,7 +404,9 @@ mod tests {
                         let want: f64 = slots
                             .iter()
                             .zip(&s)
-                            .map(|(&j, x)| (x - mx).exp() / z * crate::half::f16_to_f32(vh[j as usize * stride + hd + i]) as f64)
+                            .map(|(&j, x)| {
+                                (x - mx).exp() / z * crate::half::f16_to_f32(vh[j as usize * stride + hd + i]) as f64
+                            })
                             .sum();
                         assert!((out[h * hd + i] as f64 - want).abs() < 1e-5, "{isa:?} group {group}");
                     }

@@ -147,7 +147,11 @@ mod x86 {
             for d0 in (0..dim).step_by(8) {
                 let r: [__m256; 8] = std::array::from_fn(|i| {
                     let h = g * 8 + i;
-                    if h < heads { _mm256_loadu_ps(q.as_ptr().add(h * dim + d0)) } else { zero }
+                    if h < heads {
+                        _mm256_loadu_ps(q.as_ptr().add(h * dim + d0))
+                    } else {
+                        zero
+                    }
                 });
                 for (i, v) in transpose8(&r).iter().enumerate() {
                     _mm256_storeu_ps(qt.as_mut_ptr().add((g * dim + d0 + i) * 8), *v);
@@ -338,7 +342,9 @@ mod tests {
                     lens.iter().enumerate().flat_map(|(r, &l)| got[r * 300..r * 300 + l].to_vec()).collect();
                 match &first {
                     None => first = Some(valid),
-                    Some(f) => assert!(f.iter().zip(&valid).all(|(a, b)| a.to_bits() == b.to_bits()), "{isa:?} differs"),
+                    Some(f) => {
+                        assert!(f.iter().zip(&valid).all(|(a, b)| a.to_bits() == b.to_bits()), "{isa:?} differs")
+                    }
                 }
             }
         }

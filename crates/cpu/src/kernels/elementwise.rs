@@ -71,10 +71,7 @@ pub fn weighted_rows(
     if nw == 0 {
         return;
     }
-    assert!(
-        (nw - 1) * w_stride + m <= w.len() && (nw - 1) * out_stride + width <= out.len(),
-        "weighted_rows: shapes"
-    );
+    assert!((nw - 1) * w_stride + m <= w.len() && (nw - 1) * out_stride + width <= out.len(), "weighted_rows: shapes");
     for &o in offs {
         assert!(o + width <= rows.len(), "weighted_rows: row at {o} out of its slice");
     }
@@ -340,7 +337,10 @@ mod tests {
                         axpy(isa, w[o * w_stride + n], &rows[off..off + width], &mut want);
                     }
                     let g = &got[o * out_stride..o * out_stride + width];
-                    assert!(g.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{isa:?} width {width} output {o}");
+                    assert!(
+                        g.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{isa:?} width {width} output {o}"
+                    );
                 }
             }
         }

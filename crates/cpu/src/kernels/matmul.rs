@@ -130,7 +130,17 @@ impl Elems<'_> {
 /// # Safety
 /// `isa` is supported; outputs of rows `r0..r1` are written by this call only.
 #[allow(clippy::too_many_arguments)]
-unsafe fn dense_rows(isa: Isa, w: Elems<'_>, k: usize, r0: usize, r1: usize, x: &[f32], tokens: usize, out: *mut f32, ldo: usize) {
+unsafe fn dense_rows(
+    isa: Isa,
+    w: Elems<'_>,
+    k: usize,
+    r0: usize,
+    r1: usize,
+    x: &[f32],
+    tokens: usize,
+    out: *mut f32,
+    ldo: usize,
+) {
     #[cfg(target_arch = "x86_64")]
     if isa != Isa::Scalar {
         match w {
@@ -163,21 +173,113 @@ pub struct GemmJob<'a> {
     pub out: &'a mut [f32],
 }
 
-/// Independent GEMMs (a MoE layer's experts, each on its own tokens): the NVFP4 jobs share one
-/// fork-join of the pool, tasks of equal work across all of them (`Nvfp4Job`); jobs of other
-/// formats run one [`matmul`] each. Every output equals what [`matmul`] gives for its job alone.
+/// Independent GEMMs (a MoE layer's experts, each on its own tokens): every job's output equals
+/// what [`matmul`] gives for it alone, and the jobs share fork-joins of the pool instead of one
+/// (or two) each. NVFP4 jobs run in its grouped kernel (`Nvfp4Job`, tasks of equal work across
+/// all of them); the GGML block types and dense/16-bit weights run in another: every job's
+/// activations quantized once (one job per task), then one task list over every job's row
+/// blocks, the largest first. A job over a stack with an NVFP4 part runs its own [`matmul`].
 ///
 /// # Panics
 /// As [`matmul`], for any job.
 pub fn matmul_grouped(pool: &ThreadPool, isa: Isa, jobs: &mut [GemmJob<'_>], xq: &mut QActs) {
+    let has_nvfp4 = |w: &Weight| pieces(w).iter().any(|p| matches!(p.w, Weight::Nvfp4(_)));
     let mut nv: Vec<super::nvfp4_gemm::Nvfp4Job<'_>> = Vec::with_capacity(jobs.len());
+    let mut plain: Vec<&mut GemmJob<'_>> = Vec::with_capacity(jobs.len());
     for j in jobs.iter_mut() {
+        assert_eq!(j.x.len(), j.tokens * j.w.cols(), "matmul_grouped: activations shape");
+        assert_eq!(j.out.len(), j.tokens * j.w.rows(), "matmul_grouped: output shape");
         match j.w {
-            Weight::Nvfp4(m) => nv.push(super::nvfp4_gemm::Nvfp4Job { w: m, x: j.x, tokens: j.tokens, out: &mut *j.out }),
-            w => matmul(pool, isa, w, j.x, j.tokens, xq, j.out),
+            Weight::Nvfp4(m) => {
+                nv.push(super::nvfp4_gemm::Nvfp4Job { w: m, x: j.x, tokens: j.tokens, out: &mut *j.out })
+            }
+            w if has_nvfp4(w) => matmul(pool, isa, w, j.x, j.tokens, xq, j.out),
+            _ if j.tokens == 0 => {}
+            _ => plain.push(j),
         }
     }
+    match plain.as_mut_slice() {
+        [] => {}
+        [j] => matmul(pool, isa, j.w, j.x, j.tokens, xq, j.out),
+        many => grouped_plain(pool, isa, many),
+    }
     super::nvfp4_gemm::matmul_grouped(pool, isa, &mut nv);
+}
+
+thread_local! {
+    /// [`grouped_plain`]'s activation buffers, one per job, kept between calls.
+    static GROUPED_XQ: std::cell::RefCell<Vec<QActs>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The forms of activations `w`'s pieces need: (per 32, per 64 for the K-quants).
+fn act_forms(w: &Weight) -> (bool, bool) {
+    let ps = pieces(w);
+    let per32 = ps.iter().any(|p| matches!(p.w, Weight::Quant(q) if !q.is_k()));
+    let perk = ps.iter().any(|p| matches!(p.w, Weight::Quant(q) if q.is_k()));
+    (per32, perk)
+}
+
+/// [`matmul_grouped`] over jobs of GGML block types and dense/16-bit weights (no NVFP4, at
+/// least one token each): two fork-joins for all of them.
+fn grouped_plain(pool: &ThreadPool, isa: Isa, jobs: &mut [&mut GemmJob<'_>]) {
+    GROUPED_XQ.with_borrow_mut(|xqs| {
+        if xqs.len() < jobs.len() {
+            xqs.resize_with(jobs.len(), QActs::default);
+        }
+        // Each job's activations, one job per task (a job's rows quantize as `matmul` would
+        // quantize them: the same blocks, the same bits).
+        let xp = SyncPtr(xqs.as_mut_ptr());
+        let jobs_ref = &*jobs;
+        pool.run(jobs.len(), |i| {
+            let j = &jobs_ref[i];
+            let (per32, perk) = act_forms(j.w);
+            if !(per32 || perk) {
+                return;
+            }
+            // SAFETY: task i alone touches element i of `xqs`, which outlives the call.
+            let xq = unsafe { &mut *xp.get().add(i) };
+            quantize_serial(j.x, j.tokens, j.w.cols(), xq, per32, perk);
+            if isa == Isa::Amx && j.tokens >= AMX_MIN_TOKENS {
+                xq.pack_tiles(per32, perk);
+            }
+        });
+        // Tasks of about equal work over every job's pieces, whole groups of rows.
+        let pieces: Vec<Vec<Piece<'_>>> = jobs.iter().map(|j| pieces(j.w)).collect();
+        let cost = |i: usize| (jobs[i].tokens * jobs[i].w.cols()).max(1);
+        let total: usize = (0..jobs.len()).map(|i| cost(i) * jobs[i].w.rows()).sum();
+        let target = (total / (pool.threads() * super::TASKS_PER_THREAD).max(1)).max(1);
+        let mut tasks: Vec<(usize, usize, usize, usize)> = Vec::new();
+        for (i, ps) in pieces.iter().enumerate() {
+            let per = (target / cost(i)).next_multiple_of(GROUP).max(GROUP);
+            for (pi, p) in ps.iter().enumerate() {
+                let pn = p.w.rows();
+                tasks.extend((0..pn).step_by(per).map(|r0| (i, pi, r0, (r0 + per).min(pn))));
+            }
+        }
+        tasks.sort_by_key(|&(i, _, r0, r1)| std::cmp::Reverse(cost(i) * (r1 - r0)));
+        let outs: Vec<SyncPtr<f32>> = jobs.iter_mut().map(|j| SyncPtr(j.out.as_mut_ptr())).collect();
+        let (jobs, xqs) = (&*jobs, &*xqs);
+        pool.run(tasks.len(), |t| {
+            let (i, pi, r0, r1) = tasks[t];
+            let (j, p) = (&jobs[i], &pieces[i][pi]);
+            let (n, k) = (j.w.rows(), j.w.cols());
+            // SAFETY: job i's piece pi rows r0..r1 (output columns off + r0 .. off + r1 of each
+            // of its tokens) are written by this task only; the target features were detected
+            // at start-up.
+            let base = unsafe { outs[i].get().add(p.off) };
+            match p.w {
+                Weight::Quant(q) => unsafe { quant_rows(isa, q, r0, r1, &xqs[i], base, n) },
+                Weight::Dense { data, .. } => unsafe {
+                    dense_rows(isa, Elems::F32(data), k, r0, r1, j.x, j.tokens, base, n)
+                },
+                Weight::Half { data, bf16, .. } => {
+                    let e = if *bf16 { Elems::Bf16(data) } else { Elems::F16(data) };
+                    unsafe { dense_rows(isa, e, k, r0, r1, j.x, j.tokens, base, n) }
+                }
+                Weight::Nvfp4(_) | Weight::Stack(_) => {}
+            }
+        });
+    });
 }
 
 /// The dense f32 product in register tiles of 4 rows × 3 tokens, then 4 rows × 2 for two
@@ -219,7 +321,16 @@ mod dense_x86 {
 
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn rows<const E: u8>(wp: *const u8, k: usize, r0: usize, r1: usize, x: &[f32], tokens: usize, op: *mut f32, n: usize) {
+    pub(super) unsafe fn rows<const E: u8>(
+        wp: *const u8,
+        k: usize,
+        r0: usize,
+        r1: usize,
+        x: &[f32],
+        tokens: usize,
+        op: *mut f32,
+        n: usize,
+    ) {
         assert!(x.len() >= tokens * k);
         let xp = x.as_ptr();
         let k8 = k / 8 * 8;
@@ -334,13 +445,38 @@ mod dense_x86 {
     /// Adds the tail `k mod 8` of (row, token) to its reduced lanes, in order, and stores it.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
-    unsafe fn store<const E: u8>(wp: *const u8, xp: *const f32, k: usize, k8: usize, row: usize, t: usize, sum: f32, op: *mut f32, n: usize) {
+    unsafe fn store<const E: u8>(
+        wp: *const u8,
+        xp: *const f32,
+        k: usize,
+        k8: usize,
+        row: usize,
+        t: usize,
+        sum: f32,
+        op: *mut f32,
+        n: usize,
+    ) {
         let xr = xp.add(t * k);
         let mut s = sum;
         for e in k8..k {
             s += el::<E>(wp, row * k + e) * *xr.add(e);
         }
         *op.add(t * n + row) = s;
+    }
+}
+
+/// Quantizes activations on the calling thread into the forms asked for (the blocks and bits
+/// [`quantize_parallel`] gives).
+fn quantize_serial(x: &[f32], rows: usize, cols: usize, xq: &mut QActs, per32: bool, perk: bool) {
+    use crate::format::acts::{quantize_k_blocks, QKA};
+    use crate::format::ggml::quantize_blocks;
+    if per32 {
+        xq.resize(rows, cols);
+        quantize_blocks(x, &mut xq.q, &mut xq.d, &mut xq.s, 0, rows * cols / QK);
+    }
+    if perk {
+        xq.resize_k(rows, cols);
+        quantize_k_blocks(x, &mut xq.qk, &mut xq.dk, &mut xq.bk, &mut xq.bp, 0, rows * cols / QKA);
     }
 }
 
@@ -503,7 +639,8 @@ mod tests {
                 })
                 .collect();
             for group in [shapes.len(), ws.len()] {
-                let mut outs: Vec<Vec<f32>> = ws.iter().zip(&toks).take(group).map(|(w, &t)| vec![f32::NAN; t * w.rows()]).collect();
+                let mut outs: Vec<Vec<f32>> =
+                    ws.iter().zip(&toks).take(group).map(|(w, &t)| vec![f32::NAN; t * w.rows()]).collect();
                 let mut jobs: Vec<GemmJob<'_>> = outs
                     .iter_mut()
                     .enumerate()
@@ -511,8 +648,61 @@ mod tests {
                     .collect();
                 matmul_grouped(&pool, isa, &mut jobs, &mut QActs::default());
                 for (i, o) in outs.iter().enumerate() {
-                    assert!(o.iter().zip(&want[i]).all(|(a, b)| a.to_bits() == b.to_bits()), "{isa:?} job {i} of {group}");
+                    assert!(
+                        o.iter().zip(&want[i]).all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{isa:?} job {i} of {group}"
+                    );
                 }
+            }
+        }
+    }
+
+    /// A grouped call over the GGML block types, a stack of two of them and dense weights (the
+    /// MoE experts of a GGUF file) gives every job the bits its own `matmul` gives: 1, 5, 37
+    /// (the AMX threshold) and 0 tokens, K-quants beside 32-weight types, rows that are not
+    /// whole task blocks, on every ISA this CPU has.
+    #[test]
+    fn grouped_quant_matmul_equals_each_job_alone() {
+        use crate::format::ggml::GgmlType;
+        let pool = ThreadPool::new(2).expect("pool");
+        let mut seed = 41u64;
+        let k = 256;
+        let stack = Weight::stack(vec![
+            Weight::Quant(random_matrix(GgmlType::Q4_K, 32, k, &mut seed)),
+            Weight::Quant(random_matrix(GgmlType::Q8_0, 16, k, &mut seed)),
+        ]);
+        let mut rnd_seed = 5u64;
+        let mut rnd = || crate::kernels::test_rand(&mut rnd_seed);
+        let ws: Vec<Weight> = vec![
+            Weight::Quant(random_matrix(GgmlType::Q4_K, 256, k, &mut seed)),
+            Weight::Quant(random_matrix(GgmlType::Q8_0, 64, k, &mut seed)),
+            Weight::Quant(random_matrix(GgmlType::Q6_K, 48, k, &mut seed)),
+            stack,
+            Weight::Quant(random_matrix(GgmlType::Q5_0, 40, k, &mut seed)),
+            Weight::Dense { rows: 9, cols: k, data: (0..9 * k).map(|_| rnd()).collect() },
+        ];
+        let toks = [5usize, 1, 37, 3, 0, 2];
+        let xs: Vec<Vec<f32>> = toks.iter().map(|&t| (0..t * k).map(|_| rnd()).collect()).collect();
+        for isa in Isa::available() {
+            let want: Vec<Vec<f32>> = ws
+                .iter()
+                .zip(&xs)
+                .zip(&toks)
+                .map(|((w, x), &t)| {
+                    let mut o = vec![0f32; t * w.rows()];
+                    matmul(&pool, isa, w, x, t, &mut QActs::default(), &mut o);
+                    o
+                })
+                .collect();
+            let mut outs: Vec<Vec<f32>> = ws.iter().zip(&toks).map(|(w, &t)| vec![f32::NAN; t * w.rows()]).collect();
+            let mut jobs: Vec<GemmJob<'_>> = outs
+                .iter_mut()
+                .enumerate()
+                .map(|(i, o)| GemmJob { w: &ws[i], x: &xs[i], tokens: toks[i], out: o })
+                .collect();
+            matmul_grouped(&pool, isa, &mut jobs, &mut QActs::default());
+            for (i, o) in outs.iter().enumerate() {
+                assert!(o.iter().zip(&want[i]).all(|(a, b)| a.to_bits() == b.to_bits()), "{isa:?} job {i}");
             }
         }
     }
@@ -547,7 +737,11 @@ mod tests {
                         for t in 0..tokens {
                             let want = dot(isa, &wr, &x[t * k..(t + 1) * k]);
                             let kind = w.kind();
-                            assert_eq!(out[t * n + r].to_bits(), want.to_bits(), "{kind} {isa:?} [{n}x{k}] token {t} row {r}");
+                            assert_eq!(
+                                out[t * n + r].to_bits(),
+                                want.to_bits(),
+                                "{kind} {isa:?} [{n}x{k}] token {t} row {r}"
+                            );
                         }
                     }
                 }
@@ -558,7 +752,15 @@ mod tests {
     /// Runs `tokens` rows of `x` through `w` (a `Weight::Quant`) on `isa` into `out`, and
     /// asserts every (row, token) has the bits of its single-token run and of the scalar
     /// definition ([`quant_dot_scalar`] on the activations `xq` the batch quantized).
-    fn assert_bits_of_definition(pool: &ThreadPool, isa: Isa, w: &Weight, x: &[f32], tokens: usize, xq: &mut QActs, out: &mut [f32]) {
+    fn assert_bits_of_definition(
+        pool: &ThreadPool,
+        isa: Isa,
+        w: &Weight,
+        x: &[f32],
+        tokens: usize,
+        xq: &mut QActs,
+        out: &mut [f32],
+    ) {
         let Weight::Quant(q) = w else { panic!("a quantized matrix") };
         let (n, k, ty) = (q.rows, q.cols, q.ty);
         matmul(pool, isa, w, x, tokens, xq, out);
@@ -566,7 +768,11 @@ mod tests {
             let mut one = vec![0f32; n];
             matmul(pool, isa, w, &x[t * k..(t + 1) * k], 1, &mut QActs::default(), &mut one);
             for r in 0..n {
-                assert_eq!(out[t * n + r].to_bits(), one[r].to_bits(), "{ty:?} {isa:?} row {r} token {t}: batch invariance");
+                assert_eq!(
+                    out[t * n + r].to_bits(),
+                    one[r].to_bits(),
+                    "{ty:?} {isa:?} row {r} token {t}: batch invariance"
+                );
                 let refv = quant_dot_scalar(q, r, xq, t);
                 assert_eq!(out[t * n + r].to_bits(), refv.to_bits(), "{ty:?} {isa:?} row {r} token {t} of {tokens}");
             }
@@ -602,7 +808,11 @@ mod tests {
                             q.dequantize_row(r, &mut wr);
                             let exact: f32 = wr.iter().zip(&x[t * k..(t + 1) * k]).map(|(a, b)| a * b).sum();
                             let scale: f32 = wr.iter().map(|v| v.abs()).sum::<f32>() / 127.0;
-                            assert!((out[t * n + r] - exact).abs() <= scale + 1e-3, "{ty:?}: {} vs {exact}", out[t * n + r]);
+                            assert!(
+                                (out[t * n + r] - exact).abs() <= scale + 1e-3,
+                                "{ty:?}: {} vs {exact}",
+                                out[t * n + r]
+                            );
                         }
                     }
                 }
@@ -621,14 +831,26 @@ mod tests {
         for (ty, n) in [(GgmlType::Q4_0, 1128), (GgmlType::Q6_K, 648)] {
             let q = random_matrix(ty, n, k, &mut seed);
             // Four tasks per thread: each must span at least two chunks.
-            assert!(n / 4 > 2 * 16 * crate::kernels::l2_groups(&q), "{ty:?}: {} groups per chunk", crate::kernels::l2_groups(&q));
+            assert!(
+                n / 4 > 2 * 16 * crate::kernels::l2_groups(&q),
+                "{ty:?}: {} groups per chunk",
+                crate::kernels::l2_groups(&q)
+            );
             let w = Weight::Quant(q);
             let tokens = 9;
             let x: Vec<f32> = (0..tokens * k).map(|_| (lcg(&mut seed) % 2001) as f32 / 1000.0 - 1.0).collect();
             for threads in [1, 2] {
                 let pool = ThreadPool::new(threads).expect("pool");
                 for isa in Isa::available() {
-                    assert_bits_of_definition(&pool, isa, &w, &x, tokens, &mut QActs::default(), &mut vec![0f32; tokens * n]);
+                    assert_bits_of_definition(
+                        &pool,
+                        isa,
+                        &w,
+                        &x,
+                        tokens,
+                        &mut QActs::default(),
+                        &mut vec![0f32; tokens * n],
+                    );
                 }
             }
         }
@@ -646,7 +868,12 @@ mod tests {
             Weight::Quant(random_matrix(GgmlType::Q6_K, 16, k, &mut seed)),
         ];
         let mut rnd = || crate::kernels::test_rand(&mut seed);
-        parts.push(Weight::Half { rows: 5, cols: k, data: (0..5 * k).map(|_| crate::half::f32_to_f16(rnd())).collect(), bf16: false });
+        parts.push(Weight::Half {
+            rows: 5,
+            cols: k,
+            data: (0..5 * k).map(|_| crate::half::f32_to_f16(rnd())).collect(),
+            bf16: false,
+        });
         parts.push(Weight::Quant(random_matrix(GgmlType::Q8_0, 11, k, &mut 5u64)));
         let w = Weight::stack(parts.clone());
         assert!(matches!(&w, Weight::Stack(p) if p.len() == 4), "{:?}", w.kind());
@@ -664,7 +891,12 @@ mod tests {
                     matmul(&pool, isa, p, &x, tokens, &mut QActs::default(), &mut alone);
                     for t in 0..tokens {
                         for r in 0..pn {
-                            assert_eq!(out[t * n + off + r].to_bits(), alone[t * pn + r].to_bits(), "{} {isa:?}", p.kind());
+                            assert_eq!(
+                                out[t * n + off + r].to_bits(),
+                                alone[t * pn + r].to_bits(),
+                                "{} {isa:?}",
+                                p.kind()
+                            );
                         }
                     }
                     off += pn;

@@ -35,14 +35,14 @@
 //! element types), [`elementwise`] (dot, axpy, RMSNorm, SwiGLU, GeGLU, f16 conversion). RoPE
 //! lives with the models (`sparrow-engine`, `model/common.rs`).
 
-pub mod attention;
-pub mod elementwise;
-pub mod flash;
-pub mod dsa;
-pub mod matmul;
-mod nvfp4_gemm;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod amx;
+pub mod attention;
+pub mod dsa;
+pub mod elementwise;
+pub mod flash;
+pub mod matmul;
+mod nvfp4_gemm;
 #[cfg(target_arch = "x86_64")]
 mod q8_avx512;
 #[cfg(target_arch = "x86_64")]
@@ -50,8 +50,8 @@ mod q8_x86;
 
 pub use attention::{as_bf16, as_e4m3, as_e5m2, attend_group, Bf16, E4m3, E5m2, KvElem};
 pub use dsa::{index_scores, IndexScratch};
-pub use flash::{block_scores, exp_f32, flash_attend, FlashScratch, KvView, KEY_BLOCK};
 pub use elementwise::{axpy, dot, gelu_tanh_mul, rms_norm, silu_mul, softmax_in_place, to_f16, weighted_rows};
+pub use flash::{block_scores, exp_f32, flash_attend, FlashScratch, KvView, KEY_BLOCK};
 pub use matmul::{matmul, matmul_grouped, quant_dot_scalar, GemmJob};
 
 use crate::pool::ThreadPool;
@@ -67,7 +67,6 @@ pub(crate) fn rows_per_task(pool: &ThreadPool, n: usize) -> usize {
     let tasks = (pool.threads() * TASKS_PER_THREAD).max(1);
     n.div_ceil(tasks).next_multiple_of(g).max(g)
 }
-
 
 /// Row groups (16 rows) per chunk of a batched integer matmul: the chunk's weights (about 256
 /// KiB, within every L2 we run on) are read from memory once and from L2 by every token block
@@ -171,7 +170,9 @@ pub(crate) fn chunk_blocks(
     rows: usize,
     tb: usize,
 ) -> impl Iterator<Item = (std::ops::Range<usize>, std::ops::Range<usize>)> {
-    (g0..g1).step_by(chunk).flat_map(move |c0| (0..rows).step_by(tb).map(move |b0| (c0..(c0 + chunk).min(g1), b0..(b0 + tb).min(rows))))
+    (g0..g1)
+        .step_by(chunk)
+        .flat_map(move |c0| (0..rows).step_by(tb).map(move |b0| (c0..(c0 + chunk).min(g1), b0..(b0 + tb).min(rows))))
 }
 
 /// Horizontal sum of 8 f32 lanes, shared by the SIMD paths.
@@ -231,8 +232,9 @@ pub(crate) unsafe fn transpose8(r: &[std::arch::x86_64::__m256; 8]) -> [std::arc
 #[target_feature(enable = "avx")]
 pub(crate) unsafe fn hsum8(v: &[std::arch::x86_64::__m256; 8]) -> std::arch::x86_64::__m256 {
     use std::arch::x86_64::*;
-    let half =
-        |a: __m256, b: __m256| _mm256_add_ps(_mm256_permute2f128_ps::<0x20>(a, b), _mm256_permute2f128_ps::<0x31>(a, b));
+    let half = |a: __m256, b: __m256| {
+        _mm256_add_ps(_mm256_permute2f128_ps::<0x20>(a, b), _mm256_permute2f128_ps::<0x31>(a, b))
+    };
     let (w01, w23, w45, w67) = (half(v[0], v[1]), half(v[2], v[3]), half(v[4], v[5]), half(v[6], v[7]));
     let c = _mm256_add_ps(_mm256_shuffle_ps::<0x44>(w01, w23), _mm256_shuffle_ps::<0xEE>(w01, w23));
     let d = _mm256_add_ps(_mm256_shuffle_ps::<0x44>(w45, w67), _mm256_shuffle_ps::<0xEE>(w45, w67));

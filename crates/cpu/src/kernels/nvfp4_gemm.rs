@@ -274,7 +274,8 @@ mod x86 {
                 // A lone last row reuses its own weights as the partner; that result is dropped.
                 let wb = if pair { wa.add(k) } else { wa };
                 for t0 in (tb0..tb1).step_by(TILE_T) {
-                    let xs: [*const f32; TILE_T] = std::array::from_fn(|i| x.as_ptr().add((t0 + i).min(tokens - 1) * k));
+                    let xs: [*const f32; TILE_T] =
+                        std::array::from_fn(|i| x.as_ptr().add((t0 + i).min(tokens - 1) * k));
                     tile(wa, wb, xs, (tokens - t0).min(TILE_T), o, t0, n_out, r, pair, k);
                 }
                 r += 2;
@@ -325,7 +326,8 @@ mod x86 {
             b5 = _mm256_fmadd_ps(vb, x5, b5);
             c += 8;
         }
-        for (t, (a, b)) in [(a0, b0), (a1, b1), (a2, b2), (a3, b3), (a4, b4), (a5, b5)].into_iter().enumerate().take(nt) {
+        for (t, (a, b)) in [(a0, b0), (a1, b1), (a2, b2), (a3, b3), (a4, b4), (a5, b5)].into_iter().enumerate().take(nt)
+        {
             *o.add((t0 + t) * n_out + r) = reduce(a);
             if pair {
                 *o.add((t0 + t) * n_out + r + 1) = reduce(b);
@@ -351,4 +353,3 @@ mod x86 {
         }
     }
 }
-

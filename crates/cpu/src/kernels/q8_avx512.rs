@@ -69,7 +69,10 @@ unsafe fn shr(v: __m512i, n: i32) -> __m512i {
 #[inline(always)]
 unsafe fn chunk_codes<const T: u8>(codes: *const u8, hi: *const u8, c: usize) -> (__m512i, __m512i) {
     if bits(T) == 8 {
-        return (_mm512_loadu_si512(codes.add(2 * c * CHUNK) as *const _), _mm512_loadu_si512(codes.add((2 * c + 1) * CHUNK) as *const _));
+        return (
+            _mm512_loadu_si512(codes.add(2 * c * CHUNK) as *const _),
+            _mm512_loadu_si512(codes.add((2 * c + 1) * CHUNK) as *const _),
+        );
     }
     let nib = _mm512_set1_epi8(0x0f);
     let v = _mm512_loadu_si512(codes.add(c * CHUNK) as *const _);
@@ -98,7 +101,6 @@ unsafe fn chunk_codes<const T: u8>(codes: *const u8, hi: *const u8, c: usize) ->
 unsafe fn f16x16(p: *const u8) -> __m512 {
     _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i))
 }
-
 
 /// Requests every line of the tiles about to be read at once, so a single-token tile's loads
 /// are in flight together (a 16-row tile is 2.4–3.4 KB). Measured on the 1B Q4_K_M step's
@@ -361,7 +363,14 @@ unsafe fn int16(p: *const u8, signed: bool) -> __m512i {
 
 /// One tile of `NG` groups × `NT` tokens of type `T`: the K-quant or the 32-weight kernel.
 #[inline(always)]
-unsafe fn tile<const T: u8, const NG: usize, const NT: usize>(w: &QMatrix, g: usize, x: &QActs, t0: usize, out: *mut f32, ldo: usize) {
+unsafe fn tile<const T: u8, const NG: usize, const NT: usize>(
+    w: &QMatrix,
+    g: usize,
+    x: &QActs,
+    t0: usize,
+    out: *mut f32,
+    ldo: usize,
+) {
     if ggml(T).block_len() == QK_K {
         k_tile::<T, NG, NT>(w, g, x, t0, out, ldo)
     } else {
@@ -370,7 +379,15 @@ unsafe fn tile<const T: u8, const NG: usize, const NT: usize>(w: &QMatrix, g: us
 }
 
 #[inline(always)]
-unsafe fn tile_n<const T: u8, const NG: usize>(w: &QMatrix, g: usize, x: &QActs, t0: usize, n: usize, out: *mut f32, ldo: usize) {
+unsafe fn tile_n<const T: u8, const NG: usize>(
+    w: &QMatrix,
+    g: usize,
+    x: &QActs,
+    t0: usize,
+    n: usize,
+    out: *mut f32,
+    ldo: usize,
+) {
     match n {
         1 => tile::<T, NG, 1>(w, g, x, t0, out, ldo),
         2 => tile::<T, NG, 2>(w, g, x, t0, out, ldo),

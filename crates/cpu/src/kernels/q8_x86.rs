@@ -233,7 +233,6 @@ unsafe fn f16x8(p: *const u8) -> __m256 {
     _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
 }
 
-
 /// Half groups (8-row units) `u .. u+NG` against tokens `t0 .. t0+NT`; results to
 /// `out[t·ldo + row]`.
 #[inline(always)]

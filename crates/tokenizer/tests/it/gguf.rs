@@ -50,8 +50,7 @@ fn byte_level_round_trip() {
 #[test]
 fn chat_template_renders() {
     let t = smollm2();
-    let text =
-        t.apply_chat_template(&[ChatMessage::new("user", "Hi")], true).expect("template");
+    let text = t.apply_chat_template(&[ChatMessage::new("user", "Hi")], true).expect("template");
     assert_eq!(
         text,
         "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n\

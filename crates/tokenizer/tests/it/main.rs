@@ -4,5 +4,5 @@
 mod gemma3;
 mod gguf;
 mod o200k;
-mod vocab_vectors;
 mod templates;
+mod vocab_vectors;

@@ -12,7 +12,8 @@ use sparrow_tokenizer::{render_template, ChatMessage};
 #[test]
 fn family_templates_render_as_hf_does() {
     use sha2::{Digest, Sha256};
-    let dir = sparrow_assets::ensure_sdist_dir(sparrow_assets::LLAMA_CPP_MODELS).expect("llama.cpp models (pip download)");
+    let dir =
+        sparrow_assets::ensure_sdist_dir(sparrow_assets::LLAMA_CPP_MODELS).expect("llama.cpp models (pip download)");
     let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/chat_template_golden.json");
     let g: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(p).expect("fixture")).expect("JSON");
     let mut bad = Vec::new();

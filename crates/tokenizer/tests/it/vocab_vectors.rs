@@ -35,9 +35,11 @@ fn cases(dir: &Path, vocab: &str) -> Vec<(String, Vec<u32>)> {
 
 #[test]
 fn vendored_vocabularies_match_their_reference_ids() {
-    let dir = sparrow_assets::ensure_sdist_dir(sparrow_assets::LLAMA_CPP_MODELS).expect("llama.cpp models (pip download)");
+    let dir =
+        sparrow_assets::ensure_sdist_dir(sparrow_assets::LLAMA_CPP_MODELS).expect("llama.cpp models (pip download)");
     for vocab in VOCABS {
-        let t = Tokenizer::load(&dir.join(format!("ggml-vocab-{vocab}.gguf"))).unwrap_or_else(|e| panic!("{vocab}: {e}"));
+        let t =
+            Tokenizer::load(&dir.join(format!("ggml-vocab-{vocab}.gguf"))).unwrap_or_else(|e| panic!("{vocab}: {e}"));
         let cases = cases(&dir, vocab);
         assert!(cases.len() >= 30, "{vocab}: {} cases", cases.len());
         let mut bad = Vec::new();

@@ -389,7 +389,8 @@ mod tests {
 
     #[test]
     fn sum_exp_shifted_is_the_same_on_every_isa_and_close_to_f64() {
-        let x: Vec<f32> = (0..1003).map(|i| ((i * 7919) % 1000) as f32 * 0.03 - 20.0).chain([f32::NAN, -f32::INFINITY]).collect();
+        let x: Vec<f32> =
+            (0..1003).map(|i| ((i * 7919) % 1000) as f32 * 0.03 - 20.0).chain([f32::NAN, -f32::INFINITY]).collect();
         let m = 9.97;
         let exact: f64 = x.iter().filter(|v| !v.is_nan()).map(|&v| ((v - m) as f64).exp()).sum();
         let want = sum_exp_shifted(Isa::Scalar, &x, m);
@@ -431,16 +432,31 @@ mod tests {
 
     /// An f64 softmax attention over the f16-rounded cache.
     #[allow(clippy::too_many_arguments)]
-    fn reference(q: &[f32], k: &[u16], v: &[u16], stride: usize, off: usize, slots: &[u32], hd: usize, scale: f64) -> Vec<f64> {
+    fn reference(
+        q: &[f32],
+        k: &[u16],
+        v: &[u16],
+        stride: usize,
+        off: usize,
+        slots: &[u32],
+        hd: usize,
+        scale: f64,
+    ) -> Vec<f64> {
         let s: Vec<f64> = slots
             .iter()
-            .map(|&j| (0..hd).map(|i| q[i] as f64 * f16_to_f32(k[j as usize * stride + off + i]) as f64).sum::<f64>() * scale)
+            .map(|&j| {
+                (0..hd).map(|i| q[i] as f64 * f16_to_f32(k[j as usize * stride + off + i]) as f64).sum::<f64>() * scale
+            })
             .collect();
         let mx = s.iter().copied().fold(f64::MIN, f64::max);
         let z: f64 = s.iter().map(|x| (x - mx).exp()).sum();
         (0..hd)
             .map(|i| {
-                slots.iter().zip(&s).map(|(&j, x)| (x - mx).exp() / z * f16_to_f32(v[j as usize * stride + off + i]) as f64).sum()
+                slots
+                    .iter()
+                    .zip(&s)
+                    .map(|(&j, x)| (x - mx).exp() / z * f16_to_f32(v[j as usize * stride + off + i]) as f64)
+                    .sum()
             })
             .collect()
     }
@@ -492,7 +508,18 @@ mod tests {
             flash_attend(isa, &q, 3 * hd, &positions, 3, hd, &view, 0.125, &mut sc, &mut all);
             for t in 0..n - 1 {
                 let mut one = vec![0f32; 3 * hd];
-                flash_attend(isa, &q[t * 3 * hd..], 3 * hd, &positions[t..t + 1], 3, hd, &view, 0.125, &mut sc, &mut one);
+                flash_attend(
+                    isa,
+                    &q[t * 3 * hd..],
+                    3 * hd,
+                    &positions[t..t + 1],
+                    3,
+                    hd,
+                    &view,
+                    0.125,
+                    &mut sc,
+                    &mut one,
+                );
                 let got = &all[t * 3 * hd..(t + 1) * 3 * hd];
                 assert!(got.iter().all(|x| x.is_finite()), "{isa:?} token {t} is not finite");
                 assert!(got.iter().zip(&one).all(|(a, b)| a.to_bits() == b.to_bits()), "{isa:?} token {t}");
@@ -557,7 +584,10 @@ mod tests {
                 }
                 match &want {
                     None => want = Some(all),
-                    Some(w) => assert!(w.iter().zip(&all).all(|(a, b)| a.to_bits() == b.to_bits()), "{isa:?} differs from scalar"),
+                    Some(w) => assert!(
+                        w.iter().zip(&all).all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{isa:?} differs from scalar"
+                    ),
                 }
             }
         }

@@ -49,10 +49,8 @@ pub(crate) unsafe fn exp8(x: __m256) -> __m256 {
     let lo = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(EXP_LO));
     // `minps` returns its second operand when either is NaN: NaN stays NaN, as in `exp_f32`.
     let x = _mm256_min_ps(_mm256_set1_ps(EXP_HI), x);
-    let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
-        x,
-        _mm256_set1_ps(LOG2E),
-    ));
+    let n =
+        _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(x, _mm256_set1_ps(LOG2E)));
     let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_HI), x);
     let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_LO), r);
     let mut p = _mm256_set1_ps(EXP_P[0]);
@@ -186,14 +184,7 @@ pub(super) unsafe fn scores(q: &[f32], p: &Parts, kt: &[f32], s: &mut [f32]) {
 
 /// The online-softmax update of each row: keys in lanes, 8 at a time.
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn softmax(
-    p: &Parts,
-    s: &mut [f32],
-    m: &mut [f32],
-    l: &mut [f32],
-    alpha: &mut [f32],
-    valid: &[i32],
-) {
+pub(super) unsafe fn softmax(p: &Parts, s: &mut [f32], m: &mut [f32], l: &mut [f32], alpha: &mut [f32], valid: &[i32]) {
     assert!(s.len() >= p.rows * KEY_BLOCK && m.len() >= p.rows && l.len() >= p.rows && valid.len() >= p.rows);
     let ninf = _mm256_set1_ps(f32::NEG_INFINITY);
     let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -201,7 +192,8 @@ pub(super) unsafe fn softmax(
     for r in 0..p.rows {
         let row = s.as_mut_ptr().add(r * KEY_BLOCK);
         let nv = _mm256_set1_epi32(valid[r]);
-        let keep = |j: usize| _mm256_castsi256_ps(_mm256_cmpgt_epi32(nv, _mm256_add_epi32(lane, _mm256_set1_epi32(j as i32))));
+        let keep =
+            |j: usize| _mm256_castsi256_ps(_mm256_cmpgt_epi32(nv, _mm256_add_epi32(lane, _mm256_set1_epi32(j as i32))));
         // Rows that see every key of a whole block (all but the diagonal) need no masks.
         let full = valid[r] as usize == n8;
         let mut mx = ninf;

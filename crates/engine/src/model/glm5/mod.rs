@@ -38,15 +38,15 @@ use sparrow_cpu::{kernels, Isa, ThreadPool, Weight};
 pub use self::config::Glm5Config;
 use self::indexer::Selection;
 use self::mla::Mla;
-use self::moe::Ffn;
 pub use self::moe::route;
-pub use crate::model::moe::{Mlp, Moe, MoeChoice};
+use self::moe::Ffn;
 use super::common::{OutputHead, RopeLayout, RopeTable, Scratch};
 use super::{AttentionNeeds, Instruments, Model, ModelInfo, PartTimes};
 use crate::batch::ForwardBatch;
 pub use crate::config::{AttnImpl, MoeImpl};
 use crate::kv::{KvComponent, KvDtype, KvLayout, KvStore};
 use crate::model::linear::Fwd;
+pub use crate::model::moe::{Mlp, Moe, MoeChoice};
 use crate::EngineError;
 
 /// ε of `q_a_layernorm`, `kv_a_layernorm` and the indexer's `k_norm` (HF builds them without

@@ -11,7 +11,9 @@ use crate::checkpoint::gguf::{Gguf, GgufFile};
 use crate::model::common::RopeTable;
 use crate::model::moe::{Mlp, Moe};
 use crate::model::routing::{Routing, Scoring};
-use crate::model::vb::{GgufTensors, Vb, GEMMA3_LAYER_NAMES, LLAMA_LAYER_NAMES, GLM4MOE_LAYER_NAMES, MOE_LAYER_NAMES, PHI3_LAYER_NAMES};
+use crate::model::vb::{
+    GgufTensors, Vb, GEMMA3_LAYER_NAMES, GLM4MOE_LAYER_NAMES, LLAMA_LAYER_NAMES, MOE_LAYER_NAMES, PHI3_LAYER_NAMES,
+};
 
 /// A dense architecture the Llama decoder runs, as data: what llama.cpp's graph for it does
 /// differently from `llama` (`src/models/{llama,qwen2,qwen3,smollm3,phi3}.cpp`, the RoPE type from
@@ -678,11 +680,8 @@ impl LlamaModel {
             n.strip_prefix("blk.").and_then(|r| r.split('.').next()).and_then(|b| b.parse::<usize>().ok())
                 >= Some(cfg.layers)
         };
-        let unused: Vec<&str> = ld
-            .unread_tensors()
-            .into_iter()
-            .filter(|n| !n.starts_with("rope_factors_") && !past_trunk(n))
-            .collect();
+        let unused: Vec<&str> =
+            ld.unread_tensors().into_iter().filter(|n| !n.starts_with("rope_factors_") && !past_trunk(n)).collect();
         if let Some(first) = unused.first() {
             return Err(EngineError::model(format!(
                 "{}: {} tensor(s) the {arch} decoder does not use (first: {first}); running without them would \

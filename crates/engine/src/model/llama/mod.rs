@@ -22,9 +22,9 @@
 use super::common::{OutputHead, RopeLayout, RopeTable, Scratch};
 use super::moe::{Moe, MoeChoice};
 use super::routing::Routing;
-use crate::config::MoeImpl;
 use super::{AttentionNeeds, Instruments, Model, ModelInfo, PartTimes};
 use crate::batch::ForwardBatch;
+use crate::config::MoeImpl;
 use crate::kv::{KvDtype, KvLayout, KvStore};
 use crate::model::linear::{Fwd, Linear};
 use crate::EngineError;
