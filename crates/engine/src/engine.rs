@@ -48,6 +48,8 @@ pub struct Engine {
     notes: serde_json::Value,
     batch_cap: BatchCap,
     kv_layout: crate::kv::KvLayout,
+    /// The end-of-generation token ids the scheduler stops on.
+    eos: Vec<u32>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -132,6 +134,7 @@ impl Engine {
             isa,
             notes: serde_json::Value::Null,
             batch_cap,
+            eos: args.eos.clone(),
             kv_layout: needs.kv_layout.clone(),
         })
     }
@@ -171,6 +174,11 @@ impl Engine {
     /// The derived scheduler configuration.
     pub fn config(&self) -> &SchedulerConfig {
         &self.config
+    }
+
+    /// The end-of-generation token ids a request stops on (unless it ignores EOS).
+    pub fn eos_ids(&self) -> &[u32] {
+        &self.eos
     }
 
     /// The batch cap in effect (measured, cached, given or disabled) and the curve behind it.

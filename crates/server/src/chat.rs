@@ -157,6 +157,11 @@ pub fn lower(s: &AppState, req: ChatRequest) -> Result<(Prepared, ChatShape), Ap
     // A grammar forces the answer's shape from the first token: there is no reasoning to split
     // off (a `deepseek-r1` parser would otherwise take the constrained JSON for reasoning).
     let separate_reasoning = separate_reasoning && params.constraint.is_none();
+    // Harmony's channels are special tokens: the answer keeps them for the parser to read (as
+    // SGLang sets `skip_special_tokens = False` for gpt-oss); the parser drops them.
+    if s.parsers.harmony() {
+        params.skip_special_tokens = false;
+    }
     let prep = gen::prepare(s, ids, params)?;
     Ok((prep, ChatShape { parsers: s.parsers, tools, separate_reasoning }))
 }

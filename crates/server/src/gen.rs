@@ -347,7 +347,14 @@ pub fn start(state: &AppState, prep: Prepared) -> Result<BoxStream<'static, Choi
             _ => None,
         });
     }
-    let stop_ids = Arc::new(stop_token_ids.clone());
+    // The tokens trimmed from the text when they end it: the request's stop tokens and, unless
+    // it ignores EOS, the model's end-of-generation tokens (SGLang's `trim_matched_stop`; seen
+    // only when `skip_special_tokens` is false, e.g. under a harmony parser).
+    let mut trimmed = stop_token_ids.clone();
+    if !ignore_eos {
+        trimmed.extend_from_slice(state.engine.eos_ids());
+    }
+    let stop_ids = Arc::new(trimmed);
     let bytes = if skip_special_tokens { state.bytes_skip.clone() } else { state.bytes_all.clone() };
     state.metrics.requests.inc();
     if prep.max_new == 0 && logprobs.prompt_start.is_none() {

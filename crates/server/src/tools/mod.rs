@@ -11,6 +11,9 @@
 //! - `--reasoning-parser` (`glm45`, `qwen3`, `deepseek-r1`, SGLang's `reasoning_parser.py`)
 //!   splits `<think>…</think>` into `reasoning_content`; `deepseek-r1` starts inside the
 //!   reasoning (its template opens the `<think>`).
+//! - `gpt-oss` (either flag) reads gpt-oss's harmony messages by channel and recipient: the
+//!   `analysis` channel is reasoning, `final` content, `commentary to=functions.{name}` a call
+//!   (`harmony`); the answer is detokenized with its special tokens then, as SGLang does.
 //!
 //! [`Shaper`] turns a choice's text, piece by piece, into [`Delta`]s. It is one incremental
 //! machine for both the stream and the collected answer (fed all at once), so the two agree by
@@ -19,6 +22,7 @@
 use std::str::FromStr;
 
 mod array;
+mod harmony;
 mod json_scan;
 mod llama3;
 mod phi4_mini;
@@ -44,6 +48,9 @@ pub enum ToolParser {
     /// Phi-4-mini: `functools[{"name": …, "arguments": {…}}, …]`, text around the block is
     /// content (SGLang's `phi4mini_detector.py`, vLLM's `phi4_mini_json`).
     Phi4Mini,
+    /// gpt-oss's harmony: `<|channel|>commentary to=functions.{name} <|constrain|>json
+    /// <|message|>{args}<|call|>` (SGLang's `gpt_oss_detector.py`; the `harmony` module).
+    GptOss,
 }
 
 impl ToolParser {
@@ -54,6 +61,7 @@ impl ToolParser {
             ToolParser::Glm45 => "glm45",
             ToolParser::Llama3 => "llama3",
             ToolParser::Phi4Mini => "phi4_mini",
+            ToolParser::GptOss => "gpt-oss",
         }
     }
 }
@@ -66,7 +74,8 @@ impl FromStr for ToolParser {
             "glm45" | "glm47" => Ok(ToolParser::Glm45),
             "llama3" => Ok(ToolParser::Llama3),
             "phi4_mini" => Ok(ToolParser::Phi4Mini),
-            _ => Err("have: qwen25 (also qwen, hermes), glm45 (also glm47), llama3, phi4_mini".to_owned()),
+            "gpt-oss" => Ok(ToolParser::GptOss),
+            _ => Err("have: qwen25 (also qwen, hermes), glm45 (also glm47), llama3, phi4_mini, gpt-oss".to_owned()),
         }
     }
 }
@@ -80,6 +89,8 @@ pub enum ReasoningParser {
     Qwen3,
     /// DeepSeek-R1: the template opens `<think>`, the output starts inside the reasoning.
     DeepseekR1,
+    /// gpt-oss: the harmony `analysis` channel is the reasoning, `final` the answer.
+    GptOss,
 }
 
 impl ReasoningParser {
@@ -89,6 +100,7 @@ impl ReasoningParser {
             ReasoningParser::Glm45 => "glm45",
             ReasoningParser::Qwen3 => "qwen3",
             ReasoningParser::DeepseekR1 => "deepseek-r1",
+            ReasoningParser::GptOss => "gpt-oss",
         }
     }
 }
@@ -100,7 +112,8 @@ impl FromStr for ReasoningParser {
             "glm45" => Ok(ReasoningParser::Glm45),
             "qwen3" => Ok(ReasoningParser::Qwen3),
             "deepseek-r1" => Ok(ReasoningParser::DeepseekR1),
-            _ => Err("have: glm45, qwen3, deepseek-r1".to_owned()),
+            "gpt-oss" => Ok(ReasoningParser::GptOss),
+            _ => Err("have: glm45, qwen3, deepseek-r1, gpt-oss".to_owned()),
         }
     }
 }
@@ -112,6 +125,13 @@ pub struct ChatParsers {
     pub tool_call: Option<ToolParser>,
     /// How reasoning is split from the answer.
     pub reasoning: Option<ReasoningParser>,
+}
+
+impl ChatParsers {
+    /// Whether gpt-oss's harmony format is read (either parser `gpt-oss`).
+    pub fn harmony(&self) -> bool {
+        self.tool_call == Some(ToolParser::GptOss) || self.reasoning == Some(ReasoningParser::GptOss)
+    }
 }
 
 #[cfg(test)]
@@ -263,7 +283,7 @@ mod tests {
             {"function": {"name": "get_weather", "arguments": {"location": "Oslo"}}},
             {"function": {"name": "get_weather", "arguments": {"location": "Rome", "days": 2}}}
         ]);
-        for parser in [ToolParser::Phi4Mini, ToolParser::Llama3, ToolParser::Qwen25] {
+        for parser in [ToolParser::Phi4Mini, ToolParser::Llama3, ToolParser::Qwen25, ToolParser::GptOss] {
             let text = history_calls(&sent, Some(parser));
             let m = run(ChatParsers { tool_call: Some(parser), reasoning: None }, Some(&r), &text);
             assert_eq!(
@@ -313,6 +333,52 @@ mod tests {
         let m =
             run(p, Some(&r), "<tool_call>get_weather\n<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n<arg_key>loc");
         assert_eq!(calls(&m), vec![("get_weather", json!({"days": 2}))]);
+    }
+
+    /// gpt-oss's harmony messages (the shapes SGLang's `harmony_parser.py` reads): `analysis` is
+    /// reasoning, `final` and a recipient-less `commentary` content, `functions.*` calls in both
+    /// header orders; built-in tools dropped; whole = char by char (in `run`).
+    #[test]
+    fn harmony_channels_and_calls() {
+        let both = ChatParsers { tool_call: Some(ToolParser::GptOss), reasoning: Some(ReasoningParser::GptOss) };
+        let r = req(ToolChoice::Auto, true);
+        let m = run(
+            both,
+            None,
+            "<|channel|>analysis<|message|>User asks 2+2. Easy.<|end|><|start|>assistant<|channel|>final<|message|>2 + 2 = 4.<|return|>",
+        );
+        assert_eq!((m.reasoning.as_deref(), m.content.as_str()), (Some("User asks 2+2. Easy."), "2 + 2 = 4."));
+        let text = "<|channel|>analysis<|message|>Need the weather; call the tool.<|end|>\
+                    <|start|>assistant<|channel|>commentary<|message|>Checking both cities.<|end|>\
+                    <|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"location\":\"Tokyo <|x|>\",\"days\":2}<|call|>\
+                    <|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{\"location\":\"Oslo\"}<|call|>\
+                    <|start|>assistant<|channel|>analysis to=browser.search<|message|>{\"query\":\"x\"}<|call|>";
+        let m = run(both, Some(&r), text);
+        assert_eq!(m.reasoning.as_deref(), Some("Need the weather; call the tool."));
+        assert_eq!(m.content, "Checking both cities.");
+        assert_eq!(
+            calls(&m),
+            vec![("get_weather", json!({"location": "Tokyo <|x|>", "days": 2})), ("get_weather", json!({"location": "Oslo"}))]
+        );
+        assert_eq!(m.calls[0].2, "{\"location\":\"Tokyo <|x|>\",\"days\":2}");
+        // Only the tool parser: analysis is dropped (SGLang's gpt-oss tool parser keeps normal
+        // text only); only the reasoning parser, no tools: a call stays content, its body as
+        // written.
+        let tools_only = ChatParsers { tool_call: Some(ToolParser::GptOss), reasoning: None };
+        let m = run(tools_only, Some(&r), text);
+        assert_eq!((m.reasoning.as_deref(), m.content.as_str(), m.calls.len()), (None, "Checking both cities.", 2));
+        let reasoning_only = ChatParsers { tool_call: None, reasoning: Some(ReasoningParser::GptOss) };
+        let m = run(reasoning_only, None, "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{}<|call|>");
+        assert_eq!((m.content.as_str(), m.calls.len()), ("{}", 0));
+        // Cut off inside a call (max_tokens): the call with its arguments as far as they came.
+        let m = run(both, Some(&r), "<|channel|>commentary to=functions.get_weather<|message|>{\"location\": \"Ro");
+        assert_eq!((m.calls.len(), m.calls[0].2.as_str()), (1, "{\"location\": \"Ro"));
+        // Text outside messages, a `<|` that is no marker and a held-back `<` at the end stay.
+        let m = run(both, None, "plain a <| b <");
+        assert_eq!((m.content.as_str(), m.reasoning), ("plain a <| b <", None));
+        // A required tool_choice's grammar makes plain JSON: the array shape, not harmony.
+        let m = run(both, Some(&req(ToolChoice::Required, true)), "[{\"name\":\"get_weather\",\"parameters\":{}}]");
+        assert_eq!(calls(&m), vec![("get_weather", json!({}))]);
     }
 
     #[test]

@@ -224,6 +224,14 @@ pub fn history_calls(calls: &Value, parser: Option<ToolParser>) -> String {
             let list: Vec<String> = calls.iter().map(|(n, a)| py_json(&json!({"name": n, "parameters": a}))).collect();
             format!("\n{}", list.join("; "))
         }
+        // gpt-oss's template shows calls itself; for one that cannot, harmony's own messages.
+        Some(ToolParser::GptOss) => calls
+            .iter()
+            .map(|(n, a)| {
+                let name = n.as_str().unwrap_or_default();
+                format!("<|start|>assistant<|channel|>commentary to=functions.{name} <|constrain|>json<|message|>{a}<|call|>")
+            })
+            .collect(),
         _ => calls
             .iter()
             .map(|(n, a)| format!("\n<tool_call>\n{}\n</tool_call>", py_json(&json!({"name": n, "arguments": a}))))

@@ -3,12 +3,13 @@
 //! the collected answer, so the two agree by construction.
 
 use super::array::ArrayCalls;
+use super::harmony::Harmony;
 use super::llama3::Llama3Calls;
 use super::phi4_mini::FunctoolsCalls;
 use super::request::{ToolChoice, ToolRequest};
 use super::tagged::Tagged;
 use super::think::Think;
-use super::{ChatParsers, ToolParser};
+use super::{ChatParsers, ReasoningParser, ToolParser};
 
 /// What a piece of a choice's text adds to its message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,6 +78,8 @@ pub struct Shaper {
     pub(super) out: Vec<Delta>,
     pub(super) made: usize,
     pub(super) parallel: bool,
+    /// A harmony machine splits reasoning off.
+    pub(super) harmony_reasoning: bool,
 }
 
 #[derive(Debug)]
@@ -93,12 +96,32 @@ pub(super) enum Calls {
     Llama3(Llama3Calls),
     /// Phi-4-mini's `functools[…]`.
     Functools(FunctoolsCalls),
+    /// gpt-oss's harmony messages: reasoning, content and calls by channel and recipient.
+    Harmony(Harmony),
 }
 
 impl Shaper {
     /// The machine for one choice of a request with `tools` under the server's `parsers`.
     /// `separate_reasoning: false` (SGLang's field) keeps reasoning in the content.
     pub fn new(parsers: ChatParsers, tools: Option<&ToolRequest>, separate_reasoning: bool) -> Shaper {
+        // gpt-oss: one machine splits reasoning, content and calls (a required or named
+        // tool_choice's grammar forces plain JSON instead).
+        let harmony_reasoning = parsers.reasoning == Some(ReasoningParser::GptOss) && separate_reasoning;
+        let harmony_calls = parsers.tool_call == Some(ToolParser::GptOss)
+            && tools.is_some_and(|t| t.choice == ToolChoice::Auto);
+        let constrained = tools.is_some_and(|t| matches!(t.choice, ToolChoice::Required | ToolChoice::Named(_)));
+        let harmony = (parsers.reasoning == Some(ReasoningParser::GptOss) || parsers.tool_call == Some(ToolParser::GptOss))
+            && !constrained;
+        if harmony {
+            return Shaper {
+                think: None,
+                calls: Calls::Harmony(Harmony::new(harmony_reasoning, harmony_calls)),
+                out: Vec::new(),
+                made: 0,
+                parallel: tools.is_none_or(|t| t.parallel),
+                harmony_reasoning,
+            };
+        }
         let calls = match tools.map(|t| (&t.choice, t)) {
             None | Some((ToolChoice::None, _)) => Calls::Off,
             Some((ToolChoice::Auto, t)) => match parsers.tool_call {
@@ -116,6 +139,7 @@ impl Shaper {
             out: Vec::new(),
             made: 0,
             parallel: tools.is_none_or(|t| t.parallel),
+            harmony_reasoning: false,
         }
     }
 
@@ -126,7 +150,7 @@ impl Shaper {
 
     /// Whether a reasoning parser runs (the message then carries `reasoning_content`).
     pub fn reasons(&self) -> bool {
-        self.think.is_some()
+        self.think.is_some() || self.harmony_reasoning
     }
 
     /// How many tool calls have started.
@@ -177,6 +201,13 @@ impl Shaper {
             Calls::Array(a) => a.push(text, &mut ev),
             Calls::Llama3(l) => l.push(text, end, &mut ev),
             Calls::Functools(f) => f.push(text, end, &mut ev),
+            Calls::Harmony(h) => {
+                let mut r = String::new();
+                h.push(text, end, &mut r, &mut ev);
+                if !r.is_empty() {
+                    self.out.push(Delta::Reasoning(r));
+                }
+            }
             Calls::Named { name, started } => {
                 if !*started && (!text.is_empty() || end) {
                     *started = true;

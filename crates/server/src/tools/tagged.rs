@@ -147,7 +147,7 @@ impl Body {
                 Phase::Header => {
                     let region = &self.pending[..close.unwrap_or(self.pending.len())];
                     let name = match self.parser {
-                        ToolParser::Qwen25 | ToolParser::Llama3 | ToolParser::Phi4Mini => match call_header(region) {
+                        ToolParser::Qwen25 | ToolParser::Llama3 | ToolParser::Phi4Mini | ToolParser::GptOss => match call_header(region) {
                             Header::Yes { name, used } => Some((name, used)),
                             _ => None,
                         },
@@ -166,7 +166,7 @@ impl Body {
                         ev.push(Ev::Start(name));
                         self.raw.extend(self.pending.drain(..used));
                         self.phase = match self.parser {
-                            ToolParser::Qwen25 | ToolParser::Llama3 | ToolParser::Phi4Mini => {
+                            ToolParser::Qwen25 | ToolParser::Llama3 | ToolParser::Phi4Mini | ToolParser::GptOss => {
                                 Phase::Value(ValueScan::default())
                             }
                             ToolParser::Glm45 => Phase::Tail,

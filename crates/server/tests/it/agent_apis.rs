@@ -340,13 +340,13 @@ impl Model for Scripted {
 }
 
 fn scripted_server(script: Arc<Mutex<Vec<u32>>>) -> TestServer {
+    scripted_server_with(script, ChatParsers { tool_call: Some(ToolParser::Qwen25), reasoning: Some(ReasoningParser::Qwen3) })
+}
+
+fn scripted_server_with(script: Arc<Mutex<Vec<u32>>>, parsers: ChatParsers) -> TestServer {
     let tok = sparrow_tokenizer::Tokenizer::load(&gguf()).expect("tokenizer");
     let eos = tok.eos().map_or(0, |e| e.0);
-    let opts = Opts {
-        disable_radix_cache: true,
-        parsers: ChatParsers { tool_call: Some(ToolParser::Qwen25), reasoning: Some(ReasoningParser::Qwen3) },
-        ..Opts::default()
-    };
+    let opts = Opts { disable_radix_cache: true, parsers, ..Opts::default() };
     TestServer::start_wrapped(opts, move |inner| Box::new(Scripted { inner, script, eos, start: 0 }))
 }
 
@@ -531,4 +531,73 @@ async fn leaving_a_stream_aborts_the_request() {
     }
     let generated = counter(&s, "sglang:generation_tokens_total").await - before;
     assert!(generated < 300.0, "{generated} tokens generated for two requests left after 5 chunks");
+}
+
+/// A chat stream folded: reasoning, content and each call's (id, name, arguments) by index.
+fn fold_chat(frames: &[Value]) -> (String, String, Vec<(String, String, String)>) {
+    let (mut reasoning, mut content, mut calls) = (String::new(), String::new(), Vec::<(String, String, String)>::new());
+    for f in frames.iter().filter(|f| f.is_object()) {
+        let d = &f["choices"][0]["delta"];
+        reasoning.push_str(d["reasoning_content"].as_str().unwrap_or(""));
+        content.push_str(d["content"].as_str().unwrap_or(""));
+        for c in d["tool_calls"].as_array().into_iter().flatten() {
+            let i = c["index"].as_u64().expect("index") as usize;
+            if i == calls.len() {
+                let name = c["function"]["name"].as_str().expect("a call's first delta names it");
+                calls.push((c["id"].as_str().unwrap_or("").to_owned(), name.to_owned(), String::new()));
+            }
+            calls[i].2.push_str(c["function"]["arguments"].as_str().unwrap_or(""));
+        }
+    }
+    (reasoning, content, calls)
+}
+
+/// gpt-oss's harmony answer (`--reasoning-parser gpt-oss --tool-call-parser gpt-oss`) on the
+/// wire: the analysis channel is `reasoning_content`, the final channel `content`, a
+/// `commentary to=functions.*` message a `tool_calls` entry; streamed equals non-streamed.
+/// (The scripted model spells the markers with ordinary tokens; a gpt-oss vocabulary has them
+/// as special tokens, which the server keeps in the text when a harmony parser runs.)
+#[tokio::test]
+async fn harmony_answers_split_into_reasoning_content_and_calls() {
+    let script = Arc::new(Mutex::new(Vec::new()));
+    let parsers = ChatParsers { tool_call: Some(ToolParser::GptOss), reasoning: Some(ReasoningParser::GptOss) };
+    let s = scripted_server_with(script.clone(), parsers);
+    let tok = sparrow_tokenizer::Tokenizer::load(&gguf()).expect("tokenizer");
+    let say = |text: &str| {
+        *script.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = tok.encode(text, false).expect("encode");
+    };
+    let q = json!([{"role": "user", "content": "What is the weather in Paris?"}]);
+    let tools = json!([{"type": "function", "function": {"name": "get_weather",
+                        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]);
+
+    say("<|channel|>analysis<|message|>The user wants a capital.<|end|><|start|>assistant<|channel|>final<|message|>It is Paris.<|return|>");
+    let body = json!({"messages": q, "max_tokens": 80});
+    let (st, c) = post(&s, "/v1/chat/completions", body.clone()).await;
+    assert_eq!(st, 200, "{c}");
+    let msg = &c["choices"][0]["message"];
+    assert_eq!((&msg["reasoning_content"], &msg["content"]), (&json!("The user wants a capital."), &json!("It is Paris.")), "{c}");
+    let mut sb = body.clone();
+    sb["stream"] = json!(true);
+    let (_, _, frames) = post_sse(&s, "/v1/chat/completions", sb).await;
+    let (r, t, calls) = fold_chat(&frames);
+    assert_eq!((r.as_str(), t.as_str(), calls.len()), ("The user wants a capital.", "It is Paris.", 0));
+
+    say("<|channel|>analysis<|message|>Call the tool.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\"}<|call|>");
+    let body = json!({"messages": q, "tools": tools, "max_tokens": 80});
+    let (st, c) = post(&s, "/v1/chat/completions", body.clone()).await;
+    assert_eq!(st, 200, "{c}");
+    let msg = &c["choices"][0]["message"];
+    assert_eq!(msg["reasoning_content"], "Call the tool.", "{c}");
+    let call = &msg["tool_calls"][0];
+    assert_eq!((&call["type"], &call["function"]["name"]), (&json!("function"), &json!("get_weather")), "{c}");
+    assert_eq!(call["function"]["arguments"], "{\"city\": \"Paris\"}");
+    assert_eq!(c["choices"][0]["finish_reason"], "tool_calls", "{c}");
+    let mut sb = body.clone();
+    sb["stream"] = json!(true);
+    let (_, _, frames) = post_sse(&s, "/v1/chat/completions", sb).await;
+    let (r, t, calls) = fold_chat(&frames);
+    assert_eq!((r.as_str(), t.as_str()), ("Call the tool.", ""));
+    let streamed: Vec<(&str, &str)> = calls.iter().map(|c| (c.1.as_str(), c.2.as_str())).collect();
+    assert_eq!(streamed, vec![("get_weather", "{\"city\": \"Paris\"}")], "streamed calls ≠ non-streamed");
+    assert!(calls[0].0.starts_with("call_"));
 }

@@ -384,13 +384,15 @@ pub struct ServeArgs {
     #[arg(long, value_parser = values::count)]
     pub max_connections: Option<usize>,
     /// How `tool_choice: "auto"` calls are read from the model's text (SGLang's names):
-    /// `qwen25` (Hermes/Qwen `<tool_call>{json}</tool_call>`) or `glm45` (GLM-4.5/5's
-    /// `<arg_key>`/`<arg_value>` calls). Without it `auto` is a 400; `required` and a named
-    /// function are constrained by a grammar and need no parser.
+    /// `qwen25` (Hermes/Qwen `<tool_call>{json}</tool_call>`), `glm45` (GLM-4.5/5's
+    /// `<arg_key>`/`<arg_value>` calls), `llama3`, `phi4_mini` or `gpt-oss` (harmony's
+    /// `commentary to=functions.*` messages). Without it `auto` is a 400; `required` and a
+    /// named function are constrained by a grammar and need no parser.
     #[arg(long)]
     pub tool_call_parser: Option<String>,
     /// Splits `<think>…</think>` into `reasoning_content` (SGLang's names): `glm45`, `qwen3`
-    /// or `deepseek-r1` (whose output starts inside the reasoning).
+    /// or `deepseek-r1` (whose output starts inside the reasoning); `gpt-oss` splits harmony's
+    /// `analysis` channel from its `final` one.
     #[arg(long)]
     pub reasoning_parser: Option<String>,
     /// The grammar engine of structured output: `llguidance`, the only one sparrow has

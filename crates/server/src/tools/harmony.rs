@@ -1,0 +1,158 @@
+//! gpt-oss's harmony format (OpenAI's `harmony` response format; SGLang's `--reasoning-parser
+//! gpt-oss` and `--tool-call-parser gpt-oss`, `srt/parser/harmony_parser.py`): the answer is a
+//! run of messages, each `[<|start|>{role}[ to={recipient}]]<|channel|>{channel}[ to={recipient}]
+//! [<|constrain|>{format}]<|message|>{body}` closed by `<|end|>`, `<|call|>` or `<|return|>` (or
+//! by the next message's `<|start|>` / `<|channel|>`, or the end of the text).
+//!
+//! - `analysis`: reasoning (`reasoning_content`; dropped when reasoning is not split, as
+//!   SGLang's tool parser drops it);
+//! - `final`, and `commentary` without a recipient (a preamble): content;
+//! - a recipient `functions.{name}`: a tool call `name` whose arguments are the body (when the
+//!   request has tools; otherwise the message is content as written);
+//! - another recipient (a built-in tool such as `browser.search`): dropped;
+//! - text outside any message: content.
+//!
+//! One incremental machine: markers split across pieces are held back until they complete, so
+//! the output does not depend on how the text was cut (tested char by char).
+
+use super::shaper::{partial_suffix, Ev};
+
+const START: &str = "<|start|>";
+const CHANNEL: &str = "<|channel|>";
+const MESSAGE: &str = "<|message|>";
+const CONSTRAIN: &str = "<|constrain|>";
+const END: &str = "<|end|>";
+const CALL: &str = "<|call|>";
+const RETURN: &str = "<|return|>";
+const MARKERS: [&str; 7] = [START, CHANNEL, MESSAGE, CONSTRAIN, END, CALL, RETURN];
+
+/// Where a message's body goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Body {
+    Reasoning,
+    Content,
+    Call,
+    Drop,
+}
+
+#[derive(Debug)]
+enum State {
+    /// Between messages.
+    Idle,
+    /// After `<|start|>` or `<|channel|>`, reading the header up to `<|message|>`.
+    Header { text: String },
+    /// Inside a message's body.
+    Body(Body),
+}
+
+/// The harmony machine of one choice.
+#[derive(Debug)]
+pub(super) struct Harmony {
+    state: State,
+    buf: String,
+    /// Reasoning goes to `reasoning_content` (else it is dropped).
+    reasoning: bool,
+    /// `functions.*` messages are tool calls (else content as written).
+    calls: bool,
+}
+
+impl Harmony {
+    pub(super) fn new(reasoning: bool, calls: bool) -> Harmony {
+        Harmony { state: State::Idle, buf: String::new(), reasoning, calls }
+    }
+
+    /// Feeds text; reasoning goes to `reasoning`, the rest to `ev`.
+    pub(super) fn push(&mut self, text: &str, end: bool, reasoning: &mut String, ev: &mut Vec<Ev>) {
+        self.buf.push_str(text);
+        loop {
+            // The next full marker, or the start of a possible one at the end of the text.
+            let next = self.buf.find("<|").map(|p| (p, MARKERS.iter().find(|m| self.buf[p..].starts_with(**m))));
+            let (upto, marker) = match next {
+                Some((p, Some(m))) => (p, Some(*m)),
+                Some((p, None)) if !end && MARKERS.iter().any(|m| m.starts_with(&self.buf[p..])) => {
+                    let keep = MARKERS.iter().map(|m| partial_suffix(&self.buf, m)).max().unwrap_or(0);
+                    (self.buf.len() - keep, None)
+                }
+                // "<|" that starts no marker: text; look past it.
+                Some((p, None)) => match self.buf[p + 2..].find("<|") {
+                    Some(q) => {
+                        let q = p + 2 + q;
+                        let t: String = self.buf.drain(..q).collect();
+                        self.text(&t, reasoning, ev);
+                        continue;
+                    }
+                    None => (self.buf.len(), None),
+                },
+                // No marker: hold a tail that may start one ("<", "<|cha").
+                None if !end => (self.buf.len() - MARKERS.iter().map(|m| partial_suffix(&self.buf, m)).max().unwrap_or(0), None),
+                None => (self.buf.len(), None),
+            };
+            let t: String = self.buf.drain(..upto).collect();
+            self.text(&t, reasoning, ev);
+            let Some(m) = marker else { return };
+            self.buf.drain(..m.len());
+            self.marker(m, ev);
+        }
+    }
+
+    /// Text in the current state.
+    fn text(&mut self, t: &str, reasoning: &mut String, ev: &mut Vec<Ev>) {
+        if t.is_empty() {
+            return;
+        }
+        match &mut self.state {
+            State::Idle => ev.push(Ev::Content(t.to_owned())),
+            State::Header { text } => text.push_str(t),
+            State::Body(Body::Reasoning) => reasoning.push_str(t),
+            State::Body(Body::Content) => ev.push(Ev::Content(t.to_owned())),
+            State::Body(Body::Call) => ev.push(Ev::Args(t.to_owned())),
+            State::Body(Body::Drop) => {}
+        }
+    }
+
+    fn marker(&mut self, m: &str, ev: &mut Vec<Ev>) {
+        let state = std::mem::replace(&mut self.state, State::Idle);
+        self.state = match (state, m) {
+            // A header continues across `<|channel|>` (after `<|start|>assistant`) and
+            // `<|constrain|>`; the channel marker is kept to find the channel name.
+            (State::Header { mut text }, CHANNEL) => {
+                text.push_str(CHANNEL);
+                State::Header { text }
+            }
+            (State::Header { text }, CONSTRAIN) => State::Header { text: text + " " + CONSTRAIN },
+            (State::Header { text }, MESSAGE) => State::Body(self.open(&text, ev)),
+            // A message's end, or the next message starting without one (implicit close).
+            (_, START) => State::Header { text: String::new() },
+            (_, CHANNEL) => State::Header { text: CHANNEL.to_owned() },
+            (_, END | CALL | RETURN) => State::Idle,
+            // `<|message|>` with no header: plain content.
+            (State::Idle, MESSAGE) => State::Body(Body::Content),
+            (s, _) => s,
+        };
+    }
+
+    /// The body kind of a message with header `h` (`assistant<|channel|>commentary to=…`).
+    fn open(&self, h: &str, ev: &mut Vec<Ev>) -> Body {
+        let recipient = h.split_whitespace().find_map(|w| w.strip_prefix("to=")).map(|r| {
+            // `to=functions.f<|channel|>commentary`: the recipient ends at a marker.
+            r.split("<|").next().unwrap_or(r).to_owned()
+        });
+        let channel = h
+            .rsplit_once(CHANNEL)
+            .map(|(_, c)| c.split_whitespace().next().unwrap_or("").split("<|").next().unwrap_or("").to_owned())
+            .unwrap_or_default();
+        match (recipient.as_deref(), channel.as_str()) {
+            (Some(r), _) => match r.strip_prefix("functions.") {
+                Some(name) if self.calls => {
+                    ev.push(Ev::Start(name.to_owned()));
+                    Body::Call
+                }
+                Some(_) => Body::Content,
+                None => Body::Drop,
+            },
+            (None, "analysis") if self.reasoning => Body::Reasoning,
+            (None, "final" | "commentary") => Body::Content,
+            _ => Body::Drop,
+        }
+    }
+}
