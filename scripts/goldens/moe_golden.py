@@ -17,6 +17,8 @@ renormalization or a dropped bias moves the logits by far more than 8-bit noise.
 - qwen3moe (llama.cpp `src/models/qwen3moe.cpp`): Qwen3's attention (per-head Q/K RMSNorm,
   head_dim 96, NEOX RoPE); softmax over all 16 router logits, top 4, the four renormalized
   (`norm_w = true` fixed by the graph); no shared experts.
+- qwen3moe_yarn: the same file with YaRN RoPE scaling (factor 4 over an original context of 64),
+  as Qwen3 files extended past 32k carry it (`rope.scaling.type = yarn`).
 - glm4moe (`src/models/glm4-moe.cpp`): Q/K/V biases (±1.0), partial NEOX RoPE (32 of 64
   values), the pre-FFN norm named `post_attention_norm`; layer 0 a dense MLP
   (`leading_dense_block_count = 1`); sigmoid scores, the selection bias `exp_probs_b` (±0.5:
@@ -53,6 +55,11 @@ FAMILIES = {
     "qwen3moe": {"head_dim": 96, "rope_dims": 96, "bias": False, "qk_norm": True, "rope_base": 1000000.0,
                  "scoring": "softmax", "norm": True, "scale": 1.0, "probs_bias": False, "shared": 0,
                  "dense_lead": 0, "ffn_norm": "ffn_norm"},
+    # Qwen3-MoE's weights with YaRN (factor 4 over an original context of 64, so most of the
+    # 200-token prompt is past it): `rope.scaling.{type,factor,original_context_length}`.
+    "qwen3moe_yarn": {"arch": "qwen3moe", "yarn": (4.0, 64), "head_dim": 96, "rope_dims": 96, "bias": False,
+                      "qk_norm": True, "rope_base": 1000000.0, "scoring": "softmax", "norm": True, "scale": 1.0,
+                      "probs_bias": False, "shared": 0, "dense_lead": 0, "ffn_norm": "ffn_norm"},
     "glm4moe": {"head_dim": 64, "rope_dims": 32, "bias": True, "qk_norm": False, "rope_base": 1000000.0,
                 "scoring": "sigmoid", "norm": True, "scale": 2.5, "probs_bias": True, "shared": 1,
                 "dense_lead": 1, "ffn_norm": "post_attention_norm"},
@@ -124,7 +131,8 @@ def q8_matrix_t(name, rows, cols, target):
 
 def write(path, fam):
     f = FAMILIES[fam]
-    w = gguf.GGUFWriter(str(path), fam)
+    arch = f.get("arch", fam)
+    w = gguf.GGUFWriter(str(path), arch)
     w.add_name(f"moe golden {fam}")
     w.add_block_count(LAYERS)
     w.add_context_length(CTX)
@@ -140,7 +148,11 @@ def write(path, fam):
     w.add_expert_count(N_EXPERT)
     w.add_expert_used_count(TOP_K)
     w.add_expert_feed_forward_length(EXPERT_FFN)
-    if fam == "glm4moe":
+    if "yarn" in f:
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(f["yarn"][0])
+        w.add_rope_scaling_orig_ctx_len(f["yarn"][1])
+    if arch == "glm4moe":
         w.add_expert_shared_count(f["shared"])
         w.add_leading_dense_block_count(f["dense_lead"])
         w.add_expert_weights_scale(f["scale"])
@@ -184,8 +196,22 @@ def exact_forward(fam, ids):
     rms = lambda x, g: x / np.sqrt((x * x).mean(-1, keepdims=True) + EPS) * g
     T = len(ids)
     inv = f["rope_base"] ** (-np.arange(0, rd, 2, dtype=np.float64) / rd)
+    mscale = 1.0
+    if "yarn" in f:
+        # HF transformers' `_compute_yarn_parameters` (beta_fast 32, beta_slow 1): each pair's
+        # frequency blended between extrapolated and interpolated (÷ factor) by a linear ramp
+        # between the correction dimensions; cosines and sines times 0.1 ln(factor) + 1.
+        factor, orig = f["yarn"]
+        dim_of = lambda rot: rd * np.log(orig / (rot * 2 * np.pi)) / (2 * np.log(f["rope_base"]))
+        low, high = max(np.floor(dim_of(32)), 0), min(np.ceil(dim_of(1)), rd - 1)
+        if low == high:
+            high += 0.001
+        ramp = np.clip((np.arange(rd // 2, dtype=np.float64) - low) / (high - low), 0, 1)
+        extrap = 1 - ramp
+        inv = inv / factor * (1 - extrap) + inv * extrap
+        mscale = 0.1 * np.log(factor) + 1
     ang = np.arange(T, dtype=np.float64)[:, None] * inv[None, :]
-    cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    cos, sin = mscale * np.cos(ang)[:, None, :], mscale * np.sin(ang)[:, None, :]
 
     def rope(x):
         r, rest = x[..., :rd], x[..., rd:]

@@ -19,6 +19,60 @@ pub enum RopeLayout {
     Halves,
 }
 
+/// RoPE scaling as ggml applies it (`rope_yarn` and `ggml_rope_yarn_corr_dims`, ggml-cpu
+/// `ops.cpp` / `ggml.c`; Peng et al. 2023, "YaRN"): pair `i`'s angle is interpolated
+/// (`freq_scale · θ`) for low frequencies and extrapolated (`θ`) for high ones, blended by a
+/// linear ramp over the pairs between the correction dimensions of `beta_fast` and
+/// `beta_slow` rotations in the original context; `ext_factor = 0` is plain linear scaling.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RopeScaling {
+    /// `1 / factor` (`rope.scaling.factor`).
+    pub freq_scale: f64,
+    /// 1 for YaRN, 0 for linear scaling (llama.cpp's `yarn_ext_factor` default).
+    pub ext_factor: f64,
+    /// The context the model was trained with before scaling
+    /// (`rope.scaling.original_context_length`).
+    pub n_ctx_orig: usize,
+    /// Rotations that mark the extrapolated end (llama.cpp's default 32).
+    pub beta_fast: f64,
+    /// Rotations that mark the interpolated end (default 1).
+    pub beta_slow: f64,
+}
+
+impl RopeScaling {
+    /// YaRN with llama.cpp's defaults (`beta_fast` 32, `beta_slow` 1).
+    pub fn yarn(factor: f64, n_ctx_orig: usize) -> RopeScaling {
+        RopeScaling { freq_scale: 1.0 / factor, ext_factor: 1.0, n_ctx_orig, beta_fast: 32.0, beta_slow: 1.0 }
+    }
+
+    /// Linear position interpolation by `factor`.
+    pub fn linear(factor: f64) -> RopeScaling {
+        RopeScaling { freq_scale: 1.0 / factor, ext_factor: 0.0, n_ctx_orig: 0, beta_fast: 32.0, beta_slow: 1.0 }
+    }
+
+    /// The factor on every cosine and sine llama.cpp ends up with, for a file's
+    /// `rope.scaling.attn_factor` `attn`: its `yarn_attn_factor` (`llama_context`: YaRN's
+    /// `0.1 ln s + 1`, cancelled, times `attn`) times `rope_yarn`'s own `1 + 0.1 ln(1/freq_scale)`
+    /// under YaRN; `attn` alone under linear scaling.
+    pub fn mscale(&self, attn: f64) -> f64 {
+        if self.ext_factor == 0.0 {
+            return attn;
+        }
+        let factor = 1.0 / self.freq_scale;
+        let get = |s: f64| if s <= 1.0 { 1.0 } else { 0.1 * s.ln() + 1.0 };
+        let yarn_attn = get(factor) / (1.0 + 0.1 * factor.ln()) * attn;
+        yarn_attn * (1.0 + 0.1 * (1.0 / self.freq_scale).ln())
+    }
+
+    /// ggml's correction dimensions (pair indices) for a rotary width `dims` and base `base`.
+    fn corr_dims(&self, dims: usize, base: f64) -> (f64, f64) {
+        let corr = |rot: f64| {
+            dims as f64 * (self.n_ctx_orig as f64 / (rot * 2.0 * std::f64::consts::PI)).ln() / (2.0 * base.ln())
+        };
+        (corr(self.beta_fast).floor().max(0.0), corr(self.beta_slow).ceil().min(dims as f64 - 1.0))
+    }
+}
+
 /// Cosines and sines of `pos · θ_i` for every position and every pair `i` of a rotary width.
 #[derive(Debug, Clone)]
 pub struct RopeTable {
@@ -43,6 +97,31 @@ impl RopeTable {
             let ff = factors.map_or(1.0, |f| f[i] as f64);
             let a = pos as f64 * theta / ff;
             (a.cos() as f32, a.sin() as f32)
+        })
+    }
+
+    /// [`RopeTable::llama_cpp_scaled`] under RoPE scaling `s` (see [`RopeScaling`]): pair `i`'s
+    /// extrapolated angle `θ = pos · base^(−2i/dim) / factors[i]`, its interpolation
+    /// `freq_scale · θ`, blended by `ramp(i) · ext_factor` where `ramp` falls from 1 to 0
+    /// between the correction dimensions; every cosine and sine times `mscale`
+    /// ([`RopeScaling::mscale`]).
+    pub fn llama_cpp_yarn(
+        base: f64,
+        dim: usize,
+        positions: usize,
+        factors: Option<&[f32]>,
+        s: &RopeScaling,
+        mscale: f64,
+    ) -> Self {
+        let (low, high) = s.corr_dims(dim, base);
+        Self::build(dim, positions, |pos, i| {
+            let theta = base.powf(-2.0 * i as f64 / dim as f64) / factors.map_or(1.0, |f| f[i] as f64);
+            let extrap = pos as f64 * theta;
+            let interp = s.freq_scale * extrap;
+            let ramp = 1.0 - ((i as f64 - low) / (high - low).max(0.001)).clamp(0.0, 1.0);
+            let mix = ramp * s.ext_factor;
+            let a = interp * (1.0 - mix) + extrap * mix;
+            ((a.cos() * mscale) as f32, (a.sin() * mscale) as f32)
         })
     }
 

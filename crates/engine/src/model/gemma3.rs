@@ -74,6 +74,7 @@ pub fn config(ld: &Gguf<'_>) -> Result<LlamaConfig, EngineError> {
             no_rope: vec![false; layers],
             rope_dims,
             rope_attn_factor: 1.0,
+            rope_scaling: None,
         },
         moe: None,
     })

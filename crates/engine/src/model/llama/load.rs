@@ -8,7 +8,7 @@ use ggus::GGufMetaMapExt;
 
 use super::*;
 use crate::checkpoint::gguf::{Gguf, GgufFile};
-use crate::model::common::RopeTable;
+use crate::model::common::{RopeScaling, RopeTable};
 use crate::model::moe::{Mlp, Moe};
 use crate::model::routing::{Routing, Scoring};
 use crate::model::vb::{
@@ -187,6 +187,10 @@ pub(crate) struct GgufHparams {
     pub rope_scaling_attn_factor: Option<f32>,
     #[serde(rename = "rope.scaling.original_context_length")]
     pub rope_scaling_original_context_length: Option<usize>,
+    #[serde(rename = "rope.scaling.factor")]
+    pub rope_scaling_factor: Option<f32>,
+    #[serde(rename = "rope.scaling.yarn_log_multiplier")]
+    pub rope_scaling_yarn_log_multiplier: Option<f32>,
     pub expert_count: Option<usize>,
     pub expert_used_count: Option<usize>,
     pub expert_feed_forward_length: Option<usize>,
@@ -290,6 +294,14 @@ impl GgufHparams {
                  or LongRoPE's rope_factors_short/long tensors)"
             )));
         }
+        self.rotary_width(arch, head_dim)
+    }
+
+    /// The values of a head RoPE rotates, `rope.dimension_count` or all.
+    ///
+    /// # Errors
+    /// A width that is odd, zero or wider than the head.
+    fn rotary_width(&self, arch: &str, head_dim: usize) -> Result<usize, EngineError> {
         match self.rope_dimension_count {
             Some(rd) if rd > head_dim || !rd.is_multiple_of(2) || rd == 0 => Err(EngineError::model(format!(
                 "{arch}.rope.dimension_count = {rd}: not an even width within the {head_dim}-value head"
@@ -300,12 +312,53 @@ impl GgufHparams {
     }
 }
 
+impl GgufHparams {
+    /// The rotary width and RoPE scaling of a file of the Llama decoder's families, read as
+    /// llama.cpp reads them (`llama_model_base::load_hparams`, `llama_context`): `rope.scaling.
+    /// type` `none` or absent (no scaling; absent with a `rope.scaling.factor` is linear, as
+    /// llama.cpp defaults the type to `linear`), `linear`, or `yarn` with
+    /// `rope.scaling.factor` and `original_context_length` (default: the context length).
+    ///
+    /// # Errors
+    /// Another scaling type, DeepSeek's `yarn_log_multiplier` (its attention-scale rule is not
+    /// the Llama decoder's), or a bad rotary width, naming the key.
+    pub(crate) fn rope_width_scaling(
+        &self,
+        arch: &str,
+        head_dim: usize,
+    ) -> Result<(usize, Option<RopeScaling>), EngineError> {
+        let width = self.rotary_width(arch, head_dim)?;
+        let factor = self.rope_scaling_factor.filter(|f| *f != 0.0).map(f64::from);
+        let scaling = match (self.rope_scaling_type.as_deref(), factor) {
+            (None | Some("none"), _) | (Some("linear" | "yarn"), None) => None,
+            (Some("linear"), Some(f)) => Some(RopeScaling::linear(f)),
+            (Some("yarn"), Some(f)) => {
+                if self.rope_scaling_yarn_log_multiplier.is_some_and(|m| m != 0.0) {
+                    return Err(EngineError::model(format!(
+                        "{arch}.rope.scaling.yarn_log_multiplier is set: DeepSeek's YaRN attention scale is not \
+                         supported on this architecture"
+                    )));
+                }
+                let orig = self.rope_scaling_original_context_length.unwrap_or(self.context_length);
+                Some(RopeScaling::yarn(f, orig))
+            }
+            (Some(s), _) => {
+                return Err(EngineError::model(format!(
+                    "{arch}.rope.scaling.type = {s:?} is not supported (none, linear, yarn, Llama 3's \
+                     rope_freqs tensor, or LongRoPE's rope_factors_short/long tensors)"
+                )))
+            }
+        };
+        Ok((width, scaling))
+    }
+}
+
 /// The hyper-parameters of a GGUF file of family `fam`.
 fn gguf_config(ld: &Gguf<'_>, fam: &Family) -> Result<LlamaConfig, EngineError> {
     let arch = fam.arch;
     let hp = GgufHparams::read(ld, arch)?;
     let head_dim = hp.head_dim(arch)?;
-    let rope_dims = hp.rope_dims(arch, head_dim)?;
+    let (rope_dims, rope_scaling) = hp.rope_width_scaling(arch, head_dim)?;
     // LongRoPE (Phi-3.5, Phi-4-mini): the long factors when the context is past the original
     // one, as llama.cpp chooses them by its context (`llama_model::get_rope_factors`); here
     // the context is the trained one the server offers.
@@ -322,6 +375,7 @@ fn gguf_config(ld: &Gguf<'_>, fam: &Family) -> Result<LlamaConfig, EngineError> 
     let mut variant = Variant::llama(layers, head_dim, rope_base);
     variant.rope_dims = rope_dims;
     variant.rope_attn_factor = hp.rope_scaling_attn_factor.unwrap_or(1.0);
+    variant.rope_scaling = rope_scaling;
     variant.rope_layout = fam.gguf_rope;
     variant.qk_norm = fam.qk_norm || (fam.qk_norm_if_present && ld.has_tensor("blk.0.attn_q_norm.weight"));
     variant.rope_freq_factors = rope_freq_factors;
@@ -752,10 +806,18 @@ impl LlamaModel {
     ) -> Result<Self, EngineError> {
         let (ff, dims, m) =
             (cfg.variant.rope_freq_factors.as_deref(), cfg.variant.rope_dims, cfg.variant.rope_attn_factor);
-        let rope = RopeTable::llama_cpp_scaled(cfg.rope_base as f64, dims, cfg.context_length, ff).scaled_by(m);
+        let rope = match &cfg.variant.rope_scaling {
+            Some(s) => RopeTable::llama_cpp_yarn(cfg.rope_base as f64, dims, cfg.context_length, ff, s, s.mscale(m as f64)),
+            None => RopeTable::llama_cpp_scaled(cfg.rope_base as f64, dims, cfg.context_length, ff).scaled_by(m),
+        };
         let local = cfg.variant.windows.iter().any(Option::is_some) && cfg.variant.rope_local_base != cfg.rope_base;
-        let rope_local = local.then(|| {
-            RopeTable::llama_cpp_scaled(cfg.variant.rope_local_base as f64, dims, cfg.context_length, ff).scaled_by(m)
+        let rope_local = local.then(|| match &cfg.variant.rope_scaling {
+            Some(s) => {
+                let base = cfg.variant.rope_local_base as f64;
+                RopeTable::llama_cpp_yarn(base, dims, cfg.context_length, ff, s, s.mscale(m as f64))
+            }
+            None => RopeTable::llama_cpp_scaled(cfg.variant.rope_local_base as f64, dims, cfg.context_length, ff)
+                .scaled_by(m),
         });
         let mut wbytes = embed.bytes() + output.as_ref().map_or(0, Weight::bytes) + 4 * output_norm.len();
         let vec_bytes = |v: &Option<(Vec<f32>, Vec<f32>)>| v.as_ref().map_or(0, |(a, b)| 4 * (a.len() + b.len()));

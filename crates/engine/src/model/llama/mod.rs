@@ -19,7 +19,7 @@
 //! fused gate/up → SwiGLU → down + residual } → final RMSNorm and the output head for the
 //! `logits_rows` only. Loading is in `load.rs`.
 
-use super::common::{OutputHead, RopeLayout, RopeTable, Scratch};
+use super::common::{OutputHead, RopeLayout, RopeScaling, RopeTable, Scratch};
 use super::moe::{Moe, MoeChoice};
 use super::routing::Routing;
 use super::{AttentionNeeds, Instruments, Model, ModelInfo, PartTimes};
@@ -81,6 +81,8 @@ pub struct Variant {
     pub rope_dims: usize,
     /// Factor on RoPE's cosines and sines (LongRoPE's attention factor, 1 otherwise).
     pub rope_attn_factor: f32,
+    /// YaRN or linear RoPE scaling (`rope.scaling.type`), on every layer.
+    pub rope_scaling: Option<RopeScaling>,
 }
 
 impl Variant {
@@ -99,6 +101,7 @@ impl Variant {
             no_rope: vec![false; layers],
             rope_dims: head_dim,
             rope_attn_factor: 1.0,
+            rope_scaling: None,
         }
     }
 }
