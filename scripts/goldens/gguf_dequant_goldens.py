@@ -5,7 +5,7 @@ reader of GGML's block formats: `gguf.quants.dequantize`).
 Writes crates/engine/tests/fixtures/gguf_dequant.json with two parts:
 
   synthetic   For every block type Sparrow reads (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K,
-              Q6_K): random block bytes (scales forced finite and small, as the Rust tests do),
+              Q6_K, MXFP4): random block bytes (scales forced finite and small, as the Rust tests do),
               given as hex, and the 256 values gguf-py dequantizes them to.
   tensors     For two tensors of each quantized type in the Gemma 3 270M Q4_K_M file: the
               dequantized values of rows 0, rows/2 and rows-1 (first 64 values) and the f64
@@ -28,10 +28,12 @@ import gguf
 from gguf import GGMLQuantizationType as T
 from gguf.quants import dequantize
 
-TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
+TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "MXFP4"]
 # Byte offsets of the high byte of each f16 scale field in a block.
 HIGHS = {"Q4_0": [1], "Q4_1": [1, 3], "Q5_0": [1], "Q5_1": [1, 3], "Q8_0": [1],
          "Q4_K": [1, 3], "Q5_K": [1, 3], "Q6_K": [209]}
+# MXFP4's E8M0 scale byte (block byte 0), kept within 2^-10 .. 2^5 as the Rust tests keep it.
+E8M0 = {"MXFP4": 0}
 
 
 def synthetic(rng):
@@ -42,7 +44,9 @@ def synthetic(rng):
         n = 256
         raw = bytearray(rng.getrandbits(8) for _ in range(n // block * size))
         for b in range(n // block):
-            for i, h in enumerate(HIGHS[name]):
+            if name in E8M0:
+                raw[b * size + E8M0[name]] = 118 + raw[b * size + E8M0[name]] % 16
+            for i, h in enumerate(HIGHS.get(name, [])):
                 sign = 0x80 if i == 1 and name in ("Q4_1", "Q5_1") else 0
                 raw[b * size + h] = sign | 0x20 | (raw[b * size + h] & 0x0F)
         vals = dequantize(np.frombuffer(bytes(raw), dtype=np.uint8), ty).reshape(-1)

@@ -104,8 +104,10 @@ pub fn is_gguf(path: &Path) -> Result<bool, TokenizerError> {
 pub fn load(path: &Path) -> Result<Tokenizer, TokenizerError> {
     // Mapped only while the vocabulary is read out.
     let map = sparrow_cpu::Mapped::open(path).map_err(|source| TokenizerError::Io { path: path.to_owned(), source })?;
-    let gguf = GGuf::new(&map).map_err(|e| TokenizerError::Gguf(format!("{}: {e}", path.display())))?;
-    from_metadata(&gguf, path)
+    // The index, not `GGuf::new`, which cannot read a tensor of a type newer than `ggus` (MXFP4).
+    let ix =
+        sparrow_cpu::format::gguf::index(&map).map_err(|e| TokenizerError::Gguf(format!("{}: {e}", path.display())))?;
+    from_metadata(&ix.file, path)
 }
 
 fn meta_err(key: &str, e: ggus::GGufMetaError) -> TokenizerError {

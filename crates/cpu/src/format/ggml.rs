@@ -13,6 +13,11 @@
 //!   scale `sc` and min `m`, `w = (d·sc) · q − dmin·m`; `Q6_K` `{ ql: [u8; 128], qh: [u8; 64],
 //!   scales: [i8; 16], d: f16 }` has 16-weight sub-blocks, `w = (d·sc) · (q − 32)`
 //!   (`dequantize_row_q{4,5,6}_K` in `ggml/src/ggml-quants.c`);
+//! - `MXFP4` (OCP microscaling FP4, gpt-oss's experts): `{ e: u8, qs: [u8; 16] }`, 32 E2M1
+//!   weights in Q4_0's nibble order under one E8M0 scale, `w = 2^(e − 128) · kv[q]` with GGML's
+//!   doubled E2M1 values `kv = {0, 1, 2, 3, 4, 6, 8, 12, −0, −1, −2, −3, −4, −6, −8, −12}`
+//!   (`dequantize_row_mxfp4`, `kvalues_mxfp4`, `GGML_E8M0_TO_FP32_HALF`); its unsigned code is
+//!   `kv[q] + 12` (`MXFP4_CODES`), in 0..=24;
 //! - `F32`, `F16` and `BF16` (the top half of an f32) are plain arrays.
 //!
 //! In both 4-bit legacy blocks byte `j` holds weight `j` in its low nibble and weight `j + 16` in
@@ -58,6 +63,23 @@ pub enum GgmlType {
     Q5_K,
     /// 6-bit K-quant (16-weight sub-blocks, 8-bit scales).
     Q6_K,
+    /// OCP MXFP4: 4-bit E2M1 weights under a shared E8M0 scale per 32.
+    MXFP4,
+}
+
+/// MXFP4's unsigned code of each nibble: GGML's doubled E2M1 value (`kvalues_mxfp4`) plus 12.
+pub const MXFP4_CODES: [u8; 16] = [12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0];
+
+/// MXFP4's block scale `2^(e − 128)` (GGML's `GGML_E8M0_TO_FP32_HALF`) as an f16, when it is
+/// one exactly (`e` in 104..=143); the repacked tiles keep every scale as an f16.
+pub fn mxfp4_scale_f16(e: u8) -> Option<u16> {
+    match e {
+        // Subnormal f16: 2^-24 .. 2^-15 is mantissa bit (e - 104).
+        104..=113 => Some(1u16 << (e - 104)),
+        // Normal f16: exponent field e - 128 + 15.
+        114..=143 => Some(((e as u16) - 113) << 10),
+        _ => None,
+    }
 }
 
 impl GgmlType {
@@ -75,6 +97,7 @@ impl GgmlType {
             13 => Self::Q5_K,
             14 => Self::Q6_K,
             30 => Self::BF16,
+            39 => Self::MXFP4,
             _ => return None,
         })
     }
@@ -92,6 +115,7 @@ impl GgmlType {
             Self::Q4_K => n / QK_K * 144,
             Self::Q5_K => n / QK_K * 176,
             Self::Q6_K => n / QK_K * 210,
+            Self::MXFP4 => n / QK * 17,
         }
     }
 
@@ -123,12 +147,13 @@ impl GgmlType {
             Self::Q4_K => "Q4_K",
             Self::Q5_K => "Q5_K",
             Self::Q6_K => "Q6_K",
+            Self::MXFP4 => "MXFP4",
         }
     }
 }
 
 /// Every block type, in GGML's numbering order (tests iterate over it).
-pub const BLOCK_TYPES: [GgmlType; 8] = [
+pub const BLOCK_TYPES: [GgmlType; 9] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q5_0,
@@ -137,6 +162,7 @@ pub const BLOCK_TYPES: [GgmlType; 8] = [
     GgmlType::Q4_K,
     GgmlType::Q5_K,
     GgmlType::Q6_K,
+    GgmlType::MXFP4,
 ];
 
 /// The 6-bit scale and min of sub-block `j` (0..8) of a `Q4_K`/`Q5_K` super-block
@@ -167,6 +193,20 @@ fn affine_block(ty: GgmlType, blk: &[u8], sub: usize, u: &mut [u8; QK]) -> (f32,
             } else {
                 (d, rd_f16(blk, 2))
             }
+        }
+        GgmlType::MXFP4 => {
+            let qs = &blk[1..];
+            for j in 0..16 {
+                u[j] = MXFP4_CODES[(qs[j] & 0xf) as usize];
+                u[j + 16] = MXFP4_CODES[(qs[j] >> 4) as usize];
+            }
+            // 2^(e − 128) exactly (GGML's E8M0 half), built from its bits.
+            let d = match blk[0] {
+                0 => f32::from_bits(0x0020_0000),
+                1 => f32::from_bits(0x0040_0000),
+                e => f32::from_bits(((e as u32) - 1) << 23),
+            };
+            (d, -12.0 * d)
         }
         GgmlType::Q8_0 => {
             for j in 0..QK {
@@ -304,10 +344,14 @@ pub fn random_blocks(ty: GgmlType, n: usize, next: &mut dyn FnMut() -> u32) -> V
     let highs: &[usize] = match ty {
         GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[1, 3],
         GgmlType::Q6_K => &[209],
-        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => &[],
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 | GgmlType::MXFP4 => &[],
         _ => &[1],
     };
     for blk in raw.chunks_exact_mut(bs) {
+        if ty == GgmlType::MXFP4 {
+            // Scales 2^-10 .. 2^5, within what the tiles keep.
+            blk[0] = 118 + blk[0] % 16;
+        }
         for (i, &h) in highs.iter().enumerate() {
             // A positive scale; Q4_1/Q5_1 offsets negative (K-quant mins are subtracted).
             let sign = if i == 1 && matches!(ty, GgmlType::Q4_1 | GgmlType::Q5_1) { 0x80 } else { 0 };

@@ -28,7 +28,7 @@ use std::arch::asm;
 use std::arch::x86_64::*;
 
 use crate::format::ggml::{GgmlType, QActs, QMatrix, QK, QK_K};
-use crate::format::qmatrix::{high_bits, HighBits, TileLayout, CHUNK, GROUP};
+use crate::format::qmatrix::{high_bits, lut_codes, HighBits, TileLayout, CHUNK, GROUP};
 
 /// The palette-1 tile configuration (`ldtilecfg`'s 64-byte operand).
 #[repr(C, align(64))]
@@ -158,6 +158,13 @@ unsafe fn shr(v: __m512i, n: i32) -> __m512i {
     _mm512_srl_epi32(v, _mm_cvtsi32_si128(n))
 }
 
+/// MXFP4's codes of 64 nibbles (`MXFP4_CODES`, one shuffle).
+#[inline(always)]
+unsafe fn mxfp4_codes(nibbles: __m512i) -> __m512i {
+    let lut = _mm512_broadcast_i32x4(_mm_loadu_si128(crate::format::ggml::MXFP4_CODES.as_ptr() as *const __m128i));
+    _mm512_shuffle_epi8(lut, nibbles)
+}
+
 /// Writes sub-block `s` of tile `t`'s codes as 8 B-tile rows at `dst` (module docs).
 #[inline(always)]
 unsafe fn unpack(ty: GgmlType, l: &TileLayout, t: *const u8, s: usize, dst: *mut __m512i) {
@@ -193,6 +200,9 @@ unsafe fn unpack(ty: GgmlType, l: &TileLayout, t: *const u8, s: usize, dst: *mut
                 lo = _mm512_sub_epi8(_mm512_or_si512(lo, _mm512_and_si512(a, m)), k);
                 hh = _mm512_sub_epi8(_mm512_or_si512(hh, _mm512_and_si512(b, m)), k);
             }
+        }
+        if lut_codes(ty) {
+            (lo, hh) = (mxfp4_codes(lo), mxfp4_codes(hh));
         }
         *dst.add(c) = lo;
         *dst.add(4 + c) = hh;
@@ -271,6 +281,7 @@ unsafe fn run(sc: &mut TileScratch, w: &QMatrix, g0: usize, g1: usize, x: &QActs
                     _ => {
                         let f = match ty {
                             GgmlType::Q4_0 => -8.0,
+                            GgmlType::MXFP4 => -12.0,
                             GgmlType::Q5_0 => -16.0,
                             _ => -128.0,
                         };
@@ -584,6 +595,9 @@ unsafe fn unpack_codes(ty: GgmlType, l: &TileLayout, t: *const u8, s: usize, row
                 lo = _mm512_or_si512(lo, _mm512_and_si512(a, m));
                 hh = _mm512_or_si512(hh, _mm512_and_si512(b, m));
             }
+        }
+        if lut_codes(ty) {
+            (lo, hh) = (mxfp4_codes(lo), mxfp4_codes(hh));
         }
         rows[c] = lo;
         rows[4 + c] = hh;

@@ -8,7 +8,7 @@
 #![allow(unsafe_code)]
 #![allow(clippy::needless_range_loop)]
 
-use crate::format::ggml::{GgmlType, QActs, QMatrix, QK, QK_K};
+use crate::format::ggml::{GgmlType, QActs, QMatrix, MXFP4_CODES, QK, QK_K};
 use crate::format::qmatrix::{layout, TileLayout, CHUNK, GROUP};
 use std::arch::x86_64::*;
 
@@ -20,6 +20,7 @@ const Q8_0: u8 = 4;
 const Q4_K: u8 = 5;
 const Q5_K: u8 = 6;
 const Q6_K: u8 = 7;
+const MXFP4: u8 = 8;
 
 const fn ggml(t: u8) -> GgmlType {
     match t {
@@ -30,6 +31,7 @@ const fn ggml(t: u8) -> GgmlType {
         Q8_0 => GgmlType::Q8_0,
         Q4_K => GgmlType::Q4_K,
         Q5_K => GgmlType::Q5_K,
+        MXFP4 => GgmlType::MXFP4,
         _ => GgmlType::Q6_K,
     }
 }
@@ -43,7 +45,7 @@ const fn tl(t: u8) -> TileLayout {
 
 const fn bits(t: u8) -> u32 {
     match t {
-        Q4_0 | Q4_1 | Q4_K => 4,
+        Q4_0 | Q4_1 | Q4_K | MXFP4 => 4,
         Q5_0 | Q5_1 | Q5_K => 5,
         Q6_K => 6,
         _ => 8,
@@ -91,6 +93,10 @@ unsafe fn chunk_codes<const T: u8>(codes: *const u8, hi: *const u8, c: usize) ->
         let sh = 4 - 2 * c as i32;
         let (a, b) = if sh >= 0 { (shl(h0, sh), shl(h1, sh)) } else { (shr(h0, -sh), shr(h1, -sh)) };
         (sel(v, _mm512_and_si512(a, m)), sel(hsrc, _mm512_and_si512(b, m)))
+    } else if T == MXFP4 {
+        // Each nibble's code from the table (`MXFP4_CODES`), one shuffle per 64 nibbles.
+        let lut = _mm512_broadcast_i32x4(_mm_loadu_si128(MXFP4_CODES.as_ptr() as *const __m128i));
+        (_mm512_shuffle_epi8(lut, _mm512_and_si512(v, nib)), _mm512_shuffle_epi8(lut, _mm512_and_si512(hsrc, nib)))
     } else {
         (_mm512_and_si512(v, nib), _mm512_and_si512(hsrc, nib))
     }
@@ -194,6 +200,7 @@ unsafe fn group_tile<const T: u8, const NG: usize, const NT: usize>(
                     Q4_1 | Q5_1 => (d[j], f16x16(t_.add(2 * GROUP))),
                     // m = factor · d exactly (a power of two), as the definition's.
                     Q4_0 => (d[j], _mm512_mul_ps(d[j], _mm512_set1_ps(-8.0))),
+                    MXFP4 => (d[j], _mm512_mul_ps(d[j], _mm512_set1_ps(-12.0))),
                     Q5_0 => (d[j], _mm512_mul_ps(d[j], _mm512_set1_ps(-16.0))),
                     _ => (d[j], _mm512_mul_ps(d[j], _mm512_set1_ps(-128.0))),
                 };
@@ -500,6 +507,7 @@ pub(crate) unsafe fn quant_rows(w: &QMatrix, g0: usize, g1: usize, x: &QActs, ou
         GgmlType::Q4_K => rows::<Q4_K>(w, g0, g1, x, out, ldo),
         GgmlType::Q5_K => rows::<Q5_K>(w, g0, g1, x, out, ldo),
         GgmlType::Q6_K => rows::<Q6_K>(w, g0, g1, x, out, ldo),
+        GgmlType::MXFP4 => rows::<MXFP4>(w, g0, g1, x, out, ldo),
         GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => unreachable!("not a block type"),
     }
 }

@@ -26,7 +26,7 @@
 // SIMD tiles index several parallel arrays by the same small constant bounds.
 #![allow(clippy::needless_range_loop)]
 
-use crate::format::ggml::{GgmlType, QActs, QMatrix, QK, QK_K};
+use crate::format::ggml::{GgmlType, QActs, QMatrix, MXFP4_CODES, QK, QK_K};
 use crate::format::qmatrix::{layout, TileLayout, CHUNK, GROUP, HALF};
 use std::arch::x86_64::*;
 
@@ -44,6 +44,7 @@ const Q8_0: u8 = 4;
 const Q4_K: u8 = 5;
 const Q5_K: u8 = 6;
 const Q6_K: u8 = 7;
+const MXFP4: u8 = 8;
 
 const fn ggml(t: u8) -> GgmlType {
     match t {
@@ -54,6 +55,7 @@ const fn ggml(t: u8) -> GgmlType {
         Q8_0 => GgmlType::Q8_0,
         Q4_K => GgmlType::Q4_K,
         Q5_K => GgmlType::Q5_K,
+        MXFP4 => GgmlType::MXFP4,
         _ => GgmlType::Q6_K,
     }
 }
@@ -68,7 +70,7 @@ const fn tl(t: u8) -> TileLayout {
 /// Code width of type `t`: 4, 5, 6 or 8 bits.
 const fn bits(t: u8) -> u32 {
     match t {
-        Q4_0 | Q4_1 | Q4_K => 4,
+        Q4_0 | Q4_1 | Q4_K | MXFP4 => 4,
         Q5_0 | Q5_1 | Q5_K => 5,
         Q6_K => 6,
         _ => 8,
@@ -131,6 +133,11 @@ unsafe fn chunk_codes<const T: u8>(codes: *const u8, hi: *const u8, c: usize) ->
         let (a, b) = if sh >= 0 { (shl32(h0, sh), shl32(h1, sh)) } else { (shr32(h0, -sh), shr32(h1, -sh)) };
         lo = _mm256_or_si256(lo, _mm256_and_si256(a, m));
         hh = _mm256_or_si256(hh, _mm256_and_si256(b, m));
+    } else if T == MXFP4 {
+        // Each nibble's code from the table (`MXFP4_CODES`), one shuffle per 32 nibbles.
+        let lut = _mm256_broadcastsi128_si256(_mm_loadu_si128(MXFP4_CODES.as_ptr() as *const __m128i));
+        lo = _mm256_shuffle_epi8(lut, lo);
+        hh = _mm256_shuffle_epi8(lut, hh);
     }
     (lo, hh)
 }
@@ -289,6 +296,7 @@ unsafe fn group_tile<const T: u8, const M: u8, const NG: usize, const NT: usize>
                     let mw = match T {
                         // m = factor · d exactly (a power of two), as the definition's.
                         Q4_0 => _mm256_mul_ps(f16h(tp, l.d), _mm256_set1_ps(-8.0)),
+                        MXFP4 => _mm256_mul_ps(f16h(tp, l.d), _mm256_set1_ps(-12.0)),
                         Q5_0 => _mm256_mul_ps(f16h(tp, l.d), _mm256_set1_ps(-16.0)),
                         Q8_0 => _mm256_mul_ps(f16h(tp, l.d), _mm256_set1_ps(-128.0)),
                         _ => f16h(tp, 2 * GROUP),
@@ -595,6 +603,7 @@ macro_rules! by_type {
             GgmlType::Q4_K => $f::<Q4_K>($($args)*),
             GgmlType::Q5_K => $f::<Q5_K>($($args)*),
             GgmlType::Q6_K => $f::<Q6_K>($($args)*),
+            GgmlType::MXFP4 => $f::<MXFP4>($($args)*),
             GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => unreachable!("not a block type"),
         }
     };

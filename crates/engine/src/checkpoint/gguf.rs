@@ -4,7 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use ggus::GGuf;
-use sparrow_cpu::format::ggml::{dequantize_row, GgmlType, QMatrix};
+use sparrow_cpu::format::ggml::{dequantize_row, mxfp4_scale_f16, GgmlType, QMatrix};
+use sparrow_cpu::format::gguf::TensorEntry;
 use sparrow_cpu::{Mapped, Weight};
 
 use crate::EngineError;
@@ -31,15 +32,23 @@ impl GgufFile {
     /// # Errors
     /// [`EngineError::Model`] when the bytes are not a GGUF file.
     pub fn view(&self) -> Result<Gguf<'_>, EngineError> {
-        let g = GGuf::new(&self.map)
+        let ix = sparrow_cpu::format::gguf::index(&self.map)
             .map_err(|e| EngineError::model(format!("{}: not a GGUF file: {e}", self.path.display())))?;
-        Ok(Gguf { g, path: &self.path, read: std::cell::Cell::new(0), read_names: Default::default() })
+        Ok(Gguf {
+            g: ix.file,
+            tensors: ix.tensors,
+            path: &self.path,
+            read: std::cell::Cell::new(0),
+            read_names: Default::default(),
+        })
     }
 }
 
 /// A parsed GGUF file borrowed from its map.
 pub struct Gguf<'a> {
     g: GGuf<'a>,
+    /// The tensor table, types as the file numbers them ([`sparrow_cpu::format::gguf`]).
+    tensors: std::collections::HashMap<&'a str, TensorEntry>,
     path: &'a Path,
     /// File bytes of the tensors read by [`Gguf::matrix`] and [`Gguf::vector`] so far.
     read: std::cell::Cell<usize>,
@@ -118,26 +127,34 @@ impl<'a> Gguf<'a> {
     /// [`EngineError::Model`] when it is missing, of a type we do not read, or cut short.
     pub fn tensor(&self, name: &str) -> Result<(GgmlType, Vec<usize>, &'a [u8]), EngineError> {
         let t = self
-            .g
             .tensors
             .get(name)
             .ok_or_else(|| EngineError::model(format!("{}: tensor {name} missing", self.path.display())))?;
-        let info = t.to_info();
-        let ty = GgmlType::from_u32(info.ty() as u32).ok_or_else(|| {
+        let ty = t.ggml_type().ok_or_else(|| {
             EngineError::model(format!(
-                "tensor {name}: type {:?} is not supported (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K are)",
-                info.ty()
+                "tensor {name}: GGML type {} is not supported (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, \
+                 Q6_K, MXFP4 are)",
+                t.ty
             ))
         })?;
-        let shape: Vec<usize> = info.shape().iter().map(|&d| d as usize).collect();
-        let n: usize = shape.iter().product();
-        let bytes = ty.bytes_for(n);
-        let data = self
-            .g
-            .data
-            .get(info.offset()..info.offset() + bytes)
+        let bytes = t.bytes().ok_or_else(|| {
+            EngineError::model(format!("tensor {name}: shape {:?} is not whole {} blocks", t.shape, ty.name()))
+        })?;
+        let data = t
+            .offset
+            .checked_add(bytes)
+            .and_then(|end| self.g.data.get(t.offset..end))
             .ok_or_else(|| EngineError::model(format!("tensor {name}: data runs past the end of the file")))?;
-        Ok((ty, shape, data))
+        if ty == GgmlType::MXFP4 {
+            // The tiles keep MXFP4's E8M0 scales as f16: 2^-24 .. 2^15 (gpt-oss's are far inside).
+            if let Some(b) = data.chunks_exact(17).find(|b| mxfp4_scale_f16(b[0]).is_none()) {
+                return Err(EngineError::model(format!(
+                    "tensor {name}: an MXFP4 block scale 2^{} is outside 2^-24 .. 2^15, which sparrow keeps",
+                    b[0] as i32 - 128
+                )));
+            }
+        }
+        Ok((ty, t.shape.clone(), data))
     }
 
     /// Rows of `token_embd.weight` (GGUF shape `[hidden, vocab]`): the vocabulary size every

@@ -48,8 +48,8 @@ pub struct ModelInfo {
 
 /// The weight forms [`PartTimes::gemm_by_kind`] splits the matmul time by (`Weight::kind`'s
 /// names).
-pub const GEMM_KINDS: [&str; 12] =
-    ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "F16", "BF16", "F32", "NVFP4"];
+pub const GEMM_KINDS: [&str; 13] =
+    ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "F16", "BF16", "F32", "NVFP4", "MXFP4"];
 
 /// Wall time of a model's forward passes by part, in seconds summed over the calls since the
 /// timing was switched on (`set_profile(true)` on a model): for benchmarks that want to see
@@ -62,7 +62,7 @@ pub struct PartTimes {
     pub gemm: f64,
     /// `gemm` by weight form, indexed like [`GEMM_KINDS`]; a matmul over a stack of forms
     /// (a fused QKV of Q4_K and Q6_K) is split by the forms' bytes.
-    pub gemm_by_kind: [f64; 12],
+    pub gemm_by_kind: [f64; 13],
     /// Attention: K/V writes, scores, softmax, values.
     pub attention: f64,
     /// The DSA indexer's key scoring and top-k (GLM-5 only).

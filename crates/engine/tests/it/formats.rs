@@ -132,6 +132,7 @@ pub(crate) fn ggml(ty: GgmlType) -> GGmlType {
         GgmlType::Q4_K => GGmlType::Q4K,
         GgmlType::Q5_K => GGmlType::Q5K,
         GgmlType::Q6_K => GGmlType::Q6K,
+        GgmlType::MXFP4 => panic!("ggus has no MXFP4 (moe_tensors.rs writes it byte by byte)"),
     }
 }
 

@@ -25,6 +25,7 @@ fn ty(name: &str) -> GgmlType {
         "Q4_K" => GgmlType::Q4_K,
         "Q5_K" => GgmlType::Q5_K,
         "Q6_K" => GgmlType::Q6_K,
+        "MXFP4" => GgmlType::MXFP4,
         other => panic!("type {other}"),
     }
 }

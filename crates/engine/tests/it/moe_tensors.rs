@@ -67,3 +67,82 @@ fn expert_tensors_split_into_one_weight_per_expert() {
     assert!(g.experts("blk.9.ffn_up_exps.weight", EXPERTS, ROWS, COLS, 1).is_err(), "a missing tensor");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A GGUF file written byte by byte (`ggus`' writer has no MXFP4): `tensors` of
+/// `(name, GGML type number, shape innermost first, bytes)`, 32-byte alignment.
+fn raw_gguf(tensors: &[(&str, u32, Vec<u64>, Vec<u8>)]) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(b"GGUF");
+    f.extend_from_slice(&3u32.to_le_bytes());
+    f.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
+    f.extend_from_slice(&1u64.to_le_bytes());
+    let (k, v) = ("general.architecture", "llama");
+    f.extend_from_slice(&(k.len() as u64).to_le_bytes());
+    f.extend_from_slice(k.as_bytes());
+    f.extend_from_slice(&8u32.to_le_bytes()); // string
+    f.extend_from_slice(&(v.len() as u64).to_le_bytes());
+    f.extend_from_slice(v.as_bytes());
+    let mut offset = 0u64;
+    for (name, ty, shape, bytes) in tensors {
+        f.extend_from_slice(&(name.len() as u64).to_le_bytes());
+        f.extend_from_slice(name.as_bytes());
+        f.extend_from_slice(&(shape.len() as u32).to_le_bytes());
+        shape.iter().for_each(|d| f.extend_from_slice(&d.to_le_bytes()));
+        f.extend_from_slice(&ty.to_le_bytes());
+        f.extend_from_slice(&offset.to_le_bytes());
+        offset += (bytes.len() as u64).next_multiple_of(32);
+    }
+    for (_, _, _, bytes) in tensors {
+        while f.len() % 32 != 0 {
+            f.push(0);
+        }
+        f.extend_from_slice(bytes);
+    }
+    f
+}
+
+/// gpt-oss's MXFP4 experts (GGML type 39, which `ggus`' own index cannot decode) read as one
+/// weight per expert equal to GGML's dequantization; a block scale the tiles cannot keep, and a
+/// type sparrow does not read, are start-up errors naming the tensor.
+#[test]
+fn mxfp4_experts_read_and_unreadable_tensors_are_named() {
+    let dir = std::env::temp_dir().join(format!("sparrow-mxfp4-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = dir.join("mxfp4.gguf");
+    let mut x = 11u32;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        x
+    };
+    let good = sparrow_cpu::format::ggml::random_blocks(GgmlType::MXFP4, EXPERTS * ROWS * COLS, &mut next);
+    let mut bad = good.clone();
+    bad[17 * 3] = 250; // scale 2^122
+    let shape = vec![COLS as u64, ROWS as u64, EXPERTS as u64];
+    let file = raw_gguf(&[
+        ("blk.0.ffn_down_exps.weight", 39, shape.clone(), good.clone()),
+        ("blk.1.ffn_down_exps.weight", 39, shape.clone(), bad),
+        ("blk.2.ffn_down_exps.weight", 23, vec![256, 1], vec![0u8; 136]),
+    ]);
+    std::fs::write(&path, file).expect("write");
+    let f = GgufFile::open(&path).expect("open");
+    let g = f.view().expect("an index past ggus' types");
+    let experts = g.experts("blk.0.ffn_down_exps.weight", EXPERTS, ROWS, COLS, 2).expect("experts");
+    let row_bytes = GgmlType::MXFP4.bytes_for(COLS);
+    for (e, w) in experts.iter().enumerate() {
+        for r in 0..ROWS {
+            let at = (e * ROWS + r) * row_bytes;
+            let mut want = vec![0f32; COLS];
+            dequantize_row(GgmlType::MXFP4, &good[at..at + row_bytes], &mut want);
+            let mut got = vec![0f32; COLS];
+            w.row_f32(r, &mut got);
+            assert_eq!(got, want, "expert {e} row {r}");
+        }
+    }
+    let err = g.experts("blk.1.ffn_down_exps.weight", EXPERTS, ROWS, COLS, 1).expect_err("refused").to_string();
+    assert!(err.contains("blk.1.ffn_down_exps.weight") && err.contains("2^122"), "{err}");
+    let err = g.matrix_threads("blk.2.ffn_down_exps.weight", 1, 256, 1).expect_err("refused").to_string();
+    assert!(err.contains("blk.2.ffn_down_exps.weight") && err.contains("type 23"), "{err}");
+    let _ = std::fs::remove_dir_all(dir);
+}

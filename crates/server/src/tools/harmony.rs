@@ -84,7 +84,9 @@ impl Harmony {
                     None => (self.buf.len(), None),
                 },
                 // No marker: hold a tail that may start one ("<", "<|cha").
-                None if !end => (self.buf.len() - MARKERS.iter().map(|m| partial_suffix(&self.buf, m)).max().unwrap_or(0), None),
+                None if !end => {
+                    (self.buf.len() - MARKERS.iter().map(|m| partial_suffix(&self.buf, m)).max().unwrap_or(0), None)
+                }
                 None => (self.buf.len(), None),
             };
             let t: String = self.buf.drain(..upto).collect();

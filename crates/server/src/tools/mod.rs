@@ -358,7 +358,10 @@ mod tests {
         assert_eq!(m.content, "Checking both cities.");
         assert_eq!(
             calls(&m),
-            vec![("get_weather", json!({"location": "Tokyo <|x|>", "days": 2})), ("get_weather", json!({"location": "Oslo"}))]
+            vec![
+                ("get_weather", json!({"location": "Tokyo <|x|>", "days": 2})),
+                ("get_weather", json!({"location": "Oslo"}))
+            ]
         );
         assert_eq!(m.calls[0].2, "{\"location\":\"Tokyo <|x|>\",\"days\":2}");
         // Only the tool parser: analysis is dropped (SGLang's gpt-oss tool parser keeps normal
@@ -368,7 +371,8 @@ mod tests {
         let m = run(tools_only, Some(&r), text);
         assert_eq!((m.reasoning.as_deref(), m.content.as_str(), m.calls.len()), (None, "Checking both cities.", 2));
         let reasoning_only = ChatParsers { tool_call: None, reasoning: Some(ReasoningParser::GptOss) };
-        let m = run(reasoning_only, None, "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{}<|call|>");
+        let m =
+            run(reasoning_only, None, "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{}<|call|>");
         assert_eq!((m.content.as_str(), m.calls.len()), ("{}", 0));
         // Cut off inside a call (max_tokens): the call with its arguments as far as they came.
         let m = run(both, Some(&r), "<|channel|>commentary to=functions.get_weather<|message|>{\"location\": \"Ro");

@@ -107,10 +107,11 @@ impl Shaper {
         // gpt-oss: one machine splits reasoning, content and calls (a required or named
         // tool_choice's grammar forces plain JSON instead).
         let harmony_reasoning = parsers.reasoning == Some(ReasoningParser::GptOss) && separate_reasoning;
-        let harmony_calls = parsers.tool_call == Some(ToolParser::GptOss)
-            && tools.is_some_and(|t| t.choice == ToolChoice::Auto);
+        let harmony_calls =
+            parsers.tool_call == Some(ToolParser::GptOss) && tools.is_some_and(|t| t.choice == ToolChoice::Auto);
         let constrained = tools.is_some_and(|t| matches!(t.choice, ToolChoice::Required | ToolChoice::Named(_)));
-        let harmony = (parsers.reasoning == Some(ReasoningParser::GptOss) || parsers.tool_call == Some(ToolParser::GptOss))
+        let harmony = (parsers.reasoning == Some(ReasoningParser::GptOss)
+            || parsers.tool_call == Some(ToolParser::GptOss))
             && !constrained;
         if harmony {
             return Shaper {

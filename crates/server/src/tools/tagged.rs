@@ -147,10 +147,12 @@ impl Body {
                 Phase::Header => {
                     let region = &self.pending[..close.unwrap_or(self.pending.len())];
                     let name = match self.parser {
-                        ToolParser::Qwen25 | ToolParser::Llama3 | ToolParser::Phi4Mini | ToolParser::GptOss => match call_header(region) {
-                            Header::Yes { name, used } => Some((name, used)),
-                            _ => None,
-                        },
+                        ToolParser::Qwen25 | ToolParser::Llama3 | ToolParser::Phi4Mini | ToolParser::GptOss => {
+                            match call_header(region) {
+                                Header::Yes { name, used } => Some((name, used)),
+                                _ => None,
+                            }
+                        }
                         ToolParser::Glm45 => {
                             let cut = [region.find('\n'), region.find("<arg_key>")].into_iter().flatten().min();
                             match cut.or(close) {

@@ -340,7 +340,10 @@ impl Model for Scripted {
 }
 
 fn scripted_server(script: Arc<Mutex<Vec<u32>>>) -> TestServer {
-    scripted_server_with(script, ChatParsers { tool_call: Some(ToolParser::Qwen25), reasoning: Some(ReasoningParser::Qwen3) })
+    scripted_server_with(
+        script,
+        ChatParsers { tool_call: Some(ToolParser::Qwen25), reasoning: Some(ReasoningParser::Qwen3) },
+    )
 }
 
 fn scripted_server_with(script: Arc<Mutex<Vec<u32>>>, parsers: ChatParsers) -> TestServer {
@@ -535,7 +538,8 @@ async fn leaving_a_stream_aborts_the_request() {
 
 /// A chat stream folded: reasoning, content and each call's (id, name, arguments) by index.
 fn fold_chat(frames: &[Value]) -> (String, String, Vec<(String, String, String)>) {
-    let (mut reasoning, mut content, mut calls) = (String::new(), String::new(), Vec::<(String, String, String)>::new());
+    let (mut reasoning, mut content, mut calls) =
+        (String::new(), String::new(), Vec::<(String, String, String)>::new());
     for f in frames.iter().filter(|f| f.is_object()) {
         let d = &f["choices"][0]["delta"];
         reasoning.push_str(d["reasoning_content"].as_str().unwrap_or(""));
@@ -575,7 +579,11 @@ async fn harmony_answers_split_into_reasoning_content_and_calls() {
     let (st, c) = post(&s, "/v1/chat/completions", body.clone()).await;
     assert_eq!(st, 200, "{c}");
     let msg = &c["choices"][0]["message"];
-    assert_eq!((&msg["reasoning_content"], &msg["content"]), (&json!("The user wants a capital."), &json!("It is Paris.")), "{c}");
+    assert_eq!(
+        (&msg["reasoning_content"], &msg["content"]),
+        (&json!("The user wants a capital."), &json!("It is Paris.")),
+        "{c}"
+    );
     let mut sb = body.clone();
     sb["stream"] = json!(true);
     let (_, _, frames) = post_sse(&s, "/v1/chat/completions", sb).await;

@@ -807,7 +807,9 @@ impl LlamaModel {
         let (ff, dims, m) =
             (cfg.variant.rope_freq_factors.as_deref(), cfg.variant.rope_dims, cfg.variant.rope_attn_factor);
         let rope = match &cfg.variant.rope_scaling {
-            Some(s) => RopeTable::llama_cpp_yarn(cfg.rope_base as f64, dims, cfg.context_length, ff, s, s.mscale(m as f64)),
+            Some(s) => {
+                RopeTable::llama_cpp_yarn(cfg.rope_base as f64, dims, cfg.context_length, ff, s, s.mscale(m as f64))
+            }
             None => RopeTable::llama_cpp_scaled(cfg.rope_base as f64, dims, cfg.context_length, ff).scaled_by(m),
         };
         let local = cfg.variant.windows.iter().any(Option::is_some) && cfg.variant.rope_local_base != cfg.rope_base;
