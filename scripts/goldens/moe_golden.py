@@ -19,6 +19,10 @@ renormalization or a dropped bias moves the logits by far more than 8-bit noise.
   (`norm_w = true` fixed by the graph); no shared experts.
 - qwen3moe_yarn: the same file with YaRN RoPE scaling (factor 4 over an original context of 64),
   as Qwen3 files extended past 32k carry it (`rope.scaling.type = yarn`).
+- gpt-oss (`src/models/openai-moe.cpp`): Q/K/V (±1) and output biases, attention sinks
+  (0..3) in every head's softmax, a 16-key sliding window on even layers (the 200-token prompt
+  is far past it), YaRN (factor 4 over 64), the router's bias, the top 4 by raw logit with a
+  softmax over them, MXFP4 experts (scale 2^-5) with biases and the clamped SwiGLU.
 - glm4moe (`src/models/glm4-moe.cpp`): Q/K/V biases (±1.0), partial NEOX RoPE (32 of 64
   values), the pre-FFN norm named `post_attention_norm`; layer 0 a dense MLP
   (`leading_dense_block_count = 1`); sigmoid scores, the selection bias `exp_probs_b` (±0.5:
@@ -60,6 +64,13 @@ FAMILIES = {
     "qwen3moe_yarn": {"arch": "qwen3moe", "yarn": (4.0, 64), "head_dim": 96, "rope_dims": 96, "bias": False,
                       "qk_norm": True, "rope_base": 1000000.0, "scoring": "softmax", "norm": True, "scale": 1.0,
                       "probs_bias": False, "shared": 0, "dense_lead": 0, "ffn_norm": "ffn_norm"},
+    # gpt-oss: Q/K/V and output biases, sinks, every other layer a 16-key sliding window, YaRN,
+    # the router's bias, top 4 by raw logit with a softmax over them, MXFP4 experts with biases
+    # and the clamped SwiGLU.
+    "gpt-oss": {"yarn": (4.0, 64), "head_dim": 64, "rope_dims": 64, "bias": True, "qk_norm": False,
+                "rope_base": 150000.0, "scoring": "softmax_selected", "norm": False, "scale": 1.0,
+                "probs_bias": False, "shared": 0, "dense_lead": 0, "ffn_norm": "post_attention_norm",
+                "sinks": True, "window": 16, "mxfp4": True, "out_bias": True},
     "glm4moe": {"head_dim": 64, "rope_dims": 32, "bias": True, "qk_norm": False, "rope_base": 1000000.0,
                 "scoring": "sigmoid", "norm": True, "scale": 2.5, "probs_bias": True, "shared": 1,
                 "dense_lead": 1, "ffn_norm": "post_attention_norm"},
@@ -83,6 +94,10 @@ def tensors(fam):
         if f["bias"]:
             for n, r in [("attn_q", qd), ("attn_k", kv), ("attn_v", kv)]:
                 out.append(vec(p + n + ".bias", r, -1.0, 1.0))
+        if f.get("out_bias"):
+            out.append(vec(p + "attn_output.bias", HIDDEN, -0.5, 0.5))
+        if f.get("sinks"):
+            out.append(vec(p + "attn_sinks.weight", HEADS, 0.0, 3.0))
         if f["qk_norm"]:
             out.append(vec(p + "attn_q_norm.weight", hd, 0.6, 1.4))
             out.append(vec(p + "attn_k_norm.weight", hd, 0.6, 1.4))
@@ -93,12 +108,19 @@ def tensors(fam):
             continue
         router = vector(p + "ffn_gate_inp.weight", N_EXPERT * HIDDEN, -ROUTER, ROUTER)
         out.append((p + "ffn_gate_inp.weight", [N_EXPERT, HIDDEN], "F32", router.tobytes()))
+        if f.get("mxfp4"):
+            out.append(vec(p + "ffn_gate_inp.bias", N_EXPERT, -0.5, 0.5))
         if f["probs_bias"]:
             out.append(vec(p + "exp_probs_b.bias", N_EXPERT, -0.5, 0.5))
         for n, r, c in [("ffn_gate_exps", EXPERT_FFN, HIDDEN), ("ffn_up_exps", EXPERT_FFN, HIDDEN),
                         ("ffn_down_exps", HIDDEN, EXPERT_FFN)]:
             name = p + n + ".weight"
-            out.append((name, [N_EXPERT, r, c], "Q8_0", q8_matrix_t(name, N_EXPERT * r, c, 0.25)))
+            if f.get("mxfp4"):
+                out.append((name, [N_EXPERT, r, c], "MXFP4", mxfp4_matrix(name, N_EXPERT * r, c)))
+                bias = vector(p + n + ".bias", N_EXPERT * r, -0.5, 0.5)
+                out.append((p + n + ".bias", [N_EXPERT, r], "F32", bias.tobytes()))
+            else:
+                out.append((name, [N_EXPERT, r, c], "Q8_0", q8_matrix_t(name, N_EXPERT * r, c, 0.25)))
         if f["shared"]:
             si = f["shared"] * EXPERT_FFN
             for n, r, c in [("ffn_gate_shexp", si, HIDDEN), ("ffn_up_shexp", si, HIDDEN), ("ffn_down_shexp", HIDDEN, si)]:
@@ -106,6 +128,14 @@ def tensors(fam):
     out.append(vec("output_norm.weight", HIDDEN, 0.6, 1.4))
     out.append(("output.weight", [VOCAB, HIDDEN], "Q8_0", q8_head("output.weight", VOCAB, HIDDEN, 0.5)))
     return out
+
+
+def mxfp4_matrix(name, rows, cols):
+    """MXFP4 blocks of random nibbles, every block's E8M0 scale 2^-5 (weights within ±0.375)."""
+    raw = bytearray(splitmix(fnv1a(name), rows * cols // 32 * 17))
+    for b0 in range(0, len(raw), 17):
+        raw[b0] = 123
+    return bytes(raw)
 
 
 def q8_head(name, rows, cols, target):
@@ -152,6 +182,8 @@ def write(path, fam):
         w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
         w.add_rope_scaling_factor(f["yarn"][0])
         w.add_rope_scaling_orig_ctx_len(f["yarn"][1])
+    if f.get("window"):
+        w.add_sliding_window(f["window"])
     if arch == "glm4moe":
         w.add_expert_shared_count(f["shared"])
         w.add_leading_dense_block_count(f["dense_lead"])
@@ -166,8 +198,10 @@ def write(path, fam):
         if ty == "F32":
             w.add_tensor(name, np.frombuffer(data, dtype=np.float32).reshape(shape))
         else:
-            arr = np.frombuffer(data, dtype=np.uint8).reshape(shape[:-1] + [shape[-1] // 32 * 34])
-            w.add_tensor(name, arr, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+            qt = gguf.GGMLQuantizationType[ty]
+            per = {"Q8_0": 34, "MXFP4": 17}[ty]
+            arr = np.frombuffer(data, dtype=np.uint8).reshape(shape[:-1] + [shape[-1] // 32 * per])
+            w.add_tensor(name, arr, raw_dtype=qt)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -191,8 +225,9 @@ def exact_forward(fam, ids):
         if ty == "F32":
             w[name] = np.frombuffer(data, dtype=np.float32).astype(np.float64).reshape(shape)
         else:
-            arr = np.frombuffer(data, dtype=np.uint8).reshape(shape[:-1] + [shape[-1] // 32 * 34])
-            w[name] = dequantize(arr, gguf.GGMLQuantizationType.Q8_0).astype(np.float64).reshape(shape)
+            per = {"Q8_0": 34, "MXFP4": 17}[ty]
+            arr = np.frombuffer(data, dtype=np.uint8).reshape(shape[:-1] + [shape[-1] // 32 * per])
+            w[name] = dequantize(arr, gguf.GGMLQuantizationType[ty]).astype(np.float64).reshape(shape)
     rms = lambda x, g: x / np.sqrt((x * x).mean(-1, keepdims=True) + EPS) * g
     T = len(ids)
     inv = f["rope_base"] ** (-np.arange(0, rd, 2, dtype=np.float64) / rd)
@@ -231,18 +266,34 @@ def exact_forward(fam, ids):
             q, k = rms(q, w[p + "attn_q_norm.weight"]), rms(k, w[p + "attn_k_norm.weight"])
         q, k = rope(q), rope(k)
         o = np.empty((T, HEADS, hd))
+        lmask = mask
+        if f.get("window") and l % 2 == 0:
+            # Even layers slide: a query sees its last `window` keys, itself included.
+            i, j = np.arange(T)[:, None], np.arange(T)[None, :]
+            lmask = np.where(i - j >= f["window"], -np.inf, mask)
         for hh in range(HEADS):
             g = hh // (HEADS // KV_HEADS)
-            sc = q[:, hh] @ k[:, g].T / np.sqrt(hd) + mask
+            sc = q[:, hh] @ k[:, g].T / np.sqrt(hd) + lmask
+            if f.get("sinks"):
+                # The sink: one more logit in each row's softmax, with no value.
+                sink = w[p + "attn_sinks.weight"][hh]
+                mx = np.maximum(sc.max(-1, keepdims=True), sink)
+                e = np.exp(sc - mx)
+                o[:, hh] = (e / (e.sum(-1, keepdims=True) + np.exp(sink - mx))) @ v[:, g]
+                continue
             sc = np.exp(sc - sc.max(-1, keepdims=True))
             o[:, hh] = (sc / sc.sum(-1, keepdims=True)) @ v[:, g]
-        x = x + o.reshape(T, -1) @ w[p + "attn_output.weight"].T
+        x = x + o.reshape(T, -1) @ w[p + "attn_output.weight"].T + (w[p + "attn_output.bias"] if f.get("out_bias") else 0.0)
         h = rms(x, w[p + f["ffn_norm"] + ".weight"])
         if l < f["dense_lead"]:
             y = (silu(h @ w[p + "ffn_gate.weight"].T) * (h @ w[p + "ffn_up.weight"].T)) @ w[p + "ffn_down.weight"].T
         else:
             logits = h @ w[p + "ffn_gate_inp.weight"].T
-            if f["scoring"] == "softmax":
+            if f.get("mxfp4"):
+                logits = logits + w[p + "ffn_gate_inp.bias"]
+            if f["scoring"] == "softmax_selected":
+                probs = logits
+            elif f["scoring"] == "softmax":
                 e = np.exp(logits - logits.max(-1, keepdims=True))
                 probs = e / e.sum(-1, keepdims=True)
             else:
@@ -250,14 +301,26 @@ def exact_forward(fam, ids):
             sel = probs + (w[p + "exp_probs_b.bias"] if f["probs_bias"] else 0.0)
             y = np.zeros_like(h)
             gexp, uexp, dexp = (w[p + n + ".weight"] for n in ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"))
+            bias = lambda n: w[p + n + ".bias"] if f.get("mxfp4") else np.zeros((N_EXPERT, 1))
+            gb, ub, db = bias("ffn_gate_exps"), bias("ffn_up_exps"), bias("ffn_down_exps")
             for t in range(T):
                 top = np.argsort(-sel[t], kind="stable")[:TOP_K]
                 wt = probs[t, top]
+                if f["scoring"] == "softmax_selected":
+                    wt = np.exp(wt - wt.max())
+                    wt = wt / wt.sum()
                 if f["norm"]:
                     wt = wt / wt.sum()
                 wt = wt * f["scale"]
                 for e_, we in zip(top, wt):
-                    y[t] += we * ((silu(gexp[e_] @ h[t]) * (uexp[e_] @ h[t])) @ dexp[e_].T)
+                    gt, up = gexp[e_] @ h[t] + gb[e_], uexp[e_] @ h[t] + ub[e_]
+                    if f.get("mxfp4"):
+                        # gpt-oss's clamped SwiGLU (alpha 1.702, limit 7).
+                        gt, up = np.minimum(gt, 7.0), np.clip(up, -7.0, 7.0)
+                        act = gt / (1 + np.exp(-1.702 * gt)) * (up + 1)
+                    else:
+                        act = silu(gt) * up
+                    y[t] += we * (act @ dexp[e_].T + db[e_])
             if f["shared"]:
                 y += (silu(h @ w[p + "ffn_gate_shexp.weight"].T) * (h @ w[p + "ffn_up_shexp.weight"].T)) \
                     @ w[p + "ffn_down_shexp.weight"].T

@@ -41,11 +41,28 @@ impl MoeChoice {
     }
 }
 
-/// A SwiGLU MLP: fused `[gate; up]` (`[2·inter × hidden]`) and `down` (`[hidden × inter]`).
+/// A gated MLP: fused `[gate; up]` (`[2·inter × hidden]`), its activation, and `down`
+/// (`[hidden × inter]`).
 pub struct Mlp {
     pub(crate) gate_up: Linear,
     pub(crate) down: Linear,
     pub(crate) inter: usize,
+    pub(crate) act: Glu,
+}
+
+/// A gated MLP's activation of `(gate, up)`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Glu {
+    /// SwiGLU, `silu(gate) · up` (Shazeer 2020).
+    Silu,
+    /// gpt-oss's clamped SwiGLU (llama.cpp's `ggml_swiglu_oai`, HF `GptOssExperts`):
+    /// `x = min(gate, limit)`, `y = clamp(up, −limit, limit)`, `x · σ(alpha · x) · (y + 1)`.
+    SwigluOai {
+        /// 1.702 in gpt-oss.
+        alpha: f32,
+        /// 7 in gpt-oss.
+        limit: f32,
+    },
 }
 
 /// The routed experts of one MoE layer, its router and its routing rule.
@@ -53,6 +70,8 @@ pub struct Moe {
     /// The router, `[n_experts × hidden]` (f32 in every file we read: llama-quantize and
     /// ModelOpt leave it unquantized).
     pub(crate) gate: Weight,
+    /// The router's bias (gpt-oss, `ffn_gate_inp.bias`), `[n_experts]`.
+    pub(crate) gate_bias: Option<Vec<f32>>,
     /// The selection bias (`e_score_correction_bias`, GGUF `exp_probs_b`), `[n_experts]`.
     pub(crate) bias: Option<Vec<f32>>,
     /// How router logits choose and weigh experts.
@@ -69,7 +88,7 @@ impl Mlp {
         let mut gu = bufs.take(tokens * 2 * self.inter);
         self.gate_up.forward(cx, x, tokens, &mut gu);
         let mut act = bufs.take(tokens * self.inter);
-        swiglu(cx, &gu, self.inter, &mut act);
+        swiglu(cx, &gu, self.inter, self.act, &mut act);
         self.down.forward(cx, &act, tokens, out);
         bufs.give(gu);
         bufs.give(act);
@@ -181,8 +200,9 @@ impl Moe {
         let mut gu_sh = bufs.take(tokens * 2 * sh_inter);
         gather_forward(cx, self.gathered(|m| &m.gate_up, &start, &xs, &mut gu, x, &mut gu_sh));
         let (mut act, mut act_sh) = (bufs.take(pairs * inter), bufs.take(tokens * sh_inter));
-        swiglu(cx, &gu, inter, &mut act);
-        swiglu(cx, &gu_sh, sh_inter, &mut act_sh);
+        let act_of = |m: Option<&Mlp>| m.map_or(Glu::Silu, |m| m.act);
+        swiglu(cx, &gu, inter, act_of(self.experts.first()), &mut act);
+        swiglu(cx, &gu_sh, sh_inter, act_of(self.shared.as_ref()), &mut act_sh);
         let mut ys = bufs.take(pairs * hidden);
         let mut sh = self.shared.as_ref().map(|_| bufs.take(tokens * hidden));
         let mut no_shared = Vec::new();
@@ -229,6 +249,9 @@ impl Moe {
         let n = self.experts.len();
         let mut logits = vec![0f32; tokens * n];
         cx.matmul(&self.gate, x, tokens, &mut logits);
+        if let Some(b) = &self.gate_bias {
+            logits.chunks_exact_mut(n).for_each(|l| l.iter_mut().zip(b).for_each(|(l, b)| *l += b));
+        }
         let bias = self.bias.as_deref();
         logits.chunks_exact(n).map(|l| self.routing.route(l, bias)).collect()
     }
@@ -283,11 +306,20 @@ impl Moe {
 }
 
 /// SwiGLU of every row of `gu` (`[gate (inter), up (inter)]` per row) into `act` (`inter` wide).
-fn swiglu(cx: &Fwd<'_>, gu: &[f32], inter: usize, act: &mut [f32]) {
+fn swiglu(cx: &Fwd<'_>, gu: &[f32], inter: usize, glu: Glu, act: &mut [f32]) {
     let isa = cx.isa;
     cx.pool.par_rows(act, inter, |t, a| {
         let g = &gu[t * 2 * inter..(t + 1) * 2 * inter];
-        kernels::silu_mul(isa, &g[..inter], &g[inter..], a);
+        match glu {
+            Glu::Silu => kernels::silu_mul(isa, &g[..inter], &g[inter..], a),
+            Glu::SwigluOai { alpha, limit } => {
+                for ((o, &gate), &up) in a.iter_mut().zip(&g[..inter]).zip(&g[inter..]) {
+                    let x = gate.min(limit);
+                    let y = up.clamp(-limit, limit);
+                    *o = x / (1.0 + (-alpha * x).exp()) * (y + 1.0);
+                }
+            }
+        }
     });
 }
 
@@ -314,6 +346,7 @@ mod tests {
             gate_up: Linear::new(dense(2 * inter, hidden, seed), vec![]),
             down: Linear::new(dense(hidden, inter, seed + 1), vec![]),
             inter,
+            act: Glu::Silu,
         }
     }
 
@@ -325,6 +358,7 @@ mod tests {
         let (hidden, inter, n) = (64, 32, 8);
         let moe = Moe {
             gate: dense(n, hidden, 7),
+            gate_bias: None,
             bias: None,
             routing: Routing {
                 scoring: Scoring::Softmax,

@@ -128,6 +128,22 @@ pub const GLM4MOE_LAYER_NAMES: &[(&str, &str)] = &[
     ("mlp.shared_experts.down_proj", "ffn_down_shexp"),
 ];
 
+/// As [`MOE_LAYER_NAMES`] for gpt-oss (`MODEL_ARCH.GPT_OSS`): the pre-FFN norm stored as
+/// `post_attention_norm`, the attention sinks `attn_sinks`; biases as `{name}.bias`.
+pub const GPTOSS_LAYER_NAMES: &[(&str, &str)] = &[
+    ("input_layernorm", "attn_norm"),
+    ("self_attn.q_proj", "attn_q"),
+    ("self_attn.k_proj", "attn_k"),
+    ("self_attn.v_proj", "attn_v"),
+    ("self_attn.o_proj", "attn_output"),
+    ("self_attn.sinks", "attn_sinks.weight"),
+    ("post_attention_layernorm", "post_attention_norm"),
+    ("mlp.gate", "ffn_gate_inp"),
+    ("mlp.experts.gate_proj", "ffn_gate_exps"),
+    ("mlp.experts.up_proj", "ffn_up_exps"),
+    ("mlp.experts.down_proj", "ffn_down_exps"),
+];
+
 /// As [`LLAMA_LAYER_NAMES`] for Phi-3/Phi-4 (`MODEL_ARCH.PHI3`): Q/K/V in one `attn_qkv`
 /// (HF `qkv_proj`) and gate/up in one `ffn_up` of twice the MLP width (HF `gate_up_proj`,
 /// gate rows first).

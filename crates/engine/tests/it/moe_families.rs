@@ -1,4 +1,4 @@
-//! The MoE families on the Llama layer (GGUF `qwen3moe`, `glm4moe`) against llama.cpp on tiny
+//! The MoE families on the Llama layer (GGUF `qwen3moe`, `gpt-oss`, `glm4moe`) against llama.cpp on tiny
 //! "sharp" files: `fixtures/moe_golden.json`, from `scripts/goldens/moe_golden.py`, whose tensor
 //! generator this mirrors byte for byte (the fixture's SHA-256 of the tensor data is checked
 //! first).
@@ -8,19 +8,22 @@
 //! softmax over all experts with the chosen renormalized; GLM-4.5's sigmoid scores, the
 //! selection bias that changes the choice but not the weights, the routed scale 2.5, the shared
 //! expert, a dense first layer, Q/K/V biases and partial RoPE; YaRN RoPE scaling (factor 4 over
-//! an original context of 64, so most of the prompt is past it) on the Qwen3-MoE file. Each is compared with the exact
+//! an original context of 64, so most of the prompt is past it) on the Qwen3-MoE file; gpt-oss's
+//! attention sinks, 16-key sliding window on even layers, Q/K/V and output biases, YaRN, the
+//! router's bias, top-k by raw logit with a softmax over the chosen, and MXFP4 experts with
+//! biases and the clamped SwiGLU. The files are written byte by byte (`ggus` has no MXFP4). Each is compared with the exact
 //! f64 forward of the same weights in multiples of llama.cpp's own distance from it, its greedy
 //! tokens with llama.cpp's; a deliberately broken copy of each must fail the comparison, and a
 //! malformed file is refused naming the tensor.
 
 use std::path::Path;
 
-use ggus::{GGufFileHeader, GGufFileWriter, GGufMetaDataValueType as Ty};
+use ggus::GGufMetaDataValueType as Ty;
 use sparrow_cpu::format::ggml::GgmlType;
 use sparrow_engine::model::llama::LlamaModel;
 use sparrow_engine::model::Model;
 
-use crate::formats::{check_against_llama_cpp, fnv1a, ggml, kq_rel, kq_run, kq_vector, splitmix, Tensor};
+use crate::formats::{check_against_llama_cpp, fnv1a, kq_rel, kq_run, kq_vector, splitmix, Tensor};
 
 const HIDDEN: usize = 256;
 const HEADS: usize = 4;
@@ -46,6 +49,8 @@ struct Spec {
     shared: usize,
     dense_lead: usize,
     ffn_norm: &'static str,
+    /// gpt-oss: output bias, sinks, router bias, MXFP4 experts with biases.
+    gpt_oss: bool,
 }
 
 fn spec(family: &str) -> Spec {
@@ -59,6 +64,18 @@ fn spec(family: &str) -> Spec {
             shared: 0,
             dense_lead: 0,
             ffn_norm: "ffn_norm",
+            gpt_oss: false,
+        },
+        "gpt-oss" => Spec {
+            head_dim: 64,
+            rope_dims: 64,
+            bias: true,
+            qk_norm: false,
+            probs_bias: false,
+            shared: 0,
+            dense_lead: 0,
+            ffn_norm: "post_attention_norm",
+            gpt_oss: true,
         },
         "glm4moe" => Spec {
             head_dim: 64,
@@ -69,6 +86,7 @@ fn spec(family: &str) -> Spec {
             shared: 1,
             dense_lead: 1,
             ffn_norm: "post_attention_norm",
+            gpt_oss: false,
         },
         other => panic!("no spec for {other}"),
     }
@@ -81,6 +99,13 @@ fn q8(name: &str, rows: usize, cols: usize, target: f64) -> Vec<u8> {
     for blk in raw.chunks_exact_mut(34) {
         blk[..2].copy_from_slice(&scale);
     }
+    raw
+}
+
+/// The script's `mxfp4_matrix`: random nibbles, every block's E8M0 scale 2^-5.
+fn mxfp4(name: &str, rows: usize, cols: usize) -> Vec<u8> {
+    let mut raw = splitmix(fnv1a(name), rows * cols / 32 * 17);
+    raw.chunks_exact_mut(17).for_each(|b| b[0] = 123);
     raw
 }
 
@@ -113,6 +138,10 @@ fn tensors(family: &str) -> Vec<Tensor> {
                 out.push(vec(format!("{p}{n}.bias"), r, -1.0, 1.0));
             }
         }
+        if s.gpt_oss {
+            out.push(vec(format!("{p}attn_output.bias"), HIDDEN, -0.5, 0.5));
+            out.push(vec(format!("{p}attn_sinks.weight"), HEADS, 0.0, 3.0));
+        }
         if s.qk_norm {
             out.push(vec(format!("{p}attn_q_norm.weight"), s.head_dim, 0.6, 1.4));
             out.push(vec(format!("{p}attn_k_norm.weight"), s.head_dim, 0.6, 1.4));
@@ -127,6 +156,9 @@ fn tensors(family: &str) -> Vec<Tensor> {
         let router = format!("{p}ffn_gate_inp.weight");
         let data = kq_vector(&router, N_EXPERT * HIDDEN, -ROUTER, ROUTER);
         out.push((router, vec![HIDDEN as u64, N_EXPERT as u64], GgmlType::F32, data));
+        if s.gpt_oss {
+            out.push(vec(format!("{p}ffn_gate_inp.bias"), N_EXPERT, -0.5, 0.5));
+        }
         if s.probs_bias {
             out.push(vec(format!("{p}exp_probs_b.bias"), N_EXPERT, -0.5, 0.5));
         }
@@ -136,8 +168,16 @@ fn tensors(family: &str) -> Vec<Tensor> {
             ("ffn_down_exps", HIDDEN, EXPERT_FFN),
         ] {
             let name = format!("{p}{n}.weight");
+            let shape = vec![c as u64, r as u64, N_EXPERT as u64];
+            if s.gpt_oss {
+                out.push((name.clone(), shape, GgmlType::MXFP4, mxfp4(&name, N_EXPERT * r, c)));
+                let b = format!("{p}{n}.bias");
+                let data = kq_vector(&b, N_EXPERT * r, -0.5, 0.5);
+                out.push((b, vec![r as u64, N_EXPERT as u64], GgmlType::F32, data));
+                continue;
+            }
             let data = q8(&name, N_EXPERT * r, c, 0.25);
-            out.push((name, vec![c as u64, r as u64, N_EXPERT as u64], GgmlType::Q8_0, data));
+            out.push((name, shape, GgmlType::Q8_0, data));
         }
         if s.shared > 0 {
             let si = s.shared * EXPERT_FFN;
@@ -171,14 +211,21 @@ struct Meta {
     /// YaRN's `(factor, original_context_length)`.
     yarn: Option<(f32, usize)>,
     expert_count: usize,
+    /// gpt-oss's `attention.sliding_window`.
+    window: Option<usize>,
     /// GLM-4.5's routing keys: gating function, renormalization, scale.
     glm: Option<(u32, bool, f32)>,
 }
 
 fn meta(family: &str) -> Meta {
-    let arch = if family == "glm4moe" { "glm4moe" } else { "qwen3moe" };
-    let yarn = (family == "qwen3moe_yarn").then_some((4.0, 64));
-    Meta { arch, yarn, expert_count: N_EXPERT, glm: (family == "glm4moe").then_some((2, true, 2.5)) }
+    let arch = match family {
+        "glm4moe" => "glm4moe",
+        "gpt-oss" => "gpt-oss",
+        _ => "qwen3moe",
+    };
+    let yarn = matches!(family, "qwen3moe_yarn" | "gpt-oss").then_some((4.0, 64));
+    let window = (family == "gpt-oss").then_some(16);
+    Meta { arch, yarn, expert_count: N_EXPERT, window, glm: (family == "glm4moe").then_some((2, true, 2.5)) }
 }
 
 /// A GGUF of `tensors` under `arch`'s metadata keys (what the script's `gguf.GGUFWriter` writes
@@ -198,7 +245,7 @@ fn write(path: &Path, s: &Spec, m: &Meta, tensors: &[Tensor]) {
         ("feed_forward_length", u32v(FFN)),
         ("attention.head_count", u32v(HEADS)),
         ("attention.head_count_kv", u32v(KV_HEADS)),
-        ("rope.freq_base", f32v(1e6)),
+        ("rope.freq_base", f32v(if arch == "gpt-oss" { 150000.0 } else { 1e6 })),
         ("attention.layer_norm_rms_epsilon", f32v(EPS)),
         ("attention.key_length", u32v(s.head_dim)),
         ("attention.value_length", u32v(s.head_dim)),
@@ -207,6 +254,9 @@ fn write(path: &Path, s: &Spec, m: &Meta, tensors: &[Tensor]) {
         ("expert_used_count", u32v(TOP_K)),
         ("expert_feed_forward_length", u32v(EXPERT_FFN)),
     ];
+    if let Some(w) = m.window {
+        keyed.push(("attention.sliding_window", u32v(w)));
+    }
     if let Some((factor, orig)) = m.yarn {
         keyed.push(("rope.scaling.type", (Ty::String, [&4u64.to_le_bytes()[..], b"yarn"].concat())));
         keyed.push(("rope.scaling.factor", f32v(factor)));
@@ -220,17 +270,44 @@ fn write(path: &Path, s: &Spec, m: &Meta, tensors: &[Tensor]) {
         keyed.push(("expert_gating_func", u32v(gating as usize)));
     }
     meta.extend(keyed.into_iter().map(|(k, v)| (format!("{arch}.{k}"), v)));
-    let file = std::fs::File::create(path).expect("create gguf");
-    let header = GGufFileHeader::new(3, tensors.len() as u64, meta.len() as u64);
-    let mut w = GGufFileWriter::new(std::io::BufWriter::new(file), header).expect("header");
+    // Byte by byte (`ggus`' writer has no MXFP4): the header, the metadata, the tensor table,
+    // then each tensor's data at a 32-byte boundary.
+    let mut f = Vec::new();
+    f.extend_from_slice(b"GGUF");
+    f.extend_from_slice(&3u32.to_le_bytes());
+    f.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
+    f.extend_from_slice(&(meta.len() as u64).to_le_bytes());
     for (k, (ty, v)) in &meta {
-        w.write_meta_kv(k, *ty, v).expect("meta");
+        f.extend_from_slice(&(k.len() as u64).to_le_bytes());
+        f.extend_from_slice(k.as_bytes());
+        f.extend_from_slice(&(*ty as u32).to_le_bytes());
+        f.extend_from_slice(v);
     }
-    let mut tw = w.finish::<Vec<u8>>(true);
+    let mut offset = 0u64;
     for (name, shape, ty, bytes) in tensors {
-        tw.write_tensor(name, ggml(*ty), shape, bytes.clone()).expect("tensor");
+        f.extend_from_slice(&(name.len() as u64).to_le_bytes());
+        f.extend_from_slice(name.as_bytes());
+        f.extend_from_slice(&(shape.len() as u32).to_le_bytes());
+        shape.iter().for_each(|d| f.extend_from_slice(&d.to_le_bytes()));
+        f.extend_from_slice(&ggml_id(*ty).to_le_bytes());
+        f.extend_from_slice(&offset.to_le_bytes());
+        offset += (bytes.len() as u64).next_multiple_of(32);
     }
-    tw.finish().expect("write");
+    for (_, _, _, bytes) in tensors {
+        f.resize(f.len().next_multiple_of(32), 0);
+        f.extend_from_slice(bytes);
+    }
+    std::fs::write(path, f).expect("write gguf");
+}
+
+/// GGML's number of a type (`ggml_type`).
+fn ggml_id(ty: GgmlType) -> u32 {
+    match ty {
+        GgmlType::F32 => 0,
+        GgmlType::Q8_0 => 8,
+        GgmlType::MXFP4 => 39,
+        other => panic!("{other:?} is not written here"),
+    }
 }
 
 fn fixture() -> serde_json::Value {
@@ -253,7 +330,8 @@ const VS_REFERENCE: f32 = 1.25;
 /// sharp one flip moves a logit by several units. llama.cpp itself gives the exact f64
 /// forward's 12 tokens (teacher-forced on its own) for only 3 (qwen3moe) and 2 (glm4moe) of
 /// the 6 prompts. Measured: qwen3moe 6 of 6 (4 of them all 12 tokens), qwen3moe_yarn 5 of 6
-/// (1; llama.cpp's rows are 11.8 % from exact there, ours 11.5 %), glm4moe 5 of 6 (3); the
+/// (1; llama.cpp's rows are 11.8 % from exact there, ours 11.5 %), gpt-oss 4 of 6 (1; 18.8 %
+/// and 18.7 %: MXFP4 weights against 8-bit activations), glm4moe 5 of 6 (3); the
 /// glm4moe prompt that fails leaves llama.cpp's at a 4.9-unit margin because our 4th and 5th
 /// experts of layer 1 swap places (selection keys 0.7473 and 0.7406 in the exact forward,
 /// 0.7474 and 0.7480 in ours): a routing near-tie, not an output one.
@@ -326,6 +404,19 @@ fn moe_families_match_llama_cpp() {
                 }
                 vec![("experts in reverse order", meta(family), rev)]
             }
+            "gpt-oss" => {
+                let no_sinks: Vec<Tensor> =
+                    tensors.iter().filter(|t| !t.0.ends_with("attn_sinks.weight")).cloned().collect();
+                let mut no_bias = tensors.clone();
+                for t in no_bias.iter_mut().filter(|t| t.0.contains("_exps.bias")) {
+                    t.3.iter_mut().for_each(|b| *b = 0);
+                }
+                vec![
+                    ("attention sinks dropped", meta(family), no_sinks),
+                    ("no sliding window", Meta { window: Some(CTX), ..meta(family) }, tensors.clone()),
+                    ("expert biases zeroed", meta(family), no_bias),
+                ]
+            }
             "qwen3moe_yarn" => vec![
                 ("YaRN keys dropped", Meta { yarn: None, ..meta(family) }, tensors.clone()),
                 ("YaRN over the whole context", Meta { yarn: Some((4.0, CTX)), ..meta(family) }, tensors.clone()),
@@ -369,7 +460,7 @@ fn moe_families_batched_equal_alone() {
             p
         })
         .collect();
-    for family in ["qwen3moe", "qwen3moe_yarn", "glm4moe"] {
+    for family in ["qwen3moe", "qwen3moe_yarn", "gpt-oss", "glm4moe"] {
         let path = dir.path().join(format!("{family}.gguf"));
         write(&path, &spec(family), &meta(family), &tensors(family));
         let mut m = LlamaModel::load(&path, 2).unwrap_or_else(|e| panic!("{family}: {e}"));

@@ -161,6 +161,30 @@ pub fn flash_attend<E: KvElem>(
     sc: &mut FlashScratch,
     out: &mut [f32],
 ) {
+    flash_attend_sinks(isa, q, q_stride, positions, group, hd, kv, scale, None, sc, out)
+}
+
+/// [`flash_attend`] with attention sinks (gpt-oss; Xiao et al. 2023, "StreamingLLM"): head
+/// `h` of the group (`sinks[h]`, a logit on the scaled scores' scale) joins every row's softmax
+/// with no value, so each output is the flash result times `l / (l + e^{sink − m})` (`m` the
+/// row's running maximum, `l` its sum of `e^{s − m}`): llama.cpp's `ggml_soft_max_add_sinks`.
+///
+/// # Panics
+/// As [`flash_attend`], and when `sinks` holds fewer than `group` values.
+#[allow(clippy::too_many_arguments)]
+pub fn flash_attend_sinks<E: KvElem>(
+    isa: Isa,
+    q: &[f32],
+    q_stride: usize,
+    positions: &[u32],
+    group: usize,
+    hd: usize,
+    kv: &KvView<'_, E>,
+    scale: f32,
+    sinks: Option<&[f32]>,
+    sc: &mut FlashScratch,
+    out: &mut [f32],
+) {
     let tokens = positions.len();
     let rows = tokens * group;
     if rows == 0 {
@@ -232,7 +256,8 @@ pub fn flash_attend<E: KvElem>(
         scalar::values(&parts, v, &sc.koff, &sc.s, &mut sc.o, &sc.alpha, &sc.valid);
     }
     for r in 0..rows {
-        let inv = 1.0 / sc.l[r];
+        let sink = sinks.map_or(0.0, |s| (s[r % group] - sc.m[r]).exp());
+        let inv = 1.0 / (sc.l[r] + sink);
         for (o, &a) in out[r * hd..(r + 1) * hd].iter_mut().zip(&sc.o[r * hd..(r + 1) * hd]) {
             *o = a * inv;
         }
@@ -588,6 +613,53 @@ mod tests {
                         w.iter().zip(&all).all(|(a, b)| a.to_bits() == b.to_bits()),
                         "{isa:?} differs from scalar"
                     ),
+                }
+            }
+        }
+    }
+
+    /// Sinks join each row's softmax with no value: the output equals the f64 softmax over the
+    /// scores and the head's sink, on every ISA, for one block and past it.
+    #[test]
+    fn sinks_match_softmax_with_an_extra_logit() {
+        let (hd, group, n) = (16usize, 2usize, 140usize);
+        let mut seed = 5u64;
+        let kh: Vec<u16> = (0..n * hd).map(|_| f32_to_f16(lcg(&mut seed) * 2.0)).collect();
+        let vh: Vec<u16> = (0..n * hd).map(|_| f32_to_f16(lcg(&mut seed))).collect();
+        let slots: Vec<u32> = (0..n as u32).collect();
+        let q: Vec<f32> = (0..n * group * hd).map(|_| lcg(&mut seed)).collect();
+        let positions: Vec<u32> = (0..n as u32).collect();
+        let sinks = [1.5f32, -0.5];
+        let view = KvView { k: &kh, v: &vh, stride: hd, off: 0, slots: &slots };
+        let mut sc = FlashScratch::default();
+        for isa in Isa::available() {
+            let mut out = vec![0f32; n * group * hd];
+            flash_attend_sinks(
+                isa,
+                &q,
+                group * hd,
+                &positions,
+                group,
+                hd,
+                &view,
+                0.25,
+                Some(&sinks),
+                &mut sc,
+                &mut out,
+            );
+            for t in [0usize, 1, 64, n - 1] {
+                for h in 0..group {
+                    let qh = &q[(t * group + h) * hd..];
+                    let s: Vec<f64> = (0..=t)
+                        .map(|j| (0..hd).map(|i| qh[i] as f64 * f16_to_f32(kh[j * hd + i]) as f64).sum::<f64>() * 0.25)
+                        .collect();
+                    let z: f64 = s.iter().map(|x| x.exp()).sum::<f64>() + (sinks[h] as f64).exp();
+                    for i in 0..hd {
+                        let w: f64 =
+                            s.iter().enumerate().map(|(j, x)| x.exp() / z * f16_to_f32(vh[j * hd + i]) as f64).sum();
+                        let g = out[(t * group + h) * hd + i] as f64;
+                        assert!((g - w).abs() < 2e-5, "{isa:?} token {t} head {h}: {g} vs {w}");
+                    }
                 }
             }
         }

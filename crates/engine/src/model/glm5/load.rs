@@ -15,7 +15,7 @@ use super::{AttnStats, DecoderLayer, Glm5Config, Glm5Model, Glm5Options};
 use crate::checkpoint::hf::Checkpoint;
 use crate::model::common::RopeTable;
 use crate::model::linear::Linear;
-use crate::model::moe::{Mlp, Moe};
+use crate::model::moe::{Glu, Mlp, Moe};
 use crate::model::vb::Vb;
 use crate::model::{Instruments, ModelInfo};
 use crate::EngineError;
@@ -148,7 +148,7 @@ fn absorbed_kv_b(kv_b: &Weight, c: &Glm5Config) -> AbsorbedKvB {
 /// A SwiGLU MLP under `vb` (`gate_proj`, `up_proj`, `down_proj`), gate and up stacked.
 fn load_mlp(vb: &Vb<'_>, hidden: usize, inter: usize) -> Result<Mlp, EngineError> {
     let gate_up = Linear::stack(vec![vb.linear("gate_proj", inter, hidden)?, vb.linear("up_proj", inter, hidden)?]);
-    Ok(Mlp { gate_up, down: vb.linear("down_proj", hidden, inter)?, inter })
+    Ok(Mlp { gate_up, down: vb.linear("down_proj", hidden, inter)?, inter, act: Glu::Silu })
 }
 
 /// The MoE block under `vb` (`model.layers.L.mlp`): routed experts, shared experts, the router
@@ -168,6 +168,7 @@ fn load_moe(ck: &Checkpoint, c: &Glm5Config, vb: &Vb<'_>) -> Result<Moe, EngineE
     }
     Ok(Moe {
         gate: Weight::Dense { rows: c.n_routed, cols: h, data: gate },
+        gate_bias: None,
         bias: Some(vb.vector("gate.e_score_correction_bias", c.n_routed)?),
         routing: routing(c),
         experts,

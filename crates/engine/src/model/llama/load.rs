@@ -9,10 +9,11 @@ use ggus::GGufMetaMapExt;
 use super::*;
 use crate::checkpoint::gguf::{Gguf, GgufFile};
 use crate::model::common::{RopeScaling, RopeTable};
-use crate::model::moe::{Mlp, Moe};
+use crate::model::moe::{Glu, Mlp, Moe};
 use crate::model::routing::{Routing, Scoring};
 use crate::model::vb::{
-    GgufTensors, Vb, GEMMA3_LAYER_NAMES, GLM4MOE_LAYER_NAMES, LLAMA_LAYER_NAMES, MOE_LAYER_NAMES, PHI3_LAYER_NAMES,
+    GgufTensors, Vb, GEMMA3_LAYER_NAMES, GLM4MOE_LAYER_NAMES, GPTOSS_LAYER_NAMES, LLAMA_LAYER_NAMES, MOE_LAYER_NAMES,
+    PHI3_LAYER_NAMES,
 };
 
 /// A dense architecture the Llama decoder runs, as data: what llama.cpp's graph for it does
@@ -45,6 +46,10 @@ pub struct Family {
     /// A Mixture-of-Experts family's routing as llama.cpp's graph for it fixes it; `None` for
     /// a dense family.
     pub moe: Option<MoeFamily>,
+    /// Sliding-window layers every `n` (`attention.sliding_window_pattern`, else this; layer
+    /// `l` slides when `l % n < n − 1`, llama.cpp's `set_swa_pattern`), over
+    /// `attention.sliding_window` keys; `None`: no sliding window.
+    pub swa_pattern: Option<usize>,
 }
 
 /// What a MoE family's llama.cpp graph fixes and what it reads from the file
@@ -59,6 +64,8 @@ pub struct MoeFamily {
     pub norm_topk_prob: Option<bool>,
     /// Whether `expert_weights_scale` applies (`routed_scaling_factor`).
     pub scaled: bool,
+    /// The experts' activation.
+    pub act: Glu,
 }
 
 /// Every dense family [`LlamaModel::load`] reads from GGUF besides `gemma3`, and
@@ -74,6 +81,7 @@ pub const FAMILIES: &[Family] = &[
         no_rope_step: None,
         layer_names: LLAMA_LAYER_NAMES,
         moe: None,
+        swa_pattern: None,
     },
     Family {
         arch: "qwen2",
@@ -85,6 +93,7 @@ pub const FAMILIES: &[Family] = &[
         no_rope_step: None,
         layer_names: LLAMA_LAYER_NAMES,
         moe: None,
+        swa_pattern: None,
     },
     Family {
         arch: "qwen3",
@@ -96,6 +105,7 @@ pub const FAMILIES: &[Family] = &[
         no_rope_step: None,
         layer_names: LLAMA_LAYER_NAMES,
         moe: None,
+        swa_pattern: None,
     },
     Family {
         arch: "smollm3",
@@ -107,6 +117,7 @@ pub const FAMILIES: &[Family] = &[
         no_rope_step: Some(4),
         layer_names: LLAMA_LAYER_NAMES,
         moe: None,
+        swa_pattern: None,
     },
     Family {
         arch: "phi3",
@@ -118,6 +129,7 @@ pub const FAMILIES: &[Family] = &[
         no_rope_step: None,
         layer_names: PHI3_LAYER_NAMES,
         moe: None,
+        swa_pattern: None,
     },
     // Qwen3-MoE: Qwen3's attention; softmax over all experts, the chosen renormalized
     // (`build_moe_ffn(…, norm_w = true, …, SOFTMAX)` whatever the file says).
@@ -130,7 +142,13 @@ pub const FAMILIES: &[Family] = &[
         qk_norm_if_present: false,
         no_rope_step: None,
         layer_names: MOE_LAYER_NAMES,
-        moe: Some(MoeFamily { scoring: Some(Scoring::Softmax), norm_topk_prob: Some(true), scaled: false }),
+        moe: Some(MoeFamily {
+            scoring: Some(Scoring::Softmax),
+            norm_topk_prob: Some(true),
+            scaled: false,
+            act: Glu::Silu,
+        }),
+        swa_pattern: None,
     },
     // GLM-4.5 / 4.6 / 4.7 (and Solar Open): Q/K/V biases, partial NEOX RoPE, optional Q/K norms,
     // the pre-FFN norm stored as `post_attention_norm`; leading dense layers, then sigmoid
@@ -144,7 +162,29 @@ pub const FAMILIES: &[Family] = &[
         qk_norm_if_present: true,
         no_rope_step: None,
         layer_names: GLM4MOE_LAYER_NAMES,
-        moe: Some(MoeFamily { scoring: None, norm_topk_prob: None, scaled: true }),
+        moe: Some(MoeFamily { scoring: None, norm_topk_prob: None, scaled: true, act: Glu::Silu }),
+        swa_pattern: None,
+    },
+    // gpt-oss (`src/models/openai-moe.cpp`): Q/K/V and output biases, attention sinks, NEOX RoPE
+    // (YaRN in the files), every other layer a sliding window (even layers); the router's
+    // bias, top-k by raw logit with a softmax over the chosen, experts with biases and the
+    // clamped SwiGLU (alpha 1.702, limit 7).
+    Family {
+        arch: "gpt-oss",
+        hf_model_types: &[],
+        gguf_rope: RopeLayout::Halves,
+        qkv_bias: true,
+        qk_norm: false,
+        qk_norm_if_present: false,
+        no_rope_step: None,
+        layer_names: GPTOSS_LAYER_NAMES,
+        moe: Some(MoeFamily {
+            scoring: Some(Scoring::SoftmaxSelected),
+            norm_topk_prob: Some(false),
+            scaled: false,
+            act: Glu::SwigluOai { alpha: 1.702, limit: 7.0 },
+        }),
+        swa_pattern: Some(2),
     },
 ];
 
@@ -232,6 +272,7 @@ impl GgufHparams {
         let shared = self.expert_shared_count.unwrap_or(0);
         let n_group = self.expert_group_count.unwrap_or(1).max(1);
         Ok(MoeConfig {
+            act: fam.act,
             n_expert,
             expert_ffn,
             shared_ffn: shared * self.expert_shared_feed_forward_length.unwrap_or(expert_ffn),
@@ -376,6 +417,13 @@ fn gguf_config(ld: &Gguf<'_>, fam: &Family) -> Result<LlamaConfig, EngineError> 
     variant.rope_dims = rope_dims;
     variant.rope_attn_factor = hp.rope_scaling_attn_factor.unwrap_or(1.0);
     variant.rope_scaling = rope_scaling;
+    if let Some(default) = fam.swa_pattern {
+        let w = hp.sliding_window.ok_or_else(|| {
+            EngineError::model(format!("{arch}.attention.sliding_window missing (its sliding-window layers need it)"))
+        })?;
+        let n = hp.sliding_window_pattern.unwrap_or(default).max(1);
+        variant.windows = (0..layers).map(|l| (l % n < n - 1).then_some(w)).collect();
+    }
     variant.rope_layout = fam.gguf_rope;
     variant.qk_norm = fam.qk_norm || (fam.qk_norm_if_present && ld.has_tensor("blk.0.attn_q_norm.weight"));
     variant.rope_freq_factors = rope_freq_factors;
@@ -635,6 +683,10 @@ fn load_layer(vb: &Vb<'_>, l: usize, cfg: &LlamaConfig, fam: &Family) -> Result<
             true => Some(pair("post_attention_layernorm.weight", "post_feedforward_layernorm.weight", hidden)?),
             false => None,
         },
+        sinks: match vb.has("self_attn.sinks") {
+            true => Some(vb.vector("self_attn.sinks", cfg.heads)?),
+            false => None,
+        },
     })
 }
 
@@ -644,27 +696,47 @@ fn load_layer(vb: &Vb<'_>, l: usize, cfg: &LlamaConfig, fam: &Family) -> Result<
 fn load_moe(mlp: &Vb<'_>, hidden: usize, m: &MoeConfig) -> Result<Moe, EngineError> {
     let (n, inter) = (m.n_expert, m.expert_ffn);
     let ex = mlp.pp("experts");
-    let gates = ex.experts("gate_proj", n, inter, hidden)?;
-    let ups = ex.experts("up_proj", n, inter, hidden)?;
-    let downs = ex.experts("down_proj", n, hidden, inter)?;
+    // Each projection's experts, with their biases when the file has them (gpt-oss: one
+    // `[rows, n_expert]` tensor per projection, expert `e`'s rows at `e · rows`).
+    let proj = |name: &str, rows: usize, cols: usize| -> Result<Vec<Linear>, EngineError> {
+        let mut ls = ex.experts(name, n, rows, cols)?;
+        let b = format!("{name}.bias");
+        if ex.has(&b) {
+            let all = ex.vector(&b, n * rows)?;
+            for (l, b) in ls.iter_mut().zip(all.chunks_exact(rows)) {
+                l.bias = Some(b.to_vec());
+            }
+        }
+        Ok(ls)
+    };
+    let gates = proj("gate_proj", inter, hidden)?;
+    let ups = proj("up_proj", inter, hidden)?;
+    let downs = proj("down_proj", hidden, inter)?;
     let experts = gates
         .into_iter()
         .zip(ups)
         .zip(downs)
-        .map(|((g, u), down)| Mlp { gate_up: Linear::stack(vec![g, u]), down, inter })
+        .map(|((g, u), down)| Mlp { gate_up: Linear::stack(vec![g, u]), down, inter, act: m.act })
         .collect();
     let shared = match m.shared_ffn {
         0 => None,
         si => {
             let sv = mlp.pp("shared_experts");
             let gate_up = Linear::stack(vec![sv.linear("gate_proj", si, hidden)?, sv.linear("up_proj", si, hidden)?]);
-            Some(Mlp { gate_up, down: sv.linear("down_proj", hidden, si)?, inter: si })
+            Some(Mlp { gate_up, down: sv.linear("down_proj", hidden, si)?, inter: si, act: m.act })
         }
     };
-    let bias_name = "gate.e_score_correction_bias";
+    let opt = |name: &str| -> Result<Option<Vec<f32>>, EngineError> {
+        if mlp.has(name) {
+            Ok(Some(mlp.vector(name, n)?))
+        } else {
+            Ok(None)
+        }
+    };
     Ok(Moe {
         gate: mlp.matrix("gate", n, hidden)?,
-        bias: if mlp.has(bias_name) { Some(mlp.vector(bias_name, n)?) } else { None },
+        gate_bias: opt("gate.bias")?,
+        bias: opt("gate.e_score_correction_bias")?,
         routing: m.routing,
         experts,
         shared,
@@ -683,6 +755,7 @@ const GEMMA3: Family = Family {
     no_rope_step: None,
     layer_names: GEMMA3_LAYER_NAMES,
     moe: None,
+    swa_pattern: None,
 };
 
 impl LlamaModel {

@@ -20,7 +20,7 @@
 //! `logits_rows` only. Loading is in `load.rs`.
 
 use super::common::{OutputHead, RopeLayout, RopeScaling, RopeTable, Scratch};
-use super::moe::{Moe, MoeChoice};
+use super::moe::{Glu, Moe, MoeChoice};
 use super::routing::Routing;
 use super::{AttentionNeeds, Instruments, Model, ModelInfo, PartTimes};
 use crate::batch::ForwardBatch;
@@ -150,6 +150,8 @@ pub struct MoeConfig {
     pub first_dense: usize,
     /// How the router's logits choose and weigh experts.
     pub routing: Routing,
+    /// The experts' (and shared experts') activation.
+    pub act: Glu,
 }
 
 impl LlamaConfig {
@@ -210,6 +212,8 @@ pub(crate) struct Layer {
     pub(crate) qk_norm: Option<(Vec<f32>, Vec<f32>)>,
     /// Norms of the attention and MLP outputs, with [`Variant::post_norms`].
     pub(crate) post_norms: Option<(Vec<f32>, Vec<f32>)>,
+    /// Attention sinks, one logit per query head (gpt-oss's `attn_sinks`).
+    pub(crate) sinks: Option<Vec<f32>>,
 }
 
 /// A layer's feed-forward.
@@ -594,7 +598,7 @@ impl Layer {
             |p| &mut p.attention,
             || {
                 write_kv(isa, st, l, &s.qkv, kv);
-                attend(pool, isa, st, l, s, kv);
+                attend(pool, isa, st, l, self.sinks.as_deref(), s, kv);
             },
         );
         self.wo.forward(cx, &s.attn, t_n, &mut s.proj);
@@ -707,7 +711,7 @@ fn write_kv(isa: Isa, st: &Step, l: usize, qkv: &[f32], kv: &mut KvStore) {
 /// sequence's cached K and V (its sliding window on window layers), one task per KV group ×
 /// query block (`kernels::flash_attend`, written to `s.attn_t` in task order), then back to
 /// token rows in `s.attn` (`[tokens, q_dim]`).
-fn attend(pool: &ThreadPool, isa: Isa, st: &Step, l: usize, s: &mut LayerBuffers, kv: &KvStore) {
+fn attend(pool: &ThreadPool, isa: Isa, st: &Step, l: usize, sinks: Option<&[f32]>, s: &mut LayerBuffers, kv: &KvStore) {
     let (c, batch) = (st.c, st.batch);
     let (hd, kvd, qd, qkv_w, ghd, group) = (c.head_dim, st.kvd, st.qd, st.qkv_w, st.ghd, st.group);
     let (scale, window) = (c.variant.attn_scale, c.variant.windows[l]);
@@ -718,6 +722,7 @@ fn attend(pool: &ThreadPool, isa: Isa, st: &Step, l: usize, s: &mut LayerBuffers
             let qkv = &s.qkv;
             pool.par_ranges(&mut s.attn_t, &st.ranges, |task, o| {
                 let AttnTask { seq, g, i0, i1 } = st.tasks[task];
+                let sinks = sinks.map(|s| &s[g * group..(g + 1) * group]);
                 let ts = batch.seqs[seq].token_start as usize;
                 let slots = batch.kv_slots(seq);
                 let view = kernels::KvView { k: kc, v: vc, stride: kvd, off: g * hd, slots };
@@ -737,12 +742,12 @@ fn attend(pool: &ThreadPool, isa: Isa, st: &Step, l: usize, s: &mut LayerBuffers
                             let q = &q[i * qkv_w..];
                             let o = &mut o[i * ghd..(i + 1) * ghd];
                             FLASH.with_borrow_mut(|sc| {
-                                kernels::flash_attend(isa, q, qkv_w, &rel, group, hd, &view, scale, sc, o)
+                                kernels::flash_attend_sinks(isa, q, qkv_w, &rel, group, hd, &view, scale, sinks, sc, o)
                             });
                         }
                     }
                     _ => FLASH.with_borrow_mut(|sc| {
-                        kernels::flash_attend(isa, q, qkv_w, pos, group, hd, &view, scale, sc, o)
+                        kernels::flash_attend_sinks(isa, q, qkv_w, pos, group, hd, &view, scale, sinks, sc, o)
                     }),
                 }
             });
