@@ -94,6 +94,16 @@ SHAPES = {
         kv_heads=4, head_dim=128, vocab=151936, ctx=40960, rope_theta=1000000.0, rms_eps=1e-6, tied=False,
         qk_norm=True, experts=128, experts_used=8, expert_ffn=768, vocab_file="qwen2", eos=151645,
         template="Qwen-Qwen3-0.6B.jinja"),
+    # gpt-oss-20b: 32 experts of 2880, 4 per token, attention sinks, a 128-key sliding window on
+    # every other layer, YaRN (32 over 4096), biases everywhere; o200k's vocabulary (the
+    # harmony tokens' ids as Phi-4-mini's placeholders: speed does not depend on them). Quantize
+    # with `--types MXFP4_MOE` (MXFP4 experts, Q8_0 elsewhere: 2880 is no multiple of 256).
+    "gpt-oss-20b": dict(
+        name="gpt-oss 20b (synthetic weights)", arch="gpt-oss", layers=24, hidden=2880, ffn=2880, heads=64,
+        kv_heads=8, head_dim=64, vocab=201088, ctx=131072, rope_theta=150000.0, rms_eps=1e-5, tied=False,
+        qkv_bias=True, out_bias=True, sinks=True, experts=32, experts_used=4, expert_ffn=2880, expert_bias=True,
+        router_bias=True, ffn_norm="post_attention_norm", sliding_window=128, yarn=dict(factor=32.0, original=4096),
+        vocab_file="o200k", template="openai-gpt-oss-120b.jinja"),
 }
 
 
@@ -143,13 +153,20 @@ def tensors(s):
             yield p + "attn_q_norm.weight", (hd,), "norm"
             yield p + "attn_k_norm.weight", (hd,), "norm"
         yield p + "attn_output.weight", (h, q), "w"
-        yield p + "ffn_norm.weight", (h,), "norm"
+        if s.get("out_bias"):
+            yield p + "attn_output.bias", (h,), "bias"
+        if s.get("sinks"):
+            yield p + "attn_sinks.weight", (s["heads"],), "bias"
+        yield p + s.get("ffn_norm", "ffn_norm") + ".weight", (h,), "norm"
         if "experts" in s:
             n, ef = s["experts"], s["expert_ffn"]
             yield p + "ffn_gate_inp.weight", (n, h), "router"
-            yield p + "ffn_gate_exps.weight", (n, ef, h), "w"
-            yield p + "ffn_up_exps.weight", (n, ef, h), "w"
-            yield p + "ffn_down_exps.weight", (n, h, ef), "w"
+            if s.get("router_bias"):
+                yield p + "ffn_gate_inp.bias", (n,), "bias"
+            for nm, shp in [("gate", (n, ef, h)), ("up", (n, ef, h)), ("down", (n, h, ef))]:
+                yield p + f"ffn_{nm}_exps.weight", shp, "w"
+                if s.get("expert_bias"):
+                    yield p + f"ffn_{nm}_exps.bias", shp[:2], "bias"
             continue
         if s.get("fused"):
             yield p + "ffn_up.weight", (2 * f, h), "w"
@@ -287,6 +304,12 @@ def write_f16(shape, s, path, seed):
         orig = s["longrope"]["original"]
         w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(s["ctx"] / orig) / math.log(orig)))
         w.add_rope_scaling_orig_ctx_len(orig)
+    if "sliding_window" in s:
+        w.add_sliding_window(s["sliding_window"])
+    if "yarn" in s:
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(s["yarn"]["factor"])
+        w.add_rope_scaling_orig_ctx_len(s["yarn"]["original"])
     if "experts" in s:
         w.add_expert_count(s["experts"])
         w.add_expert_used_count(s["experts_used"])
@@ -294,7 +317,8 @@ def write_f16(shape, s, path, seed):
     w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
     if s.get("vocab_file") == "o200k":
         o200k_vocab(w, s["vocab"])
-        w.add_chat_template(PHI4_MINI_TEMPLATE)
+        w.add_chat_template((LLAMA_SRC / "models" / "templates" / s["template"]).read_text() if s.get("template")
+                            else PHI4_MINI_TEMPLATE)
     else:
         copy_vocab(w, s.get("vocab_file", "llama-bpe"), s.get("eos"))
         w.add_chat_template((LLAMA_SRC / "models" / "templates" / s["template"]).read_text())

@@ -42,7 +42,8 @@ pub struct ModelInfo {
     /// (GGUF): start-up prints both, and `weight_bytes` stays within 1.05 × of it.
     pub file_weight_bytes: Option<usize>,
     /// Bytes of weights one token reads, where that is less than `weight_bytes` (a MoE model:
-    /// the router, its `top_k` routed and the shared experts of each layer, and the rest).
+    /// the router, its `top_k` routed and the shared experts of each layer, and the rest but
+    /// an untied embedding table, of which a token reads one row).
     pub active_weight_bytes: Option<usize>,
 }
 

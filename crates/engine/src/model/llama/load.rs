@@ -917,7 +917,9 @@ impl LlamaModel {
         if layers.iter().any(|l| matches!(l.ffn, FeedForward::Moe(_))) {
             let all: usize = layers.iter().map(|l| l.ffn.bytes()).sum();
             let active: usize = layers.iter().map(|l| l.ffn.active_bytes()).sum();
-            info.active_weight_bytes = Some(info.weight_bytes - all + active);
+            // With a separate head, a token reads one row of the embedding table, not all.
+            let embed_unread = if output.is_some() { embed.bytes() } else { 0 };
+            info.active_weight_bytes = Some(info.weight_bytes - all + active - embed_unread);
         }
         Ok(LlamaModel {
             cfg,
