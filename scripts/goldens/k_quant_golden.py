@@ -100,6 +100,31 @@ def vector(name, n, lo, hi):
     return (lo + (hi - lo) * u).astype(np.float32)
 
 
+def llama_rows(llm, ids):
+    """llama.cpp's logits after evaluating `ids` from a fresh context: every position's scores,
+    the compared positions (every 10th) and their rows rounded to 4 places."""
+    llm.reset()
+    llm.eval(ids)
+    scores = np.array(llm.scores[:len(ids)], dtype=np.float64)
+    positions = list(range(9, len(ids), 10))
+    return scores, positions, [[round(float(v), 4) for v in scores[p]] for p in positions]
+
+
+def greedy_after(llm, seq, n):
+    """`n` greedy tokens after the evaluated `seq`, one `eval` each, with llama.cpp's
+    top-1/top-2 margin at each."""
+    seq, toks, margins = list(seq), [], []
+    for _ in range(n):
+        row = np.array(llm.scores[len(seq) - 1], dtype=np.float64)
+        t = int(np.argmax(row))
+        top2 = np.sort(row)[-2:]
+        margins.append(round(float(top2[1] - top2[0]), 4))
+        toks.append(t)
+        seq.append(t)
+        llm.eval([t])
+    return toks, margins
+
+
 def rope_factors():
     """Llama 3's factors (factor 8, low 1, high 4, original context 32: small, so the scaling
     touches pairs of this short context) as convert_hf_to_gguf.py computes them."""
@@ -236,22 +261,9 @@ def main():
             sha = write(path, m)
             llm = Llama(model_path=str(path), n_ctx=CTX, n_batch=CTX, n_ubatch=CTX, logits_all=True, n_threads=2,
                         seed=0, verbose=False, vocab_only=False)
-            llm.reset()
-            llm.eval(ids)
-            scores = np.array(llm.scores[:len(ids)], dtype=np.float64)
-            positions = list(range(9, len(ids), 10))
-            rows = [[round(float(v), 4) for v in scores[p]] for p in positions]
-            llm.reset()
-            llm.eval(ids)
-            seq, greedy, margins = list(ids), [], []
-            for _ in range(GREEDY):
-                row = np.array(llm.scores[len(seq) - 1], dtype=np.float64)
-                t = int(np.argmax(row))
-                top2 = np.sort(row)[-2:]
-                margins.append(round(float(top2[1] - top2[0]), 4))
-                greedy.append(t)
-                seq.append(t)
-                llm.eval([t])
+            scores, positions, rows = llama_rows(llm, ids)
+            llama_rows(llm, ids)
+            greedy, margins = greedy_after(llm, ids, GREEDY)
             ex = exact_forward(tensors(m), ids)
             exact = [[round(float(v), 4) for v in ex[p]] for p in positions]
             cases.append({"mix": m, "tensor_sha256": sha, "positions": positions, "logits": rows, "exact": exact,

@@ -46,7 +46,7 @@ from pathlib import Path
 from family_golden import PEERS, prompt  # noqa: F401  (importing it puts gguf-py on the path)
 import numpy as np  # noqa: E402
 import gguf  # noqa: E402
-from k_quant_golden import fnv1a, splitmix, vector  # noqa: E402
+from k_quant_golden import fnv1a, greedy_after, llama_rows, splitmix, vector  # noqa: E402
 
 HIDDEN, HEADS, KV_HEADS, FFN, LAYERS, VOCAB, CTX = 256, 4, 2, 512, 4, 256, 512
 N_EXPERT, TOP_K, EXPERT_FFN = 16, 4, 128
@@ -348,25 +348,12 @@ def main():
             sha = write(path, fam)
             llm = Llama(model_path=str(path), n_ctx=CTX, n_batch=CTX, n_ubatch=CTX, logits_all=True, n_threads=2,
                         seed=0, verbose=False)
-            llm.reset()
-            llm.eval(ids)
-            scores = np.array(llm.scores[:len(ids)], dtype=np.float64)
-            positions = list(range(9, len(ids), 10))
-            rows = [[round(float(v), 4) for v in scores[p]] for p in positions]
+            scores, positions, rows = llama_rows(llm, ids)
             greedy = []
             for i in range(GREEDY_PROMPTS):
                 g_ids = greedy_prompt(i)
-                llm.reset()
-                llm.eval(g_ids)
-                seq, toks, margins = list(g_ids), [], []
-                for _ in range(GREEDY):
-                    row = np.array(llm.scores[len(seq) - 1], dtype=np.float64)
-                    t = int(np.argmax(row))
-                    top2 = np.sort(row)[-2:]
-                    margins.append(round(float(top2[1] - top2[0]), 4))
-                    toks.append(t)
-                    seq.append(t)
-                    llm.eval([t])
+                llama_rows(llm, g_ids)
+                toks, margins = greedy_after(llm, g_ids, GREEDY)
                 greedy.append({"prompt_ids": g_ids, "greedy_ids": toks, "greedy_margins": margins})
             ex = exact_forward(fam, ids)
             exact = [[round(float(v), 4) for v in ex[p]] for p in positions]

@@ -88,6 +88,19 @@ fn run(m: &mut LlamaModel, c: SchedulerConfig, prompts: &[Vec<u32>], alone: bool
     out
 }
 
+/// 32 prompts over a `vocab`-token vocabulary: every other one extends a shared 20–69-token
+/// prefix (the radix cache's case), each ends in 3–15 tokens of its own.
+pub(crate) fn mixed_prompts(vocab: u32) -> Vec<Vec<u32>> {
+    let shared: Vec<u32> = (0..70u32).map(|i| (i * 37 + 11) % vocab).collect();
+    (0..32u32)
+        .map(|j| {
+            let mut p = if j % 2 == 0 { shared[..20 + (j as usize % 50)].to_vec() } else { Vec::new() };
+            p.extend((0..(3 + j % 13)).map(|i| (i * 53 + j * 101) % vocab));
+            p
+        })
+        .collect()
+}
+
 /// Each prompt's output alone equals its output in one batch of all, for each page size and
 /// radix setting (chunks of 48 prefill tokens in the batches).
 pub(crate) fn check_invariance(m: &mut LlamaModel, prompts: &[Vec<u32>]) {

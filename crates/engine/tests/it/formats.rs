@@ -514,6 +514,22 @@ pub(crate) fn check_against_llama_cpp(
     ref_mean
 }
 
+/// A deliberately broken copy of a golden's file, loaded as `m`, must miss the fixture's exact
+/// rows by more than `limit` on average (the golden sees the mistake); prints its distance.
+pub(crate) fn assert_golden_sees(
+    label: &str,
+    m: &mut LlamaModel,
+    ids: &[u32],
+    positions: &[usize],
+    exact: &serde_json::Value,
+    limit: f32,
+) {
+    let (rows, _) = kq_run(m, ids, positions, 1);
+    let (bm, _) = kq_rel(&rows, exact);
+    eprintln!("{label}: {:.1} % from exact on average", 100.0 * bm);
+    assert!(bm > limit, "{label}: the golden does not see it ({bm})");
+}
+
 /// Mean and largest per-row deviation of `rows` from the fixture's `want` rows, each relative
 /// to that row's largest |logit|.
 pub(crate) fn kq_rel(rows: &[Vec<f32>], want: &serde_json::Value) -> (f32, f32) {
