@@ -411,7 +411,7 @@ fn gguf_config(ld: &Gguf<'_>, fam: &Family) -> Result<LlamaConfig, EngineError> 
     };
     // The trunk: llama.cpp's `n_layer()`, `block_count` less the NextN layers, which serve
     // only speculative decoding.
-    let layers = hp.block_count.checked_sub(hp.nextn_predict_layers.unwrap_or(0)).unwrap_or(0);
+    let layers = hp.block_count.saturating_sub(hp.nextn_predict_layers.unwrap_or(0));
     let rope_base = hp.rope_freq_base.unwrap_or(10000.0);
     let mut variant = Variant::llama(layers, head_dim, rope_base);
     variant.rope_dims = rope_dims;

@@ -217,6 +217,8 @@ pub(crate) struct Layer {
 }
 
 /// A layer's feed-forward.
+// One per layer, built once and never moved on a hot path: the dense variant stays inline.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum FeedForward {
     /// The gated MLP: gate and up stacked (`[2·ffn × hidden]`), then down.
     Dense { gate_up: Linear, down: Linear },
