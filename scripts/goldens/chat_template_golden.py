@@ -13,7 +13,8 @@ tokenize=False)` calls (jinja2 with `trim_blocks` and `lstrip_blocks`, HF's `toj
 `raise_exception`, `strftime_now`), on fixed conversations: a system prompt and a user turn,
 several turns, a tool definition with an assistant tool call and the tool's result, and the
 template's own switches (`enable_thinking` for Qwen3 and SmolLM3). `date_string` is fixed so
-Llama 3.x's date line does not depend on the day. The fixture stores each template's file name
+Llama 3.x's date line does not depend on the day; gpt-oss's `strftime_now` date is the day the
+script ran (the test compares it as a date). The fixture stores each template's file name
 and SHA-256, the messages, tools and variables as passed, and HF's output.
 """
 import argparse
@@ -38,6 +39,9 @@ FILES = [
     ("microsoft-Phi-3.5-mini-instruct.jinja", "<s>", "<|endoftext|>"),
     ("mistralai-Mistral-Nemo-Instruct-2407.jinja", "<s>", "</s>"),
     ("microsoft-Phi-4-mini-instruct.jinja", "<|endoftext|>", "<|endoftext|>"),
+    # The MoE families' templates: gpt-oss's harmony and GLM-4.6's.
+    ("openai-gpt-oss-120b.jinja", "<|startoftext|>", "<|return|>"),
+    ("GLM-4.6.jinja", "", "<|endoftext|>"),
 ]
 
 WEATHER = {

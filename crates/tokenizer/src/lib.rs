@@ -390,8 +390,25 @@ pub fn render_template(
         Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
     });
     env.add_filter("tojson", tojson);
+    // HF's `strftime_now` (gpt-oss's "Current date: …" line): the clock's time, UTC.
+    env.add_function("strftime_now", |fmt: String| -> Result<String, minijinja::Error> {
+        let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        strftime(&fmt, secs).map_err(|e| minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, e))
+    });
     env.add_template("chat", template).map_err(|e| TokenizerError::ChatTemplate(e.to_string()))?;
     let tmpl = env.get_template("chat").map_err(|e| TokenizerError::ChatTemplate(e.to_string()))?;
+    // HF's `_alias_reasoning_fields`: a message's reasoning is also passed as `thinking`, the
+    // field gpt-oss's template reads.
+    let messages: Vec<serde_json::Value> = messages
+        .iter()
+        .map(|m| {
+            let mut v = serde_json::to_value(m).unwrap_or_default();
+            if let (Some(r), Some(o)) = (&m.reasoning_content, v.as_object_mut()) {
+                o.entry("thinking").or_insert_with(|| serde_json::Value::String(r.clone()));
+            }
+            v
+        })
+        .collect();
     let fixed = minijinja::context! {
         messages => messages,
         add_generation_prompt => add_generation_prompt,
@@ -401,6 +418,67 @@ pub fn render_template(
     };
     tmpl.render(minijinja::context! { ..fixed, ..minijinja::Value::from_serialize(kwargs) })
         .map_err(|e| TokenizerError::ChatTemplate(e.to_string()))
+}
+
+/// Python's `strftime` of the UTC time `secs` after the Unix epoch, for the directives
+/// templates use: `%Y %m %d %H %M %S %B %b %A %a %%`.
+///
+/// # Errors
+/// Another directive, named.
+pub fn strftime(fmt: &str, secs: u64) -> Result<String, String> {
+    const MONTHS: [&str; 12] = [
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
+    ];
+    const DAYS: [&str; 7] = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"];
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's `civil_from_days`).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let weekday = (days + 3).rem_euclid(7) as usize; // 1970-01-01 was a Thursday
+    let mut out = String::new();
+    let mut chars = fmt.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('Y') => out.push_str(&year.to_string()),
+            Some('m') => out.push_str(&format!("{month:02}")),
+            Some('d') => out.push_str(&format!("{day:02}")),
+            Some('H') => out.push_str(&format!("{:02}", rem / 3600)),
+            Some('M') => out.push_str(&format!("{:02}", rem / 60 % 60)),
+            Some('S') => out.push_str(&format!("{:02}", rem % 60)),
+            Some('B') => out.push_str(MONTHS[(month - 1) as usize]),
+            Some('b') => out.push_str(&MONTHS[(month - 1) as usize][..3]),
+            Some('A') => out.push_str(DAYS[weekday]),
+            Some('a') => out.push_str(&DAYS[weekday][..3]),
+            Some('%') => out.push('%'),
+            other => {
+                return Err(format!("strftime_now: %{} is not supported", other.map_or(String::new(), String::from)))
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// HF's `tojson` filter (`transformers/utils/chat_template_utils.py`): Python's `json.dumps`
