@@ -61,37 +61,27 @@ impl Harmony {
         Harmony { state: State::Idle, buf: String::new(), reasoning, calls }
     }
 
+    /// Whether the analysis channel goes to `reasoning_content`.
+    pub(super) fn reasons(&self) -> bool {
+        self.reasoning
+    }
+
     /// Feeds text; reasoning goes to `reasoning`, the rest to `ev`.
     pub(super) fn push(&mut self, text: &str, end: bool, reasoning: &mut String, ev: &mut Vec<Ev>) {
         self.buf.push_str(text);
         loop {
-            // The next full marker, or the start of a possible one at the end of the text.
-            let next = self.buf.find("<|").map(|p| (p, MARKERS.iter().find(|m| self.buf[p..].starts_with(**m))));
-            let (upto, marker) = match next {
-                Some((p, Some(m))) => (p, Some(*m)),
-                Some((p, None)) if !end && MARKERS.iter().any(|m| m.starts_with(&self.buf[p..])) => {
-                    let keep = MARKERS.iter().map(|m| partial_suffix(&self.buf, m)).max().unwrap_or(0);
-                    (self.buf.len() - keep, None)
-                }
-                // "<|" that starts no marker: text; look past it.
-                Some((p, None)) => match self.buf[p + 2..].find("<|") {
-                    Some(q) => {
-                        let q = p + 2 + q;
-                        let t: String = self.buf.drain(..q).collect();
-                        self.text(&t, reasoning, ev);
-                        continue;
-                    }
-                    None => (self.buf.len(), None),
-                },
-                // No marker: hold a tail that may start one ("<", "<|cha").
-                None if !end => {
-                    (self.buf.len() - MARKERS.iter().map(|m| partial_suffix(&self.buf, m)).max().unwrap_or(0), None)
-                }
-                None => (self.buf.len(), None),
+            // The first full marker: the text before it, then the marker. Without one, the text
+            // but a tail that may yet become a marker ("<", "<|cha"), held until more comes.
+            let first = MARKERS.iter().filter_map(|m| self.buf.find(m).map(|p| (p, *m))).min_by_key(|&(p, _)| p);
+            let Some((p, m)) = first else {
+                let keep =
+                    if end { 0 } else { MARKERS.iter().map(|m| partial_suffix(&self.buf, m)).max().unwrap_or(0) };
+                let t: String = self.buf.drain(..self.buf.len() - keep).collect();
+                self.text(&t, reasoning, ev);
+                return;
             };
-            let t: String = self.buf.drain(..upto).collect();
+            let t: String = self.buf.drain(..p).collect();
             self.text(&t, reasoning, ev);
-            let Some(m) = marker else { return };
             self.buf.drain(..m.len());
             self.marker(m, ev);
         }

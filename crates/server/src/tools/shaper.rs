@@ -78,8 +78,6 @@ pub struct Shaper {
     pub(super) out: Vec<Delta>,
     pub(super) made: usize,
     pub(super) parallel: bool,
-    /// A harmony machine splits reasoning off.
-    pub(super) harmony_reasoning: bool,
 }
 
 #[derive(Debug)]
@@ -104,26 +102,14 @@ impl Shaper {
     /// The machine for one choice of a request with `tools` under the server's `parsers`.
     /// `separate_reasoning: false` (SGLang's field) keeps reasoning in the content.
     pub fn new(parsers: ChatParsers, tools: Option<&ToolRequest>, separate_reasoning: bool) -> Shaper {
-        // gpt-oss: one machine splits reasoning, content and calls (a required or named
-        // tool_choice's grammar forces plain JSON instead).
-        let harmony_reasoning = parsers.reasoning == Some(ReasoningParser::GptOss) && separate_reasoning;
-        let harmony_calls =
-            parsers.tool_call == Some(ToolParser::GptOss) && tools.is_some_and(|t| t.choice == ToolChoice::Auto);
         let constrained = tools.is_some_and(|t| matches!(t.choice, ToolChoice::Required | ToolChoice::Named(_)));
-        let harmony = (parsers.reasoning == Some(ReasoningParser::GptOss)
-            || parsers.tool_call == Some(ToolParser::GptOss))
-            && !constrained;
-        if harmony {
-            return Shaper {
-                think: None,
-                calls: Calls::Harmony(Harmony::new(harmony_reasoning, harmony_calls)),
-                out: Vec::new(),
-                made: 0,
-                parallel: tools.is_none_or(|t| t.parallel),
-                harmony_reasoning,
-            };
-        }
         let calls = match tools.map(|t| (&t.choice, t)) {
+            // gpt-oss: one machine splits reasoning, content and calls (a required or named
+            // tool_choice's grammar forces plain JSON instead).
+            _ if parsers.harmony() && !constrained => Calls::Harmony(Harmony::new(
+                parsers.reasoning == Some(ReasoningParser::GptOss) && separate_reasoning,
+                parsers.tool_call == Some(ToolParser::GptOss) && tools.is_some_and(|t| t.choice == ToolChoice::Auto),
+            )),
             None | Some((ToolChoice::None, _)) => Calls::Off,
             Some((ToolChoice::Auto, t)) => match parsers.tool_call {
                 Some(ToolParser::Llama3) => Calls::Llama3(Llama3Calls::default()),
@@ -134,14 +120,11 @@ impl Shaper {
             Some((ToolChoice::Required, _)) => Calls::Array(ArrayCalls::default()),
             Some((ToolChoice::Named(n), _)) => Calls::Named { name: n.clone(), started: false },
         };
-        Shaper {
-            think: parsers.reasoning.filter(|_| separate_reasoning).map(Think::new),
-            calls,
-            out: Vec::new(),
-            made: 0,
-            parallel: tools.is_none_or(|t| t.parallel),
-            harmony_reasoning: false,
-        }
+        let think = match calls {
+            Calls::Harmony(_) => None,
+            _ => parsers.reasoning.filter(|_| separate_reasoning).map(Think::new),
+        };
+        Shaper { think, calls, out: Vec::new(), made: 0, parallel: tools.is_none_or(|t| t.parallel) }
     }
 
     /// True when the shaper does nothing (plain content), so callers can skip it.
@@ -151,7 +134,7 @@ impl Shaper {
 
     /// Whether a reasoning parser runs (the message then carries `reasoning_content`).
     pub fn reasons(&self) -> bool {
-        self.think.is_some() || self.harmony_reasoning
+        self.think.is_some() || matches!(&self.calls, Calls::Harmony(h) if h.reasons())
     }
 
     /// How many tool calls have started.
