@@ -76,24 +76,13 @@ pub const LLAMA_LAYER_NAMES: &[(&str, &str)] = &[
     ("mlp.down_proj", "ffn_down"),
 ];
 
-/// As [`LLAMA_LAYER_NAMES`] for the MoE families on the Llama layer (`MODEL_ARCH.QWEN3MOE`,
-/// `GLM4_MOE`): the router `mlp.gate` (`ffn_gate_inp`), its selection bias
+/// The feed-forward names the MoE families add to [`LLAMA_LAYER_NAMES`] (`MODEL_ARCH.QWEN3MOE`,
+/// `GLM4_MOE`, `GPT_OSS`): the router `mlp.gate` (`ffn_gate_inp`), its selection bias
 /// (`e_score_correction_bias`, `exp_probs_b.bias`), the routed experts as one tensor per
 /// projection (`mlp.experts.{e}.gate_proj` of every `e` is `ffn_gate_exps`, read by
-/// [`Tensors::experts`]), shared experts (`ffn_*_shexp`) and, for leading dense layers, the
+/// [`Tensors::experts`]) and shared experts (`ffn_*_shexp`); leading dense layers keep the
 /// plain MLP names.
-pub const MOE_LAYER_NAMES: &[(&str, &str)] = &[
-    ("input_layernorm", "attn_norm"),
-    ("self_attn.q_proj", "attn_q"),
-    ("self_attn.k_proj", "attn_k"),
-    ("self_attn.v_proj", "attn_v"),
-    ("self_attn.o_proj", "attn_output"),
-    ("self_attn.q_norm", "attn_q_norm"),
-    ("self_attn.k_norm", "attn_k_norm"),
-    ("post_attention_layernorm", "ffn_norm"),
-    ("mlp.gate_proj", "ffn_gate"),
-    ("mlp.up_proj", "ffn_up"),
-    ("mlp.down_proj", "ffn_down"),
+pub const MOE_FFN_NAMES: &[(&str, &str)] = &[
     ("mlp.gate", "ffn_gate_inp"),
     ("mlp.gate.e_score_correction_bias", "exp_probs_b.bias"),
     ("mlp.experts.gate_proj", "ffn_gate_exps"),
@@ -104,45 +93,12 @@ pub const MOE_LAYER_NAMES: &[(&str, &str)] = &[
     ("mlp.shared_experts.down_proj", "ffn_down_shexp"),
 ];
 
-/// As [`MOE_LAYER_NAMES`] for GLM-4.5 (`MODEL_ARCH.GLM4_MOE`): the pre-FFN norm is stored as
-/// `post_attention_norm`.
-pub const GLM4MOE_LAYER_NAMES: &[(&str, &str)] = &[
-    ("input_layernorm", "attn_norm"),
-    ("self_attn.q_proj", "attn_q"),
-    ("self_attn.k_proj", "attn_k"),
-    ("self_attn.v_proj", "attn_v"),
-    ("self_attn.o_proj", "attn_output"),
-    ("self_attn.q_norm", "attn_q_norm"),
-    ("self_attn.k_norm", "attn_k_norm"),
-    ("post_attention_layernorm", "post_attention_norm"),
-    ("mlp.gate_proj", "ffn_gate"),
-    ("mlp.up_proj", "ffn_up"),
-    ("mlp.down_proj", "ffn_down"),
-    ("mlp.gate", "ffn_gate_inp"),
-    ("mlp.gate.e_score_correction_bias", "exp_probs_b.bias"),
-    ("mlp.experts.gate_proj", "ffn_gate_exps"),
-    ("mlp.experts.up_proj", "ffn_up_exps"),
-    ("mlp.experts.down_proj", "ffn_down_exps"),
-    ("mlp.shared_experts.gate_proj", "ffn_gate_shexp"),
-    ("mlp.shared_experts.up_proj", "ffn_up_shexp"),
-    ("mlp.shared_experts.down_proj", "ffn_down_shexp"),
-];
+/// GLM-4.5's and gpt-oss's pre-FFN norm, stored as `post_attention_norm` (put before
+/// [`LLAMA_LAYER_NAMES`], whose `ffn_norm` it overrides).
+pub const POST_ATTENTION_NORM: &[(&str, &str)] = &[("post_attention_layernorm", "post_attention_norm")];
 
-/// As [`MOE_LAYER_NAMES`] for gpt-oss (`MODEL_ARCH.GPT_OSS`): the pre-FFN norm stored as
-/// `post_attention_norm`, the attention sinks `attn_sinks`; biases as `{name}.bias`.
-pub const GPTOSS_LAYER_NAMES: &[(&str, &str)] = &[
-    ("input_layernorm", "attn_norm"),
-    ("self_attn.q_proj", "attn_q"),
-    ("self_attn.k_proj", "attn_k"),
-    ("self_attn.v_proj", "attn_v"),
-    ("self_attn.o_proj", "attn_output"),
-    ("self_attn.sinks", "attn_sinks.weight"),
-    ("post_attention_layernorm", "post_attention_norm"),
-    ("mlp.gate", "ffn_gate_inp"),
-    ("mlp.experts.gate_proj", "ffn_gate_exps"),
-    ("mlp.experts.up_proj", "ffn_up_exps"),
-    ("mlp.experts.down_proj", "ffn_down_exps"),
-];
+/// gpt-oss's attention sinks (`attn_sinks`, one logit per head).
+pub const ATTENTION_SINKS: &[(&str, &str)] = &[("self_attn.sinks", "attn_sinks.weight")];
 
 /// As [`LLAMA_LAYER_NAMES`] for Phi-3/Phi-4 (`MODEL_ARCH.PHI3`): Q/K/V in one `attn_qkv`
 /// (HF `qkv_proj`) and gate/up in one `ffn_up` of twice the MLP width (HF `gate_up_proj`,
@@ -175,13 +131,14 @@ pub const GEMMA3_LAYER_NAMES: &[(&str, &str)] = &[
     ("mlp.down_proj", "ffn_down"),
 ];
 
-/// A GGUF file's tensors under HF names: `layer_names` maps a layer's modules (one of the
-/// tables above); the model-level names are the same for every architecture.
+/// A GGUF file's tensors under HF names: `layer_names` maps a layer's modules (tables of those
+/// above, the first that names a module wins); the model-level names are the same for every
+/// architecture.
 pub struct GgufTensors<'a, 'b> {
     /// The parsed file.
     pub ld: &'b Gguf<'a>,
-    /// `(HF, llama.cpp)` names of a layer's modules.
-    pub layer_names: &'static [(&'static str, &'static str)],
+    /// `(HF, llama.cpp)` names of a layer's modules, in tables searched in order.
+    pub layer_names: &'static [&'static [(&'static str, &'static str)]],
     /// Threads that repack a block-type matrix.
     pub threads: usize,
 }
@@ -211,16 +168,22 @@ pub fn gguf_name(layer_names: &[(&str, &str)], hf: &str) -> Option<String> {
     })
 }
 
+/// [`gguf_name`] over tables searched in order (a family's overrides, then the names it
+/// shares with others).
+pub fn gguf_name_in(tables: &[&[(&str, &str)]], hf: &str) -> Option<String> {
+    tables.iter().find_map(|t| gguf_name(t, hf))
+}
+
 impl GgufTensors<'_, '_> {
     fn named(&self, hf: &str) -> Result<String, EngineError> {
-        gguf_name(self.layer_names, hf)
+        gguf_name_in(self.layer_names, hf)
             .ok_or_else(|| EngineError::model(format!("no GGUF tensor name for HF tensor {hf} in this architecture")))
     }
 }
 
 impl Tensors for GgufTensors<'_, '_> {
     fn has(&self, name: &str) -> bool {
-        gguf_name(self.layer_names, name).is_some_and(|n| self.ld.has_tensor(&n))
+        gguf_name_in(self.layer_names, name).is_some_and(|n| self.ld.has_tensor(&n))
     }
     fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>, EngineError> {
         self.ld.vector(&self.named(name)?, len)

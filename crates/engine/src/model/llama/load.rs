@@ -12,8 +12,8 @@ use crate::model::common::{RopeScaling, RopeTable};
 use crate::model::moe::{Glu, Mlp, Moe};
 use crate::model::routing::{Routing, Scoring};
 use crate::model::vb::{
-    GgufTensors, Vb, GEMMA3_LAYER_NAMES, GLM4MOE_LAYER_NAMES, GPTOSS_LAYER_NAMES, LLAMA_LAYER_NAMES, MOE_LAYER_NAMES,
-    PHI3_LAYER_NAMES,
+    GgufTensors, Vb, ATTENTION_SINKS, GEMMA3_LAYER_NAMES, LLAMA_LAYER_NAMES, MOE_FFN_NAMES, PHI3_LAYER_NAMES,
+    POST_ATTENTION_NORM,
 };
 
 /// A dense architecture the Llama decoder runs, as data: what llama.cpp's graph for it does
@@ -40,9 +40,9 @@ pub struct Family {
     /// Every `n`-th layer (`(l + 1) % n == 0`) skips RoPE (SmolLM3's NoPE layers,
     /// llama.cpp's `n_no_rope_layer_step = 4`).
     pub no_rope_step: Option<usize>,
-    /// `(HF, llama.cpp)` names of a layer's modules (`vb.rs`): Phi-3's fused Q/K/V and
-    /// gate/up live under their own names.
-    pub layer_names: &'static [(&'static str, &'static str)],
+    /// `(HF, llama.cpp)` names of a layer's modules (`vb.rs`), tables searched in order: Phi-3's fused
+    /// Q/K/V and gate/up live under their own names; MoE families add `MOE_FFN_NAMES`.
+    pub layer_names: &'static [&'static [(&'static str, &'static str)]],
     /// A Mixture-of-Experts family's routing as llama.cpp's graph for it fixes it; `None` for
     /// a dense family.
     pub moe: Option<MoeFamily>,
@@ -79,7 +79,7 @@ pub const FAMILIES: &[Family] = &[
         qk_norm: false,
         qk_norm_if_present: false,
         no_rope_step: None,
-        layer_names: LLAMA_LAYER_NAMES,
+        layer_names: &[LLAMA_LAYER_NAMES],
         moe: None,
         swa_pattern: None,
     },
@@ -91,7 +91,7 @@ pub const FAMILIES: &[Family] = &[
         qk_norm: false,
         qk_norm_if_present: false,
         no_rope_step: None,
-        layer_names: LLAMA_LAYER_NAMES,
+        layer_names: &[LLAMA_LAYER_NAMES],
         moe: None,
         swa_pattern: None,
     },
@@ -103,7 +103,7 @@ pub const FAMILIES: &[Family] = &[
         qk_norm: true,
         qk_norm_if_present: false,
         no_rope_step: None,
-        layer_names: LLAMA_LAYER_NAMES,
+        layer_names: &[LLAMA_LAYER_NAMES],
         moe: None,
         swa_pattern: None,
     },
@@ -115,7 +115,7 @@ pub const FAMILIES: &[Family] = &[
         qk_norm: false,
         qk_norm_if_present: false,
         no_rope_step: Some(4),
-        layer_names: LLAMA_LAYER_NAMES,
+        layer_names: &[LLAMA_LAYER_NAMES],
         moe: None,
         swa_pattern: None,
     },
@@ -127,7 +127,7 @@ pub const FAMILIES: &[Family] = &[
         qk_norm: false,
         qk_norm_if_present: false,
         no_rope_step: None,
-        layer_names: PHI3_LAYER_NAMES,
+        layer_names: &[PHI3_LAYER_NAMES],
         moe: None,
         swa_pattern: None,
     },
@@ -141,7 +141,7 @@ pub const FAMILIES: &[Family] = &[
         qk_norm: true,
         qk_norm_if_present: false,
         no_rope_step: None,
-        layer_names: MOE_LAYER_NAMES,
+        layer_names: &[LLAMA_LAYER_NAMES, MOE_FFN_NAMES],
         moe: Some(MoeFamily {
             scoring: Some(Scoring::Softmax),
             norm_topk_prob: Some(true),
@@ -161,7 +161,7 @@ pub const FAMILIES: &[Family] = &[
         qk_norm: false,
         qk_norm_if_present: true,
         no_rope_step: None,
-        layer_names: GLM4MOE_LAYER_NAMES,
+        layer_names: &[POST_ATTENTION_NORM, LLAMA_LAYER_NAMES, MOE_FFN_NAMES],
         moe: Some(MoeFamily { scoring: None, norm_topk_prob: None, scaled: true, act: Glu::Silu }),
         swa_pattern: None,
     },
@@ -177,7 +177,7 @@ pub const FAMILIES: &[Family] = &[
         qk_norm: false,
         qk_norm_if_present: false,
         no_rope_step: None,
-        layer_names: GPTOSS_LAYER_NAMES,
+        layer_names: &[POST_ATTENTION_NORM, ATTENTION_SINKS, LLAMA_LAYER_NAMES, MOE_FFN_NAMES],
         moe: Some(MoeFamily {
             scoring: Some(Scoring::SoftmaxSelected),
             norm_topk_prob: Some(false),
@@ -753,7 +753,7 @@ const GEMMA3: Family = Family {
     qk_norm: true,
     qk_norm_if_present: false,
     no_rope_step: None,
-    layer_names: GEMMA3_LAYER_NAMES,
+    layer_names: &[GEMMA3_LAYER_NAMES],
     moe: None,
     swa_pattern: None,
 };
@@ -879,21 +879,14 @@ impl LlamaModel {
     ) -> Result<Self, EngineError> {
         let (ff, dims, m) =
             (cfg.variant.rope_freq_factors.as_deref(), cfg.variant.rope_dims, cfg.variant.rope_attn_factor);
-        let rope = match &cfg.variant.rope_scaling {
-            Some(s) => {
-                RopeTable::llama_cpp_yarn(cfg.rope_base as f64, dims, cfg.context_length, ff, s, s.mscale(m as f64))
-            }
-            None => RopeTable::llama_cpp_scaled(cfg.rope_base as f64, dims, cfg.context_length, ff).scaled_by(m),
+        // One table per RoPE base, under the file's scaling (YaRN / linear) or none.
+        let table = |base: f32| match &cfg.variant.rope_scaling {
+            Some(s) => RopeTable::llama_cpp_yarn(base as f64, dims, cfg.context_length, ff, s, s.mscale(m as f64)),
+            None => RopeTable::llama_cpp_scaled(base as f64, dims, cfg.context_length, ff).scaled_by(m),
         };
+        let rope = table(cfg.rope_base);
         let local = cfg.variant.windows.iter().any(Option::is_some) && cfg.variant.rope_local_base != cfg.rope_base;
-        let rope_local = local.then(|| match &cfg.variant.rope_scaling {
-            Some(s) => {
-                let base = cfg.variant.rope_local_base as f64;
-                RopeTable::llama_cpp_yarn(base, dims, cfg.context_length, ff, s, s.mscale(m as f64))
-            }
-            None => RopeTable::llama_cpp_scaled(cfg.variant.rope_local_base as f64, dims, cfg.context_length, ff)
-                .scaled_by(m),
-        });
+        let rope_local = local.then(|| table(cfg.variant.rope_local_base));
         let mut wbytes = embed.bytes() + output.as_ref().map_or(0, Weight::bytes) + 4 * output_norm.len();
         let vec_bytes = |v: &Option<(Vec<f32>, Vec<f32>)>| v.as_ref().map_or(0, |(a, b)| 4 * (a.len() + b.len()));
         for l in &layers {
