@@ -492,13 +492,7 @@ fn quantize_parallel(pool: &ThreadPool, x: &[f32], rows: usize, cols: usize, xq:
     }
     let (n32, nk) = (if per32 { rows * cols / QK } else { 0 }, if perk { rows * cols / QKA } else { 0 });
     if n32 + 2 * nk < 256 {
-        if per32 {
-            quantize_blocks(x, &mut xq.q, &mut xq.d, &mut xq.s, 0, n32);
-        }
-        if perk {
-            quantize_k_blocks(x, &mut xq.qk, &mut xq.dk, &mut xq.bk, &mut xq.bp, 0, nk);
-        }
-        return;
+        return quantize_serial(x, rows, cols, xq, per32, perk);
     }
     let tasks = pool.threads() * 2;
     let (qp, dp, sp) = (SyncPtr(xq.q.as_mut_ptr()), SyncPtr(xq.d.as_mut_ptr()), SyncPtr(xq.s.as_mut_ptr()));
@@ -628,32 +622,34 @@ mod tests {
         }
         let toks: Vec<usize> = shapes.iter().map(|s| s.2).chain([3]).collect();
         for isa in Isa::available() {
-            let want: Vec<Vec<f32>> = ws
-                .iter()
-                .zip(&xs)
-                .zip(&toks)
-                .map(|((w, x), &t)| {
-                    let mut o = vec![0f32; t * w.rows()];
-                    matmul(&pool, isa, w, x, t, &mut QActs::default(), &mut o);
-                    o
-                })
-                .collect();
             for group in [shapes.len(), ws.len()] {
-                let mut outs: Vec<Vec<f32>> =
-                    ws.iter().zip(&toks).take(group).map(|(w, &t)| vec![f32::NAN; t * w.rows()]).collect();
-                let mut jobs: Vec<GemmJob<'_>> = outs
-                    .iter_mut()
-                    .enumerate()
-                    .map(|(i, o)| GemmJob { w: &ws[i], x: &xs[i], tokens: toks[i], out: o })
-                    .collect();
-                matmul_grouped(&pool, isa, &mut jobs, &mut QActs::default());
-                for (i, o) in outs.iter().enumerate() {
-                    assert!(
-                        o.iter().zip(&want[i]).all(|(a, b)| a.to_bits() == b.to_bits()),
-                        "{isa:?} job {i} of {group}"
-                    );
-                }
+                assert_grouped_equals_alone(&pool, isa, &ws[..group], &xs, &toks);
             }
+        }
+    }
+
+    /// `matmul_grouped` over the jobs `(ws[i], xs[i], toks[i])` gives each the bits its own
+    /// `matmul` gives.
+    fn assert_grouped_equals_alone(pool: &ThreadPool, isa: Isa, ws: &[Weight], xs: &[Vec<f32>], toks: &[usize]) {
+        let want: Vec<Vec<f32>> = ws
+            .iter()
+            .zip(xs)
+            .zip(toks)
+            .map(|((w, x), &t)| {
+                let mut o = vec![0f32; t * w.rows()];
+                matmul(pool, isa, w, x, t, &mut QActs::default(), &mut o);
+                o
+            })
+            .collect();
+        let mut outs: Vec<Vec<f32>> = ws.iter().zip(toks).map(|(w, &t)| vec![f32::NAN; t * w.rows()]).collect();
+        let mut jobs: Vec<GemmJob<'_>> = outs
+            .iter_mut()
+            .enumerate()
+            .map(|(i, o)| GemmJob { w: &ws[i], x: &xs[i], tokens: toks[i], out: o })
+            .collect();
+        matmul_grouped(pool, isa, &mut jobs, &mut QActs::default());
+        for (i, o) in outs.iter().enumerate() {
+            assert!(o.iter().zip(&want[i]).all(|(a, b)| a.to_bits() == b.to_bits()), "{isa:?} job {i} of {}", ws.len());
         }
     }
 
@@ -684,26 +680,7 @@ mod tests {
         let toks = [5usize, 1, 37, 3, 0, 2];
         let xs: Vec<Vec<f32>> = toks.iter().map(|&t| (0..t * k).map(|_| rnd()).collect()).collect();
         for isa in Isa::available() {
-            let want: Vec<Vec<f32>> = ws
-                .iter()
-                .zip(&xs)
-                .zip(&toks)
-                .map(|((w, x), &t)| {
-                    let mut o = vec![0f32; t * w.rows()];
-                    matmul(&pool, isa, w, x, t, &mut QActs::default(), &mut o);
-                    o
-                })
-                .collect();
-            let mut outs: Vec<Vec<f32>> = ws.iter().zip(&toks).map(|(w, &t)| vec![f32::NAN; t * w.rows()]).collect();
-            let mut jobs: Vec<GemmJob<'_>> = outs
-                .iter_mut()
-                .enumerate()
-                .map(|(i, o)| GemmJob { w: &ws[i], x: &xs[i], tokens: toks[i], out: o })
-                .collect();
-            matmul_grouped(&pool, isa, &mut jobs, &mut QActs::default());
-            for (i, o) in outs.iter().enumerate() {
-                assert!(o.iter().zip(&want[i]).all(|(a, b)| a.to_bits() == b.to_bits()), "{isa:?} job {i}");
-            }
+            assert_grouped_equals_alone(&pool, isa, &ws, &xs, &toks);
         }
     }
 
