@@ -575,8 +575,11 @@ impl LayerBuffers {
             self.post.resize(t_n * h, 0.0);
         }
         self.proj.resize(t_n * h, 0.0);
-        self.gu.resize(t_n * 2 * c.ffn, 0.0);
-        self.act.resize(t_n * c.ffn, 0.0);
+        // The dense MLP's buffers, where some layer has one (a MoE layer uses `moe`).
+        if c.moe.as_ref().is_none_or(|m| m.first_dense > 0) {
+            self.gu.resize(t_n * 2 * c.ffn, 0.0);
+            self.act.resize(t_n * c.ffn, 0.0);
+        }
         self.row_seq.clear();
         for (i, sq) in batch.seqs.iter().enumerate() {
             self.row_seq.extend(std::iter::repeat_n(i as u32, sq.extend_len as usize));
