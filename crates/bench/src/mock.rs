@@ -375,9 +375,13 @@ fn die(s: &MockState, n: u64) {
             }
             let mut hoard: Vec<Vec<u8>> = Vec::new();
             loop {
-                // `vec!` of a non-zero byte touches every page; the allocator's failure
-                // prints `memory allocation of N bytes failed` and aborts the process.
-                hoard.push(vec![1u8; 64 << 20]);
+                // Reserved, not touched: the address-space limit fails the allocation at
+                // once, where touching every page took seconds on a loaded machine and read
+                // as a hang. The allocator's failure prints `memory allocation of N bytes
+                // failed` and aborts the process.
+                let mut chunk = Vec::<u8>::with_capacity(64 << 20);
+                chunk.push(1);
+                hoard.push(std::hint::black_box(chunk));
             }
         }
     }
