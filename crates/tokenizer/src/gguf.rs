@@ -66,6 +66,28 @@ const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L
 const QWEN2_REGEX: &str =
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// DeepSeek's pre-tokenizers as llama.cpp's `llama_vocab` lists them (`src/llama-vocab.cpp`,
+/// `LLAMA_VOCAB_PRE_TYPE_DEEPSEEK_LLM` / `DEEPSEEK3_LLM` / `DEEPSEEK_CODER`) and DeepSeek's
+/// `tokenizer.json` states them: a sequence of regex splits, each match isolated, then byte-level
+/// without a regex of its own. Generated from llama.cpp's source, non-ASCII as escapes.
+const DEEPSEEK_LLM_SPLITS: &[&str] = &[
+    "[\r\n]",
+    "\\s?[A-Za-z\u{b5}\u{c0}-\u{d6}\u{d8}-\u{f6}\u{f8}-\u{1ba}\u{1bc}-\u{1bf}\u{1c4}-\u{293}\u{295}-\u{2af}\u{370}-\u{373}\u{376}\u{377}\u{37b}-\u{37d}\u{37f}\u{386}\u{388}-\u{38a}\u{38c}\u{38e}-\u{3a1}\u{3a3}-\u{3f5}\u{3f7}-\u{481}\u{48a}-\u{52f}\u{531}-\u{556}\u{10a0}-\u{10c5}\u{13a0}-\u{13f5}\u{13f8}-\u{13fd}\u{1c90}-\u{1cba}\u{1cbd}-\u{1cbf}\u{1d00}-\u{1d2b}\u{1d6b}-\u{1d77}\u{1d79}-\u{1d9a}\u{1e00}-\u{1f15}\u{1f18}-\u{1f1d}\u{1f20}-\u{1f45}\u{1f48}-\u{1f4d}\u{1f50}-\u{1f57}\u{1f59}\u{1f5b}\u{1f5d}\u{1f5f}-\u{1f7d}\u{1f80}-\u{1fb4}\u{1fb6}-\u{1fbc}\u{1fbe}\u{1fc2}-\u{1fc4}\u{1fc6}-\u{1fcc}\u{1fd0}-\u{1fd3}\u{1fd6}-\u{1fdb}\u{1fe0}-\u{1fec}\u{1ff2}-\u{1ff4}\u{1ff6}-\u{1ffc}\u{2102}\u{2107}\u{210a}-\u{2113}\u{2115}\u{2119}-\u{211d}\u{2124}\u{2126}\u{2128}\u{212a}-\u{212d}\u{212f}-\u{2134}\u{2139}\u{213c}-\u{213f}\u{2145}-\u{2149}\u{214e}\u{2183}\u{2184}\u{2c00}-\u{2c7b}\u{2c7e}-\u{2ce4}\u{2ceb}-\u{2cee}\u{2cf2}\u{2cf3}\u{a640}-\u{a66d}\u{a680}-\u{a69b}\u{a722}-\u{a76f}\u{a771}-\u{a787}\u{a78b}-\u{a78e}\u{ab70}-\u{abbf}\u{fb00}-\u{fb06}\u{fb13}-\u{fb17}\u{ff21}-\u{ff3a}\u{ff41}-\u{ff5a}\u{10400}-\u{1044f}\u{104b0}-\u{104d3}\u{104d8}-\u{104fb}\u{10c80}-\u{10cb2}\u{10cc0}-\u{10cf2}\u{118a0}-\u{118df}\u{1e900}-\u{1e943}]+",
+    "\\s?[!-/:-~\u{ff01}-\u{ff0f}\u{ff1a}-\u{ff5e}\u{2018}-\u{201f}\u{3000}-\u{3002}]+",
+    "\\s+$",
+    "[\u{4e00}-\u{9fa5}\u{800}-\u{4e00}\u{ac00}-\u{d7ff}]+",
+    "\\p{N}+",
+];
+
+const DEEPSEEK3_SPLITS: &[&str] = &[
+    "\\p{N}{1,3}",
+    "[\u{4e00}-\u{9fa5}\u{3040}-\u{309f}\u{30a0}-\u{30ff}]+",
+    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+",
+];
+
+const DEEPSEEK_CODER_SPLITS: &[&str] =
+    &["[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", "[\u{4e00}-\u{9fa5}\u{800}-\u{4e00}\u{ac00}-\u{d7ff}]+", "\\p{N}"];
+
 /// GPT-4o's (o200k) pre-tokenizer regex, as its `tokenizer.json` states it (llama.cpp's
 /// `gpt-4o` pre-type, used by Phi-4-mini and Llama 4): cased words keep their capitals together
 /// with the lowercase run after them, contractions attach, digits go in threes.
@@ -314,10 +336,25 @@ fn pre_tokenizer(pre: &str) -> Result<PreTokenizerWrapper, TokenizerError> {
             let split = Split::new(SplitPattern::Regex(re.to_owned()), SplitDelimiterBehavior::Isolated, false)?;
             PreTokenizerWrapper::Sequence(Sequence::new(vec![PreTokenizerWrapper::Split(split), byte_level(false)]))
         }
+        "deepseek-llm" | "deepseek-v3" | "deepseek-coder" => {
+            let res = match pre {
+                "deepseek-llm" => DEEPSEEK_LLM_SPLITS,
+                "deepseek-v3" => DEEPSEEK3_SPLITS,
+                _ => DEEPSEEK_CODER_SPLITS,
+            };
+            let mut seq = Vec::with_capacity(res.len() + 1);
+            for re in res {
+                let split = Split::new(SplitPattern::Regex((*re).to_owned()), SplitDelimiterBehavior::Isolated, false)?;
+                seq.push(PreTokenizerWrapper::Split(split));
+            }
+            seq.push(byte_level(false));
+            PreTokenizerWrapper::Sequence(Sequence::new(seq))
+        }
         other => {
             return Err(TokenizerError::Gguf(format!(
                 "tokenizer.ggml.pre = {other:?} is not supported (known: default, gpt2, gpt-2, smollm, starcoder, \
-                 llama-bpe, llama3, llama-v3, smaug-bpe, qwen2, deepseek-r1-qwen, gpt-4o, llama4, tekken)"
+                 llama-bpe, llama3, llama-v3, smaug-bpe, qwen2, deepseek-r1-qwen, deepseek-llm, deepseek-v3, \
+                 deepseek-coder, gpt-4o, llama4, tekken)"
             )))
         }
     })
