@@ -1,4 +1,5 @@
-//! Loading a model from `--model-path`: a GGUF file (Llama family, Gemma 3) or a Hugging Face checkpoint
+//! Loading a model from `--model-path`: a GGUF file (Llama family, Gemma 3, DeepSeek-V2/V3's
+//! `deepseek2` on GLM-5's MLA model) or a Hugging Face checkpoint
 //! directory (`glm_moe_dsa` GLM-5, `llama`), in one place; for GLM-5 the DSA attention choices
 //! and the MoE implementation (fixed, or autotuned per batch-size bucket) are applied here.
 
@@ -53,6 +54,14 @@ pub fn load_model(args: &EngineArgs) -> Result<(Box<dyn Model>, &'static str, se
                 p.display()
             ))),
         }
+    } else if gguf_architecture(p)? == crate::model::glm5::gguf::ARCH {
+        // As the other GGUF MoE families: the MoE implementation is fixed (expert-major unless
+        // `--moe-runner-backend` names one), not autotuned.
+        let moe = MoeChoice::Fixed(fixed.unwrap_or(MoeImpl::ExpertMajor));
+        let m = Glm5Model::load_gguf(p, args.threads, Glm5Options { prefill_attn, decode_attn, moe })?;
+        let isa = m.isa().name();
+        let notes = serde_json::json!({"attention": "MLA, absorbed, over the latent cache (no DSA indexer)"});
+        Ok((Box::new(m), isa, notes))
     } else {
         let mut m = LlamaModel::load(p, args.threads)?;
         if let Some(f) = fixed {
@@ -76,6 +85,21 @@ pub fn load_model(args: &EngineArgs) -> Result<(Box<dyn Model>, &'static str, se
         };
         Ok((Box::new(m), isa, notes))
     }
+}
+
+/// The `general.architecture` of GGUF file `p`.
+///
+/// # Errors
+/// An unreadable file or a missing key.
+fn gguf_architecture(p: &std::path::Path) -> Result<String, EngineError> {
+    use ggus::GGufMetaMapExt;
+    let file = crate::checkpoint::gguf::GgufFile::open(p)?;
+    let ld = file.view()?;
+    let arch = ld
+        .meta()
+        .general_architecture()
+        .map_err(|e| EngineError::model(format!("{}: general.architecture: {e:?}", p.display())))?;
+    Ok(arch.to_owned())
 }
 
 /// The MoE implementation per batch size: `fixed` if given; else the start-up autotune's

@@ -162,10 +162,11 @@ pub const CPU_BACKEND: BackendCaps =
     BackendCaps { name: "cpu", kinds: &["gqa"], mixed_batches: true, extend_with_prefix: true, sliding_window: true };
 
 /// The CPU DSA backend: MLA over the latent cache with DeepSeek sparse attention (indexer
-/// top-k), named after SGLang's `--attention-backend dsa` (`nsa` before 0.5.23).
+/// top-k), named after SGLang's `--attention-backend dsa` (`nsa` before 0.5.23); without an
+/// indexer (DeepSeek-V2/V3) the same absorbed MLA attends to the whole context.
 pub const DSA_BACKEND: BackendCaps = BackendCaps {
     name: "dsa",
-    kinds: &["mla+dsa"],
+    kinds: &["mla+dsa", "mla"],
     mixed_batches: true,
     extend_with_prefix: true,
     sliding_window: false,

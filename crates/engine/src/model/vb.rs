@@ -93,6 +93,22 @@ pub const MOE_FFN_NAMES: &[(&str, &str)] = &[
     ("mlp.shared_experts.down_proj", "ffn_down_shexp"),
 ];
 
+/// DeepSeek-V2/V3's MLA attention (`MODEL_ARCH.DEEPSEEK2`): the q LoRA (`attn_q_a`,
+/// `attn_q_a_norm`, `attn_q_b`) or a plain `attn_q` (V2-Lite), the latent projection and its
+/// norm, and `kv_b_proj` unsplit (`attn_kv_b`, older files) or split for the absorbed form
+/// (`attn_k_b`, `attn_v_b`); the rest are [`LLAMA_LAYER_NAMES`] and [`MOE_FFN_NAMES`].
+pub const DEEPSEEK2_LAYER_NAMES: &[(&str, &str)] = &[
+    ("self_attn.q_proj", "attn_q"),
+    ("self_attn.q_a_proj", "attn_q_a"),
+    ("self_attn.q_a_layernorm", "attn_q_a_norm"),
+    ("self_attn.q_b_proj", "attn_q_b"),
+    ("self_attn.kv_a_proj_with_mqa", "attn_kv_a_mqa"),
+    ("self_attn.kv_a_layernorm", "attn_kv_a_norm"),
+    ("self_attn.kv_b_proj", "attn_kv_b"),
+    ("self_attn.k_b_proj", "attn_k_b"),
+    ("self_attn.v_b_proj", "attn_v_b"),
+];
+
 /// GLM-4.5's and gpt-oss's pre-FFN norm, stored as `post_attention_norm` (put before
 /// [`LLAMA_LAYER_NAMES`], whose `ffn_norm` it overrides).
 pub const POST_ATTENTION_NORM: &[(&str, &str)] = &[("post_attention_layernorm", "post_attention_norm")];

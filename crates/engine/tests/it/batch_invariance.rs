@@ -44,7 +44,7 @@ fn penalties(i: usize) -> SamplingParams {
 
 /// Runs `prompts` through a scheduler, all submitted at once (a batch) or one after another
 /// (alone); returns each request's tokens.
-fn run(m: &mut LlamaModel, c: SchedulerConfig, prompts: &[Vec<u32>], alone: bool) -> Vec<Vec<u32>> {
+fn run(m: &mut dyn Model, c: SchedulerConfig, prompts: &[Vec<u32>], alone: bool) -> Vec<Vec<u32>> {
     let mut s = Scheduler::new(c, None);
     let mut kv = KvStore::new(m.attention_needs().kv_layout, s.num_slots());
     let mut out = vec![Vec::new(); prompts.len()];
@@ -61,7 +61,7 @@ fn run(m: &mut LlamaModel, c: SchedulerConfig, prompts: &[Vec<u32>], alone: bool
         };
         s.submit(r).expect("fits");
     };
-    let drain = |s: &mut Scheduler, m: &mut LlamaModel, kv: &mut KvStore, out: &mut Vec<Vec<u32>>| {
+    let drain = |s: &mut Scheduler, m: &mut dyn Model, kv: &mut KvStore, out: &mut Vec<Vec<u32>>| {
         while !s.is_idle() {
             for o in s.step(m, kv) {
                 match o {
@@ -103,7 +103,7 @@ pub(crate) fn mixed_prompts(vocab: u32) -> Vec<Vec<u32>> {
 
 /// Each prompt's output alone equals its output in one batch of all, for each page size and
 /// radix setting (chunks of 48 prefill tokens in the batches).
-pub(crate) fn check_invariance(m: &mut LlamaModel, prompts: &[Vec<u32>]) {
+pub(crate) fn check_invariance(m: &mut dyn Model, prompts: &[Vec<u32>]) {
     let alone = run(m, cfg(1, false, 512), prompts, true);
     assert!(alone.iter().all(|o| o.len() == NEW));
     for (page, radix) in [(1, true), (16, true), (64, true), (16, false)] {

@@ -448,7 +448,7 @@ fn kq_tensors(mix: &str, rope: &[f32]) -> Vec<Tensor> {
 
 /// Logits at `positions` of `ids` (one chunk per position, so every chunk extends the cache
 /// as a chunked prefill does), then `greedy` tokens decoded one at a time.
-pub(crate) fn kq_run(m: &mut LlamaModel, ids: &[u32], positions: &[usize], greedy: usize) -> (Vec<Vec<f32>>, Vec<u32>) {
+pub(crate) fn kq_run(m: &mut dyn Model, ids: &[u32], positions: &[usize], greedy: usize) -> (Vec<Vec<f32>>, Vec<u32>) {
     let mut kv = KvStore::new(m.attention_needs().kv_layout, ids.len() + greedy + 1);
     let (mut rows, mut done) = (Vec::new(), 0);
     for &p in positions {
@@ -518,7 +518,7 @@ pub(crate) fn check_against_llama_cpp(
 /// rows by more than `limit` on average (the golden sees the mistake); prints its distance.
 pub(crate) fn assert_golden_sees(
     label: &str,
-    m: &mut LlamaModel,
+    m: &mut dyn Model,
     ids: &[u32],
     positions: &[usize],
     exact: &serde_json::Value,

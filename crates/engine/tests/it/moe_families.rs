@@ -93,7 +93,7 @@ fn spec(family: &str) -> Spec {
 }
 
 /// The script's `q8_matrix_t`: random Q8_0 codes, every block's scale `target / 127`.
-fn q8(name: &str, rows: usize, cols: usize, target: f64) -> Vec<u8> {
+pub(crate) fn q8(name: &str, rows: usize, cols: usize, target: f64) -> Vec<u8> {
     let mut raw = splitmix(fnv1a(name), rows * cols / 32 * 34);
     let scale = sparrow_cpu::half::f32_to_f16((target / 127.0) as f32).to_le_bytes();
     for blk in raw.chunks_exact_mut(34) {
@@ -200,8 +200,8 @@ fn tensors(family: &str) -> Vec<Tensor> {
 
 /// The script's `q8_head`: the first `HOT` rows of the output head at `HOT_FACTOR` × the span,
 /// so a greedy token is usually one of a few, with gaps well above 8-bit noise.
-const HOT: usize = 8;
-const HOT_FACTOR: f64 = 4.0;
+pub(crate) const HOT: usize = 8;
+pub(crate) const HOT_FACTOR: f64 = 4.0;
 
 /// Metadata the script's `write` sets beside the tensors; `expert_count` may be overridden (a
 /// malformed file).
@@ -228,16 +228,27 @@ fn meta(family: &str) -> Meta {
     Meta { arch, yarn, expert_count: N_EXPERT, window, glm: (family == "glm4moe").then_some((2, true, 2.5)) }
 }
 
+/// A metadata value as GGUF stores it.
+pub(crate) type MetaValue = (Ty, Vec<u8>);
+
+/// A `u32` metadata value.
+pub(crate) fn u32v(v: usize) -> MetaValue {
+    (Ty::U32, (v as u32).to_le_bytes().to_vec())
+}
+
+/// An `f32` metadata value.
+pub(crate) fn f32v(v: f32) -> MetaValue {
+    (Ty::F32, v.to_le_bytes().to_vec())
+}
+
+/// A string metadata value.
+pub(crate) fn strv(s: &str) -> MetaValue {
+    (Ty::String, [&(s.len() as u64).to_le_bytes()[..], s.as_bytes()].concat())
+}
+
 /// A GGUF of `tensors` under `arch`'s metadata keys (what the script's `gguf.GGUFWriter` writes
 /// for the model; no tokenizer).
 fn write(path: &Path, s: &Spec, m: &Meta, tensors: &[Tensor]) {
-    let arch = m.arch;
-    let u32v = |v: usize| (Ty::U32, (v as u32).to_le_bytes().to_vec());
-    let f32v = |v: f32| (Ty::F32, v.to_le_bytes().to_vec());
-    let mut meta: Vec<(String, (Ty, Vec<u8>))> = vec![(
-        "general.architecture".into(),
-        (Ty::String, [&(arch.len() as u64).to_le_bytes()[..], arch.as_bytes()].concat()),
-    )];
     let mut keyed = vec![
         ("block_count", u32v(LAYERS)),
         ("context_length", u32v(CTX)),
@@ -245,7 +256,7 @@ fn write(path: &Path, s: &Spec, m: &Meta, tensors: &[Tensor]) {
         ("feed_forward_length", u32v(FFN)),
         ("attention.head_count", u32v(HEADS)),
         ("attention.head_count_kv", u32v(KV_HEADS)),
-        ("rope.freq_base", f32v(if arch == "gpt-oss" { 150000.0 } else { 1e6 })),
+        ("rope.freq_base", f32v(if m.arch == "gpt-oss" { 150000.0 } else { 1e6 })),
         ("attention.layer_norm_rms_epsilon", f32v(EPS)),
         ("attention.key_length", u32v(s.head_dim)),
         ("attention.value_length", u32v(s.head_dim)),
@@ -258,7 +269,7 @@ fn write(path: &Path, s: &Spec, m: &Meta, tensors: &[Tensor]) {
         keyed.push(("attention.sliding_window", u32v(w)));
     }
     if let Some((factor, orig)) = m.yarn {
-        keyed.push(("rope.scaling.type", (Ty::String, [&4u64.to_le_bytes()[..], b"yarn"].concat())));
+        keyed.push(("rope.scaling.type", strv("yarn")));
         keyed.push(("rope.scaling.factor", f32v(factor)));
         keyed.push(("rope.scaling.original_context_length", u32v(orig)));
     }
@@ -269,7 +280,13 @@ fn write(path: &Path, s: &Spec, m: &Meta, tensors: &[Tensor]) {
         keyed.push(("expert_weights_norm", (Ty::Bool, vec![norm as u8])));
         keyed.push(("expert_gating_func", u32v(gating as usize)));
     }
-    meta.extend(keyed.into_iter().map(|(k, v)| (format!("{arch}.{k}"), v)));
+    write_gguf(path, m.arch, &keyed, tensors);
+}
+
+/// A GGUF file of `tensors` with `general.architecture = arch` and `keyed` as `{arch}.{key}`.
+pub(crate) fn write_gguf(path: &Path, arch: &str, keyed: &[(&str, MetaValue)], tensors: &[Tensor]) {
+    let mut meta: Vec<(String, MetaValue)> = vec![("general.architecture".into(), strv(arch))];
+    meta.extend(keyed.iter().map(|(k, v)| (format!("{arch}.{k}"), v.clone())));
     // Byte by byte (`ggus`' writer has no MXFP4): the header, the metadata, the tensor table,
     // then each tensor's data at a 32-byte boundary.
     let mut f = Vec::new();
@@ -311,11 +328,16 @@ fn ggml_id(ty: GgmlType) -> u32 {
 }
 
 fn fixture() -> serde_json::Value {
-    let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/moe_golden.json");
+    fixture_named("moe_golden.json")
+}
+
+/// `tests/fixtures/{name}` as JSON.
+pub(crate) fn fixture_named(name: &str) -> serde_json::Value {
+    let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
     serde_json::from_str(&std::fs::read_to_string(p).expect("fixture")).expect("JSON")
 }
 
-fn u32s(v: &serde_json::Value) -> Vec<u32> {
+pub(crate) fn u32s(v: &serde_json::Value) -> Vec<u32> {
     v.as_array().expect("ids").iter().map(|x| x.as_u64().expect("id") as u32).collect()
 }
 
@@ -342,7 +364,7 @@ const GREEDY_AGREE: usize = 4;
 const GREEDY_MARGIN: f64 = 2.0;
 
 /// Our greedy tokens for each of the fixture's greedy prompts; how many agree with llama.cpp's.
-fn greedy_agreement(m: &mut LlamaModel, family: &str, case: &serde_json::Value) -> usize {
+pub(crate) fn greedy_agreement(m: &mut dyn Model, family: &str, case: &serde_json::Value) -> usize {
     let prompts = case["greedy"].as_array().expect("greedy prompts");
     let (mut agree, mut strict) = (0, 0);
     for (i, p) in prompts.iter().enumerate() {

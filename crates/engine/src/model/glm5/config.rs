@@ -5,6 +5,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::model::routing::Scoring;
 use crate::EngineError;
 
 /// Hyper-parameters from `config.json`.
@@ -16,7 +17,8 @@ pub struct Glm5Config {
     pub layers: usize,
     /// Attention heads.
     pub heads: usize,
-    /// Query LoRA rank (the indexer reads the normalized `qr`, so it is required).
+    /// Query LoRA rank; 0: no q LoRA, the queries are one projection of the hidden state
+    /// (DeepSeek-V2-Lite). The indexer reads the normalized `qr`, so it needs one.
     pub q_lora_rank: usize,
     /// Latent (compressed KV) width.
     pub kv_lora_rank: usize,
@@ -40,6 +42,8 @@ pub struct Glm5Config {
     pub first_k_dense: usize,
     /// Per layer: dense MLP (else MoE); from `mlp_layer_types` or `first_k_dense`.
     pub mlp_dense: Vec<bool>,
+    /// Router scores: sigmoid (GLM-5, DeepSeek-V3) or softmax (DeepSeek-V2).
+    pub scoring: Scoring,
     /// Multiplies the routed experts' weights (once).
     pub routed_scaling: f32,
     /// Expert groups.
@@ -59,6 +63,12 @@ pub struct Glm5Config {
     pub indexer_full: Vec<bool>,
     /// RoPE base.
     pub rope_theta: f64,
+    /// Multiplies every attention score: `(nope + rope)^-½`, times YaRN's `mscale²` in a
+    /// DeepSeek file with RoPE scaling (DeepSeek-V2 §2.1 with YaRN; llama.cpp's `kq_scale`).
+    pub softmax_scale: f32,
+    /// RMSNorm ε of `q_a_layernorm` and `kv_a_layernorm`: 1e-6 in HF's GLM-5 (built without
+    /// `rms_norm_eps`), the file's `layer_norm_rms_epsilon` in a GGUF, as llama.cpp uses it.
+    pub lora_eps: f32,
     /// RMSNorm ε of the layer norms and the final norm (`q_a_layernorm` and
     /// `kv_a_layernorm` use 1e-6, as HF constructs them without ε).
     pub rms_eps: f32,
@@ -277,6 +287,7 @@ impl Glm5Config {
             first_k_dense: r.first_k_dense_replace,
             indexer_full: indexer_types(r, layers)?,
             mlp_dense: mlp_dense(r, layers)?,
+            scoring: Scoring::Sigmoid,
             routed_scaling: r.routed_scaling_factor as f32,
             n_group: r.n_group,
             topk_group: r.topk_group,
@@ -285,17 +296,21 @@ impl Glm5Config {
             idx_dim: r.index_head_dim,
             idx_topk: r.index_topk,
             rope_theta: rp.and_then(|p| p.rope_theta).unwrap_or(r.rope_theta),
+            softmax_scale: 1.0 / ((r.qk_nope_head_dim + r.qk_rope_head_dim) as f32).sqrt(),
+            lora_eps: super::LORA_NORM_EPS,
             rms_eps: r.rms_norm_eps as f32,
             vocab: r.vocab_size,
             max_positions: r.max_position_embeddings,
             tie_word_embeddings: r.tie_word_embeddings,
         };
-        c.check()?;
+        c.check_from("config.json")?;
         Ok(c)
     }
 
-    fn check(&self) -> Result<(), EngineError> {
-        let bad = |m: String| Err(EngineError::model(format!("config.json: {m}")));
+    /// Checks the shapes and choices the model relies on; `src` names where they came from in
+    /// an error (`config.json`, or a GGUF file's architecture).
+    pub(super) fn check_from(&self, src: &str) -> Result<(), EngineError> {
+        let bad = |m: String| Err(EngineError::model(format!("{src}: {m}")));
         if self.n_group == 0 || !self.n_routed.is_multiple_of(self.n_group) || self.topk_group > self.n_group {
             return bad(format!(
                 "{} experts in {} groups, top {} groups",
@@ -311,11 +326,25 @@ impl Glm5Config {
         if self.layers == 0 || self.hidden == 0 || self.heads == 0 || self.vocab == 0 || self.max_positions == 0 {
             return bad("num_hidden_layers, hidden_size, num_attention_heads, vocab_size and max_position_embeddings must be positive".into());
         }
-        if self.qk_rope == 0 || !self.qk_rope.is_multiple_of(2) || self.qk_rope > self.idx_dim {
+        if self.qk_rope == 0 || !self.qk_rope.is_multiple_of(2) {
+            return bad(format!("qk_rope_head_dim {} must be even and positive", self.qk_rope));
+        }
+        if self.mlp_dense.len() != self.layers || self.indexer_full.len() != self.layers {
             return bad(format!(
-                "qk_rope_head_dim {} must be even, positive and at most index_head_dim {}",
-                self.qk_rope, self.idx_dim
+                "per-layer lists of {} and {} for {} layers",
+                self.mlp_dense.len(),
+                self.indexer_full.len(),
+                self.layers
             ));
+        }
+        if !self.has_indexer() {
+            return Ok(());
+        }
+        if self.qk_rope > self.idx_dim {
+            return bad(format!("qk_rope_head_dim {} exceeds index_head_dim {}", self.qk_rope, self.idx_dim));
+        }
+        if self.q_lora_rank == 0 {
+            return bad("the DSA indexer needs the q LoRA (q_lora_rank > 0)".into());
         }
         if self.idx_topk == 0 || self.idx_heads == 0 {
             return bad(format!("index_topk {} and index_n_heads {} must be positive", self.idx_topk, self.idx_heads));
@@ -324,6 +353,12 @@ impl Glm5Config {
             return bad("the first layer's indexer is \"shared\" but no earlier layer computes a selection".into());
         }
         Ok(())
+    }
+
+    /// Whether any layer runs the DSA indexer (GLM-5); DeepSeek-V2/V3 files have none, and
+    /// every query attends to its whole context.
+    pub fn has_indexer(&self) -> bool {
+        self.indexer_full.iter().any(|&f| f)
     }
 }
 

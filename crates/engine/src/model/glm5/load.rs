@@ -9,7 +9,7 @@ use sparrow_cpu::format::ggml::QActs;
 use sparrow_cpu::{Isa, ThreadPool, Weight};
 
 use super::indexer::Indexer;
-use super::mla::Mla;
+use super::mla::{Mla, QProj};
 use super::moe::{routing, Ffn};
 use super::{AttnStats, DecoderLayer, Glm5Config, Glm5Model, Glm5Options};
 use crate::checkpoint::hf::Checkpoint;
@@ -105,9 +105,11 @@ fn load_layer(ck: &Checkpoint, c: &Glm5Config, l: usize) -> Result<DecoderLayer,
         input_ln: vb.vector("input_layernorm.weight", h)?,
         post_ln: vb.vector("post_attention_layernorm.weight", h)?,
         attn: Mla {
-            q_a: a.linear("q_a_proj", c.q_lora_rank, h)?,
-            q_a_ln: a.vector("q_a_layernorm.weight", c.q_lora_rank)?,
-            q_b: a.linear("q_b_proj", c.heads * hq, c.q_lora_rank)?,
+            q: QProj::Lora {
+                a: a.linear("q_a_proj", c.q_lora_rank, h)?,
+                norm: a.vector("q_a_layernorm.weight", c.q_lora_rank)?,
+                b: a.linear("q_b_proj", c.heads * hq, c.q_lora_rank)?,
+            },
             kv_a: a.linear("kv_a_proj_with_mqa", c.kv_lora_rank + c.qk_rope, h)?,
             kv_a_ln: a.vector("kv_a_layernorm.weight", c.kv_lora_rank)?,
             w_uk,
@@ -121,9 +123,9 @@ fn load_layer(ck: &Checkpoint, c: &Glm5Config, l: usize) -> Result<DecoderLayer,
 
 /// `kv_b_proj` (`[heads·(nope + v) × kv_lora]`) as per-head `W_UK [nope × kv_lora]` and
 /// `W_UV [v × kv_lora]`, in f32.
-type AbsorbedKvB = (Vec<Vec<f32>>, Vec<Vec<f32>>);
+pub(super) type AbsorbedKvB = (Vec<Vec<f32>>, Vec<Vec<f32>>);
 
-fn absorbed_kv_b(kv_b: &Weight, c: &Glm5Config) -> AbsorbedKvB {
+pub(super) fn absorbed_kv_b(kv_b: &Weight, c: &Glm5Config) -> AbsorbedKvB {
     let mut w_uk = Vec::with_capacity(c.heads);
     let mut w_uv = Vec::with_capacity(c.heads);
     let mut row = vec![0f32; c.kv_lora_rank];
@@ -146,7 +148,7 @@ fn absorbed_kv_b(kv_b: &Weight, c: &Glm5Config) -> AbsorbedKvB {
 }
 
 /// A SwiGLU MLP under `vb` (`gate_proj`, `up_proj`, `down_proj`), gate and up stacked.
-fn load_mlp(vb: &Vb<'_>, hidden: usize, inter: usize) -> Result<Mlp, EngineError> {
+pub(super) fn load_mlp(vb: &Vb<'_>, hidden: usize, inter: usize) -> Result<Mlp, EngineError> {
     let gate_up = Linear::stack(vec![vb.linear("gate_proj", inter, hidden)?, vb.linear("up_proj", inter, hidden)?]);
     Ok(Mlp { gate_up, down: vb.linear("down_proj", hidden, inter)?, inter, act: Glu::Silu })
 }
@@ -177,11 +179,11 @@ fn load_moe(ck: &Checkpoint, c: &Glm5Config, vb: &Vb<'_>) -> Result<Moe, EngineE
 }
 
 /// Bytes of weights held, for [`ModelInfo::weight_bytes`].
-fn weight_bytes(embed: &Weight, lm_head: Option<&Weight>, layers: &[DecoderLayer]) -> usize {
+pub(super) fn weight_bytes(embed: &Weight, lm_head: Option<&Weight>, layers: &[DecoderLayer]) -> usize {
     let mut wbytes = embed.bytes() + lm_head.map_or(0, Weight::bytes);
     for l in layers {
         let m = &l.attn;
-        wbytes += [&m.q_a, &m.q_b, &m.kv_a, &m.o].iter().map(|x| x.weight.bytes()).sum::<usize>();
+        wbytes += m.q.linears().iter().chain([&&m.kv_a, &&m.o]).map(|x| x.weight.bytes()).sum::<usize>();
         wbytes += 4 * m.w_uk.iter().map(Vec::len).sum::<usize>() + m.w_uv.iter().map(Weight::bytes).sum::<usize>();
         if let Some(ix) = &m.indexer {
             wbytes += [&ix.wq_b, &ix.wk, &ix.weights_proj].iter().map(|x| x.weight.bytes()).sum::<usize>();

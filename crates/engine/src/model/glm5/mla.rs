@@ -24,7 +24,7 @@ use sparrow_cpu::{kernels, Weight};
 use crate::model::linear::{observe_shared, Linear};
 
 use super::indexer::{Indexer, Selection};
-use super::{Step, Work, LORA_NORM_EPS, ROPE_LAYOUT};
+use super::{Step, Work, ROPE_LAYOUT};
 use crate::config::AttnImpl;
 use crate::kv::KvStore;
 use crate::model::common::Scratch;
@@ -36,11 +36,27 @@ const QUERY_BLOCK: usize = 16;
 /// rather than a `dot` per output inside each row's task (same bits either way).
 const UV_GEMM_ROWS: usize = 16;
 
+/// How a layer makes its queries.
+pub(super) enum QProj {
+    /// `q_b_proj(RMSNorm(q_a_proj(h)))`: GLM-5, DeepSeek-V2 and V3.
+    Lora { a: Linear, norm: Vec<f32>, b: Linear },
+    /// `q_proj(h)`: DeepSeek-V2-Lite (`q_lora_rank` null; llama.cpp's `attn_q`).
+    Direct(Linear),
+}
+
+impl QProj {
+    /// The projections, for the weight count.
+    pub(super) fn linears(&self) -> Vec<&Linear> {
+        match self {
+            QProj::Lora { a, b, .. } => vec![a, b],
+            QProj::Direct(q) => vec![q],
+        }
+    }
+}
+
 /// One layer's attention weights, with its indexer on `full` layers.
 pub(super) struct Mla {
-    pub(super) q_a: Linear,
-    pub(super) q_a_ln: Vec<f32>,
-    pub(super) q_b: Linear,
+    pub(super) q: QProj,
     pub(super) kv_a: Linear,
     pub(super) kv_a_ln: Vec<f32>,
     /// `[heads][nope × kv_lora]`.
@@ -96,36 +112,50 @@ impl Mla {
     }
 
     /// The projections of the rows `h`, with their norms and RoPE: the normalized query LoRA
-    /// `qr` (the indexer reads it too), the queries `q` (`[tokens × heads × (nope + rope)]`) and
-    /// the cache rows `[c, k_pe]`. The rows `h` (and `qr`) are reported to the observer once
-    /// for every projection that reads them, the indexer's included.
+    /// `qr` (the indexer reads it too; empty without a q LoRA), the queries `q`
+    /// (`[tokens × heads × (nope + rope)]`) and the cache rows `[c, k_pe]`. The rows `h` (and
+    /// `qr`) are reported to the observer once for every projection that reads them, the
+    /// indexer's included.
     fn project(&self, s: &Step<'_>, h: &[f32], w: &mut Work<'_>) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
         let (c, isa, pool) = (s.cfg, s.isa, s.pool);
         let t_n = s.batch.num_tokens();
         let hq = c.qk_nope + c.qk_rope;
         let lat_w = c.kv_lora_rank + c.qk_rope;
         let ix = self.indexer.as_ref();
-        let mut on_h = vec![&self.q_a, &self.kv_a];
+        let q_in = match &self.q {
+            QProj::Lora { a, .. } => a,
+            QProj::Direct(q) => q,
+        };
+        let mut on_h = vec![q_in, &self.kv_a];
         on_h.extend(ix.into_iter().flat_map(|ix| [&ix.wk, &ix.weights_proj]));
         observe_shared(w.cx.observer, pool, isa, &on_h, h, t_n);
         // Every buffer here is written whole (GEMM outputs, the norm's).
-        let mut qa = w.bufs.take(t_n * c.q_lora_rank);
-        self.q_a.forward_observed(&mut w.cx, h, t_n, &mut qa);
-        let mut qr = w.bufs.take(t_n * c.q_lora_rank);
-        super::par_norm(pool, &qa, &self.q_a_ln, LORA_NORM_EPS, &mut qr);
-        w.bufs.give(qa);
-        let mut on_qr = vec![&self.q_b];
-        on_qr.extend(ix.map(|ix| &ix.wq_b));
-        observe_shared(w.cx.observer, pool, isa, &on_qr, &qr, t_n);
         let mut q = w.bufs.take(t_n * c.heads * hq);
-        self.q_b.forward_observed(&mut w.cx, &qr, t_n, &mut q);
+        let qr = match &self.q {
+            QProj::Lora { a, norm, b } => {
+                let mut qa = w.bufs.take(t_n * c.q_lora_rank);
+                a.forward_observed(&mut w.cx, h, t_n, &mut qa);
+                let mut qr = w.bufs.take(t_n * c.q_lora_rank);
+                super::par_norm(pool, &qa, norm, c.lora_eps, &mut qr);
+                w.bufs.give(qa);
+                let mut on_qr = vec![b];
+                on_qr.extend(ix.map(|ix| &ix.wq_b));
+                observe_shared(w.cx.observer, pool, isa, &on_qr, &qr, t_n);
+                b.forward_observed(&mut w.cx, &qr, t_n, &mut q);
+                qr
+            }
+            QProj::Direct(wq) => {
+                wq.forward_observed(&mut w.cx, h, t_n, &mut q);
+                Vec::new()
+            }
+        };
         let mut kva = w.bufs.take(t_n * lat_w);
         self.kv_a.forward_observed(&mut w.cx, h, t_n, &mut kva);
         let (rope, positions) = (s.rope, &s.batch.positions);
         pool.par_rows(&mut kva, lat_w, |t, row| {
             let (lat, kpe) = row.split_at_mut(c.kv_lora_rank);
             let mut normed = vec![0f32; c.kv_lora_rank];
-            kernels::rms_norm(lat, &self.kv_a_ln, LORA_NORM_EPS, &mut normed);
+            kernels::rms_norm(lat, &self.kv_a_ln, c.lora_eps, &mut normed);
             lat.copy_from_slice(&normed);
             rope.rotate(kpe, positions[t] as usize, ROPE_LAYOUT);
         });
@@ -153,7 +183,7 @@ impl Mla {
         let t_n = batch.num_tokens();
         let hq = c.qk_nope + c.qk_rope;
         let lat_w = c.kv_lora_rank + c.qk_rope;
-        let softmax_scale = 1.0 / (hq as f32).sqrt();
+        let softmax_scale = c.softmax_scale;
         let (vd, kvl, heads) = (c.v_dim, c.kv_lora_rank, c.heads);
         // 1. [q_abs (kv_lora), q_pe (rope)] per (row, head): a query against a latent row.
         // q_abs = Σ_i q_nope[i] · W_UK[i], the rows of W_UK read once per run of rows.

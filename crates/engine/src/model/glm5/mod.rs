@@ -27,6 +27,7 @@
 //! `--nsa-decode-backend`) and token- or expert-major MoE (`--moe-runner-backend`).
 
 mod config;
+pub mod gguf;
 mod indexer;
 mod load;
 mod mla;
@@ -260,13 +261,17 @@ impl Model for Glm5Model {
     fn attention_needs(&self) -> AttentionNeeds {
         let c = &self.cfg;
         AttentionNeeds {
-            kind: "mla+dsa",
+            kind: if c.has_indexer() { "mla+dsa" } else { "mla" },
             kv_layout: KvLayout {
                 layers: c.layers,
-                components: vec![
-                    KvComponent { name: "latent", width: c.kv_lora_rank + c.qk_rope },
-                    KvComponent { name: "index_k", width: c.idx_dim },
-                ],
+                components: if c.has_indexer() {
+                    vec![
+                        KvComponent { name: "latent", width: c.kv_lora_rank + c.qk_rope },
+                        KvComponent { name: "index_k", width: c.idx_dim },
+                    ]
+                } else {
+                    vec![KvComponent { name: "latent", width: c.kv_lora_rank + c.qk_rope }]
+                },
                 dtype: KvDtype::F32,
             },
             sliding_window: false,

@@ -14,12 +14,13 @@
 
 use super::{Glm5Config, Step, Work};
 use crate::model::moe::{Mlp, Moe};
-use crate::model::routing::{Routing, Scoring};
+use crate::model::routing::Routing;
 
-/// GLM-5's routing rule as data: sigmoid scores, the correction bias, group-limited top-k.
+/// The model's routing rule as data: GLM-5's and DeepSeek-V3's sigmoid scores (DeepSeek-V2's
+/// softmax), the correction bias when the layer has one, group-limited top-k.
 pub fn routing(c: &Glm5Config) -> Routing {
     Routing {
-        scoring: Scoring::Sigmoid,
+        scoring: c.scoring,
         top_k: c.top_k,
         norm_topk_prob: c.norm_topk_prob,
         scaling: c.routed_scaling,
@@ -63,6 +64,7 @@ mod tests {
     use super::*;
     use crate::config::MoeImpl;
     use crate::model::moe::MoeChoice;
+    use crate::model::routing::Scoring;
 
     fn cfg() -> Glm5Config {
         Glm5Config {
@@ -81,6 +83,7 @@ mod tests {
             inter: 8,
             first_k_dense: 0,
             mlp_dense: vec![false],
+            scoring: Scoring::Sigmoid,
             routed_scaling: 2.5,
             n_group: 4,
             topk_group: 2,
@@ -90,6 +93,8 @@ mod tests {
             idx_topk: 4,
             indexer_full: vec![true],
             rope_theta: 10000.0,
+            softmax_scale: 0.5,
+            lora_eps: 1e-6,
             rms_eps: 1e-6,
             vocab: 10,
             max_positions: 16,

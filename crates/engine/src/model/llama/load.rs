@@ -190,7 +190,7 @@ pub const FAMILIES: &[Family] = &[
 
 /// The GGUF architectures [`LlamaModel::load`] reads, for error messages.
 pub fn gguf_architectures() -> Vec<&'static str> {
-    FAMILIES.iter().map(|f| f.arch).chain(["gemma3"]).collect()
+    FAMILIES.iter().map(|f| f.arch).chain(["gemma3", crate::model::glm5::gguf::ARCH]).collect()
 }
 
 /// The `{arch}.*` hyper-parameters of a dense-family GGUF file, by llama.cpp's key names
@@ -211,6 +211,19 @@ pub(crate) struct GgufHparams {
     pub value_length: Option<usize>,
     #[serde(rename = "attention.layer_norm_rms_epsilon")]
     pub rms_eps: Option<f32>,
+    /// MLA (`deepseek2`): the query LoRA rank (absent or 0: one query projection).
+    #[serde(rename = "attention.q_lora_rank")]
+    pub q_lora_rank: Option<usize>,
+    /// MLA: the latent width.
+    #[serde(rename = "attention.kv_lora_rank")]
+    pub kv_lora_rank: Option<usize>,
+    /// MLA: a head's query/key width `nope + rope` when `key_length` states the absorbed
+    /// `kv_lora + rope` (files converted since llama.cpp split `attn_kv_b`).
+    #[serde(rename = "attention.key_length_mla")]
+    pub key_length_mla: Option<usize>,
+    /// MLA: a head's value width, likewise.
+    #[serde(rename = "attention.value_length_mla")]
+    pub value_length_mla: Option<usize>,
     #[serde(rename = "attention.sliding_window")]
     pub sliding_window: Option<usize>,
     #[serde(rename = "attention.sliding_window_pattern")]
@@ -281,7 +294,11 @@ impl GgufHparams {
                 scoring,
                 top_k: need(self.expert_used_count, "expert_used_count")?,
                 norm_topk_prob: fam.norm_topk_prob.unwrap_or(self.expert_weights_norm.unwrap_or(false)),
-                scaling: if fam.scaled { self.expert_weights_scale.unwrap_or(1.0) } else { 1.0 },
+                // llama.cpp scales by neither 0 (the key's default) nor 1.
+                scaling: match self.expert_weights_scale {
+                    Some(s) if fam.scaled && s != 0.0 => s,
+                    _ => 1.0,
+                },
                 n_group,
                 topk_group: self.expert_group_used_count.unwrap_or(n_group),
             },
@@ -693,7 +710,7 @@ fn load_layer(vb: &Vb<'_>, l: usize, cfg: &LlamaConfig, fam: &Family) -> Result<
 /// A MoE layer's feed-forward under `mlp` (`model.layers.L.mlp`): the router `gate`, its
 /// selection bias when the file has one, the routed experts (gate and up stacked per expert)
 /// and the shared experts.
-fn load_moe(mlp: &Vb<'_>, hidden: usize, m: &MoeConfig) -> Result<Moe, EngineError> {
+pub(crate) fn load_moe(mlp: &Vb<'_>, hidden: usize, m: &MoeConfig) -> Result<Moe, EngineError> {
     let (n, inter) = (m.n_expert, m.expert_ffn);
     let ex = mlp.pp("experts");
     // Each projection's experts, with their biases when the file has them (gpt-oss: one
