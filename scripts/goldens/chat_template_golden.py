@@ -42,6 +42,8 @@ FILES = [
     # The MoE families' templates: gpt-oss's harmony and GLM-4.6's.
     ("openai-gpt-oss-120b.jinja", "<|startoftext|>", "<|return|>"),
     ("GLM-4.6.jinja", "", "<|endoftext|>"),
+    # DeepSeek-V3.1's (tool calls in its `<｜tool▁calls▁begin｜>` block, `thinking` off by default).
+    ("deepseek-ai-DeepSeek-V3.1.jinja", "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
 ]
 
 WEATHER = {

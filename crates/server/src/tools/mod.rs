@@ -11,6 +11,7 @@
 //! - `--reasoning-parser` (`glm45`, `qwen3`, `deepseek-r1`, SGLang's `reasoning_parser.py`)
 //!   splits `<think>…</think>` into `reasoning_content`; `deepseek-r1` starts inside the
 //!   reasoning (its template opens the `<think>`).
+//! - `deepseekv3` / `deepseekv31` read DeepSeek's `<｜tool▁calls▁begin｜>` block (`deepseek`).
 //! - `gpt-oss` (either flag) reads gpt-oss's harmony messages by channel and recipient: the
 //!   `analysis` channel is reasoning, `final` content, `commentary to=functions.{name}` a call
 //!   (`harmony`); the answer is detokenized with its special tokens then, as SGLang does.
@@ -22,6 +23,7 @@
 use std::str::FromStr;
 
 mod array;
+mod deepseek;
 mod harmony;
 mod json_scan;
 mod llama3;
@@ -51,6 +53,13 @@ pub enum ToolParser {
     /// gpt-oss's harmony: `<|channel|>commentary to=functions.{name} <|constrain|>json
     /// <|message|>{args}<|call|>` (SGLang's `gpt_oss_detector.py`; the `harmony` module).
     GptOss,
+    /// DeepSeek-V3 / R1-0528: `<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>{name}
+    /// \n```json\n{args}\n```<｜tool▁call▁end｜>…<｜tool▁calls▁end｜>` (SGLang's
+    /// `deepseekv3_detector.py`; the `deepseek` module).
+    DeepseekV3,
+    /// DeepSeek-V3.1: the same block, each call `{name}<｜tool▁sep｜>{args}` (SGLang's
+    /// `deepseekv31_detector.py`).
+    DeepseekV31,
 }
 
 impl ToolParser {
@@ -62,6 +71,8 @@ impl ToolParser {
             ToolParser::Llama3 => "llama3",
             ToolParser::Phi4Mini => "phi4_mini",
             ToolParser::GptOss => "gpt-oss",
+            ToolParser::DeepseekV3 => "deepseekv3",
+            ToolParser::DeepseekV31 => "deepseekv31",
         }
     }
 }
@@ -75,7 +86,12 @@ impl FromStr for ToolParser {
             "llama3" => Ok(ToolParser::Llama3),
             "phi4_mini" => Ok(ToolParser::Phi4Mini),
             "gpt-oss" => Ok(ToolParser::GptOss),
-            _ => Err("have: qwen25 (also qwen, hermes), glm45 (also glm47), llama3, phi4_mini, gpt-oss".to_owned()),
+            "deepseekv3" => Ok(ToolParser::DeepseekV3),
+            "deepseekv31" => Ok(ToolParser::DeepseekV31),
+            _ => Err(
+                "have: qwen25 (also qwen, hermes), glm45 (also glm47), llama3, phi4_mini, gpt-oss, deepseekv3, deepseekv31"
+                    .to_owned(),
+            ),
         }
     }
 }
@@ -274,6 +290,38 @@ mod tests {
         assert_eq!((m.calls.len(), m.calls[0].2.as_str()), (1, "{\"location\": \"Ro"));
     }
 
+    /// DeepSeek's call blocks in both bodies (the shapes SGLang's `deepseekv3` and
+    /// `deepseekv31` detectors read): content before the block, two calls, JSON arguments as
+    /// written; text without the block is content; a reply cut off inside a named call keeps
+    /// it.
+    #[test]
+    fn deepseek_calls() {
+        let r = req(ToolChoice::Auto, true);
+        let v3 = "Let me check.\n<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"location\": \"Paris\", \"days\": 3}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"location\": \"Oslo\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+        let v31 = "Let me check.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"location\": \"Paris\", \"days\": 3}<｜tool▁call▁end｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"location\": \"Oslo\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+        for (parser, text) in [(ToolParser::DeepseekV3, v3), (ToolParser::DeepseekV31, v31)] {
+            let p = ChatParsers { tool_call: Some(parser), reasoning: None };
+            let m = run(p, Some(&r), text);
+            assert_eq!(m.content, "Let me check.", "{parser:?}");
+            assert_eq!(
+                calls(&m),
+                vec![
+                    ("get_weather", json!({"location": "Paris", "days": 3})),
+                    ("get_weather", json!({"location": "Oslo"}))
+                ],
+                "{parser:?}"
+            );
+            assert_eq!(m.calls[0].2, "{\"location\": \"Paris\", \"days\": 3}");
+            assert_plain(p, &r, &["No tools needed.", "ends on <｜tool▁calls", ""]);
+            assert_eq!(run(p, Some(&req(ToolChoice::Auto, false)), text).calls.len(), 1);
+            // Cut off inside the second call: the first whole, the second with its arguments so far.
+            let cut = &text[..text.find("Oslo").expect("Oslo")];
+            let m = run(p, Some(&r), cut);
+            assert_eq!(m.calls.len(), 2, "{parser:?}");
+            assert!(m.calls[1].2.ends_with("{\"location\": \""), "{parser:?}: {:?}", m.calls[1].2);
+        }
+    }
+
     /// Earlier calls written into the history for a template that cannot show them read back,
     /// through the same parser, as the same calls.
     #[test]
@@ -283,7 +331,14 @@ mod tests {
             {"function": {"name": "get_weather", "arguments": {"location": "Oslo"}}},
             {"function": {"name": "get_weather", "arguments": {"location": "Rome", "days": 2}}}
         ]);
-        for parser in [ToolParser::Phi4Mini, ToolParser::Llama3, ToolParser::Qwen25, ToolParser::GptOss] {
+        for parser in [
+            ToolParser::Phi4Mini,
+            ToolParser::Llama3,
+            ToolParser::Qwen25,
+            ToolParser::GptOss,
+            ToolParser::DeepseekV3,
+            ToolParser::DeepseekV31,
+        ] {
             let text = history_calls(&sent, Some(parser));
             let m = run(ChatParsers { tool_call: Some(parser), reasoning: None }, Some(&r), &text);
             assert_eq!(

@@ -195,6 +195,15 @@ pub fn tools_system_prompt(tools: &Value, parser: Option<ToolParser>) -> String 
         Some(ToolParser::Phi4Mini) => out.push_str(
             "To call functions, respond with functools[{\"name\": <function-name>, \"arguments\": <args-json-object>}, ...].",
         ),
+        // DeepSeek-V3's and V3.1's templates' own wording of their call formats.
+        Some(ToolParser::DeepseekV3) => out.push_str(
+            "To call functions, respond with <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>{function-name}\n\
+             ```json\n{args-json-object}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+        ),
+        Some(ToolParser::DeepseekV31) => out.push_str(
+            "To call functions, respond with <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>{function-name}<｜tool▁sep｜>\
+             {args-json-object}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+        ),
         _ => out.push_str(
             "For each function call, return a json object with function name and arguments within \
              <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>",
@@ -223,6 +232,26 @@ pub fn history_calls(calls: &Value, parser: Option<ToolParser>) -> String {
         Some(ToolParser::Llama3) => {
             let list: Vec<String> = calls.iter().map(|(n, a)| py_json(&json!({"name": n, "parameters": a}))).collect();
             format!("\n{}", list.join("; "))
+        }
+        Some(ToolParser::DeepseekV3) => {
+            let body: String = calls
+                .iter()
+                .map(|(n, a)| {
+                    let name = n.as_str().unwrap_or_default();
+                    format!("<｜tool▁call▁begin｜>function<｜tool▁sep｜>{name}\n```json\n{}\n```<｜tool▁call▁end｜>", py_json(a))
+                })
+                .collect();
+            format!("\n<｜tool▁calls▁begin｜>{body}<｜tool▁calls▁end｜>")
+        }
+        Some(ToolParser::DeepseekV31) => {
+            let body: String = calls
+                .iter()
+                .map(|(n, a)| {
+                    let name = n.as_str().unwrap_or_default();
+                    format!("<｜tool▁call▁begin｜>{name}<｜tool▁sep｜>{}<｜tool▁call▁end｜>", py_json(a))
+                })
+                .collect();
+            format!("\n<｜tool▁calls▁begin｜>{body}<｜tool▁calls▁end｜>")
         }
         // gpt-oss's template shows calls itself; for one that cannot, harmony's own messages.
         Some(ToolParser::GptOss) => calls

@@ -3,6 +3,7 @@
 //! the collected answer, so the two agree by construction.
 
 use super::array::ArrayCalls;
+use super::deepseek::DeepseekCalls;
 use super::harmony::Harmony;
 use super::llama3::Llama3Calls;
 use super::phi4_mini::FunctoolsCalls;
@@ -94,6 +95,8 @@ pub(super) enum Calls {
     Llama3(Llama3Calls),
     /// Phi-4-mini's `functools[…]`.
     Functools(FunctoolsCalls),
+    /// DeepSeek's `<｜tool▁calls▁begin｜>` block.
+    Deepseek(DeepseekCalls),
     /// gpt-oss's harmony messages: reasoning, content and calls by channel and recipient.
     Harmony(Harmony),
 }
@@ -114,6 +117,8 @@ impl Shaper {
             Some((ToolChoice::Auto, t)) => match parsers.tool_call {
                 Some(ToolParser::Llama3) => Calls::Llama3(Llama3Calls::default()),
                 Some(ToolParser::Phi4Mini) => Calls::Functools(FunctoolsCalls::default()),
+                Some(ToolParser::DeepseekV3) => Calls::Deepseek(DeepseekCalls::new(false)),
+                Some(ToolParser::DeepseekV31) => Calls::Deepseek(DeepseekCalls::new(true)),
                 Some(p) => Calls::Tagged(Tagged::new(p, t.tools.clone())),
                 None => Calls::Off,
             },
@@ -185,6 +190,7 @@ impl Shaper {
             Calls::Array(a) => a.push(text, &mut ev),
             Calls::Llama3(l) => l.push(text, end, &mut ev),
             Calls::Functools(f) => f.push(text, end, &mut ev),
+            Calls::Deepseek(d) => d.push(text, end, &mut ev),
             Calls::Harmony(h) => {
                 let mut r = String::new();
                 h.push(text, end, &mut r, &mut ev);

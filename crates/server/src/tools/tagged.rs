@@ -147,12 +147,15 @@ impl Body {
                 Phase::Header => {
                     let region = &self.pending[..close.unwrap_or(self.pending.len())];
                     let name = match self.parser {
-                        ToolParser::Qwen25 | ToolParser::Llama3 | ToolParser::Phi4Mini | ToolParser::GptOss => {
-                            match call_header(region) {
-                                Header::Yes { name, used } => Some((name, used)),
-                                _ => None,
-                            }
-                        }
+                        ToolParser::Qwen25
+                        | ToolParser::Llama3
+                        | ToolParser::Phi4Mini
+                        | ToolParser::GptOss
+                        | ToolParser::DeepseekV3
+                        | ToolParser::DeepseekV31 => match call_header(region) {
+                            Header::Yes { name, used } => Some((name, used)),
+                            _ => None,
+                        },
                         ToolParser::Glm45 => {
                             let cut = [region.find('\n'), region.find("<arg_key>")].into_iter().flatten().min();
                             match cut.or(close) {
@@ -168,9 +171,12 @@ impl Body {
                         ev.push(Ev::Start(name));
                         self.raw.extend(self.pending.drain(..used));
                         self.phase = match self.parser {
-                            ToolParser::Qwen25 | ToolParser::Llama3 | ToolParser::Phi4Mini | ToolParser::GptOss => {
-                                Phase::Value(ValueScan::default())
-                            }
+                            ToolParser::Qwen25
+                            | ToolParser::Llama3
+                            | ToolParser::Phi4Mini
+                            | ToolParser::GptOss
+                            | ToolParser::DeepseekV3
+                            | ToolParser::DeepseekV31 => Phase::Value(ValueScan::default()),
                             ToolParser::Glm45 => Phase::Tail,
                         };
                         continue;

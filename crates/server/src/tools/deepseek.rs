@@ -1,0 +1,129 @@
+//! DeepSeek's tool calls: a block `<｜tool▁calls▁begin｜>` … `<｜tool▁calls▁end｜>` of calls
+//! `<｜tool▁call▁begin｜>` … `<｜tool▁call▁end｜>`, each in one of two bodies (SGLang's
+//! `deepseekv3_detector.py` and `deepseekv31_detector.py`):
+//!
+//! - `deepseekv3` (V3, R1-0528): `function<｜tool▁sep｜>{name}\n```json\n{arguments}\n````;
+//! - `deepseekv31` (V3.1): `{name}<｜tool▁sep｜>{arguments}`.
+//!
+//! Text before the block (and after it) is content. Each call is given whole when its end
+//! marker arrives; a reply cut off inside a call that has its name keeps it with the arguments
+//! so far (the finish reason says `length`), one cut off before the name gives its text back as
+//! content.
+
+use super::shaper::{partial_suffix, Ev};
+
+/// Opens the block of calls.
+pub(super) const CALLS_BEGIN: &str = "<｜tool▁calls▁begin｜>";
+/// Closes the block.
+pub(super) const CALLS_END: &str = "<｜tool▁calls▁end｜>";
+/// Opens one call.
+pub(super) const CALL_BEGIN: &str = "<｜tool▁call▁begin｜>";
+/// Closes one call.
+pub(super) const CALL_END: &str = "<｜tool▁call▁end｜>";
+/// Separates a call's type (V3) or name (V3.1) from the rest.
+pub(super) const TOOL_SEP: &str = "<｜tool▁sep｜>";
+
+/// The call machine of `deepseekv3` (`v31: false`) or `deepseekv31`.
+#[derive(Debug, Default)]
+pub(super) struct DeepseekCalls {
+    pub(super) v31: bool,
+    /// Text not yet given out: content that may begin the block, or the block so far.
+    held: String,
+    /// Trailing content whitespace, held until it is known not to precede the block (SGLang
+    /// strips the text before the calls).
+    ws: String,
+    /// Whether the block is open.
+    inside: bool,
+}
+
+impl DeepseekCalls {
+    pub(super) fn new(v31: bool) -> DeepseekCalls {
+        DeepseekCalls { v31, ..Default::default() }
+    }
+
+    pub(super) fn push(&mut self, text: &str, end: bool, ev: &mut Vec<Ev>) {
+        self.held.push_str(text);
+        loop {
+            if !self.inside {
+                if let Some(p) = self.held.find(CALLS_BEGIN) {
+                    let before = self.held[..p].trim_end();
+                    if !before.is_empty() {
+                        ev.push(Ev::Content(format!("{}{before}", std::mem::take(&mut self.ws))));
+                    }
+                    self.ws.clear();
+                    self.held.drain(..p + CALLS_BEGIN.len());
+                    self.inside = true;
+                    continue;
+                }
+                let keep = if end { 0 } else { partial_suffix(&self.held, CALLS_BEGIN) };
+                let out = self.held.len() - keep;
+                let text: String = self.held.drain(..out).collect();
+                let body = if end { text.as_str() } else { text.trim_end() };
+                if !body.is_empty() {
+                    ev.push(Ev::Content(format!("{}{body}", std::mem::take(&mut self.ws))));
+                }
+                self.ws.push_str(&text[body.len()..]);
+                if end && !self.ws.is_empty() {
+                    ev.push(Ev::Content(std::mem::take(&mut self.ws)));
+                }
+                return;
+            }
+            let lead = self.held.len() - self.held.trim_start().len();
+            let body = &self.held[lead..];
+            if body.starts_with(CALLS_END) {
+                self.held.drain(..lead + CALLS_END.len());
+                let rest = self.held.trim_start().len();
+                self.held.drain(..self.held.len() - rest);
+                self.inside = false;
+                continue;
+            }
+            if let Some(p) = body.find(CALL_END) {
+                let call = body[..p].strip_prefix(CALL_BEGIN).unwrap_or(&body[..p]);
+                match self.parse(call, true) {
+                    Some((name, args)) => {
+                        ev.push(Ev::Start(name));
+                        ev.push(Ev::Args(args));
+                    }
+                    None => ev.push(Ev::Content(call.to_owned())),
+                }
+                self.held.drain(..lead + p + CALL_END.len());
+                continue;
+            }
+            if end {
+                let call = body.strip_prefix(CALL_BEGIN).unwrap_or(body);
+                match self.parse(call, false) {
+                    Some((name, args)) => {
+                        ev.push(Ev::Start(name));
+                        ev.push(Ev::Args(args));
+                    }
+                    None if !call.trim().is_empty() => ev.push(Ev::Content(call.to_owned())),
+                    None => {}
+                }
+                self.held.clear();
+            }
+            return;
+        }
+    }
+
+    /// A call's `(name, arguments)` from its body (between the call markers); `whole`: the
+    /// body is complete, else cut off (a V3 name then needs its newline).
+    fn parse(&self, body: &str, whole: bool) -> Option<(String, String)> {
+        let (head, rest) = body.split_once(TOOL_SEP)?;
+        if self.v31 {
+            let name = head.trim();
+            return (!name.is_empty()).then(|| (name.to_owned(), rest.trim().to_owned()));
+        }
+        let (name, args) = match rest.split_once('\n') {
+            Some((n, a)) => (n.trim(), a),
+            None if whole => (rest.trim(), ""),
+            None => return None,
+        };
+        if name.is_empty() {
+            return None;
+        }
+        let args = args.trim();
+        let args = args.strip_prefix("```json").unwrap_or(args);
+        let args = args.trim_end().strip_suffix("```").unwrap_or(args);
+        Some((name.to_owned(), args.trim().to_owned()))
+    }
+}
