@@ -22,6 +22,9 @@ per architecture):
   own: `rope_freqs` (Llama 3's RoPE scaling factors, computed as `LlamaModel.
   generate_extra_tensors` does), Q/K/V biases (Qwen2), `attn_q_norm`/`attn_k_norm` (Qwen3),
   fused `attn_qkv` and `ffn_up` and `rope_factors_{long,short}` (Phi-3);
+- MLA (`deepseek2`, DeepSeek-V2-Lite): `attn_q` (or the q LoRA), `attn_kv_a_mqa`,
+  `attn_kv_a_norm`, `attn_k_b`, `attn_v_b` and the `attention.{q_lora_rank, kv_lora_rank,
+  key_length_mla, value_length_mla}` keys, shared experts, leading dense layers;
 - MoE (`qwen3moe`, Qwen3-30B-A3B): `{arch}.{expert_count, expert_used_count,
   expert_feed_forward_length}`, the router `blk.N.ffn_gate_inp` (F32, which llama-quantize
   keeps) and `blk.N.ffn_{gate,up,down}_exps` ([experts, rows, cols]) in place of the MLP.
@@ -104,6 +107,18 @@ SHAPES = {
         qkv_bias=True, out_bias=True, sinks=True, experts=32, experts_used=4, expert_ffn=2880, expert_bias=True,
         router_bias=True, ffn_norm="post_attention_norm", sliding_window=128, yarn=dict(factor=32.0, original=4096),
         vocab_file="o200k", template="openai-gpt-oss-120b.jinja"),
+    # DeepSeek-V2-Lite (`deepseek2`): MLA without a q LoRA (kv_lora 512, 128 + 64 query/key
+    # values per head, 128 value), 64 routed experts of 1408 (6 per token, softmax, not
+    # renormalized) and 2 shared, a dense first layer, YaRN (40 over 4096, mscale_all_dim
+    # 0.707); written as the current converter writes MLA files (`attn_k_b` / `attn_v_b`,
+    # `key_length_mla`). Its own chat template is not vendored: DeepSeek-V3.1's stands in.
+    "deepseek-v2-lite": dict(
+        name="DeepSeek V2 Lite Chat (synthetic weights)", arch="deepseek2", layers=27, hidden=2048, ffn=10944,
+        heads=16, kv_heads=1, head_dim=192, vocab=102400, ctx=163840, rope_theta=10000.0, rms_eps=1e-6, tied=False,
+        mla=dict(q_lora=0, kv_lora=512, nope=128, rope=64, v=128), experts=64, experts_used=6, expert_ffn=1408,
+        shared=2, dense_lead=1, gating=1, weights_norm=False, weights_scale=1.0,
+        yarn=dict(factor=40.0, original=4096, log_mul=0.1 * 0.707), vocab_file="deepseek-llm",
+        template="deepseek-ai-DeepSeek-V3.1.jinja"),
 }
 
 
@@ -139,6 +154,9 @@ def tensors(s):
     for i in range(s["layers"]):
         p = f"blk.{i}."
         yield p + "attn_norm.weight", (h,), "norm"
+        if "mla" in s:
+            yield from mla_tensors(s, p)
+            continue
         if s.get("fused"):
             yield p + "attn_qkv.weight", (q + 2 * kv, h), "w"
         else:
@@ -177,6 +195,37 @@ def tensors(s):
     yield "output_norm.weight", (h,), "norm"
     if not s["tied"]:
         yield "output.weight", (s["vocab"], h), "w"
+
+
+def mla_tensors(s, p):
+    """A `deepseek2` layer after its `attn_norm` (`conversion/deepseek.py`'s names and shapes)."""
+    h, m = s["hidden"], s["mla"]
+    hq = m["nope"] + m["rope"]
+    if m["q_lora"]:
+        yield p + "attn_q_a.weight", (m["q_lora"], h), "w"
+        yield p + "attn_q_a_norm.weight", (m["q_lora"],), "norm"
+        yield p + "attn_q_b.weight", (s["heads"] * hq, m["q_lora"]), "w"
+    else:
+        yield p + "attn_q.weight", (s["heads"] * hq, h), "w"
+    yield p + "attn_kv_a_mqa.weight", (m["kv_lora"] + m["rope"], h), "w"
+    yield p + "attn_kv_a_norm.weight", (m["kv_lora"],), "norm"
+    yield p + "attn_k_b.weight", (s["heads"], m["kv_lora"], m["nope"]), "w"
+    yield p + "attn_v_b.weight", (s["heads"], m["v"], m["kv_lora"]), "w"
+    yield p + "attn_output.weight", (h, s["heads"] * m["v"]), "w"
+    yield p + "ffn_norm.weight", (h,), "norm"
+    if int(p.split(".")[1]) < s["dense_lead"]:
+        f = s["ffn"]
+        yield p + "ffn_gate.weight", (f, h), "w"
+        yield p + "ffn_up.weight", (f, h), "w"
+        yield p + "ffn_down.weight", (h, f), "w"
+        return
+    n, ef = s["experts"], s["expert_ffn"]
+    yield p + "ffn_gate_inp.weight", (n, h), "router"
+    for nm, shp in [("gate", (n, ef, h)), ("up", (n, ef, h)), ("down", (n, h, ef))]:
+        yield p + f"ffn_{nm}_exps.weight", shp, "w"
+    si = s["shared"] * ef
+    for nm, shp in [("gate", (si, h)), ("up", (si, h)), ("down", (h, si))]:
+        yield p + f"ffn_{nm}_shexp.weight", shp, "w"
 
 
 def copy_vocab(w, vocab_file, eos=None):
@@ -294,12 +343,26 @@ def write_f16(shape, s, path, seed):
     w.add_feed_forward_length(s["ffn"])
     w.add_head_count(s["heads"])
     w.add_head_count_kv(s["kv_heads"])
-    w.add_key_length(s["head_dim"])
-    w.add_value_length(s["head_dim"])
+    if "mla" in s:
+        m = s["mla"]
+        w.add_q_lora_rank(m["q_lora"])
+        w.add_kv_lora_rank(m["kv_lora"])
+        w.add_key_length(m["kv_lora"] + m["rope"])
+        w.add_value_length(m["kv_lora"])
+        w.add_key_length_mla(m["nope"] + m["rope"])
+        w.add_value_length_mla(m["v"])
+        w.add_leading_dense_block_count(s["dense_lead"])
+        w.add_expert_shared_count(s["shared"])
+        w.add_expert_gating_func(gguf.ExpertGatingFuncType(s["gating"]))
+        w.add_expert_weights_norm(s["weights_norm"])
+        w.add_expert_weights_scale(s["weights_scale"])
+    else:
+        w.add_key_length(s["head_dim"])
+        w.add_value_length(s["head_dim"])
     w.add_rope_freq_base(s["rope_theta"])
     w.add_layer_norm_rms_eps(s["rms_eps"])
     w.add_vocab_size(s["vocab"])
-    w.add_rope_dimension_count(s.get("rope_dims", s["head_dim"]))
+    w.add_rope_dimension_count(s["mla"]["rope"] if "mla" in s else s.get("rope_dims", s["head_dim"]))
     if "longrope" in s:
         orig = s["longrope"]["original"]
         w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(s["ctx"] / orig) / math.log(orig)))
@@ -310,6 +373,8 @@ def write_f16(shape, s, path, seed):
         w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
         w.add_rope_scaling_factor(s["yarn"]["factor"])
         w.add_rope_scaling_orig_ctx_len(s["yarn"]["original"])
+        if "log_mul" in s["yarn"]:
+            w.add_rope_scaling_yarn_log_mul(s["yarn"]["log_mul"])
     if "experts" in s:
         w.add_expert_count(s["experts"])
         w.add_expert_used_count(s["experts_used"])

@@ -9,7 +9,7 @@
 use crate::error::ApiError;
 use crate::gen::{self, Prepared};
 use crate::params::{GenParams, LogprobAsk};
-use crate::tools::{self, ChatParsers, Shaper, ToolRequest};
+use crate::tools::{self, ChatParsers, ReasoningParser, Shaper, ToolRequest};
 use crate::AppState;
 use serde_json::{Map, Value};
 use sparrow_tokenizer::{ChatMessage, TemplateTools};
@@ -146,6 +146,17 @@ pub fn prompt_ids(
     s.tokenizer.encode(&text, false).map_err(|e| ApiError::bad("messages", e.to_string()))
 }
 
+/// Whether an answer's reasoning is split off, given the server's `parsers`, the request's
+/// template variables, whether it asked (`separate_reasoning`) and whether a grammar
+/// constrains it. A grammar forces the answer's shape from the first token: there is no
+/// reasoning to split off (a `deepseek-r1` parser would otherwise take the constrained JSON for
+/// reasoning). DeepSeek-V3.1's hybrid `deepseek-v3` splits only when the request turned its
+/// template's `thinking` on (SGLang's and vLLM's rule): otherwise the answer is content.
+fn splits_reasoning(parsers: &ChatParsers, kwargs: &Map<String, Value>, asked: bool, constrained: bool) -> bool {
+    let thinking = kwargs.get("thinking").and_then(Value::as_bool).unwrap_or(false);
+    asked && !constrained && (parsers.reasoning != Some(ReasoningParser::DeepseekV3) || thinking)
+}
+
 /// Lowers a chat request to a prepared engine request and its answer's shape.
 ///
 /// # Errors
@@ -154,9 +165,7 @@ pub fn lower(s: &AppState, req: ChatRequest) -> Result<(Prepared, ChatShape), Ap
     let ChatRequest { messages, tools, kwargs, mut params, ask, separate_reasoning, continue_final } = req;
     let ids = prompt_ids(s, messages, tools.as_ref(), &kwargs, continue_final)?;
     params.logprobs = ask.spec(ids.len());
-    // A grammar forces the answer's shape from the first token: there is no reasoning to split
-    // off (a `deepseek-r1` parser would otherwise take the constrained JSON for reasoning).
-    let separate_reasoning = separate_reasoning && params.constraint.is_none();
+    let separate_reasoning = splits_reasoning(&s.parsers, &kwargs, separate_reasoning, params.constraint.is_some());
     // Harmony's channels are special tokens: the answer keeps them for the parser to read (as
     // SGLang sets `skip_special_tokens = False` for gpt-oss); the parser drops them.
     if s.parsers.harmony() {
@@ -164,4 +173,24 @@ pub fn lower(s: &AppState, req: ChatRequest) -> Result<(Prepared, ChatShape), Ap
     }
     let prep = gen::prepare(s, ids, params)?;
     Ok((prep, ChatShape { parsers: s.parsers, tools, separate_reasoning }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `deepseek-v3` splits only a `thinking` request's answer; the other parsers split unless a
+    /// grammar constrains the answer or the request said `separate_reasoning: false`.
+    #[test]
+    fn reasoning_split_by_parser_and_request() {
+        let kw = |v: Value| v.as_object().cloned().unwrap_or_default();
+        let v3 = ChatParsers { tool_call: None, reasoning: Some(ReasoningParser::DeepseekV3) };
+        let r1 = ChatParsers { tool_call: None, reasoning: Some(ReasoningParser::DeepseekR1) };
+        assert!(!splits_reasoning(&v3, &kw(serde_json::json!({})), true, false));
+        assert!(!splits_reasoning(&v3, &kw(serde_json::json!({"thinking": false})), true, false));
+        assert!(splits_reasoning(&v3, &kw(serde_json::json!({"thinking": true})), true, false));
+        assert!(!splits_reasoning(&v3, &kw(serde_json::json!({"thinking": true})), true, true));
+        assert!(splits_reasoning(&r1, &kw(serde_json::json!({})), true, false));
+        assert!(!splits_reasoning(&r1, &kw(serde_json::json!({})), false, false));
+    }
 }

@@ -8,9 +8,10 @@
 //!   (`sglang/srt/function_call/`): `qwen25` (Hermes / Qwen 2.5:
 //!   `<tool_call>{"name": …, "arguments": {…}}</tool_call>`) and `glm45` (GLM-4.5 / GLM-5:
 //!   `<tool_call>name<arg_key>k</arg_key><arg_value>v</arg_value>…</tool_call>`).
-//! - `--reasoning-parser` (`glm45`, `qwen3`, `deepseek-r1`, SGLang's `reasoning_parser.py`)
-//!   splits `<think>…</think>` into `reasoning_content`; `deepseek-r1` starts inside the
-//!   reasoning (its template opens the `<think>`).
+//! - `--reasoning-parser` (`glm45`, `qwen3`, `deepseek-r1`, `deepseek-v3`, SGLang's
+//!   `reasoning_parser.py`) splits `<think>…</think>` into `reasoning_content`; `deepseek-r1`
+//!   starts inside the reasoning (its template opens the `<think>`), as `deepseek-v3` does when
+//!   the request asks for `thinking` (else it splits nothing).
 //! - `deepseekv3` / `deepseekv31` read DeepSeek's `<｜tool▁calls▁begin｜>` block (`deepseek`).
 //! - `gpt-oss` (either flag) reads gpt-oss's harmony messages by channel and recipient: the
 //!   `analysis` channel is reasoning, `final` content, `commentary to=functions.{name}` a call
@@ -105,6 +106,10 @@ pub enum ReasoningParser {
     Qwen3,
     /// DeepSeek-R1: the template opens `<think>`, the output starts inside the reasoning.
     DeepseekR1,
+    /// DeepSeek-V3.1 / V3.2, hybrid: with the request's `chat_template_kwargs.thinking` the
+    /// template opens `<think>` and the output starts inside the reasoning (as `deepseek-r1`);
+    /// without it the answer is all content (SGLang's and vLLM's `deepseek-v3`).
+    DeepseekV3,
     /// gpt-oss: the harmony `analysis` channel is the reasoning, `final` the answer.
     GptOss,
 }
@@ -116,6 +121,7 @@ impl ReasoningParser {
             ReasoningParser::Glm45 => "glm45",
             ReasoningParser::Qwen3 => "qwen3",
             ReasoningParser::DeepseekR1 => "deepseek-r1",
+            ReasoningParser::DeepseekV3 => "deepseek-v3",
             ReasoningParser::GptOss => "gpt-oss",
         }
     }
@@ -128,8 +134,9 @@ impl FromStr for ReasoningParser {
             "glm45" => Ok(ReasoningParser::Glm45),
             "qwen3" => Ok(ReasoningParser::Qwen3),
             "deepseek-r1" => Ok(ReasoningParser::DeepseekR1),
+            "deepseek-v3" => Ok(ReasoningParser::DeepseekV3),
             "gpt-oss" => Ok(ReasoningParser::GptOss),
-            _ => Err("have: glm45, qwen3, deepseek-r1, gpt-oss".to_owned()),
+            _ => Err("have: glm45, qwen3, deepseek-r1, deepseek-v3, gpt-oss".to_owned()),
         }
     }
 }
@@ -453,6 +460,10 @@ mod tests {
         let m = run(r1, None, "hmm </thi");
         assert_eq!((m.reasoning.as_deref(), m.content.as_str()), (Some("hmm </thi"), ""));
         let m = run(r1, None, "a</think>b");
+        assert_eq!((m.reasoning.as_deref(), m.content.as_str()), (Some("a"), "b"));
+        // DeepSeek-V3.1 thinking (the request's `thinking`; `chat::lower` decides): as R1.
+        let v3 = ChatParsers { tool_call: None, reasoning: Some(ReasoningParser::DeepseekV3) };
+        let m = run(v3, None, "a</think>b");
         assert_eq!((m.reasoning.as_deref(), m.content.as_str()), (Some("a"), "b"));
     }
 

@@ -30,7 +30,8 @@ pub(super) enum ThinkState {
 impl Think {
     pub(super) fn new(p: ReasoningParser) -> Think {
         Think {
-            force: p == ReasoningParser::DeepseekR1,
+            // `deepseek-v3` runs only for a `thinking` request, whose template opened `<think>`.
+            force: matches!(p, ReasoningParser::DeepseekR1 | ReasoningParser::DeepseekV3),
             state: ThinkState::Undecided,
             buf: String::new(),
             ws: String::new(),
