@@ -8,7 +8,9 @@ use std::time::Instant;
 
 use sparrow_engine::batch::{ForwardBatch, SeqMeta};
 use sparrow_engine::kv::KvStore;
+use sparrow_engine::model::glm5::{gguf::ARCH as DEEPSEEK2, Glm5Model, Glm5Options};
 use sparrow_engine::model::llama::LlamaModel;
+use sparrow_engine::model::load::gguf_architecture;
 use sparrow_engine::model::{Model, PartTimes, GEMM_KINDS};
 
 /// `rows` sequences of `prefix` cached tokens each, one new token each.
@@ -35,7 +37,7 @@ fn decode_batch(rows: usize, prefix: usize) -> ForwardBatch {
     b
 }
 
-fn run(m: &mut LlamaModel, label: &str, batch: &ForwardBatch, kv: &mut KvStore, rounds: usize) {
+fn run(m: &mut dyn Model, label: &str, batch: &ForwardBatch, kv: &mut KvStore, rounds: usize) {
     let mut best: Option<(f64, PartTimes)> = None;
     for _ in 0..rounds {
         m.set_profile(true);
@@ -73,13 +75,23 @@ fn main() {
     let rows: usize = args.get(3).map_or(16, |s| s.parse().expect("rows"));
     let rounds: usize = args.get(4).map_or(5, |s| s.parse().expect("rounds"));
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mut m = LlamaModel::load(std::path::Path::new(path), threads).expect("model");
-    println!("{} ({}), kernels {}, {threads} threads", path, m.info().architecture, m.isa().name());
+    let p = std::path::Path::new(path);
+    // `deepseek2` files run on GLM-5's MLA model, the rest on the Llama decoder.
+    let (mut m, isa): (Box<dyn Model>, &str) = if gguf_architecture(p).expect("GGUF") == DEEPSEEK2 {
+        let m = Glm5Model::load_gguf(p, threads, Glm5Options::default()).expect("model");
+        let isa = m.isa().name();
+        (Box::new(m), isa)
+    } else {
+        let m = LlamaModel::load(p, threads).expect("model");
+        let isa = m.isa().name();
+        (Box::new(m), isa)
+    };
+    println!("{} ({}), kernels {isa}, {threads} threads", path, m.info().architecture);
     let prefix = 256;
     let slots = (prefill + 1).max(rows * (prefix + 1) + 1);
     let mut kv = KvStore::new(m.attention_needs().kv_layout, slots);
     let ids: Vec<u32> = (0..prefill as u32).map(|i| i * 7919 % 1000).collect();
-    run(&mut m, &format!("prefill {prefill}"), &ForwardBatch::single_sequence(&ids, 0), &mut kv, rounds);
-    run(&mut m, &format!("decode {rows} rows"), &decode_batch(rows, prefix), &mut kv, rounds);
-    run(&mut m, "decode 1 row", &decode_batch(1, prefix), &mut kv, rounds);
+    run(m.as_mut(), &format!("prefill {prefill}"), &ForwardBatch::single_sequence(&ids, 0), &mut kv, rounds);
+    run(m.as_mut(), &format!("decode {rows} rows"), &decode_batch(rows, prefix), &mut kv, rounds);
+    run(m.as_mut(), "decode 1 row", &decode_batch(1, prefix), &mut kv, rounds);
 }

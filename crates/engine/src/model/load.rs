@@ -91,7 +91,7 @@ pub fn load_model(args: &EngineArgs) -> Result<(Box<dyn Model>, &'static str, se
 ///
 /// # Errors
 /// An unreadable file or a missing key.
-fn gguf_architecture(p: &std::path::Path) -> Result<String, EngineError> {
+pub fn gguf_architecture(p: &std::path::Path) -> Result<String, EngineError> {
     use ggus::GGufMetaMapExt;
     let file = crate::checkpoint::gguf::GgufFile::open(p)?;
     let ld = file.view()?;

@@ -189,27 +189,29 @@ impl Mla {
         // q_abs = Σ_i q_nope[i] · W_UK[i], the rows of W_UK read once per run of rows.
         let mut qcat = bufs.take(t_n * heads * lat_w);
         let uk_rows: Vec<usize> = (0..c.qk_nope).map(|i| i * kvl).collect();
-        pool.par_row_chunks(&mut qcat, heads * lat_w, |r0, chunk| {
-            let nr = chunk.len() / (heads * lat_w);
-            for hd in 0..heads {
-                let wq = &q[(r0 * heads + hd) * hq..];
-                kernels::weighted_rows(
-                    isa,
-                    wq,
-                    heads * hq,
-                    nr,
-                    &self.w_uk[hd],
-                    &uk_rows,
-                    kvl,
-                    &mut chunk[hd * lat_w..],
-                    heads * lat_w,
-                );
-                for t in 0..nr {
-                    let src = &q[((r0 + t) * heads + hd) * hq + c.qk_nope..((r0 + t) * heads + hd + 1) * hq];
-                    chunk[(t * heads + hd) * lat_w + kvl..(t * heads + hd + 1) * lat_w].copy_from_slice(src);
+        // A few rows (decode): the (row, head) pairs split over the pool, each W_UK read by one
+        // thread; more rows: runs of rows per thread, each W_UK read once per run. Same bits.
+        if t_n < UV_GEMM_ROWS {
+            pool.par_rows(&mut qcat, lat_w, |u, row| {
+                let (t, hd) = (u / heads, u % heads);
+                let qh = &q[(t * heads + hd) * hq..(t * heads + hd + 1) * hq];
+                kernels::weighted_rows(isa, qh, hq, 1, &self.w_uk[hd], &uk_rows, kvl, row, lat_w);
+                row[kvl..].copy_from_slice(&qh[c.qk_nope..]);
+            });
+        } else {
+            pool.par_row_chunks(&mut qcat, heads * lat_w, |r0, chunk| {
+                let nr = chunk.len() / (heads * lat_w);
+                for hd in 0..heads {
+                    let wq = &q[(r0 * heads + hd) * hq..];
+                    let out = &mut chunk[hd * lat_w..];
+                    kernels::weighted_rows(isa, wq, heads * hq, nr, &self.w_uk[hd], &uk_rows, kvl, out, heads * lat_w);
+                    for t in 0..nr {
+                        let src = &q[((r0 + t) * heads + hd) * hq + c.qk_nope..((r0 + t) * heads + hd + 1) * hq];
+                        chunk[(t * heads + hd) * lat_w + kvl..(t * heads + hd + 1) * lat_w].copy_from_slice(src);
+                    }
                 }
-            }
-        });
+            });
+        }
         // The positions row t attends to.
         let all_pos: Vec<u32> = (0..=batch.positions.iter().copied().max().unwrap_or(0)).collect();
         let chosen = |t: usize| -> &[u32] {
@@ -221,9 +223,24 @@ impl Mla {
         let dense = |t: usize| sel[t].is_some() && s.attn_impl(t) == AttnImpl::Dense;
         // 2. Scores, `[heads × chosen]` per row. Tasks: runs of up to QUERY_BLOCK rows of one
         // sequence and one kind: dense rows share every key block; the others share buffers.
-        let mut tasks = super::runs(t_n, QUERY_BLOCK, |a, b| dense(a) == dense(b) && s.row_seq[a] == s.row_seq[b]);
+        // A few rows (decode): a lone sparse row's heads split between the threads, each part
+        // scoring the row's keys for its heads (same bits: a score is one FMA chain whatever
+        // else is in the block).
+        let row_runs = super::runs(t_n, QUERY_BLOCK, |a, b| dense(a) == dense(b) && s.row_seq[a] == s.row_seq[b]);
+        let head_part = match t_n < UV_GEMM_ROWS {
+            true => heads.div_ceil(pool.threads().max(1)),
+            false => heads,
+        };
+        let mut tasks: Vec<(std::ops::Range<usize>, std::ops::Range<usize>)> = Vec::new();
+        for r in row_runs {
+            if dense(r.start) || r.len() > 1 {
+                tasks.push((r, 0..heads));
+            } else {
+                tasks.extend((0..heads).step_by(head_part).map(|h0| (r.clone(), h0..(h0 + head_part).min(heads))));
+            }
+        }
         // Row t's scores, `[heads × chosen(t)]`, at `all[off[t] .. off[t + 1]]`: each task's
-        // rows are one contiguous range.
+        // rows (and heads) are one contiguous range.
         let mut off = Vec::with_capacity(t_n + 1);
         off.push(0usize);
         for t in 0..t_n {
@@ -231,18 +248,27 @@ impl Mla {
         }
         let mut all = vec![0f32; off[t_n]];
         // Longest first (work ≈ rows × scored keys), for a balanced finish.
-        let work = |r: &std::ops::Range<usize>| {
+        let work = |(r, h): &(std::ops::Range<usize>, std::ops::Range<usize>)| {
             if dense(r.start) {
                 r.len() * (batch.positions[r.end - 1] as usize + 1)
             } else {
-                off[r.end] - off[r.start]
+                (off[r.end] - off[r.start]) / heads * h.len()
             }
         };
-        tasks.sort_by_key(|r| std::cmp::Reverse(work(r)));
-        let ranges: Vec<std::ops::Range<usize>> = tasks.iter().map(|r| off[r.start]..off[r.end]).collect();
+        tasks.sort_by_key(|t| std::cmp::Reverse(work(t)));
+        let ranges: Vec<std::ops::Range<usize>> = tasks
+            .iter()
+            .map(|(r, h)| match h.len() == heads {
+                true => off[r.start]..off[r.end],
+                false => {
+                    let m = chosen(r.start).len();
+                    off[r.start] + h.start * m..off[r.start] + h.end * m
+                }
+            })
+            .collect();
         pool.par_ranges(&mut all, &ranges, |task, out| {
-            let rows = tasks[task].clone();
-            let base = off[rows.start];
+            let (rows, hr) = tasks[task].clone();
+            let base = ranges[task].start;
             let slots = batch.kv_slots(s.row_seq[rows.start] as usize);
             let view = kernels::KvView { k: lat_cache, v: lat_cache, stride: lat_w, off: 0, slots };
             let mut kt = Vec::new();
@@ -278,59 +304,74 @@ impl Mla {
                     }
                 }
             } else {
-                let mut blk = vec![0f32; heads * kernels::KEY_BLOCK];
+                let nh = hr.len();
+                let mut blk = vec![0f32; nh * kernels::KEY_BLOCK];
                 let mut ks = Vec::with_capacity(kernels::KEY_BLOCK);
                 for t in rows {
                     let ch = chosen(t);
-                    let (m, o) = (ch.len(), &mut out[off[t] - base..off[t + 1] - base]);
-                    let qrow = &qcat[t * heads * lat_w..(t + 1) * heads * lat_w];
+                    let m = ch.len();
+                    let o = &mut out[off[t] + hr.start * m - base..off[t] + hr.end * m - base];
+                    let qrow = &qcat[(t * heads + hr.start) * lat_w..(t * heads + hr.end) * lat_w];
                     for n0 in (0..m).step_by(kernels::KEY_BLOCK) {
                         let n1 = (n0 + kernels::KEY_BLOCK).min(m);
                         ks.clear();
                         ks.extend(ch[n0..n1].iter().map(|&p| slots[p as usize]));
-                        kernels::block_scores(isa, qrow, heads, lat_w, &view, &ks, softmax_scale, &mut kt, &mut blk);
-                        for hd in 0..heads {
-                            o[hd * m + n0..hd * m + n1]
-                                .copy_from_slice(&blk[hd * kernels::KEY_BLOCK..hd * kernels::KEY_BLOCK + n1 - n0]);
+                        kernels::block_scores(isa, qrow, nh, lat_w, &view, &ks, softmax_scale, &mut kt, &mut blk);
+                        for i in 0..nh {
+                            o[i * m + n0..i * m + n1]
+                                .copy_from_slice(&blk[i * kernels::KEY_BLOCK..i * kernels::KEY_BLOCK + n1 - n0]);
                         }
                     }
                 }
             }
         });
-        // 3. Softmax and the latent sum per row (its heads share the selected latent rows),
-        // then W_UV per head: for a few rows (DECODE) one `dot` per output inside the row's
-        // task, for more a dense GEMM per head over every row, which gives the same bits.
-        // (W_UV is built dense at load; the check keeps every output written if it were not.)
+        // 3. Softmax, the latent sum and W_UV. A few rows (DECODE, W_UV dense as load builds
+        // it): runs of (row, head) pairs over the pool, so one row's heads split between the
+        // threads (each reads the row's latent rows once for its heads, and its heads' W_UV),
+        // one `dot` per output. More rows: whole rows per thread (its heads share the latent
+        // rows), then a dense GEMM per head over every row. Same bits: every head's softmax,
+        // latent sum and W_UV products are the same operations either way.
         let inline_uv = t_n < UV_GEMM_ROWS && self.w_uv.iter().all(|w| matches!(w, Weight::Dense { .. }));
         let mut lat_all = bufs.take(t_n * heads * kvl);
         let mut attn = bufs.take(t_n * heads * vd);
-        pool.par_row_chunks2(&mut lat_all, heads * kvl, &mut attn, heads * vd, |r0, lats, outs| {
-            for (i, (lat, out)) in lats.chunks_exact_mut(heads * kvl).zip(outs.chunks_exact_mut(heads * vd)).enumerate()
-            {
-                let t = r0 + i;
-                let slots = batch.kv_slots(s.row_seq[t] as usize);
-                let ch = chosen(t);
-                let m = ch.len();
-                // The row's scores are `[heads × m]`: softmax per head.
-                let mut p = all[off[t]..off[t + 1]].to_vec();
-                for sc in p.chunks_exact_mut(m.max(1)) {
-                    kernels::softmax_in_place(sc);
-                }
-                let rows: Vec<usize> = ch.iter().map(|&p| slots[p as usize] as usize * lat_w).collect();
-                kernels::weighted_rows(isa, &p, m, heads, lat_cache, &rows, kvl, lat, kvl);
-                if inline_uv {
-                    for (hd, uv) in self.w_uv.iter().enumerate() {
-                        if let Weight::Dense { data, .. } = uv {
-                            let lh = &lat[hd * kvl..(hd + 1) * kvl];
-                            for (j, o) in out[hd * vd..(hd + 1) * vd].iter_mut().enumerate() {
+        // The latent sums of row t's heads h0..h1 into `lat` (`[h1 − h0 × kvl]`).
+        let latent_sums = |t: usize, h0: usize, h1: usize, lat: &mut [f32]| {
+            let slots = batch.kv_slots(s.row_seq[t] as usize);
+            let ch = chosen(t);
+            let m = ch.len();
+            // The row's scores are `[heads × m]`: softmax per head.
+            let mut p = all[off[t] + h0 * m..off[t] + h1 * m].to_vec();
+            for sc in p.chunks_exact_mut(m.max(1)) {
+                kernels::softmax_in_place(sc);
+            }
+            let rows: Vec<usize> = ch.iter().map(|&p| slots[p as usize] as usize * lat_w).collect();
+            kernels::weighted_rows(isa, &p, m, h1 - h0, lat_cache, &rows, kvl, lat, kvl);
+        };
+        if inline_uv {
+            pool.par_row_chunks2(&mut lat_all, kvl, &mut attn, vd, |u0, lats, outs| {
+                let mut u = u0;
+                while u < u0 + lats.len() / kvl {
+                    let (t, h0) = (u / heads, u % heads);
+                    let h1 = heads.min(h0 + (u0 + lats.len() / kvl - u));
+                    let (i0, i1) = (u - u0, u - u0 + h1 - h0);
+                    latent_sums(t, h0, h1, &mut lats[i0 * kvl..i1 * kvl]);
+                    for (i, hd) in (i0..i1).zip(h0..h1) {
+                        if let Weight::Dense { data, .. } = &self.w_uv[hd] {
+                            let lh = &lats[i * kvl..(i + 1) * kvl];
+                            for (j, o) in outs[i * vd..(i + 1) * vd].iter_mut().enumerate() {
                                 *o = kernels::dot(isa, &data[j * kvl..(j + 1) * kvl], lh);
                             }
                         }
                     }
+                    u += h1 - h0;
                 }
-            }
-        });
-        if !inline_uv {
+            });
+        } else {
+            pool.par_row_chunks(&mut lat_all, heads * kvl, |r0, lats| {
+                for (i, lat) in lats.chunks_exact_mut(heads * kvl).enumerate() {
+                    latent_sums(r0 + i, 0, heads, lat);
+                }
+            });
             let (mut xh, mut oh) = (bufs.take(t_n * kvl), bufs.take(t_n * vd));
             let mut xq = QActs::default();
             for (hd, uv) in self.w_uv.iter().enumerate() {
