@@ -22,6 +22,8 @@ per architecture):
   own: `rope_freqs` (Llama 3's RoPE scaling factors, computed as `LlamaModel.
   generate_extra_tensors` does), Q/K/V biases (Qwen2), `attn_q_norm`/`attn_k_norm` (Qwen3),
   fused `attn_qkv` and `ffn_up` and `rope_factors_{long,short}` (Phi-3);
+- GLM-4.5-Air (`glm4moe`): leading dense layers, `exp_probs_b`, shared experts, Q/K/V biases,
+  `post_attention_norm`, partial rotary;
 - MLA (`deepseek2`, DeepSeek-V2-Lite): `attn_q` (or the q LoRA), `attn_kv_a_mqa`,
   `attn_kv_a_norm`, `attn_k_b`, `attn_v_b` and the `attention.{q_lora_rank, kv_lora_rank,
   key_length_mla, value_length_mla}` keys, shared experts, leading dense layers;
@@ -107,6 +109,16 @@ SHAPES = {
         qkv_bias=True, out_bias=True, sinks=True, experts=32, experts_used=4, expert_ffn=2880, expert_bias=True,
         router_bias=True, ffn_norm="post_attention_norm", sliding_window=128, yarn=dict(factor=32.0, original=4096),
         vocab_file="o200k", template="openai-gpt-oss-120b.jinja"),
+    # GLM-4.5-Air (`glm4moe`): 128 experts of 1408 (8 per token, sigmoid scores with the
+    # selection bias, renormalized) and one shared, a dense first layer, Q/K/V biases, half of
+    # each 128-value head rotated, no Q/K norms; the NextN layer is left out (not run). GLM's
+    # own vocabulary is not vendored: Qwen2's (151936 tokens, near GLM's 151552) stands in.
+    "glm-4.5-air": dict(
+        name="GLM 4.5 Air (synthetic weights)", arch="glm4moe", layers=46, hidden=4096, ffn=10944, heads=96,
+        kv_heads=8, head_dim=128, rope_dims=64, vocab=151936, ctx=131072, rope_theta=1000000.0, rms_eps=1e-5,
+        tied=False, qkv_bias=True, experts=128, experts_used=8, expert_ffn=1408, shared=1, dense_lead=1, gating=2,
+        weights_norm=True, weights_scale=1.0, probs_bias=True, ffn_norm="post_attention_norm", vocab_file="qwen2",
+        eos=151645, template="GLM-4.6.jinja"),
     # DeepSeek-V2-Lite (`deepseek2`): MLA without a q LoRA (kv_lora 512, 128 + 64 query/key
     # values per head, 128 value), 64 routed experts of 1408 (6 per token, softmax, not
     # renormalized) and 2 shared, a dense first layer, YaRN (40 over 4096, mscale_all_dim
@@ -176,15 +188,21 @@ def tensors(s):
         if s.get("sinks"):
             yield p + "attn_sinks.weight", (s["heads"],), "bias"
         yield p + s.get("ffn_norm", "ffn_norm") + ".weight", (h,), "norm"
-        if "experts" in s:
+        if "experts" in s and i >= s.get("dense_lead", 0):
             n, ef = s["experts"], s["expert_ffn"]
             yield p + "ffn_gate_inp.weight", (n, h), "router"
             if s.get("router_bias"):
                 yield p + "ffn_gate_inp.bias", (n,), "bias"
+            if s.get("probs_bias"):
+                yield p + "exp_probs_b.bias", (n,), "bias"
             for nm, shp in [("gate", (n, ef, h)), ("up", (n, ef, h)), ("down", (n, h, ef))]:
                 yield p + f"ffn_{nm}_exps.weight", shp, "w"
                 if s.get("expert_bias"):
                     yield p + f"ffn_{nm}_exps.bias", shp[:2], "bias"
+            if s.get("shared"):
+                si = s["shared"] * ef
+                for nm, shp in [("gate", (si, h)), ("up", (si, h)), ("down", (h, si))]:
+                    yield p + f"ffn_{nm}_shexp.weight", shp, "w"
             continue
         if s.get("fused"):
             yield p + "ffn_up.weight", (2 * f, h), "w"
@@ -379,6 +397,12 @@ def write_f16(shape, s, path, seed):
         w.add_expert_count(s["experts"])
         w.add_expert_used_count(s["experts_used"])
         w.add_expert_feed_forward_length(s["expert_ffn"])
+    if s.get("arch") == "glm4moe":
+        w.add_leading_dense_block_count(s["dense_lead"])
+        w.add_expert_shared_count(s["shared"])
+        w.add_expert_gating_func(gguf.ExpertGatingFuncType(s["gating"]))
+        w.add_expert_weights_norm(s["weights_norm"])
+        w.add_expert_weights_scale(s["weights_scale"])
     w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
     if s.get("vocab_file") == "o200k":
         o200k_vocab(w, s["vocab"])

@@ -70,15 +70,15 @@ pub enum GgmlType {
 /// MXFP4's unsigned code of each nibble: GGML's doubled E2M1 value (`kvalues_mxfp4`) plus 12.
 pub const MXFP4_CODES: [u8; 16] = [12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0];
 
-/// MXFP4's block scale `2^(e − 128)` (GGML's `GGML_E8M0_TO_FP32_HALF`) as an f16, when it is
-/// one exactly (`e` in 104..=143); the repacked tiles keep every scale as an f16.
-pub fn mxfp4_scale_f16(e: u8) -> Option<u16> {
+/// MXFP4's block scale `2^(e − 128)` from its E8M0 byte `e` (GGML's `GGML_E8M0_TO_FP32_HALF`:
+/// half the E8M0 value, as the codes are doubled), exactly: for `e ≥ 2` the f32 whose exponent
+/// field is `e − 1`; `e` 0 and 1 are subnormal (2^-128, 2^-127). The repacked tiles keep the
+/// byte, and the kernels widen 16 at a time by the same shift ([`mxfp4_scale`] is their
+/// definition).
+pub fn mxfp4_scale(e: u8) -> f32 {
     match e {
-        // Subnormal f16: 2^-24 .. 2^-15 is mantissa bit (e - 104).
-        104..=113 => Some(1u16 << (e - 104)),
-        // Normal f16: exponent field e - 128 + 15.
-        114..=143 => Some(((e as u16) - 113) << 10),
-        _ => None,
+        0 | 1 => f32::from_bits(0x0020_0000 << e),
+        _ => f32::from_bits(((e as u32) - 1) << 23),
     }
 }
 

@@ -60,7 +60,7 @@
 //! (`dequantize_row_*` in `ggml/src/ggml-quants.c`).
 #![allow(unsafe_code)]
 
-use super::ggml::{decode_codes, mxfp4_scale_f16, GgmlType, QActs, MXFP4_CODES, QK, QK_K};
+use super::ggml::{decode_codes, mxfp4_scale, GgmlType, QActs, MXFP4_CODES, QK, QK_K};
 
 /// The integer scales of one super-block of one row of a K-quant ([`QMatrix::k_params`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -149,7 +149,10 @@ pub const fn layout(ty: GgmlType) -> Option<TileLayout> {
         TileLayout { bytes, subs, d: 0, m, sc, mn, hi, hi_bytes, codes, code_bytes }
     }
     Some(match ty {
-        GgmlType::Q4_0 | GgmlType::MXFP4 => l(288, 1, None, None, None, 32, 0, 32, 256),
+        GgmlType::Q4_0 => l(288, 1, None, None, None, 32, 0, 32, 256),
+        // The 16 rows' E8M0 scale bytes as stored, then Q4_0's nibbles: the file's 17 bytes per
+        // block exactly (4.25 bits a weight).
+        GgmlType::MXFP4 => l(272, 1, None, None, None, 16, 0, 16, 256),
         GgmlType::Q4_1 => l(320, 1, Some(32), None, None, 64, 0, 64, 256),
         GgmlType::Q8_0 => l(544, 1, None, None, None, 32, 0, 32, 512),
         GgmlType::Q5_0 => l(352, 1, None, None, None, 32, 64, 96, 256),
@@ -380,7 +383,10 @@ impl QMatrix {
         let (g, i) = (r / GROUP, r % GROUP);
         let (kb, s) = (b / l.subs, b % l.subs);
         let t = self.tile(g, kb);
-        let d = self.f16_at(t, l.d, i);
+        let d = match self.ty {
+            GgmlType::MXFP4 => mxfp4_scale(t[l.d + i]),
+            _ => self.f16_at(t, l.d, i),
+        };
         match self.ty {
             GgmlType::Q4_0 => SubParams { dw: d, mw: Some(-8.0 * d) },
             GgmlType::MXFP4 => SubParams { dw: d, mw: Some(-12.0 * d) },
@@ -526,8 +532,9 @@ fn pack_block(ty: GgmlType, l: &TileLayout, blk: &[u8], tile: &mut [u8], i: usiz
             put16(tile, 2 * GROUP, [blk[2], blk[3]]);
         }
         GgmlType::Q6_K => put16(tile, l.d, [blk[208], blk[209]]),
-        // A scale outside f16 is clamped here; the GGUF loader refuses such a file first.
-        GgmlType::MXFP4 => put16(tile, l.d, mxfp4_scale_f16(blk[0].clamp(104, 143)).unwrap_or(0).to_le_bytes()),
+        // The kernels widen the byte into an exponent field, which has no subnormals: 0 and 1
+        // (2^-128, 2^-127) become 2^-126 here; the GGUF loader refuses them first.
+        GgmlType::MXFP4 => tile[l.d + i] = blk[0].max(2),
         GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => unreachable!("not a block type"),
     }
     if ty == GgmlType::MXFP4 {
@@ -608,7 +615,7 @@ mod tests {
     /// The tiles reproduce GGML's dequantization bit for bit, through a padded row group (29
     /// rows: one group and 13 rows of a second) and through a concat, and every type's tiles are
     /// within 3 % of the file's bytes (exactly its bytes but for the K-quants' unpacked scale
-    /// bytes; MXFP4's scales 2 bytes for 1).
+    /// bytes).
     #[test]
     fn repack_is_exact_and_file_sized() {
         let mut seed = 0x1234_5678u32;
@@ -632,9 +639,7 @@ mod tests {
             }
             let full = QMatrix::from_ggml(ty, &raw[..16 * ty.bytes_for(cols)], 16, cols);
             let ratio = full.bytes() as f64 / (16 * ty.bytes_for(cols)) as f64;
-            // MXFP4's one-byte E8M0 scales are kept as f16 (18 bytes per 17).
-            let most = if ty == GgmlType::MXFP4 { 18.0 / 17.0 } else { 1.03 };
-            assert!((1.0..=most).contains(&ratio), "{ty:?}: {ratio}");
+            assert!((1.0..=1.03).contains(&ratio), "{ty:?}: {ratio}");
         }
     }
 }

@@ -256,7 +256,10 @@ unsafe fn run(sc: &mut TileScratch, w: &QMatrix, g0: usize, g1: usize, x: &QActs
         // Unpack the group's codes and scales once for every token block.
         for kb in 0..nkb {
             let t = data.add((g * nkb + kb) * l.bytes);
-            let d = f16x16(t.add(l.d));
+            let d = match ty {
+                GgmlType::MXFP4 => super::q8_avx512::e8m0x16(t.add(l.d)),
+                _ => f16x16(t.add(l.d)),
+            };
             for s in 0..l.subs {
                 let b = kb * l.subs + s;
                 unpack(ty, &l, t, s, bbuf.add(b * 8));

@@ -912,6 +912,11 @@ mod tests {
                 if ty == GgmlType::Q8_0 {
                     blk[2..].iter_mut().for_each(|c| *c = 0x7f);
                 }
+                if ty == GgmlType::MXFP4 {
+                    // E8M0 2^-6 (the scale is half the E8M0 value: 1/64), every nibble 0xf.
+                    blk[0] = 122;
+                    blk[1] = 0xff;
+                }
                 if ty == GgmlType::Q6_K {
                     // Scales 127 (the i8 maximum).
                     blk[192..208].iter_mut().for_each(|c| *c = 0x7f);

@@ -240,6 +240,14 @@ unsafe fn f16x8(p: *const u8) -> __m256 {
     _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
 }
 
+/// Eight rows' MXFP4 block scales from their E8M0 bytes at `p` (see
+/// [`crate::format::ggml::mxfp4_scale`]; the GGUF loader refuses the subnormal `e` < 2).
+#[inline(always)]
+unsafe fn e8m0x8(p: *const u8) -> __m256 {
+    let e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p as *const __m128i));
+    _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_sub_epi32(e, _mm256_set1_epi32(1))))
+}
+
 /// Half groups (8-row units) `u .. u+NG` against tokens `t0 .. t0+NT`; results to
 /// `out[t·ldo + row]`.
 #[inline(always)]
@@ -260,6 +268,14 @@ unsafe fn group_tile<const T: u8, const M: u8, const NG: usize, const NT: usize>
     let cols = w.cols;
     // Per-row arrays of a tile are `[..][16 rows]`: a half's 8 values start 8 elements in.
     let f16h = |(tp, h): (*const u8, usize), at: usize| f16x8(tp.add(at + 2 * HALF * h));
+    // The half's block scales: MXFP4's E8M0 bytes, the other types' f16s.
+    let scales = |(tp, h): (*const u8, usize)| {
+        if T == MXFP4 {
+            e8m0x8(tp.add(l.d + HALF * h))
+        } else {
+            f16h((tp, h), l.d)
+        }
+    };
     // Two passes, so that only the `acc` accumulators are live beside the integer chains (16
     // AVX2 registers): `Σ I·dw·dx` over the sub-blocks, then `Σ mw·sx`. Each runs in sub-block
     // order as in the definition and they meet in its final `acc + macc`: the same bits.
@@ -270,7 +286,7 @@ unsafe fn group_tile<const T: u8, const M: u8, const NG: usize, const NT: usize>
         if NT == 1 && prefetch {
             prefetch_tile(tiles[0].0.add(PREFETCH), l.bytes / 2);
         }
-        let d: [__m256; NG] = std::array::from_fn(|j| f16h(tiles[j], l.d));
+        let d: [__m256; NG] = std::array::from_fn(|j| scales(tiles[j]));
         for s in 0..l.subs {
             let b = kb * l.subs + s;
             let xp: [*const i8; NT] = std::array::from_fn(|t| x.q.as_ptr().add((t0 + t) * cols + b * QK));
@@ -296,7 +312,7 @@ unsafe fn group_tile<const T: u8, const M: u8, const NG: usize, const NT: usize>
                     let mw = match T {
                         // m = factor · d exactly (a power of two), as the definition's.
                         Q4_0 => _mm256_mul_ps(f16h(tp, l.d), _mm256_set1_ps(-8.0)),
-                        MXFP4 => _mm256_mul_ps(f16h(tp, l.d), _mm256_set1_ps(-12.0)),
+                        MXFP4 => _mm256_mul_ps(scales(tp), _mm256_set1_ps(-12.0)),
                         Q5_0 => _mm256_mul_ps(f16h(tp, l.d), _mm256_set1_ps(-16.0)),
                         Q8_0 => _mm256_mul_ps(f16h(tp, l.d), _mm256_set1_ps(-128.0)),
                         _ => f16h(tp, 2 * GROUP),

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use ggus::GGuf;
-use sparrow_cpu::format::ggml::{dequantize_row, mxfp4_scale_f16, GgmlType, QMatrix};
+use sparrow_cpu::format::ggml::{dequantize_row, GgmlType, QMatrix};
 use sparrow_cpu::format::gguf::TensorEntry;
 use sparrow_cpu::{Mapped, Weight};
 
@@ -146,10 +146,11 @@ impl<'a> Gguf<'a> {
             .and_then(|end| self.g.data.get(t.offset..end))
             .ok_or_else(|| EngineError::model(format!("tensor {name}: data runs past the end of the file")))?;
         if ty == GgmlType::MXFP4 {
-            // The tiles keep MXFP4's E8M0 scales as f16: 2^-24 .. 2^15 (gpt-oss's are far inside).
-            if let Some(b) = data.chunks_exact(17).find(|b| mxfp4_scale_f16(b[0]).is_none()) {
+            // The kernels widen a scale byte into an f32 exponent field, which leaves out the two
+            // subnormal scales 2^-128 and 2^-127 (gpt-oss's are far above).
+            if let Some(b) = data.chunks_exact(17).find(|b| b[0] < 2) {
                 return Err(EngineError::model(format!(
-                    "tensor {name}: an MXFP4 block scale 2^{} is outside 2^-24 .. 2^15, which sparrow keeps",
+                    "tensor {name}: an MXFP4 block scale 2^{} is subnormal (below 2^-126), which sparrow does not keep",
                     b[0] as i32 - 128
                 )));
             }
