@@ -73,7 +73,7 @@ pub const MXFP4_CODES: [u8; 16] = [12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9
 /// MXFP4's block scale `2^(e − 128)` from its E8M0 byte `e` (GGML's `GGML_E8M0_TO_FP32_HALF`:
 /// half the E8M0 value, as the codes are doubled), exactly: for `e ≥ 2` the f32 whose exponent
 /// field is `e − 1`; `e` 0 and 1 are subnormal (2^-128, 2^-127). The repacked tiles keep the
-/// byte, and the kernels widen 16 at a time by the same shift ([`mxfp4_scale`] is their
+/// byte, and the kernels widen 8 or 16 at a time by the same shift ([`mxfp4_scale`] is their
 /// definition).
 pub fn mxfp4_scale(e: u8) -> f32 {
     match e {

@@ -255,6 +255,9 @@ fn deepseek2_files_match_llama_cpp() {
     let g = fixture_named("deepseek2_golden.json");
     let ids = u32s(&g["prompt_ids"]);
     let dir = tempfile::tempdir().expect("tmp");
+    let families: Vec<&str> =
+        g["cases"].as_array().expect("cases").iter().filter_map(|c| c["family"].as_str()).collect();
+    assert_eq!(families, ["deepseek2", "deepseek2_lite"], "the fixture's cases");
     for case in g["cases"].as_array().expect("cases") {
         let family = case["family"].as_str().expect("family");
         let s = spec(family);
@@ -285,7 +288,7 @@ fn deepseek2_files_match_llama_cpp() {
                 for t in no_bias.iter_mut().filter(|t| t.0.ends_with("exp_probs_b.bias")) {
                     t.3.iter_mut().for_each(|b| *b = 0);
                 }
-                // Each head's W_UKᵀ taken as W_UK's rows: the per-head transpose undone.
+                // The heads of attn_k_b in reverse order: each head's W_UK read as another's.
                 let mut heads_rev = tensors.clone();
                 for t in heads_rev.iter_mut().filter(|t| t.0.ends_with("attn_k_b.weight")) {
                     let per = t.3.len() / HEADS;
@@ -295,7 +298,7 @@ fn deepseek2_files_match_llama_cpp() {
                     ("selection bias zeroed", s, no_bias),
                     ("one expert group kept, not two", Spec { groups: Some((4, 1)), ..s }, tensors.clone()),
                     ("heads of attn_k_b in reverse order", s, heads_rev),
-                    ("no yarn_log_multiplier", Spec { mscale_all_dim: 0.0, ..s }, tensors.clone()),
+                    ("yarn_log_multiplier 0", Spec { mscale_all_dim: 0.0, ..s }, tensors.clone()),
                 ]
             }
             _ => {
@@ -337,8 +340,8 @@ fn deepseek2_batched_equal_alone() {
     }
 }
 
-/// Malformed files are start-up errors naming what is wrong: a missing per-head tensor, and a
-/// file without `kv_lora_rank`.
+/// Malformed files are start-up errors naming what is wrong: a missing per-head tensor, a file
+/// without `kv_lora_rank`, and one with an attention temperature we do not run.
 #[test]
 fn malformed_deepseek2_files_are_refused_by_name() {
     let dir = tempfile::tempdir().expect("tmp");
@@ -353,4 +356,10 @@ fn malformed_deepseek2_files_are_refused_by_name() {
     write_gguf(&path, "deepseek2", &no_rank, &t);
     let e = Glm5Model::load_gguf(&path, 1, Glm5Options::default()).map(|_| ()).expect_err("refused").to_string();
     assert!(e.contains("deepseek2.attention.kv_lora_rank"), "{e}");
+    // Mistral Large 3's attention temperature is refused by name, not run without.
+    let mut temp = keys(&s);
+    temp.push(("attention.temperature_scale", f32v(0.1)));
+    write_gguf(&path, "deepseek2", &temp, &t);
+    let e = Glm5Model::load_gguf(&path, 1, Glm5Options::default()).map(|_| ()).expect_err("refused").to_string();
+    assert!(e.contains("deepseek2.attention.temperature_scale"), "{e}");
 }

@@ -5,7 +5,8 @@
 //! - `deepseekv3` (V3, R1-0528): `function<｜tool▁sep｜>{name}\n```json\n{arguments}\n````;
 //! - `deepseekv31` (V3.1): `{name}<｜tool▁sep｜>{arguments}`.
 //!
-//! Text before the block (and after it) is content. Each call is given whole when its end
+//! Text before the block (and after it) is content, without the whitespace that only
+//! separates it from the block (SGLang strips the text around the calls). Each call is given whole when its end
 //! marker arrives; a reply cut off inside a call that has its name keeps it with the arguments
 //! so far (the finish reason says `length`), one cut off before the name gives its text back as
 //! content.
@@ -34,6 +35,8 @@ pub(super) struct DeepseekCalls {
     ws: String,
     /// Whether the block is open.
     inside: bool,
+    /// After the block: whitespace is dropped until the text resumes (however it arrives).
+    after: bool,
 }
 
 impl DeepseekCalls {
@@ -45,6 +48,14 @@ impl DeepseekCalls {
         self.held.push_str(text);
         loop {
             if !self.inside {
+                if self.after {
+                    let rest = self.held.trim_start().len();
+                    self.held.drain(..self.held.len() - rest);
+                    if self.held.is_empty() {
+                        return;
+                    }
+                    self.after = false;
+                }
                 if let Some(p) = self.held.find(CALLS_BEGIN) {
                     let before = self.held[..p].trim_end();
                     if !before.is_empty() {
@@ -72,9 +83,8 @@ impl DeepseekCalls {
             let body = &self.held[lead..];
             if body.starts_with(CALLS_END) {
                 self.held.drain(..lead + CALLS_END.len());
-                let rest = self.held.trim_start().len();
-                self.held.drain(..self.held.len() - rest);
                 self.inside = false;
+                self.after = true;
                 continue;
             }
             if let Some(p) = body.find(CALL_END) {

@@ -240,7 +240,9 @@ pub fn history_calls(calls: &Value, parser: Option<ToolParser>) -> String {
                     let name = n.as_str().unwrap_or_default();
                     format!("<｜tool▁call▁begin｜>function<｜tool▁sep｜>{name}\n```json\n{}\n```<｜tool▁call▁end｜>", py_json(a))
                 })
-                .collect();
+                .collect::<Vec<_>>()
+                // DeepSeek-V3's template puts a newline between calls.
+                .join("\n");
             format!("\n<｜tool▁calls▁begin｜>{body}<｜tool▁calls▁end｜>")
         }
         Some(ToolParser::DeepseekV31) => {

@@ -69,8 +69,7 @@ pub struct Glm5Config {
     /// RMSNorm ε of `q_a_layernorm` and `kv_a_layernorm`: 1e-6 in HF's GLM-5 (built without
     /// `rms_norm_eps`), the file's `layer_norm_rms_epsilon` in a GGUF, as llama.cpp uses it.
     pub lora_eps: f32,
-    /// RMSNorm ε of the layer norms and the final norm (`q_a_layernorm` and
-    /// `kv_a_layernorm` use 1e-6, as HF constructs them without ε).
+    /// RMSNorm ε of the layer norms and the final norm (the LoRA norms use [`Self::lora_eps`]).
     pub rms_eps: f32,
     /// Vocabulary size.
     pub vocab: usize,
@@ -311,7 +310,11 @@ impl Glm5Config {
     /// an error (`config.json`, or a GGUF file's architecture).
     pub(super) fn check_from(&self, src: &str) -> Result<(), EngineError> {
         let bad = |m: String| Err(EngineError::model(format!("{src}: {m}")));
-        if self.n_group == 0 || !self.n_routed.is_multiple_of(self.n_group) || self.topk_group > self.n_group {
+        if self.n_group == 0
+            || !self.n_routed.is_multiple_of(self.n_group)
+            || self.topk_group > self.n_group
+            || self.topk_group == 0
+        {
             return bad(format!(
                 "{} experts in {} groups, top {} groups",
                 self.n_routed, self.n_group, self.topk_group

@@ -15,7 +15,8 @@
 //!   values, YaRN when `rope.scaling.type` says so, with DeepSeek's attention scale
 //!   `mscale² / √(nope + rope)`, `mscale = 1 + 0.1 · mscale_all_dim · ln(factor)`;
 //! - `leading_dense_block_count` dense layers, then the router (`ffn_gate_inp`, softmax or
-//!   sigmoid by `expert_gating_func`, softmax when absent as llama.cpp assumes for V2 files),
+//!   sigmoid by `expert_gating_func`; when absent, sigmoid for GLM-4.7-Flash and softmax for
+//!   the V2 files written before the key, as llama.cpp decides),
 //!   its selection bias `exp_probs_b` where present, group-limited top-k, the file's
 //!   renormalization and `expert_weights_scale`, and the shared experts.
 
@@ -54,9 +55,10 @@ struct FileConfig {
 /// RoPE and the attention scale of a `deepseek2` file as llama.cpp derives them: the table's
 /// factor on every cosine and sine, and `kq_scale`.
 ///
-/// llama.cpp's `llama_context` sets `yarn_attn_factor = 1 / (1 + 0.1 ln s)` under YaRN (the
-/// DeepSeek `mscale / mscale_all_dim` ratio is 1, as `deepseek2` takes `mscale = mscale_all_dim`),
-/// times the file's `rope.scaling.attn_factor`; ggml's rope multiplies that back by
+/// llama.cpp's `llama_context` sets `yarn_attn_factor = 1 / (1 + 0.1 ln s)` under YaRN with a
+/// `yarn_log_multiplier` (the DeepSeek `mscale / mscale_all_dim` ratio is 1, as `deepseek2`
+/// takes `mscale = mscale_all_dim`; without one, `(1 + 0.1 ln s) / (1 + 0.1 ln s)` = 1), times
+/// the file's `rope.scaling.attn_factor`; ggml's rope multiplies that back by
 /// `1 + 0.1 ln s`; the graph scales the scores by `mscale² / √(nope + rope)` with `mscale =
 /// attn_factor_org · (1 + 0.1 · log_mul · ln s)`, `log_mul` the file's `yarn_log_multiplier`
 /// over 0.1 (the converter wrote `0.1 · mscale_all_dim`).
@@ -64,7 +66,13 @@ fn rope_and_scale(hp: &GgufHparams, head_k: usize) -> Result<(Option<RopeScaling
     let attn = hp.rope_scaling_attn_factor.map_or(1.0, f64::from);
     let factor = hp.rope_scaling_factor.filter(|f| *f != 0.0).map(f64::from);
     let scaling = match (hp.rope_scaling_type.as_deref(), factor) {
-        (None | Some("none"), _) | (Some("yarn"), None) => None,
+        (Some("none"), _) | (None | Some("yarn"), None) => None,
+        // llama.cpp reads a factor without a type as linear scaling, which this model refuses.
+        (None, Some(_)) => {
+            return Err(EngineError::model(format!(
+                "{ARCH}.rope.scaling.factor without rope.scaling.type (linear scaling) is not supported (none or yarn)"
+            )))
+        }
         (Some("yarn"), Some(f)) => {
             Some(RopeScaling::yarn(f, hp.rope_scaling_original_context_length.unwrap_or(hp.context_length)))
         }
@@ -88,6 +96,17 @@ fn rope_and_scale(hp: &GgufHparams, head_k: usize) -> Result<(Option<RopeScaling
     Ok((scaling, table, (mscale * mscale / (head_k as f64).sqrt()) as f32))
 }
 
+/// The router's scoring of a file without `expert_gating_func` (or with 0, "none"), as
+/// llama.cpp decides it for `layers` trunk layers and a `vocab`-token vocabulary: sigmoid for
+/// GLM-4.7-Flash (47 or 48 layers and GLM's 154 880 tokens), softmax for the DeepSeek-V2 / V2.5
+/// files written before the key existed.
+fn default_scoring(layers: usize, vocab: usize) -> Scoring {
+    match (layers, vocab) {
+        (47 | 48, 154_880) => Scoring::Sigmoid,
+        _ => Scoring::Softmax,
+    }
+}
+
 /// The hyper-parameters of `ld`, a `deepseek2` file.
 fn file_config(ld: &Gguf<'_>) -> Result<FileConfig, EngineError> {
     let hp = GgufHparams::read(ld, ARCH)?;
@@ -105,15 +124,23 @@ fn file_config(ld: &Gguf<'_>) -> Result<FileConfig, EngineError> {
             "{ARCH}: a {head_k}-value query/key head cannot hold {rope} rotary values and a non-rotary part"
         )));
     }
-    // llama.cpp reads the gating function for V2/V2.5 files without the key as softmax.
+    let layers = hp.block_count.saturating_sub(hp.nextn_predict_layers.unwrap_or(0));
+    let vocab = ld.embedding_rows()?;
     let fam = MoeFamily {
-        scoring: hp.expert_gating_func.is_none().then_some(Scoring::Softmax),
+        scoring: matches!(hp.expert_gating_func, None | Some(0)).then_some(default_scoring(layers, vocab)),
         norm_topk_prob: None,
         scaled: true,
         act: Glu::Silu,
     };
-    let moe = hp.moe(ARCH, &fam)?;
-    let layers = hp.block_count.saturating_sub(hp.nextn_predict_layers.unwrap_or(0));
+    let mut moe = hp.moe(ARCH, &fam)?;
+    // llama.cpp's `deepseek2` sizes the shared experts as `expert_shared_count` routed ones.
+    moe.shared_ffn = hp.expert_shared_count.unwrap_or(0) * moe.expert_ffn;
+    if hp.attention_temperature_scale.is_some_and(|t| t != 0.0) {
+        return Err(EngineError::model(format!(
+            "{ARCH}.attention.temperature_scale is set: the attention temperature tuning of these files \
+             (Mistral Large 3) is not supported"
+        )));
+    }
     // V2-Lite has no q LoRA: llama.cpp decides by the model, the tensors say the same.
     let q_lora_rank = match ld.has_tensor("blk.0.attn_q_a.weight") {
         true => need(hp.q_lora_rank.filter(|&r| r > 0), "attention.q_lora_rank")?,
@@ -156,7 +183,7 @@ fn file_config(ld: &Gguf<'_>) -> Result<FileConfig, EngineError> {
         softmax_scale,
         lora_eps: eps,
         rms_eps: eps,
-        vocab: ld.embedding_rows()?,
+        vocab,
         max_positions: ctx,
         tie_word_embeddings: !ld.has_tensor("output.weight"),
     };
@@ -310,4 +337,20 @@ fn split_kv_b(a: &Vb<'_>, c: &Glm5Config) -> Result<(Vec<Vec<f32>>, Vec<Vec<f32>
         })
         .collect();
     Ok((w_uk, w_uv))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// llama.cpp's default gating for files without the key: GLM-4.7-Flash's shape is sigmoid,
+    /// DeepSeek-V2-Lite's (27 layers, 102 400 tokens) and a GLM-vocabulary file of another depth
+    /// softmax.
+    #[test]
+    fn gating_default_follows_llama_cpp() {
+        assert_eq!(default_scoring(47, 154_880), Scoring::Sigmoid);
+        assert_eq!(default_scoring(48, 154_880), Scoring::Sigmoid);
+        assert_eq!(default_scoring(27, 102_400), Scoring::Softmax);
+        assert_eq!(default_scoring(46, 154_880), Scoring::Softmax);
+    }
 }

@@ -1,15 +1,18 @@
 //! Multi-head latent attention (MLA, DeepSeek-V2 §2.1) in its absorbed form, over the top-k
-//! selection of the DSA indexer (DeepSeek-V3.2 §2). Semantics follow HF transformers
+//! selection of the DSA indexer (DeepSeek-V3.2 §2) where the model has one (GLM-5), over the
+//! whole context where it has none (DeepSeek-V2/V3 from GGUF). Semantics follow HF transformers
 //! `modeling_glm_moe_dsa.py` (`GlmMoeDsaAttention`); the absorbed, latent-only form and the
 //! sparse/dense choice follow SGLang's `dsa` backend (`nsa` before 0.5.23).
 //!
-//! Per token: `qr = RMSNorm(q_a_proj(h))`, `q = q_b_proj(qr)` split per head into
+//! Per token: `qr = RMSNorm(q_a_proj(h))`, `q = q_b_proj(qr)` (or `q = q_proj(h)` without a q
+//! LoRA) split per head into
 //! `[q_nope (qk_nope_head_dim), q_pe (qk_rope_head_dim)]`; `kv = kv_a_proj_with_mqa(h)` split
 //! into `c = RMSNorm(kv[..kv_lora_rank])` (the latent) and `k_pe = RoPE(kv[kv_lora_rank..])`,
 //! shared by all heads. The cache keeps `[c, k_pe]` per token (component `latent`).
 //! `kv_b_proj` holds, per head, `W_UK [nope, kv_lora]` and `W_UV [v, kv_lora]`; we run the
 //! absorbed form for every row (prefill and decode): `q_abs = W_UKᵀ q_nope`,
-//! `score_j = (q_abs·c_j + q_pe·k_pe_j) · (nope + rope)^-½`, `o = W_UV Σ_j softmax_j · c_j`,
+//! `score_j = (q_abs·c_j + q_pe·k_pe_j) · softmax_scale` (`(nope + rope)^-½`, times YaRN's
+//! `mscale²` for DeepSeek's scaled RoPE), `o = W_UV Σ_j softmax_j · c_j`,
 //! which reads only the latent cache.
 //!
 //! Two implementations for rows with a selection, selected like SGLang's

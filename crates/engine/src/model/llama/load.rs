@@ -255,6 +255,9 @@ pub(crate) struct GgufHparams {
     pub expert_gating_func: Option<u32>,
     pub expert_group_count: Option<usize>,
     pub expert_group_used_count: Option<usize>,
+    /// Mistral Large 3's attention temperature tuning (`deepseek2`), refused when set.
+    #[serde(rename = "attention.temperature_scale")]
+    pub attention_temperature_scale: Option<f32>,
     /// Multi-token-prediction layers after the trunk (GLM-4.5's NextN): counted in
     /// `block_count`, not run for the next token.
     pub nextn_predict_layers: Option<usize>,
