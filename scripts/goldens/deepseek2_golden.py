@@ -32,18 +32,13 @@ rotary part, YaRN's frequencies with `softmax_scale = (nope + rope)^-0.5 · msca
 200-token prompt, the same rows from the exact forward, and 6 prompts' 12 greedy tokens with
 their margins, as `moe_golden.py` records them.
 """
-import argparse
 import hashlib
-import json
-import sys
-import tempfile
-from pathlib import Path
 
 from family_golden import PEERS, prompt  # noqa: F401  (importing it puts gguf-py on the path)
 import numpy as np  # noqa: E402
 import gguf  # noqa: E402
-from k_quant_golden import greedy_after, llama_rows, vector  # noqa: E402
-from moe_golden import greedy_prompt, q8_head, q8_matrix_t  # noqa: E402
+from k_quant_golden import vector  # noqa: E402
+from moe_golden import q8_head, q8_matrix_t, run  # noqa: E402
 
 HIDDEN, HEADS, FFN, LAYERS, VOCAB, CTX = 256, 4, 512, 4, 256, 512
 KV_LORA, Q_LORA, NOPE, ROPE, V_DIM = 128, 128, 64, 32, 64
@@ -51,7 +46,6 @@ N_EXPERT, TOP_K, EXPERT_FFN = 16, 4, 128
 EPS = 1e-6
 ROPE_BASE = 10000.0
 YARN = (4.0, 64)
-PROMPT_LEN, GREEDY, GREEDY_PROMPTS = 200, 12, 6
 ROUTER = 0.25
 
 FAMILIES = {
@@ -268,45 +262,5 @@ def exact_forward(fam, ids):
     return rms(x, w["output_norm.weight"]) @ w["output.weight"].T
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", type=Path, required=True)
-    a = ap.parse_args()
-    import llama_cpp
-    from llama_cpp import Llama
-    ids = prompt()
-    cases = []
-    with tempfile.TemporaryDirectory() as d:
-        for fam in FAMILIES:
-            path = Path(d) / f"{fam}.gguf"
-            sha = write(path, fam)
-            llm = Llama(model_path=str(path), n_ctx=CTX, n_batch=CTX, n_ubatch=CTX, logits_all=True, n_threads=2,
-                        seed=0, verbose=False)
-            scores, positions, rows = llama_rows(llm, ids)
-            greedy = []
-            for i in range(GREEDY_PROMPTS):
-                g_ids = greedy_prompt(i)
-                llama_rows(llm, g_ids)
-                toks, margins = greedy_after(llm, g_ids, GREEDY)
-                greedy.append({"prompt_ids": g_ids, "greedy_ids": toks, "greedy_margins": margins})
-            ex = exact_forward(fam, ids)
-            exact = [[round(float(v), 4) for v in ex[p]] for p in positions]
-            ref = np.array([scores[p] for p in positions])
-            dev = np.abs(ref - ex[positions]).max(-1) / np.abs(ex[positions]).max(-1)
-            print(f"{fam}: llama.cpp from exact f64 {100 * dev.mean():.1f} % mean, {100 * dev.max():.1f} % max "
-                  f"of each row's scale", file=sys.stderr)
-            cases.append({"family": fam, "tensor_sha256": sha, "positions": positions, "logits": rows, "exact": exact,
-                          "greedy": greedy})
-            del llm
-    out = {
-        "reference": f"llama-cpp-python {llama_cpp.__version__} (vendored llama.cpp), native build, n_threads=2",
-        "generator": "scripts/goldens/deepseek2_golden.py",
-        "prompt_ids": ids,
-        "cases": cases,
-    }
-    a.out.write_text(json.dumps(out, separators=(",", ":")) + "\n")
-    print(f"wrote {a.out}")
-
-
 if __name__ == "__main__":
-    main()
+    run(__doc__, FAMILIES, write, exact_forward, "scripts/goldens/deepseek2_golden.py")

@@ -334,8 +334,12 @@ def greedy_prompt(i):
     return [int(t) for t in np.frombuffer(splitmix(fnv1a(f"greedy{i}"), 4 * n), dtype=np.uint32) % VOCAB]
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def run(doc, families, write, exact_forward, generator):
+    """The script's `main` for a set of tiny files: `write(path, fam)` makes each (returning its
+    tensors' SHA-256), llama.cpp evaluates it (the logit rows of `prompt()`, six greedy prompts'
+    tokens and margins), `exact_forward(fam, ids)` gives the f64 rows; writes the fixture to
+    `--out`, naming `generator`."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args()
     import llama_cpp
@@ -343,7 +347,7 @@ def main():
     ids = prompt()
     cases = []
     with tempfile.TemporaryDirectory() as d:
-        for fam in FAMILIES:
+        for fam in families:
             path = Path(d) / f"{fam}.gguf"
             sha = write(path, fam)
             llm = Llama(model_path=str(path), n_ctx=CTX, n_batch=CTX, n_ubatch=CTX, logits_all=True, n_threads=2,
@@ -366,7 +370,7 @@ def main():
             del llm
     out = {
         "reference": f"llama-cpp-python {llama_cpp.__version__} (vendored llama.cpp), native build, n_threads=2",
-        "generator": "scripts/goldens/moe_golden.py",
+        "generator": generator,
         "prompt_ids": ids,
         "cases": cases,
     }
@@ -375,4 +379,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    run(__doc__, FAMILIES, write, exact_forward, "scripts/goldens/moe_golden.py")

@@ -114,6 +114,29 @@ impl<'a> Gguf<'a> {
         self.tensor_names().into_iter().filter(|n| !read.contains(*n)).collect()
     }
 
+    /// Refuses a file with tensors the `arch` decoder did not read: any left over but the NextN
+    /// layers' (`blk.{trunk}` on, which serve only multi-token prediction) and those `spare`
+    /// accepts (LongRoPE's unused regime).
+    ///
+    /// # Errors
+    /// Naming the file, how many tensors are left and the first.
+    pub fn check_all_read(&self, arch: &str, trunk: usize, spare: impl Fn(&str) -> bool) -> Result<(), EngineError> {
+        let past_trunk = |n: &str| {
+            n.strip_prefix("blk.").and_then(|r| r.split('.').next()).and_then(|b| b.parse::<usize>().ok())
+                >= Some(trunk)
+        };
+        let unused: Vec<&str> = self.unread_tensors().into_iter().filter(|n| !spare(n) && !past_trunk(n)).collect();
+        match unused.first() {
+            Some(first) => Err(EngineError::model(format!(
+                "{}: {} tensor(s) the {arch} decoder does not use (first: {first}); running without them would \
+                 change the model's arithmetic",
+                self.path.display(),
+                unused.len()
+            ))),
+            None => Ok(()),
+        }
+    }
+
     /// Every tensor name, sorted.
     pub fn tensor_names(&self) -> Vec<&str> {
         let mut names: Vec<&str> = self.g.tensors.keys().map(|k| &**k).collect();

@@ -24,13 +24,12 @@ use std::path::Path;
 
 use ggus::GGufMetaMapExt;
 
-use sparrow_cpu::format::ggml::QActs;
-use sparrow_cpu::{Isa, ThreadPool, Weight};
+use sparrow_cpu::Weight;
 
-use super::load::{absorbed_kv_b, load_mlp, weight_bytes};
+use super::load::{absorbed_kv_b, load_mlp, weight_bytes, Parts};
 use super::mla::{Mla, QProj};
 use super::moe::Ffn;
-use super::{AttnStats, DecoderLayer, Glm5Config, Glm5Model, Glm5Options};
+use super::{DecoderLayer, Glm5Config, Glm5Model, Glm5Options};
 use crate::checkpoint::gguf::{Gguf, GgufFile};
 use crate::model::common::{RopeScaling, RopeTable};
 use crate::model::llama::load::{load_moe, GgufHparams, MoeFamily};
@@ -38,7 +37,7 @@ use crate::model::llama::MoeConfig;
 use crate::model::moe::Glu;
 use crate::model::routing::Scoring;
 use crate::model::vb::{GgufTensors, Vb, DEEPSEEK2_LAYER_NAMES, LLAMA_LAYER_NAMES, MOE_FFN_NAMES};
-use crate::model::{Instruments, ModelInfo};
+use crate::model::ModelInfo;
 use crate::EngineError;
 
 /// The GGUF architecture this loader reads.
@@ -214,20 +213,7 @@ impl Glm5Model {
         let vb = root.pp("model.layers");
         let layers = (0..c.layers).map(|l| load_layer(&vb.pp(l), &c, &moe, l)).collect::<Result<Vec<_>, _>>()?;
         let norm = root.vector("model.norm.weight", h)?;
-        // NextN layers (past the trunk) serve only multi-token prediction.
-        let past_trunk = |n: &str| {
-            n.strip_prefix("blk.").and_then(|r| r.split('.').next()).and_then(|b| b.parse::<usize>().ok())
-                >= Some(c.layers)
-        };
-        let unused: Vec<&str> = ld.unread_tensors().into_iter().filter(|n| !past_trunk(n)).collect();
-        if let Some(first) = unused.first() {
-            return Err(EngineError::model(format!(
-                "{}: {} tensor(s) the {ARCH} decoder does not use (first: {first}); running without them would \
-                 change the model's arithmetic",
-                path.display(),
-                unused.len()
-            )));
-        }
+        ld.check_all_read(ARCH, c.layers, |_| false)?;
         let weight_bytes = weight_bytes(&embed, lm_head.as_ref(), &layers);
         let (all, active): (usize, usize) = layers
             .iter()
@@ -249,23 +235,7 @@ impl Glm5Model {
             file_weight_bytes: Some(ld.read_bytes()),
             active_weight_bytes: (all > 0).then(|| weight_bytes - all + active - embed_unread),
         };
-        let pool = ThreadPool::new(threads).map_err(|e| EngineError::model(format!("thread pool: {e}")))?;
-        Ok(Glm5Model {
-            cfg: c,
-            info,
-            opts,
-            embed,
-            lm_head,
-            norm,
-            layers,
-            rope,
-            pool,
-            isa: Isa::detect(),
-            xq: QActs::default(),
-            bufs: Default::default(),
-            stats: AttnStats::default(),
-            inst: Instruments::default(),
-        })
+        Glm5Model::assemble(Parts { cfg: c, info, opts, embed, lm_head, norm, layers, rope }, threads)
     }
 }
 

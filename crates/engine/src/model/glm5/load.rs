@@ -58,16 +58,24 @@ impl Glm5Model {
             file_weight_bytes: None,
             active_weight_bytes: None,
         };
+        Glm5Model::assemble(Parts { cfg: c, info, opts, embed, lm_head, norm, layers, rope }, threads)
+    }
+
+    /// The model of loaded `parts`, with a pool of `threads` and fresh scratch and counters.
+    ///
+    /// # Errors
+    /// A thread pool that cannot start.
+    pub(super) fn assemble(p: Parts, threads: usize) -> Result<Self, EngineError> {
         let pool = ThreadPool::new(threads).map_err(|e| EngineError::model(format!("thread pool: {e}")))?;
         Ok(Glm5Model {
-            cfg: c,
-            info,
-            opts,
-            embed,
-            lm_head,
-            norm,
-            layers,
-            rope,
+            cfg: p.cfg,
+            info: p.info,
+            opts: p.opts,
+            embed: p.embed,
+            lm_head: p.lm_head,
+            norm: p.norm,
+            layers: p.layers,
+            rope: p.rope,
             pool,
             isa: Isa::detect(),
             xq: QActs::default(),
@@ -76,6 +84,19 @@ impl Glm5Model {
             inst: Instruments::default(),
         })
     }
+}
+
+/// What a loader reads for a [`Glm5Model`]: its config and facts, the weights and the RoPE
+/// table.
+pub(super) struct Parts {
+    pub(super) cfg: Glm5Config,
+    pub(super) info: ModelInfo,
+    pub(super) opts: Glm5Options,
+    pub(super) embed: Weight,
+    pub(super) lm_head: Option<Weight>,
+    pub(super) norm: Vec<f32>,
+    pub(super) layers: Vec<DecoderLayer>,
+    pub(super) rope: RopeTable,
 }
 
 /// Layer `l` (`model.layers.{l}`).

@@ -821,22 +821,8 @@ impl LlamaModel {
         let vb = root.pp("model.layers");
         let layers = (0..cfg.layers).map(|l| load_layer(&vb.pp(l), l, &cfg, &fam)).collect::<Result<Vec<_>, _>>()?;
         let output_norm = root.vector("model.norm.weight", hidden)?;
-        // LongRoPE files hold factors for both regimes; one is used. NextN layers (past the
-        // trunk) serve only multi-token prediction.
-        let past_trunk = |n: &str| {
-            n.strip_prefix("blk.").and_then(|r| r.split('.').next()).and_then(|b| b.parse::<usize>().ok())
-                >= Some(cfg.layers)
-        };
-        let unused: Vec<&str> =
-            ld.unread_tensors().into_iter().filter(|n| !n.starts_with("rope_factors_") && !past_trunk(n)).collect();
-        if let Some(first) = unused.first() {
-            return Err(EngineError::model(format!(
-                "{}: {} tensor(s) the {arch} decoder does not use (first: {first}); running without them would \
-                 change the model's arithmetic",
-                path.display(),
-                unused.len()
-            )));
-        }
+        // LongRoPE files hold factors for both regimes; one is used.
+        ld.check_all_read(&arch, cfg.layers, |n| n.starts_with("rope_factors_"))?;
         let name = ld.meta().general_name().unwrap_or("unnamed").to_owned();
         let mut m = Self::assemble(cfg, arch, name, embed, output, output_norm, layers, threads)?;
         m.info.file_weight_bytes = Some(ld.read_bytes());
