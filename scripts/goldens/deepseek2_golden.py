@@ -32,13 +32,11 @@ rotary part, YaRN's frequencies with `softmax_scale = (nope + rope)^-0.5 · msca
 200-token prompt, the same rows from the exact forward, and 6 prompts' 12 greedy tokens with
 their margins, as `moe_golden.py` records them.
 """
-import hashlib
-
 from family_golden import PEERS, prompt  # noqa: F401  (importing it puts gguf-py on the path)
 import numpy as np  # noqa: E402
 import gguf  # noqa: E402
 from k_quant_golden import vector  # noqa: E402
-from moe_golden import q8_head, q8_matrix_t, run  # noqa: E402
+from moe_golden import dequantized, finish, q8_head, q8_matrix_t, run  # noqa: E402
 
 HIDDEN, HEADS, FFN, LAYERS, VOCAB, CTX = 256, 4, 512, 4, 256, 512
 KV_LORA, Q_LORA, NOPE, ROPE, V_DIM = 128, 128, 64, 32, 64
@@ -146,33 +144,13 @@ def write(path, fam):
     w.add_rope_scaling_factor(YARN[0])
     w.add_rope_scaling_orig_ctx_len(YARN[1])
     w.add_rope_scaling_yarn_log_mul(0.1 * f["mscale_all_dim"])
-    w.add_tokenizer_model("none")
-    sha = hashlib.sha256()
-    for name, shape, ty, data in tensors(fam):
-        sha.update(data)
-        if ty == "F32":
-            w.add_tensor(name, np.frombuffer(data, dtype=np.float32).reshape(shape))
-        else:
-            arr = np.frombuffer(data, dtype=np.uint8).reshape(shape[:-1] + [shape[-1] // 32 * 34])
-            w.add_tensor(name, arr, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return sha.hexdigest()
+    return finish(w, tensors(fam))
 
 
 def exact_forward(fam, ids):
     """HF DeepSeek-V2/V3 in float64 over the same dequantized weights (see the module docs)."""
-    from gguf.quants import dequantize
     f = FAMILIES[fam]
-    w = {}
-    for name, shape, ty, data in tensors(fam):
-        if ty == "F32":
-            w[name] = np.frombuffer(data, dtype=np.float32).astype(np.float64).reshape(shape)
-        else:
-            arr = np.frombuffer(data, dtype=np.uint8).reshape(shape[:-1] + [shape[-1] // 32 * 34])
-            w[name] = dequantize(arr, gguf.GGMLQuantizationType.Q8_0).astype(np.float64).reshape(shape)
+    w = dequantized(tensors(fam))
     rms = lambda x, g: x / np.sqrt((x * x).mean(-1, keepdims=True) + EPS) * g
     silu = lambda g: g / (1 + np.exp(-g))
     T = len(ids)

@@ -191,22 +191,48 @@ def write(path, fam):
         w.add_expert_weights_norm(f["norm"])
         w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
     w.add_vocab_size(VOCAB)
+    return finish(w, tensors(fam))
+
+
+# Bytes per 32-weight block of the block types the goldens write.
+BLOCK_BYTES = {"Q8_0": 34, "MXFP4": 17}
+
+
+def blocks(shape, ty, data):
+    """A block-type tensor's bytes as the uint8 array gguf-py takes: the last dimension in
+    blocks."""
+    return np.frombuffer(data, dtype=np.uint8).reshape(shape[:-1] + [shape[-1] // 32 * BLOCK_BYTES[ty]])
+
+
+def finish(w, ts):
+    """Writes `ts` (`tensors()`' tuples) after the metadata, with no tokenizer, and closes `w`;
+    returns the SHA-256 of the tensor data, which the Rust tests check first."""
     w.add_tokenizer_model("none")
     sha = hashlib.sha256()
-    for name, shape, ty, data in tensors(fam):
+    for name, shape, ty, data in ts:
         sha.update(data)
         if ty == "F32":
             w.add_tensor(name, np.frombuffer(data, dtype=np.float32).reshape(shape))
         else:
-            qt = gguf.GGMLQuantizationType[ty]
-            per = {"Q8_0": 34, "MXFP4": 17}[ty]
-            arr = np.frombuffer(data, dtype=np.uint8).reshape(shape[:-1] + [shape[-1] // 32 * per])
-            w.add_tensor(name, arr, raw_dtype=qt)
+            w.add_tensor(name, blocks(shape, ty, data), raw_dtype=gguf.GGMLQuantizationType[ty])
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
     return sha.hexdigest()
+
+
+def dequantized(ts):
+    """`ts` as float64 arrays by name (gguf-py's dequantization)."""
+    from gguf.quants import dequantize
+    w = {}
+    for name, shape, ty, data in ts:
+        if ty == "F32":
+            w[name] = np.frombuffer(data, dtype=np.float32).astype(np.float64).reshape(shape)
+        else:
+            qt = gguf.GGMLQuantizationType[ty]
+            w[name] = dequantize(blocks(shape, ty, data), qt).astype(np.float64).reshape(shape)
+    return w
 
 
 def exact_forward(fam, ids):
@@ -217,17 +243,9 @@ def exact_forward(fam, ids):
     (leading layers) or MoE: scores = softmax or sigmoid of the router logits; the top 4 by
     score (+ exp_probs_b when present); weights = their scores, renormalized, times the scale;
     Σ weight · SwiGLU expert + shared expert → residual; final RMSNorm and the head."""
-    from gguf.quants import dequantize
     f = FAMILIES[fam]
     hd, rd = f["head_dim"], f["rope_dims"]
-    w = {}
-    for name, shape, ty, data in tensors(fam):
-        if ty == "F32":
-            w[name] = np.frombuffer(data, dtype=np.float32).astype(np.float64).reshape(shape)
-        else:
-            per = {"Q8_0": 34, "MXFP4": 17}[ty]
-            arr = np.frombuffer(data, dtype=np.uint8).reshape(shape[:-1] + [shape[-1] // 32 * per])
-            w[name] = dequantize(arr, gguf.GGMLQuantizationType[ty]).astype(np.float64).reshape(shape)
+    w = dequantized(tensors(fam))
     rms = lambda x, g: x / np.sqrt((x * x).mean(-1, keepdims=True) + EPS) * g
     T = len(ids)
     inv = f["rope_base"] ** (-np.arange(0, rd, 2, dtype=np.float64) / rd)
