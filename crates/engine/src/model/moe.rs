@@ -305,6 +305,24 @@ impl Moe {
     }
 }
 
+/// [`crate::model::ModelInfo::active_weight_bytes`] of a model holding `weight_bytes` whose MoE
+/// layers are `moes`: each MoE layer counted at what one token reads of it ([`Moe::active_bytes`]),
+/// and without the embedding table when the head is separate (`separate_head`: a token reads
+/// one row of `embed`); `None` for a model with no MoE layer.
+pub fn active_weight_bytes<'a>(
+    weight_bytes: usize,
+    moes: impl IntoIterator<Item = &'a Moe>,
+    embed: &Weight,
+    separate_head: bool,
+) -> Option<usize> {
+    let (mut any, mut all, mut active) = (false, 0, 0);
+    for m in moes {
+        (any, all, active) = (true, all + m.bytes(), active + m.active_bytes());
+    }
+    let embed_unread = if separate_head { embed.bytes() } else { 0 };
+    any.then(|| weight_bytes - all + active - embed_unread)
+}
+
 /// SwiGLU of every row of `gu` (`[gate (inter), up (inter)]` per row) into `act` (`inter` wide).
 fn swiglu(cx: &Fwd<'_>, gu: &[f32], inter: usize, glu: Glu, act: &mut [f32]) {
     let isa = cx.isa;

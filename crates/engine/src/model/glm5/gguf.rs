@@ -34,7 +34,7 @@ use crate::checkpoint::gguf::{Gguf, GgufFile};
 use crate::model::common::{RopeScaling, RopeTable};
 use crate::model::llama::load::{load_moe, GgufHparams, MoeFamily};
 use crate::model::llama::MoeConfig;
-use crate::model::moe::Glu;
+use crate::model::moe::{active_weight_bytes, Glu};
 use crate::model::routing::Scoring;
 use crate::model::vb::{GgufTensors, Vb, DEEPSEEK2_LAYER_NAMES, LLAMA_LAYER_NAMES, MOE_FFN_NAMES};
 use crate::model::ModelInfo;
@@ -215,15 +215,11 @@ impl Glm5Model {
         let norm = root.vector("model.norm.weight", h)?;
         ld.check_all_read(ARCH, c.layers, |_| false)?;
         let weight_bytes = weight_bytes(&embed, lm_head.as_ref(), &layers);
-        let (all, active): (usize, usize) = layers
-            .iter()
-            .filter_map(|l| match &l.ffn {
-                Ffn::Moe(m) => Some((m.bytes(), m.active_bytes())),
-                Ffn::Dense(_) => None,
-            })
-            .fold((0, 0), |(a, b), (x, y)| (a + x, b + y));
-        // With a separate head, a token reads one row of the embedding table, not all.
-        let embed_unread = if lm_head.is_some() { embed.bytes() } else { 0 };
+        let moes = layers.iter().filter_map(|l| match &l.ffn {
+            Ffn::Moe(m) => Some(m),
+            Ffn::Dense(_) => None,
+        });
+        let active_weight_bytes = active_weight_bytes(weight_bytes, moes, &embed, lm_head.is_some());
         let info = ModelInfo {
             architecture: ARCH.into(),
             name: ld.meta().general_name().unwrap_or("unnamed").to_owned(),
@@ -233,7 +229,7 @@ impl Glm5Model {
             hidden_size: h,
             weight_bytes,
             file_weight_bytes: Some(ld.read_bytes()),
-            active_weight_bytes: (all > 0).then(|| weight_bytes - all + active - embed_unread),
+            active_weight_bytes,
         };
         Glm5Model::assemble(Parts { cfg: c, info, opts, embed, lm_head, norm, layers, rope }, threads)
     }

@@ -913,13 +913,12 @@ impl LlamaModel {
         };
         let pool = ThreadPool::new(threads).map_err(|e| EngineError::model(format!("thread pool: {e}")))?;
         let mut info = info;
-        if layers.iter().any(|l| matches!(l.ffn, FeedForward::Moe(_))) {
-            let all: usize = layers.iter().map(|l| l.ffn.bytes()).sum();
-            let active: usize = layers.iter().map(|l| l.ffn.active_bytes()).sum();
-            // With a separate head, a token reads one row of the embedding table, not all.
-            let embed_unread = if output.is_some() { embed.bytes() } else { 0 };
-            info.active_weight_bytes = Some(info.weight_bytes - all + active - embed_unread);
-        }
+        let moes = layers.iter().filter_map(|l| match &l.ffn {
+            FeedForward::Moe(m) => Some(&**m),
+            FeedForward::Dense { .. } => None,
+        });
+        info.active_weight_bytes =
+            crate::model::moe::active_weight_bytes(info.weight_bytes, moes, &embed, output.is_some());
         Ok(LlamaModel {
             cfg,
             info,

@@ -234,14 +234,6 @@ impl FeedForward {
             FeedForward::Moe(m) => m.bytes(),
         }
     }
-
-    /// Bytes one token reads (a MoE layer: the router, its chosen and the shared experts).
-    pub(crate) fn active_bytes(&self) -> usize {
-        match self {
-            FeedForward::Dense { .. } => self.bytes(),
-            FeedForward::Moe(m) => m.active_bytes(),
-        }
-    }
 }
 
 #[derive(Default)]
