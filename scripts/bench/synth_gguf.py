@@ -167,26 +167,26 @@ def tensors(s):
         p = f"blk.{i}."
         yield p + "attn_norm.weight", (h,), "norm"
         if "mla" in s:
-            yield from mla_tensors(s, p)
-            continue
-        if s.get("fused"):
-            yield p + "attn_qkv.weight", (q + 2 * kv, h), "w"
+            yield from mla_attention(s, p)
         else:
-            yield p + "attn_q.weight", (q, h), "w"
-            yield p + "attn_k.weight", (kv, h), "w"
-            yield p + "attn_v.weight", (kv, h), "w"
-        if s.get("qkv_bias"):
-            yield p + "attn_q.bias", (q,), "bias"
-            yield p + "attn_k.bias", (kv,), "bias"
-            yield p + "attn_v.bias", (kv,), "bias"
-        if s.get("qk_norm"):
-            yield p + "attn_q_norm.weight", (hd,), "norm"
-            yield p + "attn_k_norm.weight", (hd,), "norm"
-        yield p + "attn_output.weight", (h, q), "w"
-        if s.get("out_bias"):
-            yield p + "attn_output.bias", (h,), "bias"
-        if s.get("sinks"):
-            yield p + "attn_sinks.weight", (s["heads"],), "bias"
+            if s.get("fused"):
+                yield p + "attn_qkv.weight", (q + 2 * kv, h), "w"
+            else:
+                yield p + "attn_q.weight", (q, h), "w"
+                yield p + "attn_k.weight", (kv, h), "w"
+                yield p + "attn_v.weight", (kv, h), "w"
+            if s.get("qkv_bias"):
+                yield p + "attn_q.bias", (q,), "bias"
+                yield p + "attn_k.bias", (kv,), "bias"
+                yield p + "attn_v.bias", (kv,), "bias"
+            if s.get("qk_norm"):
+                yield p + "attn_q_norm.weight", (hd,), "norm"
+                yield p + "attn_k_norm.weight", (hd,), "norm"
+            yield p + "attn_output.weight", (h, q), "w"
+            if s.get("out_bias"):
+                yield p + "attn_output.bias", (h,), "bias"
+            if s.get("sinks"):
+                yield p + "attn_sinks.weight", (s["heads"],), "bias"
         yield p + s.get("ffn_norm", "ffn_norm") + ".weight", (h,), "norm"
         if "experts" in s and i >= s.get("dense_lead", 0):
             n, ef = s["experts"], s["expert_ffn"]
@@ -215,8 +215,9 @@ def tensors(s):
         yield "output.weight", (s["vocab"], h), "w"
 
 
-def mla_tensors(s, p):
-    """A `deepseek2` layer after its `attn_norm` (`conversion/deepseek.py`'s names and shapes)."""
+def mla_attention(s, p):
+    """A `deepseek2` layer's attention after its `attn_norm` (`conversion/deepseek.py`'s names
+    and shapes); the feed-forward is the MoE families' own."""
     h, m = s["hidden"], s["mla"]
     hq = m["nope"] + m["rope"]
     if m["q_lora"]:
@@ -230,20 +231,6 @@ def mla_tensors(s, p):
     yield p + "attn_k_b.weight", (s["heads"], m["kv_lora"], m["nope"]), "w"
     yield p + "attn_v_b.weight", (s["heads"], m["v"], m["kv_lora"]), "w"
     yield p + "attn_output.weight", (h, s["heads"] * m["v"]), "w"
-    yield p + "ffn_norm.weight", (h,), "norm"
-    if int(p.split(".")[1]) < s["dense_lead"]:
-        f = s["ffn"]
-        yield p + "ffn_gate.weight", (f, h), "w"
-        yield p + "ffn_up.weight", (f, h), "w"
-        yield p + "ffn_down.weight", (h, f), "w"
-        return
-    n, ef = s["experts"], s["expert_ffn"]
-    yield p + "ffn_gate_inp.weight", (n, h), "router"
-    for nm, shp in [("gate", (n, ef, h)), ("up", (n, ef, h)), ("down", (n, h, ef))]:
-        yield p + f"ffn_{nm}_exps.weight", shp, "w"
-    si = s["shared"] * ef
-    for nm, shp in [("gate", (si, h)), ("up", (si, h)), ("down", (h, si))]:
-        yield p + f"ffn_{nm}_shexp.weight", shp, "w"
 
 
 def copy_vocab(w, vocab_file, eos=None):
