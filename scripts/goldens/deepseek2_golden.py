@@ -36,7 +36,7 @@ from family_golden import PEERS, prompt  # noqa: F401  (importing it puts gguf-p
 import numpy as np  # noqa: E402
 import gguf  # noqa: E402
 from k_quant_golden import vector  # noqa: E402
-from moe_golden import dequantized, finish, q8_head, q8_matrix_t, run  # noqa: E402
+from moe_golden import dequantized, finish, q8_head, q8_matrix_t, router_scores, run  # noqa: E402
 
 HIDDEN, HEADS, FFN, LAYERS, VOCAB, CTX = 256, 4, 512, 4, 256, 512
 KV_LORA, Q_LORA, NOPE, ROPE, V_DIM = 128, 128, 64, 32, 64
@@ -207,12 +207,7 @@ def exact_forward(fam, ids):
         if l < f["dense_lead"]:
             x = x + (silu(h @ w[p + "ffn_gate.weight"].T) * (h @ w[p + "ffn_up.weight"].T)) @ w[p + "ffn_down.weight"].T
             continue
-        logits = h @ w[p + "ffn_gate_inp.weight"].T
-        if f["scoring"] == "softmax":
-            e = np.exp(logits - logits.max(-1, keepdims=True))
-            probs = e / e.sum(-1, keepdims=True)
-        else:
-            probs = 1 / (1 + np.exp(-logits))
+        probs = router_scores(h @ w[p + "ffn_gate_inp.weight"].T, f["scoring"])
         sel = probs + (w[p + "exp_probs_b.bias"] if f["probs_bias"] else 0.0)
         y = np.zeros_like(h)
         gexp, uexp, dexp = (w[p + n + ".weight"] for n in ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"))

@@ -222,6 +222,17 @@ def finish(w, ts):
     return sha.hexdigest()
 
 
+def router_scores(logits, scoring):
+    """The router's scores of `logits` (`[tokens × experts]`): `softmax` over all experts,
+    `sigmoid` per expert, or the raw logits (`softmax_selected`: softmax over the chosen later)."""
+    if scoring == "softmax_selected":
+        return logits
+    if scoring == "softmax":
+        e = np.exp(logits - logits.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+    return 1 / (1 + np.exp(-logits))
+
+
 def dequantized(ts):
     """`ts` as float64 arrays by name (gguf-py's dequantization)."""
     from gguf.quants import dequantize
@@ -309,13 +320,7 @@ def exact_forward(fam, ids):
             logits = h @ w[p + "ffn_gate_inp.weight"].T
             if f.get("mxfp4"):
                 logits = logits + w[p + "ffn_gate_inp.bias"]
-            if f["scoring"] == "softmax_selected":
-                probs = logits
-            elif f["scoring"] == "softmax":
-                e = np.exp(logits - logits.max(-1, keepdims=True))
-                probs = e / e.sum(-1, keepdims=True)
-            else:
-                probs = 1 / (1 + np.exp(-logits))
+            probs = router_scores(logits, f["scoring"])
             sel = probs + (w[p + "exp_probs_b.bias"] if f["probs_bias"] else 0.0)
             y = np.zeros_like(h)
             gexp, uexp, dexp = (w[p + n + ".weight"] for n in ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"))
