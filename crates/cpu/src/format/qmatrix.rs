@@ -103,14 +103,35 @@ pub struct TileLayout {
     pub sc: Option<usize>,
     /// Sub-block min bytes `[sub][row]` (Q4_K/Q5_K: 6-bit `m`).
     pub mn: Option<usize>,
-    /// High-bit planes: first sub-block's plane (each sub-block's at `+ s · hi_bytes`).
+    /// First sub-block's high-bit plane; sub-block `s`'s is at [`TileLayout::hi_at`].
     pub hi: usize,
     /// Bytes of a sub-block's high plane for 16 rows (0, 64 or 128).
     pub hi_bytes: usize,
-    /// First sub-block's code chunks (each sub-block's at `+ s · code_bytes`).
+    /// First sub-block's code chunks, right after its high plane (`hi + hi_bytes`); sub-block
+    /// `s`'s are at [`TileLayout::codes_at`].
     pub codes: usize,
     /// Bytes of a sub-block's codes for 16 rows (256 nibble bytes or 512 8-bit codes).
     pub code_bytes: usize,
+}
+
+impl TileLayout {
+    /// Bytes from one sub-block's high plane and codes to the next's: each sub-block's plane and
+    /// codes are adjacent, so a tile is read front to back. (Planes first and codes after, in
+    /// two regions, measured 22 % slower for the Q6_K single-token product, 255 MB, Zen 4: the
+    /// hardware prefetchers follow one sequential stream per tile, not two interleaved ones.)
+    pub const fn sub_stride(&self) -> usize {
+        self.hi_bytes + self.code_bytes
+    }
+
+    /// Offset of sub-block `s`'s high-bit plane.
+    pub const fn hi_at(&self, s: usize) -> usize {
+        self.hi + s * self.sub_stride()
+    }
+
+    /// Offset of sub-block `s`'s code chunks.
+    pub const fn codes_at(&self, s: usize) -> usize {
+        self.codes + s * self.sub_stride()
+    }
 }
 
 /// The high-bit plane of a 32-weight sub-block (per row).
@@ -158,8 +179,8 @@ pub const fn layout(ty: GgmlType) -> Option<TileLayout> {
         GgmlType::Q5_0 => l(352, 1, None, None, None, 32, 64, 96, 256),
         GgmlType::Q5_1 => l(384, 1, Some(32), None, None, 64, 64, 128, 256),
         GgmlType::Q4_K => l(2368, 8, Some(32), Some(64), Some(192), 320, 0, 320, 256),
-        GgmlType::Q5_K => l(2880, 8, Some(32), Some(64), Some(192), 320, 64, 832, 256),
-        GgmlType::Q6_K => l(3360, 8, None, Some(32), None, 288, 128, 1312, 256),
+        GgmlType::Q5_K => l(2880, 8, Some(32), Some(64), Some(192), 320, 64, 384, 256),
+        GgmlType::Q6_K => l(3360, 8, None, Some(32), None, 288, 128, 416, 256),
         GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => return None,
     })
 }
@@ -333,7 +354,7 @@ impl QMatrix {
         let (g, i) = (r / GROUP, r % GROUP);
         let (kb, s) = (b / l.subs, b % l.subs);
         let t = self.tile(g, kb);
-        let codes = &t[l.codes + s * l.code_bytes..];
+        let codes = &t[l.codes_at(s)..];
         if l.code_bytes == 2 * CHUNK * 4 {
             for c in 0..8 {
                 u[4 * c..4 * c + 4].copy_from_slice(&codes[c * CHUNK + 4 * i..c * CHUNK + 4 * i + 4]);
@@ -348,7 +369,7 @@ impl QMatrix {
                 u[16 + 4 * c + j] = code(byte >> 4);
             }
         }
-        let hi = &t[l.hi + s * l.hi_bytes..];
+        let hi = &t[l.hi_at(s)..];
         match high_bits(self.ty) {
             HighBits::None => {}
             HighBits::One => {
@@ -560,7 +581,7 @@ fn pack_block(ty: GgmlType, l: &TileLayout, blk: &[u8], tile: &mut [u8], i: usiz
     }
     for s in 0..l.subs {
         let u = &u[s * QK..(s + 1) * QK];
-        let codes = &mut tile[l.codes + s * l.code_bytes..l.codes + (s + 1) * l.code_bytes];
+        let codes = &mut tile[l.codes_at(s)..l.codes_at(s) + l.code_bytes];
         if l.code_bytes == 2 * CHUNK * 4 {
             for c in 0..8 {
                 codes[c * CHUNK + 4 * i..c * CHUNK + 4 * i + 4].copy_from_slice(&u[4 * c..4 * c + 4]);
@@ -572,7 +593,7 @@ fn pack_block(ty: GgmlType, l: &TileLayout, blk: &[u8], tile: &mut [u8], i: usiz
                 codes[c * CHUNK + 4 * i + j] = (u[4 * c + j] & 0xf) | ((u[16 + 4 * c + j] & 0xf) << 4);
             }
         }
-        let hi = &mut tile[l.hi + s * l.hi_bytes..l.hi + (s + 1) * l.hi_bytes];
+        let hi = &mut tile[l.hi_at(s)..l.hi_at(s) + l.hi_bytes];
         match high_bits(ty) {
             HighBits::None => {}
             HighBits::One => {
@@ -610,6 +631,32 @@ mod tests {
         *seed ^= *seed >> 17;
         *seed ^= *seed << 5;
         *seed
+    }
+
+    /// Every tile's parts cover it exactly once: the scales, then each sub-block's high plane
+    /// and codes, front to back (a part overlapping another would still dequantize right when
+    /// the repack and the reader agree, so this is checked on its own).
+    #[test]
+    fn tile_parts_cover_the_tile_once_in_order() {
+        for ty in BLOCK_TYPES {
+            let l = layout(ty).expect("a block type");
+            let d_bytes = if ty == GgmlType::MXFP4 { GROUP } else { 2 * GROUP };
+            let sc_bytes = if ty == GgmlType::Q6_K { 16 * GROUP } else { 8 * GROUP };
+            let mut parts = vec![(l.d, d_bytes)];
+            parts.extend(l.m.map(|m| (m, 2 * GROUP)));
+            parts.extend(l.sc.map(|s| (s, sc_bytes)));
+            parts.extend(l.mn.map(|m| (m, 8 * GROUP)));
+            for s in 0..l.subs {
+                parts.push((l.hi_at(s), l.hi_bytes));
+                parts.push((l.codes_at(s), l.code_bytes));
+            }
+            let mut at = 0;
+            for (i, &(off, len)) in parts.iter().enumerate() {
+                assert_eq!(off, at, "{ty:?}: part {i} at {off}, expected {at}");
+                at += len;
+            }
+            assert_eq!(at, l.bytes, "{ty:?}");
+        }
     }
 
     /// The tiles reproduce GGML's dequantization bit for bit, through a padded row group (29

@@ -168,7 +168,7 @@ unsafe fn mxfp4_codes(nibbles: __m512i) -> __m512i {
 /// Writes sub-block `s` of tile `t`'s codes as 8 B-tile rows at `dst` (module docs).
 #[inline(always)]
 unsafe fn unpack(ty: GgmlType, l: &TileLayout, t: *const u8, s: usize, dst: *mut __m512i) {
-    let codes = t.add(l.codes + s * l.code_bytes);
+    let codes = t.add(l.codes_at(s));
     if l.code_bytes == 8 * CHUNK {
         for c in 0..8 {
             *dst.add(c) = _mm512_loadu_si512(codes.add(c * CHUNK) as *const _);
@@ -176,7 +176,7 @@ unsafe fn unpack(ty: GgmlType, l: &TileLayout, t: *const u8, s: usize, dst: *mut
         return;
     }
     let nib = _mm512_set1_epi8(0x0f);
-    let hi = t.add(l.hi + s * l.hi_bytes);
+    let hi = t.add(l.hi_at(s));
     for c in 0..4 {
         let v = _mm512_loadu_si512(codes.add(c * CHUNK) as *const _);
         let mut lo = _mm512_and_si512(v, nib);
@@ -575,8 +575,8 @@ unsafe fn shr16(v: __m512i, n: u32) -> __m512i {
 /// nibbles, then the high ones; see [`unpack`]).
 #[inline(always)]
 unsafe fn unpack_codes(ty: GgmlType, l: &TileLayout, t: *const u8, s: usize, rows: &mut [__m512i; 8], nib: __m512i) {
-    let codes = t.add(l.codes + s * l.code_bytes);
-    let hi = t.add(l.hi + s * l.hi_bytes);
+    let codes = t.add(l.codes_at(s));
+    let hi = t.add(l.hi_at(s));
     for c in 0..4 {
         let v = _mm512_loadu_si512(codes.add(c * CHUNK) as *const _);
         let mut lo = _mm512_and_si512(v, nib);

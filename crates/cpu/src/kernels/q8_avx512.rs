@@ -160,8 +160,8 @@ unsafe fn sub_sums<const T: u8, const NG: usize, const NT: usize, const ONE: boo
         let mut wl = [z; NG];
         let mut wh = [z; NG];
         for j in 0..NG {
-            let codes = tiles[j].add(l.codes + s * l.code_bytes);
-            let hip = tiles[j].add(l.hi + s * l.hi_bytes);
+            let codes = tiles[j].add(l.codes_at(s));
+            let hip = tiles[j].add(l.hi_at(s));
             (wl[j], wh[j]) = chunk_codes::<T>(codes, hip, c);
         }
         for t in 0..NT {
@@ -421,17 +421,16 @@ unsafe fn tile_n<const T: u8, const NG: usize>(
     }
 }
 
-/// Whether the single-token GEMV over type `T` reads one row group at a time instead of four.
-/// Measured from memory (`qmm TYPE 65536 2048 1 2`, Zen 4, no software prefetch): one group's
-/// sequential stream per thread is what the hardware prefetcher follows best, so the light
-/// types read faster alone (Q4_0 1.19 against 1.43 ms, Q4_1 1.13 / 1.47, Q5_0 1.31 / 1.77,
-/// Q8_0 2.45 / 2.61, Q4_K 1.81 / 2.09), while the 5- and 6-bit K-quants, whose tiles cost more
-/// instructions per byte, need four groups' independent chains (Q5_K 4.13 / 2.80, Q6_K 5.02 /
-/// 3.99). With software prefetch (Intel, `prefetch_weight_tiles`) four groups measured best for
-/// every type (31.4 ms for the 1B Q4_K_M step's matmuls against 34.2 with one).
+/// Whether the single-token GEMV reads one row group at a time instead of four. Measured from
+/// memory (`qmm TYPE 65536 2048 1 2`, Zen 4, no software prefetch): one group's sequential
+/// stream per thread is what the hardware prefetcher follows best (Q4_0 1.19 against 1.43 ms,
+/// Q4_1 1.13 / 1.47, Q5_0 1.31 / 1.77, Q8_0 2.45 / 2.61, Q4_K 1.81 / 2.09; since each
+/// sub-block's high plane sits beside its codes, Q5_K 2.10 / 2.38 and Q6_K at 151936 × 2048
+/// 6.9 / 7.3). With software prefetch (Intel, `prefetch_weight_tiles`) four groups measured
+/// best for every type (31.4 ms for the 1B Q4_K_M step's matmuls against 34.2 with one).
 #[inline(always)]
-fn single_stream(t: u8) -> bool {
-    !crate::isa::prefetch_weight_tiles() && matches!(t, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4_K)
+fn single_stream() -> bool {
+    !crate::isa::prefetch_weight_tiles()
 }
 
 /// Row groups `g0 .. g1` for every token (the structure of `q8_x86::rows_generic`).
@@ -446,7 +445,7 @@ unsafe fn rows<const T: u8>(w: &QMatrix, g0: usize, g1: usize, x: &QActs, out: *
         // One group's stream at a time where that measured faster (see `single_stream`),
         // otherwise four groups' streams.
         const NG1: usize = 4;
-        if single_stream(T) {
+        if single_stream() {
             for g in g0..g1 {
                 tile::<T, 1, 1>(w, g, x, 0, out, ldo);
             }

@@ -162,8 +162,8 @@ unsafe fn sub_sums<const T: u8, const M: u8, const NG: usize, const NT: usize>(
         let mut wh = [z; NG];
         for j in 0..NG {
             let (tp, h) = tiles[j];
-            let codes = tp.add(l.codes + s * l.code_bytes + 32 * h);
-            let hip = tp.add(l.hi + s * l.hi_bytes + 32 * h);
+            let codes = tp.add(l.codes_at(s) + 32 * h);
+            let hip = tp.add(l.hi_at(s) + 32 * h);
             (wl[j], wh[j]) = chunk_codes::<T>(codes, hip, c);
         }
         for t in 0..NT {
