@@ -173,7 +173,6 @@ impl LlamaConfig {
             || self.variant.rope_dims > self.head_dim
             || !self.variant.rope_dims.is_multiple_of(2)
             || self.variant.rope_freq_factors.as_ref().is_some_and(|f| f.len() != self.variant.rope_dims / 2)
-            || (self.variant.qk_norm && self.head_dim > MAX_QK_NORM_DIM)
         {
             return Err(EngineError::model(format!(
                 "inconsistent heads: {h} heads of {}, {kv} KV heads, hidden {}",
@@ -256,9 +255,6 @@ struct LayerBuffers {
     /// The MoE layers' activation buffers.
     moe: Scratch,
 }
-
-/// Largest head with a per-head QK norm (a stack buffer; Gemma 3 uses 256).
-const MAX_QK_NORM_DIM: usize = 512;
 
 /// Tokens per attention query block: with 3 heads per KV group, 96 query rows share each key
 /// block converted from f16 (32 and key blocks of 128 timed best at 4k tokens, against 16/64,
@@ -620,12 +616,9 @@ impl Layer {
             let (q, rest) = row.split_at_mut(qd);
             let k = &mut rest[..kvd];
             if let Some((qn, kn)) = qk_norm {
-                let mut buf = [0f32; MAX_QK_NORM_DIM];
-                let tmp = &mut buf[..hd];
-                for (v, g) in q.chunks_exact_mut(hd).map(|v| (v, qn)).chain(k.chunks_exact_mut(hd).map(|v| (v, kn))) {
-                    kernels::rms_norm(v, g, eps, tmp);
-                    v.copy_from_slice(tmp);
-                }
+                // Every head of the token at once: their sums run side by side.
+                kernels::rms_norm_in_place(q, qn, eps);
+                kernels::rms_norm_in_place(k, kn, eps);
             }
             if rotate {
                 rope.rotate_heads_of(q, hd, pos, layout);
