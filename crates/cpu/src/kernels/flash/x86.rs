@@ -138,6 +138,14 @@ pub(super) unsafe fn few_rows_scores<E: KvElem>(
     }
 }
 
+/// Rows of the next tile when `left` rows remain: as many tiles as [`TILE_ROWS`] needs, of
+/// sizes that differ by at most one (one token's 8 GQA rows as 4 + 4, not 6 + 2, whose
+/// 2-row tile loads as much per FMA as a 6-row one does for three times the work).
+#[inline]
+fn tile_rows(left: usize) -> usize {
+    left.div_ceil(left.div_ceil(TILE_ROWS))
+}
+
 /// Scores of `RT ≤ TILE_ROWS` rows (from `r0`) against the 16 keys from `j`: one FMA chain over
 /// `d` per score, 2·RT chains in flight.
 #[inline]
@@ -167,17 +175,17 @@ pub(super) unsafe fn scores(q: &[f32], p: &Parts, kt: &[f32], s: &mut [f32]) {
     let (qp, kp, sp) = (q.as_ptr(), kt.as_ptr(), s.as_mut_ptr());
     for j in (0..p.nk).step_by(16) {
         let mut r0 = 0;
-        while r0 + TILE_ROWS <= p.rows {
-            score_tile::<TILE_ROWS>(qp, p, r0, kp, j, sp);
-            r0 += TILE_ROWS;
-        }
-        match p.rows - r0 {
-            5 => score_tile::<5>(qp, p, r0, kp, j, sp),
-            4 => score_tile::<4>(qp, p, r0, kp, j, sp),
-            3 => score_tile::<3>(qp, p, r0, kp, j, sp),
-            2 => score_tile::<2>(qp, p, r0, kp, j, sp),
-            1 => score_tile::<1>(qp, p, r0, kp, j, sp),
-            _ => {}
+        while r0 < p.rows {
+            let rt = tile_rows(p.rows - r0);
+            match rt {
+                6 => score_tile::<6>(qp, p, r0, kp, j, sp),
+                5 => score_tile::<5>(qp, p, r0, kp, j, sp),
+                4 => score_tile::<4>(qp, p, r0, kp, j, sp),
+                3 => score_tile::<3>(qp, p, r0, kp, j, sp),
+                2 => score_tile::<2>(qp, p, r0, kp, j, sp),
+                _ => score_tile::<1>(qp, p, r0, kp, j, sp),
+            }
+            r0 += rt;
         }
     }
 }
@@ -299,7 +307,7 @@ pub(super) unsafe fn values<T: KvElem>(
     let (vp, sp, op) = (v.as_ptr(), s.as_ptr(), o.as_mut_ptr());
     let mut r0 = 0;
     while r0 < p.rows {
-        let rt = (p.rows - r0).min(TILE_ROWS);
+        let rt = tile_rows(p.rows - r0);
         let jmax = valid[r0..r0 + rt].iter().copied().max().unwrap_or(0) as usize;
         for d in (0..p.hd).step_by(16) {
             match rt {
