@@ -36,6 +36,8 @@ pub struct SchedulerConfig {
     pub disable_radix_cache: bool,
     /// Admission order.
     pub policy: SchedulePolicy,
+    /// Speculative decoding (none: off).
+    pub spec: Option<crate::spec::SpecConfig>,
 }
 
 impl SchedulerConfig {
@@ -190,6 +192,8 @@ pub struct EngineArgs {
     pub autotune_cache_dir: Option<PathBuf>,
     /// End-of-sequence tokens (the tokenizer's, and the model's `eos_token_id` list).
     pub eos: Vec<u32>,
+    /// Speculative decoding (`--speculative-algorithm` and its flags; none: off).
+    pub speculative: Option<crate::spec::SpecConfig>,
 }
 
 impl EngineArgs {
@@ -216,6 +220,7 @@ impl EngineArgs {
             kv_cache_dtype: None,
             autotune_cache_dir: None,
             eos: Vec::new(),
+            speculative: None,
         }
     }
 }
@@ -285,5 +290,6 @@ pub fn derive_config(
         context_length: ctx,
         disable_radix_cache: args.disable_radix_cache,
         policy: args.schedule_policy,
+        spec: args.speculative.clone(),
     })
 }

@@ -18,7 +18,8 @@
 //! - [`sampler`]: greedy / temperature / top-k / top-p / min-p / logit bias, seeded per
 //!   (request, step);
 //! - [`scheduler`]: continuous batching: `schedule()` (retraction, chunked prefill, admission,
-//!   batch building) and `postprocess()` (sampling, finishing);
+//!   batch building) and `postprocess()` (sampling, verifying proposals, finishing);
+//! - [`spec`]: speculative decoding's configuration, per-request state and NGRAM proposer;
 //! - [`engine`]: the engine thread, its typed command channel and panic containment;
 //! - [`testing`]: the fake model the scheduler and engine tests share.
 //!
@@ -38,6 +39,7 @@ pub mod model;
 pub mod request;
 pub mod sampler;
 pub mod scheduler;
+pub mod spec;
 pub mod testing;
 
 /// Engine errors. Request-level errors never stop the engine.

@@ -119,6 +119,8 @@ pub struct TokenUsage {
     pub completion_tokens: usize,
     /// Prompt tokens served from the radix cache at first admission.
     pub cached_tokens: usize,
+    /// Speculative decoding counters (all zero without speculation).
+    pub spec: crate::spec::SpecCounts,
 }
 
 /// What a step tells the callers.

@@ -33,6 +33,8 @@ pub struct FakeModel {
     predict: Predict,
     /// A batch containing this input token panics the forward (a stand-in for a model bug).
     panic_on: Option<u32>,
+    /// Every logits row is this one (a known next-token distribution), whatever `predict` says.
+    fixed: Option<Vec<f32>>,
 }
 
 impl FakeModel {
@@ -49,7 +51,15 @@ impl FakeModel {
             file_weight_bytes: None,
             active_weight_bytes: None,
         };
-        FakeModel { info, predict, panic_on: None }
+        FakeModel { info, predict, panic_on: None, fixed: None }
+    }
+
+    /// Makes every logits row `row` (`[vocab]`): the next-token distribution is then
+    /// `softmax(row)` at every position, for tests of sampling.
+    pub fn with_fixed_logits(mut self, row: Vec<f32>) -> Self {
+        assert_eq!(row.len(), self.info.vocab_size, "one logit per token");
+        self.fixed = Some(row);
+        self
     }
 
     /// Makes every forward whose batch holds input token `token` panic.
@@ -120,9 +130,14 @@ impl Model for FakeModel {
                         (t as u64 + 1) % vocab as u64
                     }
                 };
-                let mut row = vec![0f32; vocab];
-                row[predicted as usize] = 1.0;
-                logits.extend(row);
+                match &self.fixed {
+                    Some(row) => logits.extend_from_slice(row),
+                    None => {
+                        let mut row = vec![0f32; vocab];
+                        row[predicted as usize] = 1.0;
+                        logits.extend(row);
+                    }
+                }
             }
         }
         Ok(logits)

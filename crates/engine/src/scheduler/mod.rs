@@ -38,6 +38,7 @@ use crate::kv::radix::RadixCache;
 use crate::kv::{KvStore, PageAllocator};
 use crate::model::Model;
 use crate::sampler::SamplingParams;
+use crate::spec::SpecState;
 use crate::EngineError;
 
 #[derive(Debug)]
@@ -67,6 +68,11 @@ struct Req {
     /// The grammar's mask for this step's sample, computed while the model ran (see
     /// [`Scheduler::step`]); `None` when postprocess computes it itself.
     mask: Option<Result<Vec<bool>, String>>,
+    /// Speculative decoding state (none: this request does not speculate).
+    spec: Option<SpecState>,
+    /// Tokens proposed for positions `tokens.len() ..`, scored by this step's forward after
+    /// the last sampled token; empty outside a step.
+    draft: Vec<u32>,
 }
 
 /// The grammar masks of rows that sample this step: `(index in running, constraint)` in,
@@ -96,6 +102,35 @@ impl Req {
     /// Logits rows of a chunk of `n` new tokens from `kv_len`.
     fn logits_rows(&self, n: usize) -> usize {
         (self.kv_len + n).saturating_sub(self.logits_from().max(self.kv_len))
+    }
+
+    /// Fills `draft` with this step's proposals for its DECODE row (NGRAM: from the request's
+    /// n-gram index, extended with the tokens it gained; otherwise the proposals already in
+    /// `draft`): at most the adaptive draft length,
+    /// what the request may still emit after the step's own token, and what the context
+    /// holds, so a verify row never writes past the context. Returns how many.
+    fn propose(&mut self, context_length: usize) -> usize {
+        let room =
+            self.max_new.saturating_sub(self.output_len() + 1).min(context_length.saturating_sub(self.tokens.len()));
+        let Some(s) = self.spec.as_mut() else {
+            self.draft.clear();
+            return 0;
+        };
+        let k = s.len.min(room);
+        match s.index.as_mut() {
+            Some(idx) if k > 0 => {
+                idx.extend(&self.tokens);
+                self.draft = idx.propose(&self.tokens, k);
+            }
+            // Proposals made before the step (a draft model's), cut to what fits.
+            _ => self.draft.truncate(k),
+        }
+        self.draft.len()
+    }
+
+    /// The token at position `p` of this step's row: a sampled one, or a proposal after them.
+    fn token_at(&self, p: usize) -> u32 {
+        self.tokens.get(p).copied().unwrap_or_else(|| self.draft[p - self.tokens.len()])
     }
 
     /// The longest chunk of at most `n` tokens from `kv_len` whose prompt-logprob rows fit
@@ -144,6 +179,12 @@ pub struct SchedulerStats {
     /// Tokens matched in the radix cache at every admission, re-admissions after retraction
     /// included (`cached_tokens_total` counts first admissions only, as usage reports do).
     pub radix_hit_tokens_total: u64,
+    /// Speculative decoding: decode forwards of speculating requests (each a verify step).
+    pub spec_verify_ct_total: u64,
+    /// Speculative decoding: tokens proposed.
+    pub spec_draft_tokens_total: u64,
+    /// Speculative decoding: proposed tokens accepted.
+    pub spec_accepted_tokens_total: u64,
     /// Batches run by kind: only EXTEND rows, only DECODE rows, both.
     pub extend_batches: u64,
     /// See `extend_batches`.
@@ -284,6 +325,8 @@ impl Scheduler {
             }
         }
         self.clock += 1;
+        // A grammar decides each next token from the one before: its rows do not speculate.
+        let spec = self.cfg.spec.as_ref().filter(|_| r.constraint.is_none()).map(SpecState::new);
         self.waiting.push_back(Req {
             id: r.id,
             prompt_len: r.input_ids.len(),
@@ -304,6 +347,8 @@ impl Scheduler {
             prompt_lp_done: false,
             constraint: r.constraint,
             mask: None,
+            spec,
+            draft: Vec::new(),
         });
         Ok(())
     }
@@ -369,6 +414,7 @@ impl Scheduler {
         }
         r.prefix_pages = 0;
         r.kv_len = 0;
+        r.draft.clear();
         self.free_pool_idx.push(r.pool_idx);
     }
 
@@ -473,5 +519,6 @@ fn usage(r: &Req) -> TokenUsage {
         prompt_tokens: r.prompt_len,
         completion_tokens: r.output_len(),
         cached_tokens: r.cached_tokens.unwrap_or(0),
+        spec: r.spec.as_ref().map(|s| s.counts).unwrap_or_default(),
     }
 }

@@ -4,7 +4,7 @@
 //! forward fails exactly the batch's requests (nano-vllm's `postprocess`, SGLang's
 //! `process_batch_result`).
 
-use super::{usage, Scheduled, Scheduler};
+use super::{usage, Req, Scheduled, Scheduler};
 use crate::logprobs::row_logprobs;
 use crate::request::{FinishReason, Output};
 use crate::sampler::{sample_seq, History};
@@ -55,7 +55,10 @@ impl Scheduler {
                 }
             }
             li += nl;
-            r.kv_len += n;
+            // A verify row computed the last sampled token and the proposals after it.
+            let drafts = std::mem::take(&mut r.draft);
+            let decode = r.tokens.len() - r.kv_len == 1;
+            r.kv_len += n - drafts.len();
             if r.kv_len < r.tokens.len() {
                 self.stats.num_prefill_chunks += 1;
                 continue; // a non-final prompt chunk
@@ -75,61 +78,47 @@ impl Scheduler {
                 finished.push((r.id, FinishReason::Length));
                 continue;
             }
-            let raw = row_of(nl - 1);
-            let mut row = raw.to_vec();
-            let mask = match (r.mask.take(), r.constraint.as_mut()) {
-                (Some(m), _) => Some(m),
-                (None, Some(c)) => Some(super::grammar_mask(c.as_mut(), row.len())),
-                (None, None) => None,
-            };
-            if let Some(mask) = mask {
-                // Structured output: tokens the grammar does not allow next cannot be drawn.
-                let allowed = match mask {
-                    Ok(a) if a.len() == row.len() => a,
-                    Ok(a) => {
-                        let e = format!("grammar: a mask of {} tokens for a vocabulary of {}", a.len(), row.len());
-                        finished.push((r.id, FinishReason::Error(e)));
-                        continue;
-                    }
-                    Err(e) => {
-                        finished.push((r.id, FinishReason::Error(format!("grammar: {e}"))));
-                        continue;
+            // Row `first + j` predicts the token after proposal `j - 1`: sample there as
+            // without speculation, keep going while the sample equals the proposal (the
+            // rejection rule for a point-mass proposal, see `crate::spec`).
+            let first = nl - 1 - drafts.len();
+            let mut accepted = 0;
+            for j in 0..=drafts.len() {
+                let (tok, reason) = match sample_next(r, row_of(first + j), self.cfg.context_length, out) {
+                    Ok(s) => s,
+                    Err(reason) => {
+                        finished.push((r.id, reason));
+                        break;
                     }
                 };
-                if !allowed.contains(&true) {
-                    finished.push((r.id, FinishReason::Error("grammar: no token is allowed next".into())));
-                    continue;
+                self.stats.generation_tokens_total += 1;
+                let hit = drafts.get(j) == Some(&tok);
+                if hit {
+                    // Its KV was computed by this forward.
+                    r.kv_len += 1;
+                    accepted += 1;
                 }
-                for (l, &a) in row.iter_mut().zip(&allowed) {
-                    if !a {
-                        *l = f32::NEG_INFINITY;
-                    }
+                if let Some(reason) = reason {
+                    finished.push((r.id, reason));
+                    break;
+                }
+                if !hit {
+                    break;
                 }
             }
-            let h =
-                History { prompt: &r.tokens[..r.prompt_len], output: &r.tokens[r.prompt_len..], stop_ids: &r.stop_ids };
-            let tok = sample_seq(&mut row, &r.sampling, &h);
-            let logprob = r
-                .logprobs
-                .output
-                .then(|| Box::new(row_logprobs(raw, Some(tok), r.logprobs.top_n, &r.logprobs.token_ids)));
-            r.tokens.push(tok);
-            self.stats.generation_tokens_total += 1;
-            out.push(Output::Token { id: r.id, token: tok, logprob });
-            let grammar = r.constraint.as_mut().map(|c| c.advance(tok));
-            let reason = if r.stop_ids.contains(&tok) {
-                Some(FinishReason::Stop(tok))
-            } else if let Some(Err(e)) = grammar {
-                Some(FinishReason::Error(format!("grammar: {e}")))
-            } else if let Some(Ok(true)) = grammar {
-                Some(FinishReason::GrammarEnd)
-            } else if r.output_len() >= r.max_new || r.tokens.len() >= self.cfg.context_length {
-                Some(FinishReason::Length)
-            } else {
-                None
-            };
-            if let Some(reason) = reason {
-                finished.push((r.id, reason));
+            if let (true, Some(s)) = (decode, r.spec.as_mut()) {
+                s.record(drafts.len(), accepted);
+                self.stats.spec_verify_ct_total += 1;
+                self.stats.spec_draft_tokens_total += drafts.len() as u64;
+                self.stats.spec_accepted_tokens_total += accepted as u64;
+            }
+            if accepted < drafts.len() {
+                // Rejected positions' pages go back now; slots of rejected positions in a kept
+                // page are rewritten before anything reads them (reads stop at `kv_len`).
+                let keep = r.kv_len.div_ceil(self.cfg.page_size).max(r.prefix_pages);
+                for p in r.page_table.drain(keep.min(r.page_table.len())..) {
+                    self.alloc.release(p);
+                }
             }
         }
         for (id, reason) in finished {
@@ -141,6 +130,62 @@ impl Scheduler {
         }
         self.last_batch = Some(batch);
     }
+}
+
+/// Samples the token after `r.tokens` from its raw logits row `raw` under the request's
+/// grammar, penalties and sampling parameters, appends it and sends it (with its logprobs
+/// when asked); returns it with the reason the request ends on it, if any. `Err` ends the
+/// request without a token (a grammar that fails or allows nothing).
+fn sample_next(
+    r: &mut Req,
+    raw: &[f32],
+    context_length: usize,
+    out: &mut Vec<Output>,
+) -> Result<(u32, Option<FinishReason>), FinishReason> {
+    let mut row = raw.to_vec();
+    let mask = match (r.mask.take(), r.constraint.as_mut()) {
+        (Some(m), _) => Some(m),
+        (None, Some(c)) => Some(super::grammar_mask(c.as_mut(), row.len())),
+        (None, None) => None,
+    };
+    if let Some(mask) = mask {
+        // Structured output: tokens the grammar does not allow next cannot be drawn.
+        let allowed = match mask {
+            Ok(a) if a.len() == row.len() => a,
+            Ok(a) => {
+                let e = format!("grammar: a mask of {} tokens for a vocabulary of {}", a.len(), row.len());
+                return Err(FinishReason::Error(e));
+            }
+            Err(e) => return Err(FinishReason::Error(format!("grammar: {e}"))),
+        };
+        if !allowed.contains(&true) {
+            return Err(FinishReason::Error("grammar: no token is allowed next".into()));
+        }
+        for (l, &a) in row.iter_mut().zip(&allowed) {
+            if !a {
+                *l = f32::NEG_INFINITY;
+            }
+        }
+    }
+    let h = History { prompt: &r.tokens[..r.prompt_len], output: &r.tokens[r.prompt_len..], stop_ids: &r.stop_ids };
+    let tok = sample_seq(&mut row, &r.sampling, &h);
+    let logprob =
+        r.logprobs.output.then(|| Box::new(row_logprobs(raw, Some(tok), r.logprobs.top_n, &r.logprobs.token_ids)));
+    r.tokens.push(tok);
+    out.push(Output::Token { id: r.id, token: tok, logprob });
+    let grammar = r.constraint.as_mut().map(|c| c.advance(tok));
+    let reason = if r.stop_ids.contains(&tok) {
+        Some(FinishReason::Stop(tok))
+    } else if let Some(Err(e)) = grammar {
+        Some(FinishReason::Error(format!("grammar: {e}")))
+    } else if let Some(Ok(true)) = grammar {
+        Some(FinishReason::GrammarEnd)
+    } else if r.output_len() >= r.max_new || r.tokens.len() >= context_length {
+        Some(FinishReason::Length)
+    } else {
+        None
+    };
+    Ok((tok, reason))
 }
 
 /// Row `k` of `[rows × vocab]` logits.

@@ -51,15 +51,22 @@ impl Scheduler {
         let mut logit_rows_left = self.logit_row_budget;
         for i in order {
             let rem = self.running[i].tokens.len() - self.running[i].kv_len;
-            let n = if rem == 1 {
-                1
+            let mut n = if rem == 1 {
+                // A DECODE row: its last token and this step's proposals (a verify row).
+                1 + self.running[i].propose(self.cfg.context_length)
             } else {
                 self.running[i].cap_for_logits(self.running[i].kv_len, rem.min(budget), logit_rows_left)
             };
             if n == 0 {
                 continue;
             }
-            let need = self.pages_for(&self.running[i], n);
+            let mut need = self.pages_for(&self.running[i], n);
+            if n > rem && !self.ensure_free(need) {
+                // Proposals never retract anyone: without room they are dropped.
+                self.running[i].draft.clear();
+                n = 1;
+                need = self.pages_for(&self.running[i], n);
+            }
             if !self.ensure_free(need) {
                 // Only a prompt chunk can end up here (decode rows were made to fit); it waits.
                 continue;
@@ -204,7 +211,7 @@ impl Scheduler {
                 b.kv_indices.push(slot(p));
             }
             for p in r.kv_len..r.kv_len + n {
-                b.input_ids.push(r.tokens[p]);
+                b.input_ids.push(r.token_at(p));
                 b.positions.push(p as u32);
                 b.out_cache_loc.push(slot(p));
             }

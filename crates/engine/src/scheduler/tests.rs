@@ -14,6 +14,7 @@ fn cfg(num_pages: usize, chunk: usize) -> SchedulerConfig {
         context_length: 4096,
         disable_radix_cache: false,
         policy: SchedulePolicy::Fcfs,
+        spec: None,
     }
 }
 
@@ -273,4 +274,171 @@ fn constrained_run(beside: bool) {
     assert_eq!(done[1], (2, spelled, FinishReason::GrammarEnd));
     assert_eq!(done[2], (3, m.reference(&prompt, 6, None, 4096).0, FinishReason::Length));
     s.check_pages().expect("pages accounted for");
+}
+
+/// Speculation with proposals set from outside (as a draft model sets them): `max_drafts`
+/// proposals a step at most.
+fn external_spec(max_drafts: usize) -> crate::spec::SpecConfig {
+    crate::spec::SpecConfig {
+        algorithm: crate::spec::SpecAlgorithm::Standalone,
+        num_draft_tokens: max_drafts + 1,
+        ngram_min_window: 1,
+        ngram_max_window: 1,
+        draft_model_path: None,
+        num_steps: max_drafts,
+    }
+}
+
+/// A small deterministic generator for the tests' own draws (proposals, lengths).
+struct Lcg(u64);
+impl Lcg {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+/// Verify rows with right, partly right and wrong proposals, in a pool small enough to retract
+/// and with the radix cache shared between requests: every output equals the recurrence
+/// computed directly, pages stay accounted for after every step (rejected positions' pages
+/// returned), and the proposals were really accepted and rejected.
+#[test]
+fn verify_rows_keep_greedy_outputs_exact_through_retraction_and_the_radix_cache() {
+    for page_size in [1usize, 4, 16] {
+        let m0 = FakeModel::new(37, 4096, Predict::Recurrence);
+        let num_pages = 130usize.div_ceil(page_size) + 1;
+        let cfg = SchedulerConfig {
+            page_size,
+            num_pages,
+            spec: Some(external_spec(6)),
+            max_running_requests: 6,
+            ..cfg(num_pages, 24)
+        };
+        let mut s = Scheduler::new(cfg, None);
+        let mut m = m0.clone();
+        let mut kv = KvStore::new(m.attention_needs().kv_layout, s.num_slots());
+        let base: Vec<u32> = (0..40).map(|i| (i * 11 + 3) % 37).collect();
+        let prompts: Vec<Vec<u32>> = (0..10u32).map(|i| [&base[..20 + i as usize], &[i][..]].concat()).collect();
+        for (i, p) in prompts.iter().enumerate() {
+            s.submit(req(i as u64, p.clone(), 70)).expect("fits alone");
+        }
+        let mut rng = Lcg(page_size as u64);
+        let mut got = vec![Vec::new(); prompts.len()];
+        let mut steps = 0;
+        while !s.is_idle() {
+            steps += 1;
+            assert!(steps < 5000, "no progress");
+            // Proposals: the true continuation, cut short and sometimes corrupted.
+            for r in s.running.iter_mut().filter(|r| r.kv_len > 0 && r.tokens.len() - r.kv_len == 1) {
+                let k = rng.below(7) as usize;
+                let (mut d, _) = m0.reference(&r.tokens, k.max(1), None, 4096);
+                d.truncate(k);
+                if !d.is_empty() && rng.below(3) == 0 {
+                    let at = rng.below(d.len() as u64) as usize;
+                    d[at] = (d[at] + 1) % 37;
+                }
+                r.draft = d;
+            }
+            for o in s.step(&mut m, &mut kv) {
+                match o {
+                    Output::Token { id, token, .. } => got[id as usize].push(token),
+                    Output::Finished { reason, .. } => assert!(!matches!(reason, FinishReason::Error(_)), "{reason:?}"),
+                    _ => {}
+                }
+            }
+            if let Some(b) = s.last_batch() {
+                b.validate(s.num_slots()).expect("complete batch");
+            }
+            s.check_pages().expect("pages accounted for");
+        }
+        for (i, p) in prompts.iter().enumerate() {
+            assert_eq!(got[i], m0.reference(p, 70, None, 4096).0, "page size {page_size}, request {i}");
+        }
+        let st = s.stats();
+        assert!(st.spec_accepted_tokens_total > 100, "{st:?}");
+        assert!(st.spec_accepted_tokens_total < st.spec_draft_tokens_total, "{st:?}");
+        assert!(st.num_retractions > 0, "page size {page_size}: {st:?}");
+        assert!(st.cached_tokens_total > 0, "{st:?}");
+        // Fewer decode forwards than tokens: the accepted proposals were free.
+        assert!(st.spec_verify_ct_total + 100 < st.generation_tokens_total, "{st:?}");
+        s.flush_cache();
+        assert_eq!(s.free_pages(), num_pages, "pages leaked");
+    }
+}
+
+/// Sampling keeps the target's distribution: with a model whose next-token distribution is a
+/// known `p`, 10^5 tokens drawn at temperature 1 with proposals from several draft
+/// distributions (the mode, uniform, `p` itself, and one that is always wrong: a token `p`
+/// gives probability 0) pass a chi-square test against `p` at p > 0.01, and are the very
+/// tokens drawn without speculation (the same draw at each output index).
+#[test]
+fn sampled_outputs_keep_the_target_distribution_under_any_proposals() {
+    // p = softmax(logits); token 5 has probability 0.
+    let logits = vec![2.0f32, 1.0, 0.5, 0.0, -1.0, f32::NEG_INFINITY];
+    let z: f64 = logits.iter().map(|&l| (l as f64).exp()).sum();
+    let p: Vec<f64> = logits.iter().map(|&l| (l as f64).exp() / z).collect();
+    let (per_req, reqs) = (1000usize, 100u64);
+    let run = |draft: Option<&dyn Fn(&mut Lcg) -> u32>| -> (Vec<u32>, crate::scheduler::SchedulerStats) {
+        let mut m = FakeModel::new(6, 4096, Predict::NextToken).with_fixed_logits(logits.clone());
+        let spec = draft.is_some().then(|| external_spec(4));
+        let cfg = SchedulerConfig { spec, max_running_requests: 16, ..cfg(40_000, 512) };
+        let mut s = Scheduler::new(cfg, None);
+        let mut kv = KvStore::new(m.attention_needs().kv_layout, s.num_slots());
+        for id in 0..reqs {
+            let mut r = req(id, vec![1, 2, 3], per_req);
+            r.sampling = SamplingParams { temperature: 1.0, seed: 1000 + id, ..Default::default() };
+            s.submit(r).expect("fits");
+        }
+        let mut rng = Lcg(7);
+        let mut got: Vec<Vec<u32>> = vec![Vec::new(); reqs as usize];
+        while !s.is_idle() {
+            if let Some(d) = draft {
+                for r in s.running.iter_mut().filter(|r| r.kv_len > 0 && r.tokens.len() - r.kv_len == 1) {
+                    r.draft = (0..4).map(|_| d(&mut rng)).collect();
+                }
+            }
+            for o in s.step(&mut m, &mut kv) {
+                if let Output::Token { id, token, .. } = o {
+                    got[id as usize].push(token);
+                }
+            }
+        }
+        (got.concat(), s.stats())
+    };
+    let (plain, _) = run(None);
+    let mode = |_: &mut Lcg| 0u32;
+    let uniform = |g: &mut Lcg| g.below(6) as u32;
+    let cum: Vec<f64> = p
+        .iter()
+        .scan(0.0, |a, &x| {
+            *a += x;
+            Some(*a)
+        })
+        .collect();
+    let from_p = |g: &mut Lcg| {
+        let u = g.below(1 << 30) as f64 / (1u64 << 30) as f64;
+        cum.iter().position(|&c| u < c).unwrap_or(0) as u32
+    };
+    let wrong = |_: &mut Lcg| 5u32;
+    let drafts: [(&str, &dyn Fn(&mut Lcg) -> u32); 4] =
+        [("mode", &mode), ("uniform", &uniform), ("p", &from_p), ("always wrong", &wrong)];
+    for (name, d) in drafts {
+        let (toks, st) = run(Some(d));
+        assert_eq!(toks.len(), per_req * reqs as usize);
+        let mut count = [0f64; 6];
+        for &t in &toks {
+            count[t as usize] += 1.0;
+        }
+        assert_eq!(count[5], 0.0, "{name}: a token of probability 0 was emitted");
+        let n = toks.len() as f64;
+        let chi2: f64 = (0..5).map(|i| (count[i] - n * p[i]).powi(2) / (n * p[i])).sum();
+        // 4 degrees of freedom: P(chi2 > 13.28) = 0.01.
+        assert!(chi2 < 13.28, "{name}: chi-square {chi2:.2}, counts {count:?}");
+        assert_eq!(toks, plain, "{name}: speculation changed a seeded request's tokens");
+        if name == "always wrong" {
+            assert_eq!(st.spec_accepted_tokens_total, 0);
+        } else {
+            assert!(st.spec_accepted_tokens_total > 0, "{name}: {st:?}");
+        }
+    }
 }

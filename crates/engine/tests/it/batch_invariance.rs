@@ -22,6 +22,7 @@ fn cfg(page_size: usize, radix: bool, chunk: usize) -> SchedulerConfig {
         context_length: 2048,
         disable_radix_cache: !radix,
         policy: SchedulePolicy::Fcfs,
+        spec: None,
     }
 }
 

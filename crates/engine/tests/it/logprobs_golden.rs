@@ -96,6 +96,7 @@ fn run(m: &mut LlamaModel, reqs: Vec<NewRequest>) -> Vec<Output> {
         context_length: 2048,
         disable_radix_cache: false,
         policy: SchedulePolicy::Fcfs,
+        spec: None,
     };
     let mut s = Scheduler::new(cfg, None);
     // 40 rows of logits per step at most: the longest prompt needs several steps.

@@ -7,7 +7,9 @@
 //! chunk boundary off by one, or a retraction that loses state changes the outputs, so
 //! comparing every request with the recurrence computed directly checks the batch metadata end
 //! to end. Each schedule draws arrivals, prompt lengths, shared prefixes, chunk sizes, page
-//! sizes, pool sizes (small enough to force retraction), radix on/off and the policy.
+//! sizes, pool sizes (small enough to force retraction), radix on/off, the policy, and NGRAM
+//! speculation on or off (its proposals mostly wrong for this model, so verify rows accept,
+//! reject and give pages back).
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -15,6 +17,7 @@ use sparrow_engine::kv::KvStore;
 use sparrow_engine::model::Model;
 use sparrow_engine::sampler::SamplingParams;
 use sparrow_engine::scheduler::{FinishReason, NewRequest, Output, SchedulePolicy, Scheduler, SchedulerConfig};
+use sparrow_engine::spec::SpecConfig;
 use sparrow_engine::testing::{FakeModel, Predict};
 
 const VOCAB: usize = 37;
@@ -47,6 +50,8 @@ struct Seen {
     cached: u64,
     mixed: u64,
     chunked: u64,
+    accepted: u64,
+    rejected: u64,
 }
 
 fn run_schedule(seed: u64, seen: &mut Seen) {
@@ -66,6 +71,11 @@ fn run_schedule(seed: u64, seen: &mut Seen) {
         context_length: ctx,
         disable_radix_cache: rng.random_bool(0.3),
         policy: if rng.random_bool(0.5) { SchedulePolicy::Fcfs } else { SchedulePolicy::Lpm },
+        spec: rng.random_bool(0.5).then(|| SpecConfig {
+            ngram_min_window: rng.random_range(1..3),
+            ngram_max_window: rng.random_range(1..6),
+            ..SpecConfig::ngram(rng.random_range(2..8))
+        }),
     };
     let eos = if rng.random_bool(0.5) { Some(0u32) } else { None };
     let mut sched = Scheduler::new(cfg.clone(), eos);
@@ -157,6 +167,8 @@ fn run_schedule(seed: u64, seen: &mut Seen) {
     let st = sched.stats();
     seen.retractions += st.num_retractions;
     seen.cached += st.cached_tokens_total;
+    seen.accepted += st.spec_accepted_tokens_total;
+    seen.rejected += st.spec_draft_tokens_total - st.spec_accepted_tokens_total;
 }
 
 #[test]
@@ -170,6 +182,12 @@ fn random_schedules_keep_metadata_complete_and_outputs_exact() {
     assert!(seen.cached > 1000, "cached prompt tokens: {}", seen.cached);
     assert!(seen.mixed > 1000, "mixed batches: {}", seen.mixed);
     assert!(seen.chunked > 1000, "chunked continuations: {}", seen.chunked);
+    assert!(
+        seen.accepted > 100 && seen.rejected > 1000,
+        "NGRAM proposals: {} accepted, {} rejected",
+        seen.accepted,
+        seen.rejected
+    );
     eprintln!(
         "retractions {}, cached tokens {}, mixed batches {}, chunk steps {}",
         seen.retractions, seen.cached, seen.mixed, seen.chunked
@@ -187,6 +205,7 @@ fn small_pool(page_size: usize, num_pages: usize) -> SchedulerConfig {
         context_length: 300,
         disable_radix_cache: false,
         policy: SchedulePolicy::Fcfs,
+        spec: None,
     }
 }
 
