@@ -169,6 +169,9 @@ pub fn render_block(s: &RunSummary, m: &BenchmarkMetrics) -> String {
     line_s(&mut o, "Peak concurrent requests:", m.max_concurrent_requests);
     line_f(&mut o, "Total token throughput (tok/s):", m.total_throughput);
     line_f(&mut o, "Concurrency:", m.concurrency);
+    if let Some(a) = accept_length(s) {
+        line_f(&mut o, "Accept length:", a);
+    }
     if let Some(g) = &s.goodput {
         section(&mut o, "Goodput");
         let slos: Vec<String> = g.slos_ms.iter().map(|(k, v)| format!("{k}:{}", py_g(*v))).collect();
@@ -208,6 +211,14 @@ pub fn render_block(s: &RunSummary, m: &BenchmarkMetrics) -> String {
     }
     let _ = writeln!(o, "{}", "=".repeat(50));
     o
+}
+
+/// The speculative-decoding accept length the server reports, as SGLang's `bench_serving`
+/// reads it: `internal_states[0].avg_spec_accept_length` of `/get_server_info` (tokens per
+/// verify step since the server started), when present and positive.
+pub fn accept_length(s: &RunSummary) -> Option<f64> {
+    let v = s.server_info.as_ref()?.get("internal_states")?.get(0)?.get("avg_spec_accept_length")?.as_f64()?;
+    (v > 0.0).then_some(v)
 }
 
 /// A JSON value for the result line; floats are kept apart so infinity can be written the
@@ -255,6 +266,9 @@ pub fn result_pairs(s: &RunSummary, m: &BenchmarkMetrics) -> Vec<(String, JVal)>
     put("random_output_len", json!(s.random_output_len).into());
     put("random_range_ratio", JVal::Float(s.random_range_ratio));
     put("server_info", s.server_info.clone().unwrap_or(Value::Null).into());
+    if let Some(a) = accept_length(s) {
+        put("accept_length", JVal::Float(a));
+    }
     put("duration", JVal::Float(s.duration_s));
     put("completed", json!(m.completed).into());
     put("total_input_tokens", json!(m.total_input).into());

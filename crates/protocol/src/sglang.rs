@@ -105,6 +105,41 @@ pub struct MetaInfo<'a> {
     /// With `token_ids_logprob`: per generated token the named tokens.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output_token_ids_logprobs: Option<&'a [Option<Vec<LogprobTuple>>]>,
+    /// Speculative decoding counters, on a choice's last frame when the server speculates.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<SpecMeta>,
+}
+
+/// SGLang's speculative-decoding fields of `meta_info` (`tokenizer_manager.py`,
+/// `_calculate_spec_decoding_metrics`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SpecMeta {
+    /// Verify steps (decode forwards) of the request.
+    pub spec_verify_ct: u64,
+    /// `completion_tokens / spec_verify_ct`, as SGLang defines it (the first token, sampled
+    /// after the prefill, counts as output but is no verify step).
+    pub spec_accept_length: f64,
+    /// `spec_accept_token_num / spec_draft_token_num` (0 with no proposals).
+    pub spec_accept_rate: f64,
+    /// Proposed tokens accepted.
+    pub spec_accept_token_num: u64,
+    /// Tokens proposed (the draft length adapts, so not `verify_ct × (num_draft_tokens − 1)`
+    /// as SGLang's fixed-length count).
+    pub spec_draft_token_num: u64,
+}
+
+impl SpecMeta {
+    /// The fields for `completion_tokens` tokens from these counters; `None` without a verify
+    /// step.
+    pub fn new(completion_tokens: usize, verify_ct: u64, draft: u64, accepted: u64) -> Option<SpecMeta> {
+        (verify_ct > 0).then(|| SpecMeta {
+            spec_verify_ct: verify_ct,
+            spec_accept_length: completion_tokens as f64 / verify_ct as f64,
+            spec_accept_rate: if draft > 0 { accepted as f64 / draft as f64 } else { 0.0 },
+            spec_accept_token_num: accepted,
+            spec_draft_token_num: draft,
+        })
+    }
 }
 
 /// SGLang's logprob entry, `[logprob, token_id, text]` on the wire

@@ -53,6 +53,9 @@ pub struct Finish {
     pub completion_tokens: usize,
     /// Prompt tokens served from the radix cache.
     pub cached_tokens: usize,
+    /// Speculative decoding counters (zero without speculation, and on a choice a stop string
+    /// ended: the engine's counts arrive only with its own end).
+    pub spec: sparrow_engine::spec::SpecCounts,
     /// Set when the engine failed the request.
     pub error: Option<String>,
 }
@@ -280,6 +283,7 @@ impl Choice {
                     matched,
                     completion_tokens: usage.completion_tokens,
                     cached_tokens: usage.cached_tokens,
+                    spec: usage.spec,
                     error,
                 };
                 let mut ev = Vec::new();
@@ -309,6 +313,7 @@ impl Choice {
             matched: Some(MatchedStop::Text(matched)),
             completion_tokens: self.tokens,
             cached_tokens,
+            spec: Default::default(),
             error: None,
         };
         vec![ChoiceEvent::Text { index, text, tokens: self.tokens, logprob }, ChoiceEvent::Done { index, finish }]
@@ -367,6 +372,7 @@ pub fn start(state: &AppState, prep: Prepared) -> Result<BoxStream<'static, Choi
                     matched: None,
                     completion_tokens: 0,
                     cached_tokens: 0,
+                    spec: Default::default(),
                     error: None,
                 },
             })

@@ -4,7 +4,9 @@
 //! `sglang:generation_tokens_total`, `sglang:cached_tokens_total`, `sglang:num_requests_total`,
 //! `sglang:time_to_first_token_seconds`, `sglang:inter_token_latency_seconds`,
 //! `sglang:e2e_request_latency_seconds`, plus `sparrow:num_retractions_total`, `sparrow:num_prefill_chunks_total` and
-//! `sparrow:radix_hit_tokens_total`. Histogram
+//! `sparrow:radix_hit_tokens_total`; with speculative decoding `sglang:spec_accept_length`,
+//! `sglang:spec_accept_rate` and the counters `sparrow:spec_verify_total`,
+//! `sparrow:spec_draft_tokens_total`, `sparrow:spec_accepted_tokens_total`. Histogram
 //! buckets are SGLang's.
 
 use std::sync::atomic::AtomicU64;
@@ -40,6 +42,11 @@ pub struct Metrics {
     retractions: Counter,
     prefill_chunks: Counter,
     radix_hit_tokens: Counter,
+    spec_accept_length: Gauge<f64, AtomicU64>,
+    spec_accept_rate: Gauge<f64, AtomicU64>,
+    spec_verify_ct: Counter,
+    spec_draft_tokens: Counter,
+    spec_accepted_tokens: Counter,
     /// HTTP connections being served (refusals past `--max-connections` not counted).
     pub open_connections: Gauge,
     /// Connections refused past `--max-connections` (answered 503 or closed unanswered).
@@ -94,6 +101,11 @@ impl Metrics {
             retractions: Counter::default(),
             prefill_chunks: Counter::default(),
             radix_hit_tokens: Counter::default(),
+            spec_accept_length: Gauge::default(),
+            spec_accept_rate: Gauge::default(),
+            spec_verify_ct: Counter::default(),
+            spec_draft_tokens: Counter::default(),
+            spec_accepted_tokens: Counter::default(),
             open_connections: Gauge::default(),
             refused_connections: Counter::default(),
             weight_bytes: Gauge::default(),
@@ -142,6 +154,31 @@ impl Metrics {
             "Tokens matched in the radix cache at admission, re-admissions included",
             m.radix_hit_tokens.clone(),
         );
+        registry.register(
+            "sglang:spec_accept_length",
+            "Speculative decoding: tokens emitted per verify step (1 + accepted / verify steps), since start",
+            m.spec_accept_length.clone(),
+        );
+        registry.register(
+            "sglang:spec_accept_rate",
+            "Speculative decoding: accepted / proposed draft tokens, since start",
+            m.spec_accept_rate.clone(),
+        );
+        registry.register(
+            "sparrow:spec_verify",
+            "Speculative decoding: verify steps (decode forwards)",
+            m.spec_verify_ct.clone(),
+        );
+        registry.register(
+            "sparrow:spec_draft_tokens",
+            "Speculative decoding: tokens proposed",
+            m.spec_draft_tokens.clone(),
+        );
+        registry.register(
+            "sparrow:spec_accepted_tokens",
+            "Speculative decoding: proposed tokens accepted",
+            m.spec_accepted_tokens.clone(),
+        );
         registry.register("sparrow:http_connections_open", "HTTP connections being served", m.open_connections.clone());
         registry.register(
             "sparrow:http_connections_refused",
@@ -174,6 +211,15 @@ impl Metrics {
         catch_up(&self.retractions, s.num_retractions);
         catch_up(&self.prefill_chunks, s.num_prefill_chunks);
         catch_up(&self.radix_hit_tokens, s.radix_hit_tokens_total);
+        catch_up(&self.spec_verify_ct, s.spec_verify_ct_total);
+        catch_up(&self.spec_draft_tokens, s.spec_draft_tokens_total);
+        catch_up(&self.spec_accepted_tokens, s.spec_accepted_tokens_total);
+        self.spec_accept_length.set(s.avg_spec_accept_length);
+        self.spec_accept_rate.set(if s.spec_draft_tokens_total > 0 {
+            s.spec_accepted_tokens_total as f64 / s.spec_draft_tokens_total as f64
+        } else {
+            0.0
+        });
         if let Ok(mut last) = self.last_rate.lock() {
             let now = Instant::now();
             if let Some((t, n)) = *last {

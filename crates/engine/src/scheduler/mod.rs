@@ -185,6 +185,10 @@ pub struct SchedulerStats {
     pub spec_draft_tokens_total: u64,
     /// Speculative decoding: proposed tokens accepted.
     pub spec_accepted_tokens_total: u64,
+    /// Speculative decoding: tokens a verify step emits on average,
+    /// `1 + spec_accepted_tokens_total / spec_verify_ct_total` (SGLang's
+    /// `avg_spec_accept_length`, which `bench_serving` prints as "Accept length"); 0 before any.
+    pub avg_spec_accept_length: f64,
     /// Batches run by kind: only EXTEND rows, only DECODE rows, both.
     pub extend_batches: u64,
     /// See `extend_batches`.
@@ -294,6 +298,9 @@ impl Scheduler {
         s.free_pages = self.alloc.free_pages();
         s.used_pages = s.total_pages - s.free_pages;
         s.evictable_pages = self.radix.evictable_pages();
+        if s.spec_verify_ct_total > 0 {
+            s.avg_spec_accept_length = 1.0 + s.spec_accepted_tokens_total as f64 / s.spec_verify_ct_total as f64;
+        }
         s
     }
 

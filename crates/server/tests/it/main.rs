@@ -8,5 +8,6 @@ mod cases;
 mod common;
 mod logprobs;
 mod snapshots;
+mod speculative;
 mod structured;
 mod tools;

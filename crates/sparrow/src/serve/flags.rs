@@ -13,6 +13,8 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 use sparrow_server::tools::{ChatParsers, ReasoningParser, ToolParser};
 
+use sparrow_engine::spec::{SpecAlgorithm, SpecConfig};
+
 use super::values::{self, ChunkedPrefill};
 
 /// Admission order (`--schedule-policy`), with SGLang's policy names.
@@ -462,6 +464,30 @@ pub struct ServeArgs {
     /// batch cap (max_running_requests is then the KV-pool-derived value).
     #[arg(long)]
     pub disable_autotune: bool,
+    /// Speculative decoding: `NGRAM` (proposals copied from the request's own prompt and
+    /// output where its suffix occurred before; no extra model) or `STANDALONE` (a smaller
+    /// draft model of the same vocabulary, --speculative-draft-model-path). Outputs keep the
+    /// model's distribution; greedy outputs are the same tokens. SGLang's EAGLE, EAGLE3,
+    /// NEXTN/MTP and DFLASH are refused by name.
+    #[arg(long)]
+    pub speculative_algorithm: Option<String>,
+    /// The STANDALONE draft model (a GGUF file or HF directory, as --model-path).
+    #[arg(long, alias = "speculative-draft-model")]
+    pub speculative_draft_model_path: Option<PathBuf>,
+    /// STANDALONE: draft-model forwards per step. Default 3.
+    #[arg(long, value_parser = values::count)]
+    pub speculative_num_steps: Option<usize>,
+    /// Draft tokens per step per branch; sparrow verifies one chain, so only 1 is accepted.
+    #[arg(long)]
+    pub speculative_eagle_topk: Option<usize>,
+    /// Tokens one verify step scores per request, its last sampled token included (at most
+    /// this minus 1 proposals; the draft length adapts below it). Default: 8 for NGRAM, the
+    /// steps + 1 for STANDALONE.
+    #[arg(long, value_parser = values::count)]
+    pub speculative_num_draft_tokens: Option<usize>,
+    /// NGRAM: the longest suffix looked up in the request's tokens (SGLang's trie depth).
+    #[arg(long, default_value_t = 18, value_parser = values::count)]
+    pub speculative_ngram_max_trie_depth: usize,
     /// Compute threads. Default: all cores.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: Option<u16>,
@@ -479,6 +505,81 @@ impl ServeArgs {
             tool_call: self.tool_call_parser.as_deref().and_then(|s| s.parse().ok()),
             reasoning: self.reasoning_parser.as_deref().and_then(|s| s.parse().ok()),
         }
+    }
+
+    /// The validated speculative-decoding settings (`None`: off).
+    ///
+    /// # Errors
+    /// A flag combination sparrow does not run, named.
+    pub fn speculative(&self) -> Result<Option<SpecConfig>, String> {
+        let Some(alg) = self.speculative_algorithm.as_deref() else {
+            for (flag, set) in [
+                ("--speculative-draft-model-path", self.speculative_draft_model_path.is_some()),
+                ("--speculative-num-steps", self.speculative_num_steps.is_some()),
+                ("--speculative-num-draft-tokens", self.speculative_num_draft_tokens.is_some()),
+                ("--speculative-eagle-topk", self.speculative_eagle_topk.is_some()),
+            ] {
+                if set {
+                    return Err(format!("{flag} needs --speculative-algorithm (NGRAM or STANDALONE)"));
+                }
+            }
+            return Ok(None);
+        };
+        let algorithm = match alg.to_ascii_uppercase().as_str() {
+            "NGRAM" => SpecAlgorithm::Ngram,
+            "STANDALONE" => SpecAlgorithm::Standalone,
+            "EAGLE" | "EAGLE3" => {
+                return Err(format!(
+                    "--speculative-algorithm {alg}: an EAGLE draft head reads the target model's hidden states, \
+                     which sparrow's models do not hand out; sparrow has NGRAM and STANDALONE"
+                ))
+            }
+            "NEXTN" | "MTP" => {
+                return Err(format!(
+                    "--speculative-algorithm {alg}: sparrow skips the model's NextN/MTP layers at load and cannot \
+                     run them as a draft; sparrow has NGRAM and STANDALONE"
+                ))
+            }
+            _ => {
+                return Err(format!(
+                    "--speculative-algorithm {alg} is not one sparrow serve runs (have: NGRAM, STANDALONE)"
+                ))
+            }
+        };
+        if let Some(k) = self.speculative_eagle_topk.filter(|&k| k != 1) {
+            return Err(format!("--speculative-eagle-topk {k}: sparrow verifies one draft chain, not a tree (use 1)"));
+        }
+        let draft = self.speculative_draft_model_path.clone();
+        match (algorithm, &draft) {
+            (SpecAlgorithm::Standalone, None) => {
+                return Err("--speculative-algorithm STANDALONE needs --speculative-draft-model-path".into())
+            }
+            (SpecAlgorithm::Ngram, Some(_)) => {
+                return Err("--speculative-draft-model-path is for STANDALONE; NGRAM uses no draft model".into())
+            }
+            _ => {}
+        }
+        let steps = self.speculative_num_steps.unwrap_or(3);
+        let tokens = self.speculative_num_draft_tokens.unwrap_or(match algorithm {
+            SpecAlgorithm::Ngram => 8,
+            SpecAlgorithm::Standalone => steps + 1,
+        });
+        if tokens < 2 {
+            return Err(format!(
+                "--speculative-num-draft-tokens {tokens}: a verify step needs room for at least one draft token (>= 2)"
+            ));
+        }
+        if tokens > 64 {
+            return Err(format!("--speculative-num-draft-tokens {tokens} is above sparrow's limit of 64"));
+        }
+        Ok(Some(SpecConfig {
+            algorithm,
+            num_draft_tokens: tokens,
+            ngram_min_window: 1,
+            ngram_max_window: self.speculative_ngram_max_trie_depth,
+            draft_model_path: draft,
+            num_steps: steps,
+        }))
     }
 
     /// Refuses SGLang values sparrow does not implement, naming the flag and the value.
@@ -538,6 +639,7 @@ impl ServeArgs {
                 self.reasoning_parser.as_deref().unwrap_or("")
             ));
         }
+        self.speculative()?;
         if self.moe_runner_backend.engine().is_none() {
             return Err(format!(
                 "--moe-runner-backend {} is an SGLang MoE runner backend that sparrow serve does not support \

@@ -117,6 +117,8 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         kv_cache_dtype: a.kv_cache_dtype.engine().unwrap_or(None),
         autotune_cache_dir: sparrow_assets::cache_root().ok().map(|d| d.join("autotune")),
         eos: eos_ids(&model_path, &tokenizer),
+        // `check` accepted these flags.
+        speculative: a.speculative().map_err(|e| anyhow::anyhow!(e))?,
     };
     let engine = tokio::task::spawn_blocking(move || Engine::start(&eargs)).await.context("loading the model")??;
     let c = engine.config().clone();
@@ -164,6 +166,10 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         engine.backend(),
     );
     eprintln!("{}", engine.batch_cap().summary());
+    match &c.spec {
+        Some(s) => eprintln!("{}", s.describe()),
+        None => eprintln!("speculative decoding: off"),
+    }
     if !engine.notes().is_null() {
         eprintln!("model runner: {}", engine.notes());
     }
@@ -198,6 +204,12 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         "disable_cuda_graph": a.disable_cuda_graph,
         "cuda_graph": "not applicable on CPU",
         "attention_backend": engine.backend(),
+        // SGLang's names; null when off.
+        "speculative_algorithm": c.spec.as_ref().map(|s| s.algorithm.name()),
+        "speculative_num_draft_tokens": c.spec.as_ref().map(|s| s.num_draft_tokens),
+        "speculative_num_steps": c.spec.as_ref().filter(|s| s.algorithm == sparrow_engine::spec::SpecAlgorithm::Standalone).map(|s| s.num_steps),
+        "speculative_draft_model_path": c.spec.as_ref().and_then(|s| s.draft_model_path.clone()),
+        "speculative_ngram_max_trie_depth": c.spec.as_ref().map(|s| s.ngram_max_window),
         "kernel_isa": engine.isa(),
         "threads": threads,
         "kv_cache_gb": a.kv_cache_gb,

@@ -45,11 +45,11 @@ pub const REFUSED_GROUPS: &[RefusedGroup] = &[
         ],
     },
     RefusedGroup {
-        why: "speculative decoding",
+        why: "speculative decoding options beyond NGRAM and STANDALONE's (sparrow verifies one draft chain, \
+              with --speculative-num-draft-tokens, --speculative-num-steps, --speculative-eagle-topk 1 and \
+              --speculative-ngram-max-trie-depth)",
         flags: &[
-            "--speculative-algorithm", "--speculative-draft-model-path", "--speculative-draft-model",
-            "--speculative-draft-model-revision", "--speculative-draft-load-format", "--speculative-num-steps",
-            "--speculative-eagle-topk", "--speculative-num-draft-tokens", "--speculative-dflash-block-size",
+            "--speculative-draft-model-revision", "--speculative-draft-load-format", "--speculative-dflash-block-size",
             "--speculative-domino-candidate-pool-size", "--speculative-dspark-block-size",
             "--speculative-dspark-sps-table-path", "--speculative-dspark-confidence-sts-path",
             "--speculative-dspark-align-verify-tokens-to-graph-tier", "--speculative-accept-threshold-single",
@@ -62,7 +62,7 @@ pub const REFUSED_GROUPS: &[RefusedGroup] = &[
             "--speculative-draft-model-quantization", "--enable-multi-layer-eagle", "--speculative-adaptive",
             "--speculative-adaptive-config", "--spec-trace-dir", "--speculative-ngram-min-bfs-breadth",
             "--speculative-ngram-max-bfs-breadth", "--speculative-ngram-match-type",
-            "--speculative-ngram-max-trie-depth", "--speculative-ngram-capacity",
+            "--speculative-ngram-capacity",
             "--speculative-ngram-external-corpus-path", "--speculative-ngram-external-sam-budget",
             "--speculative-ngram-external-corpus-max-tokens",
         ],

@@ -16,7 +16,7 @@ use axum::Json;
 use futures_util::stream::{self, StreamExt};
 use sparrow_engine::scheduler::TokenLogprob;
 use sparrow_protocol::sglang::{
-    GenerateBody, GenerateResponse, GenerateText, MetaFinishReason, MetaInfo, NativeLogprobs,
+    GenerateBody, GenerateResponse, GenerateText, MetaFinishReason, MetaInfo, NativeLogprobs, SpecMeta,
 };
 
 fn native_finish(f: &Finish) -> MetaFinishReason<'_> {
@@ -64,6 +64,9 @@ impl NativeRun {
             output_top_logprobs: top.then_some(&lp.output_top_logprobs[..]),
             input_token_ids_logprobs: ids.then_some(&lp.input_token_ids_logprobs[..]),
             output_token_ids_logprobs: ids.then_some(&lp.output_token_ids_logprobs[..]),
+            spec: fin.and_then(|f| {
+                SpecMeta::new(f.completion_tokens, f.spec.verify_ct, f.spec.draft_tokens, f.spec.accepted_tokens)
+            }),
         };
         GenerateResponse { text, meta_info, index }
     }

@@ -34,6 +34,8 @@ pub struct Opts {
     pub api_key: Option<String>,
     /// Timeouts and the connection cap.
     pub limits: sparrow_server::conn::ConnLimits,
+    /// Speculative decoding (`--speculative-algorithm` and its flags).
+    pub speculative: Option<sparrow_engine::spec::SpecConfig>,
 }
 
 impl Default for Opts {
@@ -49,6 +51,7 @@ impl Default for Opts {
             parsers: Default::default(),
             api_key: None,
             limits: Default::default(),
+            speculative: None,
         }
     }
 }
@@ -79,6 +82,7 @@ impl TestServer {
             attention_backend: sparrow_engine::config::AttentionBackend::Cpu,
             disable_autotune: true,
             eos: tok.eos().map(|(id, _)| id).into_iter().collect(),
+            speculative: o.speculative.clone(),
             ..EngineArgs::new(gguf())
         };
         let (model, isa, _) = load_model(&args).expect("model loads");
