@@ -24,6 +24,7 @@
 
 use std::collections::VecDeque;
 
+mod draft;
 mod postprocess;
 mod schedule;
 #[cfg(test)]
@@ -73,6 +74,9 @@ struct Req {
     /// Tokens proposed for positions `tokens.len() ..`, scored by this step's forward after
     /// the last sampled token; empty outside a step.
     draft: Vec<u32>,
+    /// Positions whose KV the STANDALONE draft model has computed (in its own store, at the
+    /// same slots as the target's).
+    draft_kv_len: usize,
 }
 
 /// The grammar masks of rows that sample this step: `(index in running, constraint)` in,
@@ -110,13 +114,11 @@ impl Req {
     /// what the request may still emit after the step's own token, and what the context
     /// holds, so a verify row never writes past the context. Returns how many.
     fn propose(&mut self, context_length: usize) -> usize {
-        let room =
-            self.max_new.saturating_sub(self.output_len() + 1).min(context_length.saturating_sub(self.tokens.len()));
+        let k = self.draft_room(context_length);
         let Some(s) = self.spec.as_mut() else {
             self.draft.clear();
             return 0;
         };
-        let k = s.len.min(room);
         match s.index.as_mut() {
             Some(idx) if k > 0 => {
                 idx.extend(&self.tokens);
@@ -126,6 +128,19 @@ impl Req {
             _ => self.draft.truncate(k),
         }
         self.draft.len()
+    }
+
+    /// Proposals this step's DECODE row may carry: the adaptive draft length, cut to what the
+    /// request may still emit after the step's own token and what the context holds.
+    fn draft_room(&self, context_length: usize) -> usize {
+        let room =
+            self.max_new.saturating_sub(self.output_len() + 1).min(context_length.saturating_sub(self.tokens.len()));
+        self.spec.as_ref().map_or(0, |s| s.len.min(room))
+    }
+
+    /// True while the request is decoding (its only uncomputed token is the last sampled one).
+    fn decoding(&self) -> bool {
+        self.kv_len > 0 && self.tokens.len() - self.kv_len == 1
     }
 
     /// The token at position `p` of this step's row: a sampled one, or a proposal after them.
@@ -185,6 +200,9 @@ pub struct SchedulerStats {
     pub spec_draft_tokens_total: u64,
     /// Speculative decoding: proposed tokens accepted.
     pub spec_accepted_tokens_total: u64,
+    /// Speculative decoding: draft-model forwards that failed (their step ran without
+    /// proposals).
+    pub spec_draft_failures: u64,
     /// Speculative decoding: tokens a verify step emits on average,
     /// `1 + spec_accepted_tokens_total / spec_verify_ct_total` (SGLang's
     /// `avg_spec_accept_length`, which `bench_serving` prints as "Accept length"); 0 before any.
@@ -356,6 +374,7 @@ impl Scheduler {
             mask: None,
             spec,
             draft: Vec::new(),
+            draft_kv_len: 0,
         });
         Ok(())
     }
@@ -421,6 +440,7 @@ impl Scheduler {
         }
         r.prefix_pages = 0;
         r.kv_len = 0;
+        r.draft_kv_len = 0;
         r.draft.clear();
         self.free_pool_idx.push(r.pool_idx);
     }
@@ -433,8 +453,10 @@ impl Scheduler {
         self.alloc.free_pages() >= need
     }
 
+    /// Pages `r` still needs for `new_tokens` more positions (a draft model's pages may
+    /// already cover them).
     fn pages_for(&self, r: &Req, new_tokens: usize) -> usize {
-        (r.kv_len + new_tokens).div_ceil(self.cfg.page_size) - r.page_table.len()
+        (r.kv_len + new_tokens).div_ceil(self.cfg.page_size).saturating_sub(r.page_table.len())
     }
 
     /// One engine cycle: [`schedule`](Scheduler::schedule) the next batch, validate it, run the
@@ -444,7 +466,22 @@ impl Scheduler {
     /// Never fails for a request's sake: a batch that fails validation or a model error fails
     /// the batch's requests (reported as `Finished { Error }`), and the scheduler stays usable.
     pub fn step(&mut self, model: &mut dyn Model, kv: &mut KvStore) -> Vec<Output> {
+        self.step_with_draft(model, kv, None)
+    }
+
+    /// [`Scheduler::step`] with a STANDALONE draft model and its KV store (the same slots as
+    /// `kv`): the draft proposes tokens for the DECODE rows first (`draft.rs`), the step
+    /// verifies them.
+    pub fn step_with_draft(
+        &mut self,
+        model: &mut dyn Model,
+        kv: &mut KvStore,
+        draft: Option<(&mut dyn Model, &mut KvStore)>,
+    ) -> Vec<Output> {
         let mut out = Vec::new();
+        if let Some((dm, dkv)) = draft {
+            self.run_draft(dm, dkv);
+        }
         let Some(sched) = self.schedule(&mut out) else { return out };
         let forward = |model: &mut dyn Model, kv: &mut KvStore| {
             sched

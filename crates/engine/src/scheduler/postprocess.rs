@@ -57,7 +57,7 @@ impl Scheduler {
             li += nl;
             // A verify row computed the last sampled token and the proposals after it.
             let drafts = std::mem::take(&mut r.draft);
-            let decode = r.tokens.len() - r.kv_len == 1;
+            let decode = r.decoding();
             r.kv_len += n - drafts.len();
             if r.kv_len < r.tokens.len() {
                 self.stats.num_prefill_chunks += 1;
@@ -112,9 +112,12 @@ impl Scheduler {
                 self.stats.spec_draft_tokens_total += drafts.len() as u64;
                 self.stats.spec_accepted_tokens_total += accepted as u64;
             }
-            if accepted < drafts.len() {
-                // Rejected positions' pages go back now; slots of rejected positions in a kept
-                // page are rewritten before anything reads them (reads stop at `kv_len`).
+            // The draft model's KV holds the same tokens up to where the target accepted.
+            r.draft_kv_len = r.draft_kv_len.min(r.kv_len);
+            if decode {
+                // Rejected positions' pages (and a draft model's unused ones) go back now;
+                // slots of rejected positions in a kept page are rewritten before anything
+                // reads them (reads stop at `kv_len`).
                 let keep = r.kv_len.div_ceil(self.cfg.page_size).max(r.prefix_pages);
                 for p in r.page_table.drain(keep.min(r.page_table.len())..) {
                     self.alloc.release(p);

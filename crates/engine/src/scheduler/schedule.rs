@@ -149,6 +149,8 @@ impl Scheduler {
             r.prefix_pages = matched;
             r.prefix_node = m.map(|m| m.node);
             r.kv_len = prefix_tokens;
+            // A cached page holds the draft model's KV too (see `draft.rs`).
+            r.draft_kv_len = prefix_tokens;
             self.clock += 1;
             r.admitted_at = self.clock;
             self.stats.radix_hit_tokens_total += prefix_tokens as u64;

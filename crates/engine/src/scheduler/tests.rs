@@ -442,3 +442,74 @@ fn sampled_outputs_keep_the_target_distribution_under_any_proposals() {
         }
     }
 }
+
+/// Runs `prompts` (70 new tokens each, all submitted at once) with `draft` proposing; returns
+/// the outputs and the counters.
+fn run_with_draft(
+    cfg: SchedulerConfig,
+    draft: &mut FakeModel,
+    prompts: &[Vec<u32>],
+) -> (Vec<Vec<u32>>, crate::scheduler::SchedulerStats) {
+    let mut m = FakeModel::new(37, 4096, Predict::Recurrence);
+    let mut s = Scheduler::new(cfg, None);
+    let mut kv = KvStore::new(m.attention_needs().kv_layout, s.num_slots());
+    let mut dkv = KvStore::new(draft.attention_needs().kv_layout, s.num_slots());
+    for (i, p) in prompts.iter().enumerate() {
+        s.submit(req(i as u64, p.clone(), 70)).expect("fits alone");
+    }
+    let mut got = vec![Vec::new(); prompts.len()];
+    let mut steps = 0;
+    while !s.is_idle() {
+        steps += 1;
+        assert!(steps < 5000, "no progress");
+        for o in s.step_with_draft(&mut m, &mut kv, Some((draft, &mut dkv))) {
+            match o {
+                Output::Token { id, token, .. } => got[id as usize].push(token),
+                Output::Finished { reason, .. } => assert!(!matches!(reason, FinishReason::Error(_)), "{reason:?}"),
+                _ => {}
+            }
+        }
+        s.check_pages().expect("pages accounted for");
+    }
+    s.flush_cache();
+    assert_eq!(s.free_pages(), s.config().num_pages, "pages leaked");
+    (got, s.stats())
+}
+
+/// A STANDALONE draft that computes the target's own recurrence in its own KV store proposes
+/// exactly the target's next tokens, so every proposal is accepted: its lazily caught-up KV
+/// (prompt chunks, accepted proposals, pages shared through the slot numbering) is right. A
+/// draft of another model proposes wrong tokens; the outputs stay exact either way, with
+/// retraction and the radix cache in play.
+#[test]
+fn a_draft_model_proposes_through_its_own_kv_and_outputs_stay_exact() {
+    let base: Vec<u32> = (0..40).map(|i| (i * 11 + 3) % 37).collect();
+    let prompts: Vec<Vec<u32>> = (0..8u32).map(|i| [&base[..12 + 3 * i as usize], &[i][..]].concat()).collect();
+    let want: Vec<Vec<u32>> =
+        prompts.iter().map(|p| FakeModel::new(37, 4096, Predict::Recurrence).reference(p, 70, None, 4096).0).collect();
+    for page_size in [1usize, 4, 16] {
+        let roomy = SchedulerConfig {
+            page_size,
+            num_pages: 4000 / page_size,
+            spec: Some(external_spec(5)),
+            disable_radix_cache: true,
+            ..cfg(4000 / page_size, 16)
+        };
+        let mut same = FakeModel::new(37, 4096, Predict::Recurrence);
+        let (got, st) = run_with_draft(roomy.clone(), &mut same, &prompts);
+        assert_eq!(got, want, "page size {page_size}");
+        assert!(st.spec_draft_tokens_total > 300, "{st:?}");
+        assert_eq!(st.spec_accepted_tokens_total, st.spec_draft_tokens_total, "page size {page_size}: {st:?}");
+        assert_eq!(st.spec_draft_failures, 0);
+        // Tight pool, radix cache on: retraction and shared prefixes; the outputs stay exact.
+        let pages = 140usize.div_ceil(page_size) + 1;
+        let tight = SchedulerConfig { num_pages: pages, disable_radix_cache: false, ..roomy };
+        let (got, st) = run_with_draft(tight.clone(), &mut same, &prompts);
+        assert_eq!(got, want, "page size {page_size}, tight pool");
+        assert!(st.num_retractions > 0 && st.spec_accepted_tokens_total > 0, "{st:?}");
+        let mut other = FakeModel::new(37, 4096, Predict::NextToken);
+        let (got, st) = run_with_draft(tight, &mut other, &prompts);
+        assert_eq!(got, want, "page size {page_size}, wrong draft");
+        assert!(st.spec_accepted_tokens_total < st.spec_draft_tokens_total / 4, "{st:?}");
+    }
+}
