@@ -21,6 +21,7 @@ pub use crate::model::load::load_model;
 use crate::model::{check_compat, Model, ModelInfo, BACKENDS};
 use crate::request::{FinishReason, NewRequest, Output};
 use crate::scheduler::{Scheduler, SchedulerConfig, SchedulerStats};
+use crate::spec::SpecAlgorithm;
 use crate::EngineError;
 
 /// Receives a request's outputs on the engine thread; returns `false` once nobody listens.
@@ -67,7 +68,16 @@ impl Engine {
     /// Loading, compatibility or configuration errors, all before any request is accepted.
     pub fn start(args: &EngineArgs) -> Result<Engine, EngineError> {
         let (model, isa, notes) = load_model(args)?;
-        let mut e = Self::start_with_model(model, args, isa)?;
+        let draft = match args.speculative.as_ref().and_then(|s| s.draft_model_path.clone()) {
+            Some(p) => {
+                let dargs = EngineArgs { model_path: p.clone(), speculative: None, ..args.clone() };
+                let (d, _, _) = load_model(&dargs)
+                    .map_err(|e| EngineError::Config(format!("--speculative-draft-model-path {}: {e}", p.display())))?;
+                Some(d)
+            }
+            None => None,
+        };
+        let mut e = Self::start_with_models(model, draft, args, isa)?;
         e.notes = notes;
         Ok(e)
     }
@@ -85,12 +95,46 @@ impl Engine {
     /// # Errors
     /// Compatibility or configuration errors; a failed batch-cap measurement or cache write.
     pub fn start_with_model(
+        model: Box<dyn Model>,
+        args: &EngineArgs,
+        isa: &'static str,
+    ) -> Result<Engine, EngineError> {
+        Self::start_with_models(model, None, args, isa)
+    }
+
+    /// [`Engine::start_with_model`] with the STANDALONE draft model `args.speculative` asks
+    /// for. The draft is checked against the target once, here: the same vocabulary size, a
+    /// context at least the served one, an attention the backend runs; the KV pool is sized
+    /// for both models' bytes per token (the draft's KV sits at the target's slots).
+    ///
+    /// # Errors
+    /// As [`Engine::start_with_model`]; a draft missing, given without STANDALONE, or
+    /// incompatible, with the reason.
+    pub fn start_with_models(
         mut model: Box<dyn Model>,
+        mut draft: Option<Box<dyn Model>>,
         args: &EngineArgs,
         isa: &'static str,
     ) -> Result<Engine, EngineError> {
         if let Some(d) = args.kv_cache_dtype {
             model.set_kv_dtype(d)?;
+            if let Some(dm) = draft.as_mut() {
+                dm.set_kv_dtype(d)?;
+            }
+        }
+        let standalone = args.speculative.as_ref().is_some_and(|s| s.algorithm == SpecAlgorithm::Standalone);
+        match (&draft, standalone) {
+            (None, true) => {
+                return Err(EngineError::Config(
+                    "--speculative-algorithm STANDALONE needs a draft model (--speculative-draft-model-path)".into(),
+                ))
+            }
+            (Some(_), false) => {
+                return Err(EngineError::Config(
+                    "a draft model is only used with --speculative-algorithm STANDALONE".into(),
+                ))
+            }
+            _ => {}
         }
         let needs = model.attention_needs();
         let caps = match args.attention_backend {
@@ -104,7 +148,31 @@ impl Engine {
         };
         check_compat(&needs, caps)?;
         let info = model.info().clone();
-        let derived = derive_config(args, needs.kv_layout.bytes_per_token(), info.context_length)?;
+        let mut bytes_per_token = needs.kv_layout.bytes_per_token();
+        if let Some(dm) = &draft {
+            let (di, dn) = (dm.info(), dm.attention_needs());
+            if di.vocab_size != info.vocab_size {
+                return Err(EngineError::Incompatible(format!(
+                    "the draft model's vocabulary has {} tokens, the model's {}: a draft must share the target's \
+                     tokenizer",
+                    di.vocab_size, info.vocab_size
+                )));
+            }
+            let ctx = args.context_length.unwrap_or(info.context_length).min(info.context_length);
+            if di.context_length < ctx {
+                return Err(EngineError::Incompatible(format!(
+                    "the draft model's context is {} tokens, shorter than the {ctx} served: give --context-length {} \
+                     or a draft with a longer context",
+                    di.context_length, di.context_length
+                )));
+            }
+            let dcaps = BACKENDS.iter().find(|b| b.kinds.contains(&dn.kind)).ok_or_else(|| {
+                EngineError::Incompatible(format!("no attention backend implements the draft's {:?}", dn.kind))
+            })?;
+            check_compat(&dn, dcaps)?;
+            bytes_per_token += dn.kv_layout.bytes_per_token();
+        }
+        let derived = derive_config(args, bytes_per_token, info.context_length)?;
         let batch_cap = crate::model::batch_cap::decide(
             model.as_mut(),
             args,
@@ -123,7 +191,7 @@ impl Engine {
         let eos = args.eos.clone();
         std::thread::Builder::new()
             .name("sparrow-engine".into())
-            .spawn(move || engine_loop(model, sched, eos, rx, st))
+            .spawn(move || engine_loop(model, draft, sched, eos, rx, st))
             .map_err(|e| EngineError::Config(format!("cannot spawn the engine thread: {e}")))?;
         Ok(Engine {
             tx,
@@ -205,11 +273,14 @@ impl Engine {
 struct Live {
     sched: Scheduler,
     kv: KvStore,
+    /// The STANDALONE draft model's KV store (same slots as `kv`).
+    draft_kv: Option<KvStore>,
     sinks: std::collections::HashMap<u64, Sink>,
 }
 
 fn engine_loop(
     mut model: Box<dyn Model>,
+    mut draft: Option<Box<dyn Model>>,
     sched: Scheduler,
     eos: Vec<u32>,
     rx: mpsc::Receiver<Command>,
@@ -218,7 +289,9 @@ fn engine_loop(
     let layout = model.attention_needs().kv_layout;
     let cfg = sched.config().clone();
     let kv = KvStore::new(layout.clone(), sched.num_slots());
-    let mut live = Live { sched, kv, sinks: Default::default() };
+    let draft_layout = draft.as_ref().map(|d| d.attention_needs().kv_layout);
+    let draft_kv = draft_layout.as_ref().map(|l| KvStore::new(l.clone(), sched.num_slots()));
+    let mut live = Live { sched, kv, draft_kv, sinks: Default::default() };
     publish(&live, &stats);
     loop {
         let cmd = if live.sched.is_idle() {
@@ -251,7 +324,10 @@ fn engine_loop(
             publish(&live, &stats);
             continue;
         }
-        let step = std::panic::catch_unwind(AssertUnwindSafe(|| live.sched.step(model.as_mut(), &mut live.kv)));
+        let step = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            let d = draft.as_mut().zip(live.draft_kv.as_mut()).map(|(m, k)| (m.as_mut() as &mut dyn Model, k));
+            live.sched.step_with_draft(model.as_mut(), &mut live.kv, d)
+        }));
         match step {
             Ok(outs) => {
                 let progressed = !outs.is_empty();
@@ -275,6 +351,7 @@ fn engine_loop(
                 live.sched = Scheduler::with_eos_ids(cfg.clone(), eos.clone());
                 live.sched.set_vocab_size(model.info().vocab_size);
                 live.kv = KvStore::new(layout.clone(), live.sched.num_slots());
+                live.draft_kv = draft_layout.as_ref().map(|l| KvStore::new(l.clone(), live.sched.num_slots()));
             }
         }
         publish(&live, &stats);
