@@ -98,6 +98,8 @@ def bench(args, port, workload, conc, n, out_file, edit_path):
         cmd += ["--dataset-name", "openai", "--dataset-path", str(edit_path), "--disable-ignore-eos"]
     else:
         cmd += ["--dataset-name", "sharegpt"]
+        if args.sharegpt_output_len:
+            cmd += ["--sharegpt-output-len", str(args.sharegpt_output_len)]
     if out_file.exists():
         out_file.unlink()
     r = subprocess.run(cmd, capture_output=True, text=True)
@@ -119,6 +121,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--edit-chars", type=int, default=1600)
     ap.add_argument("--edit-output-len", type=int, default=512)
+    ap.add_argument("--sharegpt-output-len", type=int, help="fixed output length of the ShareGPT requests (default: the dataset's)")
     ap.add_argument("--ports", default="30111,30112")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)

@@ -114,6 +114,21 @@ fn block_matches_sglang_format_byte_for_byte() {
     };
     let golden = include_str!("../fixtures/report_block.txt");
     assert_eq!(render_block(&summary, &m), golden);
+    // A speculating server's accept length (SGLang's `internal_states[0].avg_spec_accept_length`)
+    // is printed after `Concurrency:`, as SGLang's bench_serving prints it; 0 is not printed.
+    for (v, line) in [(2.345, Some("Accept length:                           2.35      \n")), (0.0, None)] {
+        let info = serde_json::json!({"internal_states": [{"avg_spec_accept_length": v}]});
+        let s = RunSummary { server_info: Some(info), ..summary.clone() };
+        let block = render_block(&s, &m);
+        match line {
+            Some(l) => {
+                let at =
+                    golden.find("Concurrency:").and_then(|i| golden[i..].find('\n').map(|j| i + j + 1)).expect("line");
+                assert_eq!(block, format!("{}{l}{}", &golden[..at], &golden[at..]));
+            }
+            None => assert_eq!(block, golden),
+        }
+    }
 }
 
 #[test]

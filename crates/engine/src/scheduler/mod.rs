@@ -135,7 +135,7 @@ impl Req {
     fn draft_room(&self, context_length: usize) -> usize {
         let room =
             self.max_new.saturating_sub(self.output_len() + 1).min(context_length.saturating_sub(self.tokens.len()));
-        self.spec.as_ref().map_or(0, |s| s.len.min(room))
+        self.spec.as_ref().map_or(0, |s| s.wanted().min(room))
     }
 
     /// True while the request is decoding (its only uncomputed token is the last sampled one).

@@ -119,29 +119,62 @@ pub struct SpecState {
     pub len: usize,
     /// Most proposals per step.
     pub max: usize,
+    /// Steps left without proposals (after proposals that all failed).
+    pub skip: usize,
+    /// The next pause's length: doubled by every step whose proposals all failed (up to
+    /// [`MAX_BACKOFF`]), reset by any acceptance.
+    pub backoff: usize,
     /// Counters so far.
     pub counts: SpecCounts,
 }
+
+/// Longest pause of a request whose proposals keep failing, in steps.
+pub const MAX_BACKOFF: usize = 16;
 
 impl SpecState {
     /// Fresh state under `cfg`.
     pub fn new(cfg: &SpecConfig) -> Self {
         let index = (cfg.algorithm == SpecAlgorithm::Ngram)
             .then(|| NgramIndex::new(cfg.ngram_min_window, cfg.ngram_max_window));
-        SpecState { index, len: cfg.max_drafts(), max: cfg.max_drafts(), counts: SpecCounts::default() }
+        SpecState {
+            index,
+            len: cfg.max_drafts(),
+            max: cfg.max_drafts(),
+            skip: 0,
+            backoff: 0,
+            counts: SpecCounts::default(),
+        }
+    }
+
+    /// Proposals wanted this step: the draft length, or none while paused.
+    pub fn wanted(&self) -> usize {
+        if self.skip > 0 {
+            0
+        } else {
+            self.len
+        }
     }
 
     /// Records one verify step that proposed `proposed` tokens and accepted `accepted`, and
     /// adapts the next draft length: doubled (up to the maximum) after a full acceptance,
-    /// otherwise one more than this step accepted, so a row whose guesses keep failing
-    /// proposes one token a step and spends little compute on them.
+    /// otherwise one more than this step accepted. A step whose proposals all failed pauses
+    /// proposals for 1, 2, 4 … up to [`MAX_BACKOFF`] steps, so a request whose output copies
+    /// nothing (a model that does not repeat its prompt) spends almost no compute on guesses,
+    /// while one that copies loses a step at most.
     pub fn record(&mut self, proposed: usize, accepted: usize) {
         self.counts.verify_ct += 1;
         self.counts.draft_tokens += proposed as u64;
         self.counts.accepted_tokens += accepted as u64;
         if proposed == 0 {
+            self.skip = self.skip.saturating_sub(1);
             return;
         }
         self.len = if accepted == proposed { (self.len * 2).clamp(1, self.max) } else { (accepted + 1).min(self.max) };
+        if accepted == 0 {
+            self.backoff = (self.backoff * 2).clamp(1, MAX_BACKOFF);
+            self.skip = self.backoff;
+        } else {
+            self.backoff = 0;
+        }
     }
 }
