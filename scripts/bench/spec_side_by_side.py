@@ -33,26 +33,11 @@ import re
 import statistics
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def healthy(port, proc, timeout):
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        if proc.poll() is not None:
-            return False
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                if r.status == 200:
-                    return True
-        except OSError:
-            pass
-        time.sleep(0.5)
-    return False
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from real_side_by_side import healthy  # noqa: E402
 
 
 def edit_dataset(path, n, chars, out_len):

@@ -456,15 +456,21 @@ def main():
         write_f16(a.shape, s, tmp, a.seed)
         tmp.rename(f16)
     print(f16, flush=True)
-    for ty in [t for t in a.types.split(",") if t and t != "F16"]:
-        out = a.out_dir / f"{stem}-{ty}.gguf"
+    quantize_all(f16, a.out_dir, stem, a.types, a.quantize)
+
+
+def quantize_all(f16, out_dir, stem, types, quantize):
+    """`llama-quantize` of `f16` to each of the comma-separated `types` (kept: a file already
+    there is not made again), printing each path; the log beside it."""
+    for ty in [t for t in types.split(",") if t and t != "F16"]:
+        out = out_dir / f"{stem}-{ty}.gguf"
         if not out.exists():
-            if not a.quantize.exists():
-                sys.exit(f"{a.quantize}: missing (run ../shared/peers/setup.sh)")
+            if not quantize.exists():
+                sys.exit(f"{quantize}: missing (run ../shared/peers/setup.sh)")
             tmp = out.with_suffix(".tmp")
-            log = a.out_dir / f"{stem}-{ty}.quantize.log"
+            log = out_dir / f"{stem}-{ty}.quantize.log"
             with open(log, "w") as lf:
-                subprocess.run([str(a.quantize), str(f16), str(tmp), ty, str(os.cpu_count() or 1)],
+                subprocess.run([str(quantize), str(f16), str(tmp), ty, str(os.cpu_count() or 1)],
                                check=True, stdout=lf, stderr=subprocess.STDOUT)
             tmp.rename(out)
         print(out, flush=True)

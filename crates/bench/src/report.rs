@@ -266,9 +266,6 @@ pub fn result_pairs(s: &RunSummary, m: &BenchmarkMetrics) -> Vec<(String, JVal)>
     put("random_output_len", json!(s.random_output_len).into());
     put("random_range_ratio", JVal::Float(s.random_range_ratio));
     put("server_info", s.server_info.clone().unwrap_or(Value::Null).into());
-    if let Some(a) = accept_length(s) {
-        put("accept_length", JVal::Float(a));
-    }
     put("duration", JVal::Float(s.duration_s));
     put("completed", json!(m.completed).into());
     put("total_input_tokens", json!(m.total_input).into());
@@ -289,7 +286,7 @@ pub fn result_pairs(s: &RunSummary, m: &BenchmarkMetrics) -> Vec<(String, JVal)>
         put(&format!("p99_{name}_ms"), JVal::Float(d.p99));
     }
     put("concurrency", JVal::Float(m.concurrency));
-    put("accept_length", Value::Null.into());
+    put("accept_length", accept_length(s).map_or(Value::Null.into(), JVal::Float));
     put("max_output_tokens_per_s", JVal::Float(m.max_output_tokens_per_s));
     put("max_concurrent_requests", json!(m.max_concurrent_requests).into());
     if let Some(g) = &s.goodput {

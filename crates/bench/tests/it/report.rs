@@ -128,6 +128,11 @@ fn block_matches_sglang_format_byte_for_byte() {
             }
             None => assert_eq!(block, golden),
         }
+        // The result line has it once, where SGLang's has `accept_length` (null without).
+        let pairs = sparrow_bench::report::result_pairs(&s, &m);
+        let got: Vec<_> = pairs.iter().filter(|(k, _)| k == "accept_length").map(|(_, v)| v.clone()).collect();
+        let want = if v > 0.0 { sparrow_bench::report::JVal::Float(v) } else { serde_json::Value::Null.into() };
+        assert_eq!(got, vec![want]);
     }
 }
 

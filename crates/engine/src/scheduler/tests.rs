@@ -420,8 +420,8 @@ fn sampled_outputs_keep_the_target_distribution_under_any_proposals() {
         cum.iter().position(|&c| u < c).unwrap_or(0) as u32
     };
     let wrong = |_: &mut Lcg| 5u32;
-    let drafts: [(&str, &dyn Fn(&mut Lcg) -> u32); 4] =
-        [("mode", &mode), ("uniform", &uniform), ("p", &from_p), ("always wrong", &wrong)];
+    type Draw<'a> = &'a dyn Fn(&mut Lcg) -> u32;
+    let drafts: [(&str, Draw); 4] = [("mode", &mode), ("uniform", &uniform), ("p", &from_p), ("always wrong", &wrong)];
     for (name, d) in drafts {
         let (toks, st) = run(Some(d));
         assert_eq!(toks.len(), per_req * reqs as usize);
