@@ -512,19 +512,8 @@ impl ServeArgs {
     /// # Errors
     /// A flag combination sparrow does not run, named.
     pub fn speculative(&self) -> Result<Option<SpecConfig>, String> {
-        let Some(alg) = self.speculative_algorithm.as_deref() else {
-            for (flag, set) in [
-                ("--speculative-draft-model-path", self.speculative_draft_model_path.is_some()),
-                ("--speculative-num-steps", self.speculative_num_steps.is_some()),
-                ("--speculative-num-draft-tokens", self.speculative_num_draft_tokens.is_some()),
-                ("--speculative-eagle-topk", self.speculative_eagle_topk.is_some()),
-            ] {
-                if set {
-                    return Err(format!("{flag} needs --speculative-algorithm (NGRAM or STANDALONE)"));
-                }
-            }
-            return Ok(None);
-        };
+        // Without an algorithm the other `--speculative-*` flags change nothing, as in SGLang.
+        let Some(alg) = self.speculative_algorithm.as_deref() else { return Ok(None) };
         let algorithm = match alg.to_ascii_uppercase().as_str() {
             "NGRAM" => SpecAlgorithm::Ngram,
             "STANDALONE" => SpecAlgorithm::Standalone,

@@ -40,6 +40,9 @@ fn words(s: &str) -> Vec<String> {
 /// default, else one of its type (a suffixed count for `human_readable_int`, as SGLang's docs
 /// write them).
 fn samples(flag: &Value) -> Vec<Vec<String>> {
+    if let Some((_, v)) = CHECKED_LATER.iter().find(|(f, _)| flag["flag"] == *f) {
+        return vec![vec![(*v).to_owned()]];
+    }
     if flag["takes"] == "none" {
         return vec![Vec::new()];
     }
@@ -85,7 +88,18 @@ const TAKEN: &[&str] = &[
     "--attention-backend",
     "--kv-cache-dtype",
     "--moe-runner-backend",
+    "--speculative-algorithm",
+    "--speculative-draft-model-path",
+    "--speculative-draft-model",
+    "--speculative-num-steps",
+    "--speculative-eagle-topk",
+    "--speculative-num-draft-tokens",
+    "--speculative-ngram-max-trie-depth",
 ];
+
+/// Flags whose parser takes any string and whose values SGLang checks later (`ServerArgs`
+/// post-init): the sample is one of the values it accepts there.
+const CHECKED_LATER: &[(&str, &str)] = &[("--speculative-algorithm", "NGRAM")];
 
 #[test]
 fn every_sglang_flag_is_taken_or_refused_by_name() {
