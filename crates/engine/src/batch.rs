@@ -91,6 +91,36 @@ impl ForwardBatch {
         }
     }
 
+    /// Appends one sequence: positions `prefix_len .. prefix_len + n` are new (token of
+    /// position `p` is `token(p)`), its KV slot of position `p` is `slot(p)`, and the last
+    /// `num_logits` new rows return logits. Start from `kv_indptr == [0]`.
+    pub fn push_seq(
+        &mut self,
+        req_pool_idx: u32,
+        prefix_len: usize,
+        n: usize,
+        num_logits: usize,
+        slot: impl Fn(usize) -> u32,
+        token: impl Fn(usize) -> u32,
+    ) {
+        let start = self.input_ids.len() as u32;
+        self.kv_indices.extend((0..prefix_len + n).map(&slot));
+        for p in prefix_len..prefix_len + n {
+            self.input_ids.push(token(p));
+            self.positions.push(p as u32);
+            self.out_cache_loc.push(slot(p));
+        }
+        self.logits_rows.extend(start + (n - num_logits) as u32..start + n as u32);
+        self.kv_indptr.push(self.kv_indices.len() as u32);
+        self.seqs.push(SeqMeta {
+            req_pool_idx,
+            prefix_len: prefix_len as u32,
+            extend_len: n as u32,
+            token_start: start,
+            num_logits: num_logits as u32,
+        });
+    }
+
     /// Tokens on the flattened axis.
     pub fn num_tokens(&self) -> usize {
         self.input_ids.len()

@@ -15,7 +15,7 @@
 //! the draft never ran) makes worse guesses, never a wrong output.
 
 use super::Scheduler;
-use crate::batch::{ForwardBatch, SeqMeta};
+use crate::batch::ForwardBatch;
 use crate::kv::KvStore;
 use crate::model::Model;
 
@@ -25,6 +25,8 @@ struct Row {
     i: usize,
     /// Proposals wanted this step (0: a catch-up chunk only).
     k: usize,
+    /// Tokens the first forward catches up (all that are behind when `k > 0`).
+    catch_up: usize,
 }
 
 impl Scheduler {
@@ -63,10 +65,11 @@ impl Scheduler {
             }
             let r = &mut self.running[i];
             r.draft_kv_len = r.draft_kv_len.min(r.tokens.len());
-            budget -= behind.min(budget);
+            let catch_up = behind.min(budget);
+            budget -= catch_up;
             let pages: Vec<u32> = (0..need).filter_map(|_| self.alloc.alloc()).collect();
             r.page_table.extend(pages);
-            rows.push(Row { i, k });
+            rows.push(Row { i, k, catch_up });
         }
         if rows.is_empty() {
             return;
@@ -106,48 +109,16 @@ impl Scheduler {
         }
     }
 
-    /// The draft forward of `rows`: with `catch_up`, each row's tokens from `draft_kv_len` to
-    /// its last sampled token (cut where the catch-up budget ends for rows that propose
-    /// nothing); otherwise each row's last proposal. Logits for the rows that propose.
+    /// The draft forward of `rows`: with `catch_up`, each row's `catch_up` tokens from
+    /// `draft_kv_len` (up to its last sampled token when it proposes); otherwise each row's
+    /// last proposal. Logits for the rows that propose.
     fn draft_batch(&self, rows: &[Row], ps: usize, catch_up: bool) -> ForwardBatch {
-        let mut b = ForwardBatch::default();
-        b.kv_indptr.push(0);
-        let mut left = self.cfg.chunked_prefill_size.min(self.cfg.max_prefill_tokens).max(1);
+        let mut b = ForwardBatch { kv_indptr: vec![0], ..Default::default() };
         for row in rows {
             let r = &self.running[row.i];
             let slot = |p: usize| r.page_table[p / ps] * ps as u32 + (p % ps) as u32;
-            let start = r.draft_kv_len;
-            let (n, logits) = if catch_up {
-                let behind = r.tokens.len() - start;
-                if row.k > 0 {
-                    (behind, 1)
-                } else {
-                    (behind.min(left).max(1), 0)
-                }
-            } else {
-                (1, 1)
-            };
-            left = left.saturating_sub(n);
-            let token_start = b.input_ids.len() as u32;
-            for p in 0..start + n {
-                b.kv_indices.push(slot(p));
-            }
-            for p in start..start + n {
-                b.input_ids.push(r.token_at(p));
-                b.positions.push(p as u32);
-                b.out_cache_loc.push(slot(p));
-            }
-            if logits == 1 {
-                b.logits_rows.push(token_start + n as u32 - 1);
-            }
-            b.kv_indptr.push(b.kv_indices.len() as u32);
-            b.seqs.push(SeqMeta {
-                req_pool_idx: r.pool_idx,
-                prefix_len: start as u32,
-                extend_len: n as u32,
-                token_start,
-                num_logits: logits,
-            });
+            let (n, logits) = if catch_up { (row.catch_up, usize::from(row.k > 0)) } else { (1, 1) };
+            b.push_seq(r.pool_idx, r.draft_kv_len, n, logits, slot, |p| r.token_at(p));
         }
         b
     }

@@ -5,7 +5,7 @@
 //! `PrefillAdder`, nano-vllm's `schedule()`).
 
 use super::{Req, SchedulePolicy, Scheduler, MIN_NEW_TOKEN_RATIO, NEW_TOKEN_RATIO_DECAY};
-use crate::batch::{ForwardBatch, ForwardMode, SeqMeta};
+use crate::batch::{ForwardBatch, ForwardMode};
 use crate::request::Output;
 
 /// A scheduled batch: the [`ForwardBatch`] to run and, per row, which running request it
@@ -207,26 +207,8 @@ impl Scheduler {
         b.kv_indptr.push(0);
         for &(i, n) in rows {
             let r = &self.running[i];
-            let start = b.input_ids.len() as u32;
             let slot = |p: usize| r.page_table[p / ps] * ps as u32 + (p % ps) as u32;
-            for p in 0..r.kv_len + n {
-                b.kv_indices.push(slot(p));
-            }
-            for p in r.kv_len..r.kv_len + n {
-                b.input_ids.push(r.token_at(p));
-                b.positions.push(p as u32);
-                b.out_cache_loc.push(slot(p));
-            }
-            let num_logits = r.logits_rows(n) as u32;
-            b.logits_rows.extend(start + n as u32 - num_logits..start + n as u32);
-            b.kv_indptr.push(b.kv_indices.len() as u32);
-            b.seqs.push(SeqMeta {
-                req_pool_idx: r.pool_idx,
-                prefix_len: r.kv_len as u32,
-                extend_len: n as u32,
-                token_start: start,
-                num_logits,
-            });
+            b.push_seq(r.pool_idx, r.kv_len, n, r.logits_rows(n), slot, |p| r.token_at(p));
         }
         b
     }
