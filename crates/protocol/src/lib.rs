@@ -9,6 +9,7 @@
 //!   reads them.
 //! - [`responses`]: OpenAI's Responses API request (`/v1/responses`).
 //! - [`anthropic`]: Anthropic's Messages API request and error body (`/v1/messages`).
+//! - [`embeddings`]: `/v1/embeddings`, SGLang's `/encode`, vLLM's `/v1/rerank` and `/v1/score`.
 //! - [`sse`]: Server-Sent Events framing, per the WHATWG HTML "server-sent events" section.
 //! - [`Usage`]: OpenAI `usage`; [`ErrorBody`]: OpenAI-style error JSON, also the shape of an
 //!   in-band error frame.
@@ -16,6 +17,7 @@
 //! Response types render in their field order and borrow what they render (see [`openai`]).
 
 pub mod anthropic;
+pub mod embeddings;
 pub mod openai;
 pub mod openai_request;
 pub mod responses;

@@ -182,7 +182,7 @@ pub struct ModelInfoResponse<'a> {
     pub model_path: &'a Path,
     /// Where the tokenizer came from.
     pub tokenizer_path: &'a Path,
-    /// Always true: the server generates text (no embedding models).
+    /// False when the server serves embeddings (an encoder, or `--is-embedding`).
     pub is_generation: bool,
     /// Architecture name from the checkpoint (e.g. `llama`).
     pub architecture: &'a str,

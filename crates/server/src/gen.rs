@@ -238,6 +238,8 @@ impl Choice {
                 vec![ChoiceEvent::Started { index, cached_tokens }]
             }
             Output::PromptLogprobs { start, entries, .. } => vec![ChoiceEvent::Prompt { index, start, entries }],
+            // A generation request gets none (`start` refuses generation on an embedding server).
+            Output::Embedding { .. } => Vec::new(),
             Output::Token { token, logprob, .. } => {
                 let now = Instant::now();
                 match self.last {
@@ -379,6 +381,15 @@ pub fn start(state: &AppState, prep: Prepared) -> Result<BoxStream<'static, Choi
             .collect();
         return Ok(stream::iter(events).boxed());
     }
+    if state.engine.embedding().is_some() {
+        return Err(ApiError::bad(
+            "model",
+            format!(
+                "model: {} serves embeddings and generates no text (use /v1/embeddings, /v1/rerank, /v1/score or /encode)",
+                state.model_id
+            ),
+        ));
+    }
     let mut guard = AbortOnDrop { engine: state.engine.clone(), ids: Vec::with_capacity(n) };
     let mut streams = Vec::with_capacity(n);
     let start = Instant::now();
@@ -396,6 +407,7 @@ pub fn start(state: &AppState, prep: Prepared) -> Result<BoxStream<'static, Choi
             ignore_eos,
             logprobs: logprobs.clone(),
             constraint,
+            embed: false,
         };
         state.engine.submit(req, Box::new(move |o| tx.send(o).is_ok()))?;
         guard.ids.push(id);

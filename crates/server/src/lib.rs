@@ -22,6 +22,7 @@
 pub mod chat;
 pub mod conn;
 pub mod detok;
+pub mod embed;
 pub mod error;
 pub mod gbnf;
 pub mod gen;
@@ -114,8 +115,15 @@ impl AppState {
         opts: ServerOptions,
     ) -> Result<Self, sparrow_tokenizer::TokenizerError> {
         let ServerOptions { server_info, parsers, api_key, responses_store_size } = opts;
-        let bytes_skip = Arc::new(tokenizer.token_bytes(true)?);
-        let bytes_all = Arc::new(tokenizer.token_bytes(false)?);
+        // An embedding server detokenizes nothing incrementally: a WordPiece vocabulary (BERT),
+        // which has no byte spelling per token, is fine there.
+        let embedding = engine.embedding().is_some();
+        let bytes = |skip: bool| match tokenizer.token_bytes(skip) {
+            Err(_) if embedding => Ok(Vec::new()),
+            r => r,
+        };
+        let bytes_skip = Arc::new(bytes(true)?);
+        let bytes_all = Arc::new(bytes(false)?);
         let metrics = metrics::Metrics::new();
         let info = engine.info();
         metrics.weight_bytes.set(info.weight_bytes as i64);

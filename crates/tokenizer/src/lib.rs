@@ -162,7 +162,12 @@ impl Tokenizer {
     }
 
     fn from_json_file(path: &Path, config: Option<&Path>) -> Result<Self, TokenizerError> {
-        let inner = tokenizers::Tokenizer::from_file(path)?;
+        let mut inner = tokenizers::Tokenizer::from_file(path)?;
+        // A `tokenizer.json` may carry the exporter's truncation and padding (all-MiniLM-L6-v2's
+        // pads and cuts every input to 128 tokens): a server must see the whole prompt and
+        // decide on length itself, so both are dropped here.
+        inner.with_truncation(None)?;
+        inner.with_padding(None);
         let cfg: Option<serde_json::Value> =
             config.and_then(|c| std::fs::read_to_string(c).ok()).and_then(|s| serde_json::from_str(&s).ok());
         let special = |key: &str| -> Option<(u32, String)> {
@@ -213,6 +218,17 @@ impl Tokenizer {
     /// [`TokenizerError::Hf`] if the tokenizer fails on the input.
     pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, TokenizerError> {
         Ok(self.inner.encode_fast(text, add_special_tokens)?.get_ids().to_vec())
+    }
+
+    /// Token ids of the pair `(a, b)` through the post-processor's pair template, with special
+    /// tokens (BERT: `[CLS] a [SEP] b [SEP]`), as HF `tokenizer(a, b)` gives them to a
+    /// cross-encoder.
+    ///
+    /// # Errors
+    /// [`TokenizerError::Hf`] if the tokenizer fails on the input.
+    pub fn encode_pair(&self, a: &str, b: &str) -> Result<Vec<u32>, TokenizerError> {
+        let input = tokenizers::EncodeInput::Dual(a.into(), b.into());
+        Ok(self.inner.encode_fast(input, true)?.get_ids().to_vec())
     }
 
     /// Text of `ids`; special tokens are dropped when `skip_special_tokens` is set.

@@ -215,17 +215,24 @@ impl OutputHead<'_> {
     /// `[rows.len() × vocab]`. Only the wanted rows are normalized and multiplied; the matmul
     /// counts as one in the profile.
     pub fn logits(&self, cx: &mut Fwd<'_>, x: &[f32], rows: &[u32]) -> Vec<f32> {
-        let h = self.norm.len();
         let r_n = rows.len();
-        let mut sel = vec![0f32; r_n * h];
-        for (i, &r) in rows.iter().enumerate() {
-            sel[i * h..(i + 1) * h].copy_from_slice(&x[r as usize * h..(r as usize + 1) * h]);
-        }
-        let mut normed = vec![0f32; r_n * h];
-        kernels::rms_norm(&sel, self.norm, self.eps, &mut normed);
+        let normed = self.hidden(x, rows);
         let mut logits = vec![0f32; r_n * self.weight.rows()];
         cx.matmul(self.weight, &normed, r_n, &mut logits);
         logits
+    }
+
+    /// The final norm's output at rows `rows` of `x`, `[rows.len() × hidden]`: what the LM
+    /// head reads, and a decoder embedding model's last-token embedding.
+    pub fn hidden(&self, x: &[f32], rows: &[u32]) -> Vec<f32> {
+        let h = self.norm.len();
+        let mut sel = vec![0f32; rows.len() * h];
+        for (i, &r) in rows.iter().enumerate() {
+            sel[i * h..(i + 1) * h].copy_from_slice(&x[r as usize * h..(r as usize + 1) * h]);
+        }
+        let mut normed = vec![0f32; rows.len() * h];
+        kernels::rms_norm(&sel, self.norm, self.eps, &mut normed);
+        normed
     }
 }
 

@@ -43,6 +43,19 @@ pub fn load_model(args: &EngineArgs) -> Result<(Box<dyn Model>, &'static str, se
                 let isa = m.isa().name();
                 Ok((Box::new(m), isa, notes))
             }
+            "bert" => {
+                let m = crate::model::bert::BertModel::load_hf(p, args.threads)?;
+                let isa = m.isa().name();
+                let c = m.config();
+                let notes = serde_json::json!({
+                    "embedding": match c.num_labels {
+                        Some(n) => format!("cross-encoder: a classification head of {n} labels scores pairs"),
+                        None => format!("{} pooling of {} values", c.pooling.name(), c.hidden),
+                    },
+                    "max_seq_length": c.max_len,
+                });
+                Ok((Box::new(m), isa, notes))
+            }
             "llama" => {
                 let m = LlamaModel::load_hf(p, args.threads)?;
                 let isa = m.isa().name();

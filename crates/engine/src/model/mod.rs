@@ -6,6 +6,7 @@
 
 pub mod autotune;
 pub mod batch_cap;
+pub mod bert;
 pub mod common;
 pub mod gemma3;
 pub mod glm5;
@@ -134,12 +135,21 @@ impl Instruments {
 /// What a model's attention requires from the backend.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AttentionNeeds {
-    /// Attention kind (`"gqa"`, later `"mla"`, `"mla+dsa"`).
+    /// Attention kind (`"gqa"`, `"mla"`, `"mla+dsa"`, `"bidirectional"`).
     pub kind: &'static str,
     /// The per-token cache layout.
     pub kv_layout: KvLayout,
     /// Whether some layers attend over a sliding window of keys (Gemma 3).
     pub sliding_window: bool,
+}
+
+impl AttentionNeeds {
+    /// True when every token attends to every other of its sequence (an encoder): a
+    /// sequence must then be computed in one step, never chunked and never started from a
+    /// cached prefix, because an earlier chunk's keys would not have seen the later tokens.
+    pub fn whole_sequences(&self) -> bool {
+        self.kind == "bidirectional"
+    }
 }
 
 /// What an attention backend provides.
@@ -157,9 +167,16 @@ pub struct BackendCaps {
     pub sliding_window: bool,
 }
 
-/// The CPU backend: paged GQA attention over the slot lists of a [`ForwardBatch`].
-pub const CPU_BACKEND: BackendCaps =
-    BackendCaps { name: "cpu", kinds: &["gqa"], mixed_batches: true, extend_with_prefix: true, sliding_window: true };
+/// The CPU backend: paged GQA attention over the slot lists of a [`ForwardBatch`], causal, and
+/// the bidirectional attention of an encoder over each sequence's own slots (the scheduler
+/// then sends whole sequences, see [`AttentionNeeds::whole_sequences`]).
+pub const CPU_BACKEND: BackendCaps = BackendCaps {
+    name: "cpu",
+    kinds: &["gqa", "bidirectional"],
+    mixed_batches: true,
+    extend_with_prefix: true,
+    sliding_window: true,
+};
 
 /// The CPU DSA backend: MLA over the latent cache with DeepSeek sparse attention (indexer
 /// top-k), named after SGLang's `--attention-backend dsa` (`nsa` before 0.5.23); without an
@@ -206,6 +223,43 @@ pub fn check_compat(needs: &AttentionNeeds, caps: &BackendCaps) -> Result<(), En
     Ok(())
 }
 
+/// How an embedding model reduces a sequence's hidden states to one vector (sentence-transformers'
+/// `1_Pooling/config.json` modes; llama.cpp's `--pooling mean|cls|last`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pooling {
+    /// The mean of every token's final hidden state (`pooling_mode_mean_tokens`).
+    Mean,
+    /// The first token's (`[CLS]`, `pooling_mode_cls_token`).
+    Cls,
+    /// The last token's: the only one a causal decoder lets see the whole input
+    /// (`pooling_mode_lasttoken`, Qwen3-Embedding's recipe).
+    Last,
+}
+
+impl Pooling {
+    /// The name used in start-up notes and `/get_model_info`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Pooling::Mean => "mean",
+            Pooling::Cls => "cls",
+            Pooling::Last => "last",
+        }
+    }
+}
+
+/// What an embedding model returns per sequence ([`Model::set_embedding`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct EmbeddingSpec {
+    /// Values per embedding (the hidden size).
+    pub dim: usize,
+    /// How the sequence's hidden states are pooled.
+    pub pooling: Pooling,
+    /// The rows are a classification head's logits (`dim` labels), not embeddings: a
+    /// cross-encoder, which scores a pair `[CLS] a [SEP] b [SEP]` jointly.
+    pub labels: bool,
+}
+
 /// A model the engine can run.
 pub trait Model: Send {
     /// Static facts.
@@ -231,11 +285,26 @@ pub trait Model: Send {
         )))
     }
     /// Runs one step: writes the new tokens' KV into `kv` at `batch.out_cache_loc` and returns
-    /// the logits of `batch.logits_rows`, `[logits_rows.len() × vocab_size]` row-major.
+    /// the logits of `batch.logits_rows`, `[logits_rows.len() × vocab_size]` row-major. After
+    /// [`Model::set_embedding`] it returns embeddings instead: one row of `dim` values per entry
+    /// of `logits_rows` (the scheduler asks one row, the last, of an embedding sequence's final
+    /// chunk), pooled over the sequence as [`EmbeddingSpec::pooling`] says, not normalized.
     ///
     /// # Errors
     /// Only for conditions the model cannot recover from (the engine fails the batch's requests).
     fn forward(&mut self, batch: &ForwardBatch, kv: &mut KvStore) -> Result<Vec<f32>, EngineError>;
+    /// True for a model that can only embed (an encoder with no LM head): the engine then
+    /// serves embeddings whatever `--is-embedding` says.
+    fn embedding_only(&self) -> bool {
+        false
+    }
+    /// Switches [`Model::forward`] to embeddings (SGLang's `--is-embedding`), for good.
+    ///
+    /// # Errors
+    /// [`EngineError::Incompatible`] for a model that cannot (the default).
+    fn set_embedding(&mut self) -> Result<EmbeddingSpec, EngineError> {
+        Err(EngineError::Incompatible(format!("the {} model cannot serve embeddings", self.info().architecture)))
+    }
     /// The model's calibration observer and profile ([`Instruments`]); `None` for models that
     /// keep none (the scheduler's test doubles), which the methods below then ignore.
     fn instruments(&self) -> Option<&Instruments> {

@@ -77,6 +77,8 @@ struct Req {
     /// Positions whose KV the STANDALONE draft model has computed (in its own store, at the
     /// same slots as the target's).
     draft_kv_len: usize,
+    /// An embedding request ([`NewRequest::embed`]).
+    embed: bool,
 }
 
 /// The grammar masks of rows that sample this step: `(index in running, constraint)` in,
@@ -335,9 +337,13 @@ impl Scheduler {
     /// # Errors
     /// As [`Scheduler::admission_check`], or a duplicate id.
     pub fn submit(&mut self, r: NewRequest) -> Result<(), EngineError> {
-        // A prompt-logprobs request may generate nothing (`echo` with `max_tokens: 0`).
-        let checked = if r.logprobs.prompt_start.is_some() { r.max_new_tokens.max(1) } else { r.max_new_tokens };
-        self.admission_check(r.input_ids.len(), checked)?;
+        if r.embed {
+            self.cfg.embed_check(r.input_ids.len())?;
+        } else {
+            // A prompt-logprobs request may generate nothing (`echo` with `max_tokens: 0`).
+            let checked = if r.logprobs.prompt_start.is_some() { r.max_new_tokens.max(1) } else { r.max_new_tokens };
+            self.admission_check(r.input_ids.len(), checked)?;
+        }
         if self.waiting.iter().chain(&self.running).any(|q| q.id == r.id) {
             return Err(EngineError::InvalidRequest(format!("duplicate request id {}", r.id)));
         }
@@ -351,12 +357,12 @@ impl Scheduler {
         }
         self.clock += 1;
         // A grammar decides each next token from the one before: its rows do not speculate.
-        let spec = self.cfg.spec.as_ref().filter(|_| r.constraint.is_none()).map(SpecState::new);
+        let spec = self.cfg.spec.as_ref().filter(|_| r.constraint.is_none() && !r.embed).map(SpecState::new);
         self.waiting.push_back(Req {
             id: r.id,
             prompt_len: r.input_ids.len(),
             tokens: r.input_ids,
-            max_new: r.max_new_tokens,
+            max_new: if r.embed { 0 } else { r.max_new_tokens },
             sampling: r.sampling,
             stop_ids,
             page_table: Vec::new(),
@@ -375,6 +381,7 @@ impl Scheduler {
             spec,
             draft: Vec::new(),
             draft_kv_len: 0,
+            embed: r.embed,
         });
         Ok(())
     }

@@ -73,6 +73,13 @@ impl Scheduler {
                 }
                 out.push(Output::PromptLogprobs { id: r.id, start, entries });
             }
+            if r.embed {
+                out.push(Output::Embedding { id: r.id, values: row_of(nl - 1).to_vec() });
+                // Nothing of an embedding request is kept: its pages go back at once.
+                r.kv_len = 0;
+                finished.push((r.id, FinishReason::Length));
+                continue;
+            }
             if r.output_len() >= r.max_new {
                 // `max_tokens: 0` with prompt logprobs: the prompt was all that was asked.
                 finished.push((r.id, FinishReason::Length));

@@ -114,6 +114,14 @@ impl Scheduler {
             let prefix_tokens = matched * ps;
             let rem = r.tokens.len() - prefix_tokens;
             let n = r.cap_for_logits(prefix_tokens, rem.min(budget), logit_rows_left);
+            if self.cfg.whole_prompts && n < rem {
+                // An encoder's prompt runs whole: it waits for a step with room for all of it.
+                if let Some(m) = &m {
+                    self.radix.unlock(m.node);
+                }
+                self.waiting.push_front(r);
+                break;
+            }
             if n == 0 {
                 // This step's prompt-logprob rows are spent: this one waits for the next step,
                 // the requests behind it that need none may still be admitted.

@@ -15,6 +15,7 @@ fn cfg(num_pages: usize, chunk: usize) -> SchedulerConfig {
         disable_radix_cache: false,
         policy: SchedulePolicy::Fcfs,
         spec: None,
+        whole_prompts: false,
     }
 }
 
@@ -28,6 +29,7 @@ fn req(id: u64, prompt: Vec<u32>, max_new: usize) -> NewRequest {
         ignore_eos: true,
         logprobs: Default::default(),
         constraint: None,
+        embed: false,
     }
 }
 

@@ -23,6 +23,7 @@ fn cfg(page_size: usize, radix: bool, chunk: usize) -> SchedulerConfig {
         disable_radix_cache: !radix,
         policy: SchedulePolicy::Fcfs,
         spec: None,
+        whole_prompts: false,
     }
 }
 
@@ -59,6 +60,7 @@ fn run(m: &mut dyn Model, c: SchedulerConfig, prompts: &[Vec<u32>], alone: bool)
             ignore_eos: true,
             logprobs: Default::default(),
             constraint: None,
+            embed: false,
         };
         s.submit(r).expect("fits");
     };
@@ -71,6 +73,7 @@ fn run(m: &mut dyn Model, c: SchedulerConfig, prompts: &[Vec<u32>], alone: bool)
                         assert!(!matches!(reason, sparrow_engine::scheduler::FinishReason::Error(_)), "{reason:?}")
                     }
                     Output::Started { .. } | Output::PromptLogprobs { .. } => {}
+                    Output::Embedding { .. } => panic!("no embedding request was sent"),
                 }
             }
         }

@@ -32,6 +32,7 @@ fn run(engine: &Engine, id: u64, prompt: Vec<u32>) -> (Vec<u32>, FinishReason) {
         ignore_eos: true,
         logprobs: Default::default(),
         constraint: None,
+        embed: false,
     };
     engine.submit(req, Box::new(move |o| tx.send(o).is_ok())).expect("engine running");
     let mut toks = Vec::new();
@@ -40,6 +41,7 @@ fn run(engine: &Engine, id: u64, prompt: Vec<u32>) -> (Vec<u32>, FinishReason) {
             Output::Token { token, .. } => toks.push(token),
             Output::Finished { reason, .. } => return (toks, reason),
             Output::Started { .. } | Output::PromptLogprobs { .. } => {}
+            Output::Embedding { .. } => panic!("no embedding request was sent"),
         }
     }
 }

@@ -97,6 +97,7 @@ fn run(m: &mut LlamaModel, reqs: Vec<NewRequest>) -> Vec<Output> {
         disable_radix_cache: false,
         policy: SchedulePolicy::Fcfs,
         spec: None,
+        whole_prompts: false,
     };
     let mut s = Scheduler::new(cfg, None);
     // 40 rows of logits per step at most: the longest prompt needs several steps.
@@ -123,6 +124,7 @@ fn req(id: u64, input_ids: Vec<u32>, max_new: usize, logprobs: LogprobSpec) -> N
         ignore_eos: true,
         logprobs,
         constraint: None,
+        embed: false,
     }
 }
 

@@ -76,6 +76,7 @@ fn run_schedule(seed: u64, seen: &mut Seen) {
             ngram_max_window: rng.random_range(1..6),
             ..SpecConfig::ngram(rng.random_range(2..8))
         }),
+        whole_prompts: false,
     };
     let eos = if rng.random_bool(0.5) { Some(0u32) } else { None };
     let mut sched = Scheduler::new(cfg.clone(), eos);
@@ -111,6 +112,7 @@ fn run_schedule(seed: u64, seen: &mut Seen) {
                 ignore_eos,
                 logprobs: Default::default(),
                 constraint: None,
+                embed: false,
             };
             sched.submit(r).expect("valid request");
             reqs.push(Expect { prompt, max_new, ignore_eos, got: Vec::new(), end: None, aborted: false });
@@ -128,6 +130,7 @@ fn run_schedule(seed: u64, seen: &mut Seen) {
         for o in sched.step(&mut model, &mut kv) {
             match o {
                 Output::Started { .. } | Output::PromptLogprobs { .. } => {}
+                Output::Embedding { .. } => panic!("no embedding request was sent"),
                 Output::Token { id, token, .. } => reqs[id as usize].got.push(token),
                 Output::Finished { id, reason, usage } => {
                     let r = &mut reqs[id as usize];
@@ -206,6 +209,7 @@ fn small_pool(page_size: usize, num_pages: usize) -> SchedulerConfig {
         disable_radix_cache: false,
         policy: SchedulePolicy::Fcfs,
         spec: None,
+        whole_prompts: false,
     }
 }
 
@@ -227,6 +231,7 @@ fn retraction_recomputes_the_same_greedy_output() {
             ignore_eos: true,
             logprobs: Default::default(),
             constraint: None,
+            embed: false,
         };
         sched.submit(r).expect("fits alone");
     }
@@ -256,6 +261,7 @@ fn a_request_that_can_never_fit_is_refused_at_admission() {
         ignore_eos: false,
         logprobs: Default::default(),
         constraint: None,
+        embed: false,
     };
     let e = sched.submit(r).expect_err("65 tokens > 64-token pool");
     assert!(e.to_string().contains("KV pool holds 64"), "{e}");

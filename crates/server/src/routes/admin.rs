@@ -41,6 +41,10 @@ pub(super) async fn health_generate(State(s): State<AppState>) -> Response {
     };
     let ids = s.tokenizer.encode("ping", false).unwrap_or_else(|_| vec![0]);
     let run = async {
+        if s.engine.embedding().is_some() {
+            // An embedding server's health check embeds one input instead.
+            return crate::embed::run(&s, vec![ids]).await.map(|_| ());
+        }
         let prep = gen::prepare(&s, ids, params)?;
         let mut ev = gen::start(&s, prep)?;
         while let Some(e) = ev.next().await {
@@ -80,7 +84,7 @@ pub(super) async fn model_info(State(s): State<AppState>) -> Response {
     Json(ModelInfoResponse {
         model_path: &s.model_path,
         tokenizer_path: s.tokenizer.source(),
-        is_generation: true,
+        is_generation: s.engine.embedding().is_none(),
         architecture: &i.architecture,
         name: &i.name,
         vocab_size: i.vocab_size,
@@ -169,6 +173,11 @@ pub(super) async fn detokenize(
     }
     let skip = Fields(&m).bool("skip_special_tokens")?.unwrap_or(false);
     let bytes = if skip { &s.bytes_skip } else { &s.bytes_all };
+    if bytes.is_empty() {
+        // A vocabulary without byte spellings (WordPiece, on an embedding server).
+        let text = s.tokenizer.decode(&ids, skip).map_err(|e| ApiError::bad("tokens", e.to_string()))?;
+        return Ok(Json(DetokenizeResponse { text: &text }).into_response());
+    }
     let raw: Vec<u8> = ids.iter().flat_map(|&t| bytes.get(t as usize).into_iter().flatten().copied()).collect();
     Ok(Json(DetokenizeResponse { text: &String::from_utf8_lossy(&raw) }).into_response())
 }

@@ -24,6 +24,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 mod admin;
 mod anthropic;
+mod embed;
 mod frames;
 mod native;
 mod openai;
@@ -60,6 +61,13 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/messages", post(anthropic::messages))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/generate", post(generate))
+        .route("/v1/embeddings", post(embed::embeddings))
+        .route("/encode", post(embed::encode))
+        .route("/v1/rerank", post(embed::rerank))
+        .route("/rerank", post(embed::rerank))
+        .route("/v2/rerank", post(embed::rerank))
+        .route("/v1/score", post(embed::score))
+        .route("/score", post(embed::score))
         .fallback(|uri: Uri| async move { in_shape_of(&uri, ApiError::NotFound("no such route".into())) })
         .method_not_allowed_fallback(|uri: Uri| async move { in_shape_of(&uri, ApiError::MethodNotAllowed) })
         .layer(DefaultBodyLimit::max(BODY_LIMIT))

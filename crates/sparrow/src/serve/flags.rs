@@ -432,6 +432,11 @@ pub struct ServeArgs {
     /// Turn the radix prefix cache off.
     #[arg(long)]
     pub disable_radix_cache: bool,
+    /// Serve embeddings (`/v1/embeddings`, `/encode`, `/v1/rerank`, `/v1/score`) instead of
+    /// generation: a decoder embeds by its last token's final hidden state (Qwen3-Embedding's
+    /// recipe). An encoder (BERT) serves embeddings with or without it.
+    #[arg(long)]
+    pub is_embedding: bool,
     /// Admission order: `fcfs` or `lpm` (SGLang's other policies are refused by name).
     #[arg(long, value_enum, default_value_t = Policy::Fcfs)]
     pub schedule_policy: Policy,

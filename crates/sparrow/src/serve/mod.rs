@@ -119,6 +119,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         eos: eos_ids(&model_path, &tokenizer),
         // `check` accepted these flags.
         speculative: a.speculative().map_err(|e| anyhow::anyhow!(e))?,
+        is_embedding: a.is_embedding,
     };
     let engine = tokio::task::spawn_blocking(move || Engine::start(&eargs)).await.context("loading the model")??;
     let c = engine.config().clone();
@@ -170,6 +171,13 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         Some(s) => eprintln!("{}", s.describe()),
         None => eprintln!("speculative decoding: off"),
     }
+    if let Some(e) = engine.embedding() {
+        eprintln!(
+            "serving embeddings ({}): {} values per input, /v1/embeddings /encode /v1/rerank /v1/score; generation routes answer 400",
+            if e.labels { "cross-encoder label logits".to_owned() } else { format!("{} pooling, normalized", e.pooling.name()) },
+            e.dim
+        );
+    }
     if !engine.notes().is_null() {
         eprintln!("model runner: {}", engine.notes());
     }
@@ -198,6 +206,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         "chunked_prefill_size": a.chunked_prefill_size.sglang_value(),
         "max_prefill_tokens": c.max_prefill_tokens,
         "context_length": c.context_length,
+        "is_embedding": engine.embedding().is_some(),
         "page_size": c.page_size,
         "disable_radix_cache": c.disable_radix_cache,
         "schedule_policy": spelled(a.schedule_policy),

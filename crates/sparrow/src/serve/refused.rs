@@ -244,7 +244,7 @@ pub const REFUSED_GROUPS: &[RefusedGroup] = &[
     RefusedGroup {
         why: "embedding and scoring models",
         flags: &[
-            "--is-embedding", "--enable-mis",
+            "--enable-mis",
         ],
     },
     RefusedGroup {

@@ -934,6 +934,7 @@ impl LlamaModel {
             inst: Instruments::default(),
             kv_dtype: KvDtype::F16,
             moe: MoeChoice::Fixed(MoeImpl::ExpertMajor),
+            embedding: false,
         })
     }
 }

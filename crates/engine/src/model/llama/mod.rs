@@ -326,6 +326,9 @@ pub struct LlamaModel {
     kv_dtype: KvDtype,
     /// Which MoE implementation runs a batch of a given size (MoE families).
     moe: MoeChoice,
+    /// Forward returns the final-normed hidden state of `logits_rows` instead of logits
+    /// ([`Model::set_embedding`]).
+    embedding: bool,
 }
 
 impl std::fmt::Debug for LlamaModel {
@@ -432,6 +435,13 @@ impl Model for LlamaModel {
         }
     }
 
+    fn set_embedding(&mut self) -> Result<super::EmbeddingSpec, EngineError> {
+        // A causal decoder's last token is the only one that has seen the whole input
+        // (Qwen3-Embedding, E5-Mistral, GTE-Qwen: last-token pooling of the final norm's output).
+        self.embedding = true;
+        Ok(super::EmbeddingSpec { dim: self.cfg.hidden, pooling: super::Pooling::Last, labels: false })
+    }
+
     fn set_kv_dtype(&mut self, dtype: KvDtype) -> Result<(), EngineError> {
         // The element types the attention kernels read (`kernels::KvElem`) and the forward
         // writes; f32 only for a model built that way.
@@ -498,7 +508,10 @@ impl Model for LlamaModel {
         }
         let head =
             OutputHead { norm: &self.output_norm, eps: c.rms_eps, weight: self.output.as_ref().unwrap_or(&self.embed) };
-        let logits = head.logits(&mut cx, &s.x, &batch.logits_rows);
+        let logits = match self.embedding {
+            true => head.hidden(&s.x, &batch.logits_rows),
+            false => head.logits(&mut cx, &s.x, &batch.logits_rows),
+        };
         s.xq = cx.xq;
         self.inst.record(clock, pt);
         Ok(logits)

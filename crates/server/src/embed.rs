@@ -1,0 +1,255 @@
+//! Running embedding inputs on the engine: each input is one prefill-only engine request
+//! ([`NewRequest::embedding`]); the inputs of one HTTP request are submitted together, so they
+//! share steps with each other and with other clients' inputs up to the step's token budget.
+//! The engine answers each with the model's row ([`Output::Embedding`]), which is normalized here
+//! (L2, as sentence-transformers' `Normalize` and vLLM's default pooler do) unless the model is a
+//! cross-encoder, whose rows are label logits turned into a score.
+//!
+//! Also the math the routes share: Matryoshka truncation (`dimensions`), base64 encoding,
+//! cosine similarity, the cross-encoder's score.
+
+use std::time::Instant;
+
+use sparrow_engine::request::{FinishReason, NewRequest, Output};
+
+use crate::error::ApiError;
+use crate::AppState;
+
+/// One input's result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Embedded {
+    /// The model's row: a unit-length embedding, or a cross-encoder's label logits as returned.
+    pub values: Vec<f32>,
+    /// Tokens of the input (after truncation).
+    pub prompt_tokens: usize,
+}
+
+/// Aborts the engine requests of a dropped HTTP request.
+struct AbortOnDrop {
+    state: AppState,
+    ids: Vec<u64>,
+}
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for &id in &self.ids {
+            self.state.engine.abort(id);
+        }
+    }
+}
+
+/// The embedding model's facts, or the 400 every embedding route gives a generating server.
+///
+/// # Errors
+/// [`ApiError::BadRequest`] naming `model` when the server generates text.
+pub fn spec(state: &AppState) -> Result<sparrow_engine::model::EmbeddingSpec, ApiError> {
+    state.engine.embedding().copied().ok_or_else(|| {
+        ApiError::bad(
+            "model",
+            format!(
+                "model: {} generates text and serves no embeddings, rerank or scores (start an embedding model, \
+                 or a decoder with --is-embedding)",
+                state.model_id
+            ),
+        )
+    })
+}
+
+/// Applies `truncate_prompt_tokens` (vLLM's: keep the last `k` tokens; `-1` means the model's
+/// maximum) to `ids`, then checks the length: an input longer than the model's maximum without
+/// truncation is a 400 naming `field`.
+///
+/// # Errors
+/// [`ApiError::BadRequest`] for an empty input, a `truncate_prompt_tokens` below -1 or above the
+/// maximum, or an over-long input.
+pub fn fit(state: &AppState, field: &str, ids: Vec<u32>, truncate: Option<i64>) -> Result<Vec<u32>, ApiError> {
+    let max = state.engine.config().context_length;
+    if ids.is_empty() {
+        return Err(ApiError::bad(field, format!("{field}: the input is empty (no tokens)")));
+    }
+    let keep = match truncate {
+        None => None,
+        Some(-1) => Some(max),
+        Some(k) if k >= 1 && k as usize <= max => Some(k as usize),
+        Some(k) => {
+            return Err(ApiError::bad(
+                "truncate_prompt_tokens",
+                format!("truncate_prompt_tokens: {k} must be -1 (the model's maximum) or between 1 and {max}"),
+            ))
+        }
+    };
+    let ids = match keep {
+        Some(k) if ids.len() > k => ids[ids.len() - k..].to_vec(),
+        _ => ids,
+    };
+    if ids.len() > max {
+        return Err(ApiError::bad(
+            field,
+            format!(
+                "{field}: {} tokens exceed the model's maximum of {max}; shorten it or set truncate_prompt_tokens",
+                ids.len()
+            ),
+        ));
+    }
+    Ok(ids)
+}
+
+/// Token ids from a request's JSON numbers, each checked against the vocabulary.
+///
+/// # Errors
+/// [`ApiError::BadRequest`] naming `field` for a negative id or one outside the vocabulary.
+pub fn checked_ids(state: &AppState, field: &str, ids: &[i64]) -> Result<Vec<u32>, ApiError> {
+    let vocab = state.engine.info().vocab_size;
+    ids.iter()
+        .map(|&t| {
+            u32::try_from(t).ok().filter(|&t| (t as usize) < vocab).ok_or_else(|| {
+                ApiError::bad(field, format!("{field}: token id {t} is outside the vocabulary (0..{vocab})"))
+            })
+        })
+        .collect()
+}
+
+/// Text -> token ids with the model's special tokens (`[CLS] … [SEP]` for BERT, the BOS of a
+/// decoder), as sentence-transformers and vLLM tokenize an input.
+///
+/// # Errors
+/// A tokenizer failure, as a 400 naming `field`.
+pub fn encode(state: &AppState, field: &str, text: &str) -> Result<Vec<u32>, ApiError> {
+    state.tokenizer.encode(text, true).map_err(|e| ApiError::bad(field, format!("{field}: {e}")))
+}
+
+/// A pair `a`, `b` as one input, by the tokenizer's pair template (`[CLS] a [SEP] b [SEP]`), for
+/// a cross-encoder.
+///
+/// # Errors
+/// A tokenizer failure, as a 400 naming `field`.
+pub fn encode_pair(state: &AppState, field: &str, a: &str, b: &str) -> Result<Vec<u32>, ApiError> {
+    state.tokenizer.encode_pair(a, b).map_err(|e| ApiError::bad(field, format!("{field}: {e}")))
+}
+
+/// Runs `inputs` (already fitted) on the engine together; results in input order. Embeddings
+/// come back L2-normalized; a cross-encoder's logits as the model gave them.
+///
+/// # Errors
+/// [`ApiError::Engine`] when the engine fails an input (the others are aborted);
+/// [`ApiError::Unavailable`] when it stopped.
+pub async fn run(state: &AppState, inputs: Vec<Vec<u32>>) -> Result<Vec<Embedded>, ApiError> {
+    let spec = spec(state)?;
+    let start = Instant::now();
+    let mut guard = AbortOnDrop { state: state.clone(), ids: Vec::with_capacity(inputs.len()) };
+    let mut rxs = Vec::with_capacity(inputs.len());
+    for ids in inputs {
+        let id = state.next_engine_id();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let n = ids.len();
+        state.metrics.requests.inc();
+        state.engine.submit(NewRequest::embedding(id, ids), Box::new(move |o| tx.send(o).is_ok()))?;
+        guard.ids.push(id);
+        rxs.push((rx, n));
+    }
+    let mut out = Vec::with_capacity(rxs.len());
+    for (mut rx, n) in rxs {
+        let mut values = None;
+        loop {
+            match rx.recv().await {
+                Some(Output::Embedding { values: v, .. }) => values = Some(v),
+                Some(Output::Finished { reason: FinishReason::Error(e), .. }) => return Err(ApiError::Engine(e)),
+                Some(Output::Finished { .. }) => break,
+                Some(_) => {}
+                None => return Err(ApiError::Unavailable),
+            }
+        }
+        let mut v = values.ok_or_else(|| ApiError::Engine("the engine finished an input without its embedding".into()))?;
+        if !spec.labels {
+            normalize(&mut v);
+        }
+        state.metrics.e2e.observe(start.elapsed().as_secs_f64());
+        out.push(Embedded { values: v, prompt_tokens: n });
+    }
+    guard.ids.clear();
+    Ok(out)
+}
+
+/// Scales `v` to unit L2 norm (sums in f64; a zero vector stays zero).
+pub fn normalize(v: &mut [f32]) {
+    let norm = v.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
+    if norm > 0.0 {
+        v.iter_mut().for_each(|x| *x = (*x as f64 / norm) as f32);
+    }
+}
+
+/// OpenAI's `dimensions` (Matryoshka representation learning, Kusupati et al. 2022): the first
+/// `d` values, normalized again.
+pub fn truncate_dims(v: &mut Vec<f32>, d: usize) {
+    v.truncate(d);
+    normalize(v);
+}
+
+/// `encoding_format: "base64"`: the values as little-endian f32 bytes in standard base64, the
+/// encoding OpenAI's SDK decodes with `np.frombuffer(base64.b64decode(s), dtype="float32")`.
+pub fn base64_f32(v: &[f32]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let mut s = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for c in bytes.chunks(3) {
+        let n = (c[0] as u32) << 16 | (*c.get(1).unwrap_or(&0) as u32) << 8 | *c.get(2).unwrap_or(&0) as u32;
+        for k in 0..4 {
+            if k <= c.len() {
+                s.push(ABC[(n >> (18 - 6 * k) & 63) as usize] as char);
+            } else {
+                s.push('=');
+            }
+        }
+    }
+    s
+}
+
+/// Cosine similarity of two embeddings (f64 sums).
+pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(&x, &y)| x as f64 * y as f64).sum();
+    let na: f64 = a.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
+    let nb: f64 = b.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
+    if na == 0.0 || nb == 0.0 {
+        0.0
+    } else {
+        dot / (na * nb)
+    }
+}
+
+/// A cross-encoder's score from its label logits: the sigmoid of a single logit
+/// (sentence-transformers' `CrossEncoder` default for one label, vLLM's score), else the softmax
+/// probability of the last label (the "relevant" class of a two-label head).
+pub fn pair_score(logits: &[f32]) -> f64 {
+    match logits {
+        [x] => 1.0 / (1.0 + (-(*x as f64)).exp()),
+        _ => {
+            let m = logits.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
+            let sum: f64 = logits.iter().map(|&x| (x as f64 - m).exp()).sum();
+            logits.last().map_or(0.0, |&x| (x as f64 - m).exp() / sum)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Vectors from Python's `base64.b64encode(np.array(v, "<f4").tobytes())`.
+    #[test]
+    fn base64_matches_pythons() {
+        assert_eq!(base64_f32(&[1.0]), "AACAPw==");
+        assert_eq!(base64_f32(&[1.0, -2.5]), "AACAPwAAIMA=");
+        assert_eq!(base64_f32(&[0.1, 0.2, 0.3]), "zczMPc3MTD6amZk+");
+        assert_eq!(base64_f32(&[]), "");
+    }
+
+    #[test]
+    fn matryoshka_truncation_renormalizes() {
+        let mut v = vec![3.0, 4.0, 12.0];
+        truncate_dims(&mut v, 2);
+        assert_eq!(v, vec![0.6, 0.8]);
+        assert!((cosine(&[1.0, 0.0], &[1.0, 1.0]) - std::f64::consts::FRAC_1_SQRT_2).abs() < 1e-12);
+        assert!((pair_score(&[0.0]) - 0.5).abs() < 1e-12);
+        assert!((pair_score(&[0.0, 2.0f32.ln()]) - 2.0 / 3.0).abs() < 1e-7);
+    }
+}
