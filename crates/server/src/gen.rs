@@ -381,15 +381,6 @@ pub fn start(state: &AppState, prep: Prepared) -> Result<BoxStream<'static, Choi
             .collect();
         return Ok(stream::iter(events).boxed());
     }
-    if state.engine.embedding().is_some() {
-        return Err(ApiError::bad(
-            "model",
-            format!(
-                "model: {} serves embeddings and generates no text (use /v1/embeddings, /v1/rerank, /v1/score or /encode)",
-                state.model_id
-            ),
-        ));
-    }
     let mut guard = AbortOnDrop { engine: state.engine.clone(), ids: Vec::with_capacity(n) };
     let mut streams = Vec::with_capacity(n);
     let start = Instant::now();

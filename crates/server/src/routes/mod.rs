@@ -40,6 +40,15 @@ pub const BODY_LIMIT: usize = 16 << 20;
 
 /// The router, apart from any socket.
 pub fn app(state: AppState) -> Router {
+    // The generating routes, refused up front on an embedding server (before a chat template
+    // or a grammar is even looked at).
+    let generation = Router::new()
+        .route("/v1/completions", post(completions))
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/responses", post(responses_create))
+        .route("/v1/messages", post(anthropic::messages))
+        .route("/generate", post(generate))
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), generation_only));
     Router::new()
         .route("/health", get(health))
         .route("/health_generate", get(health_generate))
@@ -54,13 +63,9 @@ pub fn app(state: AppState) -> Router {
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
         .route("/metrics", get(metrics))
-        .route("/v1/completions", post(completions))
-        .route("/v1/chat/completions", post(chat))
-        .route("/v1/responses", post(responses_create))
+        .merge(generation)
         .route("/v1/responses/{id}", get(responses_get).delete(responses_delete))
-        .route("/v1/messages", post(anthropic::messages))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
-        .route("/generate", post(generate))
         .route("/v1/embeddings", post(embed::embeddings))
         .route("/encode", post(embed::encode))
         .route("/v1/rerank", post(embed::rerank))
@@ -73,6 +78,25 @@ pub fn app(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(axum::middleware::from_fn_with_state(state.clone(), require_api_key))
         .with_state(state)
+}
+
+/// A 400 naming `model` for a generation request to a server that serves embeddings.
+async fn generation_only(
+    State(s): State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if s.engine.embedding().is_none() {
+        return next.run(req).await;
+    }
+    let e = ApiError::bad(
+        "model",
+        format!(
+            "model: {} serves embeddings and generates no text (use /v1/embeddings, /v1/rerank, /v1/score or /encode)",
+            s.model_id
+        ),
+    );
+    in_shape_of(req.uri(), e)
 }
 
 /// Reads a JSON object body into the typed request `T` (unknown fields ignored), keeping the

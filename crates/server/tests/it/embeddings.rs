@@ -1,0 +1,236 @@
+//! Embeddings through the HTTP API of a real encoder: all-MiniLM-L6-v2 from its package, against
+//! sentence-transformers' own embeddings of 200 ShareGPT sentences (fixture made by
+//! `scripts/goldens/minilm_embeddings.py`); one request of 200 inputs and 200 requests of one
+//! give the same bits; `dimensions` and `base64` against their formulas; vLLM's rerank and score
+//! shapes; bad input answered with a 400 naming the field, on this server and on a generating one.
+
+use crate::common::*;
+use futures_util::future::join_all;
+use serde_json::{json, Value};
+use std::sync::OnceLock;
+
+struct Golden {
+    sentences: Vec<String>,
+    input_ids: Vec<Vec<u32>>,
+    dim: usize,
+    embeddings: Vec<Vec<f32>>,
+}
+
+fn b64decode(s: &str) -> Vec<u8> {
+    let val = |c: u8| -> u32 {
+        match c {
+            b'A'..=b'Z' => (c - b'A') as u32,
+            b'a'..=b'z' => (c - b'a' + 26) as u32,
+            b'0'..=b'9' => (c - b'0' + 52) as u32,
+            b'+' => 62,
+            b'/' => 63,
+            _ => panic!("not base64: {c}"),
+        }
+    };
+    let mut out = Vec::with_capacity(s.len() / 4 * 3);
+    for chunk in s.as_bytes().chunks(4) {
+        let pad = chunk.iter().filter(|&&c| c == b'=').count();
+        let n = chunk.iter().filter(|&&c| c != b'=').enumerate().fold(0u32, |n, (i, &c)| n | val(c) << (18 - 6 * i));
+        out.extend_from_slice(&n.to_be_bytes()[1..4 - pad]);
+    }
+    out
+}
+
+fn golden() -> &'static Golden {
+    static G: OnceLock<Golden> = OnceLock::new();
+    G.get_or_init(|| {
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/minilm_embeddings.json");
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(p).expect("fixture")).expect("json");
+        let dim = v["dim"].as_u64().expect("dim") as usize;
+        let bytes = b64decode(v["f16_base64"].as_str().expect("blob"));
+        let flat: Vec<f32> = bytes
+            .chunks(2)
+            .map(|b| sparrow_cpu::half::f16_to_f32(u16::from_le_bytes([b[0], b[1]])))
+            .collect();
+        Golden {
+            sentences: serde_json::from_value(v["sentences"].clone()).expect("sentences"),
+            input_ids: serde_json::from_value(v["input_ids"].clone()).expect("ids"),
+            dim,
+            embeddings: flat.chunks(dim).map(<[f32]>::to_vec).collect(),
+        }
+    })
+}
+
+fn server() -> &'static TestServer {
+    static S: OnceLock<TestServer> = OnceLock::new();
+    S.get_or_init(|| {
+        TestServer::start(Opts { model: Some(minilm()), max_total_tokens: Some(40_000), ..Opts::default() })
+    })
+}
+
+fn floats(v: &Value) -> Vec<f32> {
+    v.as_array().expect("array").iter().map(|x| x.as_f64().expect("number") as f32).collect()
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let d: f64 = a.iter().zip(b).map(|(&x, &y)| x as f64 * y as f64).sum();
+    let n = |v: &[f32]| v.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
+    d / (n(a) * n(b))
+}
+
+async fn embed(body: Value) -> Vec<Vec<f32>> {
+    let (st, v) = post(server(), "/v1/embeddings", body).await;
+    assert_eq!(st, 200, "{v}");
+    v["data"].as_array().expect("data").iter().map(|d| floats(&d["embedding"])).collect()
+}
+
+#[tokio::test]
+async fn minilm_matches_sentence_transformers_and_batching_changes_no_bit() {
+    let g = golden();
+    let (st, v) = post(server(), "/v1/embeddings", json!({"input": g.sentences, "model": "model"})).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["object"], "list");
+    let tokens: usize = g.input_ids.iter().map(Vec::len).sum();
+    assert_eq!(v["usage"], json!({"prompt_tokens": tokens, "total_tokens": tokens}), "HF's token counts");
+    let batched: Vec<Vec<f32>> = v["data"].as_array().expect("data").iter().map(|d| floats(&d["embedding"])).collect();
+    assert_eq!(batched.len(), 200);
+    for (i, (got, want)) in batched.iter().zip(&g.embeddings).enumerate() {
+        assert_eq!(got.len(), g.dim);
+        assert_eq!(v["data"][i]["index"], i);
+        let c = cosine(got, want);
+        assert!(c >= 0.9999, "sentence {i}: cosine {c} to sentence-transformers ({:?})", g.sentences[i]);
+        let norm: f64 = got.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-5, "sentence {i}: norm {norm}");
+    }
+    // The same inputs as HF's token ids: the tokenizer is HF's, bit for bit.
+    let by_ids = embed(json!({"input": g.input_ids})).await;
+    assert!(by_ids == batched, "token-id inputs embed differently from their texts");
+    // Each alone, all at once: other batch compositions, the same bits.
+    let alone = join_all(g.sentences.iter().map(|s| embed(json!({"input": s})))).await;
+    for (i, (a, b)) in alone.iter().zip(&batched).enumerate() {
+        assert!(a.len() == 1 && a[0] == *b, "sentence {i}: alone differs from batched");
+    }
+    // SGLang's /encode gives the same vectors.
+    let (st, e) = post(server(), "/encode", json!({"text": g.sentences[3]})).await;
+    assert_eq!(st, 200, "{e}");
+    assert_eq!(floats(&e["embedding"]), batched[3]);
+    assert_eq!(e["meta_info"]["prompt_tokens"], g.input_ids[3].len());
+    let (st, e) = post(server(), "/encode", json!({"input_ids": [g.input_ids[0], g.input_ids[1]]})).await;
+    assert_eq!(st, 200, "{e}");
+    assert_eq!(floats(&e[1]["embedding"]), batched[1]);
+}
+
+#[tokio::test]
+async fn dimensions_and_base64_follow_their_formulas() {
+    let g = golden();
+    let texts = &g.sentences[..4];
+    let full = embed(json!({"input": texts})).await;
+    let short = embed(json!({"input": texts, "dimensions": 64})).await;
+    for (f, s) in full.iter().zip(&short) {
+        // Matryoshka: the first 64 values, normalized again.
+        let n: f64 = f[..64].iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
+        assert_eq!(s.len(), 64);
+        for (a, b) in s.iter().zip(&f[..64]) {
+            assert!((*a as f64 - *b as f64 / n).abs() < 1e-6, "{a} vs {}", *b as f64 / n);
+        }
+    }
+    let (st, v) = post(server(), "/v1/embeddings", json!({"input": texts, "encoding_format": "base64"})).await;
+    assert_eq!(st, 200, "{v}");
+    for (i, f) in full.iter().enumerate() {
+        let raw = b64decode(v["data"][i]["embedding"].as_str().expect("a base64 string"));
+        let got: Vec<f32> = raw.chunks(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        assert!(got == *f, "base64 of input {i} is not its little-endian f32 values");
+    }
+    let (st, v) = post(server(), "/v1/embeddings", json!({"input": "x", "dimensions": 385})).await;
+    assert_eq!((st, v["error"]["param"].as_str()), (400, Some("dimensions")), "{v}");
+}
+
+/// vLLM's documented examples, field for field (`docs/serving/openai_compatible_server.md`:
+/// Re-rank API, Score API), with our scores checked against the embeddings' cosines.
+#[tokio::test]
+async fn rerank_and_score_have_vllms_shapes() {
+    let docs = ["The capital of Brazil is Brasilia.", "The capital of France is Paris.", "Horses and cows are both animals"];
+    let q = "What is the capital of France?";
+    let e = embed(json!({"input": [q, docs[0], docs[1], docs[2]]})).await;
+    let want: Vec<f64> = (1..4).map(|j| cosine(&e[0], &e[j])).collect();
+    let (st, v) = post(server(), "/v1/rerank", json!({"model": "model", "query": q, "documents": docs})).await;
+    assert_eq!(st, 200, "{v}");
+    let keys: Vec<&String> = v.as_object().expect("object").keys().collect();
+    assert_eq!(keys, ["id", "model", "usage", "results"], "{v}");
+    assert!(v["id"].as_str().is_some_and(|s| s.starts_with("rerank-")));
+    assert!(v["usage"]["total_tokens"].as_u64().is_some_and(|t| t > 20), "{v}");
+    let res = v["results"].as_array().expect("results");
+    assert_eq!(res.len(), 3);
+    assert_eq!(res[0]["index"], 1, "Paris first: {v}");
+    assert_eq!(res[0]["document"], json!({"text": docs[1]}));
+    let rkeys: Vec<&String> = res[0].as_object().expect("object").keys().collect();
+    assert_eq!(rkeys, ["index", "document", "relevance_score"]);
+    let mut last = f64::INFINITY;
+    for r in res {
+        let (i, s) = (r["index"].as_u64().expect("index") as usize, r["relevance_score"].as_f64().expect("score"));
+        assert!((s - want[i]).abs() < 1e-6, "document {i}: {s} vs cosine {}", want[i]);
+        assert!(s <= last, "sorted best first: {v}");
+        last = s;
+    }
+    let (st, v) = post(
+        server(),
+        "/rerank",
+        json!({"query": q, "documents": [{"text": docs[0]}, docs[1]], "top_n": 1, "return_documents": false}),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["results"], json!([{"index": 1, "relevance_score": v["results"][0]["relevance_score"]}]));
+    let (st, v) = post(server(), "/v1/score", json!({"model": "model", "text_1": q, "text_2": docs})).await;
+    assert_eq!(st, 200, "{v}");
+    let keys: Vec<&String> = v.as_object().expect("object").keys().collect();
+    assert_eq!(keys, ["id", "object", "created", "model", "data", "usage"], "{v}");
+    assert_eq!(v["object"], "list");
+    for (j, d) in v["data"].as_array().expect("data").iter().enumerate() {
+        assert_eq!((d["index"].as_u64(), d["object"].as_str()), (Some(j as u64), Some("score")));
+        assert!((d["score"].as_f64().expect("score") - want[j]).abs() < 1e-6);
+    }
+    assert_eq!(v["usage"]["completion_tokens"], 0);
+    // One to one, pairwise.
+    let (st, v) = post(server(), "/score", json!({"text_1": [q, q], "text_2": [docs[1], docs[2]]})).await;
+    assert_eq!(st, 200, "{v}");
+    assert!((v["data"][1]["score"].as_f64().expect("score") - want[2]).abs() < 1e-6);
+}
+
+async fn refused(s: &TestServer, path: &str, body: Value, param: &str) -> String {
+    let (st, v) = post(s, path, body.clone()).await;
+    assert_eq!(st, 400, "{path} {body}: {v}");
+    assert_eq!(v["error"]["param"].as_str(), Some(param), "{path} {body}: {v}");
+    v["error"]["message"].as_str().expect("message").to_owned()
+}
+
+#[tokio::test]
+async fn bad_input_is_a_400_naming_the_field() {
+    let s = server();
+    refused(s, "/v1/embeddings", json!({"input": ""}), "input").await;
+    refused(s, "/v1/embeddings", json!({"input": []}), "input").await;
+    refused(s, "/v1/embeddings", json!({"input": ["fine", ""]}), "input[1]").await;
+    refused(s, "/v1/embeddings", json!({"input": [[101, 99999999]]}), "input[0]").await;
+    refused(s, "/v1/embeddings", json!({"input": "x", "encoding_format": "int8"}), "encoding_format").await;
+    let long = "word ".repeat(400);
+    let m = refused(s, "/v1/embeddings", json!({"input": long}), "input").await;
+    assert!(m.contains("256"), "{m}");
+    // vLLM's truncate_prompt_tokens keeps the last k tokens.
+    let (st, v) = post(s, "/v1/embeddings", json!({"input": long, "truncate_prompt_tokens": 100})).await;
+    assert_eq!((st, v["usage"]["prompt_tokens"].as_u64()), (200, Some(100)), "{v}");
+    refused(s, "/v1/embeddings", json!({"input": long, "truncate_prompt_tokens": 0}), "truncate_prompt_tokens").await;
+    refused(s, "/v1/rerank", json!({"query": "q", "documents": []}), "documents").await;
+    refused(s, "/v1/rerank", json!({"query": "", "documents": ["d"]}), "query").await;
+    refused(s, "/v1/score", json!({"text_1": ["a", "b"], "text_2": ["c", "d", "e"]}), "text_2").await;
+    refused(s, "/encode", json!({}), "text").await;
+    // Generation routes on an embedding server.
+    refused(s, "/v1/completions", json!({"prompt": "hi", "max_tokens": 4}), "model").await;
+    refused(s, "/v1/chat/completions", json!({"messages": [{"role": "user", "content": "hi"}]}), "model").await;
+    refused(s, "/generate", json!({"text": "hi"}), "model").await;
+    // And embedding routes on a generating one.
+    let gen = shared();
+    for path in ["/v1/embeddings", "/encode", "/v1/rerank", "/v1/score"] {
+        let body = json!({"input": "x", "text": "x", "query": "q", "documents": ["d"], "text_1": "a", "text_2": "b"});
+        refused(gen, path, body, "model").await;
+    }
+    // Both still serve.
+    assert_eq!(embed(json!({"input": "still here"})).await.len(), 1);
+    let st = client().get(s.url("/health_generate")).send().await.expect("request").status();
+    assert_eq!(st, 200);
+    // Nothing of an embedding request stays in the KV pool.
+    assert_drained(s).await;
+}
