@@ -93,7 +93,8 @@ async fn minilm_matches_sentence_transformers_and_batching_changes_no_bit() {
         assert_eq!(got.len(), g.dim);
         assert_eq!(v["data"][i]["index"], i);
         let c = cosine(got, want);
-        assert!(c >= 0.9999, "sentence {i}: cosine {c} to sentence-transformers ({:?})", g.sentences[i]);
+        // The issue asks 0.9999; measured: at least 0.99999997 (dense f32 weights, f64 norms).
+        assert!(c >= 0.99999, "sentence {i}: cosine {c} to sentence-transformers ({:?})", g.sentences[i]);
         let norm: f64 = got.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
         assert!((norm - 1.0).abs() < 1e-5, "sentence {i}: norm {norm}");
     }
@@ -233,4 +234,59 @@ async fn bad_input_is_a_400_naming_the_field() {
     assert_eq!(st, 200);
     // Nothing of an embedding request stays in the KV pool.
     assert_drained(s).await;
+}
+
+/// SmolLM2 served with `--is-embedding`: the last token's final-norm output, normalized, as
+/// llama.cpp computes it with `pooling_type = last` on the same GGUF file
+/// (`scripts/goldens/decoder_embedding_golden.py`); texts tokenize to llama.cpp's ids.
+#[tokio::test]
+async fn a_decoder_with_is_embedding_gives_llama_cpps_last_token_embeddings() {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/smollm2_last_token_embeddings.json");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(p).expect("fixture")).expect("json");
+    let dim = v["dim"].as_u64().expect("dim") as usize;
+    let want: Vec<Vec<f32>> = b64decode(v["f16_base64"].as_str().expect("blob"))
+        .chunks(2)
+        .map(|b| sparrow_cpu::half::f16_to_f32(u16::from_le_bytes([b[0], b[1]])))
+        .collect::<Vec<f32>>()
+        .chunks(dim)
+        .map(<[f32]>::to_vec)
+        .collect();
+    let s = TestServer::start(Opts { model: Some(gguf()), is_embedding: true, ..Opts::default() });
+    let (st, by_ids) = post(&s, "/v1/embeddings", json!({"input": v["input_ids"]})).await;
+    assert_eq!(st, 200, "{by_ids}");
+    let (st, by_text) = post(&s, "/v1/embeddings", json!({"input": v["sentences"]})).await;
+    assert_eq!(st, 200, "{by_text}");
+    assert_eq!(by_ids["data"], by_text["data"], "texts tokenize to llama.cpp's ids");
+    // Both sides quantize activations to 8 bits and sum in their own orders through 30 layers
+    // (their logits differ by up to ~1, see the engine's llama.cpp golden): measured cosines
+    // 0.99896 … 0.99987, mean 0.99970.
+    let mut sum = 0.0;
+    for (i, w) in want.iter().enumerate() {
+        let got = floats(&by_ids["data"][i]["embedding"]);
+        assert_eq!(got.len(), 576);
+        let c = cosine(&got, w);
+        assert!(c >= 0.998, "sentence {i}: cosine {c} to llama.cpp's last-token embedding");
+        sum += c;
+    }
+    assert!(sum / want.len() as f64 >= 0.9995, "mean cosine {}", sum / want.len() as f64);
+    // The bound tells one token apart: the second-to-last token's embedding (what pooling one
+    // position early would give) is far (measured at most 0.982).
+    let cut: Vec<Vec<u32>> = v["input_ids"]
+        .as_array()
+        .expect("ids")
+        .iter()
+        .map(|x| {
+            let ids: Vec<u32> = serde_json::from_value(x.clone()).expect("ids");
+            ids[..ids.len() - 1].to_vec()
+        })
+        .collect();
+    let (st, short) = post(&s, "/v1/embeddings", json!({"input": cut})).await;
+    assert_eq!(st, 200, "{short}");
+    for (i, w) in want.iter().enumerate() {
+        let c = cosine(&floats(&short["data"][i]["embedding"]), w);
+        assert!(c < 0.995, "sentence {i}: one token short still matches ({c}): the test cannot tell");
+    }
+    // A decoder embedding server generates nothing.
+    refused(&s, "/v1/completions", json!({"prompt": "hi"}), "model").await;
+    assert_drained(&s).await;
 }
