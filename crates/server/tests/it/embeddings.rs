@@ -290,3 +290,47 @@ async fn a_decoder_with_is_embedding_gives_llama_cpps_last_token_embeddings() {
     refused(&s, "/v1/completions", json!({"prompt": "hi"}), "model").await;
     assert_drained(&s).await;
 }
+
+/// A synthetic BERT cross-encoder (`scripts/goldens/bert_cross_encoder.py`): `/v1/score` and
+/// `/v1/rerank` score each pair `[CLS] q [SEP] d [SEP]` jointly, equal to numpy's f64 forward of
+/// the same weights; segment ids matter (the fixture's all-type-0 score is far).
+#[tokio::test]
+async fn a_cross_encoder_scores_pairs_as_the_f64_reference() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/bert_cross_encoder");
+    let g: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("golden.json")).expect("golden")).expect("json");
+    let s = TestServer::start(Opts { model: Some(dir), ..Opts::default() });
+    let pairs = g["pairs"].as_array().expect("pairs");
+    let queries: Vec<&str> = {
+        let mut q: Vec<&str> = pairs.iter().map(|p| p["query"].as_str().expect("query")).collect();
+        q.dedup();
+        q
+    };
+    let mut told_apart = 0;
+    for q in queries {
+        let mine: Vec<&Value> = pairs.iter().filter(|p| p["query"] == q).collect();
+        let docs: Vec<&str> = mine.iter().map(|p| p["document"].as_str().expect("doc")).collect();
+        let (st, v) = post(&s, "/v1/score", json!({"text_1": q, "text_2": docs})).await;
+        assert_eq!(st, 200, "{v}");
+        let tokens: usize = mine.iter().map(|p| p["input_ids"].as_array().expect("ids").len()).sum();
+        assert_eq!(v["usage"]["prompt_tokens"], tokens, "pair tokenization: {v}");
+        for (j, p) in mine.iter().enumerate() {
+            let got = v["data"][j]["score"].as_f64().expect("score");
+            let want = p["score"].as_f64().expect("score");
+            assert!((got - want).abs() < 1e-5, "{q:?} / {:?}: {got} vs f64 {want}", docs[j]);
+            if (p["score_all_type_0"].as_f64().expect("broken") - want).abs() > 1e-3 {
+                told_apart += 1;
+            }
+        }
+        let (st, r) = post(&s, "/v1/rerank", json!({"query": q, "documents": docs, "top_n": 2})).await;
+        assert_eq!(st, 200, "{r}");
+        let best = mine
+            .iter()
+            .enumerate()
+            .max_by(|a, b| a.1["score"].as_f64().unwrap_or(0.0).total_cmp(&b.1["score"].as_f64().unwrap_or(0.0)))
+            .map(|(j, _)| j);
+        assert_eq!(r["results"][0]["index"].as_u64().map(|x| x as usize), best, "{r}");
+        assert_eq!(r["results"].as_array().map(Vec::len), Some(2));
+    }
+    assert!(told_apart >= 20, "only {told_apart} of 24 pairs tell segment ids apart");
+    refused(&s, "/v1/embeddings", json!({"input": "x"}), "model").await;
+}
