@@ -7,6 +7,7 @@ mod architecture;
 mod bench_datasets;
 mod cli;
 mod common;
+mod embeddings;
 mod fleet;
 mod glm5;
 mod serve;
