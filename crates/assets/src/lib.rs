@@ -191,7 +191,11 @@ pub fn ensure_unzipped(asset: Asset) -> Result<PathBuf, AssetError> {
     let done = tmp.join(".complete");
     std::fs::write(&done, b"").map_err(|source| AssetError::Io { what: "write", path: done.clone(), source })?;
     let _ = std::fs::remove_dir_all(&target);
-    std::fs::rename(&tmp, &target).map_err(|source| AssetError::Io { what: "rename into", path: target.clone(), source })?;
+    std::fs::rename(&tmp, &target).map_err(|source| AssetError::Io {
+        what: "rename into",
+        path: target.clone(),
+        source,
+    })?;
     Ok(target)
 }
 

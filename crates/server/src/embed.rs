@@ -159,7 +159,8 @@ pub async fn run(state: &AppState, inputs: Vec<Vec<u32>>) -> Result<Vec<Embedded
                 None => return Err(ApiError::Unavailable),
             }
         }
-        let mut v = values.ok_or_else(|| ApiError::Engine("the engine finished an input without its embedding".into()))?;
+        let mut v =
+            values.ok_or_else(|| ApiError::Engine("the engine finished an input without its embedding".into()))?;
         if !spec.labels {
             normalize(&mut v);
         }

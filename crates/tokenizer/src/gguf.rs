@@ -138,9 +138,10 @@ fn meta_err(key: &str, e: ggus::GGufMetaError) -> TokenizerError {
 
 fn from_metadata(gguf: &GGuf<'_>, path: &Path) -> Result<Tokenizer, TokenizerError> {
     let model = gguf.tokenizer_ggml_model().map_err(|e| meta_err("tokenizer.ggml.model", e))?;
-    if model != "gpt2" && model != "llama" {
+    if model != "gpt2" && model != "llama" && model != "bert" {
         return Err(TokenizerError::Gguf(format!(
-            "tokenizer.ggml.model = {model:?} is not supported (byte-level BPE \"gpt2\" and SentencePiece \"llama\" are)"
+            "tokenizer.ggml.model = {model:?} is not supported (byte-level BPE \"gpt2\", SentencePiece \"llama\" \
+             and WordPiece \"bert\" are)"
         )));
     }
     let tokens: Vec<&str> = gguf
@@ -154,6 +155,9 @@ fn from_metadata(gguf: &GGuf<'_>, path: &Path) -> Result<Tokenizer, TokenizerErr
             .map_err(|e| TokenizerError::Gguf(format!("tokenizer.ggml.token_type: {e:?}")))?,
         Err(_) => vec![1; tokens.len()],
     };
+    if model == "bert" {
+        return wordpiece(gguf, &tokens, &types, path);
+    }
     let (mut inner, pieces) = if model == "llama" {
         let scores: Vec<f32> = gguf
             .tokenizer_ggml_scores()
@@ -242,6 +246,74 @@ fn from_metadata(gguf: &GGuf<'_>, path: &Path) -> Result<Tokenizer, TokenizerErr
     eot.sort_unstable();
     eot.dedup();
     Ok(Tokenizer::from_parts(inner, bos, eos, chat_template, path.to_owned(), pieces, eot))
+}
+
+/// A BERT vocabulary (`tokenizer.ggml.model = bert`, llama.cpp's WPM tokenizer) as the HF
+/// WordPiece tokenizer it was converted from. llama.cpp's converter marks a word's first piece
+/// with `▁` and writes a continuation without HF's `##` (`convert_hf_to_gguf.py`,
+/// `BertModel.set_vocab`); control tokens (`[CLS]`, `[PAD]`) keep their text. Reversed here:
+/// `▁x` is `x`, a bare `x` is `##x`. The rest is `BertTokenizerFast`'s: the BERT normalizer
+/// (lowercase and accent stripping per `tokenizer.ggml.normalizer.lowercase`, as llama.cpp's WPM
+/// does both), the BERT pre-tokenizer, `[CLS] $A [SEP]` / `[CLS] $A [SEP] $B [SEP]` with the
+/// file's `cls` (or `bos`) and `seperator` ids, segment B typed 1.
+fn wordpiece(gguf: &GGuf<'_>, tokens: &[&str], types: &[i32], path: &Path) -> Result<Tokenizer, TokenizerError> {
+    use tokenizers::models::wordpiece::WordPiece;
+    let mut vocab: tokenizers::models::bpe::Vocab = Default::default();
+    let mut pieces = Vec::with_capacity(tokens.len());
+    for (i, (t, &ty)) in tokens.iter().zip(types).enumerate() {
+        let piece = match t.strip_prefix('\u{2581}') {
+            _ if ty == TOKEN_TYPE_CONTROL => (*t).to_owned(),
+            Some(word) => word.to_owned(),
+            None => format!("##{t}"),
+        };
+        vocab.entry(piece.clone()).or_insert(i as u32);
+        pieces.push(piece);
+    }
+    let id = |key: &str| gguf.get_usize(key).ok().filter(|&i| i < tokens.len());
+    let unk = id("tokenizer.ggml.unknown_token_id").map_or_else(|| "[UNK]".to_owned(), |i| pieces[i].clone());
+    let wp = WordPiece::builder()
+        .vocab(vocab)
+        .unk_token(unk)
+        .continuing_subword_prefix("##".into())
+        .max_input_chars_per_word(100)
+        .build()?;
+    let mut inner = tokenizers::Tokenizer::new(wp);
+    let lower = gguf.get_bool("tokenizer.ggml.normalizer.lowercase").unwrap_or(true);
+    inner.with_normalizer(Some(tokenizers::normalizers::BertNormalizer::new(true, true, None, lower)));
+    inner.with_pre_tokenizer(Some(tokenizers::pre_tokenizers::bert::BertPreTokenizer));
+    inner.with_decoder(Some(tokenizers::decoders::wordpiece::WordPiece::default()));
+    let specials: Vec<AddedToken> = pieces
+        .iter()
+        .zip(types)
+        .filter(|(_, &ty)| ty == TOKEN_TYPE_CONTROL)
+        .map(|(p, _)| AddedToken::from(p.clone(), true))
+        .collect();
+    inner.add_special_tokens(&specials);
+    // Older files name the CLS token `cls_token_id`, newer ones `bos_token_id`.
+    let cls = id("tokenizer.ggml.cls_token_id").or_else(|| id("tokenizer.ggml.bos_token_id"));
+    let (cls, sep) = match (cls, id("tokenizer.ggml.seperator_token_id")) {
+        (Some(c), Some(s)) => (c, s),
+        _ => return Err(TokenizerError::Gguf("a BERT vocabulary needs cls (or bos) and seperator token ids".into())),
+    };
+    let (c, s) = (pieces[cls].clone(), pieces[sep].clone());
+    let post = TemplateProcessing::builder()
+        .try_single(format!("{c}:0 $A:0 {s}:0"))
+        .and_then(|b| b.try_pair(format!("{c}:0 $A:0 {s}:0 $B:1 {s}:1")))
+        .map_err(|e| TokenizerError::Gguf(e.to_string()))?
+        .special_tokens(vec![(c.clone(), cls as u32), (s.clone(), sep as u32)])
+        .build()
+        .map_err(|e| TokenizerError::Gguf(e.to_string()))?;
+    inner.with_post_processor(Some(post));
+    let eos = Some((sep as u32, s));
+    Ok(Tokenizer::from_parts(
+        inner,
+        Some((cls as u32, c)),
+        eos,
+        None,
+        path.to_owned(),
+        crate::Pieces::Other,
+        Vec::new(),
+    ))
 }
 
 /// The SentencePiece vocabulary of a GGUF file (`tokenizer.ggml.model = llama`) as a HF BPE

@@ -23,10 +23,10 @@
 use std::path::Path;
 
 use serde_json::Value;
-use sparrow_cpu::{Isa, ThreadPool};
+use sparrow_cpu::{Isa, ThreadPool, Weight};
 
 use super::linear::{Fwd, Linear};
-use super::vb::Vb;
+use super::vb::{Tensors, Vb};
 use super::{AttentionNeeds, EmbeddingSpec, Instruments, Model, ModelInfo, PartTimes, Pooling};
 use crate::batch::ForwardBatch;
 use crate::checkpoint::hf::{read_json, Checkpoint};
@@ -76,7 +76,11 @@ impl BertConfig {
         let cfg = read_json(&dir.join("config.json"))?;
         let err = |m: String| EngineError::model(format!("{}: {m}", dir.join("config.json").display()));
         let num = |k: &str| -> Result<usize, EngineError> {
-            cfg.get(k).and_then(Value::as_u64).map(|v| v as usize).filter(|&v| v > 0).ok_or_else(|| err(format!("{k}: missing or not a positive integer")))
+            cfg.get(k)
+                .and_then(Value::as_u64)
+                .map(|v| v as usize)
+                .filter(|&v| v > 0)
+                .ok_or_else(|| err(format!("{k}: missing or not a positive integer")))
         };
         let act = cfg.get("hidden_act").and_then(Value::as_str).unwrap_or("gelu");
         if act != "gelu" {
@@ -103,10 +107,11 @@ impl BertConfig {
             .unwrap_or_default();
         let classifier = archs.iter().any(|a| a.ends_with("ForSequenceClassification"));
         let num_labels = classifier.then(|| {
-            cfg.get("id2label").and_then(Value::as_object).map(|m| m.len()).or_else(|| {
-                cfg.get("num_labels").and_then(Value::as_u64).map(|v| v as usize)
-            })
-            .unwrap_or(2)
+            cfg.get("id2label")
+                .and_then(Value::as_object)
+                .map(|m| m.len())
+                .or_else(|| cfg.get("num_labels").and_then(Value::as_u64).map(|v| v as usize))
+                .unwrap_or(2)
         });
         Ok(BertConfig {
             vocab: num("vocab_size")?,
@@ -157,7 +162,9 @@ fn read_pooling(dir: &Path) -> Result<Pooling, EngineError> {
     let set: Vec<&(&str, Option<Pooling>)> = modes.iter().filter(|(k, _)| on(k)).collect();
     match set.as_slice() {
         [(_, Some(p))] => Ok(*p),
-        [(k, None)] => Err(EngineError::model(format!("{}: {k} is not implemented (mean, cls, lasttoken are)", path.display()))),
+        [(k, None)] => {
+            Err(EngineError::model(format!("{}: {k} is not implemented (mean, cls, lasttoken are)", path.display())))
+        }
         [] => Ok(Pooling::Cls),
         _ => Err(EngineError::model(format!("{}: several pooling modes at once are not implemented", path.display()))),
     }
@@ -169,6 +176,65 @@ fn sep_id(dir: &Path) -> Option<u32> {
     let from_pp = v.pointer("/post_processor/special_tokens/[SEP]/ids/0").and_then(Value::as_u64);
     let from_vocab = || v.pointer("/model/vocab/[SEP]").and_then(Value::as_u64);
     from_pp.or_else(from_vocab).map(|x| x as u32)
+}
+
+/// A GGUF file's BERT tensors under HF names (llama.cpp's `tensor_mapping.py` for
+/// `MODEL_ARCH.BERT`).
+struct BertGguf<'a, 'b> {
+    ld: &'b crate::checkpoint::gguf::Gguf<'a>,
+    threads: usize,
+}
+
+/// llama.cpp's name of the BERT tensor or module `hf` (`.weight` / `.bias` kept).
+fn bert_gguf_name(hf: &str) -> Option<String> {
+    let (stem, suffix) = match hf.rsplit_once('.') {
+        Some((s, x @ ("weight" | "bias"))) => (s, Some(x)),
+        _ => (hf, None),
+    };
+    let mapped = match stem {
+        "embeddings.word_embeddings" => "token_embd".to_owned(),
+        "embeddings.position_embeddings" => "position_embd".to_owned(),
+        "embeddings.token_type_embeddings" => "token_types".to_owned(),
+        "embeddings.LayerNorm" => "token_embd_norm".to_owned(),
+        _ => {
+            let (bid, module) = stem.strip_prefix("encoder.layer.")?.split_once('.')?;
+            let bid: usize = bid.parse().ok()?;
+            let file = match module {
+                "attention.self.query" => "attn_q",
+                "attention.self.key" => "attn_k",
+                "attention.self.value" => "attn_v",
+                "attention.output.dense" => "attn_output",
+                "attention.output.LayerNorm" => "attn_output_norm",
+                "intermediate.dense" => "ffn_up",
+                "output.dense" => "ffn_down",
+                "output.LayerNorm" => "layer_output_norm",
+                _ => return None,
+            };
+            format!("blk.{bid}.{file}")
+        }
+    };
+    Some(match suffix {
+        Some(x) => format!("{mapped}.{x}"),
+        None => mapped,
+    })
+}
+
+impl BertGguf<'_, '_> {
+    fn named(&self, hf: &str) -> Result<String, EngineError> {
+        bert_gguf_name(hf).ok_or_else(|| EngineError::model(format!("no GGUF tensor name for BERT tensor {hf}")))
+    }
+}
+
+impl Tensors for BertGguf<'_, '_> {
+    fn has(&self, name: &str) -> bool {
+        bert_gguf_name(name).is_some_and(|n| self.ld.has_tensor(&n))
+    }
+    fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>, EngineError> {
+        self.ld.vector(&self.named(name)?, len)
+    }
+    fn matrix(&self, module: &str, rows: usize, cols: usize) -> Result<Weight, EngineError> {
+        self.ld.matrix_threads(&self.named(&format!("{module}.weight"))?, rows, cols, self.threads)
+    }
 }
 
 struct Layer {
@@ -198,12 +264,13 @@ pub struct BertModel {
     info: ModelInfo,
     pool: ThreadPool,
     isa: Isa,
-    /// `embeddings.word_embeddings`, `[vocab × hidden]`.
-    word: Vec<f32>,
+    /// `embeddings.word_embeddings`, `[vocab × hidden]` (rows read with `row_f32`: a GGUF file
+    /// may store it quantized).
+    word: Weight,
     /// `embeddings.position_embeddings`, `[max_positions × hidden]`.
-    position: Vec<f32>,
+    position: Weight,
     /// `embeddings.token_type_embeddings`, `[type_vocab × hidden]`.
-    token_type: Vec<f32>,
+    token_type: Weight,
     /// `embeddings.LayerNorm`.
     ln_embed: (Vec<f32>, Vec<f32>),
     layers: Vec<Layer>,
@@ -221,24 +288,85 @@ impl BertModel {
     pub fn load_hf(dir: &Path, threads: usize) -> Result<BertModel, EngineError> {
         let cfg = BertConfig::read(dir)?;
         let ck = Checkpoint::open(dir)?;
-        let root = if ck.has("bert.embeddings.word_embeddings.weight") { "bert" } else { "" };
-        let vb = if root.is_empty() { Vb::new(&ck) } else { Vb::new(&ck).pp(root) };
-        let (h, f) = (cfg.hidden, cfg.intermediate);
-        let table = |name: &str, rows: usize| -> Result<Vec<f32>, EngineError> {
-            let full = vb.path(name);
-            let (shape, v) = ck.f32(&full)?;
-            if shape != [rows, h] {
-                return Err(EngineError::model(format!("tensor {full}: shape {shape:?}, want [{rows}, {h}]")));
-            }
-            Ok(v)
+        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        Self::assemble(cfg, &ck, name, threads)
+    }
+
+    /// Loads a GGUF file of llama.cpp's `bert` architecture (`convert_hf_to_gguf.py`'s
+    /// `BertModel`: `bert.*` keys, `token_embd` / `position_embd` / `token_types`, `blk.N.attn_q`
+    /// …, `bert.pooling_type` 1 mean, 2 CLS, 3 last); weights of any type the matmuls read.
+    ///
+    /// # Errors
+    /// A missing key or tensor, named; a pooling type other than mean, CLS or last (a GGUF
+    /// reranker's `rank` pooling is not implemented); a causal `bert.attention.causal`.
+    pub fn load_gguf(path: &Path, threads: usize) -> Result<BertModel, EngineError> {
+        use ggus::GGufMetaMapExt;
+        let file = crate::checkpoint::gguf::GgufFile::open(path)?;
+        let ld = file.view()?;
+        let keys = ld.arch_keys("bert");
+        let err = |m: String| EngineError::model(format!("{}: {m}", path.display()));
+        let num = |k: &str| -> Result<usize, EngineError> {
+            keys.get(k)
+                .and_then(Value::as_u64)
+                .map(|v| v as usize)
+                .filter(|&v| v > 0)
+                .ok_or_else(|| err(format!("bert.{k}: missing")))
         };
+        if keys.get("attention.causal").and_then(Value::as_bool) == Some(true) {
+            return Err(err("bert.attention.causal is true: a causal BERT is not implemented".into()));
+        }
+        let pooling = match keys.get("pooling_type").and_then(Value::as_u64) {
+            None | Some(1) => Pooling::Mean,
+            Some(2) => Pooling::Cls,
+            Some(3) => Pooling::Last,
+            Some(p) => {
+                return Err(err(format!("bert.pooling_type {p}: only 1 (mean), 2 (cls) and 3 (last) are implemented")))
+            }
+        };
+        let (hidden, heads) = (num("embedding_length")?, num("attention.head_count")?);
+        if hidden % heads != 0 {
+            return Err(err(format!("embedding_length {hidden} is not a multiple of head_count {heads}")));
+        }
+        let rows = |name: &str| -> Result<usize, EngineError> {
+            let (_, shape, _) = ld.tensor(name)?;
+            shape.last().copied().ok_or_else(|| err(format!("tensor {name} has no shape")))
+        };
+        let max_positions = num("context_length")?;
+        let cfg = BertConfig {
+            vocab: rows("token_embd.weight")?,
+            hidden,
+            layers: num("block_count")?,
+            heads,
+            intermediate: num("feed_forward_length")?,
+            max_positions,
+            max_len: max_positions,
+            type_vocab: if ld.has_tensor("token_types.weight") { rows("token_types.weight")? } else { 1 },
+            eps: keys.get("attention.layer_norm_epsilon").and_then(Value::as_f64).unwrap_or(1e-12) as f32,
+            pooling,
+            num_labels: None,
+            sep_id: ld.meta().get_usize("tokenizer.ggml.seperator_token_id").ok().map(|v| v as u32),
+        };
+        let name = ld.meta().general_name().map(str::to_owned).unwrap_or_default();
+        let src = BertGguf { ld: &ld, threads };
+        let mut m = Self::assemble(cfg, &src, name, threads)?;
+        m.info.file_weight_bytes = Some(ld.read_bytes());
+        Ok(m)
+    }
+
+    /// The model from its tensors under HF names (`src`: a checkpoint, or a GGUF file through
+    /// [`BertGguf`]).
+    fn assemble(cfg: BertConfig, src: &dyn Tensors, name: String, threads: usize) -> Result<BertModel, EngineError> {
+        let root = if src.has("bert.embeddings.word_embeddings.weight") { "bert" } else { "" };
+        let vb = if root.is_empty() { Vb::new(src) } else { Vb::new(src).pp(root) };
+        let (h, f) = (cfg.hidden, cfg.intermediate);
+        let table = |name: &str, rows: usize| vb.matrix(name, rows, h);
         let ln = |vb: &Vb<'_>, name: &str| -> Result<(Vec<f32>, Vec<f32>), EngineError> {
             Ok((vb.vector(&format!("{name}.weight"), h)?, vb.vector(&format!("{name}.bias"), h)?))
         };
         let emb = vb.pp("embeddings");
-        let word = table("embeddings.word_embeddings.weight", cfg.vocab)?;
-        let position = table("embeddings.position_embeddings.weight", cfg.max_positions)?;
-        let token_type = table("embeddings.token_type_embeddings.weight", cfg.type_vocab)?;
+        let word = table("embeddings.word_embeddings", cfg.vocab)?;
+        let position = table("embeddings.position_embeddings", cfg.max_positions)?;
+        let token_type = table("embeddings.token_type_embeddings", cfg.type_vocab)?;
         let ln_embed = ln(&emb, "LayerNorm")?;
         let mut layers = Vec::with_capacity(cfg.layers);
         for l in 0..cfg.layers {
@@ -265,17 +393,16 @@ impl BertModel {
         let head = match cfg.num_labels {
             Some(n) => Some(Classifier {
                 pooler: vb.linear("pooler.dense", h, h)?,
-                classifier: Vb::new(&ck).linear("classifier", n, h)?,
+                classifier: Vb::new(src).linear("classifier", n, h)?,
             }),
             None => None,
         };
         let pool = ThreadPool::new(threads.max(1)).map_err(|e| EngineError::model(format!("thread pool: {e}")))?;
-        let weight_bytes = 4 * (word.len() + position.len() + token_type.len())
+        let weight_bytes = [&word, &position, &token_type].iter().map(|w| w.bytes()).sum::<usize>()
             + layers
                 .iter()
                 .map(|l| [&l.qkv, &l.out, &l.up, &l.down].iter().map(|x| x.weight.bytes()).sum::<usize>())
                 .sum::<usize>();
-        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let info = ModelInfo {
             architecture: "bert".into(),
             name,
@@ -410,11 +537,16 @@ impl Model for BertModel {
             }
         }
         let mut x = vec![0f32; n * h];
+        let (mut pe, mut te) = (vec![0f32; h], vec![0f32; h]);
         for (t, row) in x.chunks_mut(h).enumerate() {
-            let (id, p, ty) = (batch.input_ids[t] as usize, batch.positions[t] as usize, types[t]);
-            let (w, pe, te) = (&self.word[id * h..][..h], &self.position[p * h..][..h], &self.token_type[ty * h..][..h]);
-            for (j, v) in row.iter_mut().enumerate() {
-                *v = w[j] + te[j] + pe[j];
+            let (id, p, ty) =
+                (batch.input_ids[t] as usize, batch.positions[t] as usize, types[t].min(c.type_vocab - 1));
+            self.word.row_f32(id, row);
+            self.position.row_f32(p, &mut pe);
+            self.token_type.row_f32(ty, &mut te);
+            // HF's order: (word + token type) + position.
+            for ((v, t), p) in row.iter_mut().zip(&te).zip(&pe) {
+                *v = *v + t + p;
             }
         }
         layer_norm(&self.pool, &mut x, &self.ln_embed, c.eps);
@@ -435,25 +567,29 @@ impl Model for BertModel {
             }
             let (keys, values) = (kv.component(l, 0), kv.component(l, 1));
             let isa = self.isa;
-            cx.timed(|p| &mut p.attention, || {
-                self.pool.par_rows(&mut attn, h, |t, out| {
-                    let s = seq_of[t];
-                    let slots = &batch.kv_indices[batch.kv_indptr[s] as usize..batch.kv_indptr[s + 1] as usize];
-                    let mut scores = vec![0f32; slots.len()];
-                    out.fill(0.0);
-                    for head in 0..nh {
-                        let q = &qkv[t * 3 * h + head * hd..][..hd];
-                        for (sc, &slot) in scores.iter_mut().zip(slots) {
-                            *sc = sparrow_cpu::kernels::dot(isa, q, &keys[slot as usize * h + head * hd..][..hd]) * scale;
+            cx.timed(
+                |p| &mut p.attention,
+                || {
+                    self.pool.par_rows(&mut attn, h, |t, out| {
+                        let s = seq_of[t];
+                        let slots = &batch.kv_indices[batch.kv_indptr[s] as usize..batch.kv_indptr[s + 1] as usize];
+                        let mut scores = vec![0f32; slots.len()];
+                        out.fill(0.0);
+                        for head in 0..nh {
+                            let q = &qkv[t * 3 * h + head * hd..][..hd];
+                            for (sc, &slot) in scores.iter_mut().zip(slots) {
+                                *sc = sparrow_cpu::kernels::dot(isa, q, &keys[slot as usize * h + head * hd..][..hd])
+                                    * scale;
+                            }
+                            sparrow_cpu::kernels::softmax_in_place(&mut scores);
+                            let o = &mut out[head * hd..(head + 1) * hd];
+                            for (&p, &slot) in scores.iter().zip(slots) {
+                                sparrow_cpu::kernels::axpy(isa, p, &values[slot as usize * h + head * hd..][..hd], o);
+                            }
                         }
-                        sparrow_cpu::kernels::softmax_in_place(&mut scores);
-                        let o = &mut out[head * hd..(head + 1) * hd];
-                        for (&p, &slot) in scores.iter().zip(slots) {
-                            sparrow_cpu::kernels::axpy(isa, p, &values[slot as usize * h + head * hd..][..hd], o);
-                        }
-                    }
-                });
-            });
+                    });
+                },
+            );
             layer.out.forward(&mut cx, &attn, n, &mut proj);
             x.iter_mut().zip(&proj).for_each(|(a, b)| *a += b);
             layer_norm(&self.pool, &mut x, &layer.ln_attn, c.eps);

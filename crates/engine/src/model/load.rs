@@ -62,11 +62,17 @@ pub fn load_model(args: &EngineArgs) -> Result<(Box<dyn Model>, &'static str, se
                 Ok((Box::new(m), isa, serde_json::Value::Null))
             }
             other => Err(EngineError::Model(format!(
-                "{}: model_type {other:?} is not supported (glm_moe_dsa and llama checkpoints, \
-                 or Llama-family / Gemma 3 GGUF files)",
+                "{}: model_type {other:?} is not supported (glm_moe_dsa, llama and bert checkpoints, \
+                 or Llama-family / Gemma 3 / BERT GGUF files)",
                 p.display()
             ))),
         }
+    } else if gguf_architecture(p)? == "bert" {
+        let m = crate::model::bert::BertModel::load_gguf(p, args.threads)?;
+        let isa = m.isa().name();
+        let c = m.config();
+        let notes = serde_json::json!({"embedding": format!("{} pooling of {} values", c.pooling.name(), c.hidden)});
+        Ok((Box::new(m), isa, notes))
     } else if gguf_architecture(p)? == crate::model::glm5::gguf::ARCH {
         // As the other GGUF MoE families: the MoE implementation is fixed (expert-major unless
         // `--moe-runner-backend` names one), not autotuned.

@@ -4,6 +4,7 @@
 //! transformers and past one key block) live in that crate's tests: the engine does not depend on it.
 
 mod batch_invariance;
+mod bert_gguf;
 mod deepseek2;
 mod engine_thread;
 mod families;

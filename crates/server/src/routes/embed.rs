@@ -51,7 +51,10 @@ pub(super) async fn embeddings(
         None | Some("float") => false,
         Some("base64") => true,
         Some(o) => {
-            return Err(ApiError::bad("encoding_format", format!("encoding_format: {o:?} is not \"float\" or \"base64\"")))
+            return Err(ApiError::bad(
+                "encoding_format",
+                format!("encoding_format: {o:?} is not \"float\" or \"base64\""),
+            ))
         }
     };
     let dims = match req.dimensions {
@@ -113,16 +116,23 @@ pub(super) async fn embeddings(
         .collect();
     let id = format!("embd-{}", s.next_engine_id());
     let usage = EmbeddingUsage { prompt_tokens: prompt_tokens as u64, total_tokens: prompt_tokens as u64 };
-    Ok(Json(EmbeddingResponse { id, object: "list", created: now_secs(), model: &s.model_id, data, usage }).into_response())
+    Ok(Json(EmbeddingResponse { id, object: "list", created: now_secs(), model: &s.model_id, data, usage })
+        .into_response())
 }
 
 /// `POST /encode` (SGLang): one answer for one input, a list for a list.
-pub(super) async fn encode(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
+pub(super) async fn encode(
+    State(s): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
     let spec = embed::spec(&s)?;
     let start = Instant::now();
     let (req, _) = typed_body::<EncodeRequest>(&body)?;
     if spec.labels {
-        return Err(ApiError::bad("model", "model: a cross-encoder scores pairs; it has no embeddings (use /v1/score)"));
+        return Err(ApiError::bad(
+            "model",
+            "model: a cross-encoder scores pairs; it has no embeddings (use /v1/score)",
+        ));
     }
     let (inputs, single) = match (&req.text, &req.input_ids) {
         (Some(_), Some(_)) => return Err(ApiError::bad("text", "send either text or input_ids, not both")),
@@ -164,7 +174,11 @@ pub(super) async fn encode(State(s): State<AppState>, body: Result<Bytes, BytesR
         .into_iter()
         .map(|r| EncodeResponse {
             embedding: r.values,
-            meta_info: EncodeMeta { id: format!("{:032x}", s.next_engine_id()), prompt_tokens: r.prompt_tokens, e2e_latency: e2e },
+            meta_info: EncodeMeta {
+                id: format!("{:032x}", s.next_engine_id()),
+                prompt_tokens: r.prompt_tokens,
+                e2e_latency: e2e,
+            },
         })
         .collect();
     Ok(match (single, out.pop()) {
@@ -188,7 +202,8 @@ async fn pair_scores(
     (fa, fb): (&str, &str),
 ) -> Result<(Vec<f64>, usize), ApiError> {
     let spec = embed::spec(s)?;
-    let field = |name: &str, list: &[&str], i: usize| if list.len() == 1 { name.to_owned() } else { format!("{name}[{i}]") };
+    let field =
+        |name: &str, list: &[&str], i: usize| if list.len() == 1 { name.to_owned() } else { format!("{name}[{i}]") };
     if spec.labels {
         let mut inputs = Vec::with_capacity(pairs.len());
         for &(i, j) in pairs {
@@ -215,7 +230,10 @@ async fn pair_scores(
 }
 
 /// `POST /v1/rerank`: documents by relevance to the query, best first.
-pub(super) async fn rerank(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
+pub(super) async fn rerank(
+    State(s): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
     embed::spec(&s)?;
     let (req, _) = typed_body::<RerankRequest>(&body)?;
     if req.query.is_empty() {
@@ -236,7 +254,8 @@ pub(super) async fn rerank(State(s): State<AppState>, body: Result<Bytes, BytesR
     };
     let pairs: Vec<(usize, usize)> = (0..docs.len()).map(|j| (0, j)).collect();
     let (scores, tokens) =
-        pair_scores(&s, &[req.query.as_str()], &docs, &pairs, req.truncate_prompt_tokens, ("query", "documents")).await?;
+        pair_scores(&s, &[req.query.as_str()], &docs, &pairs, req.truncate_prompt_tokens, ("query", "documents"))
+            .await?;
     let mut order: Vec<usize> = (0..docs.len()).collect();
     // Best first; equal scores keep the documents' order.
     order.sort_by(|&x, &y| scores[y].total_cmp(&scores[x]).then(x.cmp(&y)));
@@ -257,7 +276,10 @@ pub(super) async fn rerank(State(s): State<AppState>, body: Result<Bytes, BytesR
 
 /// `POST /v1/score`: `text_1` against `text_2`, one to one, one to many, or pairwise for lists
 /// of one length (vLLM's rule).
-pub(super) async fn score(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
+pub(super) async fn score(
+    State(s): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
     embed::spec(&s)?;
     let (req, _) = typed_body::<ScoreRequest>(&body)?;
     let list = |t: &TextOrTexts| -> Vec<String> {
@@ -285,9 +307,11 @@ pub(super) async fn score(State(s): State<AppState>, body: Result<Bytes, BytesRe
             ))
         }
     };
-    let (ar, br): (Vec<&str>, Vec<&str>) = (a.iter().map(String::as_str).collect(), b.iter().map(String::as_str).collect());
+    let (ar, br): (Vec<&str>, Vec<&str>) =
+        (a.iter().map(String::as_str).collect(), b.iter().map(String::as_str).collect());
     let (scores, tokens) = pair_scores(&s, &ar, &br, &pairs, req.truncate_prompt_tokens, ("text_1", "text_2")).await?;
-    let data = scores.into_iter().enumerate().map(|(index, score)| ScoreData { index, object: "score", score }).collect();
+    let data =
+        scores.into_iter().enumerate().map(|(index, score)| ScoreData { index, object: "score", score }).collect();
     let usage = ScoreUsage { prompt_tokens: tokens as u64, total_tokens: tokens as u64, completion_tokens: 0 };
     let id = format!("score-{}", s.next_engine_id());
     Ok(Json(ScoreResponse { id, object: "list", created: now_secs(), model: &s.model_id, data, usage }).into_response())

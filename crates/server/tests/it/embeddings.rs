@@ -43,10 +43,8 @@ fn golden() -> &'static Golden {
         let v: Value = serde_json::from_str(&std::fs::read_to_string(p).expect("fixture")).expect("json");
         let dim = v["dim"].as_u64().expect("dim") as usize;
         let bytes = b64decode(v["f16_base64"].as_str().expect("blob"));
-        let flat: Vec<f32> = bytes
-            .chunks(2)
-            .map(|b| sparrow_cpu::half::f16_to_f32(u16::from_le_bytes([b[0], b[1]])))
-            .collect();
+        let flat: Vec<f32> =
+            bytes.chunks(2).map(|b| sparrow_cpu::half::f16_to_f32(u16::from_le_bytes([b[0], b[1]]))).collect();
         Golden {
             sentences: serde_json::from_value(v["sentences"].clone()).expect("sentences"),
             input_ids: serde_json::from_value(v["input_ids"].clone()).expect("ids"),
@@ -145,7 +143,8 @@ async fn dimensions_and_base64_follow_their_formulas() {
 /// Re-rank API, Score API), with our scores checked against the embeddings' cosines.
 #[tokio::test]
 async fn rerank_and_score_have_vllms_shapes() {
-    let docs = ["The capital of Brazil is Brasilia.", "The capital of France is Paris.", "Horses and cows are both animals"];
+    let docs =
+        ["The capital of Brazil is Brasilia.", "The capital of France is Paris.", "Horses and cows are both animals"];
     let q = "What is the capital of France?";
     let e = embed(json!({"input": [q, docs[0], docs[1], docs[2]]})).await;
     let want: Vec<f64> = (1..4).map(|j| cosine(&e[0], &e[j])).collect();
@@ -297,7 +296,8 @@ async fn a_decoder_with_is_embedding_gives_llama_cpps_last_token_embeddings() {
 #[tokio::test]
 async fn a_cross_encoder_scores_pairs_as_the_f64_reference() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/bert_cross_encoder");
-    let g: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("golden.json")).expect("golden")).expect("json");
+    let g: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("golden.json")).expect("golden")).expect("json");
     let s = TestServer::start(Opts { model: Some(dir), ..Opts::default() });
     let pairs = g["pairs"].as_array().expect("pairs");
     let queries: Vec<&str> = {

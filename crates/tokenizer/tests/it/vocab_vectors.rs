@@ -14,7 +14,7 @@ use sparrow_tokenizer::Tokenizer;
 /// GPT-2 and StarCoder (the SmolLM2 pre-tokenizer's regex family), DeepSeek-V2 (`deepseek-llm`)
 /// and DeepSeek-Coder.
 const VOCABS: &[&str] =
-    &["llama-bpe", "qwen2", "phi-3", "llama-spm", "gpt-2", "starcoder", "deepseek-llm", "deepseek-coder"];
+    &["llama-bpe", "qwen2", "phi-3", "llama-spm", "gpt-2", "starcoder", "deepseek-llm", "deepseek-coder", "bert-bge"];
 
 /// `(text, ids)` cases of `{vocab}.inp` / `.out` (cases separated by
 /// `"\n__ggml_vocab_test__\n"`, one line of space-separated ids each).
