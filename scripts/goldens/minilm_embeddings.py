@@ -25,8 +25,6 @@ import base64
 import json
 import os
 
-import numpy as np
-
 
 def sentences(sharegpt_path, n):
     # The package's file is cut off at the end: read whole conversations until it breaks.
@@ -64,6 +62,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "../../crates/server/tests/fixtures/minilm_embeddings.json"))
     args = ap.parse_args()
 
+    import numpy as np
     import sentence_transformers
     import torch
     import transformers

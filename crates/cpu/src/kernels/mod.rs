@@ -51,7 +51,8 @@ mod q8_x86;
 pub use attention::{as_bf16, as_e4m3, as_e5m2, attend_group, Bf16, E4m3, E5m2, KvElem};
 pub use dsa::{index_scores, IndexScratch};
 pub use elementwise::{
-    axpy, dot, gelu_tanh_mul, rms_norm, rms_norm_in_place, silu_mul, softmax_in_place, to_f16, weighted_rows,
+    axpy, dot, erf_f32, gelu_erf, gelu_tanh_mul, rms_norm, rms_norm_in_place, silu_mul, softmax_in_place, to_f16,
+    weighted_rows,
 };
 pub use flash::{block_scores, exp_f32, flash_attend, flash_attend_sinks, FlashScratch, KvView, KEY_BLOCK};
 pub use matmul::{matmul, matmul_grouped, quant_dot_scalar, GemmJob};

@@ -456,14 +456,9 @@ fn layer_norm(pool: &ThreadPool, x: &mut [f32], (w, b): &(Vec<f32>, Vec<f32>), e
     });
 }
 
-/// The exact GELU, `x · Φ(x) = x/2 · (1 + erf(x/√2))` (HF `"gelu"`, `torch.nn.functional.gelu`).
+/// The exact GELU (HF `"gelu"`, `torch.nn.functional.gelu`) on the pool by rows.
 fn gelu(pool: &ThreadPool, x: &mut [f32], w: usize) {
-    pool.par_rows(x, w, |_, row| {
-        for v in row {
-            let z = *v as f64;
-            *v = (0.5 * z * (1.0 + libm::erf(z * std::f64::consts::FRAC_1_SQRT_2))) as f32;
-        }
-    });
+    pool.par_row_chunks(x, w, |_, rows| sparrow_cpu::kernels::gelu_erf(rows));
 }
 
 impl Model for BertModel {
