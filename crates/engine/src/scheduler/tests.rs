@@ -515,3 +515,101 @@ fn a_draft_model_proposes_through_its_own_kv_and_outputs_stay_exact() {
         assert!(st.spec_accepted_tokens_total < st.spec_draft_tokens_total / 4, "{st:?}");
     }
 }
+
+/// The recurrence value of a whole prompt (what the fake model's last row predicts from).
+fn chain(prompt: &[u32]) -> u64 {
+    prompt.iter().fold(1u64, |v, &t| crate::testing::mix(v, t))
+}
+
+/// Embedding requests share steps with generation, are chunked like any prompt, return one row
+/// computed over their whole prompt (the fake model's prediction from the full recurrence), and
+/// keep no page: nothing of theirs enters the radix cache.
+#[test]
+fn embedding_requests_return_their_row_once_and_keep_no_pages() {
+    let mut m = FakeModel::new(37, 4096, Predict::Recurrence);
+    let mut kv = KvStore::new(m.attention_needs().kv_layout, 300);
+    let mut s = Scheduler::new(cfg(300, 16), None);
+    let long: Vec<u32> = (0..50).map(|i| (i * 5) % 37).collect();
+    let short: Vec<u32> = vec![3, 1, 4, 1, 5, 9, 2];
+    let gen: Vec<u32> = (0..20).map(|i| (i * 3) % 37).collect();
+    s.submit(NewRequest::embedding(1, long.clone())).expect("admissible");
+    s.submit(req(2, gen.clone(), 6)).expect("admissible");
+    s.submit(NewRequest::embedding(3, short.clone())).expect("admissible");
+    let mut rows: std::collections::BTreeMap<u64, Vec<Vec<f32>>> = Default::default();
+    let mut done = Vec::new();
+    let mut tokens = Vec::new();
+    while !s.is_idle() {
+        for o in s.step(&mut m, &mut kv) {
+            match o {
+                Output::Embedding { id, values } => rows.entry(id).or_default().push(values),
+                Output::Token { id, token, .. } => {
+                    assert_eq!(id, 2, "an embedding request generates nothing");
+                    tokens.push(token);
+                }
+                Output::Finished { id, reason, usage } => done.push((id, reason, usage.completion_tokens)),
+                _ => {}
+            }
+        }
+    }
+    for (id, prompt) in [(1u64, &long), (3, &short)] {
+        let r = &rows[&id];
+        assert_eq!(r.len(), 1, "request {id}: one embedding");
+        let mut want = vec![0f32; 37];
+        want[(chain(prompt) % 37) as usize] = 1.0;
+        assert_eq!(r[0], want, "request {id}: the row over its whole prompt");
+    }
+    assert!(!rows.contains_key(&2));
+    assert_eq!(tokens, m.reference(&gen, 6, None, 4096).0);
+    done.sort_by_key(|d| d.0);
+    assert_eq!(done.iter().map(|d| (d.0, d.2)).collect::<Vec<_>>(), vec![(1, 0), (2, 6), (3, 0)]);
+    // The 50-token prompt ran in chunks of the budget.
+    assert!(s.stats().num_prefill_chunks >= 3, "{:?}", s.stats());
+    // Only the generated request's pages may stay, as cache.
+    assert!(s.cached_pages() <= gen.len() + 6, "{} cached pages", s.cached_pages());
+    s.check_pages().expect("pages accounted for");
+    // An embedding request is checked against the context, not context − 1.
+    let s2 = Scheduler::new(SchedulerConfig { context_length: 7, ..cfg(300, 16) }, None);
+    let mut s2 = s2;
+    s2.submit(NewRequest::embedding(9, short.clone())).expect("a prompt of exactly the context");
+    assert!(s2.submit(NewRequest::embedding(10, vec![1; 8])).is_err());
+    assert!(s2.submit(NewRequest::embedding(11, vec![])).is_err());
+}
+
+/// An encoder's prompts run whole (`whole_prompts`): never split across steps, never started
+/// from a cached prefix; a prompt waits for a step whose budget holds it.
+#[test]
+fn whole_prompts_are_never_chunked() {
+    let mut m = FakeModel::new(37, 4096, Predict::Recurrence);
+    let mut kv = KvStore::new(m.attention_needs().kv_layout, 300);
+    let c = SchedulerConfig { whole_prompts: true, disable_radix_cache: true, ..cfg(300, 16) };
+    let mut s = Scheduler::new(c, None);
+    let prompts: Vec<Vec<u32>> =
+        (0..6).map(|k| (0..(5 + 2 * k)).map(|i| ((i * 7 + k) % 37) as u32).collect()).collect();
+    for (i, p) in prompts.iter().enumerate() {
+        s.submit(NewRequest::embedding(i as u64, p.clone())).expect("admissible");
+    }
+    let mut got = std::collections::BTreeMap::new();
+    let mut steps = 0;
+    while !s.is_idle() {
+        steps += 1;
+        assert!(steps < 100, "no progress");
+        for o in s.step(&mut m, &mut kv) {
+            if let Output::Embedding { id, values } = o {
+                got.insert(id, values);
+            }
+        }
+        let b = s.last_batch().expect("a batch");
+        assert!(b.num_tokens() <= 16, "budget");
+        for q in &b.seqs {
+            assert_eq!(q.prefix_len, 0, "no prefix");
+            assert_eq!(q.num_logits, 1);
+        }
+    }
+    for (i, p) in prompts.iter().enumerate() {
+        let hot = got[&(i as u64)].iter().position(|&v| v == 1.0).expect("one-hot");
+        assert_eq!(hot as u64, chain(p) % 37, "prompt {i}");
+    }
+    assert_eq!(s.stats().num_prefill_chunks, 0);
+    s.check_pages().expect("pages accounted for");
+    assert_eq!(s.free_pages(), 300, "every page free again");
+}

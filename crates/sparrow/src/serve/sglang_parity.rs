@@ -68,6 +68,7 @@ fn samples(flag: &Value) -> Vec<Vec<String>> {
 const TAKEN: &[&str] = &[
     "--model-path",
     "--model",
+    "--is-embedding",
     "--tokenizer-path",
     "--host",
     "--port",
