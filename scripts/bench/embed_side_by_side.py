@@ -69,6 +69,9 @@ def worker():
 threading.Thread(target=worker, daemon=True).start()
 class H(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # Headers and body go out in two writes: without TCP_NODELAY, Nagle's algorithm holds the
+    # body until the client's delayed ACK (~40 ms a request).
+    disable_nagle_algorithm = True
     def log_message(self, *a): pass
     def do_GET(self):
         self.send_response(200); self.send_header("Content-Length", "0"); self.end_headers()
@@ -171,8 +174,11 @@ def main():
         servers["llama.cpp"] = (lp, "/health")
         if a.st_python:
             stp = 31513
+            # OpenMP's spinning workers would take the two cores from the HTTP and client threads
+            # between batches: passive waiting, as a CPU deployment configures torch.
+            env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE", KMP_BLOCKTIME="0")
             procs.append(subprocess.Popen([a.st_python, "-c", ST_WRAPPER, os.path.expanduser(a.model_dir), str(stp)],
-                                          stdout=open(out / "st.log", "w"), stderr=subprocess.STDOUT))
+                                          stdout=open(out / "st.log", "w"), stderr=subprocess.STDOUT, env=env))
             servers["sentence-transformers"] = (stp, "/")
         for name, (port, path) in servers.items():
             wait_ready(port, path)
