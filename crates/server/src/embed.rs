@@ -24,20 +24,6 @@ pub struct Embedded {
     pub prompt_tokens: usize,
 }
 
-/// Aborts the engine requests of a dropped HTTP request.
-struct AbortOnDrop {
-    state: AppState,
-    ids: Vec<u64>,
-}
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        for &id in &self.ids {
-            self.state.engine.abort(id);
-        }
-    }
-}
-
 /// The embedding model's facts, or the 400 every embedding route gives a generating server.
 ///
 /// # Errors
@@ -136,7 +122,8 @@ pub fn encode_pair(state: &AppState, field: &str, a: &str, b: &str) -> Result<Ve
 pub async fn run(state: &AppState, inputs: Vec<Vec<u32>>) -> Result<Vec<Embedded>, ApiError> {
     let spec = spec(state)?;
     let start = Instant::now();
-    let mut guard = AbortOnDrop { state: state.clone(), ids: Vec::with_capacity(inputs.len()) };
+    // A client that goes away aborts every input still queued or running.
+    let mut guard = crate::gen::AbortOnDrop { engine: state.engine.clone(), ids: Vec::with_capacity(inputs.len()) };
     let mut rxs = Vec::with_capacity(inputs.len());
     for ids in inputs {
         let id = state.next_engine_id();

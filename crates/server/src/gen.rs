@@ -191,10 +191,10 @@ pub fn prepare(state: &AppState, prompt_ids: Vec<u32>, params: GenParams) -> Res
     Ok(Prepared { prompt_ids, params, max_new })
 }
 
-/// Aborts the engine requests of a dropped stream.
-struct AbortOnDrop {
-    engine: Engine,
-    ids: Vec<u64>,
+/// Aborts the engine requests of a dropped stream (or of a dropped embedding request).
+pub(crate) struct AbortOnDrop {
+    pub(crate) engine: Engine,
+    pub(crate) ids: Vec<u64>,
 }
 
 impl Drop for AbortOnDrop {

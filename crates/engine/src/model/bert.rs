@@ -75,13 +75,8 @@ impl BertConfig {
     pub fn read(dir: &Path) -> Result<BertConfig, EngineError> {
         let cfg = read_json(&dir.join("config.json"))?;
         let err = |m: String| EngineError::model(format!("{}: {m}", dir.join("config.json").display()));
-        let num = |k: &str| -> Result<usize, EngineError> {
-            cfg.get(k)
-                .and_then(Value::as_u64)
-                .map(|v| v as usize)
-                .filter(|&v| v > 0)
-                .ok_or_else(|| err(format!("{k}: missing or not a positive integer")))
-        };
+        let empty = serde_json::Map::new();
+        let num = |k: &str| positive(cfg.as_object().unwrap_or(&empty), k, "", &dir.join("config.json"));
         let act = cfg.get("hidden_act").and_then(Value::as_str).unwrap_or("gelu");
         if act != "gelu" {
             return Err(err(format!("hidden_act {act:?}: only \"gelu\" (erf) is implemented")));
@@ -132,6 +127,17 @@ impl BertConfig {
     fn head_dim(&self) -> usize {
         self.hidden / self.heads
     }
+}
+
+/// The positive integer `key` of `m` (a `config.json`, or a GGUF file's `{arch}.*` keys with
+/// `prefix` naming them).
+///
+/// # Errors
+/// A missing key or one that is not a positive integer, naming `file` and the key.
+fn positive(m: &serde_json::Map<String, Value>, key: &str, prefix: &str, file: &Path) -> Result<usize, EngineError> {
+    m.get(key).and_then(Value::as_u64).map(|v| v as usize).filter(|&v| v > 0).ok_or_else(|| {
+        EngineError::model(format!("{}: {prefix}{key}: missing or not a positive integer", file.display()))
+    })
 }
 
 /// The pooling of the checkpoint's sentence-transformers `Pooling` module (`modules.json`
@@ -187,15 +193,11 @@ struct BertGguf<'a, 'b> {
 
 /// llama.cpp's name of the BERT tensor or module `hf` (`.weight` / `.bias` kept).
 fn bert_gguf_name(hf: &str) -> Option<String> {
-    let (stem, suffix) = match hf.rsplit_once('.') {
-        Some((s, x @ ("weight" | "bias"))) => (s, Some(x)),
-        _ => (hf, None),
-    };
-    let mapped = match stem {
-        "embeddings.word_embeddings" => "token_embd".to_owned(),
-        "embeddings.position_embeddings" => "position_embd".to_owned(),
-        "embeddings.token_type_embeddings" => "token_types".to_owned(),
-        "embeddings.LayerNorm" => "token_embd_norm".to_owned(),
+    super::vb::map_module(hf, |stem| match stem {
+        "embeddings.word_embeddings" => Some("token_embd".to_owned()),
+        "embeddings.position_embeddings" => Some("position_embd".to_owned()),
+        "embeddings.token_type_embeddings" => Some("token_types".to_owned()),
+        "embeddings.LayerNorm" => Some("token_embd_norm".to_owned()),
         _ => {
             let (bid, module) = stem.strip_prefix("encoder.layer.")?.split_once('.')?;
             let bid: usize = bid.parse().ok()?;
@@ -210,12 +212,8 @@ fn bert_gguf_name(hf: &str) -> Option<String> {
                 "output.LayerNorm" => "layer_output_norm",
                 _ => return None,
             };
-            format!("blk.{bid}.{file}")
+            Some(format!("blk.{bid}.{file}"))
         }
-    };
-    Some(match suffix {
-        Some(x) => format!("{mapped}.{x}"),
-        None => mapped,
     })
 }
 
@@ -305,13 +303,7 @@ impl BertModel {
         let ld = file.view()?;
         let keys = ld.arch_keys("bert");
         let err = |m: String| EngineError::model(format!("{}: {m}", path.display()));
-        let num = |k: &str| -> Result<usize, EngineError> {
-            keys.get(k)
-                .and_then(Value::as_u64)
-                .map(|v| v as usize)
-                .filter(|&v| v > 0)
-                .ok_or_else(|| err(format!("bert.{k}: missing")))
-        };
+        let num = |k: &str| positive(&keys, k, "bert.", path);
         if keys.get("attention.causal").and_then(Value::as_bool) == Some(true) {
             return Err(err("bert.attention.causal is true: a causal BERT is not implemented".into()));
         }

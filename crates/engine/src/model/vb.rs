@@ -162,22 +162,28 @@ pub struct GgufTensors<'a, 'b> {
 /// llama.cpp's name for the HF tensor or module `hf` (a trailing `.weight` / `.bias` is kept)
 /// given the architecture's `layer_names`, or `None` when it has no such tensor.
 pub fn gguf_name(layer_names: &[(&str, &str)], hf: &str) -> Option<String> {
-    let (stem, suffix) = match hf.rsplit_once('.') {
-        Some((s, x @ ("weight" | "bias"))) => (s, Some(x)),
-        _ => (hf, None),
-    };
-    let mapped = match stem {
-        "model.embed_tokens" => "token_embd".to_owned(),
-        "model.norm" => "output_norm".to_owned(),
-        "lm_head" => "output".to_owned(),
+    map_module(hf, |stem| match stem {
+        "model.embed_tokens" => Some("token_embd".to_owned()),
+        "model.norm" => Some("output_norm".to_owned()),
+        "lm_head" => Some("output".to_owned()),
         _ => {
             let rest = stem.strip_prefix("model.layers.")?;
             let (bid, module) = rest.split_once('.')?;
             let bid: usize = bid.parse().ok()?;
             let (_, file) = layer_names.iter().find(|(h, _)| *h == module)?;
-            format!("blk.{bid}.{file}")
+            Some(format!("blk.{bid}.{file}"))
         }
+    })
+}
+
+/// `hf` renamed by `module` (which maps a module name, `.weight` / `.bias` stripped), the
+/// suffix put back: the shape of every HF -> llama.cpp name table.
+pub fn map_module(hf: &str, module: impl Fn(&str) -> Option<String>) -> Option<String> {
+    let (stem, suffix) = match hf.rsplit_once('.') {
+        Some((s, x @ ("weight" | "bias"))) => (s, Some(x)),
+        _ => (hf, None),
     };
+    let mapped = module(stem)?;
     Some(match suffix {
         Some(x) => format!("{mapped}.{x}"),
         None => mapped,
