@@ -120,7 +120,11 @@ impl Metrics {
             "Request latency, arrival to last token",
             m.e2e.clone(),
         );
-        registry.register("sglang:num_requests", "Generation requests received", m.requests.clone());
+        registry.register(
+            "sglang:num_requests",
+            "Requests received (each embedding input counts one)",
+            m.requests.clone(),
+        );
         registry.register("sglang:num_running_reqs", "Requests prefilling or decoding", m.running.clone());
         registry.register("sglang:num_queue_reqs", "Requests waiting for admission", m.queued.clone());
         registry.register("sglang:token_usage", "Fraction of KV pages in use", m.token_usage.clone());

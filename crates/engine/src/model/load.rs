@@ -56,16 +56,13 @@ pub fn load_model(args: &EngineArgs) -> Result<(Box<dyn Model>, &'static str, se
                 });
                 Ok((Box::new(m), isa, notes))
             }
-            "llama" => {
+            // Every dense family's `model_type` (`llama`, `mistral`, `qwen2`, `qwen3`, `smollm3`,
+            // `phi3`): the dense loader refuses another, listing the ones it reads.
+            _ => {
                 let m = LlamaModel::load_hf(p, args.threads)?;
                 let isa = m.isa().name();
                 Ok((Box::new(m), isa, serde_json::Value::Null))
             }
-            other => Err(EngineError::Model(format!(
-                "{}: model_type {other:?} is not supported (glm_moe_dsa, llama and bert checkpoints, \
-                 or Llama-family / Gemma 3 / BERT GGUF files)",
-                p.display()
-            ))),
         }
     } else if gguf_architecture(p)? == "bert" {
         let m = crate::model::bert::BertModel::load_gguf(p, args.threads)?;
@@ -164,4 +161,22 @@ fn moe_choice(
             MoeChoice::Buckets(tune.choices())
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A checkpoint directory of any dense family reaches the dense loader (it was refused as
+    /// "not supported" unless its `model_type` was `llama`): without weights, the error is the
+    /// checkpoint's.
+    #[test]
+    fn hf_directories_of_every_dense_family_reach_their_loader() {
+        let dir = tempfile::tempdir().expect("tmp");
+        for mt in ["llama", "mistral", "qwen2", "qwen3", "smollm3", "phi3"] {
+            std::fs::write(dir.path().join("config.json"), format!("{{\"model_type\": \"{mt}\"}}")).expect("write");
+            let e = load_model(&EngineArgs::new(dir.path().to_owned())).err().expect("no weights: an error");
+            assert!(e.to_string().contains("no *.safetensors weights"), "{mt}: {e}");
+        }
+    }
 }

@@ -104,6 +104,18 @@ async fn minilm_matches_sentence_transformers_and_batching_changes_no_bit() {
     for (i, (a, b)) in alone.iter().zip(&batched).enumerate() {
         assert!(a.len() == 1 && a[0] == *b, "sentence {i}: alone differs from batched");
     }
+    // Counted in /metrics: 401 requests at least (200 + 200 alone + 1 by ids of 200 inputs), and
+    // their prompt tokens.
+    let text = client().get(server().url("/metrics")).send().await.expect("metrics").text().await.expect("text");
+    let value = |name: &str| -> f64 {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{name} in /metrics"))
+    };
+    assert!(value("sglang:prompt_tokens_total") >= 3.0 * tokens as f64, "{text}");
+    assert!(value("sglang:num_requests_total") >= 600.0, "{text}");
     // SGLang's /encode gives the same vectors.
     let (st, e) = post(server(), "/encode", json!({"text": g.sentences[3]})).await;
     assert_eq!(st, 200, "{e}");
