@@ -185,6 +185,10 @@ impl Engine {
             bytes_per_token += dn.kv_layout.bytes_per_token();
         }
         let mut derived = derive_config(args, bytes_per_token, info.context_length)?;
+        if embedding.is_some() {
+            // Embedding requests keep no KV: the radix cache would stay empty.
+            derived.disable_radix_cache = true;
+        }
         if needs.whole_sequences() {
             // An encoder computes a sequence in one step: no chunks, no cached prefixes, a
             // budget that holds the longest input.

@@ -46,6 +46,9 @@ pub struct EmbeddingRequest {
     /// vLLM's: keep only the last `k` tokens of each input (`-1`: the model's maximum).
     #[serde(default)]
     pub truncate_prompt_tokens: Option<i64>,
+    /// vLLM's: L2-normalize the embeddings (default true); false returns the pooled values.
+    #[serde(default)]
+    pub normalize: Option<bool>,
     /// OpenAI's end-user id (accepted, unused).
     #[serde(default)]
     pub user: Option<String>,

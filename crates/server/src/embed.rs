@@ -41,33 +41,80 @@ pub fn spec(state: &AppState) -> Result<sparrow_engine::model::EmbeddingSpec, Ap
     })
 }
 
-/// Applies `truncate_prompt_tokens` (vLLM's: keep the last `k` tokens; `-1` means the model's
-/// maximum) to `ids`, then checks the length: an input longer than the model's maximum without
-/// truncation is a 400 naming `field`.
+/// `truncate_prompt_tokens` (vLLM's): `None` when absent, else how many tokens an input may
+/// keep (`-1`: the model's maximum).
 ///
 /// # Errors
-/// [`ApiError::BadRequest`] for an empty input, a `truncate_prompt_tokens` below -1 or above the
-/// maximum, or an over-long input.
-pub fn fit(state: &AppState, field: &str, ids: Vec<u32>, truncate: Option<i64>) -> Result<Vec<u32>, ApiError> {
+/// [`ApiError::BadRequest`] naming `truncate_prompt_tokens` below -1 or above the maximum.
+pub fn truncation(state: &AppState, truncate: Option<i64>) -> Result<Option<usize>, ApiError> {
     let max = state.engine.config().context_length;
-    if ids.is_empty() {
-        return Err(ApiError::bad(field, format!("{field}: the input is empty (no tokens)")));
+    match truncate {
+        None => Ok(None),
+        Some(-1) => Ok(Some(max)),
+        Some(k) if k >= 1 && k as usize <= max => Ok(Some(k as usize)),
+        Some(k) => Err(ApiError::bad(
+            "truncate_prompt_tokens",
+            format!("truncate_prompt_tokens: {k} must be -1 (the model's maximum) or between 1 and {max}"),
+        )),
     }
-    let keep = match truncate {
-        None => None,
-        Some(-1) => Some(max),
-        Some(k) if k >= 1 && k as usize <= max => Some(k as usize),
-        Some(k) => {
-            return Err(ApiError::bad(
-                "truncate_prompt_tokens",
-                format!("truncate_prompt_tokens: {k} must be -1 (the model's maximum) or between 1 and {max}"),
-            ))
-        }
+}
+
+/// A text input (`b`: the second text of a cross-encoder's pair) as token ids with the model's
+/// special tokens (`[CLS] … [SEP]` for BERT, a decoder's BOS), as sentence-transformers and vLLM
+/// tokenize it; with `keep`, cut from the left to `keep` tokens, special tokens kept (HF's
+/// left truncation, what vLLM does with `truncate_prompt_tokens`).
+///
+/// # Errors
+/// [`ApiError::BadRequest`] naming `field`: an empty text, a tokenizer failure, an input longer
+/// than the model's maximum without truncation.
+pub fn text_input(
+    state: &AppState,
+    field: &str,
+    a: &str,
+    b: Option<&str>,
+    keep: Option<usize>,
+) -> Result<Vec<u32>, ApiError> {
+    if a.is_empty() || b.is_some_and(str::is_empty) {
+        return Err(ApiError::bad(field, format!("{field}: the text is empty")));
+    }
+    let t = &state.tokenizer;
+    let ids = match (keep, b) {
+        (Some(k), _) => t.encode_truncated(a, b, k),
+        (None, Some(b)) => t.encode_pair(a, b),
+        (None, None) => t.encode(a, true),
     };
+    checked_len(state, field, ids.map_err(|e| ApiError::bad(field, format!("{field}: {e}")))?)
+}
+
+/// A token-id input, each id checked against the vocabulary; with `keep`, its last `keep`
+/// ids (vLLM's `truncate_prompt_tokens` on token prompts).
+///
+/// # Errors
+/// [`ApiError::BadRequest`] naming `field`: no ids, a negative id or one outside the vocabulary,
+/// an input longer than the model's maximum without truncation.
+pub fn ids_input(state: &AppState, field: &str, ids: &[i64], keep: Option<usize>) -> Result<Vec<u32>, ApiError> {
+    let vocab = state.engine.info().vocab_size;
+    let ids: Vec<u32> = ids
+        .iter()
+        .map(|&t| {
+            u32::try_from(t).ok().filter(|&t| (t as usize) < vocab).ok_or_else(|| {
+                ApiError::bad(field, format!("{field}: token id {t} is outside the vocabulary (0..{vocab})"))
+            })
+        })
+        .collect::<Result<_, _>>()?;
     let ids = match keep {
         Some(k) if ids.len() > k => ids[ids.len() - k..].to_vec(),
         _ => ids,
     };
+    checked_len(state, field, ids)
+}
+
+/// `ids` when the model can take them: not empty, not past its maximum.
+fn checked_len(state: &AppState, field: &str, ids: Vec<u32>) -> Result<Vec<u32>, ApiError> {
+    let max = state.engine.config().context_length;
+    if ids.is_empty() {
+        return Err(ApiError::bad(field, format!("{field}: the input is empty (no tokens)")));
+    }
     if ids.len() > max {
         return Err(ApiError::bad(
             field,
@@ -80,46 +127,14 @@ pub fn fit(state: &AppState, field: &str, ids: Vec<u32>, truncate: Option<i64>) 
     Ok(ids)
 }
 
-/// Token ids from a request's JSON numbers, each checked against the vocabulary.
-///
-/// # Errors
-/// [`ApiError::BadRequest`] naming `field` for a negative id or one outside the vocabulary.
-pub fn checked_ids(state: &AppState, field: &str, ids: &[i64]) -> Result<Vec<u32>, ApiError> {
-    let vocab = state.engine.info().vocab_size;
-    ids.iter()
-        .map(|&t| {
-            u32::try_from(t).ok().filter(|&t| (t as usize) < vocab).ok_or_else(|| {
-                ApiError::bad(field, format!("{field}: token id {t} is outside the vocabulary (0..{vocab})"))
-            })
-        })
-        .collect()
-}
-
-/// Text -> token ids with the model's special tokens (`[CLS] … [SEP]` for BERT, the BOS of a
-/// decoder), as sentence-transformers and vLLM tokenize an input.
-///
-/// # Errors
-/// A tokenizer failure, as a 400 naming `field`.
-pub fn encode(state: &AppState, field: &str, text: &str) -> Result<Vec<u32>, ApiError> {
-    state.tokenizer.encode(text, true).map_err(|e| ApiError::bad(field, format!("{field}: {e}")))
-}
-
-/// A pair `a`, `b` as one input, by the tokenizer's pair template (`[CLS] a [SEP] b [SEP]`), for
-/// a cross-encoder.
-///
-/// # Errors
-/// A tokenizer failure, as a 400 naming `field`.
-pub fn encode_pair(state: &AppState, field: &str, a: &str, b: &str) -> Result<Vec<u32>, ApiError> {
-    state.tokenizer.encode_pair(a, b).map_err(|e| ApiError::bad(field, format!("{field}: {e}")))
-}
-
-/// Runs `inputs` (already fitted) on the engine together; results in input order. Embeddings
-/// come back L2-normalized; a cross-encoder's logits as the model gave them.
+/// Runs `inputs` (from [`text_input`] / [`ids_input`]) on the engine together; results in
+/// input order. Embeddings come back L2-normalized when `normalize` (vLLM's `normalize`,
+/// default true); a cross-encoder's logits as the model gave them.
 ///
 /// # Errors
 /// [`ApiError::Engine`] when the engine fails an input (the others are aborted);
 /// [`ApiError::Unavailable`] when it stopped.
-pub async fn run(state: &AppState, inputs: Vec<Vec<u32>>) -> Result<Vec<Embedded>, ApiError> {
+pub async fn run(state: &AppState, inputs: Vec<Vec<u32>>, normalize: bool) -> Result<Vec<Embedded>, ApiError> {
     let spec = spec(state)?;
     let start = Instant::now();
     // A client that goes away aborts every input still queued or running.
@@ -148,8 +163,8 @@ pub async fn run(state: &AppState, inputs: Vec<Vec<u32>>) -> Result<Vec<Embedded
         }
         let mut v =
             values.ok_or_else(|| ApiError::Engine("the engine finished an input without its embedding".into()))?;
-        if !spec.labels {
-            normalize(&mut v);
+        if normalize && !spec.labels {
+            self::normalize(&mut v);
         }
         state.metrics.e2e.observe(start.elapsed().as_secs_f64());
         out.push(Embedded { values: v, prompt_tokens: n });
@@ -192,7 +207,8 @@ pub fn base64_f32(v: &[f32]) -> String {
     s
 }
 
-/// Cosine similarity of two embeddings (f64 sums).
+/// Cosine similarity of two embeddings (f64 sums), within [−1, 1] (rounding can put a vector's
+/// cosine with itself a hair above 1).
 pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
     let dot: f64 = a.iter().zip(b).map(|(&x, &y)| x as f64 * y as f64).sum();
     let na: f64 = a.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
@@ -200,7 +216,7 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
     if na == 0.0 || nb == 0.0 {
         0.0
     } else {
-        dot / (na * nb)
+        (dot / (na * nb)).clamp(-1.0, 1.0)
     }
 }
 

@@ -231,6 +231,29 @@ impl Tokenizer {
         Ok(self.inner.encode_fast(input, true)?.get_ids().to_vec())
     }
 
+    /// Token ids of `a` (or of the pair `a`, `b`) with special tokens, the text's tokens cut from
+    /// the left until the whole fits `max_len` (a pair: from the longer side first): HF's
+    /// `truncation_side="left"`, what vLLM's `truncate_prompt_tokens` does to a text. The
+    /// special tokens count towards `max_len` and are never cut (`[CLS]` stays first).
+    ///
+    /// # Errors
+    /// [`TokenizerError::Hf`] if the tokenizer fails on the input.
+    pub fn encode_truncated(&self, a: &str, b: Option<&str>, max_len: usize) -> Result<Vec<u32>, TokenizerError> {
+        use tokenizers::utils::truncation::{truncate_encodings, TruncationDirection, TruncationStrategy};
+        let ea = self.inner.encode_fast(a, false)?;
+        let eb = b.map(|b| self.inner.encode_fast(b, false)).transpose()?;
+        let added =
+            self.inner.get_post_processor().map_or(0, |p| tokenizers::PostProcessor::added_tokens(p, eb.is_some()));
+        let params = tokenizers::TruncationParams {
+            max_length: max_len.saturating_sub(added),
+            strategy: TruncationStrategy::LongestFirst,
+            direction: TruncationDirection::Left,
+            stride: 0,
+        };
+        let (ea, eb) = truncate_encodings(ea, eb, &params)?;
+        Ok(self.inner.post_process(ea, eb, true)?.get_ids().to_vec())
+    }
+
     /// Text of `ids`; special tokens are dropped when `skip_special_tokens` is set.
     ///
     /// # Errors

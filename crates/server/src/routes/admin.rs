@@ -43,7 +43,7 @@ pub(super) async fn health_generate(State(s): State<AppState>) -> Response {
     let run = async {
         if s.engine.embedding().is_some() {
             // An embedding server's health check embeds one input instead.
-            return crate::embed::run(&s, vec![ids]).await.map(|_| ());
+            return crate::embed::run(&s, vec![ids], true).await.map(|_| ());
         }
         let prep = gen::prepare(&s, ids, params)?;
         let mut ev = gen::start(&s, prep)?;

@@ -1,7 +1,8 @@
 //! The embedding routes: OpenAI's `/v1/embeddings`, SGLang's `/encode`, vLLM's `/v1/rerank`
 //! (also `/rerank`, `/v2/rerank`) and `/v1/score` (also `/score`). Each reads its typed body
-//! ([`sparrow_protocol::embeddings`]), turns every input into token ids (checked and fitted to the
-//! model's maximum by [`crate::embed::fit`]), runs them together ([`crate::embed::run`]) and
+//! ([`sparrow_protocol::embeddings`]), turns every input into token ids (checked against the
+//! model's maximum, or cut to `truncate_prompt_tokens`, by [`crate::embed::text_input`] and
+//! [`crate::embed::ids_input`]), runs them together ([`crate::embed::run`]) and
 //! renders the answer. A bi-encoder's scores are cosine similarities of normalized embeddings; a
 //! cross-encoder scores each pair jointly (`[CLS] a [SEP] b [SEP]`).
 
@@ -67,45 +68,32 @@ pub(super) async fn embeddings(
             ))
         }
     };
-    let t = req.truncate_prompt_tokens;
+    let keep = embed::truncation(&s, req.truncate_prompt_tokens)?;
     let inputs: Vec<Vec<u32>> = match &req.input {
-        EmbeddingInput::Text(x) => {
-            if x.is_empty() {
-                return Err(ApiError::bad("input", "input: the text is empty"));
-            }
-            vec![embed::fit(&s, "input", embed::encode(&s, "input", x)?, t)?]
-        }
+        EmbeddingInput::Text(x) => vec![embed::text_input(&s, "input", x, None, keep)?],
         EmbeddingInput::Texts(xs) => {
             count_ok("input", xs.len())?;
-            let mut v = Vec::with_capacity(xs.len());
-            for (i, x) in xs.iter().enumerate() {
-                let f = format!("input[{i}]");
-                if x.is_empty() {
-                    return Err(ApiError::bad(&f, format!("{f}: the text is empty")));
-                }
-                v.push(embed::fit(&s, &f, embed::encode(&s, &f, x)?, t)?);
-            }
-            v
+            let f = |i| format!("input[{i}]");
+            xs.iter().enumerate().map(|(i, x)| embed::text_input(&s, &f(i), x, None, keep)).collect::<Result<_, _>>()?
         }
-        EmbeddingInput::Ids(ids) => vec![embed::fit(&s, "input", embed::checked_ids(&s, "input", ids)?, t)?],
+        EmbeddingInput::Ids(ids) => vec![embed::ids_input(&s, "input", ids, keep)?],
         EmbeddingInput::IdLists(ls) => {
             count_ok("input", ls.len())?;
-            let mut v = Vec::with_capacity(ls.len());
-            for (i, ids) in ls.iter().enumerate() {
-                let f = format!("input[{i}]");
-                v.push(embed::fit(&s, &f, embed::checked_ids(&s, &f, ids)?, t)?);
-            }
-            v
+            let f = |i| format!("input[{i}]");
+            ls.iter().enumerate().map(|(i, ids)| embed::ids_input(&s, &f(i), ids, keep)).collect::<Result<_, _>>()?
         }
     };
-    let results = embed::run(&s, inputs).await?;
+    let normalize = req.normalize.unwrap_or(true);
+    let results = embed::run(&s, inputs, normalize).await?;
     let prompt_tokens: usize = results.iter().map(|r| r.prompt_tokens).sum();
     let data = results
         .into_iter()
         .enumerate()
         .map(|(index, Embedded { mut values, .. })| {
-            if let Some(d) = dims {
-                embed::truncate_dims(&mut values, d);
+            match (dims, normalize) {
+                (Some(d), true) => embed::truncate_dims(&mut values, d),
+                (Some(d), false) => values.truncate(d),
+                (None, _) => {}
             }
             let embedding = match base64 {
                 true => EmbeddingValues::Base64(embed::base64_f32(&values)),
@@ -137,38 +125,22 @@ pub(super) async fn encode(
     let (inputs, single) = match (&req.text, &req.input_ids) {
         (Some(_), Some(_)) => return Err(ApiError::bad("text", "send either text or input_ids, not both")),
         (None, None) => return Err(ApiError::bad("text", "text: missing (or send input_ids)")),
-        (Some(TextOrTexts::One(x)), None) => {
-            if x.is_empty() {
-                return Err(ApiError::bad("text", "text: the text is empty"));
-            }
-            (vec![embed::fit(&s, "text", embed::encode(&s, "text", x)?, None)?], true)
-        }
+        (Some(TextOrTexts::One(x)), None) => (vec![embed::text_input(&s, "text", x, None, None)?], true),
         (Some(TextOrTexts::Many(xs)), None) => {
             count_ok("text", xs.len())?;
-            let mut v = Vec::new();
-            for (i, x) in xs.iter().enumerate() {
-                let f = format!("text[{i}]");
-                if x.is_empty() {
-                    return Err(ApiError::bad(&f, format!("{f}: the text is empty")));
-                }
-                v.push(embed::fit(&s, &f, embed::encode(&s, &f, x)?, None)?);
-            }
-            (v, false)
+            let f = |i| format!("text[{i}]");
+            let v = xs.iter().enumerate().map(|(i, x)| embed::text_input(&s, &f(i), x, None, None));
+            (v.collect::<Result<_, _>>()?, false)
         }
-        (None, Some(IdsOrIdLists::One(ids))) => {
-            (vec![embed::fit(&s, "input_ids", embed::checked_ids(&s, "input_ids", ids)?, None)?], true)
-        }
+        (None, Some(IdsOrIdLists::One(ids))) => (vec![embed::ids_input(&s, "input_ids", ids, None)?], true),
         (None, Some(IdsOrIdLists::Many(ls))) => {
             count_ok("input_ids", ls.len())?;
-            let mut v = Vec::new();
-            for (i, ids) in ls.iter().enumerate() {
-                let f = format!("input_ids[{i}]");
-                v.push(embed::fit(&s, &f, embed::checked_ids(&s, &f, ids)?, None)?);
-            }
-            (v, false)
+            let f = |i| format!("input_ids[{i}]");
+            let v = ls.iter().enumerate().map(|(i, ids)| embed::ids_input(&s, &f(i), ids, None));
+            (v.collect::<Result<_, _>>()?, false)
         }
     };
-    let results = embed::run(&s, inputs).await?;
+    let results = embed::run(&s, inputs, true).await?;
     let e2e = start.elapsed().as_secs_f64();
     let mut out: Vec<EncodeResponse> = results
         .into_iter()
@@ -190,43 +162,48 @@ pub(super) async fn encode(
     })
 }
 
-/// Scores of `pairs` (`(text_1, text_2)` index pairs into `a` and `b`): cosine similarities of
-/// the embeddings of every distinct text (each embedded once), or one cross-encoder run per
-/// pair. Returns the scores in pair order and the tokens run.
+/// A text of a scoring request and the field name its errors carry (`query`, `documents[2]`).
+type Named<'a> = (&'a str, String);
+
+/// Scores of `pairs` (`(i, j)`: `a[i]` against `b[j]`): cosine similarities of the embeddings of
+/// every distinct text (each embedded once, whichever side it is on), or one cross-encoder run
+/// per pair. Returns the scores in pair order and the tokens run.
 async fn pair_scores(
     s: &AppState,
-    a: &[&str],
-    b: &[&str],
+    a: &[Named<'_>],
+    b: &[Named<'_>],
     pairs: &[(usize, usize)],
-    truncate: Option<i64>,
-    (fa, fb): (&str, &str),
+    keep: Option<usize>,
 ) -> Result<(Vec<f64>, usize), ApiError> {
     let spec = embed::spec(s)?;
-    let field =
-        |name: &str, list: &[&str], i: usize| if list.len() == 1 { name.to_owned() } else { format!("{name}[{i}]") };
     if spec.labels {
-        let mut inputs = Vec::with_capacity(pairs.len());
-        for &(i, j) in pairs {
-            let f = field(fb, b, j);
-            inputs.push(embed::fit(s, &f, embed::encode_pair(s, &f, a[i], b[j])?, truncate)?);
-        }
-        let rs = embed::run(s, inputs).await?;
+        let inputs = pairs
+            .iter()
+            .map(|&(i, j)| embed::text_input(s, &b[j].1, a[i].0, Some(b[j].0), keep))
+            .collect::<Result<Vec<_>, _>>()?;
+        let rs = embed::run(s, inputs, false).await?;
         let tokens = rs.iter().map(|r| r.prompt_tokens).sum();
         return Ok((rs.iter().map(|r| embed::pair_score(&r.values)).collect(), tokens));
     }
-    let mut inputs = Vec::with_capacity(a.len() + b.len());
-    for (i, x) in a.iter().enumerate() {
-        let f = field(fa, a, i);
-        inputs.push(embed::fit(s, &f, embed::encode(s, &f, x)?, truncate)?);
+    // Each distinct text once: `slot[k]` is the input that embeds text `k` of `a ++ b`.
+    let mut first: std::collections::HashMap<&str, usize> = Default::default();
+    let mut inputs = Vec::new();
+    let mut slot = Vec::with_capacity(a.len() + b.len());
+    for (text, field) in a.iter().chain(b) {
+        let k = match first.get(text) {
+            Some(&k) => k,
+            None => {
+                inputs.push(embed::text_input(s, field, text, None, keep)?);
+                first.insert(text, inputs.len() - 1);
+                inputs.len() - 1
+            }
+        };
+        slot.push(k);
     }
-    for (j, x) in b.iter().enumerate() {
-        let f = field(fb, b, j);
-        inputs.push(embed::fit(s, &f, embed::encode(s, &f, x)?, truncate)?);
-    }
-    let rs = embed::run(s, inputs).await?;
+    let rs = embed::run(s, inputs, true).await?;
     let tokens = rs.iter().map(|r| r.prompt_tokens).sum();
-    let (ea, eb) = rs.split_at(a.len());
-    Ok((pairs.iter().map(|&(i, j)| embed::cosine(&ea[i].values, &eb[j].values)).collect(), tokens))
+    let vec_of = |k: usize| &rs[slot[k]].values;
+    Ok((pairs.iter().map(|&(i, j)| embed::cosine(vec_of(i), vec_of(a.len() + j))).collect(), tokens))
 }
 
 /// `POST /v1/rerank`: documents by relevance to the query, best first.
@@ -236,26 +213,21 @@ pub(super) async fn rerank(
 ) -> Result<Response, ApiError> {
     embed::spec(&s)?;
     let (req, _) = typed_body::<RerankRequest>(&body)?;
-    if req.query.is_empty() {
-        return Err(ApiError::bad("query", "query: the text is empty"));
-    }
     if req.documents.is_empty() {
         return Err(ApiError::bad("documents", "documents: the list is empty; send at least one document"));
     }
     count_ok("documents", req.documents.len())?;
-    let docs: Vec<&str> = req.documents.iter().map(|d| d.text()).collect();
-    if let Some(i) = docs.iter().position(|d| d.is_empty()) {
-        return Err(ApiError::bad(&format!("documents[{i}]"), format!("documents[{i}]: the text is empty")));
-    }
+    let docs: Vec<Named<'_>> =
+        req.documents.iter().enumerate().map(|(i, d)| (d.text(), format!("documents[{i}]"))).collect();
     let top_n = match req.top_n {
         None | Some(0) => docs.len(),
         Some(n) if n > 0 => (n as usize).min(docs.len()),
         Some(n) => return Err(ApiError::bad("top_n", format!("top_n: {n} must not be negative"))),
     };
+    let keep = embed::truncation(&s, req.truncate_prompt_tokens)?;
     let pairs: Vec<(usize, usize)> = (0..docs.len()).map(|j| (0, j)).collect();
-    let (scores, tokens) =
-        pair_scores(&s, &[req.query.as_str()], &docs, &pairs, req.truncate_prompt_tokens, ("query", "documents"))
-            .await?;
+    let query = [(req.query.as_str(), "query".to_owned())];
+    let (scores, tokens) = pair_scores(&s, &query, &docs, &pairs, keep).await?;
     let mut order: Vec<usize> = (0..docs.len()).collect();
     // Best first; equal scores keep the documents' order.
     order.sort_by(|&x, &y| scores[y].total_cmp(&scores[x]).then(x.cmp(&y)));
@@ -265,7 +237,7 @@ pub(super) async fn rerank(
         .take(top_n)
         .map(|j| RerankResult {
             index: j,
-            document: with_docs.then(|| RerankDocumentOut { text: docs[j] }),
+            document: with_docs.then(|| RerankDocumentOut { text: docs[j].0 }),
             relevance_score: scores[j],
         })
         .collect();
@@ -274,29 +246,29 @@ pub(super) async fn rerank(
     Ok(Json(RerankResponse { id, model: &s.model_id, usage, results }).into_response())
 }
 
-/// `POST /v1/score`: `text_1` against `text_2`, one to one, one to many, or pairwise for lists
-/// of one length (vLLM's rule).
+/// Borrowed `(text, field)` pairs of owned ones.
+fn view(v: &[(String, String)]) -> Vec<Named<'_>> {
+    v.iter().map(|(t, f)| (t.as_str(), f.clone())).collect()
+}
+
+/// `POST /v1/score`: `text_1` against `text_2`, one to many (one `text_1`, as a string or a list
+/// of one) or pair by pair (lists of one length), vLLM's rule.
 pub(super) async fn score(
     State(s): State<AppState>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     embed::spec(&s)?;
     let (req, _) = typed_body::<ScoreRequest>(&body)?;
-    let list = |t: &TextOrTexts| -> Vec<String> {
+    // A string is named by its field, a list's items by their index.
+    let named = |t: &'_ TextOrTexts, name: &str| -> Vec<(String, String)> {
         match t {
-            TextOrTexts::One(x) => vec![x.clone()],
-            TextOrTexts::Many(xs) => xs.clone(),
+            TextOrTexts::One(x) => vec![(x.clone(), name.to_owned())],
+            TextOrTexts::Many(xs) => xs.iter().enumerate().map(|(i, x)| (x.clone(), format!("{name}[{i}]"))).collect(),
         }
     };
-    let (a, b) = (list(&req.text_1), list(&req.text_2));
+    let (a, b) = (named(&req.text_1, "text_1"), named(&req.text_2, "text_2"));
     count_ok("text_1", a.len())?;
     count_ok("text_2", b.len())?;
-    for (name, l) in [("text_1", &a), ("text_2", &b)] {
-        if let Some(i) = l.iter().position(|x| x.is_empty()) {
-            let f = if l.len() == 1 { name.to_owned() } else { format!("{name}[{i}]") };
-            return Err(ApiError::bad(&f, format!("{f}: the text is empty")));
-        }
-    }
     let pairs: Vec<(usize, usize)> = match (a.len(), b.len()) {
         (1, n) => (0..n).map(|j| (0, j)).collect(),
         (m, n) if m == n => (0..n).map(|j| (j, j)).collect(),
@@ -307,9 +279,9 @@ pub(super) async fn score(
             ))
         }
     };
-    let (ar, br): (Vec<&str>, Vec<&str>) =
-        (a.iter().map(String::as_str).collect(), b.iter().map(String::as_str).collect());
-    let (scores, tokens) = pair_scores(&s, &ar, &br, &pairs, req.truncate_prompt_tokens, ("text_1", "text_2")).await?;
+    let keep = embed::truncation(&s, req.truncate_prompt_tokens)?;
+    let (va, vb): (Vec<Named<'_>>, Vec<Named<'_>>) = (view(&a), view(&b));
+    let (scores, tokens) = pair_scores(&s, &va, &vb, &pairs, keep).await?;
     let data =
         scores.into_iter().enumerate().map(|(index, score)| ScoreData { index, object: "score", score }).collect();
     let usage = ScoreUsage { prompt_tokens: tokens as u64, total_tokens: tokens as u64, completion_tokens: 0 };

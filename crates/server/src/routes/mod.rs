@@ -47,6 +47,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/chat/completions", post(chat))
         .route("/v1/responses", post(responses_create))
         .route("/v1/messages", post(anthropic::messages))
+        .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/generate", post(generate))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), generation_only));
     Router::new()
@@ -65,7 +66,6 @@ pub fn app(state: AppState) -> Router {
         .route("/metrics", get(metrics))
         .merge(generation)
         .route("/v1/responses/{id}", get(responses_get).delete(responses_delete))
-        .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/v1/embeddings", post(embed::embeddings))
         .route("/encode", post(embed::encode))
         .route("/v1/rerank", post(embed::rerank))
@@ -115,7 +115,11 @@ fn typed_body<T: serde::de::DeserializeOwned>(
             inner
         };
         if path == "." {
-            ApiError::bad_body(inner)
+            // serde's "missing field `x`" at the top level: the field is `x`.
+            match inner.strip_prefix("missing field `").and_then(|r| r.split_once('`')) {
+                Some((field, _)) => ApiError::bad(field, inner.clone()),
+                None => ApiError::bad_body(inner),
+            }
         } else {
             ApiError::bad(&path, format!("{path}: {inner}"))
         }

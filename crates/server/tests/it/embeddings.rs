@@ -201,6 +201,22 @@ async fn rerank_and_score_have_vllms_shapes() {
     let (st, v) = post(server(), "/score", json!({"text_1": [q, q], "text_2": [docs[1], docs[2]]})).await;
     assert_eq!(st, 200, "{v}");
     assert!((v["data"][1]["score"].as_f64().expect("score") - want[2]).abs() < 1e-6);
+    // Each distinct text is embedded once: "cat" four times is one input of 3 tokens; a text
+    // with itself scores at most 1.
+    let (st, v) = post(server(), "/v1/score", json!({"text_1": ["cat", "cat"], "text_2": ["cat", "cat"]})).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["usage"]["prompt_tokens"], 3, "{v}");
+    for d in v["data"].as_array().expect("data") {
+        let x = d["score"].as_f64().expect("score");
+        assert!(x <= 1.0 && x > 0.999_999, "{v}");
+    }
+    // vLLM's `normalize: false`: the pooled values as the model gave them.
+    let raw = embed(json!({"input": [q], "normalize": false})).await;
+    let n: f64 = raw[0].iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
+    assert!((n - 1.0).abs() > 0.01, "not normalized: norm {n}");
+    for (a, b) in raw[0].iter().zip(&e[0]) {
+        assert!((*a as f64 / n - *b as f64).abs() < 1e-6);
+    }
 }
 
 async fn refused(s: &TestServer, path: &str, body: Value, param: &str) -> String {
@@ -221,10 +237,30 @@ async fn bad_input_is_a_400_naming_the_field() {
     let long = "word ".repeat(400);
     let m = refused(s, "/v1/embeddings", json!({"input": long}), "input").await;
     assert!(m.contains("256"), "{m}");
-    // vLLM's truncate_prompt_tokens keeps the last k tokens.
+    // vLLM's truncate_prompt_tokens keeps the last k tokens of a text, special tokens kept:
+    // `[CLS]` + the text's last k − 2 tokens + `[SEP]` (HF's left truncation).
     let (st, v) = post(s, "/v1/embeddings", json!({"input": long, "truncate_prompt_tokens": 100})).await;
     assert_eq!((st, v["usage"]["prompt_tokens"].as_u64()), (200, Some(100)), "{v}");
+    let (_, t) = post(s, "/tokenize", json!({"text": long, "add_special_tokens": false})).await;
+    let content: Vec<u64> = serde_json::from_value(t["tokens"].clone()).expect("ids");
+    let mut want: Vec<u64> = vec![101];
+    want.extend(&content[content.len() - 98..]);
+    want.push(102);
+    let by_ids = embed(json!({"input": [want]})).await;
+    assert_eq!(floats(&v["data"][0]["embedding"]), by_ids[0], "truncation keeps [CLS] and [SEP]");
+    // On token ids it keeps the last k ids as they are.
+    let (st, v) =
+        post(s, "/v1/embeddings", json!({"input": [[101, 7592, 2088, 102]], "truncate_prompt_tokens": 2})).await;
+    assert_eq!((st, v["usage"]["prompt_tokens"].as_u64()), (200, Some(2)), "{v}");
     refused(s, "/v1/embeddings", json!({"input": long, "truncate_prompt_tokens": 0}), "truncate_prompt_tokens").await;
+    // A missing field is named.
+    refused(s, "/v1/embeddings", json!({}), "input").await;
+    refused(s, "/v1/rerank", json!({"documents": ["d"]}), "query").await;
+    refused(s, "/v1/score", json!({"text_1": "a"}), "text_2").await;
+    // An item of a list is named by its index, even in a list of one.
+    refused(s, "/v1/rerank", json!({"query": "q", "documents": [long]}), "documents[0]").await;
+    refused(s, "/v1/score", json!({"text_1": "q", "text_2": [long]}), "text_2[0]").await;
+    refused(s, "/v1/score", json!({"text_1": long, "text_2": ["x"]}), "text_1").await;
     refused(s, "/v1/rerank", json!({"query": "q", "documents": []}), "documents").await;
     refused(s, "/v1/rerank", json!({"query": "", "documents": ["d"]}), "query").await;
     refused(s, "/v1/score", json!({"text_1": ["a", "b"], "text_2": ["c", "d", "e"]}), "text_2").await;
@@ -233,6 +269,10 @@ async fn bad_input_is_a_400_naming_the_field() {
     refused(s, "/v1/completions", json!({"prompt": "hi", "max_tokens": 4}), "model").await;
     refused(s, "/v1/chat/completions", json!({"messages": [{"role": "user", "content": "hi"}]}), "model").await;
     refused(s, "/generate", json!({"text": "hi"}), "model").await;
+    // Anthropic's routes answer in Anthropic's error shape.
+    let (st, v) = post(s, "/v1/messages/count_tokens", json!({"model": "m", "messages": []})).await;
+    assert_eq!(st, 400, "{v}");
+    assert!(v["error"]["message"].as_str().is_some_and(|m| m.contains("serves embeddings")), "{v}");
     // And embedding routes on a generating one.
     let gen = shared();
     for path in ["/v1/embeddings", "/encode", "/v1/rerank", "/v1/score"] {

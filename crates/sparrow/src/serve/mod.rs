@@ -166,7 +166,14 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         spelled(a.schedule_policy),
         engine.backend(),
     );
-    eprintln!("{}", engine.batch_cap().summary());
+    match engine.embedding() {
+        // Nothing to time: the cap is measured on DECODE steps.
+        Some(_) => eprintln!(
+            "batch cap: max_running_requests={} as derived from the KV pool (an embedding server runs no decode steps)",
+            c.max_running_requests
+        ),
+        None => eprintln!("{}", engine.batch_cap().summary()),
+    }
     match &c.spec {
         Some(s) => eprintln!("{}", s.describe()),
         None => eprintln!("speculative decoding: off"),
@@ -181,7 +188,15 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     if !engine.notes().is_null() {
         eprintln!("model runner: {}", engine.notes());
     }
-    let model_id = a.served_model_name.clone().unwrap_or_else(|| {
+    // A short name (`all-minilm-l6-v2`) is the model's id, not its cache folder's name.
+    let short = a
+        .model_path
+        .as_ref()
+        .filter(|p| !p.exists())
+        .and_then(|p| p.to_str())
+        .filter(|p| sparrow_assets::find_model(p).is_some())
+        .map(str::to_owned);
+    let model_id = a.served_model_name.clone().or(short).unwrap_or_else(|| {
         model_path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into())
     });
     let server_info = json!({
