@@ -108,6 +108,7 @@ fn hf_architecture(model_type: &str) -> &'static str {
         "smollm3" => "SmolLM3ForCausalLM",
         "gemma3" | "gemma3_text" => "Gemma3ForCausalLM",
         "glm_moe_dsa" => "GlmMoeDsaForCausalLM",
+        "bert" => "BertModel",
         _ => "unknown",
     }
 }
