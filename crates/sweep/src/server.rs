@@ -643,7 +643,15 @@ mod tests {
         let log = dir.path().join("server-1.log");
         // A child that ignores nothing, plus a grandchild: both must go on stop.
         let mut s = Server::launch("echo hello; echo oops >&2; sleep 30 & sleep 30", 1, &log).expect("launch");
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Until both lines are in the log (a fixed 300 ms wait failed once on a loaded machine:
+        // the stop came before the shell had printed).
+        let logged = |t: &str| t.contains("out| hello") && t.contains("err| oops");
+        for _ in 0..200 {
+            if std::fs::read_to_string(&log).is_ok_and(|t| logged(&t)) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         assert!(s.exited().is_none());
         let how = s.stop(Duration::from_secs(2)).await;
         assert!(how.contains("SIGINT"), "{how}");
