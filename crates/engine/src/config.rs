@@ -63,20 +63,7 @@ impl SchedulerConfig {
             // lets 0 through only for prompt logprobs).
             return Err(EngineError::InvalidRequest("max_new_tokens must be at least 1".into()));
         }
-        if prompt_len + max_new_tokens.max(1) > self.context_length {
-            return Err(EngineError::InvalidRequest(format!(
-                "prompt of {prompt_len} tokens plus max_new_tokens {max_new_tokens} exceeds the context length of {} tokens",
-                self.context_length
-            )));
-        }
-        let need = prompt_len + max_new_tokens;
-        if need > self.max_total_tokens() {
-            return Err(EngineError::InvalidRequest(format!(
-                "prompt of {prompt_len} tokens plus max_new_tokens {max_new_tokens} needs {need} KV slots; the KV pool holds {} (--max-total-tokens)",
-                self.max_total_tokens()
-            )));
-        }
-        Ok(())
+        self.fits(prompt_len, max_new_tokens)
     }
 
     /// [`SchedulerConfig::admission_check`] for an embedding request: a prompt and nothing
@@ -88,15 +75,26 @@ impl SchedulerConfig {
         if prompt_len == 0 {
             return Err(EngineError::InvalidRequest("the input is empty".into()));
         }
-        if prompt_len > self.context_length {
+        self.fits(prompt_len, 0)
+    }
+
+    /// A prompt of `prompt_len` tokens and `max_new` generated within the context and the
+    /// pool (a generating request keeps room for at least one token).
+    fn fits(&self, prompt_len: usize, max_new: usize) -> Result<(), EngineError> {
+        let what = match max_new {
+            0 => format!("input of {prompt_len} tokens"),
+            n => format!("prompt of {prompt_len} tokens plus max_new_tokens {n}"),
+        };
+        if prompt_len + max_new > self.context_length {
             return Err(EngineError::InvalidRequest(format!(
-                "input of {prompt_len} tokens exceeds the model's maximum of {} tokens",
+                "{what} exceeds the context length of {} tokens",
                 self.context_length
             )));
         }
-        if prompt_len > self.max_total_tokens() {
+        let need = prompt_len + max_new;
+        if need > self.max_total_tokens() {
             return Err(EngineError::InvalidRequest(format!(
-                "input of {prompt_len} tokens needs {prompt_len} KV slots; the KV pool holds {} (--max-total-tokens)",
+                "{what} needs {need} KV slots; the KV pool holds {} (--max-total-tokens)",
                 self.max_total_tokens()
             )));
         }

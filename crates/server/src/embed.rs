@@ -191,20 +191,9 @@ pub fn truncate_dims(v: &mut Vec<f32>, d: usize) {
 /// `encoding_format: "base64"`: the values as little-endian f32 bytes in standard base64, the
 /// encoding OpenAI's SDK decodes with `np.frombuffer(base64.b64decode(s), dtype="float32")`.
 pub fn base64_f32(v: &[f32]) -> String {
-    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    use base64::Engine as _;
     let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-    let mut s = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for c in bytes.chunks(3) {
-        let n = (c[0] as u32) << 16 | (*c.get(1).unwrap_or(&0) as u32) << 8 | *c.get(2).unwrap_or(&0) as u32;
-        for k in 0..4 {
-            if k <= c.len() {
-                s.push(ABC[(n >> (18 - 6 * k) & 63) as usize] as char);
-            } else {
-                s.push('=');
-            }
-        }
-    }
-    s
+    base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
 /// Cosine similarity of two embeddings (f64 sums), within [−1, 1] (rounding can put a vector's

@@ -348,28 +348,31 @@ impl BertModel {
     /// The model from its tensors under HF names (`src`: a checkpoint, or a GGUF file through
     /// [`BertGguf`]).
     fn assemble(cfg: BertConfig, src: &dyn Tensors, name: String, threads: usize) -> Result<BertModel, EngineError> {
-        let root = if src.has("bert.embeddings.word_embeddings.weight") { "bert" } else { "" };
-        let vb = if root.is_empty() { Vb::new(src) } else { Vb::new(src).pp(root) };
+        // A classification checkpoint keeps the encoder under `bert.`.
+        let vb = match src.has("bert.embeddings.word_embeddings.weight") {
+            true => Vb::new(src).pp("bert"),
+            false => Vb::new(src),
+        };
         let (h, f) = (cfg.hidden, cfg.intermediate);
-        let table = |name: &str, rows: usize| vb.matrix(name, rows, h);
         let ln = |vb: &Vb<'_>, name: &str| -> Result<(Vec<f32>, Vec<f32>), EngineError> {
             Ok((vb.vector(&format!("{name}.weight"), h)?, vb.vector(&format!("{name}.bias"), h)?))
         };
+        // Every BERT projection has a bias: a file without one is not this model.
+        let need_bias = |x: Linear| -> Result<Linear, EngineError> {
+            match x.bias {
+                Some(_) => Ok(x),
+                None => Err(EngineError::model(format!("{}: bias missing", x.modules.join(", ")))),
+            }
+        };
         let emb = vb.pp("embeddings");
-        let word = table("embeddings.word_embeddings", cfg.vocab)?;
-        let position = table("embeddings.position_embeddings", cfg.max_positions)?;
-        let token_type = table("embeddings.token_type_embeddings", cfg.type_vocab)?;
+        let word = emb.matrix("word_embeddings", cfg.vocab, h)?;
+        let position = emb.matrix("position_embeddings", cfg.max_positions, h)?;
+        let token_type = emb.matrix("token_type_embeddings", cfg.type_vocab, h)?;
         let ln_embed = ln(&emb, "LayerNorm")?;
         let mut layers = Vec::with_capacity(cfg.layers);
         for l in 0..cfg.layers {
             let lb = vb.pp("encoder.layer").pp(l);
             let att = lb.pp("attention");
-            let need_bias = |x: Linear| -> Result<Linear, EngineError> {
-                match x.bias {
-                    Some(_) => Ok(x),
-                    None => Err(EngineError::model(format!("{}: bias missing", x.modules.join(", ")))),
-                }
-            };
             let q = need_bias(att.linear("self.query", h, h)?)?;
             let k = need_bias(att.linear("self.key", h, h)?)?;
             let v = need_bias(att.linear("self.value", h, h)?)?;
@@ -526,8 +529,7 @@ impl Model for BertModel {
         let mut x = vec![0f32; n * h];
         let (mut pe, mut te) = (vec![0f32; h], vec![0f32; h]);
         for (t, row) in x.chunks_mut(h).enumerate() {
-            let (id, p, ty) =
-                (batch.input_ids[t] as usize, batch.positions[t] as usize, types[t].min(c.type_vocab - 1));
+            let (id, p, ty) = (batch.input_ids[t] as usize, batch.positions[t] as usize, types[t]);
             self.word.row_f32(id, row);
             self.position.row_f32(p, &mut pe);
             self.token_type.row_f32(ty, &mut te);
@@ -589,9 +591,10 @@ impl Model for BertModel {
         // One pooled row per sequence that asked for output.
         let wanted: Vec<&crate::batch::SeqMeta> = batch.seqs.iter().filter(|s| s.num_logits > 0).collect();
         let mut pooled = vec![0f32; wanted.len() * h];
+        // A classification head reads the CLS token.
+        let pooling = if self.head.is_some() { Pooling::Cls } else { c.pooling };
         for (row, s) in pooled.chunks_mut(h).zip(&wanted) {
             let (a, len) = (s.token_start as usize, s.extend_len as usize);
-            let pooling = if self.head.is_some() { Pooling::Cls } else { c.pooling };
             match pooling {
                 Pooling::Cls => row.copy_from_slice(&x[a * h..(a + 1) * h]),
                 Pooling::Last => row.copy_from_slice(&x[(a + len - 1) * h..(a + len) * h]),

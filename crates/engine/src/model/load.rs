@@ -4,6 +4,7 @@
 //! and the MoE implementation (fixed, or autotuned per batch-size bucket) are applied here.
 
 use crate::config::{EngineArgs, MoeRunner};
+use crate::model::bert::BertModel;
 use crate::model::glm5::{Glm5Model, Glm5Options, MoeChoice, MoeImpl};
 use crate::model::llama::LlamaModel;
 use crate::model::Model;
@@ -43,19 +44,7 @@ pub fn load_model(args: &EngineArgs) -> Result<(Box<dyn Model>, &'static str, se
                 let isa = m.isa().name();
                 Ok((Box::new(m), isa, notes))
             }
-            "bert" => {
-                let m = crate::model::bert::BertModel::load_hf(p, args.threads)?;
-                let isa = m.isa().name();
-                let c = m.config();
-                let notes = serde_json::json!({
-                    "embedding": match c.num_labels {
-                        Some(n) => format!("cross-encoder: a classification head of {n} labels scores pairs"),
-                        None => format!("{} pooling of {} values", c.pooling.name(), c.hidden),
-                    },
-                    "max_seq_length": c.max_len,
-                });
-                Ok((Box::new(m), isa, notes))
-            }
+            "bert" => Ok(bert_loaded(BertModel::load_hf(p, args.threads)?)),
             // Every dense family's `model_type` (`llama`, `mistral`, `qwen2`, `qwen3`, `smollm3`,
             // `phi3`): the dense loader refuses another, listing the ones it reads.
             _ => {
@@ -64,43 +53,57 @@ pub fn load_model(args: &EngineArgs) -> Result<(Box<dyn Model>, &'static str, se
                 Ok((Box::new(m), isa, serde_json::Value::Null))
             }
         }
-    } else if gguf_architecture(p)? == "bert" {
-        let m = crate::model::bert::BertModel::load_gguf(p, args.threads)?;
-        let isa = m.isa().name();
-        let c = m.config();
-        let notes = serde_json::json!({"embedding": format!("{} pooling of {} values", c.pooling.name(), c.hidden)});
-        Ok((Box::new(m), isa, notes))
-    } else if gguf_architecture(p)? == crate::model::glm5::gguf::ARCH {
-        // As the other GGUF MoE families: the MoE implementation is fixed (expert-major unless
-        // `--moe-runner-backend` names one), not autotuned.
-        let moe = MoeChoice::Fixed(fixed.unwrap_or(MoeImpl::ExpertMajor));
-        let m = Glm5Model::load_gguf(p, args.threads, Glm5Options { prefill_attn, decode_attn, moe })?;
-        let isa = m.isa().name();
-        let notes = serde_json::json!({"attention": "MLA, absorbed, over the latent cache (no DSA indexer)"});
-        Ok((Box::new(m), isa, notes))
     } else {
-        let mut m = LlamaModel::load(p, args.threads)?;
-        if let Some(f) = fixed {
-            m.set_moe(MoeChoice::Fixed(f));
+        match gguf_architecture(p)?.as_str() {
+            "bert" => Ok(bert_loaded(BertModel::load_gguf(p, args.threads)?)),
+            crate::model::glm5::gguf::ARCH => {
+                // As the other GGUF MoE families: the MoE implementation is fixed (expert-major
+                // unless `--moe-runner-backend` names one), not autotuned.
+                let moe = MoeChoice::Fixed(fixed.unwrap_or(MoeImpl::ExpertMajor));
+                let m = Glm5Model::load_gguf(p, args.threads, Glm5Options { prefill_attn, decode_attn, moe })?;
+                let isa = m.isa().name();
+                let notes = serde_json::json!({"attention": "MLA, absorbed, over the latent cache (no DSA indexer)"});
+                Ok((Box::new(m), isa, notes))
+            }
+            _ => {
+                let mut m = LlamaModel::load(p, args.threads)?;
+                if let Some(f) = fixed {
+                    m.set_moe(MoeChoice::Fixed(f));
+                }
+                let isa = m.isa().name();
+                let windows = &m.config().variant.windows;
+                let sliding: Vec<usize> = windows.iter().flatten().copied().collect();
+                let notes = match sliding.first() {
+                    // What the KV budget assumes, for the start-up line.
+                    Some(w) => serde_json::json!({
+                        "kv_cache": format!(
+                            "every layer keeps the full K/V of a sequence (the KV budget counts all {} layers); \
+                             {} sliding-window layers read only their last {w} keys, {} global layers read all",
+                            windows.len(),
+                            sliding.len(),
+                            windows.len() - sliding.len()
+                        ),
+                    }),
+                    None => serde_json::Value::Null,
+                };
+                Ok((Box::new(m), isa, notes))
+            }
         }
-        let isa = m.isa().name();
-        let windows = &m.config().variant.windows;
-        let sliding: Vec<usize> = windows.iter().flatten().copied().collect();
-        let notes = match sliding.first() {
-            // What the KV budget assumes, for the start-up line.
-            Some(w) => serde_json::json!({
-                "kv_cache": format!(
-                    "every layer keeps the full K/V of a sequence (the KV budget counts all {} layers); \
-                     {} sliding-window layers read only their last {w} keys, {} global layers read all",
-                    windows.len(),
-                    sliding.len(),
-                    windows.len() - sliding.len()
-                ),
-            }),
-            None => serde_json::Value::Null,
-        };
-        Ok((Box::new(m), isa, notes))
     }
+}
+
+/// A loaded encoder with its kernel ISA name and start-up notes (what it returns per input).
+fn bert_loaded(m: BertModel) -> (Box<dyn Model>, &'static str, serde_json::Value) {
+    let isa = m.isa().name();
+    let c = m.config();
+    let notes = serde_json::json!({
+        "embedding": match c.num_labels {
+            Some(n) => format!("cross-encoder: a classification head of {n} labels scores pairs"),
+            None => format!("{} pooling of {} values", c.pooling.name(), c.hidden),
+        },
+        "max_seq_length": c.max_len,
+    });
+    (Box::new(m), isa, notes)
 }
 
 /// The `general.architecture` of GGUF file `p`.

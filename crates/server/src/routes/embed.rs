@@ -175,8 +175,7 @@ async fn pair_scores(
     pairs: &[(usize, usize)],
     keep: Option<usize>,
 ) -> Result<(Vec<f64>, usize), ApiError> {
-    let spec = embed::spec(s)?;
-    if spec.labels {
+    if embed::spec(s)?.labels {
         let inputs = pairs
             .iter()
             .map(|&(i, j)| embed::text_input(s, &b[j].1, a[i].0, Some(b[j].0), keep))

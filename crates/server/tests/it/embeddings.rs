@@ -17,23 +17,8 @@ struct Golden {
 }
 
 fn b64decode(s: &str) -> Vec<u8> {
-    let val = |c: u8| -> u32 {
-        match c {
-            b'A'..=b'Z' => (c - b'A') as u32,
-            b'a'..=b'z' => (c - b'a' + 26) as u32,
-            b'0'..=b'9' => (c - b'0' + 52) as u32,
-            b'+' => 62,
-            b'/' => 63,
-            _ => panic!("not base64: {c}"),
-        }
-    };
-    let mut out = Vec::with_capacity(s.len() / 4 * 3);
-    for chunk in s.as_bytes().chunks(4) {
-        let pad = chunk.iter().filter(|&&c| c == b'=').count();
-        let n = chunk.iter().filter(|&&c| c != b'=').enumerate().fold(0u32, |n, (i, &c)| n | val(c) << (18 - 6 * i));
-        out.extend_from_slice(&n.to_be_bytes()[1..4 - pad]);
-    }
-    out
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.decode(s).expect("base64")
 }
 
 fn golden() -> &'static Golden {
