@@ -42,6 +42,79 @@ pub struct SchedulerConfig {
     /// [`crate::model::AttentionNeeds::whole_sequences`]): admission waits for a step whose
     /// budget holds the whole prompt; the prefill budget is at least the context.
     pub whole_prompts: bool,
+    /// Who waits and who goes first: priority, fair prefill, the queue deadline.
+    pub queue: QueueConfig,
+}
+
+/// Queueing policy beyond the admission order ([`SchedulePolicy`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueConfig {
+    /// Priority scheduling (SGLang's `--enable-priority-scheduling`); `None`: off, a request's
+    /// `priority` is ignored.
+    pub priority: Option<PriorityConfig>,
+    /// Fair prefill (`None`: off, `--disable-fair-prefill`): see [`FairPrefill`].
+    pub fair_prefill: Option<FairPrefill>,
+    /// A request still waiting for its first admission after this long is answered with
+    /// [`crate::request::FinishReason::Overloaded`] (`--queue-timeout`; `None`: it waits).
+    pub queue_timeout: Option<std::time::Duration>,
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        QueueConfig { priority: None, fair_prefill: Some(FairPrefill::default()), queue_timeout: None }
+    }
+}
+
+/// Priority scheduling, after SGLang's `schedule_policy.py` (`--enable-priority-scheduling`).
+/// The waiting queue is ordered by priority, then by the admission policy; a waiting request
+/// that cannot be admitted (no pages, or `max_running_requests` reached) retracts the running
+/// request of the lowest priority when its own priority is better by more than
+/// `preemption_threshold` (the retracted request recomputes later, exactly, as after any
+/// retraction).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PriorityConfig {
+    /// Smaller values run first (`--schedule-low-priority-values-first`); by default larger
+    /// values do, as in SGLang.
+    pub low_values_first: bool,
+    /// Preempt running requests for better ones (off: `--disable-priority-preemption`).
+    pub preemption: bool,
+    /// `--priority-scheduling-preemption-threshold` (SGLang's default 10).
+    pub preemption_threshold: i64,
+    /// The priority of a request that gives none (`--default-priority-value`, default 0).
+    pub default_priority: i64,
+}
+
+impl PriorityConfig {
+    /// Higher is more urgent, whichever way the values are read.
+    pub fn urgency(&self, priority: i64) -> i64 {
+        if self.low_values_first {
+            priority.saturating_neg()
+        } else {
+            priority
+        }
+    }
+}
+
+/// Fair prefill, after vLLM's partial prefills (`--long-prefill-token-threshold`,
+/// `--max-long-partial-prefills`): while requests wait, a running prompt whose remainder is
+/// longer than the threshold does not hold the step's prefill budget alone. Such *long*
+/// prefill chunks take only what decode rows, short prompt chunks and new admissions leave,
+/// and new admissions take at most half the budget while a long prefill runs (so a stream of
+/// arrivals at most doubles a long prompt's prefill). A long waiting prompt is admitted only
+/// while fewer than `max_long_partial_prefills` long prefills run; shorter requests behind it
+/// go first meanwhile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FairPrefill {
+    /// Prompt tokens left above which a prefill is long; 0: the step's prefill budget.
+    pub long_prefill_token_threshold: usize,
+    /// Long prefills running at once (at least 1).
+    pub max_long_partial_prefills: usize,
+}
+
+impl Default for FairPrefill {
+    fn default() -> Self {
+        FairPrefill { long_prefill_token_threshold: 0, max_long_partial_prefills: 1 }
+    }
 }
 
 impl SchedulerConfig {
@@ -223,6 +296,13 @@ pub struct EngineArgs {
     /// Serve embeddings instead of generation (SGLang's `--is-embedding`); an encoder-only
     /// model (BERT) serves embeddings either way.
     pub is_embedding: bool,
+    /// Priority, fair prefill and the queue deadline (see [`QueueConfig`]).
+    pub queue: QueueConfig,
+    /// `--max-queued-requests`: requests waiting for their first admission beyond which new
+    /// ones are refused ([`EngineError::QueueFull`]); `None`: no limit.
+    pub max_queued_requests: Option<usize>,
+    /// The hierarchical cache's file tier (`--enable-hierarchical-cache`); `None`: off.
+    pub hicache: Option<crate::kv::hicache::HiCacheArgs>,
 }
 
 impl EngineArgs {
@@ -251,6 +331,9 @@ impl EngineArgs {
             eos: Vec::new(),
             speculative: None,
             is_embedding: false,
+            queue: QueueConfig::default(),
+            max_queued_requests: None,
+            hicache: None,
         }
     }
 }
@@ -322,5 +405,6 @@ pub fn derive_config(
         policy: args.schedule_policy,
         spec: args.speculative.clone(),
         whole_prompts: false,
+        queue: args.queue.clone(),
     })
 }

@@ -10,6 +10,7 @@
 
 use std::panic::AssertUnwindSafe;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -53,6 +54,28 @@ pub struct Engine {
     eos: Vec<u32>,
     /// What an embedding engine returns per request (none: it generates).
     embedding: Option<crate::model::EmbeddingSpec>,
+    /// Requests submitted and not yet admitted once (see [`Engine::check_queue`]).
+    queued: Arc<AtomicUsize>,
+    /// `--max-queued-requests`.
+    max_queued: Option<usize>,
+}
+
+/// One request's place in the count of queued requests: given back at its first admission,
+/// its end, or when its sink is dropped (the engine thread gone), whichever comes first.
+struct QueueSlot(Option<Arc<AtomicUsize>>);
+
+impl QueueSlot {
+    fn release(&mut self) {
+        if let Some(q) = self.0.take() {
+            q.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for QueueSlot {
+    fn drop(&mut self) {
+        self.release();
+    }
 }
 
 impl std::fmt::Debug for Engine {
@@ -231,6 +254,8 @@ impl Engine {
             eos: args.eos.clone(),
             kv_layout: needs.kv_layout.clone(),
             embedding,
+            queued: Arc::new(AtomicUsize::new(0)),
+            max_queued: args.max_queued_requests,
         })
     }
 
@@ -253,7 +278,35 @@ impl Engine {
             }
             _ => {}
         }
-        self.tx.send(Command::Submit(req, sink)).map_err(|_| EngineError::Stopped)
+        self.queued.fetch_add(1, Ordering::Relaxed);
+        let mut slot = QueueSlot(Some(self.queued.clone()));
+        let mut sink = sink;
+        let counted: Sink = Box::new(move |o| {
+            if matches!(o, Output::Started { .. } | Output::Finished { .. }) {
+                slot.release();
+            }
+            sink(o)
+        });
+        self.tx.send(Command::Submit(req, counted)).map_err(|_| EngineError::Stopped)
+    }
+
+    /// Admission control (SGLang's `--max-queued-requests`): refuses a new request while the
+    /// limit's worth of submitted requests wait for their first admission. Called once per
+    /// API request, before its engine requests (choices, inputs) are submitted, so one API
+    /// request is refused or served whole.
+    ///
+    /// # Errors
+    /// [`EngineError::QueueFull`] with the limit.
+    pub fn check_queue(&self) -> Result<(), EngineError> {
+        match self.max_queued {
+            Some(m) if self.queued.load(Ordering::Relaxed) >= m => Err(EngineError::QueueFull(m)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Requests submitted and not yet admitted once.
+    pub fn queued(&self) -> usize {
+        self.queued.load(Ordering::Relaxed)
     }
 
     /// Asks the engine to end a request; harmless if it already finished.

@@ -63,6 +63,9 @@ pub enum EngineError {
     /// The engine thread is gone.
     #[error("the engine has stopped")]
     Stopped,
+    /// `--max-queued-requests` requests are waiting: this one is refused (SGLang answers 503).
+    #[error("the request queue is full ({0} requests waiting, the server's --max-queued-requests); retry later")]
+    QueueFull(usize),
 }
 
 impl EngineError {

@@ -28,6 +28,9 @@ pub struct NewRequest {
     /// generated (`max_new_tokens`, sampling, stops and logprobs are ignored) and no KV is
     /// kept after the forward.
     pub embed: bool,
+    /// Scheduling priority (SGLang's and vLLM's request field `priority`), used only under
+    /// priority scheduling ([`crate::config::PriorityConfig`]); `None`: the server's default.
+    pub priority: Option<i64>,
 }
 
 impl NewRequest {
@@ -43,6 +46,7 @@ impl NewRequest {
             logprobs: LogprobSpec::default(),
             constraint: None,
             embed: true,
+            priority: None,
         }
     }
 }
@@ -130,6 +134,10 @@ pub enum FinishReason {
     Abort,
     /// The engine could not run the request.
     Error(String),
+    /// The server was too busy to start the request (it waited past `--queue-timeout`, or a
+    /// better-priority arrival took its place in a full queue); nothing was computed. Servers
+    /// answer it as 503 with `Retry-After`.
+    Overloaded(String),
 }
 
 /// Token accounting of a finished request (OpenAI `usage`).

@@ -134,18 +134,28 @@ fn checked_len(state: &AppState, field: &str, ids: Vec<u32>) -> Result<Vec<u32>,
 /// # Errors
 /// [`ApiError::Engine`] when the engine fails an input (the others are aborted);
 /// [`ApiError::Unavailable`] when it stopped.
-pub async fn run(state: &AppState, inputs: Vec<Vec<u32>>, normalize: bool) -> Result<Vec<Embedded>, ApiError> {
+pub async fn run(
+    state: &AppState,
+    inputs: Vec<Vec<u32>>,
+    normalize: bool,
+    priority: Option<i64>,
+) -> Result<Vec<Embedded>, ApiError> {
     let spec = spec(state)?;
     let start = Instant::now();
     // A client that goes away aborts every input still queued or running.
     let mut guard = crate::gen::AbortOnDrop { engine: state.engine.clone(), ids: Vec::with_capacity(inputs.len()) };
+    if let Err(e) = state.engine.check_queue() {
+        state.metrics.queue_full.inc();
+        return Err(e.into());
+    }
     let mut rxs = Vec::with_capacity(inputs.len());
     for ids in inputs {
         let id = state.next_engine_id();
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let n = ids.len();
         state.metrics.requests.inc();
-        state.engine.submit(NewRequest::embedding(id, ids), Box::new(move |o| tx.send(o).is_ok()))?;
+        let req = NewRequest { priority, ..NewRequest::embedding(id, ids) };
+        state.engine.submit(req, Box::new(move |o| tx.send(o).is_ok()))?;
         guard.ids.push(id);
         rxs.push((rx, n));
     }
@@ -156,6 +166,9 @@ pub async fn run(state: &AppState, inputs: Vec<Vec<u32>>, normalize: bool) -> Re
             match rx.recv().await {
                 Some(Output::Embedding { values: v, .. }) => values = Some(v),
                 Some(Output::Finished { reason: FinishReason::Error(e), .. }) => return Err(ApiError::Engine(e)),
+                Some(Output::Finished { reason: FinishReason::Overloaded(e), .. }) => {
+                    return Err(ApiError::Overloaded(e))
+                }
                 Some(Output::Finished { .. }) => break,
                 Some(_) => {}
                 None => return Err(ApiError::Unavailable),

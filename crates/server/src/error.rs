@@ -40,6 +40,10 @@ pub enum ApiError {
     /// `--max-connections` connections are open; this one is answered and closed (503).
     #[error("the server has {0} connections open (its --max-connections); retry shortly")]
     TooManyConnections(usize),
+    /// The server is too busy to take the request: `--max-queued-requests` waiting, or it
+    /// waited past `--queue-timeout` (503 with `Retry-After`, as SGLang refuses a full queue).
+    #[error("{0}")]
+    Overloaded(String),
     /// The request body stopped arriving for `--timeout-body-read` seconds (408).
     #[error("the request body stopped arriving (nothing for the server's --timeout-body-read seconds)")]
     BodyTimeout,
@@ -77,7 +81,7 @@ impl ApiError {
             ApiError::Engine(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
-            ApiError::TooManyConnections(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::TooManyConnections(_) | ApiError::Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
         }
     }
@@ -91,7 +95,10 @@ impl ApiError {
             | ApiError::Unauthorized
             | ApiError::BodyTimeout => "invalid_request_error",
             ApiError::NotFound(_) => "not_found_error",
-            ApiError::Engine(_) | ApiError::Unavailable | ApiError::TooManyConnections(_) => "server_error",
+            ApiError::Engine(_)
+            | ApiError::Unavailable
+            | ApiError::TooManyConnections(_)
+            | ApiError::Overloaded(_) => "server_error",
         };
         let mut b = ErrorBody::new(self.to_string(), kind, self.status().as_u16());
         if let ApiError::BadRequest { param, .. } = self {
@@ -101,9 +108,16 @@ impl ApiError {
     }
 }
 
+/// Seconds an overloaded server asks a client to wait (`Retry-After` of a 503).
+pub const RETRY_AFTER_S: &str = "1";
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status(), axum::Json(self.body())).into_response()
+        let mut r = (self.status(), axum::Json(self.body())).into_response();
+        if matches!(self, ApiError::Overloaded(_)) {
+            r.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from_static(RETRY_AFTER_S));
+        }
+        r
     }
 }
 
@@ -113,6 +127,7 @@ impl From<sparrow_engine::EngineError> for ApiError {
         match e {
             E::InvalidRequest(m) => ApiError::bad_body(m),
             E::Stopped => ApiError::Unavailable,
+            E::QueueFull(_) => ApiError::Overloaded(e.to_string()),
             other => ApiError::Engine(other.to_string()),
         }
     }

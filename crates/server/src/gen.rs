@@ -58,6 +58,17 @@ pub struct Finish {
     pub spec: sparrow_engine::spec::SpecCounts,
     /// Set when the engine failed the request.
     pub error: Option<String>,
+    /// The engine did not start the request for overload (`error` says why): a 503 with
+    /// `Retry-After`, not a 500.
+    pub overloaded: bool,
+}
+
+impl Finish {
+    /// The API error of a failed choice: 503 when the server was overloaded, else 500.
+    pub fn api_error(&self) -> Option<ApiError> {
+        let e = self.error.clone()?;
+        Some(if self.overloaded { ApiError::Overloaded(e) } else { ApiError::Engine(e) })
+    }
 }
 
 /// One event of a request's combined choice streams.
@@ -273,7 +284,9 @@ impl Choice {
                     }
                 };
                 text.push_str(&self.stop.finish());
+                let overloaded = matches!(reason, FinishReason::Overloaded(_));
                 let (r, matched, error) = match reason {
+                    FinishReason::Overloaded(e) => (EndReason::Abort, None, Some(e)),
                     FinishReason::Stop(t) => (EndReason::Stop, Some(MatchedStop::Token(t)), None),
                     FinishReason::Length => (EndReason::Length, None, None),
                     FinishReason::GrammarEnd => (EndReason::Stop, None, None),
@@ -287,6 +300,7 @@ impl Choice {
                     cached_tokens: usage.cached_tokens,
                     spec: usage.spec,
                     error,
+                    overloaded,
                 };
                 let mut ev = Vec::new();
                 if !text.is_empty() {
@@ -317,6 +331,7 @@ impl Choice {
             cached_tokens,
             spec: Default::default(),
             error: None,
+            overloaded: false,
         };
         vec![ChoiceEvent::Text { index, text, tokens: self.tokens, logprob }, ChoiceEvent::Done { index, finish }]
     }
@@ -341,6 +356,7 @@ pub fn start(state: &AppState, prep: Prepared) -> Result<BoxStream<'static, Choi
         no_stop_trim,
         logprobs,
         constraint,
+        priority,
         ..
     } = prep.params;
     // Every choice's grammar compiles before anything is submitted: a bad schema is a 400.
@@ -376,10 +392,15 @@ pub fn start(state: &AppState, prep: Prepared) -> Result<BoxStream<'static, Choi
                     cached_tokens: 0,
                     spec: Default::default(),
                     error: None,
+                    overloaded: false,
                 },
             })
             .collect();
         return Ok(stream::iter(events).boxed());
+    }
+    if let Err(e) = state.engine.check_queue() {
+        state.metrics.queue_full.inc();
+        return Err(e.into());
     }
     let mut guard = AbortOnDrop { engine: state.engine.clone(), ids: Vec::with_capacity(n) };
     let mut streams = Vec::with_capacity(n);
@@ -399,6 +420,7 @@ pub fn start(state: &AppState, prep: Prepared) -> Result<BoxStream<'static, Choi
             logprobs: logprobs.clone(),
             constraint,
             embed: false,
+            priority,
         };
         state.engine.submit(req, Box::new(move |o| tx.send(o).is_ok()))?;
         guard.ids.push(id);

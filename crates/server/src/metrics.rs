@@ -51,6 +51,15 @@ pub struct Metrics {
     pub open_connections: Gauge,
     /// Connections refused past `--max-connections` (answered 503 or closed unanswered).
     pub refused_connections: Counter,
+    /// Requests refused with 503 because `--max-queued-requests` were waiting.
+    pub queue_full: Counter,
+    queue_timeouts: Counter,
+    preemptions: Counter,
+    storage_hit_tokens: Counter,
+    storage_write_pages: Counter,
+    storage_load_pages: Counter,
+    storage_bad_blocks: Counter,
+    storage_bytes: Gauge,
     /// Bytes of weights the model holds.
     pub weight_bytes: Gauge,
     /// Bytes of weights one token reads (a MoE model: its routed experts, not all).
@@ -108,6 +117,14 @@ impl Metrics {
             spec_accepted_tokens: Counter::default(),
             open_connections: Gauge::default(),
             refused_connections: Counter::default(),
+            queue_full: Counter::default(),
+            queue_timeouts: Counter::default(),
+            preemptions: Counter::default(),
+            storage_hit_tokens: Counter::default(),
+            storage_write_pages: Counter::default(),
+            storage_load_pages: Counter::default(),
+            storage_bad_blocks: Counter::default(),
+            storage_bytes: Gauge::default(),
             weight_bytes: Gauge::default(),
             active_weight_bytes: Gauge::default(),
             last_rate: Mutex::new(None),
@@ -183,6 +200,42 @@ impl Metrics {
             "Speculative decoding: proposed tokens accepted",
             m.spec_accepted_tokens.clone(),
         );
+        registry.register(
+            "sparrow:queue_full_rejections",
+            "Requests refused with 503 while --max-queued-requests waited",
+            m.queue_full.clone(),
+        );
+        registry.register(
+            "sparrow:queue_timeouts",
+            "Requests answered 503 after waiting past --queue-timeout",
+            m.queue_timeouts.clone(),
+        );
+        registry.register(
+            "sparrow:priority_preemptions",
+            "Running requests retracted for a more urgent one",
+            m.preemptions.clone(),
+        );
+        registry.register(
+            "sparrow:hicache_storage_hit_tokens",
+            "Prompt tokens loaded from the hierarchical cache's file tier",
+            m.storage_hit_tokens.clone(),
+        );
+        registry.register(
+            "sparrow:hicache_storage_write_pages",
+            "KV pages written to the file tier",
+            m.storage_write_pages.clone(),
+        );
+        registry.register(
+            "sparrow:hicache_storage_load_pages",
+            "KV pages loaded back from the file tier",
+            m.storage_load_pages.clone(),
+        );
+        registry.register(
+            "sparrow:hicache_storage_bad_blocks",
+            "File-tier blocks skipped: corrupt, truncated, another model or layout, unreadable",
+            m.storage_bad_blocks.clone(),
+        );
+        registry.register("sparrow:hicache_storage_bytes", "Bytes held by the file tier", m.storage_bytes.clone());
         registry.register("sparrow:http_connections_open", "HTTP connections being served", m.open_connections.clone());
         registry.register(
             "sparrow:http_connections_refused",
@@ -215,6 +268,13 @@ impl Metrics {
         catch_up(&self.retractions, s.num_retractions);
         catch_up(&self.prefill_chunks, s.num_prefill_chunks);
         catch_up(&self.radix_hit_tokens, s.radix_hit_tokens_total);
+        catch_up(&self.queue_timeouts, s.num_queue_timeouts);
+        catch_up(&self.preemptions, s.num_preemptions);
+        catch_up(&self.storage_hit_tokens, s.storage_hit_tokens_total);
+        catch_up(&self.storage_write_pages, s.storage_write_pages_total);
+        catch_up(&self.storage_load_pages, s.storage_load_pages_total);
+        catch_up(&self.storage_bad_blocks, s.storage_bad_blocks_total);
+        self.storage_bytes.set(s.storage_bytes as i64);
         catch_up(&self.spec_verify_ct, s.spec_verify_ct_total);
         catch_up(&self.spec_draft_tokens, s.spec_draft_tokens_total);
         catch_up(&self.spec_accepted_tokens, s.spec_accepted_tokens_total);

@@ -11,6 +11,7 @@
 //! names them): GQA keys and values, or the MLA latent (`kv_lora_rank + qk_rope_head_dim`) and
 //! the DSA indexer key.
 
+pub mod hicache;
 pub mod radix;
 
 /// One per-token, per-layer array of the cache.

@@ -28,6 +28,8 @@ mod draft;
 mod postprocess;
 mod schedule;
 #[cfg(test)]
+mod queue_tests;
+#[cfg(test)]
 mod tests;
 
 pub use crate::config::{SchedulePolicy, SchedulerConfig};
@@ -79,6 +81,13 @@ struct Req {
     draft_kv_len: usize,
     /// An embedding request ([`NewRequest::embed`]).
     embed: bool,
+    /// Its priority ([`NewRequest::priority`] or the configured default; 0 without priority
+    /// scheduling).
+    priority: i64,
+    /// Arrival order (the scheduler's clock at `submit`).
+    arrived: u64,
+    /// Arrival time, for `--queue-timeout`.
+    submitted: std::time::Instant,
 }
 
 /// The grammar masks of rows that sample this step: `(index in running, constraint)` in,
@@ -181,8 +190,24 @@ pub struct SchedulerStats {
     pub free_pages: usize,
     /// Pages held by the radix cache and not locked.
     pub evictable_pages: usize,
-    /// Retractions so far.
+    /// Retractions so far (preemptions included).
     pub num_retractions: u64,
+    /// Of those, running requests retracted for a better-priority arrival.
+    pub num_preemptions: u64,
+    /// Requests answered `Overloaded` after waiting past `--queue-timeout`.
+    pub num_queue_timeouts: u64,
+    /// Hierarchical cache: prompt tokens served from the file tier (part of
+    /// `cached_tokens_total`).
+    pub storage_hit_tokens_total: u64,
+    /// Hierarchical cache: pages written to the file tier.
+    pub storage_write_pages_total: u64,
+    /// Hierarchical cache: pages loaded back from the file tier.
+    pub storage_load_pages_total: u64,
+    /// Hierarchical cache: blocks skipped (corrupt, truncated, another model or layout,
+    /// unreadable) or not written (a full disk).
+    pub storage_bad_blocks_total: u64,
+    /// Hierarchical cache: bytes the file tier holds.
+    pub storage_bytes: u64,
     /// Prompt tokens admitted so far.
     pub prompt_tokens_total: u64,
     /// Of those, served from the radix cache.
@@ -382,6 +407,9 @@ impl Scheduler {
             draft: Vec::new(),
             draft_kv_len: 0,
             embed: r.embed,
+            priority: self.cfg.queue.priority.map_or(0, |p| r.priority.unwrap_or(p.default_priority)),
+            arrived: self.clock,
+            submitted: std::time::Instant::now(),
         });
         Ok(())
     }
@@ -450,6 +478,11 @@ impl Scheduler {
         r.draft_kv_len = 0;
         r.draft.clear();
         self.free_pool_idx.push(r.pool_idx);
+    }
+
+    /// How urgent `r` is under priority scheduling (higher first; all equal when it is off).
+    fn urgency(&self, r: &Req) -> i64 {
+        self.cfg.queue.priority.map_or(0, |p| p.urgency(r.priority))
     }
 
     /// Makes `need` pages free, evicting from the radix cache if needed.

@@ -4,9 +4,11 @@
 //! [`ForwardBatch`] from the page tables (SGLang's `get_next_batch_to_run` /
 //! `PrefillAdder`, nano-vllm's `schedule()`).
 
+use std::cmp::Reverse;
+
 use super::{Req, SchedulePolicy, Scheduler, MIN_NEW_TOKEN_RATIO, NEW_TOKEN_RATIO_DECAY};
 use crate::batch::{ForwardBatch, ForwardMode};
-use crate::request::Output;
+use crate::request::{FinishReason, Output};
 
 /// A scheduled batch: the [`ForwardBatch`] to run and, per row, which running request it
 /// belongs to and how many tokens it computes. Hand it back to
@@ -26,14 +28,18 @@ impl Scheduler {
     pub fn schedule(&mut self, out: &mut Vec<Output>) -> Option<Scheduled> {
         let ps = self.cfg.page_size;
         let budget_total = self.cfg.chunked_prefill_size.min(self.cfg.max_prefill_tokens).max(1);
-        // 1. Every DECODE row needs one slot; retract the newest requests until they all fit.
+        self.expire_queued(out);
+        // 1. Every DECODE row needs one slot; retract the least urgent, newest requests until
+        //    they all fit.
         loop {
             let need: usize =
                 self.running.iter().filter(|r| r.tokens.len() - r.kv_len == 1).map(|r| self.pages_for(r, 1)).sum();
             if self.ensure_free(need) || self.running.len() <= 1 {
                 break;
             }
-            let victim = (0..self.running.len()).max_by_key(|&i| self.running[i].admitted_at).unwrap_or(0);
+            let victim = (0..self.running.len())
+                .max_by_key(|&i| (Reverse(self.urgency(&self.running[i])), self.running[i].admitted_at))
+                .unwrap_or(0);
             let mut r = self.running.swap_remove(victim);
             self.release(&mut r);
             r.started = true;
@@ -41,46 +47,30 @@ impl Scheduler {
             self.new_token_ratio = (self.new_token_ratio + 0.3).min(1.0);
             self.waiting.push_front(r);
         }
-        // 2. Rows of running requests: decode rows, then prompt chunks within the budget.
+        if let Some(pc) = self.cfg.queue.priority.filter(|p| p.preemption) {
+            self.preempt_for_waiting(budget_total, pc.preemption_threshold);
+        }
+        // 2. Rows of running requests: decode rows, then prompt chunks within the budget, the
+        //    more urgent first. Under fair prefill, with requests waiting, long prompt chunks
+        //    come last: after the admissions of step 3.
         let mut rows: Vec<(usize, usize)> = Vec::new(); // (index in running, new tokens)
         let mut budget = budget_total;
+        let fair = self.cfg.queue.fair_prefill.filter(|_| !self.waiting.is_empty() && !self.cfg.whole_prompts);
+        let long_t = fair.map(|f| match f.long_prefill_token_threshold {
+            0 => budget_total,
+            t => t,
+        });
+        let is_long = |r: &Req| long_t.is_some_and(|t| r.tokens.len() - r.kv_len > t);
         let mut order: Vec<usize> = (0..self.running.len()).collect();
-        order
-            .sort_by_key(|&i| (self.running[i].tokens.len() - self.running[i].kv_len > 1, self.running[i].admitted_at));
+        order.sort_by_key(|&i| {
+            let r = &self.running[i];
+            (r.tokens.len() - r.kv_len > 1, Reverse(self.urgency(r)), r.admitted_at)
+        });
+        let (later, now): (Vec<usize>, Vec<usize>) = order.into_iter().partition(|&i| is_long(&self.running[i]));
+        let mut long_running = later.len();
         // Prompt-logprob rows this step may still return (see `PROMPT_LOGITS_BYTES`).
         let mut logit_rows_left = self.logit_row_budget;
-        for i in order {
-            let rem = self.running[i].tokens.len() - self.running[i].kv_len;
-            let mut n = if rem == 1 {
-                // A DECODE row: its last token and this step's proposals (a verify row).
-                1 + self.running[i].propose(self.cfg.context_length)
-            } else {
-                self.running[i].cap_for_logits(self.running[i].kv_len, rem.min(budget), logit_rows_left)
-            };
-            if n == 0 {
-                continue;
-            }
-            let mut need = self.pages_for(&self.running[i], n);
-            if n > rem && !self.ensure_free(need) {
-                // Proposals never retract anyone: without room they are dropped.
-                self.running[i].draft.clear();
-                n = 1;
-                need = self.pages_for(&self.running[i], n);
-            }
-            if !self.ensure_free(need) {
-                // Only a prompt chunk can end up here (decode rows were made to fit); it waits.
-                continue;
-            }
-            if rem > 1 {
-                budget -= n;
-                if self.running[i].prompt_lp_pending() {
-                    logit_rows_left -= self.running[i].logits_rows(n);
-                }
-            }
-            rows.push((i, n));
-            let pages: Vec<u32> = (0..need).filter_map(|_| self.alloc.alloc()).collect();
-            self.running[i].page_table.extend(pages);
-        }
+        self.take_rows(&now, &mut budget, &mut logit_rows_left, &mut rows);
         // 3. Admit waiting requests.
         if self.cfg.policy == SchedulePolicy::Lpm && !self.cfg.disable_radix_cache && self.waiting.len() <= 128 {
             let mut w: Vec<Req> = self.waiting.drain(..).collect();
@@ -92,8 +82,17 @@ impl Scheduler {
             keyed.sort_by_key(|(m, r)| (std::cmp::Reverse(*m), !r.started));
             self.waiting = keyed.into_iter().map(|(_, r)| r).collect();
         }
+        if self.cfg.queue.priority.is_some() {
+            // Stable: within one priority the policy's order (and retracted requests first)
+            // stands.
+            let mut w: Vec<Req> = self.waiting.drain(..).collect();
+            w.sort_by_key(|r| Reverse(self.urgency(r)));
+            self.waiting = w.into();
+        }
+        // New admissions leave long prefills at least half the budget (see `FairPrefill`).
+        let mut admit_budget = if later.is_empty() { budget } else { budget.min((budget_total / 2).max(1)) };
         let mut deferred = Vec::new();
-        while budget > 0 && self.running.len() < self.cfg.max_running_requests {
+        while admit_budget > 0 && self.running.len() < self.cfg.max_running_requests {
             let Some(mut r) = self.waiting.pop_front() else { break };
             if r.prompt_lp_pending() {
                 // Gathered again from the start of whatever this admission computes.
@@ -113,7 +112,17 @@ impl Scheduler {
             }
             let prefix_tokens = matched * ps;
             let rem = r.tokens.len() - prefix_tokens;
-            let n = r.cap_for_logits(prefix_tokens, rem.min(budget), logit_rows_left);
+            let long = long_t.is_some_and(|t| rem > t);
+            if long && fair.is_some_and(|f| long_running >= f.max_long_partial_prefills.max(1)) {
+                // Fair prefill: enough long prompts are prefilling; shorter ones behind it go
+                // first.
+                if let Some(m) = &m {
+                    self.radix.unlock(m.node);
+                }
+                deferred.push(r);
+                continue;
+            }
+            let n = r.cap_for_logits(prefix_tokens, rem.min(admit_budget), logit_rows_left);
             if self.cfg.whole_prompts && n < rem {
                 // An encoder's prompt runs whole: it waits for a step with room for all of it.
                 if let Some(m) = &m {
@@ -174,6 +183,8 @@ impl Scheduler {
                 out.push(Output::Started { id: r.id, cached_tokens: r.cached_tokens.unwrap_or(0) });
             }
             budget -= n;
+            admit_budget -= n;
+            long_running += usize::from(long);
             if r.prompt_lp_pending() {
                 logit_rows_left -= r.logits_rows(n);
             }
@@ -184,6 +195,8 @@ impl Scheduler {
         for r in deferred.into_iter().rev() {
             self.waiting.push_front(r);
         }
+        // 4. Long prompt chunks take what is left.
+        self.take_rows(&later, &mut budget, &mut logit_rows_left, &mut rows);
         if rows.is_empty() {
             if let Some(victim) = (0..self.running.len()).max_by_key(|&i| self.running[i].admitted_at) {
                 // Prompt chunks starved each other of pages: retract the newest so the oldest
@@ -205,6 +218,105 @@ impl Scheduler {
         }
         self.new_token_ratio = (self.new_token_ratio - NEW_TOKEN_RATIO_DECAY).max(MIN_NEW_TOKEN_RATIO);
         Some(Scheduled { batch, rows })
+    }
+
+    /// Adds the rows of running requests `order` (indices into `running`): a DECODE row each
+    /// (with its proposals where pages allow), or the next prompt chunk within `budget` and
+    /// the prompt-logprob rows `logit_rows_left`; a chunk without pages waits.
+    fn take_rows(
+        &mut self,
+        order: &[usize],
+        budget: &mut usize,
+        logit_rows_left: &mut usize,
+        rows: &mut Vec<(usize, usize)>,
+    ) {
+        for &i in order {
+            let rem = self.running[i].tokens.len() - self.running[i].kv_len;
+            let mut n = if rem == 1 {
+                // A DECODE row: its last token and this step's proposals (a verify row).
+                1 + self.running[i].propose(self.cfg.context_length)
+            } else {
+                self.running[i].cap_for_logits(self.running[i].kv_len, rem.min(*budget), *logit_rows_left)
+            };
+            if n == 0 {
+                continue;
+            }
+            let mut need = self.pages_for(&self.running[i], n);
+            if n > rem && !self.ensure_free(need) {
+                // Proposals never retract anyone: without room they are dropped.
+                self.running[i].draft.clear();
+                n = 1;
+                need = self.pages_for(&self.running[i], n);
+            }
+            if !self.ensure_free(need) {
+                // Only a prompt chunk can end up here (decode rows were made to fit); it waits.
+                continue;
+            }
+            if rem > 1 {
+                *budget -= n;
+                if self.running[i].prompt_lp_pending() {
+                    *logit_rows_left -= self.running[i].logits_rows(n);
+                }
+            }
+            rows.push((i, n));
+            let pages: Vec<u32> = (0..need).filter_map(|_| self.alloc.alloc()).collect();
+            self.running[i].page_table.extend(pages);
+        }
+    }
+
+    /// Answers the requests that waited past `--queue-timeout` for their first admission.
+    fn expire_queued(&mut self, out: &mut Vec<Output>) {
+        let Some(limit) = self.cfg.queue.queue_timeout else { return };
+        let now = std::time::Instant::now();
+        let mut i = 0;
+        while i < self.waiting.len() {
+            let waited = now.duration_since(self.waiting[i].submitted);
+            if self.waiting[i].started || waited <= limit {
+                i += 1;
+                continue;
+            }
+            let Some(r) = self.waiting.remove(i) else { break };
+            self.stats.num_queue_timeouts += 1;
+            let reason = FinishReason::Overloaded(format!(
+                "the request waited {:.1} s in the queue, longer than the server's --queue-timeout of {} s; retry later",
+                waited.as_secs_f64(),
+                limit.as_secs_f64()
+            ));
+            out.push(Output::Finished { id: r.id, reason, usage: super::usage(&r) });
+        }
+    }
+
+    /// Priority preemption (SGLang's `preempt_to_schedule`): while the most urgent waiting
+    /// request could not be admitted (`max_running_requests` reached, or too few pages for its
+    /// first chunk and the reservation admission makes), retract the least urgent running
+    /// request whose urgency is lower by more than `threshold`.
+    fn preempt_for_waiting(&mut self, budget_total: usize, threshold: i64) {
+        let ps = self.cfg.page_size;
+        for _ in 0..self.running.len() {
+            let Some(best) = self.waiting.iter().max_by_key(|r| (self.urgency(r), Reverse(r.arrived))) else {
+                return;
+            };
+            let u = self.urgency(best);
+            let n = best.tokens.len().min(budget_total);
+            let future: f64 = self.running.iter().map(|q| (q.max_new - q.output_len()) as f64).sum::<f64>()
+                + (best.tokens.len() - n + best.max_new - best.output_len()) as f64;
+            let want = n.div_ceil(ps) + (future * self.new_token_ratio / ps as f64).ceil() as usize;
+            let blocked = self.running.len() >= self.cfg.max_running_requests
+                || self.alloc.free_pages() + self.radix.evictable_pages() < want;
+            if !blocked {
+                return;
+            }
+            let victim = (0..self.running.len())
+                .filter(|&i| u.saturating_sub(self.urgency(&self.running[i])) > threshold)
+                .max_by_key(|&i| (Reverse(self.urgency(&self.running[i])), self.running[i].admitted_at));
+            let Some(v) = victim else { return };
+            let mut r = self.running.swap_remove(v);
+            self.release(&mut r);
+            r.started = true;
+            self.stats.num_retractions += 1;
+            self.stats.num_preemptions += 1;
+            self.waiting.push_back(r);
+        }
     }
 
     /// The batch of `rows` (`(index in running, new tokens)`): ids, positions, `out_cache_loc`

@@ -4,7 +4,7 @@
 use super::*;
 use crate::testing::{FakeModel, Predict};
 
-fn cfg(num_pages: usize, chunk: usize) -> SchedulerConfig {
+pub(super) fn cfg(num_pages: usize, chunk: usize) -> SchedulerConfig {
     SchedulerConfig {
         num_pages,
         page_size: 1,
@@ -16,10 +16,11 @@ fn cfg(num_pages: usize, chunk: usize) -> SchedulerConfig {
         policy: SchedulePolicy::Fcfs,
         spec: None,
         whole_prompts: false,
+        queue: Default::default(),
     }
 }
 
-fn req(id: u64, prompt: Vec<u32>, max_new: usize) -> NewRequest {
+pub(super) fn req(id: u64, prompt: Vec<u32>, max_new: usize) -> NewRequest {
     NewRequest {
         id,
         input_ids: prompt,
@@ -30,11 +31,12 @@ fn req(id: u64, prompt: Vec<u32>, max_new: usize) -> NewRequest {
         logprobs: Default::default(),
         constraint: None,
         embed: false,
+        priority: None,
     }
 }
 
 /// Runs until idle; returns each request's tokens and finish reason, and the steps taken.
-fn drain(s: &mut Scheduler, m: &mut FakeModel, kv: &mut KvStore) -> (Vec<(u64, Vec<u32>, FinishReason)>, usize) {
+pub(super) fn drain(s: &mut Scheduler, m: &mut FakeModel, kv: &mut KvStore) -> (Vec<(u64, Vec<u32>, FinishReason)>, usize) {
     let mut toks: std::collections::BTreeMap<u64, Vec<u32>> = Default::default();
     let mut done = Vec::new();
     let mut steps = 0;

@@ -24,6 +24,7 @@ fn cfg(page_size: usize, radix: bool, chunk: usize) -> SchedulerConfig {
         policy: SchedulePolicy::Fcfs,
         spec: None,
         whole_prompts: false,
+        queue: Default::default(),
     }
 }
 
@@ -61,6 +62,7 @@ fn run(m: &mut dyn Model, c: SchedulerConfig, prompts: &[Vec<u32>], alone: bool)
             logprobs: Default::default(),
             constraint: None,
             embed: false,
+            priority: None,
         };
         s.submit(r).expect("fits");
     };

@@ -33,6 +33,7 @@ fn run(engine: &Engine, id: u64, prompt: Vec<u32>) -> (Vec<u32>, FinishReason) {
         logprobs: Default::default(),
         constraint: None,
         embed: false,
+        priority: None,
     };
     engine.submit(req, Box::new(move |o| tx.send(o).is_ok())).expect("engine running");
     let mut toks = Vec::new();

@@ -98,6 +98,7 @@ fn run(m: &mut LlamaModel, reqs: Vec<NewRequest>) -> Vec<Output> {
         policy: SchedulePolicy::Fcfs,
         spec: None,
         whole_prompts: false,
+        queue: Default::default(),
     };
     let mut s = Scheduler::new(cfg, None);
     // 40 rows of logits per step at most: the longest prompt needs several steps.
@@ -125,6 +126,7 @@ fn req(id: u64, input_ids: Vec<u32>, max_new: usize, logprobs: LogprobSpec) -> N
         logprobs,
         constraint: None,
         embed: false,
+        priority: None,
     }
 }
 

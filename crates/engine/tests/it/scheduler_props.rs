@@ -77,6 +77,7 @@ fn run_schedule(seed: u64, seen: &mut Seen) {
             ..SpecConfig::ngram(rng.random_range(2..8))
         }),
         whole_prompts: false,
+        queue: Default::default(),
     };
     let eos = if rng.random_bool(0.5) { Some(0u32) } else { None };
     let mut sched = Scheduler::new(cfg.clone(), eos);
@@ -113,6 +114,7 @@ fn run_schedule(seed: u64, seen: &mut Seen) {
                 logprobs: Default::default(),
                 constraint: None,
                 embed: false,
+                priority: None,
             };
             sched.submit(r).expect("valid request");
             reqs.push(Expect { prompt, max_new, ignore_eos, got: Vec::new(), end: None, aborted: false });
@@ -210,6 +212,7 @@ fn small_pool(page_size: usize, num_pages: usize) -> SchedulerConfig {
         policy: SchedulePolicy::Fcfs,
         spec: None,
         whole_prompts: false,
+        queue: Default::default(),
     }
 }
 
@@ -232,6 +235,7 @@ fn retraction_recomputes_the_same_greedy_output() {
             logprobs: Default::default(),
             constraint: None,
             embed: false,
+            priority: None,
         };
         sched.submit(r).expect("fits alone");
     }
@@ -262,6 +266,7 @@ fn a_request_that_can_never_fit_is_refused_at_admission() {
         logprobs: Default::default(),
         constraint: None,
         embed: false,
+        priority: None,
     };
     let e = sched.submit(r).expect_err("65 tokens > 64-token pool");
     assert!(e.to_string().contains("KV pool holds 64"), "{e}");

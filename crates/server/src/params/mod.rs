@@ -83,6 +83,9 @@ pub struct GenParams {
     pub logprobs: LogprobSpec,
     /// What the output must match (structured output), and the field that asked for it.
     pub constraint: Option<(Constraint, &'static str)>,
+    /// The request's scheduling `priority` (SGLang's and vLLM's top-level field; used under
+    /// `--enable-priority-scheduling`, ignored otherwise).
+    pub priority: Option<i64>,
 }
 
 impl GenParams {
@@ -95,6 +98,18 @@ impl GenParams {
                 *field = to;
             }
         }
+    }
+}
+
+/// A request body's top-level `priority` (an integer, as SGLang's `GenerateReqInput` and
+/// vLLM's OpenAI routes take it); `null` or absent: none.
+///
+/// # Errors
+/// A 400 naming `priority` when it is not an integer.
+pub fn priority(map: &Map<String, Value>) -> Result<Option<i64>, ApiError> {
+    match map.get("priority") {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v.as_i64().map(Some).ok_or_else(|| ApiError::bad("priority", "priority must be an integer")),
     }
 }
 
@@ -415,6 +430,7 @@ pub fn parse(map: &Map<String, Value>, api: Api) -> Result<GenParams, ApiError> 
         },
         stop,
         stop_token_ids,
+        priority: priority(map)?,
         ignore_eos: f.bool("ignore_eos")?.unwrap_or(false),
         n,
         skip_special_tokens: f.bool("skip_special_tokens")?.unwrap_or(true),

@@ -38,12 +38,13 @@ pub(super) async fn health_generate(State(s): State<AppState>) -> Response {
         no_stop_trim: false,
         logprobs: Default::default(),
         constraint: None,
+        priority: None,
     };
     let ids = s.tokenizer.encode("ping", false).unwrap_or_else(|_| vec![0]);
     let run = async {
         if s.engine.embedding().is_some() {
             // An embedding server's health check embeds one input instead.
-            return crate::embed::run(&s, vec![ids], true).await.map(|_| ());
+            return crate::embed::run(&s, vec![ids], true, None).await.map(|_| ());
         }
         let prep = gen::prepare(&s, ids, params)?;
         let mut ev = gen::start(&s, prep)?;

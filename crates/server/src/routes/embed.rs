@@ -41,7 +41,8 @@ pub(super) async fn embeddings(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let spec = embed::spec(&s)?;
-    let (req, _) = typed_body::<EmbeddingRequest>(&body)?;
+    let (req, raw) = typed_body::<EmbeddingRequest>(&body)?;
+    let priority = crate::params::priority(&raw)?;
     if spec.labels {
         return Err(ApiError::bad(
             "model",
@@ -84,7 +85,7 @@ pub(super) async fn embeddings(
         }
     };
     let normalize = req.normalize.unwrap_or(true);
-    let results = embed::run(&s, inputs, normalize).await?;
+    let results = embed::run(&s, inputs, normalize, priority).await?;
     let prompt_tokens: usize = results.iter().map(|r| r.prompt_tokens).sum();
     let data = results
         .into_iter()
@@ -115,7 +116,8 @@ pub(super) async fn encode(
 ) -> Result<Response, ApiError> {
     let spec = embed::spec(&s)?;
     let start = Instant::now();
-    let (req, _) = typed_body::<EncodeRequest>(&body)?;
+    let (req, raw) = typed_body::<EncodeRequest>(&body)?;
+    let priority = crate::params::priority(&raw)?;
     if spec.labels {
         return Err(ApiError::bad(
             "model",
@@ -140,7 +142,7 @@ pub(super) async fn encode(
             (v.collect::<Result<_, _>>()?, false)
         }
     };
-    let results = embed::run(&s, inputs, true).await?;
+    let results = embed::run(&s, inputs, true, priority).await?;
     let e2e = start.elapsed().as_secs_f64();
     let mut out: Vec<EncodeResponse> = results
         .into_iter()
@@ -174,13 +176,14 @@ async fn pair_scores(
     b: &[Named<'_>],
     pairs: &[(usize, usize)],
     keep: Option<usize>,
+    priority: Option<i64>,
 ) -> Result<(Vec<f64>, usize), ApiError> {
     if embed::spec(s)?.labels {
         let inputs = pairs
             .iter()
             .map(|&(i, j)| embed::text_input(s, &b[j].1, a[i].0, Some(b[j].0), keep))
             .collect::<Result<Vec<_>, _>>()?;
-        let rs = embed::run(s, inputs, false).await?;
+        let rs = embed::run(s, inputs, false, priority).await?;
         let tokens = rs.iter().map(|r| r.prompt_tokens).sum();
         return Ok((rs.iter().map(|r| embed::pair_score(&r.values)).collect(), tokens));
     }
@@ -199,7 +202,7 @@ async fn pair_scores(
         };
         slot.push(k);
     }
-    let rs = embed::run(s, inputs, true).await?;
+    let rs = embed::run(s, inputs, true, priority).await?;
     let tokens = rs.iter().map(|r| r.prompt_tokens).sum();
     let vec_of = |k: usize| &rs[slot[k]].values;
     Ok((pairs.iter().map(|&(i, j)| embed::cosine(vec_of(i), vec_of(a.len() + j))).collect(), tokens))
@@ -211,7 +214,8 @@ pub(super) async fn rerank(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     embed::spec(&s)?;
-    let (req, _) = typed_body::<RerankRequest>(&body)?;
+    let (req, raw) = typed_body::<RerankRequest>(&body)?;
+    let priority = crate::params::priority(&raw)?;
     if req.documents.is_empty() {
         return Err(ApiError::bad("documents", "documents: the list is empty; send at least one document"));
     }
@@ -226,7 +230,7 @@ pub(super) async fn rerank(
     let keep = embed::truncation(&s, req.truncate_prompt_tokens)?;
     let pairs: Vec<(usize, usize)> = (0..docs.len()).map(|j| (0, j)).collect();
     let query = [(req.query.as_str(), "query".to_owned())];
-    let (scores, tokens) = pair_scores(&s, &query, &docs, &pairs, keep).await?;
+    let (scores, tokens) = pair_scores(&s, &query, &docs, &pairs, keep, priority).await?;
     let mut order: Vec<usize> = (0..docs.len()).collect();
     // Best first; equal scores keep the documents' order.
     order.sort_by(|&x, &y| scores[y].total_cmp(&scores[x]).then(x.cmp(&y)));
@@ -257,7 +261,8 @@ pub(super) async fn score(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     embed::spec(&s)?;
-    let (req, _) = typed_body::<ScoreRequest>(&body)?;
+    let (req, raw) = typed_body::<ScoreRequest>(&body)?;
+    let priority = crate::params::priority(&raw)?;
     // A string is named by its field, a list's items by their index.
     let named = |t: &'_ TextOrTexts, name: &str| -> Vec<(String, String)> {
         match t {
@@ -280,7 +285,7 @@ pub(super) async fn score(
     };
     let keep = embed::truncation(&s, req.truncate_prompt_tokens)?;
     let (va, vb): (Vec<Named<'_>>, Vec<Named<'_>>) = (view(&a), view(&b));
-    let (scores, tokens) = pair_scores(&s, &va, &vb, &pairs, keep).await?;
+    let (scores, tokens) = pair_scores(&s, &va, &vb, &pairs, keep, priority).await?;
     let data =
         scores.into_iter().enumerate().map(|(index, score)| ScoreData { index, object: "score", score }).collect();
     let usage = ScoreUsage { prompt_tokens: tokens as u64, total_tokens: tokens as u64, completion_tokens: 0 };

@@ -496,6 +496,9 @@ pub struct ServeArgs {
     /// Compute threads. Default: all cores.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: Option<u16>,
+    /// Admission control, priority, fair prefill and the hierarchical cache.
+    #[command(flatten)]
+    pub queue: super::queue_flags::QueueFlags,
 }
 
 /// The command-line spelling of a value.
@@ -634,6 +637,8 @@ impl ServeArgs {
             ));
         }
         self.speculative()?;
+        self.queue.queue()?;
+        self.queue.hicache()?;
         if self.moe_runner_backend.engine().is_none() {
             return Err(format!(
                 "--moe-runner-backend {} is an SGLang MoE runner backend that sparrow serve does not support \

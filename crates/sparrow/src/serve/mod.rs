@@ -6,6 +6,7 @@
 //! - [`refused`]: every other SGLang `launch_server` flag, refused by name before clap.
 
 mod flags;
+mod queue_flags;
 mod refused;
 mod values;
 
@@ -120,6 +121,10 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         // `check` accepted these flags.
         speculative: a.speculative().map_err(|e| anyhow::anyhow!(e))?,
         is_embedding: a.is_embedding,
+        // `check` accepted these flags.
+        queue: a.queue.queue().map_err(|e| anyhow::anyhow!(e))?,
+        max_queued_requests: a.queue.max_queued_requests,
+        hicache: a.queue.hicache().map_err(|e| anyhow::anyhow!(e))?,
     };
     let engine = tokio::task::spawn_blocking(move || Engine::start(&eargs)).await.context("loading the model")??;
     let c = engine.config().clone();

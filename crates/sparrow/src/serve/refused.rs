@@ -187,15 +187,15 @@ pub const REFUSED_GROUPS: &[RefusedGroup] = &[
         ],
     },
     RefusedGroup {
-        why: "KV cache tiers, external KV stores and eviction policies; sparrow has one in-memory radix cache with \
-             LRU eviction",
+        why: "KV cache tiers beyond the file tier, external KV stores and eviction policies; sparrow has a radix \
+             cache with LRU eviction and one file tier (--enable-hierarchical-cache)",
         flags: &[
             "--radix-eviction-policy", "--radix-eviction-policy-config", "--enable-page-major-kv-layout",
-            "--enable-session-radix-cache", "--radix-cache-backend", "--enable-hierarchical-cache",
-            "--enable-hicache", "--hicache-host-memory-mode", "--hicache-ratio", "--hicache-size",
-            "--hicache-host-memory-fraction", "--hicache-write-policy", "--hicache-io-backend",
-            "--hicache-mem-layout", "--hicache-storage-backend", "--hicache-storage-prefetch-policy",
-            "--hicache-storage-backend-extra-config", "--hicache-storage-prefetch-retry-poll-interval",
+            "--enable-session-radix-cache", "--radix-cache-backend",
+            "--enable-hicache", "--hicache-host-memory-mode",
+            "--hicache-host-memory-fraction", "--hicache-io-backend",
+            "--hicache-mem-layout", "--hicache-storage-prefetch-policy",
+            "--hicache-storage-prefetch-retry-poll-interval",
             "--hicache-storage-prefetch-retry-max-attempts", "--enable-unified-cache-external-linker",
             "--unified-cache-external-linker-backend", "--unified-cache-external-linker-config",
             "--enable-linker-mla-dedup", "--enable-hisparse", "--hisparse-config",
@@ -248,13 +248,11 @@ pub const REFUSED_GROUPS: &[RefusedGroup] = &[
         ],
     },
     RefusedGroup {
-        why: "scheduler policies and tuning beyond sparrow's fcfs/lpm admission, chunked prefill, mixed batches and \
-             retraction",
+        why: "scheduler policies and tuning beyond sparrow's fcfs/lpm admission, priority scheduling, chunked and \
+             fair prefill, mixed batches, retraction and the queue limit",
         flags: &[
-            "--max-queued-requests", "--prefill-decode-interval", "--prefill-decode-interval-min-bs",
-            "--enable-dynamic-chunking", "--prefill-max-requests", "--enable-priority-scheduling",
-            "--disable-priority-preemption", "--default-priority-value", "--abort-on-priority-when-disabled",
-            "--schedule-low-priority-values-first", "--priority-scheduling-preemption-threshold",
+            "--prefill-decode-interval", "--prefill-decode-interval-min-bs",
+            "--enable-dynamic-chunking", "--prefill-max-requests", "--abort-on-priority-when-disabled",
             "--retraction-policy", "--schedule-conservativeness", "--prefill-only-disable-kv-cache",
             "--disable-chunked-prefix-cache", "--disable-overlap-schedule", "--num-continuous-decode-steps",
             "--scheduler-recv-interval", "--enable-mixed-chunk", "--enable-prefill-delayer",

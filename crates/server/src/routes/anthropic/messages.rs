@@ -260,6 +260,7 @@ fn lower(s: &AppState, r: &MessagesRequest, raw: &Map<String, Value>) -> Result<
     let tools = tool_fields(s, r)?;
     let mut params = params::parse(&pm, Api::Chat)
         .map_err(|e| e.renamed("stop", "stop_sequences").renamed("response_format", "output_config.format"))?;
+    params.priority = params::priority(raw)?;
     params.relabel_constraint("response_format", "output_config.format");
     chat::add_tool_constraint(&mut params, tools.as_ref())?;
     let kwargs = thinking_kwargs(r)?;
@@ -287,8 +288,8 @@ pub(crate) async fn messages(
         finish = render.feed(e).or(finish);
     }
     let finish = finish.ok_or(ApiError::Unavailable)?;
-    if let Some(e) = finish.error {
-        return Err(ApiError::Engine(e).into());
+    if let Some(e) = finish.api_error() {
+        return Err(e.into());
     }
     if finish.reason == EndReason::Abort {
         return Err(ApiError::Engine("the request was aborted".into()).into());

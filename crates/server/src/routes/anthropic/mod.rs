@@ -33,7 +33,7 @@ pub(crate) fn error_type(e: &ApiError) -> &'static str {
         ApiError::NotFound(_) => "not_found_error",
         ApiError::TooLarge(_) => "request_too_large",
         ApiError::Engine(_) => "api_error",
-        ApiError::Unavailable | ApiError::TooManyConnections(_) => "overloaded_error",
+        ApiError::Unavailable | ApiError::TooManyConnections(_) | ApiError::Overloaded(_) => "overloaded_error",
     }
 }
 
@@ -49,6 +49,12 @@ impl IntoResponse for AnthropicError {
         let mut r = (status, Json(ErrorBody::new(kind, self.0.to_string()))).into_response();
         if status == StatusCode::UNAUTHORIZED {
             r.headers_mut().insert("www-authenticate", axum::http::HeaderValue::from_static("x-api-key"));
+        }
+        if matches!(self.0, ApiError::Overloaded(_)) {
+            r.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static(crate::error::RETRY_AFTER_S),
+            );
         }
         r
     }

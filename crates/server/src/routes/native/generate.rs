@@ -104,6 +104,7 @@ pub(crate) async fn generate(
         return Err(ApiError::bad("sampling_params", format!("unknown sampling parameter {k:?}")));
     }
     let mut p = params::parse(&sp, Api::Native)?;
+    p.priority = params::priority(&m)?;
     let ids = match (b.text, b.input_ids) {
         (Some(GenerateText(t)), None) => {
             if t.is_empty() {
@@ -130,8 +131,8 @@ pub(crate) async fn generate(
         let mut lps = Vec::with_capacity(n);
         for c in &all {
             let fin = c.finish.clone().ok_or(ApiError::Unavailable)?;
-            if let Some(e) = &fin.error {
-                return Err(ApiError::Engine(e.clone()));
+            if let Some(e) = fin.api_error() {
+                return Err(e);
             }
             done.push(fin);
             let mut acc = NativeLogprobs::default();

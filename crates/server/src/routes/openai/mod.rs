@@ -355,8 +355,8 @@ async fn oai_collect(run: OaiRun, events: BoxStream<'static, ChoiceEvent>) -> Re
     let mut cached = vec![0; run.prompt_tokens.len()];
     for (i, c) in all.iter().enumerate() {
         let f = c.finish.clone().ok_or(ApiError::Unavailable)?;
-        if let Some(e) = f.error {
-            return Err(ApiError::Engine(e));
+        if let Some(e) = f.api_error() {
+            return Err(e);
         }
         completion += f.completion_tokens;
         cached[i / run.n] = cached[i / run.n].max(f.cached_tokens);

@@ -234,6 +234,7 @@ fn lower(
     }
     let tools = tool_fields(s, r)?;
     let mut params = params::parse(&pm, Api::Chat).map_err(|e| e.renamed("response_format", "text.format"))?;
+    params.priority = params::priority(raw)?;
     params.max_tokens_field = "max_output_tokens";
     params.relabel_constraint("response_format", "text.format");
     chat::add_tool_constraint(&mut params, tools.as_ref())?;
@@ -293,8 +294,8 @@ pub(crate) async fn create(
         finish = render.feed(e).or(finish);
     }
     let finish = finish.ok_or(ApiError::Unavailable)?;
-    if let Some(e) = finish.error {
-        return Err(ApiError::Engine(e));
+    if let Some(e) = finish.api_error() {
+        return Err(e);
     }
     render.finish(&finish);
     let response = render.response();

@@ -432,6 +432,7 @@ pub(super) fn stream(
                 cached_tokens: 0,
                 spec: Default::default(),
                 error: Some("the engine stopped before the request finished".into()),
+                overloaded: false,
             }),
         };
         if let Some(f) = finish {
