@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub use crate::config::{derive_config, AttentionBackend, EngineArgs, MoeRunner, MAX_RUNNING_LIMIT};
+use crate::kv::hicache::{DiskTier, WritePolicy};
 use crate::kv::KvStore;
 pub use crate::model::batch_cap::BatchCap;
 pub use crate::model::load::load_model;
@@ -58,6 +59,22 @@ pub struct Engine {
     queued: Arc<AtomicUsize>,
     /// `--max-queued-requests`.
     max_queued: Option<usize>,
+    /// The file tier as opened (`None`: off).
+    hicache: Option<HiCacheInfo>,
+}
+
+/// The hierarchical cache's file tier as the engine opened it (for start-up logs and
+/// `/get_server_info`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct HiCacheInfo {
+    /// Its directory.
+    pub dir: std::path::PathBuf,
+    /// Its byte budget.
+    pub budget_bytes: u64,
+    /// `write_through` or `write_back`.
+    pub write_policy: &'static str,
+    /// What the start-up scan found.
+    pub scan: crate::kv::hicache::ScanReport,
 }
 
 /// One request's place in the count of queued requests: given back at its first admission,
@@ -208,6 +225,20 @@ impl Engine {
             bytes_per_token += dn.kv_layout.bytes_per_token();
         }
         let mut derived = derive_config(args, bytes_per_token, info.context_length)?;
+        if args.hicache.is_some() {
+            let why = if derived.disable_radix_cache {
+                Some("it keeps radix-cache pages; drop --disable-radix-cache")
+            } else if embedding.is_some() {
+                Some("an embedding model keeps no KV after a request")
+            } else if draft.is_some() {
+                Some("a STANDALONE draft model's KV is not kept in the tier")
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return Err(EngineError::Config(format!("--enable-hierarchical-cache: {why}")));
+            }
+        }
         if embedding.is_some() {
             // Embedding requests keep no KV: the radix cache would stay empty.
             derived.disable_radix_cache = true;
@@ -234,6 +265,27 @@ impl Engine {
         // KV storage: a `/get_server_info` right after start-up never sees an empty pool.
         let mut sched = Scheduler::with_eos_ids(config.clone(), args.eos.clone());
         sched.set_vocab_size(info.vocab_size);
+        let hicache = match &args.hicache {
+            Some(h) => {
+                let layout = &needs.kv_layout;
+                let fp = crate::kv::hicache::fingerprint(&args.model_path, layout, config.page_size);
+                let page_bytes = config.page_size * layout.bytes_per_token();
+                let pool_bytes = (config.max_total_tokens() * layout.bytes_per_token()) as u64;
+                let (tier, scan) = DiskTier::open(h, fp, config.page_size, page_bytes, pool_bytes)
+                    .map_err(|e| EngineError::Config(format!("--enable-hierarchical-cache: {e}")))?;
+                sched.attach_tier(tier);
+                Some(HiCacheInfo {
+                    dir: h.dir.clone(),
+                    budget_bytes: crate::kv::hicache::budget(h, pool_bytes),
+                    write_policy: match h.write_policy {
+                        WritePolicy::WriteThrough => "write_through",
+                        WritePolicy::WriteBack => "write_back",
+                    },
+                    scan,
+                })
+            }
+            None => None,
+        };
         let stats = Arc::new(Mutex::new(sched.stats()));
         let (tx, rx) = mpsc::channel();
         let st = stats.clone();
@@ -256,6 +308,7 @@ impl Engine {
             embedding,
             queued: Arc::new(AtomicUsize::new(0)),
             max_queued: args.max_queued_requests,
+            hicache,
         })
     }
 
@@ -302,6 +355,11 @@ impl Engine {
             Some(m) if self.queued.load(Ordering::Relaxed) >= m => Err(EngineError::QueueFull(m)),
             _ => Ok(()),
         }
+    }
+
+    /// The hierarchical cache's file tier as opened (`None`: off).
+    pub fn hicache(&self) -> Option<&HiCacheInfo> {
+        self.hicache.as_ref()
     }
 
     /// Requests submitted and not yet admitted once.
@@ -395,6 +453,9 @@ fn engine_loop(
     publish(&live, &stats);
     loop {
         let cmd = if live.sched.is_idle() {
+            // Pages cached by the last step reach the file tier before the thread sleeps.
+            live.sched.sync_tier(&mut live.kv);
+            publish(&live, &stats);
             match rx.recv() {
                 Ok(c) => Some(c),
                 Err(_) => return,
@@ -448,8 +509,12 @@ fn engine_loop(
                         usage: Default::default(),
                     });
                 }
+                let tier = live.sched.take_tier();
                 live.sched = Scheduler::with_eos_ids(cfg.clone(), eos.clone());
                 live.sched.set_vocab_size(model.info().vocab_size);
+                if let Some(t) = tier {
+                    live.sched.attach_tier(t);
+                }
                 live.kv = KvStore::new(layout.clone(), live.sched.num_slots());
                 live.draft_kv = draft_layout.as_ref().map(|l| KvStore::new(l.clone(), live.sched.num_slots()));
             }

@@ -95,10 +95,9 @@ impl ApiError {
             | ApiError::Unauthorized
             | ApiError::BodyTimeout => "invalid_request_error",
             ApiError::NotFound(_) => "not_found_error",
-            ApiError::Engine(_)
-            | ApiError::Unavailable
-            | ApiError::TooManyConnections(_)
-            | ApiError::Overloaded(_) => "server_error",
+            ApiError::Engine(_) | ApiError::Unavailable | ApiError::TooManyConnections(_) | ApiError::Overloaded(_) => {
+                "server_error"
+            }
         };
         let mut b = ErrorBody::new(self.to_string(), kind, self.status().as_u16());
         if let ApiError::BadRequest { param, .. } = self {
@@ -115,7 +114,8 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut r = (self.status(), axum::Json(self.body())).into_response();
         if matches!(self, ApiError::Overloaded(_)) {
-            r.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from_static(RETRY_AFTER_S));
+            r.headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from_static(RETRY_AFTER_S));
         }
         r
     }

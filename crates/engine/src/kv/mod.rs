@@ -272,9 +272,89 @@ impl KvStore {
     }
 }
 
+impl KvStore {
+    /// Appends the stored bytes of slots `first .. first + n` in every layer and component
+    /// (layer by layer, component by component, slot by slot; little-endian elements): one
+    /// page's block of the hierarchical cache, `n · bytes_per_token` bytes.
+    pub fn read_slots(&self, first: usize, n: usize, out: &mut Vec<u8>) {
+        for layer in 0..self.layout.layers {
+            for (c, comp) in self.layout.components.iter().enumerate() {
+                let r = first * comp.width..(first + n) * comp.width;
+                match self.layout.dtype {
+                    KvDtype::F32 => self.f32[layer][c][r].iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+                    KvDtype::F16 | KvDtype::Bf16 => {
+                        self.u16[layer][c][r].iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes()))
+                    }
+                    KvDtype::Fp8E4m3 | KvDtype::Fp8E5m2 => out.extend_from_slice(&self.u8[layer][c][r]),
+                }
+            }
+        }
+    }
+
+    /// Writes a block [`KvStore::read_slots`] produced back into slots `first .. first + n`.
+    ///
+    /// # Errors
+    /// `bytes` is not `n · bytes_per_token` long (nothing is written).
+    pub fn write_slots(&mut self, first: usize, n: usize, bytes: &[u8]) -> Result<(), String> {
+        let want = n * self.layout.bytes_per_token();
+        if bytes.len() != want || (first + n) > self.num_slots {
+            return Err(format!("a KV block of {} bytes for {n} slots at {first}; expected {want}", bytes.len()));
+        }
+        let mut at = 0;
+        for layer in 0..self.layout.layers {
+            for (c, comp) in self.layout.components.iter().enumerate() {
+                let r = first * comp.width..(first + n) * comp.width;
+                let len = r.len();
+                match self.layout.dtype {
+                    KvDtype::F32 => {
+                        for (d, s) in self.f32[layer][c][r].iter_mut().zip(bytes[at..at + 4 * len].chunks_exact(4)) {
+                            *d = f32::from_le_bytes([s[0], s[1], s[2], s[3]]);
+                        }
+                        at += 4 * len;
+                    }
+                    KvDtype::F16 | KvDtype::Bf16 => {
+                        for (d, s) in self.u16[layer][c][r].iter_mut().zip(bytes[at..at + 2 * len].chunks_exact(2)) {
+                            *d = u16::from_le_bytes([s[0], s[1]]);
+                        }
+                        at += 2 * len;
+                    }
+                    KvDtype::Fp8E4m3 | KvDtype::Fp8E5m2 => {
+                        self.u8[layer][c][r].copy_from_slice(&bytes[at..at + len]);
+                        at += len;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A block read from some slots and written to others reproduces them exactly, in every
+    /// dtype; a block of the wrong length is refused.
+    #[test]
+    fn slots_round_trip_through_a_block() {
+        for dtype in [KvDtype::F32, KvDtype::F16, KvDtype::Bf16, KvDtype::Fp8E4m3] {
+            let layout = KvLayout::gqa(2, 2, 3).with_dtype(dtype);
+            let mut a = KvStore::new(layout.clone(), 16);
+            a.fill(0.75);
+            let mut block = Vec::new();
+            a.read_slots(4, 4, &mut block);
+            assert_eq!(block.len(), 4 * layout.bytes_per_token());
+            let mut b = KvStore::new(layout, 16);
+            b.write_slots(8, 4, &block).expect("right length");
+            let mut again = Vec::new();
+            b.read_slots(8, 4, &mut again);
+            assert_eq!(again, block, "{dtype:?}");
+            let mut zero = Vec::new();
+            b.read_slots(0, 4, &mut zero);
+            assert!(zero.iter().all(|&x| x == 0), "other slots untouched");
+            assert!(b.write_slots(8, 3, &block).is_err());
+        }
+    }
 
     /// `fill` writes every slot of every layer and component, in the store's dtype.
     #[test]

@@ -10,6 +10,12 @@
 //!
 //! Edges are whole pages (`page_size` tokens), as in SGLang with `page_size > 1`: a page is
 //! shared only when all of its tokens match, so a prefix match is always page-aligned.
+//!
+//! Every node carries the chain hash of its path ([`super::hicache::chain_hash`]), the key of
+//! its page in the hierarchical cache's file tier. With a tier attached
+//! ([`RadixCache::attach_tier`]) the cache records the pages it adopts (write-through) or
+//! evicts (write-back) as [`Spill`]s for the scheduler to write out before the next forward
+//! overwrites a freed page.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -26,6 +32,21 @@ struct Node {
     children: HashMap<Box<[u32]>, usize>,
     lock_ref: u32,
     last_access: u64,
+    hash: u64,
+}
+
+/// A page to write to the file tier: its chain hash, its parent's, its tokens and where its
+/// KV is now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spill {
+    /// Chain hash of the page's path.
+    pub hash: u64,
+    /// Chain hash of the parent's path (the tier's seed for a first page).
+    pub parent: u64,
+    /// The page's tokens.
+    pub tokens: Box<[u32]>,
+    /// The KV page holding it (valid until the next forward).
+    pub page: u32,
 }
 
 /// A prefix match: the deepest node reached and the pages of the matched tokens in order.
@@ -46,14 +67,53 @@ pub struct RadixCache {
     clock: u64,
     evictable: usize,
     protected: usize,
+    record_inserts: bool,
+    record_evictions: bool,
+    spills: Vec<Spill>,
 }
 
 impl RadixCache {
     /// An empty cache for pages of `page_size` tokens.
     pub fn new(page_size: usize) -> Self {
-        let root =
-            Node { parent: ROOT, key: Box::new([]), page: 0, children: HashMap::new(), lock_ref: 1, last_access: 0 };
-        RadixCache { page_size, nodes: vec![Some(root)], free_ids: Vec::new(), clock: 0, evictable: 0, protected: 0 }
+        let root = Node {
+            parent: ROOT,
+            key: Box::new([]),
+            page: 0,
+            children: HashMap::new(),
+            lock_ref: 1,
+            last_access: 0,
+            hash: 0,
+        };
+        RadixCache {
+            page_size,
+            nodes: vec![Some(root)],
+            free_ids: Vec::new(),
+            clock: 0,
+            evictable: 0,
+            protected: 0,
+            record_inserts: false,
+            record_evictions: false,
+            spills: Vec::new(),
+        }
+    }
+
+    /// Seeds the chain hashes with the tier's `seed` and starts recording the pages adopted
+    /// (`write_through`) or evicted (otherwise) as [`Spill`]s. Call on an empty cache.
+    pub fn attach_tier(&mut self, seed: u64, write_through: bool) {
+        debug_assert!(self.total_pages() == 0, "attach the tier before any page is cached");
+        self.node_mut(ROOT).hash = seed;
+        self.record_inserts = write_through;
+        self.record_evictions = !write_through;
+    }
+
+    /// The pages recorded since the last call.
+    pub fn take_spills(&mut self) -> Vec<Spill> {
+        std::mem::take(&mut self.spills)
+    }
+
+    /// The chain hash of `node`'s path (the tier's seed for the root).
+    pub fn hash_of(&self, node: usize) -> u64 {
+        self.node(node).hash
     }
 
     fn node(&self, id: usize) -> &Node {
@@ -144,8 +204,20 @@ impl RadixCache {
                 continue;
             }
             let id = self.free_ids.pop().unwrap_or(self.nodes.len());
-            let new =
-                Node { parent: node, key: key.into(), page, children: HashMap::new(), lock_ref: 0, last_access: now };
+            let parent_hash = self.node(node).hash;
+            let hash = super::hicache::chain_hash(parent_hash, key);
+            if self.record_inserts {
+                self.spills.push(Spill { hash, parent: parent_hash, tokens: key.into(), page });
+            }
+            let new = Node {
+                parent: node,
+                key: key.into(),
+                page,
+                children: HashMap::new(),
+                lock_ref: 0,
+                last_access: now,
+                hash,
+            };
             if id == self.nodes.len() {
                 self.nodes.push(Some(new));
             } else {
@@ -176,6 +248,10 @@ impl RadixCache {
         while alloc.free_pages() < want_free {
             let Some(Reverse((_, id))) = heap.pop() else { break };
             let Some(n) = self.nodes[id].take() else { continue };
+            if self.record_evictions {
+                let parent = self.node(n.parent).hash;
+                self.spills.push(Spill { hash: n.hash, parent, tokens: n.key.clone(), page: n.page });
+            }
             alloc.release(n.page);
             self.free_ids.push(id);
             self.evictable -= 1;

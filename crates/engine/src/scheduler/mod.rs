@@ -26,17 +26,20 @@ use std::collections::VecDeque;
 
 mod draft;
 mod postprocess;
-mod schedule;
 #[cfg(test)]
 mod queue_tests;
+mod schedule;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tier_tests;
 
 pub use crate::config::{SchedulePolicy, SchedulerConfig};
 pub use crate::request::{FinishReason, LogprobSpec, NewRequest, Output, TokenConstraint, TokenLogprob, TokenUsage};
 pub use schedule::Scheduled;
 
 use crate::batch::ForwardBatch;
+use crate::kv::hicache::{DiskTier, WritePolicy};
 use crate::kv::radix::RadixCache;
 use crate::kv::{KvStore, PageAllocator};
 use crate::model::Model;
@@ -196,8 +199,8 @@ pub struct SchedulerStats {
     pub num_preemptions: u64,
     /// Requests answered `Overloaded` after waiting past `--queue-timeout`.
     pub num_queue_timeouts: u64,
-    /// Hierarchical cache: prompt tokens served from the file tier (part of
-    /// `cached_tokens_total`).
+    /// Hierarchical cache: prompt tokens loaded from the file tier at admissions
+    /// (re-admissions after retraction included, as `radix_hit_tokens_total`).
     pub storage_hit_tokens_total: u64,
     /// Hierarchical cache: pages written to the file tier.
     pub storage_write_pages_total: u64,
@@ -261,6 +264,10 @@ pub struct Scheduler {
     /// The model's vocabulary (0 until [`Scheduler::set_vocab_size`]; grammar masks are then
     /// computed after the forward instead of beside it).
     vocab: usize,
+    /// The hierarchical cache's file tier (`--enable-hierarchical-cache`).
+    tier: Option<DiskTier>,
+    /// Pages admitted from the file tier this step, to be filled before the forward.
+    pending_loads: Vec<(u32, std::sync::Arc<Vec<u8>>)>,
 }
 
 /// Reservation ratio of future decode tokens at admission (SGLang's `new_token_ratio`):
@@ -294,6 +301,48 @@ impl Scheduler {
             last_batch: None,
             logit_row_budget: 512,
             vocab: 0,
+            tier: None,
+            pending_loads: Vec::new(),
+        }
+    }
+
+    /// Attaches the hierarchical cache's file tier: radix pages are written to it (as they
+    /// are cached, or as they are evicted, by its policy) and a prompt's pages past its radix
+    /// match are loaded from it at admission. Call before any request.
+    pub fn attach_tier(&mut self, tier: DiskTier) {
+        self.radix.attach_tier(tier.seed(), tier.policy() == WritePolicy::WriteThrough);
+        self.tier = Some(tier);
+    }
+
+    /// Takes the file tier out (the engine thread keeps it across a scheduler rebuilt after a
+    /// panic).
+    pub fn take_tier(&mut self) -> Option<DiskTier> {
+        self.pending_loads.clear();
+        self.tier.take()
+    }
+
+    /// Moves KV between the pool and the file tier: writes the pages the radix cache recorded
+    /// (their KV is intact until the next forward), then fills the pages admitted from the tier.
+    /// [`Scheduler::step`] calls it before each forward; the engine thread calls it before it
+    /// goes idle, so a finished request's pages reach the tier without waiting for traffic.
+    pub fn sync_tier(&mut self, kv: &mut KvStore) {
+        let Some(t) = self.tier.as_mut() else { return };
+        t.poll(false);
+        let ps = self.cfg.page_size;
+        for s in self.radix.take_spills() {
+            if t.contains(s.hash) {
+                continue;
+            }
+            let mut block = Vec::with_capacity(ps * kv.layout().bytes_per_token());
+            kv.read_slots(s.page as usize * ps, ps, &mut block);
+            t.write(s.hash, s.parent, &s.tokens, block);
+        }
+        for (page, block) in self.pending_loads.drain(..) {
+            // The length was checked when the block was read; a mismatch cannot happen, and
+            // would leave the page's old KV, which the check below reports.
+            if let Err(e) = kv.write_slots(page as usize * ps, ps, &block) {
+                debug_assert!(false, "{e}");
+            }
         }
     }
 
@@ -343,6 +392,12 @@ impl Scheduler {
         s.free_pages = self.alloc.free_pages();
         s.used_pages = s.total_pages - s.free_pages;
         s.evictable_pages = self.radix.evictable_pages();
+        if let Some(t) = &self.tier {
+            s.storage_write_pages_total = t.stats.writes;
+            s.storage_load_pages_total = t.stats.loads;
+            s.storage_bad_blocks_total = t.stats.bad;
+            s.storage_bytes = t.stats.bytes;
+        }
         if s.spec_verify_ct_total > 0 {
             s.avg_spec_accept_length = 1.0 + s.spec_accepted_tokens_total as f64 / s.spec_verify_ct_total as f64;
         }
@@ -381,6 +436,16 @@ impl Scheduler {
             }
         }
         self.clock += 1;
+        if let Some(t) = self.tier.as_mut() {
+            // Start reading the prompt's pages past its radix match now, so they are in
+            // memory by the step that admits it.
+            let ps = self.cfg.page_size;
+            let last = r.input_ids.len().saturating_sub(1);
+            let m = self.radix.match_prefix(&r.input_ids[..last], usize::MAX);
+            let from = (m.pages.len() * ps).min(last);
+            let hashes = t.continuation(self.radix.hash_of(m.node), &r.input_ids[from..last]);
+            t.prefetch(&hashes);
+        }
         // A grammar decides each next token from the one before: its rows do not speculate.
         let spec = self.cfg.spec.as_ref().filter(|_| r.constraint.is_none() && !r.embed).map(SpecState::new);
         self.waiting.push_back(Req {
@@ -523,6 +588,7 @@ impl Scheduler {
             self.run_draft(dm, dkv);
         }
         let Some(sched) = self.schedule(&mut out) else { return out };
+        self.sync_tier(kv);
         let forward = |model: &mut dyn Model, kv: &mut KvStore| {
             sched
                 .batch

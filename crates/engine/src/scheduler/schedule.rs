@@ -98,19 +98,35 @@ impl Scheduler {
                 // Gathered again from the start of whatever this admission computes.
                 r.prompt_lp.clear();
             }
-            let m = if self.cfg.disable_radix_cache {
-                None
-            } else {
-                // A cached prefix has no logits: prompt logprobs limit the match to the
-                // positions before their first row, as SGLang limits it to `logprob_start_len`.
-                let max_pages = (r.tokens.len() - 1).min(r.logits_from()) / ps;
-                Some(self.radix.match_prefix(&r.tokens, max_pages))
-            };
+            // A cached prefix has no logits: prompt logprobs limit the match to the positions
+            // before their first row, as SGLang limits it to `logprob_start_len`.
+            let max_pages = (r.tokens.len() - 1).min(r.logits_from()) / ps;
+            let m =
+                if self.cfg.disable_radix_cache { None } else { Some(self.radix.match_prefix(&r.tokens, max_pages)) };
             let matched = m.as_ref().map_or(0, |m| m.pages.len());
             if let Some(m) = &m {
                 self.radix.lock(m.node);
             }
-            let prefix_tokens = matched * ps;
+            // The pages after the radix match that the file tier holds, read ahead since the
+            // request was queued; it waits while they are still being read (unless nothing
+            // else could run meanwhile).
+            let mut tier_blocks: Vec<(u64, std::sync::Arc<Vec<u8>>)> = Vec::new();
+            if let (Some(t), Some(mm)) = (self.tier.as_mut(), &m) {
+                let hashes = t.continuation(self.radix.hash_of(mm.node), &r.tokens[matched * ps..max_pages * ps]);
+                if !hashes.is_empty() {
+                    let alone = self.running.is_empty() && rows.is_empty();
+                    match t.take(&hashes, alone) {
+                        Some(blocks) => tier_blocks = hashes.into_iter().zip(blocks).collect(),
+                        None => {
+                            self.radix.unlock(mm.node);
+                            deferred.push(r);
+                            continue;
+                        }
+                    }
+                }
+            }
+            let loaded = tier_blocks.len();
+            let prefix_tokens = (matched + loaded) * ps;
             let rem = r.tokens.len() - prefix_tokens;
             let long = long_t.is_some_and(|t| rem > t);
             if long && fair.is_some_and(|f| long_running >= f.max_long_partial_prefills.max(1)) {
@@ -140,13 +156,13 @@ impl Scheduler {
                 deferred.push(r);
                 continue;
             }
-            let need_now = (prefix_tokens + n).div_ceil(ps) - matched;
+            let need_now = (prefix_tokens + n).div_ceil(ps) - matched - loaded;
             // Reserve room for the growth of everything running, as SGLang's admission does.
             let future: f64 = self.running.iter().map(|q| (q.max_new - q.output_len()) as f64).sum::<f64>()
                 + (rem - n + r.max_new - r.output_len()) as f64;
             let reserve = (future * self.new_token_ratio / ps as f64).ceil() as usize;
-            let want = if self.running.is_empty() { need_now } else { need_now + reserve };
-            let fits = self.ensure_free(want) || (self.running.is_empty() && self.ensure_free(need_now));
+            let want = if self.running.is_empty() { need_now } else { need_now + reserve } + loaded;
+            let fits = self.ensure_free(want) || (self.running.is_empty() && self.ensure_free(need_now + loaded));
             if !fits {
                 if let Some(m) = &m {
                     self.radix.unlock(m.node);
@@ -161,9 +177,13 @@ impl Scheduler {
                 self.waiting.push_front(r);
                 break;
             };
+            let m = match m {
+                Some(mm) if loaded > 0 => Some(self.adopt_tier_pages(&r.tokens, mm, &tier_blocks)),
+                m => m,
+            };
             r.pool_idx = idx;
             r.page_table = m.as_ref().map(|m| m.pages.clone()).unwrap_or_default();
-            r.prefix_pages = matched;
+            r.prefix_pages = matched + loaded;
             r.prefix_node = m.map(|m| m.node);
             r.kv_len = prefix_tokens;
             // A cached page holds the draft model's KV too (see `draft.rs`).
@@ -218,6 +238,38 @@ impl Scheduler {
         }
         self.new_token_ratio = (self.new_token_ratio - NEW_TOKEN_RATIO_DECAY).max(MIN_NEW_TOKEN_RATIO);
         Some(Scheduled { batch, rows })
+    }
+
+    /// Puts pages read from the file tier into the radix cache after the match `mm` (locked):
+    /// fresh pages (made free by the caller) take the blocks, to be filled before the forward
+    /// ([`Scheduler::sync_tier`]); returns the longer match, locked instead of `mm`.
+    fn adopt_tier_pages(
+        &mut self,
+        tokens: &[u32],
+        mm: crate::kv::radix::PrefixMatch,
+        blocks: &[(u64, std::sync::Arc<Vec<u8>>)],
+    ) -> crate::kv::radix::PrefixMatch {
+        let ps = self.cfg.page_size;
+        let fresh: Vec<u32> = blocks.iter().filter_map(|_| self.alloc.alloc()).collect();
+        let mut pages = mm.pages.clone();
+        pages.extend(&fresh);
+        let n = pages.len();
+        // The match stopped before these pages: they are new nodes, nothing comes back.
+        for p in self.radix.insert(&tokens[..n * ps], &pages) {
+            self.alloc.release(p);
+        }
+        let m2 = self.radix.match_prefix(tokens, n);
+        self.radix.lock(m2.node);
+        self.radix.unlock(mm.node);
+        for (&page, (_, block)) in fresh.iter().zip(blocks) {
+            self.pending_loads.push((page, block.clone()));
+        }
+        let hashes: Vec<u64> = blocks.iter().map(|b| b.0).collect();
+        if let Some(t) = self.tier.as_mut() {
+            t.consumed(&hashes);
+        }
+        self.stats.storage_hit_tokens_total += (fresh.len() * ps) as u64;
+        m2
     }
 
     /// Adds the rows of running requests `order` (indices into `running`): a DECODE row each

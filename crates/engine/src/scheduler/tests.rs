@@ -36,7 +36,11 @@ pub(super) fn req(id: u64, prompt: Vec<u32>, max_new: usize) -> NewRequest {
 }
 
 /// Runs until idle; returns each request's tokens and finish reason, and the steps taken.
-pub(super) fn drain(s: &mut Scheduler, m: &mut FakeModel, kv: &mut KvStore) -> (Vec<(u64, Vec<u32>, FinishReason)>, usize) {
+pub(super) fn drain(
+    s: &mut Scheduler,
+    m: &mut FakeModel,
+    kv: &mut KvStore,
+) -> (Vec<(u64, Vec<u32>, FinishReason)>, usize) {
     let mut toks: std::collections::BTreeMap<u64, Vec<u32>> = Default::default();
     let mut done = Vec::new();
     let mut steps = 0;

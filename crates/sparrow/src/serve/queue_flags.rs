@@ -154,8 +154,7 @@ impl QueueFlags {
         if let Some(raw) = &self.hicache_storage_backend_extra_config {
             let v: serde_json::Value = serde_json::from_str(raw)
                 .map_err(|e| format!("--hicache-storage-backend-extra-config is not JSON: {e}"))?;
-            let obj =
-                v.as_object().ok_or("--hicache-storage-backend-extra-config must be a JSON object".to_owned())?;
+            let obj = v.as_object().ok_or("--hicache-storage-backend-extra-config must be a JSON object".to_owned())?;
             for (k, v) in obj {
                 match (k.as_str(), v.as_str()) {
                     ("storage_dir" | "file_path", Some(p)) => dir = Some(PathBuf::from(p)),
