@@ -8,6 +8,7 @@ mod cases;
 mod common;
 mod embeddings;
 mod logprobs;
+mod queue;
 mod snapshots;
 mod speculative;
 mod structured;

@@ -183,6 +183,44 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         Some(s) => eprintln!("{}", s.describe()),
         None => eprintln!("speculative decoding: off"),
     }
+    let q = &c.queue;
+    eprintln!(
+        "queue: max_queued_requests={}, queue_timeout={}, priority scheduling {}, fair prefill {}",
+        a.queue.max_queued_requests.map_or("none".into(), |n| n.to_string()),
+        q.queue_timeout.map_or("none".into(), |t| format!("{} s", t.as_secs_f64())),
+        match q.priority {
+            Some(p) => format!(
+                "on ({} values first, preemption {})",
+                if p.low_values_first { "low" } else { "high" },
+                if p.preemption { format!("beyond a difference of {}", p.preemption_threshold) } else { "off".into() }
+            ),
+            None => "off".into(),
+        },
+        match q.fair_prefill {
+            Some(f) => format!(
+                "on (long prefill > {} tokens, {} at a time)",
+                if f.long_prefill_token_threshold == 0 {
+                    c.chunked_prefill_size.min(c.max_prefill_tokens)
+                } else {
+                    f.long_prefill_token_threshold
+                },
+                f.max_long_partial_prefills
+            ),
+            None => "off".into(),
+        },
+    );
+    if let Some(h) = engine.hicache() {
+        eprintln!(
+            "hierarchical cache: file tier {} ({:.2} GB budget, {}): reopened {} blocks; ignored {} of another model or \
+             KV layout, {} corrupt",
+            h.dir.display(),
+            h.budget_bytes as f64 / 1e9,
+            h.write_policy,
+            h.scan.reopened,
+            h.scan.foreign,
+            h.scan.corrupt
+        );
+    }
     if let Some(e) = engine.embedding() {
         eprintln!(
             "serving embeddings ({}): {} values per input, /v1/embeddings /encode /v1/rerank /v1/score; generation routes answer 400",
@@ -249,6 +287,28 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         "reasoning_parser": a.parsers().reasoning.map(|p| p.name()),
         "grammar_backend": "llguidance",
     });
+    // Queueing and the file tier (a second object: one `json!` of all fields passes the macro's
+    // recursion limit).
+    let queue_info = json!({
+        "max_queued_requests": a.queue.max_queued_requests,
+        "queue_timeout": c.queue.queue_timeout.map(|t| t.as_secs_f64()),
+        "enable_priority_scheduling": c.queue.priority.is_some(),
+        "schedule_low_priority_values_first": a.queue.schedule_low_priority_values_first,
+        "priority_scheduling_preemption_threshold": a.queue.priority_scheduling_preemption_threshold,
+        "disable_priority_preemption": a.queue.disable_priority_preemption,
+        "default_priority_value": a.queue.default_priority_value,
+        "fair_prefill": c.queue.fair_prefill.is_some(),
+        "long_prefill_token_threshold": a.queue.long_prefill_token_threshold,
+        "max_long_partial_prefills": a.queue.max_long_partial_prefills,
+        "enable_hierarchical_cache": engine.hicache().is_some(),
+        "hicache_storage_backend": engine.hicache().map(|_| "file"),
+        "hicache_write_policy": engine.hicache().map(|h| h.write_policy),
+        "hicache": engine.hicache(),
+    });
+    let mut server_info = server_info;
+    if let (Some(o), serde_json::Value::Object(q)) = (server_info.as_object_mut(), queue_info) {
+        o.extend(q);
+    }
     let opts = sparrow_server::ServerOptions {
         server_info,
         parsers: a.parsers(),

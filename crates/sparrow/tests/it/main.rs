@@ -10,6 +10,7 @@ mod common;
 mod embeddings;
 mod fleet;
 mod glm5;
+mod hicache;
 mod serve;
 mod sweep;
 mod sweep_tuning;

@@ -50,6 +50,10 @@ pub struct Opts {
     pub model: Option<PathBuf>,
     /// `--is-embedding`.
     pub is_embedding: bool,
+    /// Priority, fair prefill, `--queue-timeout`.
+    pub queue: sparrow_engine::config::QueueConfig,
+    /// `--max-queued-requests`.
+    pub max_queued_requests: Option<usize>,
 }
 
 impl Default for Opts {
@@ -68,6 +72,8 @@ impl Default for Opts {
             speculative: None,
             model: None,
             is_embedding: false,
+            queue: Default::default(),
+            max_queued_requests: None,
         }
     }
 }
@@ -101,6 +107,8 @@ impl TestServer {
             eos: tok.eos().map(|(id, _)| id).into_iter().collect(),
             speculative: o.speculative.clone(),
             is_embedding: o.is_embedding,
+            queue: o.queue.clone(),
+            max_queued_requests: o.max_queued_requests,
             ..EngineArgs::new(path.clone())
         };
         let (model, isa, _) = load_model(&args).expect("model loads");
