@@ -149,6 +149,8 @@ pub struct TokenUsage {
     pub completion_tokens: usize,
     /// Prompt tokens served from the radix cache at first admission.
     pub cached_tokens: usize,
+    /// Of those, loaded from the hierarchical cache's file tier.
+    pub storage_cached_tokens: usize,
     /// Speculative decoding counters (all zero without speculation).
     pub spec: crate::spec::SpecCounts,
 }
@@ -162,6 +164,8 @@ pub enum Output {
         id: u64,
         /// Prompt tokens served from the radix cache.
         cached_tokens: usize,
+        /// Of those, loaded from the hierarchical cache's file tier.
+        storage_cached_tokens: usize,
     },
     /// One generated token.
     Token {

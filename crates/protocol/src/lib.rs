@@ -53,8 +53,37 @@ impl Usage {
             prompt_tokens: prompt,
             completion_tokens: completion,
             total_tokens: prompt + completion,
-            prompt_tokens_details: (cached > 0).then_some(PromptTokensDetails { cached_tokens: cached }),
+            prompt_tokens_details: (cached > 0)
+                .then_some(PromptTokensDetails { cached_tokens: cached, ..Default::default() }),
         }
+    }
+
+    /// The same usage with its cached tokens split by cache tier, `storage` of them from the
+    /// hierarchical cache's file tier (a server with the tier reports this, even at 0).
+    pub fn with_storage(mut self, storage: u64) -> Self {
+        if let Some(d) = self.prompt_tokens_details.as_mut() {
+            d.cached_tokens_details = Some(CachedTokensDetails::new(d.cached_tokens, storage));
+        }
+        self
+    }
+}
+
+/// Cached prompt tokens by where their KV was found (SGLang's `cached_tokens_details` of
+/// `meta_info` under HiCache; sparrow adds it to OpenAI's `prompt_tokens_details` too).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CachedTokensDetails {
+    /// In the KV pool's radix cache.
+    pub device: u64,
+    /// Sparrow has no host-memory tier apart from the file tier: always 0.
+    pub host: u64,
+    /// Loaded from the file tier.
+    pub storage: u64,
+}
+
+impl CachedTokensDetails {
+    /// `cached` tokens, `storage` of them from the file tier.
+    pub fn new(cached: u64, storage: u64) -> Self {
+        CachedTokensDetails { device: cached.saturating_sub(storage), host: 0, storage: storage.min(cached) }
     }
 }
 
@@ -64,6 +93,9 @@ pub struct PromptTokensDetails {
     /// Prompt tokens whose KV came from the prefix cache instead of being computed.
     #[serde(default)]
     pub cached_tokens: u64,
+    /// Of those, by cache tier (only from a server with the hierarchical cache).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_tokens_details: Option<CachedTokensDetails>,
 }
 
 /// OpenAI-style error body: `{"error": {"message", "type", "param", "code"}}`.

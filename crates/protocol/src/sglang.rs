@@ -82,6 +82,9 @@ pub struct MetaInfo<'a> {
     pub completion_tokens: usize,
     /// Prompt tokens served from the prefix cache (0 until the choice's last frame).
     pub cached_tokens: usize,
+    /// With the hierarchical cache, on the choice's last frame: the cached tokens by tier.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cached_tokens_details: Option<crate::CachedTokensDetails>,
     /// `null` until the choice's last frame.
     pub finish_reason: Option<MetaFinishReason<'a>>,
     /// With `return_logprob`: one `[logprob, token_id, text]` per prompt position from

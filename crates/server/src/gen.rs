@@ -53,6 +53,8 @@ pub struct Finish {
     pub completion_tokens: usize,
     /// Prompt tokens served from the radix cache.
     pub cached_tokens: usize,
+    /// Of those, loaded from the hierarchical cache's file tier.
+    pub storage_cached_tokens: usize,
     /// Speculative decoding counters (zero without speculation, and on a choice a stop string
     /// ended: the engine's counts arrive only with its own end).
     pub spec: sparrow_engine::spec::SpecCounts,
@@ -226,6 +228,7 @@ struct Choice {
     stop: StopMatcher,
     tokens: usize,
     cached: usize,
+    storage: usize,
     stop_ids: Arc<Vec<u32>>,
     no_stop_trim: bool,
     done: bool,
@@ -244,8 +247,9 @@ impl Choice {
     fn on_output(&mut self, o: Output) -> Vec<ChoiceEvent> {
         let index = self.index;
         match o {
-            Output::Started { cached_tokens, .. } => {
+            Output::Started { cached_tokens, storage_cached_tokens, .. } => {
                 self.cached = cached_tokens;
+                self.storage = storage_cached_tokens;
                 vec![ChoiceEvent::Started { index, cached_tokens }]
             }
             Output::PromptLogprobs { start, entries, .. } => vec![ChoiceEvent::Prompt { index, start, entries }],
@@ -298,6 +302,7 @@ impl Choice {
                     matched,
                     completion_tokens: usage.completion_tokens,
                     cached_tokens: usage.cached_tokens,
+                    storage_cached_tokens: usage.storage_cached_tokens,
                     spec: usage.spec,
                     error,
                     overloaded,
@@ -329,6 +334,7 @@ impl Choice {
             matched: Some(MatchedStop::Text(matched)),
             completion_tokens: self.tokens,
             cached_tokens,
+            storage_cached_tokens: self.storage,
             spec: Default::default(),
             error: None,
             overloaded: false,
@@ -390,6 +396,7 @@ pub fn start(state: &AppState, prep: Prepared) -> Result<BoxStream<'static, Choi
                     matched: None,
                     completion_tokens: 0,
                     cached_tokens: 0,
+                    storage_cached_tokens: 0,
                     spec: Default::default(),
                     error: None,
                     overloaded: false,
@@ -433,6 +440,7 @@ pub fn start(state: &AppState, prep: Prepared) -> Result<BoxStream<'static, Choi
             stop: StopMatcher::new(stop.clone()),
             tokens: 0,
             cached: 0,
+            storage: 0,
             stop_ids: stop_ids.clone(),
             no_stop_trim,
             done: false,

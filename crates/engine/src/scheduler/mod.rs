@@ -91,6 +91,8 @@ struct Req {
     arrived: u64,
     /// Arrival time, for `--queue-timeout`.
     submitted: std::time::Instant,
+    /// Of `cached_tokens`, the ones loaded from the file tier.
+    storage_tokens: usize,
 }
 
 /// The grammar masks of rows that sample this step: `(index in running, constraint)` in,
@@ -475,6 +477,7 @@ impl Scheduler {
             priority: self.cfg.queue.priority.map_or(0, |p| r.priority.unwrap_or(p.default_priority)),
             arrived: self.clock,
             submitted: std::time::Instant::now(),
+            storage_tokens: 0,
         });
         Ok(())
     }
@@ -669,6 +672,7 @@ fn usage(r: &Req) -> TokenUsage {
         prompt_tokens: r.prompt_len,
         completion_tokens: r.output_len(),
         cached_tokens: r.cached_tokens.unwrap_or(0),
+        storage_cached_tokens: r.storage_tokens,
         spec: r.spec.as_ref().map(|s| s.counts).unwrap_or_default(),
     }
 }

@@ -193,6 +193,7 @@ impl Scheduler {
             self.stats.radix_hit_tokens_total += prefix_tokens as u64;
             if r.cached_tokens.is_none() {
                 r.cached_tokens = Some(prefix_tokens.min(r.prompt_len));
+                r.storage_tokens = (loaded * ps).min(r.prompt_len);
                 self.stats.prompt_tokens_total += r.prompt_len as u64;
                 self.stats.cached_tokens_total += prefix_tokens.min(r.prompt_len) as u64;
             }
@@ -200,7 +201,11 @@ impl Scheduler {
             r.page_table.extend(pages);
             if !r.started {
                 r.started = true;
-                out.push(Output::Started { id: r.id, cached_tokens: r.cached_tokens.unwrap_or(0) });
+                out.push(Output::Started {
+                    id: r.id,
+                    cached_tokens: r.cached_tokens.unwrap_or(0),
+                    storage_cached_tokens: r.storage_tokens,
+                });
             }
             budget -= n;
             admit_budget -= n;

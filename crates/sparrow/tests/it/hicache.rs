@@ -55,16 +55,18 @@ fn http(port: u16, method: &str, path: &str, body: Option<&Value>) -> Option<Str
     text.starts_with("HTTP/").then(|| text.split_once("\r\n\r\n").map_or(String::new(), |(_, b)| b.to_owned()))
 }
 
-/// `/generate` greedy on `ids`: (text, cached tokens).
+/// `/generate` greedy on `ids`: (text, cached tokens); checks that the cached tokens are split
+/// by tier in `cached_tokens_details`, and returns the file tier's share as the second value.
 fn generate(s: &Server, ids: &[u32]) -> (String, u64) {
     let body =
         json!({"input_ids": ids, "sampling_params": {"max_new_tokens": 8, "temperature": 0, "ignore_eos": true}});
     let out = http(s.1, "POST", "/generate", Some(&body)).expect("answer");
     let v: Value = serde_json::from_str(&out).unwrap_or_else(|_| panic!("JSON: {out}"));
-    (
-        v["text"].as_str().unwrap_or_else(|| panic!("{v}")).to_owned(),
-        v["meta_info"]["cached_tokens"].as_u64().expect("cached"),
-    )
+    let meta = &v["meta_info"];
+    let d = &meta["cached_tokens_details"];
+    let (device, storage) = (d["device"].as_u64().expect("device"), d["storage"].as_u64().expect("storage"));
+    assert_eq!(Some(device + storage), meta["cached_tokens"].as_u64(), "{meta}");
+    (v["text"].as_str().unwrap_or_else(|| panic!("{v}")).to_owned(), storage)
 }
 
 fn blocks(dir: &Path) -> Vec<std::path::PathBuf> {
@@ -96,7 +98,7 @@ fn a_restarted_server_serves_a_long_prefix_from_the_file_tier() {
     let s = serve(&dir, &log);
     let (text, cached) = generate(&s, &ids);
     assert_eq!(text, first);
-    assert!(cached >= 1984, "cached_tokens {cached} after the restart");
+    assert!(cached >= 1984, "cached_tokens {cached} from the file tier after the restart");
     let metrics = http(s.1, "GET", "/metrics", None).expect("metrics");
     assert!(metrics.contains("sparrow:hicache_storage_hit_tokens_total 1984"), "{metrics}");
     drop(s);

@@ -18,6 +18,7 @@ use sparrow_engine::scheduler::TokenLogprob;
 use sparrow_protocol::sglang::{
     GenerateBody, GenerateResponse, GenerateText, MetaFinishReason, MetaInfo, NativeLogprobs, SpecMeta,
 };
+use sparrow_protocol::CachedTokensDetails;
 
 fn native_finish(f: &Finish) -> MetaFinishReason<'_> {
     match f.reason {
@@ -37,6 +38,8 @@ struct NativeRun {
     /// The token at `logprob_start_len`, whose input entry is `null` (SGLang pads it); `None`
     /// without `return_logprob` or with a start beyond the prompt.
     null_first: Option<u32>,
+    /// The server has the hierarchical cache: `cached_tokens_details` is reported.
+    tiers: bool,
 }
 
 impl NativeRun {
@@ -57,6 +60,9 @@ impl NativeRun {
             completion_tokens: tokens,
             // Reported on a choice's last frame; the frames before it say 0.
             cached_tokens: fin.map_or(0, |f| f.cached_tokens),
+            cached_tokens_details: fin
+                .filter(|_| self.tiers)
+                .map(|f| CachedTokensDetails::new(f.cached_tokens as u64, f.storage_cached_tokens as u64)),
             finish_reason: fin.map(native_finish),
             input_token_logprobs: on.then_some(&lp.input_token_logprobs[..]),
             output_token_logprobs: on.then_some(&lp.output_token_logprobs[..]),
@@ -123,7 +129,8 @@ pub(crate) async fn generate(
     let n = prep.params.n;
     let ids = if n > 1 { (0..n).map(|i| format!("{rid}-{i}")).collect() } else { vec![rid] };
     let texts = TokenTexts(s.bytes_all.clone());
-    let run = NativeRun { ids, prompt_tokens: prep.prompt_ids.len(), ask, texts, null_first };
+    let tiers = s.engine.hicache().is_some();
+    let run = NativeRun { ids, prompt_tokens: prep.prompt_ids.len(), ask, texts, null_first, tiers };
     let mut events = gen::start(&s, prep)?;
     if !stream {
         let all = collect(events, n).await;

@@ -78,6 +78,13 @@ struct OaiRun {
     texts: TokenTexts,
     /// How chat text becomes content, reasoning and tool calls.
     shape: ChatShape,
+    /// The server has the hierarchical cache: usage splits cached tokens by tier.
+    tiers: bool,
+}
+
+/// Element-wise sums of `(cached, from the file tier)` pairs.
+fn sum2(v: &[(usize, usize)]) -> (usize, usize) {
+    v.iter().fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
 }
 
 /// A finished chat choice's reason: `tool_calls` when it made calls and ended by itself.
@@ -116,8 +123,14 @@ impl OaiRun {
         self.prompt_tokens.len() * self.n
     }
 
-    fn usage(&self, completion: usize, cached: usize) -> Usage {
-        Usage::new(self.prompt_tokens.iter().sum::<usize>() as u64, completion as u64, cached as u64)
+    /// Usage of the whole request; `cached` is `(cached, of which from the file tier)`.
+    fn usage(&self, completion: usize, cached: (usize, usize)) -> Usage {
+        let u = Usage::new(self.prompt_tokens.iter().sum::<usize>() as u64, completion as u64, cached.0 as u64);
+        if self.tiers {
+            u.with_storage(cached.1 as u64)
+        } else {
+            u
+        }
     }
 
     fn echo_of(&self, index: usize) -> Option<&str> {
@@ -208,8 +221,9 @@ fn oai_stream(run: OaiRun, events: BoxStream<'static, ChoiceEvent>, opts: Stream
         events: Option<BoxStream<'static, ChoiceEvent>>,
         opts: StreamOpts,
         tokens: Vec<usize>,
-        /// Radix-cached prompt tokens of each prompt (the most any of its choices saw).
-        cached: Vec<usize>,
+        /// Radix-cached prompt tokens of each prompt (the most any of its choices saw), and
+        /// of those the ones from the file tier.
+        cached: Vec<(usize, usize)>,
         done: Vec<bool>,
         legacy: Vec<Legacy>,
         /// Chat choices' content / reasoning / tool-call machines.
@@ -219,7 +233,7 @@ fn oai_stream(run: OaiRun, events: BoxStream<'static, ChoiceEvent>, opts: Stream
     }
     impl St {
         fn continuous(&self) -> Option<Usage> {
-            self.opts.continuous.then(|| self.run.usage(self.tokens.iter().sum(), self.cached.iter().sum()))
+            self.opts.continuous.then(|| self.run.usage(self.tokens.iter().sum(), sum2(&self.cached)))
         }
     }
     let total = run.choices();
@@ -227,7 +241,7 @@ fn oai_stream(run: OaiRun, events: BoxStream<'static, ChoiceEvent>, opts: Stream
         events: Some(events),
         opts,
         tokens: vec![0; total],
-        cached: vec![0; run.prompt_tokens.len()],
+        cached: vec![(0, 0); run.prompt_tokens.len()],
         done: vec![false; total],
         legacy: vec![Legacy::default(); total],
         shapers: (0..total).map(|_| run.shape.shaper()).collect(),
@@ -242,7 +256,7 @@ fn oai_stream(run: OaiRun, events: BoxStream<'static, ChoiceEvent>, opts: Stream
         let mut out = Vec::new();
         if st.prologue {
             st.prologue = false;
-            let u = st.opts.continuous.then(|| st.run.usage(0, 0));
+            let u = st.opts.continuous.then(|| st.run.usage(0, (0, 0)));
             for i in 0..st.run.choices() {
                 let start = match st.run.kind {
                     Kind::Chat => Some(""),
@@ -315,7 +329,7 @@ fn oai_stream(run: OaiRun, events: BoxStream<'static, ChoiceEvent>, opts: Stream
             Some(ChoiceEvent::Done { index, finish }) => {
                 st.tokens[index] = finish.completion_tokens;
                 let p = index / st.run.n;
-                st.cached[p] = st.cached[p].max(finish.cached_tokens);
+                st.cached[p] = st.cached[p].max((finish.cached_tokens, finish.storage_cached_tokens));
                 st.done[index] = true;
                 if let Some(e) = &finish.error {
                     push_error(&mut out, e);
@@ -335,7 +349,7 @@ fn oai_stream(run: OaiRun, events: BoxStream<'static, ChoiceEvent>, opts: Stream
                     push_error(&mut out, "the engine stopped before the request finished");
                 }
                 if st.opts.include_usage {
-                    st.run.push_usage(&mut out, st.run.usage(st.tokens.iter().sum(), st.cached.iter().sum()));
+                    st.run.push_usage(&mut out, st.run.usage(st.tokens.iter().sum(), sum2(&st.cached)));
                 }
                 push_done(&mut out);
             }
@@ -352,17 +366,17 @@ async fn oai_collect(run: OaiRun, events: BoxStream<'static, ChoiceEvent>) -> Re
     let all = collect(events, run.choices()).await;
     let mut finishes = Vec::with_capacity(all.len());
     let mut completion = 0;
-    let mut cached = vec![0; run.prompt_tokens.len()];
+    let mut cached = vec![(0, 0); run.prompt_tokens.len()];
     for (i, c) in all.iter().enumerate() {
         let f = c.finish.clone().ok_or(ApiError::Unavailable)?;
         if let Some(e) = f.api_error() {
             return Err(e);
         }
         completion += f.completion_tokens;
-        cached[i / run.n] = cached[i / run.n].max(f.cached_tokens);
+        cached[i / run.n] = cached[i / run.n].max((f.cached_tokens, f.storage_cached_tokens));
         finishes.push(f);
     }
-    let usage = Some(run.usage(completion, cached.iter().sum()));
+    let usage = Some(run.usage(completion, sum2(&cached)));
     let texts = &run.texts;
     Ok(match run.kind {
         Kind::Completion => {
@@ -478,6 +492,7 @@ async fn oai_respond(
         ask,
         texts: TokenTexts(s.bytes_all.clone()),
         shape,
+        tiers: s.engine.hicache().is_some(),
     };
     let mut streams = Vec::with_capacity(preps.len());
     for (i, (prep, _)) in preps.into_iter().enumerate() {

@@ -430,6 +430,7 @@ pub(super) fn stream(
                 matched: None,
                 completion_tokens: 0,
                 cached_tokens: 0,
+                storage_cached_tokens: 0,
                 spec: Default::default(),
                 error: Some("the engine stopped before the request finished".into()),
                 overloaded: false,
