@@ -63,8 +63,8 @@ pub struct QueueFlags {
     /// hot).
     #[arg(long)]
     pub enable_hierarchical_cache: bool,
-    /// The tier's storage: `file` (the only one sparrow has; SGLang's `mooncake`, `hf3fs`,
-    /// `nixl`, `aibrix`, `eic` and `dynamic` are refused by name). Default: `file`.
+    /// The tier's storage: `file` (the only one sparrow has; SGLang's other backends, from
+    /// `mooncake` to `seaweedfs`, are refused by name). Default: `file`.
     #[arg(long)]
     pub hicache_storage_backend: Option<String>,
     /// The file tier's byte budget in GB (overrides --hicache-ratio).
@@ -111,16 +111,14 @@ impl QueueFlags {
     /// # Errors
     /// A value sparrow does not implement or a malformed one, naming the flag.
     pub fn hicache(&self) -> Result<Option<HiCacheArgs>, String> {
-        let backend = self.hicache_storage_backend.as_deref();
-        if !self.enable_hierarchical_cache {
-            if backend.is_some() || self.hicache_storage_backend_extra_config.is_some() {
-                return Err("--hicache-storage-backend needs --enable-hierarchical-cache".into());
-            }
-            return Ok(None);
-        }
-        match backend {
+        // Values are checked with or without --enable-hierarchical-cache; without it, as in
+        // SGLang, the tier's flags change nothing.
+        match self.hicache_storage_backend.as_deref() {
             None | Some("file") => {}
-            Some(b @ ("mooncake" | "hf3fs" | "nixl" | "aibrix" | "dynamic" | "eic")) => {
+            Some(
+                b @ ("sim" | "mooncake" | "npu_memcache" | "hf3fs" | "nixl" | "aibrix" | "dynamic" | "eic" | "simm"
+                | "mori" | "shm" | "tensorcast" | "seaweedfs"),
+            ) => {
                 return Err(format!(
                     "--hicache-storage-backend {b} is an SGLang storage backend that sparrow serve does not support \
                      (have: file)"
@@ -142,6 +140,9 @@ impl QueueFlags {
                 ))
             }
         };
+        if !self.enable_hierarchical_cache {
+            return Ok(None);
+        }
         if !(self.hicache_ratio.is_finite() && self.hicache_ratio > 0.0) {
             return Err(format!("--hicache-ratio {} must be positive", self.hicache_ratio));
         }

@@ -66,6 +66,18 @@ fn samples(flag: &Value) -> Vec<Vec<String>> {
 
 /// The SGLang flags sparrow serve takes (spellings included).
 const TAKEN: &[&str] = &[
+    "--max-queued-requests",
+    "--enable-priority-scheduling",
+    "--schedule-low-priority-values-first",
+    "--priority-scheduling-preemption-threshold",
+    "--disable-priority-preemption",
+    "--default-priority-value",
+    "--enable-hierarchical-cache",
+    "--hicache-storage-backend",
+    "--hicache-size",
+    "--hicache-ratio",
+    "--hicache-write-policy",
+    "--hicache-storage-backend-extra-config",
     "--model-path",
     "--model",
     "--is-embedding",
