@@ -479,13 +479,16 @@ impl DiskTier {
                             self.loaded.insert(hash, (Arc::new(p), self.clock));
                         }
                         Err(why) => {
+                            self.stats.bad += 1;
                             self.log(format!("block {hash:016x} skipped: {why}"));
                             self.drop_entry(hash, true);
                         }
                     }
                 }
                 Done::WriteFailed { hash, why } => {
+                    self.stats.bad += 1;
                     self.log(format!("block {hash:016x} not written: {why}"));
+                    // Nothing was left on disk (the temporary file is removed).
                     self.drop_entry(hash, false);
                 }
             }
@@ -552,16 +555,12 @@ impl DiskTier {
             }
         }
         self.loaded.remove(&hash);
-        if !delete {
-            self.stats.bad += 1;
-        }
     }
 
     /// One log line per problem for the first 20, then every 1000th (a full disk repeats).
     fn log(&mut self, line: String) {
         self.logged += 1;
-        self.stats.bad += u64::from(line.contains("skipped"));
-        if self.logged <= 20 || self.logged % 1000 == 0 {
+        if self.logged <= 20 || self.logged.is_multiple_of(1000) {
             eprintln!("hicache: {line} ({} problems so far)", self.logged);
         }
     }
