@@ -21,31 +21,11 @@ import statistics
 import threading
 import time
 import http.client
+import os
+import sys
 
-
-def stream_completion(port, prompt, max_tokens):
-    """(seconds to the first token, text) of a streamed greedy completion."""
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-    body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
-                       "stream": True})
-    t0 = time.perf_counter()
-    c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
-    r = c.getresponse()
-    if r.status != 200:
-        raise SystemExit(f"HTTP {r.status}: {r.read()[:300]!r}")
-    ttft, text = None, ""
-    for line in r:
-        line = line.strip()
-        if not line.startswith(b"data: ") or line == b"data: [DONE]":
-            continue
-        frame = json.loads(line[6:])
-        for ch in frame.get("choices", []):
-            if ch.get("text"):
-                if ttft is None:
-                    ttft = time.perf_counter() - t0
-                text += ch["text"]
-    c.close()
-    return ttft, text
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from sse_client import stream_completion  # noqa: E402
 
 
 def flush(port):

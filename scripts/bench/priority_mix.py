@@ -15,34 +15,16 @@ Standard library only.
 """
 import argparse
 import http.client
+import os
+import sys
 import json
 import queue
 import random
 import statistics
 import threading
-import time
 
-
-def stream(port, ids, max_tokens, priority):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-    body = json.dumps({"prompt": ids, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
-                       "stream": True, "priority": priority})
-    t0 = time.perf_counter()
-    c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
-    r = c.getresponse()
-    if r.status != 200:
-        raise SystemExit(f"HTTP {r.status}: {r.read()[:300]!r}")
-    ttft, text = None, ""
-    for line in r:
-        line = line.strip()
-        if not line.startswith(b"data: ") or line == b"data: [DONE]":
-            continue
-        for ch in json.loads(line[6:]).get("choices", []):
-            if ch.get("text"):
-                ttft = ttft if ttft is not None else time.perf_counter() - t0
-                text += ch["text"]
-    c.close()
-    return ttft, text
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from sse_client import stream_completion  # noqa: E402
 
 
 def run(port, work, concurrency):
@@ -56,7 +38,7 @@ def run(port, work, concurrency):
                 i, ids, n, prio = q.get_nowait()
             except queue.Empty:
                 return
-            out[i] = (prio,) + stream(port, ids, n, prio)
+            out[i] = (prio,) + stream_completion(port, ids, n, prio)
     ts = [threading.Thread(target=worker) for _ in range(concurrency)]
     for t in ts:
         t.start()
