@@ -33,10 +33,15 @@ pub type Sink = Box<dyn FnMut(Output) -> bool + Send>;
 pub enum Command {
     /// Queue a request; its outputs go to the sink.
     Submit(NewRequest, Sink),
+    /// Queue a request that arrived past a full queue (see [`Engine::submit_over_limit`]).
+    SubmitOverLimit(NewRequest, Sink),
     /// End a request (queued or running).
     Abort(u64),
     /// Drop unlocked radix-cache pages; the callback gets the pages freed.
     FlushCache(Box<dyn FnOnce(usize) + Send>),
+    /// Write every radix page the file tier lacks, finish the tier's writes and stop the
+    /// thread; the channel gets the pages written.
+    Shutdown(mpsc::Sender<usize>),
 }
 
 /// A running engine. Cloning shares the same thread.
@@ -318,6 +323,10 @@ impl Engine {
     /// [`EngineError::Stopped`] when the engine thread is gone; [`EngineError::InvalidRequest`]
     /// for an embedding request to a generating engine or the other way round.
     pub fn submit(&self, req: NewRequest, sink: Sink) -> Result<(), EngineError> {
+        self.submit_as(req, sink, false)
+    }
+
+    fn submit_as(&self, req: NewRequest, sink: Sink, over_limit: bool) -> Result<(), EngineError> {
         match (req.embed, self.embedding.is_some()) {
             (true, false) => {
                 return Err(EngineError::InvalidRequest(
@@ -340,7 +349,8 @@ impl Engine {
             }
             sink(o)
         });
-        self.tx.send(Command::Submit(req, counted)).map_err(|_| EngineError::Stopped)
+        let cmd = if over_limit { Command::SubmitOverLimit(req, counted) } else { Command::Submit(req, counted) };
+        self.tx.send(cmd).map_err(|_| EngineError::Stopped)
     }
 
     /// Admission control (SGLang's `--max-queued-requests`): refuses a new request while the
@@ -349,12 +359,40 @@ impl Engine {
     /// request is refused or served whole.
     ///
     /// # Errors
-    /// [`EngineError::QueueFull`] with the limit.
+    /// [`EngineError::QueueFull`] with the count and the limit.
     pub fn check_queue(&self) -> Result<(), EngineError> {
+        let waiting = self.queued.load(Ordering::Relaxed);
         match self.max_queued {
-            Some(m) if self.queued.load(Ordering::Relaxed) >= m => Err(EngineError::QueueFull(m)),
+            Some(max) if waiting >= max => Err(EngineError::QueueFull { waiting, max }),
             _ => Ok(()),
         }
+    }
+
+    /// True under priority scheduling: a request past a full queue may then take the place of
+    /// a less urgent waiting one ([`Engine::submit_over_limit`]), as SGLang's does.
+    pub fn priority_scheduling(&self) -> bool {
+        self.config.queue.priority.is_some()
+    }
+
+    /// Queues a request that arrived past a full queue under priority scheduling: the least
+    /// urgent waiting request (not yet admitted), when less urgent than this one, is answered
+    /// [`FinishReason::Overloaded`] and this one takes its place; otherwise this one is
+    /// answered so (SGLang's queue-limit abort by priority).
+    ///
+    /// # Errors
+    /// As [`Engine::submit`].
+    pub fn submit_over_limit(&self, req: NewRequest, sink: Sink) -> Result<(), EngineError> {
+        self.submit_as(req, sink, true)
+    }
+
+    /// Stops the engine thread after the file tier has every radix page it lacks (the pages a
+    /// `write_back` tier would write on eviction) and has finished its queued writes. Requests
+    /// still live are dropped. Returns the pages written, or `None` when the thread did not
+    /// answer within `wait` (or was gone).
+    pub fn shutdown(&self, wait: Duration) -> Option<usize> {
+        let (tx, rx) = mpsc::channel();
+        self.tx.send(Command::Shutdown(tx)).ok()?;
+        rx.recv_timeout(wait).ok()
     }
 
     /// The hierarchical cache's file tier as opened (`None`: off).
@@ -469,9 +507,15 @@ fn engine_loop(
         };
         let mut replies = Vec::new();
         if let Some(c) = cmd {
-            handle(&mut live, c, &mut replies);
-            while let Ok(c) = rx.try_recv() {
+            let mut next = Some(c);
+            while let Some(c) = next {
+                if let Command::Shutdown(done) = c {
+                    let n = live.sched.close_tier(&mut live.kv);
+                    let _ = done.send(n);
+                    return;
+                }
                 handle(&mut live, c, &mut replies);
+                next = rx.try_recv().ok();
             }
         }
         if !replies.is_empty() {
@@ -546,6 +590,22 @@ fn handle(live: &mut Live, cmd: Command, replies: &mut Vec<Box<dyn FnOnce()>>) {
                 }
             }
         }
+        Command::SubmitOverLimit(req, mut sink) => {
+            let id = req.id;
+            match live.sched.submit_over_limit(req) {
+                Ok(displaced) => {
+                    live.sinks.insert(id, sink);
+                    route(live, vec![displaced]);
+                }
+                Err(e) => {
+                    let reason = match e {
+                        EngineError::QueueFull { .. } => FinishReason::Overloaded(e.to_string()),
+                        e => FinishReason::Error(e.to_string()),
+                    };
+                    sink(Output::Finished { id, reason, usage: Default::default() });
+                }
+            }
+        }
         Command::Abort(id) => {
             if let Some(o) = live.sched.abort(id) {
                 route(live, vec![o]);
@@ -555,6 +615,8 @@ fn handle(live: &mut Live, cmd: Command, replies: &mut Vec<Box<dyn FnOnce()>>) {
             let n = live.sched.flush_cache();
             replies.push(Box::new(move || done(n)));
         }
+        // Handled by the loop, which stops after it.
+        Command::Shutdown(_) => {}
     }
 }
 

@@ -64,8 +64,16 @@ pub enum EngineError {
     #[error("the engine has stopped")]
     Stopped,
     /// `--max-queued-requests` requests are waiting: this one is refused (SGLang answers 503).
-    #[error("the request queue is full ({0} requests waiting, the server's --max-queued-requests); retry later")]
-    QueueFull(usize),
+    #[error(
+        "the request queue is full: {waiting} requests are waiting (the server's --max-queued-requests is {max}); \
+         retry later"
+    )]
+    QueueFull {
+        /// Requests waiting for their first admission.
+        waiting: usize,
+        /// `--max-queued-requests`.
+        max: usize,
+    },
 }
 
 impl EngineError {

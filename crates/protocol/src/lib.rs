@@ -59,11 +59,11 @@ impl Usage {
     }
 
     /// The same usage with its cached tokens split by cache tier, `storage` of them from the
-    /// hierarchical cache's file tier (a server with the tier reports this, even at 0).
+    /// hierarchical cache's file tier: a server with the tier always reports
+    /// `prompt_tokens_details`, zeros included.
     pub fn with_storage(mut self, storage: u64) -> Self {
-        if let Some(d) = self.prompt_tokens_details.as_mut() {
-            d.cached_tokens_details = Some(CachedTokensDetails::new(d.cached_tokens, storage));
-        }
+        let d = self.prompt_tokens_details.get_or_insert_with(PromptTokensDetails::default);
+        d.cached_tokens_details = Some(CachedTokensDetails::new(d.cached_tokens, storage));
         self
     }
 }

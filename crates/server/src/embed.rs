@@ -144,10 +144,7 @@ pub async fn run(
     let start = Instant::now();
     // A client that goes away aborts every input still queued or running.
     let mut guard = crate::gen::AbortOnDrop { engine: state.engine.clone(), ids: Vec::with_capacity(inputs.len()) };
-    if let Err(e) = state.engine.check_queue() {
-        state.metrics.queue_full.inc();
-        return Err(e.into());
-    }
+    let over_limit = crate::gen::admit(state)?;
     let mut rxs = Vec::with_capacity(inputs.len());
     for ids in inputs {
         let id = state.next_engine_id();
@@ -155,7 +152,12 @@ pub async fn run(
         let n = ids.len();
         state.metrics.requests.inc();
         let req = NewRequest { priority, ..NewRequest::embedding(id, ids) };
-        state.engine.submit(req, Box::new(move |o| tx.send(o).is_ok()))?;
+        let sink = Box::new(move |o| tx.send(o).is_ok());
+        if over_limit {
+            state.engine.submit_over_limit(req, sink)?;
+        } else {
+            state.engine.submit(req, sink)?;
+        }
         guard.ids.push(id);
         rxs.push((rx, n));
     }

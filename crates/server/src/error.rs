@@ -127,7 +127,7 @@ impl From<sparrow_engine::EngineError> for ApiError {
         match e {
             E::InvalidRequest(m) => ApiError::bad_body(m),
             E::Stopped => ApiError::Unavailable,
-            E::QueueFull(_) => ApiError::Overloaded(e.to_string()),
+            E::QueueFull { .. } => ApiError::Overloaded(e.to_string()),
             other => ApiError::Engine(other.to_string()),
         }
     }

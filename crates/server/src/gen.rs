@@ -135,6 +135,9 @@ pub struct Prepared {
     pub params: GenParams,
     /// Tokens to generate at most, after the context and pool limits.
     pub max_new: usize,
+    /// Admitted past a full queue under priority scheduling ([`admit`]): its engine requests
+    /// may take the place of less urgent waiting ones.
+    pub over_limit: bool,
 }
 
 /// Applies the length policy (documented in `docs/api.md`, "Lengths"):
@@ -201,7 +204,7 @@ pub fn prepare(state: &AppState, prompt_ids: Vec<u32>, params: GenParams) -> Res
         }
         None => (ctx - p).min(pool - p).min(params.default_max.unwrap_or(usize::MAX)),
     };
-    Ok(Prepared { prompt_ids, params, max_new })
+    Ok(Prepared { prompt_ids, params, max_new, over_limit: false })
 }
 
 /// Aborts the engine requests of a dropped stream (or of a dropped embedding request).
@@ -347,6 +350,25 @@ impl Choice {
     }
 }
 
+/// Admission control, once per API request before any of its engine requests is submitted
+/// (so a request with several prompts or choices is refused or taken whole): `Ok(false)`
+/// while fewer than `--max-queued-requests` wait; past it, `Ok(true)` under priority
+/// scheduling (the request is submitted with [`Prepared::over_limit`] and may take a less
+/// urgent waiting request's place, as SGLang's does), else a 503.
+///
+/// # Errors
+/// [`ApiError::Overloaded`] (counted in `/metrics`).
+pub fn admit(state: &AppState) -> Result<bool, ApiError> {
+    match state.engine.check_queue() {
+        Ok(()) => Ok(false),
+        Err(_) if state.engine.priority_scheduling() => Ok(true),
+        Err(e) => {
+            state.metrics.queue_full.inc();
+            Err(e.into())
+        }
+    }
+}
+
 /// Starts all choices of a prepared request and returns their merged events.
 ///
 /// # Errors
@@ -405,10 +427,6 @@ pub fn start(state: &AppState, prep: Prepared) -> Result<BoxStream<'static, Choi
             .collect();
         return Ok(stream::iter(events).boxed());
     }
-    if let Err(e) = state.engine.check_queue() {
-        state.metrics.queue_full.inc();
-        return Err(e.into());
-    }
     let mut guard = AbortOnDrop { engine: state.engine.clone(), ids: Vec::with_capacity(n) };
     let mut streams = Vec::with_capacity(n);
     let start = Instant::now();
@@ -429,7 +447,12 @@ pub fn start(state: &AppState, prep: Prepared) -> Result<BoxStream<'static, Choi
             embed: false,
             priority,
         };
-        state.engine.submit(req, Box::new(move |o| tx.send(o).is_ok()))?;
+        let sink = Box::new(move |o| tx.send(o).is_ok());
+        if prep.over_limit {
+            state.engine.submit_over_limit(req, sink)?;
+        } else {
+            state.engine.submit(req, sink)?;
+        }
         guard.ids.push(id);
         let choice = Choice {
             index,

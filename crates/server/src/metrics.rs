@@ -51,8 +51,11 @@ pub struct Metrics {
     pub open_connections: Gauge,
     /// Connections refused past `--max-connections` (answered 503 or closed unanswered).
     pub refused_connections: Counter,
-    /// Requests refused with 503 because `--max-queued-requests` were waiting.
+    /// Requests refused with 503 on arrival because `--max-queued-requests` were waiting.
     pub queue_full: Counter,
+    /// Those, plus the requests answered 503 in the engine for a full queue (displaced by a
+    /// more urgent one, or not more urgent than any waiting one): the exported counter.
+    queue_full_total: Counter,
     queue_timeouts: Counter,
     preemptions: Counter,
     storage_hit_tokens: Counter,
@@ -118,6 +121,7 @@ impl Metrics {
             open_connections: Gauge::default(),
             refused_connections: Counter::default(),
             queue_full: Counter::default(),
+            queue_full_total: Counter::default(),
             queue_timeouts: Counter::default(),
             preemptions: Counter::default(),
             storage_hit_tokens: Counter::default(),
@@ -202,8 +206,8 @@ impl Metrics {
         );
         registry.register(
             "sparrow:queue_full_rejections",
-            "Requests refused with 503 while --max-queued-requests waited",
-            m.queue_full.clone(),
+            "Requests answered 503 because --max-queued-requests waited (on arrival, or displaced by a more urgent one)",
+            m.queue_full_total.clone(),
         );
         registry.register(
             "sparrow:queue_timeouts",
@@ -268,6 +272,7 @@ impl Metrics {
         catch_up(&self.retractions, s.num_retractions);
         catch_up(&self.prefill_chunks, s.num_prefill_chunks);
         catch_up(&self.radix_hit_tokens, s.radix_hit_tokens_total);
+        catch_up(&self.queue_full_total, self.queue_full.get() + s.num_queue_full_aborts);
         catch_up(&self.queue_timeouts, s.num_queue_timeouts);
         catch_up(&self.preemptions, s.num_preemptions);
         catch_up(&self.storage_hit_tokens, s.storage_hit_tokens_total);

@@ -68,11 +68,13 @@ pub fn chain_hash(parent: u64, tokens: &[u32]) -> u64 {
 }
 
 /// Identity of what a block's KV depends on: the weights (each file's length and xxh3 of its
-/// first and last MiB: a GGUF file, or a checkpoint directory's files), the KV layout and
-/// dtype, and the page size. A path that cannot be read is identified by its name.
+/// first and last MiB: a GGUF file, or a checkpoint directory's files with their names), the
+/// KV layout and dtype, and the page size. A GGUF file copied or renamed keeps its identity; a
+/// path that cannot be read is identified by its name.
 pub fn fingerprint(model_path: &Path, layout: &super::KvLayout, page_size: usize) -> u64 {
     let mut h = Xxh3::with_seed(0x5350_4b56);
-    let mut files: Vec<PathBuf> = if model_path.is_dir() {
+    let dir = model_path.is_dir();
+    let mut files: Vec<PathBuf> = if dir {
         std::fs::read_dir(model_path)
             .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.is_file()).collect())
             .unwrap_or_default()
@@ -81,7 +83,7 @@ pub fn fingerprint(model_path: &Path, layout: &super::KvLayout, page_size: usize
     };
     files.sort();
     for f in &files {
-        if let Some(n) = f.file_name() {
+        if let Some(n) = f.file_name().filter(|_| dir) {
             h.update(n.to_string_lossy().as_bytes());
         }
         match sample(f) {
@@ -159,8 +161,11 @@ impl Header {
         }
         let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
         let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]));
-        if &b[..4] != MAGIC || u32_at(4) != VERSION {
-            return Err("not a sparrow KV block of this version".into());
+        if &b[..4] != MAGIC {
+            return Err("not a sparrow KV block (bad magic)".into());
+        }
+        if u32_at(4) != VERSION {
+            return Err(format!("a KV block of format version {}, not {VERSION}", u32_at(4)));
         }
         if u64_at(n - 8) != xxh3_64(&b[..n - 8]) {
             return Err("header checksum mismatch".into());
@@ -195,6 +200,7 @@ enum Job {
 /// What the I/O thread reports.
 enum Done {
     Read { hash: u64, result: Result<Vec<u8>, String> },
+    Written,
     WriteFailed { hash: u64, why: String },
 }
 
@@ -207,14 +213,14 @@ struct Entry {
 /// Counters of the tier (reported in [`crate::scheduler::SchedulerStats`]).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TierStats {
-    /// Pages written.
+    /// Pages written (on disk, renamed into place).
     pub writes: u64,
     /// Pages loaded back into the KV pool.
     pub loads: u64,
     /// Blocks skipped (corrupt, truncated, another model or layout, unreadable) or not
     /// written (a full disk).
     pub bad: u64,
-    /// Bytes held.
+    /// Bytes held, writes still queued included (what the budget counts).
     pub bytes: u64,
 }
 
@@ -274,9 +280,25 @@ impl DiskTier {
         page_bytes: usize,
         pool_bytes: u64,
     ) -> Result<(DiskTier, ScanReport), String> {
-        let dir = args.dir.clone();
+        let dir = std::path::absolute(&args.dir).unwrap_or_else(|_| args.dir.clone());
+        if dir.exists() && !dir.is_dir() {
+            return Err(format!("hicache directory {}: exists and is not a directory", dir.display()));
+        }
         std::fs::create_dir_all(&dir).map_err(|e| format!("hicache directory {}: {e}", dir.display()))?;
+        // A directory that cannot be written would fail every write later, silently to the
+        // client: say so at start-up.
+        let probe = dir.join(format!(".probe-{}.tmp", std::process::id()));
+        std::fs::write(&probe, b"sparrow")
+            .and_then(|()| std::fs::remove_file(&probe))
+            .map_err(|e| format!("hicache directory {} is not writable: {e}", dir.display()))?;
         let budget = budget(args, pool_bytes);
+        let block = (Header::len(page_size) + page_bytes) as u64;
+        if budget < block {
+            return Err(format!(
+                "the tier's budget of {budget} bytes holds no page ({block} bytes each); raise --hicache-size or \
+                 --hicache-ratio"
+            ));
+        }
         let mut report = ScanReport::default();
         let mut found: Vec<(u64, u64, std::time::SystemTime)> = Vec::new();
         let listing = std::fs::read_dir(&dir).map_err(|e| format!("hicache directory {}: {e}", dir.display()))?;
@@ -310,8 +332,8 @@ impl DiskTier {
                     let _ = std::fs::remove_file(&path);
                 }
                 Ok(_) => found.push((hash, meta.len(), meta.modified().unwrap_or(std::time::UNIX_EPOCH))),
-                // A page size or version of another server is another layout's block.
-                Err(e) if e.contains("not a sparrow") || e.contains("a page of") => report.foreign += 1,
+                // A page size or format version of another server is another layout's block.
+                Err(e) if e.contains("format version") || e.contains("a page of") => report.foreign += 1,
                 Err(_) => {
                     report.corrupt += 1;
                     let _ = std::fs::remove_file(&path);
@@ -342,7 +364,7 @@ impl DiskTier {
             jobs: Some(jtx),
             done: drx,
             thread: Some(thread),
-            stats: TierStats { bad: (report.corrupt + report.foreign) as u64, ..Default::default() },
+            stats: TierStats { bad: report.corrupt as u64, ..Default::default() },
             logged: 0,
         };
         for (hash, bytes, _) in found {
@@ -485,6 +507,7 @@ impl DiskTier {
                         }
                     }
                 }
+                Done::Written => self.stats.writes += 1,
                 Done::WriteFailed { hash, why } => {
                     self.stats.bad += 1;
                     self.log(format!("block {hash:016x} not written: {why}"));
@@ -526,7 +549,6 @@ impl DiskTier {
             self.clock += 1;
             self.index.insert(hash, Entry { bytes, last: self.clock });
             self.stats.bytes += bytes;
-            self.stats.writes += 1;
         }
     }
 
@@ -609,10 +631,14 @@ fn io_loop(
                 let path = block_path(&dir, hash);
                 let tmp = path.with_extension("tmp");
                 let r = std::fs::write(&tmp, &block).and_then(|()| std::fs::rename(&tmp, &path));
-                if let Err(e) = r {
-                    let _ = std::fs::remove_file(&tmp);
-                    let _ = done.send(Done::WriteFailed { hash, why: e.to_string() });
-                }
+                let report = match r {
+                    Ok(()) => Done::Written,
+                    Err(e) => {
+                        let _ = std::fs::remove_file(&tmp);
+                        Done::WriteFailed { hash, why: e.to_string() }
+                    }
+                };
+                let _ = done.send(report);
             }
             Job::Delete { hash } => {
                 let _ = std::fs::remove_file(block_path(&dir, hash));
@@ -736,11 +762,37 @@ mod tests {
         assert_eq!(got.len(), 1, "only the first block is good");
         assert_eq!(t.stats.bad, 2);
         drop(t);
+        // A file with a block's name and no block in it is removed at start-up.
+        let junk = block_path(dir.path(), 0xdead_beef);
+        std::fs::write(&junk, vec![7u8; 5000]).expect("write");
+        let (_, rep) = DiskTier::open(&args(dir.path()), 11, ps, pb, 1 << 20).expect("reopen");
+        assert_eq!((rep.corrupt, rep.foreign), (1, 0));
+        assert!(!junk.exists());
         // Another model: nothing matches, every block is foreign.
         let (mut t, rep) = DiskTier::open(&args(dir.path()), 12, ps, pb, 1 << 20).expect("reopen");
         assert_eq!((rep.reopened, rep.foreign), (0, 1));
         let s = t.seed();
         assert!(t.continuation(s, &toks).is_empty());
+    }
+
+    /// The fingerprint follows the weights, not the path: a renamed copy keeps it, one changed
+    /// byte (in the first or last MiB) or another KV layout or page size changes it.
+    #[test]
+    fn the_fingerprint_follows_weights_layout_and_page_size() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let bytes: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+        let (a, b, c) = (dir.path().join("a.gguf"), dir.path().join("copy.gguf"), dir.path().join("c.gguf"));
+        std::fs::write(&a, &bytes).expect("write");
+        std::fs::write(&b, &bytes).expect("write");
+        let mut changed = bytes.clone();
+        changed[2_999_000] ^= 1;
+        std::fs::write(&c, &changed).expect("write");
+        let l = super::super::KvLayout::gqa(2, 2, 4);
+        let fp = |p: &Path, l: &super::super::KvLayout, ps| fingerprint(p, l, ps);
+        assert_eq!(fp(&a, &l, 16), fp(&b, &l, 16));
+        assert_ne!(fp(&a, &l, 16), fp(&c, &l, 16));
+        assert_ne!(fp(&a, &l, 16), fp(&a, &l, 1));
+        assert_ne!(fp(&a, &l, 16), fp(&a, &l.clone().with_dtype(super::super::KvDtype::F16), 16));
     }
 
     /// The byte budget drops the least recently used blocks.

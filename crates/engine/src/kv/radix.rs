@@ -111,6 +111,22 @@ impl RadixCache {
         std::mem::take(&mut self.spills)
     }
 
+    /// Every cached page as a [`Spill`], parents before children (a write-back tier's pages at
+    /// shutdown).
+    pub fn all_spills(&self) -> Vec<Spill> {
+        let mut out = Vec::new();
+        let mut stack = vec![ROOT];
+        while let Some(id) = stack.pop() {
+            let n = self.node(id);
+            for &c in n.children.values() {
+                let child = self.node(c);
+                out.push(Spill { hash: child.hash, parent: n.hash, tokens: child.key.clone(), page: child.page });
+                stack.push(c);
+            }
+        }
+        out
+    }
+
     /// The chain hash of `node`'s path (the tier's seed for the root).
     pub fn hash_of(&self, node: usize) -> u64 {
         self.node(node).hash

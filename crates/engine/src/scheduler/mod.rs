@@ -201,6 +201,10 @@ pub struct SchedulerStats {
     pub num_preemptions: u64,
     /// Requests answered `Overloaded` after waiting past `--queue-timeout`.
     pub num_queue_timeouts: u64,
+    /// Requests answered `Overloaded` in the engine for a full queue under priority
+    /// scheduling: waiting ones displaced by a more urgent arrival, and arrivals no more urgent
+    /// than any waiting one.
+    pub num_queue_full_aborts: u64,
     /// Hierarchical cache: prompt tokens loaded from the file tier at admissions
     /// (re-admissions after retraction included, as `radix_hit_tokens_total`).
     pub storage_hit_tokens_total: u64,
@@ -321,6 +325,26 @@ impl Scheduler {
     pub fn take_tier(&mut self) -> Option<DiskTier> {
         self.pending_loads.clear();
         self.tier.take()
+    }
+
+    /// Writes every radix page the file tier does not hold, waits for the tier's queued writes
+    /// and closes it (shutdown). Returns the pages written now.
+    pub fn close_tier(&mut self, kv: &mut KvStore) -> usize {
+        self.sync_tier(kv);
+        let Some(mut t) = self.tier.take() else { return 0 };
+        let ps = self.cfg.page_size;
+        let mut n = 0;
+        for s in self.radix.all_spills() {
+            if !t.contains(s.hash) {
+                let mut block = Vec::with_capacity(ps * kv.layout().bytes_per_token());
+                kv.read_slots(s.page as usize * ps, ps, &mut block);
+                t.write(s.hash, s.parent, &s.tokens, block);
+                n += 1;
+            }
+        }
+        // Dropping the tier joins its I/O thread after the queued writes.
+        drop(t);
+        n
     }
 
     /// Moves KV between the pool and the file tier: writes the pages the radix cache recorded
@@ -480,6 +504,33 @@ impl Scheduler {
             storage_tokens: 0,
         });
         Ok(())
+    }
+
+    /// Queues a request that arrived past a full queue under priority scheduling: the least
+    /// urgent waiting request not yet admitted (the newest among equals) is answered
+    /// [`FinishReason::Overloaded`] when it is less urgent than `r`, and `r` is queued; the
+    /// displaced request's `Finished` output is returned.
+    ///
+    /// # Errors
+    /// [`EngineError::QueueFull`] when no waiting request is less urgent (or priority
+    /// scheduling is off); else as [`Scheduler::submit`].
+    pub fn submit_over_limit(&mut self, r: NewRequest) -> Result<Output, EngineError> {
+        let waiting = self.waiting.iter().filter(|q| !q.started).count();
+        let full = EngineError::QueueFull { waiting, max: waiting };
+        self.stats.num_queue_full_aborts += 1;
+        let Some(pc) = self.cfg.queue.priority else { return Err(full) };
+        let urgency = pc.urgency(r.priority.unwrap_or(pc.default_priority));
+        let victim = (0..self.waiting.len())
+            .filter(|&i| !self.waiting[i].started)
+            .min_by_key(|&i| (self.urgency(&self.waiting[i]), std::cmp::Reverse(self.waiting[i].arrived)))
+            .filter(|&i| self.urgency(&self.waiting[i]) < urgency);
+        let Some(i) = victim else { return Err(full) };
+        self.submit(r)?;
+        let Some(q) = self.waiting.remove(i) else { return Err(full) };
+        let reason = FinishReason::Overloaded(
+            "the request queue is full and a more urgent request took this one's place; retry later".into(),
+        );
+        Ok(Output::Finished { id: q.id, reason, usage: usage(&q) })
     }
 
     /// Ends a request wherever it is; its pages go back at once. Unknown ids are ignored (the

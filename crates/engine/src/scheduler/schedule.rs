@@ -372,7 +372,8 @@ impl Scheduler {
             r.started = true;
             self.stats.num_retractions += 1;
             self.stats.num_preemptions += 1;
-            self.waiting.push_back(r);
+            // At the front: within its priority it keeps its place before later arrivals.
+            self.waiting.push_front(r);
         }
     }
 

@@ -114,3 +114,19 @@ fn write_back_under_pressure_keeps_outputs_and_adds_hits() {
     assert!(hits > plain_hits + 100, "the tier adds hits: {hits} vs {plain_hits}");
     s.check_pages().expect("pages accounted for");
 }
+
+/// Write-back writes nothing while the pool holds the pages; closing the tier at shutdown
+/// writes every radix page, and a restarted scheduler's first request is a hit from them.
+#[test]
+fn write_back_pages_are_written_at_shutdown() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut m = FakeModel::new(37, 4096, Predict::Recurrence);
+    let p = prompt(33, 3);
+    let want = m.reference(&p, 5, None, 4096).0;
+    let (mut s, mut kv) = with_tier(dir.path(), 200, WritePolicy::WriteBack, &m);
+    assert_eq!(run(&mut s, &mut m, &mut kv, 1, &p, 5), (want.clone(), 0));
+    assert_eq!(s.stats().storage_write_pages_total, 0, "nothing evicted, nothing written");
+    assert_eq!(s.close_tier(&mut kv), 9, "33 + 5 - 1 computed positions: 9 whole pages");
+    let (mut s, mut kv) = with_tier(dir.path(), 200, WritePolicy::WriteBack, &m);
+    assert_eq!(run(&mut s, &mut m, &mut kv, 1, &p, 5), (want, 32));
+}

@@ -102,14 +102,20 @@ impl GenParams {
 }
 
 /// A request body's top-level `priority` (an integer, as SGLang's `GenerateReqInput` and
-/// vLLM's OpenAI routes take it); `null` or absent: none.
+/// vLLM's OpenAI routes take it: a float with no fraction, such as `2.0`, is that integer, as
+/// pydantic's lax mode reads it); `null` or absent: none.
 ///
 /// # Errors
 /// A 400 naming `priority` when it is not an integer.
 pub fn priority(map: &Map<String, Value>) -> Result<Option<i64>, ApiError> {
+    let bad = || ApiError::bad("priority", "priority must be an integer");
     match map.get("priority") {
         None | Some(Value::Null) => Ok(None),
-        Some(v) => v.as_i64().map(Some).ok_or_else(|| ApiError::bad("priority", "priority must be an integer")),
+        Some(v) => match (v.as_i64(), v.as_f64()) {
+            (Some(i), _) => Ok(Some(i)),
+            (None, Some(f)) if f.fract() == 0.0 && f.abs() < 9.0e15 => Ok(Some(f as i64)),
+            _ => Err(bad()),
+        },
     }
 }
 
@@ -519,5 +525,19 @@ mod tests {
             lp(json!({"top_logprobs_num": 2}), Api::Native, false).expect("off").spec(8),
             LogprobSpec::default()
         );
+    }
+
+    /// `priority` is an integer; a float without a fraction is that integer (pydantic's lax
+    /// mode, as SGLang and vLLM read it), anything else a 400 naming it.
+    #[test]
+    fn priority_takes_integers_and_integral_floats() {
+        let p = |v: Value| priority(v.as_object().expect("object"));
+        assert_eq!(p(json!({"priority": 5})).expect("int"), Some(5));
+        assert_eq!(p(json!({"priority": -2.0})).expect("integral float"), Some(-2));
+        assert_eq!(p(json!({"priority": null})).expect("null"), None);
+        for bad in [json!(1.5), json!("5"), json!(true)] {
+            let e = p(json!({ "priority": bad })).expect_err("not an integer");
+            assert!(matches!(e, ApiError::BadRequest { param: Some(ref f), .. } if f == "priority"), "{e:?}");
+        }
     }
 }

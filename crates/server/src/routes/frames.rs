@@ -26,6 +26,12 @@ pub(super) fn push_error(out: &mut Vec<u8>, message: &str) {
     let _ = sse::push_json(out, &ErrorBody::new(message, "server_error", 500));
 }
 
+/// An in-band error event of an API error (its own type and status code: a 503 for an
+/// overloaded server, not a 500).
+pub(super) fn push_api_error(out: &mut Vec<u8>, e: &crate::error::ApiError) {
+    let _ = sse::push_json(out, &e.body());
+}
+
 pub(super) fn push_done(out: &mut Vec<u8>) {
     out.extend_from_slice(sse::frame(sse::DONE).as_bytes());
 }

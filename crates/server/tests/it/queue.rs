@@ -32,6 +32,9 @@ async fn a_full_queue_answers_503_and_the_accepted_requests_finish() {
     let s = TestServer::start(Opts { max_running_requests: Some(1), max_queued_requests: Some(1), ..Opts::default() });
     let (st, v) = post(&s, "/v1/completions", json!({"prompt": "Hi", "max_tokens": 1, "priority": "high"})).await;
     assert_eq!((st, v["error"]["param"].as_str()), (400, Some("priority")), "{v}");
+    // One API request is admitted whole: three prompts on an idle server with a limit of 1.
+    let (st, v) = post(&s, "/v1/completions", json!({"prompt": ["a", "b", "c"], "max_tokens": 2})).await;
+    assert_eq!((st, v["choices"].as_array().map(Vec::len)), (200, Some(3)), "{v}");
     let (s1, s2) = (s.base.clone(), s.base.clone());
     let a = tokio::spawn(async move {
         let r = client().post(format!("{s1}/v1/completions")).json(&completion("Once upon a time", 120, None));
@@ -58,6 +61,50 @@ async fn a_full_queue_answers_503_and_the_accepted_requests_finish() {
         (a["usage"]["completion_tokens"].as_u64(), b["usage"]["completion_tokens"].as_u64()),
         (Some(120), Some(4))
     );
+    let metrics = client().get(s.url("/metrics")).send().await.expect("metrics").text().await.expect("text");
+    assert!(metrics.contains("sparrow:queue_full_rejections_total 2"), "{metrics}");
+    assert_drained(&s).await;
+}
+
+/// Under priority scheduling a full queue keeps the most urgent requests: an arrival more
+/// urgent than a waiting request takes its place (that one is answered 503), one that is not
+/// is answered 503 itself (SGLang's queue-limit abort by priority).
+#[tokio::test]
+async fn a_full_queue_keeps_the_more_urgent_request() {
+    let queue = QueueConfig {
+        priority: Some(PriorityConfig {
+            low_values_first: false,
+            preemption: false,
+            preemption_threshold: 10,
+            default_priority: 0,
+        }),
+        ..Default::default()
+    };
+    let s = TestServer::start(Opts {
+        max_running_requests: Some(1),
+        max_queued_requests: Some(1),
+        queue,
+        ..Opts::default()
+    });
+    let send = |body: Value| {
+        let base = s.base.clone();
+        tokio::spawn(async move {
+            let r = client().post(format!("{base}/v1/completions")).json(&body).send().await.expect("request");
+            (r.status().as_u16(), r.json::<Value>().await.expect("json"))
+        })
+    };
+    let a = send(completion("Once upon a time", 100, Some(0)));
+    wait_for(&s, "a running request", |st| st["num_running_reqs"] == 1).await;
+    let b = send(completion("The sky is", 4, Some(0)));
+    wait_for(&s, "a queued request", |st| st["num_queue_reqs"] == 1).await;
+    let (st, v) = post(&s, "/v1/completions", completion("Hello", 4, Some(0))).await;
+    assert_eq!(st, 503, "not more urgent than the waiting one: {v}");
+    let (st, v) = post(&s, "/v1/completions", completion("Hello", 4, Some(100))).await;
+    assert_eq!(st, 200, "more urgent: it takes the waiting one's place: {v}");
+    let (b_status, b_body) = b.await.expect("task");
+    assert_eq!(b_status, 503, "{b_body}");
+    assert!(b_body["error"]["message"].as_str().unwrap_or("").contains("more urgent"), "{b_body}");
+    assert_eq!(a.await.expect("task").0, 200);
     let metrics = client().get(s.url("/metrics")).send().await.expect("metrics").text().await.expect("text");
     assert!(metrics.contains("sparrow:queue_full_rejections_total 2"), "{metrics}");
     assert_drained(&s).await;

@@ -296,13 +296,15 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         "schedule_low_priority_values_first": a.queue.schedule_low_priority_values_first,
         "priority_scheduling_preemption_threshold": a.queue.priority_scheduling_preemption_threshold,
         "disable_priority_preemption": a.queue.disable_priority_preemption,
-        "default_priority_value": a.queue.default_priority_value,
+        "default_priority_value": a.queue.default_priority_value.unwrap_or(0),
         "fair_prefill": c.queue.fair_prefill.is_some(),
         "long_prefill_token_threshold": a.queue.long_prefill_token_threshold,
         "max_long_partial_prefills": a.queue.max_long_partial_prefills,
         "enable_hierarchical_cache": engine.hicache().is_some(),
         "hicache_storage_backend": engine.hicache().map(|_| "file"),
         "hicache_write_policy": engine.hicache().map(|h| h.write_policy),
+        "hicache_size": a.queue.hicache_size.unwrap_or(0.0),
+        "hicache_ratio": a.queue.hicache_ratio,
         "hicache": engine.hicache(),
     });
     let mut server_info = server_info;
@@ -357,6 +359,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         let _ = rx.wait_for(|s| *s).await;
     };
     let mut grace = stop_rx;
+    let engine = state.engine.clone();
     tokio::select! {
         r = sparrow_server::serve(listener, state, limits, shutdown) => r.context("serving")?,
         _ = async move {
@@ -364,8 +367,20 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
             tokio::time::sleep(std::time::Duration::from_secs(SHUTDOWN_GRACE_S)).await;
         } => eprintln!("sparrow serve: requests still running after {SHUTDOWN_GRACE_S} s; exiting"),
     }
+    if engine.hicache().is_some() {
+        // The file tier gets the pages it does not hold yet (all of them under write_back)
+        // and finishes its queued writes before the process ends.
+        let wait = std::time::Duration::from_secs(SHUTDOWN_FLUSH_S);
+        match tokio::task::spawn_blocking(move || engine.shutdown(wait)).await {
+            Ok(Some(n)) => eprintln!("hierarchical cache: {n} pages written to the file tier at shutdown"),
+            _ => eprintln!("hierarchical cache: the file tier was not flushed within {SHUTDOWN_FLUSH_S} s"),
+        }
+    }
     Ok(())
 }
+
+/// Seconds the file tier gets to write what it holds back at shutdown.
+const SHUTDOWN_FLUSH_S: u64 = 30;
 
 /// Seconds streams in flight get after SIGINT/SIGTERM.
 const SHUTDOWN_GRACE_S: u64 = 5;

@@ -67,7 +67,8 @@ pub struct QueueFlags {
     /// `mooncake` to `seaweedfs`, are refused by name). Default: `file`.
     #[arg(long)]
     pub hicache_storage_backend: Option<String>,
-    /// The file tier's byte budget in GB (overrides --hicache-ratio).
+    /// The file tier's byte budget in GB (overrides --hicache-ratio; 0, SGLang's default: use
+    /// the ratio).
     #[arg(long)]
     pub hicache_size: Option<f64>,
     /// The file tier's size as a multiple of the KV pool's bytes (SGLang's default 2.0).
@@ -77,9 +78,9 @@ pub struct QueueFlags {
     /// `write_back` (written when evicted). SGLang's `write_through_selective` is refused.
     #[arg(long, default_value = "write_through")]
     pub hicache_write_policy: String,
-    /// JSON of backend settings: `{"storage_dir": "/path"}` sets the tier's directory (else
-    /// `$SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR`, else /tmp/hicache, as SGLang's `file`
-    /// backend).
+    /// JSON of backend settings: `{"storage_dir": "/path"}` (or `file_path`) sets the tier's
+    /// directory (else `$SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR`, else /tmp/hicache, as
+    /// SGLang's `file` backend); any other key is refused by name.
     #[arg(long)]
     pub hicache_storage_backend_extra_config: Option<String>,
 }
@@ -140,16 +141,16 @@ impl QueueFlags {
                 ))
             }
         };
-        if !self.enable_hierarchical_cache {
-            return Ok(None);
-        }
         if !(self.hicache_ratio.is_finite() && self.hicache_ratio > 0.0) {
             return Err(format!("--hicache-ratio {} must be positive", self.hicache_ratio));
         }
+        // SGLang's default 0 means "use the ratio".
         let size_bytes = match self.hicache_size {
-            Some(g) if !(g.is_finite() && g > 0.0) => return Err(format!("--hicache-size {g} must be positive (GB)")),
-            Some(g) => Some((g * 1e9) as u64),
-            None => None,
+            Some(g) if !(g.is_finite() && g >= 0.0) => {
+                return Err(format!("--hicache-size {g} must be 0 (use --hicache-ratio) or a positive number of GB"))
+            }
+            Some(g) if g > 0.0 => Some((g * 1e9) as u64),
+            _ => None,
         };
         let mut dir = None;
         if let Some(raw) = &self.hicache_storage_backend_extra_config {
@@ -165,11 +166,14 @@ impl QueueFlags {
                     _ => {
                         return Err(format!(
                             "--hicache-storage-backend-extra-config: key {k:?} is not one sparrow's file backend \
-                             takes (have: storage_dir)"
+                             takes (have: storage_dir, or its alias file_path)"
                         ))
                     }
                 }
             }
+        }
+        if !self.enable_hierarchical_cache {
+            return Ok(None);
         }
         let dir = dir
             .or_else(|| std::env::var_os("SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR").map(PathBuf::from))

@@ -278,6 +278,8 @@ pub(crate) async fn messages(
     let req = lower(&s, &r, &raw)?;
     let (prep, shape) = chat::lower(&s, req)?;
     let render = Render::new(&s, prep.prompt_ids.len(), shape);
+    let mut prep = prep;
+    prep.over_limit = gen::admit(&s)?;
     let mut events = gen::start(&s, prep)?;
     if r.stream.unwrap_or(false) {
         return Ok(render::stream(render, events));

@@ -6,6 +6,7 @@
 
 use super::super::frames::sse_response;
 use crate::chat::ChatShape;
+use crate::error::ApiError;
 use crate::gen::{ChoiceEvent, EndReason, Finish};
 use crate::tools::{Delta, Shaper};
 use crate::AppState;
@@ -250,11 +251,12 @@ pub(super) fn stream(render: Render, events: BoxStream<'static, ChoiceEvent>) ->
             Some(other) => {
                 st.done = true;
                 st.r.drain(&mut out);
-                let message = match other {
-                    Some(finish) => finish.error.unwrap_or_default(),
-                    None => "the engine stopped before the request finished".into(),
+                let e = match other {
+                    Some(finish) => finish.api_error().unwrap_or(ApiError::Engine(String::new())),
+                    None => ApiError::Engine("the engine stopped before the request finished".into()),
                 };
-                let err = serde_json::to_value(ErrorBody::new("api_error", message)).unwrap_or(Value::Null);
+                let err =
+                    serde_json::to_value(ErrorBody::new(super::error_type(&e), e.to_string())).unwrap_or(Value::Null);
                 push_event(&mut out, "error", &err);
                 return Some((out, st));
             }

@@ -1,7 +1,7 @@
 //! SGLang's native `POST /generate`: text or `input_ids`, `sampling_params`, and a stream that
 //! sends the whole text so far with `meta_info` in every frame.
 
-use super::super::frames::{collect, push_done, push_error, push_frame, sse_response};
+use super::super::frames::{collect, push_api_error, push_done, push_frame, sse_response};
 use super::super::typed_body;
 use crate::error::ApiError;
 use crate::gen::{self, ChoiceEvent, EndReason, Finish};
@@ -131,6 +131,8 @@ pub(crate) async fn generate(
     let texts = TokenTexts(s.bytes_all.clone());
     let tiers = s.engine.hicache().is_some();
     let run = NativeRun { ids, prompt_tokens: prep.prompt_ids.len(), ask, texts, null_first, tiers };
+    let mut prep = prep;
+    prep.over_limit = gen::admit(&s)?;
     let mut events = gen::start(&s, prep)?;
     if !stream {
         let all = collect(events, n).await;
@@ -186,8 +188,8 @@ pub(crate) async fn generate(
                 }
             }
             Poll::Ready(Some(ChoiceEvent::Done { index, finish })) => {
-                if let Some(e) = &finish.error {
-                    push_error(&mut out, e);
+                if let Some(e) = finish.api_error() {
+                    push_api_error(&mut out, &e);
                 }
                 let frame = run.answer(index, &acc[index], finish.completion_tokens, Some(&finish), &lps[index]);
                 push_frame(&mut out, &frame);

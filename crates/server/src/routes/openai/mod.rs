@@ -8,7 +8,7 @@
 //! (clients that did not ask for one crash on it). With vLLM's
 //! `stream_options.continuous_usage_stats` every chunk carries the cumulative usage.
 
-use super::frames::{collect, push_done, push_error, push_frame, sse_response};
+use super::frames::{collect, push_api_error, push_done, push_error, push_frame, sse_response};
 use super::now_secs;
 use crate::chat::ChatShape;
 use crate::error::ApiError;
@@ -331,8 +331,8 @@ fn oai_stream(run: OaiRun, events: BoxStream<'static, ChoiceEvent>, opts: Stream
                 let p = index / st.run.n;
                 st.cached[p] = st.cached[p].max((finish.cached_tokens, finish.storage_cached_tokens));
                 st.done[index] = true;
-                if let Some(e) = &finish.error {
-                    push_error(&mut out, e);
+                if let Some(e) = finish.api_error() {
+                    push_api_error(&mut out, &e);
                 }
                 let u = st.continuous();
                 for d in st.shapers[index].finish() {
@@ -494,9 +494,11 @@ async fn oai_respond(
         shape,
         tiers: s.engine.hicache().is_some(),
     };
+    let over_limit = gen::admit(s)?;
     let mut streams = Vec::with_capacity(preps.len());
-    for (i, (prep, _)) in preps.into_iter().enumerate() {
+    for (i, (mut prep, _)) in preps.into_iter().enumerate() {
         let off = i * n;
+        prep.over_limit = over_limit;
         streams.push(gen::start(s, prep)?.map(move |e| e.offset(off)).boxed());
     }
     let events = stream::select_all(streams).boxed();

@@ -284,6 +284,8 @@ pub(crate) async fn create(
     let (prep, shape) = chat::lower(&s, req)?;
     let prompt_tokens = prep.prompt_ids.len();
     let mut render = Render::new(&s, &r, &raw, prompt_tokens, shape, top);
+    let mut prep = prep;
+    prep.over_limit = gen::admit(&s)?;
     let mut events = gen::start(&s, prep)?;
     let keep = store.then_some((s.clone(), history));
     if r.stream.unwrap_or(false) {
