@@ -112,7 +112,8 @@ const TAKEN: &[&str] = &[
 
 /// Flags whose parser takes any string and whose values SGLang checks later (`ServerArgs`
 /// post-init): the sample is one of the values it accepts there.
-const CHECKED_LATER: &[(&str, &str)] = &[("--speculative-algorithm", "NGRAM")];
+const CHECKED_LATER: &[(&str, &str)] =
+    &[("--speculative-algorithm", "NGRAM"), ("--hicache-storage-backend-extra-config", r#"{"storage_dir": "/tmp/h"}"#)];
 
 #[test]
 fn every_sglang_flag_is_taken_or_refused_by_name() {
