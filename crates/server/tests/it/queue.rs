@@ -19,6 +19,18 @@ async fn wait_for(s: &TestServer, what: &str, ok: impl Fn(&Value) -> bool) {
     panic!("never saw {what}: {}", stats(s).await);
 }
 
+/// Priority scheduling, smaller values first or larger, preempting beyond `threshold`
+/// (`None`: no preemption).
+fn priority(low_values_first: bool, threshold: Option<i64>) -> QueueConfig {
+    let p = PriorityConfig {
+        low_values_first,
+        preemption: threshold.is_some(),
+        preemption_threshold: threshold.unwrap_or(10),
+        default_priority: 0,
+    };
+    QueueConfig { priority: Some(p), ..Default::default() }
+}
+
 fn completion(prompt: &str, max_tokens: usize, priority: Option<i64>) -> Value {
     json!({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": true, "priority": priority})
 }
@@ -71,15 +83,7 @@ async fn a_full_queue_answers_503_and_the_accepted_requests_finish() {
 /// is answered 503 itself (SGLang's queue-limit abort by priority).
 #[tokio::test]
 async fn a_full_queue_keeps_the_more_urgent_request() {
-    let queue = QueueConfig {
-        priority: Some(PriorityConfig {
-            low_values_first: false,
-            preemption: false,
-            preemption_threshold: 10,
-            default_priority: 0,
-        }),
-        ..Default::default()
-    };
+    let queue = priority(false, None);
     let s = TestServer::start(Opts {
         max_running_requests: Some(1),
         max_queued_requests: Some(1),
@@ -115,15 +119,7 @@ async fn a_full_queue_keeps_the_more_urgent_request() {
 /// finishes first; the preempted request's text is its greedy text alone.
 #[tokio::test]
 async fn an_urgent_request_preempts_and_the_preempted_output_is_exact() {
-    let queue = QueueConfig {
-        priority: Some(PriorityConfig {
-            low_values_first: true,
-            preemption: true,
-            preemption_threshold: 5,
-            default_priority: 0,
-        }),
-        ..Default::default()
-    };
+    let queue = priority(true, Some(5));
     let s = TestServer::start(Opts { max_running_requests: Some(1), queue, ..Opts::default() });
     let long = "Write a long story about a fox.";
     let (st, alone) = post(&s, "/v1/completions", completion(long, 60, Some(10))).await;
