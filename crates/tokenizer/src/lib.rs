@@ -403,13 +403,47 @@ impl Tokenizer {
     }
 }
 
+/// Instructions one chat-template render may execute (minijinja's fuel): a template comes from
+/// a model file, and one that loops without end must fail the request, not hold a thread. Real
+/// templates take thousands per message (SmolLM2's: ~60; a tool-calling Llama 3.1 render of
+/// a long chat: well under 10^6).
+pub const TEMPLATE_FUEL: u64 = 20_000_000;
+
+/// Bytes one chat-template render may write.
+pub const TEMPLATE_MAX_OUTPUT: usize = 64 << 20;
+
+/// A `Write` that refuses to grow past `max` bytes.
+struct Capped {
+    buf: Vec<u8>,
+    max: usize,
+    overflowed: bool,
+}
+
+impl std::io::Write for Capped {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        if self.buf.len() + b.len() > self.max {
+            self.overflowed = true;
+            return Err(std::io::Error::other("output limit"));
+        }
+        self.buf.extend_from_slice(b);
+        Ok(b.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Renders `template` as HF `apply_chat_template` does: `messages`, `tools`,
 /// `add_generation_prompt`, `bos_token` / `eos_token` (`special`), and `kwargs` as extra
 /// variables that cannot override those.
 ///
+/// Renders under [`TEMPLATE_FUEL`] and [`TEMPLATE_MAX_OUTPUT`], with no loader (a template
+/// cannot include or read files).
+///
 /// # Errors
 /// [`TokenizerError::ChatTemplate`] when the template does not parse or fails to render
-/// (including its own `raise_exception`).
+/// (including its own `raise_exception`), or passes a limit.
 pub fn render_template(
     template: &str,
     messages: &[ChatMessage],
@@ -424,6 +458,7 @@ pub fn render_template(
     // `lstrip`, Mistral's `items`): minijinja-contrib's pycompat provides those.
     env.set_trim_blocks(true);
     env.set_lstrip_blocks(true);
+    env.set_fuel(Some(TEMPLATE_FUEL));
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
     env.add_function("raise_exception", |msg: String| -> Result<String, minijinja::Error> {
         Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
@@ -455,8 +490,20 @@ pub fn render_template(
         eos_token => special.1,
         tools => tools,
     };
-    tmpl.render(minijinja::context! { ..fixed, ..minijinja::Value::from_serialize(kwargs) })
-        .map_err(|e| TokenizerError::ChatTemplate(e.to_string()))
+    let mut out = Capped { buf: Vec::new(), max: TEMPLATE_MAX_OUTPUT, overflowed: false };
+    let ctx = minijinja::context! { ..fixed, ..minijinja::Value::from_serialize(kwargs) };
+    let rendered = tmpl.render_captured_to(ctx, &mut out).map(|_| ());
+    match rendered {
+        Ok(_) => String::from_utf8(out.buf).map_err(|e| TokenizerError::ChatTemplate(e.to_string())),
+        Err(_) if out.overflowed => Err(TokenizerError::ChatTemplate(format!(
+            "the chat template rendered more than {} MiB; refused",
+            TEMPLATE_MAX_OUTPUT >> 20
+        ))),
+        Err(e) if e.kind() == minijinja::ErrorKind::OutOfFuel => Err(TokenizerError::ChatTemplate(format!(
+            "the chat template ran past {TEMPLATE_FUEL} instructions (a loop without end?); refused"
+        ))),
+        Err(e) => Err(TokenizerError::ChatTemplate(e.to_string())),
+    }
 }
 
 /// Python's `strftime` of the UTC time `secs` after the Unix epoch, for the directives
@@ -650,6 +697,30 @@ impl serde_json::ser::Formatter for PyFormatter {
 mod template_tests {
     use super::*;
     use serde_json::json;
+
+    fn render(t: &str) -> Result<String, TokenizerError> {
+        render_template(t, &[ChatMessage::new("user", "hi")], None, &serde_json::Map::new(), true, ("", ""))
+    }
+
+    /// A hostile template from a model file fails the render with a clear error instead of
+    /// looping (fuel) or writing without bound (output cap), and cannot include a file (no
+    /// loader); a real template still renders.
+    #[test]
+    fn hostile_templates_fail_cleanly() {
+        let t0 = std::time::Instant::now();
+        let e = render("{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}")
+            .expect_err("endless loop");
+        assert!(e.to_string().contains("instructions"), "{e}");
+        let e = render("{% for i in range(100000) %}{{ 'y' * 1000 }}{% endfor %}").expect_err("huge output");
+        assert!(e.to_string().contains("MiB"), "{e}");
+        assert!(t0.elapsed() < std::time::Duration::from_secs(20), "limits bound the time");
+        let e = render("{% include '/etc/passwd' %}").expect_err("no loader");
+        assert!(e.to_string().contains("template not found") || e.to_string().contains("passwd"), "{e}");
+        assert_eq!(
+            render("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}").expect("renders"),
+            "<user>hi"
+        );
+    }
 
     /// A template in the style of Qwen 2.5's (tools listed with `tojson`, calls written from
     /// their `arguments` object, `tool` turns) with Qwen 3's `enable_thinking` switch.
