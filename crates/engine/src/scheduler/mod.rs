@@ -332,19 +332,8 @@ impl Scheduler {
     pub fn close_tier(&mut self, kv: &mut KvStore) -> usize {
         self.sync_tier(kv);
         let Some(mut t) = self.tier.take() else { return 0 };
-        let ps = self.cfg.page_size;
-        let mut n = 0;
-        for s in self.radix.all_spills() {
-            if !t.contains(s.hash) {
-                let mut block = Vec::with_capacity(ps * kv.layout().bytes_per_token());
-                kv.read_slots(s.page as usize * ps, ps, &mut block);
-                t.write(s.hash, s.parent, &s.tokens, block);
-                n += 1;
-            }
-        }
         // Dropping the tier joins its I/O thread after the queued writes.
-        drop(t);
-        n
+        write_spills(&mut t, kv, self.cfg.page_size, self.radix.all_spills())
     }
 
     /// Moves KV between the pool and the file tier: writes the pages the radix cache recorded
@@ -355,14 +344,7 @@ impl Scheduler {
         let Some(t) = self.tier.as_mut() else { return };
         t.poll(false);
         let ps = self.cfg.page_size;
-        for s in self.radix.take_spills() {
-            if t.contains(s.hash) {
-                continue;
-            }
-            let mut block = Vec::with_capacity(ps * kv.layout().bytes_per_token());
-            kv.read_slots(s.page as usize * ps, ps, &mut block);
-            t.write(s.hash, s.parent, &s.tokens, block);
-        }
+        write_spills(t, kv, ps, self.radix.take_spills());
         for (page, block) in self.pending_loads.drain(..) {
             // The length was checked when the block was read; a mismatch cannot happen, and
             // would leave the page's old KV, which the check below reports.
@@ -709,6 +691,22 @@ impl Scheduler {
         }
         jobs
     }
+}
+
+/// Queues the write of each spilled page the tier does not hold yet (its KV copied out of
+/// `kv` now, before a forward can overwrite the page). Returns how many.
+fn write_spills(t: &mut DiskTier, kv: &KvStore, ps: usize, spills: Vec<crate::kv::radix::Spill>) -> usize {
+    let mut n = 0;
+    for s in spills {
+        if t.contains(s.hash) {
+            continue;
+        }
+        let mut block = Vec::with_capacity(ps * kv.layout().bytes_per_token());
+        kv.read_slots(s.page as usize * ps, ps, &mut block);
+        t.write(s.hash, s.parent, &s.tokens, block);
+        n += 1;
+    }
+    n
 }
 
 /// The tokens `c` allows next, over a vocabulary of `vocab`.

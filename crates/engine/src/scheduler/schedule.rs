@@ -40,12 +40,8 @@ impl Scheduler {
             let victim = (0..self.running.len())
                 .max_by_key(|&i| (Reverse(self.urgency(&self.running[i])), self.running[i].admitted_at))
                 .unwrap_or(0);
-            let mut r = self.running.swap_remove(victim);
-            self.release(&mut r);
-            r.started = true;
-            self.stats.num_retractions += 1;
+            self.retract(victim);
             self.new_token_ratio = (self.new_token_ratio + 0.3).min(1.0);
-            self.waiting.push_front(r);
         }
         if let Some(pc) = self.cfg.queue.priority.filter(|p| p.preemption) {
             self.preempt_for_waiting(budget_total, pc.preemption_threshold);
@@ -82,12 +78,10 @@ impl Scheduler {
             keyed.sort_by_key(|(m, r)| (std::cmp::Reverse(*m), !r.started));
             self.waiting = keyed.into_iter().map(|(_, r)| r).collect();
         }
-        if self.cfg.queue.priority.is_some() {
+        if let Some(pc) = self.cfg.queue.priority {
             // Stable: within one priority the policy's order (and retracted requests first)
             // stands.
-            let mut w: Vec<Req> = self.waiting.drain(..).collect();
-            w.sort_by_key(|r| Reverse(self.urgency(r)));
-            self.waiting = w.into();
+            self.waiting.make_contiguous().sort_by_key(|r| Reverse(pc.urgency(r.priority)));
         }
         // New admissions leave long prefills at least half the budget (see `FairPrefill`).
         let mut admit_budget = if later.is_empty() { budget } else { budget.min((budget_total / 2).max(1)) };
@@ -158,9 +152,7 @@ impl Scheduler {
             }
             let need_now = (prefix_tokens + n).div_ceil(ps) - matched - loaded;
             // Reserve room for the growth of everything running, as SGLang's admission does.
-            let future: f64 = self.running.iter().map(|q| (q.max_new - q.output_len()) as f64).sum::<f64>()
-                + (rem - n + r.max_new - r.output_len()) as f64;
-            let reserve = (future * self.new_token_ratio / ps as f64).ceil() as usize;
+            let reserve = self.reserve_pages(&r, rem, n);
             let want = if self.running.is_empty() { need_now } else { need_now + reserve } + loaded;
             let fits = self.ensure_free(want) || (self.running.is_empty() && self.ensure_free(need_now + loaded));
             if !fits {
@@ -226,10 +218,7 @@ impl Scheduler {
             if let Some(victim) = (0..self.running.len()).max_by_key(|&i| self.running[i].admitted_at) {
                 // Prompt chunks starved each other of pages: retract the newest so the oldest
                 // can finish (guaranteed to fit alone by the admission check).
-                let mut r = self.running.swap_remove(victim);
-                self.release(&mut r);
-                self.stats.num_retractions += 1;
-                self.waiting.push_front(r);
+                self.retract(victim);
             }
             return None;
         }
@@ -355,9 +344,7 @@ impl Scheduler {
             };
             let u = self.urgency(best);
             let n = best.tokens.len().min(budget_total);
-            let future: f64 = self.running.iter().map(|q| (q.max_new - q.output_len()) as f64).sum::<f64>()
-                + (best.tokens.len() - n + best.max_new - best.output_len()) as f64;
-            let want = n.div_ceil(ps) + (future * self.new_token_ratio / ps as f64).ceil() as usize;
+            let want = n.div_ceil(ps) + self.reserve_pages(best, best.tokens.len(), n);
             let blocked = self.running.len() >= self.cfg.max_running_requests
                 || self.alloc.free_pages() + self.radix.evictable_pages() < want;
             if !blocked {
@@ -367,14 +354,29 @@ impl Scheduler {
                 .filter(|&i| u.saturating_sub(self.urgency(&self.running[i])) > threshold)
                 .max_by_key(|&i| (Reverse(self.urgency(&self.running[i])), self.running[i].admitted_at));
             let Some(v) = victim else { return };
-            let mut r = self.running.swap_remove(v);
-            self.release(&mut r);
-            r.started = true;
-            self.stats.num_retractions += 1;
-            self.stats.num_preemptions += 1;
             // At the front: within its priority it keeps its place before later arrivals.
-            self.waiting.push_front(r);
+            self.retract(v);
+            self.stats.num_preemptions += 1;
         }
+    }
+
+    /// Retracts running request `i`: its pages are released (full pages into the radix
+    /// cache) and it goes back to the front of the queue, to be recomputed from its prompt and
+    /// the output so far.
+    fn retract(&mut self, i: usize) {
+        let mut r = self.running.swap_remove(i);
+        self.release(&mut r);
+        self.stats.num_retractions += 1;
+        self.waiting.push_front(r);
+    }
+
+    /// KV pages to reserve when admitting `r` with `n` of its `rem` uncomputed prompt tokens
+    /// now: the future growth of everything running and of `r` itself, at the current
+    /// `new_token_ratio` (SGLang's admission reservation).
+    fn reserve_pages(&self, r: &Req, rem: usize, n: usize) -> usize {
+        let future: f64 = self.running.iter().map(|q| (q.max_new - q.output_len()) as f64).sum::<f64>()
+            + (rem - n + r.max_new - r.output_len()) as f64;
+        (future * self.new_token_ratio / self.cfg.page_size as f64).ceil() as usize
     }
 
     /// The batch of `rows` (`(index in running, new tokens)`): ids, positions, `out_cache_loc`
