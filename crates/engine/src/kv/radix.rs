@@ -11,11 +11,11 @@
 //! Edges are whole pages (`page_size` tokens), as in SGLang with `page_size > 1`: a page is
 //! shared only when all of its tokens match, so a prefix match is always page-aligned.
 //!
-//! Every node carries the chain hash of its path ([`super::hicache::chain_hash`]), the key of
-//! its page in the hierarchical cache's file tier. With a tier attached
-//! ([`RadixCache::attach_tier`]) the cache records the pages it adopts (write-through) or
-//! evicts (write-back) as [`Spill`]s for the scheduler to write out before the next forward
-//! overwrites a freed page.
+//! With a tier attached ([`RadixCache::attach_tier`]), every node carries the chain hash of
+//! its path ([`super::hicache::chain_hash`]), the key of its page in the hierarchical cache's
+//! file tier, and the cache records the pages it adopts (write-through) or evicts (write-back)
+//! as [`Spill`]s for the scheduler to write out before the next forward overwrites a freed
+//! page.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -221,7 +221,9 @@ impl RadixCache {
             }
             let id = self.free_ids.pop().unwrap_or(self.nodes.len());
             let parent_hash = self.node(node).hash;
-            let hash = super::hicache::chain_hash(parent_hash, key);
+            // Only a tier reads the chain hashes: without one, inserting hashes nothing.
+            let tiered = self.record_inserts || self.record_evictions;
+            let hash = if tiered { super::hicache::chain_hash(parent_hash, key) } else { 0 };
             if self.record_inserts {
                 self.spills.push(Spill { hash, parent: parent_hash, tokens: key.into(), page });
             }
