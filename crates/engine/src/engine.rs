@@ -278,10 +278,11 @@ impl Engine {
                 let pool_bytes = (config.max_total_tokens() * layout.bytes_per_token()) as u64;
                 let (tier, scan) = DiskTier::open(h, fp, config.page_size, page_bytes, pool_bytes)
                     .map_err(|e| EngineError::Config(format!("--enable-hierarchical-cache: {e}")))?;
+                let budget_bytes = tier.budget();
                 sched.attach_tier(tier);
                 Some(HiCacheInfo {
                     dir: h.dir.clone(),
-                    budget_bytes: crate::kv::hicache::budget(h, pool_bytes),
+                    budget_bytes,
                     write_policy: match h.write_policy {
                         WritePolicy::WriteThrough => "write_through",
                         WritePolicy::WriteBack => "write_back",

@@ -18,7 +18,7 @@
 //! between steps (a prompt's blocks are read as soon as it is queued, overlapped with the
 //! steps before its admission).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -115,8 +115,24 @@ fn sample(path: &Path) -> std::io::Result<(u64, u64, u64)> {
 }
 
 /// The tier's byte budget: `--hicache-size`, else `--hicache-ratio` times the pool's bytes.
-pub fn budget(args: &HiCacheArgs, pool_bytes: u64) -> u64 {
+fn budget(args: &HiCacheArgs, pool_bytes: u64) -> u64 {
     args.size_bytes.unwrap_or((args.ratio * pool_bytes as f64) as u64).max(1)
+}
+
+/// Why a header was not taken: a block another server wrote (another format version or
+/// page size: left in place) or a damaged one (removed at start-up).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum BadHeader {
+    Foreign(String),
+    Corrupt(String),
+}
+
+impl std::fmt::Display for BadHeader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BadHeader::Foreign(m) | BadHeader::Corrupt(m) => f.write_str(m),
+        }
+    }
 }
 
 /// A block's header.
@@ -154,24 +170,25 @@ impl Header {
     /// Parses and checks a header of a page of `page_size` tokens: its own checksum, and that
     /// its hash is the chain hash of its tokens after its parent (so a flipped token is
     /// caught too).
-    fn decode(b: &[u8], page_size: usize) -> Result<Header, String> {
+    fn decode(b: &[u8], page_size: usize) -> Result<Header, BadHeader> {
+        let corrupt = |m: String| Err(BadHeader::Corrupt(m));
         let n = Self::len(page_size);
         if b.len() < n {
-            return Err(format!("truncated header ({} of {n} bytes)", b.len()));
+            return corrupt(format!("truncated header ({} of {n} bytes)", b.len()));
         }
         let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
         let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]));
         if &b[..4] != MAGIC {
-            return Err("not a sparrow KV block (bad magic)".into());
+            return corrupt("not a sparrow KV block (bad magic)".into());
         }
         if u32_at(4) != VERSION {
-            return Err(format!("a KV block of format version {}, not {VERSION}", u32_at(4)));
+            return Err(BadHeader::Foreign(format!("a KV block of format version {}, not {VERSION}", u32_at(4))));
         }
         if u64_at(n - 8) != xxh3_64(&b[..n - 8]) {
-            return Err("header checksum mismatch".into());
+            return corrupt("header checksum mismatch".into());
         }
         if u32_at(32) as usize != page_size {
-            return Err(format!("a page of {} tokens, not {page_size}", u32_at(32)));
+            return Err(BadHeader::Foreign(format!("a page of {} tokens, not {page_size}", u32_at(32))));
         }
         let tokens: Vec<u32> = (0..page_size).map(|i| u32_at(36 + 4 * i)).collect();
         let at = 36 + 4 * page_size;
@@ -184,7 +201,7 @@ impl Header {
             payload_sum: u64_at(at + 8),
         };
         if chain_hash(h.parent, &h.tokens) != h.hash {
-            return Err("its tokens do not hash to its name".into());
+            return corrupt("its tokens do not hash to its name".into());
         }
         Ok(h)
     }
@@ -233,6 +250,8 @@ pub struct DiskTier {
     budget: u64,
     policy: WritePolicy,
     index: HashMap<u64, Entry>,
+    /// `(last access, hash)` of every block in `index`: the LRU order, oldest first.
+    lru: BTreeSet<(u64, u64)>,
     clock: u64,
     /// Reads finished and checked, not yet copied into the pool, with the clock they came in at.
     loaded: HashMap<u64, (Arc<Vec<u8>>, u64)>,
@@ -332,9 +351,8 @@ impl DiskTier {
                     let _ = std::fs::remove_file(&path);
                 }
                 Ok(_) => found.push((hash, meta.len(), meta.modified().unwrap_or(std::time::UNIX_EPOCH))),
-                // A page size or format version of another server is another layout's block.
-                Err(e) if e.contains("format version") || e.contains("a page of") => report.foreign += 1,
-                Err(_) => {
+                Err(BadHeader::Foreign(_)) => report.foreign += 1,
+                Err(BadHeader::Corrupt(_)) => {
                     report.corrupt += 1;
                     let _ = std::fs::remove_file(&path);
                 }
@@ -358,6 +376,7 @@ impl DiskTier {
             budget,
             policy: args.write_policy,
             index: HashMap::new(),
+            lru: BTreeSet::new(),
             clock: 0,
             loaded: HashMap::new(),
             inflight: HashSet::new(),
@@ -368,12 +387,15 @@ impl DiskTier {
             logged: 0,
         };
         for (hash, bytes, _) in found {
-            t.clock += 1;
-            t.index.insert(hash, Entry { bytes, last: t.clock });
-            t.stats.bytes += bytes;
+            t.add_entry(hash, bytes);
         }
         t.fit_budget(0);
         Ok((t, report))
+    }
+
+    /// The byte budget (`--hicache-size`, else `--hicache-ratio` times the pool's bytes).
+    pub fn budget(&self) -> u64 {
+        self.budget
     }
 
     /// The write policy.
@@ -409,7 +431,9 @@ impl DiskTier {
         for page in tokens.chunks_exact(self.page_size) {
             let h = chain_hash(parent, page);
             let Some(e) = self.index.get_mut(&h) else { break };
+            self.lru.remove(&(e.last, h));
             e.last = self.clock;
+            self.lru.insert((e.last, h));
             out.push(h);
             parent = h;
         }
@@ -546,10 +570,16 @@ impl DiskTier {
         self.fit_budget(bytes);
         let Some(j) = &self.jobs else { return };
         if j.send(Job::Write { hash, block }).is_ok() {
-            self.clock += 1;
-            self.index.insert(hash, Entry { bytes, last: self.clock });
-            self.stats.bytes += bytes;
+            self.add_entry(hash, bytes);
         }
+    }
+
+    /// Indexes a block of `bytes` as the most recently used.
+    fn add_entry(&mut self, hash: u64, bytes: u64) {
+        self.clock += 1;
+        self.index.insert(hash, Entry { bytes, last: self.clock });
+        self.lru.insert((self.clock, hash));
+        self.stats.bytes += bytes;
     }
 
     /// Drops least recently used blocks until `extra` more bytes fit the budget.
@@ -557,18 +587,15 @@ impl DiskTier {
         if self.stats.bytes + extra <= self.budget {
             return;
         }
-        let mut order: Vec<(u64, u64)> = self.index.iter().map(|(h, e)| (e.last, *h)).collect();
-        order.sort_unstable();
-        for (_, h) in order {
-            if self.stats.bytes + extra <= self.budget {
-                break;
-            }
+        while self.stats.bytes + extra > self.budget {
+            let Some(&(_, h)) = self.lru.first() else { break };
             self.drop_entry(h, true);
         }
     }
 
     fn drop_entry(&mut self, hash: u64, delete: bool) {
         if let Some(e) = self.index.remove(&hash) {
+            self.lru.remove(&(e.last, hash));
             self.stats.bytes -= e.bytes;
             if delete {
                 if let Some(j) = &self.jobs {
@@ -666,7 +693,7 @@ fn io_loop(
 
 /// Checks one block's bytes; returns its payload.
 fn check_block(b: &[u8], hash: u64, fingerprint: u64, page_size: usize, page_bytes: usize) -> Result<Vec<u8>, String> {
-    let h = Header::decode(b, page_size)?;
+    let h = Header::decode(b, page_size).map_err(|e| e.to_string())?;
     if h.fingerprint != fingerprint {
         return Err("written for another model or KV layout".into());
     }
