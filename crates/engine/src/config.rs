@@ -57,11 +57,19 @@ pub struct QueueConfig {
     /// A request still waiting for its first admission after this long is answered with
     /// [`crate::request::FinishReason::Overloaded`] (`--queue-timeout`; `None`: it waits).
     pub queue_timeout: Option<std::time::Duration>,
+    /// `--max-queued-requests`: requests waiting for their first admission beyond which new
+    /// ones are refused ([`EngineError::QueueFull`]); `None`: no limit.
+    pub max_queued_requests: Option<usize>,
 }
 
 impl Default for QueueConfig {
     fn default() -> Self {
-        QueueConfig { priority: None, fair_prefill: Some(FairPrefill::default()), queue_timeout: None }
+        QueueConfig {
+            priority: None,
+            fair_prefill: Some(FairPrefill::default()),
+            queue_timeout: None,
+            max_queued_requests: None,
+        }
     }
 }
 
@@ -296,11 +304,8 @@ pub struct EngineArgs {
     /// Serve embeddings instead of generation (SGLang's `--is-embedding`); an encoder-only
     /// model (BERT) serves embeddings either way.
     pub is_embedding: bool,
-    /// Priority, fair prefill and the queue deadline (see [`QueueConfig`]).
+    /// Priority, fair prefill, the queue deadline and limit (see [`QueueConfig`]).
     pub queue: QueueConfig,
-    /// `--max-queued-requests`: requests waiting for their first admission beyond which new
-    /// ones are refused ([`EngineError::QueueFull`]); `None`: no limit.
-    pub max_queued_requests: Option<usize>,
     /// The hierarchical cache's file tier (`--enable-hierarchical-cache`); `None`: off.
     pub hicache: Option<crate::kv::hicache::HiCacheArgs>,
 }
@@ -332,7 +337,6 @@ impl EngineArgs {
             speculative: None,
             is_embedding: false,
             queue: QueueConfig::default(),
-            max_queued_requests: None,
             hicache: None,
         }
     }

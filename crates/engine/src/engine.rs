@@ -62,8 +62,6 @@ pub struct Engine {
     embedding: Option<crate::model::EmbeddingSpec>,
     /// Requests submitted and not yet admitted once (see [`Engine::check_queue`]).
     queued: Arc<AtomicUsize>,
-    /// `--max-queued-requests`.
-    max_queued: Option<usize>,
     /// The file tier as opened (`None`: off).
     hicache: Option<HiCacheInfo>,
 }
@@ -313,7 +311,6 @@ impl Engine {
             kv_layout: needs.kv_layout.clone(),
             embedding,
             queued: Arc::new(AtomicUsize::new(0)),
-            max_queued: args.max_queued_requests,
             hicache,
         })
     }
@@ -363,7 +360,7 @@ impl Engine {
     /// [`EngineError::QueueFull`] with the count and the limit.
     pub fn check_queue(&self) -> Result<(), EngineError> {
         let waiting = self.queued.load(Ordering::Relaxed);
-        match self.max_queued {
+        match self.config.queue.max_queued_requests {
             Some(max) if waiting >= max => Err(EngineError::QueueFull { waiting, max }),
             _ => Ok(()),
         }
@@ -399,11 +396,6 @@ impl Engine {
     /// The hierarchical cache's file tier as opened (`None`: off).
     pub fn hicache(&self) -> Option<&HiCacheInfo> {
         self.hicache.as_ref()
-    }
-
-    /// Requests submitted and not yet admitted once.
-    pub fn queued(&self) -> usize {
-        self.queued.load(Ordering::Relaxed)
     }
 
     /// Asks the engine to end a request; harmless if it already finished.

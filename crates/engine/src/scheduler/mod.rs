@@ -498,7 +498,7 @@ impl Scheduler {
     /// scheduling is off); else as [`Scheduler::submit`].
     pub fn submit_over_limit(&mut self, r: NewRequest) -> Result<Output, EngineError> {
         let waiting = self.waiting.iter().filter(|q| !q.started).count();
-        let full = EngineError::QueueFull { waiting, max: waiting };
+        let full = EngineError::QueueFull { waiting, max: self.cfg.queue.max_queued_requests.unwrap_or(waiting) };
         self.stats.num_queue_full_aborts += 1;
         let Some(pc) = self.cfg.queue.priority else { return Err(full) };
         let urgency = pc.urgency(r.priority.unwrap_or(pc.default_priority));

@@ -41,7 +41,8 @@ fn completion(prompt: &str, max_tokens: usize, priority: Option<i64>) -> Value {
 /// `priority` that is not an integer is a 400 naming it.
 #[tokio::test]
 async fn a_full_queue_answers_503_and_the_accepted_requests_finish() {
-    let s = TestServer::start(Opts { max_running_requests: Some(1), max_queued_requests: Some(1), ..Opts::default() });
+    let queue = QueueConfig { max_queued_requests: Some(1), ..Default::default() };
+    let s = TestServer::start(Opts { max_running_requests: Some(1), queue, ..Opts::default() });
     let (st, v) = post(&s, "/v1/completions", json!({"prompt": "Hi", "max_tokens": 1, "priority": "high"})).await;
     assert_eq!((st, v["error"]["param"].as_str()), (400, Some("priority")), "{v}");
     // One API request is admitted whole: three prompts on an idle server with a limit of 1.
@@ -83,13 +84,8 @@ async fn a_full_queue_answers_503_and_the_accepted_requests_finish() {
 /// is answered 503 itself (SGLang's queue-limit abort by priority).
 #[tokio::test]
 async fn a_full_queue_keeps_the_more_urgent_request() {
-    let queue = priority(false, None);
-    let s = TestServer::start(Opts {
-        max_running_requests: Some(1),
-        max_queued_requests: Some(1),
-        queue,
-        ..Opts::default()
-    });
+    let queue = QueueConfig { max_queued_requests: Some(1), ..priority(false, None) };
+    let s = TestServer::start(Opts { max_running_requests: Some(1), queue, ..Opts::default() });
     let send = |body: Value| {
         let base = s.base.clone();
         tokio::spawn(async move {

@@ -123,7 +123,6 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         is_embedding: a.is_embedding,
         // `check` accepted these flags.
         queue: a.queue.queue().map_err(|e| anyhow::anyhow!(e))?,
-        max_queued_requests: a.queue.max_queued_requests,
         hicache: a.queue.hicache().map_err(|e| anyhow::anyhow!(e))?,
     };
     let engine = tokio::task::spawn_blocking(move || Engine::start(&eargs)).await.context("loading the model")??;

@@ -104,7 +104,12 @@ impl QueueFlags {
             long_prefill_token_threshold: self.long_prefill_token_threshold,
             max_long_partial_prefills: self.max_long_partial_prefills,
         });
-        Ok(QueueConfig { priority, fair_prefill, queue_timeout: values::timeout(self.queue_timeout) })
+        Ok(QueueConfig {
+            priority,
+            fair_prefill,
+            queue_timeout: values::timeout(self.queue_timeout),
+            max_queued_requests: self.max_queued_requests,
+        })
     }
 
     /// The file tier's settings (`None`: off).

@@ -50,10 +50,8 @@ pub struct Opts {
     pub model: Option<PathBuf>,
     /// `--is-embedding`.
     pub is_embedding: bool,
-    /// Priority, fair prefill, `--queue-timeout`.
+    /// Priority, fair prefill, `--queue-timeout`, `--max-queued-requests`.
     pub queue: sparrow_engine::config::QueueConfig,
-    /// `--max-queued-requests`.
-    pub max_queued_requests: Option<usize>,
 }
 
 impl Default for Opts {
@@ -73,7 +71,6 @@ impl Default for Opts {
             model: None,
             is_embedding: false,
             queue: Default::default(),
-            max_queued_requests: None,
         }
     }
 }
@@ -108,7 +105,6 @@ impl TestServer {
             speculative: o.speculative.clone(),
             is_embedding: o.is_embedding,
             queue: o.queue.clone(),
-            max_queued_requests: o.max_queued_requests,
             ..EngineArgs::new(path.clone())
         };
         let (model, isa, _) = load_model(&args).expect("model loads");
