@@ -10,7 +10,11 @@
 /// character split across reads) is reassembled before it is decoded. Lines are found with
 /// `memchr` and handled in place when a read holds them whole; the two buffers (a partial
 /// line, the event's data) keep their capacity, so a steady stream allocates nothing.
-#[derive(Debug, Default)]
+///
+/// What it holds is bounded: a line or an event longer than its limit ([`MAX_EVENT_BYTES`]
+/// unless [`SseDecoder::with_limit`]) is an [`EventTooLarge`] error, and the decoder takes no
+/// more bytes after one, so a server that never ends a line cannot fill the client's memory.
+#[derive(Debug)]
 pub struct SseDecoder {
     /// The start of a line whose end has not arrived.
     buf: Vec<u8>,
@@ -20,24 +24,62 @@ pub struct SseDecoder {
     has_data: bool,
     /// A `\r` ended the last line; a `\n` right after it belongs to the same line end.
     after_cr: bool,
+    /// Most bytes of a pending line plus the event's data so far.
+    limit: usize,
+    /// The limit was passed: every later feed fails.
+    overflowed: bool,
+}
+
+/// The default bound on one SSE line plus its event's data: 64 MiB, far above any frame of the
+/// APIs read here (SGLang's `/generate` streams the cumulative text: ~4 bytes per token).
+pub const MAX_EVENT_BYTES: usize = 64 << 20;
+
+/// An SSE line or event past the decoder's limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("an SSE line or event longer than {limit} bytes")]
+pub struct EventTooLarge {
+    /// The limit passed, bytes.
+    pub limit: usize,
+}
+
+impl Default for SseDecoder {
+    fn default() -> Self {
+        Self::with_limit(MAX_EVENT_BYTES)
+    }
 }
 
 impl SseDecoder {
-    /// An empty decoder.
+    /// An empty decoder bounded by [`MAX_EVENT_BYTES`].
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// An empty decoder that holds at most `limit` bytes of a line and its event's data.
+    pub fn with_limit(limit: usize) -> Self {
+        Self { buf: Vec::new(), data: Vec::new(), has_data: false, after_cr: false, limit, overflowed: false }
+    }
+
     /// Appends `bytes` and returns the `data` payload of every event they complete, in order.
-    pub fn feed(&mut self, bytes: &[u8]) -> Vec<String> {
+    ///
+    /// # Errors
+    /// As [`SseDecoder::feed_with`].
+    pub fn feed(&mut self, bytes: &[u8]) -> Result<Vec<String>, EventTooLarge> {
         let mut out = Vec::new();
-        self.feed_with(bytes, |d| out.push(d.to_owned()));
-        out
+        self.feed_with(bytes, |d| out.push(d.to_owned()))?;
+        Ok(out)
     }
 
     /// Appends `bytes` and calls `on_event` with the `data` payload of every event they
     /// complete, in order, without allocating. Invalid UTF-8 is replaced (U+FFFD).
-    pub fn feed_with(&mut self, mut bytes: &[u8], mut on_event: impl FnMut(&str)) {
+    ///
+    /// # Errors
+    /// [`EventTooLarge`] once a line or an event passes the limit (events completed before
+    /// it in `bytes` were delivered); from then on every call fails.
+    pub fn feed_with(&mut self, mut bytes: &[u8], mut on_event: impl FnMut(&str)) -> Result<(), EventTooLarge> {
+        let too_large = EventTooLarge { limit: self.limit };
+        if self.overflowed {
+            return Err(too_large);
+        }
         while !bytes.is_empty() {
             if self.after_cr {
                 self.after_cr = false;
@@ -47,9 +89,17 @@ impl SseDecoder {
                 }
             }
             let Some(i) = memchr::memchr2(b'\n', b'\r', bytes) else {
+                if self.buf.len() + self.data.len() + bytes.len() > self.limit {
+                    self.overflow();
+                    return Err(too_large);
+                }
                 self.buf.extend_from_slice(bytes);
-                return;
+                return Ok(());
             };
+            if self.buf.len() + self.data.len() + i > self.limit {
+                self.overflow();
+                return Err(too_large);
+            }
             self.after_cr = bytes[i] == b'\r';
             if self.buf.is_empty() {
                 self.line(&bytes[..i], &mut on_event);
@@ -62,6 +112,15 @@ impl SseDecoder {
             }
             bytes = &bytes[i + 1..];
         }
+        Ok(())
+    }
+
+    /// Drops what is held and refuses what comes.
+    fn overflow(&mut self) {
+        self.overflowed = true;
+        self.buf = Vec::new();
+        self.data = Vec::new();
+        self.has_data = false;
     }
 
     /// Ends the stream: a pending event without its closing blank line is dropped, as the
@@ -145,20 +204,20 @@ mod tests {
     #[test]
     fn split_across_reads_and_line_endings() {
         let mut d = SseDecoder::new();
-        assert!(d.feed(b"data: {\"a\"").is_empty());
-        assert_eq!(d.feed(b":1}\n\ndata: x\r\n\r\n: comment\n\n"), vec!["{\"a\":1}", "x"]);
-        assert_eq!(d.feed(b"data:y\rdata: z\r\r"), vec!["y\nz"]);
-        assert_eq!(d.feed(b"event: foo\nid: 3\ndata: [DONE]\n\n"), vec!["[DONE]"]);
+        assert!(d.feed(b"data: {\"a\"").expect("under the limit").is_empty());
+        assert_eq!(d.feed(b":1}\n\ndata: x\r\n\r\n: comment\n\n").expect("under the limit"), vec!["{\"a\":1}", "x"]);
+        assert_eq!(d.feed(b"data:y\rdata: z\r\r").expect("under the limit"), vec!["y\nz"]);
+        assert_eq!(d.feed(b"event: foo\nid: 3\ndata: [DONE]\n\n").expect("under the limit"), vec!["[DONE]"]);
         assert!(!d.finish());
     }
 
     #[test]
     fn cut_mid_frame_is_reported() {
         let mut d = SseDecoder::new();
-        assert!(d.feed(b"data: {\"partial\": ").is_empty());
+        assert!(d.feed(b"data: {\"partial\": ").expect("under the limit").is_empty());
         assert!(d.finish());
         let mut d = SseDecoder::new();
-        assert!(d.feed(b"data: whole\n").is_empty());
+        assert!(d.feed(b"data: whole\n").expect("under the limit").is_empty());
         assert!(d.finish(), "an event without its blank line is incomplete");
     }
 
@@ -166,19 +225,19 @@ mod tests {
     fn utf8_split_across_reads() {
         let bytes = "data: é\n\n".as_bytes();
         let mut d = SseDecoder::new();
-        assert!(d.feed(&bytes[..7]).is_empty());
-        assert_eq!(d.feed(&bytes[7..]), vec!["é"]);
+        assert!(d.feed(&bytes[..7]).expect("under the limit").is_empty());
+        assert_eq!(d.feed(&bytes[7..]).expect("under the limit"), vec!["é"]);
     }
 
     #[test]
     fn every_split_point_gives_the_same_events() {
         let stream = b"data: {\"a\": 1}\r\n\r\n: c\ndata: x\ndata: y\n\ndata: \xc3\xa9\r\rdata: [DONE]\n\n";
-        let whole = SseDecoder::new().feed(stream);
+        let whole = SseDecoder::new().feed(stream).expect("under the limit");
         assert_eq!(whole, vec!["{\"a\": 1}", "x\ny", "é", "[DONE]"]);
         for cut in 0..stream.len() {
             let mut d = SseDecoder::new();
-            let mut got = d.feed(&stream[..cut]);
-            got.extend(d.feed(&stream[cut..]));
+            let mut got = d.feed(&stream[..cut]).expect("under the limit");
+            got.extend(d.feed(&stream[cut..]).expect("under the limit"));
             assert_eq!(got, whole, "split at {cut}");
             assert!(!d.finish());
         }
@@ -197,8 +256,27 @@ mod tests {
     }
 
     #[test]
+    fn lines_and_events_past_the_limit_fail() {
+        // A line that never ends, in pieces: refused once the pieces pass the limit.
+        let mut d = SseDecoder::with_limit(16);
+        assert_eq!(d.feed(b"data: 0123456789").expect("16 bytes"), Vec::<String>::new());
+        assert_eq!(d.feed(b"x"), Err(EventTooLarge { limit: 16 }));
+        assert_eq!(d.feed(b"\n\ndata: ok\n\n"), Err(EventTooLarge { limit: 16 }), "stays refused");
+        // An event of many short lines, and a long line whole in one read.
+        let mut d = SseDecoder::with_limit(16);
+        assert_eq!(d.feed(&b"data: abc\n".repeat(5)), Err(EventTooLarge { limit: 16 }));
+        let mut d = SseDecoder::with_limit(16);
+        let mut got = Vec::new();
+        let r = d.feed_with(b"data: ok\n\ndata: 0123456789abcdef\n\n", |e| got.push(e.to_owned()));
+        assert_eq!((r, got), (Err(EventTooLarge { limit: 16 }), vec!["ok".to_owned()]));
+        // At the limit exactly: taken.
+        let mut d = SseDecoder::with_limit(16);
+        assert_eq!(d.feed(b"data: 0123456789\n\n").expect("16 bytes"), vec!["0123456789"]);
+    }
+
+    #[test]
     fn frame_round_trips() {
         let mut d = SseDecoder::new();
-        assert_eq!(d.feed(frame("a\nb").as_bytes()), vec!["a\nb"]);
+        assert_eq!(d.feed(frame("a\nb").as_bytes()).expect("under the limit"), vec!["a\nb"]);
     }
 }

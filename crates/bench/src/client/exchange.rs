@@ -152,7 +152,7 @@ pub(super) async fn exchange(
         ctx.activity.touch();
         // Frames of one read arrived together: one timestamp for all of them.
         let t = ctx.now();
-        sse.feed_with(&bytes, |data| {
+        let framed = sse.feed_with(&bytes, |data| {
             if err.is_some() || acc.done {
                 return;
             }
@@ -196,6 +196,9 @@ pub(super) async fn exchange(
                 err = Some(failure(FailureKind::InBandError, format!("request aborted by the server: {data}")));
             }
         });
+        if let (None, Err(e)) = (&err, framed) {
+            err = Some(failure(FailureKind::InvalidResponse, e.to_string()));
+        }
         if let Some(e) = err {
             return Err(e.into());
         }
