@@ -81,6 +81,46 @@ fn unanswered(e: &reqwest::Error) -> bool {
 
 /// One POST of `body` through `http` (the pooled client or the fresh one), filling `rec` and
 /// `acc` as the answer arrives.
+/// Applies one SSE event's `data` to `acc`: `[DONE]` ends the answer, a frame adds its text and
+/// counts. Returns whether it carried content and, when the frame told it, its token count.
+///
+/// # Errors
+/// A frame that is not JSON, an in-band error, or SGLang's `abort` finish.
+pub(super) fn event(api: Api, acc: &mut Accumulator, data: &str) -> Result<(bool, Option<u64>), Failure> {
+    let data = data.trim();
+    if data.is_empty() {
+        return Ok((false, None));
+    }
+    if data == DONE {
+        // Some servers keep the connection open after [DONE]; nothing after it counts.
+        acc.done = true;
+        return Ok((false, None));
+    }
+    let parsed = serde_json::from_str::<Frame<'_>>(data);
+    let value;
+    let frame = match parsed {
+        Ok(f) if f.error.is_none() && f.object.as_deref() != Some("error") => f,
+        _ => {
+            // Rare: an error frame, or a shape the fast reader does not take.
+            value = serde_json::from_str::<Value>(data).map_err(|e| {
+                let head: String = data.chars().take(200).collect();
+                failure(FailureKind::InvalidResponse, format!("{e}: {head}"))
+            })?;
+            if let Some(msg) = sparrow_protocol::in_band_error(&value) {
+                return Err(failure(FailureKind::InBandError, msg));
+            }
+            Frame::from_value(&value)
+        }
+    };
+    let applied = acc.apply(api, &frame);
+    if acc.finish_reason.as_deref() == Some("abort") {
+        // SGLang ends an aborted request with finish_reason "abort" (its message in
+        // meta_info or the choice); it produced no complete answer.
+        return Err(failure(FailureKind::InBandError, format!("request aborted by the server: {data}")));
+    }
+    Ok(applied)
+}
+
 pub(super) async fn exchange(
     ctx: &ClientCtx,
     http: &reqwest::Client,
@@ -156,44 +196,10 @@ pub(super) async fn exchange(
             if err.is_some() || acc.done {
                 return;
             }
-            let data = data.trim();
-            if data.is_empty() {
-                return;
-            }
-            if data == DONE {
-                // Some servers keep the connection open after [DONE]; nothing after it counts.
-                acc.done = true;
-                return;
-            }
-            let parsed = serde_json::from_str::<Frame<'_>>(data);
-            let value;
-            let frame = match parsed {
-                Ok(f) if f.error.is_none() && f.object.as_deref() != Some("error") => f,
-                _ => {
-                    // Rare: an error frame, or a shape the fast reader does not take.
-                    value = match serde_json::from_str::<Value>(data) {
-                        Ok(v) => v,
-                        Err(e) => {
-                            let head: String = data.chars().take(200).collect();
-                            err = Some(failure(FailureKind::InvalidResponse, format!("{e}: {head}")));
-                            return;
-                        }
-                    };
-                    if let Some(msg) = sparrow_protocol::in_band_error(&value) {
-                        err = Some(failure(FailureKind::InBandError, msg));
-                        return;
-                    }
-                    Frame::from_value(&value)
-                }
-            };
-            let (content, tokens) = acc.apply(ctx.api, &frame);
-            if content {
-                rec.chunks.push(Chunk { t, tokens });
-            }
-            if acc.finish_reason.as_deref() == Some("abort") {
-                // SGLang ends an aborted request with finish_reason "abort" (its message in
-                // meta_info or the choice); it produced no complete answer.
-                err = Some(failure(FailureKind::InBandError, format!("request aborted by the server: {data}")));
+            match event(ctx.api, acc, data) {
+                Ok((true, tokens)) => rec.chunks.push(Chunk { t, tokens }),
+                Ok((false, _)) => {}
+                Err(f) => err = Some(f),
             }
         });
         if let (None, Err(e)) = (&err, framed) {

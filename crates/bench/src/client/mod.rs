@@ -303,6 +303,44 @@ pub async fn send(
     }
 }
 
+/// Reads a streamed answer's body as a live exchange does (SSE framing under its bound, then
+/// each event's frame through the same reader), the body arriving as `reads`. Returns the
+/// text, the server's completion-token count and how many reads carried content. For the
+/// fuzz target and tests: the client's stream path without HTTP.
+///
+/// # Errors
+/// The failure a live exchange records for such a body (an invalid or oversized frame, an
+/// in-band error, a body cut mid-frame).
+pub fn read_stream(api: Api, reads: &[&[u8]]) -> Result<(String, Option<u64>, usize), Failure> {
+    let mut acc = Accumulator::default();
+    let mut sse = sparrow_protocol::sse::SseDecoder::new();
+    let mut chunks = 0;
+    for bytes in reads {
+        let mut err = None;
+        let mut content = false;
+        let framed = sse.feed_with(bytes, |data| {
+            if err.is_none() && !acc.done {
+                match exchange::event(api, &mut acc, data) {
+                    Ok((c, _)) => content |= c,
+                    Err(f) => err = Some(f),
+                }
+            }
+        });
+        if let Some(f) = err {
+            return Err(f);
+        }
+        framed.map_err(|e| failure(FailureKind::InvalidResponse, e.to_string()))?;
+        chunks += usize::from(content);
+        if acc.done {
+            break;
+        }
+    }
+    if !acc.done && sse.finish() {
+        return Err(failure(FailureKind::StreamEndedEarly, "body ended mid-frame".into()));
+    }
+    Ok((acc.text, acc.completion_tokens, chunks))
+}
+
 fn failure(kind: FailureKind, message: String) -> Failure {
     Failure { kind, message }
 }

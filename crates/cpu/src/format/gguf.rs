@@ -35,7 +35,11 @@ impl TensorEntry {
         let n = self.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d))?;
         let block = ty.block_len();
         // Checked: a crafted shape can make the byte count overflow where the element count does not.
-        if n.is_multiple_of(block) { (n / block).checked_mul(ty.bytes_for(block)) } else { None }
+        if n.is_multiple_of(block) {
+            (n / block).checked_mul(ty.bytes_for(block))
+        } else {
+            None
+        }
     }
 }
 

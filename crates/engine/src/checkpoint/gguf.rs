@@ -35,6 +35,7 @@ impl GgufFile {
         let ix = sparrow_cpu::format::gguf::index(&self.map)
             .map_err(|e| EngineError::model(format!("{}: not a GGUF file: {e}", self.path.display())))?;
         Ok(Gguf {
+            file_len: self.map.len(),
             g: ix.file,
             tensors: ix.tensors,
             path: &self.path,
@@ -47,6 +48,7 @@ impl GgufFile {
 /// A parsed GGUF file borrowed from its map.
 pub struct Gguf<'a> {
     g: GGuf<'a>,
+    file_len: usize,
     /// The tensor table, types as the file numbers them ([`sparrow_cpu::format::gguf`]).
     tensors: std::collections::HashMap<&'a str, TensorEntry>,
     path: &'a Path,
@@ -93,6 +95,11 @@ impl<'a> Gguf<'a> {
             }
         }
         out
+    }
+
+    /// The file's size, bytes: what sizes stated in its metadata are checked against.
+    pub fn file_len(&self) -> usize {
+        self.file_len
     }
 
     /// Whether the file holds tensor `name`.

@@ -194,6 +194,12 @@ impl Checkpoint {
         Ok(Checkpoint { dir: dir.to_owned(), config, quant, maps, index })
     }
 
+    /// The weight files' total size, bytes: what sizes stated in `config.json` are checked
+    /// against.
+    pub fn file_bytes(&self) -> usize {
+        self.maps.iter().map(|(_, m)| m.len()).sum()
+    }
+
     /// Whether tensor `name` exists.
     pub fn has(&self, name: &str) -> bool {
         self.index.contains_key(name)

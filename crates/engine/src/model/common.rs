@@ -9,6 +9,8 @@
 use crate::model::linear::Fwd;
 use sparrow_cpu::{kernels, Weight};
 
+use crate::EngineError;
+
 /// Which values of a head RoPE rotates together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RopeLayout {
@@ -70,6 +72,30 @@ impl RopeScaling {
             dims as f64 * (self.n_ctx_orig as f64 / (rot * 2.0 * std::f64::consts::PI)).ln() / (2.0 * base.ln())
         };
         (corr(self.beta_fast).floor().max(0.0), corr(self.beta_slow).ceil().min(dims as f64 - 1.0))
+    }
+}
+
+/// Most positions a RoPE table is built for: 2^24, above every released model's context
+/// (Llama 4 Scout's is 10M).
+pub const MAX_ROPE_POSITIONS: usize = 1 << 24;
+
+/// Checks a RoPE table of `positions` for heads of `dim` rotary values before it is built: the
+/// count comes from a file's metadata (`context_length`, `max_position_embeddings`) and the
+/// table holds `positions · dim` f32 values. It must stay under [`MAX_ROPE_POSITIONS`] and
+/// take no more memory than the checkpoint's `file_bytes` (plus 64 MiB for tiny files); every
+/// real model's table is far smaller than its weights (Llama 3 8B's: 64 MiB beside 4.6 GB), so
+/// only a crafted count fails.
+///
+/// # Errors
+/// [`EngineError::Model`] naming `key` and both sizes.
+pub fn check_rope_positions(key: &str, positions: usize, dim: usize, file_bytes: usize) -> Result<(), EngineError> {
+    let bytes = positions.checked_mul(dim).and_then(|n| n.checked_mul(4));
+    let allowed = file_bytes.saturating_add(64 << 20);
+    match bytes {
+        Some(b) if positions <= MAX_ROPE_POSITIONS && b <= allowed => Ok(()),
+        _ => Err(EngineError::model(format!(
+            "{key} = {positions}: a RoPE table of {positions} positions × {dim} values is past what this checkpoint              of {file_bytes} bytes can use (at most {MAX_ROPE_POSITIONS} positions, and no larger than the              weights); the file's metadata is wrong"
+        ))),
     }
 }
 

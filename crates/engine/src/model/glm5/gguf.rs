@@ -148,6 +148,7 @@ fn file_config(ld: &Gguf<'_>) -> Result<FileConfig, EngineError> {
     let (scaling, table_mscale, softmax_scale) = rope_and_scale(&hp, head_k)?;
     let base = hp.rope_freq_base.map_or(10000.0, f64::from);
     let ctx = hp.context_length;
+    crate::model::common::check_rope_positions(&format!("{ARCH}.context_length"), ctx, rope, ld.file_len())?;
     let rope_table = match &scaling {
         Some(s) => RopeTable::llama_cpp_yarn(base, rope, ctx, None, s, table_mscale),
         None => RopeTable::llama_cpp(base, rope, ctx).scaled_by(table_mscale as f32),

@@ -46,6 +46,12 @@ impl Glm5Model {
             }
         };
         let norm = ck.vector("model.norm.weight", h)?;
+        crate::model::common::check_rope_positions(
+            "max_position_embeddings",
+            c.max_positions,
+            c.qk_rope,
+            ck.file_bytes(),
+        )?;
         let rope = RopeTable::hf_f32(c.rope_theta, c.qk_rope, c.max_positions);
         let info = ModelInfo {
             architecture: "glm_moe_dsa".into(),

@@ -8,7 +8,7 @@ use ggus::GGufMetaMapExt;
 
 use super::*;
 use crate::checkpoint::gguf::{Gguf, GgufFile};
-use crate::model::common::{RopeScaling, RopeTable};
+use crate::model::common::{check_rope_positions, RopeScaling, RopeTable};
 use crate::model::moe::{Glu, Mlp, Moe};
 use crate::model::routing::{Routing, Scoring};
 use crate::model::vb::{
@@ -810,6 +810,7 @@ impl LlamaModel {
             },
         };
         cfg.check()?;
+        check_rope_positions(&format!("{arch}.context_length"), cfg.context_length, cfg.head_dim, ld.file_len())?;
         let (hidden, vocab) = (cfg.hidden, cfg.vocab);
         let src = GgufTensors { ld: &ld, layer_names: fam.layer_names, threads };
         let root = Vb::new(&src);
@@ -854,6 +855,7 @@ impl LlamaModel {
         })?;
         let cfg = hf.to_config(fam)?;
         cfg.check()?;
+        check_rope_positions("max_position_embeddings", cfg.context_length, cfg.head_dim, ck.file_bytes())?;
         let hidden = cfg.hidden;
         let (es, ed) = ck.f32("model.embed_tokens.weight")?;
         if es != [cfg.vocab, hidden] {
