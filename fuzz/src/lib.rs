@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
+pub mod crafted;
 pub mod seeds;
 
 /// Every target by name, as `cargo fuzz` and `regressions/` name them.

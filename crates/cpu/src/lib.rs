@@ -19,6 +19,7 @@
 //!   path) beside their theoretical values.
 
 pub mod format;
+pub mod guard;
 pub mod half;
 pub mod isa;
 pub mod kernels;

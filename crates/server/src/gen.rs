@@ -387,17 +387,26 @@ pub fn start(state: &AppState, prep: Prepared) -> Result<BoxStream<'static, Choi
         priority,
         ..
     } = prep.params;
-    // Every choice's grammar compiles before anything is submitted: a bad schema is a 400.
-    let mut constraints: Vec<Option<Box<dyn TokenConstraint>>> = Vec::with_capacity(n);
-    let grammars = constraint.as_ref().map(|_| state.grammars().map_err(ApiError::Engine)).transpose()?;
-    for _ in 0..n {
-        constraints.push(match (&constraint, &grammars) {
-            (Some((c, field)), Some(g)) => {
-                Some(g.constraint(c).map_err(|e| ApiError::bad(field, format!("{field}: {e}")))?)
-            }
-            _ => None,
-        });
-    }
+    // Every choice's grammar compiles before anything is submitted: a bad schema, or one past
+    // llguidance's limits, is a 400 naming the field.
+    let compile = || -> Result<Vec<Option<Box<dyn TokenConstraint>>>, ApiError> {
+        let grammars = constraint.as_ref().map(|_| state.grammars().map_err(ApiError::Engine)).transpose()?;
+        (0..n)
+            .map(|_| match (&constraint, &grammars) {
+                (Some((c, field)), Some(g)) => {
+                    g.constraint(c).map(Some).map_err(|e| ApiError::bad(field, format!("{field}: {e}")))
+                }
+                _ => Ok(None),
+            })
+            .collect()
+    };
+    // A compile can take a good part of a second within the limits (and the first one builds
+    // the vocabulary's token trie): the runtime moves this worker's other tasks elsewhere
+    // meanwhile, so other requests are answered while it runs.
+    let constraints = match (&constraint, tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor())) {
+        (Some(_), Ok(tokio::runtime::RuntimeFlavor::MultiThread)) => tokio::task::block_in_place(compile)?,
+        _ => compile()?,
+    };
     // The tokens trimmed from the text when they end it: the request's stop tokens and, unless
     // it ignores EOS, the model's end-of-generation tokens (SGLang's `trim_matched_stop`; seen
     // only when `skip_special_tokens` is false, e.g. under a harmony parser).

@@ -11,11 +11,26 @@
 
 use std::sync::Arc;
 
-use llguidance::api::TopLevelGrammar;
+use llguidance::api::{ParserLimits, TopLevelGrammar};
 use llguidance::{Matcher, ParserFactory};
 use serde_json::{json, Value};
 use sparrow_engine::scheduler::TokenConstraint;
 use toktrie::{ApproximateTokEnv, TokRxInfo, TokTrie, TokenizerEnv};
+
+/// The bounds every request grammar compiles and runs under (llguidance's `ParserLimits`,
+/// `src/api.rs`, at its defaults): lexer construction fuel 1,000,000 (~20 ms), grammar size
+/// 500,000 symbols, 250,000 lexer states (~1–2 kB each), per-token mask fuel 200,000 and
+/// 50,000 Earley items, 2,000 items in a row.
+pub const GRAMMAR_LIMITS: ParserLimits = ParserLimits {
+    max_items_in_row: 2000,
+    initial_lexer_fuel: 1_000_000,
+    step_lexer_fuel: 200_000,
+    max_lexer_states: 250_000,
+    max_grammar_size: 500_000,
+    step_max_items: 50_000,
+    precompute_large_lexemes: true,
+    verbose_errors: false,
+};
 
 /// A compiled grammar source, shared by the choices of a request.
 pub struct Grammars {
@@ -44,6 +59,12 @@ impl Grammars {
         let env: Arc<dyn TokenizerEnv + Sync> = Arc::new(ApproximateTokEnv::new(TokTrie::from(&info, &words)));
         let mut factory = ParserFactory::new_simple(&env).map_err(|e| e.to_string())?;
         factory.set_stderr_log_level(0);
+        let limits = factory.limits_mut();
+        // llguidance's own defaults (`ParserLimits`), stated here because requests are
+        // untrusted: a schema, regex or grammar past them fails to compile, a 400 naming the
+        // field. Errors leave out the grammar and the tokens so far, which a request can make
+        // megabytes long.
+        *limits = GRAMMAR_LIMITS;
         Ok(Grammars { factory })
     }
 

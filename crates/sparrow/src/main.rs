@@ -14,6 +14,12 @@ use sparrow_bench::args::BenchArgs;
 use sparrow_bench::mock::MockScript;
 use sparrow_bench::run::{self, exit};
 
+/// The system allocator with the per-thread budget the start-up chat-template check arms
+/// (`sparrow_cpu::guard`): a template that builds a huge string ends start-up with a
+/// message instead of taking the machine's memory.
+#[global_allocator]
+static ALLOC: sparrow_cpu::guard::GuardedAlloc = sparrow_cpu::guard::GuardedAlloc;
+
 #[derive(Debug, Parser)]
 #[command(name = "sparrow", version, about = "Sparrow: an LLM serving stack")]
 struct Cli {

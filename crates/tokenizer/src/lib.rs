@@ -367,6 +367,58 @@ impl Tokenizer {
         self.apply_chat_template_with(messages, None, &serde_json::Map::new(), add_generation_prompt)
     }
 
+    /// Checks the chat template once, at start-up: renders it on a short conversation with
+    /// tools and a tool call, and on a 64-turn conversation of 1 KiB messages, under the
+    /// renderer's fuel and output cap and, on this thread, [`sparrow_cpu::guard::with_budget`]'s
+    /// [`TEMPLATE_CHECK_BUDGET`] (under [`sparrow_cpu::guard::GuardedAlloc`], a template past it ends the
+    /// process, naming [`Tokenizer::source`]). No template: nothing to check.
+    ///
+    /// Returns a warning for a template that fails on these conversations for a reason of its
+    /// own (a syntax minijinja does not take, its `raise_exception`): chat requests will fail
+    /// alike, the other endpoints work.
+    ///
+    /// # Errors
+    /// [`TokenizerError::ChatTemplate`] for a template past a limit (a loop without end, a
+    /// flood of output) or one that tries to read another file (`include`, `import`,
+    /// `extends`).
+    pub fn check_chat_template(&self) -> Result<Option<String>, TokenizerError> {
+        let Some(template) = self.chat_template.as_deref() else { return Ok(None) };
+        let special = (self.bos.as_ref().map_or("", |b| b.1.as_str()), self.eos.as_ref().map_or("", |e| e.1.as_str()));
+        let call = serde_json::json!([{"id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]);
+        let tools = serde_json::json!([{"type": "function", "function": {"name": "get_weather",
+            "description": "Weather of a city", "parameters": {"type": "object",
+            "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]);
+        let short = vec![
+            ChatMessage::new("system", "You are helpful."),
+            ChatMessage::new("user", "Weather in Paris?"),
+            ChatMessage { tool_calls: Some(call), ..ChatMessage::new("assistant", "") },
+            ChatMessage {
+                tool_call_id: Some("call_1".into()),
+                name: Some("get_weather".into()),
+                ..ChatMessage::new("tool", "18C")
+            },
+            ChatMessage::new("user", "Thanks."),
+        ];
+        let long: Vec<ChatMessage> = (0..64)
+            .map(|i| ChatMessage::new(if i % 2 == 0 { "user" } else { "assistant" }, "word ".repeat(205)))
+            .collect();
+        let what = format!("{} (its chat template)", self.source.display());
+        let kwargs = serde_json::Map::new();
+        let mut warning = None;
+        for (messages, tools) in [(&short, Some(&tools)), (&long, None)] {
+            let r = sparrow_cpu::guard::with_budget(&what, TEMPLATE_CHECK_BUDGET, || {
+                render_classified(template, messages, tools, &kwargs, true, special)
+            });
+            match r {
+                Ok(_) => {}
+                Err((Fault::Limit | Fault::File, e)) => return Err(e),
+                Err((Fault::Template, e)) => warning = warning.or(Some(e.to_string())),
+            }
+        }
+        Ok(warning)
+    }
+
     /// Where the chat template reads a request's tools from, judged from its text (templates
     /// declare nothing): a template that reads `message['tools']` (or `message.tools`) is taken
     /// as [`TemplateTools::SystemMessage`] even if it also mentions `tools` elsewhere; otherwise
@@ -412,6 +464,10 @@ pub const TEMPLATE_FUEL: u64 = 20_000_000;
 /// Bytes one chat-template render may write.
 pub const TEMPLATE_MAX_OUTPUT: usize = 64 << 20;
 
+/// Bytes a chat template may hold at once while [`Tokenizer::check_chat_template`] renders
+/// it: 64 MiB, the output cap, a thousand times the 64 KiB of its longest check conversation.
+pub const TEMPLATE_CHECK_BUDGET: usize = 64 << 20;
+
 /// A `Write` that refuses to grow past `max` bytes.
 struct Capped {
     buf: Vec<u8>,
@@ -452,6 +508,29 @@ pub fn render_template(
     add_generation_prompt: bool,
     special: (&str, &str),
 ) -> Result<String, TokenizerError> {
+    render_classified(template, messages, tools, kwargs, add_generation_prompt, special).map_err(|(_, e)| e)
+}
+
+/// Why a render failed, for the start-up check ([`Tokenizer::check_chat_template`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    /// Past the fuel or the output cap.
+    Limit,
+    /// `include`, `import` or `extends`: a template that tries to read another file.
+    File,
+    /// A syntax error, `raise_exception`, an undefined value: the template's own failure.
+    Template,
+}
+
+fn render_classified(
+    template: &str,
+    messages: &[ChatMessage],
+    tools: Option<&serde_json::Value>,
+    kwargs: &serde_json::Map<String, serde_json::Value>,
+    add_generation_prompt: bool,
+    special: (&str, &str),
+) -> Result<String, (Fault, TokenizerError)> {
+    let err = |fault, msg: String| (fault, TokenizerError::ChatTemplate(msg));
     let mut env = minijinja::Environment::new();
     // HF compiles templates with `trim_blocks` and `lstrip_blocks` (`_compile_jinja_template`),
     // and templates call Python's string and dict methods (Qwen3's `startswith`, SmolLM3's
@@ -469,8 +548,8 @@ pub fn render_template(
         let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         strftime(&fmt, secs).map_err(|e| minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, e))
     });
-    env.add_template("chat", template).map_err(|e| TokenizerError::ChatTemplate(e.to_string()))?;
-    let tmpl = env.get_template("chat").map_err(|e| TokenizerError::ChatTemplate(e.to_string()))?;
+    env.add_template("chat", template).map_err(|e| err(Fault::Template, e.to_string()))?;
+    let tmpl = env.get_template("chat").map_err(|e| err(Fault::Template, e.to_string()))?;
     // HF's `_alias_reasoning_fields`: a message's reasoning is also passed as `thinking`, the
     // field gpt-oss's template reads.
     let messages: Vec<serde_json::Value> = messages
@@ -494,15 +573,20 @@ pub fn render_template(
     let ctx = minijinja::context! { ..fixed, ..minijinja::Value::from_serialize(kwargs) };
     let rendered = tmpl.render_captured_to(ctx, &mut out).map(|_| ());
     match rendered {
-        Ok(_) => String::from_utf8(out.buf).map_err(|e| TokenizerError::ChatTemplate(e.to_string())),
-        Err(_) if out.overflowed => Err(TokenizerError::ChatTemplate(format!(
-            "the chat template rendered more than {} MiB; refused",
-            TEMPLATE_MAX_OUTPUT >> 20
-        ))),
-        Err(e) if e.kind() == minijinja::ErrorKind::OutOfFuel => Err(TokenizerError::ChatTemplate(format!(
-            "the chat template ran past {TEMPLATE_FUEL} instructions (a loop without end?); refused"
-        ))),
-        Err(e) => Err(TokenizerError::ChatTemplate(e.to_string())),
+        Ok(_) => String::from_utf8(out.buf).map_err(|e| err(Fault::Template, e.to_string())),
+        Err(_) if out.overflowed => Err(err(
+            Fault::Limit,
+            format!("the chat template rendered more than {} MiB; refused", TEMPLATE_MAX_OUTPUT >> 20),
+        )),
+        Err(e) if e.kind() == minijinja::ErrorKind::OutOfFuel => Err(err(
+            Fault::Limit,
+            format!("the chat template ran past {TEMPLATE_FUEL} instructions (a loop without end?); refused"),
+        )),
+        Err(e) if e.kind() == minijinja::ErrorKind::TemplateNotFound => Err(err(
+            Fault::File,
+            format!("the chat template tries to read another template or file, which sparrow never does: {e}"),
+        )),
+        Err(e) => Err(err(Fault::Template, e.to_string())),
     }
 }
 

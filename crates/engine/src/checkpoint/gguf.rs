@@ -168,7 +168,17 @@ impl<'a> Gguf<'a> {
             ))
         })?;
         let bytes = t.bytes().ok_or_else(|| {
-            EngineError::model(format!("tensor {name}: shape {:?} is not whole {} blocks", t.shape, ty.name()))
+            let n = t.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+            match n {
+                Some(n) if !n.is_multiple_of(ty.block_len()) => {
+                    EngineError::model(format!("tensor {name}: shape {:?} is not whole {} blocks", t.shape, ty.name()))
+                }
+                _ => EngineError::model(format!(
+                    "tensor {name}: shape {:?} of {} is more bytes than any file holds",
+                    t.shape,
+                    ty.name()
+                )),
+            }
         })?;
         let data = t
             .offset

@@ -88,6 +88,12 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let tok_path = a.tokenizer_path.clone().unwrap_or_else(|| model_path.clone());
     let tokenizer = sparrow_tokenizer::Tokenizer::load(&tok_path)
         .with_context(|| format!("loading the tokenizer from {}", tok_path.display()))?;
+    // The template comes from the model file: a hostile one fails here, before the weights load.
+    match tokenizer.check_chat_template() {
+        Ok(None) => {}
+        Ok(Some(w)) => eprintln!("warning: {}: chat template: {w}; chat requests will fail", tok_path.display()),
+        Err(e) => anyhow::bail!("{}: {e}", tok_path.display()),
+    }
     let threads = a
         .threads
         .map(usize::from)

@@ -14,3 +14,4 @@ mod hicache;
 mod serve;
 mod sweep;
 mod sweep_tuning;
+mod untrusted;
