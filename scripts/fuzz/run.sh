@@ -54,15 +54,18 @@ for t in "${targets[@]}"; do
     log="$dir/log-$t-$stamp.txt"
     echo "== $t: $secs s, log $log" >&2
     start=$(date +%s)
-    # -jobs=N runs N workers (each -max_total_time) and writes fuzz-N.log files; with 1 job the
-    # worker runs in the foreground and writes to the log here.
+    # -jobs=N runs N workers (each -max_total_time), each writing fuzz/fuzz-<i>.log; one job
+    # runs in the foreground, writing to the log here.
+    par=()
+    [ "$jobs" -gt 1 ] && par=(-jobs="$jobs" -workers="$jobs")
+    rm -f fuzz/fuzz-*.log
     set +e
     (cd fuzz && cargo +nightly fuzz run -O --features libfuzzer "$t" "$dir/corpus/$t" "$PWD/regressions/$t" -- \
         -max_total_time="$secs" -timeout=1 -rss_limit_mb=2048 -malloc_limit_mb=256 -max_len="$(max_len "$t")" \
-        -print_final_stats=1 -artifact_prefix="$dir/artifacts/$stamp/$t/" -jobs="$jobs" -workers="$jobs") > "$log" 2>&1
+        -print_final_stats=1 -artifact_prefix="$dir/artifacts/$stamp/$t/" "${par[@]}") > "$log" 2>&1
     set -e
     elapsed=$(($(date +%s) - start))
-    [ "$jobs" -gt 1 ] && cat fuzz/fuzz-*.log >> "$log" 2>/dev/null && rm -f fuzz/fuzz-*.log
+    cat fuzz/fuzz-*.log >> "$log" 2>/dev/null && rm -f fuzz/fuzz-*.log
     execs=$(grep -h 'stat::number_of_executed_units' "$log" | awk '{s += $2} END {print s + 0}')
     last=$(grep -hE '^#[0-9]+' "$log" | tail -1)
     cov=$(sed -nE 's/.* cov: ([0-9]+).*/\1/p' <<< "$last")

@@ -151,3 +151,81 @@ impl TokenConstraint for Llg {
         Ok(self.0.is_stopped())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The 256 byte tokens and an EOS.
+    fn grammars() -> Grammars {
+        let mut words: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+        words.push(b"<eos>".to_vec());
+        let special: Vec<bool> = (0..words.len()).map(|i| i == 256).collect();
+        Grammars::new(&words, &special, 256).expect("grammars")
+    }
+
+    /// Inputs past each limit fail to compile with llguidance's reason; the same shapes a size
+    /// smaller compile.
+    #[test]
+    fn explore() {
+        let g = grammars();
+        for r in ["(abcdefgh){200000}", "(a|b)*a(a|b){40}", "[a-z]{1000}[0-9]{1000}", "((a|b|c|d){100}){100}", "(.*a){200}"] {
+            let t = std::time::Instant::now();
+            let res = g.constraint(&Constraint::Regex(r.into()));
+            eprintln!("REGEX {r}: {:?} {:?}", res.as_ref().err(), t.elapsed());
+        }
+        for n in [10_000usize, 100_000, 300_000] {
+            let values: Vec<String> = (0..n).map(|i| format!("v{i}")).collect();
+            let t = std::time::Instant::now();
+            let res = g.constraint(&Constraint::Json(json!({"enum": values})));
+            eprintln!("ENUM {n}: {:?} {:?}", res.as_ref().err().map(|e| &e[..e.len().min(300)]), t.elapsed());
+        }
+        for depth in [30usize, 60, 120] {
+            let mut s = json!({"type": "string"});
+            for _ in 0..depth { s = json!({"type": "object", "properties": {"a": s}, "required": ["a"]}); }
+            let t = std::time::Instant::now();
+            let res = std::thread::Builder::new().stack_size(2 << 20).spawn({ let g = grammars(); move || g.constraint(&Constraint::Json(s)).err() }).expect("spawn").join();
+            eprintln!("DEEP {depth}: {:?} {:?}", res.map(|e| e.map(|e| e[..e.len().min(200)].to_string())), t.elapsed());
+        }
+        for n in [100usize, 150] {
+            let mut defs = serde_json::Map::new();
+            for i in 0..n { defs.insert(format!("d{i}"), json!({"type": "object", "properties": {"a": {"$ref": format!("#/$defs/d{}", i + 1)}}})); }
+            defs.insert(format!("d{n}"), json!({"type": "string"}));
+            let s = json!({"$defs": defs, "$ref": "#/$defs/d0"});
+            let t = std::time::Instant::now();
+            let res = std::thread::Builder::new().stack_size(2 << 20).spawn({ let g = grammars(); move || g.constraint(&Constraint::Json(s)).err() }).expect("spawn").join();
+            eprintln!("REFS {n}: {:?} {:?}", res.map(|e| e.map(|e| e[..e.len().min(200)].to_string())), t.elapsed());
+        }
+        for n in [100usize, 1000, 10000] {
+            let mut g2 = String::from("start: r0\n");
+            for i in 0..n { g2.push_str(&format!("r{i}: \"a\" r{}\n", i + 1)); }
+            g2.push_str(&format!("r{n}: \"b\"\n"));
+            let _ = g2;
+            let nested = format!("start: {}\"a\"{}\n", "(".repeat(n), ")".repeat(n));
+            let res = std::thread::Builder::new().stack_size(2 << 20).spawn({ let g = grammars(); move || g.constraint(&Constraint::Lark(nested)).err() }).expect("spawn").join();
+            eprintln!("LARKNEST {n}: {:?}", res.map(|e| e.map(|e| e[..e.len().min(200)].to_string())));
+            let rx = format!("{}a{}", "(".repeat(n), ")".repeat(n));
+            let res = std::thread::Builder::new().stack_size(2 << 20).spawn({ let g = grammars(); move || g.constraint(&Constraint::Regex(rx)).err() }).expect("spawn").join();
+            eprintln!("RXNEST {n}: {:?}", res.map(|e| e.map(|e| e[..e.len().min(200)].to_string())));
+        }
+        let alts: Vec<String> = (0..100_000).map(|i| format!("w{i}")).collect();
+        let t = std::time::Instant::now();
+        let res = g.constraint(&Constraint::Regex(alts.join("|")));
+        eprintln!("ALTS: {:?} {:?}", res.as_ref().err(), t.elapsed());
+    }
+
+    #[test]
+    fn grammars_past_the_limits_fail_with_the_limit_named() {
+        let g = grammars();
+        let too_big = |c: Constraint| g.constraint(&c).err().expect("past the limit");
+        let e = too_big(Constraint::Regex("(abcdefgh){200000}".into()));
+        assert!(e.contains("too big"), "{e}");
+        assert!(g.constraint(&Constraint::Regex("(abcdefgh){20}".into())).is_ok());
+        let values: Vec<String> = (0..300_000).map(|i| format!("v{i}")).collect();
+        let e = too_big(Constraint::Json(json!({"enum": values})));
+        assert!(e.contains("too big"), "{e}");
+        assert!(e.len() < 1000, "a terse error, not the grammar: {} bytes", e.len());
+        let values: Vec<String> = (0..300).map(|i| format!("v{i}")).collect();
+        assert!(g.constraint(&Constraint::Json(json!({"enum": values}))).is_ok());
+    }
+}

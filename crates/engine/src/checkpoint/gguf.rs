@@ -102,6 +102,23 @@ impl<'a> Gguf<'a> {
         self.file_len
     }
 
+    /// Refuses a layer count `n` (metadata `key`) above the file's tensor count: every layer
+    /// has tensors of its own, and per-layer settings are allocated by the count before they
+    /// are read, so a crafted count must fail here rather than allocate.
+    ///
+    /// # Errors
+    /// [`EngineError::Model`] naming the key, the count and the file's tensors.
+    pub fn check_layers(&self, key: &str, n: usize) -> Result<(), EngineError> {
+        match n <= self.tensors.len() {
+            true => Ok(()),
+            false => Err(EngineError::model(format!(
+                "{}: {key} = {n}, but the file holds {} tensors (every layer has its own)",
+                self.path.display(),
+                self.tensors.len()
+            ))),
+        }
+    }
+
     /// Whether the file holds tensor `name`.
     pub fn has_tensor(&self, name: &str) -> bool {
         self.g.tensors.contains_key(name)

@@ -194,6 +194,22 @@ impl Checkpoint {
         Ok(Checkpoint { dir: dir.to_owned(), config, quant, maps, index })
     }
 
+    /// Refuses a layer count `n` (`config.json`'s `key`) above the checkpoint's tensor count,
+    /// as [`crate::checkpoint::gguf::Gguf::check_layers`] does for GGUF.
+    ///
+    /// # Errors
+    /// [`EngineError::Model`] naming the key, the count and the tensors.
+    pub fn check_layers(&self, key: &str, n: usize) -> Result<(), EngineError> {
+        match n <= self.index.len() {
+            true => Ok(()),
+            false => Err(EngineError::model(format!(
+                "{}: config.json {key} = {n}, but the weights hold {} tensors (every layer has its own)",
+                self.dir.display(),
+                self.index.len()
+            ))),
+        }
+    }
+
     /// The weight files' total size, bytes: what sizes stated in `config.json` are checked
     /// against.
     pub fn file_bytes(&self) -> usize {

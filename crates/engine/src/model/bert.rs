@@ -369,7 +369,8 @@ impl BertModel {
         let position = emb.matrix("position_embeddings", cfg.max_positions, h)?;
         let token_type = emb.matrix("token_type_embeddings", cfg.type_vocab, h)?;
         let ln_embed = ln(&emb, "LayerNorm")?;
-        let mut layers = Vec::with_capacity(cfg.layers);
+        // Grown as layers load: the count is the file's word until the tensors are found.
+        let mut layers = Vec::new();
         for l in 0..cfg.layers {
             let lb = vb.pp("encoder.layer").pp(l);
             let att = lb.pp("attention");

@@ -27,6 +27,9 @@ impl Glm5Model {
     /// Anything [`Checkpoint::open`], [`Glm5Config::from_json`] or a tensor check refuses.
     pub fn load(dir: &Path, threads: usize, opts: Glm5Options) -> Result<Self, EngineError> {
         let ck = Checkpoint::open(dir)?;
+        // Checked before the config is built: it sizes per-layer tables by the count.
+        let stated = ck.config.get("num_hidden_layers").and_then(serde_json::Value::as_u64);
+        ck.check_layers("num_hidden_layers", stated.map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX)))?;
         let c = Glm5Config::from_json(&ck.config)?;
         let h = c.hidden;
         let layers = (0..c.layers).map(|l| load_layer(&ck, &c, l)).collect::<Result<Vec<_>, _>>()?;

@@ -313,8 +313,11 @@ impl GgufHparams {
     /// # Errors
     /// A missing or mistyped key, named with the architecture.
     pub(crate) fn read(ld: &Gguf<'_>, arch: &str) -> Result<GgufHparams, EngineError> {
-        serde_json::from_value(serde_json::Value::Object(ld.arch_keys(arch)))
-            .map_err(|e| EngineError::model(format!("{arch} GGUF metadata: {e}")))
+        let hp: GgufHparams = serde_json::from_value(serde_json::Value::Object(ld.arch_keys(arch)))
+            .map_err(|e| EngineError::model(format!("{arch} GGUF metadata: {e}")))?;
+        // Per-layer settings are sized by the count before any layer's tensors are read.
+        ld.check_layers(&format!("{arch}.block_count"), hp.block_count)?;
+        Ok(hp)
     }
 
     /// Per-head width: `attention.key_length` when stated (Qwen3: 128 with 2560 hidden and 32
@@ -844,6 +847,7 @@ impl LlamaModel {
         let ck = crate::checkpoint::hf::Checkpoint::open(dir)?;
         let hf: HfConfig = serde_json::from_value(ck.config.clone())
             .map_err(|e| EngineError::model(format!("{}: config.json: {e}", dir.display())))?;
+        ck.check_layers("num_hidden_layers", hf.num_hidden_layers)?;
         let fam = FAMILIES.iter().find(|f| f.hf_model_types.contains(&hf.model_type.as_str())).ok_or_else(|| {
             let known: Vec<&str> = FAMILIES.iter().flat_map(|f| f.hf_model_types.iter().copied()).collect();
             EngineError::model(format!(
