@@ -54,20 +54,18 @@ for t in "${targets[@]}"; do
     log="$dir/log-$t-$stamp.txt"
     echo "== $t: $secs s, log $log" >&2
     start=$(date +%s)
-    # -jobs=N runs N workers (each -max_total_time), each writing fuzz/fuzz-<i>.log; one job
-    # runs in the foreground, writing to the log here.
-    par=()
-    [ "$jobs" -gt 1 ] && par=(-jobs="$jobs" -workers="$jobs")
-    rm -f fuzz/fuzz-*.log
+    # Fork mode: FUZZ_JOBS child processes, and a finding (crash, timeout, OOM) is saved and
+    # the run goes on, so one long run reports every kind of bug it meets, not the first.
     set +e
     (cd fuzz && cargo +nightly fuzz run -O --features libfuzzer "$t" "$dir/corpus/$t" "$PWD/regressions/$t" -- \
         -max_total_time="$secs" -timeout=1 -rss_limit_mb=2048 -malloc_limit_mb=256 -max_len="$(max_len "$t")" \
-        -print_final_stats=1 -artifact_prefix="$dir/artifacts/$stamp/$t/" "${par[@]}") > "$log" 2>&1
+        -print_final_stats=1 -artifact_prefix="$dir/artifacts/$stamp/$t/" -fork="$jobs" -ignore_crashes=1 -ignore_ooms=1 \
+        -ignore_timeouts=1) > "$log" 2>&1
     set -e
     elapsed=$(($(date +%s) - start))
-    cat fuzz/fuzz-*.log >> "$log" 2>/dev/null && rm -f fuzz/fuzz-*.log
-    execs=$(grep -h 'stat::number_of_executed_units' "$log" | awk '{s += $2} END {print s + 0}')
+    # Fork mode's status lines: "#<executions>: cov: <n> ft: <n> corp: <n> ...".
     last=$(grep -hE '^#[0-9]+' "$log" | tail -1)
+    execs=$(sed -nE 's/^#([0-9]+).*/\1/p' <<< "$last")
     cov=$(sed -nE 's/.* cov: ([0-9]+).*/\1/p' <<< "$last")
     ft=$(sed -nE 's/.* ft: ([0-9]+).*/\1/p' <<< "$last")
     corp=$(ls "$dir/corpus/$t" | wc -l)

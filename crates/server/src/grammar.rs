@@ -73,6 +73,34 @@ impl Grammars {
     /// # Errors
     /// The grammar does not compile (an invalid schema or regex), in llguidance's words.
     pub fn constraint(&self, g: &Constraint) -> Result<Box<dyn TokenConstraint>, String> {
+        let depth = match g {
+            Constraint::Json(schema) => schema_depth(schema),
+            Constraint::Lark(src) => lark_depth(src),
+            // Regex nesting is bounded by the regex parser (`regex-syntax`'s nest limit).
+            Constraint::Regex(_) => 0,
+        };
+        if depth > MAX_GRAMMAR_DEPTH {
+            return Err(format!(
+                "nests {depth} levels deep (schema levels and $ref chains, or grammar rules referring to rules); at \
+                 most {MAX_GRAMMAR_DEPTH} are compiled"
+            ));
+        }
+        // llguidance compiles recursively, about one frame per level: a thread of its own with
+        // a stack far past what MAX_GRAMMAR_DEPTH needs (a 2 MiB stack holds ~150 levels).
+        let compiled = std::thread::scope(|scope| {
+            std::thread::Builder::new()
+                .name("grammar-compile".into())
+                .stack_size(COMPILE_STACK)
+                .spawn_scoped(scope, || self.compile(g))
+                .map_err(|e| format!("cannot start the grammar compiler: {e}"))?
+                .join()
+                .map_err(|_| "the grammar compiler failed".to_string())?
+        });
+        // Errors quote the input (a regex, a grammar line): a request can make them megabytes.
+        compiled.map_err(|e| truncate(e, 2000))
+    }
+
+    fn compile(&self, g: &Constraint) -> Result<Box<dyn TokenConstraint>, String> {
         let grammar = match g {
             Constraint::Json(schema) => {
                 let mut schema = schema.clone();
@@ -93,6 +121,170 @@ impl Grammars {
         }
         Ok(Box::new(Llg(m)))
     }
+}
+
+/// Deepest a request grammar may nest ([`schema_depth`], [`lark_depth`]): real schemas and
+/// grammars stay under 20.
+pub const MAX_GRAMMAR_DEPTH: usize = 256;
+
+/// Stack of the thread a grammar compiles on: 64 MiB of address space, touched only as deep
+/// as the grammar goes.
+const COMPILE_STACK: usize = 64 << 20;
+
+fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut cut = max;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push_str("…");
+    }
+    s
+}
+
+/// The longest chain of `edges` from any node, each node counted once per chain: a node
+/// reached again on its own chain (a recursive definition) ends that chain. Iterative, so
+/// depth costs no stack here.
+fn longest_chain(edges: &[Vec<usize>]) -> usize {
+    let n = edges.len();
+    // 0: unseen, 1: on the current chain, 2: done (height known).
+    let mut state = vec![0u8; n];
+    let mut height = vec![0usize; n];
+    let mut best = 0;
+    for root in 0..n {
+        if state[root] != 0 {
+            continue;
+        }
+        let mut stack: Vec<(usize, usize)> = vec![(root, 0)];
+        state[root] = 1;
+        while let Some(&mut (node, ref mut next)) = stack.last_mut() {
+            if let Some(&child) = edges[node].get(*next) {
+                *next += 1;
+                if state[child] == 0 {
+                    state[child] = 1;
+                    stack.push((child, 0));
+                }
+                continue;
+            }
+            let h = 1 + edges[node].iter().filter(|&&c| state[c] == 2).map(|&c| height[c]).max().unwrap_or(0);
+            height[node] = h;
+            state[node] = 2;
+            best = best.max(h);
+            stack.pop();
+        }
+    }
+    best
+}
+
+/// A JSON schema's depth: its JSON nesting with every local `$ref` (`#`, `#/...` JSON
+/// pointers) followed, as llguidance's compiler descends.
+pub fn schema_depth(schema: &Value) -> usize {
+    /// Each JSON container once, numbered as first met.
+    struct Nodes<'a> {
+        ids: std::collections::HashMap<*const Value, usize>,
+        nodes: Vec<&'a Value>,
+    }
+    impl<'a> Nodes<'a> {
+        fn id(&mut self, v: &'a Value) -> usize {
+            let next = self.nodes.len();
+            let i = *self.ids.entry(v as *const Value).or_insert(next);
+            if i == next {
+                self.nodes.push(v);
+            }
+            i
+        }
+    }
+    let mut g = Nodes { ids: std::collections::HashMap::new(), nodes: Vec::new() };
+    let mut edges: Vec<Vec<usize>> = Vec::new();
+    // Every node once, with its children and its `$ref` target as edges.
+    g.id(schema);
+    let mut i = 0;
+    while i < g.nodes.len() {
+        let v: &Value = g.nodes[i];
+        let mut out = Vec::new();
+        let children: Vec<&Value> = match v {
+            Value::Object(o) => o.values().collect(),
+            Value::Array(a) => a.iter().collect(),
+            _ => Vec::new(),
+        };
+        for c in children.into_iter().filter(|c| c.is_object() || c.is_array()) {
+            out.push(g.id(c));
+        }
+        if let Some(target) =
+            v.get("$ref").and_then(Value::as_str).and_then(|r| r.strip_prefix('#')).and_then(|p| schema.pointer(p))
+        {
+            out.push(g.id(target));
+        }
+        edges.push(out);
+        i += 1;
+    }
+    longest_chain(&edges)
+}
+
+/// A Lark grammar's depth: the longest chain of rules (and terminals) whose definitions name
+/// one another, a definition being a line `name: ...` (`?name`, `!name`, `name.2` too) and
+/// the `|` lines under it; quoted strings and `/regex/` literals are not names.
+pub fn lark_depth(src: &str) -> usize {
+    let mut names: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    let mut bodies: Vec<String> = Vec::new();
+    for line in src.lines() {
+        let t = line.trim_start();
+        if t.starts_with('|') {
+            if let Some(b) = bodies.last_mut() {
+                b.push(' ');
+                b.push_str(t);
+            }
+            continue;
+        }
+        let Some((head, body)) = t.split_once(':') else { continue };
+        let name = head.trim().trim_start_matches(['?', '!']);
+        let name = name.split('.').next().unwrap_or(name);
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            continue;
+        }
+        let next = bodies.len();
+        let i = *names.entry(name).or_insert(next);
+        if i == next {
+            bodies.push(body.to_owned());
+        } else {
+            bodies[i].push(' ');
+            bodies[i].push_str(body);
+        }
+    }
+    let edges: Vec<Vec<usize>> = bodies
+        .iter()
+        .map(|b| {
+            let mut out = Vec::new();
+            let mut word = String::new();
+            let mut quote: Option<char> = None;
+            let mut escaped = false;
+            for c in b.chars().chain(std::iter::once(' ')) {
+                if let Some(q) = quote {
+                    match (escaped, c) {
+                        (true, _) => escaped = false,
+                        (false, '\\') => escaped = true,
+                        (false, c) if c == q => quote = None,
+                        _ => {}
+                    }
+                    continue;
+                }
+                if c.is_ascii_alphanumeric() || c == '_' {
+                    word.push(c);
+                    continue;
+                }
+                if let Some(&j) = names.get(word.as_str()) {
+                    out.push(j);
+                }
+                word.clear();
+                if c == '"' || c == '/' {
+                    quote = Some(c);
+                }
+            }
+            out
+        })
+        .collect();
+    longest_chain(&edges)
 }
 
 /// What a request's output must match.
@@ -164,68 +356,59 @@ mod tests {
         Grammars::new(&words, &special, 256).expect("grammars")
     }
 
-    /// Inputs past each limit fail to compile with llguidance's reason; the same shapes a size
+    /// Inputs past each limit fail to compile with the limit named; the same shapes a size
     /// smaller compile.
-    #[test]
-    fn explore() {
-        let g = grammars();
-        for r in ["(abcdefgh){200000}", "(a|b)*a(a|b){40}", "[a-z]{1000}[0-9]{1000}", "((a|b|c|d){100}){100}", "(.*a){200}"] {
-            let t = std::time::Instant::now();
-            let res = g.constraint(&Constraint::Regex(r.into()));
-            eprintln!("REGEX {r}: {:?} {:?}", res.as_ref().err(), t.elapsed());
-        }
-        for n in [10_000usize, 100_000, 300_000] {
-            let values: Vec<String> = (0..n).map(|i| format!("v{i}")).collect();
-            let t = std::time::Instant::now();
-            let res = g.constraint(&Constraint::Json(json!({"enum": values})));
-            eprintln!("ENUM {n}: {:?} {:?}", res.as_ref().err().map(|e| &e[..e.len().min(300)]), t.elapsed());
-        }
-        for depth in [30usize, 60, 120] {
-            let mut s = json!({"type": "string"});
-            for _ in 0..depth { s = json!({"type": "object", "properties": {"a": s}, "required": ["a"]}); }
-            let t = std::time::Instant::now();
-            let res = std::thread::Builder::new().stack_size(2 << 20).spawn({ let g = grammars(); move || g.constraint(&Constraint::Json(s)).err() }).expect("spawn").join();
-            eprintln!("DEEP {depth}: {:?} {:?}", res.map(|e| e.map(|e| e[..e.len().min(200)].to_string())), t.elapsed());
-        }
-        for n in [100usize, 150] {
-            let mut defs = serde_json::Map::new();
-            for i in 0..n { defs.insert(format!("d{i}"), json!({"type": "object", "properties": {"a": {"$ref": format!("#/$defs/d{}", i + 1)}}})); }
-            defs.insert(format!("d{n}"), json!({"type": "string"}));
-            let s = json!({"$defs": defs, "$ref": "#/$defs/d0"});
-            let t = std::time::Instant::now();
-            let res = std::thread::Builder::new().stack_size(2 << 20).spawn({ let g = grammars(); move || g.constraint(&Constraint::Json(s)).err() }).expect("spawn").join();
-            eprintln!("REFS {n}: {:?} {:?}", res.map(|e| e.map(|e| e[..e.len().min(200)].to_string())), t.elapsed());
-        }
-        for n in [100usize, 1000, 10000] {
-            let mut g2 = String::from("start: r0\n");
-            for i in 0..n { g2.push_str(&format!("r{i}: \"a\" r{}\n", i + 1)); }
-            g2.push_str(&format!("r{n}: \"b\"\n"));
-            let _ = g2;
-            let nested = format!("start: {}\"a\"{}\n", "(".repeat(n), ")".repeat(n));
-            let res = std::thread::Builder::new().stack_size(2 << 20).spawn({ let g = grammars(); move || g.constraint(&Constraint::Lark(nested)).err() }).expect("spawn").join();
-            eprintln!("LARKNEST {n}: {:?}", res.map(|e| e.map(|e| e[..e.len().min(200)].to_string())));
-            let rx = format!("{}a{}", "(".repeat(n), ")".repeat(n));
-            let res = std::thread::Builder::new().stack_size(2 << 20).spawn({ let g = grammars(); move || g.constraint(&Constraint::Regex(rx)).err() }).expect("spawn").join();
-            eprintln!("RXNEST {n}: {:?}", res.map(|e| e.map(|e| e[..e.len().min(200)].to_string())));
-        }
-        let alts: Vec<String> = (0..100_000).map(|i| format!("w{i}")).collect();
-        let t = std::time::Instant::now();
-        let res = g.constraint(&Constraint::Regex(alts.join("|")));
-        eprintln!("ALTS: {:?} {:?}", res.as_ref().err(), t.elapsed());
-    }
-
     #[test]
     fn grammars_past_the_limits_fail_with_the_limit_named() {
         let g = grammars();
         let too_big = |c: Constraint| g.constraint(&c).err().expect("past the limit");
-        let e = too_big(Constraint::Regex("(abcdefgh){200000}".into()));
-        assert!(e.contains("too big"), "{e}");
-        assert!(g.constraint(&Constraint::Regex("(abcdefgh){20}".into())).is_ok());
-        let values: Vec<String> = (0..300_000).map(|i| format!("v{i}")).collect();
+        // llguidance's lexer fuel: an enum of 100,000 strings.
+        let values: Vec<String> = (0..100_000).map(|i| format!("v{i}")).collect();
         let e = too_big(Constraint::Json(json!({"enum": values})));
-        assert!(e.contains("too big"), "{e}");
-        assert!(e.len() < 1000, "a terse error, not the grammar: {} bytes", e.len());
+        assert!(e.contains("too big (limit for this grammar: 1000000)"), "{e}");
         let values: Vec<String> = (0..300).map(|i| format!("v{i}")).collect();
         assert!(g.constraint(&Constraint::Json(json!({"enum": values}))).is_ok());
+        // Chains that overflowed the compiler's stack (and aborted the server) at ~1,000 levels.
+        let chain = |n: usize| {
+            let mut defs = serde_json::Map::new();
+            for i in 0..n {
+                defs.insert(
+                    format!("d{i}"),
+                    json!({"type": "object", "properties": {"a": {"$ref": format!("#/$defs/d{}", i + 1)}}}),
+                );
+            }
+            defs.insert(format!("d{n}"), json!({"type": "string"}));
+            Constraint::Json(json!({"$defs": defs, "$ref": "#/$defs/d0"}))
+        };
+        let e = too_big(chain(2000));
+        assert!(e.contains("nests 6003 levels deep") && e.contains("at most 256"), "{e}");
+        assert!(g.constraint(&chain(60)).is_ok(), "60 levels compile");
+        let rules = |n: usize| {
+            let mut src = String::from("start: r0\n");
+            for i in 0..n {
+                src.push_str(&format!("r{i}: \"a\" r{}\n", i + 1));
+            }
+            src.push_str(&format!("r{n}: \"b\"\n"));
+            Constraint::Lark(src)
+        };
+        let e = too_big(rules(2000));
+        assert!(e.contains("nests 2002 levels deep"), "{e}");
+        assert!(g.constraint(&rules(250)).is_ok(), "250 rules in a chain compile");
+        // A recursive schema (a tree) is not deep: its recursion ends each chain.
+        let tree = json!({"$defs": {"node": {"type": "object", "properties": {"kids": {"type": "array",
+            "items": {"$ref": "#/$defs/node"}, "maxItems": 2}}}}, "$ref": "#/$defs/node"});
+        assert_eq!(schema_depth(&tree), 6);
+        assert!(g.constraint(&Constraint::Json(tree)).is_ok());
+        // An error that quotes a megabyte of input is cut.
+        let e = too_big(Constraint::Regex(format!("({}", "a".repeat(1 << 20))));
+        assert!(e.len() <= 2003, "{} bytes", e.len());
+    }
+
+    #[test]
+    fn depths_count_levels() {
+        assert_eq!(schema_depth(&json!({"type": "object", "properties": {"a": {"type": "string"}}})), 3);
+        assert_eq!(schema_depth(&json!({"type": "string"})), 1);
+        assert_eq!(lark_depth("start: a | b\na: b \"a:b\"\nb: /[a-z]b/\n"), 3);
+        assert_eq!(lark_depth("?start.2: x\n    | \"y\" x\nx: \"z\" start\n"), 2);
     }
 }

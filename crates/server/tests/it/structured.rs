@@ -114,11 +114,25 @@ async fn bad_grammars_are_400_and_unconstrained_rows_are_unchanged() {
         (json!({"prompt": "x", "regex": "(unclosed"}), "regex"),
         (json!({"prompt": "x", "response_format": {"type": "xml"}}), "response_format"),
         (json!({"prompt": "x", "response_format": {"type": "json_object"}, "regex": "a"}), "regex"),
+        // A flat body whose $ref chain once overflowed the compiler's stack and aborted the server.
+        (
+            json!({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"schema": ref_chain(1500)}}}),
+            "response_format",
+        ),
     ] {
         let (st, v) = post(s, "/v1/completions", body.clone()).await;
         assert_eq!(st, 400, "{body}: {v}");
         assert_eq!(v["error"]["param"], field, "{body}: {v}");
     }
+    let (st, v) = post(
+        s,
+        "/v1/completions",
+        json!({"prompt": "x", "response_format": {"type": "json_schema",
+        "json_schema": {"schema": ref_chain(1500)}}}),
+    )
+    .await;
+    let msg = v["error"]["message"].as_str().unwrap_or("");
+    assert!(st == 400 && msg.contains("nests 4503 levels deep") && msg.contains("at most 256"), "{v}");
     let plain = json!({"prompt": "The capital of France is", "max_tokens": 16, "temperature": 0, "ignore_eos": true});
     let (_, alone) = post(s, "/v1/completions", plain.clone()).await;
     let constrained =
@@ -131,6 +145,19 @@ async fn bad_grammars_are_400_and_unconstrained_rows_are_unchanged() {
     assert_eq!(text0(&b.1), text0(&alone), "an unconstrained row batched with constrained ones");
     assert_eq!(text0(&a.1), text0(&c.1));
     assert_drained(s).await;
+}
+
+/// A schema whose `$ref`s chain `n` definitions (each an object holding the next).
+fn ref_chain(n: usize) -> Value {
+    let mut defs = serde_json::Map::new();
+    for i in 0..n {
+        defs.insert(
+            format!("d{i}"),
+            json!({"type": "object", "properties": {"a": {"$ref": format!("#/$defs/d{}", i + 1)}}}),
+        );
+    }
+    defs.insert(format!("d{n}"), json!({"type": "string"}));
+    json!({"$defs": defs, "$ref": "#/$defs/d0"})
 }
 
 /// A JSON Schema checker for the keywords the schema set uses, written from the JSON Schema
