@@ -87,7 +87,9 @@ pub fn all() -> Vec<Crafted> {
     });
     v.push(Crafted {
         name: "template-flood",
-        bytes: with_template("{% for i in range(1000000) %}{{ 'x' * 1000 }}{% endfor %}"),
+        bytes: with_template(
+            "{% for i in range(10000) %}{% for j in range(10000) %}{{ 'x' * 1000 }}{% endfor %}{% endfor %}",
+        ),
         expect: "rendered more than",
     });
     v.push(Crafted {

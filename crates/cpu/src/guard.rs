@@ -60,7 +60,7 @@ impl GuardedAlloc {
     }
 }
 
-/// Ends the process with status 1 and a message naming [`WHAT`]. The budget is disarmed
+/// Ends the process with status 2 (a set-up failure, as `sparrow`'s other start-up errors) and a message naming [`WHAT`]. The budget is disarmed
 /// first, so that printing and the exit handlers may allocate on this thread.
 #[cold]
 fn over_budget() -> ! {
@@ -70,11 +70,11 @@ fn over_budget() -> ! {
     let mut err = std::io::stderr().lock();
     let _ = writeln!(
         err,
-        "Error: {what}: the chat template took more memory than its start-up check allows (a template that builds \
+        "error: {what}: the chat template took more memory than its start-up check allows (a template that builds \
          a huge string); refused"
     );
     let _ = err.flush();
-    std::process::exit(1)
+    std::process::exit(2)
 }
 
 // SAFETY: every call goes to `System` with the same arguments; the budget bookkeeping only

@@ -465,8 +465,10 @@ pub const TEMPLATE_FUEL: u64 = 20_000_000;
 pub const TEMPLATE_MAX_OUTPUT: usize = 64 << 20;
 
 /// Bytes a chat template may hold at once while [`Tokenizer::check_chat_template`] renders
-/// it: 64 MiB, the output cap, a thousand times the 64 KiB of its longest check conversation.
-pub const TEMPLATE_CHECK_BUDGET: usize = 64 << 20;
+/// it: 192 MiB, room for the output buffer at its cap ([`TEMPLATE_MAX_OUTPUT`]) while it
+/// grows, so a flooding template meets the output cap first; 3,000 times the 64 KiB of the
+/// longest check conversation.
+pub const TEMPLATE_CHECK_BUDGET: usize = 192 << 20;
 
 /// A `Write` that refuses to grow past `max` bytes.
 struct Capped {

@@ -36,7 +36,7 @@ fn serve_refuses_each_crafted_file_with_its_reason() {
         let mut err = String::new();
         child.stderr.take().expect("stderr").read_to_string(&mut err).expect("read stderr");
         assert!(!status.success(), "{}: exited 0\n{err}", c.name);
-        assert_eq!(status.code(), Some(1), "{}: not a clean error exit (a signal?)\n{err}", c.name);
+        assert_eq!(status.code(), Some(2), "{}: not the set-up error exit (a signal?)\n{err}", c.name);
         assert!(err.contains(c.expect), "{}: no {:?} in\n{err}", c.name, c.expect);
         assert!(!err.contains("panicked"), "{}: a panic\n{err}", c.name);
     }
