@@ -26,7 +26,8 @@ row() {
         > /dev/null 2> "$out/$name.stderr" < /dev/null
     local rc=$?
     set -e
-    read -r wall rss < "$t"
+    # GNU time writes "Command exited with non-zero status N" first when the command fails.
+    read -r wall rss < <(tail -n 1 "$t")
     rm -f "$t"
     local named=no
     grep -qF -- "$expect" "$out/$name.stderr" && named=yes

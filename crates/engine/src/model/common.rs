@@ -94,7 +94,9 @@ pub fn check_rope_positions(key: &str, positions: usize, dim: usize, file_bytes:
     match bytes {
         Some(b) if positions <= MAX_ROPE_POSITIONS && b <= allowed => Ok(()),
         _ => Err(EngineError::model(format!(
-            "{key} = {positions}: a RoPE table of {positions} positions × {dim} values is past what this checkpoint              of {file_bytes} bytes can use (at most {MAX_ROPE_POSITIONS} positions, and no larger than the              weights); the file's metadata is wrong"
+            "{key} = {positions}: a RoPE table of {positions} positions × {dim} values is past what this \
+             checkpoint of {file_bytes} bytes can use (at most {MAX_ROPE_POSITIONS} positions, and no larger than \
+             the weights); the file's metadata is wrong"
         ))),
     }
 }
