@@ -367,15 +367,17 @@ impl Tokenizer {
         self.apply_chat_template_with(messages, None, &serde_json::Map::new(), add_generation_prompt)
     }
 
-    /// Checks the chat template once, at start-up: renders it on a short conversation with
-    /// tools and a tool call, and on a 64-turn conversation of 1 KiB messages, under the
-    /// renderer's fuel and output cap and, on this thread, [`sparrow_cpu::guard::with_budget`]'s
+    /// Checks the chat template once, at start-up: renders it on a plain 4-message
+    /// conversation, one with tools, a tool call and its result, and a 64-turn conversation of
+    /// 1 KiB messages, under the
+    /// renderer's fuel, [`TEMPLATE_CHECK_OUTPUT`] and, on this thread, [`sparrow_cpu::guard::with_budget`]'s
     /// [`TEMPLATE_CHECK_BUDGET`] (under [`sparrow_cpu::guard::GuardedAlloc`], a template past it ends the
     /// process, naming [`Tokenizer::source`]). No template: nothing to check.
     ///
-    /// Returns a warning for a template that fails on these conversations for a reason of its
-    /// own (a syntax minijinja does not take, its `raise_exception`): chat requests will fail
-    /// alike, the other endpoints work.
+    /// Returns a warning for a template that fails on the plain conversations for a reason of
+    /// its own (a syntax minijinja does not take, its `raise_exception`): chat requests will
+    /// fail alike, the other endpoints work. Its failures on the tool conversation are not
+    /// reported (templates take tool turns in their own ways); its limits are.
     ///
     /// # Errors
     /// [`TokenizerError::ChatTemplate`] for a template past a limit (a loop without end, a
@@ -384,39 +386,7 @@ impl Tokenizer {
     pub fn check_chat_template(&self) -> Result<Option<String>, TokenizerError> {
         let Some(template) = self.chat_template.as_deref() else { return Ok(None) };
         let special = (self.bos.as_ref().map_or("", |b| b.1.as_str()), self.eos.as_ref().map_or("", |e| e.1.as_str()));
-        let call = serde_json::json!([{"id": "call_1", "type": "function",
-            "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]);
-        let tools = serde_json::json!([{"type": "function", "function": {"name": "get_weather",
-            "description": "Weather of a city", "parameters": {"type": "object",
-            "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]);
-        let short = vec![
-            ChatMessage::new("system", "You are helpful."),
-            ChatMessage::new("user", "Weather in Paris?"),
-            ChatMessage { tool_calls: Some(call), ..ChatMessage::new("assistant", "") },
-            ChatMessage {
-                tool_call_id: Some("call_1".into()),
-                name: Some("get_weather".into()),
-                ..ChatMessage::new("tool", "18C")
-            },
-            ChatMessage::new("user", "Thanks."),
-        ];
-        let long: Vec<ChatMessage> = (0..64)
-            .map(|i| ChatMessage::new(if i % 2 == 0 { "user" } else { "assistant" }, "word ".repeat(205)))
-            .collect();
-        let what = format!("{} (its chat template)", self.source.display());
-        let kwargs = serde_json::Map::new();
-        let mut warning = None;
-        for (messages, tools) in [(&short, Some(&tools)), (&long, None)] {
-            let r = sparrow_cpu::guard::with_budget(&what, TEMPLATE_CHECK_BUDGET, || {
-                render_classified(template, messages, tools, &kwargs, true, special)
-            });
-            match r {
-                Ok(_) => {}
-                Err((Fault::Limit | Fault::File, e)) => return Err(e),
-                Err((Fault::Template, e)) => warning = warning.or(Some(e.to_string())),
-            }
-        }
-        Ok(warning)
+        check_template(template, special, &format!("{} (its chat template)", self.source.display()))
     }
 
     /// Where the chat template reads a request's tools from, judged from its text (templates
@@ -465,10 +435,14 @@ pub const TEMPLATE_FUEL: u64 = 20_000_000;
 pub const TEMPLATE_MAX_OUTPUT: usize = 64 << 20;
 
 /// Bytes a chat template may hold at once while [`Tokenizer::check_chat_template`] renders
-/// it: 192 MiB, room for the output buffer at its cap ([`TEMPLATE_MAX_OUTPUT`]) while it
-/// grows, so a flooding template meets the output cap first; 3,000 times the 64 KiB of the
-/// longest check conversation.
-pub const TEMPLATE_CHECK_BUDGET: usize = 192 << 20;
+/// it: 16 MiB, 250 times the 64 KiB of its longest check conversation, with room for the
+/// output buffer at [`TEMPLATE_CHECK_OUTPUT`] while it grows (a flooding template meets the
+/// output cap first).
+pub const TEMPLATE_CHECK_BUDGET: usize = 16 << 20;
+
+/// The output cap of the start-up check's renders: 4 MiB, 60 times what a real template makes
+/// of the longest check conversation.
+pub const TEMPLATE_CHECK_OUTPUT: usize = 4 << 20;
 
 /// A `Write` that refuses to grow past `max` bytes.
 struct Capped {
@@ -510,7 +484,57 @@ pub fn render_template(
     add_generation_prompt: bool,
     special: (&str, &str),
 ) -> Result<String, TokenizerError> {
-    render_classified(template, messages, tools, kwargs, add_generation_prompt, special).map_err(|(_, e)| e)
+    render_classified(template, messages, tools, kwargs, add_generation_prompt, special, TEMPLATE_MAX_OUTPUT)
+        .map_err(|(_, e)| e)
+}
+
+/// [`Tokenizer::check_chat_template`] for a template source with the model's BOS and EOS
+/// text; `what` names it in the message of a process ended by [`sparrow_cpu::guard`].
+///
+/// # Errors
+/// As [`Tokenizer::check_chat_template`].
+pub fn check_template(template: &str, special: (&str, &str), what: &str) -> Result<Option<String>, TokenizerError> {
+    let call = serde_json::json!([{"id": "call_1", "type": "function",
+        "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]);
+    let tools = serde_json::json!([{"type": "function", "function": {"name": "get_weather",
+        "description": "Weather of a city", "parameters": {"type": "object",
+        "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]);
+    let plain = vec![
+        ChatMessage::new("system", "You are helpful."),
+        ChatMessage::new("user", "Hello."),
+        ChatMessage::new("assistant", "Hi."),
+        ChatMessage::new("user", "Thanks."),
+    ];
+    let tool_turns = vec![
+        ChatMessage::new("system", "You are helpful."),
+        ChatMessage::new("user", "Weather in Paris?"),
+        ChatMessage { tool_calls: Some(call), ..ChatMessage::new("assistant", "") },
+        ChatMessage {
+            tool_call_id: Some("call_1".into()),
+            name: Some("get_weather".into()),
+            ..ChatMessage::new("tool", "18C")
+        },
+        ChatMessage::new("user", "Thanks."),
+    ];
+    let long: Vec<ChatMessage> =
+        (0..64).map(|i| ChatMessage::new(if i % 2 == 0 { "user" } else { "assistant" }, "word ".repeat(205))).collect();
+    let kwargs = serde_json::Map::new();
+    let mut warning = None;
+    // (conversation, tools, whether the template's own failure on it is worth a warning): how
+    // templates take tool turns varies (Mistral's want 9-character call ids and alternation
+    // without them), so only the plain conversations warn; every one is held to the limits.
+    for (messages, tools, warns) in [(&plain, None, true), (&tool_turns, Some(&tools), false), (&long, None, true)] {
+        let r = sparrow_cpu::guard::with_budget(what, TEMPLATE_CHECK_BUDGET, || {
+            render_classified(template, messages, tools, &kwargs, true, special, TEMPLATE_CHECK_OUTPUT)
+        });
+        match r {
+            Ok(_) => {}
+            Err((Fault::Limit | Fault::File, e)) => return Err(e),
+            Err((Fault::Template, e)) if warns => warning = warning.or(Some(e.to_string())),
+            Err((Fault::Template, _)) => {}
+        }
+    }
+    Ok(warning)
 }
 
 /// Why a render failed, for the start-up check ([`Tokenizer::check_chat_template`]).
@@ -531,6 +555,7 @@ fn render_classified(
     kwargs: &serde_json::Map<String, serde_json::Value>,
     add_generation_prompt: bool,
     special: (&str, &str),
+    max_output: usize,
 ) -> Result<String, (Fault, TokenizerError)> {
     let err = |fault, msg: String| (fault, TokenizerError::ChatTemplate(msg));
     let mut env = minijinja::Environment::new();
@@ -571,15 +596,14 @@ fn render_classified(
         eos_token => special.1,
         tools => tools,
     };
-    let mut out = Capped { buf: Vec::new(), max: TEMPLATE_MAX_OUTPUT, overflowed: false };
+    let mut out = Capped { buf: Vec::new(), max: max_output, overflowed: false };
     let ctx = minijinja::context! { ..fixed, ..minijinja::Value::from_serialize(kwargs) };
     let rendered = tmpl.render_captured_to(ctx, &mut out).map(|_| ());
     match rendered {
         Ok(_) => String::from_utf8(out.buf).map_err(|e| err(Fault::Template, e.to_string())),
-        Err(_) if out.overflowed => Err(err(
-            Fault::Limit,
-            format!("the chat template rendered more than {} MiB; refused", TEMPLATE_MAX_OUTPUT >> 20),
-        )),
+        Err(_) if out.overflowed => {
+            Err(err(Fault::Limit, format!("the chat template rendered more than {} MiB; refused", max_output >> 20)))
+        }
         Err(e) if e.kind() == minijinja::ErrorKind::OutOfFuel => Err(err(
             Fault::Limit,
             format!("the chat template ran past {TEMPLATE_FUEL} instructions (a loop without end?); refused"),

@@ -82,3 +82,31 @@ fn strftime_is_pythons() {
     }
     assert!(sparrow_tokenizer::strftime("%j", 0).is_err(), "an unsupported directive is an error");
 }
+
+/// The start-up check (`check_template`: a plain conversation, one with tools and a tool
+/// call, a 64-turn one, under the check's fuel, output cap and memory budget) passes every real
+/// template of the golden set without a refusal or a warning.
+#[test]
+fn family_templates_pass_the_start_up_check() {
+    let dir =
+        sparrow_assets::ensure_sdist_dir(sparrow_assets::LLAMA_CPP_MODELS).expect("llama.cpp models (pip download)");
+    let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/chat_template_golden.json");
+    let g: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(p).expect("fixture")).expect("JSON");
+    let mut names: Vec<&str> =
+        g["cases"].as_array().expect("cases").iter().filter_map(|c| c["template"].as_str()).collect();
+    names.sort();
+    names.dedup();
+    assert!(names.len() >= 8, "{names:?}");
+    let mut warned = Vec::new();
+    for name in names {
+        let own = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/templates").join(name);
+        let file = if own.exists() { own } else { dir.join("templates").join(name) };
+        let text = std::fs::read_to_string(&file).expect("template file");
+        match sparrow_tokenizer::check_template(&text, ("<s>", "</s>"), name) {
+            Ok(None) => {}
+            Ok(Some(w)) => warned.push(format!("{name}: {w}")),
+            Err(e) => panic!("{name} refused by the start-up check: {e}"),
+        }
+    }
+    assert!(warned.is_empty(), "{warned:#?}");
+}
