@@ -162,6 +162,11 @@ pub fn chat_template(data: &[u8]) {
 /// the first byte picks the request field (JSON schema, regex, Lark/GBNF grammar, choice),
 /// the rest is its text. A grammar that compiles is then stepped: up to 16 masks and tokens.
 pub fn grammar(data: &[u8]) {
+    grammar_steps(data);
+}
+
+/// [`grammar`], returning how many tokens the walk took (0 when the input did not compile).
+pub fn grammar_steps(data: &[u8]) -> usize {
     use sparrow_server::grammar::{Constraint, Grammars};
     static G: OnceLock<Option<Grammars>> = OnceLock::new();
     let Some(g) = G.get_or_init(|| {
@@ -177,39 +182,40 @@ pub fn grammar(data: &[u8]) {
         let special: Vec<bool> = (0..words.len()).map(|i| i >= 298).collect();
         Grammars::new(&words, &special, 298).ok()
     }) else {
-        return;
+        return 0;
     };
-    let Some((&kind, rest)) = data.split_first() else { return };
-    let Ok(text) = std::str::from_utf8(rest) else { return };
+    let Some((&kind, rest)) = data.split_first() else { return 0 };
+    let Ok(text) = std::str::from_utf8(rest) else { return 0 };
     let c = match kind % 4 {
         0 => match serde_json::from_str(text) {
             Ok(v) => Constraint::Json(v),
-            Err(_) => return,
+            Err(_) => return 0,
         },
         1 => Constraint::Regex(text.to_owned()),
         2 => match Constraint::grammar(text) {
             Ok(c) => c,
-            Err(_) => return,
+            Err(_) => return 0,
         },
         _ => Constraint::choice(&text.split('\n').map(str::to_owned).collect::<Vec<_>>()),
     };
-    let Ok(mut m) = g.constraint(&c) else { return };
+    let Ok(mut m) = g.constraint(&c) else { return 0 };
     let mut allowed = vec![false; 300];
     for step in 0..16 {
         allowed.iter_mut().for_each(|a| *a = false);
         if m.allowed(&mut allowed).is_err() {
-            return;
+            return step;
         }
         // A deterministic walk: the allowed token at a position drawn from the step.
         let n = allowed.iter().filter(|&&a| a).count();
         let Some(t) = (n > 0).then(|| allowed.iter().enumerate().filter(|p| *p.1).nth((step * 7919) % n)).flatten()
         else {
-            return;
+            return step;
         };
         if !matches!(m.advance(t.0 as u32), Ok(false)) {
-            return;
+            return step + 1;
         }
     }
+    16
 }
 
 /// The bench's streamed-answer reader (SSE framing under its bound, then each event's JSON

@@ -76,6 +76,12 @@ fn complete_seeds_are_accepted() {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+    // Every grammar seed compiles and takes steps (the target returns early otherwise).
+    for (t, name, bytes) in sparrow_fuzz::seeds::all() {
+        if t == "grammar" {
+            assert!(sparrow_fuzz::grammar_steps(&bytes) > 0, "grammar seed {name}");
+        }
+    }
 }
 
 fn tempdir() -> std::path::PathBuf {

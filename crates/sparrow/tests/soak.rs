@@ -1,5 +1,5 @@
-//! The soak's CI variant: `scripts/ops/soak.py` (the one-hour soak of issue 18) cut to one minute
-//! of load in two segments, sampled every 2 s, on the served SmolLM2 binary: mixed prompt
+//! The soak's CI variant: `scripts/ops/soak.py` (the one-hour soak of issue 18) cut to 40 s of
+//! load in two segments (CI's time budget), sampled every 2 s, on the served SmolLM2 binary: mixed prompt
 //! lengths, `n: 2` requests and requests the client aborts mid-stream, at 80 % of the capacity
 //! it measures first. The script itself
 //! fails on RSS growth past its bound, a page or descriptor not returned, a failed request, or
@@ -16,7 +16,7 @@ fn soak_ci_variant_passes() {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/ops/soak.py");
     let o = Command::new("python3")
         .arg(&script)
-        .args(["--duration", "60", "--segment", "30", "--interval", "2", "--warmup", "10"])
+        .args(["--duration", "40", "--segment", "20", "--interval", "2", "--warmup", "10"])
         .args(["--capacity-prompts", "32", "--capacity-concurrency", "16"])
         .args(["--sparrow", env!("CARGO_BIN_EXE_sparrow"), "--out"])
         .arg(dir.path())
@@ -32,7 +32,7 @@ fn soak_ci_variant_passes() {
     assert_eq!(o.status.code(), Some(0), "{shown}");
     assert_eq!(s["pass"], true, "{s:#}");
     // Sampled every 2 s through the load: the RSS verdict rests on real samples.
-    assert!(s["samples"].as_u64().is_some_and(|n| n >= 24), "{s:#}");
+    assert!(s["samples"].as_u64().is_some_and(|n| n >= 16), "{s:#}");
     assert!(s["rss"]["peak_mib"].as_f64().is_some_and(|p| p > 50.0), "{s:#}");
     let p = &s["pages"];
     assert!(p["total"].as_u64().is_some_and(|t| t > 0) && p["after_flush_free"] == p["total"], "{s:#}");
