@@ -20,8 +20,11 @@ use std::sync::OnceLock;
 pub mod crafted;
 pub mod seeds;
 
+/// A target: its name and its function of the input bytes.
+pub type Target = (&'static str, fn(&[u8]));
+
 /// Every target by name, as `cargo fuzz` and `regressions/` name them.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[Target] = &[
     ("gguf_index", gguf_index),
     ("gguf_load", gguf_load),
     ("hf_checkpoint", hf_checkpoint),

@@ -92,12 +92,12 @@ pub fn gguf(meta: &[(&str, Meta)], tensors: &[(String, Vec<u64>, Vec<f32>)]) -> 
         f.extend_from_slice(&offset.to_le_bytes());
         offset += (values.len() as u64 * 4).next_multiple_of(32);
     }
-    while f.len() % 32 != 0 {
+    while !f.len().is_multiple_of(32) {
         f.push(0);
     }
     for (_, _, values) in tensors {
         values.iter().for_each(|x| f.extend_from_slice(&x.to_le_bytes()));
-        while f.len() % 32 != 0 {
+        while !f.len().is_multiple_of(32) {
             f.push(0);
         }
     }
@@ -285,7 +285,7 @@ pub fn safetensors(tensors: &[(String, Vec<u64>, Vec<f32>)]) -> Vec<u8> {
         );
     }
     let mut h = serde_json::Value::Object(header).to_string().into_bytes();
-    while h.len() % 8 != 0 {
+    while !h.len().is_multiple_of(8) {
         h.push(b' ');
     }
     let mut f = (h.len() as u64).to_le_bytes().to_vec();

@@ -138,7 +138,7 @@ fn truncate(mut s: String, max: usize) -> String {
             cut -= 1;
         }
         s.truncate(cut);
-        s.push_str("…");
+        s.push('…');
     }
     s
 }
@@ -361,7 +361,7 @@ mod tests {
     #[test]
     fn grammars_past_the_limits_fail_with_the_limit_named() {
         let g = grammars();
-        let too_big = |c: Constraint| g.constraint(&c).err().expect("past the limit");
+        let too_big = |c: Constraint| g.constraint(&c).map(|_| ()).expect_err("past the limit");
         // llguidance's lexer fuel: an enum of 100,000 strings.
         let values: Vec<String> = (0..100_000).map(|i| format!("v{i}")).collect();
         let e = too_big(Constraint::Json(json!({"enum": values})));

@@ -343,7 +343,7 @@ mod crafted_tests {
         f.extend_from_slice(&8u64.to_le_bytes());
         f.extend_from_slice(&0u32.to_le_bytes());
         f.extend_from_slice(&0u64.to_le_bytes());
-        while f.len() % 32 != 0 {
+        while !f.len().is_multiple_of(32) {
             f.push(0);
         }
         f.extend_from_slice(&[0u8; 32]);
