@@ -22,6 +22,8 @@ use std::sync::OnceLock;
 thread_local! {
     /// Bytes this thread may still allocate net of its frees; `i64::MAX` when unguarded.
     static LEFT: Cell<i64> = const { Cell::new(i64::MAX) };
+    /// The budget armed: frees of memory allocated before it was armed credit no more than it.
+    static CAP: Cell<i64> = const { Cell::new(i64::MAX) };
 }
 
 /// What the message says ended the process: set by [`with_budget`] before the guard is armed,
@@ -54,7 +56,8 @@ impl GuardedAlloc {
         let _ = LEFT.try_with(|left| {
             let l = left.get();
             if l != i64::MAX {
-                left.set(l.saturating_add(bytes as i64).min(i64::MAX - 1));
+                let cap = CAP.try_with(Cell::get).unwrap_or(i64::MAX - 1);
+                left.set(l.saturating_add(bytes as i64).min(cap));
             }
         });
     }
@@ -78,22 +81,31 @@ fn over_budget() -> ! {
 }
 
 // SAFETY: every call goes to `System` with the same arguments; the budget bookkeeping only
-// touches a const-initialized thread-local `Cell` (no allocation, no unwinding: `over_budget`
-// disarms the budget, then prints and exits the process).
+// touches const-initialized thread-local `Cell`s (no allocation on targets with native TLS,
+// as x86-64 Linux; no unwinding: `over_budget` disarms the budget, then prints and exits the
+// process).
 #[allow(unsafe_code)]
 unsafe impl GlobalAlloc for GuardedAlloc {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         Self::charge(layout.size());
         // SAFETY: the caller's contract, passed on.
-        unsafe { System.alloc(layout) }
+        let p = unsafe { System.alloc(layout) };
+        if p.is_null() {
+            Self::credit(layout.size());
+        }
+        p
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         Self::charge(layout.size());
         // SAFETY: as `alloc`.
-        unsafe { System.alloc_zeroed(layout) }
+        let p = unsafe { System.alloc_zeroed(layout) };
+        if p.is_null() {
+            Self::credit(layout.size());
+        }
+        p
     }
 
     #[inline]
@@ -105,23 +117,41 @@ unsafe impl GlobalAlloc for GuardedAlloc {
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if new_size > layout.size() {
+        let grows = new_size > layout.size();
+        if grows {
             Self::charge(new_size - layout.size());
         } else {
             Self::credit(layout.size() - new_size);
         }
         // SAFETY: as `alloc`.
-        unsafe { System.realloc(ptr, layout, new_size) }
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        if p.is_null() {
+            // The old block stands: undo the bookkeeping.
+            if grows {
+                Self::credit(new_size - layout.size());
+            } else {
+                Self::charge(layout.size() - new_size);
+            }
+        }
+        p
     }
 }
 
 /// Runs `f` on this thread with at most `bytes` allocated net of frees; past it, under
 /// [`GuardedAlloc`], the process ends with a message naming `what` (the model file). The
-/// first `what` given is the one every later message names.
+/// first `what` given is the one every later message names. The thread's earlier budget is
+/// restored when `f` returns or unwinds.
 pub fn with_budget<R>(what: &str, bytes: usize, f: impl FnOnce() -> R) -> R {
+    /// Puts the thread's earlier budget back, also on unwind.
+    struct Restore(i64, i64);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            LEFT.with(|l| l.set(self.0));
+            CAP.with(|c| c.set(self.1));
+        }
+    }
     let _ = WHAT.set(what.to_owned());
-    let before = LEFT.with(|l| l.replace(i64::try_from(bytes).unwrap_or(i64::MAX - 1)));
-    let r = f();
-    LEFT.with(|l| l.set(before));
-    r
+    let armed = i64::try_from(bytes).unwrap_or(i64::MAX - 1);
+    let _restore = Restore(LEFT.with(|l| l.replace(armed)), CAP.with(|c| c.replace(armed)));
+    f()
 }

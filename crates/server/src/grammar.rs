@@ -18,7 +18,8 @@ use sparrow_engine::scheduler::TokenConstraint;
 use toktrie::{ApproximateTokEnv, TokRxInfo, TokTrie, TokenizerEnv};
 
 /// The bounds every request grammar compiles and runs under (llguidance's `ParserLimits`,
-/// `src/api.rs`, at its defaults): lexer construction fuel 1,000,000 (~20 ms), grammar size
+/// `src/api.rs`, at its defaults but `verbose_errors`, off so that errors do not quote the
+/// grammar and the tokens so far): lexer construction fuel 1,000,000 (~20 ms), grammar size
 /// 500,000 symbols, 250,000 lexer states (~1–2 kB each), per-token mask fuel 200,000 and
 /// 50,000 Earley items, 2,000 items in a row.
 pub const GRAMMAR_LIMITS: ParserLimits = ParserLimits {
@@ -74,8 +75,8 @@ impl Grammars {
     /// The grammar does not compile (an invalid schema or regex), in llguidance's words.
     pub fn constraint(&self, g: &Constraint) -> Result<Box<dyn TokenConstraint>, String> {
         let depth = match g {
-            Constraint::Json(schema) => schema_depth(schema),
-            Constraint::Lark(src) => lark_depth(src),
+            Constraint::Json(schema) => schema_depth(schema)?,
+            Constraint::Lark(src) => lark_depth(src)?,
             // Regex nesting is bounded by the regex parser (`regex-syntax`'s nest limit).
             Constraint::Regex(_) => 0,
         };
@@ -143,43 +144,104 @@ fn truncate(mut s: String, max: usize) -> String {
     s
 }
 
-/// The longest chain of `edges` from any node, each node counted once per chain: a node
-/// reached again on its own chain (a recursive definition) ends that chain. Iterative, so
-/// depth costs no stack here.
+/// An upper bound on how deep a compiler recursing along `edges` can go from any node: the
+/// graph's strongly connected components (Tarjan's algorithm, iteratively) each count their
+/// size (a recursion inside one visits each member at most once), and the longest path of the
+/// condensed graph sums them. Iterative, so depth costs no stack here.
 fn longest_chain(edges: &[Vec<usize>]) -> usize {
+    const UNSEEN: usize = usize::MAX;
     let n = edges.len();
-    // 0: unseen, 1: on the current chain, 2: done (height known).
-    let mut state = vec![0u8; n];
-    let mut height = vec![0usize; n];
-    let mut best = 0;
+    let (mut index, mut low, mut comp) = (vec![UNSEEN; n], vec![0usize; n], vec![UNSEEN; n]);
+    let mut on_stack = vec![false; n];
+    let mut members: Vec<usize> = Vec::new();
+    // Height of each component, in the order Tarjan emits them (successors first).
+    let mut height: Vec<usize> = Vec::new();
+    let mut next = 0;
     for root in 0..n {
-        if state[root] != 0 {
+        if index[root] != UNSEEN {
             continue;
         }
-        let mut stack: Vec<(usize, usize)> = vec![(root, 0)];
-        state[root] = 1;
-        while let Some(&mut (node, ref mut next)) = stack.last_mut() {
-            if let Some(&child) = edges[node].get(*next) {
-                *next += 1;
-                if state[child] == 0 {
-                    state[child] = 1;
-                    stack.push((child, 0));
+        index[root] = next;
+        low[root] = next;
+        next += 1;
+        members.push(root);
+        on_stack[root] = true;
+        let mut call: Vec<(usize, usize)> = vec![(root, 0)];
+        while let Some(&mut (v, ref mut i)) = call.last_mut() {
+            if let Some(&w) = edges[v].get(*i) {
+                *i += 1;
+                if index[w] == UNSEEN {
+                    index[w] = next;
+                    low[w] = next;
+                    next += 1;
+                    members.push(w);
+                    on_stack[w] = true;
+                    call.push((w, 0));
+                } else if on_stack[w] {
+                    low[v] = low[v].min(index[w]);
                 }
                 continue;
             }
-            let h = 1 + edges[node].iter().filter(|&&c| state[c] == 2).map(|&c| height[c]).max().unwrap_or(0);
-            height[node] = h;
-            state[node] = 2;
-            best = best.max(h);
-            stack.pop();
+            call.pop();
+            if let Some(&(u, _)) = call.last() {
+                low[u] = low[u].min(low[v]);
+            }
+            if low[v] == index[v] {
+                let c = height.len();
+                let mut size = 0;
+                let mut below = 0;
+                let start = members.iter().rposition(|&m| m == v).unwrap_or(0);
+                for &m in &members[start..] {
+                    on_stack[m] = false;
+                    comp[m] = c;
+                    size += 1;
+                }
+                for &m in &members[start..] {
+                    for &w in &edges[m] {
+                        if comp[w] != c && comp[w] != UNSEEN {
+                            below = below.max(height[comp[w]]);
+                        }
+                    }
+                }
+                members.truncate(start);
+                height.push(size + below);
+            }
         }
     }
-    best
+    height.into_iter().max().unwrap_or(0)
 }
 
-/// A JSON schema's depth: its JSON nesting with every local `$ref` (`#`, `#/...` JSON
-/// pointers) followed, as llguidance's compiler descends.
-pub fn schema_depth(schema: &Value) -> usize {
+/// Schema keywords that give a schema another base or name to be referred by: their `$ref`s
+/// would resolve differently from the root-relative JSON pointers [`schema_depth`] follows.
+const SCHEMA_SCOPES: &[&str] =
+    &["$id", "$anchor", "$dynamicRef", "$dynamicAnchor", "$recursiveRef", "$recursiveAnchor"];
+
+/// RFC 3986 percent-decoding of a URI fragment (`#/%24defs/a` is `#/$defs/a`).
+fn percent_decode(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// A JSON schema's depth: its JSON nesting with every `$ref` followed as a JSON pointer from
+/// the root (`#`, `#/$defs/...`, percent-encoded or not), the way llguidance's compiler
+/// descends; [`longest_chain`] of that graph.
+///
+/// # Errors
+/// A `$ref` that is not such a pointer to a part of the schema, or a keyword that changes how
+/// refs resolve ([`SCHEMA_SCOPES`]): llguidance would follow them where this count cannot.
+pub fn schema_depth(schema: &Value) -> Result<usize, String> {
     /// Each JSON container once, numbered as first met.
     struct Nodes<'a> {
         ids: std::collections::HashMap<*const Value, usize>,
@@ -211,80 +273,153 @@ pub fn schema_depth(schema: &Value) -> usize {
         for c in children.into_iter().filter(|c| c.is_object() || c.is_array()) {
             out.push(g.id(c));
         }
-        if let Some(target) =
-            v.get("$ref").and_then(Value::as_str).and_then(|r| r.strip_prefix('#')).and_then(|p| schema.pointer(p))
-        {
-            out.push(g.id(target));
+        if let Value::Object(o) = v {
+            if let Some(k) = SCHEMA_SCOPES.iter().find(|k| o.get(**k).is_some_and(|x| x.is_string() || x.is_boolean()))
+            {
+                return Err(format!("the schema keyword {k} is not taken (refs are JSON pointers from the root)"));
+            }
+            if let Some(r) = o.get("$ref").and_then(Value::as_str) {
+                let target =
+                    r.strip_prefix('#').and_then(percent_decode).and_then(|p| schema.pointer(&p)).ok_or_else(|| {
+                        format!(
+                            "$ref {:?} is not a JSON pointer into the schema (#/$defs/...)",
+                            truncate(r.to_owned(), 100)
+                        )
+                    })?;
+                out.push(g.id(target));
+            }
         }
         edges.push(out);
         i += 1;
     }
-    longest_chain(&edges)
+    Ok(longest_chain(&edges))
 }
 
-/// A Lark grammar's depth: the longest chain of rules (and terminals) whose definitions name
-/// one another, a definition being a line `name: ...` (`?name`, `!name`, `name.2` too) and
-/// the `|` lines under it; quoted strings and `/regex/` literals are not names.
-pub fn lark_depth(src: &str) -> usize {
-    let mut names: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+/// Removes `//` and `#` comments from Lark source, keeping quoted strings and `/regex/`
+/// literals whole (a quote inside a comment opens nothing).
+fn strip_lark_comments(src: &str) -> String {
+    let mut out = String::with_capacity(src.len());
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    let mut chars = src.chars().peekable();
+    while let Some(c) = chars.next() {
+        if let Some(q) = quote {
+            out.push(c);
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '\n') => quote = None,
+                (false, c) if c == q => quote = None,
+                _ => {}
+            }
+            continue;
+        }
+        let comment = c == '#' || (c == '/' && chars.peek() == Some(&'/'));
+        if comment {
+            for d in chars.by_ref() {
+                if d == '\n' {
+                    out.push('\n');
+                    break;
+                }
+            }
+            continue;
+        }
+        if c == '"' || c == '/' {
+            quote = Some(c);
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The names (rule and terminal) in Lark source outside strings and regexes, as llguidance's
+/// lexer reads them (`[_?!]?[A-Za-z][_A-Za-z0-9-]*`), with whether a `%` directive starts them.
+fn lark_words(src: &str) -> Vec<(bool, String)> {
+    let mut out = Vec::new();
+    let mut word = String::new();
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    let mut directive = false;
+    for c in src.chars().chain(std::iter::once(' ')) {
+        if let Some(q) = quote {
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, c) if c == q => quote = None,
+                _ => {}
+            }
+            continue;
+        }
+        if c.is_ascii_alphanumeric() || c == '_' || (c == '-' && !word.is_empty()) {
+            word.push(c);
+            continue;
+        }
+        if !word.is_empty() {
+            out.push((directive, std::mem::take(&mut word)));
+        }
+        directive = c == '%';
+        if c == '"' || c == '/' {
+            quote = Some(c);
+        }
+    }
+    out
+}
+
+/// A Lark grammar's depth: [`longest_chain`] of its rules (and terminals) by the names their
+/// definitions use. A definition starts at a line `name:` (`?name`, `!name`, `_name`,
+/// `name[attributes]`, `name.2` too); every other line belongs to the definition above it
+/// (over-counting references is safe, missing one is not).
+///
+/// # Errors
+/// `%json` and `%lark` blocks: a schema or grammar inside, which the count does not enter.
+pub fn lark_depth(src: &str) -> Result<usize, String> {
+    let src = strip_lark_comments(src);
+    let mut names: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     let mut bodies: Vec<String> = Vec::new();
     for line in src.lines() {
         let t = line.trim_start();
-        if t.starts_with('|') {
-            if let Some(b) = bodies.last_mut() {
-                b.push(' ');
-                b.push_str(t);
+        let head = t.split_once(':').and_then(|(h, body)| {
+            let h = h.trim();
+            let h = h.split('[').next().unwrap_or(h).trim();
+            let h = h.trim_start_matches(['?', '!']);
+            let h = h.split('.').next().unwrap_or(h);
+            let ok = h.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && h.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+            ok.then(|| (h.to_owned(), body))
+        });
+        match head {
+            Some((name, body)) => {
+                let next = bodies.len();
+                let i = *names.entry(name).or_insert(next);
+                if i == next {
+                    bodies.push(String::new());
+                }
+                bodies[i].push(' ');
+                bodies[i].push_str(body);
             }
-            continue;
-        }
-        let Some((head, body)) = t.split_once(':') else { continue };
-        let name = head.trim().trim_start_matches(['?', '!']);
-        let name = name.split('.').next().unwrap_or(name);
-        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-            continue;
-        }
-        let next = bodies.len();
-        let i = *names.entry(name).or_insert(next);
-        if i == next {
-            bodies.push(body.to_owned());
-        } else {
-            bodies[i].push(' ');
-            bodies[i].push_str(body);
+            None => match bodies.last_mut() {
+                Some(b) => {
+                    b.push(' ');
+                    b.push_str(t);
+                }
+                None => bodies.push(t.to_owned()),
+            },
         }
     }
-    let edges: Vec<Vec<usize>> = bodies
-        .iter()
-        .map(|b| {
-            let mut out = Vec::new();
-            let mut word = String::new();
-            let mut quote: Option<char> = None;
-            let mut escaped = false;
-            for c in b.chars().chain(std::iter::once(' ')) {
-                if let Some(q) = quote {
-                    match (escaped, c) {
-                        (true, _) => escaped = false,
-                        (false, '\\') => escaped = true,
-                        (false, c) if c == q => quote = None,
-                        _ => {}
-                    }
-                    continue;
-                }
-                if c.is_ascii_alphanumeric() || c == '_' {
-                    word.push(c);
-                    continue;
-                }
-                if let Some(&j) = names.get(word.as_str()) {
-                    out.push(j);
-                }
-                word.clear();
-                if c == '"' || c == '/' {
-                    quote = Some(c);
-                }
+    let mut edges: Vec<Vec<usize>> = Vec::with_capacity(bodies.len());
+    for b in &bodies {
+        let mut out = Vec::new();
+        for (directive, w) in lark_words(b) {
+            if directive && (w == "json" || w == "lark") {
+                return Err(format!("%{w} blocks are not taken in request grammars"));
             }
-            out
-        })
-        .collect();
-    longest_chain(&edges)
+            if let Some(&j) = names.get(w.trim_start_matches(['?', '!'])) {
+                out.push(j);
+            }
+        }
+        edges.push(out);
+    }
+    Ok(longest_chain(&edges))
 }
 
 /// What a request's output must match.
@@ -397,18 +532,75 @@ mod tests {
         // A recursive schema (a tree) is not deep: its recursion ends each chain.
         let tree = json!({"$defs": {"node": {"type": "object", "properties": {"kids": {"type": "array",
             "items": {"$ref": "#/$defs/node"}, "maxItems": 2}}}}, "$ref": "#/$defs/node"});
-        assert_eq!(schema_depth(&tree), 6);
+        assert_eq!(schema_depth(&tree), Ok(6));
         assert!(g.constraint(&Constraint::Json(tree)).is_ok());
         // An error that quotes a megabyte of input is cut.
         let e = too_big(Constraint::Regex(format!("({}", "a".repeat(1 << 20))));
-        assert!(e.len() <= 2003, "{} bytes", e.len());
+        assert!(e.len() <= 2003 && e.ends_with('…'), "{} bytes: {}", e.len(), &e[..100]);
     }
 
     #[test]
     fn depths_count_levels() {
-        assert_eq!(schema_depth(&json!({"type": "object", "properties": {"a": {"type": "string"}}})), 3);
-        assert_eq!(schema_depth(&json!({"type": "string"})), 1);
-        assert_eq!(lark_depth("start: a | b\na: b \"a:b\"\nb: /[a-z]b/\n"), 3);
-        assert_eq!(lark_depth("?start.2: x\n    | \"y\" x\nx: \"z\" start\n"), 2);
+        assert_eq!(schema_depth(&json!({"type": "object", "properties": {"a": {"type": "string"}}})), Ok(3));
+        assert_eq!(schema_depth(&json!({"type": "string"})), Ok(1));
+        assert_eq!(lark_depth("start: a | b\na: b \"a:b\"\nb: /[a-z]b/\n"), Ok(3));
+        // A recursion counts its members once: start and x.
+        assert_eq!(lark_depth("?start.2: x\n    | \"y\" x\nx: \"z\" start\n"), Ok(2));
+    }
+
+    /// The forms a depth count could miss, each built into a chain of 2,000 that would overflow
+    /// the compiler: every one is counted (or refused) before it compiles.
+    #[test]
+    fn deep_grammars_cannot_hide_their_depth() {
+        let g = grammars();
+        let refused = |c: Constraint| g.constraint(&c).map(|_| ()).expect_err("refused");
+        let chain = |f: &dyn Fn(usize) -> String| -> String {
+            let mut src = String::from("start: r0\n");
+            for i in 0..2000 {
+                src.push_str(&f(i));
+            }
+            src.push_str("r2000: \"b\"\n");
+            src
+        };
+        // Dashes in names (llguidance's lexer takes them).
+        let e = refused(Constraint::Lark(chain(&|i| format!("r{i}: \"a\" r-{}\nr-{}: r{}\n", i + 1, i + 1, i + 1))));
+        assert!(e.contains("levels deep"), "{e}");
+        // A quote in a comment, then the reference on a continuation line.
+        let e = refused(Constraint::Lark(chain(&|i| format!("r{i}: \"a\" // say \"hi\n    | r{}\n", i + 1))));
+        assert!(e.contains("levels deep"), "{e}");
+        // Rule attributes and a reference on a line without `|`.
+        let e = refused(Constraint::Lark(chain(&|i| format!("r{i}[lazy]: \"a\"\n  r{}\n", i + 1))));
+        assert!(e.contains("levels deep"), "{e}");
+        // A cycle of 300 rules: one component of 300.
+        let mut ring = String::from("start: r0\n");
+        for i in 0..300 {
+            ring.push_str(&format!("r{i}: \"a\" | r{}\n", (i + 1) % 300));
+        }
+        assert!(refused(Constraint::Lark(ring)).contains("nests 301 levels deep"));
+        // Embedded schemas and grammars.
+        let e = refused(Constraint::Lark("start: %json { \"type\": \"string\" }\n".into()));
+        assert!(e.contains("%json blocks are not taken"), "{e}");
+        // Percent-encoded pointers are followed.
+        let mut defs = serde_json::Map::new();
+        for i in 0..2000 {
+            defs.insert(format!("d{i}"), json!({"type": "array", "items": {"$ref": format!("#/%24defs/d{}", i + 1)}}));
+        }
+        defs.insert("d2000".into(), json!({"type": "string"}));
+        let e = refused(Constraint::Json(json!({"$defs": defs, "$ref": "#/$defs/d0"})));
+        assert!(e.contains("levels deep"), "{e}");
+        // Refs that resolve some other way are refused.
+        for (schema, what) in [
+            (json!({"$defs": {"a": {"$anchor": "x", "type": "string"}}, "type": "object"}), "$anchor"),
+            (json!({"$defs": {"a": {"type": "string"}}, "$ref": "#x"}), "is not a JSON pointer"),
+            (json!({"$id": "urn:a", "type": "string"}), "$id"),
+            (json!({"$ref": "other.json#/a"}), "is not a JSON pointer"),
+            (json!({"$ref": "#/$defs/missing"}), "is not a JSON pointer"),
+        ] {
+            let e = refused(Constraint::Json(schema));
+            assert!(e.contains(what), "{what}: {e}");
+        }
+        // A property named like a keyword is a property.
+        let named = json!({"type": "object", "properties": {"$id": {"type": "string"}}});
+        assert!(g.constraint(&Constraint::Json(named)).is_ok());
     }
 }
