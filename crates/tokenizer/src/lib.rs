@@ -681,6 +681,9 @@ pub fn strftime(fmt: &str, secs: u64) -> Result<String, String> {
 /// with `ensure_ascii=False` by default, so `", "` and `": "` separators (minijinja's own is
 /// compact) and keys in their given order, taking the arguments templates pass: `indent`,
 /// `separators`, `sort_keys`, `ensure_ascii` (GLM-4.5's template passes the last).
+/// Widest `tojson(indent=...)` a template may ask for.
+const MAX_TOJSON_INDENT: usize = 64;
+
 fn tojson(v: minijinja::Value, kwargs: minijinja::value::Kwargs) -> Result<minijinja::Value, minijinja::Error> {
     let bad = |e: String| minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, e);
     let indent: Option<usize> = kwargs.get("indent")?;
@@ -688,6 +691,11 @@ fn tojson(v: minijinja::Value, kwargs: minijinja::value::Kwargs) -> Result<minij
     let ensure_ascii: Option<bool> = kwargs.get("ensure_ascii")?;
     let separators: Option<Vec<String>> = kwargs.get("separators")?;
     kwargs.assert_all_used()?;
+    // A template's number: `" ".repeat(indent)` of a huge one aborted the process (fuzzing
+    // found `indent=444444444444444444`). Real templates indent by 2 or 4.
+    if let Some(n) = indent.filter(|&n| n > MAX_TOJSON_INDENT) {
+        return Err(bad(format!("tojson indent {n} is past {MAX_TOJSON_INDENT}")));
+    }
     let mut json = serde_json::to_value(&v).map_err(|e| bad(e.to_string()))?;
     if sort_keys == Some(true) {
         sort_json(&mut json);
