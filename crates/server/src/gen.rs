@@ -387,18 +387,17 @@ pub fn start(state: &AppState, prep: Prepared) -> Result<BoxStream<'static, Choi
         priority,
         ..
     } = prep.params;
-    // Every choice's grammar compiles before anything is submitted: a bad schema, or one past
-    // llguidance's limits, is a 400 naming the field.
+    // The grammar compiles (once, copied for each choice) before anything is submitted: a bad
+    // schema, or one past llguidance's limits, is a 400 naming the field.
     let compile = || -> Result<Vec<Option<Box<dyn TokenConstraint>>>, ApiError> {
         let grammars = constraint.as_ref().map(|_| state.grammars().map_err(ApiError::Engine)).transpose()?;
-        (0..n)
-            .map(|_| match (&constraint, &grammars) {
-                (Some((c, field)), Some(g)) => {
-                    g.constraint(c).map(Some).map_err(|e| ApiError::bad(field, format!("{field}: {e}")))
-                }
-                _ => Ok(None),
-            })
-            .collect()
+        match (&constraint, &grammars) {
+            (Some((c, field)), Some(g)) => g
+                .constraints(c, n)
+                .map(|cs| cs.into_iter().map(Some).collect())
+                .map_err(|e| ApiError::bad(field, format!("{field}: {e}"))),
+            _ => Ok((0..n).map(|_| None).collect()),
+        }
     };
     // A compile can take a good part of a second within the limits (and the first one builds
     // the vocabulary's token trie): the runtime moves this worker's other tasks elsewhere

@@ -74,6 +74,30 @@ impl Grammars {
     /// # Errors
     /// The grammar does not compile (an invalid schema or regex), in llguidance's words.
     pub fn constraint(&self, g: &Constraint) -> Result<Box<dyn TokenConstraint>, String> {
+        Ok(Box::new(Llg(self.matcher(g)?)))
+    }
+
+    /// `n` independent constraints for the `n` choices of one request (`n` ≥ 1; 0 gives none):
+    /// the grammar compiles once and the others are deep copies (parser state and lexer caches
+    /// of their own, llguidance's `Matcher::deep_clone`), so a request's compile time does not
+    /// grow with `n`.
+    ///
+    /// # Errors
+    /// As [`Grammars::constraint`].
+    pub fn constraints(&self, g: &Constraint, n: usize) -> Result<Vec<Box<dyn TokenConstraint>>, String> {
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let first = self.matcher(g)?;
+        let mut out: Vec<Box<dyn TokenConstraint>> = Vec::with_capacity(n);
+        for _ in 1..n {
+            out.push(Box::new(Llg(first.deep_clone())));
+        }
+        out.push(Box::new(Llg(first)));
+        Ok(out)
+    }
+
+    fn matcher(&self, g: &Constraint) -> Result<Matcher, String> {
         let depth = match g {
             Constraint::Json(schema) => schema_depth(schema)?,
             Constraint::Lark(src) => lark_depth(src)?,
@@ -101,7 +125,7 @@ impl Grammars {
         compiled.map_err(|e| truncate(e, 2000))
     }
 
-    fn compile(&self, g: &Constraint) -> Result<Box<dyn TokenConstraint>, String> {
+    fn compile(&self, g: &Constraint) -> Result<Matcher, String> {
         let grammar = match g {
             Constraint::Json(schema) => {
                 let mut schema = schema.clone();
@@ -120,7 +144,7 @@ impl Grammars {
         if let Some(e) = m.get_error() {
             return Err(e);
         }
-        Ok(Box::new(Llg(m)))
+        Ok(m)
     }
 }
 
@@ -489,6 +513,36 @@ mod tests {
         words.push(b"<eos>".to_vec());
         let special: Vec<bool> = (0..words.len()).map(|i| i == 256).collect();
         Grammars::new(&words, &special, 256).expect("grammars")
+    }
+
+    /// The bytes a constraint allows next.
+    fn allowed(c: &mut Box<dyn TokenConstraint>) -> Vec<u8> {
+        let mut a = vec![false; 257];
+        c.allowed(&mut a).expect("mask");
+        (0..=255u8).filter(|&b| a[b as usize]).collect()
+    }
+
+    /// The copies made for a request's choices advance independently: each follows its own
+    /// tokens, none sees another's, and each ends where its own text completes the grammar.
+    #[test]
+    fn choice_copies_advance_independently() {
+        let g = grammars();
+        let re = Constraint::Regex("(ab|cd)e".into());
+        assert!(g.constraints(&re, 0).expect("compiles").is_empty());
+        let mut cs = g.constraints(&re, 3).expect("compiles");
+        assert_eq!(cs.len(), 3);
+        assert!(!cs[0].advance(u32::from(b'a')).expect("a"));
+        assert!(!cs[1].advance(u32::from(b'c')).expect("c"));
+        assert_eq!(allowed(&mut cs[0]), b"b");
+        assert_eq!(allowed(&mut cs[1]), b"d");
+        assert_eq!(allowed(&mut cs[2]), b"ac");
+        assert!(cs[1].advance(u32::from(b'b')).is_err(), "the copy at 'c' refuses 'b'");
+        assert!(!cs[0].advance(u32::from(b'b')).expect("b"));
+        assert_eq!(allowed(&mut cs[0]), b"e");
+        assert_eq!(allowed(&mut cs[2]), b"ac", "the untouched copy is still at the start");
+        // A compile error is the same as for one constraint.
+        let bad = Constraint::Regex("(".into());
+        assert_eq!(g.constraints(&bad, 2).map(|_| ()), g.constraint(&bad).map(|_| ()));
     }
 
     /// Inputs past each limit fail to compile with the limit named; the same shapes a size

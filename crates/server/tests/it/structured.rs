@@ -70,6 +70,25 @@ async fn json_schema_outputs_parse_and_validate() {
         assert!(!text.contains(": ") && !text.contains(", "), "compact JSON: {text}");
         assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
     }
+    // n choices share one compile (copies of the matcher): each follows the schema on its own.
+    let body = json!({"messages": messages, "response_format": rf, "max_tokens": 120, "n": 4,
+        "temperature": 1.0, "seed": 7});
+    let (st, v) = post(s, "/v1/chat/completions", body).await;
+    assert_eq!(st, 200, "{v}");
+    let choices = v["choices"].as_array().expect("choices");
+    assert_eq!(choices.len(), 4, "{v}");
+    let mut texts = Vec::new();
+    for c in choices {
+        let text = c["message"]["content"].as_str().unwrap_or_default().to_string();
+        let parsed: Value =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("choice {}: {e}: {text}", c["index"]));
+        valid(&parsed).unwrap_or_else(|e| panic!("choice {}: {e}: {text}", c["index"]));
+        assert_eq!(c["finish_reason"], "stop", "{v}");
+        texts.push(text);
+    }
+    texts.sort();
+    texts.dedup();
+    assert!(texts.len() > 1, "4 sampled choices are not all the same text: {texts:?}");
     // json_object, a regex, and /generate's json_schema string.
     let (_, v) = post(
         s,
