@@ -29,6 +29,7 @@ pub const TARGETS: &[Target] = &[
     ("gguf_load", gguf_load),
     ("hf_checkpoint", hf_checkpoint),
     ("tokenizer_gguf", tokenizer_gguf),
+    ("tokenizer_json", tokenizer_json),
     ("chat_template", chat_template),
     ("grammar", grammar),
     ("sse_stream", sse_stream),
@@ -104,6 +105,23 @@ pub fn tokenizer_gguf(data: &[u8]) {
     }
     let _guard = Scratch(path.clone());
     tokenize_and_render(&path);
+}
+
+/// A Hugging Face tokenizer directory: [`split`] gives `tokenizer.json` (the `tokenizers`
+/// crate's reader: normalizers, pre-tokenizers and their regexes, BPE/WordPiece/Unigram
+/// models, added tokens, post-processors, decoders) and `tokenizer_config.json` (special
+/// tokens, chat template; left out when empty); then encode, decode and the template.
+pub fn tokenizer_json(data: &[u8]) {
+    let (json, config) = split(data);
+    let dir = scratch("d");
+    let _guard = Scratch(dir.clone());
+    if std::fs::create_dir(&dir).is_err()
+        || std::fs::write(dir.join("tokenizer.json"), json).is_err()
+        || (!config.is_empty() && std::fs::write(dir.join("tokenizer_config.json"), config).is_err())
+    {
+        return;
+    }
+    tokenize_and_render(&dir);
 }
 
 fn tokenize_and_render(path: &Path) {

@@ -193,6 +193,147 @@ pub fn tokenizer_meta(kind: &str) -> Vec<(&'static str, Meta)> {
     }
 }
 
+/// A Hugging Face tokenizer directory's two files, `tokenizer.json` then
+/// `tokenizer_config.json` (bos, eos, chat template), joined by [`SEP`], for `kind`: `bpe`
+/// (byte-level BPE with a digit split and added control tokens, as SmolLM2's), `spm` (BPE with
+/// byte fallback and the `▁` normalizer, as Llama 2's), `unigram` (a SentencePiece `Precompiled` normalizer and Metaspace, as T5's), `wpm`
+/// (BERT's normalizer, WordPiece and a `[CLS] … [SEP]` template, as all-MiniLM-L6-v2's).
+pub fn tokenizer_json(kind: &str) -> Vec<u8> {
+    use serde_json::json;
+    let added = |names: &[&str], first: usize| -> serde_json::Value {
+        names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                json!({"id": first + i, "content": n, "single_word": false, "lstrip": false, "rstrip": false,
+                    "normalized": false, "special": true})
+            })
+            .collect()
+    };
+    let vocab = |tokens: &[String]| -> serde_json::Value {
+        tokens.iter().enumerate().map(|(i, t)| (t.clone(), json!(i))).collect::<serde_json::Map<_, _>>().into()
+    };
+    let (tokenizer, config) = match kind {
+        "spm" => {
+            let mut tokens: Vec<String> = vec!["<unk>".into(), "<s>".into(), "</s>".into()];
+            tokens.extend((0..=255u8).map(|b| format!("<0x{b:02X}>")));
+            let pieces = ["▁", "a", "d", "e", "h", "l", "o", "r", "t", "w"];
+            let merges =
+                ["▁ t", "h e", "▁t he", "l l", "ll o", "he llo", "▁ hello", "o r", "w or", "▁ wor", "l d", "▁wor ld"];
+            tokens.extend(pieces.iter().map(|p| p.to_string()));
+            tokens.extend(merges.iter().map(|m| m.replace(' ', "")));
+            (
+                json!({"version": "1.0", "truncation": null, "padding": null,
+                    "added_tokens": added(&["<unk>", "<s>", "</s>"], 0),
+                    "normalizer": {"type": "Sequence", "normalizers": [
+                        {"type": "Prepend", "prepend": "▁"}, {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]},
+                    "pre_tokenizer": null,
+                    "post_processor": {"type": "TemplateProcessing",
+                        "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+                        "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+                        "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}},
+                    "decoder": {"type": "Sequence", "decoders": [
+                        {"type": "Replace", "pattern": {"String": "▁"}, "content": " "}, {"type": "ByteFallback"},
+                        {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+                    "model": {"type": "BPE", "dropout": null, "unk_token": "<unk>", "continuing_subword_prefix": null,
+                        "end_of_word_suffix": null, "fuse_unk": true, "byte_fallback": true, "ignore_merges": false,
+                        "vocab": vocab(&tokens), "merges": merges}}),
+                json!({"bos_token": "<s>", "eos_token": {"content": "</s>", "special": true}, "chat_template": LLAMA2_TEMPLATE}),
+            )
+        }
+        "unigram" => {
+            let pieces = [
+                "<unk>", "</s>", "▁", "▁the", "▁hello", "▁world", "▁w", "or", "ld", "h", "e", "l", "o", "t", "w", "r",
+                "d", ",",
+            ];
+            let vocab: Vec<serde_json::Value> = pieces
+                .iter()
+                .enumerate()
+                .map(|(i, p)| json!([p, if i < 2 { 0.0 } else { -(i as f64) * 0.5 }]))
+                .collect();
+            (
+                json!({"version": "1.0", "truncation": null, "padding": null,
+                    "added_tokens": [{"id": 0, "content": "<unk>", "single_word": false, "lstrip": false, "rstrip": false,
+                        "normalized": false, "special": true},
+                        {"id": 1, "content": "</s>", "single_word": false, "lstrip": false, "rstrip": false,
+                        "normalized": false, "special": true}],
+                    "normalizer": {"type": "Sequence", "normalizers": [{"type": "Precompiled",
+                            "precompiled_charsmap": precompiled_charsmap()},
+                        {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "}]},
+                    "pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": true},
+                    "post_processor": {"type": "TemplateProcessing",
+                        "single": [{"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": "</s>", "type_id": 0}}],
+                        "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 0}}],
+                        "special_tokens": {"</s>": {"id": "</s>", "ids": [1], "tokens": ["</s>"]}}},
+                    "decoder": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": true},
+                    "model": {"type": "Unigram", "unk_id": 0, "vocab": vocab, "byte_fallback": false}}),
+                json!({"eos_token": "</s>", "chat_template": CHATML}),
+            )
+        }
+        "wpm" => {
+            let mut tokens: Vec<String> =
+                ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"].iter().map(|s| s.to_string()).collect();
+            tokens.extend(('a'..='z').map(|c| c.to_string()));
+            tokens.extend(('a'..='z').map(|c| format!("##{c}")));
+            tokens.extend(["hello", "world", "the", ",", "!", "1", "2", "3"].iter().map(|s| s.to_string()));
+            (
+                json!({"version": "1.0", "truncation": {"direction": "Right", "max_length": 128, "strategy": "LongestFirst", "stride": 0},
+                    "padding": {"strategy": {"Fixed": 128}, "direction": "Right", "pad_to_multiple_of": null, "pad_id": 0,
+                        "pad_type_id": 0, "pad_token": "[PAD]"},
+                    "added_tokens": added(&["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"], 0),
+                    "normalizer": {"type": "BertNormalizer", "clean_text": true, "handle_chinese_chars": true,
+                        "strip_accents": null, "lowercase": true},
+                    "pre_tokenizer": {"type": "BertPreTokenizer"},
+                    "post_processor": {"type": "TemplateProcessing",
+                        "single": [{"SpecialToken": {"id": "[CLS]", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                            {"SpecialToken": {"id": "[SEP]", "type_id": 0}}],
+                        "pair": [{"SpecialToken": {"id": "[CLS]", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                            {"SpecialToken": {"id": "[SEP]", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}},
+                            {"SpecialToken": {"id": "[SEP]", "type_id": 1}}],
+                        "special_tokens": {"[CLS]": {"id": "[CLS]", "ids": [2], "tokens": ["[CLS]"]},
+                            "[SEP]": {"id": "[SEP]", "ids": [3], "tokens": ["[SEP]"]}}},
+                    "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": true},
+                    "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
+                        "max_input_chars_per_word": 100, "vocab": vocab(&tokens)}}),
+                json!({"cls_token": "[CLS]", "sep_token": "[SEP]", "unk_token": "[UNK]", "do_lower_case": true}),
+            )
+        }
+        _ => {
+            let (tokens, merges, _) = bpe_vocab();
+            (
+                json!({"version": "1.0", "truncation": null, "padding": null,
+                    "added_tokens": added(&["<|im_start|>", "<|im_end|>"], 262),
+                    "normalizer": null,
+                    "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+                        {"type": "Digits", "individual_digits": true},
+                        {"type": "Split", "pattern": {"Regex": "'s|'t|'re| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"},
+                            "behavior": "Isolated", "invert": false},
+                        {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}]},
+                    "post_processor": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": false, "use_regex": true},
+                    "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+                    "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+                        "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
+                        "vocab": vocab(&tokens), "merges": merges}}),
+                json!({"bos_token": "<|im_start|>", "eos_token": "<|im_end|>", "chat_template": CHATML}),
+            )
+        }
+    };
+    let mut b = serde_json::to_vec_pretty(&tokenizer).unwrap_or_default();
+    b.extend_from_slice(SEP);
+    b.extend_from_slice(&serde_json::to_vec(&config).unwrap_or_default());
+    b
+}
+
+/// A real SentencePiece `precompiled_charsmap` (base64), the tokenizer crate's fixture made by
+/// `scripts/goldens/precompiled_charsmap.py`: a few NFKC-like rules compiled by `spm_train`.
+fn precompiled_charsmap() -> String {
+    const FIXTURE: &str = include_str!("../../crates/tokenizer/tests/fixtures/precompiled_charsmap.json");
+    serde_json::from_str::<serde_json::Value>(FIXTURE)
+        .ok()
+        .and_then(|v| v["precompiled_charsmap"].as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
 /// Llama 2's template (system folded into the first user turn, `raise_exception` on roles out
 /// of turn).
 pub const LLAMA2_TEMPLATE: &str = "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}\
@@ -361,6 +502,9 @@ pub fn all() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         v.push(("tokenizer_gguf", kind, vocab_gguf(kind)));
     }
     v.push(("gguf_index", "vocab_spm", vocab_gguf("spm")));
+    for kind in ["bpe", "spm", "unigram", "wpm"] {
+        v.push(("tokenizer_json", kind, tokenizer_json(kind)));
+    }
     v.push(("hf_checkpoint", "llama", tiny_hf()));
     for (name, t) in
         [("chatml", CHATML), ("llama2", LLAMA2_TEMPLATE), ("phi4_mini", PHI4_TEMPLATE), ("tools", TOOLS_TEMPLATE)]

@@ -52,6 +52,23 @@ fn complete_seeds_are_accepted() {
         let tok = sparrow_tokenizer::Tokenizer::load(&p).unwrap_or_else(|e| panic!("{kind}: {e}"));
         assert!(tok.encode("hello the world", false).expect("encode").len() >= 2, "{kind}");
     }
+    for kind in ["bpe", "spm", "unigram", "wpm"] {
+        let seed = sparrow_fuzz::seeds::tokenizer_json(kind);
+        let (json, config) = sparrow_fuzz::split(&seed);
+        let d = dir.join(format!("tok-{kind}"));
+        std::fs::create_dir_all(&d).expect("mkdir");
+        std::fs::write(d.join("tokenizer.json"), json).expect("write");
+        std::fs::write(d.join("tokenizer_config.json"), config).expect("write");
+        let tok = sparrow_tokenizer::Tokenizer::load(&d).unwrap_or_else(|e| panic!("{kind}: {e}"));
+        let ids = tok.encode("hello the world", false).expect("encode");
+        // Fewer tokens than characters: the merges (or the vocabulary's words) apply.
+        assert!(ids.len() < "hello the world".len(), "{kind}: {ids:?}");
+        assert_eq!(tok.decode(&ids, false).expect("decode").trim_start(), "hello the world", "{kind}");
+        if kind != "wpm" {
+            let text = tok.apply_chat_template(&sparrow_fuzz::conversation()[..2], true).expect("template");
+            assert!(text.contains("Weather in Paris?"), "{kind}: {text}");
+        }
+    }
     let hf = sparrow_fuzz::seeds::tiny_hf();
     let (config, weights) = sparrow_fuzz::split(&hf);
     let d = dir.join("hf");

@@ -18,7 +18,7 @@ cd "$(dirname "$0")/../.."
 
 secs=${1:-1800}
 shift || true
-all=(gguf_index gguf_load hf_checkpoint tokenizer_gguf chat_template grammar sse_stream)
+all=(gguf_index gguf_load hf_checkpoint tokenizer_gguf tokenizer_json chat_template grammar sse_stream)
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=("${all[@]}")
 jobs=${FUZZ_JOBS:-1}
@@ -32,7 +32,7 @@ cargo run -q -p sparrow-fuzz --bin write_seeds -- "$dir/corpus"
 # Largest input per target: model files need room for a vocabulary and tensors.
 max_len() {
     case $1 in
-        gguf_index | gguf_load | hf_checkpoint | tokenizer_gguf) echo 131072 ;;
+        gguf_index | gguf_load | hf_checkpoint | tokenizer_gguf | tokenizer_json) echo 131072 ;;
         chat_template) echo 16384 ;;
         *) echo 8192 ;;
     esac

@@ -1,7 +1,8 @@
 //! Tokenizer and chat template loading shared by `sparrow serve` and `sparrow bench`.
 //!
 //! A tokenizer comes from one of three places, picked by [`Tokenizer::load`]:
-//! - a HF `tokenizer.json` file (loaded by the `tokenizers` crate as is);
+//! - a HF `tokenizer.json` file (loaded by the `tokenizers` crate after the checks of
+//!   [`hf_json`]);
 //! - a directory holding `tokenizer.json` (and optionally `tokenizer_config.json` with a
 //!   `chat_template`), or holding exactly one `.gguf` file;
 //! - a GGUF file, whose `tokenizer.ggml.*` metadata is turned into an equivalent HF tokenizer
@@ -11,6 +12,7 @@
 //! (`messages`, `add_generation_prompt`, `bos_token`, `eos_token`, `raise_exception`).
 
 pub mod gguf;
+pub mod hf_json;
 
 use std::path::{Path, PathBuf};
 
@@ -162,7 +164,7 @@ impl Tokenizer {
     }
 
     fn from_json_file(path: &Path, config: Option<&Path>) -> Result<Self, TokenizerError> {
-        let mut inner = tokenizers::Tokenizer::from_file(path)?;
+        let mut inner = hf_json::read(path)?;
         // A `tokenizer.json` may carry the exporter's truncation and padding (all-MiniLM-L6-v2's
         // pads and cuts every input to 128 tokens): a server must see the whole prompt and
         // decide on length itself, so both are dropped here.

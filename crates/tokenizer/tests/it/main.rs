@@ -4,5 +4,6 @@
 mod gemma3;
 mod gguf;
 mod o200k;
+mod precompiled;
 mod templates;
 mod vocab_vectors;
