@@ -1,6 +1,6 @@
 //! Fuzz targets for everything sparrow reads from someone else: GGUF files (index, model
 //! loaders, tokenizer builders), Hugging Face checkpoint directories (`config.json`,
-//! safetensors headers), chat templates, request grammars (JSON schema, regex, Lark, GBNF) and
+//! safetensors headers, `tokenizer.json`), chat templates, request grammars (JSON schema, regex, Lark, GBNF) and
 //! the bench's SSE stream reader.
 //!
 //! Each target is a plain function of the input bytes that must return, whatever the bytes:
