@@ -9,7 +9,10 @@
 //! (`spm_precompiled::DoubleArray::common_prefix_search`, `Precompiled::transform`). So the
 //! text is parsed as JSON first, every `Precompiled` charsmap is checked ([`check_charsmap`])
 //! and parsed by the same crate `tokenizers` uses, and only then does `tokenizers` read it,
-//! with a panic of its own turned into an error naming the file.
+//! with a panic of its own turned into an error naming the file. The tokenizer then encodes a
+//! probe text, so that a part broken for every input (fuzzing: a post-processor template
+//! naming an undefined special token panics at every encode) is a start-up error; what
+//! depends on the input is caught per call (`Tokenizer::encode` and the others).
 
 use std::path::Path;
 
@@ -17,7 +20,8 @@ use base64::Engine as _;
 
 use crate::TokenizerError;
 
-/// Reads the `tokenizer.json` at `path` into a `tokenizers` tokenizer.
+/// Reads the `tokenizer.json` at `path` into a `tokenizers` tokenizer, its truncation and
+/// padding dropped.
 ///
 /// # Errors
 /// [`TokenizerError::Io`] when it cannot be read; [`TokenizerError::Hf`] naming the file when
@@ -30,10 +34,36 @@ pub(crate) fn read(path: &Path) -> Result<tokenizers::Tokenizer, TokenizerError>
     check_precompiled(&value).map_err(bad)?;
     // The checks above cover what fuzzing found; a panic left in the library still names
     // the file instead of ending the process with a backtrace.
-    std::panic::catch_unwind(|| text.parse::<tokenizers::Tokenizer>())
+    let mut tok = std::panic::catch_unwind(|| text.parse::<tokenizers::Tokenizer>())
         .map_err(|_| bad("the tokenizers library failed on it (a panic; see the message above)".into()))?
-        .map_err(|e| bad(e.to_string()))
+        .map_err(|e| bad(e.to_string()))?;
+    // A `tokenizer.json` may carry the exporter's truncation and padding (all-MiniLM-L6-v2's
+    // pads and cuts every input to 128 tokens): a server must see the whole prompt and decide
+    // on length itself, so both are dropped (and a padding length read from the file is never
+    // allocated).
+    tok.with_truncation(None).map_err(|e| bad(e.to_string()))?;
+    tok.with_padding(None);
+    // Parts that are wrong for every input (a post-processor template naming a special token
+    // it does not define, a pair piece in the single template) panic at the first encode:
+    // found here, at start-up, not at every request. Errors are the input's, not the file's.
+    let probe = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        for special in [false, true] {
+            let _ = tok.encode_fast(PROBE, special);
+        }
+        let _ = tok.encode_fast(tokenizers::EncodeInput::Dual(PROBE.into(), "b".into()), true);
+        let _ = tok.decode(&[0, 1, 2, 3], false);
+    }));
+    probe.map_err(|_| {
+        bad("the tokenizers library fails on a probe text (a panic; see the message above): a malformed \
+             post-processor, normalizer, pre-tokenizer, model or decoder"
+            .into())
+    })?;
+    Ok(tok)
 }
+
+/// Text the loaded tokenizer encodes once at start-up: letters, punctuation, digits, accents,
+/// CJK, a symbol a charsmap maps, whitespace kinds.
+const PROBE: &str = "Hello, wörld! 12345 ① 你好 ﬁne\n\t  x";
 
 /// Every object of `value` typed `Precompiled` (a normalizer, also inside a `Sequence`):
 /// its `precompiled_charsmap` checked by [`check_charsmap`], then parsed by

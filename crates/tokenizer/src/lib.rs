@@ -49,6 +49,17 @@ impl From<tokenizers::Error> for TokenizerError {
     }
 }
 
+/// Runs a call into the `tokenizers` crate with a panic of its turned into an error: the crate
+/// has `expect`s and unchecked indices that a file's contents reach (a post-processor template
+/// naming a special token it does not define panics at every encode; found by fuzzing, see
+/// [`hf_json`]), and a request may fail where the server may not.
+fn shield<T>(f: impl FnOnce() -> tokenizers::Result<T>) -> Result<T, TokenizerError> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(r) => r.map_err(TokenizerError::from),
+        Err(_) => Err(TokenizerError::Hf("the tokenizers library failed on this input (it panicked)".into())),
+    }
+}
+
 /// Where a chat template reads the request's tools.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TemplateTools {
@@ -164,12 +175,7 @@ impl Tokenizer {
     }
 
     fn from_json_file(path: &Path, config: Option<&Path>) -> Result<Self, TokenizerError> {
-        let mut inner = hf_json::read(path)?;
-        // A `tokenizer.json` may carry the exporter's truncation and padding (all-MiniLM-L6-v2's
-        // pads and cuts every input to 128 tokens): a server must see the whole prompt and
-        // decide on length itself, so both are dropped here.
-        inner.with_truncation(None)?;
-        inner.with_padding(None);
+        let inner = hf_json::read(path)?;
         let cfg: Option<serde_json::Value> =
             config.and_then(|c| std::fs::read_to_string(c).ok()).and_then(|s| serde_json::from_str(&s).ok());
         let special = |key: &str| -> Option<(u32, String)> {
@@ -219,7 +225,7 @@ impl Tokenizer {
     /// # Errors
     /// [`TokenizerError::Hf`] if the tokenizer fails on the input.
     pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, TokenizerError> {
-        Ok(self.inner.encode_fast(text, add_special_tokens)?.get_ids().to_vec())
+        shield(|| Ok(self.inner.encode_fast(text, add_special_tokens)?.get_ids().to_vec()))
     }
 
     /// Token ids of the pair `(a, b)` through the post-processor's pair template, with special
@@ -230,7 +236,7 @@ impl Tokenizer {
     /// [`TokenizerError::Hf`] if the tokenizer fails on the input.
     pub fn encode_pair(&self, a: &str, b: &str) -> Result<Vec<u32>, TokenizerError> {
         let input = tokenizers::EncodeInput::Dual(a.into(), b.into());
-        Ok(self.inner.encode_fast(input, true)?.get_ids().to_vec())
+        shield(|| Ok(self.inner.encode_fast(input, true)?.get_ids().to_vec()))
     }
 
     /// Token ids of `a` (or of the pair `a`, `b`) with special tokens, the text's tokens cut from
@@ -242,18 +248,20 @@ impl Tokenizer {
     /// [`TokenizerError::Hf`] if the tokenizer fails on the input.
     pub fn encode_truncated(&self, a: &str, b: Option<&str>, max_len: usize) -> Result<Vec<u32>, TokenizerError> {
         use tokenizers::utils::truncation::{truncate_encodings, TruncationDirection, TruncationStrategy};
-        let ea = self.inner.encode_fast(a, false)?;
-        let eb = b.map(|b| self.inner.encode_fast(b, false)).transpose()?;
-        let added =
-            self.inner.get_post_processor().map_or(0, |p| tokenizers::PostProcessor::added_tokens(p, eb.is_some()));
-        let params = tokenizers::TruncationParams {
-            max_length: max_len.saturating_sub(added),
-            strategy: TruncationStrategy::LongestFirst,
-            direction: TruncationDirection::Left,
-            stride: 0,
-        };
-        let (ea, eb) = truncate_encodings(ea, eb, &params)?;
-        Ok(self.inner.post_process(ea, eb, true)?.get_ids().to_vec())
+        shield(|| {
+            let ea = self.inner.encode_fast(a, false)?;
+            let eb = b.map(|b| self.inner.encode_fast(b, false)).transpose()?;
+            let added =
+                self.inner.get_post_processor().map_or(0, |p| tokenizers::PostProcessor::added_tokens(p, eb.is_some()));
+            let params = tokenizers::TruncationParams {
+                max_length: max_len.saturating_sub(added),
+                strategy: TruncationStrategy::LongestFirst,
+                direction: TruncationDirection::Left,
+                stride: 0,
+            };
+            let (ea, eb) = truncate_encodings(ea, eb, &params)?;
+            Ok(self.inner.post_process(ea, eb, true)?.get_ids().to_vec())
+        })
     }
 
     /// Text of `ids`; special tokens are dropped when `skip_special_tokens` is set.
@@ -261,7 +269,7 @@ impl Tokenizer {
     /// # Errors
     /// [`TokenizerError::Hf`] for ids outside the vocabulary.
     pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String, TokenizerError> {
-        Ok(self.inner.decode(ids, skip_special_tokens)?)
+        shield(|| self.inner.decode(ids, skip_special_tokens))
     }
 
     /// The raw bytes each token id stands for, `[vocab_size]`, for incremental decoding.

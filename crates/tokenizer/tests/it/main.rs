@@ -3,7 +3,7 @@
 
 mod gemma3;
 mod gguf;
+mod hf_json;
 mod o200k;
-mod precompiled;
 mod templates;
 mod vocab_vectors;

@@ -1,7 +1,8 @@
-//! `tokenizer.json` files with a SentencePiece `Precompiled` normalizer: a real charsmap
-//! (built by SentencePiece, `scripts/goldens/precompiled_charsmap.py`) normalizes as
-//! SentencePiece does; malformed charsmaps and malformed JSON are load errors naming the file
-//! and the fault, where the `tokenizers` crate alone panicked or indexed out of bounds.
+//! `tokenizer.json` files read through `sparrow_tokenizer::hf_json`: a real SentencePiece
+//! `Precompiled` charsmap (built by SentencePiece, `scripts/goldens/precompiled_charsmap.py`)
+//! normalizes as SentencePiece does; malformed charsmaps, malformed JSON and a post-processor
+//! that names an undefined special token are load errors naming the file and the fault, where
+//! the `tokenizers` crate alone panicked or indexed out of bounds (at load or at every encode).
 
 use std::path::PathBuf;
 
@@ -87,6 +88,23 @@ fn malformed_charsmaps_are_load_errors_naming_the_fault() {
         let e = load(&tokenizer_json(normalizer).to_string()).map(|_| ()).expect_err(want);
         assert!(e.contains("tokenizer.json") && e.contains(want), "{want}: {e}");
     }
+}
+
+/// A post-processor template naming a special token it does not define (`tokenizers` panics
+/// at every encode: "no entry found for key") fails the load, found by the probe encode.
+#[test]
+fn a_post_processor_broken_for_every_input_is_a_load_error() {
+    let mut t = tokenizer_json(Value::Null);
+    t["post_processor"] = json!({"type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {}});
+    let e = load(&t.to_string()).map(|_| ()).expect_err("no <s>");
+    assert!(e.contains("tokenizer.json: the tokenizers library fails on a probe text"), "{e}");
+    // The same tokenizer with the token defined loads and puts it first.
+    t["post_processor"]["special_tokens"] = json!({"<s>": {"id": "<s>", "ids": [1], "tokens": ["<0x00>"]}});
+    let tok = load(&t.to_string()).expect("loads");
+    assert_eq!(tok.encode("a", true).expect("encode"), [1, 0x61 + 1]);
 }
 
 /// A syntax error inside `decoder` (where `tokenizers` panics with `.expect("Helper")`) is a
