@@ -32,9 +32,13 @@ pub(crate) fn read(path: &Path) -> Result<tokenizers::Tokenizer, TokenizerError>
     let bad = |what: String| TokenizerError::Hf(format!("{}: {what}", path.display()));
     let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(format!("not JSON: {e}")))?;
     check_precompiled(&value).map_err(bad)?;
+    // `tokenizers` reads what was checked, not the text: the text may repeat a key (the
+    // parsed value keeps the last, `tokenizers`' reader would deserialize each in turn).
+    let checked = serde_json::to_string(&value).map_err(|e| bad(e.to_string()))?;
+    drop((text, value));
     // The checks above cover what fuzzing found; a panic left in the library still names
     // the file instead of ending the process with a backtrace.
-    let mut tok = std::panic::catch_unwind(|| text.parse::<tokenizers::Tokenizer>())
+    let mut tok = std::panic::catch_unwind(|| checked.parse::<tokenizers::Tokenizer>())
         .map_err(|_| bad("the tokenizers library failed on it (a panic; see the message above)".into()))?
         .map_err(|e| bad(e.to_string()))?;
     // A `tokenizer.json` may carry the exporter's truncation and padding (all-MiniLM-L6-v2's
@@ -65,13 +69,19 @@ pub(crate) fn read(path: &Path) -> Result<tokenizers::Tokenizer, TokenizerError>
 /// CJK, a symbol a charsmap maps, whitespace kinds.
 const PROBE: &str = "Hello, wörld! 12345 ① 你好 ﬁne\n\t  x";
 
-/// Every object of `value` typed `Precompiled` (a normalizer, also inside a `Sequence`):
-/// its `precompiled_charsmap` checked by [`check_charsmap`], then parsed by
-/// `spm_precompiled`, which `tokenizers` would otherwise call with a panic on failure.
+/// Every object of `value` typed `Precompiled` (a normalizer, also inside a `Sequence`; the
+/// type as a string or, as serde also reads an enum, as a one-key map) or carrying a
+/// `precompiled_charsmap`: the charsmap checked by [`check_charsmap`], then parsed by
+/// `spm_precompiled` as `tokenizers` parses it, which would otherwise panic on a failure.
 fn check_precompiled(value: &serde_json::Value) -> Result<(), String> {
     match value {
         serde_json::Value::Object(o) => {
-            if o.get("type").and_then(|t| t.as_str()) == Some("Precompiled") {
+            let typed = match o.get("type") {
+                Some(serde_json::Value::String(t)) => t == "Precompiled",
+                Some(serde_json::Value::Object(t)) => t.contains_key("Precompiled"),
+                _ => false,
+            };
+            if typed || o.contains_key("precompiled_charsmap") {
                 let b64 = o
                     .get("precompiled_charsmap")
                     .and_then(|c| c.as_str())
@@ -80,8 +90,11 @@ fn check_precompiled(value: &serde_json::Value) -> Result<(), String> {
                     .decode(b64)
                     .map_err(|e| format!("precompiled_charsmap is not base64: {e}"))?;
                 check_charsmap(&blob).map_err(|e| format!("precompiled_charsmap: {e}"))?;
-                // As `tokenizers` parses it (from text: the base64 is read as a borrowed str).
-                let text = serde_json::to_string(value).map_err(|e| e.to_string())?;
+                // As `tokenizers` parses it: the type put back as a string, from text (the
+                // base64 is read as a borrowed str).
+                let mut normalizer = o.clone();
+                normalizer.insert("type".into(), "Precompiled".into());
+                let text = serde_json::to_string(&normalizer).map_err(|e| e.to_string())?;
                 serde_json::from_str::<spm_precompiled::Precompiled>(&text)
                     .map_err(|e| format!("precompiled_charsmap: {e}"))?;
             }

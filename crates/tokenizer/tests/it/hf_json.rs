@@ -83,11 +83,28 @@ fn malformed_charsmaps_are_load_errors_naming_the_fault() {
         ("not UTF-8", precompiled(&bad_utf8)),
         ("not base64", json!({"type": "Precompiled", "precompiled_charsmap": "@@not base64@@"})),
         ("without a precompiled_charsmap string", json!({"type": "Precompiled"})),
+        // serde reads an enum from a one-key map too: the same normalizer, the same check.
+        ("a trie of 4294967295 bytes", json!({"type": {"Precompiled": null}, "precompiled_charsmap": "/////w=="})),
     ];
     for (want, normalizer) in cases {
         let e = load(&tokenizer_json(normalizer).to_string()).map(|_| ()).expect_err(want);
         assert!(e.contains("tokenizer.json") && e.contains(want), "{want}: {e}");
     }
+}
+
+/// A normalizer given twice: `tokenizers` would deserialize both (the first, a charsmap whose
+/// trie size asks for 8 GiB, unchecked); what it reads is the checked value, the last.
+#[test]
+fn a_repeated_key_is_read_once() {
+    let t = tokenizer_json(Value::Null).to_string();
+    let twice = t.replacen(
+        "\"normalizer\":null",
+        "\"normalizer\":{\"type\":\"Precompiled\",\"precompiled_charsmap\":\"/////w==\"},\"normalizer\":null",
+        1,
+    );
+    assert_ne!(twice, t);
+    let tok = load(&twice).expect("the last normalizer, none, is the one read");
+    assert_eq!(tok.encode("ab", false).expect("encode"), [0x61 + 1, 0x62 + 1]);
 }
 
 /// A post-processor template naming a special token it does not define (`tokenizers` panics
