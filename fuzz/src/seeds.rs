@@ -161,11 +161,7 @@ pub fn tokenizer_meta(kind: &str) -> Vec<(&'static str, Meta)> {
             ]
         }
         "wpm" => {
-            let mut tokens: Vec<String> =
-                ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"].iter().map(|s| s.to_string()).collect();
-            tokens.extend(('a'..='z').map(|c| c.to_string()));
-            tokens.extend(('a'..='z').map(|c| format!("##{c}")));
-            tokens.extend(["hello", "world", "the", ",", "!", "1", "2", "3"].iter().map(|s| s.to_string()));
+            let tokens = wpm_tokens();
             let types: Vec<i32> = (0..tokens.len()).map(|i| if i < 5 { 3 } else { 1 }).collect();
             vec![
                 ("tokenizer.ggml.model", Meta::Str("bert".into())),
@@ -191,6 +187,16 @@ pub fn tokenizer_meta(kind: &str) -> Vec<(&'static str, Meta)> {
             ]
         }
     }
+}
+
+/// A WordPiece vocabulary: BERT's 5 control tokens, letters, `##` letters, a few words.
+fn wpm_tokens() -> Vec<String> {
+    let mut tokens: Vec<String> =
+        ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"].iter().map(|s| s.to_string()).collect();
+    tokens.extend(('a'..='z').map(|c| c.to_string()));
+    tokens.extend(('a'..='z').map(|c| format!("##{c}")));
+    tokens.extend(["hello", "world", "the", ",", "!", "1", "2", "3"].iter().map(|s| s.to_string()));
+    tokens
 }
 
 /// A Hugging Face tokenizer directory's two files, `tokenizer.json` then
@@ -271,11 +277,7 @@ pub fn tokenizer_json(kind: &str) -> Vec<u8> {
             )
         }
         "wpm" => {
-            let mut tokens: Vec<String> =
-                ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"].iter().map(|s| s.to_string()).collect();
-            tokens.extend(('a'..='z').map(|c| c.to_string()));
-            tokens.extend(('a'..='z').map(|c| format!("##{c}")));
-            tokens.extend(["hello", "world", "the", ",", "!", "1", "2", "3"].iter().map(|s| s.to_string()));
+            let tokens = wpm_tokens();
             (
                 json!({"version": "1.0", "truncation": {"direction": "Right", "max_length": 128, "strategy": "LongestFirst", "stride": 0},
                     "padding": {"strategy": {"Fixed": 128}, "direction": "Right", "pad_to_multiple_of": null, "pad_id": 0,
