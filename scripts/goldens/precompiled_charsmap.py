@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A real SentencePiece `precompiled_charsmap` and what SentencePiece makes of text through it,
-for `crates/tokenizer/tests/it/precompiled.rs`.
+for `crates/tokenizer/tests/it/hf_json.rs`.
 
     python3 scripts/goldens/precompiled_charsmap.py \\
         --out crates/tokenizer/tests/fixtures/precompiled_charsmap.json
