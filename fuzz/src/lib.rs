@@ -56,6 +56,17 @@ fn scratch(ext: &str) -> PathBuf {
     dir.join(format!("sparrow-fuzz-{}-{}.{ext}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)))
 }
 
+/// A fresh [`scratch`] directory holding `files` (name, contents), removed when the returned
+/// guard drops; `None` when it cannot be written.
+fn scratch_dir(files: &[(&str, &[u8])]) -> Option<Scratch> {
+    let dir = Scratch(scratch("d"));
+    std::fs::create_dir(&dir.0).ok()?;
+    for (name, bytes) in files {
+        std::fs::write(dir.0.join(name), bytes).ok()?;
+    }
+    Some(dir)
+}
+
 /// Removes the file or directory when dropped.
 struct Scratch(PathBuf);
 
@@ -113,15 +124,13 @@ pub fn tokenizer_gguf(data: &[u8]) {
 /// tokens, chat template; left out when empty); then encode, decode and the template.
 pub fn tokenizer_json(data: &[u8]) {
     let (json, config) = split(data);
-    let dir = scratch("d");
-    let _guard = Scratch(dir.clone());
-    if std::fs::create_dir(&dir).is_err()
-        || std::fs::write(dir.join("tokenizer.json"), json).is_err()
-        || (!config.is_empty() && std::fs::write(dir.join("tokenizer_config.json"), config).is_err())
-    {
-        return;
-    }
-    tokenize_and_render(&dir);
+    let files: &[(&str, &[u8])] = if config.is_empty() {
+        &[("tokenizer.json", json)]
+    } else {
+        &[("tokenizer.json", json), ("tokenizer_config.json", config)]
+    };
+    let Some(dir) = scratch_dir(files) else { return };
+    tokenize_and_render(&dir.0);
 }
 
 fn tokenize_and_render(path: &Path) {
@@ -138,15 +147,8 @@ fn tokenize_and_render(path: &Path) {
 /// `model.safetensors`; the directory goes through `load_model` as `--model-path`.
 pub fn hf_checkpoint(data: &[u8]) {
     let (config, weights) = split(data);
-    let dir = scratch("d");
-    let _guard = Scratch(dir.clone());
-    if std::fs::create_dir(&dir).is_err()
-        || std::fs::write(dir.join("config.json"), config).is_err()
-        || std::fs::write(dir.join("model.safetensors"), weights).is_err()
-    {
-        return;
-    }
-    let _ = sparrow_engine::engine::load_model(&sparrow_engine::engine::EngineArgs::new(dir.clone()));
+    let Some(dir) = scratch_dir(&[("config.json", config), ("model.safetensors", weights)]) else { return };
+    let _ = sparrow_engine::engine::load_model(&sparrow_engine::engine::EngineArgs::new(dir.0.clone()));
 }
 
 /// The conversation templates are rendered on: system, user, assistant with a tool call, tool,

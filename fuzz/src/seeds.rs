@@ -259,10 +259,7 @@ pub fn tokenizer_json(kind: &str) -> Vec<u8> {
                 .collect();
             (
                 json!({"version": "1.0", "truncation": null, "padding": null,
-                    "added_tokens": [{"id": 0, "content": "<unk>", "single_word": false, "lstrip": false, "rstrip": false,
-                        "normalized": false, "special": true},
-                        {"id": 1, "content": "</s>", "single_word": false, "lstrip": false, "rstrip": false,
-                        "normalized": false, "special": true}],
+                    "added_tokens": added(&["<unk>", "</s>"], 0),
                     "normalizer": {"type": "Sequence", "normalizers": [{"type": "Precompiled",
                             "precompiled_charsmap": precompiled_charsmap()},
                         {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "}]},

@@ -687,13 +687,13 @@ pub fn strftime(fmt: &str, secs: u64) -> Result<String, String> {
     Ok(out)
 }
 
+/// Widest `tojson(indent=...)` a template may ask for.
+const MAX_TOJSON_INDENT: usize = 64;
+
 /// HF's `tojson` filter (`transformers/utils/chat_template_utils.py`): Python's `json.dumps`
 /// with `ensure_ascii=False` by default, so `", "` and `": "` separators (minijinja's own is
 /// compact) and keys in their given order, taking the arguments templates pass: `indent`,
 /// `separators`, `sort_keys`, `ensure_ascii` (GLM-4.5's template passes the last).
-/// Widest `tojson(indent=...)` a template may ask for.
-const MAX_TOJSON_INDENT: usize = 64;
-
 fn tojson(v: minijinja::Value, kwargs: minijinja::value::Kwargs) -> Result<minijinja::Value, minijinja::Error> {
     let bad = |e: String| minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, e);
     let indent: Option<usize> = kwargs.get("indent")?;
