@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use sparrow_engine::batch::{ForwardBatch, SeqMeta};
 use sparrow_engine::kv::KvStore;
-use sparrow_engine::model::glm5::{gguf::ARCH as DEEPSEEK2, Glm5Model, Glm5Options};
+use sparrow_engine::model::glm5::{Glm5Model, Glm5Options, GGUF_ARCH as DEEPSEEK2};
 use sparrow_engine::model::llama::LlamaModel;
 use sparrow_engine::model::load::gguf_architecture;
 use sparrow_engine::model::{Model, PartTimes, GEMM_KINDS};

@@ -18,12 +18,12 @@ use std::time::Duration;
 pub use crate::config::{derive_config, AttentionBackend, EngineArgs, MoeRunner, MAX_RUNNING_LIMIT};
 use crate::kv::hicache::{DiskTier, WritePolicy};
 use crate::kv::KvStore;
-pub use crate::model::batch_cap::BatchCap;
 pub use crate::model::load::load_model;
 use crate::model::{check_compat, Model, ModelInfo, BACKENDS};
 use crate::request::{FinishReason, NewRequest, Output};
 use crate::scheduler::{Scheduler, SchedulerConfig, SchedulerStats};
 use crate::spec::SpecAlgorithm;
+pub use crate::tune::batch_cap::BatchCap;
 use crate::EngineError;
 
 /// Receives a request's outputs on the engine thread; returns `false` once nobody listens.
@@ -106,7 +106,7 @@ impl std::fmt::Debug for Engine {
 
 impl Engine {
     /// Loads the model, checks it against the backend, sizes the KV pool, caps the running
-    /// requests where a larger batch stops paying ([`crate::model::batch_cap`]) and starts the
+    /// requests where a larger batch stops paying ([`crate::tune::batch_cap`]) and starts the
     /// thread.
     ///
     /// # Errors
@@ -256,7 +256,7 @@ impl Engine {
         }
         // The batch cap is measured on DECODE steps, which an embedding engine never runs.
         let cap_args = EngineArgs { disable_autotune: args.disable_autotune || embedding.is_some(), ..args.clone() };
-        let batch_cap = crate::model::batch_cap::decide(
+        let batch_cap = crate::tune::batch_cap::decide(
             model.as_mut(),
             &cap_args,
             isa,

@@ -41,6 +41,7 @@ pub mod sampler;
 pub mod scheduler;
 pub mod spec;
 pub mod testing;
+pub mod tune;
 
 /// Engine errors. Request-level errors never stop the engine.
 #[derive(Debug, Clone, thiserror::Error)]

@@ -39,30 +39,53 @@ pub struct RopeScaling {
     pub beta_fast: f64,
     /// Rotations that mark the interpolated end (default 1).
     pub beta_slow: f64,
+    /// YaRN's `mscale_all_dim` (`rope.scaling.yarn_log_multiplier`; 0 when absent): the cosine
+    /// and sine factor becomes `mscale(s, 1) / mscale(s, log_mul)` (`llama_context`).
+    pub log_mul: f64,
 }
 
 impl RopeScaling {
     /// YaRN with llama.cpp's defaults (`beta_fast` 32, `beta_slow` 1).
     pub fn yarn(factor: f64, n_ctx_orig: usize) -> RopeScaling {
-        RopeScaling { freq_scale: 1.0 / factor, ext_factor: 1.0, n_ctx_orig, beta_fast: 32.0, beta_slow: 1.0 }
+        RopeScaling {
+            freq_scale: 1.0 / factor,
+            ext_factor: 1.0,
+            n_ctx_orig,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            log_mul: 0.0,
+        }
     }
 
     /// Linear position interpolation by `factor`.
     pub fn linear(factor: f64) -> RopeScaling {
-        RopeScaling { freq_scale: 1.0 / factor, ext_factor: 0.0, n_ctx_orig: 0, beta_fast: 32.0, beta_slow: 1.0 }
+        RopeScaling {
+            freq_scale: 1.0 / factor,
+            ext_factor: 0.0,
+            n_ctx_orig: 0,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            log_mul: 0.0,
+        }
     }
 
     /// The factor on every cosine and sine llama.cpp ends up with, for a file's
     /// `rope.scaling.attn_factor` `attn`: its `yarn_attn_factor` (`llama_context`: YaRN's
-    /// `0.1 ln s + 1`, cancelled, times `attn`) times `rope_yarn`'s own `1 + 0.1 ln(1/freq_scale)`
-    /// under YaRN; `attn` alone under linear scaling.
+    /// `0.1 ln s + 1`, or `mscale(s, 1) / mscale(s, log_mul)` with a `yarn_log_multiplier`,
+    /// cancelled, times `attn`) times `rope_yarn`'s own `1 + 0.1 ln(1/freq_scale)` under YaRN;
+    /// `attn` alone under linear scaling. (DeepSeek's MLA takes `mscale = log_mul`, which makes
+    /// the ratio 1: its loader computes its own.)
     pub fn mscale(&self, attn: f64) -> f64 {
         if self.ext_factor == 0.0 {
             return attn;
         }
         let factor = 1.0 / self.freq_scale;
-        let get = |s: f64| if s <= 1.0 { 1.0 } else { 0.1 * s.ln() + 1.0 };
-        let yarn_attn = get(factor) / (1.0 + 0.1 * factor.ln()) * attn;
+        let get = |s: f64, m: f64| if s <= 1.0 { 1.0 } else { 0.1 * m * s.ln() + 1.0 };
+        let ratio = match self.log_mul == 0.0 {
+            true => get(factor, 1.0),
+            false => get(factor, 1.0) / get(factor, self.log_mul),
+        };
+        let yarn_attn = ratio / (1.0 + 0.1 * factor.ln()) * attn;
         yarn_attn * (1.0 + 0.1 * (1.0 / self.freq_scale).ln())
     }
 

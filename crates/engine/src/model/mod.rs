@@ -4,12 +4,11 @@
 //! needs ([`AttentionNeeds`]) and the backend states what it provides ([`BackendCaps`]);
 //! [`check_compat`] refuses a mismatched pair with a message before any request is admitted.
 
-pub mod autotune;
-pub mod batch_cap;
+pub mod arch;
 pub mod bert;
 pub mod common;
-pub mod gemma3;
 pub mod glm5;
+pub mod hparams;
 pub mod linear;
 pub mod llama;
 pub mod load;
@@ -305,6 +304,14 @@ pub trait Model: Send {
     fn set_embedding(&mut self) -> Result<EmbeddingSpec, EngineError> {
         Err(EngineError::Incompatible(format!("the {} model cannot serve embeddings", self.info().architecture)))
     }
+    /// The first MoE layer with the pool and ISA it runs on (what the start-up autotune
+    /// times); `None` for a model without experts.
+    fn first_moe(&self) -> Option<moe::MoeBench<'_>> {
+        None
+    }
+    /// Chooses the MoE implementation per batch size (`--moe-runner-backend`, the autotune;
+    /// both implementations give the same bits). A model without experts ignores it.
+    fn set_moe(&mut self, _choice: moe::MoeChoice) {}
     /// The model's calibration observer and profile ([`Instruments`]); `None` for models that
     /// keep none (the scheduler's test doubles), which the methods below then ignore.
     fn instruments(&self) -> Option<&Instruments> {

@@ -7,7 +7,9 @@
 //! `model.layers.{bid}.self_attn.q_proj` is `blk.{bid}.attn_q`), so one layer loader serves a
 //! family's GGUF files and its HF checkpoints.
 
+use std::cell::Cell;
 use std::fmt::Display;
+use std::rc::Rc;
 
 use sparrow_cpu::Weight;
 
@@ -33,6 +35,16 @@ pub trait Tensors {
     /// tensor name.
     fn matrix(&self, module: &str, rows: usize, cols: usize) -> Result<Weight, EngineError>;
 
+    /// The weight of module `module` as the model keeps a table it reads by rows or a router
+    /// it runs in f32: an HF checkpoint's in f32 whatever its quantization config says
+    /// (ModelOpt leaves embeddings and routers unquantized), a GGUF file's at its file's size.
+    ///
+    /// # Errors
+    /// As [`Tensors::matrix`].
+    fn dense(&self, module: &str, rows: usize, cols: usize) -> Result<Weight, EngineError> {
+        self.matrix(module, rows, cols)
+    }
+
     /// The `[rows × cols]` weights of `n` experts of one projection, `module` naming them
     /// without the expert index (`model.layers.3.mlp.experts.gate_proj`): an HF checkpoint
     /// keeps one tensor per expert (`…experts.{e}.gate_proj.weight`), a GGUF file one tensor
@@ -55,6 +67,14 @@ impl Tensors for Checkpoint {
     }
     fn matrix(&self, module: &str, rows: usize, cols: usize) -> Result<Weight, EngineError> {
         self.linear(module, rows, cols)
+    }
+    fn dense(&self, module: &str, rows: usize, cols: usize) -> Result<Weight, EngineError> {
+        let name = format!("{module}.weight");
+        let (shape, data) = self.f32(&name)?;
+        if shape != [rows, cols] {
+            return Err(EngineError::model(format!("{name}: shape {shape:?}, want [{rows}, {cols}]")));
+        }
+        Ok(Weight::Dense { rows, cols, data })
     }
 }
 
@@ -218,17 +238,20 @@ impl Tensors for GgufTensors<'_, '_> {
     }
 }
 
-/// A view of [`Tensors`] under a name prefix; cheap to clone and extend.
+/// A view of [`Tensors`] under a name prefix; cheap to clone and extend. Every view of one
+/// root counts the bytes of what it returns, as the model holds them ([`Vb::held_bytes`]), so
+/// a loader's weight bytes are counted where the weights are read.
 #[derive(Clone)]
 pub struct Vb<'a> {
     src: &'a dyn Tensors,
     prefix: String,
+    held: Rc<Cell<usize>>,
 }
 
 impl<'a> Vb<'a> {
-    /// The root view (no prefix).
+    /// The root view (no prefix), its count at 0.
     pub fn new(src: &'a dyn Tensors) -> Vb<'a> {
-        Vb { src, prefix: String::new() }
+        Vb { src, prefix: String::new(), held: Rc::default() }
     }
 
     /// The view under `self`'s prefix extended by `.{s}` (`vb.pp("model.layers").pp(3)`).
@@ -237,7 +260,26 @@ impl<'a> Vb<'a> {
             true => s.to_string(),
             false => format!("{}.{s}", self.prefix),
         };
-        Vb { src: self.src, prefix }
+        Vb { src: self.src, prefix, held: self.held.clone() }
+    }
+
+    /// Bytes of everything read through this root's views so far: matrices at their size in
+    /// memory, vectors as f32.
+    pub fn held_bytes(&self) -> usize {
+        self.held.get()
+    }
+
+    /// Tells the count that a weight read as `read` bytes is held as `held` bytes (MLA's
+    /// `kv_b_proj`, kept as per-head f32 matrices).
+    pub fn held_as(&self, read: usize, held: usize) {
+        self.held.set(self.held.get() - read.min(self.held.get()) + held);
+    }
+
+    fn count<T>(&self, r: Result<T, EngineError>, bytes: impl Fn(&T) -> usize) -> Result<T, EngineError> {
+        if let Ok(v) = &r {
+            self.held.set(self.held.get() + bytes(v));
+        }
+        r
     }
 
     /// The full HF name of `n` under this prefix.
@@ -258,7 +300,7 @@ impl<'a> Vb<'a> {
     /// # Errors
     /// As [`Tensors::vector`].
     pub fn vector(&self, n: &str, len: usize) -> Result<Vec<f32>, EngineError> {
-        self.src.vector(&self.path(n), len)
+        self.count(self.src.vector(&self.path(n), len), |v| 4 * v.len())
     }
 
     /// The weight of module `n`, `[rows × cols]`.
@@ -266,7 +308,16 @@ impl<'a> Vb<'a> {
     /// # Errors
     /// As [`Tensors::matrix`].
     pub fn matrix(&self, n: &str, rows: usize, cols: usize) -> Result<Weight, EngineError> {
-        self.src.matrix(&self.path(n), rows, cols)
+        self.count(self.src.matrix(&self.path(n), rows, cols), Weight::bytes)
+    }
+
+    /// The weight of module `n`, `[rows × cols]`, as [`Tensors::dense`] reads it (an
+    /// embedding table, a router).
+    ///
+    /// # Errors
+    /// As [`Tensors::dense`].
+    pub fn dense(&self, n: &str, rows: usize, cols: usize) -> Result<Weight, EngineError> {
+        self.count(self.src.dense(&self.path(n), rows, cols), Weight::bytes)
     }
 
     /// The `n` experts of projection `proj` under this prefix (`…mlp.experts`), each a
@@ -275,7 +326,8 @@ impl<'a> Vb<'a> {
     /// # Errors
     /// As [`Tensors::experts`].
     pub fn experts(&self, proj: &str, n: usize, rows: usize, cols: usize) -> Result<Vec<Linear>, EngineError> {
-        let ws = self.src.experts(&self.path(proj), n, rows, cols)?;
+        let ws =
+            self.count(self.src.experts(&self.path(proj), n, rows, cols), |ws| ws.iter().map(Weight::bytes).sum())?;
         Ok(ws.into_iter().enumerate().map(|(e, w)| Linear::new(w, vec![self.pp(e).path(proj)])).collect())
     }
 

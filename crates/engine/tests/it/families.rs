@@ -281,7 +281,7 @@ fn llama3_rope_scaling_matches_the_converter() {
     let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/k_quant_golden.json");
     let g: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(p).expect("fixture")).expect("JSON");
     let want: Vec<f64> = g["rope_freqs"].as_array().expect("factors").iter().map(|x| x.as_f64().expect("f")).collect();
-    let got = sparrow_engine::model::llama::load::llama3_rope_factors(500000.0, 64, 8.0, 1.0, 4.0, 32.0);
+    let got = sparrow_engine::model::hparams::llama3_rope_factors(500000.0, 64, 8.0, 1.0, 4.0, 32.0);
     assert_eq!(got.len(), want.len());
     assert!(want.iter().any(|&w| w > 1.0 && w < 8.0), "the fixture's factors include the interpolated band");
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {

@@ -98,20 +98,10 @@ pub(super) async fn model_info(State(s): State<AppState>) -> Response {
     .into_response()
 }
 
-/// The Hugging Face class name of a `model_type`, as `config.json` spells it.
-fn hf_architecture(model_type: &str) -> &'static str {
-    match model_type {
-        "llama" => "LlamaForCausalLM",
-        "mistral" => "MistralForCausalLM",
-        "qwen2" => "Qwen2ForCausalLM",
-        "qwen3" => "Qwen3ForCausalLM",
-        "phi3" => "Phi3ForCausalLM",
-        "smollm3" => "SmolLM3ForCausalLM",
-        "gemma3" | "gemma3_text" => "Gemma3ForCausalLM",
-        "glm_moe_dsa" => "GlmMoeDsaForCausalLM",
-        "bert" => "BertModel",
-        _ => "unknown",
-    }
+/// The HF class of a model whose architecture (a GGUF `general.architecture` or an HF
+/// `model_type`) is `name`, from the architecture table; `unknown` for one it lacks.
+fn hf_architecture(name: &str) -> &'static str {
+    sparrow_engine::model::arch::hf_class(name).unwrap_or("unknown")
 }
 
 /// SGLang's `GET /get_load`: a list with one [`LoadReport`] (one engine, dp rank 0).
@@ -187,4 +177,28 @@ pub(super) async fn detokenize(
 pub(super) async fn metrics(State(s): State<AppState>) -> Response {
     let body = s.metrics.render(&s.engine.stats());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sparrow_engine::model::arch::ARCHITECTURES;
+
+    /// Every architecture of the table has its HF class in `/get_model_info` (for a GGUF file
+    /// of it, whose architecture is the row's name, and for each of its HF `model_type`s), and
+    /// a row in the families table of `docs/serve.md`.
+    #[test]
+    fn every_architecture_has_its_class_and_a_docs_row() {
+        let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/serve.md"))
+            .expect("docs/serve.md");
+        for a in ARCHITECTURES {
+            assert_ne!(hf_architecture(a.name), "unknown", "{}", a.name);
+            assert_eq!(hf_architecture(a.name), a.class_of(a.name), "{}", a.name);
+            for (mt, class) in a.hf {
+                assert_eq!(hf_architecture(mt), *class, "{mt}");
+            }
+            assert!(docs.contains(&format!("\n  | `{}` |", a.name)), "docs/serve.md has no row for {}", a.name);
+        }
+        assert_eq!(hf_architecture("rwkv7"), "unknown");
+    }
 }

@@ -47,16 +47,6 @@ pub(super) enum QProj {
     Direct(Linear),
 }
 
-impl QProj {
-    /// The projections, for the weight count.
-    pub(super) fn linears(&self) -> Vec<&Linear> {
-        match self {
-            QProj::Lora { a, b, .. } => vec![a, b],
-            QProj::Direct(q) => vec![q],
-        }
-    }
-}
-
 /// One layer's attention weights, with its indexer on `full` layers.
 pub(super) struct Mla {
     pub(super) q: QProj,

@@ -27,7 +27,7 @@
 //! `--nsa-decode-backend`) and token- or expert-major MoE (`--moe-runner-backend`).
 
 mod config;
-pub mod gguf;
+pub mod deepseek;
 mod indexer;
 mod load;
 mod mla;
@@ -38,6 +38,7 @@ use sparrow_cpu::{kernels, Isa, ThreadPool, Weight};
 
 pub use self::config::Glm5Config;
 use self::indexer::Selection;
+pub use self::load::GGUF_ARCH;
 use self::mla::Mla;
 pub use self::moe::route;
 use self::moe::Ffn;
@@ -47,7 +48,7 @@ use crate::batch::ForwardBatch;
 pub use crate::config::{AttnImpl, MoeImpl};
 use crate::kv::{KvComponent, KvDtype, KvLayout, KvStore};
 use crate::model::linear::Fwd;
-pub use crate::model::moe::{Mlp, Moe, MoeChoice};
+pub use crate::model::moe::{Mlp, Moe, MoeBench, MoeChoice};
 use crate::EngineError;
 
 /// ε of `q_a_layernorm`, `kv_a_layernorm` and the indexer's `k_norm` (HF builds them without
@@ -231,15 +232,7 @@ impl Glm5Model {
         self.stats
     }
 
-    /// The first MoE layer's experts (what autotune times), if any.
-    pub fn first_moe(&self) -> Option<&Moe> {
-        self.layers.iter().find_map(|l| match &l.ffn {
-            Ffn::Moe(m) => Some(m),
-            Ffn::Dense(_) => None,
-        })
-    }
-
-    /// The thread pool (autotune times on it).
+    /// The thread pool.
     pub fn pool(&self) -> &ThreadPool {
         &self.pool
     }
@@ -256,6 +249,18 @@ impl Model for Glm5Model {
 
     fn instruments_mut(&mut self) -> Option<&mut Instruments> {
         Some(&mut self.inst)
+    }
+
+    fn first_moe(&self) -> Option<MoeBench<'_>> {
+        let moe = self.layers.iter().find_map(|l| match &l.ffn {
+            Ffn::Moe(m) => Some(m),
+            Ffn::Dense(_) => None,
+        })?;
+        Some(MoeBench { moe, pool: &self.pool, isa: self.isa })
+    }
+
+    fn set_moe(&mut self, choice: MoeChoice) {
+        self.opts.moe = choice;
     }
 
     fn attention_needs(&self) -> AttentionNeeds {

@@ -20,8 +20,7 @@
 //! `logits_rows` only. Loading is in `load.rs`.
 
 use super::common::{OutputHead, RopeLayout, RopeScaling, RopeTable, Scratch};
-use super::moe::{Glu, Moe, MoeChoice};
-use super::routing::Routing;
+use super::moe::{Glu, Mlp, Moe, MoeBench, MoeChoice, MoeConfig};
 use super::{AttentionNeeds, Instruments, Model, ModelInfo, PartTimes};
 use crate::batch::ForwardBatch;
 use crate::config::MoeImpl;
@@ -35,22 +34,16 @@ use sparrow_cpu::Isa;
 use sparrow_cpu::ThreadPool;
 use sparrow_cpu::Weight;
 
+mod config;
+pub mod family;
 pub mod load;
 
-/// The gated MLP's activation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Activation {
-    /// SwiGLU (`silu(gate) · up`): Llama.
-    Silu,
-    /// GeGLU with the tanh GELU: Gemma.
-    GeluTanh,
-}
-
-/// What a family changes in the Llama decoder; [`Variant::llama`] is plain Llama.
+/// What a family changes in the Llama decoder, per model (built from the family's row and the
+/// file's hyper-parameters by [`LlamaConfig::from_hparams`]); [`Variant::llama`] is plain Llama.
 #[derive(Debug, Clone)]
 pub struct Variant {
-    /// MLP activation.
-    pub act: Activation,
+    /// The dense MLP's activation.
+    pub act: Glu,
     /// Factor on the embedding rows (Gemma: √hidden, rounded to f32).
     pub embed_scale: f32,
     /// Attention score scale.
@@ -85,23 +78,38 @@ pub struct Variant {
     pub rope_scaling: Option<RopeScaling>,
 }
 
+impl Default for Variant {
+    /// Plain Llama with no layers: SwiGLU, unit scales, adjacent-pair RoPE (the per-layer
+    /// lists and the widths are filled by whoever sizes the model).
+    fn default() -> Variant {
+        Variant {
+            act: Glu::Silu,
+            embed_scale: 1.0,
+            attn_scale: 1.0,
+            rope_layout: RopeLayout::Interleaved,
+            windows: Vec::new(),
+            rope_local_base: 10_000.0,
+            qk_norm: false,
+            rope_freq_factors: None,
+            post_norms: false,
+            no_rope: Vec::new(),
+            rope_dims: 0,
+            rope_attn_factor: 1.0,
+            rope_scaling: None,
+        }
+    }
+}
+
 impl Variant {
     /// Llama: SwiGLU, `1/√head_dim`, adjacent-pair RoPE, global attention everywhere.
     pub fn llama(layers: usize, head_dim: usize, rope_base: f32) -> Variant {
         Variant {
-            act: Activation::Silu,
-            embed_scale: 1.0,
             attn_scale: 1.0 / (head_dim as f32).sqrt(),
-            rope_layout: RopeLayout::Interleaved,
             windows: vec![None; layers],
             rope_local_base: rope_base,
-            qk_norm: false,
-            rope_freq_factors: None,
-            post_norms: false,
             no_rope: vec![false; layers],
             rope_dims: head_dim,
-            rope_attn_factor: 1.0,
-            rope_scaling: None,
+            ..Variant::default()
         }
     }
 }
@@ -136,24 +144,6 @@ pub struct LlamaConfig {
     pub moe: Option<MoeConfig>,
 }
 
-/// A MoE family's feed-forward, from GGUF metadata (llama.cpp's `LLM_KV_EXPERT_*` keys).
-#[derive(Debug, Clone)]
-pub struct MoeConfig {
-    /// Routed experts (`expert_count`).
-    pub n_expert: usize,
-    /// Each routed expert's inner width (`expert_feed_forward_length`).
-    pub expert_ffn: usize,
-    /// Shared experts' inner width together (`expert_shared_count ×
-    /// expert_shared_feed_forward_length`, or × `expert_feed_forward_length`); 0 for none.
-    pub shared_ffn: usize,
-    /// Leading layers with the dense MLP (`leading_dense_block_count`).
-    pub first_dense: usize,
-    /// How the router's logits choose and weigh experts.
-    pub routing: Routing,
-    /// The experts' (and shared experts') activation.
-    pub act: Glu,
-}
-
 impl LlamaConfig {
     /// Width of all query heads together (`hidden` for Llama; Gemma 3 270M: 4 × 256 ≠ 640,
     /// Qwen3-4B: 32 × 128 ≠ 2560).
@@ -180,21 +170,7 @@ impl LlamaConfig {
             )));
         }
         if let Some(m) = &self.moe {
-            let r = &m.routing;
-            if m.n_expert == 0
-                || r.top_k == 0
-                || r.top_k > m.n_expert
-                || m.expert_ffn == 0
-                || !m.n_expert.is_multiple_of(r.n_group)
-                || r.topk_group == 0
-                || r.topk_group > r.n_group
-            {
-                return Err(EngineError::model(format!(
-                    "inconsistent experts: expert_count {}, expert_used_count {}, expert_feed_forward_length {}, \
-                     {} groups of which {} used",
-                    m.n_expert, r.top_k, m.expert_ffn, r.n_group, r.topk_group
-                )));
-            }
+            m.check()?;
         }
         Ok(())
     }
@@ -219,20 +195,10 @@ pub(crate) struct Layer {
 // One per layer, built once and never moved on a hot path: the dense variant stays inline.
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum FeedForward {
-    /// The gated MLP: gate and up stacked (`[2·ffn × hidden]`), then down.
-    Dense { gate_up: Linear, down: Linear },
+    /// The gated MLP ([`Mlp`]: gate and up stacked, then down).
+    Dense(Mlp),
     /// Routed (and shared) experts ([`crate::model::moe`]).
     Moe(Box<Moe>),
-}
-
-impl FeedForward {
-    /// Bytes of its weights.
-    pub(crate) fn bytes(&self) -> usize {
-        match self {
-            FeedForward::Dense { gate_up, down } => gate_up.weight.bytes() + down.weight.bytes(),
-            FeedForward::Moe(m) => m.bytes(),
-        }
-    }
 }
 
 #[derive(Default)]
@@ -369,9 +335,9 @@ impl LlamaModel {
                 v.push((format!("blk.{i}.{n}"), &w.weight));
             }
             match &l.ffn {
-                FeedForward::Dense { gate_up, down } => {
-                    v.push((format!("blk.{i}.gate_up"), &gate_up.weight));
-                    v.push((format!("blk.{i}.down"), &down.weight));
+                FeedForward::Dense(m) => {
+                    v.push((format!("blk.{i}.gate_up"), &m.gate_up.weight));
+                    v.push((format!("blk.{i}.down"), &m.down.weight));
                 }
                 FeedForward::Moe(m) => {
                     for (e, x) in m.experts.iter().enumerate() {
@@ -404,12 +370,6 @@ impl LlamaModel {
     pub fn set_isa(&mut self, isa: Isa) {
         self.isa = isa;
     }
-
-    /// Chooses the MoE implementation per batch size (`--moe-runner-backend`; both give the
-    /// same bits).
-    pub fn set_moe(&mut self, moe: MoeChoice) {
-        self.moe = moe;
-    }
 }
 
 impl Model for LlamaModel {
@@ -440,6 +400,18 @@ impl Model for LlamaModel {
         // (Qwen3-Embedding, E5-Mistral, GTE-Qwen: last-token pooling of the final norm's output).
         self.embedding = true;
         Ok(super::EmbeddingSpec { dim: self.cfg.hidden, pooling: super::Pooling::Last, labels: false })
+    }
+
+    fn first_moe(&self) -> Option<MoeBench<'_>> {
+        let moe = self.layers.iter().find_map(|l| match &l.ffn {
+            FeedForward::Moe(m) => Some(&**m),
+            FeedForward::Dense(_) => None,
+        })?;
+        Some(MoeBench { moe, pool: &self.pool, isa: self.isa })
+    }
+
+    fn set_moe(&mut self, choice: MoeChoice) {
+        self.moe = choice;
     }
 
     fn set_kv_dtype(&mut self, dtype: KvDtype) -> Result<(), EngineError> {
@@ -577,7 +549,7 @@ impl LayerBuffers {
         }
         self.proj.resize(t_n * h, 0.0);
         // The dense MLP's buffers, where some layer has one (a MoE layer uses `moe`).
-        if c.moe.as_ref().is_none_or(|m| m.first_dense > 0) {
+        if c.moe.as_ref().is_none_or(MoeConfig::any_dense) {
             self.gu.resize(t_n * 2 * c.ffn, 0.0);
             self.act.resize(t_n * c.ffn, 0.0);
         }
@@ -645,23 +617,13 @@ impl Layer {
     /// `act(gate) · up` → down), or the MoE layer.
     fn mlp(&self, cx: &mut Fwd, st: &Step, s: &mut LayerBuffers) {
         let (c, t_n) = (st.c, st.batch.num_tokens());
-        let (gate_up, down) = match &self.ffn {
-            FeedForward::Dense { gate_up, down } => (gate_up, down),
+        match &self.ffn {
+            FeedForward::Dense(m) => m.forward_with(cx, &s.h, t_n, &mut s.gu, &mut s.act, &mut s.proj),
             FeedForward::Moe(m) => {
                 m.forward(cx, st.moe, &s.h, t_n, &mut s.moe, &mut s.proj);
                 return;
             }
-        };
-        gate_up.forward(cx, &s.h, t_n, &mut s.gu);
-        let (gu, isa, act_fn, ffn) = (&s.gu, cx.isa, c.variant.act, c.ffn);
-        cx.pool.par_rows(&mut s.act, ffn, |t, act| {
-            let gu = &gu[t * 2 * ffn..(t + 1) * 2 * ffn];
-            match act_fn {
-                Activation::Silu => kernels::silu_mul(isa, &gu[..ffn], &gu[ffn..], act),
-                Activation::GeluTanh => kernels::gelu_tanh_mul(&gu[..ffn], &gu[ffn..], act),
-            }
-        });
-        down.forward(cx, &s.act, t_n, &mut s.proj);
+        }
         if let Some((_, pf)) = &self.post_norms {
             post_norm(cx.pool, c, pf, s);
         }

@@ -15,9 +15,11 @@ use std::time::Instant;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
+use crate::config::{EngineArgs, MoeImpl, MoeRunner};
 use crate::model::common::Scratch;
-use crate::model::glm5::{Glm5Model, MoeImpl};
 use crate::model::linear::Fwd;
+use crate::model::moe::{MoeBench, MoeChoice};
+use crate::model::Model;
 use crate::EngineError;
 use sparrow_cpu::format::ggml::QActs;
 
@@ -70,20 +72,20 @@ pub fn buckets(max_tokens: usize) -> Vec<usize> {
     v
 }
 
-/// The cache key of a model's MoE shapes on this machine, for buckets up to `max_bucket`
+/// The cache key of a MoE layer's shapes on this machine, for buckets up to `max_bucket`
 /// tokens, and of the kernels' generation ([`sparrow_cpu::KERNEL_GENERATION`]).
-pub fn key(model: &Glm5Model, max_bucket: usize) -> String {
-    let c = model.config();
+pub fn key(b: &MoeBench<'_>, max_bucket: usize) -> String {
+    let m = b.moe;
     format!(
-        "moe_{}_E{}_top{}_H{}_I{}_shared{}_T{max_bucket}_{}_{}t_k{}",
-        model.first_moe().map_or("none", |m| m.weight_format()),
-        c.n_routed,
-        c.top_k,
-        c.hidden,
-        c.moe_inter,
-        c.n_shared,
-        model.isa().name(),
-        model.pool().threads(),
+        "moe_{}_E{}_top{}_H{}_I{}_S{}_T{max_bucket}_{}_{}t_k{}",
+        m.weight_format(),
+        m.num_experts(),
+        m.top_k(),
+        m.hidden(),
+        m.expert_inter(),
+        m.shared_inter(),
+        b.isa.name(),
+        b.pool.threads(),
         sparrow_cpu::KERNEL_GENERATION
     )
 }
@@ -103,20 +105,17 @@ fn path(dir: &Path, key: &str) -> PathBuf {
 /// Times both implementations on every bucket and, when `dir` is given, stores the result.
 ///
 /// # Errors
-/// A model without MoE layers, or a failure to write the cache file.
-pub fn tune(model: &Glm5Model, bucket_list: &[usize], dir: Option<&Path>) -> Result<MoeTune, EngineError> {
-    let moe = model.first_moe().ok_or_else(|| EngineError::Config("autotune: the model has no MoE layer".into()))?;
-    let c = model.config();
-    let pool = model.pool();
-    let isa = model.isa();
+/// A failure to write the cache file.
+pub fn tune(b: &MoeBench<'_>, bucket_list: &[usize], dir: Option<&Path>) -> Result<MoeTune, EngineError> {
+    let (moe, pool, isa, hidden) = (b.moe, b.pool, b.isa, b.moe.hidden());
     let mut rng = rand::rngs::StdRng::seed_from_u64(0);
     let mut none = None;
     let mut cx = Fwd { pool, isa, xq: QActs::default(), observer: &mut none, parts: None };
     let mut out = Vec::new();
     for &t in bucket_list {
-        let x: Vec<f32> = (0..t * c.hidden).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+        let x: Vec<f32> = (0..t * hidden).map(|_| rng.random_range(-1.0f32..1.0)).collect();
         let routes = moe.routes(&mut cx, &x, t);
-        let mut y = vec![0f32; t * c.hidden];
+        let mut y = vec![0f32; t * hidden];
         let mut micros = [0f64; 2];
         for (i, imp) in [MoeImpl::TokenMajor, MoeImpl::ExpertMajor].into_iter().enumerate() {
             moe.forward_routed(&mut cx, imp, &routes, &x, &mut Scratch::default(), &mut y);
@@ -131,7 +130,7 @@ pub fn tune(model: &Glm5Model, bucket_list: &[usize], dir: Option<&Path>) -> Res
         let choice = if micros[0] < micros[1] { MoeImpl::TokenMajor } else { MoeImpl::ExpertMajor };
         out.push(BucketChoice { tokens: t, choice, micros });
     }
-    let tune = MoeTune { key: key(model, bucket_list.last().copied().unwrap_or(1)), buckets: out };
+    let tune = MoeTune { key: key(b, bucket_list.last().copied().unwrap_or(1)), buckets: out };
     if let Some(dir) = dir {
         std::fs::create_dir_all(dir).map_err(|e| EngineError::Config(format!("{}: {e}", dir.display())))?;
         let p = path(dir, &tune.key);
@@ -139,4 +138,49 @@ pub fn tune(model: &Glm5Model, bucket_list: &[usize], dir: Option<&Path>) -> Res
         std::fs::write(&p, text).map_err(|e| EngineError::Config(format!("{}: {e}", p.display())))?;
     }
     Ok(tune)
+}
+
+/// The MoE implementation per batch size for `model`: `--moe-runner-backend` when it names
+/// one; else the start-up autotune's buckets (from the cache when it holds this layer's key),
+/// or a fixed rule when autotune is off. What was chosen and why goes to `notes`; a model with
+/// no MoE layer is left as it is.
+///
+/// # Errors
+/// A failure to write the autotune cache.
+pub fn choose(model: &mut dyn Model, args: &EngineArgs, notes: &mut serde_json::Value) -> Result<(), EngineError> {
+    let choice = {
+        let Some(b) = model.first_moe() else { return Ok(()) };
+        match args.moe_runner_backend {
+            MoeRunner::Fixed(f) => {
+                notes["moe_runner_backend"] = f.name().into();
+                MoeChoice::Fixed(f)
+            }
+            MoeRunner::Auto if args.disable_autotune => {
+                // Without timings: a GEMV per pair for one token, grouped GEMMs beyond.
+                notes["moe_runner_backend"] =
+                    "auto (autotune disabled: token_major for 1 token, expert_major beyond)".into();
+                MoeChoice::Buckets(vec![(1, MoeImpl::TokenMajor), (usize::MAX, MoeImpl::ExpertMajor)])
+            }
+            MoeRunner::Auto => {
+                let max_tokens = args.chunked_prefill_size.min(args.max_prefill_tokens).clamp(1, 1024);
+                let bl = buckets(max_tokens);
+                let key = key(&b, bl.last().copied().unwrap_or(1));
+                let dir = args.autotune_cache_dir.as_deref();
+                let (tune, source) = match dir.and_then(|d| load(d, &key, &bl)) {
+                    Some(t) => (t, "cache"),
+                    None => (tune(&b, &bl, dir)?, "measured"),
+                };
+                notes["moe_runner_backend"] = "auto".into();
+                notes["moe_autotune"] = serde_json::json!({
+                    "source": source,
+                    "key": tune.key,
+                    "file": dir.map(|d| d.join(format!("{}.json", tune.key))),
+                    "summary": tune.summary(),
+                });
+                MoeChoice::Buckets(tune.choices())
+            }
+        }
+    };
+    model.set_moe(choice);
+    Ok(())
 }

@@ -10,9 +10,13 @@
 //! [`MoeImpl::ExpertMajor`] gathers the tokens routed to each expert and runs one grouped GEMM
 //! per projection over all experts. Every kernel computes each token with its own
 //! accumulators, so both give bit-identical outputs; which is faster depends on the batch
-//! size, hence GLM-5's start-up autotune ([`crate::model::autotune`]).
+//! size, hence GLM-5's start-up autotune ([`crate::tune::moe`]).
 
 use sparrow_cpu::{kernels, Weight};
+
+mod load;
+
+pub use load::MoeConfig;
 
 use crate::config::MoeImpl;
 use crate::model::common::Scratch;
@@ -41,6 +45,17 @@ impl MoeChoice {
     }
 }
 
+/// A model's first MoE layer with the pool and instruction set its forward runs on: what the
+/// start-up autotune times ([`crate::model::Model::first_moe`], [`crate::tune::moe`]).
+pub struct MoeBench<'a> {
+    /// The layer.
+    pub moe: &'a Moe,
+    /// The model's compute pool.
+    pub pool: &'a sparrow_cpu::ThreadPool,
+    /// The model's instruction set.
+    pub isa: sparrow_cpu::Isa,
+}
+
 /// A gated MLP: fused `[gate; up]` (`[2·inter × hidden]`), its activation, and `down`
 /// (`[hidden × inter]`).
 pub struct Mlp {
@@ -55,6 +70,8 @@ pub struct Mlp {
 pub enum Glu {
     /// SwiGLU, `silu(gate) · up` (Shazeer 2020).
     Silu,
+    /// GeGLU with the tanh GELU, `gelu_tanh(gate) · up` (Gemma).
+    GeluTanh,
     /// gpt-oss's clamped SwiGLU (llama.cpp's `ggml_swiglu_oai`, HF `GptOssExperts`):
     /// `x = min(gate, limit)`, `y = clamp(up, −limit, limit)`, `x · σ(alpha · x) · (y + 1)`.
     SwigluOai {
@@ -82,16 +99,32 @@ pub struct Moe {
 }
 
 impl Mlp {
-    /// `out = down(silu(gate(x)) · up(x))` for `tokens` rows of `x` (`[tokens × hidden]`).
+    /// `out = down(act(gate(x)) · up(x))` for `tokens` rows of `x` (`[tokens × hidden]`), its
+    /// buffers from `bufs`.
     pub fn forward(&self, cx: &mut Fwd<'_>, x: &[f32], tokens: usize, bufs: &mut Scratch, out: &mut [f32]) {
-        // Both written whole (a GEMM's output, SwiGLU's).
+        // Both written whole (a GEMM's output, the activation's).
         let mut gu = bufs.take(tokens * 2 * self.inter);
-        self.gate_up.forward(cx, x, tokens, &mut gu);
         let mut act = bufs.take(tokens * self.inter);
-        swiglu(cx, &gu, self.inter, self.act, &mut act);
-        self.down.forward(cx, &act, tokens, out);
+        self.forward_with(cx, x, tokens, &mut gu, &mut act, out);
         bufs.give(gu);
         bufs.give(act);
+    }
+
+    /// [`Mlp::forward`] into the caller's buffers: `gu` (`[tokens × 2·inter]`) and `act`
+    /// (`[tokens × inter]`), at least that long (a dense decoder keeps them across steps).
+    pub fn forward_with(
+        &self,
+        cx: &mut Fwd<'_>,
+        x: &[f32],
+        tokens: usize,
+        gu: &mut [f32],
+        act: &mut [f32],
+        out: &mut [f32],
+    ) {
+        let (gu, act) = (&mut gu[..tokens * 2 * self.inter], &mut act[..tokens * self.inter]);
+        self.gate_up.forward(cx, x, tokens, gu);
+        swiglu(cx, gu, self.inter, self.act, act);
+        self.down.forward(cx, act, tokens, out);
     }
 
     /// Bytes of its weights.
@@ -290,6 +323,21 @@ impl Moe {
         self.experts.len()
     }
 
+    /// Hidden size (the router's input width).
+    pub fn hidden(&self) -> usize {
+        self.gate.cols()
+    }
+
+    /// A routed expert's inner width.
+    pub fn expert_inter(&self) -> usize {
+        self.experts.first().map_or(0, |m| m.inter)
+    }
+
+    /// The shared experts' inner width together (0 for none).
+    pub fn shared_inter(&self) -> usize {
+        self.shared.as_ref().map_or(0, |m| m.inter)
+    }
+
     /// The experts' weight format (`nvfp4`, `dense` or `gguf`), for autotune's cache key.
     pub fn weight_format(&self) -> &'static str {
         match self.experts.first().map(|e| &e.gate_up.weight) {
@@ -323,13 +371,14 @@ pub fn active_weight_bytes<'a>(
     any.then(|| weight_bytes - all + active - embed_unread)
 }
 
-/// SwiGLU of every row of `gu` (`[gate (inter), up (inter)]` per row) into `act` (`inter` wide).
+/// The gated activation of every row of `gu` (`[gate (inter), up (inter)]` per row) into `act` (`inter` wide).
 fn swiglu(cx: &Fwd<'_>, gu: &[f32], inter: usize, glu: Glu, act: &mut [f32]) {
     let isa = cx.isa;
     cx.pool.par_rows(act, inter, |t, a| {
         let g = &gu[t * 2 * inter..(t + 1) * 2 * inter];
         match glu {
             Glu::Silu => kernels::silu_mul(isa, &g[..inter], &g[inter..], a),
+            Glu::GeluTanh => kernels::gelu_tanh_mul(&g[..inter], &g[inter..], a),
             Glu::SwigluOai { alpha, limit } => {
                 for ((o, &gate), &up) in a.iter_mut().zip(&g[..inter]).zip(&g[inter..]) {
                     let x = gate.min(limit);

@@ -1,0 +1,111 @@
+//! [`LlamaConfig`] from the neutral hyper-parameters and the family's row: the one place a
+//! decoder's settings are derived, for GGUF files and HF checkpoints alike.
+
+use super::family::{Family, QkNorm};
+use super::{LlamaConfig, Variant};
+use crate::model::common::RopeLayout;
+use crate::model::hparams::HParams;
+use crate::model::moe::MoeConfig;
+use crate::EngineError;
+
+/// The file format a config was read from: it decides how Q/K rows pair for RoPE and whether
+/// a window the family does not slide is honoured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// A GGUF file: RoPE pairs as the family's llama.cpp graph rotates them; windows only on
+    /// families whose graph slides.
+    Gguf,
+    /// An HF checkpoint: RoPE over halves (`rotate_half`); a stated window slides every layer
+    /// (Mistral).
+    Hf,
+}
+
+impl LlamaConfig {
+    /// The decoder's settings for `hp` under family `fam`; `has_q_norm` says whether the file
+    /// holds per-head Q norms (for [`QkNorm::IfPresent`]).
+    ///
+    /// # Errors
+    /// RoPE scaling the family does not run, a missing window its sliding layers need, a bad
+    /// rotary width, missing expert keys, naming the key.
+    pub fn from_hparams(hp: &HParams, fam: &Family, format: Format, has_q_norm: bool) -> Result<Self, EngineError> {
+        let src = &hp.source;
+        let head_dim = hp.head_dim()?;
+        let rope_dims = hp.rope_dims(head_dim)?;
+        if !fam.rope_scaling && (hp.rope.scaling.is_some() || hp.rope.freq_factors.is_some()) {
+            return Err(EngineError::model(format!(
+                "{src}: RoPE scaling is not supported on this architecture (its global layers' scaling is not \
+                 implemented)"
+            )));
+        }
+        let layers = hp.layers;
+        let rope_base = hp.rope.base.unwrap_or(fam.rope_base);
+        let windows = match (fam.swa_pattern, &hp.window, format) {
+            (Some(default), Some(w), _) if w.size > 0 => match &w.layers {
+                Some(l) => l.iter().map(|&s| s.then_some(w.size)).collect(),
+                None => {
+                    let n = w.pattern.unwrap_or(default).max(1);
+                    (0..layers).map(|l| (l % n < n - 1).then_some(w.size)).collect()
+                }
+            },
+            (Some(_), _, _) => {
+                return Err(EngineError::model(format!(
+                    "{src}.attention.sliding_window missing or 0 (its sliding-window layers need it)"
+                )))
+            }
+            (None, Some(w), Format::Hf) => match &w.layers {
+                Some(l) => l.iter().map(|&s| s.then_some(w.size)).collect(),
+                None => vec![Some(w.size); layers],
+            },
+            (None, _, _) => vec![None; layers],
+        };
+        let no_rope = match &hp.no_rope_layers {
+            Some(v) => v.clone(),
+            None => (0..layers).map(|l| fam.no_rope_step.is_some_and(|n| n > 0 && (l + 1) % n == 0)).collect(),
+        };
+        let embed_scale = match fam.embed_scale_sqrt {
+            true => (hp.hidden as f32).sqrt(),
+            false => 1.0,
+        };
+        let attn_scale = fam.attn_scale.map_or(1.0 / (head_dim as f32).sqrt(), |f| f(hp, head_dim));
+        let variant = Variant {
+            act: fam.act,
+            embed_scale,
+            attn_scale,
+            rope_layout: match format {
+                Format::Gguf => fam.gguf_rope,
+                Format::Hf => RopeLayout::Halves,
+            },
+            windows,
+            rope_local_base: hp.rope.local_base.or(fam.rope_local_base).unwrap_or(rope_base),
+            qk_norm: match fam.qk_norm {
+                QkNorm::Off => false,
+                QkNorm::On => true,
+                QkNorm::IfPresent => has_q_norm,
+            },
+            rope_freq_factors: hp.rope.freq_factors.clone(),
+            post_norms: fam.post_norms,
+            no_rope,
+            rope_dims,
+            rope_attn_factor: hp.rope.attn_factor,
+            rope_scaling: hp.rope.scaling,
+        };
+        let moe = match &fam.moe {
+            Some(m) => Some(MoeConfig::from_hparams(hp, m)?),
+            None => None,
+        };
+        Ok(LlamaConfig {
+            layers,
+            hidden: hp.hidden,
+            ffn: hp.ffn,
+            heads: hp.heads,
+            kv_heads: hp.kv_heads,
+            head_dim,
+            rope_base,
+            rms_eps: hp.rms_eps.unwrap_or(fam.rms_eps),
+            vocab: hp.vocab,
+            context_length: hp.context_length,
+            variant,
+            moe,
+        })
+    }
+}
