@@ -153,24 +153,32 @@ fn calibrate_glm5(dir: &Path, texts: &[Vec<u32>]) -> anyhow::Result<std::collect
     Ok(observe(&mut m, texts, false)?.input_amax)
 }
 
-/// Runs the input model over calibration replies: Llama (GGUF or HF) gives input amax and, for
-/// GPTQ, the Hessians; GLM-5 gives input amax (GPTQ is implemented for Llama only).
+/// Runs the input model over calibration replies, as its architecture's row allows
+/// (`sparrow_engine::model::arch`, `Calibration`): a `Gptq` row (the Llama layer, GGUF or HF)
+/// gives input amax and, for GPTQ, the Hessians; an `InputScales` row (GLM-5) gives input amax.
 fn calibrate(a: &QuantizeArgs, model_type: &str) -> anyhow::Result<Calibration> {
+    use sparrow_engine::model::arch::{self, Calibration as Cal};
     use sparrow_engine::model::llama::LlamaModel;
+    let row = arch::by_model_type(model_type).ok().filter(|r| r.calibration != Cal::None);
+    let Some(row) = row else {
+        let can: Vec<&str> = arch::ARCHITECTURES
+            .iter()
+            .filter(|r| r.calibration != Cal::None)
+            .flat_map(|r| r.hf.iter().map(|(m, _)| *m))
+            .collect();
+        bail!("calibration runs {} models, not {model_type:?}", can.join(", "));
+    };
     let tok = sparrow_tokenizer::Tokenizer::load(&a.model_path)
         .with_context(|| format!("loading the tokenizer of {}", a.model_path.display()))?;
     let texts = calibration_texts(&tok, a.dataset_path.as_deref(), a.calibration_samples)?;
     let tokens: usize = texts.iter().map(Vec::len).sum();
-    if model_type == "glm_moe_dsa" {
+    if row.calibration == Cal::InputScales {
         if a.method == Method::Gptq {
-            bail!("GPTQ is implemented for Llama models; quantize GLM-5 with --method rtn");
+            bail!("GPTQ is implemented for the Llama layer's models; quantize {model_type} with --method rtn");
         }
         let input_amax = calibrate_glm5(&a.model_path, &texts)?;
         eprintln!("calibration: {} ShareGPT replies, {tokens} tokens (input scales)", texts.len());
         return Ok(Calibration { hessians: Default::default(), input_amax });
-    }
-    if model_type != "llama" {
-        bail!("calibration runs llama and glm_moe_dsa models, not {model_type:?}");
     }
     let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let mut model = if a.model_path.is_dir() {

@@ -12,6 +12,7 @@ mod formats;
 mod gemma3_golden;
 mod gguf_dequant;
 mod golden;
+mod hf_twins;
 mod logprobs_golden;
 mod moe_families;
 mod moe_tensors;
