@@ -31,9 +31,10 @@
 //! VNNI tiles), `amx` (its AMX-INT8 tiles), `nvfp4_gemm` (the NVFP4 dequantizing GEMM),
 //! [`flash`] (tiled causal attention with an online softmax over the paged cache, for EXTEND and
 //! DECODE rows, and its score step [`block_scores`]), [`dsa`] (the DSA indexer's scores),
-//! [`attention`] (the previous two-pass GQA kernel, kept as the benchmarks' baseline, and the KV
-//! element types), [`elementwise`] (dot, axpy, RMSNorm, SwiGLU, GeGLU, f16 conversion). RoPE
-//! lives with the models (`sparrow-engine`, `model/common.rs`).
+//! [`attention`] (the previous two-pass GQA kernel, kept as the benchmarks' baseline),
+//! [`kv_elem`] (the KV cache's element types every attention kernel reads), [`elementwise`]
+//! (dot, axpy, RMSNorm, SwiGLU, GeGLU, f16 conversion). RoPE lives with the models
+//! (`sparrow-engine`, `model/common.rs`).
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod amx;
@@ -41,6 +42,7 @@ pub mod attention;
 pub mod dsa;
 pub mod elementwise;
 pub mod flash;
+pub mod kv_elem;
 pub mod matmul;
 mod nvfp4_gemm;
 #[cfg(target_arch = "x86_64")]
@@ -48,13 +50,14 @@ mod q8_avx512;
 #[cfg(target_arch = "x86_64")]
 mod q8_x86;
 
-pub use attention::{as_bf16, as_e4m3, as_e5m2, attend_group, Bf16, E4m3, E5m2, KvElem};
+pub use attention::attend_group;
 pub use dsa::{index_scores, IndexScratch};
 pub use elementwise::{
     axpy, dot, erf_f32, gelu_erf, gelu_tanh_mul, rms_norm, rms_norm_in_place, silu_mul, softmax_in_place, to_f16,
     weighted_rows,
 };
 pub use flash::{block_scores, exp_f32, flash_attend, flash_attend_sinks, FlashScratch, KvView, KEY_BLOCK};
+pub use kv_elem::{as_bf16, as_e4m3, as_e5m2, Bf16, E4m3, E5m2, KvElem};
 pub use matmul::{matmul, matmul_grouped, quant_dot_scalar, GemmJob};
 
 use crate::pool::ThreadPool;

@@ -34,7 +34,7 @@
 //! dims; decode rows (`R = group`) read the values in place, converting in registers.
 #![allow(unsafe_code)]
 
-use super::attention::KvElem;
+use super::kv_elem::KvElem;
 use crate::isa::Isa;
 
 /// Keys per block (positions `[b·KEY_BLOCK, (b + 1)·KEY_BLOCK)`). Part of the numerics: a row's
