@@ -14,6 +14,7 @@
 use std::fmt::Write as _;
 
 use serde_json::Value;
+use sparrow_tokenizer::pyjson::{dumps, dumps_float as py_json_float, DumpsOptions};
 
 use crate::metrics::{BenchmarkMetrics, Distribution};
 
@@ -325,61 +326,8 @@ pub fn result_pairs(s: &RunSummary, m: &BenchmarkMetrics) -> Vec<(String, JVal)>
     v
 }
 
-/// Writes JSON the way Python's `json.dumps` does by default: `", "` between items, `": "`
-/// after keys.
-struct PyFormatter;
-
-impl serde_json::ser::Formatter for PyFormatter {
-    fn begin_array_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
-        if first {
-            Ok(())
-        } else {
-            w.write_all(b", ")
-        }
-    }
-    fn begin_object_key<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
-        if first {
-            Ok(())
-        } else {
-            w.write_all(b", ")
-        }
-    }
-    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
-        w.write_all(b": ")
-    }
-}
-
-/// One value as Python's `json.dumps` writes it.
-pub fn py_json_value(v: &Value) -> String {
-    let mut buf = Vec::new();
-    let mut ser = serde_json::Serializer::with_formatter(&mut buf, PyFormatter);
-    // Serializing a `Value` into memory cannot fail.
-    let _ = serde::Serialize::serialize(v, &mut ser);
-    String::from_utf8_lossy(&buf).into_owned()
-}
-
-fn py_json_float(x: f64, strict: bool) -> String {
-    if x.is_finite() {
-        let s = format!("{x:?}");
-        // Rust's Debug for f64 is the shortest round-trip form, like Python's repr, except
-        // that Rust writes `1e-7` where Python writes `1e-07`.
-        match s.split_once('e') {
-            Some((m, e)) => {
-                let (sign, digits) = e.strip_prefix('-').map_or(("+", e), |d| ("-", d));
-                format!("{m}e{sign}{digits:0>2}")
-            }
-            None => s,
-        }
-    } else if strict {
-        "null".into()
-    } else if x.is_nan() {
-        "NaN".into()
-    } else if x > 0.0 {
-        "Infinity".into()
-    } else {
-        "-Infinity".into()
-    }
-}
+/// The JSONL line's `json.dumps` settings: Python's separators, strings written as UTF-8.
+const LINE: DumpsOptions = DumpsOptions { ensure_ascii: false, ..DumpsOptions::PYTHON };
 
 /// One JSON object line (no trailing newline) from ordered pairs. Non-finite floats are
 /// written `Infinity`/`NaN` as Python does, or `null` when `strict`.
@@ -389,10 +337,10 @@ pub fn to_json_line(pairs: &[(String, JVal)], strict: bool) -> String {
         if i > 0 {
             o.push_str(", ");
         }
-        o.push_str(&py_json_value(&Value::String(k.clone())));
+        o.push_str(&dumps(&Value::String(k.clone()), &LINE));
         o.push_str(": ");
         match v {
-            JVal::Json(j) => o.push_str(&py_json_value(j)),
+            JVal::Json(j) => o.push_str(&dumps(j, &LINE)),
             JVal::Float(x) => o.push_str(&py_json_float(*x, strict)),
         }
     }

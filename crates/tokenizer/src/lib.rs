@@ -14,6 +14,7 @@
 
 pub mod gguf;
 pub mod hf_json;
+pub mod pyjson;
 mod template;
 
 pub use template::{

@@ -385,9 +385,10 @@ pub fn strftime(fmt: &str, secs: u64) -> Result<String, String> {
 const MAX_TOJSON_INDENT: usize = 64;
 
 /// HF's `tojson` filter (`transformers/utils/chat_template_utils.py`): Python's `json.dumps`
-/// with `ensure_ascii=False` by default, so `", "` and `": "` separators (minijinja's own is
-/// compact) and keys in their given order, taking the arguments templates pass: `indent`,
-/// `separators`, `sort_keys`, `ensure_ascii` (GLM-4.5's template passes the last).
+/// ([`crate::pyjson::dumps`]) with `ensure_ascii=False` by default, so `", "` and `": "`
+/// separators (minijinja's own is compact) and keys in their given order, taking the arguments
+/// templates pass: `indent`, `separators`, `sort_keys`, `ensure_ascii` (GLM-4.5's template
+/// passes the last).
 fn tojson(v: minijinja::Value, kwargs: minijinja::value::Kwargs) -> Result<minijinja::Value, minijinja::Error> {
     let bad = |e: String| minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, e);
     let indent: Option<usize> = kwargs.get("indent")?;
@@ -400,119 +401,19 @@ fn tojson(v: minijinja::Value, kwargs: minijinja::value::Kwargs) -> Result<minij
     if let Some(n) = indent.filter(|&n| n > MAX_TOJSON_INDENT) {
         return Err(bad(format!("tojson indent {n} is past {MAX_TOJSON_INDENT}")));
     }
-    let mut json = serde_json::to_value(&v).map_err(|e| bad(e.to_string()))?;
-    if sort_keys == Some(true) {
-        sort_json(&mut json);
-    }
-    let (item, key) = match separators.as_deref() {
-        Some([i, k]) => (i.clone(), k.clone()),
-        Some(_) => return Err(bad("tojson separators must be a pair".into())),
-        None if indent.is_some() => (",".to_owned(), ": ".to_owned()),
-        None => (", ".to_owned(), ": ".to_owned()),
+    let json = serde_json::to_value(&v).map_err(|e| bad(e.to_string()))?;
+    let separators = match separators.map(<[String; 2]>::try_from) {
+        Some(Ok([item, key])) => Some((item, key)),
+        Some(Err(_)) => return Err(bad("tojson separators must be a pair".into())),
+        None => None,
     };
-    let mut out = Vec::new();
-    let f = PyFormatter { item, key, indent: indent.map(|n| " ".repeat(n)), depth: 0, empty: false };
-    serde::Serialize::serialize(&json, &mut serde_json::Serializer::with_formatter(&mut out, f))
-        .map_err(|e| bad(e.to_string()))?;
-    let mut s = String::from_utf8(out).map_err(|e| bad(e.to_string()))?;
-    if ensure_ascii == Some(true) {
-        // Non-ASCII appears only inside JSON strings: escape it as Python does (UTF-16 units).
-        s = s
-            .chars()
-            .map(|c| {
-                if c.is_ascii() {
-                    c.to_string()
-                } else {
-                    c.encode_utf16(&mut [0; 2]).iter().map(|u| format!("\\u{u:04x}")).collect()
-                }
-            })
-            .collect();
-    }
-    Ok(minijinja::Value::from_safe_string(s))
-}
-
-fn sort_json(v: &mut serde_json::Value) {
-    match v {
-        serde_json::Value::Object(o) => {
-            let mut entries: Vec<(String, serde_json::Value)> = std::mem::take(o).into_iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(&b.0));
-            for (k, mut x) in entries {
-                sort_json(&mut x);
-                o.insert(k, x);
-            }
-        }
-        serde_json::Value::Array(a) => a.iter_mut().for_each(sort_json),
-        _ => {}
-    }
-}
-
-/// `json.dumps`' layout: its separators, and its `indent` (newline and the indent per level
-/// before each item; no trailing-space item separator).
-struct PyFormatter {
-    item: String,
-    key: String,
-    indent: Option<String>,
-    depth: usize,
-    /// The container just opened has no item yet.
-    empty: bool,
-}
-
-impl PyFormatter {
-    fn open<W: ?Sized + std::io::Write>(&mut self, w: &mut W, c: &[u8]) -> std::io::Result<()> {
-        self.depth += 1;
-        w.write_all(c)
-    }
-    fn close<W: ?Sized + std::io::Write>(&mut self, w: &mut W, c: &[u8], empty: bool) -> std::io::Result<()> {
-        self.depth -= 1;
-        if let (Some(ind), false) = (&self.indent, empty) {
-            w.write_all(b"\n")?;
-            w.write_all(ind.repeat(self.depth).as_bytes())?;
-        }
-        w.write_all(c)
-    }
-    fn item<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
-        if !first {
-            w.write_all(self.item.as_bytes())?;
-        }
-        if let Some(ind) = &self.indent {
-            w.write_all(b"\n")?;
-            w.write_all(ind.repeat(self.depth).as_bytes())?;
-        }
-        Ok(())
-    }
-}
-
-impl serde_json::ser::Formatter for PyFormatter {
-    fn begin_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
-        self.empty = true;
-        self.open(w, b"[")
-    }
-    fn end_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
-        // serde_json calls begin_array_value before any item; an empty array has none.
-        let empty = self.empty;
-        self.empty = false;
-        self.close(w, b"]", empty)
-    }
-    fn begin_array_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
-        self.empty = false;
-        self.item(w, first)
-    }
-    fn begin_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
-        self.empty = true;
-        self.open(w, b"{")
-    }
-    fn end_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
-        let empty = self.empty;
-        self.empty = false;
-        self.close(w, b"}", empty)
-    }
-    fn begin_object_key<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
-        self.empty = false;
-        self.item(w, first)
-    }
-    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
-        w.write_all(self.key.as_bytes())
-    }
+    let options = crate::pyjson::DumpsOptions {
+        ensure_ascii: ensure_ascii == Some(true),
+        indent,
+        separators,
+        sort_keys: sort_keys == Some(true),
+    };
+    Ok(minijinja::Value::from_safe_string(crate::pyjson::dumps(&json, &options)))
 }
 
 #[cfg(test)]
