@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
 """Goldens of tiny "sharp" GGUF files of the dense families beside `llama` (qwen2, qwen3,
-smollm3, phi3), from llama.cpp (llama-cpp-python), for `crates/engine/tests/it/families.rs`.
+smollm3, phi3; granite in a fixture of its own), from llama.cpp (llama-cpp-python), for
+`crates/engine/tests/it/families.rs`.
 
     PYTHONPATH=$PEERS/llamapy LLAMA_CPP_LIB_PATH=$PEERS/build/llama-shared/bin \\
         $PEERS/venv/bin/python scripts/goldens/family_golden.py --out crates/engine/tests/fixtures/family_golden.json
+    PYTHONPATH=$PEERS/llamapy LLAMA_CPP_LIB_PATH=$PEERS/build/llama-shared/bin \\
+        $PEERS/venv/bin/python scripts/goldens/family_golden.py --families granite \\
+        --out crates/engine/tests/fixtures/family_golden_granite.json
 
 (llama-cpp-python 0.3.36: its Python package from the sdist that ../shared/peers/setup.sh unpacks,
 copied to $PEERS/llamapy, over a shared libllama built from the same vendored llama.cpp with
@@ -27,7 +31,10 @@ heads on 2 KV heads); four layers; a 200-token prompt.
 - phi3: fused `attn_qkv` and `ffn_up` (gate rows first), partial rotary (48 of 64 values, as
   Phi-4-mini's 96 of 128), LongRoPE: per-pair long factors 1..8 chosen because the 512-token
   context is past the original 128, and the attention factor √(1 + ln 4 / ln 128) on every
-  cosine and sine; an untied head.
+  cosine and sine; an untied head;
+- granite: Llama's layer with Granite's four multipliers (`src/models/granite.cpp`): embeddings
+  × 12, attention scores × 1/64 (not 1/√64), each block's output × 0.22 before its residual
+  add, logits ÷ 8.
 For each family: the logits of every 10th prompt position (whole rows: the vocabulary is
 256), the same rows from an exact float64 forward of the same dequantized weights
 (`exact_forward`), and 16 greedy tokens decoded one at a time with their top-1/top-2 margins.
@@ -59,7 +66,12 @@ FAMILIES = {
     "smollm3": {"head_dim": 64, "neox": False, "bias": False, "qk_norm": False, "nope": 4, "tied": True, "rope_base": 5000000.0},
     "phi3": {"head_dim": 64, "neox": True, "bias": False, "qk_norm": False, "nope": 0, "tied": False, "rope_base": 10000.0,
              "fused": True, "rope_dims": 48},
+    "granite": {"head_dim": 64, "neox": False, "bias": False, "qk_norm": False, "nope": 0, "tied": False,
+                "rope_base": 10000.0, "multipliers": {"embedding": 12.0, "residual": 0.22, "attention": 1 / 64,
+                                                       "logit": 8.0}},
 }
+# The original fixture's families; the others are written with --families.
+DEFAULT_FAMILIES = ["qwen2", "qwen3", "smollm3", "phi3"]
 # phi3's LongRoPE: the context it extends, and the attention factor of the 512 / 128 extension.
 ORIG_CTX = 128
 ATTN_FACTOR = float(np.float32(np.sqrt(1 + np.log(CTX / ORIG_CTX) / np.log(ORIG_CTX))))
@@ -129,6 +141,12 @@ def write(path, fam):
         w.add_rope_dimension_count(f["rope_dims"])
         w.add_rope_scaling_attn_factors(ATTN_FACTOR)
         w.add_rope_scaling_orig_ctx_len(ORIG_CTX)
+    if "multipliers" in f:
+        m = f["multipliers"]
+        w.add_embedding_scale(m["embedding"])
+        w.add_residual_scale(m["residual"])
+        w.add_attention_scale(m["attention"])
+        w.add_logit_scale(m["logit"])
     w.add_vocab_size(VOCAB)
     w.add_tokenizer_model("none")
     sha = hashlib.sha256()
@@ -148,10 +166,11 @@ def write(path, fam):
 
 def exact_forward(fam, ids):
     """An exact float64 forward of the same weights (gguf-py's dequantization, no activation
-    quantization, no f16), following llama.cpp's graphs `src/models/{qwen2,qwen3,smollm3}.cpp`:
-    RMSNorm → Q/K/V (+ bias) → [per-head Q/K RMSNorm] → RoPE (NEOX: pairs (i, i + d/2); NORM:
-    (2i, 2i + 1); none on NoPE layers) → causal GQA softmax(QKᵀ/√d)V → output projection →
-    residual → RMSNorm → SwiGLU MLP → residual; final RMSNorm and the head."""
+    quantization, no f16), following llama.cpp's graphs `src/models/{qwen2,qwen3,smollm3,granite}.cpp`:
+    [embedding × multiplier] → RMSNorm → Q/K/V (+ bias) → [per-head Q/K RMSNorm]
+    → RoPE (NEOX: pairs (i, i + d/2); NORM: (2i, 2i + 1); none on NoPE layers) → causal GQA softmax(QKᵀ · scale)V → output
+    projection → [× residual multiplier] residual → RMSNorm → SwiGLU MLP → [× residual
+    multiplier] residual; final RMSNorm, the head [÷ logit scale]."""
     from gguf.quants import dequantize
     f = FAMILIES[fam]
     hd = f["head_dim"]
@@ -174,6 +193,9 @@ def exact_forward(fam, ids):
         mscale = ATTN_FACTOR
     ang = np.arange(T, dtype=np.float64)[:, None] * inv[None, :]
     cos, sin = mscale * np.cos(ang)[:, None, :], mscale * np.sin(ang)[:, None, :]
+    mult = f.get("multipliers", {})
+    kq_scale = mult.get("attention", 1 / np.sqrt(hd))
+    resid = mult.get("residual", 1.0)
 
     def rope(x):  # [T, heads, hd]: the first rd values of each head rotate
         r, rest = x[..., :rd], x[..., rd:]
@@ -186,7 +208,7 @@ def exact_forward(fam, ids):
         out[..., 1::2] = b * cos + a * sin
         return np.concatenate([out, rest], axis=-1)
 
-    x = w["token_embd.weight"][ids]
+    x = w["token_embd.weight"][ids] * mult.get("embedding", 1.0)
     mask = np.triu(np.full((T, T), -np.inf), 1)
     for l in range(LAYERS):
         p = f"blk.{l}."
@@ -206,19 +228,19 @@ def exact_forward(fam, ids):
         o = np.empty((T, HEADS, hd))
         for hh in range(HEADS):
             g = hh // (HEADS // KV_HEADS)
-            sc = q[:, hh] @ k[:, g].T / np.sqrt(hd) + mask
+            sc = q[:, hh] @ k[:, g].T * kq_scale + mask
             sc = np.exp(sc - sc.max(-1, keepdims=True))
             o[:, hh] = (sc / sc.sum(-1, keepdims=True)) @ v[:, g]
-        x = x + o.reshape(T, -1) @ w[p + "attn_output.weight"].T
+        x = x + resid * (o.reshape(T, -1) @ w[p + "attn_output.weight"].T)
         h = rms(x, w[p + "ffn_norm.weight"])
         if f.get("fused"):
             gu = h @ w[p + "ffn_up.weight"].T
             gt, up = gu[:, :FFN], gu[:, FFN:]
         else:
             gt, up = h @ w[p + "ffn_gate.weight"].T, h @ w[p + "ffn_up.weight"].T
-        x = x + (gt / (1 + np.exp(-gt)) * up) @ w[p + "ffn_down.weight"].T
+        x = x + resid * ((gt / (1 + np.exp(-gt)) * up) @ w[p + "ffn_down.weight"].T)
     head = w["token_embd.weight"] if f["tied"] else w["output.weight"]
-    return rms(x, w["output_norm.weight"]) @ head.T
+    return rms(x, w["output_norm.weight"]) @ head.T / mult.get("logit", 1.0)
 
 
 def prompt():
@@ -229,13 +251,16 @@ def prompt():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--families", default=",".join(DEFAULT_FAMILIES),
+                    help=f"comma-separated, of {', '.join(FAMILIES)} (default: the original fixture's)")
     a = ap.parse_args()
+    families = a.families.split(",")
     import llama_cpp
     from llama_cpp import Llama
     ids = prompt()
     cases = []
     with tempfile.TemporaryDirectory() as d:
-        for fam in FAMILIES:
+        for fam in families:
             path = Path(d) / f"{fam}.gguf"
             sha = write(path, fam)
             llm = Llama(model_path=str(path), n_ctx=CTX, n_batch=CTX, n_ubatch=CTX, logits_all=True, n_threads=2,

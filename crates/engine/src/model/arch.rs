@@ -149,6 +149,15 @@ pub const ARCHITECTURES: &[Arch] = &[
         }),
         ..Arch::BASE
     },
+    // Granite 3 (llama.cpp `granite`): Llama's layer with the file's embedding, residual,
+    // attention and logit multipliers.
+    Arch {
+        name: "granite",
+        hf: &[("granite", "GraniteForCausalLM")],
+        class: "GraniteForCausalLM",
+        body: Body::Decoder(Family { multipliers: true, ..Family::BASE }),
+        ..Arch::BASE
+    },
     // Qwen3-MoE: Qwen3's attention; softmax over all experts, the chosen renormalized
     // (`build_moe_ffn(…, norm_w = true, …, SOFTMAX)` whatever the file says).
     Arch {

@@ -1,4 +1,5 @@
-//! The dense families beside `llama` (GGUF `qwen2`, `qwen3`, `smollm3`, `phi3`) against llama.cpp on
+//! The dense families beside `llama` (GGUF `qwen2`, `qwen3`, `smollm3`, `phi3`; `granite` in a
+//! fixture of its own) against llama.cpp on
 //! tiny "sharp" files: `fixtures/family_golden.json`, from `scripts/goldens/family_golden.py`,
 //! whose tensor generator this mirrors byte for byte (the fixture's SHA-256 of the tensor data
 //! is checked first; the generator is `formats.rs`' splitmix64 over FNV-1a of each name, as in
@@ -7,7 +8,8 @@
 //! What each file makes visible: Qwen2's Q/K/V biases (±1.5) and halves RoPE, Qwen3's per-head
 //! Q/K RMSNorm with a query width (4 × 96) unlike the hidden size (256), SmolLM3's layers
 //! without RoPE (every fourth), Phi-3's fused Q/K/V and gate/up, partial rotary (48 of 64) and
-//! LongRoPE (long factors past an original context of 128, the attention factor). Each family is compared with the exact f64 forward of the same
+//! LongRoPE (long factors past an original context of 128, the attention factor), Granite's four
+//! multipliers (embedding × 12, scores × 1/64, block outputs × 0.22, logits ÷ 8). Each family is compared with the exact f64 forward of the same
 //! weights, in multiples of llama.cpp's own distance from it (llama.cpp quantizes activations
 //! to 8 bits, as we do: 3.3–4.0 % of each row's scale on average), its greedy tokens with
 //! llama.cpp's, and a deliberately broken copy of each must fail the same comparison.
@@ -40,6 +42,8 @@ struct Spec {
     rope_base: f32,
     /// Phi-3: fused Q/K/V and gate/up, this many rotary values, LongRoPE.
     fused_rope_dims: Option<usize>,
+    /// Granite: `embedding_scale`, `residual_scale`, `attention.scale`, `logit_scale`.
+    multipliers: Option<[f32; 4]>,
 }
 
 /// Phi-3's LongRoPE in the script: the original context and the attention factor of 512 / 128.
@@ -50,12 +54,21 @@ fn attn_factor() -> f32 {
 }
 
 fn spec(family: &str) -> Spec {
-    let plain = Spec { head_dim: 64, bias: false, qk_norm: false, tied: true, rope_base: 1e6, fused_rope_dims: None };
+    let plain = Spec {
+        head_dim: 64,
+        bias: false,
+        qk_norm: false,
+        tied: true,
+        rope_base: 1e6,
+        fused_rope_dims: None,
+        multipliers: None,
+    };
     match family {
         "qwen2" => Spec { bias: true, tied: false, ..plain },
         "qwen3" => Spec { head_dim: 96, qk_norm: true, ..plain },
         "smollm3" => Spec { rope_base: 5e6, ..plain },
         "phi3" => Spec { tied: false, rope_base: 1e4, fused_rope_dims: Some(48), ..plain },
+        "granite" => Spec { tied: false, rope_base: 1e4, multipliers: Some([12.0, 0.22, 1.0 / 64.0, 8.0]), ..plain },
         other => panic!("no spec for {other}"),
     }
 }
@@ -154,6 +167,10 @@ fn write_rope(path: &Path, arch: &str, s: &Spec, tensors: &[Tensor], orig_ctx: u
         keyed.push(("rope.scaling.attn_factor", f32v(attn)));
         keyed.push(("rope.scaling.original_context_length", u32v(orig_ctx)));
     }
+    if let Some([e, r, a, l]) = s.multipliers {
+        keyed.extend([("embedding_scale", f32v(e)), ("residual_scale", f32v(r))]);
+        keyed.extend([("attention.scale", f32v(a)), ("logit_scale", f32v(l))]);
+    }
     meta.extend(keyed.into_iter().map(|(k, v)| (format!("{arch}.{k}"), v)));
     let file = std::fs::File::create(path).expect("create gguf");
     let header = GGufFileHeader::new(3, tensors.len() as u64, meta.len() as u64);
@@ -177,10 +194,15 @@ const VS_REFERENCE: f32 = 1.25;
 /// noise of ~4 % of a ~13-unit logit scale: about half a unit).
 const GREEDY_MARGIN: f32 = 1.0;
 
-#[test]
-fn dense_families_match_llama_cpp() {
+/// A deliberately broken copy: what is broken, the architecture written, its spec, its
+/// tensors, and LongRoPE's keys (original context, attention factor).
+type Broken = (&'static str, &'static str, Spec, Vec<Tensor>, usize, f32);
+
+/// Every case of fixture `name` against llama.cpp (see the module docs), and each of the
+/// broken copies `broken(family, spec, tensors)` must fail the same comparison.
+fn check_fixture(name: &str, broken: impl Fn(&str, Spec, &[Tensor]) -> Vec<Broken>) {
     use sha2::{Digest, Sha256};
-    let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/family_golden.json");
+    let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
     let g: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(p).expect("fixture")).expect("JSON");
     let u32s = |v: &serde_json::Value| -> Vec<u32> {
         v.as_array().expect("ids").iter().map(|x| x.as_u64().expect("id") as u32).collect()
@@ -204,24 +226,36 @@ fn dense_families_match_llama_cpp() {
         let want_greedy = u32s(&case["greedy_ids"]);
         let (rows, greedy) = kq_run(&mut m, &ids, &positions, want_greedy.len());
         let ref_mean = check_against_llama_cpp(family, case, &rows, &greedy, &want_greedy, VS_REFERENCE, GREEDY_MARGIN);
-        // A broken copy of each must fail the same comparison: the family's own difference
-        // undone (a dropped bias, swapped Q/K norms, RoPE on every layer) or the file read as
-        // plain `llama` (adjacent-pair RoPE on halves-paired heads).
-        // Each: what is broken, the architecture written, the tensors, and LongRoPE's keys.
-        let plain = |what, arch, t| (what, arch, t, ORIG_CTX, attn_factor());
-        let broken: Vec<(&str, &str, Vec<Tensor>, usize, f32)> = match family {
+        for (what, arch, bs, t, orig_ctx, attn) in broken(family, s, &tensors) {
+            let bp = dir.path().join("broken.gguf");
+            write_rope(&bp, arch, &bs, &t, orig_ctx, attn);
+            let mut mb = LlamaModel::load(&bp, 2).unwrap_or_else(|e| panic!("{family} {what}: {e}"));
+            let label = format!("{family} broken copy ({what})");
+            assert_golden_sees(&label, &mut mb, &ids, &positions, &case["exact"], 2.0 * VS_REFERENCE * ref_mean);
+        }
+    }
+}
+
+#[test]
+fn dense_families_match_llama_cpp() {
+    // A broken copy of each must fail the same comparison: the family's own difference
+    // undone (a dropped bias, swapped Q/K norms, RoPE on every layer) or the file read as
+    // plain `llama` (adjacent-pair RoPE on halves-paired heads).
+    check_fixture("family_golden.json", |family, s, tensors| {
+        let plain = |what, arch, t| (what, arch, s, t, ORIG_CTX, attn_factor());
+        match family {
             "qwen2" => {
-                let mut zero = tensors.clone();
+                let mut zero = tensors.to_vec();
                 for t in zero.iter_mut().filter(|t| t.0.ends_with(".bias")) {
                     t.3.iter_mut().for_each(|b| *b = 0);
                 }
                 vec![
                     plain("biases zeroed", "qwen2", zero),
-                    plain("read as llama (RoPE pairs)", "llama", tensors.clone()),
+                    plain("read as llama (RoPE pairs)", "llama", tensors.to_vec()),
                 ]
             }
             "qwen3" => {
-                let mut swapped = tensors.clone();
+                let mut swapped = tensors.to_vec();
                 for l in 0..LAYERS {
                     let qi = swapped.iter().position(|t| t.0 == format!("blk.{l}.attn_q_norm.weight")).expect("q norm");
                     let ki = swapped.iter().position(|t| t.0 == format!("blk.{l}.attn_k_norm.weight")).expect("k norm");
@@ -230,10 +264,10 @@ fn dense_families_match_llama_cpp() {
                 }
                 vec![plain("Q and K norms swapped", "qwen3", swapped)]
             }
-            "smollm3" => vec![plain("read as llama (RoPE on every layer)", "llama", tensors.clone())],
+            "smollm3" => vec![plain("read as llama (RoPE on every layer)", "llama", tensors.to_vec())],
             _ => {
                 // Phi-3's fused gate/up with its halves swapped (up rows first).
-                let mut swapped = tensors.clone();
+                let mut swapped = tensors.to_vec();
                 for t in swapped.iter_mut().filter(|t| t.0.ends_with("ffn_up.weight")) {
                     let half = t.3.len() / 2;
                     t.3.rotate_left(half);
@@ -241,20 +275,28 @@ fn dense_families_match_llama_cpp() {
                 // LongRoPE undone two ways: the short factors (an original context as long as
                 // the one served), and no attention factor.
                 vec![
-                    ("short RoPE factors", "phi3", tensors.clone(), CTX, attn_factor()),
-                    ("no attention factor", "phi3", tensors.clone(), ORIG_CTX, 1.0),
+                    ("short RoPE factors", "phi3", s, tensors.to_vec(), CTX, attn_factor()),
+                    ("no attention factor", "phi3", s, tensors.to_vec(), ORIG_CTX, 1.0),
                     plain("fused gate and up swapped", "phi3", swapped),
                 ]
             }
-        };
-        for (what, arch, t, orig_ctx, attn) in broken {
-            let bp = dir.path().join("broken.gguf");
-            write_rope(&bp, arch, &s, &t, orig_ctx, attn);
-            let mut mb = LlamaModel::load(&bp, 2).unwrap_or_else(|e| panic!("{family} {what}: {e}"));
-            let label = format!("{family} broken copy ({what})");
-            assert_golden_sees(&label, &mut mb, &ids, &positions, &case["exact"], 2.0 * VS_REFERENCE * ref_mean);
         }
-    }
+    });
+}
+
+/// Granite, added as a table row and one knob (its multipliers): undone, the comparison must
+/// fail (the file read as `llama` runs without the multipliers; with a residual multiplier of 1
+/// its blocks add at full weight).
+#[test]
+fn granite_matches_llama_cpp() {
+    check_fixture("family_golden_granite.json", |_, s, tensors| {
+        let keys = |what, arch, s| (what, arch, s, tensors.to_vec(), ORIG_CTX, attn_factor());
+        let unit_residual = s.multipliers.map(|[e, _, a, l]| [e, 1.0, a, l]);
+        vec![
+            keys("read as llama: no multipliers", "llama", s),
+            keys("residual multiplier 1", "granite", Spec { multipliers: unit_residual, ..s }),
+        ]
+    });
 }
 
 /// Each family's greedy output alone equals its output in a batch of 32 mixed requests (the
@@ -265,7 +307,7 @@ fn dense_families_match_llama_cpp() {
 fn dense_families_batched_equal_alone() {
     let dir = tempfile::tempdir().expect("tmp");
     let prompts = crate::batch_invariance::mixed_prompts(VOCAB as u32);
-    for family in ["qwen2", "qwen3", "smollm3", "phi3"] {
+    for family in ["qwen2", "qwen3", "smollm3", "phi3", "granite"] {
         let path = dir.path().join(format!("{family}.gguf"));
         write(&path, family, &spec(family), &tensors(family));
         let mut m = LlamaModel::load(&path, 2).unwrap_or_else(|e| panic!("{family}: {e}"));

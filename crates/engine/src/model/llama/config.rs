@@ -62,11 +62,16 @@ impl LlamaConfig {
             Some(v) => v.clone(),
             None => (0..layers).map(|l| fam.no_rope_step.is_some_and(|n| n > 0 && (l + 1) % n == 0)).collect(),
         };
-        let embed_scale = match fam.embed_scale_sqrt {
-            true => (hp.hidden as f32).sqrt(),
-            false => 1.0,
+        // Granite's multipliers, read only where the family's graph reads them.
+        let mult = |v: Option<f32>| v.filter(|_| fam.multipliers);
+        let embed_scale = match (mult(hp.embedding_scale), fam.embed_scale_sqrt) {
+            (Some(s), _) => s,
+            (None, true) => (hp.hidden as f32).sqrt(),
+            (None, false) => 1.0,
         };
-        let attn_scale = fam.attn_scale.map_or(1.0 / (head_dim as f32).sqrt(), |f| f(hp, head_dim));
+        let attn_scale = mult(hp.attention_scale)
+            .or_else(|| fam.attn_scale.map(|f| f(hp, head_dim)))
+            .unwrap_or(1.0 / (head_dim as f32).sqrt());
         let variant = Variant {
             act: fam.act,
             embed_scale,
@@ -88,6 +93,8 @@ impl LlamaConfig {
             rope_dims,
             rope_attn_factor: hp.rope.attn_factor,
             rope_scaling: hp.rope.scaling,
+            residual_scale: mult(hp.residual_scale).unwrap_or(1.0),
+            logit_scale: mult(hp.logit_scale).unwrap_or(1.0),
         };
         let moe = match &fam.moe {
             Some(m) => Some(MoeConfig::from_hparams(hp, m)?),

@@ -3,7 +3,7 @@
 //! [`crate::model::arch`] gives each architecture its row.
 //!
 //! Sources: llama.cpp's graphs (`src/models/{llama,qwen2,qwen3,smollm3,phi3,gemma3,qwen3moe,
-//! glm4-moe,openai-moe}.cpp`, the RoPE type from `llama_model_rope_type` in
+//! glm4-moe,openai-moe,granite}.cpp`, the RoPE type from `llama_model_rope_type` in
 //! `src/llama-model.cpp`) and HF transformers' modeling files.
 
 use crate::model::common::RopeLayout;
@@ -66,8 +66,12 @@ pub struct Family {
     /// Whether RoPE scaling is run; `false`: a file that states one is refused (Gemma 3's
     /// linear scaling of its global layers is not implemented).
     pub rope_scaling: bool,
-    /// The attention scale's rule; `None`: `1/√head_dim`.
+    /// The attention scale's rule; `None`: `1/√head_dim` (or Granite's stated one).
     pub attn_scale: Option<fn(&HParams, usize) -> f32>,
+    /// Granite's multipliers apply: the file's `embedding_scale`, `attention.scale`,
+    /// `residual_scale` (each block's output before its residual add) and `logit_scale` (a
+    /// divisor of the logits); llama.cpp reads them for the Granite architectures only.
+    pub multipliers: bool,
 }
 
 /// What a MoE family's llama.cpp graph fixes and what it reads from the file
@@ -117,5 +121,6 @@ impl Family {
         rms_eps: 1e-5,
         rope_scaling: true,
         attn_scale: None,
+        multipliers: false,
     };
 }

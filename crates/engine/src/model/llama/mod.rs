@@ -76,6 +76,10 @@ pub struct Variant {
     pub rope_attn_factor: f32,
     /// YaRN or linear RoPE scaling (`rope.scaling.type`), on every layer.
     pub rope_scaling: Option<RopeScaling>,
+    /// Factor on each block's output before its residual add (Granite's `residual_scale`).
+    pub residual_scale: f32,
+    /// Divisor of the logits (Granite's `logit_scale`).
+    pub logit_scale: f32,
 }
 
 impl Default for Variant {
@@ -96,6 +100,8 @@ impl Default for Variant {
             rope_dims: 0,
             rope_attn_factor: 1.0,
             rope_scaling: None,
+            residual_scale: 1.0,
+            logit_scale: 1.0,
         }
     }
 }
@@ -303,21 +309,25 @@ impl std::fmt::Debug for LlamaModel {
     }
 }
 
-/// On the pool by token rows of the residual stream `x` (`[tokens, h]`): `x += proj` (when
-/// given), then `y = rms_norm(x) · g` (when given). Each row's arithmetic is the same on
-/// whichever thread runs it.
+/// On the pool by token rows of the residual stream `x` (`[tokens, h]`): `x += scale · proj`
+/// (when given; Granite's residual multiplier, 1 elsewhere), then `y = rms_norm(x) · g` (when
+/// given). Each row's arithmetic is the same on whichever thread runs it.
+#[allow(clippy::too_many_arguments)]
 fn add_norm(
     pool: &ThreadPool,
     h: usize,
     x: &mut [f32],
     proj: Option<&[f32]>,
+    scale: f32,
     g: Option<&[f32]>,
     eps: f32,
     y: &mut [f32],
 ) {
     pool.par_row_chunks2(x, h, y, h, |r0, x, y| {
-        if let Some(p) = proj {
-            x.iter_mut().zip(&p[r0 * h..]).for_each(|(x, p)| *x += p);
+        match (proj, scale == 1.0) {
+            (Some(p), true) => x.iter_mut().zip(&p[r0 * h..]).for_each(|(x, p)| *x += p),
+            (Some(p), false) => x.iter_mut().zip(&p[r0 * h..]).for_each(|(x, p)| *x += scale * p),
+            (None, _) => {}
         }
         if let Some(g) = g {
             kernels::rms_norm(x, g, eps, y);
@@ -467,22 +477,30 @@ impl Model for LlamaModel {
         // whichever thread does it): at a 64-row decode step these serial loops were a tenth
         // of the step with the second core idle. Each residual add is fused with the norm of
         // the block that reads it.
-        let pool = &self.pool;
+        let (pool, rs) = (&self.pool, c.variant.residual_scale);
         if let Some(first) = self.layers.first() {
-            add_norm(pool, h, &mut s.x, None, Some(&first.attn_norm), c.rms_eps, &mut s.h);
+            add_norm(pool, h, &mut s.x, None, 1.0, Some(&first.attn_norm), c.rms_eps, &mut s.h);
         }
         for (l, layer) in self.layers.iter().enumerate() {
             layer.attention(&mut cx, &step, l, s, kv);
-            add_norm(pool, h, &mut s.x, Some(&s.proj), Some(&layer.ffn_norm), c.rms_eps, &mut s.h);
+            add_norm(pool, h, &mut s.x, Some(&s.proj), rs, Some(&layer.ffn_norm), c.rms_eps, &mut s.h);
             layer.mlp(&mut cx, &step, s);
             let next = self.layers.get(l + 1).map(|n| n.attn_norm.as_slice());
-            add_norm(pool, h, &mut s.x, Some(&s.proj), next, c.rms_eps, &mut s.h);
+            add_norm(pool, h, &mut s.x, Some(&s.proj), rs, next, c.rms_eps, &mut s.h);
         }
         let head =
             OutputHead { norm: &self.output_norm, eps: c.rms_eps, weight: self.output.as_ref().unwrap_or(&self.embed) };
         let logits = match self.embedding {
             true => head.hidden(&s.x, &batch.logits_rows),
-            false => head.logits(&mut cx, &s.x, &batch.logits_rows),
+            false => {
+                let mut l = head.logits(&mut cx, &s.x, &batch.logits_rows);
+                if c.variant.logit_scale != 1.0 {
+                    // llama.cpp's `ggml_scale(cur, 1 / logit_scale)`.
+                    let inv = 1.0 / c.variant.logit_scale;
+                    l.iter_mut().for_each(|v| *v *= inv);
+                }
+                l
+            }
         };
         s.xq = cx.xq;
         self.inst.record(clock, pt);
