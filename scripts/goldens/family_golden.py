@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Goldens of tiny "sharp" GGUF files of the dense families beside `llama` (qwen2, qwen3,
-smollm3, phi3; granite in a fixture of its own), from llama.cpp (llama-cpp-python), for
+smollm3, phi3; granite and mistral3 each in a fixture of its own), from llama.cpp (llama-cpp-python), for
 `crates/engine/tests/it/families.rs`.
 
     PYTHONPATH=$PEERS/llamapy LLAMA_CPP_LIB_PATH=$PEERS/build/llama-shared/bin \\
@@ -8,6 +8,7 @@ smollm3, phi3; granite in a fixture of its own), from llama.cpp (llama-cpp-pytho
     PYTHONPATH=$PEERS/llamapy LLAMA_CPP_LIB_PATH=$PEERS/build/llama-shared/bin \\
         $PEERS/venv/bin/python scripts/goldens/family_golden.py --families granite \\
         --out crates/engine/tests/fixtures/family_golden_granite.json
+    (and likewise `--families mistral3`, `family_golden_mistral3.json`)
 
 (llama-cpp-python 0.3.36: its Python package from the sdist that ../shared/peers/setup.sh unpacks,
 copied to $PEERS/llamapy, over a shared libllama built from the same vendored llama.cpp with
@@ -34,7 +35,11 @@ heads on 2 KV heads); four layers; a 200-token prompt.
   cosine and sine; an untied head;
 - granite: Llama's layer with Granite's four multipliers (`src/models/granite.cpp`): embeddings
   × 12, attention scores × 1/64 (not 1/√64), each block's output × 0.22 before its residual
-  add, logits ÷ 8.
+  add, logits ÷ 8;
+- mistral3: Llama's layer with YaRN (factor 4 over an original context of 64, the 200-token
+  prompt past it; `yarn_log_multiplier` 1, as Ministral 3's `mscale_all_dim`, which cancels
+  YaRN's 0.1 ln 4 + 1 on the cosines) and Llama 4's attention temperature (`src/models/
+  mistral3.cpp`, `llm_graph_input_attn_temp`): every rotated query × 1 + 0.1 · ln(⌊pos / 64⌋ + 1).
 For each family: the logits of every 10th prompt position (whole rows: the vocabulary is
 256), the same rows from an exact float64 forward of the same dequantized weights
 (`exact_forward`), and 16 greedy tokens decoded one at a time with their top-1/top-2 margins.
@@ -69,6 +74,8 @@ FAMILIES = {
     "granite": {"head_dim": 64, "neox": False, "bias": False, "qk_norm": False, "nope": 0, "tied": False,
                 "rope_base": 10000.0, "multipliers": {"embedding": 12.0, "residual": 0.22, "attention": 1 / 64,
                                                        "logit": 8.0}},
+    "mistral3": {"head_dim": 64, "neox": False, "bias": False, "qk_norm": False, "nope": 0, "tied": False,
+                 "rope_base": 1000000.0, "yarn": (4.0, 64), "yarn_log_mul": 1.0, "temperature": 0.1},
 }
 # The original fixture's families; the others are written with --families.
 DEFAULT_FAMILIES = ["qwen2", "qwen3", "smollm3", "phi3"]
@@ -147,6 +154,14 @@ def write(path, fam):
         w.add_residual_scale(m["residual"])
         w.add_attention_scale(m["attention"])
         w.add_logit_scale(m["logit"])
+    if "yarn" in f:
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(f["yarn"][0])
+        w.add_rope_scaling_orig_ctx_len(f["yarn"][1])
+        w.add_rope_scaling_yarn_beta_fast(32.0)
+        w.add_rope_scaling_yarn_beta_slow(1.0)
+        w.add_rope_scaling_yarn_log_mul(f["yarn_log_mul"])
+        w.add_attn_temperature_scale(f["temperature"])
     w.add_vocab_size(VOCAB)
     w.add_tokenizer_model("none")
     sha = hashlib.sha256()
@@ -166,9 +181,10 @@ def write(path, fam):
 
 def exact_forward(fam, ids):
     """An exact float64 forward of the same weights (gguf-py's dequantization, no activation
-    quantization, no f16), following llama.cpp's graphs `src/models/{qwen2,qwen3,smollm3,granite}.cpp`:
-    [embedding × multiplier] → RMSNorm → Q/K/V (+ bias) → [per-head Q/K RMSNorm]
-    → RoPE (NEOX: pairs (i, i + d/2); NORM: (2i, 2i + 1); none on NoPE layers) → causal GQA softmax(QKᵀ · scale)V → output
+    quantization, no f16), following llama.cpp's graphs `src/models/{qwen2,qwen3,smollm3,granite,
+    mistral3}.cpp`: [embedding × multiplier] → RMSNorm → Q/K/V (+ bias) → [per-head Q/K RMSNorm]
+    → RoPE (NEOX: pairs (i, i + d/2); NORM: (2i, 2i + 1); none on NoPE layers; YaRN) →
+    [queries × the attention temperature] → causal GQA softmax(QKᵀ · scale)V → output
     projection → [× residual multiplier] residual → RMSNorm → SwiGLU MLP → [× residual
     multiplier] residual; final RMSNorm, the head [÷ logit scale]."""
     from gguf.quants import dequantize
@@ -191,11 +207,28 @@ def exact_forward(fam, ids):
         # every cosine and sine (llama.cpp's `attn_factor`, ggml's `mscale`).
         inv = inv / w["rope_factors_long.weight"]
         mscale = ATTN_FACTOR
+    if "yarn" in f:
+        # ggml's `rope_yarn` (ggml-cpu `ops.cpp`) with `ggml_rope_yarn_corr_dims`: pair i's
+        # angle blended between extrapolated and interpolated (÷ factor) by a ramp between the
+        # correction dimensions of 32 and 1 rotations in the original context; the cosines
+        # and sines times llama_context's `yarn_attn_factor` (mscale(s, 1) / mscale(s, log_mul),
+        # ÷ (1 + 0.1 ln s)) and ggml's own 1 + 0.1 ln s.
+        factor, orig = f["yarn"]
+        dim_of = lambda rot: rd * np.log(orig / (rot * 2 * np.pi)) / (2 * np.log(f["rope_base"]))
+        low, high = max(np.floor(dim_of(32)), 0), min(np.ceil(dim_of(1)), rd - 1)
+        ramp = 1 - np.clip((np.arange(rd // 2, dtype=np.float64) - low) / max(0.001, high - low), 0, 1)
+        inv = inv / factor * (1 - ramp) + inv * ramp
+        get = lambda s, m: 1.0 if s <= 1 else 0.1 * m * np.log(s) + 1
+        mscale = get(factor, 1) / get(factor, f["yarn_log_mul"]) / (1 + 0.1 * np.log(factor)) * (1 + 0.1 * np.log(factor))
     ang = np.arange(T, dtype=np.float64)[:, None] * inv[None, :]
     cos, sin = mscale * np.cos(ang)[:, None, :], mscale * np.sin(ang)[:, None, :]
     mult = f.get("multipliers", {})
     kq_scale = mult.get("attention", 1 / np.sqrt(hd))
     resid = mult.get("residual", 1.0)
+    temp = None
+    if "temperature" in f:
+        # Llama 4's temperature on the rotated queries, stepping by the original context.
+        temp = 1 + f["temperature"] * np.log(np.floor(np.arange(T) / f["yarn"][1]) + 1)
 
     def rope(x):  # [T, heads, hd]: the first rd values of each head rotate
         r, rest = x[..., :rd], x[..., rd:]
@@ -225,6 +258,8 @@ def exact_forward(fam, ids):
             q, k = rms(q, w[p + "attn_q_norm.weight"]), rms(k, w[p + "attn_k_norm.weight"])
         if not (f["nope"] and (l + 1) % f["nope"] == 0):
             q, k = rope(q), rope(k)
+        if temp is not None:
+            q = q * temp[:, None, None]
         o = np.empty((T, HEADS, hd))
         for hh in range(HEADS):
             g = hh // (HEADS // KV_HEADS)

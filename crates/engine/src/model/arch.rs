@@ -158,6 +158,15 @@ pub const ARCHITECTURES: &[Arch] = &[
         body: Body::Decoder(Family { multipliers: true, ..Family::BASE }),
         ..Arch::BASE
     },
+    // Mistral 3 text (Ministral 3, Mistral Small 3.1/3.2; llama.cpp `mistral3`): Llama's layer
+    // with YaRN and Llama 4's attention temperature.
+    Arch {
+        name: "mistral3",
+        hf: &[("ministral3", "Ministral3ForCausalLM")],
+        class: "Mistral3ForConditionalGeneration",
+        body: Body::Decoder(Family { attn_temperature: true, ..Family::BASE }),
+        ..Arch::BASE
+    },
     // Qwen3-MoE: Qwen3's attention; softmax over all experts, the chosen renormalized
     // (`build_moe_ffn(…, norm_w = true, …, SOFTMAX)` whatever the file says).
     Arch {

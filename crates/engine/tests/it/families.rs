@@ -1,5 +1,5 @@
-//! The dense families beside `llama` (GGUF `qwen2`, `qwen3`, `smollm3`, `phi3`; `granite` in a
-//! fixture of its own) against llama.cpp on
+//! The dense families beside `llama` (GGUF `qwen2`, `qwen3`, `smollm3`, `phi3`; `granite` and
+//! `mistral3` each in a fixture of its own) against llama.cpp on
 //! tiny "sharp" files: `fixtures/family_golden.json`, from `scripts/goldens/family_golden.py`,
 //! whose tensor generator this mirrors byte for byte (the fixture's SHA-256 of the tensor data
 //! is checked first; the generator is `formats.rs`' splitmix64 over FNV-1a of each name, as in
@@ -9,7 +9,9 @@
 //! Q/K RMSNorm with a query width (4 × 96) unlike the hidden size (256), SmolLM3's layers
 //! without RoPE (every fourth), Phi-3's fused Q/K/V and gate/up, partial rotary (48 of 64) and
 //! LongRoPE (long factors past an original context of 128, the attention factor), Granite's four
-//! multipliers (embedding × 12, scores × 1/64, block outputs × 0.22, logits ÷ 8). Each family is compared with the exact f64 forward of the same
+//! multipliers (embedding × 12, scores × 1/64, block outputs × 0.22, logits ÷ 8), Mistral 3's
+//! YaRN with `yarn_log_multiplier` and Llama 4's attention temperature on the queries past the
+//! original context of 64. Each family is compared with the exact f64 forward of the same
 //! weights, in multiples of llama.cpp's own distance from it (llama.cpp quantizes activations
 //! to 8 bits, as we do: 3.3–4.0 % of each row's scale on average), its greedy tokens with
 //! llama.cpp's, and a deliberately broken copy of each must fail the same comparison.
@@ -44,6 +46,9 @@ struct Spec {
     fused_rope_dims: Option<usize>,
     /// Granite: `embedding_scale`, `residual_scale`, `attention.scale`, `logit_scale`.
     multipliers: Option<[f32; 4]>,
+    /// Mistral 3: YaRN (factor 4 over 64) with this `yarn_log_multiplier`, and the attention
+    /// temperature 0.1.
+    yarn_log_mul: Option<f32>,
 }
 
 /// Phi-3's LongRoPE in the script: the original context and the attention factor of 512 / 128.
@@ -62,6 +67,7 @@ fn spec(family: &str) -> Spec {
         rope_base: 1e6,
         fused_rope_dims: None,
         multipliers: None,
+        yarn_log_mul: None,
     };
     match family {
         "qwen2" => Spec { bias: true, tied: false, ..plain },
@@ -69,6 +75,7 @@ fn spec(family: &str) -> Spec {
         "smollm3" => Spec { rope_base: 5e6, ..plain },
         "phi3" => Spec { tied: false, rope_base: 1e4, fused_rope_dims: Some(48), ..plain },
         "granite" => Spec { tied: false, rope_base: 1e4, multipliers: Some([12.0, 0.22, 1.0 / 64.0, 8.0]), ..plain },
+        "mistral3" => Spec { tied: false, yarn_log_mul: Some(1.0), ..plain },
         other => panic!("no spec for {other}"),
     }
 }
@@ -170,6 +177,13 @@ fn write_rope(path: &Path, arch: &str, s: &Spec, tensors: &[Tensor], orig_ctx: u
     if let Some([e, r, a, l]) = s.multipliers {
         keyed.extend([("embedding_scale", f32v(e)), ("residual_scale", f32v(r))]);
         keyed.extend([("attention.scale", f32v(a)), ("logit_scale", f32v(l))]);
+    }
+    if let Some(m) = s.yarn_log_mul {
+        let yarn = (Ty::String, [&4u64.to_le_bytes()[..], b"yarn"].concat());
+        keyed.extend([("rope.scaling.type", yarn), ("rope.scaling.factor", f32v(4.0))]);
+        keyed.extend([("rope.scaling.original_context_length", u32v(64)), ("rope.scaling.yarn_beta_fast", f32v(32.0))]);
+        keyed.extend([("rope.scaling.yarn_beta_slow", f32v(1.0)), ("rope.scaling.yarn_log_multiplier", f32v(m))]);
+        keyed.push(("attention.temperature_scale", f32v(0.1)));
     }
     meta.extend(keyed.into_iter().map(|(k, v)| (format!("{arch}.{k}"), v)));
     let file = std::fs::File::create(path).expect("create gguf");
@@ -299,6 +313,20 @@ fn granite_matches_llama_cpp() {
     });
 }
 
+/// Mistral 3, added as a table row and one knob (Llama 4's attention temperature): undone, the
+/// comparison must fail (the file read as `llama` has no temperature), and so must YaRN without
+/// `yarn_log_multiplier` (`0.1 ln 4 + 1` left on the cosines).
+#[test]
+fn mistral3_matches_llama_cpp() {
+    check_fixture("family_golden_mistral3.json", |_, s, tensors| {
+        let keys = |what, arch, s| (what, arch, s, tensors.to_vec(), ORIG_CTX, attn_factor());
+        vec![
+            keys("read as llama: no attention temperature", "llama", s),
+            keys("no yarn_log_multiplier", "mistral3", Spec { yarn_log_mul: Some(0.0), ..s }),
+        ]
+    });
+}
+
 /// Each family's greedy output alone equals its output in a batch of 32 mixed requests (the
 /// scheduler test of `batch_invariance.rs`: shared prefixes, chunked prefill, radix on and
 /// off, page sizes 1–64), on the same tiny files: a bias, a QK norm or a NoPE layer that
@@ -307,7 +335,7 @@ fn granite_matches_llama_cpp() {
 fn dense_families_batched_equal_alone() {
     let dir = tempfile::tempdir().expect("tmp");
     let prompts = crate::batch_invariance::mixed_prompts(VOCAB as u32);
-    for family in ["qwen2", "qwen3", "smollm3", "phi3", "granite"] {
+    for family in ["qwen2", "qwen3", "smollm3", "phi3", "granite", "mistral3"] {
         let path = dir.path().join(format!("{family}.gguf"));
         write(&path, family, &spec(family), &tensors(family));
         let mut m = LlamaModel::load(&path, 2).unwrap_or_else(|e| panic!("{family}: {e}"));

@@ -95,6 +95,7 @@ impl LlamaConfig {
             rope_scaling: hp.rope.scaling,
             residual_scale: mult(hp.residual_scale).unwrap_or(1.0),
             logit_scale: mult(hp.logit_scale).unwrap_or(1.0),
+            attn_temperature: hp.attn_temperature.filter(|_| fam.attn_temperature),
         };
         let moe = match &fam.moe {
             Some(m) => Some(MoeConfig::from_hparams(hp, m)?),

@@ -3,7 +3,7 @@
 //! [`crate::model::arch`] gives each architecture its row.
 //!
 //! Sources: llama.cpp's graphs (`src/models/{llama,qwen2,qwen3,smollm3,phi3,gemma3,qwen3moe,
-//! glm4-moe,openai-moe,granite}.cpp`, the RoPE type from `llama_model_rope_type` in
+//! glm4-moe,openai-moe,granite,mistral3}.cpp`, the RoPE type from `llama_model_rope_type` in
 //! `src/llama-model.cpp`) and HF transformers' modeling files.
 
 use crate::model::common::RopeLayout;
@@ -72,6 +72,9 @@ pub struct Family {
     /// `residual_scale` (each block's output before its residual add) and `logit_scale` (a
     /// divisor of the logits); llama.cpp reads them for the Granite architectures only.
     pub multipliers: bool,
+    /// Llama 4's attention temperature applies (`attention.temperature_scale`, Mistral 3):
+    /// the rotated queries × `1 + β · ln(⌊pos / original context⌋ + 1)`.
+    pub attn_temperature: bool,
 }
 
 /// What a MoE family's llama.cpp graph fixes and what it reads from the file
@@ -122,5 +125,6 @@ impl Family {
         rope_scaling: true,
         attn_scale: None,
         multipliers: false,
+        attn_temperature: false,
     };
 }

@@ -20,6 +20,7 @@
 //! `logits_rows` only. Loading is in `load.rs`.
 
 use super::common::{OutputHead, RopeLayout, RopeScaling, RopeTable, Scratch};
+use super::hparams::AttnTemperature;
 use super::moe::{Glu, Mlp, Moe, MoeBench, MoeChoice, MoeConfig};
 use super::{AttentionNeeds, Instruments, Model, ModelInfo, PartTimes};
 use crate::batch::ForwardBatch;
@@ -80,6 +81,8 @@ pub struct Variant {
     pub residual_scale: f32,
     /// Divisor of the logits (Granite's `logit_scale`).
     pub logit_scale: f32,
+    /// Llama 4's attention temperature on the queries (Mistral 3).
+    pub attn_temperature: Option<AttnTemperature>,
 }
 
 impl Default for Variant {
@@ -102,6 +105,7 @@ impl Default for Variant {
             rope_scaling: None,
             residual_scale: 1.0,
             logit_scale: 1.0,
+            attn_temperature: None,
         }
     }
 }
@@ -612,7 +616,7 @@ impl Layer {
             (Some(_), Some(local)) => local,
             _ => st.rope,
         };
-        let (layout, eps, rotate) = (var.rope_layout, c.rms_eps, !var.no_rope[l]);
+        let (layout, eps, rotate, temp) = (var.rope_layout, c.rms_eps, !var.no_rope[l], var.attn_temperature);
         let qk_norm = self.qk_norm.as_ref();
         pool.par_rows(qkv, st.qkv_w, |t, row| {
             let pos = st.batch.positions[t] as usize;
@@ -626,6 +630,11 @@ impl Layer {
             if rotate {
                 rope.rotate_heads_of(q, hd, pos, layout);
                 rope.rotate_heads_of(k, hd, pos, layout);
+            }
+            if let Some(t) = temp {
+                // Llama 4's temperature on the rotated queries (llama.cpp's `Qcur · attn_scale`).
+                let f = t.factor(pos);
+                q.iter_mut().for_each(|v| *v *= f);
             }
         });
     }
