@@ -349,9 +349,10 @@ impl BertModel {
     /// [`BertGguf`]).
     fn assemble(cfg: BertConfig, src: &dyn Tensors, name: String, threads: usize) -> Result<BertModel, EngineError> {
         // A classification checkpoint keeps the encoder under `bert.`.
+        let root = Vb::new(src);
         let vb = match src.has("bert.embeddings.word_embeddings.weight") {
-            true => Vb::new(src).pp("bert"),
-            false => Vb::new(src),
+            true => root.pp("bert"),
+            false => root.clone(),
         };
         let (h, f) = (cfg.hidden, cfg.intermediate);
         let ln = |vb: &Vb<'_>, name: &str| -> Result<(Vec<f32>, Vec<f32>), EngineError> {
@@ -389,16 +390,12 @@ impl BertModel {
         let head = match cfg.num_labels {
             Some(n) => Some(Classifier {
                 pooler: vb.linear("pooler.dense", h, h)?,
-                classifier: Vb::new(src).linear("classifier", n, h)?,
+                classifier: root.linear("classifier", n, h)?,
             }),
             None => None,
         };
         let pool = ThreadPool::new(threads.max(1)).map_err(|e| EngineError::model(format!("thread pool: {e}")))?;
-        let weight_bytes = [&word, &position, &token_type].iter().map(|w| w.bytes()).sum::<usize>()
-            + layers
-                .iter()
-                .map(|l| [&l.qkv, &l.out, &l.up, &l.down].iter().map(|x| x.weight.bytes()).sum::<usize>())
-                .sum::<usize>();
+        let weight_bytes = root.held_bytes();
         let info = ModelInfo {
             architecture: "bert".into(),
             name,

@@ -113,3 +113,31 @@ fn architecture_check_catches_a_missing_and_a_stale_line() {
     let p = problems(&stale, &repo());
     assert_eq!(p, vec!["`## crates/sparrow` lists `gone.rs`, which is not a file of crates/sparrow/src".to_owned()]);
 }
+
+/// The scripts under `scripts/` (each file of `goldens/`, `bench/`, `fuzz/`, `ops/`, and
+/// `bench/lib/` as one entry) not named as `` `name` `` in `docs/scripts.md`.
+fn unlisted_scripts(doc: &str, root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for dir in ["goldens", "bench", "fuzz", "ops"] {
+        let entries = std::fs::read_dir(root.join("scripts").join(dir)).unwrap_or_else(|e| panic!("scripts/{dir}: {e}"));
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !doc.contains(&format!("`{name}`")) && !doc.contains(&format!("`{name}/`")) {
+                out.push(format!("scripts/{dir}/{name}"));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// `docs/scripts.md` lists every script, the golden scripts among them, so a new one is found
+/// with what it writes and what it compares against; a row left out fails.
+#[test]
+fn scripts_md_lists_every_script() {
+    let p = repo().join("docs/scripts.md");
+    let doc = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    assert_eq!(unlisted_scripts(&doc, &repo()), Vec::<String>::new(), "docs/scripts.md lacks rows");
+    let without = doc.replace("`family_golden.py`", "family_golden");
+    assert_eq!(unlisted_scripts(&without, &repo()), vec!["scripts/goldens/family_golden.py".to_owned()]);
+}

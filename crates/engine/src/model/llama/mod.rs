@@ -1,8 +1,8 @@
 //! Llama-family decoder (Touvron et al. 2023) loaded from GGUF or a Hugging Face directory
-//! (BF16/F32 or ModelOpt NVFP4), run on the CPU over the paged KV cache; the other dense
-//! families (Qwen2/2.5, Qwen3, SmolLM3, Mistral-style files, Gemma 3) are data: a
-//! [`load::Family`] row (RoPE pairing, biases, QK-norm, NoPE layers) and a [`Variant`]
-//! (`gemma3`: [`super::gemma3`]).
+//! (BF16/F32 or ModelOpt NVFP4), run on the CPU over the paged KV cache; every other decoder
+//! family on this layer (Qwen2/2.5, Qwen3, SmolLM3, Phi-3, Gemma 3, Granite, Mistral 3 and the
+//! MoE families) is data: a [`family::Family`] in its row of [`crate::model::arch`], turned with
+//! the file's hyper-parameters into the model's [`Variant`] ([`LlamaConfig::from_hparams`]).
 //!
 //! Tensor names and metadata keys follow llama.cpp's `llama` architecture (`src/llama-model.cpp`):
 //! `token_embd`, `blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate,
