@@ -10,9 +10,10 @@
 //! all read this table.
 
 use crate::model::common::RopeLayout;
+use crate::model::family::{Family, QkNorm};
 use crate::model::hparams::HParams;
-use crate::model::llama::family::{Family, MoeFamily, QkNorm};
 use crate::model::moe::Glu;
+use crate::model::moe::MoeFamily;
 use crate::model::routing::Scoring;
 use crate::model::vb::{
     ATTENTION_SINKS, GEMMA3_LAYER_NAMES, LLAMA_LAYER_NAMES, MOE_FFN_NAMES, PHI3_LAYER_NAMES, POST_ATTENTION_NORM,

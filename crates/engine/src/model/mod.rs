@@ -7,6 +7,7 @@
 pub mod arch;
 pub mod bert;
 pub mod common;
+pub mod family;
 pub mod glm5;
 pub mod hparams;
 pub mod linear;

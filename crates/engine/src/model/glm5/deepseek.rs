@@ -18,8 +18,8 @@
 use super::{Glm5Config, LORA_NORM_EPS};
 use crate::model::common::{check_rope_positions, RopeScaling, RopeTable};
 use crate::model::hparams::HParams;
-use crate::model::llama::family::MoeFamily;
 use crate::model::moe::MoeConfig;
+use crate::model::moe::MoeFamily;
 use crate::model::routing::Scoring;
 use crate::EngineError;
 

@@ -1,9 +1,9 @@
 //! [`LlamaConfig`] from the neutral hyper-parameters and the family's row: the one place a
 //! decoder's settings are derived, for GGUF files and HF checkpoints alike.
 
-use super::family::{Family, QkNorm};
 use super::{LlamaConfig, Variant};
 use crate::model::common::RopeLayout;
+use crate::model::family::{Family, QkNorm};
 use crate::model::hparams::HParams;
 use crate::model::moe::MoeConfig;
 use crate::EngineError;

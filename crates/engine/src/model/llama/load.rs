@@ -9,12 +9,12 @@ use std::path::Path;
 use ggus::GGufMetaMapExt;
 
 use super::config::Format;
-use super::family::Family;
 use super::*;
 use crate::checkpoint::gguf::GgufFile;
 use crate::checkpoint::hf::Checkpoint;
 use crate::model::arch::{self, Arch, Body};
 use crate::model::common::{check_rope_positions, RopeTable};
+use crate::model::family::Family;
 use crate::model::hparams::HParams;
 use crate::model::vb::{GgufTensors, Vb};
 

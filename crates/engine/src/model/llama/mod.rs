@@ -1,7 +1,7 @@
 //! Llama-family decoder (Touvron et al. 2023) loaded from GGUF or a Hugging Face directory
 //! (BF16/F32 or ModelOpt NVFP4), run on the CPU over the paged KV cache; every other decoder
 //! family on this layer (Qwen2/2.5, Qwen3, SmolLM3, Phi-3, Gemma 3, Granite, Mistral 3 and the
-//! MoE families) is data: a [`family::Family`] in its row of [`crate::model::arch`], turned with
+//! MoE families) is data: a [`Family`](crate::model::family::Family) in its row of [`crate::model::arch`], turned with
 //! the file's hyper-parameters into the model's [`Variant`] ([`LlamaConfig::from_hparams`]).
 //!
 //! Tensor names and metadata keys follow llama.cpp's `llama` architecture (`src/llama-model.cpp`):
@@ -36,7 +36,6 @@ use sparrow_cpu::ThreadPool;
 use sparrow_cpu::Weight;
 
 mod config;
-pub mod family;
 pub mod load;
 
 /// What a family changes in the Llama decoder, per model (built from the family's row and the

@@ -6,10 +6,37 @@
 use super::{Glu, Mlp, Moe};
 use crate::model::hparams::HParams;
 use crate::model::linear::Linear;
-use crate::model::llama::family::MoeFamily;
-use crate::model::routing::Routing;
+use crate::model::routing::{Routing, Scoring};
 use crate::model::vb::Vb;
 use crate::EngineError;
+
+/// What a MoE family's llama.cpp graph fixes and what it reads from the file
+/// (`build_moe_ffn`'s `norm_w` and `gating_op` arguments in `src/models/{qwen3moe,glm4-moe}.cpp`).
+#[derive(Debug, Clone, Copy)]
+pub struct MoeFamily {
+    /// The scoring the graph uses; `None`: the file's (`expert_gating_func` 1 softmax, 2
+    /// sigmoid, 3 softmax over the chosen; `scoring_func`), else `default_scoring`.
+    pub scoring: Option<Scoring>,
+    /// The scoring of a file that states none.
+    pub default_scoring: Scoring,
+    /// Whether the chosen weights are renormalized; `None`: the file's (false when absent).
+    pub norm_topk_prob: Option<bool>,
+    /// Whether `expert_weights_scale` applies (`routed_scaling_factor`).
+    pub scaled: bool,
+    /// The experts' activation.
+    pub act: Glu,
+}
+
+impl MoeFamily {
+    /// Softmax-or-file scoring, the file's renormalization, unscaled SwiGLU experts.
+    pub const BASE: MoeFamily = MoeFamily {
+        scoring: None,
+        default_scoring: Scoring::Sigmoid,
+        norm_topk_prob: None,
+        scaled: false,
+        act: Glu::Silu,
+    };
+}
 
 /// A MoE family's feed-forward, from the file's expert keys (llama.cpp's `LLM_KV_EXPERT_*`)
 /// under the family's rules.

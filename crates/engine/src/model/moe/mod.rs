@@ -16,7 +16,7 @@ use sparrow_cpu::{kernels, Weight};
 
 mod load;
 
-pub use load::MoeConfig;
+pub use load::{MoeConfig, MoeFamily};
 
 use crate::config::MoeImpl;
 use crate::model::common::Scratch;

@@ -8,8 +8,7 @@
 
 use crate::model::common::RopeLayout;
 use crate::model::hparams::HParams;
-use crate::model::moe::Glu;
-use crate::model::routing::Scoring;
+use crate::model::moe::{Glu, MoeFamily};
 use crate::model::vb::LLAMA_LAYER_NAMES;
 
 /// Whether a family's layers norm Q and K per head before RoPE.
@@ -75,34 +74,6 @@ pub struct Family {
     /// Llama 4's attention temperature applies (`attention.temperature_scale`, Mistral 3):
     /// the rotated queries × `1 + β · ln(⌊pos / original context⌋ + 1)`.
     pub attn_temperature: bool,
-}
-
-/// What a MoE family's llama.cpp graph fixes and what it reads from the file
-/// (`build_moe_ffn`'s `norm_w` and `gating_op` arguments in `src/models/{qwen3moe,glm4-moe}.cpp`).
-#[derive(Debug, Clone, Copy)]
-pub struct MoeFamily {
-    /// The scoring the graph uses; `None`: the file's (`expert_gating_func` 1 softmax, 2
-    /// sigmoid, 3 softmax over the chosen; `scoring_func`), else `default_scoring`.
-    pub scoring: Option<Scoring>,
-    /// The scoring of a file that states none.
-    pub default_scoring: Scoring,
-    /// Whether the chosen weights are renormalized; `None`: the file's (false when absent).
-    pub norm_topk_prob: Option<bool>,
-    /// Whether `expert_weights_scale` applies (`routed_scaling_factor`).
-    pub scaled: bool,
-    /// The experts' activation.
-    pub act: Glu,
-}
-
-impl MoeFamily {
-    /// Softmax-or-file scoring, the file's renormalization, unscaled SwiGLU experts.
-    pub const BASE: MoeFamily = MoeFamily {
-        scoring: None,
-        default_scoring: Scoring::Sigmoid,
-        norm_topk_prob: None,
-        scaled: false,
-        act: Glu::Silu,
-    };
 }
 
 impl Family {
