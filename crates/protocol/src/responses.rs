@@ -52,6 +52,43 @@ pub struct ResponsesRequest {
     pub prompt: Option<Value>,
     /// `disabled` (the default) or `auto` (refused: inputs are never cut).
     pub truncation: Option<String>,
+    /// Sampling temperature (0 is greedy).
+    pub temperature: Option<f64>,
+    /// Nucleus sampling.
+    pub top_p: Option<f64>,
+    /// Top-k sampling (vLLM's and SGLang's extension, as on chat).
+    pub top_k: Option<i64>,
+    /// Min-p sampling (extension, as on chat).
+    pub min_p: Option<f64>,
+    /// Sampling seed (extension, as on chat).
+    pub seed: Option<i64>,
+    /// Stop strings (extension, as on chat).
+    pub stop: Option<Stop>,
+    /// OpenAI's presence penalty (extension, as on chat).
+    pub presence_penalty: Option<f64>,
+    /// OpenAI's frequency penalty (extension, as on chat).
+    pub frequency_penalty: Option<f64>,
+    /// vLLM's and SGLang's repetition penalty (extension, as on chat).
+    pub repetition_penalty: Option<f64>,
+}
+
+/// `stop`: one string or a list of strings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(try_from = "Value")]
+pub struct Stop(pub Vec<String>);
+
+impl TryFrom<Value> for Stop {
+    type Error = String;
+    fn try_from(v: Value) -> Result<Self, String> {
+        let bad = || "must be a string or a list of strings".to_owned();
+        match v {
+            Value::String(s) => Ok(Stop(vec![s])),
+            Value::Array(a) => {
+                a.into_iter().map(|x| x.as_str().map(str::to_owned).ok_or_else(bad)).collect::<Result<_, _>>().map(Stop)
+            }
+            _ => Err(bad()),
+        }
+    }
 }
 
 /// `input`.

@@ -60,17 +60,6 @@ impl ApiError {
         ApiError::BadRequest { message: message.into(), param: None }
     }
 
-    /// The same error with the field `from` reported as `to`: for an API that spells a field
-    /// otherwise than the chat request it is read as (`stop_sequences` read as `stop`).
-    pub fn renamed(self, from: &str, to: &str) -> Self {
-        match self {
-            ApiError::BadRequest { message, param } if param.as_deref() == Some(from) => {
-                ApiError::BadRequest { message: message.replace(from, to), param: Some(to.to_owned()) }
-            }
-            e => e,
-        }
-    }
-
     /// HTTP status of this error.
     pub fn status(&self) -> StatusCode {
         match self {

@@ -1,6 +1,7 @@
 //! The connection layer under hostile and slow clients (issue 18): half-sent headers, idle
 //! keep-alive sockets, stalled bodies, more connections than `--max-connections`, long streams
 //! that must not be cut, and raw malformed HTTP/1.x that must get a 4xx or a closed socket.
+#![allow(clippy::await_holding_lock)]
 
 #[path = "it/common/mod.rs"]
 mod common;

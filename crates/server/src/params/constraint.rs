@@ -1,9 +1,25 @@
-//! The structured-output fields of a request read into one [`Constraint`].
+//! The structured-output fields of a request read into one [`Constraint`]; [`json_schema`], the
+//! schema reading every API's structured-output field shares.
 
 use super::{Api, Fields};
 use crate::error::ApiError;
 use crate::grammar::Constraint;
 use serde_json::Value;
+
+/// A JSON schema given as an object (or `true` / `false`) or as a JSON string, as the
+/// constraint it asks for; `field` names it in the error.
+///
+/// # Errors
+/// A 400 naming `field`: a string that is not JSON, a value that is no schema.
+pub fn json_schema(v: &Value, field: &'static str) -> Result<Constraint, ApiError> {
+    match v {
+        Value::String(s) => serde_json::from_str(s)
+            .map(Constraint::Json)
+            .map_err(|e| ApiError::bad(field, format!("{field} is not valid JSON: {e}"))),
+        Value::Object(_) | Value::Bool(_) => Ok(Constraint::Json(v.clone())),
+        _ => Err(ApiError::bad(field, format!("{field} must be a JSON schema"))),
+    }
+}
 
 /// The structured-output fields, at most one of them:
 /// - OpenAI's `response_format` (`text`, `json_object`, `json_schema` with its `schema`) on the
@@ -16,15 +32,6 @@ use serde_json::Value;
 /// A JSON schema may come as an object or as a JSON string; a grammar is GBNF when it has a
 /// `::=` rule, else llguidance Lark ([`Constraint::grammar`]).
 pub(super) fn parse_constraint(f: &Fields<'_>, api: Api) -> Result<Option<(Constraint, &'static str)>, ApiError> {
-    fn schema(v: &Value, field: &'static str) -> Result<Constraint, ApiError> {
-        match v {
-            Value::String(s) => serde_json::from_str(s)
-                .map(Constraint::Json)
-                .map_err(|e| ApiError::bad(field, format!("{field} is not valid JSON: {e}"))),
-            Value::Object(_) | Value::Bool(_) => Ok(Constraint::Json(v.clone())),
-            _ => Err(ApiError::bad(field, format!("{field} must be a JSON schema"))),
-        }
-    }
     fn string<'v>(v: &'v Value, field: &'static str) -> Result<&'v str, ApiError> {
         v.as_str().ok_or_else(|| ApiError::bad(field, format!("{field} must be a string")))
     }
@@ -51,7 +58,7 @@ pub(super) fn parse_constraint(f: &Fields<'_>, api: Api) -> Result<Option<(Const
                     let s = v.get("json_schema").and_then(|j| j.get("schema")).ok_or_else(|| {
                         ApiError::bad("response_format", "response_format.json_schema.schema is required")
                     })?;
-                    found.push((schema(s, "response_format")?, "response_format"));
+                    found.push((json_schema(s, "response_format")?, "response_format"));
                 }
                 _ => {
                     return Err(ApiError::bad(
@@ -69,7 +76,7 @@ pub(super) fn parse_constraint(f: &Fields<'_>, api: Api) -> Result<Option<(Const
                     continue;
                 }
                 let c = match k.as_str() {
-                    "json" => schema(v, F)?,
+                    "json" => json_schema(v, F)?,
                     "regex" => Constraint::Regex(string(v, F)?.to_owned()),
                     "choice" => choice(v, F)?,
                     "grammar" => grammar(v, F)?,
@@ -87,7 +94,7 @@ pub(super) fn parse_constraint(f: &Fields<'_>, api: Api) -> Result<Option<(Const
             }
         }
         if let Some(v) = f.get("guided_json") {
-            found.push((schema(v, "guided_json")?, "guided_json"));
+            found.push((json_schema(v, "guided_json")?, "guided_json"));
         }
         if let Some(v) = f.get("guided_regex") {
             found.push((Constraint::Regex(string(v, "guided_regex")?.to_owned()), "guided_regex"));
@@ -101,7 +108,7 @@ pub(super) fn parse_constraint(f: &Fields<'_>, api: Api) -> Result<Option<(Const
     } else if let Some(v) = f.get("json_schema") {
         let s =
             string(v, "json_schema").map_err(|_| ApiError::bad("json_schema", "json_schema must be a JSON string"))?;
-        found.push((schema(&Value::from(s), "json_schema")?, "json_schema"));
+        found.push((json_schema(&Value::from(s), "json_schema")?, "json_schema"));
     }
     if let Some(v) = f.get("regex") {
         found.push((Constraint::Regex(string(v, "regex")?.to_owned()), "regex"));

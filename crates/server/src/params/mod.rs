@@ -1,4 +1,11 @@
-//! Request fields → validated generation parameters, shared by the OpenAI and native routes.
+//! Generation parameters, typed once at each API's edge and validated in one place.
+//!
+//! Every route fills one [`Sampling`], the typed generation fields of its request named as its
+//! API names them: the OpenAI and SGLang bodies by name ([`Sampling::from_body`]), the
+//! Responses and Messages requests from their typed wire structs. [`Sampling::validate`] then
+//! checks them all, in one order, into [`GenParams`] (after TGI's `router/src/validation.rs`:
+//! every API's request becomes one validated request), each error naming the field as the
+//! client spelled it (`stop_sequences`, `max_output_tokens`, `text.format`).
 //!
 //! Ranges follow the OpenAI API reference and vLLM's `SamplingParams._verify_args`:
 //! `temperature ≥ 0` (0 is greedy), `top_p ∈ [0, 1]` (0 keeps only the most likely token),
@@ -20,8 +27,13 @@ use sparrow_engine::sampler::SamplingParams;
 use crate::error::ApiError;
 use crate::grammar::Constraint;
 
+mod body;
 mod constraint;
-use constraint::parse_constraint;
+mod logprobs;
+
+pub use body::Fields;
+pub use constraint::json_schema;
+pub use logprobs::{parse_logprobs, top_logprobs, LogprobAsk, MAX_TOP_LOGPROBS};
 
 /// `sampling_params` keys `/generate` understands (SGLang's `SamplingParams` names); others are
 /// a 400, as SGLang's constructor rejects them.
@@ -48,9 +60,6 @@ pub const NATIVE_SAMPLING_KEYS: &[&str] = &[
     "regex",
     "ebnf",
 ];
-
-/// Most alternatives per position (vLLM's default `max_logprobs`; OpenAI allows 20 on chat).
-pub const MAX_TOP_LOGPROBS: usize = 20;
 
 /// Largest `n` accepted.
 pub const MAX_N: usize = 16;
@@ -88,22 +97,194 @@ pub struct GenParams {
     pub priority: Option<i64>,
 }
 
-impl GenParams {
-    /// Reports the constraint read from `from` as asked by `to` (an API whose structured-output
-    /// field is read as chat's `response_format`), so a schema that fails to compile later is
-    /// named as the client spelled it.
-    pub fn relabel_constraint(&mut self, from: &str, to: &'static str) {
-        if let Some((_, field)) = &mut self.constraint {
-            if *field == from {
-                *field = to;
+/// One field as an API's edge read it: absent (`Ok(None)`), its typed value, or why it did not
+/// read. A read error waits in its field, so [`Sampling::validate`] reports the first bad field
+/// in the same order whatever went wrong with it.
+pub type Read<T> = Result<Option<T>, ApiError>;
+
+/// The generation fields of one request, typed, before any range check: what every API's edge
+/// reads its request into, with the names of the fields whose names differ between APIs. Range
+/// checks are [`Sampling::validate`]'s. [`Sampling::default`] is every field absent, named as
+/// OpenAI's chat names them.
+#[derive(Debug)]
+pub struct Sampling {
+    /// The token limit.
+    pub max_tokens: Read<usize>,
+    /// The limit's name (`max_tokens`, `max_completion_tokens`, `max_new_tokens`,
+    /// `max_output_tokens`).
+    pub max_tokens_field: &'static str,
+    /// The limit when none is given (SGLang's `/generate`: 128).
+    pub default_max: Option<usize>,
+    /// `temperature`.
+    pub temperature: Read<f64>,
+    /// `top_p`.
+    pub top_p: Read<f64>,
+    /// `top_k`.
+    pub top_k: Read<i64>,
+    /// `min_p`.
+    pub min_p: Read<f64>,
+    /// `seed` (SGLang's `sampling_seed`).
+    pub seed: Read<i64>,
+    /// `n`.
+    pub n: Read<usize>,
+    /// `logit_bias`: token id → bias, each in `[-100, 100]`.
+    pub logit_bias: Read<Vec<(u32, f32)>>,
+    /// Stop strings.
+    pub stop: Read<Vec<String>>,
+    /// Their field (`stop`, Anthropic's `stop_sequences`).
+    pub stop_field: &'static str,
+    /// `stop_token_ids`.
+    pub stop_token_ids: Read<Vec<u32>>,
+    /// `presence_penalty`.
+    pub presence_penalty: Read<f64>,
+    /// `frequency_penalty`.
+    pub frequency_penalty: Read<f64>,
+    /// `repetition_penalty`.
+    pub repetition_penalty: Read<f64>,
+    /// Tokens before EOS or a stop may end the answer.
+    pub min_tokens: Read<usize>,
+    /// Their field (vLLM's `min_tokens`, SGLang's `min_new_tokens`).
+    pub min_tokens_field: &'static str,
+    /// A field the API has and this server refuses (`suffix`), reported in its place.
+    pub refused: Result<(), ApiError>,
+    /// `best_of` (it must equal `n`).
+    pub best_of: Read<usize>,
+    /// The top-level `priority` ([`priority`]).
+    pub priority: Read<i64>,
+    /// `ignore_eos`.
+    pub ignore_eos: Read<bool>,
+    /// `skip_special_tokens`.
+    pub skip_special_tokens: Read<bool>,
+    /// `no_stop_trim` (vLLM's `include_stop_str_in_output`).
+    pub no_stop_trim: Read<bool>,
+    /// The structured-output constraint and the field that asked for it.
+    pub constraint: Read<(Constraint, &'static str)>,
+}
+
+impl Default for Sampling {
+    fn default() -> Sampling {
+        Sampling {
+            max_tokens: Ok(None),
+            max_tokens_field: "max_tokens",
+            default_max: None,
+            temperature: Ok(None),
+            top_p: Ok(None),
+            top_k: Ok(None),
+            min_p: Ok(None),
+            seed: Ok(None),
+            n: Ok(None),
+            logit_bias: Ok(None),
+            stop: Ok(None),
+            stop_field: "stop",
+            stop_token_ids: Ok(None),
+            presence_penalty: Ok(None),
+            frequency_penalty: Ok(None),
+            repetition_penalty: Ok(None),
+            min_tokens: Ok(None),
+            min_tokens_field: "min_tokens",
+            refused: Ok(()),
+            best_of: Ok(None),
+            priority: Ok(None),
+            ignore_eos: Ok(None),
+            skip_special_tokens: Ok(None),
+            no_stop_trim: Ok(None),
+            constraint: Ok(None),
+        }
+    }
+}
+
+/// A number of `field` within `[lo, hi]`.
+fn within(field: &str, v: Option<f64>, lo: f64, hi: f64) -> Result<Option<f64>, ApiError> {
+    match v {
+        Some(v) if v < lo || v > hi => Err(ApiError::bad(field, format!("{field} must be in [{lo}, {hi}], got {v}"))),
+        v => Ok(v),
+    }
+}
+
+impl Sampling {
+    /// Checks every field, in one order, into the validated parameters (defaults filled in: a
+    /// random seed, one choice, skip special tokens).
+    ///
+    /// # Errors
+    /// A 400 naming the first bad field as the request spelled it.
+    pub fn validate(self) -> Result<GenParams, ApiError> {
+        let max_tokens = self.max_tokens?;
+        let temperature = self.temperature?.unwrap_or(1.0);
+        if temperature < 0.0 {
+            return Err(ApiError::bad("temperature", format!("temperature must be ≥ 0, got {temperature}")));
+        }
+        let top_p = within("top_p", self.top_p?, 0.0, 1.0)?.unwrap_or(1.0);
+        let top_k = match self.top_k? {
+            Some(k) if k < -1 => {
+                return Err(ApiError::bad("top_k", format!("top_k must be -1, 0 or positive, got {k}")))
+            }
+            Some(k) => k.clamp(-1, i32::MAX as i64) as i32,
+            None => 0,
+        };
+        let min_p = within("min_p", self.min_p?, 0.0, 1.0)?.unwrap_or(0.0);
+        let seed = self.seed?.map(|s| s as u64).unwrap_or_else(rand::random::<u64>);
+        let n = self.n?.unwrap_or(1);
+        if !(1..=MAX_N).contains(&n) {
+            return Err(ApiError::bad("n", format!("n must be between 1 and {MAX_N}, got {n}")));
+        }
+        let logit_bias = self.logit_bias?.unwrap_or_default();
+        let stop = self.stop?.unwrap_or_default();
+        if stop.iter().any(String::is_empty) {
+            let field = self.stop_field;
+            return Err(ApiError::bad(field, format!("{field} strings must not be empty")));
+        }
+        let stop_token_ids = self.stop_token_ids?.unwrap_or_default();
+        // OpenAI's ranges for the additive penalties; SGLang's upper bound for the repetition
+        // penalty, which must be positive (it divides).
+        let presence_penalty = within("presence_penalty", self.presence_penalty?, -2.0, 2.0)?.unwrap_or(0.0);
+        let frequency_penalty = within("frequency_penalty", self.frequency_penalty?, -2.0, 2.0)?.unwrap_or(0.0);
+        let repetition_penalty = within("repetition_penalty", self.repetition_penalty?, 0.0, 2.0)?.unwrap_or(1.0);
+        if repetition_penalty <= 0.0 {
+            return Err(ApiError::bad("repetition_penalty", "repetition_penalty must be in (0, 2]"));
+        }
+        let min_tokens = self.min_tokens?.unwrap_or(0);
+        if let Some(m) = max_tokens.filter(|&m| min_tokens > m) {
+            let field = self.min_tokens_field;
+            return Err(ApiError::bad(field, format!("{field} ({min_tokens}) must not exceed the token limit ({m})")));
+        }
+        self.refused?;
+        if let Some(b) = self.best_of? {
+            if b != n {
+                return Err(ApiError::bad("best_of", "best_of is not supported (it must equal n)"));
             }
         }
+        Ok(GenParams {
+            max_tokens,
+            default_max: self.default_max,
+            max_tokens_field: self.max_tokens_field,
+            sampling: SamplingParams {
+                temperature: temperature as f32,
+                top_p: top_p as f32,
+                top_k,
+                min_p: min_p as f32,
+                seed,
+                logit_bias,
+                presence_penalty: presence_penalty as f32,
+                frequency_penalty: frequency_penalty as f32,
+                repetition_penalty: repetition_penalty as f32,
+                min_tokens,
+            },
+            stop,
+            stop_token_ids,
+            priority: self.priority?,
+            ignore_eos: self.ignore_eos?.unwrap_or(false),
+            n,
+            skip_special_tokens: self.skip_special_tokens?.unwrap_or(true),
+            no_stop_trim: self.no_stop_trim?.unwrap_or(false),
+            logprobs: LogprobSpec::default(),
+            constraint: self.constraint?,
+        })
     }
 }
 
 /// A request body's top-level `priority` (an integer, as SGLang's `GenerateReqInput` and
 /// vLLM's OpenAI routes take it: a float with no fraction, such as `2.0`, is that integer, as
-/// pydantic's lax mode reads it); `null` or absent: none.
+/// pydantic's lax mode reads it); `null` or absent: none. Every route reads it so.
 ///
 /// # Errors
 /// A 400 naming `priority` when it is not an integer.
@@ -119,193 +300,6 @@ pub fn priority(map: &Map<String, Value>) -> Result<Option<i64>, ApiError> {
     }
 }
 
-/// The logprobs a request asked for, in the route's terms; [`LogprobAsk::spec`] turns them into
-/// the engine's [`LogprobSpec`] once the prompt length is known.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct LogprobAsk {
-    /// Logprobs of generated tokens with this many alternatives.
-    pub output: Option<usize>,
-    /// Prompt logprobs shown the way the route shows its output ones (`echo` with `logprobs`,
-    /// SGLang's `input_*` lists), with this many alternatives.
-    pub prompt: Option<usize>,
-    /// vLLM's `prompt_logprobs` with this many alternatives.
-    pub vllm_prompt: Option<usize>,
-    /// First prompt position reported; negative counts from the prompt's end (SGLang's
-    /// default −1 is the last prompt token).
-    pub prompt_start: i64,
-    /// SGLang's `token_ids_logprob`.
-    pub token_ids: Vec<u32>,
-    /// SGLang's `return_text_in_logprobs`.
-    pub with_text: bool,
-    /// SGLang's rule: the entry at `logprob_start_len` itself is `null` (its scheduler pads the
-    /// first input logprob with `None`), values start one position later.
-    pub null_first: bool,
-}
-
-impl LogprobAsk {
-    /// The first prompt position reported for a prompt of `prompt_len` tokens (negative starts
-    /// count from the end).
-    pub fn start(&self, prompt_len: usize) -> usize {
-        let s = if self.prompt_start < 0 { prompt_len as i64 + self.prompt_start } else { self.prompt_start };
-        s.max(0) as usize
-    }
-
-    /// The engine's spec for a prompt of `prompt_len` tokens. Under [`LogprobAsk::null_first`]
-    /// the engine starts one position later: the route renders the `null` itself, and the
-    /// default (the last prompt token) costs no extra logits row.
-    pub fn spec(&self, prompt_len: usize) -> LogprobSpec {
-        let prompt_start = if self.vllm_prompt.is_some() {
-            Some(0)
-        } else if self.prompt.is_some() {
-            Some(self.start(prompt_len) + usize::from(self.null_first))
-        } else {
-            None
-        };
-        LogprobSpec {
-            output: self.output.is_some(),
-            prompt_start,
-            top_n: [self.output, self.prompt, self.vllm_prompt].into_iter().flatten().max().unwrap_or(0),
-            token_ids: self.token_ids.clone(),
-        }
-    }
-}
-
-/// Parses the logprob fields of `api` (`echo` on completions adds the prompt's logprobs when
-/// `logprobs` is set, as OpenAI and vLLM do).
-///
-/// # Errors
-/// A 400 naming the field: a count outside 0–20, `top_logprobs` without `logprobs: true`, a bad
-/// `token_ids_logprob`.
-pub fn parse_logprobs(map: &Map<String, Value>, api: Api, echo: bool) -> Result<LogprobAsk, ApiError> {
-    let f = Fields(map);
-    let top = |k: &str| -> Result<Option<usize>, ApiError> {
-        match f.count(k)? {
-            Some(v) if v > MAX_TOP_LOGPROBS => {
-                Err(ApiError::bad(k, format!("{k} must be between 0 and {MAX_TOP_LOGPROBS}, got {v}")))
-            }
-            v => Ok(v),
-        }
-    };
-    let mut ask = LogprobAsk { prompt_start: 0, ..Default::default() };
-    match api {
-        Api::Completions => {
-            ask.output = top("logprobs")?;
-            ask.prompt = ask.output.filter(|_| echo);
-            ask.vllm_prompt = top("prompt_logprobs")?;
-        }
-        Api::Chat => {
-            let on = f.bool("logprobs")?.unwrap_or(false);
-            let n = top("top_logprobs")?;
-            if n.is_some_and(|n| n > 0) && !on {
-                return Err(ApiError::bad("top_logprobs", "top_logprobs requires logprobs to be true"));
-            }
-            ask.output = on.then(|| n.unwrap_or(0));
-            f.refuse_unless("prompt_logprobs", &[], "prompt_logprobs is answered on /v1/completions")?;
-        }
-        Api::Native => {
-            if f.bool("return_logprob")?.unwrap_or(false) {
-                let n = top("top_logprobs_num")?.unwrap_or(0);
-                ask.output = Some(n);
-                ask.prompt = Some(n);
-                ask.null_first = true;
-                ask.prompt_start = f.int("logprob_start_len")?.unwrap_or(-1);
-                if ask.prompt_start < -1 {
-                    return Err(ApiError::bad(
-                        "logprob_start_len",
-                        "logprob_start_len must be -1 or a prompt position",
-                    ));
-                }
-                ask.with_text = f.bool("return_text_in_logprobs")?.unwrap_or(false);
-                ask.token_ids = match f.get("token_ids_logprob") {
-                    None => Vec::new(),
-                    Some(Value::Array(a)) => a
-                        .iter()
-                        .map(|v| {
-                            v.as_u64().filter(|&t| t <= u32::MAX as u64).map(|t| t as u32).ok_or_else(|| {
-                                ApiError::bad("token_ids_logprob", "token_ids_logprob must be a list of token ids")
-                            })
-                        })
-                        .collect::<Result<_, _>>()?,
-                    Some(_) => {
-                        return Err(ApiError::bad("token_ids_logprob", "token_ids_logprob must be a list of token ids"))
-                    }
-                };
-            }
-        }
-    }
-    Ok(ask)
-}
-
-/// Typed access to a JSON object with errors that name the field.
-pub struct Fields<'a>(pub &'a Map<String, Value>);
-
-impl Fields<'_> {
-    /// The value of `k`, `None` when absent or null.
-    pub fn get(&self, k: &str) -> Option<&Value> {
-        self.0.get(k).filter(|v| !v.is_null())
-    }
-
-    /// A finite number, or `None` when absent.
-    pub fn num(&self, k: &str) -> Result<Option<f64>, ApiError> {
-        match self.get(k) {
-            None => Ok(None),
-            Some(Value::Number(n)) => match n.as_f64() {
-                Some(f) if f.is_finite() => Ok(Some(f)),
-                _ => Err(ApiError::bad(k, format!("{k} must be a finite number"))),
-            },
-            Some(other) => Err(ApiError::bad(k, format!("{k} must be a number, got {other}"))),
-        }
-    }
-
-    /// A number within `[lo, hi]`.
-    pub fn num_in(&self, k: &str, lo: f64, hi: f64) -> Result<Option<f64>, ApiError> {
-        match self.num(k)? {
-            Some(v) if v < lo || v > hi => Err(ApiError::bad(k, format!("{k} must be in [{lo}, {hi}], got {v}"))),
-            v => Ok(v),
-        }
-    }
-
-    /// An integer, or `None` when absent.
-    pub fn int(&self, k: &str) -> Result<Option<i64>, ApiError> {
-        match self.get(k) {
-            None => Ok(None),
-            Some(Value::Number(n)) => n
-                .as_i64()
-                .or_else(|| n.as_u64().map(|u| u as i64))
-                .map(Some)
-                .ok_or_else(|| ApiError::bad(k, format!("{k} must be an integer, got {n}"))),
-            Some(other) => Err(ApiError::bad(k, format!("{k} must be an integer, got {other}"))),
-        }
-    }
-
-    /// A non-negative integer.
-    pub fn count(&self, k: &str) -> Result<Option<usize>, ApiError> {
-        match self.int(k)? {
-            Some(v) if v < 0 => Err(ApiError::bad(k, format!("{k} must be non-negative, got {v}"))),
-            v => Ok(v.map(|v| v as usize)),
-        }
-    }
-
-    /// A boolean.
-    pub fn bool(&self, k: &str) -> Result<Option<bool>, ApiError> {
-        match self.get(k) {
-            None => Ok(None),
-            Some(Value::Bool(b)) => Ok(Some(*b)),
-            Some(other) => Err(ApiError::bad(k, format!("{k} must be a boolean, got {other}"))),
-        }
-    }
-
-    /// Refuses a field we do not implement unless it holds its neutral value.
-    pub fn refuse_unless(&self, k: &str, neutral: &[Value], what: &str) -> Result<(), ApiError> {
-        match self.get(k) {
-            Some(v) if !neutral.contains(v) => {
-                Err(ApiError::bad(k, format!("{k} is not supported by this server ({what})")))
-            }
-            _ => Ok(()),
-        }
-    }
-}
-
 /// Which API the fields come from (they differ in names and defaults).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Api {
@@ -317,136 +311,13 @@ pub enum Api {
     Native,
 }
 
-/// Parses and checks the generation fields of a request body (or of `sampling_params`).
+/// Parses and checks the generation fields of an OpenAI body (or of `/generate`'s
+/// `sampling_params`): [`Sampling::from_body`], then [`Sampling::validate`].
 ///
 /// # Errors
 /// A 400 naming the first bad field.
 pub fn parse(map: &Map<String, Value>, api: Api) -> Result<GenParams, ApiError> {
-    let f = Fields(map);
-    let max_tokens = match api {
-        Api::Native => f.count("max_new_tokens")?,
-        Api::Chat => match f.count("max_completion_tokens")? {
-            Some(v) => Some(v),
-            None => f.count("max_tokens")?,
-        },
-        Api::Completions => f.count("max_tokens")?,
-    };
-    let temperature = f.num("temperature")?.unwrap_or(1.0);
-    if temperature < 0.0 {
-        return Err(ApiError::bad("temperature", format!("temperature must be ≥ 0, got {temperature}")));
-    }
-    let top_p = f.num_in("top_p", 0.0, 1.0)?.unwrap_or(1.0);
-    let top_k = match f.int("top_k")? {
-        Some(k) if k < -1 => return Err(ApiError::bad("top_k", format!("top_k must be -1, 0 or positive, got {k}"))),
-        Some(k) => k.clamp(-1, i32::MAX as i64) as i32,
-        None => 0,
-    };
-    let min_p = f.num_in("min_p", 0.0, 1.0)?.unwrap_or(0.0);
-    let seed_field = if f.get("sampling_seed").is_some() { "sampling_seed" } else { "seed" };
-    let seed = f.int(seed_field)?.map(|s| s as u64).unwrap_or_else(rand::random::<u64>);
-    let n = f.count("n")?.unwrap_or(1);
-    if !(1..=MAX_N).contains(&n) {
-        return Err(ApiError::bad("n", format!("n must be between 1 and {MAX_N}, got {n}")));
-    }
-    let mut logit_bias = Vec::new();
-    if let Some(v) = f.get("logit_bias") {
-        let obj = v
-            .as_object()
-            .ok_or_else(|| ApiError::bad("logit_bias", "logit_bias must be an object of token id → bias"))?;
-        for (k, b) in obj {
-            let id: u32 = k
-                .parse()
-                .map_err(|_| ApiError::bad("logit_bias", format!("logit_bias key {k:?} is not a token id")))?;
-            let b = b.as_f64().filter(|b| (-100.0..=100.0).contains(b)).ok_or_else(|| {
-                ApiError::bad("logit_bias", format!("logit_bias[{k}] must be a number in [-100, 100]"))
-            })?;
-            logit_bias.push((id, b as f32));
-        }
-    }
-    let stop = match f.get("stop") {
-        None => Vec::new(),
-        Some(Value::String(s)) => vec![s.clone()],
-        Some(Value::Array(a)) => a
-            .iter()
-            .map(|v| {
-                v.as_str()
-                    .map(str::to_owned)
-                    .ok_or_else(|| ApiError::bad("stop", "stop must be a string or a list of strings"))
-            })
-            .collect::<Result<_, _>>()?,
-        Some(_) => return Err(ApiError::bad("stop", "stop must be a string or a list of strings")),
-    };
-    if stop.iter().any(String::is_empty) {
-        return Err(ApiError::bad("stop", "stop strings must not be empty"));
-    }
-    let stop_token_ids = match f.get("stop_token_ids") {
-        None => Vec::new(),
-        Some(Value::Array(a)) => a
-            .iter()
-            .map(|v| {
-                v.as_u64()
-                    .map(|x| x as u32)
-                    .ok_or_else(|| ApiError::bad("stop_token_ids", "stop_token_ids must be a list of token ids"))
-            })
-            .collect::<Result<_, _>>()?,
-        Some(_) => return Err(ApiError::bad("stop_token_ids", "stop_token_ids must be a list of token ids")),
-    };
-    // OpenAI's ranges for the additive penalties; SGLang's upper bound for the repetition
-    // penalty, which must be positive (it divides).
-    let presence_penalty = f.num_in("presence_penalty", -2.0, 2.0)?.unwrap_or(0.0);
-    let frequency_penalty = f.num_in("frequency_penalty", -2.0, 2.0)?.unwrap_or(0.0);
-    let repetition_penalty = f.num_in("repetition_penalty", 0.0, 2.0)?.unwrap_or(1.0);
-    if repetition_penalty <= 0.0 {
-        return Err(ApiError::bad("repetition_penalty", "repetition_penalty must be in (0, 2]"));
-    }
-    // SGLang's `min_new_tokens` natively, vLLM's `min_tokens` on the OpenAI routes.
-    let min_field = if api == Api::Native { "min_new_tokens" } else { "min_tokens" };
-    let min_tokens = f.count(min_field)?.unwrap_or(0);
-    if let Some(m) = max_tokens.filter(|&m| min_tokens > m) {
-        return Err(ApiError::bad(
-            min_field,
-            format!("{min_field} ({min_tokens}) must not exceed the token limit ({m})"),
-        ));
-    }
-    f.refuse_unless("suffix", &[Value::from("")], "insertion is not implemented")?;
-    if let Some(b) = f.count("best_of")? {
-        if b != n {
-            return Err(ApiError::bad("best_of", "best_of is not supported (it must equal n)"));
-        }
-    }
-    Ok(GenParams {
-        max_tokens,
-        default_max: (api == Api::Native).then_some(128),
-        max_tokens_field: match api {
-            Api::Native => "max_new_tokens",
-            Api::Chat if f.get("max_completion_tokens").is_some() => "max_completion_tokens",
-            _ => "max_tokens",
-        },
-        sampling: SamplingParams {
-            temperature: temperature as f32,
-            top_p: top_p as f32,
-            top_k,
-            min_p: min_p as f32,
-            seed,
-            logit_bias,
-            presence_penalty: presence_penalty as f32,
-            frequency_penalty: frequency_penalty as f32,
-            repetition_penalty: repetition_penalty as f32,
-            min_tokens,
-        },
-        stop,
-        stop_token_ids,
-        priority: priority(map)?,
-        ignore_eos: f.bool("ignore_eos")?.unwrap_or(false),
-        n,
-        skip_special_tokens: f.bool("skip_special_tokens")?.unwrap_or(true),
-        no_stop_trim: match f.bool("no_stop_trim")? {
-            Some(v) => v,
-            None => f.bool("include_stop_str_in_output")?.unwrap_or(false),
-        },
-        logprobs: LogprobSpec::default(),
-        constraint: parse_constraint(&f, api)?,
-    })
+    Sampling::from_body(map, api).validate()
 }
 
 #[cfg(test)]
@@ -493,38 +364,31 @@ mod tests {
         assert!(p(json!({"include_stop_str_in_output": true})).expect("vllm").no_stop_trim);
     }
 
+    /// A field that does not read is reported in its place: an earlier field's range error
+    /// comes first, whatever went wrong with a later one.
     #[test]
-    fn logprob_fields() {
-        let lp = |v: Value, api, echo| parse_logprobs(v.as_object().expect("object"), api, echo);
-        let a = lp(json!({"logprobs": 3}), Api::Completions, true).expect("echo");
-        assert_eq!((a.output, a.prompt), (Some(3), Some(3)));
-        let s = a.spec(10);
-        assert_eq!((s.output, s.prompt_start, s.top_n), (true, Some(0), 3));
-        let a = lp(json!({"logprobs": 0}), Api::Completions, false).expect("no echo");
-        assert_eq!(a.spec(10).prompt_start, None);
-        assert_eq!(lp(json!({"logprobs": null}), Api::Completions, true).expect("null"), LogprobAsk::default());
-        assert!(lp(json!({"logprobs": 21}), Api::Completions, false).is_err());
-        assert!(lp(json!({"logprobs": true}), Api::Completions, false).is_err());
-        let v = lp(json!({"prompt_logprobs": 2, "logprobs": 1}), Api::Completions, false).expect("vllm");
-        assert_eq!(v.spec(5), LogprobSpec { output: true, prompt_start: Some(0), top_n: 2, token_ids: vec![] });
-        let c = lp(json!({"logprobs": true, "top_logprobs": 4}), Api::Chat, false).expect("chat");
-        assert_eq!(c.output, Some(4));
-        assert_eq!(lp(json!({"logprobs": true}), Api::Chat, false).expect("chat").output, Some(0));
-        let e = lp(json!({"top_logprobs": 2}), Api::Chat, false).expect_err("needs logprobs");
-        assert!(e.to_string().contains("top_logprobs"));
-        let n =
-            lp(json!({"return_logprob": true, "top_logprobs_num": 2, "token_ids_logprob": [5, 7]}), Api::Native, false)
-                .expect("native");
-        // SGLang's default start (-1) is the last prompt token, whose entry is `null`: the
-        // engine computes none.
-        assert_eq!(n.start(8), 7);
-        assert_eq!(n.spec(8), LogprobSpec { output: true, prompt_start: Some(8), top_n: 2, token_ids: vec![5, 7] });
-        let n = lp(json!({"return_logprob": true, "logprob_start_len": 0}), Api::Native, false).expect("start 0");
-        assert_eq!(n.spec(8).prompt_start, Some(1));
-        assert_eq!(
-            lp(json!({"top_logprobs_num": 2}), Api::Native, false).expect("off").spec(8),
-            LogprobSpec::default()
+    fn first_bad_field_in_field_order() {
+        let param = |v: Value| match p(v) {
+            Err(ApiError::BadRequest { param, .. }) => param,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(param(json!({"temperature": -1, "stop": 5})).as_deref(), Some("temperature"));
+        assert_eq!(param(json!({"temperature": "hot", "top_p": 7})).as_deref(), Some("temperature"));
+        assert_eq!(param(json!({"top_p": 7, "n": "x"})).as_deref(), Some("top_p"));
+    }
+
+    /// Typed fields named as their API names them: the errors say `stop_sequences` and
+    /// `max_output_tokens`'s limit directly.
+    #[test]
+    fn typed_fields_named_by_their_api() {
+        let s = Sampling { stop: Ok(Some(vec![String::new()])), stop_field: "stop_sequences", ..Sampling::default() };
+        let e = s.validate().expect_err("empty stop");
+        assert!(
+            matches!(&e, ApiError::BadRequest { param: Some(f), message } if f == "stop_sequences" && message.starts_with("stop_sequences ")),
+            "{e:?}"
         );
+        let s = Sampling { max_tokens: Ok(Some(5)), max_tokens_field: "max_output_tokens", ..Sampling::default() };
+        assert_eq!(s.validate().expect("valid").max_tokens_field, "max_output_tokens");
     }
 
     /// `priority` is an integer; a float without a fraction is that integer (pydantic's lax

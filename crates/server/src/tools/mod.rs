@@ -34,7 +34,7 @@ mod shaper;
 mod tagged;
 mod think;
 
-pub use request::{history_calls, py_json, tools_system_prompt, ToolChoice, ToolRequest, ToolSpec};
+pub use request::{history_calls, py_json, template_tool, tools_system_prompt, ToolChoice, ToolRequest, ToolSpec};
 pub use shaper::{Delta, Message, Shaper};
 
 /// A `--tool-call-parser` (SGLang's names).

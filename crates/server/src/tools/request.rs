@@ -44,8 +44,79 @@ pub struct ToolRequest {
     pub parallel: bool,
 }
 
+impl ToolChoice {
+    /// A `tool_choice` word: `none`, `auto` or `required`.
+    ///
+    /// # Errors
+    /// A 400 naming `tool_choice` for another word.
+    pub fn word(s: &str) -> Result<ToolChoice, ApiError> {
+        match s {
+            "none" => Ok(ToolChoice::None),
+            "auto" => Ok(ToolChoice::Auto),
+            "required" => Ok(ToolChoice::Required),
+            other => Err(ApiError::bad(
+                "tool_choice",
+                format!("tool_choice {other:?} is not none, auto, required or a function"),
+            )),
+        }
+    }
+}
+
+impl ToolSpec {
+    /// Function `name` taking `parameters` (`{"type": "object", "properties": {}}` when absent
+    /// or null); `at` is the schema's field as the API spells it (`tools[0].input_schema`).
+    ///
+    /// # Errors
+    /// A 400 naming `tools` when the schema is not an object.
+    pub fn new(name: &str, parameters: Option<&Value>, at: &str) -> Result<ToolSpec, ApiError> {
+        let parameters = match parameters {
+            None | Some(Value::Null) => json!({"type": "object", "properties": {}}),
+            Some(p @ Value::Object(_)) => p.clone(),
+            Some(_) => return Err(ApiError::bad("tools", format!("{at} must be a JSON schema object"))),
+        };
+        Ok(ToolSpec { name: name.to_owned(), parameters })
+    }
+}
+
 impl ToolRequest {
-    /// Parses `tools`, `tool_choice` and `parallel_tool_calls`; `None` without tools.
+    /// The checks every API's tool fields share, on what its edge read: `tools` (and the same
+    /// list in the chat template's form, `[{"type": "function", "function": {...}}]`), the
+    /// choice and `parallel_tool_calls`. `None` without tools.
+    ///
+    /// # Errors
+    /// A 400 naming `tool_choice`: a choice other than `none` without tools, a function that
+    /// is not among the tools, `auto` with no `--tool-call-parser`.
+    pub fn new(
+        tools: Vec<ToolSpec>,
+        template: Value,
+        choice: Option<ToolChoice>,
+        parallel: bool,
+        parsers: ChatParsers,
+    ) -> Result<Option<ToolRequest>, ApiError> {
+        if tools.is_empty() {
+            return match choice {
+                None | Some(ToolChoice::None) => Ok(None),
+                Some(_) => Err(ApiError::bad("tool_choice", "tool_choice is only allowed when tools are given")),
+            };
+        }
+        let choice = choice.unwrap_or(ToolChoice::Auto);
+        if let ToolChoice::Named(n) = &choice {
+            if !tools.iter().any(|t| &t.name == n) {
+                return Err(ApiError::bad("tool_choice", format!("tool_choice names {n:?}, which is not in tools")));
+            }
+        }
+        if choice == ToolChoice::Auto && parsers.tool_call.is_none() {
+            return Err(ApiError::bad(
+                "tool_choice",
+                "\"auto\" tool choice needs the server started with --tool-call-parser (qwen25, glm45, llama3, phi4_mini); \
+                 \"required\" or a named function work without one",
+            ));
+        }
+        Ok(Some(ToolRequest { tools: tools.into(), raw: template, choice, parallel }))
+    }
+
+    /// Chat's edge: OpenAI's `tools`, `tool_choice` and `parallel_tool_calls` read by name,
+    /// then [`ToolRequest::new`]; `None` without tools.
     ///
     /// # Errors
     /// A 400 naming the field: a tool that is not a function with a name, a `tool_choice` that
@@ -61,17 +132,7 @@ impl ToolRequest {
         };
         let choice = match f.get("tool_choice") {
             None => None,
-            Some(Value::String(s)) => Some(match s.as_str() {
-                "none" => ToolChoice::None,
-                "auto" => ToolChoice::Auto,
-                "required" => ToolChoice::Required,
-                other => {
-                    return Err(ApiError::bad(
-                        "tool_choice",
-                        format!("tool_choice {other:?} is not none, auto, required or a function"),
-                    ))
-                }
-            }),
+            Some(Value::String(s)) => Some(ToolChoice::word(s)?),
             Some(v) => {
                 let name = v
                     .get("function")
@@ -87,14 +148,8 @@ impl ToolRequest {
                 Some(ToolChoice::Named(name.to_owned()))
             }
         };
-        let Some(list) = list else {
-            return match choice {
-                None | Some(ToolChoice::None) => Ok(None),
-                Some(_) => Err(ApiError::bad("tool_choice", "tool_choice is only allowed when tools are given")),
-            };
-        };
-        let mut tools = Vec::with_capacity(list.len());
-        for (i, t) in list.iter().enumerate() {
+        let mut tools = Vec::new();
+        for (i, t) in list.into_iter().flatten().enumerate() {
             let func = t
                 .get("function")
                 .filter(|_| t.get("type").and_then(Value::as_str) == Some("function"))
@@ -107,32 +162,10 @@ impl ToolRequest {
             let name = func.get("name").and_then(Value::as_str).filter(|n| !n.is_empty()).ok_or_else(|| {
                 ApiError::bad("tools", format!("tools[{i}].function.name must be a non-empty string"))
             })?;
-            let parameters = match func.get("parameters") {
-                None | Some(Value::Null) => json!({"type": "object", "properties": {}}),
-                Some(p @ Value::Object(_)) => p.clone(),
-                Some(_) => {
-                    return Err(ApiError::bad(
-                        "tools",
-                        format!("tools[{i}].function.parameters must be a JSON schema object"),
-                    ))
-                }
-            };
-            tools.push(ToolSpec { name: name.to_owned(), parameters });
+            tools.push(ToolSpec::new(name, func.get("parameters"), &format!("tools[{i}].function.parameters"))?);
         }
-        let choice = choice.unwrap_or(ToolChoice::Auto);
-        if let ToolChoice::Named(n) = &choice {
-            if !tools.iter().any(|t| &t.name == n) {
-                return Err(ApiError::bad("tool_choice", format!("tool_choice names {n:?}, which is not in tools")));
-            }
-        }
-        if choice == ToolChoice::Auto && parsers.tool_call.is_none() {
-            return Err(ApiError::bad(
-                "tool_choice",
-                "\"auto\" tool choice needs the server started with --tool-call-parser (qwen25, glm45, llama3, phi4_mini); \
-                 \"required\" or a named function work without one",
-            ));
-        }
-        Ok(Some(ToolRequest { tools: tools.into(), raw: Value::Array(list.clone()), choice, parallel }))
+        let template = Value::Array(list.cloned().unwrap_or_default());
+        ToolRequest::new(tools, template, choice, parallel, parsers)
     }
 
     /// The grammar `required` and a named function impose (vLLM's shapes), if any.
@@ -168,6 +201,16 @@ impl ToolRequest {
     pub fn shown(&self) -> bool {
         self.choice != ToolChoice::None
     }
+}
+
+/// One function tool in the chat template's form (`{"type": "function", "function": {"name",
+/// "parameters", "description"}}`), for an API whose tools come in another shape.
+pub fn template_tool(name: &str, description: Option<&str>, parameters: Option<&Value>) -> Value {
+    let mut f = json!({"name": name, "parameters": parameters});
+    if let Some(d) = description {
+        f["description"] = json!(d);
+    }
+    json!({"type": "function", "function": f})
 }
 
 /// The system message that describes `tools` to a chat template that cannot (vLLM does the

@@ -18,8 +18,8 @@ use super::AnthropicError;
 use crate::chat::{self, ChatRequest};
 use crate::error::ApiError;
 use crate::gen::{self, EndReason};
-use crate::params::{self, Api};
-use crate::tools::ToolRequest;
+use crate::params::{self, json_schema, LogprobAsk, Sampling};
+use crate::tools::{template_tool, ToolChoice as Choice, ToolRequest, ToolSpec};
 use crate::AppState;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -151,48 +151,42 @@ fn lower_messages(r: &MessagesRequest) -> Result<Vec<ChatMessage>, ApiError> {
     Ok(conv)
 }
 
-/// `tools` and `tool_choice` in chat's form, read by [`ToolRequest`].
+/// `tools` and `tool_choice` read from the typed request (`input_schema` is a function's
+/// parameters, `any` is `required`, `disable_parallel_tool_use` the opposite of
+/// `parallel_tool_calls`), then [`ToolRequest::new`]'s checks.
 fn tool_fields(s: &AppState, r: &MessagesRequest) -> Result<Option<ToolRequest>, ApiError> {
-    let mut m = Map::new();
-    if let Some(tools) = &r.tools {
-        let mut list = Vec::with_capacity(tools.len());
-        for (i, t) in tools.iter().enumerate() {
-            if let Some(k) = t.kind.as_deref().filter(|k| *k != "custom") {
-                return Err(ApiError::bad(
-                    "tools",
-                    format!("tools[{i}]: {k:?} server tools are not supported by this server (client tools are)"),
-                ));
-            }
-            if t.name.is_empty() {
-                return Err(ApiError::bad("tools", format!("tools[{i}].name must be a non-empty string")));
-            }
-            let Some(schema) = &t.input_schema else {
-                return Err(ApiError::bad("tools", format!("tools[{i}].input_schema is required")));
-            };
-            let mut f = json!({"name": t.name, "parameters": schema});
-            if let Some(d) = &t.description {
-                f["description"] = json!(d);
-            }
-            list.push(json!({"type": "function", "function": f}));
+    let tools = r.tools.as_deref().unwrap_or_default();
+    let mut template = Vec::with_capacity(tools.len());
+    for (i, t) in tools.iter().enumerate() {
+        if let Some(k) = t.kind.as_deref().filter(|k| *k != "custom") {
+            return Err(ApiError::bad(
+                "tools",
+                format!("tools[{i}]: {k:?} server tools are not supported by this server (client tools are)"),
+            ));
         }
-        m.insert("tools".into(), Value::Array(list));
+        if t.name.is_empty() {
+            return Err(ApiError::bad("tools", format!("tools[{i}].name must be a non-empty string")));
+        }
+        if t.input_schema.is_none() {
+            return Err(ApiError::bad("tools", format!("tools[{i}].input_schema is required")));
+        }
+        template.push(template_tool(&t.name, t.description.as_deref(), t.input_schema.as_ref()));
     }
+    let specs = tools
+        .iter()
+        .enumerate()
+        .map(|(i, t)| ToolSpec::new(&t.name, t.input_schema.as_ref(), &format!("tools[{i}].input_schema")))
+        .collect::<Result<_, _>>()?;
     let (choice, no_parallel) = match &r.tool_choice {
         None => (None, None),
-        Some(ToolChoice::Auto { disable_parallel_tool_use }) => (Some(json!("auto")), *disable_parallel_tool_use),
-        Some(ToolChoice::Any { disable_parallel_tool_use }) => (Some(json!("required")), *disable_parallel_tool_use),
+        Some(ToolChoice::Auto { disable_parallel_tool_use }) => (Some(Choice::Auto), *disable_parallel_tool_use),
+        Some(ToolChoice::Any { disable_parallel_tool_use }) => (Some(Choice::Required), *disable_parallel_tool_use),
         Some(ToolChoice::Tool { name, disable_parallel_tool_use }) => {
-            (Some(json!({"type": "function", "function": {"name": name}})), *disable_parallel_tool_use)
+            (Some(Choice::Named(name.clone())), *disable_parallel_tool_use)
         }
-        Some(ToolChoice::None) => (Some(json!("none")), None),
+        Some(ToolChoice::None) => (Some(Choice::None), None),
     };
-    if let Some(c) = choice {
-        m.insert("tool_choice".into(), c);
-    }
-    if let Some(d) = no_parallel {
-        m.insert("parallel_tool_calls".into(), Value::Bool(!d));
-    }
-    ToolRequest::parse(&m, s.parsers)
+    ToolRequest::new(specs, Value::Array(template), choice, no_parallel != Some(true), s.parsers)
 }
 
 /// The template variables `thinking` sets (Qwen 3's `enable_thinking`).
@@ -233,6 +227,29 @@ fn thinking_kwargs(r: &MessagesRequest) -> Result<Map<String, Value>, ApiError> 
     Ok(kwargs)
 }
 
+/// The request's generation fields, typed, named as Anthropic names them (`stop_sequences`,
+/// `output_config.format`).
+fn sampling(r: &MessagesRequest, max_tokens: u32, raw: &Map<String, Value>) -> Sampling {
+    let constraint = match r.output_config.as_ref().and_then(|o| o.format.as_ref()) {
+        None => Ok(None),
+        Some(OutputFormat::JsonSchema { schema }) => json_schema(schema, FORMAT).map(|c| Some((c, FORMAT))),
+    };
+    Sampling {
+        max_tokens: Ok(Some(max_tokens as usize)),
+        temperature: Ok(r.temperature),
+        top_p: Ok(r.top_p),
+        top_k: Ok(r.top_k),
+        stop: Ok(r.stop_sequences.clone()),
+        stop_field: "stop_sequences",
+        priority: params::priority(raw),
+        constraint,
+        ..Sampling::default()
+    }
+}
+
+/// Anthropic's structured-output field.
+const FORMAT: &str = "output_config.format";
+
 fn lower(s: &AppState, r: &MessagesRequest, raw: &Map<String, Value>) -> Result<ChatRequest, ApiError> {
     let max = r.max_tokens.ok_or_else(|| ApiError::bad("max_tokens", "max_tokens: field required"))?;
     if max == 0 {
@@ -246,26 +263,12 @@ fn lower(s: &AppState, r: &MessagesRequest, raw: &Map<String, Value>) -> Result<
             return Err(ApiError::bad(field, format!("{field} is not supported by this server")));
         }
     }
-    let mut pm: Map<String, Value> = ["temperature", "top_p", "top_k"]
-        .iter()
-        .filter_map(|k| raw.get(*k).map(|v| ((*k).to_owned(), v.clone())))
-        .collect();
-    pm.insert("max_tokens".into(), json!(max));
-    if let Some(stop) = &r.stop_sequences {
-        pm.insert("stop".into(), json!(stop));
-    }
-    if let Some(OutputFormat::JsonSchema { schema }) = r.output_config.as_ref().and_then(|o| o.format.as_ref()) {
-        pm.insert("response_format".into(), json!({"type": "json_schema", "json_schema": {"schema": schema}}));
-    }
     let tools = tool_fields(s, r)?;
-    let mut params = params::parse(&pm, Api::Chat)
-        .map_err(|e| e.renamed("stop", "stop_sequences").renamed("response_format", "output_config.format"))?;
-    params.priority = params::priority(raw)?;
-    params.relabel_constraint("response_format", "output_config.format");
+    let mut params = sampling(r, max, raw).validate()?;
     chat::add_tool_constraint(&mut params, tools.as_ref())?;
     let kwargs = thinking_kwargs(r)?;
     let messages = lower_messages(r)?;
-    let ask = params::parse_logprobs(&Map::new(), Api::Chat, false)?;
+    let ask = LogprobAsk::default();
     Ok(ChatRequest { messages, tools, kwargs, params, ask, separate_reasoning: true, continue_final: PREFILL })
 }
 

@@ -16,9 +16,10 @@ use super::super::typed_body;
 use crate::chat::{self, ChatRequest};
 use crate::error::ApiError;
 use crate::gen;
-use crate::params::{self, Api};
+use crate::grammar::Constraint;
+use crate::params::{self, json_schema, top_logprobs, LogprobAsk, Sampling};
 use crate::store::Stored;
-use crate::tools::ToolRequest;
+use crate::tools::{template_tool, ToolChoice, ToolRequest, ToolSpec};
 use crate::AppState;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -32,19 +33,6 @@ use sparrow_protocol::responses::{parts_text, Input, Item, ResponsesRequest, Tex
 use sparrow_tokenizer::ChatMessage;
 
 mod render;
-
-/// Sampling fields read as chat reads them (same names, same ranges, one validation).
-const SAMPLING_FIELDS: &[&str] = &[
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "seed",
-    "stop",
-    "presence_penalty",
-    "frequency_penalty",
-    "repetition_penalty",
-];
 
 /// The `include` value that turns on `output_text` logprobs.
 const INCLUDE_LOGPROBS: &str = "message.output_text.logprobs";
@@ -123,51 +111,48 @@ fn lower_items(items: &[Item], conv: &mut Vec<ChatMessage>) -> Result<(), ApiErr
     Ok(())
 }
 
-/// `tools`, `tool_choice` and `parallel_tool_calls` in chat's form, read by [`ToolRequest`].
+/// `tools`, `tool_choice` and `parallel_tool_calls` read from the typed request (a function
+/// tool's `name` and `parameters` at its top level, a named choice as `{"type": "function",
+/// "name"}`), then [`ToolRequest::new`]'s checks.
 fn tool_fields(s: &AppState, r: &ResponsesRequest) -> Result<Option<ToolRequest>, ApiError> {
-    let mut m = Map::new();
-    if let Some(tools) = &r.tools {
-        let mut list = Vec::with_capacity(tools.len());
-        for (i, t) in tools.iter().enumerate() {
-            if t.kind != "function" {
-                return Err(ApiError::bad(
-                    "tools",
-                    format!("tools[{i}]: {:?} tools are not supported by this server (function tools are)", t.kind),
-                ));
-            }
-            let Some(name) = t.name.as_deref().filter(|n| !n.is_empty()) else {
-                return Err(ApiError::bad("tools", format!("tools[{i}].name must be a non-empty string")));
-            };
-            let mut f = json!({"name": name, "parameters": t.parameters});
-            if let Some(d) = &t.description {
-                f["description"] = json!(d);
-            }
-            list.push(json!({"type": "function", "function": f}));
+    let tools = r.tools.as_deref().unwrap_or_default();
+    let mut named = Vec::with_capacity(tools.len());
+    let mut template = Vec::with_capacity(tools.len());
+    for (i, t) in tools.iter().enumerate() {
+        if t.kind != "function" {
+            return Err(ApiError::bad(
+                "tools",
+                format!("tools[{i}]: {:?} tools are not supported by this server (function tools are)", t.kind),
+            ));
         }
-        m.insert("tools".into(), Value::Array(list));
-    }
-    if let Some(c) = &r.tool_choice {
-        let c = match c {
-            Value::String(_) => c.clone(),
-            Value::Object(o)
-                if o.get("type").and_then(Value::as_str) == Some("function")
-                    && o.get("name").is_some_and(Value::is_string) =>
-            {
-                json!({"type": "function", "function": {"name": o.get("name")}})
-            }
-            _ => {
-                return Err(ApiError::bad(
-                    "tool_choice",
-                    "tool_choice must be none, auto, required or {\"type\": \"function\", \"name\": ...}",
-                ))
-            }
+        let Some(name) = t.name.as_deref().filter(|n| !n.is_empty()) else {
+            return Err(ApiError::bad("tools", format!("tools[{i}].name must be a non-empty string")));
         };
-        m.insert("tool_choice".into(), c);
+        template.push(template_tool(name, t.description.as_deref(), t.parameters.as_ref()));
+        named.push((name, t.parameters.as_ref()));
     }
-    if let Some(p) = r.parallel_tool_calls {
-        m.insert("parallel_tool_calls".into(), Value::Bool(p));
-    }
-    ToolRequest::parse(&m, s.parsers)
+    let choice = match &r.tool_choice {
+        None => None,
+        Some(Value::String(w)) => Some(ToolChoice::word(w)?),
+        Some(Value::Object(o))
+            if o.get("type").and_then(Value::as_str) == Some("function")
+                && o.get("name").is_some_and(Value::is_string) =>
+        {
+            o.get("name").and_then(Value::as_str).map(|n| ToolChoice::Named(n.to_owned()))
+        }
+        Some(_) => {
+            return Err(ApiError::bad(
+                "tool_choice",
+                "tool_choice must be none, auto, required or {\"type\": \"function\", \"name\": ...}",
+            ))
+        }
+    };
+    let specs = named
+        .iter()
+        .enumerate()
+        .map(|(i, (name, p))| ToolSpec::new(name, *p, &format!("tools[{i}].parameters")))
+        .collect::<Result<_, _>>()?;
+    ToolRequest::new(specs, Value::Array(template), choice, r.parallel_tool_calls.unwrap_or(true), s.parsers)
 }
 
 /// Refuses what this server does not do, by name, rather than answering as if it had.
@@ -194,6 +179,35 @@ fn refuse_unsupported(r: &ResponsesRequest) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// Responses' structured-output field.
+const FORMAT: &str = "text.format";
+
+/// The request's generation fields, typed, named as the Responses API names them
+/// (`max_output_tokens`, `text.format`); the other sampling fields as chat spells them.
+fn sampling(r: &ResponsesRequest, raw: &Map<String, Value>) -> Sampling {
+    let constraint = match r.text.as_ref().and_then(|t| t.format.as_ref()) {
+        None | Some(TextFormat::Text) => Ok(None),
+        Some(TextFormat::JsonObject) => Ok(Some((Constraint::Json(json!({"type": "object"})), FORMAT))),
+        Some(TextFormat::JsonSchema { schema, .. }) => json_schema(schema, FORMAT).map(|c| Some((c, FORMAT))),
+    };
+    Sampling {
+        max_tokens: Ok(r.max_output_tokens.map(|m| m as usize)),
+        max_tokens_field: "max_output_tokens",
+        temperature: Ok(r.temperature),
+        top_p: Ok(r.top_p),
+        top_k: Ok(r.top_k),
+        min_p: Ok(r.min_p),
+        seed: Ok(r.seed),
+        stop: Ok(r.stop.clone().map(|s| s.0)),
+        presence_penalty: Ok(r.presence_penalty),
+        frequency_penalty: Ok(r.frequency_penalty),
+        repetition_penalty: Ok(r.repetition_penalty),
+        priority: params::priority(raw),
+        constraint,
+        ..Sampling::default()
+    }
+}
+
 /// The request lowered: the chat request and the conversation to store.
 fn lower(
     s: &AppState,
@@ -201,25 +215,8 @@ fn lower(
     raw: &Map<String, Value>,
 ) -> Result<(ChatRequest, Vec<ChatMessage>), ApiError> {
     refuse_unsupported(r)?;
-    let mut pm: Map<String, Value> =
-        SAMPLING_FIELDS.iter().filter_map(|k| raw.get(*k).map(|v| ((*k).to_owned(), v.clone()))).collect();
-    if let Some(m) = r.max_output_tokens {
-        if m == 0 {
-            return Err(ApiError::bad("max_output_tokens", "max_output_tokens must be at least 1"));
-        }
-        pm.insert("max_tokens".into(), json!(m));
-    }
-    match r.text.as_ref().and_then(|t| t.format.as_ref()) {
-        None | Some(TextFormat::Text) => {}
-        Some(TextFormat::JsonObject) => {
-            pm.insert("response_format".into(), json!({"type": "json_object"}));
-        }
-        Some(TextFormat::JsonSchema { name, schema, .. }) => {
-            pm.insert(
-                "response_format".into(),
-                json!({"type": "json_schema", "json_schema": {"name": name, "schema": schema}}),
-            );
-        }
+    if r.max_output_tokens == Some(0) {
+        return Err(ApiError::bad("max_output_tokens", "max_output_tokens must be at least 1"));
     }
     // Logprobs come back when `include` asks for them; `top_logprobs` sets the alternatives.
     let lp_on = r.include.iter().flatten().any(|i| i == INCLUDE_LOGPROBS);
@@ -228,15 +225,8 @@ fn lower(
     {
         return Err(ApiError::bad("include", format!("include {bad:?} is not one of the API's values")));
     }
-    if lp_on {
-        pm.insert("logprobs".into(), json!(true));
-        pm.insert("top_logprobs".into(), json!(r.top_logprobs.unwrap_or(0)));
-    }
     let tools = tool_fields(s, r)?;
-    let mut params = params::parse(&pm, Api::Chat).map_err(|e| e.renamed("response_format", "text.format"))?;
-    params.priority = params::priority(raw)?;
-    params.max_tokens_field = "max_output_tokens";
-    params.relabel_constraint("response_format", "text.format");
+    let mut params = sampling(r, raw).validate()?;
     chat::add_tool_constraint(&mut params, tools.as_ref())?;
     let mut kwargs = Map::new();
     if let Some(effort) = r.reasoning.as_ref().and_then(|x| x.effort.as_deref()) {
@@ -267,7 +257,8 @@ fn lower(
         messages.push(ChatMessage::new("system", i.clone()));
     }
     messages.extend(history.iter().cloned());
-    let ask = params::parse_logprobs(&pm, Api::Chat, false)?;
+    let top = lp_on.then(|| top_logprobs("top_logprobs", r.top_logprobs.unwrap_or(0) as usize)).transpose()?;
+    let ask = LogprobAsk { output: top, ..LogprobAsk::default() };
     let req = ChatRequest { messages, tools, kwargs, params, ask, separate_reasoning: true, continue_final: false };
     Ok((req, history))
 }
