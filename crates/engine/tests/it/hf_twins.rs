@@ -1,5 +1,5 @@
-//! A synthetic Hugging Face checkpoint of a `qwen3_moe` and of a `deepseek_v3` shape, each
-//! beside its GGUF twin (`qwen3moe`, `deepseek2`: the same F32 values under llama.cpp's names,
+//! A synthetic Hugging Face checkpoint of a `qwen3_moe`, a `glm4_moe` and a `deepseek_v3` shape, each
+//! beside its GGUF twin (`qwen3moe`, `glm4moe`, `deepseek2`: the same F32 values under llama.cpp's names,
 //! experts stacked into one tensor per projection, the keys llama.cpp's converter writes for
 //! the config), load to the same model: the same logits, bit for bit, and so the same greedy
 //! tokens. Both use YaRN (factor 4 over an original context of 64, the prompt past it), which
@@ -329,4 +329,84 @@ fn deepseek_v3_checkpoint_equals_its_gguf_twin() {
     let mut b = Glm5Model::load(&dir.path().join("broken"), 2, opts()).expect("broken checkpoint");
     assert_eq!(h.info().architecture, "deepseek_v3");
     check_twins("deepseek_v3", &mut g, &mut h, &mut b);
+}
+
+#[test]
+fn glm4_moe_checkpoint_equals_its_gguf_twin() {
+    let hd = 32;
+    let ws = weights(|l| {
+        let mut w = vec![
+            ("input_layernorm.weight".into(), "attn_norm.weight".into(), vec![HIDDEN], (0.6, 1.4)),
+            ("self_attn.q_proj.weight".into(), "attn_q.weight".into(), vec![HEADS * hd, HIDDEN], (-0.4, 0.4)),
+            ("self_attn.q_proj.bias".into(), "attn_q.bias".into(), vec![HEADS * hd], (-1.0, 1.0)),
+            ("self_attn.k_proj.weight".into(), "attn_k.weight".into(), vec![2 * hd, HIDDEN], (-0.4, 0.4)),
+            ("self_attn.k_proj.bias".into(), "attn_k.bias".into(), vec![2 * hd], (-1.0, 1.0)),
+            ("self_attn.v_proj.weight".into(), "attn_v.weight".into(), vec![2 * hd, HIDDEN], (-0.3, 0.3)),
+            ("self_attn.v_proj.bias".into(), "attn_v.bias".into(), vec![2 * hd], (-1.0, 1.0)),
+            ("self_attn.o_proj.weight".into(), "attn_output.weight".into(), vec![HIDDEN, HEADS * hd], (-0.3, 0.3)),
+            // GLM-4.5's pre-FFN norm: HF's `post_attention_layernorm`, llama.cpp's
+            // `post_attention_norm`.
+            ("post_attention_layernorm.weight".into(), "post_attention_norm.weight".into(), vec![HIDDEN], (0.6, 1.4)),
+        ];
+        if l == 0 {
+            for (p, g, r, c) in [
+                ("gate_proj", "ffn_gate", FFN, HIDDEN),
+                ("up_proj", "ffn_up", FFN, HIDDEN),
+                ("down_proj", "ffn_down", HIDDEN, FFN),
+            ] {
+                w.push((format!("mlp.{p}.weight"), format!("{g}.weight"), vec![r, c], (-0.3, 0.3)));
+            }
+            return w;
+        }
+        w.push(("mlp.gate.weight".into(), "ffn_gate_inp.weight".into(), vec![N_EXPERT, HIDDEN], (-0.5, 0.5)));
+        w.push(("mlp.gate.e_score_correction_bias".into(), "exp_probs_b.bias".into(), vec![N_EXPERT], (-0.3, 0.3)));
+        w.extend(experts("mlp"));
+        for (p, g, r, c) in [
+            ("gate_proj", "ffn_gate_shexp", EXPERT_FFN, HIDDEN),
+            ("up_proj", "ffn_up_shexp", EXPERT_FFN, HIDDEN),
+            ("down_proj", "ffn_down_shexp", HIDDEN, EXPERT_FFN),
+        ] {
+            w.push((format!("mlp.shared_experts.{p}.weight"), format!("{g}.weight"), vec![r, c], (-0.3, 0.3)));
+        }
+        w
+    });
+    let config = serde_json::json!({
+        "architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe", "hidden_size": HIDDEN,
+        "intermediate_size": FFN, "moe_intermediate_size": EXPERT_FFN, "num_hidden_layers": LAYERS,
+        "num_attention_heads": HEADS, "num_key_value_heads": 2, "head_dim": hd, "partial_rotary_factor": 0.5,
+        "attention_bias": true, "use_qk_norm": false, "n_routed_experts": N_EXPERT, "n_shared_experts": 1,
+        "num_experts_per_tok": TOP_K, "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1,
+        "norm_topk_prob": true, "routed_scaling_factor": 2.5, "rope_theta": 1000000.0, "rms_norm_eps": EPS,
+        "vocab_size": VOCAB, "max_position_embeddings": CTX, "tie_word_embeddings": false
+    });
+    let keys: Vec<(&str, MetaValue)> = vec![
+        ("block_count", u32v(LAYERS)),
+        ("context_length", u32v(CTX)),
+        ("embedding_length", u32v(HIDDEN)),
+        ("feed_forward_length", u32v(FFN)),
+        ("attention.head_count", u32v(HEADS)),
+        ("attention.head_count_kv", u32v(2)),
+        ("attention.key_length", u32v(hd)),
+        ("attention.value_length", u32v(hd)),
+        ("rope.dimension_count", u32v(hd / 2)),
+        ("rope.freq_base", f32v(1e6)),
+        ("attention.layer_norm_rms_epsilon", f32v(EPS)),
+        ("leading_dense_block_count", u32v(1)),
+        ("expert_count", u32v(N_EXPERT)),
+        ("expert_used_count", u32v(TOP_K)),
+        ("expert_feed_forward_length", u32v(EXPERT_FFN)),
+        ("expert_shared_count", u32v(1)),
+        ("expert_weights_scale", f32v(2.5)),
+        ("expert_weights_norm", (Ty::Bool, vec![1])),
+        ("expert_gating_func", u32v(2)),
+    ];
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("twin.gguf");
+    write_gguf(&path, "glm4moe", &keys, &gguf_tensors(&ws));
+    write_hf(&dir.path().join("hf"), &config, &ws);
+    write_hf(&dir.path().join("broken"), &config, &swapped(&ws));
+    let mut g = LlamaModel::load(&path, 2).expect("GGUF twin");
+    let mut h = LlamaModel::load_hf(&dir.path().join("hf"), 2).expect("checkpoint");
+    let mut b = LlamaModel::load_hf(&dir.path().join("broken"), 2).expect("broken checkpoint");
+    check_twins("glm4_moe", &mut g, &mut h, &mut b);
 }
