@@ -205,6 +205,7 @@ pub const ARCHITECTURES: &[Arch] = &[
     // clamped SwiGLU (alpha 1.702, limit 7).
     Arch {
         name: "gpt-oss",
+        hf: &[("gpt_oss", "GptOssForCausalLM")],
         class: "GptOssForCausalLM",
         body: Body::Decoder(Family {
             gguf_rope: RopeLayout::Halves,
@@ -217,6 +218,7 @@ pub const ARCHITECTURES: &[Arch] = &[
                 ..MoeFamily::BASE
             }),
             swa_pattern: Some(2),
+            hf_names: &[("mlp.gate", "mlp.router")],
             ..Family::BASE
         }),
         ..Arch::BASE

@@ -71,6 +71,9 @@ pub struct Family {
     /// `residual_scale` (each block's output before its residual add) and `logit_scale` (a
     /// divisor of the logits); llama.cpp reads them for the Granite architectures only.
     pub multipliers: bool,
+    /// Module paths an HF checkpoint of the family spells otherwise, `(ours, theirs)`
+    /// (gpt-oss's router: `mlp.router`, not `mlp.gate`), read through [`crate::model::vb::Renamed`].
+    pub hf_names: &'static [(&'static str, &'static str)],
     /// Llama 4's attention temperature applies (`attention.temperature_scale`, Mistral 3):
     /// the rotated queries × `1 + β · ln(⌊pos / original context⌋ + 1)`.
     pub attn_temperature: bool,
@@ -96,6 +99,7 @@ impl Family {
         rope_scaling: true,
         attn_scale: None,
         multipliers: false,
+        hf_names: &[],
         attn_temperature: false,
     };
 }

@@ -58,12 +58,25 @@ pub trait Tensors {
     }
 }
 
+/// `{experts}.{proj}.bias` split into the experts' module and the projection, for gpt-oss's
+/// packed biases ([`Checkpoint::packed_expert_bias`]).
+fn packed_bias(name: &str) -> Option<(&str, &str)> {
+    let (experts, proj) = name.strip_suffix(".bias")?.rsplit_once('.')?;
+    experts.ends_with(".experts").then_some((experts, proj))
+}
+
 impl Tensors for Checkpoint {
     fn has(&self, name: &str) -> bool {
-        Checkpoint::has(self, name)
+        Checkpoint::has(self, name) || packed_bias(name).is_some_and(|(ex, p)| self.has_packed_expert_bias(ex, p))
     }
     fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>, EngineError> {
-        Checkpoint::vector(self, name, len)
+        match packed_bias(name).filter(|_| !Checkpoint::has(self, name)) {
+            Some((ex, p)) => match self.packed_expert_bias(ex, p, len)? {
+                Some(v) => Ok(v),
+                None => Checkpoint::vector(self, name, len),
+            },
+            None => Checkpoint::vector(self, name, len),
+        }
     }
     fn matrix(&self, module: &str, rows: usize, cols: usize) -> Result<Weight, EngineError> {
         self.linear(module, rows, cols)
@@ -75,6 +88,56 @@ impl Tensors for Checkpoint {
             return Err(EngineError::model(format!("{name}: shape {shape:?}, want [{rows}, {cols}]")));
         }
         Ok(Weight::Dense { rows, cols, data })
+    }
+    fn experts(&self, module: &str, n: usize, rows: usize, cols: usize) -> Result<Vec<Weight>, EngineError> {
+        let (head, proj) = module.rsplit_once('.').unwrap_or(("", module));
+        match self.packed_experts(head, proj, n, rows, cols)? {
+            Some(ws) => Ok(ws),
+            None => (0..n).map(|e| self.matrix(&format!("{head}.{e}.{proj}"), rows, cols)).collect(),
+        }
+    }
+}
+
+/// A view of [`Tensors`] with some module names spelled as a checkpoint spells them: each
+/// `(ours, theirs)` pair replaces the path segment(s) `ours` (gpt-oss's router is HF's
+/// `mlp.router` where every other family's is `mlp.gate`).
+pub struct Renamed<'a> {
+    /// The checkpoint.
+    pub inner: &'a dyn Tensors,
+    /// `(our name, the checkpoint's)` module paths.
+    pub names: &'static [(&'static str, &'static str)],
+}
+
+impl Renamed<'_> {
+    fn name(&self, n: &str) -> String {
+        let mut out = n.to_owned();
+        for (ours, theirs) in self.names {
+            let (mid, end) = (format!(".{ours}."), format!(".{ours}"));
+            if out.contains(&mid) {
+                out = out.replacen(&mid, &format!(".{theirs}."), 1);
+            } else if let Some(stem) = out.strip_suffix(&end) {
+                out = format!("{stem}.{theirs}");
+            }
+        }
+        out
+    }
+}
+
+impl Tensors for Renamed<'_> {
+    fn has(&self, name: &str) -> bool {
+        self.inner.has(&self.name(name))
+    }
+    fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>, EngineError> {
+        self.inner.vector(&self.name(name), len)
+    }
+    fn matrix(&self, module: &str, rows: usize, cols: usize) -> Result<Weight, EngineError> {
+        self.inner.matrix(&self.name(module), rows, cols)
+    }
+    fn dense(&self, module: &str, rows: usize, cols: usize) -> Result<Weight, EngineError> {
+        self.inner.dense(&self.name(module), rows, cols)
+    }
+    fn experts(&self, module: &str, n: usize, rows: usize, cols: usize) -> Result<Vec<Weight>, EngineError> {
+        self.inner.experts(&self.name(module), n, rows, cols)
     }
 }
 

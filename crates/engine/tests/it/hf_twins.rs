@@ -1,5 +1,6 @@
-//! A synthetic Hugging Face checkpoint of a `qwen3_moe`, a `glm4_moe` and a `deepseek_v3` shape, each
-//! beside its GGUF twin (`qwen3moe`, `glm4moe`, `deepseek2`: the same F32 values under llama.cpp's names,
+//! A synthetic Hugging Face checkpoint of a `qwen3_moe`, a `glm4_moe`, a `gpt_oss` (its MXFP4
+//! experts packed as OpenAI packs them) and a `deepseek_v3` shape, each beside its GGUF twin
+//! (`qwen3moe`, `glm4moe`, `gpt-oss`, `deepseek2`: the same values under llama.cpp's names,
 //! experts stacked into one tensor per projection, the keys llama.cpp's converter writes for
 //! the config), load to the same model: the same logits, bit for bit, and so the same greedy
 //! tokens. Both use YaRN (factor 4 over an original context of 64, the prompt past it), which
@@ -164,8 +165,8 @@ fn check_twins(label: &str, gguf: &mut dyn Model, hf: &mut dyn Model, broken: &m
     assert_eq!(rh, rg, "{label}: logits of the checkpoint and of its GGUF twin");
     let (rb, _) = run(broken);
     let diff = rb.iter().flatten().zip(rg.iter().flatten()).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-    assert!(diff > 1e-3, "{label}: the checkpoint with two experts swapped gives the same logits ({diff})");
-    println!("{label}: {} logit rows equal, greedy {th:?}; swapped experts move logits by up to {diff:.3}", rg.len());
+    assert!(diff > 1e-3, "{label}: the broken checkpoint gives the same logits ({diff})");
+    println!("{label}: {} logit rows equal, greedy {th:?}; the broken copy moves logits by up to {diff:.3}", rg.len());
 }
 
 #[test]
@@ -409,4 +410,176 @@ fn glm4_moe_checkpoint_equals_its_gguf_twin() {
     let mut h = LlamaModel::load_hf(&dir.path().join("hf"), 2).expect("checkpoint");
     let mut b = LlamaModel::load_hf(&dir.path().join("broken"), 2).expect("broken checkpoint");
     check_twins("glm4_moe", &mut g, &mut h, &mut b);
+}
+
+/// A safetensors checkpoint of raw tensors `(name, dtype, shape, bytes)` beside `config`.
+fn write_raw_hf(dir: &Path, config: &serde_json::Value, ts: &[(String, safetensors::Dtype, Vec<usize>, Vec<u8>)]) {
+    std::fs::create_dir_all(dir).expect("dir");
+    std::fs::write(dir.join("config.json"), config.to_string()).expect("config");
+    let views = ts
+        .iter()
+        .map(|(n, d, s, b)| (n.clone(), safetensors::tensor::TensorView::new(*d, s.clone(), b).expect("view")));
+    safetensors::serialize_to_file(views, None::<HashMap<String, String>>, &dir.join("model.safetensors"))
+        .expect("safetensors");
+}
+
+/// gpt-oss as its HF checkpoints store it (the router as `mlp.router`, every projection's
+/// experts packed in OpenAI's MXFP4 layout: nibbles interleaved, scales apart, `gate_up_proj`
+/// rows and biases interleaved gate/up) beside its GGUF twin (GGML MXFP4 blocks, one tensor per
+/// projection): the same logits bit for bit. The broken copy packs `gate_up_proj` as gate rows
+/// then up rows, not interleaved.
+#[test]
+fn gpt_oss_checkpoint_equals_its_gguf_twin() {
+    use safetensors::Dtype as D;
+    let (hd, kv) = (32, 2);
+    let f32b = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let mut gguf: Vec<Tensor> = Vec::new();
+    let mut hf = Vec::new();
+    let mut broken = Vec::new();
+    // A float tensor in both files (`shape` as HF has it).
+    type Hf = Vec<(String, D, Vec<usize>, Vec<u8>)>;
+    let both = |gguf: &mut Vec<Tensor>, hf: &mut Hf, hfn: String, gn: String, shape: Vec<usize>, span: (f32, f32)| {
+        let data = values(&hfn, shape.iter().product(), span.0, span.1);
+        gguf.push((gn, shape.iter().rev().map(|&d| d as u64).collect(), GgmlType::F32, f32b(&data)));
+        hf.push((hfn, D::F32, shape, f32b(&data)));
+    };
+    both(
+        &mut gguf,
+        &mut hf,
+        "model.embed_tokens.weight".into(),
+        "token_embd.weight".into(),
+        vec![VOCAB, HIDDEN],
+        (-1.0, 1.0),
+    );
+    let (nb, nbi) = (HIDDEN / 32, EXPERT_FFN / 32);
+    let (mut packed, mut packed_broken): (Hf, Hf) = (Vec::new(), Vec::new());
+    for l in 0..LAYERS {
+        let (p, b) = (format!("model.layers.{l}."), format!("blk.{l}."));
+        for (h, g, shape, span) in [
+            ("input_layernorm.weight", "attn_norm.weight", vec![HIDDEN], (0.6, 1.4)),
+            ("self_attn.q_proj.weight", "attn_q.weight", vec![HEADS * hd, HIDDEN], (-0.4, 0.4)),
+            ("self_attn.q_proj.bias", "attn_q.bias", vec![HEADS * hd], (-1.0, 1.0)),
+            ("self_attn.k_proj.weight", "attn_k.weight", vec![kv * hd, HIDDEN], (-0.4, 0.4)),
+            ("self_attn.k_proj.bias", "attn_k.bias", vec![kv * hd], (-1.0, 1.0)),
+            ("self_attn.v_proj.weight", "attn_v.weight", vec![kv * hd, HIDDEN], (-0.3, 0.3)),
+            ("self_attn.v_proj.bias", "attn_v.bias", vec![kv * hd], (-1.0, 1.0)),
+            ("self_attn.o_proj.weight", "attn_output.weight", vec![HIDDEN, HEADS * hd], (-0.3, 0.3)),
+            ("self_attn.o_proj.bias", "attn_output.bias", vec![HIDDEN], (-0.5, 0.5)),
+            ("self_attn.sinks", "attn_sinks.weight", vec![HEADS], (0.0, 3.0)),
+            ("post_attention_layernorm.weight", "post_attention_norm.weight", vec![HIDDEN], (0.6, 1.4)),
+            ("mlp.router.weight", "ffn_gate_inp.weight", vec![N_EXPERT, HIDDEN], (-0.5, 0.5)),
+            ("mlp.router.bias", "ffn_gate_inp.bias", vec![N_EXPERT], (-0.5, 0.5)),
+        ] {
+            both(&mut gguf, &mut hf, format!("{p}{h}"), format!("{b}{g}"), shape, span);
+        }
+        // Each projection's experts: GGML MXFP4 rows (scale byte + 16 code bytes per 32) in the
+        // GGUF file; OpenAI's layout in the checkpoint.
+        let rows_of = |gguf: &mut Vec<Tensor>, proj: &str, rows: usize, cols_blocks: usize| -> Vec<Vec<u8>> {
+            let name = format!("{b}ffn_{proj}_exps.weight");
+            let mut raw = crate::formats::splitmix(crate::formats::fnv1a(&name), N_EXPERT * rows * cols_blocks * 17);
+            raw.chunks_exact_mut(17).enumerate().for_each(|(i, blk)| blk[0] = 120 + (i % 6) as u8);
+            let bias = values(&format!("{name}.bias"), N_EXPERT * rows, -0.5, 0.5);
+            gguf.push((
+                name,
+                vec![(cols_blocks * 32) as u64, rows as u64, N_EXPERT as u64],
+                GgmlType::MXFP4,
+                raw.clone(),
+            ));
+            gguf.push((
+                format!("{b}ffn_{proj}_exps.bias"),
+                vec![rows as u64, N_EXPERT as u64],
+                GgmlType::F32,
+                f32b(&bias),
+            ));
+            let mut out: Vec<Vec<u8>> = raw.chunks_exact(cols_blocks * 17).map(<[u8]>::to_vec).collect();
+            out.push(f32b(&bias));
+            out
+        };
+        let gate = rows_of(&mut gguf, "gate", EXPERT_FFN, nb);
+        let up = rows_of(&mut gguf, "up", EXPERT_FFN, nb);
+        let down = rows_of(&mut gguf, "down", HIDDEN, nbi);
+        // OpenAI's block: value 2j in byte j's low nibble, 2j + 1 in its high one.
+        let openai = |ggml_row: &[u8], blocks: &mut Vec<u8>, scales: &mut Vec<u8>| {
+            for blk in ggml_row.chunks_exact(17) {
+                scales.push(blk[0]);
+                let v = |i: usize| if i < 16 { blk[1 + i] & 0x0f } else { blk[1 + i - 16] >> 4 };
+                blocks.extend((0..16).map(|j| v(2 * j) | (v(2 * j + 1) << 4)));
+            }
+        };
+        let (gb, ub, db) = (gate.last().expect("bias"), up.last().expect("bias"), down.last().expect("bias"));
+        for interleave in [true, false] {
+            let (mut blocks, mut scales, mut bias) = (Vec::new(), Vec::new(), Vec::new());
+            for e in 0..N_EXPERT {
+                for i in 0..2 * EXPERT_FFN {
+                    let (src, bsrc, r) = match (interleave, i % 2, i < EXPERT_FFN) {
+                        (true, 0, _) => (&gate, gb, i / 2),
+                        (true, _, _) => (&up, ub, i / 2),
+                        (false, _, true) => (&gate, gb, i),
+                        (false, _, false) => (&up, ub, i - EXPERT_FFN),
+                    };
+                    openai(&src[e * EXPERT_FFN + r], &mut blocks, &mut scales);
+                    bias.extend_from_slice(&bsrc[(e * EXPERT_FFN + r) * 4..(e * EXPERT_FFN + r + 1) * 4]);
+                }
+            }
+            let dst = if interleave { &mut packed } else { &mut packed_broken };
+            let ex = format!("{p}mlp.experts.");
+            dst.push((format!("{ex}gate_up_proj_blocks"), D::U8, vec![N_EXPERT, 2 * EXPERT_FFN, nb, 16], blocks));
+            dst.push((format!("{ex}gate_up_proj_scales"), D::U8, vec![N_EXPERT, 2 * EXPERT_FFN, nb], scales));
+            dst.push((format!("{ex}gate_up_proj_bias"), D::F32, vec![N_EXPERT, 2 * EXPERT_FFN], bias));
+        }
+        let (mut blocks, mut scales) = (Vec::new(), Vec::new());
+        down[..N_EXPERT * HIDDEN].iter().for_each(|r| openai(r, &mut blocks, &mut scales));
+        for dst in [&mut packed, &mut packed_broken] {
+            let ex = format!("{p}mlp.experts.");
+            dst.push((format!("{ex}down_proj_blocks"), D::U8, vec![N_EXPERT, HIDDEN, nbi, 16], blocks.clone()));
+            dst.push((format!("{ex}down_proj_scales"), D::U8, vec![N_EXPERT, HIDDEN, nbi], scales.clone()));
+            dst.push((format!("{ex}down_proj_bias"), D::F32, vec![N_EXPERT, HIDDEN], db.clone()));
+        }
+    }
+    both(&mut gguf, &mut hf, "model.norm.weight".into(), "output_norm.weight".into(), vec![HIDDEN], (0.6, 1.4));
+    both(&mut gguf, &mut hf, "lm_head.weight".into(), "output.weight".into(), vec![VOCAB, HIDDEN], (-0.5, 0.5));
+    broken.extend(hf.iter().cloned());
+    hf.extend(packed);
+    broken.extend(packed_broken);
+    let layer_types: Vec<&str> =
+        (0..LAYERS).map(|l| if l % 2 == 0 { "sliding_attention" } else { "full_attention" }).collect();
+    let config = serde_json::json!({
+        "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "hidden_size": HIDDEN,
+        "intermediate_size": EXPERT_FFN, "num_hidden_layers": LAYERS, "num_attention_heads": HEADS,
+        "num_key_value_heads": kv, "head_dim": hd, "num_local_experts": N_EXPERT, "num_experts_per_tok": TOP_K,
+        "sliding_window": 16, "layer_types": layer_types, "rope_theta": 150000.0, "rms_norm_eps": EPS,
+        "vocab_size": VOCAB, "max_position_embeddings": CTX, "tie_word_embeddings": false, "attention_bias": true,
+        "swiglu_limit": 7.0,
+        "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
+                         "beta_fast": 32.0, "beta_slow": 1.0, "truncate": false}
+    });
+    let keys: Vec<(&str, MetaValue)> = vec![
+        ("block_count", u32v(LAYERS)),
+        ("context_length", u32v(CTX)),
+        ("embedding_length", u32v(HIDDEN)),
+        ("feed_forward_length", u32v(EXPERT_FFN)),
+        ("attention.head_count", u32v(HEADS)),
+        ("attention.head_count_kv", u32v(kv)),
+        ("attention.key_length", u32v(hd)),
+        ("attention.value_length", u32v(hd)),
+        ("rope.freq_base", f32v(150000.0)),
+        ("attention.layer_norm_rms_epsilon", f32v(EPS)),
+        ("expert_count", u32v(N_EXPERT)),
+        ("expert_used_count", u32v(TOP_K)),
+        ("expert_feed_forward_length", u32v(EXPERT_FFN)),
+        ("attention.sliding_window", u32v(16)),
+        ("rope.scaling.type", strv("yarn")),
+        ("rope.scaling.factor", f32v(4.0)),
+        ("rope.scaling.original_context_length", u32v(64)),
+    ];
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("twin.gguf");
+    write_gguf(&path, "gpt-oss", &keys, &gguf);
+    write_raw_hf(&dir.path().join("hf"), &config, &hf);
+    write_raw_hf(&dir.path().join("broken"), &config, &broken);
+    let mut g = LlamaModel::load(&path, 2).expect("GGUF twin");
+    let mut h = LlamaModel::load_hf(&dir.path().join("hf"), 2).expect("checkpoint");
+    let mut b = LlamaModel::load_hf(&dir.path().join("broken"), 2).expect("broken checkpoint");
+    assert_eq!(h.info().architecture, "gpt_oss");
+    check_twins("gpt_oss", &mut g, &mut h, &mut b);
 }

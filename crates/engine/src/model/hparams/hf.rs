@@ -47,7 +47,8 @@ struct Config {
     sliding_window: Option<usize>,
     /// Qwen2/Qwen3 state a `sliding_window` but use it only with this set.
     use_sliding_window: Option<bool>,
-    /// Per layer `sliding_attention` or `full_attention` (gpt-oss).
+    /// Per layer `sliding_attention` or `full_attention` (gpt-oss; its `truncate: false` YaRN is
+    /// read as llama.cpp runs the converted file, correction dimensions floored and ceiled).
     layer_types: Option<Vec<String>>,
     /// SmolLM3: 1 where a layer applies RoPE, 0 where it does not.
     no_rope_layers: Option<Vec<u8>>,

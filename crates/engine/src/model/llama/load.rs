@@ -16,7 +16,7 @@ use crate::model::arch::{self, Arch, Body};
 use crate::model::common::{check_rope_positions, RopeTable};
 use crate::model::family::Family;
 use crate::model::hparams::HParams;
-use crate::model::vb::{GgufTensors, Vb};
+use crate::model::vb::{GgufTensors, Renamed, Vb};
 
 /// The family of decoder architecture `a`.
 fn family(a: &Arch, what: &str) -> Result<Family, EngineError> {
@@ -62,8 +62,9 @@ impl LlamaModel {
 
     /// Loads a Hugging Face checkpoint directory of a decoder family (a `model_type` of a
     /// [`Body::Decoder`] row: `llama`, `mistral`, `qwen2`, `qwen3`, `smollm3`, `phi3`,
-    /// `granite`, `ministral3`, `qwen3_moe`, `glm4_moe`; `config.json`, safetensors weights,
-    /// optionally ModelOpt NVFP4, e.g. from `sparrow quantize`), RoPE scaling as
+    /// `granite`, `ministral3`, `qwen3_moe`, `glm4_moe`, `gpt_oss` (its MXFP4 experts as the
+    /// checkpoint packs them, [`crate::checkpoint::mxfp4`]); `config.json`, safetensors
+    /// weights, optionally ModelOpt NVFP4, e.g. from `sparrow quantize`), RoPE scaling as
     /// [`HParams::from_hf`] reads it.
     ///
     /// HF stores Q and K for `rotate_half` RoPE (pairs `(i, i + d/2)` of a head), which the
@@ -82,7 +83,8 @@ impl LlamaModel {
         let cfg = LlamaConfig::from_hparams(&hp, &fam, Format::Hf, ck.has("model.layers.0.self_attn.q_norm.weight"))?;
         cfg.check()?;
         check_rope_positions("max_position_embeddings", cfg.context_length, cfg.head_dim, ck.file_bytes())?;
-        let root = Vb::new(&ck);
+        let renamed = Renamed { inner: &ck, names: fam.hf_names };
+        let root = Vb::new(&renamed);
         let tied = hp.tie_word_embeddings.unwrap_or(false) || !ck.has("lm_head.weight");
         let name = dir.file_name().map_or(mt.clone(), |n| n.to_string_lossy().into_owned());
         Self::load_from(&root, cfg, &fam, tied, mt, name, threads)
