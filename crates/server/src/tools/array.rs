@@ -1,21 +1,23 @@
 //! The JSON array of `{"name", "parameters"}` objects that `tool_choice: required` constrains
 //! generation to (vLLM's shape), read as it streams.
 
+use super::format::{CallMachine, Ev};
 use super::json_scan::{call_header, Header, ValueScan};
-use super::shaper::Ev;
 
 /// `required`: the constrained `[{"name": …, "parameters": …}, …]`.
+/// Also how Llama 3's and Phi-4-mini's formats read their calls' JSON objects.
 #[derive(Debug, Default)]
 pub(super) struct ArrayCalls {
-    pub(super) raw: String,
-    pub(super) pos: usize,
-    pub(super) scan: Option<ValueScan>,
+    raw: String,
+    pos: usize,
+    scan: Option<ValueScan>,
     /// Inside an element after its arguments, until its `}`.
-    pub(super) tail: bool,
+    tail: bool,
 }
 
-impl ArrayCalls {
-    pub(super) fn push(&mut self, text: &str, ev: &mut Vec<Ev>) {
+impl CallMachine for ArrayCalls {
+    /// Nothing is held back: `end` changes nothing.
+    fn push(&mut self, text: &str, _end: bool, ev: &mut Vec<Ev>) {
         self.raw.push_str(text);
         loop {
             if let Some(scan) = &mut self.scan {

@@ -1,9 +1,7 @@
-//! DeepSeek's tool calls: a block `<｜tool▁calls▁begin｜>` … `<｜tool▁calls▁end｜>` of calls
-//! `<｜tool▁call▁begin｜>` … `<｜tool▁call▁end｜>`, each in one of two bodies (SGLang's
-//! `deepseekv3_detector.py` and `deepseekv31_detector.py`):
-//!
-//! - `deepseekv3` (V3, R1-0528): `function<｜tool▁sep｜>{name}\n```json\n{arguments}\n````;
-//! - `deepseekv31` (V3.1): `{name}<｜tool▁sep｜>{arguments}`.
+//! DeepSeek's block of tool calls, shared by `deepseekv3` and `deepseekv31` (each reads its own
+//! call body, [`CallBody`]): `<｜tool▁calls▁begin｜>` … `<｜tool▁calls▁end｜>` around calls
+//! `<｜tool▁call▁begin｜>` … `<｜tool▁call▁end｜>` (SGLang's `deepseekv3_detector.py` and
+//! `deepseekv31_detector.py`).
 //!
 //! Text before the block (and after it) is content, without the whitespace that only
 //! separates it from the block (SGLang strips the text around the calls). Each call is given whole when its end
@@ -11,7 +9,7 @@
 //! so far (the finish reason says `length`), one cut off before the name gives its text back as
 //! content.
 
-use super::shaper::{partial_suffix, Ev};
+use super::format::{partial_suffix, CallMachine, Ev};
 
 /// Opens the block of calls.
 pub(super) const CALLS_BEGIN: &str = "<｜tool▁calls▁begin｜>";
@@ -24,10 +22,14 @@ pub(super) const CALL_END: &str = "<｜tool▁call▁end｜>";
 /// Separates a call's type (V3) or name (V3.1) from the rest.
 pub(super) const TOOL_SEP: &str = "<｜tool▁sep｜>";
 
-/// The call machine of `deepseekv3` (`v31: false`) or `deepseekv31`.
-#[derive(Debug, Default)]
+/// A call's `(name, arguments)` from its body (between the call markers); `whole`: the body is
+/// complete, else cut off. `None`: no call (its text is content).
+pub(super) type CallBody = fn(body: &str, whole: bool) -> Option<(String, String)>;
+
+/// The call machine of a DeepSeek format, its calls read by `body`.
+#[derive(Debug)]
 pub(super) struct DeepseekCalls {
-    pub(super) v31: bool,
+    body: CallBody,
     /// Text not yet given out: content that may begin the block, or the block so far.
     held: String,
     /// Trailing content whitespace, held until it is known not to precede the block (SGLang
@@ -40,11 +42,13 @@ pub(super) struct DeepseekCalls {
 }
 
 impl DeepseekCalls {
-    pub(super) fn new(v31: bool) -> DeepseekCalls {
-        DeepseekCalls { v31, ..Default::default() }
+    pub(super) fn new(body: CallBody) -> DeepseekCalls {
+        DeepseekCalls { body, held: String::new(), ws: String::new(), inside: false, after: false }
     }
+}
 
-    pub(super) fn push(&mut self, text: &str, end: bool, ev: &mut Vec<Ev>) {
+impl CallMachine for DeepseekCalls {
+    fn push(&mut self, text: &str, end: bool, ev: &mut Vec<Ev>) {
         self.held.push_str(text);
         loop {
             if !self.inside {
@@ -89,7 +93,7 @@ impl DeepseekCalls {
             }
             if let Some(p) = body.find(CALL_END) {
                 let call = body[..p].strip_prefix(CALL_BEGIN).unwrap_or(&body[..p]);
-                match self.parse(call, true) {
+                match (self.body)(call, true) {
                     Some((name, args)) => {
                         ev.push(Ev::Start(name));
                         ev.push(Ev::Args(args));
@@ -101,7 +105,7 @@ impl DeepseekCalls {
             }
             if end {
                 let call = body.strip_prefix(CALL_BEGIN).unwrap_or(body);
-                match self.parse(call, false) {
+                match (self.body)(call, false) {
                     Some((name, args)) => {
                         ev.push(Ev::Start(name));
                         ev.push(Ev::Args(args));
@@ -114,26 +118,10 @@ impl DeepseekCalls {
             return;
         }
     }
+}
 
-    /// A call's `(name, arguments)` from its body (between the call markers); `whole`: the
-    /// body is complete, else cut off (a V3 name then needs its newline).
-    fn parse(&self, body: &str, whole: bool) -> Option<(String, String)> {
-        let (head, rest) = body.split_once(TOOL_SEP)?;
-        if self.v31 {
-            let name = head.trim();
-            return (!name.is_empty()).then(|| (name.to_owned(), rest.trim().to_owned()));
-        }
-        let (name, args) = match rest.split_once('\n') {
-            Some((n, a)) => (n.trim(), a),
-            None if whole => (rest.trim(), ""),
-            None => return None,
-        };
-        if name.is_empty() {
-            return None;
-        }
-        let args = args.trim();
-        let args = args.strip_prefix("```json").unwrap_or(args);
-        let args = args.trim_end().strip_suffix("```").unwrap_or(args);
-        Some((name.to_owned(), args.trim().to_owned()))
-    }
+/// Earlier calls, each already in its format's body, written as one block, `sep` between calls.
+pub(super) fn history_block(calls: impl Iterator<Item = String>, sep: &str) -> String {
+    let body: Vec<String> = calls.map(|c| format!("{CALL_BEGIN}{c}{CALL_END}")).collect();
+    format!("\n{CALLS_BEGIN}{}{CALLS_END}", body.join(sep))
 }

@@ -1,28 +1,57 @@
 //! Llama 3.1–3.3 JSON calls (`llama3`, SGLang's `llama32_detector.py`): the reply is
 //! `{"name": …, "parameters": {…}}` after an optional `<|python_tag|>`, several separated by `;`.
 
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
 use super::array::ArrayCalls;
+use super::format::{py_json, CallMachine, Ev, ToolFormat, ToolSpec};
 use super::json_scan::{call_header, Header};
-use super::shaper::Ev;
+
+/// The `llama3` row.
+pub(super) struct Llama3;
+
+impl ToolFormat for Llama3 {
+    fn names(&self) -> &'static [&'static str] {
+        &["llama3"]
+    }
+
+    fn machine(&self, _tools: &Arc<[ToolSpec]>) -> Box<dyn CallMachine> {
+        Box::new(Llama3Calls::default())
+    }
+
+    /// Llama 3.1's own wording of its JSON calls.
+    fn how_to_call(&self) -> &'static str {
+        "To call a function, respond with only a JSON object in the format \
+         {\"name\": function name, \"parameters\": dictionary of argument name and its value}, and nothing else."
+    }
+
+    /// `;`-separated JSON objects, as Llama 3.1's template writes them.
+    fn history(&self, calls: &[(&Value, &Value)]) -> String {
+        let list: Vec<String> = calls.iter().map(|(n, a)| py_json(&json!({"name": n, "parameters": a}))).collect();
+        format!("\n{}", list.join("; "))
+    }
+}
 
 /// Llama 3's calls: a reply that starts (after whitespace and an optional `<|python_tag|>`)
 /// with a call header `{"name": …, "parameters"|"arguments": …` is calls, read as the
 /// `required` array's elements are (`;` or anything else between them is skipped); any other
 /// reply is content, unchanged. Held back until the start decides.
 #[derive(Debug, Default)]
-pub(super) struct Llama3Calls {
-    pub(super) buf: String,
-    pub(super) mode: Option<bool>,
-    pub(super) calls: ArrayCalls,
+struct Llama3Calls {
+    buf: String,
+    mode: Option<bool>,
+    calls: ArrayCalls,
 }
 
 /// The token Llama 3.1 writes before a call to a built-in or JSON tool.
-pub(super) const PYTHON_TAG: &str = "<|python_tag|>";
+const PYTHON_TAG: &str = "<|python_tag|>";
 
-impl Llama3Calls {
-    pub(super) fn push(&mut self, text: &str, end: bool, ev: &mut Vec<Ev>) {
+impl CallMachine for Llama3Calls {
+    fn push(&mut self, text: &str, end: bool, ev: &mut Vec<Ev>) {
         match self.mode {
-            Some(true) => return self.calls.push(text, ev),
+            Some(true) => return self.calls.push(text, end, ev),
             Some(false) => {
                 if !text.is_empty() {
                     ev.push(Ev::Content(text.to_owned()));
@@ -50,7 +79,7 @@ impl Llama3Calls {
                 self.mode = Some(true);
                 let body = body.to_owned();
                 self.buf.clear();
-                self.calls.push(&body, ev);
+                self.calls.push(&body, end, ev);
             }
             Some(false) => {
                 self.mode = Some(false);

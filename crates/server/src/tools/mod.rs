@@ -1,161 +1,51 @@
-//! Tool calls and reasoning content on `/v1/chat/completions`.
+//! Tool calls and reasoning content on the chat-like APIs.
 //!
-//! - [`ToolRequest::parse`] reads OpenAI's `tools`, `tool_choice` (`none`, `auto`, `required`,
-//!   `{"type": "function", "function": {"name": ...}}`) and `parallel_tool_calls`. `required`
-//!   and a named function constrain generation ([`ToolRequest::constraint`]) to vLLM's shapes: a
-//!   JSON array of `{"name", "parameters"}` objects, or the named function's arguments object.
-//! - `auto` parses the model's own format, chosen by `--tool-call-parser` with SGLang's names
-//!   (`sglang/srt/function_call/`): `qwen25` (Hermes / Qwen 2.5:
-//!   `<tool_call>{"name": …, "arguments": {…}}</tool_call>`) and `glm45` (GLM-4.5 / GLM-5:
-//!   `<tool_call>name<arg_key>k</arg_key><arg_value>v</arg_value>…</tool_call>`).
+//! - [`ToolRequest`] holds a request's `tools`, `tool_choice` (`none`, `auto`, `required`, a
+//!   named function) and `parallel_tool_calls`, read at each API's edge (`ToolRequest::parse`
+//!   for chat's body, the typed Responses and Messages requests through `ToolRequest::new`).
+//!   `required` and a named function constrain generation ([`ToolRequest::constraint`]) to
+//!   vLLM's shapes: a JSON array of `{"name", "parameters"}` objects, or the named function's
+//!   arguments object.
+//! - `auto` reads the model's own format, chosen by `--tool-call-parser` with SGLang's names
+//!   (`sglang/srt/function_call/`): [`ToolParser`] is the table, one row per format, and each
+//!   format is one file implementing [`ToolFormat`] (its names, its streaming machine, how a
+//!   prompt shows tools and earlier calls to a template that cannot): `qwen25`, `glm45` (both in
+//!   `tagged`'s `<tool_call>` block), `llama3`, `phi4_mini`, `gpt_oss`, `deepseekv3` and
+//!   `deepseekv31` (both in `deepseek`'s block). What they share sits below them in `format`
+//!   (the trait, [`Ev`], [`ToolSpec`], `partial_suffix`, [`py_json`]), `json_scan` and `array`.
 //! - `--reasoning-parser` (`glm45`, `qwen3`, `deepseek-r1`, `deepseek-v3`, SGLang's
-//!   `reasoning_parser.py`) splits `<think>…</think>` into `reasoning_content`; `deepseek-r1`
-//!   starts inside the reasoning (its template opens the `<think>`), as `deepseek-v3` does when
-//!   the request asks for `thinking` (else it splits nothing).
-//! - `deepseekv3` / `deepseekv31` read DeepSeek's `<｜tool▁calls▁begin｜>` block (`deepseek`).
+//!   `reasoning_parser.py`) splits `<think>…</think>` into `reasoning_content` (`think`);
+//!   `deepseek-r1` starts inside the reasoning (its template opens the `<think>`), as
+//!   `deepseek-v3` does when the request asks for `thinking` (else it splits nothing).
 //! - `gpt-oss` (either flag) reads gpt-oss's harmony messages by channel and recipient: the
 //!   `analysis` channel is reasoning, `final` content, `commentary to=functions.{name}` a call
-//!   (`harmony`); the answer is detokenized with its special tokens then, as SGLang does.
+//!   (`gpt_oss`); the answer is detokenized with its special tokens then, as SGLang does.
 //!
 //! [`Shaper`] turns a choice's text, piece by piece, into [`Delta`]s. It is one incremental
 //! machine for both the stream and the collected answer (fed all at once), so the two agree by
 //! construction; its output does not depend on how the text was split (tested char by char).
 
-use std::str::FromStr;
-
 mod array;
 mod deepseek;
-mod harmony;
+mod deepseekv3;
+mod deepseekv31;
+mod format;
+mod glm45;
+mod gpt_oss;
 mod json_scan;
 mod llama3;
+mod parser;
 mod phi4_mini;
+mod qwen25;
 mod request;
 mod shaper;
 mod tagged;
 mod think;
 
-pub use request::{history_calls, py_json, template_tool, tools_system_prompt, ToolChoice, ToolRequest, ToolSpec};
+pub use format::{py_json, CallMachine, Ev, ToolFormat, ToolSpec};
+pub use parser::{ChatParsers, ReasoningParser, ToolParser};
+pub use request::{history_calls, template_tool, tools_system_prompt, ToolChoice, ToolRequest};
 pub use shaper::{Delta, Message, Shaper};
-
-/// A `--tool-call-parser` (SGLang's names).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ToolParser {
-    /// Hermes / Qwen 2.5: `<tool_call>{"name": …, "arguments": {…}}</tool_call>`.
-    Qwen25,
-    /// GLM-4.5 / GLM-5: `<tool_call>name\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>…</tool_call>`.
-    Glm45,
-    /// Llama 3.1–3.3 JSON calls: the reply is `{"name": …, "parameters": {…}}` (after an
-    /// optional `<|python_tag|>`), several separated by `;` (SGLang's `llama3` detector,
-    /// `llama32_detector.py`).
-    Llama3,
-    /// Phi-4-mini: `functools[{"name": …, "arguments": {…}}, …]`, text around the block is
-    /// content (SGLang's `phi4mini_detector.py`, vLLM's `phi4_mini_json`).
-    Phi4Mini,
-    /// gpt-oss's harmony: `<|channel|>commentary to=functions.{name} <|constrain|>json
-    /// <|message|>{args}<|call|>` (SGLang's `gpt_oss_detector.py`; the `harmony` module).
-    GptOss,
-    /// DeepSeek-V3 / R1-0528: `<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>{name}
-    /// \n```json\n{args}\n```<｜tool▁call▁end｜>…<｜tool▁calls▁end｜>` (SGLang's
-    /// `deepseekv3_detector.py`; the `deepseek` module).
-    DeepseekV3,
-    /// DeepSeek-V3.1: the same block, each call `{name}<｜tool▁sep｜>{args}` (SGLang's
-    /// `deepseekv31_detector.py`).
-    DeepseekV31,
-}
-
-impl ToolParser {
-    /// The flag value.
-    pub fn name(self) -> &'static str {
-        match self {
-            ToolParser::Qwen25 => "qwen25",
-            ToolParser::Glm45 => "glm45",
-            ToolParser::Llama3 => "llama3",
-            ToolParser::Phi4Mini => "phi4_mini",
-            ToolParser::GptOss => "gpt-oss",
-            ToolParser::DeepseekV3 => "deepseekv3",
-            ToolParser::DeepseekV31 => "deepseekv31",
-        }
-    }
-}
-
-impl FromStr for ToolParser {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "qwen25" | "qwen" | "hermes" => Ok(ToolParser::Qwen25),
-            "glm45" | "glm47" => Ok(ToolParser::Glm45),
-            "llama3" => Ok(ToolParser::Llama3),
-            "phi4_mini" => Ok(ToolParser::Phi4Mini),
-            "gpt-oss" => Ok(ToolParser::GptOss),
-            "deepseekv3" => Ok(ToolParser::DeepseekV3),
-            "deepseekv31" => Ok(ToolParser::DeepseekV31),
-            _ => Err(
-                "have: qwen25 (also qwen, hermes), glm45 (also glm47), llama3, phi4_mini, gpt-oss, deepseekv3, deepseekv31"
-                    .to_owned(),
-            ),
-        }
-    }
-}
-
-/// A `--reasoning-parser` (SGLang's names).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReasoningParser {
-    /// GLM-4.5: the model opens `<think>` itself.
-    Glm45,
-    /// Qwen 3: the model opens `<think>` itself.
-    Qwen3,
-    /// DeepSeek-R1: the template opens `<think>`, the output starts inside the reasoning.
-    DeepseekR1,
-    /// DeepSeek-V3.1 / V3.2, hybrid: with the request's `chat_template_kwargs.thinking` the
-    /// template opens `<think>` and the output starts inside the reasoning (as `deepseek-r1`);
-    /// without it the answer is all content (SGLang's and vLLM's `deepseek-v3`).
-    DeepseekV3,
-    /// gpt-oss: the harmony `analysis` channel is the reasoning, `final` the answer.
-    GptOss,
-}
-
-impl ReasoningParser {
-    /// The flag value.
-    pub fn name(self) -> &'static str {
-        match self {
-            ReasoningParser::Glm45 => "glm45",
-            ReasoningParser::Qwen3 => "qwen3",
-            ReasoningParser::DeepseekR1 => "deepseek-r1",
-            ReasoningParser::DeepseekV3 => "deepseek-v3",
-            ReasoningParser::GptOss => "gpt-oss",
-        }
-    }
-}
-
-impl FromStr for ReasoningParser {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "glm45" => Ok(ReasoningParser::Glm45),
-            "qwen3" => Ok(ReasoningParser::Qwen3),
-            "deepseek-r1" => Ok(ReasoningParser::DeepseekR1),
-            "deepseek-v3" => Ok(ReasoningParser::DeepseekV3),
-            "gpt-oss" => Ok(ReasoningParser::GptOss),
-            _ => Err("have: glm45, qwen3, deepseek-r1, deepseek-v3, gpt-oss".to_owned()),
-        }
-    }
-}
-
-/// The server's parsers (from `--tool-call-parser` and `--reasoning-parser`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ChatParsers {
-    /// How `auto` tool calls are read from the text.
-    pub tool_call: Option<ToolParser>,
-    /// How reasoning is split from the answer.
-    pub reasoning: Option<ReasoningParser>,
-}
-
-impl ChatParsers {
-    /// Whether gpt-oss's harmony format is read (either parser `gpt-oss`).
-    pub fn harmony(&self) -> bool {
-        self.tool_call == Some(ToolParser::GptOss) || self.reasoning == Some(ReasoningParser::GptOss)
-    }
-}
 
 #[cfg(test)]
 mod tests {
@@ -483,6 +373,23 @@ mod tests {
         let Some(Constraint::Json(s)) = c else { panic!("a schema") };
         assert_eq!((s["minItems"].clone(), s["maxItems"].clone()), (json!(1), json!(1)));
         assert_eq!(s["items"]["anyOf"][0]["properties"]["name"]["enum"], json!(["get_weather"]));
+    }
+
+    /// The table is the one list of formats: every name and alias reads back as its row, and
+    /// the flag's error lists them all.
+    #[test]
+    fn parser_table_names() {
+        for p in ToolParser::ALL {
+            for name in p.format().names() {
+                assert_eq!(name.parse::<ToolParser>(), Ok(*p), "{name}");
+            }
+        }
+        assert_eq!(ToolParser::Phi4Mini.name(), "phi4_mini");
+        assert_eq!(
+            "nope".parse::<ToolParser>(),
+            Err("have: qwen25 (also qwen, hermes), glm45 (also glm47), llama3, phi4_mini, gpt-oss, deepseekv3, deepseekv31"
+                .to_owned())
+        );
     }
 
     #[test]

@@ -1,9 +1,36 @@
 //! Phi-4-mini's `functools[{…}, …]` block (`phi4_mini`, SGLang's `phi4mini_detector.py`): text
 //! around the block is content, brackets inside strings do not close it.
 
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
 use super::array::ArrayCalls;
+use super::format::{partial_suffix, py_json, CallMachine, Ev, ToolFormat, ToolSpec};
 use super::json_scan::ValueScan;
-use super::shaper::{partial_suffix, Ev};
+
+/// The `phi4_mini` row.
+pub(super) struct Phi4Mini;
+
+impl ToolFormat for Phi4Mini {
+    fn names(&self) -> &'static [&'static str] {
+        &["phi4_mini"]
+    }
+
+    fn machine(&self, _tools: &Arc<[ToolSpec]>) -> Box<dyn CallMachine> {
+        Box::new(FunctoolsCalls::default())
+    }
+
+    fn how_to_call(&self) -> &'static str {
+        "To call functions, respond with functools[{\"name\": <function-name>, \"arguments\": <args-json-object>}, ...]."
+    }
+
+    /// One `functools[…]` block, as Phi-4-mini's model card writes it.
+    fn history(&self, calls: &[(&Value, &Value)]) -> String {
+        let list: Vec<Value> = calls.iter().map(|(n, a)| json!({"name": n, "arguments": a})).collect();
+        format!("\nfunctools{}", py_json(&Value::Array(list)))
+    }
+}
 
 /// Phi-4-mini's calls: text outside `functools[…]` is content; inside, the array's elements
 /// are read as the `required` array's are, until the `]` that closes it (brackets inside
@@ -11,38 +38,38 @@ use super::shaper::{partial_suffix, Ev};
 /// sample) is given back as content when it closes or the text ends, as SGLang's detector
 /// returns an unparseable block; a block cut off after a call started keeps that call.
 #[derive(Debug, Default)]
-pub(super) struct FunctoolsCalls {
+struct FunctoolsCalls {
     /// Text outside a block held back because it may begin `functools[`.
-    pub(super) held: String,
+    held: String,
     /// The block being read.
-    pub(super) inside: Option<Block>,
+    inside: Option<Block>,
 }
 
 /// One `functools[…]` block being read.
 #[derive(Debug, Default)]
-pub(super) struct Block {
+struct Block {
     /// Where its array ends.
-    pub(super) scan: ValueScan,
+    scan: ValueScan,
     /// Its elements.
-    pub(super) calls: ArrayCalls,
+    calls: ArrayCalls,
     /// Its text so far, given back when no call starts in it.
-    pub(super) raw: String,
+    raw: String,
     /// Whether a call started in it.
-    pub(super) started: bool,
+    started: bool,
 }
 
 /// What opens Phi-4-mini's block of calls.
-pub(super) const FUNCTOOLS: &str = "functools[";
+const FUNCTOOLS: &str = "functools[";
 
-impl FunctoolsCalls {
-    pub(super) fn push(&mut self, text: &str, end: bool, ev: &mut Vec<Ev>) {
+impl CallMachine for FunctoolsCalls {
+    fn push(&mut self, text: &str, end: bool, ev: &mut Vec<Ev>) {
         let mut rest = text.to_owned();
         loop {
             if let Some(b) = &mut self.inside {
                 let n = b.scan.feed(&rest);
                 b.raw.push_str(&rest[..n]);
                 let before = ev.len();
-                b.calls.push(&rest[..n], ev);
+                b.calls.push(&rest[..n], end, ev);
                 b.started |= ev[before..].iter().any(|e| matches!(e, Ev::Start(_)));
                 rest.drain(..n);
                 if !b.scan.done && !end {

@@ -1,16 +1,14 @@
 //! [`Shaper`]: a choice's text, piece by piece, into [`Delta`]s (content, reasoning, tool calls)
-//! through the reasoning split and the family's call format; the same machine for the stream and
-//! the collected answer, so the two agree by construction.
+//! through the reasoning split and a call machine (the format's under `auto`, the constrained
+//! shapes under `required` or a named function); the same machine for the stream and the
+//! collected answer, so the two agree by construction.
 
 use super::array::ArrayCalls;
-use super::deepseek::DeepseekCalls;
-use super::harmony::Harmony;
-use super::llama3::Llama3Calls;
-use super::phi4_mini::FunctoolsCalls;
+use super::format::{CallMachine, Ev};
+use super::gpt_oss::Harmony;
+use super::parser::{ChatParsers, ReasoningParser, ToolParser};
 use super::request::{ToolChoice, ToolRequest};
-use super::tagged::Tagged;
 use super::think::Think;
-use super::{ChatParsers, ReasoningParser, ToolParser};
 
 /// What a piece of a choice's text adds to its message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,38 +65,19 @@ impl Message {
 }
 
 /// A fresh OpenAI-style tool call id.
-pub(super) fn call_id() -> String {
+fn call_id() -> String {
     format!("call_{:024x}", rand::random::<u128>() >> 32)
 }
 
 /// The per-choice machine: reasoning split, then tool calls.
 #[derive(Debug)]
 pub struct Shaper {
-    pub(super) think: Option<Think>,
-    pub(super) calls: Calls,
-    pub(super) out: Vec<Delta>,
-    pub(super) made: usize,
-    pub(super) parallel: bool,
-}
-
-#[derive(Debug)]
-pub(super) enum Calls {
-    /// Plain content.
-    Off,
-    /// The model's own format.
-    Tagged(Tagged),
-    /// `required`: a JSON array of `{"name", "parameters"}`.
-    Array(ArrayCalls),
-    /// A named function: all text is its arguments.
-    Named { name: String, started: bool },
-    /// Llama 3's JSON calls.
-    Llama3(Llama3Calls),
-    /// Phi-4-mini's `functools[…]`.
-    Functools(FunctoolsCalls),
-    /// DeepSeek's `<｜tool▁calls▁begin｜>` block.
-    Deepseek(DeepseekCalls),
-    /// gpt-oss's harmony messages: reasoning, content and calls by channel and recipient.
-    Harmony(Harmony),
+    think: Option<Think>,
+    /// `None`: plain content.
+    calls: Option<Box<dyn CallMachine>>,
+    out: Vec<Delta>,
+    made: usize,
+    parallel: bool,
 }
 
 impl Shaper {
@@ -106,40 +85,34 @@ impl Shaper {
     /// `separate_reasoning: false` (SGLang's field) keeps reasoning in the content.
     pub fn new(parsers: ChatParsers, tools: Option<&ToolRequest>, separate_reasoning: bool) -> Shaper {
         let constrained = tools.is_some_and(|t| matches!(t.choice, ToolChoice::Required | ToolChoice::Named(_)));
-        let calls = match tools.map(|t| (&t.choice, t)) {
-            // gpt-oss: one machine splits reasoning, content and calls (a required or named
-            // tool_choice's grammar forces plain JSON instead).
-            _ if parsers.harmony() && !constrained => Calls::Harmony(Harmony::new(
+        // gpt-oss: one machine splits reasoning, content and calls (a required or named
+        // tool_choice's grammar forces plain JSON instead).
+        let harmony = parsers.harmony() && !constrained;
+        let calls: Option<Box<dyn CallMachine>> = match tools.map(|t| (&t.choice, t)) {
+            _ if harmony => Some(Box::new(Harmony::new(
                 parsers.reasoning == Some(ReasoningParser::GptOss) && separate_reasoning,
                 parsers.tool_call == Some(ToolParser::GptOss) && tools.is_some_and(|t| t.choice == ToolChoice::Auto),
-            )),
-            None | Some((ToolChoice::None, _)) => Calls::Off,
-            Some((ToolChoice::Auto, t)) => match parsers.tool_call {
-                Some(ToolParser::Llama3) => Calls::Llama3(Llama3Calls::default()),
-                Some(ToolParser::Phi4Mini) => Calls::Functools(FunctoolsCalls::default()),
-                Some(ToolParser::DeepseekV3) => Calls::Deepseek(DeepseekCalls::new(false)),
-                Some(ToolParser::DeepseekV31) => Calls::Deepseek(DeepseekCalls::new(true)),
-                Some(p) => Calls::Tagged(Tagged::new(p, t.tools.clone())),
-                None => Calls::Off,
-            },
-            Some((ToolChoice::Required, _)) => Calls::Array(ArrayCalls::default()),
-            Some((ToolChoice::Named(n), _)) => Calls::Named { name: n.clone(), started: false },
+            ))),
+            None | Some((ToolChoice::None, _)) => None,
+            Some((ToolChoice::Auto, t)) => parsers.tool_call.map(|p| p.format().machine(&t.tools)),
+            Some((ToolChoice::Required, _)) => Some(Box::<ArrayCalls>::default()),
+            Some((ToolChoice::Named(n), _)) => Some(Box::new(Named { name: n.clone(), started: false })),
         };
-        let think = match calls {
-            Calls::Harmony(_) => None,
-            _ => parsers.reasoning.filter(|_| separate_reasoning).map(Think::new),
+        let think = match harmony {
+            true => None,
+            false => parsers.reasoning.filter(|_| separate_reasoning).map(|p| Think::new(p.starts_inside())),
         };
         Shaper { think, calls, out: Vec::new(), made: 0, parallel: tools.is_none_or(|t| t.parallel) }
     }
 
     /// True when the shaper does nothing (plain content), so callers can skip it.
     pub fn is_plain(&self) -> bool {
-        self.think.is_none() && matches!(self.calls, Calls::Off)
+        self.think.is_none() && self.calls.is_none()
     }
 
     /// Whether a reasoning parser runs (the message then carries `reasoning_content`).
     pub fn reasons(&self) -> bool {
-        self.think.is_some() || matches!(&self.calls, Calls::Harmony(h) if h.reasons())
+        self.think.is_some() || self.calls.as_ref().is_some_and(|c| c.reasons())
     }
 
     /// How many tool calls have started.
@@ -178,39 +151,23 @@ impl Shaper {
         std::mem::take(&mut self.out)
     }
 
-    pub(super) fn calls_text(&mut self, text: &str, end: bool) {
+    fn calls_text(&mut self, text: &str, end: bool) {
         let mut ev = Vec::new();
         match &mut self.calls {
-            Calls::Off => {
-                if !text.is_empty() {
-                    ev.push(Ev::Content(text.to_owned()));
-                }
-            }
-            Calls::Tagged(t) => t.push(text, end, &mut ev),
-            Calls::Array(a) => a.push(text, &mut ev),
-            Calls::Llama3(l) => l.push(text, end, &mut ev),
-            Calls::Functools(f) => f.push(text, end, &mut ev),
-            Calls::Deepseek(d) => d.push(text, end, &mut ev),
-            Calls::Harmony(h) => {
-                let mut r = String::new();
-                h.push(text, end, &mut r, &mut ev);
-                if !r.is_empty() {
-                    self.out.push(Delta::Reasoning(r));
-                }
-            }
-            Calls::Named { name, started } => {
-                if !*started && (!text.is_empty() || end) {
-                    *started = true;
-                    ev.push(Ev::Start(name.clone()));
-                }
-                if !text.is_empty() {
-                    ev.push(Ev::Args(text.to_owned()));
-                }
-            }
+            None if !text.is_empty() => ev.push(Ev::Content(text.to_owned())),
+            None => {}
+            Some(c) => c.push(text, end, &mut ev),
+        }
+        // A machine's reasoning comes first, as one piece.
+        let reasoning: String =
+            ev.iter().filter_map(|e| if let Ev::Reasoning(r) = e { Some(r.as_str()) } else { None }).collect();
+        if !reasoning.is_empty() {
+            self.out.push(Delta::Reasoning(reasoning));
         }
         for e in ev {
             match e {
                 Ev::Content(t) => self.out.push(Delta::Content(t)),
+                Ev::Reasoning(_) => {}
                 Ev::Start(name) => {
                     if self.parallel || self.made == 0 {
                         self.out.push(Delta::CallStart { index: self.made, id: call_id(), name });
@@ -227,18 +184,21 @@ impl Shaper {
     }
 }
 
-/// Events of the call machines, before numbering.
-pub(super) enum Ev {
-    Content(String),
-    Start(String),
-    Args(String),
+/// A named `tool_choice`: all the text is that function's arguments (its grammar makes them).
+#[derive(Debug)]
+struct Named {
+    name: String,
+    started: bool,
 }
 
-/// Length of the longest proper suffix of `s` that is a prefix of `tag` (text that may yet
-/// become the tag, held back).
-pub(super) fn partial_suffix(s: &str, tag: &str) -> usize {
-    (1..tag.len().min(s.len() + 1))
-        .rev()
-        .find(|&k| s.is_char_boundary(s.len() - k) && tag.starts_with(&s[s.len() - k..]))
-        .unwrap_or(0)
+impl CallMachine for Named {
+    fn push(&mut self, text: &str, end: bool, ev: &mut Vec<Ev>) {
+        if !self.started && (!text.is_empty() || end) {
+            self.started = true;
+            ev.push(Ev::Start(self.name.clone()));
+        }
+        if !text.is_empty() {
+            ev.push(Ev::Args(text.to_owned()));
+        }
+    }
 }

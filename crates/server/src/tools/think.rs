@@ -1,7 +1,6 @@
 //! The `<think>…</think>` split of `--reasoning-parser` (SGLang's `reasoning_parser.py`).
 
-use super::shaper::partial_suffix;
-use super::ReasoningParser;
+use super::format::partial_suffix;
 
 pub(super) const THINK_START: &str = "<think>";
 
@@ -28,10 +27,11 @@ pub(super) enum ThinkState {
 }
 
 impl Think {
-    pub(super) fn new(p: ReasoningParser) -> Think {
+    /// The split of one choice; `starts_inside`: the template opened `<think>`
+    /// (`ReasoningParser::starts_inside`).
+    pub(super) fn new(starts_inside: bool) -> Think {
         Think {
-            // `deepseek-v3` runs only for a `thinking` request, whose template opened `<think>`.
-            force: matches!(p, ReasoningParser::DeepseekR1 | ReasoningParser::DeepseekV3),
+            force: starts_inside,
             state: ThinkState::Undecided,
             buf: String::new(),
             ws: String::new(),

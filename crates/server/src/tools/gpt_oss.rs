@@ -15,7 +15,38 @@
 //! One incremental machine: markers split across pieces are held back until they complete, so
 //! the output does not depend on how the text was cut (tested char by char).
 
-use super::shaper::{partial_suffix, Ev};
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::format::{partial_suffix, CallMachine, Ev, ToolFormat, ToolSpec};
+
+/// The `gpt-oss` row: its calls under `auto`, without its reasoning split (the shaper builds
+/// [`Harmony`] itself, reasoning included, whenever either parser is `gpt-oss`:
+/// `ChatParsers::harmony`). Tools are described in the Hermes form.
+pub(super) struct GptOss;
+
+impl ToolFormat for GptOss {
+    fn names(&self) -> &'static [&'static str] {
+        &["gpt-oss"]
+    }
+
+    fn machine(&self, _tools: &Arc<[ToolSpec]>) -> Box<dyn CallMachine> {
+        Box::new(Harmony::new(false, true))
+    }
+
+    /// Harmony's own messages (gpt-oss's template shows calls itself; this is for one that
+    /// cannot).
+    fn history(&self, calls: &[(&Value, &Value)]) -> String {
+        calls
+            .iter()
+            .map(|(n, a)| {
+                let name = n.as_str().unwrap_or_default();
+                format!("{START}assistant{CHANNEL}commentary to=functions.{name} {CONSTRAIN}json{MESSAGE}{a}{CALL}")
+            })
+            .collect()
+    }
+}
 
 const START: &str = "<|start|>";
 const CHANNEL: &str = "<|channel|>";
@@ -56,18 +87,13 @@ pub(super) struct Harmony {
     calls: bool,
 }
 
-impl Harmony {
-    pub(super) fn new(reasoning: bool, calls: bool) -> Harmony {
-        Harmony { state: State::Idle, buf: String::new(), reasoning, calls }
-    }
-
+impl CallMachine for Harmony {
     /// Whether the analysis channel goes to `reasoning_content`.
-    pub(super) fn reasons(&self) -> bool {
+    fn reasons(&self) -> bool {
         self.reasoning
     }
 
-    /// Feeds text; reasoning goes to `reasoning`, the rest to `ev`.
-    pub(super) fn push(&mut self, text: &str, end: bool, reasoning: &mut String, ev: &mut Vec<Ev>) {
+    fn push(&mut self, text: &str, end: bool, ev: &mut Vec<Ev>) {
         self.buf.push_str(text);
         loop {
             // The first full marker: the text before it, then the marker. Without one, the text
@@ -77,25 +103,33 @@ impl Harmony {
                 let keep =
                     if end { 0 } else { MARKERS.iter().map(|m| partial_suffix(&self.buf, m)).max().unwrap_or(0) };
                 let t: String = self.buf.drain(..self.buf.len() - keep).collect();
-                self.text(&t, reasoning, ev);
+                self.text(&t, ev);
                 return;
             };
             let t: String = self.buf.drain(..p).collect();
-            self.text(&t, reasoning, ev);
+            self.text(&t, ev);
             self.buf.drain(..m.len());
             self.marker(m, ev);
         }
     }
+}
+
+impl Harmony {
+    /// The machine of one choice: `reasoning` to `reasoning_content` (else dropped),
+    /// `functions.*` messages as calls when `calls` (else content as written).
+    pub(super) fn new(reasoning: bool, calls: bool) -> Harmony {
+        Harmony { state: State::Idle, buf: String::new(), reasoning, calls }
+    }
 
     /// Text in the current state.
-    fn text(&mut self, t: &str, reasoning: &mut String, ev: &mut Vec<Ev>) {
+    fn text(&mut self, t: &str, ev: &mut Vec<Ev>) {
         if t.is_empty() {
             return;
         }
         match &mut self.state {
             State::Idle => ev.push(Ev::Content(t.to_owned())),
             State::Header { text } => text.push_str(t),
-            State::Body(Body::Reasoning) => reasoning.push_str(t),
+            State::Body(Body::Reasoning) => ev.push(Ev::Reasoning(t.to_owned())),
             State::Body(Body::Content) => ev.push(Ev::Content(t.to_owned())),
             State::Body(Body::Call) => ev.push(Ev::Args(t.to_owned())),
             State::Body(Body::Drop) => {}
