@@ -9,8 +9,8 @@
 use crate::error::ApiError;
 use crate::gen::{self, Prepared};
 use crate::params::{GenParams, LogprobAsk};
+use crate::state::AppState;
 use crate::tools::{self, ChatParsers, ReasoningParser, Shaper, ToolRequest};
-use crate::AppState;
 use serde_json::{Map, Value};
 use sparrow_tokenizer::{ChatMessage, TemplateTools};
 

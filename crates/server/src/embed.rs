@@ -13,7 +13,7 @@ use std::time::Instant;
 use sparrow_engine::request::{FinishReason, NewRequest, Output};
 
 use crate::error::ApiError;
-use crate::AppState;
+use crate::state::AppState;
 
 /// One input's result.
 #[derive(Debug, Clone, PartialEq)]

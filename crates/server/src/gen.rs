@@ -17,7 +17,7 @@ use sparrow_protocol::openai::MatchedStop;
 use crate::detok::{StopMatcher, StopResult, Utf8Stream};
 use crate::error::ApiError;
 use crate::params::GenParams;
-use crate::AppState;
+use crate::state::AppState;
 
 /// Why a choice ended, as every API's renderer maps it (OpenAI `finish_reason`, SGLang
 /// `meta_info.finish_reason.type`, Responses `status`, Anthropic `stop_reason`).

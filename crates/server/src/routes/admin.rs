@@ -6,7 +6,7 @@ use super::{json_object, now_secs, token_ids};
 use crate::error::ApiError;
 use crate::gen::{self, ChoiceEvent};
 use crate::params::{self, Fields};
-use crate::AppState;
+use crate::state::AppState;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;

@@ -9,7 +9,7 @@
 use super::{now_secs, typed_body};
 use crate::embed::{self, Embedded};
 use crate::error::ApiError;
-use crate::AppState;
+use crate::state::AppState;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;

@@ -11,7 +11,7 @@
 
 use crate::conn;
 use crate::error::ApiError;
-use crate::AppState;
+use crate::state::AppState;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};

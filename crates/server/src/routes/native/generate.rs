@@ -7,7 +7,7 @@ use crate::error::ApiError;
 use crate::gen::{self, ChoiceEvent, EndReason, Finish};
 use crate::logprobs::{self, TokenTexts};
 use crate::params::{self, Api, LogprobAsk};
-use crate::AppState;
+use crate::state::AppState;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;

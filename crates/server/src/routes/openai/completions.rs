@@ -6,7 +6,7 @@ use crate::error::ApiError;
 use crate::gen::{self};
 use crate::params::{self, Api};
 use crate::routes::typed_body;
-use crate::AppState;
+use crate::state::AppState;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
