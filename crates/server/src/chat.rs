@@ -12,6 +12,7 @@ use crate::params::{GenParams, LogprobAsk};
 use crate::state::AppState;
 use crate::tools::{self, ChatParsers, ReasoningParser, Shaper, ToolRequest};
 use serde_json::{Map, Value};
+use sparrow_tokenizer::pyjson::{dumps, DumpsOptions};
 use sparrow_tokenizer::{ChatMessage, TemplateTools};
 
 /// A chat-like request in API-neutral terms.
@@ -122,7 +123,7 @@ pub fn prompt_ids(
             conv.insert(0, ChatMessage::new("system", ""));
         }
         if let Some(first) = conv.first_mut() {
-            first.tools = Some(tools::py_json(&t.raw));
+            first.tools = Some(dumps(&t.raw, &DumpsOptions::PYTHON));
         }
     } else if let (Some(t), false) = (shown, native_tools) {
         let prompt = tools::tools_system_prompt(&t.raw, s.parsers.tool_call);

@@ -4,9 +4,10 @@
 use std::sync::Arc;
 
 use serde_json::Value;
+use sparrow_tokenizer::pyjson::{dumps, DumpsOptions};
 
 use super::deepseek::{history_block, DeepseekCalls, TOOL_SEP};
-use super::format::{py_json, CallMachine, ToolFormat, ToolSpec};
+use super::format::{CallMachine, ToolFormat, ToolSpec};
 
 /// The `deepseekv3` row.
 pub(super) struct DeepseekV3;
@@ -29,7 +30,11 @@ impl ToolFormat for DeepseekV3 {
     /// One block, a newline between calls (as DeepSeek-V3's template writes them).
     fn history(&self, calls: &[(&Value, &Value)]) -> String {
         let each = calls.iter().map(|(n, a)| {
-            format!("function{TOOL_SEP}{}\n```json\n{}\n```", n.as_str().unwrap_or_default(), py_json(a))
+            format!(
+                "function{TOOL_SEP}{}\n```json\n{}\n```",
+                n.as_str().unwrap_or_default(),
+                dumps(a, &DumpsOptions::PYTHON)
+            )
         });
         history_block(each, "\n")
     }

@@ -4,9 +4,10 @@
 use std::sync::Arc;
 
 use serde_json::Value;
+use sparrow_tokenizer::pyjson::{dumps, DumpsOptions};
 
 use super::deepseek::{history_block, DeepseekCalls, TOOL_SEP};
-use super::format::{py_json, CallMachine, ToolFormat, ToolSpec};
+use super::format::{CallMachine, ToolFormat, ToolSpec};
 
 /// The `deepseekv31` row.
 pub(super) struct DeepseekV31;
@@ -28,7 +29,9 @@ impl ToolFormat for DeepseekV31 {
 
     /// One block, calls back to back (as DeepSeek-V3.1's template writes them).
     fn history(&self, calls: &[(&Value, &Value)]) -> String {
-        let each = calls.iter().map(|(n, a)| format!("{}{TOOL_SEP}{}", n.as_str().unwrap_or_default(), py_json(a)));
+        let each = calls
+            .iter()
+            .map(|(n, a)| format!("{}{TOOL_SEP}{}", n.as_str().unwrap_or_default(), dumps(a, &DumpsOptions::PYTHON)));
         history_block(each, "")
     }
 }

@@ -2,12 +2,13 @@
 //! them: the [`ToolFormat`] trait a format implements (its names, the machine that reads its
 //! calls, how a prompt shows tools and earlier calls), the [`CallMachine`] its machine is, the
 //! events a machine emits ([`Ev`]), the functions it reads ([`ToolSpec`]), [`partial_suffix`]
-//! for held-back markers and [`py_json`] for the JSON a model card writes.
+//! for held-back markers.
 
 use std::fmt::Debug;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
+use sparrow_tokenizer::pyjson::{dumps, DumpsOptions};
 
 use crate::error::ApiError;
 
@@ -32,12 +33,17 @@ pub trait ToolFormat: Sync {
 
     /// Earlier calls `(name, arguments)` (arguments as objects) written into an assistant
     /// message's text for a template that cannot show them, so that this format's machine reads
-    /// them back as the same calls; starts with a newline. JSON as the model cards write it
-    /// ([`py_json`]).
+    /// them back as the same calls; starts with a newline. JSON as the model cards write it,
+    /// with Python's `json.dumps` (`sparrow_tokenizer::pyjson`).
     fn history(&self, calls: &[(&Value, &Value)]) -> String {
         calls
             .iter()
-            .map(|(n, a)| format!("\n<tool_call>\n{}\n</tool_call>", py_json(&json!({"name": n, "arguments": a}))))
+            .map(|(n, a)| {
+                format!(
+                    "\n<tool_call>\n{}\n</tool_call>",
+                    dumps(&json!({"name": n, "arguments": a}), &DumpsOptions::PYTHON)
+                )
+            })
             .collect()
     }
 }
@@ -99,51 +105,4 @@ pub(super) fn partial_suffix(s: &str, tag: &str) -> usize {
         .rev()
         .find(|&k| s.is_char_boundary(s.len() - k) && tag.starts_with(&s[s.len() - k..]))
         .unwrap_or(0)
-}
-/// `v` as Python's `json.dumps(v)` writes it: `", "` and `": "` separators, non-ASCII as
-/// `\uXXXX` escapes (surrogate pairs above U+FFFF), keys in their given order. What a model
-/// card's `json.dumps(tools)` puts in the prompt, and so what the model was shown in training.
-pub fn py_json(v: &Value) -> String {
-    use serde::Serialize;
-    use std::io::Write;
-    struct Py;
-    impl serde_json::ser::Formatter for Py {
-        fn begin_array_value<W: ?Sized + Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
-            if first {
-                Ok(())
-            } else {
-                w.write_all(b", ")
-            }
-        }
-        fn begin_object_key<W: ?Sized + Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
-            if first {
-                Ok(())
-            } else {
-                w.write_all(b", ")
-            }
-        }
-        fn begin_object_value<W: ?Sized + Write>(&mut self, w: &mut W) -> std::io::Result<()> {
-            w.write_all(b": ")
-        }
-        fn write_string_fragment<W: ?Sized + Write>(&mut self, w: &mut W, fragment: &str) -> std::io::Result<()> {
-            for c in fragment.chars() {
-                if c.is_ascii() {
-                    w.write_all(&[c as u8])?;
-                } else {
-                    let mut units = [0u16; 2];
-                    for u in c.encode_utf16(&mut units) {
-                        write!(w, "\\u{u:04x}")?;
-                    }
-                }
-            }
-            Ok(())
-        }
-    }
-    let mut out = Vec::new();
-    let mut ser = serde_json::Serializer::with_formatter(&mut out, Py);
-    // Writing a `Value` into a Vec cannot fail, and the formatter writes only ASCII.
-    match v.serialize(&mut ser) {
-        Ok(()) => String::from_utf8(out).unwrap_or_default(),
-        Err(_) => v.to_string(),
-    }
 }

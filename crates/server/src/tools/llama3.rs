@@ -4,9 +4,10 @@
 use std::sync::Arc;
 
 use serde_json::{json, Value};
+use sparrow_tokenizer::pyjson::{dumps, DumpsOptions};
 
 use super::array::ArrayCalls;
-use super::format::{py_json, CallMachine, Ev, ToolFormat, ToolSpec};
+use super::format::{CallMachine, Ev, ToolFormat, ToolSpec};
 use super::json_scan::{call_header, Header};
 
 /// The `llama3` row.
@@ -29,7 +30,8 @@ impl ToolFormat for Llama3 {
 
     /// `;`-separated JSON objects, as Llama 3.1's template writes them.
     fn history(&self, calls: &[(&Value, &Value)]) -> String {
-        let list: Vec<String> = calls.iter().map(|(n, a)| py_json(&json!({"name": n, "parameters": a}))).collect();
+        let list: Vec<String> =
+            calls.iter().map(|(n, a)| dumps(&json!({"name": n, "parameters": a}), &DumpsOptions::PYTHON)).collect();
         format!("\n{}", list.join("; "))
     }
 }

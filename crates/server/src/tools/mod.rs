@@ -12,7 +12,8 @@
 //!   prompt shows tools and earlier calls to a template that cannot): `qwen25`, `glm45` (both in
 //!   `tagged`'s `<tool_call>` block), `llama3`, `phi4_mini`, `gpt_oss`, `deepseekv3` and
 //!   `deepseekv31` (both in `deepseek`'s block). What they share sits below them in `format`
-//!   (the trait, [`Ev`], [`ToolSpec`], `partial_suffix`, [`py_json`]), `json_scan` and `array`.
+//!   (the trait, [`Ev`], [`ToolSpec`], `partial_suffix`), `json_scan` and `array`; the JSON a
+//!   model card writes is `sparrow_tokenizer::pyjson`'s (Python's `json.dumps`).
 //! - `--reasoning-parser` (`glm45`, `qwen3`, `deepseek-r1`, `deepseek-v3`, SGLang's
 //!   `reasoning_parser.py`) splits `<think>…</think>` into `reasoning_content` (`think`);
 //!   `deepseek-r1` starts inside the reasoning (its template opens the `<think>`), as
@@ -42,7 +43,7 @@ mod shaper;
 mod tagged;
 mod think;
 
-pub use format::{py_json, CallMachine, Ev, ToolFormat, ToolSpec};
+pub use format::{CallMachine, Ev, ToolFormat, ToolSpec};
 pub use parser::{ChatParsers, ReasoningParser, ToolParser};
 pub use request::{history_calls, template_tool, tools_system_prompt, ToolChoice, ToolRequest};
 pub use shaper::{Delta, Message, Shaper};
@@ -249,26 +250,6 @@ mod tests {
             );
         }
         assert_eq!(history_calls(&json!([]), Some(ToolParser::Phi4Mini)), "");
-    }
-
-    /// `py_json` writes what Python's `json.dumps` writes (strings checked against CPython 3.11:
-    /// `json.dumps({"a": [1, 2.5, None], "b": "Zürich 🙂", "c": {"d": True}})`).
-    #[test]
-    fn py_json_is_json_dumps() {
-        let v: Value =
-            serde_json::from_str(r#"{"a": [1, 2.5, null], "b": "Zürich 🙂", "c": {"d": true}}"#).unwrap_or_default();
-        assert_eq!(py_json(&v), r#"{"a": [1, 2.5, null], "b": "Z\u00fcrich \ud83d\ude42", "c": {"d": true}}"#);
-        // The tools string of the template golden's Phi-4-mini conversation, made by
-        // `json.dumps` in chat_template_golden.py: what the server puts on the system message.
-        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../tokenizer/tests/fixtures/chat_template_golden.json");
-        let g: Value = serde_json::from_str(&std::fs::read_to_string(p).expect("fixture")).expect("JSON");
-        let case = g["cases"]
-            .as_array()
-            .and_then(|c| c.iter().find(|c| c["conversation"] == "tools on the system message"))
-            .expect("case");
-        let sent = case["messages"][0]["tools"].as_str().expect("tools string");
-        assert_eq!(py_json(&serde_json::from_str(sent).expect("tools JSON")), sent);
     }
 
     #[test]

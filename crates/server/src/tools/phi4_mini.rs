@@ -4,9 +4,10 @@
 use std::sync::Arc;
 
 use serde_json::{json, Value};
+use sparrow_tokenizer::pyjson::{dumps, DumpsOptions};
 
 use super::array::ArrayCalls;
-use super::format::{partial_suffix, py_json, CallMachine, Ev, ToolFormat, ToolSpec};
+use super::format::{partial_suffix, CallMachine, Ev, ToolFormat, ToolSpec};
 use super::json_scan::ValueScan;
 
 /// The `phi4_mini` row.
@@ -28,7 +29,7 @@ impl ToolFormat for Phi4Mini {
     /// One `functools[…]` block, as Phi-4-mini's model card writes it.
     fn history(&self, calls: &[(&Value, &Value)]) -> String {
         let list: Vec<Value> = calls.iter().map(|(n, a)| json!({"name": n, "arguments": a})).collect();
-        format!("\nfunctools{}", py_json(&Value::Array(list)))
+        format!("\nfunctools{}", dumps(&Value::Array(list), &DumpsOptions::PYTHON))
     }
 }
 
