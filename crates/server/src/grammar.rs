@@ -260,11 +260,11 @@ fn percent_decode(s: &str) -> Option<String> {
 
 /// A JSON schema's depth: its JSON nesting with every `$ref` followed as a JSON pointer from
 /// the root (`#`, `#/$defs/...`, percent-encoded or not), the way llguidance's compiler
-/// descends; [`longest_chain`] of that graph.
+/// descends; `longest_chain` of that graph.
 ///
 /// # Errors
 /// A `$ref` that is not such a pointer to a part of the schema, or a keyword that changes how
-/// refs resolve ([`SCHEMA_SCOPES`]): llguidance would follow them where this count cannot.
+/// refs resolve (`SCHEMA_SCOPES`): llguidance would follow them where this count cannot.
 pub fn schema_depth(schema: &Value) -> Result<usize, String> {
     /// Each JSON container once, numbered as first met.
     struct Nodes<'a> {
@@ -389,7 +389,7 @@ fn lark_words(src: &str) -> Vec<(bool, String)> {
     out
 }
 
-/// A Lark grammar's depth: [`longest_chain`] of its rules (and terminals) by the names their
+/// A Lark grammar's depth: `longest_chain` of its rules (and terminals) by the names their
 /// definitions use. A definition starts at a line `name:` (`?name`, `!name`, `_name`,
 /// `name[attributes]`, `name.2` too); every other line belongs to the definition above it
 /// (over-counting references is safe, missing one is not).
