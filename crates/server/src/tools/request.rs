@@ -1,6 +1,8 @@
-//! OpenAI's `tools`, `tool_choice` and `parallel_tool_calls` read and checked ([`ToolRequest`]),
-//! the constraint `required` and a named function put on generation, and the text a template
-//! without tool support gets: the tools in a system prompt, earlier calls in the parser's format.
+//! A request's tools, `tool_choice` and `parallel_tool_calls` ([`ToolRequest`]): read at each
+//! API's edge (chat's body by name, `ToolRequest::parse`; the typed Responses and Messages
+//! requests by their routes) and checked in one place (`ToolRequest::new`); the constraint
+//! `required` and a named function put on generation, and the text a template without tool
+//! support gets: the tools in a system prompt, earlier calls in the parser's format.
 
 use super::format::{ToolFormat, ToolSpec};
 use super::parser::{ChatParsers, ToolParser};
@@ -28,7 +30,7 @@ pub enum ToolChoice {
 pub struct ToolRequest {
     /// The functions, in order.
     pub tools: Arc<[ToolSpec]>,
-    /// The request's `tools` as sent (for the chat template).
+    /// The request's `tools` in the chat template's form (chat's as sent).
     pub raw: Value,
     /// `tool_choice`.
     pub choice: ToolChoice,

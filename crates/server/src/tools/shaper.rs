@@ -98,9 +98,10 @@ impl Shaper {
             Some((ToolChoice::Required, _)) => Some(Box::<ArrayCalls>::default()),
             Some((ToolChoice::Named(n), _)) => Some(Box::new(Named { name: n.clone(), started: false })),
         };
-        let think = match harmony {
-            true => None,
-            false => parsers.reasoning.filter(|_| separate_reasoning).map(|p| Think::new(p.starts_inside())),
+        let think = if harmony {
+            None
+        } else {
+            parsers.reasoning.filter(|_| separate_reasoning).map(|p| Think::new(p.starts_inside()))
         };
         Shaper { think, calls, out: Vec::new(), made: 0, parallel: tools.is_none_or(|t| t.parallel) }
     }
