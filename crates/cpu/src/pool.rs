@@ -150,7 +150,7 @@ impl ThreadPool {
         if out.is_empty() {
             return;
         }
-        assert!(w > 0 && out.len() % w == 0, "par_row_chunks: {} elements are not rows of {w}", out.len());
+        assert!(w > 0 && out.len().is_multiple_of(w), "par_row_chunks: {} elements are not rows of {w}", out.len());
         let rows = out.len() / w;
         let per = rows.div_ceil(self.threads * 4).max(1);
         let ptr = SyncPtr(out.as_mut_ptr());
@@ -182,7 +182,10 @@ impl ThreadPool {
         if a.is_empty() && b.is_empty() {
             return;
         }
-        assert!(wa > 0 && wb > 0 && a.len() % wa == 0 && b.len() % wb == 0, "par_row_chunks2: widths");
+        assert!(
+            wa > 0 && wb > 0 && a.len().is_multiple_of(wa) && b.len().is_multiple_of(wb),
+            "par_row_chunks2: widths"
+        );
         let rows = a.len() / wa;
         assert_eq!(rows, b.len() / wb, "par_row_chunks2: row counts differ");
         let per = rows.div_ceil(self.threads * 4).max(1);
@@ -329,7 +332,7 @@ fn worker(sh: &Shared) {
             while (sh.epoch_hint.load(Ordering::Acquire) as u64) == seen {
                 std::thread::yield_now();
                 polls += 1;
-                if polls % 16 == 0 && t0.elapsed() > YIELD_FOR {
+                if polls.is_multiple_of(16) && t0.elapsed() > YIELD_FOR {
                     break;
                 }
             }

@@ -22,6 +22,7 @@ use crate::record::RequestRecord;
 /// Returns the records by index (a `None` for any that never arrived or another client
 /// sent) and the bar (left on screen until the run's last probes are done). A details file
 /// that refuses a line gets a warning, and no further lines.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn collect(
     mut rx: mpsc::UnboundedReceiver<RequestRecord>,
     n_records: usize,

@@ -237,7 +237,7 @@ fn affine_block(ty: GgmlType, blk: &[u8], sub: usize, u: &mut [u8; QK]) -> (f32,
             let (qs, hi) = if ty == GgmlType::Q4_K { (&blk[16..], None) } else { (&blk[48..], Some(&blk[16..48])) };
             let q = &qs[sub / 2 * 32..sub / 2 * 32 + 32];
             for l in 0..QK {
-                let nib = if sub % 2 == 0 { q[l] & 0xf } else { q[l] >> 4 };
+                let nib = if sub.is_multiple_of(2) { q[l] & 0xf } else { q[l] >> 4 };
                 let h = hi.map_or(0, |qh| ((qh[l] >> sub) & 1) << 4);
                 u[l] = nib | h;
             }

@@ -338,7 +338,7 @@ unsafe fn product(a0: *const i8, bbuf: *const __m512i, cbuf: *mut __m512i, halve
     let a = a0.add(b * TM * QK + h * 16);
     let bp = (bbuf.add(b * 8) as *const u8).add(h * 4 * 64);
     let cp = (cbuf as *mut u8).add((st % 2) * 1024);
-    if st % 2 == 0 {
+    if st.is_multiple_of(2) {
         amx_step::<0>(a, bp, q6, cp);
     } else {
         amx_step::<1>(a, bp, q6, cp);

@@ -2,6 +2,8 @@
 //! KV slots: every score, then softmax, then values), kept as the benchmarks' baseline; the
 //! live kernel is [`super::flash`]. It reads the cache through [`KvElem`].
 #![allow(unsafe_code)]
+// Register-tile loops index the tile's accumulators and its inputs by the same row or head.
+#![allow(clippy::needless_range_loop)]
 
 use super::elementwise::{axpy, dot_scalar};
 use super::kv_elem::KvElem;

@@ -59,9 +59,11 @@ fn values(name: &str, n: usize, lo: f32, hi: f32) -> Vec<f32> {
         .collect()
 }
 
-/// The model's tensors under both names: `layer(l, push)` adds a layer's, by (HF suffix,
-/// llama.cpp suffix, shape, span); spans of `(lo, hi)` with `lo > 0` are norms.
-fn weights(layer: impl Fn(usize) -> Vec<(String, String, Vec<usize>, (f32, f32))>) -> Vec<W> {
+/// A layer's weight in both files: (HF suffix, llama.cpp suffix, HF shape, value range).
+type Named = (String, String, Vec<usize>, (f32, f32));
+
+/// The model's tensors under both names: `layer(l)` lists a layer's ([`Named`]).
+fn weights(layer: impl Fn(usize) -> Vec<Named>) -> Vec<W> {
     let mut out = Vec::new();
     let mut push = |hf: String, gguf: String, shape: Vec<usize>, (lo, hi): (f32, f32)| {
         let data = values(&hf, shape.iter().product(), lo, hi);
@@ -79,7 +81,7 @@ fn weights(layer: impl Fn(usize) -> Vec<(String, String, Vec<usize>, (f32, f32))
 }
 
 /// The routed experts of one layer: per expert and projection, with their stacked GGUF name.
-fn experts(mlp: &str) -> Vec<(String, String, Vec<usize>, (f32, f32))> {
+fn experts(mlp: &str) -> Vec<Named> {
     let mut v = Vec::new();
     for (p, g, r, c) in [
         ("gate_proj", "ffn_gate_exps", EXPERT_FFN, HIDDEN),

@@ -404,6 +404,11 @@ async fn wait_for_signal() {
     let _ = tokio::signal::ctrl_c().await;
 }
 
+/// The engine's value of a flag whose SGLang-only values `check` has already refused.
+fn engine_value<T>(flag: &str, v: Option<T>) -> anyhow::Result<T> {
+    v.ok_or_else(|| anyhow::anyhow!("{flag}: an SGLang GPU value that `check` should have refused"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -423,9 +428,4 @@ mod tests {
         assert_eq!(eos_ids(dir.path(), &tok), vec![own, 0, 154820, 154827, 154829]);
         assert_eq!(eos_ids(&gguf, &tok), vec![own, 0], "a GGUF file has only the tokenizer's");
     }
-}
-
-/// The engine's value of a flag whose SGLang-only values `check` has already refused.
-fn engine_value<T>(flag: &str, v: Option<T>) -> anyhow::Result<T> {
-    v.ok_or_else(|| anyhow::anyhow!("{flag}: an SGLang GPU value that `check` should have refused"))
 }

@@ -119,7 +119,8 @@ fn architecture_check_catches_a_missing_and_a_stale_line() {
 fn unlisted_scripts(doc: &str, root: &Path) -> Vec<String> {
     let mut out = Vec::new();
     for dir in ["goldens", "bench", "fuzz", "ops"] {
-        let entries = std::fs::read_dir(root.join("scripts").join(dir)).unwrap_or_else(|e| panic!("scripts/{dir}: {e}"));
+        let entries =
+            std::fs::read_dir(root.join("scripts").join(dir)).unwrap_or_else(|e| panic!("scripts/{dir}: {e}"));
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
             if !doc.contains(&format!("`{name}`")) && !doc.contains(&format!("`{name}/`")) {

@@ -1,5 +1,7 @@
 //! The AVX2 + FMA bodies of the flash-attention steps (key conversion and transposition, score
 //! tiles, online softmax, value tiles), each bit-identical to the scalar body in the parent module.
+// Register-tile loops index the tile's accumulators and its inputs by the same row or head.
+#![allow(clippy::needless_range_loop)]
 
 use super::*;
 use std::arch::x86_64::*;
