@@ -641,8 +641,12 @@ mod tests {
     async fn launch_logs_both_streams_and_stops_the_group() {
         let dir = tempfile::tempdir().expect("tempdir");
         let log = dir.path().join("server-1.log");
-        // A child that ignores nothing, plus a grandchild: both must go on stop.
-        let mut s = Server::launch("echo hello; echo oops >&2; sleep 30 & sleep 30", 1, &log).expect("launch");
+        // A child that ignores nothing, plus a grandchild: both must go on stop. The shell waits
+        // in short steps: `sh -c` (dash) catches SIGINT and acts on it between commands, so a
+        // SIGINT that came while it was forking a 30 s foreground `sleep` (after the lines below
+        // were logged, before the sleep existed) left it waiting 30 s; that failed under load.
+        let cmd = "echo hello; echo oops >&2; sleep 30 & while :; do sleep 0.1; done";
+        let mut s = Server::launch(cmd, 1, &log).expect("launch");
         // Until both lines are in the log (a fixed 300 ms wait failed once on a loaded machine:
         // the stop came before the shell had printed).
         let logged = |t: &str| t.contains("out| hello") && t.contains("err| oops");
