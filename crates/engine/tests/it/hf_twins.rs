@@ -97,6 +97,34 @@ fn experts(mlp: &str) -> Vec<Named> {
 
 /// The F32 GGUF tensors of `ws`: names as llama.cpp's, shapes innermost first, experts
 /// (`name#e`) stacked in expert order into `[cols, rows, n_expert]`.
+/// The FFN of a DeepSeek-style layer (DeepSeek-V3, GLM-4.5): layer 0 dense
+/// (`first_k_dense_replace` = 1), the others routed experts with a sigmoid-gate bias and one
+/// shared expert.
+fn deepseek_ffn(l: usize) -> Vec<Named> {
+    let mut w = Vec::new();
+    if l == 0 {
+        for (p, g, r, c) in [
+            ("gate_proj", "ffn_gate", FFN, HIDDEN),
+            ("up_proj", "ffn_up", FFN, HIDDEN),
+            ("down_proj", "ffn_down", HIDDEN, FFN),
+        ] {
+            w.push((format!("mlp.{p}.weight"), format!("{g}.weight"), vec![r, c], (-0.3, 0.3)));
+        }
+        return w;
+    }
+    w.push(("mlp.gate.weight".into(), "ffn_gate_inp.weight".into(), vec![N_EXPERT, HIDDEN], (-0.5, 0.5)));
+    w.push(("mlp.gate.e_score_correction_bias".into(), "exp_probs_b.bias".into(), vec![N_EXPERT], (-0.3, 0.3)));
+    w.extend(experts("mlp"));
+    for (p, g, r, c) in [
+        ("gate_proj", "ffn_gate_shexp", EXPERT_FFN, HIDDEN),
+        ("up_proj", "ffn_up_shexp", EXPERT_FFN, HIDDEN),
+        ("down_proj", "ffn_down_shexp", HIDDEN, EXPERT_FFN),
+    ] {
+        w.push((format!("mlp.shared_experts.{p}.weight"), format!("{g}.weight"), vec![r, c], (-0.3, 0.3)));
+    }
+    w
+}
+
 fn gguf_tensors(ws: &[W]) -> Vec<Tensor> {
     let mut out: Vec<Tensor> = Vec::new();
     let bytes = |d: &[f32]| d.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
@@ -258,26 +286,7 @@ fn deepseek_v3_checkpoint_equals_its_gguf_twin() {
             ("self_attn.o_proj.weight".into(), "attn_output.weight".into(), vec![HIDDEN, HEADS * v], (-0.3, 0.3)),
             ("post_attention_layernorm.weight".into(), "ffn_norm.weight".into(), vec![HIDDEN], (0.6, 1.4)),
         ];
-        if l == 0 {
-            for (p, g, r, c) in [
-                ("gate_proj", "ffn_gate", FFN, HIDDEN),
-                ("up_proj", "ffn_up", FFN, HIDDEN),
-                ("down_proj", "ffn_down", HIDDEN, FFN),
-            ] {
-                w.push((format!("mlp.{p}.weight"), format!("{g}.weight"), vec![r, c], (-0.3, 0.3)));
-            }
-            return w;
-        }
-        w.push(("mlp.gate.weight".into(), "ffn_gate_inp.weight".into(), vec![N_EXPERT, HIDDEN], (-0.5, 0.5)));
-        w.push(("mlp.gate.e_score_correction_bias".into(), "exp_probs_b.bias".into(), vec![N_EXPERT], (-0.3, 0.3)));
-        w.extend(experts("mlp"));
-        for (p, g, r, c) in [
-            ("gate_proj", "ffn_gate_shexp", EXPERT_FFN, HIDDEN),
-            ("up_proj", "ffn_up_shexp", EXPERT_FFN, HIDDEN),
-            ("down_proj", "ffn_down_shexp", HIDDEN, EXPERT_FFN),
-        ] {
-            w.push((format!("mlp.shared_experts.{p}.weight"), format!("{g}.weight"), vec![r, c], (-0.3, 0.3)));
-        }
+        w.extend(deepseek_ffn(l));
         w
     });
     let config = serde_json::json!({
@@ -351,26 +360,7 @@ fn glm4_moe_checkpoint_equals_its_gguf_twin() {
             // `post_attention_norm`.
             ("post_attention_layernorm.weight".into(), "post_attention_norm.weight".into(), vec![HIDDEN], (0.6, 1.4)),
         ];
-        if l == 0 {
-            for (p, g, r, c) in [
-                ("gate_proj", "ffn_gate", FFN, HIDDEN),
-                ("up_proj", "ffn_up", FFN, HIDDEN),
-                ("down_proj", "ffn_down", HIDDEN, FFN),
-            ] {
-                w.push((format!("mlp.{p}.weight"), format!("{g}.weight"), vec![r, c], (-0.3, 0.3)));
-            }
-            return w;
-        }
-        w.push(("mlp.gate.weight".into(), "ffn_gate_inp.weight".into(), vec![N_EXPERT, HIDDEN], (-0.5, 0.5)));
-        w.push(("mlp.gate.e_score_correction_bias".into(), "exp_probs_b.bias".into(), vec![N_EXPERT], (-0.3, 0.3)));
-        w.extend(experts("mlp"));
-        for (p, g, r, c) in [
-            ("gate_proj", "ffn_gate_shexp", EXPERT_FFN, HIDDEN),
-            ("up_proj", "ffn_up_shexp", EXPERT_FFN, HIDDEN),
-            ("down_proj", "ffn_down_shexp", HIDDEN, EXPERT_FFN),
-        ] {
-            w.push((format!("mlp.shared_experts.{p}.weight"), format!("{g}.weight"), vec![r, c], (-0.3, 0.3)));
-        }
+        w.extend(deepseek_ffn(l));
         w
     });
     let config = serde_json::json!({
