@@ -29,8 +29,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Serve a model (Llama-family or Gemma 3 GGUF, or a GLM-5 / Llama checkpoint directory) over
-    /// OpenAI and SGLang-native HTTP APIs (flags as `python -m sglang.launch_server`).
+    /// Serve a model (a GGUF file or a Hugging Face checkpoint directory of an architecture in
+    /// docs/serve.md's table) over OpenAI, Anthropic and SGLang-native HTTP APIs (flags as
+    /// `python -m sglang.launch_server`).
     // argparse semantics, as `launch_server`: a repeated flag takes its last value, a long
     // flag may be abbreviated to a unique prefix, and `-1` is a value (`--chunked-prefill-size -1`).
     #[command(args_override_self = true, infer_long_args = true, allow_negative_numbers = true)]
