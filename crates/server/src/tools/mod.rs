@@ -30,6 +30,7 @@ mod array;
 mod deepseek;
 mod deepseekv3;
 mod deepseekv31;
+mod detect;
 mod format;
 mod glm45;
 mod gpt_oss;
@@ -43,6 +44,7 @@ mod shaper;
 mod tagged;
 mod think;
 
+pub use detect::{detect, Detected};
 pub use format::{CallMachine, Ev, ToolFormat, ToolSpec};
 pub use parser::{ChatParsers, ReasoningParser, ToolParser};
 pub use request::{history_calls, template_tool, tools_system_prompt, ToolChoice, ToolRequest};

@@ -12,4 +12,5 @@ mod queue;
 mod snapshots;
 mod speculative;
 mod structured;
+mod tool_detect;
 mod tools;

@@ -50,6 +50,25 @@ fn eos_ids(model_path: &std::path::Path, tok: &sparrow_tokenizer::Tokenizer) -> 
 /// Runs the server until SIGINT/SIGTERM.
 ///
 /// # Errors
+/// The flags' parsers; without `--tool-call-parser`, the tool-call format the chat template
+/// writes ([`sparrow_server::tools::detect`]), said on stderr either way.
+fn chat_parsers(a: &ServeArgs, tok: &sparrow_tokenizer::Tokenizer) -> sparrow_server::tools::ChatParsers {
+    let mut parsers = a.parsers();
+    match (parsers.tool_call, tok.chat_template()) {
+        (Some(p), _) => eprintln!("sparrow serve: tool-call parser {} (--tool-call-parser)", p.name()),
+        (None, None) => eprintln!("sparrow serve: no tool-call parser (no chat template)"),
+        (None, Some(t)) => {
+            let d = sparrow_server::tools::detect(t);
+            parsers.tool_call = d.parser;
+            match d.parser {
+                Some(p) => eprintln!("sparrow serve: tool-call parser {}: {}", p.name(), d.why),
+                None => eprintln!("sparrow serve: no tool-call parser: {}", d.why),
+            }
+        }
+    }
+    parsers
+}
+
 /// Any start-up failure (model, tokenizer, flags, bind), with context.
 pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     // The parser ran it already; the engine names below rely on it.
@@ -94,6 +113,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         Ok(Some(w)) => eprintln!("warning: {}: chat template: {w}; chat requests will fail", tok_path.display()),
         Err(e) => anyhow::bail!("{}: {e}", tok_path.display()),
     }
+    let parsers = chat_parsers(&a, &tokenizer);
     let threads = a
         .threads
         .map(usize::from)
@@ -288,8 +308,8 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         "kv_cache_dtype": engine.kv_layout().dtype.name(),
         "kv_bytes_per_token": engine.kv_layout().bytes_per_token(),
         "model_runner": engine.notes(),
-        "tool_call_parser": a.parsers().tool_call.map(|p| p.name()),
-        "reasoning_parser": a.parsers().reasoning.map(|p| p.name()),
+        "tool_call_parser": parsers.tool_call.map(|p| p.name()),
+        "reasoning_parser": parsers.reasoning.map(|p| p.name()),
         "grammar_backend": "llguidance",
     });
     // Queueing and the file tier (a second object: one `json!` of all fields passes the macro's
@@ -318,7 +338,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     }
     let opts = sparrow_server::ServerOptions {
         server_info,
-        parsers: a.parsers(),
+        parsers,
         api_key: a.api_key.clone(),
         responses_store_size: a.responses_store_size,
     };
