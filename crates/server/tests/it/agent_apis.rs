@@ -83,7 +83,6 @@ async fn malformed_fields_are_400s_in_each_apis_shape_before_any_stream_byte() {
         (json!({"max_tokens": 8}), "messages"),
         (json!({"max_tokens": 8, "messages": []}), "messages"),
         (json!({"max_tokens": 0, "messages": hi}), "max_tokens"),
-        (json!({"max_tokens": 100000, "messages": hi}), "max_tokens"),
         (json!({"max_tokens": 8, "messages": [{"role": "robot", "content": "x"}]}), "role"),
         (json!({"max_tokens": 8, "messages": [{"role": "user", "content": 5}]}), "content"),
         (
@@ -195,6 +194,29 @@ async fn accepted_extras_and_anthropic_prefill() {
     assert_eq!(
         m["usage"]["input_tokens"].as_u64().unwrap_or(0) + m["usage"]["cache_read_input_tokens"].as_u64().unwrap_or(0),
         prefilled
+    );
+    // Claude Code's shape: its own model name (echoed back), a `system` message between the
+    // turns (in the prompt, at its place), thinking, context management, effort and metadata.
+    let note = "Answer in French, and keep it short.";
+    let system = json!({"role": "system", "content": [{"type": "text", "text": note}]});
+    let with_system = count(json!([user, system])).await;
+    let note_tokens = tok.encode(note, false).expect("encode").len() as u64;
+    assert!(with_system >= plain + note_tokens, "{with_system} tokens against {plain} + {note_tokens}");
+    let (st, _, m) = post_raw(
+        s,
+        "/v1/messages?beta=true",
+        &json!({"model": "claude-opus-5-5", "max_tokens": 3, "messages": [user, system], "temperature": 0,
+                "thinking": {"type": "adaptive", "display": "omitted"},
+                "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+                "output_config": {"effort": "medium"}, "metadata": {"user_id": "u"}}),
+    )
+    .await;
+    assert_eq!(st, 200, "{m}");
+    assert_eq!(m["model"], "claude-opus-5-5", "the client's model name is echoed");
+    assert!(m["usage"]["output_tokens"].as_u64().is_some_and(|n| n > 0), "{m}");
+    assert_eq!(
+        m["usage"]["input_tokens"].as_u64().unwrap_or(0) + m["usage"]["cache_read_input_tokens"].as_u64().unwrap_or(0),
+        with_system
     );
     assert_drained(s).await;
 }

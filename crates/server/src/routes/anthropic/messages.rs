@@ -143,8 +143,14 @@ fn lower_messages(r: &MessagesRequest) -> Result<Vec<ChatMessage>, ApiError> {
                 msg.tool_calls = (!calls.is_empty()).then_some(Value::Array(calls));
                 conv.push(msg);
             }
+            // Claude Code (2.1.3xx) sends its per-turn environment and instructions as `system`
+            // messages between the turns: each is a system message at its place.
+            "system" => conv.push(ChatMessage::new("system", blocks_text(&blocks, &format!("messages[{i}].content"))?)),
             other => {
-                return Err(ApiError::bad("messages", format!("messages[{i}].role {other:?} is not user or assistant")))
+                return Err(ApiError::bad(
+                    "messages",
+                    format!("messages[{i}].role {other:?} is not user, assistant or system"),
+                ))
             }
         }
     }
@@ -235,7 +241,12 @@ fn sampling(r: &MessagesRequest, max_tokens: u32, raw: &Map<String, Value>) -> S
         Some(OutputFormat::JsonSchema { schema }) => json_schema(schema, FORMAT).map(|c| Some((c, FORMAT))),
     };
     Sampling {
-        max_tokens: Ok(Some(max_tokens as usize)),
+        // `max_tokens` is required here and agents send their Claude model's output limit
+        // (Claude Code: 128,000), more than a local model's context holds: it is a ceiling,
+        // clamped to the room the prompt leaves, as llama.cpp clamps `n_predict` (the other
+        // APIs refuse an explicit limit that cannot fit; docs/api.md, "Lengths").
+        max_tokens: Ok(None),
+        default_max: Some(max_tokens as usize),
         temperature: Ok(r.temperature),
         top_p: Ok(r.top_p),
         top_k: Ok(r.top_k),
@@ -280,7 +291,9 @@ pub(crate) async fn messages(
     let (r, raw): (MessagesRequest, _) = typed_body(&body)?;
     let req = lower(&s, &r, &raw)?;
     let (prep, shape) = chat::lower(&s, req)?;
-    let render = Render::new(&s, prep.prompt_ids.len(), shape);
+    // Any model name is served by the one model, and echoed back (Claude Code names its own).
+    let model = r.model.clone().filter(|m| !m.is_empty()).unwrap_or_else(|| s.model_id.clone());
+    let render = Render::new(model, prep.prompt_ids.len(), shape);
     let mut prep = prep;
     prep.over_limit = gen::admit(&s)?;
     let mut events = gen::start(&s, prep)?;
@@ -314,4 +327,21 @@ pub(crate) async fn count_tokens(
     let messages = lower_messages(&r)?;
     let ids = chat::prompt_ids(&s, messages, tools.as_ref(), &kwargs, PREFILL)?;
     Ok(Json(json!({"input_tokens": ids.len()})).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `max_tokens` is a ceiling on this API: it reaches `gen::prepare` as the limit used when
+    /// none is given (clamped there to the room the prompt leaves), not as an explicit limit
+    /// (which would be a 400 once it passes the context).
+    #[test]
+    fn max_tokens_is_a_ceiling() {
+        let r: MessagesRequest =
+            serde_json::from_value(json!({"max_tokens": 128_000, "messages": [{"role": "user", "content": "hi"}]}))
+                .expect("request");
+        let p = sampling(&r, 128_000, &Map::new()).validate().expect("valid");
+        assert_eq!((p.max_tokens, p.default_max), (None, Some(128_000)));
+    }
 }

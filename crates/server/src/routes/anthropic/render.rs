@@ -8,7 +8,6 @@ use super::super::frames::sse_response;
 use crate::chat::ChatShape;
 use crate::error::ApiError;
 use crate::gen::{ChoiceEvent, EndReason, Finish};
-use crate::state::AppState;
 use crate::tools::{Delta, Shaper};
 use axum::response::Response;
 use futures_util::stream::{self, BoxStream, StreamExt};
@@ -41,10 +40,11 @@ pub(super) struct Render {
 }
 
 impl Render {
-    pub(super) fn new(s: &AppState, prompt_tokens: usize, shape: ChatShape) -> Self {
+    /// A message answered as `model` (the request's name for the served model).
+    pub(super) fn new(model: String, prompt_tokens: usize, shape: ChatShape) -> Self {
         Render {
             id: format!("msg_{:024x}", rand::random::<u128>() >> 32),
-            model: s.model_id.clone(),
+            model,
             content: Vec::new(),
             args: String::new(),
             open: None,
