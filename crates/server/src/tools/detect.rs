@@ -42,10 +42,8 @@ const UNREAD: &[(&str, &str)] = &[
 /// (`llama3`).
 pub fn detect(template: &str) -> Detected {
     let has = |s: &str| template.contains(s);
-    let chosen = |p: ToolParser, marker: &str| Detected {
-        parser: Some(p),
-        why: format!("the chat template writes {marker}, {} format", p.name()),
-    };
+    let chosen =
+        |p: ToolParser, marker: &str| Detected { parser: Some(p), why: format!("the chat template writes {marker}") };
     if has("<|channel|>") {
         return chosen(ToolParser::GptOss, "harmony channels (<|channel|>)");
     }
@@ -68,8 +66,11 @@ pub fn detect(template: &str) -> Detected {
     if has("<tool_call>") {
         return chosen(ToolParser::Qwen25, "<tool_call> JSON (Hermes)");
     }
-    if has("functools[") || has("<|tool|>") {
+    if has("functools[") {
         return chosen(ToolParser::Phi4Mini, "functools[");
+    }
+    if has("<|tool|>") {
+        return chosen(ToolParser::Phi4Mini, "Phi-4-mini's <|tool|> block");
     }
     if has("<|start_header_id|>") && (has("<|python_tag|>") || has("\"parameters\": ")) {
         return chosen(ToolParser::Llama3, "Llama 3 JSON calls (\"parameters\")");
