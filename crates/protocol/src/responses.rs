@@ -261,6 +261,9 @@ pub struct FunctionCallItem {
     pub arguments: String,
     /// The item id (`fc_…`).
     pub id: Option<String>,
+    /// The `namespace` tool the function belongs to (Codex's MCP and multi-agent tools), absent
+    /// for a top-level function tool.
+    pub namespace: Option<String>,
 }
 
 /// A `function_call_output` item.
@@ -290,13 +293,15 @@ pub struct SummaryPart {
     pub text: String,
 }
 
-/// A tool. Only `function` tools run here; the others are kept by type to be refused by name.
+/// A tool: a `function`, a `namespace` holding function tools (the API's grouping, which Codex
+/// uses for its MCP servers and sub-agent tools), or a hosted tool's type (`web_search`,
+/// `file_search`, …), which the server does not run.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Tool {
-    /// `function` (or a built-in tool's type, refused).
+    /// `function`, `namespace`, or a hosted tool's type.
     #[serde(rename = "type")]
     pub kind: String,
-    /// The function name.
+    /// The function's (or the namespace's) name.
     pub name: Option<String>,
     /// What it does.
     pub description: Option<String>,
@@ -304,6 +309,8 @@ pub struct Tool {
     pub parameters: Option<Value>,
     /// Strict schema adherence (our calls are constrained only under `required` or a name).
     pub strict: Option<bool>,
+    /// A `namespace` tool's members.
+    pub tools: Option<Vec<Tool>>,
 }
 
 /// `text`.

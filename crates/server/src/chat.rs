@@ -8,7 +8,7 @@
 
 use crate::error::ApiError;
 use crate::gen::{self, Prepared};
-use crate::params::{GenParams, LogprobAsk};
+use crate::params::{GenParams, LogprobAsk, ReasoningBudget};
 use crate::state::AppState;
 use crate::tools::{self, ChatParsers, ReasoningParser, Shaper, ToolRequest};
 use serde_json::{Map, Value};
@@ -46,12 +46,16 @@ pub struct ChatShape {
     pub tools: Option<ToolRequest>,
     /// Whether reasoning is split off.
     pub separate_reasoning: bool,
+    /// The request's tag in the request log: the calls parsed are logged under it.
+    pub log: Option<crate::reqlog::LogTag>,
+    /// The prompt ends inside an opened `<think>` ([`opens_think`]).
+    pub opened: bool,
 }
 
 impl ChatShape {
     /// A fresh machine for one choice.
     pub fn shaper(&self) -> Shaper {
-        Shaper::new(self.parsers, self.tools.as_ref(), self.separate_reasoning)
+        Shaper::new(self.parsers, self.tools.as_ref(), self.separate_reasoning).logged(self.log).opened(self.opened)
     }
 }
 
@@ -87,7 +91,29 @@ pub fn tool_result(conv: &[ChatMessage], call_id: &str, content: String) -> Chat
     msg
 }
 
-/// The prompt's token ids: the conversation through the chat template, with the tools where
+/// Whether a rendered prompt ends inside an opened `<think>` (QwQ's, R1's and Qwen 3.5's
+/// generation prompts open it when thinking is on): the answer then starts inside the reasoning
+/// whatever the parser's default, as llama.cpp's `thinking_forced_open` reads the prompt.
+pub fn opens_think(prompt: &str) -> bool {
+    prompt.trim_end().ends_with(tools::THINK_START)
+}
+
+/// [`prompt`]'s token ids alone.
+///
+/// # Errors
+/// [`prompt`]'s.
+pub fn prompt_ids(
+    s: &AppState,
+    conv: Vec<ChatMessage>,
+    tools: Option<&ToolRequest>,
+    kwargs: &Map<String, Value>,
+    continue_final: bool,
+) -> Result<Vec<u32>, ApiError> {
+    prompt(s, conv, tools, kwargs, continue_final).map(|(ids, _)| ids)
+}
+
+/// The prompt's token ids, and whether it ends inside an opened `<think>` ([`opens_think`]):
+/// the conversation through the chat template, with the tools where
 /// the template reads them (its `tools` argument, the system message, or a system prompt we
 /// write in the parser's format), and earlier calls written into their assistant messages'
 /// text, in the parser's format, when the template cannot show them. With `continue_final` and
@@ -96,13 +122,13 @@ pub fn tool_result(conv: &[ChatMessage], call_id: &str, content: String) -> Chat
 ///
 /// # Errors
 /// A 400 naming `messages` when the template fails or the text does not tokenize.
-pub fn prompt_ids(
+pub fn prompt(
     s: &AppState,
     mut conv: Vec<ChatMessage>,
     tools: Option<&ToolRequest>,
     kwargs: &Map<String, Value>,
     continue_final: bool,
-) -> Result<Vec<u32>, ApiError> {
+) -> Result<(Vec<u32>, bool), ApiError> {
     let where_tools = s.tokenizer.template_tools();
     let native_tools = where_tools == TemplateTools::Argument;
     if !native_tools {
@@ -144,7 +170,8 @@ pub fn prompt_ids(
         })?;
         text.truncate(end);
     }
-    s.tokenizer.encode(&text, false).map_err(|e| ApiError::bad("messages", e.to_string()))
+    let ids = s.tokenizer.encode(&text, false).map_err(|e| ApiError::bad("messages", e.to_string()))?;
+    Ok((ids, opens_think(&text)))
 }
 
 /// Whether an answer's reasoning is split off, given the server's `parsers`, the request's
@@ -164,7 +191,7 @@ fn splits_reasoning(parsers: &ChatParsers, kwargs: &Map<String, Value>, asked: b
 /// The template's and [`gen::prepare`]'s 400s.
 pub fn lower(s: &AppState, req: ChatRequest) -> Result<(Prepared, ChatShape), ApiError> {
     let ChatRequest { messages, tools, kwargs, mut params, ask, separate_reasoning, continue_final } = req;
-    let ids = prompt_ids(s, messages, tools.as_ref(), &kwargs, continue_final)?;
+    let (ids, opened) = prompt(s, messages, tools.as_ref(), &kwargs, continue_final)?;
     params.logprobs = ask.spec(ids.len());
     let separate_reasoning = splits_reasoning(&s.parsers, &kwargs, separate_reasoning, params.constraint.is_some());
     // Harmony's channels are special tokens: the answer keeps them for the parser to read (as
@@ -172,8 +199,16 @@ pub fn lower(s: &AppState, req: ChatRequest) -> Result<(Prepared, ChatShape), Ap
     if s.parsers.harmony() {
         params.skip_special_tokens = false;
     }
+    // The thinking budget needs the reasoning's tags: a `<think>` parser that splits this answer.
+    params.reasoning_budget = match (params.reasoning_budget, s.parsers.reasoning) {
+        (Some(b), Some(p)) if separate_reasoning && !s.parsers.harmony() && params.constraint.is_none() => {
+            Some(ReasoningBudget { inside: p.starts_inside() || opened, ..b })
+        }
+        _ => None,
+    };
     let prep = gen::prepare(s, ids, params)?;
-    Ok((prep, ChatShape { parsers: s.parsers, tools, separate_reasoning }))
+    let log = prep.log;
+    Ok((prep, ChatShape { parsers: s.parsers, tools, separate_reasoning, log, opened }))
 }
 
 #[cfg(test)]
@@ -193,5 +228,21 @@ mod tests {
         assert!(!splits_reasoning(&v3, &kw(serde_json::json!({"thinking": true})), true, true));
         assert!(splits_reasoning(&r1, &kw(serde_json::json!({})), true, false));
         assert!(!splits_reasoning(&r1, &kw(serde_json::json!({})), false, false));
+    }
+
+    /// A prompt that ends inside `<think>` (QwQ's generation prompt, Qwen 3.5's with thinking on)
+    /// opens the reasoning; one that closed it (Qwen 3 with `enable_thinking: false`) does not.
+    #[test]
+    fn a_prompt_ending_in_think_opens_the_reasoning() {
+        assert!(opens_think("<|im_start|>assistant\n<think>\n"));
+        assert!(!opens_think("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+        assert!(!opens_think("<|im_start|>assistant\n"));
+        let p = ChatParsers { tool_call: None, reasoning: Some(ReasoningParser::Qwen3) };
+        let mut opened = Shaper::new(p, None, true).opened(true);
+        let mut d = opened.push("Think.</think>Answer.");
+        d.extend(opened.finish());
+        let mut m = tools::Message::default();
+        m.add(&d);
+        assert_eq!((m.reasoning.as_deref(), m.content.as_str()), (Some("Think."), "Answer."));
     }
 }

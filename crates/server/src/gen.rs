@@ -14,10 +14,13 @@ use sparrow_engine::engine::Engine;
 use sparrow_engine::scheduler::{FinishReason, NewRequest, Output, TokenConstraint, TokenLogprob};
 use sparrow_protocol::openai::MatchedStop;
 
+use crate::budget::ThinkBudget;
 use crate::detok::{StopMatcher, StopResult, Utf8Stream};
 use crate::error::ApiError;
 use crate::params::GenParams;
+use crate::reqlog::LogTag;
 use crate::state::AppState;
+use crate::tools::{THINK_END, THINK_START};
 
 /// Why a choice ended, as every API's renderer maps it (OpenAI `finish_reason`, SGLang
 /// `meta_info.finish_reason.type`, Responses `status`, Anthropic `stop_reason`).
@@ -138,6 +141,8 @@ pub struct Prepared {
     /// Admitted past a full queue under priority scheduling ([`admit`]): its engine requests
     /// may take the place of less urgent waiting ones.
     pub over_limit: bool,
+    /// Its tag in the request log (`--log-requests`).
+    pub log: Option<LogTag>,
 }
 
 /// Applies the length policy (documented in `docs/api.md`, "Lengths"):
@@ -204,7 +209,7 @@ pub fn prepare(state: &AppState, prompt_ids: Vec<u32>, params: GenParams) -> Res
         }
         None => (ctx - p).min(pool - p).min(params.default_max.unwrap_or(usize::MAX)),
     };
-    Ok(Prepared { prompt_ids, params, max_new, over_limit: false })
+    Ok(Prepared { prompt_ids, params, max_new, over_limit: false, log: state.log_tag() })
 }
 
 /// Aborts the engine requests of a dropped stream (or of a dropped embedding request).
@@ -239,6 +244,8 @@ struct Choice {
     state: AppState,
     start: Instant,
     last: Option<Instant>,
+    log: Option<LogTag>,
+    prompt: usize,
 }
 
 impl Choice {
@@ -314,6 +321,7 @@ impl Choice {
                 if !text.is_empty() {
                     ev.push(ChoiceEvent::Text { index, text, tokens: self.tokens, logprob: None });
                 }
+                self.log_done(&finish);
                 ev.push(ChoiceEvent::Done { index, finish });
                 ev
             }
@@ -342,7 +350,14 @@ impl Choice {
             error: None,
             overloaded: false,
         };
+        self.log_done(&finish);
         vec![ChoiceEvent::Text { index, text, tokens: self.tokens, logprob }, ChoiceEvent::Done { index, finish }]
+    }
+
+    fn log_done(&self, f: &Finish) {
+        if let Some(t) = &self.log {
+            t.done(self.index, self.prompt, f, self.start.elapsed().as_secs_f64());
+        }
     }
 
     fn observe_e2e(&self) {
@@ -385,6 +400,7 @@ pub fn start(state: &AppState, prep: Prepared) -> Result<BoxStream<'static, Choi
         logprobs,
         constraint,
         priority,
+        reasoning_budget,
         ..
     } = prep.params;
     // The grammar compiles (once, copied for each choice) before anything is submitted: a bad
@@ -402,10 +418,19 @@ pub fn start(state: &AppState, prep: Prepared) -> Result<BoxStream<'static, Choi
     // A compile can take a good part of a second within the limits (and the first one builds
     // the vocabulary's token trie): the runtime moves this worker's other tasks elsewhere
     // meanwhile, so other requests are answered while it runs.
-    let constraints = match (&constraint, tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor())) {
+    let mut constraints = match (&constraint, tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor())) {
         (Some(_), Ok(tokio::runtime::RuntimeFlavor::MultiThread)) => tokio::task::block_in_place(compile)?,
         _ => compile()?,
     };
+    if let Some(b) = reasoning_budget {
+        let tags = |t: &str| state.tokenizer.encode(t, false).map_err(|e| ApiError::Engine(e.to_string()));
+        let (open, close) = (tags(THINK_START)?, tags(THINK_END)?);
+        if !close.is_empty() {
+            for c in constraints.iter_mut().filter(|c| c.is_none()) {
+                *c = Some(Box::new(ThinkBudget::new(open.clone(), close.clone(), b.tokens, b.inside)));
+            }
+        }
+    }
     // The tokens trimmed from the text when they end it: the request's stop tokens and, unless
     // it ignores EOS, the model's end-of-generation tokens (SGLang's `trim_matched_stop`; seen
     // only when `skip_special_tokens` is false, e.g. under a harmony parser).
@@ -479,6 +504,8 @@ pub fn start(state: &AppState, prep: Prepared) -> Result<BoxStream<'static, Choi
             state: state.clone(),
             start,
             last: None,
+            log: prep.log,
+            prompt: prep.prompt_ids.len(),
         };
         streams.push(
             stream::unfold(choice, |mut c| async move {

@@ -21,6 +21,7 @@
 //!      -> gen + detok (text, stop strings) -> ChoiceEvent -> one renderer per API (JSON or SSE)
 //! ```
 
+pub mod budget;
 pub mod chat;
 pub mod conn;
 pub mod detok;
@@ -32,6 +33,7 @@ pub mod grammar;
 pub mod logprobs;
 pub mod metrics;
 pub mod params;
+pub mod reqlog;
 pub mod routes;
 pub mod state;
 pub mod store;

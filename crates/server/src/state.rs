@@ -42,7 +42,10 @@ pub struct Inner {
     pub api_key: Option<String>,
     /// The Responses API's stored responses.
     pub responses: store::ResponseStore,
+    /// `--log-requests-level` when `--log-requests` is on.
+    pub log_requests: Option<u8>,
     next_id: AtomicU64,
+    next_log: AtomicU64,
     grammars: std::sync::OnceLock<Result<Arc<grammar::Grammars>, String>>,
 }
 
@@ -70,6 +73,8 @@ pub struct ServerOptions {
     pub api_key: Option<String>,
     /// `--responses-store-size`: stored Responses API responses (0: none).
     pub responses_store_size: usize,
+    /// `--log-requests` on: its `--log-requests-level` (0–3).
+    pub log_requests: Option<u8>,
 }
 
 impl AppState {
@@ -85,7 +90,7 @@ impl AppState {
         model_path: PathBuf,
         opts: ServerOptions,
     ) -> Result<Self, sparrow_tokenizer::TokenizerError> {
-        let ServerOptions { server_info, parsers, api_key, responses_store_size } = opts;
+        let ServerOptions { server_info, parsers, api_key, responses_store_size, log_requests } = opts;
         // An embedding server detokenizes nothing incrementally: a WordPiece vocabulary (BERT),
         // which has no byte spelling per token, is fine there.
         let embedding = engine.embedding().is_some();
@@ -111,7 +116,9 @@ impl AppState {
             parsers,
             api_key,
             responses: store::ResponseStore::new(responses_store_size),
+            log_requests,
             next_id: AtomicU64::new(1),
+            next_log: AtomicU64::new(1),
             grammars: std::sync::OnceLock::new(),
         })))
     }
@@ -133,6 +140,12 @@ impl AppState {
                 grammar::Grammars::new(&self.bytes_all, &special, eos).map(Arc::new)
             })
             .clone()
+    }
+
+    /// The next request's tag in the request log, when `--log-requests` is on.
+    pub fn log_tag(&self) -> Option<crate::reqlog::LogTag> {
+        let level = self.log_requests?;
+        Some(crate::reqlog::LogTag { id: self.next_log.fetch_add(1, Ordering::Relaxed), level })
     }
 
     /// A fresh engine request id.

@@ -96,6 +96,19 @@ pub struct GenParams {
     /// The request's scheduling `priority` (SGLang's and vLLM's top-level field; used under
     /// `--enable-priority-scheduling`, ignored otherwise).
     pub priority: Option<i64>,
+    /// The thinking budget (Anthropic's `thinking.budget_tokens`): reasoning tokens before the
+    /// end-of-thinking tag is forced ([`crate::budget`]). Kept only where a `<think>` reasoning
+    /// parser runs and no grammar constrains the answer.
+    pub reasoning_budget: Option<ReasoningBudget>,
+}
+
+/// A thinking budget, as [`crate::chat::lower`] settles it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReasoningBudget {
+    /// Reasoning tokens allowed.
+    pub tokens: usize,
+    /// The template opened the reasoning: counting starts with the first generated token.
+    pub inside: bool,
 }
 
 /// One field as an API's edge read it: absent (`Ok(None)`), its typed value, or why it did not
@@ -274,6 +287,7 @@ impl Sampling {
             stop,
             stop_token_ids,
             priority: self.priority?,
+            reasoning_budget: None,
             ignore_eos: self.ignore_eos?.unwrap_or(false),
             n,
             skip_special_tokens: self.skip_special_tokens?.unwrap_or(true),

@@ -39,6 +39,7 @@ pub(super) async fn health_generate(State(s): State<AppState>) -> Response {
         logprobs: Default::default(),
         constraint: None,
         priority: None,
+        reasoning_budget: None,
     };
     let ids = s.tokenizer.encode("ping", false).unwrap_or_else(|_| vec![0]);
     let run = async {

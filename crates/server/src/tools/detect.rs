@@ -6,7 +6,7 @@
 //! Formats the server cannot read yet are recognised too, so the start-up line can name them
 //! instead of saying nothing was found.
 
-use super::parser::ToolParser;
+use super::parser::{ReasoningParser, ToolParser};
 
 /// What [`detect`] read from a chat template.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,6 +78,49 @@ pub fn detect(template: &str) -> Detected {
     Detected { parser: None, why: "the chat template writes no tool-call format".to_owned() }
 }
 
+/// What [`detect_reasoning`] read from a chat template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DetectedReasoning {
+    /// The reasoning parser chosen; `None` when the template shows no reasoning tags.
+    pub parser: Option<ReasoningParser>,
+    /// Why, for the start-up line.
+    pub why: String,
+}
+
+/// The reasoning parser for `template`, read from how it writes reasoning, as llama.cpp sets
+/// its `thinking_start_tag` from the template it recognises.
+///
+/// The rules, first match wins: harmony channels (`gpt-oss`); no `<think>` at all (none);
+/// GLM's `<arg_key>` template (`glm45`); DeepSeek's `<｜Assistant｜>` with its `thinking`
+/// switch (`deepseek-v3`, which splits only a `thinking` request); a generation prompt that
+/// opens `<think>` itself with no `enable_thinking` switch (`deepseek-r1`: the answer starts
+/// inside the reasoning, as QwQ's and R1's do); any other `<think>` (`qwen3`: the model opens it).
+pub fn detect_reasoning(template: &str) -> DetectedReasoning {
+    let has = |s: &str| template.contains(s);
+    let chosen = |p: ReasoningParser, why: &str| DetectedReasoning { parser: Some(p), why: why.to_owned() };
+    if has("<|channel|>") {
+        return chosen(ReasoningParser::GptOss, "the chat template writes harmony channels (<|channel|>)");
+    }
+    if !has("<think>") {
+        return DetectedReasoning { parser: None, why: "the chat template writes no <think> tags".to_owned() };
+    }
+    if has("<arg_key>") {
+        return chosen(ReasoningParser::Glm45, "the chat template writes <think> and GLM's <arg_key>");
+    }
+    if has("<｜Assistant｜>") && has("thinking is defined") {
+        return chosen(
+            ReasoningParser::DeepseekV3,
+            "the chat template writes <think> under DeepSeek's thinking switch",
+        );
+    }
+    // The generation prompt: what the template writes after its last `add_generation_prompt`.
+    let prompt = template.rfind("add_generation_prompt").map_or("", |i| &template[i..]);
+    if !has("enable_thinking") && prompt.contains("<think>") {
+        return chosen(ReasoningParser::DeepseekR1, "the chat template's generation prompt opens <think>");
+    }
+    chosen(ReasoningParser::Qwen3, "the chat template writes <think> tags the model opens")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,5 +140,20 @@ mod tests {
         assert_eq!(p("\"parameters\": "), None, "no Llama 3 header: Command R's Action lists say this too");
         assert_eq!(p("<|im_start|>{{ message.content }}"), None);
         assert!(detect("[TOOL_CALLS]").why.contains("Mistral"));
+        let r = |t: &str| detect_reasoning(t).parser;
+        assert_eq!(r("{{'<|im_start|>assistant\n'}}"), None);
+        assert_eq!(
+            r("<think>{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"),
+            Some(ReasoningParser::Qwen3)
+        );
+        assert_eq!(
+            r("{% if add_generation_prompt %}{{'<｜Assistant｜><think>\n'}}{% endif %}"),
+            Some(ReasoningParser::DeepseekR1)
+        );
+        assert_eq!(
+            r("{% if add_generation_prompt %}<think>{% if enable_thinking is false %}</think>{% endif %}"),
+            Some(ReasoningParser::Qwen3)
+        );
+        assert_eq!(r("<|channel|>analysis"), Some(ReasoningParser::GptOss));
     }
 }

@@ -44,11 +44,12 @@ mod shaper;
 mod tagged;
 mod think;
 
-pub use detect::{detect, Detected};
+pub use detect::{detect, detect_reasoning, Detected, DetectedReasoning};
 pub use format::{CallMachine, Ev, ToolFormat, ToolSpec};
 pub use parser::{ChatParsers, ReasoningParser, ToolParser};
 pub use request::{history_calls, template_tool, tools_system_prompt, ToolChoice, ToolRequest};
 pub use shaper::{Delta, Message, Shaper};
+pub use think::{THINK_END, THINK_START};
 
 #[cfg(test)]
 mod tests {

@@ -9,6 +9,7 @@ use super::gpt_oss::Harmony;
 use super::parser::{ChatParsers, ReasoningParser, ToolParser};
 use super::request::{ToolChoice, ToolRequest};
 use super::think::Think;
+use crate::reqlog::LogTag;
 
 /// What a piece of a choice's text adds to its message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,6 +79,8 @@ pub struct Shaper {
     out: Vec<Delta>,
     made: usize,
     parallel: bool,
+    /// The request log's tag, and the call being parsed: `(name, arguments so far)`.
+    log: Option<(LogTag, Option<(String, String)>)>,
 }
 
 impl Shaper {
@@ -103,7 +106,30 @@ impl Shaper {
         } else {
             parsers.reasoning.filter(|_| separate_reasoning).map(|p| Think::new(p.starts_inside()))
         };
-        Shaper { think, calls, out: Vec::new(), made: 0, parallel: tools.is_none_or(|t| t.parallel) }
+        Shaper { think, calls, out: Vec::new(), made: 0, parallel: tools.is_none_or(|t| t.parallel), log: None }
+    }
+
+    /// `true`: the prompt opened `<think>`, so the answer starts inside the reasoning
+    /// (`crate::chat::opens_think`) whatever the parser's default.
+    pub fn opened(mut self, yes: bool) -> Shaper {
+        if yes && self.think.is_some() {
+            self.think = Some(Think::new(true));
+        }
+        self
+    }
+
+    /// Logs every call it parses under `tag` (the request log), when given.
+    pub fn logged(mut self, tag: Option<LogTag>) -> Shaper {
+        self.log = tag.map(|t| (t, None));
+        self
+    }
+
+    /// Logs the call parsed last, if any.
+    fn log_call(&mut self) {
+        if let Some((t, Some((name, args)))) = &mut self.log {
+            t.call(name, args);
+            self.log = Some((*t, None));
+        }
     }
 
     /// True when the shaper does nothing (plain content), so callers can skip it.
@@ -149,6 +175,7 @@ impl Shaper {
             }
         }
         self.calls_text(&content, true);
+        self.log_call();
         std::mem::take(&mut self.out)
     }
 
@@ -170,12 +197,19 @@ impl Shaper {
                 Ev::Content(t) => self.out.push(Delta::Content(t)),
                 Ev::Reasoning(_) => {}
                 Ev::Start(name) => {
+                    self.log_call();
+                    if let Some((_, call)) = &mut self.log {
+                        *call = Some((name.clone(), String::new()));
+                    }
                     if self.parallel || self.made == 0 {
                         self.out.push(Delta::CallStart { index: self.made, id: call_id(), name });
                     }
                     self.made += 1;
                 }
                 Ev::Args(text) => {
+                    if let Some((_, Some((_, args)))) = &mut self.log {
+                        args.push_str(&text);
+                    }
                     if self.parallel || self.made == 1 {
                         self.out.push(Delta::CallArgs { index: self.made - 1, text });
                     }

@@ -2,9 +2,11 @@
 
 use super::format::partial_suffix;
 
-pub(super) const THINK_START: &str = "<think>";
+/// The tag that opens the reasoning.
+pub const THINK_START: &str = "<think>";
 
-pub(super) const THINK_END: &str = "</think>";
+/// The tag that closes the reasoning.
+pub const THINK_END: &str = "</think>";
 
 /// The `<think>…</think>` split, as SGLang's `BaseReasoningFormatDetector`: reasoning and the
 /// answer after it are stripped of surrounding whitespace.

@@ -54,7 +54,7 @@ async fn malformed_fields_are_400s_in_each_apis_shape_before_any_stream_byte() {
         (json!({"input": "hi", "temperature": "hot"}), "temperature"),
         (json!({"input": "hi", "top_p": 1.5}), "top_p"),
         (json!({"input": "hi", "stop": [""]}), "stop"),
-        (json!({"input": "hi", "tools": [{"type": "web_search"}]}), "tools"),
+        (json!({"input": "hi", "tools": [{"type": "namespace", "tools": []}]}), "tools"),
         (json!({"input": "hi", "tool_choice": "required"}), "tool_choice"),
         (json!({"input": "hi", "text": {"format": {"type": "json_schema"}}}), "text.format"),
         (json!({"input": "hi", "text": {"format": {"type": "yaml"}}}), "text.format"),
@@ -321,7 +321,10 @@ async fn streamed_frames_are_named_numbered_and_equal_the_whole_answer() {
 /// SmolLM2 made to say a script: after the prompt, greedy decoding emits `script`'s tokens in
 /// order, then EOS (the real forward still runs, so KV and batching are as in serving). The
 /// rows are told apart by position: a prefill sets the start, each later position takes the
-/// next script token. One request at a time, radix cache off (so a prefill is never one token).
+/// next script token. A token fed back that is not the one the script said (the server forced
+/// another) moves the script on to that token's next occurrence, as a model reading its own
+/// forced text would go on from it. One request at a time, radix cache off (so a prefill is
+/// never one token).
 struct Scripted {
     inner: Box<dyn Model>,
     script: Arc<Mutex<Vec<u32>>>,
@@ -349,7 +352,14 @@ impl Model for Scripted {
             if s.extend_len > 1 {
                 self.start = pos;
             }
-            let i = pos.saturating_sub(self.start) as usize;
+            let mut i = pos.wrapping_sub(self.start) as usize;
+            let fed = batch.input_ids[last];
+            if s.extend_len == 1 && i > 0 && script.get(i - 1).is_some_and(|&t| t != fed) {
+                if let Some(j) = script.iter().skip(i - 1).position(|&t| t == fed) {
+                    i += j;
+                    self.start = pos.wrapping_sub(i as u32);
+                }
+            }
             let want = script.get(i).copied().unwrap_or(self.eos) as usize;
             let row = out_row + s.num_logits as usize - 1;
             let l = &mut logits[row * vocab..(row + 1) * vocab];
@@ -630,4 +640,93 @@ async fn harmony_answers_split_into_reasoning_content_and_calls() {
     let streamed: Vec<(&str, &str)> = calls.iter().map(|c| (c.1.as_str(), c.2.as_str())).collect();
     assert_eq!(streamed, vec![("get_weather", "{\"city\": \"Paris\"}")], "streamed calls ≠ non-streamed");
     assert!(calls[0].0.starts_with("call_"));
+}
+
+/// Anthropic's `thinking.budget_tokens`: a model that would think for 1,500 tokens has its
+/// thinking cut at the budget (1,024 tokens of it, then `</think>` forced) and its answer
+/// follows; without a budget the same script thinks until `max_tokens`.
+#[tokio::test]
+async fn thinking_is_cut_at_the_budget_and_the_answer_follows() {
+    let script = Arc::new(Mutex::new(Vec::new()));
+    let s = scripted_server(script.clone());
+    let tok = sparrow_tokenizer::Tokenizer::load(&gguf()).expect("tokenizer");
+    let enc = |t: &str| tok.encode(t, false).expect("encode");
+    let a = enc(" a");
+    assert_eq!(a.len(), 1, "\" a\" is one token");
+    let mut say = enc("<think>");
+    say.extend(std::iter::repeat_n(a[0], 1500));
+    say.extend(enc("</think>It is Paris."));
+    *script.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = say;
+    let q = json!([{"role": "user", "content": "What is the capital of France?"}]);
+    let body = |thinking: Value| json!({"messages": q, "max_tokens": 1100, "thinking": thinking});
+    let (st, _, m) = post_raw(&s, "/v1/messages", &body(json!({"type": "enabled", "budget_tokens": 1024}))).await;
+    assert_eq!(st, 200, "{m}");
+    let blocks = m["content"].as_array().expect("content");
+    assert_eq!(blocks[0]["type"], "thinking", "{m}");
+    let thought = blocks[0]["thinking"].as_str().unwrap_or("");
+    assert_eq!(thought.matches('a').count(), 1024, "thinking cut at the budget");
+    assert_eq!(blocks[1], json!({"type": "text", "text": "It is Paris."}), "{m}");
+    assert_eq!(m["stop_reason"], "end_turn", "{m}");
+    // The same script with thinking on but no budget runs into max_tokens while thinking.
+    let (_, _, m) = post_raw(&s, "/v1/messages", &body(json!({"type": "adaptive"}))).await;
+    assert_eq!(m["stop_reason"], "max_tokens", "{m}");
+    assert_eq!(m["content"].as_array().map(Vec::len), Some(1), "{m}");
+}
+
+/// Codex's tools on `/v1/responses`: a `namespace` tool's functions are offered flat as
+/// `{namespace}__{name}` and a call to one comes back with its own `name` and `namespace`; a
+/// hosted tool (`web_search`) is not offered and is named in `x-sparrow-tools-not-offered`, not
+/// a 400; a `function_call` input item with a `namespace` is read back.
+#[tokio::test]
+async fn namespace_tools_are_flattened_and_hosted_tools_left_out() {
+    let script = Arc::new(Mutex::new(Vec::new()));
+    let s = scripted_server(script.clone());
+    let tok = sparrow_tokenizer::Tokenizer::load(&gguf()).expect("tokenizer");
+    *script.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = tok
+        .encode(
+            "<tool_call>\n{\"name\": \"multi_agent_v1__spawn_agent\", \"arguments\": {\"task\": \"lint\"}}\n</tool_call>",
+            false,
+        )
+        .expect("encode");
+    let params = json!({"type": "object", "properties": {"task": {"type": "string"}}});
+    let tools = json!([
+        {"type": "function", "name": "exec_command", "parameters": {"type": "object", "properties": {}}},
+        {"type": "namespace", "name": "multi_agent_v1", "description": "Sub-agents.",
+         "tools": [{"type": "function", "name": "spawn_agent", "description": "Start one.", "parameters": params}]},
+        {"type": "web_search", "external_web_access": true},
+    ]);
+    let input = json!([
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Lint it."}]},
+        {"type": "function_call", "call_id": "call_1", "name": "spawn_agent", "namespace": "multi_agent_v1",
+         "arguments": "{\"task\": \"look\"}"},
+        {"type": "function_call_output", "call_id": "call_1", "output": "done"},
+    ]);
+    let body = json!({"input": input, "tools": tools, "tool_choice": "auto", "parallel_tool_calls": false,
+                      "reasoning": {"summary": "auto"}, "store": false, "include": ["reasoning.encrypted_content"],
+                      "prompt_cache_key": "k", "client_metadata": {"a": "b"}, "max_output_tokens": 60});
+    let r = client().post(s.url("/v1/responses")).json(&body).send().await.expect("request");
+    assert_eq!(r.status().as_u16(), 200);
+    let header = r.headers().get("x-sparrow-tools-not-offered").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    assert_eq!(header.as_deref(), Some("web_search"));
+    let v: Value = r.json().await.expect("JSON");
+    let call = &v["output"][0];
+    assert_eq!(
+        (&call["type"], &call["name"], &call["namespace"]),
+        (&json!("function_call"), &json!("spawn_agent"), &json!("multi_agent_v1")),
+        "{v}"
+    );
+    assert_eq!(
+        serde_json::from_str::<Value>(call["arguments"].as_str().unwrap_or("")).ok(),
+        Some(json!({"task": "lint"}))
+    );
+    // Forcing a hosted tool is refused by name; a namespace's function can be named.
+    let mut b = body.clone();
+    b["tool_choice"] = json!({"type": "web_search"});
+    let (st, _, e) = post_raw(&s, "/v1/responses", &b).await;
+    assert_eq!(st, 400, "{e}");
+    assert!(e["error"]["message"].as_str().unwrap_or("").contains("hosted tool \"web_search\""), "{e}");
+    b["tool_choice"] = json!({"type": "function", "name": "spawn_agent", "namespace": "multi_agent_v1"});
+    let (st, _, e) = post_raw(&s, "/v1/responses", &b).await;
+    assert_eq!(st, 200, "{e}");
+    assert_eq!(e["output"][0]["namespace"], "multi_agent_v1", "{e}");
 }

@@ -113,3 +113,66 @@ fn every_vendored_template_gets_its_format() {
     }
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
+
+/// The reasoning parser chosen from the same templates: the templates that write reasoning
+/// tags, with the `--reasoning-parser` an SGLang user would pass (every other template gets
+/// none).
+/// A prompt that ends inside an opened `<think>` (QwQ's, Qwen 3.5's and Nemotron's when thinking
+/// is on) starts the answer inside the reasoning whatever the parser (`chat::opens_think`).
+const REASONING: &[(&str, &str)] = &[
+    ("Bielik-11B-v3.0-Instruct.jinja", "qwen3"),
+    ("GLM-4.6.jinja", "glm45"),
+    ("GLM-4.7-Flash.jinja", "glm45"),
+    ("HuggingFaceTB-SmolLM3-3B.jinja", "qwen3"),
+    ("Kimi-K2-Thinking.jinja", "qwen3"),
+    ("LFM2.5-8B-A1B.jinja", "qwen3"),
+    ("MiniMax-M2.jinja", "deepseek-r1"),
+    ("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja", "qwen3"),
+    ("NVIDIA-Nemotron-Nano-v2.jinja", "qwen3"),
+    ("Qwen-QwQ-32B.jinja", "qwen3"),
+    ("Qwen-Qwen3-0.6B.jinja", "qwen3"),
+    ("Qwen3.5-4B.jinja", "qwen3"),
+    ("Reka-Edge.jinja", "qwen3"),
+    ("Spark2.5.jinja", "glm45"),
+    ("StepFun3.5-Flash.jinja", "deepseek-r1"),
+    ("deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja", "deepseek-r1"),
+    ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", "qwen3"),
+    ("deepseek-ai-DeepSeek-V3.1.jinja", "deepseek-v3"),
+    ("deepseek-ai-DeepSeek-V3.2.jinja", "deepseek-v3"),
+    ("deepseek-ai-DeepSeek-V4-Flash-0731.jinja", "deepseek-v3"),
+    ("deepseek-ai-DeepSeek-V4.jinja", "deepseek-v3"),
+    ("ibm-granite-granite-3.3-2B-Instruct.jinja", "qwen3"),
+    ("inclusionai-ling-3.0-flash.jinja", "glm45"),
+    ("llama-cpp-deepseek-r1.jinja", "deepseek-r1"),
+    ("llama-cpp-rwkv-world.jinja", "qwen3"),
+    ("openai-gpt-oss-120b.jinja", "gpt-oss"),
+    ("openbmb-MiniCPM5-1B.jinja", "qwen3"),
+    ("poolside-Laguna-S-2.1.jinja", "glm45"),
+    ("poolside-Laguna-XS-2.1.jinja", "glm45"),
+    ("poolside-Laguna-XS.2.jinja", "glm45"),
+];
+
+#[test]
+fn every_vendored_template_gets_its_reasoning_parser() {
+    let dir = sparrow_assets::ensure_sdist_dir(sparrow_assets::LLAMA_CPP_MODELS)
+        .expect("llama.cpp models (pip download)")
+        .join("templates");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .expect("templates dir")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".jinja"))
+        .collect();
+    names.sort();
+    let mut bad = Vec::new();
+    for name in &names {
+        let text = std::fs::read_to_string(dir.join(name)).expect("template");
+        let d = sparrow_server::tools::detect_reasoning(&text);
+        let got = d.parser.map_or("-", |p| p.name());
+        let want = REASONING.iter().find(|(n, _)| n == name).map_or("-", |(_, w)| *w);
+        if got != want {
+            bad.push(format!("    (\"{name}\", \"{got}\"), // expected {want}: {}", d.why));
+        }
+    }
+    assert!(bad.is_empty(), "\n{}", bad.join("\n"));
+}

@@ -368,6 +368,16 @@ pub struct ServeArgs {
     /// the API's default), least recently used dropped first; `0` stores none. In memory only.
     #[arg(long, default_value_t = 1024)]
     pub responses_store_size: usize,
+    /// Log every finished request to stderr: its prompt tokens, the radix-cache hit (tokens and
+    /// percent), tokens generated, why it ended and its seconds, and each tool call parsed from
+    /// the answer (SGLang's flag).
+    #[arg(long)]
+    pub log_requests: bool,
+    /// What a request's lines carry: 0 and 1 name a parsed tool call, 2 adds its arguments cut
+    /// at 2048 characters, 3 adds them whole (SGLang's levels and default).
+    #[arg(long, default_value_t = sparrow_server::reqlog::DEFAULT_LEVEL,
+          value_parser = clap::value_parser!(u8).range(0..=3))]
+    pub log_requests_level: u8,
     /// Seconds a connection may take to send a complete request head, counted from when the
     /// server starts waiting for it (a new connection, or the next request after a response);
     /// then it is closed. hyper's default, 30. `0` turns it off. Never applies while a

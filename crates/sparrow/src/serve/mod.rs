@@ -51,7 +51,8 @@ fn eos_ids(model_path: &std::path::Path, tok: &sparrow_tokenizer::Tokenizer) -> 
 ///
 /// # Errors
 /// The flags' parsers; without `--tool-call-parser`, the tool-call format the chat template
-/// writes ([`sparrow_server::tools::detect`]), said on stderr either way.
+/// writes ([`sparrow_server::tools::detect`]), without `--reasoning-parser` the reasoning tags
+/// it writes ([`sparrow_server::tools::detect_reasoning`]); each said on stderr either way.
 fn chat_parsers(a: &ServeArgs, tok: &sparrow_tokenizer::Tokenizer) -> sparrow_server::tools::ChatParsers {
     let mut parsers = a.parsers();
     match (parsers.tool_call, tok.chat_template()) {
@@ -63,6 +64,18 @@ fn chat_parsers(a: &ServeArgs, tok: &sparrow_tokenizer::Tokenizer) -> sparrow_se
             match d.parser {
                 Some(p) => eprintln!("sparrow serve: tool-call parser {}: {}", p.name(), d.why),
                 None => eprintln!("sparrow serve: no tool-call parser: {}", d.why),
+            }
+        }
+    }
+    match (parsers.reasoning, tok.chat_template()) {
+        (Some(p), _) => eprintln!("sparrow serve: reasoning parser {} (--reasoning-parser)", p.name()),
+        (None, None) => {}
+        (None, Some(t)) => {
+            let d = sparrow_server::tools::detect_reasoning(t);
+            parsers.reasoning = d.parser;
+            match d.parser {
+                Some(p) => eprintln!("sparrow serve: reasoning parser {}: {}", p.name(), d.why),
+                None => eprintln!("sparrow serve: no reasoning parser: {}", d.why),
             }
         }
     }
@@ -341,6 +354,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         parsers,
         api_key: a.api_key.clone(),
         responses_store_size: a.responses_store_size,
+        log_requests: a.log_requests.then_some(a.log_requests_level),
     };
     let state = sparrow_server::AppState::new(engine, tokenizer, model_id, model_path, opts)
         .context("preparing the detokenizer")?;

@@ -264,8 +264,8 @@ pub const REFUSED_GROUPS: &[RefusedGroup] = &[
     RefusedGroup {
         why: "logging, metrics, tracing and debug dumps; sparrow logs start-up to stderr and always serves /metrics",
         flags: &[
-            "--enable-layerwise-nvtx-marker", "--log-level", "--log-level-http", "--log-requests",
-            "--log-requests-level", "--log-requests-format", "--log-requests-target",
+            "--enable-layerwise-nvtx-marker", "--log-level", "--log-level-http",
+            "--log-requests-format", "--log-requests-target",
             "--uvicorn-access-log-exclude-prefixes", "--crash-dump-folder", "--show-time-cost", "--enable-metrics",
             "--smg-http-sidecar-port", "--grpc-http-sidecar-port", "--enable-mfu-metrics",
             "--enable-metrics-for-all-schedulers", "--load-snapshot-publish-interval",

@@ -18,7 +18,7 @@ use super::AnthropicError;
 use crate::chat::{self, ChatRequest};
 use crate::error::ApiError;
 use crate::gen::{self, EndReason};
-use crate::params::{self, json_schema, LogprobAsk, Sampling};
+use crate::params::{self, json_schema, LogprobAsk, ReasoningBudget, Sampling};
 use crate::state::AppState;
 use crate::tools::{template_tool, ToolChoice as Choice, ToolRequest, ToolSpec};
 use axum::body::Bytes;
@@ -276,6 +276,9 @@ fn lower(s: &AppState, r: &MessagesRequest, raw: &Map<String, Value>) -> Result<
     }
     let tools = tool_fields(s, r)?;
     let mut params = sampling(r, max, raw).validate()?;
+    if let Some(Thinking::Enabled { budget_tokens }) = &r.thinking {
+        params.reasoning_budget = Some(ReasoningBudget { tokens: *budget_tokens as usize, inside: false });
+    }
     chat::add_tool_constraint(&mut params, tools.as_ref())?;
     let kwargs = thinking_kwargs(r)?;
     let messages = lower_messages(r)?;

@@ -114,6 +114,7 @@ impl TestServer {
             parsers: o.parsers,
             api_key: o.api_key,
             responses_store_size: 64,
+            log_requests: None,
         };
         let id = if o.model.is_some() { "model" } else { "smollm2" };
         let state = AppState::new(engine, tok, id.into(), path, opts).expect("state");

@@ -3,7 +3,8 @@
 //! The request ([`sparrow_protocol::responses::ResponsesRequest`]) is lowered into the internal
 //! [`ChatRequest`]: `instructions` become the first system message, input items become messages
 //! (`function_call` items an assistant message's calls, `function_call_output` items tool
-//! messages, `reasoning` items the next assistant message's reasoning), `text.format` the
+//! messages, `reasoning` items the next assistant message's reasoning), `tools` what
+//! [`tools::offered`] offers the model (namespaces flattened, hosted tools left out), `text.format` the
 //! structured-output constraint, `reasoning.effort` the template's `reasoning_effort` (and
 //! `enable_thinking: false` for `none`, Qwen 3's switch). `previous_response_id` puts the stored
 //! conversation before the new input. The answer is rendered by [`render::Render`], one machine
@@ -20,10 +21,10 @@ use crate::grammar::Constraint;
 use crate::params::{self, json_schema, top_logprobs, LogprobAsk, Sampling};
 use crate::state::AppState;
 use crate::store::Stored;
-use crate::tools::{template_tool, ToolChoice, ToolRequest, ToolSpec};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
+use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::StreamExt;
@@ -33,6 +34,9 @@ use sparrow_protocol::responses::{parts_text, Input, Item, ResponsesRequest, Tex
 use sparrow_tokenizer::ChatMessage;
 
 mod render;
+mod tools;
+
+use tools::Offered;
 
 /// The `include` value that turns on `output_text` logprobs.
 const INCLUDE_LOGPROBS: &str = "message.output_text.logprobs";
@@ -80,8 +84,11 @@ fn lower_items(items: &[Item], conv: &mut Vec<ChatMessage>) -> Result<(), ApiErr
             }
             Item::FunctionCall(c) => {
                 let args = serde_json::from_str::<Value>(&c.arguments).unwrap_or(Value::String(c.arguments.clone()));
-                let call =
-                    json!({"id": c.call_id, "type": "function", "function": {"name": c.name, "arguments": args}});
+                let name = match &c.namespace {
+                    Some(ns) => tools::flat_name(ns, &c.name),
+                    None => c.name.clone(),
+                };
+                let call = json!({"id": c.call_id, "type": "function", "function": {"name": name, "arguments": args}});
                 match conv.last_mut() {
                     Some(last) if last.role == "assistant" && reasoning.is_none() => match &mut last.tool_calls {
                         Some(Value::Array(a)) => a.push(call),
@@ -109,50 +116,6 @@ fn lower_items(items: &[Item], conv: &mut Vec<ChatMessage>) -> Result<(), ApiErr
         }
     }
     Ok(())
-}
-
-/// `tools`, `tool_choice` and `parallel_tool_calls` read from the typed request (a function
-/// tool's `name` and `parameters` at its top level, a named choice as `{"type": "function",
-/// "name"}`), then [`ToolRequest::new`]'s checks.
-fn tool_fields(s: &AppState, r: &ResponsesRequest) -> Result<Option<ToolRequest>, ApiError> {
-    let tools = r.tools.as_deref().unwrap_or_default();
-    let mut named = Vec::with_capacity(tools.len());
-    let mut template = Vec::with_capacity(tools.len());
-    for (i, t) in tools.iter().enumerate() {
-        if t.kind != "function" {
-            return Err(ApiError::bad(
-                "tools",
-                format!("tools[{i}]: {:?} tools are not supported by this server (function tools are)", t.kind),
-            ));
-        }
-        let Some(name) = t.name.as_deref().filter(|n| !n.is_empty()) else {
-            return Err(ApiError::bad("tools", format!("tools[{i}].name must be a non-empty string")));
-        };
-        template.push(template_tool(name, t.description.as_deref(), t.parameters.as_ref()));
-        named.push((name, t.parameters.as_ref()));
-    }
-    let choice = match &r.tool_choice {
-        None => None,
-        Some(Value::String(w)) => Some(ToolChoice::word(w)?),
-        Some(Value::Object(o))
-            if o.get("type").and_then(Value::as_str) == Some("function")
-                && o.get("name").is_some_and(Value::is_string) =>
-        {
-            o.get("name").and_then(Value::as_str).map(|n| ToolChoice::Named(n.to_owned()))
-        }
-        Some(_) => {
-            return Err(ApiError::bad(
-                "tool_choice",
-                "tool_choice must be none, auto, required or {\"type\": \"function\", \"name\": ...}",
-            ))
-        }
-    };
-    let specs = named
-        .iter()
-        .enumerate()
-        .map(|(i, (name, p))| ToolSpec::new(name, *p, &format!("tools[{i}].parameters")))
-        .collect::<Result<_, _>>()?;
-    ToolRequest::new(specs, Value::Array(template), choice, r.parallel_tool_calls.unwrap_or(true), s.parsers)
 }
 
 /// Refuses what this server does not do, by name, rather than answering as if it had.
@@ -208,12 +171,13 @@ fn sampling(r: &ResponsesRequest, raw: &Map<String, Value>) -> Sampling {
     }
 }
 
-/// The request lowered: the chat request and the conversation to store.
+/// The request lowered: the chat request, the conversation to store, and what became of the
+/// tools (the chat request holds those offered).
 fn lower(
     s: &AppState,
     r: &ResponsesRequest,
     raw: &Map<String, Value>,
-) -> Result<(ChatRequest, Vec<ChatMessage>), ApiError> {
+) -> Result<(ChatRequest, Vec<ChatMessage>, Offered), ApiError> {
     refuse_unsupported(r)?;
     if r.max_output_tokens == Some(0) {
         return Err(ApiError::bad("max_output_tokens", "max_output_tokens must be at least 1"));
@@ -225,7 +189,8 @@ fn lower(
     {
         return Err(ApiError::bad("include", format!("include {bad:?} is not one of the API's values")));
     }
-    let tools = tool_fields(s, r)?;
+    let mut offered = tools::offered(s, r)?;
+    let tools = offered.tools.take();
     let mut params = sampling(r, raw).validate()?;
     chat::add_tool_constraint(&mut params, tools.as_ref())?;
     let mut kwargs = Map::new();
@@ -260,7 +225,7 @@ fn lower(
     let top = lp_on.then(|| top_logprobs("top_logprobs", r.top_logprobs.unwrap_or(0) as usize)).transpose()?;
     let ask = LogprobAsk { output: top, ..LogprobAsk::default() };
     let req = ChatRequest { messages, tools, kwargs, params, ask, separate_reasoning: true, continue_final: false };
-    Ok((req, history))
+    Ok((req, history, offered))
 }
 
 /// `POST /v1/responses`.
@@ -269,18 +234,23 @@ pub(crate) async fn create(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let (r, raw): (ResponsesRequest, _) = typed_body(&body)?;
-    let (req, history) = lower(&s, &r, &raw)?;
+    let (req, history, offered) = lower(&s, &r, &raw)?;
+    let not_offered = not_offered_header(&offered);
     let store = r.store.unwrap_or(true) && s.responses.enabled();
     let top = req.ask.output;
     let (prep, shape) = chat::lower(&s, req)?;
     let prompt_tokens = prep.prompt_ids.len();
-    let mut render = Render::new(&s, &r, &raw, prompt_tokens, shape, top);
+    let mut render = Render::new(&s, &r, &raw, prompt_tokens, shape, top, offered);
     let mut prep = prep;
     prep.over_limit = gen::admit(&s)?;
     let mut events = gen::start(&s, prep)?;
     let keep = store.then_some((s.clone(), history));
     if r.stream.unwrap_or(false) {
-        return Ok(render::stream(render, events, keep));
+        let mut resp = render::stream(render, events, keep);
+        if let Some(h) = not_offered {
+            resp.headers_mut().insert(NOT_OFFERED, h);
+        }
+        return Ok(resp);
     }
     let mut finish = None;
     while let Some(e) = events.next().await {
@@ -295,7 +265,25 @@ pub(crate) async fn create(
     if let Some((s, history)) = keep {
         render::keep(&s, &render, response.clone(), history);
     }
-    Ok(Json(response).into_response())
+    let mut resp = Json(response).into_response();
+    if let Some(h) = not_offered {
+        resp.headers_mut().insert(NOT_OFFERED, h);
+    }
+    Ok(resp)
+}
+
+/// The response header that names the tools the model was not offered (hosted tools this
+/// server does not run), so a client can tell; the same list goes to the log.
+const NOT_OFFERED: &str = "x-sparrow-tools-not-offered";
+
+/// [`NOT_OFFERED`]'s value, and the log line, when some tool was left out.
+fn not_offered_header(o: &Offered) -> Option<HeaderValue> {
+    if o.not_offered.is_empty() {
+        return None;
+    }
+    let list = o.not_offered.join(", ");
+    eprintln!("sparrow serve: /v1/responses: tools not offered to the model (this server does not run them): {list}");
+    HeaderValue::from_str(&list).ok()
 }
 
 /// `GET /v1/responses/{id}`.

@@ -7,6 +7,7 @@
 //! The non-streamed object is the same machine's final state.
 
 use super::super::super::frames::sse_response;
+use super::tools::{flat_name, Offered};
 use crate::chat::ChatShape;
 use crate::gen::{ChoiceEvent, EndReason, Finish};
 use crate::logprobs::{self, TokenTexts};
@@ -54,6 +55,8 @@ pub(super) struct Render {
     texts: TokenTexts,
     /// Logprobs of tokens whose text has not reached the message yet.
     pending_lp: Vec<Value>,
+    /// The tools as offered: a call to a namespace's function is named as the client knows it.
+    offered: Offered,
 }
 
 fn hex_id(prefix: &str) -> String {
@@ -68,6 +71,7 @@ impl Render {
         prompt_tokens: usize,
         shape: ChatShape,
         top_logprobs: Option<usize>,
+        offered: Offered,
     ) -> Self {
         let id = hex_id("resp");
         let echo = |k: &str| raw.get(k).cloned().unwrap_or(Value::Null);
@@ -109,6 +113,7 @@ impl Render {
             top_logprobs,
             texts: TokenTexts(s.bytes_all.clone()),
             pending_lp: Vec::new(),
+            offered,
         }
     }
 
@@ -245,8 +250,12 @@ impl Render {
                 );
             }
             Delta::CallStart { id, name, .. } => {
-                let item = json!({"id": hex_id("fc"), "type": "function_call", "status": "in_progress",
-                                  "call_id": id, "name": name, "arguments": ""});
+                let (name, namespace) = self.offered.call_name(name);
+                let mut item = json!({"id": hex_id("fc"), "type": "function_call", "status": "in_progress",
+                                      "call_id": id, "name": name, "arguments": ""});
+                if let Some(ns) = namespace {
+                    item["namespace"] = json!(ns);
+                }
                 self.open(Open::Call, item);
             }
             Delta::CallArgs { text, .. } => {
@@ -379,8 +388,13 @@ impl Render {
                 Some("function_call") => {
                     let a = i["arguments"].as_str().unwrap_or("");
                     let args = serde_json::from_str::<Value>(a).unwrap_or_else(|_| json!(a));
+                    let name = i["name"].as_str().unwrap_or("");
+                    let name = match i["namespace"].as_str() {
+                        Some(ns) => flat_name(ns, name),
+                        None => name.to_owned(),
+                    };
                     calls.push(json!({"id": i["call_id"], "type": "function",
-                                      "function": {"name": i["name"], "arguments": args}}));
+                                      "function": {"name": name, "arguments": args}}));
                 }
                 _ => {}
             }
