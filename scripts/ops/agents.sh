@@ -10,8 +10,14 @@
 # that prints a greeting, then run it). Versions: $CLAUDE_CODE_VERSION (2.1.332) and
 # $CODEX_VERSION (0.171). The agents live in $AGENTS_DIR (default ~/.cache/sparrow-agents);
 # the server log, each agent's output and its scratch directory go to $OUT_DIR (default: a new
-# /tmp dir). Each agent's exit status, whether the file exists and what it prints are reported.
+# /tmp dir). Each agent's exit status, whether the file exists and what it prints are reported,
+# with the requests it sent, the tool calls the server parsed and each request's radix-cache
+# hit (from the server's --log-requests lines).
 # Binary: $SPARROW, else target/release/sparrow (built if missing). Port: $PORT (30700).
+# ENGINE=llama runs the same agents against llama-server --jinja instead (the peer; $PEERS as
+# ../shared/peers/setup.sh sets it up, the GGUF at $LLAMA_MODEL, default the file sparrow
+# fetched for qwen2.5-coder-1.5b), with the same context length (32768) and $LLAMA_ARGS (default
+# -nr: the AMX build's repacked weights crash llama-server on some machines).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 WHICH=${1:-both}
@@ -30,26 +36,36 @@ if [ ! -x "$AGENTS_DIR/node_modules/.bin/claude" ] || [ ! -x "$AGENTS_DIR/node_m
         "@anthropic-ai/claude-code@${CLAUDE_CODE_VERSION:-2.1.332}" "@openai/codex@${CODEX_VERSION:-0.171}")
 fi
 
-"$SPARROW" serve --model-path "$MODEL" --port "$PORT" >"$OUT_DIR/serve.log" 2>&1 &
+if [ "${ENGINE:-sparrow}" = llama ]; then
+    PEERS=${PEERS:-${XDG_CACHE_HOME:-$HOME/.cache}/sparrow-peers}
+    CACHE=${SPARROW_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/sparrow}
+    LLAMA_MODEL=${LLAMA_MODEL:-$CACHE/pkgs/qwen2.5-coder-1.5b/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf}
+    "$PEERS/build/llama.cpp/bin/llama-server" -m "$LLAMA_MODEL" --jinja -c 32768 --port "$PORT" ${LLAMA_ARGS--nr} \
+        >"$OUT_DIR/serve.log" 2>&1 &
+else
+    "$SPARROW" serve --model-path "$MODEL" --port "$PORT" --log-requests >"$OUT_DIR/serve.log" 2>&1 &
+fi
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null || true' EXIT
 for _ in $(seq 1200); do
-    (echo >/dev/tcp/127.0.0.1/$PORT) 2>/dev/null && break
+    curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && break
     kill -0 $SERVER 2>/dev/null || { echo "serve exited during start-up:" >&2; tail "$OUT_DIR/serve.log" >&2; exit 1; }
     sleep 0.5
 done
-grep -m1 "tool-call parser" "$OUT_DIR/serve.log" || true
+grep -E "tool-call parser|reasoning parser|context" "$OUT_DIR/serve.log" || true
 
-report() { # name dir status seconds
+report() { # name dir status seconds first-log-line
     local out="missing"
     [ -f "$2/hello.py" ] && out="exists, prints: $(cd "$2" && timeout 10 python3 hello.py 2>&1 | head -3)"
     echo "$1: exit $3 in $4 s; hello.py $out; output in $OUT_DIR/$1.out"
+    tail -n +"$5" "$OUT_DIR/serve.log" | grep -E "request [0-9]+(: prompt|: tool call)" | sed 's/^sparrow serve: /  /' || true
 }
 
 if [ "$WHICH" != codex ]; then
     dir=$OUT_DIR/claude-scratch
     mkdir -p "$dir" "$OUT_DIR/claude-home"
     t0=$(date +%s)
+    from=$(($(wc -l <"$OUT_DIR/serve.log") + 1))
     set +e
     # IS_SANDBOX lets --dangerously-skip-permissions run as root (a container's user).
     (cd "$dir" && IS_SANDBOX=1 HOME=$OUT_DIR/claude-home ANTHROPIC_BASE_URL=http://127.0.0.1:$PORT \
@@ -58,7 +74,7 @@ if [ "$WHICH" != codex ]; then
         >"$OUT_DIR/claude.out" 2>&1
     rc=$?
     set -e
-    report claude "$dir" $rc $(($(date +%s) - t0))
+    report claude "$dir" $rc $(($(date +%s) - t0)) "$from"
 fi
 
 if [ "$WHICH" != claude ]; then
@@ -76,12 +92,13 @@ wire_api = "responses"
 env_key = "SPARROW_API_KEY"
 EOF
     t0=$(date +%s)
+    from=$(($(wc -l <"$OUT_DIR/serve.log") + 1))
     set +e
     (cd "$dir" && HOME=$home CODEX_HOME=$home/.codex SPARROW_API_KEY=sk-local timeout 1800 \
         "$AGENTS_DIR/node_modules/.bin/codex" exec --skip-git-repo-check \
         --dangerously-bypass-approvals-and-sandbox "$TASK") >"$OUT_DIR/codex.out" 2>&1
     rc=$?
     set -e
-    report codex "$dir" $rc $(($(date +%s) - t0))
+    report codex "$dir" $rc $(($(date +%s) - t0)) "$from"
 fi
 echo "server log: $OUT_DIR/serve.log"

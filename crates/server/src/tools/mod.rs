@@ -10,7 +10,8 @@
 //!   (`sglang/srt/function_call/`): [`ToolParser`] is the table, one row per format, and each
 //!   format is one file implementing [`ToolFormat`] (its names, its streaming machine, how a
 //!   prompt shows tools and earlier calls to a template that cannot): `qwen25`, `glm45` (both in
-//!   `tagged`'s `<tool_call>` block), `llama3`, `phi4_mini`, `gpt_oss`, `deepseekv3` and
+//!   `tagged`'s `<tool_call>` block; `qwen25` also reads a call written in a ```` ```json ````
+//!   fence instead, `fenced`), `llama3`, `phi4_mini`, `gpt_oss`, `deepseekv3` and
 //!   `deepseekv31` (both in `deepseek`'s block). What they share sits below them in `format`
 //!   (the trait, [`Ev`], [`ToolSpec`], `partial_suffix`), `json_scan` and `array`; the JSON a
 //!   model card writes is `sparrow_tokenizer::pyjson`'s (Python's `json.dumps`).
@@ -31,6 +32,7 @@ mod deepseek;
 mod deepseekv3;
 mod deepseekv31;
 mod detect;
+mod fenced;
 mod format;
 mod glm45;
 mod gpt_oss;
@@ -127,6 +129,44 @@ mod tests {
         // parallel_tool_calls: false keeps the first call.
         let m = run(p, Some(&req(ToolChoice::Auto, false)), text);
         assert_eq!(m.calls.len(), 1);
+    }
+
+    /// Hermes calls in a Markdown fence instead of tags (what Qwen2.5-Coder-1.5B writes for
+    /// Claude Code and Codex): one object or a list, the language tag `json` or none; any other
+    /// fence, and JSON that names no offered tool, is content unchanged.
+    #[test]
+    fn qwen25_fenced_calls_and_fenced_content() {
+        let p = ChatParsers { tool_call: Some(ToolParser::Qwen25), reasoning: None };
+        let r = req(ToolChoice::Auto, true);
+        let text = "```json\n{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Paris\"}}\n```";
+        let m = run(p, Some(&r), text);
+        assert_eq!((m.content.as_str(), calls(&m)), ("", vec![("get_weather", json!({"location": "Paris"}))]));
+        let text = "I'll look.\n```json {\"arguments\": {\"days\": 2}, \"name\": \"get_weather\"}```\n```\n[{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Oslo\"}}]\n```";
+        let m = run(p, Some(&r), text);
+        assert_eq!(m.content, "I'll look.");
+        assert_eq!(calls(&m), vec![("get_weather", json!({"days": 2})), ("get_weather", json!({"location": "Oslo"}))]);
+        let m = run(p, Some(&r), "Writing it.\n{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Rome\"}}\n");
+        assert_eq!(
+            (m.content.as_str(), calls(&m)),
+            ("Writing it.", vec![("get_weather", json!({"location": "Rome"}))])
+        );
+        let m = run(p, Some(&r), "```json\n{\"name\": \"get_weather\"}\n```");
+        assert_eq!(calls(&m), vec![("get_weather", json!({}))], "no arguments: an empty object");
+        assert_plain(
+            p,
+            &r,
+            &[
+                "```python\nprint(\"hi\")\n```\nDone.",
+                "```json\n{\"name\": \"format:write\", \"arguments\": {}}\n```",
+                "```json\n{\"a\": 1}\n```",
+                "```json\n{\"name\": \"get_weather\", \"city\": \"Oslo\"}\n```",
+                "```\nplain\n```",
+                "Use `x` and ``y``.",
+                "a {\"name\": \"get_weather\", \"arguments\": {}}",
+                "{\"name\": \"other\", \"arguments\": {}}\n{ x }",
+                "```json\n{\"name\": \"get_weather\"",
+            ],
+        );
     }
 
     /// Llama 3's JSON calls (the shapes SGLang's `llama3` detector reads): after

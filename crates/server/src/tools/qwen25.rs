@@ -1,12 +1,14 @@
 //! Hermes / Qwen 2.5 calls (`qwen25`, also `qwen` and `hermes`; SGLang's
 //! `qwen25_detector.py`): `<tool_call>{"name": …, "arguments": {…}}</tool_call>` blocks in the
-//! content, the arguments streamed as the model writes them. Its prompt forms are the Hermes
+//! content, the arguments streamed as the model writes them, or the same JSON in a Markdown
+//! fence ([`Fenced`], as llama.cpp's Hermes parser took it). Its prompt forms are the Hermes
 //! ones every format starts from ([`ToolFormat`]'s provided methods).
 
 use std::sync::Arc;
 
 use serde_json::Value;
 
+use super::fenced::Fenced;
 use super::format::{CallMachine, Ev, ToolFormat, ToolSpec};
 use super::json_scan::{call_header, Header, ValueScan};
 use super::tagged::{Block, Tagged, CALL_END, CALL_START};
@@ -20,7 +22,7 @@ impl ToolFormat for Qwen25 {
     }
 
     fn machine(&self, tools: &Arc<[ToolSpec]>) -> Box<dyn CallMachine> {
-        Box::new(Tagged::<JsonCall>::new(tools.clone()))
+        Box::new(Fenced::new(tools.clone(), Box::new(Tagged::<JsonCall>::new(tools.clone()))))
     }
 }
 
