@@ -14,6 +14,10 @@
 # with the requests it sent, the tool calls the server parsed and each request's radix-cache
 # hit (from the server's --log-requests lines).
 # Binary: $SPARROW, else target/release/sparrow (built if missing). Port: $PORT (30700).
+# Sampling: the model's generation_config.json (temperature 0.7, top_p 0.8, top_k 20,
+# repetition_penalty 1.05 for Qwen2.5-Coder-Instruct), which SGLang applies by default and a
+# GGUF does not carry, given as --preferred-sampling-params ($SAMPLING) and to llama-server as
+# its --temp/--top-p/--top-k/--repeat-penalty; neither agent sends a temperature.
 # ENGINE=llama runs the same agents against llama-server --jinja instead (the peer; $PEERS as
 # ../shared/peers/setup.sh sets it up, the GGUF at $LLAMA_MODEL, default the file sparrow
 # fetched for qwen2.5-coder-1.5b), with the same context length (32768) and $LLAMA_ARGS (default
@@ -41,9 +45,12 @@ if [ "${ENGINE:-sparrow}" = llama ]; then
     CACHE=${SPARROW_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/sparrow}
     LLAMA_MODEL=${LLAMA_MODEL:-$CACHE/pkgs/qwen2.5-coder-1.5b/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf}
     "$PEERS/build/llama.cpp/bin/llama-server" -m "$LLAMA_MODEL" --jinja -c 32768 --port "$PORT" ${LLAMA_ARGS--nr} \
+        --temp 0.7 --top-p 0.8 --top-k 20 --repeat-penalty 1.05 \
         >"$OUT_DIR/serve.log" 2>&1 &
 else
-    "$SPARROW" serve --model-path "$MODEL" --port "$PORT" --log-requests >"$OUT_DIR/serve.log" 2>&1 &
+    SAMPLING=${SAMPLING:-'{"temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05}'}
+    "$SPARROW" serve --model-path "$MODEL" --port "$PORT" --log-requests \
+        --preferred-sampling-params "$SAMPLING" >"$OUT_DIR/serve.log" 2>&1 &
 fi
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null || true' EXIT

@@ -269,8 +269,13 @@ pub struct FunctionCallItem {
 /// A `function_call_output` item.
 #[derive(Debug, Clone, Deserialize)]
 pub struct FunctionCallOutputItem {
-    /// The call answered.
-    pub call_id: String,
+    /// The call answered. Codex also sends outputs of no call (its goal tools' context, named
+    /// by `name` and `namespace` instead).
+    pub call_id: Option<String>,
+    /// The function, on an output of no call.
+    pub name: Option<String>,
+    /// Its namespace.
+    pub namespace: Option<String>,
     /// The result: a string or text parts.
     pub output: Content,
 }

@@ -179,7 +179,7 @@ pub struct GenerateResponse<'a> {
 }
 
 /// Body of `GET /get_model_info` (and `/model_info`): SGLang's fields, then the model's own facts.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct ModelInfoResponse<'a> {
     /// The model file or directory the server loaded.
     pub model_path: &'a Path,
@@ -200,8 +200,8 @@ pub struct ModelInfoResponse<'a> {
     pub model_type: &'a str,
     /// Hugging Face `architectures` (e.g. `["LlamaForCausalLM"]`); read by sglang-router.
     pub architectures: [&'a str; 1],
-    /// SGLang's `--preferred-sampling-params`: none here.
-    pub preferred_sampling_params: Option<()>,
+    /// SGLang's `--preferred-sampling-params`, as given (`null` without the flag).
+    pub preferred_sampling_params: Option<serde_json::Value>,
     /// SGLang's weight version tag (`default` until weights are updated in place).
     pub weight_version: &'a str,
 }

@@ -10,7 +10,7 @@ use crate::error::ApiError;
 use crate::gen::{self, Prepared};
 use crate::params::{GenParams, LogprobAsk, ReasoningBudget};
 use crate::state::AppState;
-use crate::tools::{self, ChatParsers, ReasoningParser, Shaper, ToolRequest};
+use crate::tools::{self, ChatParsers, ReasoningParser, Shaper, ToolChoice, ToolParser, ToolRequest};
 use serde_json::{Map, Value};
 use sparrow_tokenizer::pyjson::{dumps, DumpsOptions};
 use sparrow_tokenizer::{ChatMessage, TemplateTools};
@@ -206,6 +206,12 @@ pub fn lower(s: &AppState, req: ChatRequest) -> Result<(Prepared, ChatShape), Ap
         }
         _ => None,
     };
+    // Under `auto` with a Hermes parser a call, once opened, is constrained to the tools.
+    if let (Some(t), Some(ToolParser::Qwen25)) = (&tools, s.parsers.tool_call) {
+        if t.choice == ToolChoice::Auto && params.constraint.is_none() && params.reasoning_budget.is_none() {
+            params.lazy_calls = Some(t.tools.clone());
+        }
+    }
     let prep = gen::prepare(s, ids, params)?;
     let log = prep.log;
     Ok((prep, ChatShape { parsers: s.parsers, tools, separate_reasoning, log, opened }))

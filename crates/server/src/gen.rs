@@ -17,10 +17,11 @@ use sparrow_protocol::openai::MatchedStop;
 use crate::budget::ThinkBudget;
 use crate::detok::{StopMatcher, StopResult, Utf8Stream};
 use crate::error::ApiError;
+use crate::grammar::Compiled;
 use crate::params::GenParams;
 use crate::reqlog::LogTag;
 use crate::state::AppState;
-use crate::tools::{THINK_END, THINK_START};
+use crate::tools::{rest_of_call, Encode, LazyCalls, THINK_END, THINK_START};
 
 /// Why a choice ended, as every API's renderer maps it (OpenAI `finish_reason`, SGLang
 /// `meta_info.finish_reason.type`, Responses `status`, Anthropic `stop_reason`).
@@ -401,6 +402,7 @@ pub fn start(state: &AppState, prep: Prepared) -> Result<BoxStream<'static, Choi
         constraint,
         priority,
         reasoning_budget,
+        lazy_calls,
         ..
     } = prep.params;
     // The grammar compiles (once, copied for each choice) before anything is submitted: a bad
@@ -422,6 +424,22 @@ pub fn start(state: &AppState, prep: Prepared) -> Result<BoxStream<'static, Choi
         (Some(_), Ok(tokio::runtime::RuntimeFlavor::MultiThread)) => tokio::task::block_in_place(compile)?,
         _ => compile()?,
     };
+    if let Some(tools) = lazy_calls.filter(|t| !t.is_empty()) {
+        let compile = || -> Result<Compiled, ApiError> {
+            let g = state.grammars().map_err(ApiError::Engine)?;
+            let schemas: Vec<&serde_json::Value> = tools.iter().map(|t| &t.parameters).collect();
+            g.compiled(&rest_of_call(&tools), &schemas).map_err(|e| ApiError::bad("tools", format!("tools: {e}")))
+        };
+        let compiled = Arc::new(match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(compile)?,
+            _ => compile()?,
+        });
+        let st = state.clone();
+        let encode: Encode = Arc::new(move |t: &str| st.tokenizer.encode(t, false).unwrap_or_default());
+        for c in constraints.iter_mut().filter(|c| c.is_none()) {
+            *c = Some(Box::new(LazyCalls::new(compiled.clone(), state.bytes_all.clone(), encode.clone())));
+        }
+    }
     if let Some(b) = reasoning_budget {
         let tags = |t: &str| state.tokenizer.encode(t, false).map_err(|e| ApiError::Engine(e.to_string()));
         let (open, close) = (tags(THINK_START)?, tags(THINK_END)?);

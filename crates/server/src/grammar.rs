@@ -77,6 +77,23 @@ impl Grammars {
         Ok(Box::new(Llg(self.matcher(g)?)))
     }
 
+    /// A grammar the server wrote around request `schemas` (a lazy tool-call grammar: Lark
+    /// with `%json` blocks, which request grammars may not use) compiled once, to start any
+    /// number of fresh constraints from ([`Compiled::instance`]). Each schema's depth is checked
+    /// as a request schema's is.
+    ///
+    /// # Errors
+    /// A schema past the depth limit, or the compiler's error.
+    pub fn compiled(&self, lark: &str, schemas: &[&Value]) -> Result<Compiled, String> {
+        for s in schemas {
+            let depth = schema_depth(s)?;
+            if depth > MAX_GRAMMAR_DEPTH {
+                return Err(format!("a schema nests {depth} levels deep; at most {MAX_GRAMMAR_DEPTH} are compiled"));
+            }
+        }
+        self.compile_deep(&Constraint::Lark(lark.to_owned())).map(Compiled)
+    }
+
     /// `n` independent constraints for the `n` choices of one request (`n` ≥ 1; 0 gives none):
     /// the grammar compiles once and the others are deep copies (parser state and lexer caches
     /// of their own, llguidance's `Matcher::deep_clone`), so a request's compile time does not
@@ -110,6 +127,11 @@ impl Grammars {
                  most {MAX_GRAMMAR_DEPTH} are compiled"
             ));
         }
+        self.compile_deep(g)
+    }
+
+    /// [`Grammars::compile`] on a thread with a deep stack.
+    fn compile_deep(&self, g: &Constraint) -> Result<Matcher, String> {
         // llguidance compiles recursively, about one frame per level: a thread of its own with
         // a stack far past what MAX_GRAMMAR_DEPTH needs (a 2 MiB stack holds ~150 levels).
         let compiled = std::thread::scope(|scope| {
@@ -475,6 +497,22 @@ impl Constraint {
         } else {
             Ok(Constraint::Lark(text.to_owned()))
         }
+    }
+}
+
+/// A compiled grammar that hands out fresh constraints ([`Grammars::compiled`]).
+pub struct Compiled(Matcher);
+
+impl Compiled {
+    /// A constraint at the grammar's start (a deep copy: parser state and caches of its own).
+    pub fn instance(&self) -> Box<dyn TokenConstraint> {
+        Box::new(Llg(self.0.deep_clone()))
+    }
+}
+
+impl std::fmt::Debug for Compiled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("compiled grammar")
     }
 }
 

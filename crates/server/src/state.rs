@@ -44,6 +44,8 @@ pub struct Inner {
     pub responses: store::ResponseStore,
     /// `--log-requests-level` when `--log-requests` is on.
     pub log_requests: Option<u8>,
+    /// `--preferred-sampling-params`: the sampling fields a request leaves out.
+    pub sampling_defaults: crate::params::SamplingDefaults,
     next_id: AtomicU64,
     next_log: AtomicU64,
     grammars: std::sync::OnceLock<Result<Arc<grammar::Grammars>, String>>,
@@ -75,6 +77,8 @@ pub struct ServerOptions {
     pub responses_store_size: usize,
     /// `--log-requests` on: its `--log-requests-level` (0–3).
     pub log_requests: Option<u8>,
+    /// `--preferred-sampling-params`.
+    pub sampling_defaults: crate::params::SamplingDefaults,
 }
 
 impl AppState {
@@ -90,7 +94,8 @@ impl AppState {
         model_path: PathBuf,
         opts: ServerOptions,
     ) -> Result<Self, sparrow_tokenizer::TokenizerError> {
-        let ServerOptions { server_info, parsers, api_key, responses_store_size, log_requests } = opts;
+        let ServerOptions { server_info, parsers, api_key, responses_store_size, log_requests, sampling_defaults } =
+            opts;
         // An embedding server detokenizes nothing incrementally: a WordPiece vocabulary (BERT),
         // which has no byte spelling per token, is fine there.
         let embedding = engine.embedding().is_some();
@@ -117,6 +122,7 @@ impl AppState {
             api_key,
             responses: store::ResponseStore::new(responses_store_size),
             log_requests,
+            sampling_defaults,
             next_id: AtomicU64::new(1),
             next_log: AtomicU64::new(1),
             grammars: std::sync::OnceLock::new(),

@@ -100,6 +100,9 @@ pub struct GenParams {
     /// end-of-thinking tag is forced ([`crate::budget`]). Kept only where a `<think>` reasoning
     /// parser runs and no grammar constrains the answer.
     pub reasoning_budget: Option<ReasoningBudget>,
+    /// `tool_choice: auto` under a Hermes parser: the tools whose calls a lazy grammar
+    /// constrains once the model opens one ([`crate::tools::LazyCalls`]).
+    pub lazy_calls: Option<std::sync::Arc<[crate::tools::ToolSpec]>>,
 }
 
 /// A thinking budget, as [`crate::chat::lower`] settles it.
@@ -217,6 +220,23 @@ fn within(field: &str, v: Option<f64>, lo: f64, hi: f64) -> Result<Option<f64>, 
 }
 
 impl Sampling {
+    /// The fields the request left out, from the server's `defaults`.
+    pub fn defaulted(mut self, d: &SamplingDefaults) -> Sampling {
+        fn fill<T: Copy>(field: &mut Read<T>, v: Option<T>) {
+            if let (Ok(None), Some(v)) = (&field, v) {
+                *field = Ok(Some(v));
+            }
+        }
+        fill(&mut self.temperature, d.temperature);
+        fill(&mut self.top_p, d.top_p);
+        fill(&mut self.top_k, d.top_k);
+        fill(&mut self.min_p, d.min_p);
+        fill(&mut self.repetition_penalty, d.repetition_penalty);
+        fill(&mut self.presence_penalty, d.presence_penalty);
+        fill(&mut self.frequency_penalty, d.frequency_penalty);
+        self
+    }
+
     /// Checks every field, in one order, into the validated parameters (defaults filled in: a
     /// random seed, one choice, skip special tokens).
     ///
@@ -288,6 +308,7 @@ impl Sampling {
             stop_token_ids,
             priority: self.priority?,
             reasoning_budget: None,
+            lazy_calls: None,
             ignore_eos: self.ignore_eos?.unwrap_or(false),
             n,
             skip_special_tokens: self.skip_special_tokens?.unwrap_or(true),
@@ -328,12 +349,69 @@ pub enum Api {
 }
 
 /// Parses and checks the generation fields of an OpenAI body (or of `/generate`'s
-/// `sampling_params`): [`Sampling::from_body`], then [`Sampling::validate`].
+/// `sampling_params`): [`Sampling::from_body`], the server's defaults for what it leaves out,
+/// then [`Sampling::validate`].
 ///
 /// # Errors
 /// A 400 naming the first bad field.
-pub fn parse(map: &Map<String, Value>, api: Api) -> Result<GenParams, ApiError> {
-    Sampling::from_body(map, api).validate()
+pub fn parse(map: &Map<String, Value>, api: Api, defaults: &SamplingDefaults) -> Result<GenParams, ApiError> {
+    Sampling::from_body(map, api).defaulted(defaults).validate()
+}
+
+/// The server's sampling defaults (SGLang's `--preferred-sampling-params`, a JSON object of
+/// SGLang's sampling-parameter names): each applies to a request that leaves its field out, on
+/// every API. Without the flag every field keeps the API's own default (temperature 1, no
+/// top-k, …), as SGLang's does.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SamplingDefaults {
+    /// `temperature`.
+    pub temperature: Option<f64>,
+    /// `top_p`.
+    pub top_p: Option<f64>,
+    /// `top_k`.
+    pub top_k: Option<i64>,
+    /// `min_p`.
+    pub min_p: Option<f64>,
+    /// `repetition_penalty`.
+    pub repetition_penalty: Option<f64>,
+    /// `presence_penalty`.
+    pub presence_penalty: Option<f64>,
+    /// `frequency_penalty`.
+    pub frequency_penalty: Option<f64>,
+}
+
+impl SamplingDefaults {
+    /// The keys `--preferred-sampling-params` takes.
+    pub const KEYS: &'static [&'static str] =
+        &["temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty"];
+
+    /// Reads the flag's JSON object; each value is range-checked as a request's would be.
+    ///
+    /// # Errors
+    /// Not a JSON object, a key outside [`Self::KEYS`], a value of the wrong type or range; the
+    /// message names the key.
+    pub fn parse(json: &str) -> Result<SamplingDefaults, String> {
+        let v: Value = serde_json::from_str(json).map_err(|e| format!("not JSON: {e}"))?;
+        let Value::Object(o) = v else { return Err("must be a JSON object".into()) };
+        let mut d = SamplingDefaults::default();
+        for (k, v) in &o {
+            let num = || v.as_f64().ok_or_else(|| format!("{k} must be a number, got {v}"));
+            match k.as_str() {
+                "temperature" => d.temperature = Some(num()?),
+                "top_p" => d.top_p = Some(num()?),
+                "top_k" => d.top_k = Some(v.as_i64().ok_or_else(|| format!("top_k must be an integer, got {v}"))?),
+                "min_p" => d.min_p = Some(num()?),
+                "repetition_penalty" => d.repetition_penalty = Some(num()?),
+                "presence_penalty" => d.presence_penalty = Some(num()?),
+                "frequency_penalty" => d.frequency_penalty = Some(num()?),
+                other => {
+                    return Err(format!("{other:?} is not one sparrow takes ({})", SamplingDefaults::KEYS.join(", ")))
+                }
+            }
+        }
+        Sampling::default().defaulted(&d).validate().map_err(|e| e.to_string())?;
+        Ok(d)
+    }
 }
 
 #[cfg(test)]
@@ -342,7 +420,7 @@ mod tests {
     use serde_json::json;
 
     fn p(v: Value) -> Result<GenParams, ApiError> {
-        parse(v.as_object().expect("object"), Api::Completions)
+        parse(v.as_object().expect("object"), Api::Completions, &SamplingDefaults::default())
     }
 
     #[test]
@@ -374,7 +452,9 @@ mod tests {
         ] {
             assert!(p(bad).expect_err("out of range").to_string().contains(field), "{field}");
         }
-        let native = parse(json!({"min_new_tokens": 3}).as_object().expect("object"), Api::Native).expect("native");
+        let native =
+            parse(json!({"min_new_tokens": 3}).as_object().expect("object"), Api::Native, &SamplingDefaults::default())
+                .expect("native");
         assert_eq!(native.sampling.min_tokens, 3);
         assert!(p(json!({"no_stop_trim": true})).expect("trim").no_stop_trim);
         assert!(p(json!({"include_stop_str_in_output": true})).expect("vllm").no_stop_trim);
@@ -419,5 +499,22 @@ mod tests {
             let e = p(json!({ "priority": bad })).expect_err("not an integer");
             assert!(matches!(e, ApiError::BadRequest { param: Some(ref f), .. } if f == "priority"), "{e:?}");
         }
+    }
+
+    /// `--preferred-sampling-params` fills what a request leaves out and nothing it sets; a key
+    /// sparrow does not take, or a value out of a request's range, is refused by name.
+    #[test]
+    fn preferred_sampling_params_fill_what_is_left_out() {
+        let d =
+            SamplingDefaults::parse(r#"{"temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05}"#)
+                .expect("defaults");
+        let p = parse(json!({}).as_object().expect("object"), Api::Chat, &d).expect("params");
+        assert_eq!((p.sampling.temperature, p.sampling.top_p, p.sampling.top_k), (0.7, 0.8, 20));
+        assert!((p.sampling.repetition_penalty - 1.05).abs() < 1e-6);
+        let p = parse(json!({"temperature": 0.0, "top_k": 5}).as_object().expect("object"), Api::Chat, &d).expect("p");
+        assert_eq!((p.sampling.temperature, p.sampling.top_k, p.sampling.top_p), (0.0, 5, 0.8));
+        assert!(SamplingDefaults::parse(r#"{"max_new_tokens": 5}"#).expect_err("refused").contains("max_new_tokens"));
+        assert!(SamplingDefaults::parse(r#"{"top_p": 2}"#).expect_err("refused").contains("top_p"));
+        assert!(SamplingDefaults::parse("[1]").is_err());
     }
 }

@@ -40,6 +40,7 @@ pub(super) async fn health_generate(State(s): State<AppState>) -> Response {
         constraint: None,
         priority: None,
         reasoning_budget: None,
+        lazy_calls: None,
     };
     let ids = s.tokenizer.encode("ping", false).unwrap_or_else(|_| vec![0]);
     let run = async {
@@ -93,7 +94,7 @@ pub(super) async fn model_info(State(s): State<AppState>) -> Response {
         context_length: s.engine.config().context_length,
         model_type: &i.architecture,
         architectures: [hf_architecture(&i.architecture)],
-        preferred_sampling_params: None,
+        preferred_sampling_params: s.server_info.get("preferred_sampling_params").filter(|v| !v.is_null()).cloned(),
         weight_version: "default",
     })
     .into_response()

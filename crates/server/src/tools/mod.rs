@@ -37,6 +37,7 @@ mod format;
 mod glm45;
 mod gpt_oss;
 mod json_scan;
+mod lazy;
 mod llama3;
 mod parser;
 mod phi4_mini;
@@ -48,6 +49,7 @@ mod think;
 
 pub use detect::{detect, detect_reasoning, Detected, DetectedReasoning};
 pub use format::{CallMachine, Ev, ToolFormat, ToolSpec};
+pub use lazy::{rest_of_call, Encode, LazyCalls};
 pub use parser::{ChatParsers, ReasoningParser, ToolParser};
 pub use request::{history_calls, template_tool, tools_system_prompt, ToolChoice, ToolRequest};
 pub use shaper::{Delta, Message, Shaper};

@@ -55,6 +55,7 @@ async fn malformed_fields_are_400s_in_each_apis_shape_before_any_stream_byte() {
         (json!({"input": "hi", "top_p": 1.5}), "top_p"),
         (json!({"input": "hi", "stop": [""]}), "stop"),
         (json!({"input": "hi", "tools": [{"type": "namespace", "tools": []}]}), "tools"),
+        (json!({"input": [{"type": "function_call_output", "output": "x"}]}), "input"),
         (json!({"input": "hi", "tool_choice": "required"}), "tool_choice"),
         (json!({"input": "hi", "text": {"format": {"type": "json_schema"}}}), "text.format"),
         (json!({"input": "hi", "text": {"format": {"type": "yaml"}}}), "text.format"),
@@ -700,6 +701,8 @@ async fn namespace_tools_are_flattened_and_hosted_tools_left_out() {
         {"type": "function_call", "call_id": "call_1", "name": "spawn_agent", "namespace": "multi_agent_v1",
          "arguments": "{\"task\": \"look\"}"},
         {"type": "function_call_output", "call_id": "call_1", "output": "done"},
+        // Codex's goal context: an output of no call, named instead.
+        {"type": "function_call_output", "name": "goal_objective", "namespace": "agent", "output": "Lint it."},
     ]);
     let body = json!({"input": input, "tools": tools, "tool_choice": "auto", "parallel_tool_calls": false,
                       "reasoning": {"summary": "auto"}, "store": false, "include": ["reasoning.encrypted_content"],

@@ -378,6 +378,12 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = sparrow_server::reqlog::DEFAULT_LEVEL,
           value_parser = clap::value_parser!(u8).range(0..=3))]
     pub log_requests_level: u8,
+    /// Sampling defaults for requests that leave a field out, a JSON object of SGLang's names:
+    /// `temperature`, `top_p`, `top_k`, `min_p`, `repetition_penalty`, `presence_penalty`,
+    /// `frequency_penalty` (e.g. a model card's `{"temperature": 0.7, "top_p": 0.8, "top_k": 20,
+    /// "repetition_penalty": 1.05}`). Shown in `/get_model_info`.
+    #[arg(long)]
+    pub preferred_sampling_params: Option<String>,
     /// Seconds a connection may take to send a complete request head, counted from when the
     /// server starts waiting for it (a new connection, or the next request after a response);
     /// then it is closed. hyper's default, 30. `0` turns it off. Never applies while a

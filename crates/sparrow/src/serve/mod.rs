@@ -349,12 +349,21 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     if let (Some(o), serde_json::Value::Object(q)) = (server_info.as_object_mut(), queue_info) {
         o.extend(q);
     }
+    let sampling_defaults = match &a.preferred_sampling_params {
+        None => Default::default(),
+        Some(j) => sparrow_server::params::SamplingDefaults::parse(j)
+            .map_err(|e| anyhow::anyhow!("--preferred-sampling-params: {e}"))?,
+    };
+    if let (Some(o), Some(j)) = (server_info.as_object_mut(), &a.preferred_sampling_params) {
+        o.insert("preferred_sampling_params".into(), serde_json::from_str(j).unwrap_or(serde_json::Value::Null));
+    }
     let opts = sparrow_server::ServerOptions {
         server_info,
         parsers,
         api_key: a.api_key.clone(),
         responses_store_size: a.responses_store_size,
         log_requests: a.log_requests.then_some(a.log_requests_level),
+        sampling_defaults,
     };
     let state = sparrow_server::AppState::new(engine, tokenizer, model_id, model_path, opts)
         .context("preparing the detokenizer")?;

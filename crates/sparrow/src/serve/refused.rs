@@ -324,7 +324,7 @@ pub const REFUSED_GROUPS: &[RefusedGroup] = &[
             "--enable-return-routed-experts", "--enable-return-indexer-topk", "--enable-response-store",
             "--file-storage-path", "--enable-cache-report", "--return-input-ids", "--return-output-ids",
             "--sampling-defaults", "--asr-max-buffer-seconds", "--asr-max-concurrent-sessions",
-            "--preferred-sampling-params", "--allow-auto-truncate", "--stream-interval", "--batch-notify-size",
+            "--allow-auto-truncate", "--stream-interval", "--batch-notify-size",
             "--stream-response-default-include-usage", "--incremental-streaming-output", "--enable-streaming-session",
         ],
     },

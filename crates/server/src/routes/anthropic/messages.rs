@@ -275,7 +275,7 @@ fn lower(s: &AppState, r: &MessagesRequest, raw: &Map<String, Value>) -> Result<
         }
     }
     let tools = tool_fields(s, r)?;
-    let mut params = sampling(r, max, raw).validate()?;
+    let mut params = sampling(r, max, raw).defaulted(&s.sampling_defaults).validate()?;
     if let Some(Thinking::Enabled { budget_tokens }) = &r.thinking {
         params.reasoning_budget = Some(ReasoningBudget { tokens: *budget_tokens as usize, inside: false });
     }

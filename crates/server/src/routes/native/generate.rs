@@ -109,7 +109,7 @@ pub(crate) async fn generate(
     if let Some(k) = sp.keys().find(|k| !params::NATIVE_SAMPLING_KEYS.contains(&k.as_str())) {
         return Err(ApiError::bad("sampling_params", format!("unknown sampling parameter {k:?}")));
     }
-    let mut p = params::parse(&sp, Api::Native)?;
+    let mut p = params::parse(&sp, Api::Native, &s.sampling_defaults)?;
     p.priority = params::priority(&m)?;
     let ids = match (b.text, b.input_ids) {
         (Some(GenerateText(t)), None) => {

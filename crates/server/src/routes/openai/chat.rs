@@ -48,7 +48,7 @@ pub(crate) async fn chat(State(s): State<AppState>, body: Result<Bytes, BytesRej
     let separate_reasoning = b.separate_reasoning.unwrap_or(true);
     let kwargs = b.chat_template_kwargs.unwrap_or_default();
     let ask = params::parse_logprobs(&m, Api::Chat, false)?;
-    let mut params = params::parse(&m, Api::Chat)?;
+    let mut params = params::parse(&m, Api::Chat, &s.sampling_defaults)?;
     chat::add_tool_constraint(&mut params, tools.as_ref())?;
     let msgs = b.messages.ok_or_else(|| ApiError::bad("messages", "messages must be a list"))?;
     if msgs.is_empty() {

@@ -60,7 +60,7 @@ pub(crate) async fn completions(
     let opts = stream_opts(b.stream_options, stream)?;
     let echo = b.echo.unwrap_or(false);
     let ask = params::parse_logprobs(&m, Api::Completions, echo)?;
-    let p = params::parse(&m, Api::Completions)?;
+    let p = params::parse(&m, Api::Completions, &s.sampling_defaults)?;
     let prompts = completion_prompts(&s, b.prompt)?;
     if prompts.len() * p.n > MAX_CHOICES {
         return Err(ApiError::bad(

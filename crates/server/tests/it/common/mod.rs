@@ -115,6 +115,7 @@ impl TestServer {
             api_key: o.api_key,
             responses_store_size: 64,
             log_requests: None,
+            sampling_defaults: Default::default(),
         };
         let id = if o.model.is_some() { "model" } else { "smollm2" };
         let state = AppState::new(engine, tok, id.into(), path, opts).expect("state");

@@ -103,7 +103,19 @@ fn lower_items(items: &[Item], conv: &mut Vec<ChatMessage>) -> Result<(), ApiErr
                 }
             }
             Item::FunctionCallOutput(o) => {
-                let msg = chat::tool_result(conv, &o.call_id, o.output.text().map_err(bad)?);
+                let text = o.output.text().map_err(bad)?;
+                let msg = match (&o.call_id, &o.name) {
+                    (Some(id), _) => chat::tool_result(conv, id, text),
+                    (None, Some(name)) => {
+                        let mut m = ChatMessage::new("tool", text);
+                        m.name = Some(match &o.namespace {
+                            Some(ns) => tools::flat_name(ns, name),
+                            None => name.clone(),
+                        });
+                        m
+                    }
+                    (None, None) => return Err(bad("a function_call_output item needs a call_id (or a name)".into())),
+                };
                 conv.push(msg);
             }
             Item::Reasoning(r) => {
@@ -191,7 +203,7 @@ fn lower(
     }
     let mut offered = tools::offered(s, r)?;
     let tools = offered.tools.take();
-    let mut params = sampling(r, raw).validate()?;
+    let mut params = sampling(r, raw).defaulted(&s.sampling_defaults).validate()?;
     chat::add_tool_constraint(&mut params, tools.as_ref())?;
     let mut kwargs = Map::new();
     if let Some(effort) = r.reasoning.as_ref().and_then(|x| x.effort.as_deref()) {
