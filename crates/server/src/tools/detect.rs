@@ -15,6 +15,9 @@ pub struct Detected {
     pub parser: Option<ToolParser>,
     /// Why, for the start-up line: the marker seen and the format it names.
     pub why: String,
+    /// The template writes no tool-call format at all (not one without a parser): the
+    /// generic format is for it.
+    pub none_written: bool,
 }
 
 /// Formats recognised by a marker that the server has no parser for: `(marker, format)`. They
@@ -42,8 +45,11 @@ const UNREAD: &[(&str, &str)] = &[
 /// (`llama3`).
 pub fn detect(template: &str) -> Detected {
     let has = |s: &str| template.contains(s);
-    let chosen =
-        |p: ToolParser, marker: &str| Detected { parser: Some(p), why: format!("the chat template writes {marker}") };
+    let chosen = |p: ToolParser, marker: &str| Detected {
+        parser: Some(p),
+        why: format!("the chat template writes {marker}"),
+        none_written: false,
+    };
     if has("<|channel|>") {
         return chosen(ToolParser::GptOss, "harmony channels (<|channel|>)");
     }
@@ -61,6 +67,7 @@ pub fn detect(template: &str) -> Detected {
         return Detected {
             parser: None,
             why: format!("the chat template writes {marker} ({name}), which no tool-call parser reads yet"),
+            none_written: false,
         };
     }
     if has("<tool_call>") {
@@ -75,7 +82,7 @@ pub fn detect(template: &str) -> Detected {
     if has("<|start_header_id|>") && (has("<|python_tag|>") || has("\"parameters\": ")) {
         return chosen(ToolParser::Llama3, "Llama 3 JSON calls (\"parameters\")");
     }
-    Detected { parser: None, why: "the chat template writes no tool-call format".to_owned() }
+    Detected { parser: None, why: "the chat template writes no tool-call format".to_owned(), none_written: true }
 }
 
 /// What [`detect_reasoning`] read from a chat template.

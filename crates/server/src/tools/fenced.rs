@@ -156,7 +156,11 @@ impl Fenced {
             None if end => (body, self.buf.len()),
             None => return Verdict::Wait,
         };
-        match self.calls(json) {
+        // The fence's first JSON value is read: stray closers a small model adds after a
+        // complete call (`}]}`) are dropped with the fence.
+        let mut scan = ValueScan::default();
+        let first = &json[..scan.feed(json)];
+        match self.calls(first).or_else(|| self.calls(json)) {
             Some(calls) => Verdict::Calls(calls, took),
             None => Verdict::Content(took),
         }

@@ -152,6 +152,8 @@ mod tests {
             (m.content.as_str(), calls(&m)),
             ("Writing it.", vec![("get_weather", json!({"location": "Rome"}))])
         );
+        let m = run(p, Some(&r), "```json\n{\"name\": \"get_weather\", \"arguments\": {\"days\": 1}}]}\n```");
+        assert_eq!(calls(&m), vec![("get_weather", json!({"days": 1}))], "stray closers after the call");
         let m = run(p, Some(&r), "```json\n{\"name\": \"get_weather\"}\n```");
         assert_eq!(calls(&m), vec![("get_weather", json!({}))], "no arguments: an empty object");
         assert_plain(

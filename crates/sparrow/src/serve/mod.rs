@@ -63,6 +63,16 @@ fn chat_parsers(a: &ServeArgs, tok: &sparrow_tokenizer::Tokenizer) -> sparrow_se
             parsers.tool_call = d.parser;
             match d.parser {
                 Some(p) => eprintln!("sparrow serve: tool-call parser {}: {}", p.name(), d.why),
+                // No format of its own: the generic one, Hermes' `<tool_call>` JSON described in
+                // the system prompt, each call held to the tools by the lazy grammar.
+                None if d.none_written => {
+                    parsers.tool_call = Some(sparrow_server::tools::ToolParser::Qwen25);
+                    eprintln!(
+                        "sparrow serve: tool-call parser qwen25 (generic): {}, so tools are described in the \
+                         system prompt with Hermes' <tool_call> JSON and each call is held to them by grammar",
+                        d.why
+                    );
+                }
                 None => eprintln!("sparrow serve: no tool-call parser: {}", d.why),
             }
         }

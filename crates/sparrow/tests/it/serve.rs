@@ -284,7 +284,9 @@ fn openai_sdk_parse_and_streamed_tool_calls() {
 }
 
 /// SGLang's `--chunked-prefill-size -1` (chunked prefill off) serves, reports -1 as SGLang
-/// does, and prefills a prompt longer than the default 512-token chunk.
+/// does, and prefills a prompt longer than the default 512-token chunk; with no parser flags
+/// and a template that writes no tool-call format, `tool_choice: auto` is served (the generic
+/// Hermes format).
 #[test]
 fn chunked_prefill_off_serves() {
     let s = serve_with(&[
@@ -303,9 +305,15 @@ info = json.load(urllib.request.urlopen(base + "/get_server_info"))
 body = json.dumps({"text": "one two three four " * 200, "sampling_params": {"max_new_tokens": 4, "temperature": 0}})
 req = urllib.request.Request(base + "/generate", data=body.encode(), headers={"Content-Type": "application/json"})
 out = json.load(urllib.request.urlopen(req))
+tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+body = json.dumps({"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": tools,
+                   "tool_choice": "auto", "max_tokens": 4, "temperature": 0})
+req = urllib.request.Request(base + "/v1/chat/completions", data=body.encode(), headers={"Content-Type": "application/json"})
+chat = json.load(urllib.request.urlopen(req))
 print(json.dumps({"chunked": info["chunked_prefill_size"], "prompt": out["meta_info"]["prompt_tokens"],
                   "completion": out["meta_info"]["completion_tokens"], "batch_cap": info["batch_cap"],
-                  "max_running": info["max_running_requests"]}))
+                  "max_running": info["max_running_requests"], "parser": info["tool_call_parser"],
+                  "auto": chat["choices"][0]["finish_reason"]}))
 "#;
     let out = Command::new("python3").args(["-c", script, &s.1.to_string()]).output().expect("python3 runs");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -313,6 +321,8 @@ print(json.dumps({"chunked": info["chunked_prefill_size"], "prompt": out["meta_i
     assert_eq!(v["chunked"], -1, "{v}");
     assert!(v["prompt"].as_u64() > Some(512), "{v}");
     assert_eq!(v["completion"], 4, "{v}");
+    // SmolLM2's template writes no tool-call format: the generic one, and `auto` is served.
+    assert_eq!((v["parser"].as_str(), v["auto"].as_str()), (Some("qwen25"), Some("length")), "{v}");
     // Autotune off: SGLang's value, min(8192 / 2, 2048), nothing measured.
     assert_eq!(v["batch_cap"]["source"], "disabled", "{v}");
     assert_eq!(v["max_running"], 2048, "{v}");
