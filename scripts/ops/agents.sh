@@ -17,7 +17,7 @@
 # Sampling: the model's generation_config.json (temperature 0.7, top_p 0.8, top_k 20,
 # repetition_penalty 1.05 for Qwen2.5-Coder-Instruct), which SGLang applies by default and a
 # GGUF does not carry, given as --preferred-sampling-params ($SAMPLING) and to llama-server as
-# its --temp/--top-p/--top-k/--repeat-penalty; neither agent sends a temperature.
+# its --temp/--top-p/--top-k/--repeat-penalty (Codex sends no sampling fields at all).
 # ENGINE=llama runs the same agents against llama-server --jinja instead (the peer; $PEERS as
 # ../shared/peers/setup.sh sets it up, the GGUF at $LLAMA_MODEL, default the file sparrow
 # fetched for qwen2.5-coder-1.5b), with the same context length (32768) and $LLAMA_ARGS (default

@@ -108,6 +108,9 @@ const TAKEN: &[&str] = &[
     "--speculative-eagle-topk",
     "--speculative-num-draft-tokens",
     "--speculative-ngram-max-trie-depth",
+    "--log-requests",
+    "--log-requests-level",
+    "--preferred-sampling-params",
 ];
 
 /// Flags whose parser takes any string and whose values SGLang checks later (`ServerArgs`
@@ -163,7 +166,8 @@ fn every_sglang_value_of_a_taken_flag_is_taken_or_refused_by_name() {
         let name = f["flag"].as_str().expect("flag");
         let Some(choices) = f["choices"].as_array().filter(|_| TAKEN.contains(&name)) else { continue };
         for c in choices {
-            let c = c.as_str().expect("choice");
+            // A choice is a string, or a number (`--log-requests-level`'s 0–3).
+            let c = c.as_str().map_or_else(|| c.to_string(), str::to_owned);
             match parse(&words(&format!("{name} {c}"))) {
                 Ok(_) => {}
                 Err(e) => assert!(
