@@ -17,11 +17,10 @@ use sparrow_protocol::openai::MatchedStop;
 use crate::budget::ThinkBudget;
 use crate::detok::{StopMatcher, StopResult, Utf8Stream};
 use crate::error::ApiError;
-use crate::grammar::Compiled;
 use crate::params::GenParams;
 use crate::reqlog::LogTag;
 use crate::state::AppState;
-use crate::tools::{rest_of_call, Encode, LazyCalls, THINK_END, THINK_START};
+use crate::tools::{Encode, LazyCalls, THINK_END, THINK_START};
 
 /// Why a choice ended, as every API's renderer maps it (OpenAI `finish_reason`, SGLang
 /// `meta_info.finish_reason.type`, Responses `status`, Anthropic `stop_reason`).
@@ -385,6 +384,15 @@ pub fn admit(state: &AppState) -> Result<bool, ApiError> {
     }
 }
 
+/// Runs `f`, a grammar compile, with this worker's other tasks moved elsewhere meanwhile (on
+/// the multi-threaded runtime), so other requests are answered while it runs.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
+
 /// Starts all choices of a prepared request and returns their merged events.
 ///
 /// # Errors
@@ -420,20 +428,9 @@ pub fn start(state: &AppState, prep: Prepared) -> Result<BoxStream<'static, Choi
     // A compile can take a good part of a second within the limits (and the first one builds
     // the vocabulary's token trie): the runtime moves this worker's other tasks elsewhere
     // meanwhile, so other requests are answered while it runs.
-    let mut constraints = match (&constraint, tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor())) {
-        (Some(_), Ok(tokio::runtime::RuntimeFlavor::MultiThread)) => tokio::task::block_in_place(compile)?,
-        _ => compile()?,
-    };
+    let mut constraints = if constraint.is_some() { blocking(compile)? } else { compile()? };
     if let Some(tools) = lazy_calls.filter(|t| !t.is_empty()) {
-        let compile = || -> Result<Compiled, ApiError> {
-            let g = state.grammars().map_err(ApiError::Engine)?;
-            let schemas: Vec<&serde_json::Value> = tools.iter().map(|t| &t.parameters).collect();
-            g.compiled(&rest_of_call(&tools), &schemas).map_err(|e| ApiError::bad("tools", format!("tools: {e}")))
-        };
-        let compiled = Arc::new(match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(compile)?,
-            _ => compile()?,
-        });
+        let compiled = blocking(|| state.lazy_grammar(&tools))?;
         let st = state.clone();
         let encode: Encode = Arc::new(move |t: &str| st.tokenizer.encode(t, false).unwrap_or_default());
         for c in constraints.iter_mut().filter(|c| c.is_none()) {

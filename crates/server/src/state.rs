@@ -11,6 +11,7 @@ use std::sync::Arc;
 use sparrow_engine::engine::Engine;
 use sparrow_tokenizer::Tokenizer;
 
+use crate::error::ApiError;
 use crate::{grammar, metrics, store, tools};
 
 /// Shared state of all handlers.
@@ -48,6 +49,9 @@ pub struct Inner {
     pub sampling_defaults: crate::params::SamplingDefaults,
     next_id: AtomicU64,
     next_log: AtomicU64,
+    /// The last lazy tool-call grammar compiled, by its source: an agent sends the same tools
+    /// every turn.
+    lazy: std::sync::Mutex<Option<(String, Arc<grammar::Compiled>)>>,
     grammars: std::sync::OnceLock<Result<Arc<grammar::Grammars>, String>>,
 }
 
@@ -125,6 +129,7 @@ impl AppState {
             sampling_defaults,
             next_id: AtomicU64::new(1),
             next_log: AtomicU64::new(1),
+            lazy: std::sync::Mutex::new(None),
             grammars: std::sync::OnceLock::new(),
         })))
     }
@@ -152,6 +157,30 @@ impl AppState {
     pub fn log_tag(&self) -> Option<crate::reqlog::LogTag> {
         let level = self.log_requests?;
         Some(crate::reqlog::LogTag { id: self.next_log.fetch_add(1, Ordering::Relaxed), level })
+    }
+
+    /// The lazy tool-call grammar of `specs` ([`crate::tools::rest_of_call`]), compiled once
+    /// for as long as requests keep sending the same tools.
+    ///
+    /// # Errors
+    /// A 400 naming `tools`: a schema past the limits or that does not compile.
+    pub fn lazy_grammar(&self, specs: &[tools::ToolSpec]) -> Result<Arc<grammar::Compiled>, ApiError> {
+        let src = tools::rest_of_call(specs);
+        let lock = || self.lazy.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((s, c)) = lock().as_ref() {
+            if *s == src {
+                return Ok(c.clone());
+            }
+        }
+        let schemas: Vec<&serde_json::Value> = specs.iter().map(|t| &t.parameters).collect();
+        let c = self
+            .grammars()
+            .map_err(ApiError::Engine)?
+            .compiled(&src, &schemas)
+            .map(Arc::new)
+            .map_err(|e| ApiError::bad("tools", format!("tools: {e}")))?;
+        *lock() = Some((src, c.clone()));
+        Ok(c)
     }
 
     /// A fresh engine request id.

@@ -258,11 +258,7 @@ pub(crate) async fn create(
     let mut events = gen::start(&s, prep)?;
     let keep = store.then_some((s.clone(), history));
     if r.stream.unwrap_or(false) {
-        let mut resp = render::stream(render, events, keep);
-        if let Some(h) = not_offered {
-            resp.headers_mut().insert(NOT_OFFERED, h);
-        }
-        return Ok(resp);
+        return Ok(with_header(render::stream(render, events, keep), not_offered));
     }
     let mut finish = None;
     while let Some(e) = events.next().await {
@@ -277,11 +273,15 @@ pub(crate) async fn create(
     if let Some((s, history)) = keep {
         render::keep(&s, &render, response.clone(), history);
     }
-    let mut resp = Json(response).into_response();
+    Ok(with_header(Json(response).into_response(), not_offered))
+}
+
+/// `resp` with [`NOT_OFFERED`] when some tool was left out.
+fn with_header(mut resp: Response, not_offered: Option<HeaderValue>) -> Response {
     if let Some(h) = not_offered {
         resp.headers_mut().insert(NOT_OFFERED, h);
     }
-    Ok(resp)
+    resp
 }
 
 /// The response header that names the tools the model was not offered (hosted tools this
