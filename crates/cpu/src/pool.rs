@@ -217,14 +217,7 @@ impl ThreadPool {
         ranges: &[std::ops::Range<usize>],
         f: F,
     ) {
-        let mut sorted: Vec<&std::ops::Range<usize>> = ranges.iter().filter(|r| !r.is_empty()).collect();
-        sorted.sort_by_key(|r| r.start);
-        for w in sorted.windows(2) {
-            assert!(w[0].end <= w[1].start, "par_ranges: {:?} and {:?} overlap", w[0], w[1]);
-        }
-        if let Some(last) = sorted.last() {
-            assert!(last.end <= out.len(), "par_ranges: {last:?} leaves {} elements", out.len());
-        }
+        check_disjoint(ranges, out.len());
         let ptr = SyncPtr(out.as_mut_ptr());
         self.run(ranges.len(), |task| {
             let r = &ranges[task];
@@ -236,6 +229,40 @@ impl ThreadPool {
             #[allow(unsafe_code)]
             let chunk = unsafe { std::slice::from_raw_parts_mut(ptr.get().add(r.start), r.len()) };
             f(task, chunk);
+        });
+    }
+
+    /// [`ThreadPool::par_ranges`] over two buffers at once: task `i` gets `a[ra[i]]` and
+    /// `b[rb[i]]` (the ranges of each buffer disjoint, `ra` and `rb` of one length), e.g. a
+    /// recurrent layer's state of one request and head beside that head's output rows.
+    ///
+    /// # Panics
+    /// When the lists differ in length, or ranges of one buffer overlap or leave it.
+    pub fn par_ranges2<T: Send, U: Send, F: Fn(usize, &mut [T], &mut [U]) + Sync>(
+        &self,
+        a: &mut [T],
+        ra: &[std::ops::Range<usize>],
+        b: &mut [U],
+        rb: &[std::ops::Range<usize>],
+        f: F,
+    ) {
+        assert_eq!(ra.len(), rb.len(), "par_ranges2: {} and {} ranges", ra.len(), rb.len());
+        check_disjoint(ra, a.len());
+        check_disjoint(rb, b.len());
+        let (pa, pb) = (SyncPtr(a.as_mut_ptr()), SyncPtr(b.as_mut_ptr()));
+        self.run(ra.len(), |task| {
+            let (r, s) = (&ra[task], &rb[task]);
+            // SAFETY: each list's ranges are disjoint and inside its buffer (checked above), and
+            // both buffers are borrowed mutably for the whole call, which returns only after
+            // every task is done.
+            #[allow(unsafe_code)]
+            let (x, y) = unsafe {
+                (
+                    std::slice::from_raw_parts_mut(pa.get().add(r.start), r.len()),
+                    std::slice::from_raw_parts_mut(pb.get().add(s.start), s.len()),
+                )
+            };
+            f(task, x, y);
         });
     }
 
@@ -374,6 +401,18 @@ impl Drop for ThreadPool {
         for h in self.handles.drain(..) {
             let _ = h.join();
         }
+    }
+}
+
+/// Panics unless the non-empty `ranges` are disjoint and end within `len`.
+fn check_disjoint(ranges: &[std::ops::Range<usize>], len: usize) {
+    let mut sorted: Vec<&std::ops::Range<usize>> = ranges.iter().filter(|r| !r.is_empty()).collect();
+    sorted.sort_by_key(|r| r.start);
+    for w in sorted.windows(2) {
+        assert!(w[0].end <= w[1].start, "ranges {:?} and {:?} overlap", w[0], w[1]);
+    }
+    if let Some(last) = sorted.last() {
+        assert!(last.end <= len, "range {last:?} leaves {len} elements");
     }
 }
 

@@ -143,6 +143,22 @@ impl ForwardBatch {
         &self.kv_indices[self.kv_indptr[i] as usize..self.kv_indptr[i + 1] as usize]
     }
 
+    /// Checks the state slots of a hybrid model's batch: a sequence's recurrent state lives at
+    /// its `req_pool_idx` ([`crate::kv::state`]), which must be inside the pool of `slots`
+    /// (distinct indices are checked by [`ForwardBatch::validate`]).
+    ///
+    /// # Errors
+    /// The first sequence whose slot is out of range.
+    pub fn validate_states(&self, slots: usize) -> Result<(), BatchError> {
+        match self.seqs.iter().position(|s| s.req_pool_idx as usize >= slots) {
+            Some(i) => Err(BatchError(format!(
+                "seq {i}: state slot {} outside the pool of {slots}",
+                self.seqs[i].req_pool_idx
+            ))),
+            None => Ok(()),
+        }
+    }
+
     /// Checks every invariant the model relies on, for any batch kind.
     ///
     /// # Errors

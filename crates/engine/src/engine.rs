@@ -56,6 +56,8 @@ pub struct Engine {
     notes: serde_json::Value,
     batch_cap: BatchCap,
     kv_layout: crate::kv::KvLayout,
+    /// A hybrid model's recurrent state per request (its pool has one per request slot).
+    state_layout: Option<crate::kv::StateLayout>,
     /// The end-of-generation token ids the scheduler stops on.
     eos: Vec<u32>,
     /// What an embedding engine returns per request (none: it generates).
@@ -202,6 +204,10 @@ impl Engine {
                 .ok_or_else(|| EngineError::Internal(format!("backend {:?} is not registered", named.name())))?,
         };
         check_compat(&needs, caps)?;
+        let state = model.state_layout();
+        if state.is_some() {
+            check_hybrid(args, embedding.is_some())?;
+        }
         let info = model.info().clone();
         let mut bytes_per_token = needs.kv_layout.bytes_per_token();
         if let Some(dm) = &draft {
@@ -242,8 +248,10 @@ impl Engine {
                 return Err(EngineError::Config(format!("--enable-hierarchical-cache: {why}")));
             }
         }
-        if embedding.is_some() {
-            // Embedding requests keep no KV: the radix cache would stay empty.
+        if embedding.is_some() || state.is_some() {
+            // Embedding requests keep no KV: the radix cache would stay empty. A hybrid
+            // model's prefix needs its recurrent state at the matched position, which the
+            // radix tree does not keep yet (see `kv::state`).
             derived.disable_radix_cache = true;
         }
         if needs.whole_sequences() {
@@ -309,6 +317,7 @@ impl Engine {
             batch_cap,
             eos: args.eos.clone(),
             kv_layout: needs.kv_layout.clone(),
+            state_layout: state,
             embedding,
             queued: Arc::new(AtomicUsize::new(0)),
             hicache,
@@ -442,6 +451,12 @@ impl Engine {
         &self.kv_layout
     }
 
+    /// A hybrid model's recurrent state per request (`None`: attention layers only); the pool
+    /// holds `max_running_requests` of them.
+    pub fn state_layout(&self) -> Option<crate::kv::StateLayout> {
+        self.state_layout
+    }
+
     /// What the engine returns per embedding request, when it serves embeddings (`None`: it
     /// generates, and embedding requests are refused).
     pub fn embedding(&self) -> Option<&crate::model::EmbeddingSpec> {
@@ -456,6 +471,25 @@ impl Engine {
     /// Kernel instruction set name.
     pub fn isa(&self) -> &'static str {
         self.isa
+    }
+}
+
+/// Refuses, by capability, what a hybrid model's recurrent state cannot do yet: speculative
+/// decoding (a rejected proposal would need the state rolled back to the last accepted
+/// token), the file tier (its blocks hold KV pages, not states) and embeddings.
+fn check_hybrid(args: &EngineArgs, embedding: bool) -> Result<(), EngineError> {
+    let why = if args.speculative.is_some() {
+        Some("--speculative-algorithm: a rejected proposal would need the recurrent state rolled back to the last accepted token, which the state pool does not keep")
+    } else if args.hicache.is_some() {
+        Some("--enable-hierarchical-cache: the file tier stores KV pages, not the recurrent states a prefix of this model needs")
+    } else if embedding {
+        Some("--is-embedding: embeddings are served by attention-only models")
+    } else {
+        None
+    };
+    match why {
+        Some(w) => Err(EngineError::Incompatible(format!("the model has recurrent (linear-attention) layers; {w}"))),
+        None => Ok(()),
     }
 }
 
@@ -475,9 +509,8 @@ fn engine_loop(
     rx: mpsc::Receiver<Command>,
     stats: Arc<Mutex<SchedulerStats>>,
 ) {
-    let layout = model.attention_needs().kv_layout;
     let cfg = sched.config().clone();
-    let kv = KvStore::new(layout.clone(), sched.num_slots());
+    let kv = crate::model::kv_store(model.as_ref(), sched.num_slots(), cfg.max_running_requests);
     let draft_layout = draft.as_ref().map(|d| d.attention_needs().kv_layout);
     let draft_kv = draft_layout.as_ref().map(|l| KvStore::new(l.clone(), sched.num_slots()));
     let mut live = Live { sched, kv, draft_kv, sinks: Default::default() };
@@ -552,7 +585,7 @@ fn engine_loop(
                 if let Some(t) = tier {
                     live.sched.attach_tier(t);
                 }
-                live.kv = KvStore::new(layout.clone(), live.sched.num_slots());
+                live.kv = crate::model::kv_store(model.as_ref(), live.sched.num_slots(), cfg.max_running_requests);
                 live.draft_kv = draft_layout.as_ref().map(|l| KvStore::new(l.clone(), live.sched.num_slots()));
             }
         }

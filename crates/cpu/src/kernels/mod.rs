@@ -49,6 +49,7 @@ mod nvfp4_gemm;
 mod q8_avx512;
 #[cfg(target_arch = "x86_64")]
 mod q8_x86;
+pub mod recurrent;
 
 pub use attention::attend_group;
 pub use dsa::{index_scores, IndexScratch};

@@ -13,6 +13,9 @@
 
 pub mod hicache;
 pub mod radix;
+pub mod state;
+
+pub use state::{StateLayout, StatePool};
 
 /// One per-token, per-layer array of the cache.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -153,6 +156,8 @@ pub struct KvStore {
     f32: Vec<Vec<Vec<f32>>>,
     u16: Vec<Vec<Vec<u16>>>,
     u8: Vec<Vec<Vec<u8>>>,
+    /// A hybrid model's recurrent states ([`state`]), beside the pages.
+    states: Option<StatePool>,
 }
 
 fn wrong_dtype(want: &str, have: KvDtype) -> ! {
@@ -174,7 +179,7 @@ impl KvStore {
                 KvDtype::Fp8E4m3 | KvDtype::Fp8E5m2 => u8s.push(widths.map(|n| vec![0u8; n]).collect()),
             }
         }
-        KvStore { layout, num_slots, f32: f32s, u16: u16s, u8: u8s }
+        KvStore { layout, num_slots, f32: f32s, u16: u16s, u8: u8s, states: None }
     }
 
     /// Writes `value` (rounded to the store's dtype) into every slot of every layer and
@@ -193,6 +198,23 @@ impl KvStore {
         self.f32.iter_mut().flatten().for_each(|c| c.fill(value));
         self.u16.iter_mut().flatten().for_each(|c| c.fill(h));
         self.u8.iter_mut().flatten().for_each(|c| c.fill(b));
+    }
+
+    /// Adds the state pool of a hybrid model ([`state`]): `slots` states, one per request-pool
+    /// index.
+    pub fn with_states(mut self, layout: StateLayout, slots: usize) -> Self {
+        self.states = Some(StatePool::new(layout, slots));
+        self
+    }
+
+    /// The state pool, when the store has one.
+    pub fn states(&self) -> Option<&StatePool> {
+        self.states.as_ref()
+    }
+
+    /// The state pool, to change.
+    pub fn states_mut(&mut self) -> Option<&mut StatePool> {
+        self.states.as_mut()
     }
 
     /// The layout.

@@ -17,6 +17,7 @@ use crate::model::moe::MoeFamily;
 use crate::model::routing::Scoring;
 use crate::model::vb::{
     ATTENTION_SINKS, GEMMA3_LAYER_NAMES, LLAMA_LAYER_NAMES, MOE_FFN_NAMES, PHI3_LAYER_NAMES, POST_ATTENTION_NORM,
+    QWEN35_LAYER_NAMES,
 };
 use crate::EngineError;
 
@@ -225,6 +226,24 @@ pub const ARCHITECTURES: &[Arch] = &[
     },
     // DeepSeek-V2 / V2-Lite / V3 (and what llama.cpp runs as `deepseek2`, GLM-4.7-Flash) on
     // GLM-5's MLA model without the DSA indexer.
+    // Qwen3.5 / Qwen3.6 dense (llama.cpp `src/models/qwen35.cpp`): three Gated DeltaNet layers
+    // for every gated full-attention layer (`full_attention_interval`), the state beside the KV
+    // pages (`kv::state`); GGUF only for now.
+    Arch {
+        name: "qwen35",
+        class: "Qwen3_5ForCausalLM",
+        body: Body::Decoder(Family {
+            gguf_rope: RopeLayout::Halves,
+            qk_norm: QkNorm::On,
+            layer_names: &[QWEN35_LAYER_NAMES, LLAMA_LAYER_NAMES],
+            rope_base: 10_000_000.0,
+            rms_eps: 1e-6,
+            attn_gate: true,
+            ..Family::BASE
+        }),
+        embedding: false,
+        ..Arch::BASE
+    },
     Arch {
         name: "deepseek2",
         hf: &[("deepseek_v2", "DeepseekV2ForCausalLM"), ("deepseek_v3", "DeepseekV3ForCausalLM")],

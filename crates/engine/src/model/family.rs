@@ -77,6 +77,10 @@ pub struct Family {
     /// Llama 4's attention temperature applies (`attention.temperature_scale`, Mistral 3):
     /// the rotated queries × `1 + β · ln(⌊pos / original context⌋ + 1)`.
     pub attn_temperature: bool,
+    /// Qwen3-Next's gated attention (Qwen3.5, Qwen3-Next): the query projection gives each
+    /// head its query and a gate (`[q_h, gate_h]` per head, `2 · head_dim` rows), and the
+    /// attention output is multiplied by `σ(gate)` before the output projection.
+    pub attn_gate: bool,
 }
 
 impl Family {
@@ -101,5 +105,6 @@ impl Family {
         multipliers: false,
         hf_names: &[],
         attn_temperature: false,
+        attn_gate: false,
     };
 }

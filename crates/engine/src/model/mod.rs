@@ -19,7 +19,7 @@ pub mod routing;
 pub mod vb;
 
 use crate::batch::ForwardBatch;
-use crate::kv::{KvLayout, KvStore};
+use crate::kv::{KvLayout, KvStore, StateLayout};
 use crate::EngineError;
 
 /// Static facts about a loaded model, for `/get_model_info` and admission checks.
@@ -260,6 +260,16 @@ pub struct EmbeddingSpec {
     pub labels: bool,
 }
 
+/// The KV storage `model` runs on: `slots` KV slots and, for a hybrid model, a state pool of
+/// `requests` slots (one per request-pool index a batch may name).
+pub fn kv_store(model: &dyn Model, slots: usize, requests: usize) -> KvStore {
+    let kv = KvStore::new(model.attention_needs().kv_layout, slots);
+    match model.state_layout() {
+        Some(l) => kv.with_states(l, requests),
+        None => kv,
+    }
+}
+
 /// A model the engine can run.
 pub trait Model: Send {
     /// Static facts.
@@ -283,6 +293,13 @@ pub trait Model: Send {
             own.name(),
             dtype.name()
         )))
+    }
+    /// The recurrent state a hybrid model keeps per request beside its KV pages (linear-
+    /// attention layers: [`crate::kv::state`]); `None` for a model of attention layers only
+    /// (the default). The engine sizes the state pool from it, one state per request slot,
+    /// and refuses what a state cannot do yet, by capability, at start-up.
+    fn state_layout(&self) -> Option<StateLayout> {
+        None
     }
     /// Runs one step: writes the new tokens' KV into `kv` at `batch.out_cache_loc` and returns
     /// the logits of `batch.logits_rows`, `[logits_rows.len() × vocab_size]` row-major. After

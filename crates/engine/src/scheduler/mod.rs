@@ -381,6 +381,12 @@ impl Scheduler {
         self.alloc.free_pages()
     }
 
+    /// Request slots not held by a running request: a hybrid model's state pool has one state
+    /// per slot, so all `max_running_requests` of them free means the pool is empty.
+    pub fn free_request_slots(&self) -> usize {
+        self.free_pool_idx.len()
+    }
+
     /// Pages held by the radix cache.
     pub fn cached_pages(&self) -> usize {
         self.radix.total_pages()
@@ -629,6 +635,7 @@ impl Scheduler {
             sched
                 .batch
                 .validate(kv.num_slots())
+                .and_then(|()| kv.states().map_or(Ok(()), |st| sched.batch.validate_states(st.slots())))
                 .map_err(|e| EngineError::Internal(e.to_string()))
                 .and_then(|()| model.forward(&sched.batch, kv))
         };

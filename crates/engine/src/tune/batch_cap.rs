@@ -12,7 +12,7 @@
 //! count and the context used, and read it back on the next start instead of timing again.
 //!
 //! The measurement: a synthetic DECODE step (every row one new token after [`CONTEXT_LEN`]
-//! cached tokens of its own, in a private [`KvStore`] sized for that batch, never the server's
+//! cached tokens of its own, in a private [`KvStore`](crate::kv::KvStore) sized for that batch, never the server's
 //! pool) at batch sizes 1, 2, 4, … doubling ([`ladder`]); each size is run once to warm up,
 //! then timed as the minimum of [`REPEATS`] runs (one run past [`SLOW_STEP_S`]); tokens/s =
 //! batch / step time. Doubling stops
@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::batch::{ForwardBatch, SeqMeta};
 use crate::config::{EngineArgs, MoeRunner};
+#[cfg(test)]
 use crate::kv::KvStore;
 use crate::model::Model;
 use crate::EngineError;
@@ -305,7 +306,7 @@ pub fn time_decode(model: &mut dyn Model, batch: usize, ctx: usize) -> Result<f6
     let fb = decode_batch(batch, ctx, model.info().vocab_size);
     let slots = batch * (ctx + 1) + 1;
     fb.validate(slots).map_err(|e| EngineError::Internal(format!("batch cap: {e}")))?;
-    let mut kv = KvStore::new(model.attention_needs().kv_layout, slots);
+    let mut kv = crate::model::kv_store(model, slots, batch);
     kv.fill(FILL);
     let t0 = Instant::now();
     model.forward(&fb, &mut kv)?;

@@ -10,9 +10,9 @@ use sparrow_engine::model::Model;
 use sparrow_engine::sampler::SamplingParams;
 use sparrow_engine::scheduler::{NewRequest, Output, SchedulePolicy, Scheduler, SchedulerConfig};
 
-const NEW: usize = 6;
+pub(crate) const NEW: usize = 6;
 
-fn cfg(page_size: usize, radix: bool, chunk: usize) -> SchedulerConfig {
+pub(crate) fn cfg(page_size: usize, radix: bool, chunk: usize) -> SchedulerConfig {
     SchedulerConfig {
         page_size,
         num_pages: 20_000 / page_size,
@@ -47,9 +47,9 @@ fn penalties(i: usize) -> SamplingParams {
 
 /// Runs `prompts` through a scheduler, all submitted at once (a batch) or one after another
 /// (alone); returns each request's tokens.
-fn run(m: &mut dyn Model, c: SchedulerConfig, prompts: &[Vec<u32>], alone: bool) -> Vec<Vec<u32>> {
+pub(crate) fn run(m: &mut dyn Model, c: SchedulerConfig, prompts: &[Vec<u32>], alone: bool) -> Vec<Vec<u32>> {
     let mut s = Scheduler::new(c, None);
-    let mut kv = KvStore::new(m.attention_needs().kv_layout, s.num_slots());
+    let mut kv = sparrow_engine::model::kv_store(m, s.num_slots(), s.config().max_running_requests);
     let mut out = vec![Vec::new(); prompts.len()];
     let submit = |s: &mut Scheduler, i: usize| {
         let r = NewRequest {
@@ -91,6 +91,7 @@ fn run(m: &mut dyn Model, c: SchedulerConfig, prompts: &[Vec<u32>], alone: bool)
     }
     s.flush_cache();
     assert_eq!(s.free_pages(), s.config().num_pages, "pages leaked");
+    assert_eq!(s.free_request_slots(), s.config().max_running_requests, "request (state) slots leaked");
     out
 }
 

@@ -13,6 +13,7 @@ mod gemma3_golden;
 mod gguf_dequant;
 mod golden;
 mod hf_twins;
+mod hybrid;
 mod logprobs_golden;
 mod moe_families;
 mod moe_tensors;

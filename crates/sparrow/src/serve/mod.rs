@@ -207,6 +207,17 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         (kvl.bytes_per_token() * c.max_total_tokens()) as f64 / 1e9,
         c.max_total_tokens()
     );
+    if let Some(st) = engine.state_layout() {
+        eprintln!(
+            "state pool: {} recurrent layers, {} bytes per request ({} conv-window + {} state values per layer, f32), {:.2} GB for {} request slots; radix cache off (a prefix needs its state)",
+            st.layers,
+            st.bytes_per_request(),
+            st.conv,
+            st.ssm,
+            (st.bytes_per_request() * c.max_running_requests) as f64 / 1e9,
+            c.max_running_requests
+        );
+    }
     eprintln!(
         "max_total_num_tokens={}, chunked_prefill_size={}, max_prefill_tokens={}, max_running_requests={}, context_len={}, page_size={}, radix_cache={}, schedule_policy={}, attention_backend={}",
         c.max_total_tokens(),
@@ -330,6 +341,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         "kv_cache_gb": a.kv_cache_gb,
         "kv_cache_dtype": engine.kv_layout().dtype.name(),
         "kv_bytes_per_token": engine.kv_layout().bytes_per_token(),
+        "state_bytes_per_request": engine.state_layout().map(|s| s.bytes_per_request()),
         "model_runner": engine.notes(),
         "tool_call_parser": parsers.tool_call.map(|p| p.name()),
         "reasoning_parser": parsers.reasoning.map(|p| p.name()),

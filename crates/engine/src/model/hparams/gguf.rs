@@ -2,7 +2,7 @@
 //! `src/llama-arch.cpp`), read as `llama_model::load_hparams` and `llama_context` read them,
 //! and the RoPE factor tensors (`rope_freqs`, `rope_factors_{long,short}`).
 
-use super::{AttnTemperature, HParams, MlaParams, MoeParams, Rope, Window};
+use super::{AttnTemperature, HParams, LinearAttnParams, MlaParams, MoeParams, Rope, Window};
 use crate::checkpoint::gguf::Gguf;
 use crate::model::common::RopeScaling;
 use crate::model::routing::Scoring;
@@ -81,6 +81,19 @@ struct Keys {
     /// Multi-token-prediction layers after the trunk (GLM-4.5's NextN): counted in
     /// `block_count`, not run for the next token.
     nextn_predict_layers: Option<usize>,
+    #[serde(rename = "ssm.conv_kernel")]
+    ssm_conv_kernel: Option<usize>,
+    #[serde(rename = "ssm.inner_size")]
+    ssm_inner_size: Option<usize>,
+    #[serde(rename = "ssm.state_size")]
+    ssm_state_size: Option<usize>,
+    #[serde(rename = "ssm.time_step_rank")]
+    ssm_time_step_rank: Option<usize>,
+    #[serde(rename = "ssm.group_count")]
+    ssm_group_count: Option<usize>,
+    #[serde(rename = "attention.recurrent_layers")]
+    recurrent_layers: Option<Vec<bool>>,
+    full_attention_interval: Option<usize>,
 }
 
 impl HParams {
@@ -156,6 +169,7 @@ impl HParams {
             }
             None => None,
         };
+        let linear_attn = linear_attn(arch, &k, layers)?;
         Ok(HParams {
             source: arch.to_owned(),
             layers,
@@ -182,8 +196,43 @@ impl HParams {
             moe,
             mla,
             swiglu_limit: None,
+            linear_attn,
         })
     }
+}
+
+/// A hybrid file's Gated DeltaNet keys (`ssm.*`), all required once one is present, and which
+/// of the `layers` trunk layers are recurrent.
+fn linear_attn(arch: &str, k: &Keys, layers: usize) -> Result<Option<LinearAttnParams>, EngineError> {
+    let Some(conv_kernel) = k.ssm_conv_kernel else { return Ok(None) };
+    let need = |v: Option<usize>, key: &str| {
+        v.filter(|v| *v > 0)
+            .ok_or_else(|| EngineError::model(format!("{arch}.{key} missing or 0 (a hybrid architecture)")))
+    };
+    let recurrent = match &k.recurrent_layers {
+        Some(r) if r.len() >= layers => r[..layers].to_vec(),
+        Some(r) => {
+            return Err(EngineError::model(format!(
+                "{arch}.attention.recurrent_layers has {} entries for {layers} layers",
+                r.len()
+            )))
+        }
+        None => {
+            let every = k.full_attention_interval.unwrap_or(4);
+            if every == 0 {
+                return Err(EngineError::model(format!("{arch}.full_attention_interval is 0")));
+            }
+            (0..layers).map(|l| !(l + 1).is_multiple_of(every)).collect()
+        }
+    };
+    Ok(Some(LinearAttnParams {
+        conv_kernel: need(Some(conv_kernel), "ssm.conv_kernel")?,
+        head_k: need(k.ssm_state_size, "ssm.state_size")?,
+        inner: need(k.ssm_inner_size, "ssm.inner_size")?,
+        k_heads: need(k.ssm_group_count, "ssm.group_count")?,
+        v_heads: need(k.ssm_time_step_rank, "ssm.time_step_rank")?,
+        recurrent,
+    }))
 }
 
 /// RoPE scaling as llama.cpp reads it: `rope.scaling.type` `none`, `linear` or `yarn` (absent

@@ -287,6 +287,7 @@ impl HParams {
             moe: moe(&c, layers)?,
             mla,
             swiglu_limit: c.swiglu_limit,
+            linear_attn: None,
         })
     }
 }

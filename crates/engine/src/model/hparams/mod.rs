@@ -81,6 +81,27 @@ pub struct HParams {
     pub mla: Option<MlaParams>,
     /// gpt-oss's clamp of its SwiGLU (`swiglu_limit`).
     pub swiglu_limit: Option<f32>,
+    /// Linear-attention (recurrent) layers of a hybrid model, when the file has them.
+    pub linear_attn: Option<LinearAttnParams>,
+}
+
+/// A hybrid model's Gated DeltaNet layers (llama.cpp's `ssm.*` keys as `qwen35.cpp` reads
+/// them; HF `linear_*` of `Qwen3NextConfig` / `Qwen3_5TextConfig`).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct LinearAttnParams {
+    /// Taps of the short convolution (`ssm.conv_kernel`, `linear_conv_kernel_dim`).
+    pub conv_kernel: usize,
+    /// A key head's width, = a value head's (`ssm.state_size`, `linear_key_head_dim`).
+    pub head_k: usize,
+    /// All value heads' width (`ssm.inner_size`: `linear_value_head_dim × linear_num_value_heads`).
+    pub inner: usize,
+    /// Key heads (`ssm.group_count`, `linear_num_key_heads`).
+    pub k_heads: usize,
+    /// Value heads (`ssm.time_step_rank`, `linear_num_value_heads`).
+    pub v_heads: usize,
+    /// Per trunk layer: recurrent (`attention.recurrent_layers`, else every layer but each
+    /// `full_attention_interval`-th, default 4, as llama.cpp's loader decides).
+    pub recurrent: Vec<bool>,
 }
 
 /// RoPE, normalised from either format.

@@ -96,6 +96,7 @@ impl LlamaConfig {
             residual_scale: mult(hp.residual_scale).unwrap_or(1.0),
             logit_scale: mult(hp.logit_scale).unwrap_or(1.0),
             attn_temperature: hp.attn_temperature.filter(|_| fam.attn_temperature),
+            attn_gate: fam.attn_gate,
         };
         let moe = match &fam.moe {
             Some(m) => Some(MoeConfig::from_hparams(hp, m)?),
@@ -114,6 +115,20 @@ impl LlamaConfig {
             context_length: hp.context_length,
             variant,
             moe,
+            linear_attn: match (&hp.linear_attn, fam.attn_gate) {
+                (Some(la), true) => Some(la.clone()),
+                (Some(_), false) => {
+                    return Err(EngineError::model(format!(
+                        "{src}: the file has linear-attention (ssm.*) keys, which this architecture does not run"
+                    )))
+                }
+                (None, true) => {
+                    return Err(EngineError::model(format!(
+                        "{src}.ssm.conv_kernel missing (a hybrid architecture: its Gated DeltaNet layers need the ssm.* keys)"
+                    )))
+                }
+                (None, false) => None,
+            },
         })
     }
 }

@@ -185,42 +185,56 @@ impl LlamaModel {
 fn load_layer(vb: &Vb<'_>, l: usize, cfg: &LlamaConfig, fam: &Family) -> Result<Layer, EngineError> {
     let (hidden, hd, qd, kvd) = (cfg.hidden, cfg.head_dim, cfg.q_dim(), cfg.kv_heads * cfg.head_dim);
     let (attn, mlp) = (vb.pp("self_attn"), vb.pp("mlp"));
-    let qkv = attn.packed(&[("q_proj", qd), ("k_proj", kvd), ("v_proj", kvd)], hidden)?;
     let ffn = match &cfg.moe {
         Some(m) if !m.is_dense(l) => FeedForward::Moe(Box::new(Moe::load(&mlp, hidden, m)?)),
         _ => FeedForward::Dense(Mlp::load(&mlp, hidden, cfg.ffn, cfg.variant.act)?),
     };
-    if fam.qkv_bias {
-        if let Some(p) = ["q_proj", "k_proj", "v_proj"].iter().find(|p| !attn.has(&format!("{p}.bias"))) {
-            return Err(EngineError::model(format!(
-                "{}.bias missing (the architecture has Q/K/V biases)",
-                attn.path(p)
-            )));
-        }
-    }
     let pair = |a: &str, b: &str, len: usize| -> Result<(Vec<f32>, Vec<f32>), EngineError> {
         Ok((vb.vector(a, len)?, vb.vector(b, len)?))
+    };
+    let mixer = match &cfg.linear_attn {
+        Some(la) if la.recurrent[l] => {
+            let state_layer = la.recurrent[..l].iter().filter(|r| **r).count();
+            Mixer::DeltaNet(Box::new(DeltaNet::load(vb, hidden, la, state_layer, cfg.rms_eps)?))
+        }
+        _ => {
+            if fam.qkv_bias {
+                if let Some(p) = ["q_proj", "k_proj", "v_proj"].iter().find(|p| !attn.has(&format!("{p}.bias"))) {
+                    return Err(EngineError::model(format!(
+                        "{}.bias missing (the architecture has Q/K/V biases)",
+                        attn.path(p)
+                    )));
+                }
+            }
+            // A gated layer's query projection gives each head its query and its gate.
+            let q_rows = if cfg.variant.attn_gate { 2 * qd } else { qd };
+            let kv_layer = cfg.linear_attn.as_ref().map_or(l, |la| la.recurrent[..l].iter().filter(|r| !**r).count());
+            Mixer::Attention(Attention {
+                qkv: attn.packed(&[("q_proj", q_rows), ("k_proj", kvd), ("v_proj", kvd)], hidden)?,
+                wo: attn.linear("o_proj", hidden, qd)?,
+                qk_norm: match cfg.variant.qk_norm {
+                    true => Some(pair("self_attn.q_norm.weight", "self_attn.k_norm.weight", hd)?),
+                    false => None,
+                },
+                sinks: match vb.has("self_attn.sinks") {
+                    true => Some(vb.vector("self_attn.sinks", cfg.heads)?),
+                    false => None,
+                },
+                kv_layer,
+            })
+        }
     };
     let post_norms = cfg.variant.post_norms;
     Ok(Layer {
         attn_norm: vb.vector("input_layernorm.weight", hidden)?,
-        qkv,
-        wo: attn.linear("o_proj", hidden, qd)?,
+        mixer,
         ffn_norm: match post_norms {
             true => vb.vector("pre_feedforward_layernorm.weight", hidden)?,
             false => vb.vector("post_attention_layernorm.weight", hidden)?,
         },
         ffn,
-        qk_norm: match cfg.variant.qk_norm {
-            true => Some(pair("self_attn.q_norm.weight", "self_attn.k_norm.weight", hd)?),
-            false => None,
-        },
         post_norms: match post_norms {
             true => Some(pair("post_attention_layernorm.weight", "post_feedforward_layernorm.weight", hidden)?),
-            false => None,
-        },
-        sinks: match vb.has("self_attn.sinks") {
-            true => Some(vb.vector("self_attn.sinks", cfg.heads)?),
             false => None,
         },
     })

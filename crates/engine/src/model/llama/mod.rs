@@ -20,7 +20,7 @@
 //! `logits_rows` only. Loading is in `load.rs`.
 
 use super::common::{OutputHead, RopeLayout, RopeScaling, RopeTable, Scratch};
-use super::hparams::AttnTemperature;
+use super::hparams::{AttnTemperature, LinearAttnParams};
 use super::moe::{Glu, Mlp, Moe, MoeBench, MoeChoice, MoeConfig};
 use super::{AttentionNeeds, Instruments, Model, ModelInfo, PartTimes};
 use crate::batch::ForwardBatch;
@@ -36,7 +36,10 @@ use sparrow_cpu::ThreadPool;
 use sparrow_cpu::Weight;
 
 mod config;
+mod delta;
 pub mod load;
+
+pub(crate) use delta::DeltaNet;
 
 /// What a family changes in the Llama decoder, per model (built from the family's row and the
 /// file's hyper-parameters by [`LlamaConfig::from_hparams`]); [`Variant::llama`] is plain Llama.
@@ -82,6 +85,8 @@ pub struct Variant {
     pub logit_scale: f32,
     /// Llama 4's attention temperature on the queries (Mistral 3).
     pub attn_temperature: Option<AttnTemperature>,
+    /// Qwen3-Next's output-gated attention ([`crate::model::family::Family::attn_gate`]).
+    pub attn_gate: bool,
 }
 
 impl Default for Variant {
@@ -105,6 +110,7 @@ impl Default for Variant {
             residual_scale: 1.0,
             logit_scale: 1.0,
             attn_temperature: None,
+            attn_gate: false,
         }
     }
 }
@@ -151,6 +157,9 @@ pub struct LlamaConfig {
     /// The Mixture-of-Experts feed-forward of a MoE family (`qwen3moe`, `glm4moe`); `None` for
     /// a dense model.
     pub moe: Option<MoeConfig>,
+    /// The Gated DeltaNet layers of a hybrid family (`qwen35`): which layers are recurrent and
+    /// their widths; `None` when every layer attends.
+    pub linear_attn: Option<LinearAttnParams>,
 }
 
 impl LlamaConfig {
@@ -187,17 +196,37 @@ impl LlamaConfig {
 
 pub(crate) struct Layer {
     pub(crate) attn_norm: Vec<f32>,
-    /// Q, K and V stacked (`[q_dim + 2·kv_dim × hidden]`).
-    pub(crate) qkv: Linear,
-    pub(crate) wo: Linear,
+    /// What mixes the tokens: self-attention, or a hybrid model's recurrent layer.
+    pub(crate) mixer: Mixer,
     pub(crate) ffn_norm: Vec<f32>,
     pub(crate) ffn: FeedForward,
-    /// Per-head Q and K norms (`head_dim` each), with [`Variant::qk_norm`].
-    pub(crate) qk_norm: Option<(Vec<f32>, Vec<f32>)>,
     /// Norms of the attention and MLP outputs, with [`Variant::post_norms`].
     pub(crate) post_norms: Option<(Vec<f32>, Vec<f32>)>,
+}
+
+/// A layer's token mixer.
+// One per layer, built once: the attention variant stays inline.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Mixer {
+    /// Self-attention over the paged KV cache.
+    Attention(Attention),
+    /// A Gated DeltaNet layer over the request's recurrent state ([`DeltaNet`]).
+    DeltaNet(Box<DeltaNet>),
+}
+
+/// A self-attention layer's weights.
+pub(crate) struct Attention {
+    /// Q, K and V stacked (`[q_dim + 2·kv_dim × hidden]`; with [`Variant::attn_gate`] the
+    /// query part is `2·q_dim` rows, each head's query then its gate).
+    pub(crate) qkv: Linear,
+    pub(crate) wo: Linear,
+    /// Per-head Q and K norms (`head_dim` each), with [`Variant::qk_norm`].
+    pub(crate) qk_norm: Option<(Vec<f32>, Vec<f32>)>,
     /// Attention sinks, one logit per query head (gpt-oss's `attn_sinks`).
     pub(crate) sinks: Option<Vec<f32>>,
+    /// The layer's index in the KV cache (its attention layers counted; the layer index in a
+    /// model without recurrent layers).
+    pub(crate) kv_layer: usize,
 }
 
 /// A layer's feed-forward.
@@ -229,6 +258,8 @@ struct LayerBuffers {
     attn_t: Vec<f32>,
     /// The MoE layers' activation buffers.
     moe: Scratch,
+    /// The recurrent layers' buffers.
+    delta: delta::Scratch,
 }
 
 /// Tokens per attention query block: with 3 heads per KV group, 96 query rows share each key
@@ -344,7 +375,11 @@ impl LlamaModel {
     pub fn decode_matrices(&self) -> Vec<(String, &Weight)> {
         let mut v = Vec::new();
         for (i, l) in self.layers.iter().enumerate() {
-            for (n, w) in [("qkv", &l.qkv), ("wo", &l.wo)] {
+            let mixer = match &l.mixer {
+                Mixer::Attention(a) => [("qkv", &a.qkv), ("wo", &a.wo)],
+                Mixer::DeltaNet(d) => [("in_proj", &d.in_proj), ("out_proj", &d.out_proj)],
+            };
+            for (n, w) in mixer {
                 v.push((format!("blk.{i}.{n}"), &w.weight));
             }
             match &l.ffn {
@@ -401,11 +436,21 @@ impl Model for LlamaModel {
     fn attention_needs(&self) -> AttentionNeeds {
         // f16 K/V by default, as llama.cpp keeps them: half the memory and attention bandwidth;
         // `set_kv_dtype` chooses another.
+        let kv_layers = self.layers.iter().filter(|l| matches!(l.mixer, Mixer::Attention(_))).count();
         AttentionNeeds {
             kind: "gqa",
-            kv_layout: KvLayout::gqa(self.cfg.layers, self.cfg.kv_heads, self.cfg.head_dim).with_dtype(self.kv_dtype),
+            kv_layout: KvLayout::gqa(kv_layers, self.cfg.kv_heads, self.cfg.head_dim).with_dtype(self.kv_dtype),
             sliding_window: self.cfg.variant.windows.iter().any(Option::is_some),
         }
+    }
+
+    fn state_layout(&self) -> Option<crate::kv::StateLayout> {
+        let first = self.layers.iter().find_map(|l| match &l.mixer {
+            Mixer::DeltaNet(d) => Some(d),
+            Mixer::Attention(_) => None,
+        })?;
+        let layers = self.layers.iter().filter(|l| matches!(l.mixer, Mixer::DeltaNet(_))).count();
+        Some(crate::kv::StateLayout { layers, conv: first.conv_state_len(), ssm: first.ssm_state_len() })
     }
 
     fn set_embedding(&mut self) -> Result<super::EmbeddingSpec, EngineError> {
@@ -485,7 +530,13 @@ impl Model for LlamaModel {
             add_norm(pool, h, &mut s.x, None, 1.0, Some(&first.attn_norm), c.rms_eps, &mut s.h);
         }
         for (l, layer) in self.layers.iter().enumerate() {
-            layer.attention(&mut cx, &step, l, s, kv);
+            match &layer.mixer {
+                Mixer::Attention(a) => a.forward(&mut cx, &step, l, s, kv),
+                Mixer::DeltaNet(d) => d.forward(&mut cx, &step, s, kv)?,
+            }
+            if let Some((pa, _)) = &layer.post_norms {
+                post_norm(cx.pool, c, pa, s);
+            }
             add_norm(pool, h, &mut s.x, Some(&s.proj), rs, Some(&layer.ffn_norm), c.rms_eps, &mut s.h);
             layer.mlp(&mut cx, &step, s);
             let next = self.layers.get(l + 1).map(|n| n.attn_norm.as_slice());
@@ -551,7 +602,8 @@ impl<'a> Step<'a> {
         let ghd = group * c.head_dim;
         let (tasks, ranges) = attention_tasks(batch, c.kv_heads, ghd);
         let moe = MoeImpl::ExpertMajor;
-        Step { c, batch, rope, rope_local, kv_dtype, tasks, ranges, qd, kvd, qkv_w: qd + 2 * kvd, ghd, group, moe }
+        let qkv_w = if c.variant.attn_gate { 2 * qd } else { qd } + 2 * kvd;
+        Step { c, batch, rope, rope_local, kv_dtype, tasks, ranges, qd, kvd, qkv_w, ghd, group, moe }
     }
 }
 
@@ -581,33 +633,38 @@ impl LayerBuffers {
     }
 }
 
-impl Layer {
+impl Attention {
     /// Layer `l`'s self-attention (Vaswani et al. 2017 §3.2.2, grouped-query heads as Ainslie
     /// et al. 2023): the normed input `s.h` (`[tokens, hidden]`) → fused QKV → per-head QK norm
     /// and RoPE → the new K and V into their cache slots → causal attention over each
-    /// sequence's slots → output projection, in `s.proj` (`[tokens, hidden]`, normed where the
-    /// family has post-norms).
-    fn attention(&self, cx: &mut Fwd, st: &Step, l: usize, s: &mut LayerBuffers, kv: &mut KvStore) {
-        let c = st.c;
+    /// sequence's slots → [× σ(gate), Qwen3-Next] → output projection, in `s.proj`
+    /// (`[tokens, hidden]`).
+    fn forward(&self, cx: &mut Fwd, st: &Step, l: usize, s: &mut LayerBuffers, kv: &mut KvStore) {
         let t_n = st.batch.num_tokens();
         self.qkv.forward(cx, &s.h, t_n, &mut s.qkv);
         self.qk_norm_rope(cx.pool, st, l, &mut s.qkv);
-        let (pool, isa) = (cx.pool, cx.isa);
+        let (pool, isa, kl) = (cx.pool, cx.isa, self.kv_layer);
         cx.timed(
             |p| &mut p.attention,
             || {
-                write_kv(isa, st, l, &s.qkv, kv);
-                attend(pool, isa, st, l, self.sinks.as_deref(), s, kv);
+                write_kv(isa, st, kl, &s.qkv, kv);
+                attend(pool, isa, st, l, kl, self.sinks.as_deref(), s, kv);
             },
         );
-        self.wo.forward(cx, &s.attn, t_n, &mut s.proj);
-        if let Some((pa, _)) = &self.post_norms {
-            post_norm(cx.pool, c, pa, s);
+        if st.c.variant.attn_gate {
+            // Qwen3-Next's output gate: `attn · σ(gate)` per value (`build_layer_attn`).
+            let (qkv, w, g0, qd) = (&s.qkv, st.qkv_w, st.qd + 2 * st.kvd, st.qd);
+            pool.par_rows(&mut s.attn, qd, |t, row| {
+                let gate = &qkv[t * w + g0..t * w + g0 + qd];
+                row.iter_mut().zip(gate).for_each(|(a, g)| *a *= kernels::recurrent::sigmoid(*g));
+            });
         }
+        self.wo.forward(cx, &s.attn, t_n, &mut s.proj);
     }
 
     /// Per-head RMSNorm of Q and K (Qwen3, Gemma 3), then RoPE on the layer's rotated
-    /// dimensions (none on SmolLM3's NoPE layers), in place in the QKV rows.
+    /// dimensions (none on SmolLM3's NoPE layers), in place in the QKV rows. A gated layer's
+    /// rows are first reordered from `[q_0 g_0 q_1 g_1 … | k | v]` to `[q | k | v | g]`.
     fn qk_norm_rope(&self, pool: &ThreadPool, st: &Step, l: usize, qkv: &mut [f32]) {
         let (c, var) = (st.c, &st.c.variant);
         let (hd, qd, kvd) = (c.head_dim, st.qd, st.kvd);
@@ -617,8 +674,18 @@ impl Layer {
         };
         let (layout, eps, rotate, temp) = (var.rope_layout, c.rms_eps, !var.no_rope[l], var.attn_temperature);
         let qk_norm = self.qk_norm.as_ref();
+        let gated = var.attn_gate;
         pool.par_rows(qkv, st.qkv_w, |t, row| {
             let pos = st.batch.positions[t] as usize;
+            if gated {
+                let qg = row[..2 * qd].to_vec();
+                row.copy_within(2 * qd..2 * qd + 2 * kvd, qd);
+                for (h, pair) in qg.chunks_exact(2 * hd).enumerate() {
+                    row[h * hd..(h + 1) * hd].copy_from_slice(&pair[..hd]);
+                    let g = qd + 2 * kvd + h * hd;
+                    row[g..g + hd].copy_from_slice(&pair[hd..]);
+                }
+            }
             let (q, rest) = row.split_at_mut(qd);
             let k = &mut rest[..kvd];
             if let Some((qn, kn)) = qk_norm {
@@ -637,7 +704,9 @@ impl Layer {
             }
         });
     }
+}
 
+impl Layer {
     /// The feed-forward on the normed input `s.h`, in `s.proj` (normed where the family has
     /// post-norms): the gated MLP (Shazeer 2020: SwiGLU, or GeGLU for Gemma: fused gate/up →
     /// `act(gate) · up` → down), or the MoE layer.
@@ -663,12 +732,12 @@ fn post_norm(pool: &ThreadPool, c: &LlamaConfig, g: &[f32], s: &mut LayerBuffers
     std::mem::swap(&mut s.proj, &mut s.post);
 }
 
-/// The new tokens' K and V (from the fused QKV rows, `[tokens, q_dim + 2·kv_dim]`) into their
-/// slots (`batch.out_cache_loc`) of layer `l`, in the cache's element type.
+/// The new tokens' K and V (from the fused QKV rows, `[tokens, q_dim + 2·kv_dim (+ q_dim)]`)
+/// into their slots (`batch.out_cache_loc`) of KV layer `l`, in the cache's element type.
 fn write_kv(isa: Isa, st: &Step, l: usize, qkv: &[f32], kv: &mut KvStore) {
     let (qd, kvd, qkv_w) = (st.qd, st.kvd, st.qkv_w);
     let rows = |t: usize| {
-        let (k, v) = qkv[t * qkv_w + qd..(t + 1) * qkv_w].split_at(kvd);
+        let (k, v) = qkv[t * qkv_w + qd..t * qkv_w + qd + 2 * kvd].split_at(kvd);
         (k, v, st.batch.out_cache_loc[t] as usize * kvd)
     };
     let t_n = st.batch.num_tokens();
@@ -698,11 +767,21 @@ fn write_kv(isa: Isa, st: &Step, l: usize, qkv: &[f32], kv: &mut KvStore) {
     }
 }
 
-/// Causal attention of layer `l`: every new token's query heads (in `s.qkv`) over its
-/// sequence's cached K and V (its sliding window on window layers), one task per KV group ×
-/// query block (`kernels::flash_attend`, written to `s.attn_t` in task order), then back to
-/// token rows in `s.attn` (`[tokens, q_dim]`).
-fn attend(pool: &ThreadPool, isa: Isa, st: &Step, l: usize, sinks: Option<&[f32]>, s: &mut LayerBuffers, kv: &KvStore) {
+/// Causal attention of layer `l` (KV layer `kl`): every new token's query heads (in `s.qkv`)
+/// over its sequence's cached K and V (its sliding window on window layers), one task per KV
+/// group × query block (`kernels::flash_attend`, written to `s.attn_t` in task order), then
+/// back to token rows in `s.attn` (`[tokens, q_dim]`).
+#[allow(clippy::too_many_arguments)]
+fn attend(
+    pool: &ThreadPool,
+    isa: Isa,
+    st: &Step,
+    l: usize,
+    kl: usize,
+    sinks: Option<&[f32]>,
+    s: &mut LayerBuffers,
+    kv: &KvStore,
+) {
     let (c, batch) = (st.c, st.batch);
     let (hd, kvd, qd, qkv_w, ghd, group) = (c.head_dim, st.kvd, st.qd, st.qkv_w, st.ghd, st.group);
     let (scale, window) = (c.variant.attn_scale, c.variant.windows[l]);
@@ -755,10 +834,10 @@ fn attend(pool: &ThreadPool, isa: Isa, st: &Step, l: usize, sinks: Option<&[f32]
         }};
     }
     match st.kv_dtype {
-        KvDtype::F16 => attend!(kv.component_f16(l, 0), kv.component_f16(l, 1)),
-        KvDtype::Bf16 => attend!(kernels::as_bf16(kv.component_u16(l, 0)), kernels::as_bf16(kv.component_u16(l, 1))),
-        KvDtype::Fp8E4m3 => attend!(kernels::as_e4m3(kv.component_u8(l, 0)), kernels::as_e4m3(kv.component_u8(l, 1))),
-        KvDtype::Fp8E5m2 => attend!(kernels::as_e5m2(kv.component_u8(l, 0)), kernels::as_e5m2(kv.component_u8(l, 1))),
-        KvDtype::F32 => attend!(kv.component(l, 0), kv.component(l, 1)),
+        KvDtype::F16 => attend!(kv.component_f16(kl, 0), kv.component_f16(kl, 1)),
+        KvDtype::Bf16 => attend!(kernels::as_bf16(kv.component_u16(kl, 0)), kernels::as_bf16(kv.component_u16(kl, 1))),
+        KvDtype::Fp8E4m3 => attend!(kernels::as_e4m3(kv.component_u8(kl, 0)), kernels::as_e4m3(kv.component_u8(kl, 1))),
+        KvDtype::Fp8E5m2 => attend!(kernels::as_e5m2(kv.component_u8(kl, 0)), kernels::as_e5m2(kv.component_u8(kl, 1))),
+        KvDtype::F32 => attend!(kv.component(kl, 0), kv.component(kl, 1)),
     }
 }

@@ -1,0 +1,262 @@
+//! Kernels of the recurrent (linear-attention) layers of hybrid models: the causal depthwise
+//! convolution with its carried window, the gated delta rule (Yang, Kautz & Hatamizadeh 2024,
+//! "Gated Delta Networks", eq. 10; Qwen3-Next / Qwen3.5's `GatedDeltaNet`), the L2 norm of its
+//! queries and keys, and the gated RMSNorm of its output.
+//!
+//! One code path on every ISA: each reduction runs in [`LANES`] interleaved partial sums
+//! combined in a fixed tree, so the compiler can keep them in one vector register without
+//! reordering a single f32 add, and the bits do not depend on the machine, the batch or the
+//! chunking of a prompt (a state carried from chunk to chunk is the state a whole prompt
+//! reaches).
+//!
+//! The delta rule runs in its recurrent form for every token, prefill chunks included: the
+//! chunkwise (WY) form llama.cpp's `delta-net-base.cpp` uses for prefill regroups the same sums
+//! and is a speed-up for later, with a stated tolerance against this one.
+
+/// Partial sums per reduction (one AVX2 register of f32).
+pub const LANES: usize = 8;
+
+/// `Σ a[i] · b[i]` in [`LANES`] interleaved partial sums, combined pairwise
+/// (`((s0+s4)+(s2+s6)) + ((s1+s5)+(s3+s7))`), then the tail in order.
+#[inline]
+pub fn dot_lanes(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let mut s = [0f32; LANES];
+    let body = n / LANES * LANES;
+    for (x, y) in a[..body].chunks_exact(LANES).zip(b[..body].chunks_exact(LANES)) {
+        for l in 0..LANES {
+            s[l] += x[l] * y[l];
+        }
+    }
+    let mut t = ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+    for i in body..n {
+        t += a[i] * b[i];
+    }
+    t
+}
+
+/// `x / sqrt(Σx² + eps)` in place (HF `l2norm`; llama.cpp's `build_gdn_l2_norm`, which is
+/// `rms_norm(x, eps / n) / √n`, the same value).
+pub fn l2_norm_in_place(x: &mut [f32], eps: f32) {
+    let inv = 1.0 / (dot_lanes(x, x) + eps).sqrt();
+    x.iter_mut().for_each(|v| *v *= inv);
+}
+
+/// `SiLU(x) = x · σ(x)`.
+#[inline]
+pub fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+/// `softplus(x) = ln(1 + eˣ)`, as ggml computes it (`x` itself above 20).
+#[inline]
+pub fn softplus(x: f32) -> f32 {
+    if x > 20.0 {
+        x
+    } else {
+        x.exp().ln_1p()
+    }
+}
+
+/// The logistic function `1 / (1 + e⁻ˣ)`.
+#[inline]
+pub fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// Causal depthwise conv1d of one sequence's new rows with its carried window, then SiLU
+/// (Mamba's and GatedDeltaNet's short convolution; ggml's `ssm_conv` + `silu`).
+///
+/// - `x`: `[n × c]` new input rows, replaced by the outputs;
+/// - `state`: `[(k − 1) × c]`, the last `k − 1` input rows before them, oldest first (zeros at
+///   a sequence's start), replaced by the last `k − 1` rows of `[state; x]`;
+/// - `wt`: `[k × c]`, the taps tap-major (`wt[i · c + ch]` multiplies the input `k − 1 − i`
+///   rows back), so output `ch` of row `t` is `Σ_{i<k} in[t + i − (k − 1)][ch] · wt[i][ch]`,
+///   summed in tap order.
+///
+/// # Panics
+/// When the lengths disagree with `k` and `c = wt.len() / k`.
+pub fn conv1d_silu(x: &mut [f32], state: &mut [f32], wt: &[f32], k: usize) {
+    assert!(k >= 1 && wt.len().is_multiple_of(k), "conv1d: {} taps for kernel {k}", wt.len());
+    let c = wt.len() / k;
+    let w = k - 1;
+    assert!(x.len().is_multiple_of(c) && state.len() == w * c, "conv1d: shapes");
+    let n = x.len() / c;
+    if n == 0 {
+        return;
+    }
+    // The input row `j` of `[state; x]` (before any output is written).
+    let old_state = state.to_vec();
+    // The new window: the last `w` rows of `[old_state; x]`.
+    for r in 0..w {
+        let j = n + r; // row of `[old_state; x]`, counted from the window's start
+        let src = if j < w { &old_state[j * c..(j + 1) * c] } else { &x[(j - w) * c..(j - w + 1) * c] };
+        state[r * c..(r + 1) * c].copy_from_slice(src);
+    }
+    // Backwards in place: output row `t` reads input rows `t − w ..= t`, none written yet.
+    let mut acc = vec![0f32; c];
+    for t in (0..n).rev() {
+        acc.iter_mut().for_each(|a| *a = 0.0);
+        for i in 0..k {
+            let j = t + i; // row of `[old_state; x]`
+            let src = if j < w { &old_state[j * c..(j + 1) * c] } else { &x[(j - w) * c..(j - w + 1) * c] };
+            for ((a, s), wv) in acc.iter_mut().zip(src).zip(&wt[i * c..(i + 1) * c]) {
+                *a += s * wv;
+            }
+        }
+        for (o, a) in x[t * c..(t + 1) * c].iter_mut().zip(&acc) {
+            *o = silu(*a);
+        }
+    }
+}
+
+/// One token's inputs to [`gated_delta_rule`] for one value head.
+#[derive(Debug, Clone, Copy)]
+pub struct DeltaToken<'a> {
+    /// The query (L2-normed and scaled by `1/√d_k`), `d_k`.
+    pub q: &'a [f32],
+    /// The key (L2-normed), `d_k`.
+    pub k: &'a [f32],
+    /// The value, `d_v`.
+    pub v: &'a [f32],
+    /// The log decay `g = −exp(A_log) · softplus(a + dt_bias)` (≤ 0).
+    pub g: f32,
+    /// The write strength `β = σ(b)`.
+    pub beta: f32,
+}
+
+/// The gated delta rule of one value head over one sequence's new tokens, recurrent form:
+/// per token `S ← e^g · S`, `S ← S + β (v − Sᵀk) kᵀ` (the delta rule's correction of what `S`
+/// recalls for `k`), output `o = Sᵀq`.
+///
+/// `state` is `[d_v × d_k]`: row `j` is value `j`'s key-space vector, so each row updates on
+/// its own (`s_j ← e^g s_j; s_j += β (v_j − s_j·k) k; o_j = s_j·q`). `out` receives `d_v`
+/// values per token. `token(t)` gives token `t`'s inputs, `t < n`.
+///
+/// # Panics
+/// When `state` is not `d_v × d_k` for the tokens' widths, or `out` is not `n × d_v`.
+pub fn gated_delta_rule<'a>(state: &mut [f32], n: usize, token: impl Fn(usize) -> DeltaToken<'a>, out: &mut [f32]) {
+    if n == 0 {
+        return;
+    }
+    let (dk, dv) = (token(0).k.len(), token(0).v.len());
+    assert!(state.len() == dk * dv && out.len() == n * dv, "delta rule: shapes");
+    for t in 0..n {
+        let tk = token(t);
+        let decay = tk.g.exp();
+        let o = &mut out[t * dv..(t + 1) * dv];
+        for (j, row) in state.chunks_exact_mut(dk).enumerate() {
+            row.iter_mut().for_each(|s| *s *= decay);
+            let d = (tk.v[j] - dot_lanes(row, tk.k)) * tk.beta;
+            row.iter_mut().zip(tk.k).for_each(|(s, kv)| *s += kv * d);
+            o[j] = dot_lanes(row, tk.q);
+        }
+    }
+}
+
+/// The gated RMSNorm of a GatedDeltaNet head's output (HF `Qwen3NextRMSNormGated`;
+/// llama.cpp's `build_norm_gated`): `y = x / sqrt(mean(x²) + eps) · w · SiLU(z)`, in place in
+/// `x`, per head of `w.len()` values.
+pub fn gated_rms_norm(x: &mut [f32], z: &[f32], w: &[f32], eps: f32) {
+    let d = w.len();
+    for (xh, zh) in x.chunks_exact_mut(d).zip(z.chunks_exact(d)) {
+        let inv = 1.0 / (dot_lanes(xh, xh) / d as f32 + eps).sqrt();
+        for ((xv, zv), wv) in xh.iter_mut().zip(zh).zip(w) {
+            *xv = *xv * inv * wv * silu(*zv);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rand(seed: &mut u64, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| crate::kernels::test_rand(seed) * scale).collect()
+    }
+
+    /// The conv over a whole sequence equals the conv over chunks carrying the window, bit for
+    /// bit, and both equal the f64 definition.
+    #[test]
+    fn conv_chunks_carry_the_window() {
+        let (k, c, n) = (4, 24, 11);
+        let mut seed = 7;
+        let x = rand(&mut seed, n * c, 1.0);
+        let wt = rand(&mut seed, k * c, 0.5);
+        let mut whole = x.clone();
+        let mut st = vec![0f32; (k - 1) * c];
+        conv1d_silu(&mut whole, &mut st, &wt, k);
+        let mut parts = x.clone();
+        let mut st2 = vec![0f32; (k - 1) * c];
+        for (a, b) in [(0, 1), (1, 3), (3, 8), (8, 11)] {
+            conv1d_silu(&mut parts[a * c..b * c], &mut st2, &wt, k);
+        }
+        assert_eq!(whole, parts);
+        assert_eq!(st, st2);
+        for t in 0..n {
+            for ch in 0..c {
+                let mut acc = 0f64;
+                for i in 0..k {
+                    if let Some(j) = (t + i).checked_sub(k - 1) {
+                        acc += x[j * c + ch] as f64 * wt[i * c + ch] as f64;
+                    }
+                }
+                let want = acc / (1.0 + (-acc).exp());
+                assert!((whole[t * c + ch] as f64 - want).abs() < 1e-5, "t {t} ch {ch}");
+            }
+        }
+        // The carried window is the last k − 1 inputs.
+        assert_eq!(st, x[(n - (k - 1)) * c..].to_vec());
+    }
+
+    /// The recurrent delta rule against its definition in f64 with the state as a matrix, and
+    /// chunked equals whole.
+    #[test]
+    fn delta_rule_matches_f64_definition() {
+        let (dk, dv, n) = (16, 12, 9);
+        let mut seed = 11;
+        let mut q = rand(&mut seed, n * dk, 1.0);
+        let mut kk = rand(&mut seed, n * dk, 1.0);
+        let v = rand(&mut seed, n * dv, 1.0);
+        let g: Vec<f32> = rand(&mut seed, n, 1.0).iter().map(|x| -x.abs()).collect();
+        let beta: Vec<f32> = rand(&mut seed, n, 2.0).iter().map(|x| sigmoid(*x)).collect();
+        for t in 0..n {
+            l2_norm_in_place(&mut q[t * dk..(t + 1) * dk], 1e-6);
+            l2_norm_in_place(&mut kk[t * dk..(t + 1) * dk], 1e-6);
+        }
+        let tok = |t: usize| DeltaToken {
+            q: &q[t * dk..(t + 1) * dk],
+            k: &kk[t * dk..(t + 1) * dk],
+            v: &v[t * dv..(t + 1) * dv],
+            g: g[t],
+            beta: beta[t],
+        };
+        let mut st = vec![0f32; dk * dv];
+        let mut out = vec![0f32; n * dv];
+        gated_delta_rule(&mut st, n, tok, &mut out);
+        let mut st2 = vec![0f32; dk * dv];
+        let mut out2 = vec![0f32; n * dv];
+        gated_delta_rule(&mut st2, 4, tok, &mut out2[..4 * dv]);
+        gated_delta_rule(&mut st2, n - 4, |t| tok(t + 4), &mut out2[4 * dv..]);
+        assert_eq!(out, out2);
+        assert_eq!(st, st2);
+        // S as a d_k × d_v matrix in f64.
+        let mut s = vec![0f64; dk * dv];
+        for t in 0..n {
+            let e = (g[t] as f64).exp();
+            s.iter_mut().for_each(|x| *x *= e);
+            let kt = &kk[t * dk..(t + 1) * dk];
+            for j in 0..dv {
+                let sk: f64 = (0..dk).map(|i| s[i * dv + j] * kt[i] as f64).sum();
+                let d = (v[t * dv + j] as f64 - sk) * beta[t] as f64;
+                for i in 0..dk {
+                    s[i * dv + j] += kt[i] as f64 * d;
+                }
+            }
+            for j in 0..dv {
+                let o: f64 = (0..dk).map(|i| s[i * dv + j] * q[t * dk + i] as f64).sum();
+                assert!((out[t * dv + j] as f64 - o).abs() < 1e-5, "t {t} j {j}: {} vs {o}", out[t * dv + j]);
+            }
+        }
+    }
+}

@@ -1,0 +1,255 @@
+//! The Gated DeltaNet layer of the hybrid families (Yang, Kautz & Hatamizadeh 2024; Qwen3-Next
+//! and Qwen3.5's `linear_attention` layers), as llama.cpp's `src/models/qwen35.cpp`
+//! (`build_layer_attn_linear`) and `delta-net-base.cpp` run it:
+//!
+//! normed input → one stacked projection `[q k v | z | b | a]` → causal depthwise conv1d of
+//! `q k v` with the request's carried window, SiLU → per head: `q`, `k` L2-normed, `q · 1/√d_k`;
+//! `β = σ(b)`, `g = softplus(a + dt_bias) · A` (`A = −exp(A_log)`, as the file stores it) →
+//! the gated delta rule per value head over the request's `d_v × d_k` state (value head `h`
+//! reads key head `h mod k_heads`: the GGUF converter reorders HF's grouped value heads to
+//! this tiled order) → RMSNorm per head · weight · SiLU(z) → output projection.
+//!
+//! The window and the state live in the KV store's state pool ([`crate::kv::state`]) at the
+//! sequence's `req_pool_idx`; a sequence whose row starts at position 0 starts from zeros.
+
+use super::{LayerBuffers, Step};
+use crate::kv::KvStore;
+use crate::model::hparams::LinearAttnParams;
+use crate::model::linear::{Fwd, Linear};
+use crate::model::vb::Vb;
+use crate::EngineError;
+use sparrow_cpu::kernels::recurrent::{self, DeltaToken};
+
+/// One Gated DeltaNet layer's weights and widths.
+pub(crate) struct DeltaNet {
+    /// `in_proj_qkv`, `in_proj_z`, `in_proj_b`, `in_proj_a` stacked:
+    /// `[conv_dim + inner + 2·v_heads × hidden]`.
+    pub(crate) in_proj: Linear,
+    /// `out_proj`, `[hidden × inner]`.
+    pub(crate) out_proj: Linear,
+    /// The convolution's taps, tap-major `[kernel × conv_dim]` (the file's rows are channels).
+    conv_t: Vec<f32>,
+    /// The decay's bias per value head (`dt_bias`).
+    dt_bias: Vec<f32>,
+    /// `A = −exp(A_log)` per value head.
+    a: Vec<f32>,
+    /// The gated norm's weight, `d_v`.
+    norm: Vec<f32>,
+    /// Convolution taps.
+    kernel: usize,
+    /// Key (and value) head width.
+    dk: usize,
+    k_heads: usize,
+    v_heads: usize,
+    /// This layer's index among the recurrent layers (its place in the state pool).
+    pub(crate) state_layer: usize,
+    eps: f32,
+}
+
+/// A step's buffers of the recurrent layers.
+#[derive(Default)]
+pub(crate) struct Scratch {
+    /// The stacked projection's output, `[tokens × (conv_dim + inner + 2·v_heads)]`.
+    proj: Vec<f32>,
+    /// The convolution's input, then output, `[tokens × conv_dim]`.
+    conv: Vec<f32>,
+    /// `g` then `β` per value head, `[tokens × 2·v_heads]`.
+    gb: Vec<f32>,
+    /// The delta rule's output per (sequence, head), `[head][token][d_v]` within each
+    /// sequence's block.
+    out_t: Vec<f32>,
+    /// The heads' outputs by token rows, `[tokens × inner]`.
+    core: Vec<f32>,
+}
+
+impl DeltaNet {
+    /// Layer `vb` (`model.layers.{l}`)'s `linear_attn` under llama.cpp's names (through the
+    /// GGUF name table `QWEN35_LAYER_NAMES`), `state_layer`-th of the recurrent layers.
+    ///
+    /// # Errors
+    /// A missing tensor or one of another shape, named; value heads not a multiple of key heads.
+    pub(crate) fn load(
+        vb: &Vb<'_>,
+        hidden: usize,
+        p: &LinearAttnParams,
+        state_layer: usize,
+        eps: f32,
+    ) -> Result<DeltaNet, EngineError> {
+        let (dk, kh, vh) = (p.head_k, p.k_heads, p.v_heads);
+        if vh % kh != 0 || p.inner != vh * dk {
+            return Err(EngineError::model(format!(
+                "{}: {vh} value heads over {kh} key heads of {dk}, inner size {} (want value heads a multiple of \
+                 key heads and inner = value heads × {dk})",
+                vb.path("linear_attn"),
+                p.inner
+            )));
+        }
+        let la = vb.pp("linear_attn");
+        let conv_dim = 2 * kh * dk + p.inner;
+        let in_proj = Linear::stack(vec![
+            la.linear("in_proj_qkv", conv_dim, hidden)?,
+            la.linear("in_proj_z", p.inner, hidden)?,
+            la.linear("in_proj_b", vh, hidden)?,
+            la.linear("in_proj_a", vh, hidden)?,
+        ]);
+        let k = p.conv_kernel;
+        let taps = la.vector("conv1d.weight", conv_dim * k)?;
+        let mut conv_t = vec![0f32; k * conv_dim];
+        for ch in 0..conv_dim {
+            for i in 0..k {
+                conv_t[i * conv_dim + ch] = taps[ch * k + i];
+            }
+        }
+        Ok(DeltaNet {
+            in_proj,
+            out_proj: la.linear("out_proj", hidden, p.inner)?,
+            conv_t,
+            dt_bias: la.vector("dt_bias", vh)?,
+            a: la.vector("A", vh)?,
+            norm: la.vector("norm.weight", dk)?,
+            kernel: k,
+            dk,
+            k_heads: kh,
+            v_heads: vh,
+            state_layer,
+            eps,
+        })
+    }
+
+    /// Channels of the convolution (`q`, `k` and `v` of all heads).
+    fn conv_dim(&self) -> usize {
+        (2 * self.k_heads + self.v_heads) * self.dk
+    }
+
+    /// f32 values of one request's convolution window in this layer.
+    pub(crate) fn conv_state_len(&self) -> usize {
+        (self.kernel - 1) * self.conv_dim()
+    }
+
+    /// f32 values of one request's delta-rule state in this layer.
+    pub(crate) fn ssm_state_len(&self) -> usize {
+        self.v_heads * self.dk * self.dk
+    }
+
+    /// The layer over the step's normed input `s.h`, its output in `s.proj`; the window and
+    /// state of each sequence's slot carried in `kv`'s state pool.
+    ///
+    /// # Errors
+    /// A store without a state pool, or one too small for the batch's slots.
+    pub(super) fn forward(
+        &self,
+        cx: &mut Fwd,
+        st: &Step,
+        s: &mut LayerBuffers,
+        kv: &mut KvStore,
+    ) -> Result<(), EngineError> {
+        let batch = st.batch;
+        let t_n = batch.num_tokens();
+        let (dk, kh, vh) = (self.dk, self.k_heads, self.v_heads);
+        let (cd, inner) = (self.conv_dim(), vh * dk);
+        let pw = cd + inner + 2 * vh;
+        let cs = self.conv_state_len();
+        let pool = cx.pool;
+        let states = kv.states_mut().ok_or_else(|| {
+            EngineError::model("a hybrid model's recurrent layers need the KV store's state pool (kv::state)")
+        })?;
+        if let Some(sq) = batch.seqs.iter().find(|q| q.req_pool_idx as usize >= states.slots()) {
+            return Err(EngineError::model(format!(
+                "state slot {} outside the pool of {}",
+                sq.req_pool_idx,
+                states.slots()
+            )));
+        }
+        let (conv_states, ssm_states) = states.layer_mut(self.state_layer);
+        let d = &mut s.delta;
+        d.proj.resize(t_n * pw, 0.0);
+        d.conv.resize(t_n * cd, 0.0);
+        d.gb.resize(t_n * 2 * vh, 0.0);
+        d.out_t.resize(t_n * inner, 0.0);
+        d.core.resize(t_n * inner, 0.0);
+        self.in_proj.forward(cx, &s.h, t_n, &mut d.proj);
+        // The convolution's input rows, and each token's decay and write strength.
+        let (proj, dt_bias, a) = (&d.proj, &self.dt_bias, &self.a);
+        pool.par_row_chunks2(&mut d.conv, cd, &mut d.gb, 2 * vh, |r0, conv, gb| {
+            for (i, (c, g)) in conv.chunks_exact_mut(cd).zip(gb.chunks_exact_mut(2 * vh)).enumerate() {
+                let row = &proj[(r0 + i) * pw..(r0 + i + 1) * pw];
+                c.copy_from_slice(&row[..cd]);
+                let (b, al) = (&row[cd + inner..cd + inner + vh], &row[cd + inner + vh..]);
+                for h in 0..vh {
+                    g[h] = recurrent::softplus(al[h] + dt_bias[h]) * a[h];
+                    g[vh + h] = recurrent::sigmoid(b[h]);
+                }
+            }
+        });
+        // The convolution per sequence, over its slot's window.
+        let slot_ranges: Vec<_> =
+            batch.seqs.iter().map(|q| q.req_pool_idx as usize * cs..(q.req_pool_idx as usize + 1) * cs).collect();
+        let row_ranges: Vec<_> = batch
+            .seqs
+            .iter()
+            .map(|q| q.token_start as usize * cd..(q.token_start + q.extend_len) as usize * cd)
+            .collect();
+        let (conv_t, k) = (&self.conv_t, self.kernel);
+        pool.par_ranges2(conv_states, &slot_ranges, &mut d.conv, &row_ranges, |i, window, x| {
+            if batch.seqs[i].prefix_len == 0 {
+                window.fill(0.0);
+            }
+            recurrent::conv1d_silu(x, window, conv_t, k);
+        });
+        // Per token: q and k of each key head L2-normed, q scaled by 1/√d_k.
+        let (eps, scale) = (self.eps, 1.0 / (dk as f32).sqrt());
+        pool.par_rows(&mut d.conv, cd, |_, row| {
+            for (h, x) in row[..2 * kh * dk].chunks_exact_mut(dk).enumerate() {
+                recurrent::l2_norm_in_place(x, eps);
+                if h < kh {
+                    x.iter_mut().for_each(|v| *v *= scale);
+                }
+            }
+        });
+        // The delta rule per (sequence, value head) over the slot's state.
+        let mut state_ranges = Vec::with_capacity(batch.seqs.len() * vh);
+        let mut out_ranges = Vec::with_capacity(batch.seqs.len() * vh);
+        for q in &batch.seqs {
+            let (slot, ts, n) = (q.req_pool_idx as usize, q.token_start as usize, q.extend_len as usize);
+            for h in 0..vh {
+                state_ranges.push((slot * vh + h) * dk * dk..(slot * vh + h + 1) * dk * dk);
+                let base = ts * inner + h * n * dk;
+                out_ranges.push(base..base + n * dk);
+            }
+        }
+        let (conv, gb) = (&d.conv, &d.gb);
+        pool.par_ranges2(ssm_states, &state_ranges, &mut d.out_t, &out_ranges, |task, state, out| {
+            let (sq, h) = (&batch.seqs[task / vh], task % vh);
+            if sq.prefix_len == 0 {
+                state.fill(0.0);
+            }
+            let (ts, kq) = (sq.token_start as usize, h % kh);
+            let token = |t: usize| {
+                let row = &conv[(ts + t) * cd..(ts + t + 1) * cd];
+                let g = &gb[(ts + t) * 2 * vh..(ts + t + 1) * 2 * vh];
+                DeltaToken {
+                    q: &row[kq * dk..(kq + 1) * dk],
+                    k: &row[(kh + kq) * dk..(kh + kq + 1) * dk],
+                    v: &row[(2 * kh + h) * dk..(2 * kh + h + 1) * dk],
+                    g: g[h],
+                    beta: g[vh + h],
+                }
+            };
+            recurrent::gated_delta_rule(state, sq.extend_len as usize, token, out);
+        });
+        // Back to token rows, then the gated norm per head.
+        let (out_t, row_seq, norm) = (&d.out_t, &s.row_seq, &self.norm);
+        pool.par_rows(&mut d.core, inner, |t, row| {
+            let sq = &batch.seqs[row_seq[t] as usize];
+            let (ts, n) = (sq.token_start as usize, sq.extend_len as usize);
+            for h in 0..vh {
+                let src = ts * inner + (h * n + t - ts) * dk;
+                row[h * dk..(h + 1) * dk].copy_from_slice(&out_t[src..src + dk]);
+            }
+            let z = &proj[t * pw + cd..t * pw + cd + inner];
+            recurrent::gated_rms_norm(row, z, norm, eps);
+        });
+        self.out_proj.forward(cx, &d.core, t_n, &mut s.proj);
+        Ok(())
+    }
+}

@@ -1,0 +1,290 @@
+//! The hybrid Qwen3.5 architecture (GGUF `qwen35`: Gated DeltaNet layers beside gated
+//! full-attention layers) against llama.cpp on a tiny "sharp" file: `fixtures/hybrid_golden.json`,
+//! from `scripts/goldens/hybrid_golden.py`, whose tensor generator this mirrors byte for byte
+//! (the fixture's SHA-256 of the tensor data is checked first).
+//!
+//! What the file makes visible: layers 1 and 3 attend and 0 and 2 are recurrent, so KV and
+//! state layers are not the layer indices; 2 key heads under 4 value heads (value head `h`
+//! reads key head `h mod 2`); decay rates down to −0.05 so the state carries far back; the
+//! attention's per-head gate. The prompt's logits are computed in 20 chunks of 10 tokens, each
+//! continuing the state and the window of the one before. Broken copies (the state dropped
+//! between chunks, the attention gate negated, value heads in grouped order, the
+//! convolution's taps one place off) must miss the golden. Then the scheduler: 32 mixed
+//! requests batched equal each alone under chunked prefill, page sizes 1–64 and a pool small
+//! enough to retract, and every state slot is free afterwards.
+
+use sparrow_cpu::format::ggml::GgmlType;
+use sparrow_engine::model::llama::LlamaModel;
+use sparrow_engine::model::Model;
+use sparrow_engine::scheduler::SchedulerConfig;
+
+use crate::formats::{assert_golden_sees, check_against_llama_cpp, kq_rel, kq_run, kq_vector, Tensor};
+use crate::moe_families::{
+    f32v, fixture_named, greedy_agreement, q8, u32s, u32v, write_gguf, MetaValue, HOT, HOT_FACTOR,
+};
+
+const HIDDEN: usize = 256;
+const HEADS: usize = 4;
+const KV_HEADS: usize = 2;
+const FFN: usize = 512;
+const LAYERS: usize = 4;
+const VOCAB: usize = 256;
+const CTX: usize = 512;
+const EPS: f32 = 1e-6;
+const HEAD_DIM: usize = 64;
+const ROPE_DIMS: usize = 16;
+const INTERVAL: usize = 2;
+const CONV: usize = 4;
+const DK: usize = 32;
+const K_HEADS: usize = 2;
+const V_HEADS: usize = 4;
+const INNER: usize = V_HEADS * DK;
+const CONV_DIM: usize = 2 * K_HEADS * DK + INNER;
+
+/// How far ours may be from the exact f64 forward, in multiples of llama.cpp's own mean
+/// distance from it (measured, printed by the test).
+const VS_REFERENCE: f32 = 1.25;
+
+fn recurrent(l: usize) -> bool {
+    !(l + 1).is_multiple_of(INTERVAL)
+}
+
+/// The script's `tensors()`, in file order (GGUF shapes: innermost first).
+fn tensors() -> Vec<Tensor> {
+    let (qd, kv) = (HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM);
+    let mat = |name: String, r: usize, c: usize, t: f64| {
+        let data = q8(&name, r, c, t);
+        (name, vec![c as u64, r as u64], GgmlType::Q8_0, data)
+    };
+    let vec = |name: String, n: usize, lo: f64, hi: f64| {
+        let data = kq_vector(&name, n, lo, hi);
+        (name, vec![n as u64], GgmlType::F32, data)
+    };
+    let mut out = vec![mat("token_embd.weight".into(), VOCAB, HIDDEN, 0.5)];
+    for l in 0..LAYERS {
+        let p = format!("blk.{l}.");
+        out.push(vec(format!("{p}attn_norm.weight"), HIDDEN, 0.6, 1.4));
+        if recurrent(l) {
+            out.push(mat(format!("{p}attn_qkv.weight"), CONV_DIM, HIDDEN, 0.15));
+            out.push(mat(format!("{p}attn_gate.weight"), INNER, HIDDEN, 0.25));
+            out.push(mat(format!("{p}ssm_beta.weight"), V_HEADS, HIDDEN, 0.25));
+            out.push(mat(format!("{p}ssm_alpha.weight"), V_HEADS, HIDDEN, 0.25));
+            let conv = format!("{p}ssm_conv1d.weight");
+            let data = kq_vector(&conv, CONV_DIM * CONV, -0.6, 0.6);
+            out.push((conv, vec![CONV as u64, CONV_DIM as u64], GgmlType::F32, data));
+            out.push(vec(format!("{p}ssm_dt.bias"), V_HEADS, -1.0, 1.0));
+            out.push(vec(format!("{p}ssm_a"), V_HEADS, -1.0, -0.05));
+            out.push(vec(format!("{p}ssm_norm.weight"), DK, 0.6, 1.4));
+            out.push(mat(format!("{p}ssm_out.weight"), HIDDEN, INNER, 0.25));
+        } else {
+            for (n, r, c, t) in [
+                ("attn_q", 2 * qd, HIDDEN, 0.15),
+                ("attn_k", kv, HIDDEN, 0.15),
+                ("attn_v", kv, HIDDEN, 0.5),
+                ("attn_output", HIDDEN, qd, 0.5),
+            ] {
+                out.push(mat(format!("{p}{n}.weight"), r, c, t));
+            }
+            out.push(vec(format!("{p}attn_q_norm.weight"), HEAD_DIM, 0.6, 1.4));
+            out.push(vec(format!("{p}attn_k_norm.weight"), HEAD_DIM, 0.6, 1.4));
+        }
+        out.push(vec(format!("{p}post_attention_norm.weight"), HIDDEN, 0.6, 1.4));
+        for (n, r, c) in [("ffn_gate", FFN, HIDDEN), ("ffn_up", FFN, HIDDEN), ("ffn_down", HIDDEN, FFN)] {
+            out.push(mat(format!("{p}{n}.weight"), r, c, 0.25));
+        }
+    }
+    out.push(vec("output_norm.weight".into(), HIDDEN, 0.6, 1.4));
+    let mut head = q8("output.weight", VOCAB, HIDDEN, 0.5);
+    let hot = sparrow_cpu::half::f32_to_f16((HOT_FACTOR * 0.5 / 127.0) as f32).to_le_bytes();
+    for blk in head[..HOT * HIDDEN / 32 * 34].chunks_exact_mut(34) {
+        blk[..2].copy_from_slice(&hot);
+    }
+    out.push(("output.weight".into(), vec![HIDDEN as u64, VOCAB as u64], GgmlType::Q8_0, head));
+    out
+}
+
+/// An `i32` array metadata value.
+fn i32_array(v: &[i32]) -> MetaValue {
+    let mut b = 5u32.to_le_bytes().to_vec();
+    b.extend_from_slice(&(v.len() as u64).to_le_bytes());
+    v.iter().for_each(|x| b.extend_from_slice(&x.to_le_bytes()));
+    (ggus::GGufMetaDataValueType::Array, b)
+}
+
+/// The script's `write`: the `qwen35` keys beside the tensors.
+fn write(path: &std::path::Path, tensors: &[Tensor]) {
+    let keyed = vec![
+        ("block_count", u32v(LAYERS)),
+        ("context_length", u32v(CTX)),
+        ("embedding_length", u32v(HIDDEN)),
+        ("feed_forward_length", u32v(FFN)),
+        ("attention.head_count", u32v(HEADS)),
+        ("attention.head_count_kv", u32v(KV_HEADS)),
+        ("rope.freq_base", f32v(1e7)),
+        ("attention.layer_norm_rms_epsilon", f32v(EPS)),
+        ("attention.key_length", u32v(HEAD_DIM)),
+        ("attention.value_length", u32v(HEAD_DIM)),
+        ("rope.dimension_count", u32v(ROPE_DIMS)),
+        ("rope.dimension_sections", i32_array(&[3, 3, 2, 0])),
+        ("ssm.conv_kernel", u32v(CONV)),
+        ("ssm.state_size", u32v(DK)),
+        ("ssm.group_count", u32v(K_HEADS)),
+        ("ssm.time_step_rank", u32v(V_HEADS)),
+        ("ssm.inner_size", u32v(INNER)),
+        ("full_attention_interval", u32v(INTERVAL)),
+    ];
+    write_gguf(path, "qwen35", &keyed, tensors);
+}
+
+/// Bytes of one Q8_0 row of `cols` values.
+fn q8_row(cols: usize) -> usize {
+    cols / 32 * 34
+}
+
+/// `t`'s rows regrouped: row block `b` of `rows_per` rows comes from block `perm[b]`.
+fn permute_row_blocks(t: &mut Tensor, row_bytes: usize, first_row: usize, rows_per: usize, perm: &[usize]) {
+    let old = t.3.clone();
+    for (b, &from) in perm.iter().enumerate() {
+        let dst = (first_row + b * rows_per) * row_bytes;
+        let src = (first_row + from * rows_per) * row_bytes;
+        t.3[dst..dst + rows_per * row_bytes].copy_from_slice(&old[src..src + rows_per * row_bytes]);
+    }
+}
+
+/// The broken copies: what each changes in the file.
+fn broken_copies(t: &[Tensor]) -> Vec<(&'static str, Vec<Tensor>)> {
+    // The gate's sign flipped (σ(−g) = 1 − σ(g)): each head's gate rows' Q8_0 scales negated.
+    let mut gate = t.to_vec();
+    for x in gate.iter_mut().filter(|x| x.0.ends_with("attn_q.weight")) {
+        let rb = q8_row(HIDDEN);
+        for h in 0..HEADS {
+            let rows = (2 * h + 1) * HEAD_DIM * rb..(2 * h + 2) * HEAD_DIM * rb;
+            for blk in x.3[rows].chunks_exact_mut(34) {
+                blk[1] ^= 0x80;
+            }
+        }
+    }
+    // Value heads in HF's grouped order (h / 2 instead of h mod 2), consistently in every
+    // tensor that has them: the same model read with the other grouping.
+    let perm = [0usize, 2, 1, 3];
+    let mut grouped = t.to_vec();
+    for x in grouped.iter_mut() {
+        let rb = q8_row(HIDDEN);
+        if x.0.ends_with("attn_qkv.weight") {
+            permute_row_blocks(x, rb, 2 * K_HEADS * DK, DK, &perm);
+        } else if x.0.ends_with("attn_gate.weight") {
+            permute_row_blocks(x, rb, 0, DK, &perm);
+        } else if x.0.ends_with("ssm_beta.weight") || x.0.ends_with("ssm_alpha.weight") {
+            permute_row_blocks(x, rb, 0, 1, &perm);
+        } else if x.0.ends_with("ssm_dt.bias") || x.0.ends_with("ssm_a") {
+            permute_row_blocks(x, 4, 0, 1, &perm);
+        } else if x.0.ends_with("ssm_conv1d.weight") {
+            permute_row_blocks(x, 4 * CONV, 2 * K_HEADS * DK, DK, &perm);
+        } else if x.0.ends_with("ssm_out.weight") {
+            // Columns: one Q8_0 block (32 = d_v values) per head in every row.
+            let old = x.3.clone();
+            for r in 0..HIDDEN {
+                for (b, &from) in perm.iter().enumerate() {
+                    let (dst, src) = (r * q8_row(INNER) + b * 34, r * q8_row(INNER) + from * 34);
+                    x.3[dst..dst + 34].copy_from_slice(&old[src..src + 34]);
+                }
+            }
+        }
+    }
+    // Each channel's taps one place off (the window read one token late).
+    let mut conv = t.to_vec();
+    for x in conv.iter_mut().filter(|x| x.0.ends_with("ssm_conv1d.weight")) {
+        for ch in x.3.chunks_exact_mut(4 * CONV) {
+            ch.rotate_left(4);
+        }
+    }
+    vec![
+        ("attention gate negated", gate),
+        ("value heads grouped, not tiled", grouped),
+        ("convolution taps one place off", conv),
+    ]
+}
+
+/// [`kq_run`]'s prompt rows, but with every recurrent state dropped between chunks.
+fn rows_forgetting_state(m: &mut dyn Model, ids: &[u32], positions: &[usize]) -> Vec<Vec<f32>> {
+    use sparrow_engine::batch::ForwardBatch;
+    let mut kv = sparrow_engine::model::kv_store(m, ids.len() + 1, 1);
+    let (mut rows, mut done) = (Vec::new(), 0);
+    for &p in positions {
+        if let Some(st) = kv.states_mut() {
+            for l in 0..st.layout().layers {
+                let (c, s) = st.layer_mut(l);
+                c.fill(0.0);
+                s.fill(0.0);
+            }
+        }
+        rows.push(m.forward(&ForwardBatch::single_sequence(&ids[..=p], done), &mut kv).expect("forward"));
+        done = p + 1;
+    }
+    rows
+}
+
+#[test]
+fn qwen35_matches_llama_cpp() {
+    use sha2::{Digest, Sha256};
+    let g = fixture_named("hybrid_golden.json");
+    let ids = u32s(&g["prompt_ids"]);
+    let case = &g["cases"][0];
+    let t = tensors();
+    let mut sha = Sha256::new();
+    t.iter().for_each(|x| sha.update(&x.3));
+    let hex: String = sha.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(hex, case["tensor_sha256"].as_str().expect("sha"), "not the tensors llama.cpp evaluated");
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("qwen35.gguf");
+    write(&path, &t);
+    let mut m = LlamaModel::load(&path, 2).unwrap_or_else(|e| panic!("qwen35: {e}"));
+    assert_eq!(m.info().architecture, "qwen35");
+    // Two attention layers keep KV; two recurrent layers keep a 3-row window of 256 channels
+    // and 4 heads of 32 × 32 each: the formula of docs/serve.md.
+    assert_eq!(m.attention_needs().kv_layout.layers, 2);
+    let st = m.state_layout().expect("a hybrid model has a state");
+    assert_eq!((st.layers, st.conv, st.ssm), (2, (CONV - 1) * CONV_DIM, V_HEADS * DK * DK));
+    assert_eq!(st.bytes_per_request(), 2 * ((CONV - 1) * CONV_DIM + V_HEADS * DK * DK) * 4);
+    let positions: Vec<usize> =
+        case["positions"].as_array().expect("pos").iter().map(|x| x.as_u64().expect("p") as usize).collect();
+    let (rows, _) = kq_run(&mut m, &ids, &positions, 0);
+    let ref_mean = check_against_llama_cpp("qwen35", case, &rows, &[], &[], VS_REFERENCE, 0.0);
+    let agree = greedy_agreement(&mut m, "qwen35", case);
+    assert!(agree >= 5, "qwen35: greedy equal to llama.cpp's for {agree} prompts of 6");
+    let limit = 2.0 * VS_REFERENCE * ref_mean;
+    let forgot = rows_forgetting_state(&mut m, &ids, &positions);
+    let (fm, _) = kq_rel(&forgot, &case["exact"]);
+    eprintln!("qwen35 broken run (state dropped between chunks): {:.1} % from exact on average", 100.0 * fm);
+    assert!(fm > limit, "the golden does not see a state dropped between chunks ({fm})");
+    for (what, bt) in broken_copies(&t) {
+        let bp = dir.path().join("broken.gguf");
+        write(&bp, &bt);
+        let mut mb = LlamaModel::load(&bp, 2).unwrap_or_else(|e| panic!("qwen35 {what}: {e}"));
+        assert_golden_sees(&format!("qwen35 broken copy ({what})"), &mut mb, &ids, &positions, &case["exact"], limit);
+    }
+}
+
+/// 32 mixed requests (shared prefixes, lengths 3–69) batched equal each alone: chunked
+/// prefill of 48 tokens, page sizes 1, 16 and 64, and a pool of 40 pages of 16 that forces
+/// retractions (each retracted request recomputed from position 0 with a fresh state). The
+/// radix cache is off, as the engine runs a hybrid model; every request slot, and so every
+/// state, is free after each run (`batch_invariance::run` checks).
+#[test]
+fn qwen35_batched_equals_alone_with_retraction() {
+    use crate::batch_invariance::{cfg, mixed_prompts, run, NEW};
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("qwen35.gguf");
+    write(&path, &tensors());
+    let mut m = LlamaModel::load(&path, 2).expect("qwen35");
+    let prompts = mixed_prompts(VOCAB as u32);
+    let alone = run(&mut m, cfg(1, false, 512), &prompts, true);
+    assert!(alone.iter().all(|o| o.len() == NEW));
+    let tight = SchedulerConfig { num_pages: 40, max_running_requests: 16, ..cfg(16, false, 48) };
+    for (label, c) in [("page 1", cfg(1, false, 48)), ("page 64", cfg(64, false, 48)), ("40 pages", tight)] {
+        let got = run(&mut m, c, &prompts, false);
+        for (i, (g, a)) in got.iter().zip(&alone).enumerate() {
+            assert_eq!(g, a, "request {i}, {label}");
+        }
+    }
+}
