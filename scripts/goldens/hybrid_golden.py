@@ -20,7 +20,9 @@ plain RoPE); the recurrent layers: 2 key heads and 4 value heads of 32 (value he
 head `h mod 2`, the converter's tiled order), a 4-tap convolution, decay rates `A` in
 [−1, −0.05] so some heads remember far back, β from its own projection, the gated RMSNorm.
 For the prompt's logits to depend on everything the state carries, the prompt (200 tokens) is
-longer than two prefill chunks of the Rust test.
+longer than two prefill chunks of the Rust test. `qwen35moe` (`src/models/qwen35moe.cpp`) is the same
+file with a MoE feed-forward in every layer: 16 experts, 4 per token, softmax over all and the
+4 renormalized, one shared expert under its sigmoid gate.
 For each case: the logits of every 10th prompt position, the same rows from an exact float64
 forward of the same dequantized weights (`exact_forward`), and six greedy prompts' 12 tokens
 with their top-1/top-2 margins.
@@ -41,7 +43,11 @@ CONV, DK, K_HEADS, V_HEADS = 4, 32, 2, 4
 INNER = V_HEADS * DK
 CONV_DIM = 2 * K_HEADS * DK + INNER
 
-FAMILIES = {"qwen35": {}}
+# qwen35moe: the same layers with a MoE feed-forward (16 experts, 4 per token, softmax over all,
+# the 4 renormalized; a router wide enough that expert weights differ far beyond 8-bit noise) and
+# one shared expert under its sigmoid gate (`ffn_gate_inp_shexp`, ±0.3 per value).
+FAMILIES = {"qwen35": {}, "qwen35moe": {"moe": True}}
+N_EXPERT, TOP_K, EXPERT_FFN, ROUTER = 16, 4, 128, 0.25
 
 
 def recurrent(l):
@@ -75,6 +81,18 @@ def tensors(fam):
             out.append(vec(p + "attn_q_norm.weight", HEAD_DIM, 0.6, 1.4))
             out.append(vec(p + "attn_k_norm.weight", HEAD_DIM, 0.6, 1.4))
         out.append(vec(p + "post_attention_norm.weight", HIDDEN, 0.6, 1.4))
+        if FAMILIES[fam].get("moe"):
+            router = vector(p + "ffn_gate_inp.weight", N_EXPERT * HIDDEN, -ROUTER, ROUTER)
+            out.append((p + "ffn_gate_inp.weight", [N_EXPERT, HIDDEN], "F32", router.tobytes()))
+            for n, r, c in [("ffn_gate_exps", EXPERT_FFN, HIDDEN), ("ffn_up_exps", EXPERT_FFN, HIDDEN),
+                            ("ffn_down_exps", HIDDEN, EXPERT_FFN)]:
+                name = p + n + ".weight"
+                out.append((name, [N_EXPERT, r, c], "Q8_0", q8_matrix_t(name, N_EXPERT * r, c, 0.25)))
+            out.append(vec(p + "ffn_gate_inp_shexp.weight", HIDDEN, -0.3, 0.3))
+            for n, r, c in [("ffn_gate_shexp", EXPERT_FFN, HIDDEN), ("ffn_up_shexp", EXPERT_FFN, HIDDEN),
+                            ("ffn_down_shexp", HIDDEN, EXPERT_FFN)]:
+                out.append(q8(p + n + ".weight", r, c, 0.25))
+            continue
         for n, r, c in [("ffn_gate", FFN, HIDDEN), ("ffn_up", FFN, HIDDEN), ("ffn_down", HIDDEN, FFN)]:
             out.append(q8(p + n + ".weight", r, c, 0.25))
     out.append(vec("output_norm.weight", HIDDEN, 0.6, 1.4))
@@ -83,7 +101,8 @@ def tensors(fam):
 
 
 def write(path, fam):
-    w = gguf.GGUFWriter(str(path), "qwen35")
+    moe = FAMILIES[fam].get("moe")
+    w = gguf.GGUFWriter(str(path), fam)
     w.add_name(f"hybrid golden {fam}")
     w.add_block_count(LAYERS)
     w.add_context_length(CTX)
@@ -103,6 +122,11 @@ def write(path, fam):
     w.add_ssm_time_step_rank(V_HEADS)
     w.add_ssm_inner_size(INNER)
     w.add_full_attention_interval(INTERVAL)
+    if moe:
+        w.add_expert_count(N_EXPERT)
+        w.add_expert_used_count(TOP_K)
+        w.add_expert_feed_forward_length(EXPERT_FFN)
+        w.add_expert_shared_feed_forward_length(EXPERT_FFN)
     w.add_vocab_size(VOCAB)
     return finish(w, tensors(fam))
 
@@ -175,6 +199,23 @@ def exact_forward(fam, ids):
             o = o * sigm(gate)
             x = x + o.reshape(T, -1) @ w[p + "attn_output.weight"].T
         h = rms(x, w[p + "post_attention_norm.weight"])
+        if FAMILIES[fam].get("moe"):
+            # `build_moe_ffn`: softmax over all experts, top 4, renormalized; + the shared expert
+            # × σ(h · ffn_gate_inp_shexp).
+            logits = h @ w[p + "ffn_gate_inp.weight"].T
+            e = np.exp(logits - logits.max(-1, keepdims=True))
+            probs = e / e.sum(-1, keepdims=True)
+            gexp, uexp, dexp = (w[p + n + ".weight"] for n in ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"))
+            y = np.zeros_like(h)
+            for t in range(T):
+                top = np.argsort(-probs[t], kind="stable")[:TOP_K]
+                wt = probs[t, top] / probs[t, top].sum()
+                for e_, we in zip(top, wt):
+                    y[t] += we * ((silu(gexp[e_] @ h[t]) * (uexp[e_] @ h[t])) @ dexp[e_].T)
+            sh = (silu(h @ w[p + "ffn_gate_shexp.weight"].T) * (h @ w[p + "ffn_up_shexp.weight"].T)) \
+                @ w[p + "ffn_down_shexp.weight"].T
+            x = x + y + sh * sigm(h @ w[p + "ffn_gate_inp_shexp.weight"])[:, None]
+            continue
         x = x + (silu(h @ w[p + "ffn_gate.weight"].T) * (h @ w[p + "ffn_up.weight"].T)) @ w[p + "ffn_down.weight"].T
     return rms(x, w["output_norm.weight"]) @ w["output.weight"].T
 

@@ -244,6 +244,25 @@ pub const ARCHITECTURES: &[Arch] = &[
         embedding: false,
         ..Arch::BASE
     },
+    // Qwen3.5-MoE / Qwen3.6-35B-A3B (`src/models/qwen35moe.cpp`): qwen35's layers with a MoE
+    // feed-forward (softmax over all experts, top-k renormalized) and one shared expert under
+    // its sigmoid gate.
+    Arch {
+        name: "qwen35moe",
+        class: "Qwen3_5MoeForCausalLM",
+        body: Body::Decoder(Family {
+            gguf_rope: RopeLayout::Halves,
+            qk_norm: QkNorm::On,
+            layer_names: &[QWEN35_LAYER_NAMES, LLAMA_LAYER_NAMES, MOE_FFN_NAMES],
+            moe: Some(MoeFamily { scoring: Some(Scoring::Softmax), norm_topk_prob: Some(true), ..MoeFamily::BASE }),
+            rope_base: 10_000_000.0,
+            rms_eps: 1e-6,
+            attn_gate: true,
+            ..Family::BASE
+        }),
+        embedding: false,
+        ..Arch::BASE
+    },
     Arch {
         name: "deepseek2",
         hf: &[("deepseek_v2", "DeepseekV2ForCausalLM"), ("deepseek_v3", "DeepseekV3ForCausalLM")],

@@ -174,6 +174,7 @@ pub const MOE_FFN_NAMES: &[(&str, &str)] = &[
     ("mlp.shared_experts.gate_proj", "ffn_gate_shexp"),
     ("mlp.shared_experts.up_proj", "ffn_up_shexp"),
     ("mlp.shared_experts.down_proj", "ffn_down_shexp"),
+    ("mlp.shared_expert_gate", "ffn_gate_inp_shexp"),
 ];
 
 /// DeepSeek-V2/V3's MLA attention (`MODEL_ARCH.DEEPSEEK2`): the q LoRA (`attn_q_a`,

@@ -40,6 +40,10 @@ const K_HEADS: usize = 2;
 const V_HEADS: usize = 4;
 const INNER: usize = V_HEADS * DK;
 const CONV_DIM: usize = 2 * K_HEADS * DK + INNER;
+const N_EXPERT: usize = 16;
+const TOP_K: usize = 4;
+const EXPERT_FFN: usize = 128;
+const ROUTER: f64 = 0.25;
 
 /// How far ours may be from the exact f64 forward, in multiples of llama.cpp's own mean
 /// distance from it (measured, printed by the test).
@@ -49,8 +53,9 @@ fn recurrent(l: usize) -> bool {
     !(l + 1).is_multiple_of(INTERVAL)
 }
 
-/// The script's `tensors()`, in file order (GGUF shapes: innermost first).
-fn tensors() -> Vec<Tensor> {
+/// The script's `tensors(fam)`, in file order (GGUF shapes: innermost first): `moe` for
+/// `qwen35moe`.
+fn tensors(moe: bool) -> Vec<Tensor> {
     let (qd, kv) = (HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM);
     let mat = |name: String, r: usize, c: usize, t: f64| {
         let data = q8(&name, r, c, t);
@@ -89,6 +94,29 @@ fn tensors() -> Vec<Tensor> {
             out.push(vec(format!("{p}attn_k_norm.weight"), HEAD_DIM, 0.6, 1.4));
         }
         out.push(vec(format!("{p}post_attention_norm.weight"), HIDDEN, 0.6, 1.4));
+        if moe {
+            let router = format!("{p}ffn_gate_inp.weight");
+            let data = kq_vector(&router, N_EXPERT * HIDDEN, -ROUTER, ROUTER);
+            out.push((router, vec![HIDDEN as u64, N_EXPERT as u64], GgmlType::F32, data));
+            for (n, r, c) in [
+                ("ffn_gate_exps", EXPERT_FFN, HIDDEN),
+                ("ffn_up_exps", EXPERT_FFN, HIDDEN),
+                ("ffn_down_exps", HIDDEN, EXPERT_FFN),
+            ] {
+                let name = format!("{p}{n}.weight");
+                let data = q8(&name, N_EXPERT * r, c, 0.25);
+                out.push((name, vec![c as u64, r as u64, N_EXPERT as u64], GgmlType::Q8_0, data));
+            }
+            out.push(vec(format!("{p}ffn_gate_inp_shexp.weight"), HIDDEN, -0.3, 0.3));
+            for (n, r, c) in [
+                ("ffn_gate_shexp", EXPERT_FFN, HIDDEN),
+                ("ffn_up_shexp", EXPERT_FFN, HIDDEN),
+                ("ffn_down_shexp", HIDDEN, EXPERT_FFN),
+            ] {
+                out.push(mat(format!("{p}{n}.weight"), r, c, 0.25));
+            }
+            continue;
+        }
         for (n, r, c) in [("ffn_gate", FFN, HIDDEN), ("ffn_up", FFN, HIDDEN), ("ffn_down", HIDDEN, FFN)] {
             out.push(mat(format!("{p}{n}.weight"), r, c, 0.25));
         }
@@ -111,9 +139,9 @@ fn i32_array(v: &[i32]) -> MetaValue {
     (ggus::GGufMetaDataValueType::Array, b)
 }
 
-/// The script's `write`: the `qwen35` keys beside the tensors.
-fn write(path: &std::path::Path, tensors: &[Tensor]) {
-    let keyed = vec![
+/// The script's `write`: the `qwen35` (`moe`: `qwen35moe`) keys beside the tensors.
+fn write(path: &std::path::Path, moe: bool, tensors: &[Tensor]) {
+    let mut keyed = vec![
         ("block_count", u32v(LAYERS)),
         ("context_length", u32v(CTX)),
         ("embedding_length", u32v(HIDDEN)),
@@ -133,7 +161,13 @@ fn write(path: &std::path::Path, tensors: &[Tensor]) {
         ("ssm.inner_size", u32v(INNER)),
         ("full_attention_interval", u32v(INTERVAL)),
     ];
-    write_gguf(path, "qwen35", &keyed, tensors);
+    if moe {
+        keyed.push(("expert_count", u32v(N_EXPERT)));
+        keyed.push(("expert_used_count", u32v(TOP_K)));
+        keyed.push(("expert_feed_forward_length", u32v(EXPERT_FFN)));
+        keyed.push(("expert_shared_feed_forward_length", u32v(EXPERT_FFN)));
+    }
+    write_gguf(path, if moe { "qwen35moe" } else { "qwen35" }, &keyed, tensors);
 }
 
 /// Bytes of one Q8_0 row of `cols` values.
@@ -152,7 +186,7 @@ fn permute_row_blocks(t: &mut Tensor, row_bytes: usize, first_row: usize, rows_p
 }
 
 /// The broken copies: what each changes in the file.
-fn broken_copies(t: &[Tensor]) -> Vec<(&'static str, Vec<Tensor>)> {
+fn broken_copies(t: &[Tensor], moe: bool) -> Vec<(&'static str, Vec<Tensor>)> {
     // The gate's sign flipped (σ(−g) = 1 − σ(g)): each head's gate rows' Q8_0 scales negated.
     let mut gate = t.to_vec();
     for x in gate.iter_mut().filter(|x| x.0.ends_with("attn_q.weight")) {
@@ -198,11 +232,19 @@ fn broken_copies(t: &[Tensor]) -> Vec<(&'static str, Vec<Tensor>)> {
             ch.rotate_left(4);
         }
     }
-    vec![
+    let mut out = vec![
         ("attention gate negated", gate),
         ("value heads grouped, not tiled", grouped),
         ("convolution taps one place off", conv),
-    ]
+    ];
+    if moe {
+        // The shared expert's gate gone: its output added whole.
+        out.push((
+            "shared expert ungated",
+            t.iter().filter(|x| !x.0.ends_with("ffn_gate_inp_shexp.weight")).cloned().collect(),
+        ));
+    }
+    out
 }
 
 /// [`kq_run`]'s prompt rows, but with every recurrent state dropped between chunks.
@@ -226,20 +268,30 @@ fn rows_forgetting_state(m: &mut dyn Model, ids: &[u32], positions: &[usize]) ->
 
 #[test]
 fn qwen35_matches_llama_cpp() {
-    use sha2::{Digest, Sha256};
     let g = fixture_named("hybrid_golden.json");
     let ids = u32s(&g["prompt_ids"]);
-    let case = &g["cases"][0];
-    let t = tensors();
+    for case in g["cases"].as_array().expect("cases") {
+        check_case(&ids, case);
+    }
+}
+
+/// One fixture case: the file's tensors, its state layout, its rows and greedy tokens against
+/// llama.cpp, and its broken copies.
+fn check_case(ids: &[u32], case: &serde_json::Value) {
+    use sha2::{Digest, Sha256};
+    let family = case["family"].as_str().expect("family");
+    let moe = family == "qwen35moe";
+    let ids = ids.to_vec();
+    let t = tensors(moe);
     let mut sha = Sha256::new();
     t.iter().for_each(|x| sha.update(&x.3));
     let hex: String = sha.finalize().iter().map(|b| format!("{b:02x}")).collect();
-    assert_eq!(hex, case["tensor_sha256"].as_str().expect("sha"), "not the tensors llama.cpp evaluated");
+    assert_eq!(hex, case["tensor_sha256"].as_str().expect("sha"), "{family}: not the tensors llama.cpp evaluated");
     let dir = tempfile::tempdir().expect("tmp");
-    let path = dir.path().join("qwen35.gguf");
-    write(&path, &t);
-    let mut m = LlamaModel::load(&path, 2).unwrap_or_else(|e| panic!("qwen35: {e}"));
-    assert_eq!(m.info().architecture, "qwen35");
+    let path = dir.path().join("hybrid.gguf");
+    write(&path, moe, &t);
+    let mut m = LlamaModel::load(&path, 2).unwrap_or_else(|e| panic!("{family}: {e}"));
+    assert_eq!(m.info().architecture, family);
     // Two attention layers keep KV; two recurrent layers keep a 3-row window of 256 channels
     // and 4 heads of 32 × 32 each: the formula of docs/serve.md.
     assert_eq!(m.attention_needs().kv_layout.layers, 2);
@@ -249,19 +301,19 @@ fn qwen35_matches_llama_cpp() {
     let positions: Vec<usize> =
         case["positions"].as_array().expect("pos").iter().map(|x| x.as_u64().expect("p") as usize).collect();
     let (rows, _) = kq_run(&mut m, &ids, &positions, 0);
-    let ref_mean = check_against_llama_cpp("qwen35", case, &rows, &[], &[], VS_REFERENCE, 0.0);
-    let agree = greedy_agreement(&mut m, "qwen35", case);
-    assert!(agree >= 5, "qwen35: greedy equal to llama.cpp's for {agree} prompts of 6");
+    let ref_mean = check_against_llama_cpp(family, case, &rows, &[], &[], VS_REFERENCE, 0.0);
+    let agree = greedy_agreement(&mut m, family, case);
+    assert!(agree >= 5, "{family}: greedy equal to llama.cpp's for {agree} prompts of 6");
     let limit = 2.0 * VS_REFERENCE * ref_mean;
     let forgot = rows_forgetting_state(&mut m, &ids, &positions);
     let (fm, _) = kq_rel(&forgot, &case["exact"]);
-    eprintln!("qwen35 broken run (state dropped between chunks): {:.1} % from exact on average", 100.0 * fm);
-    assert!(fm > limit, "the golden does not see a state dropped between chunks ({fm})");
-    for (what, bt) in broken_copies(&t) {
+    eprintln!("{family} broken run (state dropped between chunks): {:.1} % from exact on average", 100.0 * fm);
+    assert!(fm > limit, "{family}: the golden does not see a state dropped between chunks ({fm})");
+    for (what, bt) in broken_copies(&t, moe) {
         let bp = dir.path().join("broken.gguf");
-        write(&bp, &bt);
-        let mut mb = LlamaModel::load(&bp, 2).unwrap_or_else(|e| panic!("qwen35 {what}: {e}"));
-        assert_golden_sees(&format!("qwen35 broken copy ({what})"), &mut mb, &ids, &positions, &case["exact"], limit);
+        write(&bp, moe, &bt);
+        let mut mb = LlamaModel::load(&bp, 2).unwrap_or_else(|e| panic!("{family} {what}: {e}"));
+        assert_golden_sees(&format!("{family} broken copy ({what})"), &mut mb, &ids, &positions, &case["exact"], limit);
     }
 }
 
@@ -271,20 +323,22 @@ fn qwen35_matches_llama_cpp() {
 /// radix cache is off, as the engine runs a hybrid model; every request slot, and so every
 /// state, is free after each run (`batch_invariance::run` checks).
 #[test]
-fn qwen35_batched_equals_alone_with_retraction() {
+fn hybrid_batched_equals_alone_with_retraction() {
     use crate::batch_invariance::{cfg, mixed_prompts, run, NEW};
     let dir = tempfile::tempdir().expect("tmp");
-    let path = dir.path().join("qwen35.gguf");
-    write(&path, &tensors());
-    let mut m = LlamaModel::load(&path, 2).expect("qwen35");
-    let prompts = mixed_prompts(VOCAB as u32);
-    let alone = run(&mut m, cfg(1, false, 512), &prompts, true);
-    assert!(alone.iter().all(|o| o.len() == NEW));
-    let tight = SchedulerConfig { num_pages: 40, max_running_requests: 16, ..cfg(16, false, 48) };
-    for (label, c) in [("page 1", cfg(1, false, 48)), ("page 64", cfg(64, false, 48)), ("40 pages", tight)] {
-        let got = run(&mut m, c, &prompts, false);
-        for (i, (g, a)) in got.iter().zip(&alone).enumerate() {
-            assert_eq!(g, a, "request {i}, {label}");
+    for moe in [false, true] {
+        let path = dir.path().join("hybrid.gguf");
+        write(&path, moe, &tensors(moe));
+        let mut m = LlamaModel::load(&path, 2).expect("hybrid model");
+        let prompts = mixed_prompts(VOCAB as u32);
+        let alone = run(&mut m, cfg(1, false, 512), &prompts, true);
+        assert!(alone.iter().all(|o| o.len() == NEW));
+        let tight = SchedulerConfig { num_pages: 40, max_running_requests: 16, ..cfg(16, false, 48) };
+        for (label, c) in [("page 1", cfg(1, false, 48)), ("page 64", cfg(64, false, 48)), ("40 pages", tight)] {
+            let got = run(&mut m, c, &prompts, false);
+            for (i, (g, a)) in got.iter().zip(&alone).enumerate() {
+                assert_eq!(g, a, "moe {moe}: request {i}, {label}");
+            }
         }
     }
 }

@@ -134,7 +134,10 @@ impl HParams {
                 n_expert,
                 top_k: k.expert_used_count,
                 expert_ffn: k.expert_feed_forward_length,
-                shared_count: k.expert_shared_count.unwrap_or(0),
+                // One shared expert when only its width is stated (Qwen3.5-MoE, Qwen3-Next).
+                shared_count: k
+                    .expert_shared_count
+                    .unwrap_or(usize::from(k.expert_shared_feed_forward_length.is_some())),
                 shared_ffn: k.expert_shared_feed_forward_length,
                 first_dense: k.leading_dense_block_count.unwrap_or(0),
                 dense_layers: None,

@@ -215,6 +215,10 @@ impl Moe {
             routing: m.routing,
             experts,
             shared,
+            shared_gate: match mlp.has("shared_expert_gate.weight") {
+                true => Some(mlp.vector("shared_expert_gate.weight", hidden)?),
+                false => None,
+            },
         })
     }
 }

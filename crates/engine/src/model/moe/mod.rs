@@ -96,6 +96,9 @@ pub struct Moe {
     pub(crate) experts: Vec<Mlp>,
     /// Shared experts, every token through them, as one MLP (their widths summed).
     pub(crate) shared: Option<Mlp>,
+    /// The shared experts' gate (Qwen2-MoE, Qwen3-Next, Qwen3.5-MoE: `shared_expert_gate`,
+    /// GGUF `ffn_gate_inp_shexp`), `[hidden]`: their output × `σ(x · gate)` per token.
+    pub(crate) shared_gate: Option<Vec<f32>>,
 }
 
 impl Mlp {
@@ -179,7 +182,14 @@ impl Moe {
                 o.iter_mut().zip(&ys[r * hidden..(r + 1) * hidden]).for_each(|(o, y)| *o += w * y);
             }
             if let Some(s) = &sh {
-                o.iter_mut().zip(&s[t * hidden..]).for_each(|(o, s)| *o += s);
+                match &self.shared_gate {
+                    Some(g) => {
+                        let xt = &x[t * hidden..(t + 1) * hidden];
+                        let w = kernels::recurrent::sigmoid(kernels::recurrent::dot_lanes(xt, g));
+                        o.iter_mut().zip(&s[t * hidden..]).for_each(|(o, s)| *o += w * s);
+                    }
+                    None => o.iter_mut().zip(&s[t * hidden..]).for_each(|(o, s)| *o += s),
+                }
             }
         });
         bufs.give(ys);
@@ -437,6 +447,7 @@ mod tests {
             },
             experts: (0..n).map(|e| mlp(hidden, inter, 100 + 2 * e as u64)).collect(),
             shared: Some(mlp(hidden, inter, 99)),
+            shared_gate: Some((0..hidden).map(|i| (i as f32 - 32.0) / 64.0).collect()),
         };
         let pool = ThreadPool::new(2).expect("pool");
         let mut none = None;
