@@ -37,6 +37,8 @@ pub fn route(c: &Glm5Config, logits: &[f32], bias: &[f32]) -> Vec<(usize, f32)> 
 }
 
 /// A layer's feed-forward: dense in the first layers, MoE after.
+// One per layer, built once and never moved on a hot path.
+#[allow(clippy::large_enum_variant)]
 pub(super) enum Ffn {
     Dense(Mlp),
     Moe(Moe),
