@@ -131,6 +131,26 @@ SHAPES = {
         shared=2, dense_lead=1, gating=1, weights_norm=False, weights_scale=1.0,
         yarn=dict(factor=40.0, original=4096, log_mul=0.1 * 0.707), vocab_file="deepseek-llm",
         template="deepseek-ai-DeepSeek-V3.1.jinja"),
+    # Qwen3.5-0.8B (`qwen35`): three Gated DeltaNet layers for every gated full-attention layer
+    # (`full_attention_interval` 4), 16 key and 16 value heads of 128 in the recurrent layers, a
+    # 4-tap convolution, 8 query heads of 256 (each with its gate) on 2 KV heads, a quarter of
+    # each head rotated (IMRoPE sections 11/11/10), tied embeddings; Qwen3.5's own vocabulary and
+    # template (both vendored).
+    "qwen3.5-0.8b": dict(
+        name="Qwen3.5 0.8B (synthetic weights)", arch="qwen35", layers=24, hidden=1024, ffn=3584, heads=8,
+        kv_heads=2, head_dim=256, rope_dims=64, vocab=151936, ctx=262144, rope_theta=10000000.0, rms_eps=1e-6,
+        tied=True, qk_norm=True, attn_gate=True, linear=dict(conv=4, dk=128, k_heads=16, v_heads=16, interval=4),
+        ffn_norm="post_attention_norm", vocab_file="qwen35", eos=151645, template="Qwen3.5-4B.jinja"),
+    # Qwen3.6-35B-A3B (`qwen35moe`, Qwen3.5-35B-A3B's topology): 40 layers, 256 experts of 512
+    # (8 per token, softmax, renormalized) and one shared expert of 512 under its sigmoid gate;
+    # 16 key and 32 value heads of 128 in the recurrent layers; `--layers 8` keeps the 3:1
+    # pattern in a file that fits the disk.
+    "qwen3.6-35b-a3b": dict(
+        name="Qwen3.6 35B A3B (synthetic weights)", arch="qwen35moe", layers=40, hidden=2048, ffn=512, heads=16,
+        kv_heads=2, head_dim=256, rope_dims=64, vocab=151936, ctx=262144, rope_theta=10000000.0, rms_eps=1e-6,
+        tied=False, qk_norm=True, attn_gate=True, linear=dict(conv=4, dk=128, k_heads=16, v_heads=32, interval=4),
+        experts=256, experts_used=8, expert_ffn=512, shared_gated=512, ffn_norm="post_attention_norm",
+        vocab_file="qwen35", eos=151645, template="Qwen3.5-4B.jinja"),
 }
 
 
@@ -166,13 +186,26 @@ def tensors(s):
     for i in range(s["layers"]):
         p = f"blk.{i}."
         yield p + "attn_norm.weight", (h,), "norm"
-        if "mla" in s:
+        la = s.get("linear")
+        if la and (i + 1) % la["interval"] != 0:
+            # A Gated DeltaNet layer (`src/models/qwen35.cpp`).
+            kd, vd = la["k_heads"] * la["dk"], la["v_heads"] * la["dk"]
+            yield p + "attn_qkv.weight", (2 * kd + vd, h), "w"
+            yield p + "attn_gate.weight", (vd, h), "w"
+            yield p + "ssm_conv1d.weight", (2 * kd + vd, la["conv"]), "conv"
+            yield p + "ssm_dt.bias", (la["v_heads"],), "bias"
+            yield p + "ssm_a", (la["v_heads"],), "ssm_a"
+            yield p + "ssm_beta.weight", (la["v_heads"], h), "w"
+            yield p + "ssm_alpha.weight", (la["v_heads"], h), "w"
+            yield p + "ssm_norm.weight", (la["dk"],), "norm"
+            yield p + "ssm_out.weight", (h, vd), "w"
+        elif "mla" in s:
             yield from mla_attention(s, p)
         else:
             if s.get("fused"):
                 yield p + "attn_qkv.weight", (q + 2 * kv, h), "w"
             else:
-                yield p + "attn_q.weight", (q, h), "w"
+                yield p + "attn_q.weight", (2 * q if s.get("attn_gate") else q, h), "w"
                 yield p + "attn_k.weight", (kv, h), "w"
                 yield p + "attn_v.weight", (kv, h), "w"
             if s.get("qkv_bias"):
@@ -199,6 +232,11 @@ def tensors(s):
                 yield p + f"ffn_{nm}_exps.weight", shp, "w"
                 if s.get("expert_bias"):
                     yield p + f"ffn_{nm}_exps.bias", shp[:2], "bias"
+            if s.get("shared_gated"):
+                si = s["shared_gated"]
+                yield p + "ffn_gate_inp_shexp.weight", (h,), "router"
+                for nm, shp in [("gate", (si, h)), ("up", (si, h)), ("down", (h, si))]:
+                    yield p + f"ffn_{nm}_shexp.weight", shp, "w"
             if s.get("shared"):
                 si = s["shared"] * ef
                 for nm, shp in [("gate", (si, h)), ("up", (si, h)), ("down", (h, si))]:
@@ -390,6 +428,17 @@ def write_f16(shape, s, path, seed):
         w.add_expert_gating_func(gguf.ExpertGatingFuncType(s["gating"]))
         w.add_expert_weights_norm(s["weights_norm"])
         w.add_expert_weights_scale(s["weights_scale"])
+    if "linear" in s:
+        la = s["linear"]
+        w.add_rope_dimension_sections([11, 11, 10, 0])
+        w.add_ssm_conv_kernel(la["conv"])
+        w.add_ssm_state_size(la["dk"])
+        w.add_ssm_group_count(la["k_heads"])
+        w.add_ssm_time_step_rank(la["v_heads"])
+        w.add_ssm_inner_size(la["v_heads"] * la["dk"])
+        w.add_full_attention_interval(la["interval"])
+    if s.get("shared_gated"):
+        w.add_expert_shared_feed_forward_length(s["shared_gated"])
     w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
     if s.get("vocab_file") == "o200k":
         o200k_vocab(w, s["vocab"])
@@ -417,6 +466,11 @@ def write_f16(shape, s, path, seed):
             t = np.linspace(1.0, top, shp[0], dtype=np.float32)
         elif kind == "norm":
             t = np.ones(shp, dtype=np.float32)
+        elif kind == "ssm_a":
+            # −exp(A_log), A uniform in (0, 16] as Qwen3-Next initializes it.
+            t = -rng.uniform(0.5, 16.0, shp).astype(np.float32)
+        elif kind == "conv":
+            t = (rng.standard_normal(shp, dtype=np.float32) * 0.2).astype(np.float32)
         elif kind in ("bias", "router"):
             t = (rng.standard_normal(shp, dtype=np.float32) * 0.02).astype(np.float32)
         else:

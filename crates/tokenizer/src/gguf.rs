@@ -66,6 +66,10 @@ const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L
 const QWEN2_REGEX: &str =
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// Qwen3.5's split (its `tokenizer.json`; llama.cpp's `LLAMA_VOCAB_PRE_TYPE_QWEN35`): Qwen2's
+/// with combining marks (`\p{M}`) kept in words.
+const QWEN35_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
 /// DeepSeek's pre-tokenizers as llama.cpp's `llama_vocab` lists them (`src/llama-vocab.cpp`,
 /// `LLAMA_VOCAB_PRE_TYPE_DEEPSEEK_LLM` / `DEEPSEEK3_LLM` / `DEEPSEEK_CODER`) and DeepSeek's
 /// `tokenizer.json` states them: a sequence of regex splits, each match isolated, then byte-level
@@ -397,12 +401,13 @@ fn pre_tokenizer(pre: &str) -> Result<PreTokenizerWrapper, TokenizerError> {
             PreTokenizerWrapper::Digits(Digits::new(true)),
             byte_level(true),
         ])),
-        "llama-bpe" | "llama3" | "llama-v3" | "smaug-bpe" | "qwen2" | "deepseek-r1-qwen" | "gpt-4o" | "llama4"
-        | "tekken" => {
+        "llama-bpe" | "llama3" | "llama-v3" | "smaug-bpe" | "qwen2" | "qwen35" | "deepseek-r1-qwen" | "gpt-4o"
+        | "llama4" | "tekken" => {
             let re = match pre {
                 "gpt-4o" | "llama4" => GPT4O_REGEX,
                 "tekken" => TEKKEN_REGEX,
                 "qwen2" | "deepseek-r1-qwen" => QWEN2_REGEX,
+                "qwen35" => QWEN35_REGEX,
                 _ => LLAMA3_REGEX,
             };
             let split = Split::new(SplitPattern::Regex(re.to_owned()), SplitDelimiterBehavior::Isolated, false)?;

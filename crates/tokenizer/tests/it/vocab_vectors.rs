@@ -9,12 +9,22 @@ use std::path::Path;
 use sparrow_tokenizer::Tokenizer;
 
 /// The vocabularies of the dense families we load, by `tokenizer.ggml.pre`: Llama 3.x and
-/// SmolLM3 (`llama-bpe`), Qwen2/2.5/3 (`qwen2`), Phi-3 and Llama 2 (SentencePiece vocabularies,
+/// SmolLM3 (`llama-bpe`), Qwen2/2.5/3 (`qwen2`), Qwen3.5 (`qwen35`), Phi-3 and Llama 2 (SentencePiece vocabularies,
 /// `phi-3` and `llama-spm`: the path Mistral 7B's files take too, with their own vocabulary),
 /// GPT-2 and StarCoder (the SmolLM2 pre-tokenizer's regex family), DeepSeek-V2 (`deepseek-llm`)
 /// and DeepSeek-Coder.
-const VOCABS: &[&str] =
-    &["llama-bpe", "qwen2", "phi-3", "llama-spm", "gpt-2", "starcoder", "deepseek-llm", "deepseek-coder", "bert-bge"];
+const VOCABS: &[&str] = &[
+    "llama-bpe",
+    "qwen2",
+    "qwen35",
+    "phi-3",
+    "llama-spm",
+    "gpt-2",
+    "starcoder",
+    "deepseek-llm",
+    "deepseek-coder",
+    "bert-bge",
+];
 
 /// `(text, ids)` cases of `{vocab}.inp` / `.out` (cases separated by
 /// `"\n__ggml_vocab_test__\n"`, one line of space-separated ids each).
