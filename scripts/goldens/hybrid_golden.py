@@ -22,7 +22,8 @@ head `h mod 2`, the converter's tiled order), a 4-tap convolution, decay rates `
 For the prompt's logits to depend on everything the state carries, the prompt (200 tokens) is
 longer than two prefill chunks of the Rust test. `qwen35moe` (`src/models/qwen35moe.cpp`) is the same
 file with a MoE feed-forward in every layer: 16 experts, 4 per token, softmax over all and the
-4 renormalized, one shared expert under its sigmoid gate.
+4 renormalized, one shared expert under its sigmoid gate. `qwen3next` is `qwen35moe`'s weights in
+Qwen3-Next's layout: value heads grouped by key head (h // 2), `ssm_ba`, no RoPE sections.
 For each case: the logits of every 10th prompt position, the same rows from an exact float64
 forward of the same dequantized weights (`exact_forward`), and six greedy prompts' 12 tokens
 with their top-1/top-2 margins.
@@ -46,7 +47,10 @@ CONV_DIM = 2 * K_HEADS * DK + INNER
 # qwen35moe: the same layers with a MoE feed-forward (16 experts, 4 per token, softmax over all,
 # the 4 renormalized; a router wide enough that expert weights differ far beyond 8-bit noise) and
 # one shared expert under its sigmoid gate (`ffn_gate_inp_shexp`, ±0.3 per value).
-FAMILIES = {"qwen35": {}, "qwen35moe": {"moe": True}}
+# qwen3next: qwen35moe's weights as Qwen3-Next's converter lays them out (`src/models/qwen3next.cpp`):
+# value head h reads key head h // 2 (HF's grouped order), β's and the decay's inputs in one
+# `ssm_ba` laid out per key head as [b b | a a], plain RoPE (no sections).
+FAMILIES = {"qwen35": {}, "qwen35moe": {"moe": True}, "qwen3next": {"moe": True, "next": True}}
 N_EXPERT, TOP_K, EXPERT_FFN, ROUTER = 16, 4, 128, 0.25
 
 
@@ -66,8 +70,11 @@ def tensors(fam):
         if recurrent(l):
             out.append(q8(p + "attn_qkv.weight", CONV_DIM, HIDDEN, 0.15))
             out.append(q8(p + "attn_gate.weight", INNER, HIDDEN, 0.25))
-            out.append(q8(p + "ssm_beta.weight", V_HEADS, HIDDEN, 0.25))
-            out.append(q8(p + "ssm_alpha.weight", V_HEADS, HIDDEN, 0.25))
+            if FAMILIES[fam].get("next"):
+                out.append(q8(p + "ssm_ba.weight", 2 * V_HEADS, HIDDEN, 0.25))
+            else:
+                out.append(q8(p + "ssm_beta.weight", V_HEADS, HIDDEN, 0.25))
+                out.append(q8(p + "ssm_alpha.weight", V_HEADS, HIDDEN, 0.25))
             conv = vector(p + "ssm_conv1d.weight", CONV_DIM * CONV, -0.6, 0.6)
             out.append((p + "ssm_conv1d.weight", [CONV_DIM, CONV], "F32", conv.tobytes()))
             out.append(vec(p + "ssm_dt.bias", V_HEADS, -1.0, 1.0))
@@ -115,7 +122,8 @@ def write(path, fam):
     w.add_key_length(HEAD_DIM)
     w.add_value_length(HEAD_DIM)
     w.add_rope_dimension_count(ROPE_DIMS)
-    w.add_rope_dimension_sections(SECTIONS)
+    if not FAMILIES[fam].get("next"):
+        w.add_rope_dimension_sections(SECTIONS)
     w.add_ssm_conv_kernel(CONV)
     w.add_ssm_state_size(DK)
     w.add_ssm_group_count(K_HEADS)
@@ -162,8 +170,15 @@ def exact_forward(fam, ids):
         if recurrent(l):
             mixed = h @ w[p + "attn_qkv.weight"].T
             z = h @ w[p + "attn_gate.weight"].T
-            beta = sigm(h @ w[p + "ssm_beta.weight"].T)
-            g = np.log1p(np.exp(h @ w[p + "ssm_alpha.weight"].T + w[p + "ssm_dt.bias"])) * w[p + "ssm_a"]
+            nxt = FAMILIES[fam].get("next")
+            if nxt:
+                # Per key head g: [b for its r value heads, a for them].
+                ba = (h @ w[p + "ssm_ba.weight"].T).reshape(T, K_HEADS, 2, V_HEADS // K_HEADS)
+                b_in, a_in = ba[:, :, 0].reshape(T, V_HEADS), ba[:, :, 1].reshape(T, V_HEADS)
+            else:
+                b_in, a_in = h @ w[p + "ssm_beta.weight"].T, h @ w[p + "ssm_alpha.weight"].T
+            beta = sigm(b_in)
+            g = np.log1p(np.exp(a_in + w[p + "ssm_dt.bias"])) * w[p + "ssm_a"]
             taps = w[p + "ssm_conv1d.weight"]  # [channels, kernel]
             padded = np.concatenate([np.zeros((CONV - 1, CONV_DIM)), mixed])
             conv = np.stack([(padded[t:t + CONV] * taps.T).sum(0) for t in range(T)])
@@ -176,7 +191,7 @@ def exact_forward(fam, ids):
             o = np.zeros((T, V_HEADS, DK))
             for hh in range(V_HEADS):
                 S = np.zeros((DK, DK))  # [key, value]
-                kh = hh % K_HEADS
+                kh = hh // (V_HEADS // K_HEADS) if nxt else hh % K_HEADS
                 for t in range(T):
                     S = S * np.exp(g[t, hh])
                     d = (v[t, hh] - S.T @ k[t, kh]) * beta[t, hh]

@@ -248,6 +248,12 @@ impl Engine {
                 return Err(EngineError::Config(format!("--enable-hierarchical-cache: {why}")));
             }
         }
+        if let (Some(st), None) = (&state, args.max_running_requests) {
+            // The state pool gets the KV pool's budget again (`--kv-cache-gb`, SGLang's
+            // `mamba_full_memory_ratio` of 1): as many request slots as states fit in it.
+            let budget = (args.kv_cache_gb.max(0.0) * (1u64 << 30) as f64) as usize;
+            derived.max_running_requests = derived.max_running_requests.min((budget / st.bytes_per_request()).max(1));
+        }
         if embedding.is_some() || state.is_some() {
             // Embedding requests keep no KV: the radix cache would stay empty. A hybrid
             // model's prefix needs its recurrent state at the matched position, which the

@@ -146,12 +146,55 @@ pub fn gated_delta_rule<'a>(state: &mut [f32], n: usize, token: impl Fn(usize) -
         let decay = tk.g.exp();
         let o = &mut out[t * dv..(t + 1) * dv];
         for (j, row) in state.chunks_exact_mut(dk).enumerate() {
-            row.iter_mut().for_each(|s| *s *= decay);
-            let d = (tk.v[j] - dot_lanes(row, tk.k)) * tk.beta;
-            row.iter_mut().zip(tk.k).for_each(|(s, kv)| *s += kv * d);
-            o[j] = dot_lanes(row, tk.q);
+            // Two passes over the row: decay fused with `s_j · k`, the update with `s_j · q`
+            // (each product over the row as stored, summed as `dot_lanes` sums).
+            let sk = scale_dot(row, decay, tk.k);
+            let d = (tk.v[j] - sk) * tk.beta;
+            o[j] = axpy_dot(row, d, tk.k, tk.q);
         }
     }
+}
+
+/// `row ← a · row`, then `dot_lanes(row, x)`, in one pass.
+#[inline]
+fn scale_dot(row: &mut [f32], a: f32, x: &[f32]) -> f32 {
+    let n = row.len().min(x.len());
+    let body = n / LANES * LANES;
+    let mut s = [0f32; LANES];
+    for (r, y) in row[..body].chunks_exact_mut(LANES).zip(x[..body].chunks_exact(LANES)) {
+        for l in 0..LANES {
+            r[l] *= a;
+            s[l] += r[l] * y[l];
+        }
+    }
+    let mut t = ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+    for i in body..n {
+        row[i] *= a;
+        t += row[i] * x[i];
+    }
+    t
+}
+
+/// `row ← row + d · k`, then `dot_lanes(row, q)`, in one pass.
+#[inline]
+fn axpy_dot(row: &mut [f32], d: f32, k: &[f32], q: &[f32]) -> f32 {
+    let n = row.len().min(k.len()).min(q.len());
+    let body = n / LANES * LANES;
+    let mut s = [0f32; LANES];
+    for ((r, kv), qv) in
+        row[..body].chunks_exact_mut(LANES).zip(k[..body].chunks_exact(LANES)).zip(q[..body].chunks_exact(LANES))
+    {
+        for l in 0..LANES {
+            r[l] += kv[l] * d;
+            s[l] += r[l] * qv[l];
+        }
+    }
+    let mut t = ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+    for i in body..n {
+        row[i] += k[i] * d;
+        t += row[i] * q[i];
+    }
+    t
 }
 
 /// The gated RMSNorm of a GatedDeltaNet head's output (HF `Qwen3NextRMSNormGated`;

@@ -10,7 +10,7 @@
 //! all read this table.
 
 use crate::model::common::RopeLayout;
-use crate::model::family::{Family, QkNorm};
+use crate::model::family::{Family, GdnLayout, QkNorm};
 use crate::model::hparams::HParams;
 use crate::model::moe::Glu;
 use crate::model::moe::MoeFamily;
@@ -239,6 +239,7 @@ pub const ARCHITECTURES: &[Arch] = &[
             rope_base: 10_000_000.0,
             rms_eps: 1e-6,
             attn_gate: true,
+            gdn: Some(GdnLayout::QWEN35),
             ..Family::BASE
         }),
         embedding: false,
@@ -258,6 +259,26 @@ pub const ARCHITECTURES: &[Arch] = &[
             rope_base: 10_000_000.0,
             rms_eps: 1e-6,
             attn_gate: true,
+            gdn: Some(GdnLayout::QWEN35),
+            ..Family::BASE
+        }),
+        embedding: false,
+        ..Arch::BASE
+    },
+    // Qwen3-Next (`src/models/qwen3next.cpp`): qwen35moe's layers as its converter lays them out:
+    // value heads grouped by key head, β and the decay's inputs in one `ssm_ba`, plain NEOX RoPE.
+    Arch {
+        name: "qwen3next",
+        class: "Qwen3NextForCausalLM",
+        body: Body::Decoder(Family {
+            gguf_rope: RopeLayout::Halves,
+            qk_norm: QkNorm::On,
+            layer_names: &[QWEN35_LAYER_NAMES, LLAMA_LAYER_NAMES, MOE_FFN_NAMES],
+            moe: Some(MoeFamily { scoring: Some(Scoring::Softmax), norm_topk_prob: Some(true), ..MoeFamily::BASE }),
+            rope_base: 10_000_000.0,
+            rms_eps: 1e-6,
+            attn_gate: true,
+            gdn: Some(GdnLayout::QWEN3NEXT),
             ..Family::BASE
         }),
         embedding: false,

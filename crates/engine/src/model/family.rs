@@ -81,6 +81,30 @@ pub struct Family {
     /// head its query and a gate (`[q_h, gate_h]` per head, `2 · head_dim` rows), and the
     /// attention output is multiplied by `σ(gate)` before the output projection.
     pub attn_gate: bool,
+    /// How the family's Gated DeltaNet layers sit in its GGUF files; `None` for a family
+    /// without them (a file with `ssm.*` keys is then refused).
+    pub gdn: Option<GdnLayout>,
+}
+
+/// The GGUF layout of a family's Gated DeltaNet layers (llama.cpp `qwen35.cpp` against
+/// `qwen3next.cpp`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GdnLayout {
+    /// Value head `h` reads key head `h / (v_heads / k_heads)` (HF's `repeat_interleave`, as
+    /// Qwen3-Next files keep it), not `h mod k_heads` (Qwen3.5 files, whose converter reorders
+    /// the value heads so ggml's broadcast tiles them).
+    pub grouped_heads: bool,
+    /// β's and the decay's inputs come from one `ssm_ba` projection laid out per key head as
+    /// `[b × r, a × r]` (`r = v_heads / k_heads`, Qwen3-Next), not from `ssm_beta` and
+    /// `ssm_alpha`.
+    pub fused_ba: bool,
+}
+
+impl GdnLayout {
+    /// Qwen3.5 / Qwen3.6 (`qwen35`, `qwen35moe`).
+    pub const QWEN35: GdnLayout = GdnLayout { grouped_heads: false, fused_ba: false };
+    /// Qwen3-Next (`qwen3next`).
+    pub const QWEN3NEXT: GdnLayout = GdnLayout { grouped_heads: true, fused_ba: true };
 }
 
 impl Family {
@@ -106,5 +130,6 @@ impl Family {
         hf_names: &[],
         attn_temperature: false,
         attn_gate: false,
+        gdn: None,
     };
 }

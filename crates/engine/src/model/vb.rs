@@ -198,7 +198,7 @@ pub const DEEPSEEK2_LAYER_NAMES: &[(&str, &str)] = &[
 pub const POST_ATTENTION_NORM: &[(&str, &str)] = &[("post_attention_layernorm", "post_attention_norm")];
 
 /// The Gated DeltaNet layers of the hybrid families (`MODEL_ARCH.QWEN35`, llama.cpp
-/// `src/models/qwen35.cpp`), in front of [`LLAMA_LAYER_NAMES`]: the fused `q|k|v` input of the
+/// `src/models/qwen35.cpp`; Qwen3-Next's fused `ssm_ba`), in front of [`LLAMA_LAYER_NAMES`]: the fused `q|k|v` input of the
 /// convolution (`attn_qkv`), the output gate `z` (`attn_gate`), β's and the decay's projections
 /// (`ssm_beta`, `ssm_alpha`), the convolution's taps (`ssm_conv1d`, F32 `[kernel, channels]`),
 /// the decay's bias (`ssm_dt.bias`) and rate (`ssm_a`, which the converter stores as
@@ -210,6 +210,7 @@ pub const QWEN35_LAYER_NAMES: &[(&str, &str)] = &[
     ("linear_attn.in_proj_z", "attn_gate"),
     ("linear_attn.in_proj_b", "ssm_beta"),
     ("linear_attn.in_proj_a", "ssm_alpha"),
+    ("linear_attn.in_proj_ba", "ssm_ba"),
     ("linear_attn.conv1d", "ssm_conv1d"),
     ("linear_attn.dt_bias", "ssm_dt.bias"),
     ("linear_attn.A", "ssm_a"),

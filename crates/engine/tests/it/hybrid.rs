@@ -53,9 +53,15 @@ fn recurrent(l: usize) -> bool {
     !(l + 1).is_multiple_of(INTERVAL)
 }
 
-/// The script's `tensors(fam)`, in file order (GGUF shapes: innermost first): `moe` for
-/// `qwen35moe`.
-fn tensors(moe: bool) -> Vec<Tensor> {
+/// The script's `FAMILIES`: `(moe, next)`: experts (`qwen35moe`, `qwen3next`) and Qwen3-Next's
+/// layout (grouped value heads, `ssm_ba`).
+fn flags(family: &str) -> (bool, bool) {
+    (family != "qwen35", family == "qwen3next")
+}
+
+/// The script's `tensors(fam)`, in file order (GGUF shapes: innermost first).
+fn tensors(family: &str) -> Vec<Tensor> {
+    let (moe, next) = flags(family);
     let (qd, kv) = (HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM);
     let mat = |name: String, r: usize, c: usize, t: f64| {
         let data = q8(&name, r, c, t);
@@ -72,8 +78,12 @@ fn tensors(moe: bool) -> Vec<Tensor> {
         if recurrent(l) {
             out.push(mat(format!("{p}attn_qkv.weight"), CONV_DIM, HIDDEN, 0.15));
             out.push(mat(format!("{p}attn_gate.weight"), INNER, HIDDEN, 0.25));
-            out.push(mat(format!("{p}ssm_beta.weight"), V_HEADS, HIDDEN, 0.25));
-            out.push(mat(format!("{p}ssm_alpha.weight"), V_HEADS, HIDDEN, 0.25));
+            if next {
+                out.push(mat(format!("{p}ssm_ba.weight"), 2 * V_HEADS, HIDDEN, 0.25));
+            } else {
+                out.push(mat(format!("{p}ssm_beta.weight"), V_HEADS, HIDDEN, 0.25));
+                out.push(mat(format!("{p}ssm_alpha.weight"), V_HEADS, HIDDEN, 0.25));
+            }
             let conv = format!("{p}ssm_conv1d.weight");
             let data = kq_vector(&conv, CONV_DIM * CONV, -0.6, 0.6);
             out.push((conv, vec![CONV as u64, CONV_DIM as u64], GgmlType::F32, data));
@@ -139,8 +149,9 @@ fn i32_array(v: &[i32]) -> MetaValue {
     (ggus::GGufMetaDataValueType::Array, b)
 }
 
-/// The script's `write`: the `qwen35` (`moe`: `qwen35moe`) keys beside the tensors.
-fn write(path: &std::path::Path, moe: bool, tensors: &[Tensor]) {
+/// The script's `write`: the family's keys beside the tensors.
+fn write(path: &std::path::Path, family: &str, tensors: &[Tensor]) {
+    let (moe, next) = flags(family);
     let mut keyed = vec![
         ("block_count", u32v(LAYERS)),
         ("context_length", u32v(CTX)),
@@ -153,7 +164,6 @@ fn write(path: &std::path::Path, moe: bool, tensors: &[Tensor]) {
         ("attention.key_length", u32v(HEAD_DIM)),
         ("attention.value_length", u32v(HEAD_DIM)),
         ("rope.dimension_count", u32v(ROPE_DIMS)),
-        ("rope.dimension_sections", i32_array(&[3, 3, 2, 0])),
         ("ssm.conv_kernel", u32v(CONV)),
         ("ssm.state_size", u32v(DK)),
         ("ssm.group_count", u32v(K_HEADS)),
@@ -161,13 +171,16 @@ fn write(path: &std::path::Path, moe: bool, tensors: &[Tensor]) {
         ("ssm.inner_size", u32v(INNER)),
         ("full_attention_interval", u32v(INTERVAL)),
     ];
+    if !next {
+        keyed.push(("rope.dimension_sections", i32_array(&[3, 3, 2, 0])));
+    }
     if moe {
         keyed.push(("expert_count", u32v(N_EXPERT)));
         keyed.push(("expert_used_count", u32v(TOP_K)));
         keyed.push(("expert_feed_forward_length", u32v(EXPERT_FFN)));
         keyed.push(("expert_shared_feed_forward_length", u32v(EXPERT_FFN)));
     }
-    write_gguf(path, if moe { "qwen35moe" } else { "qwen35" }, &keyed, tensors);
+    write_gguf(path, family, &keyed, tensors);
 }
 
 /// Bytes of one Q8_0 row of `cols` values.
@@ -186,7 +199,8 @@ fn permute_row_blocks(t: &mut Tensor, row_bytes: usize, first_row: usize, rows_p
 }
 
 /// The broken copies: what each changes in the file.
-fn broken_copies(t: &[Tensor], moe: bool) -> Vec<(&'static str, Vec<Tensor>)> {
+fn broken_copies(t: &[Tensor], family: &str) -> Vec<(&'static str, Vec<Tensor>)> {
+    let (moe, next) = flags(family);
     // The gate's sign flipped (σ(−g) = 1 − σ(g)): each head's gate rows' Q8_0 scales negated.
     let mut gate = t.to_vec();
     for x in gate.iter_mut().filter(|x| x.0.ends_with("attn_q.weight")) {
@@ -237,6 +251,16 @@ fn broken_copies(t: &[Tensor], moe: bool) -> Vec<(&'static str, Vec<Tensor>)> {
         ("value heads grouped, not tiled", grouped),
         ("convolution taps one place off", conv),
     ];
+    if next {
+        // β's and the decay's inputs swapped within each key head's `[b b | a a]`.
+        let mut ba = t.to_vec();
+        for x in ba.iter_mut().filter(|x| x.0.ends_with("ssm_ba.weight")) {
+            let r = V_HEADS / K_HEADS;
+            let perm: Vec<usize> = (0..2 * K_HEADS).map(|b| b ^ 1).collect();
+            permute_row_blocks(x, q8_row(HIDDEN), 0, r, &perm);
+        }
+        out.push(("ssm_ba's b and a swapped", ba));
+    }
     if moe {
         // The shared expert's gate gone: its output added whole.
         out.push((
@@ -280,16 +304,15 @@ fn qwen35_matches_llama_cpp() {
 fn check_case(ids: &[u32], case: &serde_json::Value) {
     use sha2::{Digest, Sha256};
     let family = case["family"].as_str().expect("family");
-    let moe = family == "qwen35moe";
     let ids = ids.to_vec();
-    let t = tensors(moe);
+    let t = tensors(family);
     let mut sha = Sha256::new();
     t.iter().for_each(|x| sha.update(&x.3));
     let hex: String = sha.finalize().iter().map(|b| format!("{b:02x}")).collect();
     assert_eq!(hex, case["tensor_sha256"].as_str().expect("sha"), "{family}: not the tensors llama.cpp evaluated");
     let dir = tempfile::tempdir().expect("tmp");
     let path = dir.path().join("hybrid.gguf");
-    write(&path, moe, &t);
+    write(&path, family, &t);
     let mut m = LlamaModel::load(&path, 2).unwrap_or_else(|e| panic!("{family}: {e}"));
     assert_eq!(m.info().architecture, family);
     // Two attention layers keep KV; two recurrent layers keep a 3-row window of 256 channels
@@ -309,9 +332,9 @@ fn check_case(ids: &[u32], case: &serde_json::Value) {
     let (fm, _) = kq_rel(&forgot, &case["exact"]);
     eprintln!("{family} broken run (state dropped between chunks): {:.1} % from exact on average", 100.0 * fm);
     assert!(fm > limit, "{family}: the golden does not see a state dropped between chunks ({fm})");
-    for (what, bt) in broken_copies(&t, moe) {
+    for (what, bt) in broken_copies(&t, family) {
         let bp = dir.path().join("broken.gguf");
-        write(&bp, moe, &bt);
+        write(&bp, family, &bt);
         let mut mb = LlamaModel::load(&bp, 2).unwrap_or_else(|e| panic!("{family} {what}: {e}"));
         assert_golden_sees(&format!("{family} broken copy ({what})"), &mut mb, &ids, &positions, &case["exact"], limit);
     }
@@ -326,9 +349,9 @@ fn check_case(ids: &[u32], case: &serde_json::Value) {
 fn hybrid_batched_equals_alone_with_retraction() {
     use crate::batch_invariance::{cfg, mixed_prompts, run, NEW};
     let dir = tempfile::tempdir().expect("tmp");
-    for moe in [false, true] {
+    for family in ["qwen35", "qwen35moe", "qwen3next"] {
         let path = dir.path().join("hybrid.gguf");
-        write(&path, moe, &tensors(moe));
+        write(&path, family, &tensors(family));
         let mut m = LlamaModel::load(&path, 2).expect("hybrid model");
         let prompts = mixed_prompts(VOCAB as u32);
         let alone = run(&mut m, cfg(1, false, 512), &prompts, true);
@@ -337,7 +360,7 @@ fn hybrid_batched_equals_alone_with_retraction() {
         for (label, c) in [("page 1", cfg(1, false, 48)), ("page 64", cfg(64, false, 48)), ("40 pages", tight)] {
             let got = run(&mut m, c, &prompts, false);
             for (i, (g, a)) in got.iter().zip(&alone).enumerate() {
-                assert_eq!(g, a, "moe {moe}: request {i}, {label}");
+                assert_eq!(g, a, "{family}: request {i}, {label}");
             }
         }
     }

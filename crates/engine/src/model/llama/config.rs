@@ -115,7 +115,8 @@ impl LlamaConfig {
             context_length: hp.context_length,
             variant,
             moe,
-            linear_attn: match (&hp.linear_attn, fam.attn_gate) {
+            gdn: fam.gdn,
+            linear_attn: match (&hp.linear_attn, fam.gdn.is_some()) {
                 (Some(la), true) => Some(la.clone()),
                 (Some(_), false) => {
                     return Err(EngineError::model(format!(

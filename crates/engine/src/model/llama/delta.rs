@@ -6,14 +6,17 @@
 //! `q k v` with the request's carried window, SiLU → per head: `q`, `k` L2-normed, `q · 1/√d_k`;
 //! `β = σ(b)`, `g = softplus(a + dt_bias) · A` (`A = −exp(A_log)`, as the file stores it) →
 //! the gated delta rule per value head over the request's `d_v × d_k` state (value head `h`
-//! reads key head `h mod k_heads`: the GGUF converter reorders HF's grouped value heads to
-//! this tiled order) → RMSNorm per head · weight · SiLU(z) → output projection.
+//! reads key head `h mod k_heads` in Qwen3.5 files, whose converter reorders HF's grouped value
+//! heads to this tiled order, and `h / (v_heads / k_heads)` in Qwen3-Next files, where β and
+//! the decay's inputs also come fused in `ssm_ba`: [`GdnLayout`]) → RMSNorm per head · weight ·
+//! SiLU(z) → output projection.
 //!
 //! The window and the state live in the KV store's state pool ([`crate::kv::state`]) at the
 //! sequence's `req_pool_idx`; a sequence whose row starts at position 0 starts from zeros.
 
 use super::{LayerBuffers, Step};
 use crate::kv::KvStore;
+use crate::model::family::GdnLayout;
 use crate::model::hparams::LinearAttnParams;
 use crate::model::linear::{Fwd, Linear};
 use crate::model::vb::Vb;
@@ -43,6 +46,8 @@ pub(crate) struct DeltaNet {
     v_heads: usize,
     /// This layer's index among the recurrent layers (its place in the state pool).
     pub(crate) state_layer: usize,
+    /// How the file lays out heads and β / decay inputs.
+    layout: GdnLayout,
     eps: f32,
 }
 
@@ -72,6 +77,7 @@ impl DeltaNet {
         vb: &Vb<'_>,
         hidden: usize,
         p: &LinearAttnParams,
+        layout: GdnLayout,
         state_layer: usize,
         eps: f32,
     ) -> Result<DeltaNet, EngineError> {
@@ -86,12 +92,12 @@ impl DeltaNet {
         }
         let la = vb.pp("linear_attn");
         let conv_dim = 2 * kh * dk + p.inner;
-        let in_proj = Linear::stack(vec![
-            la.linear("in_proj_qkv", conv_dim, hidden)?,
-            la.linear("in_proj_z", p.inner, hidden)?,
-            la.linear("in_proj_b", vh, hidden)?,
-            la.linear("in_proj_a", vh, hidden)?,
-        ]);
+        let mut parts = vec![la.linear("in_proj_qkv", conv_dim, hidden)?, la.linear("in_proj_z", p.inner, hidden)?];
+        match layout.fused_ba {
+            true => parts.push(la.linear("in_proj_ba", 2 * vh, hidden)?),
+            false => parts.extend([la.linear("in_proj_b", vh, hidden)?, la.linear("in_proj_a", vh, hidden)?]),
+        }
+        let in_proj = Linear::stack(parts);
         let k = p.conv_kernel;
         let taps = la.vector("conv1d.weight", conv_dim * k)?;
         let mut conv_t = vec![0f32; k * conv_dim];
@@ -112,6 +118,7 @@ impl DeltaNet {
             k_heads: kh,
             v_heads: vh,
             state_layer,
+            layout,
             eps,
         })
     }
@@ -170,14 +177,25 @@ impl DeltaNet {
         self.in_proj.forward(cx, &s.h, t_n, &mut d.proj);
         // The convolution's input rows, and each token's decay and write strength.
         let (proj, dt_bias, a) = (&d.proj, &self.dt_bias, &self.a);
+        let (r, fused) = (vh / kh, self.layout.fused_ba);
+        // Where value head `h`'s `b` and `a` sit after `[qkv | z]`: `[b | a]`, or per key head
+        // `[b × r, a × r]` (Qwen3-Next's `ssm_ba`).
+        type At = fn(usize, usize, usize) -> usize;
+        let (b_at, a_at): (At, At) = match fused {
+            true => (
+                |h: usize, r: usize, _vh: usize| (h / r) * 2 * r + h % r,
+                |h: usize, r: usize, _vh: usize| (h / r) * 2 * r + r + h % r,
+            ),
+            false => (|h: usize, _r: usize, _vh: usize| h, |h: usize, _r: usize, vh: usize| vh + h),
+        };
         pool.par_row_chunks2(&mut d.conv, cd, &mut d.gb, 2 * vh, |r0, conv, gb| {
             for (i, (c, g)) in conv.chunks_exact_mut(cd).zip(gb.chunks_exact_mut(2 * vh)).enumerate() {
                 let row = &proj[(r0 + i) * pw..(r0 + i + 1) * pw];
                 c.copy_from_slice(&row[..cd]);
-                let (b, al) = (&row[cd + inner..cd + inner + vh], &row[cd + inner + vh..]);
+                let ba = &row[cd + inner..];
                 for h in 0..vh {
-                    g[h] = recurrent::softplus(al[h] + dt_bias[h]) * a[h];
-                    g[vh + h] = recurrent::sigmoid(b[h]);
+                    g[h] = recurrent::softplus(ba[a_at(h, r, vh)] + dt_bias[h]) * a[h];
+                    g[vh + h] = recurrent::sigmoid(ba[b_at(h, r, vh)]);
                 }
             }
         });
@@ -217,13 +235,14 @@ impl DeltaNet {
                 out_ranges.push(base..base + n * dk);
             }
         }
-        let (conv, gb) = (&d.conv, &d.gb);
+        let (conv, gb, grouped) = (&d.conv, &d.gb, self.layout.grouped_heads);
         pool.par_ranges2(ssm_states, &state_ranges, &mut d.out_t, &out_ranges, |task, state, out| {
             let (sq, h) = (&batch.seqs[task / vh], task % vh);
             if sq.prefix_len == 0 {
                 state.fill(0.0);
             }
-            let (ts, kq) = (sq.token_start as usize, h % kh);
+            let kq = if grouped { h / (vh / kh) } else { h % kh };
+            let ts = sq.token_start as usize;
             let token = |t: usize| {
                 let row = &conv[(ts + t) * cd..(ts + t + 1) * cd];
                 let g = &gb[(ts + t) * 2 * vh..(ts + t + 1) * 2 * vh];

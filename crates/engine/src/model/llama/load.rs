@@ -195,7 +195,8 @@ fn load_layer(vb: &Vb<'_>, l: usize, cfg: &LlamaConfig, fam: &Family) -> Result<
     let mixer = match &cfg.linear_attn {
         Some(la) if la.recurrent[l] => {
             let state_layer = la.recurrent[..l].iter().filter(|r| **r).count();
-            Mixer::DeltaNet(Box::new(DeltaNet::load(vb, hidden, la, state_layer, cfg.rms_eps)?))
+            let layout = cfg.gdn.unwrap_or(crate::model::family::GdnLayout::QWEN35);
+            Mixer::DeltaNet(Box::new(DeltaNet::load(vb, hidden, la, layout, state_layer, cfg.rms_eps)?))
         }
         _ => {
             if fam.qkv_bias {

@@ -160,6 +160,8 @@ pub struct LlamaConfig {
     /// The Gated DeltaNet layers of a hybrid family (`qwen35`): which layers are recurrent and
     /// their widths; `None` when every layer attends.
     pub linear_attn: Option<LinearAttnParams>,
+    /// How the family's GGUF files lay the Gated DeltaNet layers out.
+    pub gdn: Option<crate::model::family::GdnLayout>,
 }
 
 impl LlamaConfig {
