@@ -25,7 +25,7 @@ pub struct Detected {
 const UNREAD: &[(&str, &str)] = &[
     ("<tool_calls>[", "Apriel's <tool_calls> list"),
     ("start with <function=", "Functionary v3.1's <function=name>{…}</function> calls"),
-    ("<function=", "XML calls <function=…><parameter=…> (Qwen3-Coder, Seed-OSS)"),
+    ("<function=", "XML calls <function=…><parameter=…> outside <tool_call> (Seed-OSS)"),
     ("<invoke name=", "MiniMax's <invoke> calls"),
     ("[TOOL_CALLS]", "Mistral's [TOOL_CALLS]"),
     ("<|tool_calls_section_begin|>", "Kimi K2's tool-call sections"),
@@ -40,6 +40,7 @@ const UNREAD: &[(&str, &str)] = &[
 ///
 /// The rules, first match wins: harmony channels (`gpt-oss`); DeepSeek's
 /// `<｜tool▁calls▁begin｜>` block, V3's (a fenced JSON body) or V3.1's; GLM-4.5's `<arg_key>`;
+/// Qwen3-Coder's `<function=…><parameter=…>` inside `<tool_call>`;
 /// the [`UNREAD`] formats; Hermes' `<tool_call>` JSON (`qwen25`); `functools[` or Phi-4-mini's
 /// `<|tool|>` (`phi4_mini`); a Llama 3 header with `<|python_tag|>` or `"parameters": `
 /// (`llama3`).
@@ -62,6 +63,9 @@ pub fn detect(template: &str) -> Detected {
     }
     if has("<tool_call>") && has("<arg_key>") {
         return chosen(ToolParser::Glm45, "<tool_call> with <arg_key>");
+    }
+    if has("<tool_call>") && has("<function=") && has("<parameter=") {
+        return chosen(ToolParser::Qwen3Coder, "<tool_call> with <function=…><parameter=…> (Qwen3-Coder XML)");
     }
     if let Some((marker, name)) = UNREAD.iter().find(|(m, _)| has(m)) {
         return Detected {
@@ -138,7 +142,8 @@ mod tests {
     fn first_marker_wins() {
         let p = |t: &str| detect(t).parser;
         assert_eq!(p("{{'<tool_call>'}}{\"name\": x}"), Some(ToolParser::Qwen25));
-        assert_eq!(p("<tool_call><function=f><parameter=a>"), None);
+        assert_eq!(p("<tool_call><function=f><parameter=a>"), Some(ToolParser::Qwen3Coder));
+        assert_eq!(p("<seed:tool_call><function=f><parameter=a>"), None);
         assert_eq!(p("<tool_call>{{ name }}<arg_key>k</arg_key>"), Some(ToolParser::Glm45));
         assert_eq!(p("<|start|>assistant<|channel|>final"), Some(ToolParser::GptOss));
         assert_eq!(p("<｜tool▁calls▁begin｜>function<｜tool▁sep｜>f\n```json\n"), Some(ToolParser::DeepseekV3));

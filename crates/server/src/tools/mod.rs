@@ -42,6 +42,7 @@ mod llama3;
 mod parser;
 mod phi4_mini;
 mod qwen25;
+mod qwen3_coder;
 mod request;
 mod shaper;
 mod tagged;
@@ -316,6 +317,30 @@ mod tests {
         assert_eq!(calls(&m), vec![("get_weather", json!({"days": 2}))]);
     }
 
+    /// Qwen3-Coder / Qwen3.5 XML calls: multi-line values, values typed by the schema (`location`
+    /// a string even when it reads as a number, `days` an integer), text before the calls is
+    /// content, a call cut off keeps its complete parameters.
+    #[test]
+    fn qwen3_coder_calls() {
+        let p = ChatParsers { tool_call: Some(ToolParser::Qwen3Coder), reasoning: Some(ReasoningParser::Qwen3) };
+        let r = req(ToolChoice::Auto, true);
+        let text = "<think>Weather twice.</think>\n\nChecking.\n<tool_call>\n<function=get_weather>\n<parameter=location>\n42\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=get_weather>\n<parameter=location>\nNew\nYork\n</parameter>\n</function>\n</tool_call>";
+        let m = run(p, Some(&r), text);
+        assert_eq!(m.reasoning.as_deref(), Some("Weather twice."));
+        assert_eq!(m.content, "Checking.");
+        assert_eq!(
+            calls(&m),
+            vec![
+                ("get_weather", json!({"location": "42", "days": 3})),
+                ("get_weather", json!({"location": "New\nYork"}))
+            ]
+        );
+        assert_eq!(m.calls[0].2, "{\"location\":\"42\",\"days\":3}");
+        let m =
+            run(p, Some(&r), "<tool_call>\n<function=get_weather>\n<parameter=days>\n2\n</parameter>\n<parameter=loc");
+        assert_eq!(calls(&m), vec![("get_weather", json!({"days": 2}))]);
+    }
+
     /// gpt-oss's harmony messages (the shapes SGLang's `harmony_parser.py` reads): `analysis` is
     /// reasoning, `final` and a recipient-less `commentary` content, `functions.*` calls in both
     /// header orders; built-in tools dropped; whole = char by char (in `run`).
@@ -415,7 +440,8 @@ mod tests {
         assert_eq!(ToolParser::Phi4Mini.name(), "phi4_mini");
         assert_eq!(
             "nope".parse::<ToolParser>(),
-            Err("have: qwen25 (also qwen, hermes), glm45 (also glm47), llama3, phi4_mini, gpt-oss, deepseekv3, deepseekv31"
+            Err("have: qwen25 (also qwen, hermes), glm45 (also glm47), llama3, phi4_mini, gpt-oss, deepseekv3, deepseekv31, \
+                 qwen3_coder (also qwen3_xml)"
                 .to_owned())
         );
     }

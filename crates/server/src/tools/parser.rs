@@ -9,7 +9,7 @@
 use std::str::FromStr;
 
 use super::format::ToolFormat;
-use super::{deepseekv3, deepseekv31, glm45, gpt_oss, llama3, phi4_mini, qwen25};
+use super::{deepseekv3, deepseekv31, glm45, gpt_oss, llama3, phi4_mini, qwen25, qwen3_coder};
 
 /// Declares [`ToolParser`] from the rows `Variant => format`: the enum and its formats in one
 /// list.
@@ -58,6 +58,9 @@ tool_parsers! {
     /// DeepSeek-V3.1: the same block, each call `{name}<｜tool▁sep｜>{args}` (SGLang's
     /// `deepseekv31_detector.py`).
     DeepseekV31 => deepseekv31::DeepseekV31,
+    /// Qwen3-Coder, Qwen3.5 and Qwen3.6: `<tool_call>\n<function=name>\n<parameter=k>\nv\n</parameter>…
+    /// </function>\n</tool_call>`, values typed by the schema (SGLang's `qwen3_coder_detector.py`).
+    Qwen3Coder => qwen3_coder::Qwen3Coder,
 }
 
 impl ToolParser {
