@@ -42,6 +42,11 @@ pub struct SchedulerConfig {
     /// [`crate::model::AttentionNeeds::whole_sequences`]): admission waits for a step whose
     /// budget holds the whole prompt; the prefill budget is at least the context.
     pub whole_prompts: bool,
+    /// A hybrid model's saved states for prefix hits ([`crate::kv::state`]): 0 for a model
+    /// without recurrent layers; else the radix cache matches a prompt only as far as its
+    /// deepest node holding a saved state, and saves one where a request's prompt ends and where
+    /// it leaves (finished or retracted) on a page boundary.
+    pub state_checkpoints: usize,
     /// Who waits and who goes first: priority, fair prefill, the queue deadline.
     pub queue: QueueConfig,
 }
@@ -409,6 +414,7 @@ pub fn derive_config(
         policy: args.schedule_policy,
         spec: args.speculative.clone(),
         whole_prompts: false,
+        state_checkpoints: 0,
         queue: args.queue.clone(),
     })
 }

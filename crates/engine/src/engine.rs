@@ -250,14 +250,14 @@ impl Engine {
         }
         if let (Some(st), None) = (&state, args.max_running_requests) {
             // The state pool gets the KV pool's budget again (`--kv-cache-gb`, SGLang's
-            // `mamba_full_memory_ratio` of 1): as many request slots as states fit in it.
+            // `mamba_full_memory_ratio` of 1): each request slot with its share of saved
+            // states (`STATE_CHECKPOINTS_PER_SLOT`) as many times as they fit in it.
             let budget = (args.kv_cache_gb.max(0.0) * (1u64 << 30) as f64) as usize;
-            derived.max_running_requests = derived.max_running_requests.min((budget / st.bytes_per_request()).max(1));
+            let per = st.bytes_per_request() * (1 + STATE_CHECKPOINTS_PER_SLOT);
+            derived.max_running_requests = derived.max_running_requests.min((budget / per).max(1));
         }
-        if embedding.is_some() || state.is_some() {
-            // Embedding requests keep no KV: the radix cache would stay empty. A hybrid
-            // model's prefix needs its recurrent state at the matched position, which the
-            // radix tree does not keep yet (see `kv::state`).
+        if embedding.is_some() {
+            // Embedding requests keep no KV: the radix cache would stay empty.
             derived.disable_radix_cache = true;
         }
         if needs.whole_sequences() {
@@ -277,7 +277,12 @@ impl Engine {
             derived.max_running_requests,
             derived.max_total_tokens(),
         )?;
-        let config = SchedulerConfig { max_running_requests: batch_cap.chosen, ..derived };
+        let mut config = SchedulerConfig { max_running_requests: batch_cap.chosen, ..derived };
+        if state.is_some() {
+            // Saved states for prefix hits: one where each running prompt ends, the rest kept
+            // by the radix cache.
+            config.state_checkpoints = STATE_CHECKPOINTS_PER_SLOT * config.max_running_requests;
+        }
         // Built here, so the pool's totals are published before the engine thread allocates the
         // KV storage: a `/get_server_info` right after start-up never sees an empty pool.
         let mut sched = Scheduler::with_eos_ids(config.clone(), args.eos.clone());
@@ -480,6 +485,9 @@ impl Engine {
     }
 }
 
+/// Saved states of a hybrid model per request slot ([`SchedulerConfig::state_checkpoints`]).
+pub const STATE_CHECKPOINTS_PER_SLOT: usize = 2;
+
 /// Refuses, by capability, what a hybrid model's recurrent state cannot do yet: speculative
 /// decoding (a rejected proposal would need the state rolled back to the last accepted
 /// token), the file tier (its blocks hold KV pages, not states) and embeddings.
@@ -516,7 +524,7 @@ fn engine_loop(
     stats: Arc<Mutex<SchedulerStats>>,
 ) {
     let cfg = sched.config().clone();
-    let kv = crate::model::kv_store(model.as_ref(), sched.num_slots(), cfg.max_running_requests);
+    let kv = crate::model::kv_store(model.as_ref(), sched.num_slots(), cfg.max_running_requests, cfg.state_checkpoints);
     let draft_layout = draft.as_ref().map(|d| d.attention_needs().kv_layout);
     let draft_kv = draft_layout.as_ref().map(|l| KvStore::new(l.clone(), sched.num_slots()));
     let mut live = Live { sched, kv, draft_kv, sinks: Default::default() };
@@ -591,7 +599,12 @@ fn engine_loop(
                 if let Some(t) = tier {
                     live.sched.attach_tier(t);
                 }
-                live.kv = crate::model::kv_store(model.as_ref(), live.sched.num_slots(), cfg.max_running_requests);
+                live.kv = crate::model::kv_store(
+                    model.as_ref(),
+                    live.sched.num_slots(),
+                    cfg.max_running_requests,
+                    cfg.state_checkpoints,
+                );
                 live.draft_kv = draft_layout.as_ref().map(|l| KvStore::new(l.clone(), live.sched.num_slots()));
             }
         }

@@ -15,7 +15,7 @@ pub mod hicache;
 pub mod radix;
 pub mod state;
 
-pub use state::{StateLayout, StatePool};
+pub use state::{StateCopy, StateLayout, StatePool};
 
 /// One per-token, per-layer array of the cache.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -201,9 +201,9 @@ impl KvStore {
     }
 
     /// Adds the state pool of a hybrid model ([`state`]): `slots` states, one per request-pool
-    /// index.
-    pub fn with_states(mut self, layout: StateLayout, slots: usize) -> Self {
-        self.states = Some(StatePool::new(layout, slots));
+    /// index, and `checkpoints` saved ones for prefix hits.
+    pub fn with_states(mut self, layout: StateLayout, slots: usize, checkpoints: usize) -> Self {
+        self.states = Some(StatePool::new(layout, slots, checkpoints));
         self
     }
 

@@ -33,6 +33,9 @@ struct Node {
     lock_ref: u32,
     last_access: u64,
     hash: u64,
+    /// A hybrid model's saved state after this node's last token (a checkpoint index of the
+    /// state pool, [`crate::kv::state`]).
+    state: Option<u32>,
 }
 
 /// A page to write to the file tier: its chain hash, its parent's, its tokens and where its
@@ -56,6 +59,10 @@ pub struct PrefixMatch {
     pub node: usize,
     /// Pages covering positions `0 .. pages.len() · page_size`.
     pub pages: Vec<u32>,
+    /// With saved states ([`RadixCache::with_states`]): the checkpoint holding the state after
+    /// the match's last token (the match ends at the deepest node that has one); `None`
+    /// otherwise.
+    pub state: Option<u32>,
 }
 
 /// The cache. Node 0 is the root (no page).
@@ -70,6 +77,10 @@ pub struct RadixCache {
     record_inserts: bool,
     record_evictions: bool,
     spills: Vec<Spill>,
+    /// Saved-state checkpoints not in use (with states).
+    free_states: Vec<u32>,
+    /// Checkpoints in all (0: a cache without states).
+    num_states: usize,
 }
 
 impl RadixCache {
@@ -83,6 +94,7 @@ impl RadixCache {
             lock_ref: 1,
             last_access: 0,
             hash: 0,
+            state: None,
         };
         RadixCache {
             page_size,
@@ -94,7 +106,87 @@ impl RadixCache {
             record_inserts: false,
             record_evictions: false,
             spills: Vec::new(),
+            free_states: Vec::new(),
+            num_states: 0,
         }
+    }
+
+    /// A cache that also keeps a hybrid model's saved states, `checkpoints` of them: a match
+    /// goes only as far as the deepest node with a saved state (a prefix of a recurrent model
+    /// is only a hit with its state), as SGLang's `MambaRadixCache` matches.
+    pub fn with_states(page_size: usize, checkpoints: usize) -> Self {
+        let mut c = Self::new(page_size);
+        c.free_states = (0..checkpoints as u32).rev().collect();
+        c.num_states = checkpoints;
+        c
+    }
+
+    /// Saved states held by nodes (not free, not reserved by a request).
+    pub fn states_held(&self) -> usize {
+        self.nodes.iter().flatten().filter(|n| n.state.is_some()).count()
+    }
+
+    /// Checkpoints free.
+    pub fn states_free(&self) -> usize {
+        self.free_states.len()
+    }
+
+    /// A free checkpoint for a state to be saved: a free one, or the least recently used saved
+    /// state of a node no running request holds (its pages stay); `None` when every checkpoint
+    /// is in use.
+    pub fn reserve_state(&mut self) -> Option<u32> {
+        if let Some(c) = self.free_states.pop() {
+            return Some(c);
+        }
+        let victim = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(id, n)| n.as_ref().map(|n| (id, n)))
+            .filter(|(_, n)| n.state.is_some() && n.lock_ref == 0)
+            .min_by_key(|(_, n)| n.last_access)
+            .map(|(id, _)| id)?;
+        self.node_mut(victim).state.take()
+    }
+
+    /// Gives checkpoint `c` back.
+    pub fn release_state(&mut self, c: u32) {
+        debug_assert!(!self.free_states.contains(&c), "checkpoint {c} freed twice");
+        self.free_states.push(c);
+    }
+
+    /// Attaches checkpoint `c` as the state after `tokens` (a cached, page-aligned prefix).
+    /// Returns false, keeping nothing, when no node ends there or it already has a state (the
+    /// caller gives `c` back).
+    pub fn attach_state(&mut self, tokens: &[u32], c: u32) -> bool {
+        if tokens.is_empty() || !tokens.len().is_multiple_of(self.page_size) {
+            return false;
+        }
+        let mut node = ROOT;
+        for key in tokens.chunks_exact(self.page_size) {
+            match self.node(node).children.get(key) {
+                Some(&child) => node = child,
+                None => return false,
+            }
+        }
+        let n = self.node_mut(node);
+        if n.state.is_some() {
+            return false;
+        }
+        n.state = Some(c);
+        true
+    }
+
+    /// Whether a state is saved after `tokens`.
+    pub fn has_state(&self, tokens: &[u32]) -> bool {
+        let mut node = ROOT;
+        for key in tokens.chunks_exact(self.page_size) {
+            match self.node(node).children.get(key) {
+                Some(&child) => node = child,
+                None => return false,
+            }
+        }
+        node != ROOT && self.node(node).state.is_some()
     }
 
     /// Seeds the chain hashes with the tier's `seed` and starts recording the pages adopted
@@ -161,14 +253,23 @@ impl RadixCache {
         let now = self.clock;
         let mut node = ROOT;
         let mut pages = Vec::new();
+        // With states: the deepest node on the path that has one, and its depth.
+        let mut saved = (ROOT, 0, None);
         for key in tokens.chunks_exact(self.page_size).take(max_pages) {
             let Some(&child) = self.node(node).children.get(key) else { break };
             node = child;
             let n = self.node_mut(node);
             n.last_access = now;
             pages.push(n.page);
+            if n.state.is_some() {
+                saved = (node, pages.len(), n.state);
+            }
         }
-        PrefixMatch { node, pages }
+        if self.num_states > 0 {
+            pages.truncate(saved.1);
+            return PrefixMatch { node: saved.0, pages, state: saved.2 };
+        }
+        PrefixMatch { node, pages, state: None }
     }
 
     /// Pins `node` and its ancestors.
@@ -235,6 +336,7 @@ impl RadixCache {
                 lock_ref: 0,
                 last_access: now,
                 hash,
+                state: None,
             };
             if id == self.nodes.len() {
                 self.nodes.push(Some(new));
@@ -271,6 +373,9 @@ impl RadixCache {
                 self.spills.push(Spill { hash: n.hash, parent, tokens: n.key.clone(), page: n.page });
             }
             alloc.release(n.page);
+            if let Some(c) = n.state {
+                self.free_states.push(c);
+            }
             self.free_ids.push(id);
             self.evictable -= 1;
             freed += 1;
@@ -310,6 +415,18 @@ impl RadixCache {
             if n.children.values().any(|&c| self.node(c).lock_ref > n.lock_ref) {
                 return Err(format!("node {id} has a child locked more than itself"));
             }
+        }
+        let mut states: Vec<u32> = self.nodes.iter().flatten().filter_map(|n| n.state).collect();
+        states.extend(&self.free_states);
+        let total = states.len();
+        states.sort_unstable();
+        states.dedup();
+        if states.len() != total || states.iter().any(|&c| c as usize >= self.num_states.max(1)) && total > 0 {
+            return Err(format!(
+                "saved states: {total} held or free, {} distinct, of {}",
+                states.len(),
+                self.num_states
+            ));
         }
         if (ev, pr) != (self.evictable, self.protected) {
             return Err(format!(

@@ -261,11 +261,12 @@ pub struct EmbeddingSpec {
 }
 
 /// The KV storage `model` runs on: `slots` KV slots and, for a hybrid model, a state pool of
-/// `requests` slots (one per request-pool index a batch may name).
-pub fn kv_store(model: &dyn Model, slots: usize, requests: usize) -> KvStore {
+/// `requests` live states (one per request-pool index a batch may name) and `checkpoints`
+/// saved ones (the scheduler's `state_checkpoints`).
+pub fn kv_store(model: &dyn Model, slots: usize, requests: usize, checkpoints: usize) -> KvStore {
     let kv = KvStore::new(model.attention_needs().kv_layout, slots);
     match model.state_layout() {
-        Some(l) => kv.with_states(l, requests),
+        Some(l) => kv.with_states(l, requests, checkpoints),
         None => kv,
     }
 }

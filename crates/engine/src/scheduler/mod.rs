@@ -93,6 +93,9 @@ struct Req {
     submitted: std::time::Instant,
     /// Of `cached_tokens`, the ones loaded from the file tier.
     storage_tokens: usize,
+    /// A hybrid model's state saved where the prompt ended: `(position, checkpoint)`, given
+    /// to the radix cache with the pages at release.
+    prompt_state: Option<(usize, u32)>,
 }
 
 /// The grammar masks of rows that sample this step: `(index in running, constraint)` in,
@@ -274,6 +277,9 @@ pub struct Scheduler {
     tier: Option<DiskTier>,
     /// Pages admitted from the file tier this step, to be filled before the forward.
     pending_loads: Vec<(u32, std::sync::Arc<Vec<u8>>)>,
+    /// A hybrid model's state copies (saves for the radix cache, restores of prefix hits), in
+    /// the order queued, done before the next forward ([`crate::kv::state`]).
+    pending_states: Vec<crate::kv::StateCopy>,
 }
 
 /// Reservation ratio of future decode tokens at admission (SGLang's `new_token_ratio`):
@@ -294,7 +300,10 @@ impl Scheduler {
         let alloc = PageAllocator::new(cfg.num_pages, cfg.page_size);
         let max_idx = cfg.max_running_requests as u32;
         Scheduler {
-            radix: RadixCache::new(cfg.page_size),
+            radix: match cfg.state_checkpoints {
+                0 => RadixCache::new(cfg.page_size),
+                n => RadixCache::with_states(cfg.page_size, n),
+            },
             alloc,
             eos,
             waiting: VecDeque::new(),
@@ -309,6 +318,7 @@ impl Scheduler {
             vocab: 0,
             tier: None,
             pending_loads: Vec::new(),
+            pending_states: Vec::new(),
         }
     }
 
@@ -385,6 +395,12 @@ impl Scheduler {
     /// per slot, so all `max_running_requests` of them free means the pool is empty.
     pub fn free_request_slots(&self) -> usize {
         self.free_pool_idx.len()
+    }
+
+    /// A hybrid model's saved states in use (held by the radix cache or reserved by a running
+    /// request); 0 after a flush with nothing running.
+    pub fn saved_states(&self) -> usize {
+        self.cfg.state_checkpoints - self.radix.states_free()
     }
 
     /// Pages held by the radix cache.
@@ -490,6 +506,7 @@ impl Scheduler {
             arrived: self.clock,
             submitted: std::time::Instant::now(),
             storage_tokens: 0,
+            prompt_state: None,
         });
         Ok(())
     }
@@ -570,8 +587,12 @@ impl Scheduler {
         } else {
             let full = r.kv_len / ps;
             to_free.extend(self.radix.insert(&r.tokens[..full * ps], &r.page_table[..full]));
+            self.save_states(r);
             full.max(r.prefix_pages)
         };
+        if let Some((_, c)) = r.prompt_state.take() {
+            self.radix.release_state(c);
+        }
         to_free.extend(r.page_table.drain(own_from.min(r.page_table.len())..));
         r.page_table.clear();
         if let Some(node) = r.prefix_node.take() {
@@ -585,6 +606,32 @@ impl Scheduler {
         r.draft_kv_len = 0;
         r.draft.clear();
         self.free_pool_idx.push(r.pool_idx);
+    }
+
+    /// A hybrid model's states of `r` at release, after its pages went to the radix cache: the
+    /// one saved where its prompt ended, and its state now when it ends on a page boundary,
+    /// each attached to the node ending there (its save queued before the next forward, while
+    /// the slot still holds it).
+    fn save_states(&mut self, r: &mut Req) {
+        if self.cfg.state_checkpoints == 0 {
+            return;
+        }
+        if let Some((pos, c)) = r.prompt_state.take() {
+            if pos > r.kv_len || !self.radix.attach_state(&r.tokens[..pos], c) {
+                self.radix.release_state(c);
+            }
+        }
+        let end = r.kv_len;
+        if end == 0 || !end.is_multiple_of(self.cfg.page_size) || self.radix.has_state(&r.tokens[..end]) {
+            return;
+        }
+        if let Some(c) = self.radix.reserve_state() {
+            if self.radix.attach_state(&r.tokens[..end], c) {
+                self.pending_states.push(crate::kv::StateCopy::Save { slot: r.pool_idx, ckpt: c });
+            } else {
+                self.radix.release_state(c);
+            }
+        }
     }
 
     /// How urgent `r` is under priority scheduling (higher first; all equal when it is off).
@@ -631,10 +678,12 @@ impl Scheduler {
         }
         let Some(sched) = self.schedule(&mut out) else { return out };
         self.sync_tier(kv);
+        let copies = std::mem::take(&mut self.pending_states);
         let forward = |model: &mut dyn Model, kv: &mut KvStore| {
-            sched
-                .batch
-                .validate(kv.num_slots())
+            kv.states_mut()
+                .map_or(Ok(()), |st| st.apply(&copies))
+                .map_err(|e| crate::batch::BatchError(format!("state pool: {e}")))
+                .and_then(|()| sched.batch.validate(kv.num_slots()))
                 .and_then(|()| kv.states().map_or(Ok(()), |st| sched.batch.validate_states(st.slots())))
                 .map_err(|e| EngineError::Internal(e.to_string()))
                 .and_then(|()| model.forward(&sched.batch, kv))

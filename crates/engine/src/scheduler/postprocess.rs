@@ -37,6 +37,8 @@ impl Scheduler {
         let vocab = if batch.logits_rows.is_empty() { 0 } else { logits.len() / batch.logits_rows.len() };
         let mut li = 0;
         let mut finished = Vec::new();
+        // Requests whose prompt this forward completed (a hybrid model saves their state).
+        let mut prompt_ends = Vec::new();
         for (k, &(i, n)) in rows.iter().enumerate() {
             let r = &mut self.running[i];
             let nl = batch.seqs[k].num_logits as usize;
@@ -59,6 +61,9 @@ impl Scheduler {
             let drafts = std::mem::take(&mut r.draft);
             let decode = r.decoding();
             r.kv_len += n - drafts.len();
+            if r.kv_len == r.prompt_len && n > 0 && r.prompt_state.is_none() && !r.embed {
+                prompt_ends.push(i);
+            }
             if r.kv_len < r.tokens.len() {
                 self.stats.num_prefill_chunks += 1;
                 continue; // a non-final prompt chunk
@@ -128,6 +133,22 @@ impl Scheduler {
                 let keep = r.kv_len.div_ceil(self.cfg.page_size).max(r.prefix_pages);
                 for p in r.page_table.drain(keep.min(r.page_table.len())..) {
                     self.alloc.release(p);
+                }
+            }
+        }
+        if self.cfg.state_checkpoints > 0 && !self.cfg.disable_radix_cache {
+            // The state where each prompt ended, saved before the next forward moves it on;
+            // the radix cache gets it with the pages at release (an agent's next turn repeats
+            // this prompt and diverges after it).
+            for i in prompt_ends {
+                let r = &self.running[i];
+                let at = r.prompt_len;
+                if !at.is_multiple_of(self.cfg.page_size) || self.radix.has_state(&r.tokens[..at]) {
+                    continue;
+                }
+                if let Some(c) = self.radix.reserve_state() {
+                    self.pending_states.push(crate::kv::StateCopy::Save { slot: r.pool_idx, ckpt: c });
+                    self.running[i].prompt_state = Some((at, c));
                 }
             }
         }

@@ -174,6 +174,10 @@ impl Scheduler {
                 m => m,
             };
             r.pool_idx = idx;
+            if let Some(c) = m.as_ref().and_then(|m| m.state) {
+                // A hybrid model's hit: the slot starts from the state saved there.
+                self.pending_states.push(crate::kv::StateCopy::Restore { ckpt: c, slot: idx });
+            }
             r.page_table = m.as_ref().map(|m| m.pages.clone()).unwrap_or_default();
             r.prefix_pages = matched + loaded;
             r.prefix_node = m.map(|m| m.node);

@@ -16,6 +16,7 @@ pub(super) fn cfg(num_pages: usize, chunk: usize) -> SchedulerConfig {
         policy: SchedulePolicy::Fcfs,
         spec: None,
         whole_prompts: false,
+        state_checkpoints: 0,
         queue: Default::default(),
     }
 }

@@ -306,7 +306,7 @@ pub fn time_decode(model: &mut dyn Model, batch: usize, ctx: usize) -> Result<f6
     let fb = decode_batch(batch, ctx, model.info().vocab_size);
     let slots = batch * (ctx + 1) + 1;
     fb.validate(slots).map_err(|e| EngineError::Internal(format!("batch cap: {e}")))?;
-    let mut kv = crate::model::kv_store(model, slots, batch);
+    let mut kv = crate::model::kv_store(model, slots, batch, 0);
     kv.fill(FILL);
     let t0 = Instant::now();
     model.forward(&fb, &mut kv)?;

@@ -24,6 +24,7 @@ pub(crate) fn cfg(page_size: usize, radix: bool, chunk: usize) -> SchedulerConfi
         policy: SchedulePolicy::Fcfs,
         spec: None,
         whole_prompts: false,
+        state_checkpoints: 0,
         queue: Default::default(),
     }
 }
@@ -49,7 +50,12 @@ fn penalties(i: usize) -> SamplingParams {
 /// (alone); returns each request's tokens.
 pub(crate) fn run(m: &mut dyn Model, c: SchedulerConfig, prompts: &[Vec<u32>], alone: bool) -> Vec<Vec<u32>> {
     let mut s = Scheduler::new(c, None);
-    let mut kv = sparrow_engine::model::kv_store(m, s.num_slots(), s.config().max_running_requests);
+    let mut kv = sparrow_engine::model::kv_store(
+        m,
+        s.num_slots(),
+        s.config().max_running_requests,
+        s.config().state_checkpoints,
+    );
     let mut out = vec![Vec::new(); prompts.len()];
     let submit = |s: &mut Scheduler, i: usize| {
         let r = NewRequest {
@@ -92,6 +98,8 @@ pub(crate) fn run(m: &mut dyn Model, c: SchedulerConfig, prompts: &[Vec<u32>], a
     s.flush_cache();
     assert_eq!(s.free_pages(), s.config().num_pages, "pages leaked");
     assert_eq!(s.free_request_slots(), s.config().max_running_requests, "request (state) slots leaked");
+    assert_eq!(s.saved_states(), 0, "saved states left after a flush");
+    s.check_pages().expect("page and state accounting");
     out
 }
 

@@ -449,7 +449,7 @@ fn kq_tensors(mix: &str, rope: &[f32]) -> Vec<Tensor> {
 /// Logits at `positions` of `ids` (one chunk per position, so every chunk extends the cache
 /// as a chunked prefill does), then `greedy` tokens decoded one at a time.
 pub(crate) fn kq_run(m: &mut dyn Model, ids: &[u32], positions: &[usize], greedy: usize) -> (Vec<Vec<f32>>, Vec<u32>) {
-    let mut kv = sparrow_engine::model::kv_store(m, ids.len() + greedy + 1, 1);
+    let mut kv = sparrow_engine::model::kv_store(m, ids.len() + greedy + 1, 1, 0);
     let (mut rows, mut done) = (Vec::new(), 0);
     for &p in positions {
         rows.push(m.forward(&ForwardBatch::single_sequence(&ids[..=p], done), &mut kv).expect("forward"));

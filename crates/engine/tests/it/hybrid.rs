@@ -274,7 +274,7 @@ fn broken_copies(t: &[Tensor], family: &str) -> Vec<(&'static str, Vec<Tensor>)>
 /// [`kq_run`]'s prompt rows, but with every recurrent state dropped between chunks.
 fn rows_forgetting_state(m: &mut dyn Model, ids: &[u32], positions: &[usize]) -> Vec<Vec<f32>> {
     use sparrow_engine::batch::ForwardBatch;
-    let mut kv = sparrow_engine::model::kv_store(m, ids.len() + 1, 1);
+    let mut kv = sparrow_engine::model::kv_store(m, ids.len() + 1, 1, 0);
     let (mut rows, mut done) = (Vec::new(), 0);
     for &p in positions {
         if let Some(st) = kv.states_mut() {
@@ -341,10 +341,10 @@ fn check_case(ids: &[u32], case: &serde_json::Value) {
 }
 
 /// 32 mixed requests (shared prefixes, lengths 3–69) batched equal each alone: chunked
-/// prefill of 48 tokens, page sizes 1, 16 and 64, and a pool of 40 pages of 16 that forces
-/// retractions (each retracted request recomputed from position 0 with a fresh state). The
-/// radix cache is off, as the engine runs a hybrid model; every request slot, and so every
-/// state, is free after each run (`batch_invariance::run` checks).
+/// prefill of 48 tokens, page sizes 1, 16 and 64, the radix cache on (hits only where a state
+/// was saved) and off, and a pool of 40 pages of 16 that forces retractions (a retracted request
+/// recomputed from its saved state or from position 0). Every request slot and saved state is
+/// free after each run and a flush (`batch_invariance::run` checks).
 #[test]
 fn hybrid_batched_equals_alone_with_retraction() {
     use crate::batch_invariance::{cfg, mixed_prompts, run, NEW};
@@ -356,12 +356,76 @@ fn hybrid_batched_equals_alone_with_retraction() {
         let prompts = mixed_prompts(VOCAB as u32);
         let alone = run(&mut m, cfg(1, false, 512), &prompts, true);
         assert!(alone.iter().all(|o| o.len() == NEW));
-        let tight = SchedulerConfig { num_pages: 40, max_running_requests: 16, ..cfg(16, false, 48) };
-        for (label, c) in [("page 1", cfg(1, false, 48)), ("page 64", cfg(64, false, 48)), ("40 pages", tight)] {
+        let states = |c: SchedulerConfig| SchedulerConfig { state_checkpoints: 2 * c.max_running_requests, ..c };
+        let tight = states(SchedulerConfig { num_pages: 40, max_running_requests: 16, ..cfg(16, true, 48) });
+        for (label, c) in [
+            ("page 1, radix", states(cfg(1, true, 48))),
+            ("page 16, radix", states(cfg(16, true, 48))),
+            ("page 64, no radix", cfg(64, false, 48)),
+            ("40 pages, radix", tight),
+        ] {
             let got = run(&mut m, c, &prompts, false);
             for (i, (g, a)) in got.iter().zip(&alone).enumerate() {
                 assert_eq!(g, a, "{family}: request {i}, {label}");
             }
         }
     }
+}
+
+/// An agent's turns: each prompt is the one before, its answer and a new message. With saved
+/// states the second and third turns start from the state saved where the turn before ended
+/// (radix hits of most of their prompt), and every turn's tokens equal those of a cache-less
+/// run; a flush frees every saved state.
+#[test]
+fn hybrid_multi_turn_hits_saved_states() {
+    use sparrow_engine::kv::KvStore;
+    use sparrow_engine::scheduler::{NewRequest, Output, Scheduler};
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("hybrid.gguf");
+    write(&path, "qwen35", &tensors("qwen35"));
+    let mut m = LlamaModel::load(&path, 2).expect("qwen35");
+    let mut turns = |radix: bool| -> (Vec<Vec<u32>>, u64) {
+        let c = crate::batch_invariance::cfg(1, radix, 32);
+        let c = SchedulerConfig { state_checkpoints: if radix { 8 } else { 0 }, max_running_requests: 4, ..c };
+        let mut s = Scheduler::new(c.clone(), None);
+        let mut kv: KvStore = sparrow_engine::model::kv_store(&m, s.num_slots(), 4, c.state_checkpoints);
+        let mut prompt: Vec<u32> = (0..70u32).map(|i| (i * 37 + 5) % VOCAB as u32).collect();
+        let mut outs = Vec::new();
+        for turn in 0..3u64 {
+            let req = NewRequest {
+                id: turn,
+                input_ids: prompt.clone(),
+                max_new_tokens: 8,
+                sampling: Default::default(),
+                stop_token_ids: vec![],
+                ignore_eos: true,
+                logprobs: Default::default(),
+                constraint: None,
+                embed: false,
+                priority: None,
+            };
+            s.submit(req).expect("fits");
+            let mut out = Vec::new();
+            while !s.is_idle() {
+                for o in s.step(&mut m, &mut kv) {
+                    if let Output::Token { token, .. } = o {
+                        out.push(token);
+                    }
+                }
+            }
+            prompt.extend(&out);
+            prompt.extend((0..20u32).map(|i| (i * 11 + turn as u32 * 7) % VOCAB as u32));
+            outs.push(out);
+        }
+        let hits = s.stats().radix_hit_tokens_total;
+        s.flush_cache();
+        assert_eq!(s.saved_states(), 0, "saved states left after a flush");
+        (outs, hits)
+    };
+    let (cached, hits) = turns(true);
+    let (plain, none) = turns(false);
+    assert_eq!(cached, plain, "turns with saved states differ from a cache-less run");
+    assert_eq!(none, 0);
+    // Turn 2 hits the 70 + 8 − 1 tokens turn 1 computed, turn 3 turn 2's 98 + 8 − 1.
+    assert_eq!(hits, (70 + 8 - 1) + (98 + 8 - 1), "radix hits over the turns");
 }

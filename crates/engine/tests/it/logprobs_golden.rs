@@ -98,6 +98,7 @@ fn run(m: &mut LlamaModel, reqs: Vec<NewRequest>) -> Vec<Output> {
         policy: SchedulePolicy::Fcfs,
         spec: None,
         whole_prompts: false,
+        state_checkpoints: 0,
         queue: Default::default(),
     };
     let mut s = Scheduler::new(cfg, None);

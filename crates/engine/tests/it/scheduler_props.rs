@@ -77,6 +77,7 @@ fn run_schedule(seed: u64, seen: &mut Seen) {
             ..SpecConfig::ngram(rng.random_range(2..8))
         }),
         whole_prompts: false,
+        state_checkpoints: 0,
         queue: Default::default(),
     };
     let eos = if rng.random_bool(0.5) { Some(0u32) } else { None };
@@ -212,6 +213,7 @@ fn small_pool(page_size: usize, num_pages: usize) -> SchedulerConfig {
         policy: SchedulePolicy::Fcfs,
         spec: None,
         whole_prompts: false,
+        state_checkpoints: 0,
         queue: Default::default(),
     }
 }

@@ -209,13 +209,14 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     );
     if let Some(st) = engine.state_layout() {
         eprintln!(
-            "state pool: {} recurrent layers, {} bytes per request ({} conv-window + {} state values per layer, f32), {:.2} GB for {} request slots; radix cache off (a prefix needs its state)",
+            "state pool: {} recurrent layers, {} bytes per request ({} conv-window + {} state values per layer, f32), {:.2} GB for {} request slots and {} saved states (prefix hits end where a state was saved)",
             st.layers,
             st.bytes_per_request(),
             st.conv,
             st.ssm,
-            (st.bytes_per_request() * c.max_running_requests) as f64 / 1e9,
-            c.max_running_requests
+            (st.bytes_per_request() * (c.max_running_requests + c.state_checkpoints)) as f64 / 1e9,
+            c.max_running_requests,
+            c.state_checkpoints
         );
     }
     eprintln!(
