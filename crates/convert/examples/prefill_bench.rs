@@ -19,7 +19,6 @@ use std::time::Instant;
 use sparrow_convert::quantize::{quantize_state_dict, write_checkpoint, QuantStyle};
 use sparrow_cpu::format::nvfp4::ScaleRule;
 use sparrow_engine::batch::ForwardBatch;
-use sparrow_engine::kv::KvStore;
 use sparrow_engine::model::glm5::{AttnImpl, Glm5Model, Glm5Options, MoeChoice, MoeImpl};
 use sparrow_engine::model::llama::LlamaModel;
 use sparrow_engine::model::{Model, PartTimes};
@@ -39,7 +38,7 @@ fn prefill<M: Model>(m: &mut M, n: usize, vocab: usize) -> (PartTimes, Vec<f32>)
         (0..n as u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 8) % (vocab as u32 - 200) + 100).collect();
     let mut best: Option<(PartTimes, Vec<f32>)> = None;
     for _ in 0..env_num("ROUNDS", 1).max(1) {
-        let mut kv = KvStore::new(m.attention_needs().kv_layout, n + 1);
+        let mut kv = sparrow_engine::model::kv_store(m, n + 1, 1, 0);
         m.set_profile(true);
         let t0 = Instant::now();
         let mut done = 0;

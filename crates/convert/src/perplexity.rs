@@ -2,7 +2,6 @@
 //! model's raw logits (log-softmax in f64), every position's logits from one prefill.
 
 use sparrow_engine::batch::ForwardBatch;
-use sparrow_engine::kv::KvStore;
 use sparrow_engine::model::Model;
 use sparrow_engine::EngineError;
 
@@ -63,7 +62,7 @@ pub(crate) fn forward_each<S: AsRef<[u32]>>(
     mut f: impl FnMut(&[u32], &[f32]),
 ) -> Result<(), EngineError> {
     let longest = seqs.iter().map(|s| s.as_ref().len()).max().unwrap_or(0);
-    let mut kv = KvStore::new(model.attention_needs().kv_layout, longest + 2);
+    let mut kv = sparrow_engine::model::kv_store(model, longest + 2, 1, 0);
     for ids in seqs {
         let ids = ids.as_ref();
         let mut b = ForwardBatch::single_sequence(ids, 0);

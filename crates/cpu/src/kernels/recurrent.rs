@@ -16,6 +16,9 @@
 /// Partial sums per reduction (one AVX2 register of f32).
 pub const LANES: usize = 8;
 
+/// State rows [`gated_delta_rule`] takes through all of a call's tokens at a time.
+const ROW_BLOCK: usize = 16;
+
 /// `Σ a[i] · b[i]` in [`LANES`] interleaved partial sums, combined pairwise
 /// (`((s0+s4)+(s2+s6)) + ((s1+s5)+(s3+s7))`), then the tail in order.
 #[inline]
@@ -110,6 +113,22 @@ pub fn conv1d_silu(x: &mut [f32], state: &mut [f32], wt: &[f32], k: usize) {
     }
 }
 
+/// One output row of [`conv1d_silu`]: `out[ch] = SiLU(Σ_{i<k} input(i)[ch] · wt[i][ch])`, where
+/// `input(i)` is the input row `k − 1 − i` rows back (`None`: before the sequence, zeros). The
+/// same arithmetic as [`conv1d_silu`], so rows can be computed in any order, in parallel.
+pub fn conv1d_silu_row<'a>(out: &mut [f32], input: impl Fn(usize) -> Option<&'a [f32]>, wt: &[f32], k: usize) {
+    let c = out.len();
+    out.iter_mut().for_each(|a| *a = 0.0);
+    for i in 0..k {
+        let w = &wt[i * c..(i + 1) * c];
+        match input(i) {
+            Some(src) => out.iter_mut().zip(src).zip(w).for_each(|((a, s), wv)| *a += s * wv),
+            None => out.iter_mut().zip(w).for_each(|(a, wv)| *a += 0.0 * wv),
+        }
+    }
+    out.iter_mut().for_each(|a| *a = silu(*a));
+}
+
 /// One token's inputs to [`gated_delta_rule`] for one value head.
 #[derive(Debug, Clone, Copy)]
 pub struct DeltaToken<'a> {
@@ -141,22 +160,41 @@ pub fn gated_delta_rule<'a>(state: &mut [f32], n: usize, token: impl Fn(usize) -
     }
     let (dk, dv) = (token(0).k.len(), token(0).v.len());
     assert!(state.len() == dk * dv && out.len() == n * dv, "delta rule: shapes");
-    for t in 0..n {
-        let tk = token(t);
-        let decay = tk.g.exp();
-        let o = &mut out[t * dv..(t + 1) * dv];
-        for (j, row) in state.chunks_exact_mut(dk).enumerate() {
-            // Two passes over the row: decay fused with `s_j · k`, the update with `s_j · q`
-            // (each product over the row as stored, summed as `dot_lanes` sums).
-            let sk = scale_dot(row, decay, tk.k);
-            let d = (tk.v[j] - sk) * tk.beta;
-            o[j] = axpy_dot(row, d, tk.k, tk.q);
+    // Each row's recurrence reads only that row and the tokens' k, q, v, g, β: rows go in
+    // blocks of `ROW_BLOCK`, each block through every token while it sits in L1 (a head's state
+    // is 64 KB at d_k = d_v = 128; a block of 16 rows 8 KB), so a prefill chunk streams the
+    // tokens' keys and queries instead of the state, token after token. The operations of each
+    // row are the same, in the same order, as token by token.
+    for j0 in (0..dv).step_by(ROW_BLOCK) {
+        let j1 = (j0 + ROW_BLOCK).min(dv);
+        for t in 0..n {
+            let tk = token(t);
+            let decay = tk.g.exp();
+            let mut j = j0;
+            // Four rows side by side: four independent chains of adds (each row's own, in its
+            // own order) instead of one, so the adds' latency overlaps.
+            while j + 4 <= j1 {
+                let rows = &mut state[j * dk..(j + 4) * dk];
+                let sk = scale_dot4(rows, dk, decay, tk.k);
+                let d = std::array::from_fn(|r| (tk.v[j + r] - sk[r]) * tk.beta);
+                let o = axpy_dot4(rows, dk, d, tk.k, tk.q);
+                out[t * dv + j..t * dv + j + 4].copy_from_slice(&o);
+                j += 4;
+            }
+            for j in j..j1 {
+                let row = &mut state[j * dk..(j + 1) * dk];
+                // Two passes over the row: decay fused with `s_j · k`, the update with
+                // `s_j · q` (each product over the row as stored, summed as `dot_lanes` sums).
+                let sk = scale_dot(row, decay, tk.k);
+                let d = (tk.v[j] - sk) * tk.beta;
+                out[t * dv + j] = axpy_dot(row, d, tk.k, tk.q);
+            }
         }
     }
 }
 
 /// `row ← a · row`, then `dot_lanes(row, x)`, in one pass.
-#[inline]
+#[inline(always)]
 fn scale_dot(row: &mut [f32], a: f32, x: &[f32]) -> f32 {
     let n = row.len().min(x.len());
     let body = n / LANES * LANES;
@@ -175,8 +213,60 @@ fn scale_dot(row: &mut [f32], a: f32, x: &[f32]) -> f32 {
     t
 }
 
+/// [`scale_dot`] of four rows of `dk` (`rows`: `4 · dk`), side by side: each row's bits as
+/// alone.
+#[inline(always)]
+fn scale_dot4(rows: &mut [f32], dk: usize, a: f32, x: &[f32]) -> [f32; 4] {
+    let body = dk / LANES * LANES;
+    let mut s = [[0f32; LANES]; 4];
+    for c in (0..body).step_by(LANES) {
+        let y = &x[c..c + LANES];
+        for (r, acc) in s.iter_mut().enumerate() {
+            let row = &mut rows[r * dk + c..r * dk + c + LANES];
+            for l in 0..LANES {
+                row[l] *= a;
+                acc[l] += row[l] * y[l];
+            }
+        }
+    }
+    std::array::from_fn(|r| {
+        let mut t = ((s[r][0] + s[r][4]) + (s[r][2] + s[r][6])) + ((s[r][1] + s[r][5]) + (s[r][3] + s[r][7]));
+        for i in body..dk {
+            rows[r * dk + i] *= a;
+            t += rows[r * dk + i] * x[i];
+        }
+        t
+    })
+}
+
+/// [`axpy_dot`] of four rows of `dk` with their own `d`s, side by side: each row's bits as
+/// alone.
+#[inline(always)]
+fn axpy_dot4(rows: &mut [f32], dk: usize, d: [f32; 4], k: &[f32], q: &[f32]) -> [f32; 4] {
+    let body = dk / LANES * LANES;
+    let mut s = [[0f32; LANES]; 4];
+    for c in (0..body).step_by(LANES) {
+        let (kv, qv) = (&k[c..c + LANES], &q[c..c + LANES]);
+        for (r, acc) in s.iter_mut().enumerate() {
+            let row = &mut rows[r * dk + c..r * dk + c + LANES];
+            for l in 0..LANES {
+                row[l] += kv[l] * d[r];
+                acc[l] += row[l] * qv[l];
+            }
+        }
+    }
+    std::array::from_fn(|r| {
+        let mut t = ((s[r][0] + s[r][4]) + (s[r][2] + s[r][6])) + ((s[r][1] + s[r][5]) + (s[r][3] + s[r][7]));
+        for i in body..dk {
+            rows[r * dk + i] += k[i] * d[r];
+            t += rows[r * dk + i] * q[i];
+        }
+        t
+    })
+}
+
 /// `row ← row + d · k`, then `dot_lanes(row, q)`, in one pass.
-#[inline]
+#[inline(always)]
 fn axpy_dot(row: &mut [f32], d: f32, k: &[f32], q: &[f32]) -> f32 {
     let n = row.len().min(k.len()).min(q.len());
     let body = n / LANES * LANES;
@@ -250,6 +340,13 @@ mod tests {
         }
         // The carried window is the last k − 1 inputs.
         assert_eq!(st, x[(n - (k - 1)) * c..].to_vec());
+        // Row by row, in any order: the same bits.
+        for t in (0..n).rev() {
+            let mut row = vec![0f32; c];
+            let input = |i: usize| (t + i).checked_sub(k - 1).map(|j| &x[j * c..(j + 1) * c]);
+            conv1d_silu_row(&mut row, input, &wt, k);
+            assert_eq!(row, whole[t * c..(t + 1) * c].to_vec(), "row {t}");
+        }
     }
 
     /// The recurrent delta rule against its definition in f64 with the state as a matrix, and

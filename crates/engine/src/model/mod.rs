@@ -65,7 +65,8 @@ pub struct PartTimes {
     /// `gemm` by weight form, indexed like [`GEMM_KINDS`]; a matmul over a stack of forms
     /// (a fused QKV of Q4_K and Q6_K) is split by the forms' bytes.
     pub gemm_by_kind: [f64; 13],
-    /// Attention: K/V writes, scores, softmax, values.
+    /// Attention: K/V writes, scores, softmax, values; a recurrent layer's convolution, norms
+    /// and delta rule.
     pub attention: f64,
     /// The DSA indexer's key scoring and top-k (GLM-5 only).
     pub indexer: f64,

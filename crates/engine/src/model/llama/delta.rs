@@ -58,6 +58,8 @@ pub(crate) struct Scratch {
     proj: Vec<f32>,
     /// The convolution's input, then output, `[tokens × conv_dim]`.
     conv: Vec<f32>,
+    /// The convolution's output before it takes `conv`'s place.
+    conv_out: Vec<f32>,
     /// `g` then `β` per value head, `[tokens × 2·v_heads]`.
     gb: Vec<f32>,
     /// The delta rule's output per (sequence, head), `[head][token][d_v]` within each
@@ -199,21 +201,48 @@ impl DeltaNet {
                 }
             }
         });
-        // The convolution per sequence, over its slot's window.
-        let slot_ranges: Vec<_> =
-            batch.seqs.iter().map(|q| q.req_pool_idx as usize * cs..(q.req_pool_idx as usize + 1) * cs).collect();
-        let row_ranges: Vec<_> = batch
-            .seqs
-            .iter()
-            .map(|q| q.token_start as usize * cd..(q.token_start + q.extend_len) as usize * cd)
-            .collect();
-        let (conv_t, k) = (&self.conv_t, self.kernel);
-        pool.par_ranges2(conv_states, &slot_ranges, &mut d.conv, &row_ranges, |i, window, x| {
-            if batch.seqs[i].prefix_len == 0 {
-                window.fill(0.0);
+        // The token mixing (convolution, norms, delta rule) counts as the layer's attention.
+        let clock = std::time::Instant::now();
+        // The convolution, row by row on the pool (a row reads the `k − 1` inputs before it:
+        // its sequence's rows, or its slot's window before them, zeros at position 0), then
+        // each window moved on to the sequence's last `k − 1` inputs.
+        let (conv_t, k, row_seq) = (&self.conv_t, self.kernel, &s.row_seq);
+        d.conv_out.resize(t_n * cd, 0.0);
+        {
+            let (input, windows) = (&d.conv, &*conv_states);
+            pool.par_rows(&mut d.conv_out, cd, |t, out| {
+                let sq = &batch.seqs[row_seq[t] as usize];
+                let (ts, slot) = (sq.token_start as usize, sq.req_pool_idx as usize);
+                let window = (sq.prefix_len > 0).then(|| &windows[slot * cs..(slot + 1) * cs]);
+                let rel = t - ts;
+                let row_at = |i: usize| match (rel + i).checked_sub(k - 1) {
+                    Some(j) => Some(&input[(ts + j) * cd..(ts + j + 1) * cd]),
+                    None => window.map(|w| {
+                        let r = rel + i; // row of the window, `r < k − 1`
+                        &w[r * cd..(r + 1) * cd]
+                    }),
+                };
+                recurrent::conv1d_silu_row(out, row_at, conv_t, k);
+            });
+        }
+        for sq in &batch.seqs {
+            let (ts, n, slot) = (sq.token_start as usize, sq.extend_len as usize, sq.req_pool_idx as usize);
+            let w = &mut conv_states[slot * cs..(slot + 1) * cs];
+            if sq.prefix_len == 0 {
+                w.fill(0.0);
             }
-            recurrent::conv1d_silu(x, window, conv_t, k);
-        });
+            // The last `k − 1` rows of `[window; inputs]`.
+            let old = w.to_vec();
+            for r in 0..k - 1 {
+                let j = n + r; // row of `[window; inputs]`
+                let src = match j.checked_sub(k - 1) {
+                    Some(x) => &d.conv[(ts + x) * cd..(ts + x + 1) * cd],
+                    None => &old[j * cd..(j + 1) * cd],
+                };
+                w[r * cd..(r + 1) * cd].copy_from_slice(src);
+            }
+        }
+        std::mem::swap(&mut d.conv, &mut d.conv_out);
         // Per token: q and k of each key head L2-normed, q scaled by 1/√d_k.
         let (eps, scale) = (self.eps, 1.0 / (dk as f32).sqrt());
         pool.par_rows(&mut d.conv, cd, |_, row| {
@@ -256,6 +285,9 @@ impl DeltaNet {
             };
             recurrent::gated_delta_rule(state, sq.extend_len as usize, token, out);
         });
+        if let Some(p) = cx.parts.as_deref_mut() {
+            p.attention += clock.elapsed().as_secs_f64();
+        }
         // Back to token rows, then the gated norm per head.
         let (out_t, row_seq, norm) = (&d.out_t, &s.row_seq, &self.norm);
         pool.par_rows(&mut d.core, inner, |t, row| {
