@@ -429,3 +429,68 @@ fn hybrid_multi_turn_hits_saved_states() {
     // Turn 2 hits the 70 + 8 − 1 tokens turn 1 computed, turn 3 turn 2's 98 + 8 − 1.
     assert_eq!(hits, (70 + 8 - 1) + (98 + 8 - 1), "radix hits over the turns");
 }
+
+/// The engine runs a hybrid model with its state pool and saved states (radix cache on), and
+/// refuses by capability, at start-up, what a recurrent state cannot do yet: speculative
+/// decoding, the file tier and embeddings, each error naming the flag.
+#[test]
+fn hybrid_engine_start_up_and_refusals() {
+    use sparrow_engine::engine::{Engine, EngineArgs};
+    use sparrow_engine::kv::hicache::{HiCacheArgs, WritePolicy};
+    use sparrow_engine::scheduler::{NewRequest, Output};
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("hybrid.gguf");
+    write(&path, "qwen35", &tensors("qwen35"));
+    let load = || -> Box<dyn Model> { Box::new(LlamaModel::load(&path, 2).expect("qwen35")) };
+    let args = EngineArgs {
+        max_total_tokens: Some(4096),
+        kv_cache_gb: 1.0,
+        max_running_requests: Some(4),
+        disable_autotune: true,
+        ..EngineArgs::new(path.clone())
+    };
+    let engine = Engine::start_with_model(load(), &args, "scalar").expect("starts");
+    let st = engine.state_layout().expect("a state pool");
+    assert_eq!(st.bytes_per_request(), 2 * ((CONV - 1) * CONV_DIM + V_HEADS * DK * DK) * 4);
+    let c = engine.config();
+    assert!(!c.disable_radix_cache && c.state_checkpoints == 2 * c.max_running_requests, "{c:?}");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let req = NewRequest {
+        id: 1,
+        input_ids: (0..40u32).collect(),
+        max_new_tokens: 4,
+        sampling: Default::default(),
+        stop_token_ids: vec![],
+        ignore_eos: true,
+        logprobs: Default::default(),
+        constraint: None,
+        embed: false,
+        priority: None,
+    };
+    engine.submit(req, Box::new(move |o| tx.send(o).is_ok())).expect("engine running");
+    let mut n = 0;
+    loop {
+        match rx.recv_timeout(std::time::Duration::from_secs(30)).expect("an answer") {
+            Output::Token { .. } => n += 1,
+            Output::Finished { reason, .. } => {
+                assert_eq!((n, format!("{reason:?}")), (4, "Length".to_owned()));
+                break;
+            }
+            _ => {}
+        }
+    }
+    let refuse = |a: EngineArgs, flag: &str| {
+        let e = Engine::start_with_model(load(), &a, "scalar").map(|_| ()).expect_err("refused").to_string();
+        assert!(e.contains("recurrent") && e.contains(flag), "{flag}: {e}");
+    };
+    let spec = sparrow_engine::spec::SpecConfig::ngram(4);
+    refuse(EngineArgs { speculative: Some(spec), ..args.clone() }, "--speculative-algorithm");
+    let tier = HiCacheArgs {
+        dir: dir.path().join("tier"),
+        size_bytes: Some(1 << 20),
+        ratio: 2.0,
+        write_policy: WritePolicy::WriteThrough,
+    };
+    refuse(EngineArgs { hicache: Some(tier), ..args.clone() }, "--enable-hierarchical-cache");
+    refuse(EngineArgs { is_embedding: true, ..args }, "--is-embedding");
+}
