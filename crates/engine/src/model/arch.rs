@@ -91,6 +91,26 @@ fn gemma3_attn_scale(hp: &HParams, head_dim: usize) -> f32 {
     }
 }
 
+/// Qwen3.5's layer (`qwen35`): Qwen3's attention with its output gate, Gated DeltaNet layers,
+/// the pre-FFN norm named `post_attention_norm`.
+const QWEN35: Family = Family {
+    gguf_rope: RopeLayout::Halves,
+    qk_norm: QkNorm::On,
+    layer_names: &[QWEN35_LAYER_NAMES, LLAMA_LAYER_NAMES],
+    rope_base: 10_000_000.0,
+    rms_eps: 1e-6,
+    attn_gate: true,
+    gdn: Some(GdnLayout::QWEN35),
+    ..Family::BASE
+};
+
+/// [`QWEN35`] with Qwen3-MoE's routing and a gated shared expert.
+const QWEN35_MOE: Family = Family {
+    layer_names: &[QWEN35_LAYER_NAMES, LLAMA_LAYER_NAMES, MOE_FFN_NAMES],
+    moe: Some(MoeFamily { scoring: Some(Scoring::Softmax), norm_topk_prob: Some(true), ..MoeFamily::BASE }),
+    ..QWEN35
+};
+
 /// Every architecture, in the order the docs list them.
 pub const ARCHITECTURES: &[Arch] = &[
     Arch {
@@ -229,39 +249,14 @@ pub const ARCHITECTURES: &[Arch] = &[
     // Qwen3.5 / Qwen3.6 dense (llama.cpp `src/models/qwen35.cpp`): three Gated DeltaNet layers
     // for every gated full-attention layer (`full_attention_interval`), the state beside the KV
     // pages (`kv::state`); GGUF only for now.
-    Arch {
-        name: "qwen35",
-        class: "Qwen3_5ForCausalLM",
-        body: Body::Decoder(Family {
-            gguf_rope: RopeLayout::Halves,
-            qk_norm: QkNorm::On,
-            layer_names: &[QWEN35_LAYER_NAMES, LLAMA_LAYER_NAMES],
-            rope_base: 10_000_000.0,
-            rms_eps: 1e-6,
-            attn_gate: true,
-            gdn: Some(GdnLayout::QWEN35),
-            ..Family::BASE
-        }),
-        embedding: false,
-        ..Arch::BASE
-    },
+    Arch { name: "qwen35", class: "Qwen3_5ForCausalLM", body: Body::Decoder(QWEN35), embedding: false, ..Arch::BASE },
     // Qwen3.5-MoE / Qwen3.6-35B-A3B (`src/models/qwen35moe.cpp`): qwen35's layers with a MoE
     // feed-forward (softmax over all experts, top-k renormalized) and one shared expert under
     // its sigmoid gate.
     Arch {
         name: "qwen35moe",
         class: "Qwen3_5MoeForCausalLM",
-        body: Body::Decoder(Family {
-            gguf_rope: RopeLayout::Halves,
-            qk_norm: QkNorm::On,
-            layer_names: &[QWEN35_LAYER_NAMES, LLAMA_LAYER_NAMES, MOE_FFN_NAMES],
-            moe: Some(MoeFamily { scoring: Some(Scoring::Softmax), norm_topk_prob: Some(true), ..MoeFamily::BASE }),
-            rope_base: 10_000_000.0,
-            rms_eps: 1e-6,
-            attn_gate: true,
-            gdn: Some(GdnLayout::QWEN35),
-            ..Family::BASE
-        }),
+        body: Body::Decoder(QWEN35_MOE),
         embedding: false,
         ..Arch::BASE
     },
@@ -270,17 +265,7 @@ pub const ARCHITECTURES: &[Arch] = &[
     Arch {
         name: "qwen3next",
         class: "Qwen3NextForCausalLM",
-        body: Body::Decoder(Family {
-            gguf_rope: RopeLayout::Halves,
-            qk_norm: QkNorm::On,
-            layer_names: &[QWEN35_LAYER_NAMES, LLAMA_LAYER_NAMES, MOE_FFN_NAMES],
-            moe: Some(MoeFamily { scoring: Some(Scoring::Softmax), norm_topk_prob: Some(true), ..MoeFamily::BASE }),
-            rope_base: 10_000_000.0,
-            rms_eps: 1e-6,
-            attn_gate: true,
-            gdn: Some(GdnLayout::QWEN3NEXT),
-            ..Family::BASE
-        }),
+        body: Body::Decoder(Family { gdn: Some(GdnLayout::QWEN3NEXT), ..QWEN35_MOE }),
         embedding: false,
         ..Arch::BASE
     },
