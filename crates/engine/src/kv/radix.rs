@@ -162,13 +162,7 @@ impl RadixCache {
         if tokens.is_empty() || !tokens.len().is_multiple_of(self.page_size) {
             return false;
         }
-        let mut node = ROOT;
-        for key in tokens.chunks_exact(self.page_size) {
-            match self.node(node).children.get(key) {
-                Some(&child) => node = child,
-                None => return false,
-            }
-        }
+        let Some(node) = self.node_at(tokens) else { return false };
         let n = self.node_mut(node);
         if n.state.is_some() {
             return false;
@@ -179,14 +173,12 @@ impl RadixCache {
 
     /// Whether a state is saved after `tokens`.
     pub fn has_state(&self, tokens: &[u32]) -> bool {
-        let mut node = ROOT;
-        for key in tokens.chunks_exact(self.page_size) {
-            match self.node(node).children.get(key) {
-                Some(&child) => node = child,
-                None => return false,
-            }
-        }
-        node != ROOT && self.node(node).state.is_some()
+        self.node_at(tokens).is_some_and(|n| n != ROOT && self.node(n).state.is_some())
+    }
+
+    /// The node that ends after `tokens` (whole pages), when the tree has that path.
+    fn node_at(&self, tokens: &[u32]) -> Option<usize> {
+        tokens.chunks_exact(self.page_size).try_fold(ROOT, |node, key| self.node(node).children.get(key).copied())
     }
 
     /// Seeds the chain hashes with the tier's `seed` and starts recording the pages adopted

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::format::{CallMachine, Ev, ToolFormat, ToolSpec};
-use super::tagged::{Block, Tagged, CALL_END, CALL_START};
+use super::tagged::{close_members, Block, Tagged, CALL_END, CALL_START};
 
 /// The `glm45` row.
 pub(super) struct Glm45;
@@ -66,7 +66,7 @@ impl Block for PairsCall {
         }
         self.pairs(tools, self.pending.find(CALL_END), ev);
         let p = self.pending.find(CALL_END)?;
-        ev.push(Ev::Args(self.closing().to_owned()));
+        ev.push(Ev::Args(close_members(self.pairs).to_owned()));
         Some(self.pending[p + CALL_END.len()..].to_owned())
     }
 
@@ -78,20 +78,11 @@ impl Block for PairsCall {
         // The arguments are built here: close the object over the complete pairs, so they stay
         // valid JSON.
         self.pairs(tools, None, ev);
-        ev.push(Ev::Args(self.closing().to_owned()));
+        ev.push(Ev::Args(close_members(self.pairs).to_owned()));
     }
 }
 
 impl PairsCall {
-    /// What closes the arguments object.
-    fn closing(&self) -> &'static str {
-        if self.pairs == 0 {
-            "{}"
-        } else {
-            "}"
-        }
-    }
-
     /// The complete `<arg_key>k</arg_key><arg_value>v</arg_value>` pairs before `close`, each
     /// sent as one more member of the arguments object. A value is JSON when it parses as JSON
     /// and the tool's schema does not declare it a string (as SGLang's `glm4_moe_detector.py`

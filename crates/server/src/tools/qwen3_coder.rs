@@ -10,7 +10,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::format::{CallMachine, Ev, ToolFormat, ToolSpec};
-use super::tagged::{Block, Tagged, CALL_END, CALL_START};
+use super::tagged::{close_members, Block, Tagged, CALL_END, CALL_START};
 
 /// The `qwen3_coder` row.
 pub(super) struct Qwen3Coder;
@@ -75,7 +75,7 @@ impl Block for XmlCall {
         }
         self.params(tools, ev);
         let p = self.pending.find(CALL_END)?;
-        ev.push(Ev::Args(self.closing().to_owned()));
+        ev.push(Ev::Args(close_members(self.params).to_owned()));
         Some(self.pending[p + CALL_END.len()..].to_owned())
     }
 
@@ -86,20 +86,11 @@ impl Block for XmlCall {
         }
         // Close the object over the complete parameters, so the arguments stay valid JSON.
         self.params(tools, ev);
-        ev.push(Ev::Args(self.closing().to_owned()));
+        ev.push(Ev::Args(close_members(self.params).to_owned()));
     }
 }
 
 impl XmlCall {
-    /// What closes the arguments object.
-    fn closing(&self) -> &'static str {
-        if self.params == 0 {
-            "{}"
-        } else {
-            "}"
-        }
-    }
-
     /// The complete `<parameter=k>v</parameter>` pairs before the block's end, each sent as one
     /// more member of the arguments object.
     fn params(&mut self, tools: &[ToolSpec], ev: &mut Vec<Ev>) {

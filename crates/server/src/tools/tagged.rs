@@ -12,6 +12,16 @@ pub(super) const CALL_START: &str = "<tool_call>";
 /// Closes a call.
 pub(super) const CALL_END: &str = "</tool_call>";
 
+/// What closes an arguments object sent member by member (`glm45`'s pairs, `qwen3_coder`'s
+/// parameters): `{}` when no member was sent, else `}`.
+pub(super) fn close_members(sent: usize) -> &'static str {
+    if sent == 0 {
+        "{}"
+    } else {
+        "}"
+    }
+}
+
 /// The inside of one `<tool_call>` block, in a format's dialect.
 pub(super) trait Block: std::fmt::Debug + Default + Send {
     /// Feeds the block's text; returns what follows `</tool_call>` once the block closes.
