@@ -1,7 +1,8 @@
 //! Kernels of the recurrent (linear-attention) layers of hybrid models: the causal depthwise
 //! convolution with its carried window, the gated delta rule (Yang, Kautz & Hatamizadeh 2024,
 //! "Gated Delta Networks", eq. 10; Qwen3-Next / Qwen3.5's `GatedDeltaNet`), the L2 norm of its
-//! queries and keys, and the gated RMSNorm of its output.
+//! queries and keys, and the gated RMSNorm of its output; Mamba-2's selective scan (Dao & Gu
+//! 2024) and its gate-then-group-RMSNorm.
 //!
 //! One code path on every ISA: each reduction runs in [`LANES`] interleaved partial sums
 //! combined in a fixed tree, so the compiler can keep them in one vector register without
@@ -113,10 +114,18 @@ pub fn conv1d_silu(x: &mut [f32], state: &mut [f32], wt: &[f32], k: usize) {
     }
 }
 
-/// One output row of [`conv1d_silu`]: `out[ch] = SiLU(Σ_{i<k} input(i)[ch] · wt[i][ch])`, where
-/// `input(i)` is the input row `k − 1 − i` rows back (`None`: before the sequence, zeros). The
-/// same arithmetic as [`conv1d_silu`], so rows can be computed in any order, in parallel.
-pub fn conv1d_silu_row<'a>(out: &mut [f32], input: impl Fn(usize) -> Option<&'a [f32]>, wt: &[f32], k: usize) {
+/// One output row of [`conv1d_silu`]: `out[ch] = SiLU(Σ_{i<k} input(i)[ch] · wt[i][ch] + b[ch])`,
+/// where `input(i)` is the input row `k − 1 − i` rows back (`None`: before the sequence, zeros)
+/// and `bias` the convolution's bias when it has one (Mamba-2's `conv1d.bias`; ggml adds it
+/// after `ssm_conv`). Without a bias the same arithmetic as [`conv1d_silu`], so rows can be
+/// computed in any order, in parallel.
+pub fn conv1d_silu_row<'a>(
+    out: &mut [f32],
+    input: impl Fn(usize) -> Option<&'a [f32]>,
+    wt: &[f32],
+    k: usize,
+    bias: Option<&[f32]>,
+) {
     let c = out.len();
     out.iter_mut().for_each(|a| *a = 0.0);
     for i in 0..k {
@@ -126,7 +135,64 @@ pub fn conv1d_silu_row<'a>(out: &mut [f32], input: impl Fn(usize) -> Option<&'a 
             None => out.iter_mut().zip(w).for_each(|(a, wv)| *a += 0.0 * wv),
         }
     }
-    out.iter_mut().for_each(|a| *a = silu(*a));
+    match bias {
+        Some(b) => out.iter_mut().zip(b).for_each(|(a, b)| *a = silu(*a + b)),
+        None => out.iter_mut().for_each(|a| *a = silu(*a)),
+    }
+}
+
+/// One token of one head of a Mamba-2 layer, as [`ssm_scan`] reads it (Dao & Gu 2024,
+/// "Transformers are SSMs", the SSD recurrence; llama.cpp's `ggml_ssm_scan` with a scalar `A`
+/// per head).
+#[derive(Clone, Copy)]
+pub struct SsmToken<'a> {
+    /// The head's input after the convolution, `[head_dim]`.
+    pub x: &'a [f32],
+    /// The head's group's input matrix row, `[d_state]`.
+    pub b: &'a [f32],
+    /// The head's group's output matrix row, `[d_state]`.
+    pub c: &'a [f32],
+    /// The step `Δ = softplus(dt + dt_bias)`.
+    pub dt: f32,
+    /// The decay `exp(Δ · A)` (`A = −exp(A_log)`, as the GGUF stores it).
+    pub da: f32,
+}
+
+/// Mamba-2's selective scan of one head over `n` tokens, in place on its state `[head_dim ×
+/// d_state]` (row `i`: what value `i` of the head remembers), outputs `[n × head_dim]`:
+/// per token, `S[i] = S[i] · dA + B · (x[i] · Δ)` and `y[i] = S[i] · C + D · x[i]`
+/// (`ggml_compute_forward_ssm_scan_f32`, the skip term `D` as `mamba2.cpp` adds it after).
+/// The dot product in [`dot_lanes`]' fixed order, so the bits do not depend on how a prompt is
+/// chunked.
+pub fn ssm_scan<'a>(state: &mut [f32], n: usize, d: f32, token: impl Fn(usize) -> SsmToken<'a>, out: &mut [f32]) {
+    if n == 0 {
+        return;
+    }
+    let hd = out.len() / n;
+    let ds = state.len() / hd;
+    assert!(out.len() == n * hd && state.len() == hd * ds, "ssm_scan: shapes");
+    for t in 0..n {
+        let tk = token(t);
+        let y = &mut out[t * hd..(t + 1) * hd];
+        for (i, (s, yv)) in state.chunks_exact_mut(ds).zip(y.iter_mut()).enumerate() {
+            let xdt = tk.x[i] * tk.dt;
+            for (sv, bv) in s.iter_mut().zip(tk.b) {
+                *sv = *sv * tk.da + bv * xdt;
+            }
+            *yv = dot_lanes(s, tk.c) + d * tk.x[i];
+        }
+    }
+}
+
+/// Mamba-2's output norm, gate first (`norm_before_gate = False`): `x · SiLU(z)`, then RMSNorm
+/// over each group of `group` values, times the weight `w` (as wide as `x`), in place
+/// (llama.cpp's `ggml_swiglu_split` then `build_norm` over `{d_inner / n_group, n_group}`).
+pub fn gate_group_rms_norm(x: &mut [f32], z: &[f32], w: &[f32], group: usize, eps: f32) {
+    x.iter_mut().zip(z).for_each(|(v, zv)| *v *= silu(*zv));
+    for (xg, wg) in x.chunks_exact_mut(group).zip(w.chunks_exact(group)) {
+        let inv = 1.0 / (dot_lanes(xg, xg) / group as f32 + eps).sqrt();
+        xg.iter_mut().zip(wg).for_each(|(v, wv)| *v = *v * inv * wv);
+    }
 }
 
 /// One token's inputs to [`gated_delta_rule`] for one value head.
@@ -344,7 +410,7 @@ mod tests {
         for t in (0..n).rev() {
             let mut row = vec![0f32; c];
             let input = |i: usize| (t + i).checked_sub(k - 1).map(|j| &x[j * c..(j + 1) * c]);
-            conv1d_silu_row(&mut row, input, &wt, k);
+            conv1d_silu_row(&mut row, input, &wt, k, None);
             assert_eq!(row, whole[t * c..(t + 1) * c].to_vec(), "row {t}");
         }
     }
@@ -397,6 +463,66 @@ mod tests {
                 let o: f64 = (0..dk).map(|i| s[i * dv + j] * q[t * dk + i] as f64).sum();
                 assert!((out[t * dv + j] as f64 - o).abs() < 1e-5, "t {t} j {j}: {} vs {o}", out[t * dv + j]);
             }
+        }
+    }
+
+    /// The Mamba-2 scan against its definition in f64, chunked equals whole, and the gated group
+    /// norm against f64.
+    #[test]
+    fn ssm_scan_matches_f64_definition() {
+        let (hd, ds, n) = (6, 20, 9);
+        let mut seed = 5;
+        let x = rand(&mut seed, n * hd, 1.0);
+        let b = rand(&mut seed, n * ds, 1.0);
+        let c = rand(&mut seed, n * ds, 1.0);
+        let dt: Vec<f32> = rand(&mut seed, n, 1.0).iter().map(|v| softplus(*v)).collect();
+        let a = -0.7f32;
+        let d = 0.3f32;
+        let tok = |t: usize| SsmToken {
+            x: &x[t * hd..(t + 1) * hd],
+            b: &b[t * ds..(t + 1) * ds],
+            c: &c[t * ds..(t + 1) * ds],
+            dt: dt[t],
+            da: (dt[t] * a).exp(),
+        };
+        let mut st = vec![0f32; hd * ds];
+        let mut out = vec![0f32; n * hd];
+        ssm_scan(&mut st, n, d, tok, &mut out);
+        let mut st2 = vec![0f32; hd * ds];
+        let mut out2 = vec![0f32; n * hd];
+        ssm_scan(&mut st2, 3, d, tok, &mut out2[..3 * hd]);
+        ssm_scan(&mut st2, n - 3, d, |t| tok(t + 3), &mut out2[3 * hd..]);
+        assert_eq!((out.clone(), st.clone()), (out2, st2));
+        let mut s = vec![0f64; hd * ds];
+        for t in 0..n {
+            let da = (dt[t] as f64 * a as f64).exp();
+            for i in 0..hd {
+                let mut y = 0f64;
+                for j in 0..ds {
+                    let v = &mut s[i * ds + j];
+                    *v = *v * da + b[t * ds + j] as f64 * x[t * hd + i] as f64 * dt[t] as f64;
+                    y += *v * c[t * ds + j] as f64;
+                }
+                y += d as f64 * x[t * hd + i] as f64;
+                assert!((out[t * hd + i] as f64 - y).abs() < 1e-4 * (1.0 + y.abs()), "t {t} i {i}");
+            }
+        }
+        let (g, w_n) = (4, 12);
+        let mut y = rand(&mut seed, w_n, 2.0);
+        let z = rand(&mut seed, w_n, 2.0);
+        let w = rand(&mut seed, w_n, 1.0);
+        let gated: Vec<f64> =
+            y.iter().zip(&z).map(|(v, z)| *v as f64 * (*z as f64 / (1.0 + (-*z as f64).exp()))).collect();
+        let mut want = vec![0f64; w_n];
+        for (k, grp) in gated.chunks(g).enumerate() {
+            let inv = 1.0 / (grp.iter().map(|v| v * v).sum::<f64>() / g as f64 + 1e-5).sqrt();
+            for (i, v) in grp.iter().enumerate() {
+                want[k * g + i] = v * inv * w[k * g + i] as f64;
+            }
+        }
+        gate_group_rms_norm(&mut y, &z, &w, g, 1e-5);
+        for (a, b) in y.iter().zip(&want) {
+            assert!((*a as f64 - b).abs() < 1e-5, "{a} vs {b}");
         }
     }
 }

@@ -88,7 +88,29 @@ impl<'a> Gguf<'a> {
                 Ty::F64 => r.read::<f64>().ok().map(Into::into),
                 Ty::Bool => r.read_bool().ok().map(Into::into),
                 Ty::String => r.read_str().ok().map(Into::into),
-                _ => None,
+                // Per-layer values (`head_count_kv`, `feed_forward_length` of Nemotron-H,
+                // `recurrent_layers`): arrays of numbers or booleans, no longer than the file.
+                Ty::Array => match r.read_arr_header() {
+                    Ok((ty, n)) if n <= self.file_len => {
+                        let item = |r: &mut ggus::GGufReader<'_>| -> Option<serde_json::Value> {
+                            match ty {
+                                Ty::U8 => r.read::<u8>().ok().map(Into::into),
+                                Ty::I8 => r.read::<i8>().ok().map(Into::into),
+                                Ty::U16 => r.read::<u16>().ok().map(Into::into),
+                                Ty::I16 => r.read::<i16>().ok().map(Into::into),
+                                Ty::U32 => r.read::<u32>().ok().map(Into::into),
+                                Ty::I32 => r.read::<i32>().ok().map(Into::into),
+                                Ty::U64 => r.read::<u64>().ok().map(Into::into),
+                                Ty::I64 => r.read::<i64>().ok().map(Into::into),
+                                Ty::F32 => r.read::<f32>().ok().map(|x| serde_json::Value::from(x as f64)),
+                                Ty::Bool => r.read_bool().ok().map(Into::into),
+                                _ => None,
+                            }
+                        };
+                        (0..n).map(|_| item(&mut r)).collect::<Option<Vec<_>>>().map(serde_json::Value::Array)
+                    }
+                    _ => None,
+                },
             };
             if let Some(v) = v {
                 out.insert(rest.to_owned(), v);

@@ -10,14 +10,14 @@
 //! all read this table.
 
 use crate::model::common::RopeLayout;
-use crate::model::family::{Family, GdnLayout, QkNorm};
+use crate::model::family::{Family, GdnLayout, QkNorm, RecurrentMixer};
 use crate::model::hparams::HParams;
 use crate::model::moe::Glu;
 use crate::model::moe::MoeFamily;
 use crate::model::routing::Scoring;
 use crate::model::vb::{
-    ATTENTION_SINKS, GEMMA3_LAYER_NAMES, LLAMA_LAYER_NAMES, MOE_FFN_NAMES, PHI3_LAYER_NAMES, POST_ATTENTION_NORM,
-    QWEN35_LAYER_NAMES,
+    ATTENTION_SINKS, GEMMA3_LAYER_NAMES, LLAMA_LAYER_NAMES, MOE_FFN_NAMES, NEMOTRON_H_LAYER_NAMES, PHI3_LAYER_NAMES,
+    POST_ATTENTION_NORM, QWEN35_LAYER_NAMES,
 };
 use crate::EngineError;
 
@@ -100,7 +100,7 @@ const QWEN35: Family = Family {
     rope_base: 10_000_000.0,
     rms_eps: 1e-6,
     attn_gate: true,
-    gdn: Some(GdnLayout::QWEN35),
+    recurrent: Some(RecurrentMixer::DeltaNet(GdnLayout::QWEN35)),
     ..Family::BASE
 };
 
@@ -265,7 +265,23 @@ pub const ARCHITECTURES: &[Arch] = &[
     Arch {
         name: "qwen3next",
         class: "Qwen3NextForCausalLM",
-        body: Body::Decoder(Family { gdn: Some(GdnLayout::QWEN3NEXT), ..QWEN35_MOE }),
+        body: Body::Decoder(Family { recurrent: Some(RecurrentMixer::DeltaNet(GdnLayout::QWEN3NEXT)), ..QWEN35_MOE }),
+        embedding: false,
+        ..Arch::BASE
+    },
+    // Nemotron-H (`src/models/nemotron-h.cpp`): one block per layer, each a Mamba-2 mixer, an
+    // attention without RoPE or a ReLU² MLP without a gate, under its one RMSNorm; which is
+    // which from the per-layer `attention.head_count_kv` and `feed_forward_length` (0: none).
+    Arch {
+        name: "nemotron_h",
+        class: "NemotronHForCausalLM",
+        body: Body::Decoder(Family {
+            layer_names: &[NEMOTRON_H_LAYER_NAMES, LLAMA_LAYER_NAMES],
+            no_rope_step: Some(1),
+            act: Glu::Relu2,
+            recurrent: Some(RecurrentMixer::Mamba2),
+            ..Family::BASE
+        }),
         embedding: false,
         ..Arch::BASE
     },

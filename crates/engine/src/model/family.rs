@@ -81,9 +81,18 @@ pub struct Family {
     /// head its query and a gate (`[q_h, gate_h]` per head, `2 · head_dim` rows), and the
     /// attention output is multiplied by `σ(gate)` before the output projection.
     pub attn_gate: bool,
-    /// How the family's Gated DeltaNet layers sit in its GGUF files; `None` for a family
+    /// The family's recurrent layers, and how they sit in its GGUF files; `None` for a family
     /// without them (a file with `ssm.*` keys is then refused).
-    pub gdn: Option<GdnLayout>,
+    pub recurrent: Option<RecurrentMixer>,
+}
+
+/// What a hybrid family's recurrent layers are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecurrentMixer {
+    /// Gated DeltaNet (Qwen3.5 / Qwen3.6, Qwen3-Next), laid out as the [`GdnLayout`] says.
+    DeltaNet(GdnLayout),
+    /// Mamba-2 (Nemotron-H: `mamba-base.cpp`'s `build_mamba2_layer`).
+    Mamba2,
 }
 
 /// The GGUF layout of a family's Gated DeltaNet layers (llama.cpp `qwen35.cpp` against
@@ -130,6 +139,6 @@ impl Family {
         hf_names: &[],
         attn_temperature: false,
         attn_gate: false,
-        gdn: None,
+        recurrent: None,
     };
 }

@@ -218,6 +218,20 @@ pub const QWEN35_LAYER_NAMES: &[(&str, &str)] = &[
     ("linear_attn.out_proj", "ssm_out"),
 ];
 
+/// Nemotron-H's Mamba-2 mixer (`MODEL_ARCH.NEMOTRON_H`, HF `NemotronHMamba2Mixer` under
+/// `mixer`): the stacked input projection `[z | x B C | dt]`, the convolution (with its bias),
+/// the step's bias, `A = −exp(A_log)` and `D` (no `.weight` suffix), the grouped output norm and
+/// the output projection; its attention and MLP blocks keep [`LLAMA_LAYER_NAMES`].
+pub const NEMOTRON_H_LAYER_NAMES: &[(&str, &str)] = &[
+    ("mixer.in_proj", "ssm_in"),
+    ("mixer.conv1d", "ssm_conv1d"),
+    ("mixer.dt_bias", "ssm_dt.bias"),
+    ("mixer.A", "ssm_a"),
+    ("mixer.D", "ssm_d"),
+    ("mixer.norm", "ssm_norm"),
+    ("mixer.out_proj", "ssm_out"),
+];
+
 /// gpt-oss's attention sinks (`attn_sinks`, one logit per head).
 pub const ATTENTION_SINKS: &[(&str, &str)] = &[("self_attn.sinks", "attn_sinks.weight")];
 

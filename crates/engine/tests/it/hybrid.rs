@@ -184,12 +184,12 @@ fn write(path: &std::path::Path, family: &str, tensors: &[Tensor]) {
 }
 
 /// Bytes of one Q8_0 row of `cols` values.
-fn q8_row(cols: usize) -> usize {
+pub(crate) fn q8_row(cols: usize) -> usize {
     cols / 32 * 34
 }
 
 /// `t`'s rows regrouped: row block `b` of `rows_per` rows comes from block `perm[b]`.
-fn permute_row_blocks(t: &mut Tensor, row_bytes: usize, first_row: usize, rows_per: usize, perm: &[usize]) {
+pub(crate) fn permute_row_blocks(t: &mut Tensor, row_bytes: usize, first_row: usize, rows_per: usize, perm: &[usize]) {
     let old = t.3.clone();
     for (b, &from) in perm.iter().enumerate() {
         let dst = (first_row + b * rows_per) * row_bytes;
@@ -272,7 +272,7 @@ fn broken_copies(t: &[Tensor], family: &str) -> Vec<(&'static str, Vec<Tensor>)>
 }
 
 /// [`kq_run`]'s prompt rows, but with every recurrent state dropped between chunks.
-fn rows_forgetting_state(m: &mut dyn Model, ids: &[u32], positions: &[usize]) -> Vec<Vec<f32>> {
+pub(crate) fn rows_forgetting_state(m: &mut dyn Model, ids: &[u32], positions: &[usize]) -> Vec<Vec<f32>> {
     use sparrow_engine::batch::ForwardBatch;
     let mut kv = sparrow_engine::model::kv_store(m, ids.len() + 1, 1, 0);
     let (mut rows, mut done) = (Vec::new(), 0);

@@ -17,4 +17,5 @@ mod hybrid;
 mod logprobs_golden;
 mod moe_families;
 mod moe_tensors;
+mod nemotron_h;
 mod scheduler_props;

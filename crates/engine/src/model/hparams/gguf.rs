@@ -14,12 +14,12 @@ struct Keys {
     block_count: usize,
     embedding_length: usize,
     #[serde(default)]
-    feed_forward_length: usize,
+    feed_forward_length: PerLayer,
     context_length: usize,
     #[serde(rename = "attention.head_count")]
     head_count: usize,
     #[serde(rename = "attention.head_count_kv")]
-    head_count_kv: Option<usize>,
+    head_count_kv: Option<PerLayer>,
     #[serde(rename = "attention.key_length")]
     key_length: Option<usize>,
     #[serde(rename = "attention.value_length")]
@@ -94,6 +94,40 @@ struct Keys {
     #[serde(rename = "attention.recurrent_layers")]
     recurrent_layers: Option<Vec<bool>>,
     full_attention_interval: Option<usize>,
+}
+
+/// A key llama.cpp reads as one value or one per layer (`get_key_or_arr`): Nemotron-H's
+/// `attention.head_count_kv` and `feed_forward_length`, 0 where a layer has no attention or no
+/// MLP.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(untagged)]
+enum PerLayer {
+    One(usize),
+    Each(Vec<usize>),
+}
+
+impl Default for PerLayer {
+    fn default() -> PerLayer {
+        PerLayer::One(0)
+    }
+}
+
+impl PerLayer {
+    /// The value, or the largest of the per-layer values (the width a buffer needs).
+    fn max(&self) -> usize {
+        match self {
+            PerLayer::One(v) => *v,
+            PerLayer::Each(v) => v.iter().copied().max().unwrap_or(0),
+        }
+    }
+
+    /// Layer `l`'s value.
+    fn at(&self, l: usize) -> usize {
+        match self {
+            PerLayer::One(v) => *v,
+            PerLayer::Each(v) => v.get(l).copied().unwrap_or(0),
+        }
+    }
 }
 
 impl HParams {
@@ -177,9 +211,9 @@ impl HParams {
             source: arch.to_owned(),
             layers,
             hidden: k.embedding_length,
-            ffn: k.feed_forward_length,
+            ffn: k.feed_forward_length.max(),
             heads: k.head_count,
-            kv_heads: k.head_count_kv.unwrap_or(k.head_count),
+            kv_heads: k.head_count_kv.as_ref().map_or(k.head_count, PerLayer::max),
             key_length: k.key_length,
             value_length: k.value_length,
             rms_eps: k.rms_eps,
@@ -212,6 +246,28 @@ fn linear_attn(arch: &str, k: &Keys, layers: usize) -> Result<Option<LinearAttnP
         v.filter(|v| *v > 0)
             .ok_or_else(|| EngineError::model(format!("{arch}.{key} missing or 0 (a hybrid architecture)")))
     };
+    // Per-layer head counts (Nemotron-H): a layer with neither KV heads nor an MLP is
+    // recurrent, one with an MLP has no mixer (`llama_model_nemotron_h::load_arch_hparams`).
+    if let Some(kv @ PerLayer::Each(v)) = &k.head_count_kv {
+        if v.len() < layers {
+            return Err(EngineError::model(format!(
+                "{arch}.attention.head_count_kv has {} entries for {layers} layers",
+                v.len()
+            )));
+        }
+        let ff = &k.feed_forward_length;
+        let (recurrent, ffn_only) =
+            (0..layers).map(|l| (kv.at(l) == 0 && ff.at(l) == 0, kv.at(l) == 0 && ff.at(l) > 0)).unzip();
+        return Ok(Some(LinearAttnParams {
+            conv_kernel: need(Some(conv_kernel), "ssm.conv_kernel")?,
+            head_k: need(k.ssm_state_size, "ssm.state_size")?,
+            inner: need(k.ssm_inner_size, "ssm.inner_size")?,
+            k_heads: need(k.ssm_group_count, "ssm.group_count")?,
+            v_heads: need(k.ssm_time_step_rank, "ssm.time_step_rank")?,
+            recurrent,
+            ffn_only,
+        }));
+    }
     let recurrent = match &k.recurrent_layers {
         Some(r) if r.len() >= layers => r[..layers].to_vec(),
         Some(r) => {
@@ -234,6 +290,7 @@ fn linear_attn(arch: &str, k: &Keys, layers: usize) -> Result<Option<LinearAttnP
         inner: need(k.ssm_inner_size, "ssm.inner_size")?,
         k_heads: need(k.ssm_group_count, "ssm.group_count")?,
         v_heads: need(k.ssm_time_step_rank, "ssm.time_step_rank")?,
+        ffn_only: vec![false; recurrent.len()],
         recurrent,
     }))
 }

@@ -85,8 +85,11 @@ pub struct HParams {
     pub linear_attn: Option<LinearAttnParams>,
 }
 
-/// A hybrid model's Gated DeltaNet layers (llama.cpp's `ssm.*` keys as `qwen35.cpp` reads
-/// them; HF `linear_*` of `Qwen3NextConfig` / `Qwen3_5TextConfig`).
+/// A hybrid model's recurrent layers: Gated DeltaNet (llama.cpp's `ssm.*` keys as `qwen35.cpp`
+/// reads them; HF `linear_*` of `Qwen3NextConfig` / `Qwen3_5TextConfig`) or Mamba-2
+/// (`nemotron-h.cpp`, `mamba-base.cpp`: `state_size` is `d_state`, `group_count` `n_group`,
+/// `time_step_rank` the heads, `inner_size` `d_inner`; the field names below are the delta
+/// rule's).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct LinearAttnParams {
     /// Taps of the short convolution (`ssm.conv_kernel`, `linear_conv_kernel_dim`).
@@ -102,6 +105,8 @@ pub struct LinearAttnParams {
     /// Per trunk layer: recurrent (`attention.recurrent_layers`, else every layer but each
     /// `full_attention_interval`-th, default 4, as llama.cpp's loader decides).
     pub recurrent: Vec<bool>,
+    /// Per trunk layer: an MLP block without a token mixer (Nemotron-H's `-` layers).
+    pub ffn_only: Vec<bool>,
 }
 
 /// RoPE, normalised from either format.

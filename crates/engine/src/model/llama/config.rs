@@ -115,19 +115,17 @@ impl LlamaConfig {
             context_length: hp.context_length,
             variant,
             moe,
-            gdn: fam.gdn,
-            linear_attn: match (&hp.linear_attn, fam.gdn.is_some()) {
+            recurrent: fam.recurrent,
+            linear_attn: match (&hp.linear_attn, fam.recurrent.is_some()) {
                 (Some(la), true) => Some(la.clone()),
                 (Some(_), false) => {
                     return Err(EngineError::model(format!(
                         "{src}: the file has linear-attention (ssm.*) keys, which this architecture does not run"
                     )))
                 }
-                (None, true) => {
-                    return Err(EngineError::model(format!(
-                        "{src}.ssm.conv_kernel missing (a hybrid architecture: its Gated DeltaNet layers need the ssm.* keys)"
-                    )))
-                }
+                (None, true) => return Err(EngineError::model(format!(
+                    "{src}.ssm.conv_kernel missing (a hybrid architecture: its recurrent layers need the ssm.* keys)"
+                ))),
                 (None, false) => None,
             },
         })

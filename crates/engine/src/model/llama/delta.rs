@@ -14,6 +14,7 @@
 //! The window and the state live in the KV store's state pool ([`crate::kv::state`]) at the
 //! sequence's `req_pool_idx`; a sequence whose row starts at position 0 starts from zeros.
 
+use super::conv::{slot_states, ShortConv};
 use super::{LayerBuffers, Step};
 use crate::kv::KvStore;
 use crate::model::family::GdnLayout;
@@ -30,16 +31,14 @@ pub(crate) struct DeltaNet {
     pub(crate) in_proj: Linear,
     /// `out_proj`, `[hidden × inner]`.
     pub(crate) out_proj: Linear,
-    /// The convolution's taps, tap-major `[kernel × conv_dim]` (the file's rows are channels).
-    conv_t: Vec<f32>,
+    /// The short convolution over `q k v`.
+    conv: ShortConv,
     /// The decay's bias per value head (`dt_bias`).
     dt_bias: Vec<f32>,
     /// `A = −exp(A_log)` per value head.
     a: Vec<f32>,
     /// The gated norm's weight, `d_v`.
     norm: Vec<f32>,
-    /// Convolution taps.
-    kernel: usize,
     /// Key (and value) head width.
     dk: usize,
     k_heads: usize,
@@ -51,22 +50,23 @@ pub(crate) struct DeltaNet {
     eps: f32,
 }
 
-/// A step's buffers of the recurrent layers.
+/// A step's buffers of the recurrent layers (Gated DeltaNet's, and Mamba-2's in the same roles).
 #[derive(Default)]
 pub(crate) struct Scratch {
     /// The stacked projection's output, `[tokens × (conv_dim + inner + 2·v_heads)]`.
-    proj: Vec<f32>,
+    pub(super) proj: Vec<f32>,
     /// The convolution's input, then output, `[tokens × conv_dim]`.
-    conv: Vec<f32>,
+    pub(super) conv: Vec<f32>,
     /// The convolution's output before it takes `conv`'s place.
-    conv_out: Vec<f32>,
-    /// `g` then `β` per value head, `[tokens × 2·v_heads]`.
-    gb: Vec<f32>,
-    /// The delta rule's output per (sequence, head), `[head][token][d_v]` within each
+    pub(super) conv_out: Vec<f32>,
+    /// `g` then `β` per value head, `[tokens × 2·v_heads]` (Mamba-2: `Δ` then `exp(Δ·A)` per
+    /// head).
+    pub(super) gb: Vec<f32>,
+    /// The recurrence's output per (sequence, head), `[head][token][d_v]` within each
     /// sequence's block.
-    out_t: Vec<f32>,
+    pub(super) out_t: Vec<f32>,
     /// The heads' outputs by token rows, `[tokens × inner]`.
-    core: Vec<f32>,
+    pub(super) core: Vec<f32>,
 }
 
 impl DeltaNet {
@@ -100,22 +100,13 @@ impl DeltaNet {
             false => parts.extend([la.linear("in_proj_b", vh, hidden)?, la.linear("in_proj_a", vh, hidden)?]),
         }
         let in_proj = Linear::stack(parts);
-        let k = p.conv_kernel;
-        let taps = la.vector("conv1d.weight", conv_dim * k)?;
-        let mut conv_t = vec![0f32; k * conv_dim];
-        for ch in 0..conv_dim {
-            for i in 0..k {
-                conv_t[i * conv_dim + ch] = taps[ch * k + i];
-            }
-        }
         Ok(DeltaNet {
             in_proj,
             out_proj: la.linear("out_proj", hidden, p.inner)?,
-            conv_t,
+            conv: ShortConv::load(&la, conv_dim, p.conv_kernel)?,
             dt_bias: la.vector("dt_bias", vh)?,
             a: la.vector("A", vh)?,
             norm: la.vector("norm.weight", dk)?,
-            kernel: k,
             dk,
             k_heads: kh,
             v_heads: vh,
@@ -132,7 +123,7 @@ impl DeltaNet {
 
     /// f32 values of one request's convolution window in this layer.
     pub(crate) fn conv_state_len(&self) -> usize {
-        (self.kernel - 1) * self.conv_dim()
+        self.conv.state_len()
     }
 
     /// f32 values of one request's delta-rule state in this layer.
@@ -157,19 +148,8 @@ impl DeltaNet {
         let (dk, kh, vh) = (self.dk, self.k_heads, self.v_heads);
         let (cd, inner) = (self.conv_dim(), vh * dk);
         let pw = cd + inner + 2 * vh;
-        let cs = self.conv_state_len();
         let pool = cx.pool;
-        let states = kv.states_mut().ok_or_else(|| {
-            EngineError::model("a hybrid model's recurrent layers need the KV store's state pool (kv::state)")
-        })?;
-        if let Some(sq) = batch.seqs.iter().find(|q| q.req_pool_idx as usize >= states.slots()) {
-            return Err(EngineError::model(format!(
-                "state slot {} outside the pool of {}",
-                sq.req_pool_idx,
-                states.slots()
-            )));
-        }
-        let (conv_states, ssm_states) = states.layer_mut(self.state_layer);
+        let (conv_states, ssm_states) = slot_states(kv, batch, self.state_layer)?;
         let d = &mut s.delta;
         d.proj.resize(t_n * pw, 0.0);
         d.conv.resize(t_n * cd, 0.0);
@@ -203,45 +183,7 @@ impl DeltaNet {
         });
         // The token mixing (convolution, norms, delta rule) counts as the layer's attention.
         let clock = std::time::Instant::now();
-        // The convolution, row by row on the pool (a row reads the `k − 1` inputs before it:
-        // its sequence's rows, or its slot's window before them, zeros at position 0), then
-        // each window moved on to the sequence's last `k − 1` inputs.
-        let (conv_t, k, row_seq) = (&self.conv_t, self.kernel, &s.row_seq);
-        d.conv_out.resize(t_n * cd, 0.0);
-        {
-            let (input, windows) = (&d.conv, &*conv_states);
-            pool.par_rows(&mut d.conv_out, cd, |t, out| {
-                let sq = &batch.seqs[row_seq[t] as usize];
-                let (ts, slot) = (sq.token_start as usize, sq.req_pool_idx as usize);
-                let window = (sq.prefix_len > 0).then(|| &windows[slot * cs..(slot + 1) * cs]);
-                let rel = t - ts;
-                let row_at = |i: usize| match (rel + i).checked_sub(k - 1) {
-                    Some(j) => Some(&input[(ts + j) * cd..(ts + j + 1) * cd]),
-                    None => window.map(|w| {
-                        let r = rel + i; // row of the window, `r < k − 1`
-                        &w[r * cd..(r + 1) * cd]
-                    }),
-                };
-                recurrent::conv1d_silu_row(out, row_at, conv_t, k);
-            });
-        }
-        for sq in &batch.seqs {
-            let (ts, n, slot) = (sq.token_start as usize, sq.extend_len as usize, sq.req_pool_idx as usize);
-            let w = &mut conv_states[slot * cs..(slot + 1) * cs];
-            if sq.prefix_len == 0 {
-                w.fill(0.0);
-            }
-            // The last `k − 1` rows of `[window; inputs]`.
-            let old = w.to_vec();
-            for r in 0..k - 1 {
-                let j = n + r; // row of `[window; inputs]`
-                let src = match j.checked_sub(k - 1) {
-                    Some(x) => &d.conv[(ts + x) * cd..(ts + x + 1) * cd],
-                    None => &old[j * cd..(j + 1) * cd],
-                };
-                w[r * cd..(r + 1) * cd].copy_from_slice(src);
-            }
-        }
+        self.conv.forward(pool, batch, &s.row_seq, &d.conv, &mut d.conv_out, conv_states);
         std::mem::swap(&mut d.conv, &mut d.conv_out);
         // Per token: q and k of each key head L2-normed, q scaled by 1/√d_k.
         let (eps, scale) = (self.eps, 1.0 / (dk as f32).sqrt());

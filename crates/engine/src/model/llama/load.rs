@@ -14,7 +14,7 @@ use crate::checkpoint::gguf::GgufFile;
 use crate::checkpoint::hf::Checkpoint;
 use crate::model::arch::{self, Arch, Body};
 use crate::model::common::{check_rope_positions, RopeTable};
-use crate::model::family::Family;
+use crate::model::family::{Family, RecurrentMixer};
 use crate::model::hparams::HParams;
 use crate::model::vb::{GgufTensors, Renamed, Vb};
 
@@ -48,7 +48,9 @@ impl LlamaModel {
         let hp = HParams::from_gguf(&ld, a.name)?;
         let cfg = LlamaConfig::from_hparams(&hp, &fam, Format::Gguf, ld.has_tensor("blk.0.attn_q_norm.weight"))?;
         cfg.check()?;
-        check_rope_positions(&format!("{name}.context_length"), cfg.context_length, cfg.head_dim, ld.file_len())?;
+        if !cfg.variant.no_rope.iter().all(|n| *n) {
+            check_rope_positions(&format!("{name}.context_length"), cfg.context_length, cfg.head_dim, ld.file_len())?;
+        }
         let src = GgufTensors { ld: &ld, layer_names: fam.layer_names, threads };
         let root = Vb::new(&src);
         let tied = !root.has("lm_head.weight");
@@ -139,12 +141,17 @@ impl LlamaModel {
             Some(s) => RopeTable::llama_cpp_yarn(base as f64, dims, cfg.context_length, ff, s, s.mscale(m as f64)),
             None => RopeTable::llama_cpp_scaled(base as f64, dims, cfg.context_length, ff).scaled_by(m),
         };
+        // A model without RoPE (Nemotron-H) keeps an empty table whatever its context.
+        let table = |base: f32| match cfg.variant.no_rope.iter().all(|n| *n) {
+            true => RopeTable::llama_cpp(base as f64, dims, 0),
+            false => table(base),
+        };
         let rope = table(cfg.rope_base);
         let local = cfg.variant.windows.iter().any(Option::is_some) && cfg.variant.rope_local_base != cfg.rope_base;
         let rope_local = local.then(|| table(cfg.variant.rope_local_base));
         let moes = layers.iter().filter_map(|l| match &l.ffn {
-            FeedForward::Moe(m) => Some(&**m),
-            FeedForward::Dense(_) => None,
+            Some(FeedForward::Moe(m)) => Some(&**m),
+            _ => None,
         });
         let info = ModelInfo {
             architecture: arch,
@@ -185,18 +192,30 @@ impl LlamaModel {
 fn load_layer(vb: &Vb<'_>, l: usize, cfg: &LlamaConfig, fam: &Family) -> Result<Layer, EngineError> {
     let (hidden, hd, qd, kvd) = (cfg.hidden, cfg.head_dim, cfg.q_dim(), cfg.kv_heads * cfg.head_dim);
     let (attn, mlp) = (vb.pp("self_attn"), vb.pp("mlp"));
+    // Nemotron-H: a block is a recurrent mixer, an attention or an MLP, one of them.
+    let la = cfg.linear_attn.as_ref();
+    let ffn_only = la.is_some_and(|la| la.ffn_only[l]);
+    let mixer_only = matches!(cfg.recurrent, Some(RecurrentMixer::Mamba2)) && !ffn_only;
     let ffn = match &cfg.moe {
-        Some(m) if !m.is_dense(l) => FeedForward::Moe(Box::new(Moe::load(&mlp, hidden, m)?)),
-        _ => FeedForward::Dense(Mlp::load(&mlp, hidden, cfg.ffn, cfg.variant.act)?),
+        _ if mixer_only => None,
+        Some(m) if !m.is_dense(l) => Some(FeedForward::Moe(Box::new(Moe::load(&mlp, hidden, m)?))),
+        _ => Some(FeedForward::Dense(Mlp::load(&mlp, hidden, cfg.ffn, cfg.variant.act)?)),
     };
     let pair = |a: &str, b: &str, len: usize| -> Result<(Vec<f32>, Vec<f32>), EngineError> {
         Ok((vb.vector(a, len)?, vb.vector(b, len)?))
     };
-    let mixer = match &cfg.linear_attn {
-        Some(la) if la.recurrent[l] => {
+    let mixer = match (la, cfg.recurrent) {
+        _ if ffn_only => None,
+        (Some(la), Some(kind)) if la.recurrent[l] => {
             let state_layer = la.recurrent[..l].iter().filter(|r| **r).count();
-            let layout = cfg.gdn.unwrap_or(crate::model::family::GdnLayout::QWEN35);
-            Mixer::DeltaNet(Box::new(DeltaNet::load(vb, hidden, la, layout, state_layer, cfg.rms_eps)?))
+            Some(match kind {
+                RecurrentMixer::DeltaNet(layout) => {
+                    Mixer::DeltaNet(Box::new(DeltaNet::load(vb, hidden, la, layout, state_layer, cfg.rms_eps)?))
+                }
+                RecurrentMixer::Mamba2 => {
+                    Mixer::Mamba2(Box::new(Mamba2::load(vb, hidden, la, state_layer, cfg.rms_eps)?))
+                }
+            })
         }
         _ => {
             if fam.qkv_bias {
@@ -209,8 +228,8 @@ fn load_layer(vb: &Vb<'_>, l: usize, cfg: &LlamaConfig, fam: &Family) -> Result<
             }
             // A gated layer's query projection gives each head its query and its gate.
             let q_rows = if cfg.variant.attn_gate { 2 * qd } else { qd };
-            let kv_layer = cfg.linear_attn.as_ref().map_or(l, |la| la.recurrent[..l].iter().filter(|r| !**r).count());
-            Mixer::Attention(Attention {
+            let kv_layer = la.map_or(l, |la| (0..l).filter(|&i| !la.recurrent[i] && !la.ffn_only[i]).count());
+            Some(Mixer::Attention(Attention {
                 qkv: attn.packed(&[("q_proj", q_rows), ("k_proj", kvd), ("v_proj", kvd)], hidden)?,
                 wo: attn.linear("o_proj", hidden, qd)?,
                 qk_norm: match cfg.variant.qk_norm {
@@ -222,16 +241,18 @@ fn load_layer(vb: &Vb<'_>, l: usize, cfg: &LlamaConfig, fam: &Family) -> Result<
                     false => None,
                 },
                 kv_layer,
-            })
+            }))
         }
     };
     let post_norms = cfg.variant.post_norms;
+    let both = mixer.is_some() && ffn.is_some();
     Ok(Layer {
         attn_norm: vb.vector("input_layernorm.weight", hidden)?,
         mixer,
-        ffn_norm: match post_norms {
-            true => vb.vector("pre_feedforward_layernorm.weight", hidden)?,
-            false => vb.vector("post_attention_layernorm.weight", hidden)?,
+        ffn_norm: match (post_norms, both) {
+            (_, false) => Vec::new(),
+            (true, true) => vb.vector("pre_feedforward_layernorm.weight", hidden)?,
+            (false, true) => vb.vector("post_attention_layernorm.weight", hidden)?,
         },
         ffn,
         post_norms: match post_norms {

@@ -36,12 +36,15 @@ use sparrow_cpu::Weight;
 
 mod attention;
 mod config;
+mod conv;
 mod delta;
 pub mod load;
+mod mamba;
 
 pub(crate) use attention::Attention;
 use attention::{attention_tasks, AttnTask};
 pub(crate) use delta::DeltaNet;
+pub(crate) use mamba::Mamba2;
 
 /// What a family changes in the Llama decoder, per model (built from the family's row and the
 /// file's hyper-parameters by [`LlamaConfig::from_hparams`]); [`Variant::llama`] is plain Llama.
@@ -159,11 +162,12 @@ pub struct LlamaConfig {
     /// The Mixture-of-Experts feed-forward of a MoE family (`qwen3moe`, `glm4moe`); `None` for
     /// a dense model.
     pub moe: Option<MoeConfig>,
-    /// The Gated DeltaNet layers of a hybrid family (`qwen35`): which layers are recurrent and
-    /// their widths; `None` when every layer attends.
+    /// The recurrent layers of a hybrid family (`qwen35`, `nemotron_h`): which layers are
+    /// recurrent (and, for Nemotron-H, which are MLP blocks) and their widths; `None` when every
+    /// layer attends.
     pub linear_attn: Option<LinearAttnParams>,
-    /// How the family's GGUF files lay the Gated DeltaNet layers out.
-    pub gdn: Option<crate::model::family::GdnLayout>,
+    /// What the family's recurrent layers are and how its GGUF files lay them out.
+    pub recurrent: Option<crate::model::family::RecurrentMixer>,
 }
 
 impl LlamaConfig {
@@ -198,12 +202,18 @@ impl LlamaConfig {
     }
 }
 
+/// One decoder layer: `x += mixer(norm(x))`, then `x += ffn(ffn_norm(x))`; a Nemotron-H block
+/// has only one of the two, under `attn_norm`.
 pub(crate) struct Layer {
+    /// The norm of the layer's first block's input.
     pub(crate) attn_norm: Vec<f32>,
-    /// What mixes the tokens: self-attention, or a hybrid model's recurrent layer.
-    pub(crate) mixer: Mixer,
+    /// What mixes the tokens: self-attention, or a hybrid model's recurrent layer; `None` for
+    /// an MLP-only block.
+    pub(crate) mixer: Option<Mixer>,
+    /// The feed-forward's input norm (empty without a mixer: `attn_norm` is the block's).
     pub(crate) ffn_norm: Vec<f32>,
-    pub(crate) ffn: FeedForward,
+    /// `None` for a block that only mixes tokens.
+    pub(crate) ffn: Option<FeedForward>,
     /// Norms of the attention and MLP outputs, with [`Variant::post_norms`].
     pub(crate) post_norms: Option<(Vec<f32>, Vec<f32>)>,
 }
@@ -216,6 +226,20 @@ pub(crate) enum Mixer {
     Attention(Attention),
     /// A Gated DeltaNet layer over the request's recurrent state ([`DeltaNet`]).
     DeltaNet(Box<DeltaNet>),
+    /// A Mamba-2 layer over the request's recurrent state ([`Mamba2`]).
+    Mamba2(Box<Mamba2>),
+}
+
+impl Mixer {
+    /// The recurrent state of one request in this layer, `(window, matrix state)` in f32
+    /// values; `None` for attention.
+    fn state_lens(&self) -> Option<(usize, usize)> {
+        match self {
+            Mixer::Attention(_) => None,
+            Mixer::DeltaNet(d) => Some((d.conv_state_len(), d.ssm_state_len())),
+            Mixer::Mamba2(m) => Some((m.conv_state_len(), m.ssm_state_len())),
+        }
+    }
 }
 
 /// A layer's feed-forward.
@@ -316,23 +340,26 @@ impl LlamaModel {
         let mut v = Vec::new();
         for (i, l) in self.layers.iter().enumerate() {
             let mixer = match &l.mixer {
-                Mixer::Attention(a) => [("qkv", &a.qkv), ("wo", &a.wo)],
-                Mixer::DeltaNet(d) => [("in_proj", &d.in_proj), ("out_proj", &d.out_proj)],
+                Some(Mixer::Attention(a)) => vec![("qkv", &a.qkv), ("wo", &a.wo)],
+                Some(Mixer::DeltaNet(d)) => vec![("in_proj", &d.in_proj), ("out_proj", &d.out_proj)],
+                Some(Mixer::Mamba2(m)) => vec![("in_proj", &m.in_proj), ("out_proj", &m.out_proj)],
+                None => Vec::new(),
             };
             for (n, w) in mixer {
                 v.push((format!("blk.{i}.{n}"), &w.weight));
             }
             match &l.ffn {
-                FeedForward::Dense(m) => {
+                Some(FeedForward::Dense(m)) => {
                     v.push((format!("blk.{i}.gate_up"), &m.gate_up.weight));
                     v.push((format!("blk.{i}.down"), &m.down.weight));
                 }
-                FeedForward::Moe(m) => {
+                Some(FeedForward::Moe(m)) => {
                     for (e, x) in m.experts.iter().enumerate() {
                         v.push((format!("blk.{i}.exp{e}.gate_up"), &x.gate_up.weight));
                         v.push((format!("blk.{i}.exp{e}.down"), &x.down.weight));
                     }
                 }
+                None => {}
             }
         }
         v.push(("lm_head".into(), self.output.as_ref().unwrap_or(&self.embed)));
@@ -376,7 +403,7 @@ impl Model for LlamaModel {
     fn attention_needs(&self) -> AttentionNeeds {
         // f16 K/V by default, as llama.cpp keeps them: half the memory and attention bandwidth;
         // `set_kv_dtype` chooses another.
-        let kv_layers = self.layers.iter().filter(|l| matches!(l.mixer, Mixer::Attention(_))).count();
+        let kv_layers = self.layers.iter().filter(|l| matches!(l.mixer, Some(Mixer::Attention(_)))).count();
         AttentionNeeds {
             kind: "gqa",
             kv_layout: KvLayout::gqa(kv_layers, self.cfg.kv_heads, self.cfg.head_dim).with_dtype(self.kv_dtype),
@@ -385,12 +412,9 @@ impl Model for LlamaModel {
     }
 
     fn state_layout(&self) -> Option<crate::kv::StateLayout> {
-        let first = self.layers.iter().find_map(|l| match &l.mixer {
-            Mixer::DeltaNet(d) => Some(d),
-            Mixer::Attention(_) => None,
-        })?;
-        let layers = self.layers.iter().filter(|l| matches!(l.mixer, Mixer::DeltaNet(_))).count();
-        Some(crate::kv::StateLayout { layers, conv: first.conv_state_len(), ssm: first.ssm_state_len() })
+        let mut lens = self.layers.iter().filter_map(|l| l.mixer.as_ref()?.state_lens());
+        let (conv, ssm) = lens.next()?;
+        Some(crate::kv::StateLayout { layers: 1 + lens.count(), conv, ssm })
     }
 
     fn set_embedding(&mut self) -> Result<super::EmbeddingSpec, EngineError> {
@@ -402,8 +426,8 @@ impl Model for LlamaModel {
 
     fn first_moe(&self) -> Option<MoeBench<'_>> {
         let moe = self.layers.iter().find_map(|l| match &l.ffn {
-            FeedForward::Moe(m) => Some(&**m),
-            FeedForward::Dense(_) => None,
+            Some(FeedForward::Moe(m)) => Some(&**m),
+            _ => None,
         })?;
         Some(MoeBench { moe, pool: &self.pool, isa: self.isa })
     }
@@ -470,17 +494,23 @@ impl Model for LlamaModel {
             add_norm(pool, h, &mut s.x, None, 1.0, Some(&first.attn_norm), c.rms_eps, &mut s.h);
         }
         for (l, layer) in self.layers.iter().enumerate() {
-            match &layer.mixer {
-                Mixer::Attention(a) => a.forward(&mut cx, &step, l, s, kv),
-                Mixer::DeltaNet(d) => d.forward(&mut cx, &step, s, kv)?,
-            }
-            if let Some((pa, _)) = &layer.post_norms {
-                post_norm(cx.pool, c, pa, s);
-            }
-            add_norm(pool, h, &mut s.x, Some(&s.proj), rs, Some(&layer.ffn_norm), c.rms_eps, &mut s.h);
-            layer.mlp(&mut cx, &step, s);
             let next = self.layers.get(l + 1).map(|n| n.attn_norm.as_slice());
-            add_norm(pool, h, &mut s.x, Some(&s.proj), rs, next, c.rms_eps, &mut s.h);
+            if let Some(mixer) = &layer.mixer {
+                match mixer {
+                    Mixer::Attention(a) => a.forward(&mut cx, &step, l, s, kv),
+                    Mixer::DeltaNet(d) => d.forward(&mut cx, &step, s, kv)?,
+                    Mixer::Mamba2(m) => m.forward(&mut cx, &step, s, kv)?,
+                }
+                if let Some((pa, _)) = &layer.post_norms {
+                    post_norm(cx.pool, c, pa, s);
+                }
+                let norm = if layer.ffn.is_some() { Some(layer.ffn_norm.as_slice()) } else { next };
+                add_norm(pool, h, &mut s.x, Some(&s.proj), rs, norm, c.rms_eps, &mut s.h);
+            }
+            if layer.ffn.is_some() {
+                layer.mlp(&mut cx, &step, s);
+                add_norm(pool, h, &mut s.x, Some(&s.proj), rs, next, c.rms_eps, &mut s.h);
+            }
         }
         let head =
             OutputHead { norm: &self.output_norm, eps: c.rms_eps, weight: self.output.as_ref().unwrap_or(&self.embed) };
@@ -580,11 +610,12 @@ impl Layer {
     fn mlp(&self, cx: &mut Fwd, st: &Step, s: &mut LayerBuffers) {
         let (c, t_n) = (st.c, st.batch.num_tokens());
         match &self.ffn {
-            FeedForward::Dense(m) => m.forward_with(cx, &s.h, t_n, &mut s.gu, &mut s.act, &mut s.proj),
-            FeedForward::Moe(m) => {
+            Some(FeedForward::Dense(m)) => m.forward_with(cx, &s.h, t_n, &mut s.gu, &mut s.act, &mut s.proj),
+            Some(FeedForward::Moe(m)) => {
                 m.forward(cx, st.moe, &s.h, t_n, &mut s.moe, &mut s.proj);
                 return;
             }
+            None => return,
         }
         if let Some((_, pf)) = &self.post_norms {
             post_norm(cx.pool, c, pf, s);

@@ -155,12 +155,16 @@ impl Vb<'_> {
 
 impl Mlp {
     /// The gated MLP under `vb` (`…mlp`): `gate_proj` and `up_proj` stacked (or the packed
-    /// `gate_up_proj`), `down_proj`, `inter` wide, activation `act`.
+    /// `gate_up_proj`), `down_proj`, `inter` wide, activation `act` (only `up_proj` when `act`
+    /// is not gated).
     ///
     /// # Errors
     /// A missing tensor or one of another shape, named.
     pub fn load(vb: &Vb<'_>, hidden: usize, inter: usize, act: Glu) -> Result<Mlp, EngineError> {
-        let gate_up = vb.packed(&[("gate_proj", inter), ("up_proj", inter)], hidden)?;
+        let gate_up = match act.gated() {
+            true => vb.packed(&[("gate_proj", inter), ("up_proj", inter)], hidden)?,
+            false => vb.linear("up_proj", inter, hidden)?,
+        };
         Ok(Mlp { gate_up, down: vb.linear("down_proj", hidden, inter)?, inter, act })
     }
 }

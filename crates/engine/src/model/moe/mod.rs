@@ -80,6 +80,16 @@ pub enum Glu {
         /// 7 in gpt-oss.
         limit: f32,
     },
+    /// Not gated: `relu(up)²` (Nemotron-H's MLP, llama.cpp `LLM_FFN_RELU_SQR` without a gate
+    /// tensor); the MLP has no gate projection.
+    Relu2,
+}
+
+impl Glu {
+    /// Whether the activation reads a gate projection beside `up` (all but [`Glu::Relu2`]).
+    pub fn gated(self) -> bool {
+        !matches!(self, Glu::Relu2)
+    }
 }
 
 /// The routed experts of one MoE layer, its router and its routing rule.
@@ -102,18 +112,28 @@ pub struct Moe {
 }
 
 impl Mlp {
-    /// `out = down(act(gate(x)) · up(x))` for `tokens` rows of `x` (`[tokens × hidden]`), its
-    /// buffers from `bufs`.
+    /// `out = down(act(gate(x)) · up(x))` (or `down(act(up(x)))` when not gated) for `tokens`
+    /// rows of `x` (`[tokens × hidden]`), its buffers from `bufs`.
     pub fn forward(&self, cx: &mut Fwd<'_>, x: &[f32], tokens: usize, bufs: &mut Scratch, out: &mut [f32]) {
         // Both written whole (a GEMM's output, the activation's).
-        let mut gu = bufs.take(tokens * 2 * self.inter);
+        let mut gu = bufs.take(tokens * self.gu_width());
         let mut act = bufs.take(tokens * self.inter);
         self.forward_with(cx, x, tokens, &mut gu, &mut act, out);
         bufs.give(gu);
         bufs.give(act);
     }
 
-    /// [`Mlp::forward`] into the caller's buffers: `gu` (`[tokens × 2·inter]`) and `act`
+    /// Width of the first projection's output row: `2 · inter` (gate and up), `inter` when the
+    /// activation is not gated.
+    pub fn gu_width(&self) -> usize {
+        if self.act.gated() {
+            2 * self.inter
+        } else {
+            self.inter
+        }
+    }
+
+    /// [`Mlp::forward`] into the caller's buffers: `gu` (`[tokens × gu_width]`) and `act`
     /// (`[tokens × inter]`), at least that long (a dense decoder keeps them across steps).
     pub fn forward_with(
         &self,
@@ -124,7 +144,7 @@ impl Mlp {
         act: &mut [f32],
         out: &mut [f32],
     ) {
-        let (gu, act) = (&mut gu[..tokens * 2 * self.inter], &mut act[..tokens * self.inter]);
+        let (gu, act) = (&mut gu[..tokens * self.gu_width()], &mut act[..tokens * self.inter]);
         self.gate_up.forward(cx, x, tokens, gu);
         swiglu(cx, gu, self.inter, self.act, act);
         self.down.forward(cx, act, tokens, out);
@@ -381,12 +401,15 @@ pub fn active_weight_bytes<'a>(
     any.then(|| weight_bytes - all + active - embed_unread)
 }
 
-/// The gated activation of every row of `gu` (`[gate (inter), up (inter)]` per row) into `act` (`inter` wide).
+/// The gated activation of every row of `gu` (`[gate (inter), up (inter)]` per row, or
+/// `[up (inter)]` for [`Glu::Relu2`]) into `act` (`inter` wide).
 fn swiglu(cx: &Fwd<'_>, gu: &[f32], inter: usize, glu: Glu, act: &mut [f32]) {
     let isa = cx.isa;
+    let w = if glu.gated() { 2 * inter } else { inter };
     cx.pool.par_rows(act, inter, |t, a| {
-        let g = &gu[t * 2 * inter..(t + 1) * 2 * inter];
+        let g = &gu[t * w..(t + 1) * w];
         match glu {
+            Glu::Relu2 => a.iter_mut().zip(g).for_each(|(o, &u)| *o = u.max(0.0) * u.max(0.0)),
             Glu::Silu => kernels::silu_mul(isa, &g[..inter], &g[inter..], a),
             Glu::GeluTanh => kernels::gelu_tanh_mul(&g[..inter], &g[inter..], a),
             Glu::SwigluOai { alpha, limit } => {
