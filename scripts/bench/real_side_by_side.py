@@ -27,7 +27,10 @@ with the ratio sparrow / llama-server, the cores each used, the CPU model and IS
 the kernel path sparrow printed at start-up.
 
 llama-server: `--llama-server` (default the peers build, `$PEERS/build/llama.cpp/bin`), with
-`--llama-args` added (default none). On a CPU with AMX the peers build's AMX matmul segfaults
+`--llama-args` added (default none). ik_llama.cpp's llama-server joins the rotation as a third
+server when `--ik-server` names it (default: the peers build `$PEERS/build/ik_llama.cpp/bin`
+when it exists; `--ik-server none` leaves it out), with `--ik-args`; the table then has its
+column and the ratio sparrow / ik_llama.cpp beside llama-server's. On a CPU with AMX the peers build's AMX matmul segfaults
 on K-quant files (llama.cpp at the vendored commit; seen on this project's machines), so when
 llama-server does not come up the run retries it once with `--no-repack` and says so.
 """
@@ -116,6 +119,9 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--llama-server", default=str(PEERS / "build/llama.cpp/bin/llama-server"))
     ap.add_argument("--llama-args", default="")
+    ik_default = PEERS / "build/ik_llama.cpp/bin/llama-server"
+    ap.add_argument("--ik-server", default=str(ik_default) if ik_default.exists() else "none")
+    ap.add_argument("--ik-args", default="")
     ap.add_argument("--sparrow-args", default="")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
@@ -143,6 +149,16 @@ def main():
         if not ok:
             stop(S)
             sys.exit(f"llama-server did not come up: {a.out / 'llama-server.log'}")
+    ik_port, I = 18171, None
+    if a.ik_server != "none":
+        ik_cmd = [a.ik_server, "-m", str(a.model), "--host", "127.0.0.1", "--port", str(ik_port), "-np", str(slots),
+                  "-c", str(ctx), "-t", str(a.threads), "-tb", str(a.threads)] + a.ik_args.split()
+        I, ok = start(ik_cmd, a.out / "ik-server.log", ik_port)
+        if not ok:
+            stop(S)
+            stop(L)
+            stop(I)
+            sys.exit(f"ik_llama.cpp's llama-server did not come up: {a.out / 'ik-server.log'}")
     try:
         head = (a.out / "sparrow-server.log").read_text()
         kernels = re.search(r"kernels ([\w-]+)", head)
@@ -155,7 +171,7 @@ def main():
             for kind, size in plan:
                 seed += 1
                 # Alternate which server goes first, so drift hits both alike.
-                order = [("llama", lp, L.pid), ("sparrow", sp, S.pid)]
+                order = [("llama", lp, L.pid), ("sparrow", sp, S.pid)] + ([("ik", ik_port, I.pid)] if I else [])
                 if rnd % 2:
                     order.reverse()
                 for name, port, pid in order:
@@ -175,6 +191,7 @@ def main():
     finally:
         stop(S)
         stop(L)
+        stop(I)
     flags = sorted(set(open("/proc/cpuinfo").read().split()) & {"avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "amx_tile"})
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     print(f"\nmodel {a.model.name}; CPU {cpu}, {a.threads} threads each; flags {' '.join(flags)}; "
@@ -182,15 +199,27 @@ def main():
           f"{' '.join(a.llama_args.split() + (['--no-repack'] if note else [])) or 'none'}")
     if note:
         print(note)
-    print("| measurement | llama-server | sparrow | ratio | cores llama / sparrow |")
-    print("|---|---|---|---|---|")
+    if I:
+        print(f"ik_llama.cpp: {a.ik_server} {a.ik_args}".rstrip())
+        print("| measurement | llama-server | ik_llama.cpp | sparrow | ratio vs llama-server | ratio vs ik_llama.cpp | "
+              "cores llama / ik / sparrow |")
+        print("|---|---|---|---|---|---|---|")
+    else:
+        print("| measurement | llama-server | sparrow | ratio | cores llama / sparrow |")
+        print("|---|---|---|---|---|")
     med = lambda xs, k: statistics.median([x[k] for x in xs if x]) if any(xs) else float("nan")
     for kind, size in [("conc", c) for c in concs] + [("prefill", p) for p in prefills]:
         lr, sr = results.get((kind, size, "llama"), []), results.get((kind, size, "sparrow"), [])
         key, unit = ("out_tok_s", "output tok/s") if kind == "conc" else ("prefill_tok_s", "prefill tok/s")
         lv, sv = med(lr, key), med(sr, key)
         label = f"c={size}, {a.isl} in / {a.osl} out" if kind == "conc" else f"prefill {size} tokens"
-        print(f"| {label} ({unit}) | {lv:.2f} | {sv:.2f} | {sv / lv:.2f}x | {med(lr, 'cores'):.2f} / {med(sr, 'cores'):.2f} |")
+        if I:
+            ir = results.get((kind, size, "ik"), [])
+            iv = med(ir, key)
+            print(f"| {label} ({unit}) | {lv:.2f} | {iv:.2f} | {sv:.2f} | {sv / lv:.2f}x | {sv / iv:.2f}x | "
+                  f"{med(lr, 'cores'):.2f} / {med(ir, 'cores'):.2f} / {med(sr, 'cores'):.2f} |")
+        else:
+            print(f"| {label} ({unit}) | {lv:.2f} | {sv:.2f} | {sv / lv:.2f}x | {med(lr, 'cores'):.2f} / {med(sr, 'cores'):.2f} |")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,9 @@ none), so the state layers, the KV layer and the layer indices all differ; each 
 convolution with its bias, decay rates `A` in [−1, −0.05] so some heads remember far back, the
 skip `D`, `y · SiLU(z)` then RMSNorm per group of 64. The attention layer: GQA without RoPE. The
 MLP layers: `down(relu(up(x))²)`, no gate. The prompt (200 tokens) is longer than two prefill
-chunks of the Rust test. For the case: the logits of every 10th prompt position, the same rows
+chunks of the Rust test. `nemotron_h_moe` is the same file with experts in the MLP blocks (16, 4
+per token, ungated ReLU², sigmoid scores with the selection bias `exp_probs_b`, renormalized ×
+2.5, one ungated shared expert). For each case: the logits of every 10th prompt position, the same rows
 from an exact float64 forward of the same dequantized weights (`exact_forward`), and six greedy
 prompts' 12 tokens with their top-1/top-2 margins.
 """
@@ -38,7 +40,11 @@ CONV, D_STATE, GROUPS, SSM_HEADS, SSM_HEAD_DIM = 4, 16, 2, 8, 16
 INNER = SSM_HEADS * SSM_HEAD_DIM
 CONV_DIM = INNER + 2 * GROUPS * D_STATE
 IN_PROJ = INNER + CONV_DIM + SSM_HEADS
-FAMILIES = {"nemotron_h": {}}
+# nemotron_h_moe: the MLP blocks are experts (16, 4 per token, ReLU² without a gate, sigmoid
+# scores, the selection bias `exp_probs_b` ±0.5, the chosen renormalized and × 2.5) plus one
+# ungated ReLU² shared expert (`nemotron-h.cpp`'s `build_ffn_layer`).
+FAMILIES = {"nemotron_h": {}, "nemotron_h_moe": {"moe": True}}
+N_EXPERT, TOP_K, EXPERT_FFN, ROUTER, SCALE = 16, 4, 128, 0.25, 2.5
 
 
 def tensors(fam):
@@ -63,6 +69,14 @@ def tensors(fam):
             for n, r, c, t in [("attn_q", qd, HIDDEN, 0.15), ("attn_k", kv, HIDDEN, 0.15),
                                ("attn_v", kv, HIDDEN, 0.5), ("attn_output", HIDDEN, qd, 0.5)]:
                 out.append(q8(p + n + ".weight", r, c, t))
+        elif FAMILIES[fam].get("moe"):
+            out.append(vec(p + "ffn_gate_inp.weight", [N_EXPERT, HIDDEN], -ROUTER, ROUTER))
+            out.append(vec(p + "exp_probs_b.bias", [N_EXPERT], -0.5, 0.5))
+            for n, r, c in [("ffn_up_exps", EXPERT_FFN, HIDDEN), ("ffn_down_exps", HIDDEN, EXPERT_FFN)]:
+                name = p + n + ".weight"
+                out.append((name, [N_EXPERT, r, c], "Q8_0", q8_matrix_t(name, N_EXPERT * r, c, 0.25)))
+            out.append(q8(p + "ffn_up_shexp.weight", EXPERT_FFN, HIDDEN, 0.25))
+            out.append(q8(p + "ffn_down_shexp.weight", HIDDEN, EXPERT_FFN, 0.25))
         else:
             out.append(q8(p + "ffn_up.weight", FFN, HIDDEN, 0.25))
             out.append(q8(p + "ffn_down.weight", HIDDEN, FFN, 0.25))
@@ -77,7 +91,8 @@ def write(path, fam):
     w.add_block_count(LAYERS)
     w.add_context_length(CTX)
     w.add_embedding_length(HIDDEN)
-    w.add_feed_forward_length([FFN if k == "-" else 0 for k in PATTERN])
+    moe = FAMILIES[fam].get("moe")
+    w.add_feed_forward_length([(EXPERT_FFN if moe else FFN) if k == "-" else 0 for k in PATTERN])
     w.add_head_count(HEADS)
     w.add_head_count_kv([KV_HEADS if k == "*" else 0 for k in PATTERN])
     w.add_layer_norm_rms_eps(EPS)
@@ -89,6 +104,14 @@ def write(path, fam):
     w.add_ssm_group_count(GROUPS)
     w.add_ssm_time_step_rank(SSM_HEADS)
     w.add_ssm_inner_size(INNER)
+    if moe:
+        w.add_expert_count(N_EXPERT)
+        w.add_expert_used_count(TOP_K)
+        w.add_expert_feed_forward_length(EXPERT_FFN)
+        w.add_expert_shared_feed_forward_length(EXPERT_FFN)
+        w.add_expert_shared_count(1)
+        w.add_expert_weights_norm(True)
+        w.add_expert_weights_scale(SCALE)
     w.add_vocab_size(VOCAB)
     return finish(w, tensors(fam))
 
@@ -99,7 +122,7 @@ def exact_forward(fam, ids):
     causal 4-tap conv with zeros before the prompt, + bias, SiLU → per head h (group h // 4):
     `Δ = softplus(dt + dt_bias)`, `S ← S·e^{ΔA} + (x Δ) Bᵀ`, `y = S C + D x` → `y · SiLU(z)` →
     RMSNorm per group of 64 · w → out. Attention: causal GQA, no RoPE, scale 1/√64. MLP:
-    `relu(up h)²` → down."""
+    `relu(up h)²` → down (nemotron_h_moe: the experts and the shared expert, each so)."""
     w = dequantized(tensors(fam))
     rms = lambda x, g: x / np.sqrt((x * x).mean(-1, keepdims=True) + EPS) * g
     silu = lambda g: g / (1 + np.exp(-g))
@@ -142,6 +165,21 @@ def exact_forward(fam, ids):
                 sc = np.exp(sc - sc.max(-1, keepdims=True))
                 o[:, hh] = (sc / sc.sum(-1, keepdims=True)) @ v[:, gq]
             x = x + o.reshape(T, -1) @ w[p + "attn_output.weight"].T
+        elif FAMILIES[fam].get("moe"):
+            # `build_moe_ffn`: sigmoid scores, top 4 by score + exp_probs_b, their scores
+            # renormalized × 2.5; + the shared expert.
+            relu2 = lambda a: np.maximum(a, 0) ** 2
+            probs = 1 / (1 + np.exp(-(h @ w[p + "ffn_gate_inp.weight"].T)))
+            sel = probs + w[p + "exp_probs_b.bias"]
+            uexp, dexp = w[p + "ffn_up_exps.weight"], w[p + "ffn_down_exps.weight"]
+            y = np.zeros_like(h)
+            for t in range(T):
+                top = np.argsort(-sel[t], kind="stable")[:TOP_K]
+                wt = probs[t, top] / probs[t, top].sum() * SCALE
+                for e_, we in zip(top, wt):
+                    y[t] += we * (relu2(uexp[e_] @ h[t]) @ dexp[e_].T)
+            sh = relu2(h @ w[p + "ffn_up_shexp.weight"].T) @ w[p + "ffn_down_shexp.weight"].T
+            x = x + y + sh
         else:
             x = x + np.maximum(h @ w[p + "ffn_up.weight"].T, 0) ** 2 @ w[p + "ffn_down.weight"].T
     return rms(x, w["output_norm.weight"]) @ w["output.weight"].T

@@ -111,6 +111,16 @@ const QWEN35_MOE: Family = Family {
     ..QWEN35
 };
 
+/// Nemotron-H's layer (`nemotron_h`): a Mamba-2 mixer, an attention without RoPE or a ReLU²
+/// MLP without a gate per layer.
+const NEMOTRON_H: Family = Family {
+    layer_names: &[NEMOTRON_H_LAYER_NAMES, LLAMA_LAYER_NAMES],
+    no_rope_step: Some(1),
+    act: Glu::Relu2,
+    recurrent: Some(RecurrentMixer::Mamba2),
+    ..Family::BASE
+};
+
 /// Every architecture, in the order the docs list them.
 pub const ARCHITECTURES: &[Arch] = &[
     Arch {
@@ -275,12 +285,22 @@ pub const ARCHITECTURES: &[Arch] = &[
     Arch {
         name: "nemotron_h",
         class: "NemotronHForCausalLM",
+        body: Body::Decoder(NEMOTRON_H),
+        embedding: false,
+        ..Arch::BASE
+    },
+    // Nemotron-H MoE (Nemotron 3 Nano: `nemotron-h-moe.cpp`, the trunk `nemotron-h.cpp`'s): the
+    // MLP blocks are experts, ReLU² without a gate, chosen by sigmoid scores with the
+    // selection bias `exp_probs_b`, renormalized and scaled as the file says, plus one ungated
+    // ReLU² shared expert; the latent projections of larger sizes (`ffn_latent_down`) are
+    // not run (refused as unread tensors).
+    Arch {
+        name: "nemotron_h_moe",
+        class: "NemotronHForCausalLM",
         body: Body::Decoder(Family {
-            layer_names: &[NEMOTRON_H_LAYER_NAMES, LLAMA_LAYER_NAMES],
-            no_rope_step: Some(1),
-            act: Glu::Relu2,
-            recurrent: Some(RecurrentMixer::Mamba2),
-            ..Family::BASE
+            layer_names: &[NEMOTRON_H_LAYER_NAMES, LLAMA_LAYER_NAMES, MOE_FFN_NAMES],
+            moe: Some(MoeFamily { scoring: Some(Scoring::Sigmoid), scaled: true, act: Glu::Relu2, ..MoeFamily::BASE }),
+            ..NEMOTRON_H
         }),
         embedding: false,
         ..Arch::BASE

@@ -38,13 +38,19 @@ const SSM_HEAD_DIM: usize = 16;
 const INNER: usize = SSM_HEADS * SSM_HEAD_DIM;
 const CONV_DIM: usize = INNER + 2 * GROUPS * D_STATE;
 const IN_PROJ: usize = INNER + CONV_DIM + SSM_HEADS;
+const N_EXPERT: usize = 16;
+const TOP_K: usize = 4;
+const EXPERT_FFN: usize = 128;
+const ROUTER: f64 = 0.25;
+const SCALE: f32 = 2.5;
 
 /// How far ours may be from the exact f64 forward, in multiples of llama.cpp's own mean
 /// distance from it (measured, printed by the test).
 const VS_REFERENCE: f32 = 1.25;
 
-/// The script's `tensors(fam)`, in file order (GGUF shapes: innermost first).
-fn tensors() -> Vec<Tensor> {
+/// The script's `tensors(fam)`, in file order (GGUF shapes: innermost first); `moe`:
+/// `nemotron_h_moe`'s experts in the MLP blocks.
+fn tensors(moe: bool) -> Vec<Tensor> {
     let (qd, kv) = (HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM);
     let mat = |name: String, r: usize, c: usize, t: f64| {
         let data = q8(&name, r, c, t);
@@ -79,6 +85,17 @@ fn tensors() -> Vec<Tensor> {
                     out.push(mat(format!("{p}{n}.weight"), r, c, t));
                 }
             }
+            _ if moe => {
+                out.push(vec(format!("{p}ffn_gate_inp.weight"), &[HIDDEN, N_EXPERT], -ROUTER, ROUTER));
+                out.push(vec(format!("{p}exp_probs_b.bias"), &[N_EXPERT], -0.5, 0.5));
+                for (n, r, c) in [("ffn_up_exps", EXPERT_FFN, HIDDEN), ("ffn_down_exps", HIDDEN, EXPERT_FFN)] {
+                    let name = format!("{p}{n}.weight");
+                    let data = q8(&name, N_EXPERT * r, c, 0.25);
+                    out.push((name, vec![c as u64, r as u64, N_EXPERT as u64], GgmlType::Q8_0, data));
+                }
+                out.push(mat(format!("{p}ffn_up_shexp.weight"), EXPERT_FFN, HIDDEN, 0.25));
+                out.push(mat(format!("{p}ffn_down_shexp.weight"), HIDDEN, EXPERT_FFN, 0.25));
+            }
             _ => {
                 out.push(mat(format!("{p}ffn_up.weight"), FFN, HIDDEN, 0.25));
                 out.push(mat(format!("{p}ffn_down.weight"), HIDDEN, FFN, 0.25));
@@ -104,12 +121,12 @@ fn per_layer(kind: char, value: usize) -> MetaValue {
 }
 
 /// The script's `write`.
-fn write(path: &std::path::Path, tensors: &[Tensor]) {
-    let keyed = vec![
+fn write(path: &std::path::Path, moe: bool, tensors: &[Tensor]) {
+    let mut keyed = vec![
         ("block_count", u32v(PATTERN.len())),
         ("context_length", u32v(CTX)),
         ("embedding_length", u32v(HIDDEN)),
-        ("feed_forward_length", per_layer('-', FFN)),
+        ("feed_forward_length", per_layer('-', if moe { EXPERT_FFN } else { FFN })),
         ("attention.head_count", u32v(HEADS)),
         ("attention.head_count_kv", per_layer('*', KV_HEADS)),
         ("attention.layer_norm_rms_epsilon", crate::moe_families::f32v(EPS)),
@@ -121,7 +138,19 @@ fn write(path: &std::path::Path, tensors: &[Tensor]) {
         ("ssm.time_step_rank", u32v(SSM_HEADS)),
         ("ssm.inner_size", u32v(INNER)),
     ];
-    write_gguf(path, "nemotron_h", &keyed, tensors);
+    if moe {
+        let flag = (ggus::GGufMetaDataValueType::Bool, vec![1u8]);
+        keyed.extend([
+            ("expert_count", u32v(N_EXPERT)),
+            ("expert_used_count", u32v(TOP_K)),
+            ("expert_feed_forward_length", u32v(EXPERT_FFN)),
+            ("expert_shared_feed_forward_length", u32v(EXPERT_FFN)),
+            ("expert_shared_count", u32v(1)),
+            ("expert_weights_norm", flag),
+            ("expert_weights_scale", crate::moe_families::f32v(SCALE)),
+        ]);
+    }
+    write_gguf(path, if moe { "nemotron_h_moe" } else { "nemotron_h" }, &keyed, tensors);
 }
 
 /// The broken copies: what each changes in the file.
@@ -154,24 +183,45 @@ fn broken_copies(t: &[Tensor]) -> Vec<(&'static str, Vec<Tensor>)> {
             ch.rotate_left(4);
         }
     }
-    vec![("gate z negated", gate), ("heads read the other group", groups), ("convolution taps one place off", conv)]
+    let mut out = vec![
+        ("gate z negated", gate),
+        ("heads read the other group", groups),
+        ("convolution taps one place off", conv),
+    ];
+    if t.iter().any(|x| x.0.ends_with("exp_probs_b.bias")) {
+        // The selection bias gone: other experts chosen.
+        out.push((
+            "selection bias dropped",
+            t.iter().filter(|x| !x.0.ends_with("exp_probs_b.bias")).cloned().collect(),
+        ));
+    }
+    out
 }
 
 #[test]
 fn nemotron_h_matches_llama_cpp() {
-    use sha2::{Digest, Sha256};
     let g = fixture_named("nemotron_h_golden.json");
     let ids = u32s(&g["prompt_ids"]);
-    let case = &g["cases"][0];
-    let family = "nemotron_h";
-    let t = tensors();
+    for case in g["cases"].as_array().expect("cases") {
+        check_case(&ids, case);
+    }
+}
+
+/// One fixture case: the file's tensors, its state layout, its rows and greedy tokens against
+/// llama.cpp, and its broken copies.
+fn check_case(ids: &[u32], case: &serde_json::Value) {
+    use sha2::{Digest, Sha256};
+    let family = case["family"].as_str().expect("family");
+    let moe = family == "nemotron_h_moe";
+    let ids = ids.to_vec();
+    let t = tensors(moe);
     let mut sha = Sha256::new();
     t.iter().for_each(|x| sha.update(&x.3));
     let hex: String = sha.finalize().iter().map(|b| format!("{b:02x}")).collect();
-    assert_eq!(hex, case["tensor_sha256"].as_str().expect("sha"), "not the tensors llama.cpp evaluated");
+    assert_eq!(hex, case["tensor_sha256"].as_str().expect("sha"), "{family}: not the tensors llama.cpp evaluated");
     let dir = tempfile::tempdir().expect("tmp");
     let path = dir.path().join("nemotron_h.gguf");
-    write(&path, &t);
+    write(&path, moe, &t);
     let mut m = LlamaModel::load(&path, 2).unwrap_or_else(|e| panic!("{family}: {e}"));
     assert_eq!(m.info().architecture, family);
     // One attention layer keeps KV; three Mamba-2 layers keep a 3-row window of x B C (192
@@ -185,16 +235,16 @@ fn nemotron_h_matches_llama_cpp() {
     let (rows, _) = kq_run(&mut m, &ids, &positions, 0);
     let ref_mean = check_against_llama_cpp(family, case, &rows, &[], &[], VS_REFERENCE, 0.0);
     let agree = greedy_agreement(&mut m, family, case);
-    assert!(agree >= 5, "greedy equal to llama.cpp's for {agree} prompts of 6");
+    assert!(agree >= 5, "{family}: greedy equal to llama.cpp's for {agree} prompts of 6");
     let limit = 2.0 * VS_REFERENCE * ref_mean;
     let forgot = rows_forgetting_state(&mut m, &ids, &positions);
     let (fm, _) = kq_rel(&forgot, &case["exact"]);
     eprintln!("{family} broken run (state dropped between chunks): {:.1} % from exact on average", 100.0 * fm);
-    assert!(fm > limit, "the golden does not see a state dropped between chunks ({fm})");
+    assert!(fm > limit, "{family}: the golden does not see a state dropped between chunks ({fm})");
     for (what, bt) in broken_copies(&t) {
         let bp = dir.path().join("broken.gguf");
-        write(&bp, &bt);
-        let mut mb = LlamaModel::load(&bp, 2).unwrap_or_else(|e| panic!("{what}: {e}"));
+        write(&bp, moe, &bt);
+        let mut mb = LlamaModel::load(&bp, 2).unwrap_or_else(|e| panic!("{family} {what}: {e}"));
         assert_golden_sees(&format!("{family} broken copy ({what})"), &mut mb, &ids, &positions, &case["exact"], limit);
     }
 }
@@ -206,18 +256,20 @@ fn nemotron_h_matches_llama_cpp() {
 fn nemotron_h_batched_equals_alone_with_retraction() {
     use crate::batch_invariance::{cfg, mixed_prompts, run, NEW};
     let dir = tempfile::tempdir().expect("tmp");
-    let path = dir.path().join("nemotron_h.gguf");
-    write(&path, &tensors());
-    let mut m = LlamaModel::load(&path, 2).expect("nemotron_h");
-    let prompts = mixed_prompts(VOCAB as u32);
-    let alone = run(&mut m, cfg(1, false, 512), &prompts, true);
-    assert!(alone.iter().all(|o| o.len() == NEW));
-    let states = |c: SchedulerConfig| SchedulerConfig { state_checkpoints: 2 * c.max_running_requests, ..c };
-    let tight = states(SchedulerConfig { num_pages: 40, max_running_requests: 16, ..cfg(16, true, 48) });
-    for (label, c) in [("page 1, radix", states(cfg(1, true, 48))), ("40 pages, radix", tight)] {
-        let got = run(&mut m, c, &prompts, false);
-        for (i, (g, a)) in got.iter().zip(&alone).enumerate() {
-            assert_eq!(g, a, "request {i}, {label}");
+    for moe in [false, true] {
+        let path = dir.path().join("nemotron_h.gguf");
+        write(&path, moe, &tensors(moe));
+        let mut m = LlamaModel::load(&path, 2).expect("nemotron_h");
+        let prompts = mixed_prompts(VOCAB as u32);
+        let alone = run(&mut m, cfg(1, false, 512), &prompts, true);
+        assert!(alone.iter().all(|o| o.len() == NEW));
+        let states = |c: SchedulerConfig| SchedulerConfig { state_checkpoints: 2 * c.max_running_requests, ..c };
+        let tight = states(SchedulerConfig { num_pages: 40, max_running_requests: 16, ..cfg(16, true, 48) });
+        for (label, c) in [("page 1, radix", states(cfg(1, true, 48))), ("40 pages, radix", tight)] {
+            let got = run(&mut m, c, &prompts, false);
+            for (i, (g, a)) in got.iter().zip(&alone).enumerate() {
+                assert_eq!(g, a, "moe {moe}: request {i}, {label}");
+            }
         }
     }
 }

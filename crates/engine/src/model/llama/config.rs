@@ -123,9 +123,11 @@ impl LlamaConfig {
                         "{src}: the file has linear-attention (ssm.*) keys, which this architecture does not run"
                     )))
                 }
-                (None, true) => return Err(EngineError::model(format!(
+                (None, true) => {
+                    return Err(EngineError::model(format!(
                     "{src}.ssm.conv_kernel missing (a hybrid architecture: its recurrent layers need the ssm.* keys)"
-                ))),
+                )))
+                }
                 (None, false) => None,
             },
         })

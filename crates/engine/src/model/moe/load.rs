@@ -172,8 +172,8 @@ impl Mlp {
 impl Moe {
     /// A MoE layer's feed-forward under `mlp` (`model.layers.L.mlp`): the router `gate` (with
     /// its bias when the file has one), its selection bias when the file has one, the routed
-    /// experts (gate and up stacked per expert, biases where the file has them) and the shared
-    /// experts.
+    /// experts (gate and up stacked per expert, up alone when the activation is not gated,
+    /// biases where the file has them) and the shared experts.
     ///
     /// # Errors
     /// A missing tensor or one of another shape, named.
@@ -193,14 +193,24 @@ impl Moe {
             }
             Ok(ls)
         };
-        let gates = proj("gate_proj", inter, hidden)?;
+        // Ungated experts (Nemotron-H MoE's ReLU²) have no `gate_proj`.
+        let gates = match m.act.gated() {
+            true => proj("gate_proj", inter, hidden)?.into_iter().map(Some).collect(),
+            false => vec![None; n],
+        };
         let ups = proj("up_proj", inter, hidden)?;
         let downs = proj("down_proj", hidden, inter)?;
         let experts = gates
             .into_iter()
             .zip(ups)
             .zip(downs)
-            .map(|((g, u), down)| Mlp { gate_up: Linear::stack(vec![g, u]), down, inter, act: m.act })
+            .map(|((g, u), down)| {
+                let gate_up = match g {
+                    Some(g) => Linear::stack(vec![g, u]),
+                    None => u,
+                };
+                Mlp { gate_up, down, inter, act: m.act }
+            })
             .collect();
         let shared = match m.shared_ffn {
             0 => None,

@@ -259,8 +259,9 @@ impl Moe {
         let mut xs = bufs.take(pairs * hidden);
         cx.pool.par_rows(&mut xs, hidden, |i, row| row.copy_from_slice(&x[src[i] * hidden..(src[i] + 1) * hidden]));
         let sh_inter = self.shared.as_ref().map_or(0, |m| m.inter);
-        let mut gu = bufs.take(pairs * 2 * inter);
-        let mut gu_sh = bufs.take(tokens * 2 * sh_inter);
+        let gu_w = self.experts.first().map_or(0, Mlp::gu_width);
+        let mut gu = bufs.take(pairs * gu_w);
+        let mut gu_sh = bufs.take(tokens * self.shared.as_ref().map_or(0, Mlp::gu_width));
         gather_forward(cx, self.gathered(|m| &m.gate_up, &start, &xs, &mut gu, x, &mut gu_sh));
         let (mut act, mut act_sh) = (bufs.take(pairs * inter), bufs.take(tokens * sh_inter));
         let act_of = |m: Option<&Mlp>| m.map_or(Glu::Silu, |m| m.act);
