@@ -92,6 +92,9 @@ def bench(a, port, pid, tag, isl, osl, n, conc, seed):
            "--request-rate", "inf", "--max-concurrency", str(conc), "--seed", str(seed), "--disable-tqdm",
            # No warm-up request: it would send (and so cache) the first prompt before the clock.
            "--warmup-requests", "0",
+           # No health probes: ik_llama.cpp's /health does not answer while a batch runs, and a
+           # probe left unanswered would end the run as "server down".
+           "--health-interval", "0",
            "--output-file", str(out)]
     c0, t0 = cpu_seconds(pid), time.time()
     r = subprocess.run(cmd, stdout=open(a.out / f"{tag}.txt", "w"), stderr=subprocess.STDOUT)
@@ -151,8 +154,9 @@ def main():
             sys.exit(f"llama-server did not come up: {a.out / 'llama-server.log'}")
     ik_port, I = 18171, None
     if a.ik_server != "none":
+        # ik_llama.cpp has no unified KV cache: `-c` is split over the slots, so each gets `ctx`.
         ik_cmd = [a.ik_server, "-m", str(a.model), "--host", "127.0.0.1", "--port", str(ik_port), "-np", str(slots),
-                  "-c", str(ctx), "-t", str(a.threads), "-tb", str(a.threads)] + a.ik_args.split()
+                  "-c", str(ctx * slots), "-t", str(a.threads), "-tb", str(a.threads)] + a.ik_args.split()
         I, ok = start(ik_cmd, a.out / "ik-server.log", ik_port)
         if not ok:
             stop(S)

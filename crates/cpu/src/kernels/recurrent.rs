@@ -4,7 +4,9 @@
 //! queries and keys, and the gated RMSNorm of its output; Mamba-2's selective scan (Dao & Gu
 //! 2024) and its gate-then-group-RMSNorm.
 //!
-//! One code path on every ISA: each reduction runs in [`LANES`] interleaved partial sums
+//! One arithmetic on every ISA (the delta rule compiled for AVX-512 or AVX2 where the CPU has
+//! them: the same operations in the same order, so the same bits): each reduction runs in
+//! [`LANES`] interleaved partial sums
 //! combined in a fixed tree, so the compiler can keep them in one vector register without
 //! reordering a single f32 add, and the bits do not depend on the machine, the batch or the
 //! chunking of a prompt (a state carried from chunk to chunk is the state a whole prompt
@@ -224,6 +226,48 @@ pub fn gated_delta_rule<'a>(state: &mut [f32], n: usize, token: impl Fn(usize) -
     if n == 0 {
         return;
     }
+    // The same function compiled for wider vectors where the CPU has them: the same operations
+    // in the same order (Rust neither reassociates nor fuses float adds), so the same bits.
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU has AVX-512F, checked above.
+            #[allow(unsafe_code)]
+            return unsafe { delta_rule_avx512(state, n, &token, out) };
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2, checked above.
+            #[allow(unsafe_code)]
+            return unsafe { delta_rule_avx2(state, n, &token, out) };
+        }
+    }
+    delta_rule_body(state, n, &token, out);
+}
+
+/// [`delta_rule_body`] compiled for AVX-512.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[allow(unsafe_code)]
+unsafe fn delta_rule_avx512<'a>(
+    state: &mut [f32],
+    n: usize,
+    token: &impl Fn(usize) -> DeltaToken<'a>,
+    out: &mut [f32],
+) {
+    delta_rule_body(state, n, token, out);
+}
+
+/// [`delta_rule_body`] compiled for AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[allow(unsafe_code)]
+unsafe fn delta_rule_avx2<'a>(state: &mut [f32], n: usize, token: &impl Fn(usize) -> DeltaToken<'a>, out: &mut [f32]) {
+    delta_rule_body(state, n, token, out);
+}
+
+/// The body of [`gated_delta_rule`] (`n > 0`).
+#[inline(always)]
+fn delta_rule_body<'a>(state: &mut [f32], n: usize, token: &impl Fn(usize) -> DeltaToken<'a>, out: &mut [f32]) {
     let (dk, dv) = (token(0).k.len(), token(0).v.len());
     assert!(state.len() == dk * dv && out.len() == n * dv, "delta rule: shapes");
     // Each row's recurrence reads only that row and the tokens' k, q, v, g, β: rows go in

@@ -252,13 +252,16 @@ impl Checkpoint {
         Ok((shape, to_f32(name, t)?))
     }
 
-    /// A 1-D f32 vector of length `len`.
+    /// The `len` f32 values of a vector (or of any tensor of `len` values, row-major: a
+    /// depthwise conv weight `[channels, 1, kernel]`).
     ///
     /// # Errors
     /// Missing tensor, wrong shape or dtype.
     pub fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>, EngineError> {
         let (shape, v) = self.f32(name)?;
-        if shape != [len] {
+        // `[len]`, or a tensor of `len` values read row-major whatever its shape (a depthwise
+        // conv's `[channels, 1, kernel]`, Nemotron-H's `D` as `[heads]`), as a GGUF file's.
+        if shape.iter().product::<usize>() != len {
             return Err(EngineError::model(format!("tensor {name}: shape {shape:?}, want [{len}]")));
         }
         Ok(v)

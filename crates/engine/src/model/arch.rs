@@ -16,8 +16,8 @@ use crate::model::moe::Glu;
 use crate::model::moe::MoeFamily;
 use crate::model::routing::Scoring;
 use crate::model::vb::{
-    ATTENTION_SINKS, GEMMA3_LAYER_NAMES, LLAMA_LAYER_NAMES, MOE_FFN_NAMES, NEMOTRON_H_LAYER_NAMES, PHI3_LAYER_NAMES,
-    POST_ATTENTION_NORM, QWEN35_LAYER_NAMES,
+    ATTENTION_SINKS, GEMMA3_LAYER_NAMES, LLAMA_LAYER_NAMES, MOE_FFN_NAMES, NEMOTRON_H_HF_NAMES, NEMOTRON_H_LAYER_NAMES,
+    PHI3_LAYER_NAMES, POST_ATTENTION_NORM, QWEN35_LAYER_NAMES,
 };
 use crate::EngineError;
 
@@ -100,6 +100,7 @@ const QWEN35: Family = Family {
     rope_base: 10_000_000.0,
     rms_eps: 1e-6,
     attn_gate: true,
+    hf_norm_plus_one: true,
     recurrent: Some(RecurrentMixer::DeltaNet(GdnLayout::QWEN35)),
     ..Family::BASE
 };
@@ -117,6 +118,7 @@ const NEMOTRON_H: Family = Family {
     layer_names: &[NEMOTRON_H_LAYER_NAMES, LLAMA_LAYER_NAMES],
     no_rope_step: Some(1),
     act: Glu::Relu2,
+    hf_names: NEMOTRON_H_HF_NAMES,
     recurrent: Some(RecurrentMixer::Mamba2),
     ..Family::BASE
 };
@@ -259,7 +261,14 @@ pub const ARCHITECTURES: &[Arch] = &[
     // Qwen3.5 / Qwen3.6 dense (llama.cpp `src/models/qwen35.cpp`): three Gated DeltaNet layers
     // for every gated full-attention layer (`full_attention_interval`), the state beside the KV
     // pages (`kv::state`); GGUF only for now.
-    Arch { name: "qwen35", class: "Qwen3_5ForCausalLM", body: Body::Decoder(QWEN35), embedding: false, ..Arch::BASE },
+    Arch {
+        name: "qwen35",
+        hf: &[("qwen3_5", "Qwen3_5ForConditionalGeneration"), ("qwen3_5_text", "Qwen3_5ForCausalLM")],
+        class: "Qwen3_5ForCausalLM",
+        body: Body::Decoder(QWEN35),
+        embedding: false,
+        ..Arch::BASE
+    },
     // Qwen3.5-MoE / Qwen3.6-35B-A3B (`src/models/qwen35moe.cpp`): qwen35's layers with a MoE
     // feed-forward (softmax over all experts, top-k renormalized) and one shared expert under
     // its sigmoid gate.
@@ -284,6 +293,7 @@ pub const ARCHITECTURES: &[Arch] = &[
     // which from the per-layer `attention.head_count_kv` and `feed_forward_length` (0: none).
     Arch {
         name: "nemotron_h",
+        hf: &[("nemotron_h", "NemotronHForCausalLM")],
         class: "NemotronHForCausalLM",
         body: Body::Decoder(NEMOTRON_H),
         embedding: false,

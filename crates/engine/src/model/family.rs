@@ -81,6 +81,10 @@ pub struct Family {
     /// head its query and a gate (`[q_h, gate_h]` per head, `2 · head_dim` rows), and the
     /// attention output is multiplied by `σ(gate)` before the output projection.
     pub attn_gate: bool,
+    /// Hugging Face checkpoints store the RMSNorm weights zero-centred (`x · (1 + w)`:
+    /// Qwen3-Next, Qwen3.5; llama.cpp's converter adds the 1), all but the recurrent layers'
+    /// gated norm.
+    pub hf_norm_plus_one: bool,
     /// The family's recurrent layers, and how they sit in its GGUF files; `None` for a family
     /// without them (a file with `ssm.*` keys is then refused).
     pub recurrent: Option<RecurrentMixer>,
@@ -139,6 +143,7 @@ impl Family {
         hf_names: &[],
         attn_temperature: false,
         attn_gate: false,
+        hf_norm_plus_one: false,
         recurrent: None,
     };
 }

@@ -104,7 +104,8 @@ impl Tensors for Checkpoint {
 pub struct Renamed<'a> {
     /// The checkpoint.
     pub inner: &'a dyn Tensors,
-    /// `(our name, the checkpoint's)` module paths.
+    /// `(our name, the checkpoint's)` module paths: a segment anywhere, or a root path when
+    /// ours starts with `model.`.
     pub names: &'static [(&'static str, &'static str)],
 }
 
@@ -112,8 +113,14 @@ impl Renamed<'_> {
     fn name(&self, n: &str) -> String {
         let mut out = n.to_owned();
         for (ours, theirs) in self.names {
-            let (mid, end) = (format!(".{ours}."), format!(".{ours}"));
-            if out.contains(&mid) {
+            let (mid, end, head) = (format!(".{ours}."), format!(".{ours}"), format!("{ours}."));
+            let root = ours.starts_with("model.");
+            if root && out == *ours {
+                out = (*theirs).to_owned();
+            } else if let Some(rest) = out.strip_prefix(&head).filter(|_| root) {
+                // A root path (`model.embed_tokens` → Nemotron-H's `backbone.embeddings`).
+                out = format!("{theirs}.{rest}");
+            } else if out.contains(&mid) {
                 out = out.replacen(&mid, &format!(".{theirs}."), 1);
             } else if let Some(stem) = out.strip_suffix(&end) {
                 out = format!("{stem}.{theirs}");
@@ -230,6 +237,26 @@ pub const NEMOTRON_H_LAYER_NAMES: &[(&str, &str)] = &[
     ("mixer.D", "ssm_d"),
     ("mixer.norm", "ssm_norm"),
     ("mixer.out_proj", "ssm_out"),
+];
+
+/// The language model's root inside a multimodal Hugging Face checkpoint
+/// (`Qwen3_5ForConditionalGeneration`: `model.language_model.*`), read through
+/// [`Renamed`] when the checkpoint has it.
+pub const LANGUAGE_MODEL_NAMES: &[(&str, &str)] = &[
+    ("model.embed_tokens", "model.language_model.embed_tokens"),
+    ("model.layers", "model.language_model.layers"),
+    ("model.norm", "model.language_model.norm"),
+];
+
+/// Nemotron-H's Hugging Face names (`NemotronHForCausalLM`): the root `backbone`, one `norm`
+/// and one `mixer` per block, whatever the block is.
+pub const NEMOTRON_H_HF_NAMES: &[(&str, &str)] = &[
+    ("model.embed_tokens", "backbone.embeddings"),
+    ("model.norm", "backbone.norm_f"),
+    ("model.layers", "backbone.layers"),
+    ("input_layernorm", "norm"),
+    ("self_attn", "mixer"),
+    ("mlp", "mixer"),
 ];
 
 /// gpt-oss's attention sinks (`attn_sinks`, one logit per head).

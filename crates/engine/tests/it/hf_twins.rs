@@ -27,7 +27,7 @@ use crate::moe_families::{f32v, strv, u32v, write_gguf, MetaValue};
 const HIDDEN: usize = 64;
 const HEADS: usize = 4;
 const LAYERS: usize = 3;
-const VOCAB: usize = 128;
+pub(crate) const VOCAB: usize = 128;
 const CTX: usize = 256;
 const N_EXPERT: usize = 8;
 const TOP_K: usize = 2;
@@ -37,15 +37,15 @@ const EPS: f32 = 1e-6;
 
 /// One weight of both files: its HF name and shape (`[rows, cols]` or `[n]`), its llama.cpp
 /// name, and its values. Experts are one per expert here; the GGUF writer stacks them.
-struct W {
-    hf: String,
-    gguf: String,
-    shape: Vec<usize>,
-    data: Vec<f32>,
+pub(crate) struct W {
+    pub(crate) hf: String,
+    pub(crate) gguf: String,
+    pub(crate) shape: Vec<usize>,
+    pub(crate) data: Vec<f32>,
 }
 
 /// Uniform values in `[-span, span]` (or `[lo, hi]` for norms), seeded by the name.
-fn values(name: &str, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+pub(crate) fn values(name: &str, n: usize, lo: f32, hi: f32) -> Vec<f32> {
     let mut x = crate::formats::fnv1a(name);
     (0..n)
         .map(|_| {
@@ -125,7 +125,7 @@ fn deepseek_ffn(l: usize) -> Vec<Named> {
     w
 }
 
-fn gguf_tensors(ws: &[W]) -> Vec<Tensor> {
+pub(crate) fn gguf_tensors(ws: &[W]) -> Vec<Tensor> {
     let mut out: Vec<Tensor> = Vec::new();
     let bytes = |d: &[f32]| d.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
     for w in ws {
@@ -148,7 +148,7 @@ fn gguf_tensors(ws: &[W]) -> Vec<Tensor> {
 }
 
 /// The checkpoint directory: `config.json` and one F32 safetensors file of `ws`.
-fn write_hf(dir: &Path, config: &serde_json::Value, ws: &[W]) {
+pub(crate) fn write_hf(dir: &Path, config: &serde_json::Value, ws: &[W]) {
     std::fs::create_dir_all(dir).expect("dir");
     std::fs::write(dir.join("config.json"), config.to_string()).expect("config");
     let bytes: Vec<(String, Vec<u8>, Vec<usize>)> = ws
@@ -180,7 +180,7 @@ fn prompt() -> Vec<u32> {
 }
 
 /// Logits of every 10th prompt position and 12 greedy tokens.
-fn run(m: &mut dyn Model) -> (Vec<Vec<f32>>, Vec<u32>) {
+pub(crate) fn run(m: &mut dyn Model) -> (Vec<Vec<f32>>, Vec<u32>) {
     let ids = prompt();
     let positions: Vec<usize> = (9..ids.len()).step_by(10).collect();
     kq_run(m, &ids, &positions, 12)
@@ -188,7 +188,7 @@ fn run(m: &mut dyn Model) -> (Vec<Vec<f32>>, Vec<u32>) {
 
 /// The twins' logits are the same bits and their greedy tokens the same; the broken copy's
 /// logits are not.
-fn check_twins(label: &str, gguf: &mut dyn Model, hf: &mut dyn Model, broken: &mut dyn Model) {
+pub(crate) fn check_twins(label: &str, gguf: &mut dyn Model, hf: &mut dyn Model, broken: &mut dyn Model) {
     let (rg, tg) = run(gguf);
     let (rh, th) = run(hf);
     assert_eq!(th, tg, "{label}: greedy tokens of the checkpoint and of its GGUF twin");

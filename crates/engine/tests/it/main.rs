@@ -14,6 +14,7 @@ mod gguf_dequant;
 mod golden;
 mod hf_twins;
 mod hybrid;
+mod hybrid_twins;
 mod logprobs_golden;
 mod moe_families;
 mod moe_tensors;

@@ -7,7 +7,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{AttnTemperature, HParams, MlaParams, MoeParams, Rope, Window};
+use super::{AttnTemperature, HParams, LinearAttnParams, MlaParams, MoeParams, Rope, Window};
 use crate::model::common::RopeScaling;
 use crate::model::routing::Scoring;
 use crate::EngineError;
@@ -34,8 +34,9 @@ struct Config {
     #[serde(default = "default_theta")]
     rope_theta: f64,
     rope_local_base_freq: Option<f64>,
-    #[serde(default = "default_eps")]
-    rms_norm_eps: f64,
+    rms_norm_eps: Option<f64>,
+    /// Nemotron-H's spelling of the RMSNorm ε.
+    layer_norm_epsilon: Option<f64>,
     vocab_size: usize,
     max_position_embeddings: usize,
     #[serde(default)]
@@ -88,6 +89,23 @@ struct Config {
     qk_nope_head_dim: Option<usize>,
     qk_rope_head_dim: Option<usize>,
     v_head_dim: Option<usize>,
+    // Gated DeltaNet (Qwen3.5: `Qwen3_5TextConfig`).
+    linear_conv_kernel_dim: Option<usize>,
+    linear_key_head_dim: Option<usize>,
+    linear_value_head_dim: Option<usize>,
+    linear_num_key_heads: Option<usize>,
+    linear_num_value_heads: Option<usize>,
+    full_attention_interval: Option<usize>,
+    // Mamba-2 (Nemotron-H: `NemotronHConfig`).
+    /// One character per layer: `M` Mamba-2, `*` attention, `-` MLP (`E` experts).
+    hybrid_override_pattern: Option<String>,
+    /// Nemotron 3: the same per layer as words (`mamba`, `attention`, `mlp`, `moe`).
+    layers_block_type: Option<Vec<String>>,
+    mamba_num_heads: Option<usize>,
+    mamba_head_dim: Option<usize>,
+    ssm_state_size: Option<usize>,
+    n_groups: Option<usize>,
+    conv_kernel: Option<usize>,
 }
 
 /// HF's `rope_scaling` / `rope_parameters` block.
@@ -110,6 +128,8 @@ struct RopeParams {
     mscale_all_dim: Option<f64>,
     /// Mistral 3: Llama 4's attention temperature.
     llama_4_scaling_beta: Option<f32>,
+    /// Qwen3.5 states the rotated share here.
+    partial_rotary_factor: Option<f64>,
 }
 
 impl HParams {
@@ -153,12 +173,13 @@ impl HParams {
             }
             None => None,
         };
-        let dims = match (&mla, c.qk_rope_head_dim, c.partial_rotary_factor) {
+        let rp = c.rope_parameters.as_ref().or(c.rope_scaling.as_ref());
+        let partial = c.partial_rotary_factor.or(rp.and_then(|p| p.partial_rotary_factor));
+        let dims = match (&mla, c.qk_rope_head_dim, partial) {
             (Some(_), r, _) => r,
             (None, _, Some(f)) => Some(((head_dim as f64 * f) as usize) & !1),
             (None, _, None) => None,
         };
-        let rp = c.rope_parameters.as_ref().or(c.rope_scaling.as_ref());
         let base = rp.and_then(|p| p.rope_theta).unwrap_or(c.rope_theta);
         let mut rope = Rope {
             base: Some(base as f32),
@@ -270,7 +291,7 @@ impl HParams {
             kv_heads: c.num_key_value_heads.unwrap_or(heads),
             key_length: c.head_dim,
             value_length: None,
-            rms_eps: Some(c.rms_norm_eps as f32),
+            rms_eps: Some(c.rms_norm_eps.or(c.layer_norm_epsilon).unwrap_or(default_eps()) as f32),
             vocab: c.vocab_size,
             context_length: c.max_position_embeddings,
             rope,
@@ -287,9 +308,74 @@ impl HParams {
             moe: moe(&c, layers)?,
             mla,
             swiglu_limit: c.swiglu_limit,
-            linear_attn: None,
+            linear_attn: linear_attn(&c, layers)?,
         })
     }
+}
+
+/// A hybrid model's recurrent layers: Qwen3.5's `linear_*` keys with `layer_types` (else every
+/// `full_attention_interval`-th layer attends, as the converter writes it), or Nemotron-H's
+/// `mamba_*` keys with `hybrid_override_pattern` / `layers_block_type` (field names as
+/// [`LinearAttnParams`] documents for Mamba-2); `None` for neither.
+fn linear_attn(c: &Config, layers: usize) -> Result<Option<LinearAttnParams>, EngineError> {
+    let need = |v: Option<usize>, k: &str| {
+        v.filter(|v| *v > 0)
+            .ok_or_else(|| EngineError::model(format!("config.json: {k} missing or 0 (a hybrid model)")))
+    };
+    let per_layer = |n: usize, what: &str| -> Result<(), EngineError> {
+        match n == layers {
+            true => Ok(()),
+            false => Err(EngineError::model(format!("config.json: {what} has {n} entries for {layers} layers"))),
+        }
+    };
+    if let Some(k) = c.linear_conv_kernel_dim {
+        let recurrent = match &c.layer_types {
+            Some(t) => {
+                per_layer(t.len(), "layer_types")?;
+                t.iter().map(|t| t == "linear_attention").collect()
+            }
+            None => {
+                let every = c.full_attention_interval.unwrap_or(4).max(1);
+                (0..layers).map(|l| !(l + 1).is_multiple_of(every)).collect()
+            }
+        };
+        let (dv, vh) = (
+            need(c.linear_value_head_dim, "linear_value_head_dim")?,
+            need(c.linear_num_value_heads, "linear_num_value_heads")?,
+        );
+        return Ok(Some(LinearAttnParams {
+            conv_kernel: need(Some(k), "linear_conv_kernel_dim")?,
+            head_k: need(c.linear_key_head_dim, "linear_key_head_dim")?,
+            inner: dv * vh,
+            k_heads: need(c.linear_num_key_heads, "linear_num_key_heads")?,
+            v_heads: vh,
+            ffn_only: vec![false; layers],
+            recurrent,
+        }));
+    }
+    let kinds: Vec<char> = match (&c.hybrid_override_pattern, &c.layers_block_type) {
+        (Some(p), _) => p.chars().collect(),
+        (None, Some(t)) => t
+            .iter()
+            .map(|w| match w.as_str() {
+                "mamba" | "linear_attention" => 'M',
+                "attention" | "full_attention" => '*',
+                _ => '-',
+            })
+            .collect(),
+        (None, None) => return Ok(None),
+    };
+    per_layer(kinds.len(), "hybrid_override_pattern")?;
+    let (nh, hd) = (need(c.mamba_num_heads, "mamba_num_heads")?, need(c.mamba_head_dim, "mamba_head_dim")?);
+    Ok(Some(LinearAttnParams {
+        conv_kernel: need(c.conv_kernel, "conv_kernel")?,
+        head_k: need(c.ssm_state_size, "ssm_state_size")?,
+        inner: nh * hd,
+        k_heads: need(c.n_groups, "n_groups")?,
+        v_heads: nh,
+        recurrent: kinds.iter().map(|&k| k == 'M').collect(),
+        ffn_only: kinds.iter().map(|&k| k == '-' || k == 'E').collect(),
+    }))
 }
 
 /// The expert keys under each family's spelling (`Qwen3MoeConfig`, `DeepseekV3Config`,

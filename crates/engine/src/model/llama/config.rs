@@ -3,7 +3,7 @@
 
 use super::{LlamaConfig, Variant};
 use crate::model::common::RopeLayout;
-use crate::model::family::{Family, QkNorm};
+use crate::model::family::{Family, GdnLayout, QkNorm, RecurrentMixer};
 use crate::model::hparams::HParams;
 use crate::model::moe::MoeConfig;
 use crate::EngineError;
@@ -97,6 +97,10 @@ impl LlamaConfig {
             logit_scale: mult(hp.logit_scale).unwrap_or(1.0),
             attn_temperature: hp.attn_temperature.filter(|_| fam.attn_temperature),
             attn_gate: fam.attn_gate,
+            norm_offset: match (format, fam.hf_norm_plus_one) {
+                (Format::Hf, true) => 1.0,
+                _ => 0.0,
+            },
         };
         let moe = match &fam.moe {
             Some(m) => Some(MoeConfig::from_hparams(hp, m)?),
@@ -115,7 +119,14 @@ impl LlamaConfig {
             context_length: hp.context_length,
             variant,
             moe,
-            recurrent: fam.recurrent,
+            // HF checkpoints keep the value heads grouped by key head; llama.cpp's Qwen3.5
+            // converter tiles them.
+            recurrent: match (fam.recurrent, format) {
+                (Some(RecurrentMixer::DeltaNet(l)), Format::Hf) => {
+                    Some(RecurrentMixer::DeltaNet(GdnLayout { grouped_heads: true, ..l }))
+                }
+                (r, _) => r,
+            },
             linear_attn: match (&hp.linear_attn, fam.recurrent.is_some()) {
                 (Some(la), true) => Some(la.clone()),
                 (Some(_), false) => {

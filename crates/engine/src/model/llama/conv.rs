@@ -99,6 +99,18 @@ impl ShortConv {
     }
 }
 
+/// `A = −exp(A_log)` per head under `vb`: the GGUF's `A` (the converter's values), or an HF
+/// checkpoint's `A_log` turned as llama.cpp's converter turns it.
+///
+/// # Errors
+/// Neither tensor, or one of another length, named.
+pub(crate) fn decay_rates(vb: &Vb<'_>, heads: usize) -> Result<Vec<f32>, EngineError> {
+    match vb.has("A") {
+        true => vb.vector("A", heads),
+        false => Ok(vb.vector("A_log", heads)?.iter().map(|x| -x.exp()).collect()),
+    }
+}
+
 /// The windows and matrix states of recurrent layer `layer` (`[slots × …]` each) from `kv`'s
 /// state pool, after checking every sequence's slot is in it.
 ///

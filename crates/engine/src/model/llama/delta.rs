@@ -14,7 +14,7 @@
 //! The window and the state live in the KV store's state pool ([`crate::kv::state`]) at the
 //! sequence's `req_pool_idx`; a sequence whose row starts at position 0 starts from zeros.
 
-use super::conv::{slot_states, ShortConv};
+use super::conv::{decay_rates, slot_states, ShortConv};
 use super::{LayerBuffers, Step};
 use crate::kv::KvStore;
 use crate::model::family::GdnLayout;
@@ -105,7 +105,7 @@ impl DeltaNet {
             out_proj: la.linear("out_proj", hidden, p.inner)?,
             conv: ShortConv::load(&la, conv_dim, p.conv_kernel)?,
             dt_bias: la.vector("dt_bias", vh)?,
-            a: la.vector("A", vh)?,
+            a: decay_rates(&la, vh)?,
             norm: la.vector("norm.weight", dk)?,
             dk,
             k_heads: kh,

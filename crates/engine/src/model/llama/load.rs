@@ -84,9 +84,21 @@ impl LlamaModel {
         ck.check_layers("num_hidden_layers", hp.layers)?;
         let cfg = LlamaConfig::from_hparams(&hp, &fam, Format::Hf, ck.has("model.layers.0.self_attn.q_norm.weight"))?;
         cfg.check()?;
-        check_rope_positions("max_position_embeddings", cfg.context_length, cfg.head_dim, ck.file_bytes())?;
+        if !cfg.variant.no_rope.iter().all(|n| *n) {
+            check_rope_positions("max_position_embeddings", cfg.context_length, cfg.head_dim, ck.file_bytes())?;
+        }
+        if fam.recurrent == Some(RecurrentMixer::Mamba2) && hp.moe.is_some() {
+            return Err(EngineError::model(format!(
+                "{}: a Nemotron-H checkpoint with experts is read from GGUF only for now (convert it with llama.cpp's \
+                 convert_hf_to_gguf.py)",
+                dir.display()
+            )));
+        }
         let renamed = Renamed { inner: &ck, names: fam.hf_names };
-        let root = Vb::new(&renamed);
+        // A multimodal checkpoint keeps the language model under `model.language_model`.
+        let vlm = Renamed { inner: &renamed, names: crate::model::vb::LANGUAGE_MODEL_NAMES };
+        let nested = ck.has("model.language_model.embed_tokens.weight");
+        let root = Vb::new(if nested { &vlm } else { &renamed });
         let tied = hp.tie_word_embeddings.unwrap_or(false) || !ck.has("lm_head.weight");
         let name = dir.file_name().map_or(mt.clone(), |n| n.to_string_lossy().into_owned());
         Self::load_from(&root, cfg, &fam, tied, mt, name, threads)
@@ -111,7 +123,7 @@ impl LlamaModel {
         };
         let vb = root.pp("model.layers");
         let layers = (0..cfg.layers).map(|l| load_layer(&vb.pp(l), l, &cfg, fam)).collect::<Result<Vec<_>, _>>()?;
-        let output_norm = root.vector("model.norm.weight", hidden)?;
+        let output_norm = norm_vector(root, "model.norm.weight", hidden, cfg.variant.norm_offset)?;
         let factors = cfg.variant.rope_freq_factors.as_ref().map_or(0, |f| 4 * f.len());
         let weight_bytes = root.held_bytes() + factors;
         Self::assemble(cfg, arch, name, embed, output, output_norm, layers, weight_bytes, threads)
@@ -185,6 +197,15 @@ impl LlamaModel {
     }
 }
 
+/// RMSNorm weight `name` under `vb`, plus `offset` (1 for a zero-centred HF checkpoint).
+fn norm_vector(vb: &Vb<'_>, name: &str, len: usize, offset: f32) -> Result<Vec<f32>, EngineError> {
+    let mut w = vb.vector(name, len)?;
+    if offset != 0.0 {
+        w.iter_mut().for_each(|v| *v += offset);
+    }
+    Ok(w)
+}
+
 /// Decoder layer `vb` (`model.layers.{l}`), by HF module names (a GGUF file maps them to
 /// llama.cpp's, [`GgufTensors`]). Q/K/V and gate/up are stacked, each a single matmul; a
 /// projection's bias is taken when the file has one, and required for Q/K/V where the family
@@ -201,8 +222,9 @@ fn load_layer(vb: &Vb<'_>, l: usize, cfg: &LlamaConfig, fam: &Family) -> Result<
         Some(m) if !m.is_dense(l) => Some(FeedForward::Moe(Box::new(Moe::load(&mlp, hidden, m)?))),
         _ => Some(FeedForward::Dense(Mlp::load(&mlp, hidden, cfg.ffn, cfg.variant.act)?)),
     };
+    let norm = |name: &str, len: usize| norm_vector(vb, name, len, cfg.variant.norm_offset);
     let pair = |a: &str, b: &str, len: usize| -> Result<(Vec<f32>, Vec<f32>), EngineError> {
-        Ok((vb.vector(a, len)?, vb.vector(b, len)?))
+        Ok((norm(a, len)?, norm(b, len)?))
     };
     let mixer = match (la, cfg.recurrent) {
         _ if ffn_only => None,
@@ -247,12 +269,12 @@ fn load_layer(vb: &Vb<'_>, l: usize, cfg: &LlamaConfig, fam: &Family) -> Result<
     let post_norms = cfg.variant.post_norms;
     let both = mixer.is_some() && ffn.is_some();
     Ok(Layer {
-        attn_norm: vb.vector("input_layernorm.weight", hidden)?,
+        attn_norm: norm("input_layernorm.weight", hidden)?,
         mixer,
         ffn_norm: match (post_norms, both) {
             (_, false) => Vec::new(),
-            (true, true) => vb.vector("pre_feedforward_layernorm.weight", hidden)?,
-            (false, true) => vb.vector("post_attention_layernorm.weight", hidden)?,
+            (true, true) => norm("pre_feedforward_layernorm.weight", hidden)?,
+            (false, true) => norm("post_attention_layernorm.weight", hidden)?,
         },
         ffn,
         post_norms: match post_norms {

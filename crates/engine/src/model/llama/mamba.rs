@@ -15,7 +15,7 @@
 //! the KV store's state pool ([`crate::kv::state`]) at the sequence's `req_pool_idx`; a
 //! sequence whose row starts at position 0 starts from zeros.
 
-use super::conv::{slot_states, ShortConv};
+use super::conv::{decay_rates, slot_states, ShortConv};
 use super::{LayerBuffers, Step};
 use crate::kv::KvStore;
 use crate::model::hparams::LinearAttnParams;
@@ -79,7 +79,7 @@ impl Mamba2 {
             out_proj: m.linear("out_proj", hidden, inner)?,
             conv: ShortConv::load(&m, cd, p.conv_kernel)?,
             dt_bias: m.vector("dt_bias", nh)?,
-            a: m.vector("A", nh)?,
+            a: decay_rates(&m, nh)?,
             d: m.vector("D", nh)?,
             norm: m.vector("norm.weight", inner)?,
             heads: nh,

@@ -92,6 +92,9 @@ pub struct Variant {
     pub attn_temperature: Option<AttnTemperature>,
     /// Qwen3-Next's output-gated attention ([`crate::model::family::Family::attn_gate`]).
     pub attn_gate: bool,
+    /// Added to every RMSNorm weight as it is read (1 for a zero-centred HF checkpoint,
+    /// [`crate::model::family::Family::hf_norm_plus_one`]; 0 otherwise).
+    pub norm_offset: f32,
 }
 
 impl Default for Variant {
@@ -116,6 +119,7 @@ impl Default for Variant {
             logit_scale: 1.0,
             attn_temperature: None,
             attn_gate: false,
+            norm_offset: 0.0,
         }
     }
 }
