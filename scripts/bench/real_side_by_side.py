@@ -30,7 +30,10 @@ llama-server: `--llama-server` (default the peers build, `$PEERS/build/llama.cpp
 `--llama-args` added (default none). ik_llama.cpp's llama-server joins the rotation as a third
 server when `--ik-server` names it (default: the peers build `$PEERS/build/ik_llama.cpp/bin`
 when it exists; `--ik-server none` leaves it out), with `--ik-args`; the table then has its
-column and the ratio sparrow / ik_llama.cpp beside llama-server's. On a CPU with AMX the peers build's AMX matmul segfaults
+column and the ratio sparrow / ik_llama.cpp beside llama-server's. ik_llama.cpp gets `-c` × slots
+(it has no unified KV cache), and a peer that crashed is started again before the next
+measurement (its row reads FAILED); the client's health probes are off, since ik_llama.cpp's
+`/health` does not answer while a batch runs. On a CPU with AMX the peers build's AMX matmul segfaults
 on K-quant files (llama.cpp at the vendored commit; seen on this project's machines), so when
 llama-server does not come up the run retries it once with `--no-repack` and says so.
 """
@@ -70,8 +73,8 @@ def healthy(port, proc, timeout):
     return False
 
 
-def start(cmd, log, port, timeout=900):
-    p = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+def start(cmd, log, port, timeout=900, cwd=None):
+    p = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd)
     return p, healthy(port, p, timeout)
 
 
@@ -152,12 +155,13 @@ def main():
         if not ok:
             stop(S)
             sys.exit(f"llama-server did not come up: {a.out / 'llama-server.log'}")
-    ik_port, I = 18171, None
+    ik_port, I, ik_cmd = 18171, None, None
     if a.ik_server != "none":
         # ik_llama.cpp has no unified KV cache: `-c` is split over the slots, so each gets `ctx`.
-        ik_cmd = [a.ik_server, "-m", str(a.model), "--host", "127.0.0.1", "--port", str(ik_port), "-np", str(slots),
+        # Run from the output folder: ik_llama.cpp writes a `llama.log` where it starts.
+        ik_cmd = [a.ik_server, "-m", str(a.model.resolve()), "--host", "127.0.0.1", "--port", str(ik_port), "-np", str(slots),
                   "-c", str(ctx * slots), "-t", str(a.threads), "-tb", str(a.threads)] + a.ik_args.split()
-        I, ok = start(ik_cmd, a.out / "ik-server.log", ik_port)
+        I, ok = start(ik_cmd, a.out / "ik-server.log", ik_port, cwd=a.out)
         if not ok:
             stop(S)
             stop(L)
@@ -175,6 +179,14 @@ def main():
             for kind, size in plan:
                 seed += 1
                 # Alternate which server goes first, so drift hits both alike.
+                # A peer that crashed (ik_llama.cpp aborts on some batches) is started again,
+                # so one failure costs one row, not the rest of the run.
+                if I and I.poll() is not None:
+                    print(f"ik_llama.cpp's llama-server exited ({I.returncode}); restarting it", flush=True)
+                    I, _ = start(ik_cmd, a.out / f"ik-server-{kind}{size}.log", ik_port, cwd=a.out)
+                if L.poll() is not None:
+                    print(f"llama-server exited ({L.returncode}); restarting it", flush=True)
+                    L, _ = start(llama_cmd, a.out / f"llama-server-{kind}{size}.log", lp)
                 order = [("llama", lp, L.pid), ("sparrow", sp, S.pid)] + ([("ik", ik_port, I.pid)] if I else [])
                 if rnd % 2:
                     order.reverse()
