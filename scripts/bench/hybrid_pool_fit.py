@@ -95,6 +95,8 @@ def main():
                             "--random-input-len", str(a.input), "--random-output-len", str(a.output),
                             "--random-range-ratio", "1.0", "--num-prompts", str(a.requests), "--request-rate", "inf",
                             "--max-concurrency", str(a.requests), "--warmup-requests", "0", "--disable-tqdm",
+                            # The last requests wait minutes for their turn to prefill.
+                            "--read-timeout", "3600",
                             "--output-file", str(out)], stdout=open(a.out / "bench.txt", "w"), stderr=subprocess.STDOUT)
         done.set()
         t.join()
