@@ -96,6 +96,9 @@ struct Keys {
     full_attention_interval: Option<usize>,
 }
 
+/// The `{arch}.*` keys read as arrays: one value per layer.
+const PER_LAYER_KEYS: &[&str] = &["attention.head_count_kv", "feed_forward_length", "attention.recurrent_layers"];
+
 /// A key llama.cpp reads as one value or one per layer (`get_key_or_arr`): Nemotron-H's
 /// `attention.head_count_kv` and `feed_forward_length`, 0 where a layer has no attention or no
 /// MLP.
@@ -138,7 +141,11 @@ impl HParams {
     /// scaling type or gating function, or a RoPE factor tensor of the wrong length, each
     /// named with its key or tensor.
     pub fn from_gguf(ld: &Gguf<'_>, arch: &str) -> Result<HParams, EngineError> {
-        let k: Keys = serde_json::from_value(serde_json::Value::Object(ld.arch_keys(arch)))
+        // Arrays only where a key is read per layer; any other key given as an array is left
+        // out, as before arrays were read (a default, or "missing" where the key is required).
+        let mut keys = ld.arch_keys(arch);
+        keys.retain(|key, v| !v.is_array() || PER_LAYER_KEYS.contains(&key.as_str()));
+        let k: Keys = serde_json::from_value(serde_json::Value::Object(keys))
             .map_err(|e| EngineError::model(format!("{arch} GGUF metadata: {e}")))?;
         // Per-layer settings are sized by the count before any layer's tensors are read.
         ld.check_layers(&format!("{arch}.block_count"), k.block_count)?;

@@ -17,7 +17,9 @@
 //! causal attention over each sequence's slot list (`kernels::flash_attend`: tasks of one KV
 //! group × a query block of up to 32 tokens, longest first) → output projection + residual → RMSNorm →
 //! fused gate/up → SwiGLU → down + residual } → final RMSNorm and the output head for the
-//! `logits_rows` only. Loading is in `load.rs`.
+//! `logits_rows` only. Loading is in `load.rs`. The hybrid families swap a layer's attention for
+//! a recurrent mixer over the request's state (`delta.rs`: Gated DeltaNet; `mamba.rs`: Mamba-2),
+//! and Nemotron-H's layers have a mixer or a feed-forward, not both (`Layer`).
 
 use super::common::{OutputHead, RopeLayout, RopeScaling, RopeTable, Scratch};
 use super::hparams::{AttnTemperature, LinearAttnParams};
