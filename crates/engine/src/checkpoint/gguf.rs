@@ -66,8 +66,9 @@ impl<'a> Gguf<'a> {
 
     /// The scalar metadata under `{arch}.` (llama.cpp's `LLM_KV_*` keys, `src/llama-arch.cpp`)
     /// as a JSON object keyed by the rest of the name (`attention.head_count`), for a serde
-    /// reader of an architecture's hyper-parameters. Arrays (per-layer head counts, window
-    /// patterns) are left out: a reader that needs one reads it itself.
+    /// reader of an architecture's hyper-parameters. Arrays of numbers or booleans (per-layer
+    /// head counts, Nemotron-H's `feed_forward_length`, `recurrent_layers`) are JSON arrays;
+    /// arrays of strings or arrays, and arrays longer than the file, are left out.
     pub fn arch_keys(&self, arch: &str) -> serde_json::Map<String, serde_json::Value> {
         use ggus::GGufMetaDataValueType as Ty;
         let prefix = format!("{arch}.");
@@ -75,42 +76,16 @@ impl<'a> Gguf<'a> {
         for (key, kv) in &self.g.meta_kvs {
             let Some(rest) = key.strip_prefix(&prefix) else { continue };
             let mut r = kv.value_reader();
-            let v: Option<serde_json::Value> = match kv.ty() {
-                Ty::U8 => r.read::<u8>().ok().map(Into::into),
-                Ty::I8 => r.read::<i8>().ok().map(Into::into),
-                Ty::U16 => r.read::<u16>().ok().map(Into::into),
-                Ty::I16 => r.read::<i16>().ok().map(Into::into),
-                Ty::U32 => r.read::<u32>().ok().map(Into::into),
-                Ty::I32 => r.read::<i32>().ok().map(Into::into),
-                Ty::U64 => r.read::<u64>().ok().map(Into::into),
-                Ty::I64 => r.read::<i64>().ok().map(Into::into),
-                Ty::F32 => r.read::<f32>().ok().map(|x| serde_json::Value::from(x as f64)),
-                Ty::F64 => r.read::<f64>().ok().map(Into::into),
-                Ty::Bool => r.read_bool().ok().map(Into::into),
+            let v = match kv.ty() {
                 Ty::String => r.read_str().ok().map(Into::into),
-                // Per-layer values (`head_count_kv`, `feed_forward_length` of Nemotron-H,
-                // `recurrent_layers`): arrays of numbers or booleans, no longer than the file.
                 Ty::Array => match r.read_arr_header() {
-                    Ok((ty, n)) if n <= self.file_len => {
-                        let item = |r: &mut ggus::GGufReader<'_>| -> Option<serde_json::Value> {
-                            match ty {
-                                Ty::U8 => r.read::<u8>().ok().map(Into::into),
-                                Ty::I8 => r.read::<i8>().ok().map(Into::into),
-                                Ty::U16 => r.read::<u16>().ok().map(Into::into),
-                                Ty::I16 => r.read::<i16>().ok().map(Into::into),
-                                Ty::U32 => r.read::<u32>().ok().map(Into::into),
-                                Ty::I32 => r.read::<i32>().ok().map(Into::into),
-                                Ty::U64 => r.read::<u64>().ok().map(Into::into),
-                                Ty::I64 => r.read::<i64>().ok().map(Into::into),
-                                Ty::F32 => r.read::<f32>().ok().map(|x| serde_json::Value::from(x as f64)),
-                                Ty::Bool => r.read_bool().ok().map(Into::into),
-                                _ => None,
-                            }
-                        };
-                        (0..n).map(|_| item(&mut r)).collect::<Option<Vec<_>>>().map(serde_json::Value::Array)
-                    }
+                    Ok((ty, n)) if n <= self.file_len && !matches!(ty, Ty::String | Ty::Array) => (0..n)
+                        .map(|_| scalar_value(&mut r, ty))
+                        .collect::<Option<Vec<_>>>()
+                        .map(serde_json::Value::Array),
                     _ => None,
                 },
+                ty => scalar_value(&mut r, ty),
             };
             if let Some(v) = v {
                 out.insert(rest.to_owned(), v);
@@ -357,5 +332,25 @@ fn weight(ty: GgmlType, data: &[u8], rows: usize, cols: usize, threads: usize) -
             bf16: ty == GgmlType::BF16,
         },
         _ => Weight::Quant(QMatrix::from_ggml_threads(ty, data, rows, cols, threads)),
+    }
+}
+
+/// One number or boolean of GGUF type `ty` from `r`, as JSON; `None` for a string, an array or
+/// a read past the data.
+fn scalar_value(r: &mut ggus::GGufReader<'_>, ty: ggus::GGufMetaDataValueType) -> Option<serde_json::Value> {
+    use ggus::GGufMetaDataValueType as Ty;
+    match ty {
+        Ty::U8 => r.read::<u8>().ok().map(Into::into),
+        Ty::I8 => r.read::<i8>().ok().map(Into::into),
+        Ty::U16 => r.read::<u16>().ok().map(Into::into),
+        Ty::I16 => r.read::<i16>().ok().map(Into::into),
+        Ty::U32 => r.read::<u32>().ok().map(Into::into),
+        Ty::I32 => r.read::<i32>().ok().map(Into::into),
+        Ty::U64 => r.read::<u64>().ok().map(Into::into),
+        Ty::I64 => r.read::<i64>().ok().map(Into::into),
+        Ty::F32 => r.read::<f32>().ok().map(|x| serde_json::Value::from(x as f64)),
+        Ty::F64 => r.read::<f64>().ok().map(Into::into),
+        Ty::Bool => r.read_bool().ok().map(Into::into),
+        Ty::String | Ty::Array => None,
     }
 }

@@ -347,27 +347,47 @@ fn check_case(ids: &[u32], case: &serde_json::Value) {
 /// free after each run and a flush (`batch_invariance::run` checks).
 #[test]
 fn hybrid_batched_equals_alone_with_retraction() {
-    use crate::batch_invariance::{cfg, mixed_prompts, run, NEW};
+    use crate::batch_invariance::cfg;
     let dir = tempfile::tempdir().expect("tmp");
     for family in ["qwen35", "qwen35moe", "qwen3next"] {
         let path = dir.path().join("hybrid.gguf");
         write(&path, family, &tensors(family));
         let mut m = LlamaModel::load(&path, 2).expect("hybrid model");
-        let prompts = mixed_prompts(VOCAB as u32);
-        let alone = run(&mut m, cfg(1, false, 512), &prompts, true);
-        assert!(alone.iter().all(|o| o.len() == NEW));
-        let states = |c: SchedulerConfig| SchedulerConfig { state_checkpoints: 2 * c.max_running_requests, ..c };
-        let tight = states(SchedulerConfig { num_pages: 40, max_running_requests: 16, ..cfg(16, true, 48) });
-        for (label, c) in [
-            ("page 1, radix", states(cfg(1, true, 48))),
-            ("page 16, radix", states(cfg(16, true, 48))),
+        let configs = [
+            ("page 1, radix", with_states(cfg(1, true, 48))),
+            ("page 16, radix", with_states(cfg(16, true, 48))),
             ("page 64, no radix", cfg(64, false, 48)),
-            ("40 pages, radix", tight),
-        ] {
-            let got = run(&mut m, c, &prompts, false);
-            for (i, (g, a)) in got.iter().zip(&alone).enumerate() {
-                assert_eq!(g, a, "{family}: request {i}, {label}");
-            }
+            ("40 pages, radix", tight_pool()),
+        ];
+        batched_equals_alone(&mut m, family, &configs);
+    }
+}
+
+/// `c` with two saved states per request slot (the engine's default for a hybrid model).
+pub(crate) fn with_states(c: SchedulerConfig) -> SchedulerConfig {
+    SchedulerConfig { state_checkpoints: 2 * c.max_running_requests, ..c }
+}
+
+/// A pool of 40 pages of 16 for 16 running requests, radix on, chunks of 48: it retracts.
+pub(crate) fn tight_pool() -> SchedulerConfig {
+    with_states(SchedulerConfig {
+        num_pages: 40,
+        max_running_requests: 16,
+        ..crate::batch_invariance::cfg(16, true, 48)
+    })
+}
+
+/// The mixed prompts run under each of `configs` give each request the tokens it gets alone
+/// (`batch_invariance::run` checks every slot and saved state is free after each run).
+pub(crate) fn batched_equals_alone(m: &mut LlamaModel, family: &str, configs: &[(&str, SchedulerConfig)]) {
+    use crate::batch_invariance::{cfg, mixed_prompts, run, NEW};
+    let prompts = mixed_prompts(VOCAB as u32);
+    let alone = run(m, cfg(1, false, 512), &prompts, true);
+    assert!(alone.iter().all(|o| o.len() == NEW));
+    for (label, c) in configs {
+        let got = run(m, c.clone(), &prompts, false);
+        for (i, (g, a)) in got.iter().zip(&alone).enumerate() {
+            assert_eq!(g, a, "{family}: request {i}, {label}");
         }
     }
 }

@@ -15,10 +15,9 @@
 use sparrow_cpu::format::ggml::GgmlType;
 use sparrow_engine::model::llama::LlamaModel;
 use sparrow_engine::model::Model;
-use sparrow_engine::scheduler::SchedulerConfig;
 
 use crate::formats::{assert_golden_sees, check_against_llama_cpp, kq_rel, kq_run, kq_vector, Tensor};
-use crate::hybrid::{permute_row_blocks, q8_row, rows_forgetting_state};
+use crate::hybrid::{batched_equals_alone, permute_row_blocks, q8_row, rows_forgetting_state, tight_pool, with_states};
 use crate::moe_families::{fixture_named, greedy_agreement, q8, u32s, u32v, write_gguf, MetaValue, HOT, HOT_FACTOR};
 
 const HIDDEN: usize = 256;
@@ -254,22 +253,15 @@ fn check_case(ids: &[u32], case: &serde_json::Value) {
 /// slot and saved state is free after each run and a flush (`batch_invariance::run` checks).
 #[test]
 fn nemotron_h_batched_equals_alone_with_retraction() {
-    use crate::batch_invariance::{cfg, mixed_prompts, run, NEW};
     let dir = tempfile::tempdir().expect("tmp");
     for moe in [false, true] {
         let path = dir.path().join("nemotron_h.gguf");
         write(&path, moe, &tensors(moe));
         let mut m = LlamaModel::load(&path, 2).expect("nemotron_h");
-        let prompts = mixed_prompts(VOCAB as u32);
-        let alone = run(&mut m, cfg(1, false, 512), &prompts, true);
-        assert!(alone.iter().all(|o| o.len() == NEW));
-        let states = |c: SchedulerConfig| SchedulerConfig { state_checkpoints: 2 * c.max_running_requests, ..c };
-        let tight = states(SchedulerConfig { num_pages: 40, max_running_requests: 16, ..cfg(16, true, 48) });
-        for (label, c) in [("page 1, radix", states(cfg(1, true, 48))), ("40 pages, radix", tight)] {
-            let got = run(&mut m, c, &prompts, false);
-            for (i, (g, a)) in got.iter().zip(&alone).enumerate() {
-                assert_eq!(g, a, "moe {moe}: request {i}, {label}");
-            }
-        }
+        let configs = [
+            ("page 1, radix", with_states(crate::batch_invariance::cfg(1, true, 48))),
+            ("40 pages, radix", tight_pool()),
+        ];
+        batched_equals_alone(&mut m, if moe { "nemotron_h_moe" } else { "nemotron_h" }, &configs);
     }
 }
