@@ -4,23 +4,24 @@
 //! queries and keys, and the gated RMSNorm of its output; Mamba-2's selective scan (Dao & Gu
 //! 2024) and its gate-then-group-RMSNorm.
 //!
-//! One arithmetic on every ISA (the delta rule compiled for AVX-512 or AVX2 where the CPU has
-//! them: the same operations in the same order, so the same bits): each reduction runs in
-//! [`LANES`] interleaved partial sums
-//! combined in a fixed tree, so the compiler can keep them in one vector register without
-//! reordering a single f32 add, and the bits do not depend on the machine, the batch or the
-//! chunking of a prompt (a state carried from chunk to chunk is the state a whole prompt
+//! One arithmetic on every ISA (the delta rule compiled for AVX-512 or AVX2 with FMA where the
+//! CPU has them: the same operations in the same order, so the same bits): each reduction runs
+//! in [`LANES`] interleaved partial sums combined in a fixed tree (the delta rule's sums run per
+//! value column, in order, by `f32::mul_add`), so the compiler can keep them in vector registers
+//! without reordering a single f32 add, and the bits do not depend on the machine, the batch or
+//! the chunking of a prompt (a state carried from chunk to chunk is the state a whole prompt
 //! reaches).
 //!
-//! The delta rule runs in its recurrent form for every token, prefill chunks included: the
-//! chunkwise (WY) form llama.cpp's `delta-net-base.cpp` uses for prefill regroups the same sums
-//! and is a speed-up for later, with a stated tolerance against this one.
+//! The delta rule runs in its recurrent form for every token, prefill chunks included, over a
+//! `[d_k × d_v]` state so that every sum runs across rows of whole value vectors (no horizontal
+//! sums) and a block of the state is read and written once per token. The chunkwise (WY) form
+//! llama.cpp's `delta-net-base.cpp` uses for prefill does the same multiply-adds per token at
+//! `d_k = d_v = 128` (three `C × d × d` products per chunk of `C` against four operations per
+//! state element per token) plus `O(C·d)` more; on a GPU it buys tensor cores, on these CPUs
+//! the recurrent pass already runs at about 60 % of the FMA peak (see `docs/performance.md`).
 
 /// Partial sums per reduction (one AVX2 register of f32).
 pub const LANES: usize = 8;
-
-/// State rows [`gated_delta_rule`] takes through all of a call's tokens at a time.
-const ROW_BLOCK: usize = 16;
 
 /// `Σ a[i] · b[i]` in [`LANES`] interleaved partial sums, combined pairwise
 /// (`((s0+s4)+(s2+s6)) + ((s1+s5)+(s3+s7))`), then the tail in order.
@@ -216,37 +217,46 @@ pub struct DeltaToken<'a> {
 /// per token `S ← e^g · S`, `S ← S + β (v − Sᵀk) kᵀ` (the delta rule's correction of what `S`
 /// recalls for `k`), output `o = Sᵀq`.
 ///
-/// `state` is `[d_v × d_k]`: row `j` is value `j`'s key-space vector, so each row updates on
-/// its own (`s_j ← e^g s_j; s_j += β (v_j − s_j·k) k; o_j = s_j·q`). `out` receives `d_v`
-/// values per token. `token(t)` gives token `t`'s inputs, `t < n`.
+/// `state` is `[d_k × d_v]`: row `i` is key component `i`'s weights over the values, so the
+/// recalls `Sᵀk` and outputs `Sᵀq` are sums over rows of whole value vectors (no horizontal
+/// sums): per token `s ← e^g s`, `r = Σ_i k_i s_i`, `d = β (v − r)`, `s_i += k_i d`,
+/// `o = Σ_i q_i s_i`. `out` receives `d_v` values per token. `token(t)` gives token `t`'s
+/// inputs, `t < n`.
+///
+/// Arithmetic, the same on every ISA: `e^g · s` rounded, then the update and every product
+/// summed by fused multiply-adds (`f32::mul_add`, one rounding everywhere), each value's sums
+/// over `i` in order. Columns of the state are independent, so how many go side by side (the
+/// vector width) changes the speed, never the bits.
 ///
 /// # Panics
-/// When `state` is not `d_v × d_k` for the tokens' widths, or `out` is not `n × d_v`.
+/// When `state` is not `d_k × d_v` for the tokens' widths, or `out` is not `n × d_v`.
 pub fn gated_delta_rule<'a>(state: &mut [f32], n: usize, token: impl Fn(usize) -> DeltaToken<'a>, out: &mut [f32]) {
     if n == 0 {
         return;
     }
-    // The same function compiled for wider vectors where the CPU has them: the same operations
-    // in the same order (Rust neither reassociates nor fuses float adds), so the same bits.
+    // The same function compiled for wider vectors and hardware FMA where the CPU has them: the
+    // same operations in the same order (Rust neither reassociates nor fuses float operations,
+    // and `mul_add` rounds once everywhere), so the same bits.
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU has AVX-512F, checked above.
+        if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU has AVX-512F and FMA, checked above.
             #[allow(unsafe_code)]
             return unsafe { delta_rule_avx512(state, n, &token, out) };
         }
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU has AVX2, checked above.
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU has AVX2 and FMA, checked above.
             #[allow(unsafe_code)]
             return unsafe { delta_rule_avx2(state, n, &token, out) };
         }
     }
-    delta_rule_body(state, n, &token, out);
+    delta_rule_body::<32>(state, n, &token, out);
 }
 
-/// [`delta_rule_body`] compiled for AVX-512.
+/// [`delta_rule_body`] compiled for AVX-512 (128 columns side by side: eight registers per sum,
+/// enough independent chains to cover the FMA latency; measured faster than 64 or 32).
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
+#[target_feature(enable = "avx512f,fma")]
 #[allow(unsafe_code)]
 unsafe fn delta_rule_avx512<'a>(
     state: &mut [f32],
@@ -254,147 +264,128 @@ unsafe fn delta_rule_avx512<'a>(
     token: &impl Fn(usize) -> DeltaToken<'a>,
     out: &mut [f32],
 ) {
-    delta_rule_body(state, n, token, out);
+    delta_rule_body::<128>(state, n, token, out);
 }
 
-/// [`delta_rule_body`] compiled for AVX2.
+/// [`delta_rule_body`] compiled for AVX2 (64 columns side by side: eight registers per sum).
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,fma")]
 #[allow(unsafe_code)]
 unsafe fn delta_rule_avx2<'a>(state: &mut [f32], n: usize, token: &impl Fn(usize) -> DeltaToken<'a>, out: &mut [f32]) {
-    delta_rule_body(state, n, token, out);
+    delta_rule_body::<64>(state, n, token, out);
 }
 
-/// The body of [`gated_delta_rule`] (`n > 0`).
+/// The body of [`gated_delta_rule`] (`n > 0`), `W` columns of the state at a time: each block of
+/// columns (`d_k × W`, 16 KB at `d_k = 128, W = 32`) goes through every token while it sits in
+/// L1, so a prefill chunk streams the tokens' keys and queries instead of the state. One pass
+/// over the block per token: the correction of token `t` and its output, then the next token's
+/// decay and recall, so the block is read and written once per token; the first token's recall
+/// comes from a read-only pass (a decode step reads its state from memory once and writes it
+/// once).
 #[inline(always)]
-fn delta_rule_body<'a>(state: &mut [f32], n: usize, token: &impl Fn(usize) -> DeltaToken<'a>, out: &mut [f32]) {
+fn delta_rule_body<'a, const W: usize>(
+    state: &mut [f32],
+    n: usize,
+    token: &impl Fn(usize) -> DeltaToken<'a>,
+    out: &mut [f32],
+) {
     let (dk, dv) = (token(0).k.len(), token(0).v.len());
     assert!(state.len() == dk * dv && out.len() == n * dv, "delta rule: shapes");
-    // Each row's recurrence reads only that row and the tokens' k, q, v, g, β: rows go in
-    // blocks of `ROW_BLOCK`, each block through every token while it sits in L1 (a head's state
-    // is 64 KB at d_k = d_v = 128; a block of 16 rows 8 KB), so a prefill chunk streams the
-    // tokens' keys and queries instead of the state, token after token. The operations of each
-    // row are the same, in the same order, as token by token.
-    for j0 in (0..dv).step_by(ROW_BLOCK) {
-        let j1 = (j0 + ROW_BLOCK).min(dv);
-        for t in 0..n {
-            let tk = token(t);
-            let decay = tk.g.exp();
-            let mut j = j0;
-            // Four rows side by side: four independent chains of adds (each row's own, in its
-            // own order) instead of one, so the adds' latency overlaps.
-            while j + 4 <= j1 {
-                let rows = &mut state[j * dk..(j + 4) * dk];
-                let sk = scale_dot4(rows, dk, decay, tk.k);
-                let d = std::array::from_fn(|r| (tk.v[j + r] - sk[r]) * tk.beta);
-                let o = axpy_dot4(rows, dk, d, tk.k, tk.q);
-                out[t * dv + j..t * dv + j + 4].copy_from_slice(&o);
-                j += 4;
-            }
-            for j in j..j1 {
-                let row = &mut state[j * dk..(j + 1) * dk];
-                // Two passes over the row: decay fused with `s_j · k`, the update with
-                // `s_j · q` (each product over the row as stored, summed as `dot_lanes` sums).
-                let sk = scale_dot(row, decay, tk.k);
-                let d = (tk.v[j] - sk) * tk.beta;
-                out[t * dv + j] = axpy_dot(row, d, tk.k, tk.q);
-            }
+    let mut j0 = 0;
+    while j0 < dv {
+        if j0 + W <= dv {
+            delta_columns::<W>(state, dk, dv, j0, n, token, out);
+            j0 += W;
+        } else if j0 + 16 <= dv {
+            delta_columns::<16>(state, dk, dv, j0, n, token, out);
+            j0 += 16;
+        } else {
+            delta_columns::<1>(state, dk, dv, j0, n, token, out);
+            j0 += 1;
         }
     }
 }
 
-/// `row ← a · row`, then `dot_lanes(row, x)`, in one pass.
+/// Columns `j0 .. j0 + W` of [`gated_delta_rule`] through all `n` tokens.
 #[inline(always)]
-fn scale_dot(row: &mut [f32], a: f32, x: &[f32]) -> f32 {
-    let n = row.len().min(x.len());
-    let body = n / LANES * LANES;
-    let mut s = [0f32; LANES];
-    for (r, y) in row[..body].chunks_exact_mut(LANES).zip(x[..body].chunks_exact(LANES)) {
-        for l in 0..LANES {
-            r[l] *= a;
-            s[l] += r[l] * y[l];
+fn delta_columns<'a, const W: usize>(
+    state: &mut [f32],
+    dk: usize,
+    dv: usize,
+    j0: usize,
+    n: usize,
+    token: &impl Fn(usize) -> DeltaToken<'a>,
+    out: &mut [f32],
+) {
+    let first = token(0);
+    let a0 = first.g.exp();
+    // The first token's recall, `Σ_i k_i (e^g s_i)`, without writing the state.
+    let mut r = [0f32; W];
+    for (i, &ki) in first.k[..dk].iter().enumerate() {
+        let s = &state[i * dv + j0..i * dv + j0 + W];
+        for l in 0..W {
+            r[l] = ki.mul_add(s[l] * a0, r[l]);
         }
     }
-    let mut t = ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
-    for i in body..n {
-        row[i] *= a;
-        t += row[i] * x[i];
-    }
-    t
-}
-
-/// [`scale_dot`] of four rows of `dk` (`rows`: `4 · dk`), side by side: each row's bits as
-/// alone.
-#[inline(always)]
-fn scale_dot4(rows: &mut [f32], dk: usize, a: f32, x: &[f32]) -> [f32; 4] {
-    let body = dk / LANES * LANES;
-    let mut s = [[0f32; LANES]; 4];
-    for c in (0..body).step_by(LANES) {
-        let y = &x[c..c + LANES];
-        for (r, acc) in s.iter_mut().enumerate() {
-            let row = &mut rows[r * dk + c..r * dk + c + LANES];
-            for l in 0..LANES {
-                row[l] *= a;
-                acc[l] += row[l] * y[l];
+    for t in 0..n {
+        let tk = token(t);
+        let v = &tk.v[j0..j0 + W];
+        let d: [f32; W] = std::array::from_fn(|l| (v[l] - r[l]) * tk.beta);
+        let o = &mut out[t * dv + j0..t * dv + j0 + W];
+        r = if t + 1 < n {
+            let nx = token(t + 1);
+            match t {
+                0 => delta_step::<W, true, true>(state, dk, dv, j0, a0, &d, tk.k, tk.q, nx.g.exp(), nx.k, o),
+                _ => delta_step::<W, false, true>(state, dk, dv, j0, 1.0, &d, tk.k, tk.q, nx.g.exp(), nx.k, o),
             }
-        }
-    }
-    std::array::from_fn(|r| {
-        let mut t = ((s[r][0] + s[r][4]) + (s[r][2] + s[r][6])) + ((s[r][1] + s[r][5]) + (s[r][3] + s[r][7]));
-        for i in body..dk {
-            rows[r * dk + i] *= a;
-            t += rows[r * dk + i] * x[i];
-        }
-        t
-    })
-}
-
-/// [`axpy_dot`] of four rows of `dk` with their own `d`s, side by side: each row's bits as
-/// alone.
-#[inline(always)]
-fn axpy_dot4(rows: &mut [f32], dk: usize, d: [f32; 4], k: &[f32], q: &[f32]) -> [f32; 4] {
-    let body = dk / LANES * LANES;
-    let mut s = [[0f32; LANES]; 4];
-    for c in (0..body).step_by(LANES) {
-        let (kv, qv) = (&k[c..c + LANES], &q[c..c + LANES]);
-        for (r, acc) in s.iter_mut().enumerate() {
-            let row = &mut rows[r * dk + c..r * dk + c + LANES];
-            for l in 0..LANES {
-                row[l] += kv[l] * d[r];
-                acc[l] += row[l] * qv[l];
+        } else {
+            match t {
+                0 => delta_step::<W, true, false>(state, dk, dv, j0, a0, &d, tk.k, tk.q, 1.0, tk.k, o),
+                _ => delta_step::<W, false, false>(state, dk, dv, j0, 1.0, &d, tk.k, tk.q, 1.0, tk.k, o),
             }
-        }
+        };
     }
-    std::array::from_fn(|r| {
-        let mut t = ((s[r][0] + s[r][4]) + (s[r][2] + s[r][6])) + ((s[r][1] + s[r][5]) + (s[r][3] + s[r][7]));
-        for i in body..dk {
-            rows[r * dk + i] += k[i] * d[r];
-            t += rows[r * dk + i] * q[i];
-        }
-        t
-    })
 }
 
-/// `row ← row + d · k`, then `dot_lanes(row, q)`, in one pass.
+/// One token over columns `j0 .. j0 + W`: per row `i`, `s ← a_in · s` (when `SCALE`),
+/// `s ← s + k_i d`, `o += q_i s`; then (when `NEXT`) `s ← a · s` and the next token's recall
+/// `r += kn_i s`, returned (zeros without `NEXT`). The state keeps the last `s`.
 #[inline(always)]
-fn axpy_dot(row: &mut [f32], d: f32, k: &[f32], q: &[f32]) -> f32 {
-    let n = row.len().min(k.len()).min(q.len());
-    let body = n / LANES * LANES;
-    let mut s = [0f32; LANES];
-    for ((r, kv), qv) in
-        row[..body].chunks_exact_mut(LANES).zip(k[..body].chunks_exact(LANES)).zip(q[..body].chunks_exact(LANES))
-    {
-        for l in 0..LANES {
-            r[l] += kv[l] * d;
-            s[l] += r[l] * qv[l];
+#[allow(clippy::too_many_arguments)]
+fn delta_step<const W: usize, const SCALE: bool, const NEXT: bool>(
+    state: &mut [f32],
+    dk: usize,
+    dv: usize,
+    j0: usize,
+    a_in: f32,
+    d: &[f32; W],
+    k: &[f32],
+    q: &[f32],
+    a: f32,
+    kn: &[f32],
+    o: &mut [f32],
+) -> [f32; W] {
+    let (k, q, kn) = (&k[..dk], &q[..dk], &kn[..dk]);
+    let mut acc = [0f32; W];
+    let mut r = [0f32; W];
+    for i in 0..dk {
+        let (ki, qi, ni) = (k[i], q[i], kn[i]);
+        let s = &mut state[i * dv + j0..i * dv + j0 + W];
+        for l in 0..W {
+            let s0 = if SCALE { s[l] * a_in } else { s[l] };
+            let s1 = ki.mul_add(d[l], s0);
+            acc[l] = qi.mul_add(s1, acc[l]);
+            s[l] = if NEXT {
+                let s2 = s1 * a;
+                r[l] = ni.mul_add(s2, r[l]);
+                s2
+            } else {
+                s1
+            };
         }
     }
-    let mut t = ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
-    for i in body..n {
-        row[i] += k[i] * d;
-        t += row[i] * q[i];
-    }
-    t
+    o[..W].copy_from_slice(&acc);
+    r
 }
 
 /// The gated RMSNorm of a GatedDeltaNet head's output (HF `Qwen3NextRMSNormGated`;
@@ -508,6 +499,44 @@ mod tests {
                 assert!((out[t * dv + j] as f64 - o).abs() < 1e-5, "t {t} j {j}: {} vs {o}", out[t * dv + j]);
             }
         }
+    }
+
+    /// The dispatched delta rule (AVX-512 or AVX2 with FMA where present, 128 or 64 columns at a
+    /// time) equals the portable body 16 columns at a time bit for bit, over a value width that
+    /// takes every column path (150 = 128 + 16 + 6), token by token and over a chunk.
+    #[test]
+    fn delta_rule_same_bits_on_every_path() {
+        let (dk, dv, n) = (24, 150, 5);
+        let mut seed = 23;
+        let mut q = rand(&mut seed, n * dk, 1.0);
+        let mut kk = rand(&mut seed, n * dk, 1.0);
+        let v = rand(&mut seed, n * dv, 1.0);
+        let g: Vec<f32> = rand(&mut seed, n, 1.0).iter().map(|x| -x.abs()).collect();
+        let beta: Vec<f32> = rand(&mut seed, n, 2.0).iter().map(|x| sigmoid(*x)).collect();
+        for t in 0..n {
+            l2_norm_in_place(&mut q[t * dk..(t + 1) * dk], 1e-6);
+            l2_norm_in_place(&mut kk[t * dk..(t + 1) * dk], 1e-6);
+        }
+        let tok = |t: usize| DeltaToken {
+            q: &q[t * dk..(t + 1) * dk],
+            k: &kk[t * dk..(t + 1) * dk],
+            v: &v[t * dv..(t + 1) * dv],
+            g: g[t],
+            beta: beta[t],
+        };
+        let init = rand(&mut seed, dk * dv, 0.5);
+        let (mut st, mut out) = (init.clone(), vec![0f32; n * dv]);
+        gated_delta_rule(&mut st, n, tok, &mut out);
+        let (mut st2, mut out2) = (init.clone(), vec![0f32; n * dv]);
+        delta_rule_body::<16>(&mut st2, n, &tok, &mut out2);
+        assert_eq!(out, out2);
+        assert_eq!(st, st2);
+        let (mut st3, mut out3) = (init, vec![0f32; n * dv]);
+        for t in 0..n {
+            gated_delta_rule(&mut st3, 1, |_| tok(t), &mut out3[t * dv..(t + 1) * dv]);
+        }
+        assert_eq!(out, out3);
+        assert_eq!(st, st3);
     }
 
     /// The Mamba-2 scan against its definition in f64, chunked equals whole, and the gated group
