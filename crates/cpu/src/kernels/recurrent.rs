@@ -161,28 +161,126 @@ pub struct SsmToken<'a> {
     pub da: f32,
 }
 
-/// Mamba-2's selective scan of one head over `n` tokens, in place on its state `[head_dim ×
-/// d_state]` (row `i`: what value `i` of the head remembers), outputs `[n × head_dim]`:
-/// per token, `S[i] = S[i] · dA + B · (x[i] · Δ)` and `y[i] = S[i] · C + D · x[i]`
-/// (`ggml_compute_forward_ssm_scan_f32`, the skip term `D` as `mamba2.cpp` adds it after).
-/// The dot product in [`dot_lanes`]' fixed order, so the bits do not depend on how a prompt is
-/// chunked.
+/// Mamba-2's selective scan of one head over `n` tokens, in place on its state `[d_state ×
+/// head_dim]` (row `s`: state component `s` of every value of the head), outputs
+/// `[n × head_dim]`: per token, `S[s] = S[s] · dA + B_s · (x · Δ)` and
+/// `y = Σ_s C_s S[s] + D · x` (`ggml_compute_forward_ssm_scan_f32`, the skip term `D` as
+/// `mamba2.cpp` adds it after).
+///
+/// Arithmetic, the same on every ISA: `S · dA` and `x · Δ` rounded, the update and every
+/// product summed by fused multiply-adds (`f32::mul_add`), each value's sum over `s` in order,
+/// then `D · x` fused in; columns are independent, so the vector width changes the speed,
+/// never the bits, and neither does how a prompt is chunked.
+///
+/// # Panics
+/// When `out` is not `n` rows or `state` not `d_state` of them.
 pub fn ssm_scan<'a>(state: &mut [f32], n: usize, d: f32, token: impl Fn(usize) -> SsmToken<'a>, out: &mut [f32]) {
     if n == 0 {
         return;
     }
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU has AVX-512F and FMA, checked above.
+            #[allow(unsafe_code)]
+            return unsafe { ssm_scan_avx512(state, n, d, &token, out) };
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU has AVX2 and FMA, checked above.
+            #[allow(unsafe_code)]
+            return unsafe { ssm_scan_avx2(state, n, d, &token, out) };
+        }
+    }
+    ssm_scan_body::<32>(state, n, d, &token, out);
+}
+
+/// [`ssm_scan_body`] compiled for AVX-512 (64 columns side by side).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+#[allow(unsafe_code)]
+unsafe fn ssm_scan_avx512<'a>(
+    state: &mut [f32],
+    n: usize,
+    d: f32,
+    token: &impl Fn(usize) -> SsmToken<'a>,
+    out: &mut [f32],
+) {
+    ssm_scan_body::<64>(state, n, d, token, out);
+}
+
+/// [`ssm_scan_body`] compiled for AVX2 (32 columns side by side).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(unsafe_code)]
+unsafe fn ssm_scan_avx2<'a>(
+    state: &mut [f32],
+    n: usize,
+    d: f32,
+    token: &impl Fn(usize) -> SsmToken<'a>,
+    out: &mut [f32],
+) {
+    ssm_scan_body::<32>(state, n, d, token, out);
+}
+
+/// The body of [`ssm_scan`] (`n > 0`), `W` columns (values of the head) at a time, each block
+/// through every token while it sits in L1.
+#[inline(always)]
+fn ssm_scan_body<'a, const W: usize>(
+    state: &mut [f32],
+    n: usize,
+    d: f32,
+    token: &impl Fn(usize) -> SsmToken<'a>,
+    out: &mut [f32],
+) {
     let hd = out.len() / n;
-    let ds = state.len() / hd;
+    let ds = state.len() / hd.max(1);
     assert!(out.len() == n * hd && state.len() == hd * ds, "ssm_scan: shapes");
+    let mut i0 = 0;
+    while i0 < hd {
+        if i0 + W <= hd {
+            ssm_columns::<W>(state, hd, ds, i0, n, d, token, out);
+            i0 += W;
+        } else if i0 + 8 <= hd {
+            ssm_columns::<8>(state, hd, ds, i0, n, d, token, out);
+            i0 += 8;
+        } else {
+            ssm_columns::<1>(state, hd, ds, i0, n, d, token, out);
+            i0 += 1;
+        }
+    }
+}
+
+/// Columns `i0 .. i0 + W` of [`ssm_scan`] through all `n` tokens.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn ssm_columns<'a, const W: usize>(
+    state: &mut [f32],
+    hd: usize,
+    ds: usize,
+    i0: usize,
+    n: usize,
+    d: f32,
+    token: &impl Fn(usize) -> SsmToken<'a>,
+    out: &mut [f32],
+) {
     for t in 0..n {
         let tk = token(t);
-        let y = &mut out[t * hd..(t + 1) * hd];
-        for (i, (s, yv)) in state.chunks_exact_mut(ds).zip(y.iter_mut()).enumerate() {
-            let xdt = tk.x[i] * tk.dt;
-            for (sv, bv) in s.iter_mut().zip(tk.b) {
-                *sv = *sv * tk.da + bv * xdt;
+        let x = &tk.x[i0..i0 + W];
+        let xdt: [f32; W] = std::array::from_fn(|l| x[l] * tk.dt);
+        let (b, c) = (&tk.b[..ds], &tk.c[..ds]);
+        let mut acc = [0f32; W];
+        for s in 0..ds {
+            let (bs, cs) = (b[s], c[s]);
+            let row = &mut state[s * hd + i0..s * hd + i0 + W];
+            for l in 0..W {
+                let v = bs.mul_add(xdt[l], row[l] * tk.da);
+                row[l] = v;
+                acc[l] = cs.mul_add(v, acc[l]);
             }
-            *yv = dot_lanes(s, tk.c) + d * tk.x[i];
+        }
+        let y = &mut out[t * hd + i0..t * hd + i0 + W];
+        for l in 0..W {
+            y[l] = d.mul_add(x[l], acc[l]);
         }
     }
 }
@@ -537,6 +635,36 @@ mod tests {
         }
         assert_eq!(out, out3);
         assert_eq!(st, st3);
+    }
+
+    /// The dispatched Mamba-2 scan equals the portable body 8 columns at a time bit for bit, over
+    /// a head width that takes every column path (75 = 64 + 8 + 3), whole and token by token.
+    #[test]
+    fn ssm_scan_same_bits_on_every_path() {
+        let (hd, ds, n) = (75, 20, 4);
+        let mut seed = 31;
+        let x = rand(&mut seed, n * hd, 1.0);
+        let b = rand(&mut seed, n * ds, 1.0);
+        let c = rand(&mut seed, n * ds, 1.0);
+        let dt: Vec<f32> = rand(&mut seed, n, 1.0).iter().map(|v| softplus(*v)).collect();
+        let tok = |t: usize| SsmToken {
+            x: &x[t * hd..(t + 1) * hd],
+            b: &b[t * ds..(t + 1) * ds],
+            c: &c[t * ds..(t + 1) * ds],
+            dt: dt[t],
+            da: (dt[t] * -0.6).exp(),
+        };
+        let init = rand(&mut seed, hd * ds, 0.5);
+        let (mut st, mut out) = (init.clone(), vec![0f32; n * hd]);
+        ssm_scan(&mut st, n, 0.4, tok, &mut out);
+        let (mut st2, mut out2) = (init.clone(), vec![0f32; n * hd]);
+        ssm_scan_body::<8>(&mut st2, n, 0.4, &tok, &mut out2);
+        assert_eq!((&out, &st), (&out2, &st2));
+        let (mut st3, mut out3) = (init, vec![0f32; n * hd]);
+        for t in 0..n {
+            ssm_scan(&mut st3, 1, 0.4, |_| tok(t), &mut out3[t * hd..(t + 1) * hd]);
+        }
+        assert_eq!((&out, &st), (&out3, &st3));
     }
 
     /// The Mamba-2 scan against its definition in f64, chunked equals whole, and the gated group

@@ -1,6 +1,6 @@
 //! The state pool beside the KV pool: the fixed-size recurrent state a hybrid model's
 //! linear-attention layers carry per request (GatedDeltaNet's convolution window and its
-//! `d_v × d_k` matrix per value head), where an attention layer keeps KV pages.
+//! `d_k × d_v` matrix per value head), where an attention layer keeps KV pages.
 //!
 //! As SGLang's `MambaPool` (`mem_cache/memory_pool.py`, `HybridReqToTokenPool`), a request's
 //! state lives in one slot for as long as it runs: the slot is its request-pool index
@@ -19,7 +19,7 @@ pub struct StateLayout {
     pub layers: usize,
     /// Values of the convolution window per layer: `(kernel − 1) × channels`.
     pub conv: usize,
-    /// Values of the recurrent state per layer (GatedDeltaNet: `heads_v × d_v × d_k`).
+    /// Values of the recurrent state per layer (GatedDeltaNet: `heads_v × d_k × d_v`).
     pub ssm: usize,
 }
 

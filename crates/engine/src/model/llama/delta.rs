@@ -5,7 +5,7 @@
 //! normed input → one stacked projection `[q k v | z | b | a]` → causal depthwise conv1d of
 //! `q k v` with the request's carried window, SiLU → per head: `q`, `k` L2-normed, `q · 1/√d_k`;
 //! `β = σ(b)`, `g = softplus(a + dt_bias) · A` (`A = −exp(A_log)`, as the file stores it) →
-//! the gated delta rule per value head over the request's `d_v × d_k` state (value head `h`
+//! the gated delta rule per value head over the request's `d_k × d_v` state (value head `h`
 //! reads key head `h mod k_heads` in Qwen3.5 files, whose converter reorders HF's grouped value
 //! heads to this tiled order, and `h / (v_heads / k_heads)` in Qwen3-Next files, where β and
 //! the decay's inputs also come fused in `ssm_ba`: [`GdnLayout`]) → RMSNorm per head · weight ·

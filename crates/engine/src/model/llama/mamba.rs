@@ -5,7 +5,7 @@
 //! normed input → one projection `[z (d_inner) | x B C (d_inner + 2·n_group·d_state) | dt
 //! (heads)]` → causal depthwise conv1d of `x B C` with the request's carried window, plus its
 //! bias, SiLU → per head `h` (group `g = h / (heads / n_group)`): `Δ = softplus(dt + dt_bias)`,
-//! the selective scan over the request's `head_dim × d_state` state with `exp(Δ · A)`
+//! the selective scan over the request's `d_state × head_dim` state with `exp(Δ · A)`
 //! (`A = −exp(A_log)`, as the file stores it), `B` and `C` of group `g`, plus `D · x` →
 //! `y · SiLU(z)` → RMSNorm per group of `d_inner / n_group` values · weight → output
 //! projection.
@@ -96,7 +96,7 @@ impl Mamba2 {
         self.conv.state_len()
     }
 
-    /// f32 values of one request's SSM state in this layer (`heads × head_dim × d_state`).
+    /// f32 values of one request's SSM state in this layer (`heads × d_state × head_dim`).
     pub(crate) fn ssm_state_len(&self) -> usize {
         self.heads * self.head_dim * self.d_state
     }
