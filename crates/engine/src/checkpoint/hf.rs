@@ -309,6 +309,47 @@ impl Checkpoint {
         Ok(Weight::Nvfp4(self.nvfp4(module, rows, cols)?))
     }
 
+    /// The `n` experts of projection `proj` under `experts` (`model.layers.L.mlp.experts`) from
+    /// transformers' fused 3-D tensors (Qwen3.5-MoE, Qwen3-MoE and others since transformers
+    /// 5; llama.cpp's `Qwen2MoeModel.modify_tensors` reads them): `gate_up_proj`
+    /// `[n, 2·rows, cols]`, each expert's gate rows then its up rows, for `gate_proj` and
+    /// `up_proj`; `down_proj` `[n, rows, cols]`; named with or without `.weight`. Each expert
+    /// `[rows × cols]` dense; `None` when the checkpoint has no fused tensor there.
+    ///
+    /// # Errors
+    /// A fused tensor of another shape or dtype, named.
+    pub fn fused_experts(
+        &self,
+        experts: &str,
+        proj: &str,
+        n: usize,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Option<Vec<Weight>>, EngineError> {
+        let (fused, parts, part) = match proj {
+            "gate_proj" => ("gate_up_proj", 2, 0),
+            "up_proj" => ("gate_up_proj", 2, 1),
+            "down_proj" => ("down_proj", 1, 0),
+            _ => return Ok(None),
+        };
+        let names = [format!("{experts}.{fused}"), format!("{experts}.{fused}.weight")];
+        let Some(name) = names.iter().find(|t| self.has(t)) else { return Ok(None) };
+        let (shape, data) = self.f32(name)?;
+        if shape != [n, parts * rows, cols] {
+            return Err(EngineError::model(format!(
+                "tensor {name}: shape {shape:?}, want [{n}, {}, {cols}] ({n} experts' {})",
+                parts * rows,
+                if parts == 2 { "gate then up rows" } else { "rows" }
+            )));
+        }
+        let per = parts * rows * cols;
+        Ok(Some(
+            data.chunks_exact(per)
+                .map(|e| Weight::Dense { rows, cols, data: e[part * rows * cols..(part + 1) * rows * cols].to_vec() })
+                .collect(),
+        ))
+    }
+
     /// The NVFP4 tensors of `module`, checked: `weight` U8 `[rows, cols/2]`, `weight_scale`
     /// F8_E4M3 `[rows, cols/16]`, `weight_scale_2` F32 scalar (`[]` or `[1]`).
     ///

@@ -260,7 +260,7 @@ pub const ARCHITECTURES: &[Arch] = &[
     // GLM-5's MLA model without the DSA indexer.
     // Qwen3.5 / Qwen3.6 dense (llama.cpp `src/models/qwen35.cpp`): three Gated DeltaNet layers
     // for every gated full-attention layer (`full_attention_interval`), the state beside the KV
-    // pages (`kv::state`); GGUF only for now.
+    // pages (`kv::state`); HF checkpoints keep the value heads grouped by key head.
     Arch {
         name: "qwen35",
         hf: &[("qwen3_5", "Qwen3_5ForConditionalGeneration"), ("qwen3_5_text", "Qwen3_5ForCausalLM")],
@@ -271,20 +271,29 @@ pub const ARCHITECTURES: &[Arch] = &[
     },
     // Qwen3.5-MoE / Qwen3.6-35B-A3B (`src/models/qwen35moe.cpp`): qwen35's layers with a MoE
     // feed-forward (softmax over all experts, top-k renormalized) and one shared expert under
-    // its sigmoid gate.
+    // its sigmoid gate. HF checkpoints: the experts one tensor each or fused in transformers'
+    // 3-D `gate_up_proj` / `down_proj`, the shared expert as `mlp.shared_expert`.
     Arch {
         name: "qwen35moe",
+        hf: &[("qwen3_5_moe", "Qwen3_5MoeForConditionalGeneration"), ("qwen3_5_moe_text", "Qwen3_5MoeForCausalLM")],
         class: "Qwen3_5MoeForCausalLM",
-        body: Body::Decoder(QWEN35_MOE),
+        body: Body::Decoder(Family { hf_names: &[("mlp.shared_experts", "mlp.shared_expert")], ..QWEN35_MOE }),
         embedding: false,
         ..Arch::BASE
     },
     // Qwen3-Next (`src/models/qwen3next.cpp`): qwen35moe's layers as its converter lays them out:
     // value heads grouped by key head, β and the decay's inputs in one `ssm_ba`, plain NEOX RoPE.
+    // HF checkpoints: `in_proj_qkvz` interleaved per key head, split at load as the converter
+    // splits it.
     Arch {
         name: "qwen3next",
+        hf: &[("qwen3_next", "Qwen3NextForCausalLM")],
         class: "Qwen3NextForCausalLM",
-        body: Body::Decoder(Family { recurrent: Some(RecurrentMixer::DeltaNet(GdnLayout::QWEN3NEXT)), ..QWEN35_MOE }),
+        body: Body::Decoder(Family {
+            recurrent: Some(RecurrentMixer::DeltaNet(GdnLayout::QWEN3NEXT)),
+            hf_names: &[("mlp.shared_experts", "mlp.shared_expert")],
+            ..QWEN35_MOE
+        }),
         embedding: false,
         ..Arch::BASE
     },

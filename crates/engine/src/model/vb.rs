@@ -91,7 +91,10 @@ impl Tensors for Checkpoint {
     }
     fn experts(&self, module: &str, n: usize, rows: usize, cols: usize) -> Result<Vec<Weight>, EngineError> {
         let (head, proj) = module.rsplit_once('.').unwrap_or(("", module));
-        match self.packed_experts(head, proj, n, rows, cols)? {
+        if let Some(ws) = self.packed_experts(head, proj, n, rows, cols)? {
+            return Ok(ws);
+        }
+        match self.fused_experts(head, proj, n, rows, cols)? {
             Some(ws) => Ok(ws),
             None => (0..n).map(|e| self.matrix(&format!("{head}.{e}.{proj}"), rows, cols)).collect(),
         }

@@ -72,6 +72,10 @@ struct Config {
     experts_per_token: Option<usize>,
     moe_intermediate_size: Option<usize>,
     n_shared_experts: Option<usize>,
+    /// Qwen2-MoE / Qwen3.5-MoE: one shared expert of this width.
+    shared_expert_intermediate_size: Option<usize>,
+    /// Nemotron-H MoE's spelling of the same.
+    moe_shared_expert_intermediate_size: Option<usize>,
     first_k_dense_replace: Option<usize>,
     mlp_only_layers: Option<Vec<usize>>,
     decoder_sparse_step: Option<usize>,
@@ -394,9 +398,13 @@ fn moe(c: &Config, layers: usize) -> Result<Option<MoeParams>, EngineError> {
     {
         return Err(EngineError::model(format!("config.json: topk_method {m:?} is not supported")));
     }
+    let shared_ffn = c.shared_expert_intermediate_size.or(c.moe_shared_expert_intermediate_size).filter(|&w| w > 0);
     // Qwen3-MoE: layer l is sparse unless listed in `mlp_only_layers`, and only every
-    // `decoder_sparse_step`-th (`(l + 1) % step == 0`).
+    // `decoder_sparse_step`-th (`(l + 1) % step == 0`); Nemotron-H: the `E` layers of its
+    // pattern.
+    let pattern = c.hybrid_override_pattern.as_deref().filter(|p| p.contains('E'));
     let dense_layers = match (&c.mlp_only_layers, c.decoder_sparse_step) {
+        _ if pattern.is_some() => pattern.map(|p| p.chars().map(|k| k != 'E').collect()),
         (None, None | Some(1)) => None,
         (only, step) => {
             let step = step.unwrap_or(1).max(1);
@@ -409,8 +417,10 @@ fn moe(c: &Config, layers: usize) -> Result<Option<MoeParams>, EngineError> {
         top_k: c.num_experts_per_tok.or(c.experts_per_token),
         // gpt-oss's experts are `intermediate_size` wide.
         expert_ffn: c.moe_intermediate_size.or(Some(c.intermediate_size).filter(|&i| i > 0)),
-        shared_count: c.n_shared_experts.unwrap_or(0),
-        shared_ffn: None,
+        // Qwen2-MoE's, Qwen3.5-MoE's and Nemotron-H MoE's one shared expert has a width of its
+        // own.
+        shared_count: c.n_shared_experts.unwrap_or(usize::from(shared_ffn.is_some())),
+        shared_ffn,
         first_dense: c.first_k_dense_replace.unwrap_or(0),
         dense_layers,
         weights_scale: c.routed_scaling_factor,

@@ -23,6 +23,7 @@ use crate::model::linear::{Fwd, Linear};
 use crate::model::vb::Vb;
 use crate::EngineError;
 use sparrow_cpu::kernels::recurrent::{self, DeltaToken};
+use sparrow_cpu::Weight;
 
 /// One Gated DeltaNet layer's weights and widths.
 pub(crate) struct DeltaNet {
@@ -69,6 +70,38 @@ pub(crate) struct Scratch {
     pub(super) core: Vec<f32>,
 }
 
+/// A Qwen3-Next checkpoint's `in_proj_qkvz` (`[k_heads · (2·d_k + 2·r·d_k) × hidden]`, per key
+/// head its `q`, `k`, then its `r = v_heads / k_heads` value heads' `v` and `z` rows) as the
+/// `[q all | k all | v all]` and `[z all]` projections the layer runs, the rows moved as
+/// llama.cpp's `Qwen3NextModel.modify_tensors` moves them (value heads stay grouped by key
+/// head).
+///
+/// # Errors
+/// A missing tensor or one of another shape, named; a quantized one (read dense only).
+fn qwen3next_qkvz(la: &Vb<'_>, hidden: usize, dk: usize, kh: usize, vh: usize) -> Result<[Vec<f32>; 2], EngineError> {
+    let (r, blk) = (vh / kh, 2 * dk + 2 * (vh / kh) * dk);
+    let Weight::Dense { data, .. } = la.dense("in_proj_qkvz", kh * blk, hidden)? else {
+        return Err(EngineError::model(format!("{}: only a dense in_proj_qkvz is read", la.path("in_proj_qkvz"))));
+    };
+    let rows = |b: usize, from: usize, n: usize| &data[(b * blk + from) * hidden..(b * blk + from + n) * hidden];
+    let (mut qkv, mut z) = (Vec::with_capacity((2 * kh + vh) * dk * hidden), Vec::with_capacity(vh * dk * hidden));
+    for (from, n) in [(0, dk), (dk, dk), (2 * dk, r * dk)] {
+        (0..kh).for_each(|b| qkv.extend_from_slice(rows(b, from, n)));
+    }
+    (0..kh).for_each(|b| z.extend_from_slice(rows(b, 2 * dk + r * dk, r * dk)));
+    Ok([qkv, z])
+}
+
+/// [`qwen3next_qkvz`] as the layer's first two projections.
+fn qkvz_parts(la: &Vb<'_>, hidden: usize, dk: usize, kh: usize, vh: usize) -> Result<Vec<Linear>, EngineError> {
+    let [qkv, z] = qwen3next_qkvz(la, hidden, dk, kh, vh)?;
+    let name = la.path("in_proj_qkvz");
+    Ok(vec![
+        Linear::new(Weight::Dense { rows: (2 * kh + vh) * dk, cols: hidden, data: qkv }, vec![name.clone()]),
+        Linear::new(Weight::Dense { rows: vh * dk, cols: hidden, data: z }, vec![name]),
+    ])
+}
+
 impl DeltaNet {
     /// Layer `vb` (`model.layers.{l}`)'s `linear_attn` under llama.cpp's names (through the
     /// GGUF name table `QWEN35_LAYER_NAMES`), `state_layer`-th of the recurrent layers.
@@ -94,7 +127,10 @@ impl DeltaNet {
         }
         let la = vb.pp("linear_attn");
         let conv_dim = 2 * kh * dk + p.inner;
-        let mut parts = vec![la.linear("in_proj_qkv", conv_dim, hidden)?, la.linear("in_proj_z", p.inner, hidden)?];
+        let mut parts = match la.has("in_proj_qkvz.weight") {
+            true => qkvz_parts(&la, hidden, dk, kh, vh)?,
+            false => vec![la.linear("in_proj_qkv", conv_dim, hidden)?, la.linear("in_proj_z", p.inner, hidden)?],
+        };
         match layout.fused_ba {
             true => parts.push(la.linear("in_proj_ba", 2 * vh, hidden)?),
             false => parts.extend([la.linear("in_proj_b", vh, hidden)?, la.linear("in_proj_a", vh, hidden)?]),

@@ -79,20 +79,21 @@ impl LlamaModel {
         let ck = Checkpoint::open(dir)?;
         let mt = ck.config.get("model_type").and_then(|v| v.as_str()).unwrap_or("").to_owned();
         let a = arch::by_model_type(&mt).map_err(|e| EngineError::model(format!("{}: {e}", dir.display())))?;
-        let fam = family(a, &dir.display().to_string())?;
         let hp = HParams::from_hf(&ck.config)?;
+        // Nemotron-H and Nemotron-H MoE share one `model_type`: experts tell them apart, as
+        // llama.cpp's converter tells them apart (`num_experts_per_tok`).
+        let a = match a.name == "nemotron_h" && hp.moe.is_some() {
+            true => {
+                arch::by_gguf("nemotron_h_moe").map_err(|e| EngineError::model(format!("{}: {e}", dir.display())))?
+            }
+            false => a,
+        };
+        let fam = family(a, &dir.display().to_string())?;
         ck.check_layers("num_hidden_layers", hp.layers)?;
         let cfg = LlamaConfig::from_hparams(&hp, &fam, Format::Hf, ck.has("model.layers.0.self_attn.q_norm.weight"))?;
         cfg.check()?;
         if !cfg.variant.no_rope.iter().all(|n| *n) {
             check_rope_positions("max_position_embeddings", cfg.context_length, cfg.head_dim, ck.file_bytes())?;
-        }
-        if fam.recurrent == Some(RecurrentMixer::Mamba2) && hp.moe.is_some() {
-            return Err(EngineError::model(format!(
-                "{}: a Nemotron-H checkpoint with experts is read from GGUF only for now (convert it with llama.cpp's \
-                 convert_hf_to_gguf.py)",
-                dir.display()
-            )));
         }
         let renamed = Renamed { inner: &ck, names: fam.hf_names };
         // A multimodal checkpoint keeps the language model under `model.language_model`.
