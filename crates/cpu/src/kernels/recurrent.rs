@@ -8,7 +8,7 @@
 //! CPU has them: the same operations in the same order, so the same bits): each reduction runs
 //! in [`LANES`] interleaved partial sums combined in a fixed tree (the delta rule's sums run per
 //! value column, in order, by `f32::mul_add`), so the compiler can keep them in vector registers
-//! without reordering a single f32 add, and the bits do not depend on the machine, the batch or
+//! without reordering a single f32 add, and the bits do not depend on the ISA path, the batch or
 //! the chunking of a prompt (a state carried from chunk to chunk is the state a whole prompt
 //! reaches).
 //!
@@ -374,12 +374,12 @@ unsafe fn delta_rule_avx2<'a>(state: &mut [f32], n: usize, token: &impl Fn(usize
 }
 
 /// The body of [`gated_delta_rule`] (`n > 0`), `W` columns of the state at a time: each block of
-/// columns (`d_k × W`, 16 KB at `d_k = 128, W = 32`) goes through every token while it sits in
-/// L1, so a prefill chunk streams the tokens' keys and queries instead of the state. One pass
-/// over the block per token: the correction of token `t` and its output, then the next token's
-/// decay and recall, so the block is read and written once per token; the first token's recall
-/// comes from a read-only pass (a decode step reads its state from memory once and writes it
-/// once).
+/// columns (`d_k × W`: 64 KB at `d_k = W = 128`, in L2; 16 KB at `W = 32`) goes through every
+/// token while it stays in cache, so a prefill chunk streams the tokens' keys and queries
+/// instead of the state. One read-and-write pass over the block per token: the correction of
+/// token `t` and its output, then the next token's decay and recall; before the first token a
+/// read-only pass gives its recall (so a decode step reads its state from memory once and
+/// writes it once).
 #[inline(always)]
 fn delta_rule_body<'a, const W: usize>(
     state: &mut [f32],
@@ -552,7 +552,8 @@ mod tests {
     /// chunked equals whole.
     #[test]
     fn delta_rule_matches_f64_definition() {
-        let (dk, dv, n) = (16, 12, 9);
+        // 140 values: the widest column path (128 on AVX-512) and the single columns.
+        let (dk, dv, n) = (16, 140, 9);
         let mut seed = 11;
         let mut q = rand(&mut seed, n * dk, 1.0);
         let mut kk = rand(&mut seed, n * dk, 1.0);
@@ -629,6 +630,17 @@ mod tests {
         delta_rule_body::<16>(&mut st2, n, &tok, &mut out2);
         assert_eq!(out, out2);
         assert_eq!(st, st2);
+        // The AVX2 path too where the CPU has it (an AVX-512 machine dispatches past it).
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            let (mut st4, mut out4) = (init.clone(), vec![0f32; n * dv]);
+            // SAFETY: the CPU has AVX2 and FMA, checked above.
+            #[allow(unsafe_code)]
+            unsafe {
+                delta_rule_avx2(&mut st4, n, &tok, &mut out4)
+            };
+            assert_eq!((&out, &st), (&out4, &st4));
+        }
         let (mut st3, mut out3) = (init, vec![0f32; n * dv]);
         for t in 0..n {
             gated_delta_rule(&mut st3, 1, |_| tok(t), &mut out3[t * dv..(t + 1) * dv]);
@@ -660,6 +672,16 @@ mod tests {
         let (mut st2, mut out2) = (init.clone(), vec![0f32; n * hd]);
         ssm_scan_body::<8>(&mut st2, n, 0.4, &tok, &mut out2);
         assert_eq!((&out, &st), (&out2, &st2));
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            let (mut st4, mut out4) = (init.clone(), vec![0f32; n * hd]);
+            // SAFETY: the CPU has AVX2 and FMA, checked above.
+            #[allow(unsafe_code)]
+            unsafe {
+                ssm_scan_avx2(&mut st4, n, 0.4, &tok, &mut out4)
+            };
+            assert_eq!((&out, &st), (&out4, &st4));
+        }
         let (mut st3, mut out3) = (init, vec![0f32; n * hd]);
         for t in 0..n {
             ssm_scan(&mut st3, 1, 0.4, |_| tok(t), &mut out3[t * hd..(t + 1) * hd]);

@@ -310,11 +310,13 @@ impl Checkpoint {
     }
 
     /// The `n` experts of projection `proj` under `experts` (`model.layers.L.mlp.experts`) from
-    /// transformers' fused 3-D tensors (Qwen3.5-MoE, Qwen3-MoE and others since transformers
-    /// 5; llama.cpp's `Qwen2MoeModel.modify_tensors` reads them): `gate_up_proj`
+    /// transformers' fused 3-D tensors (Qwen3.5-MoE, Qwen3-MoE, Nemotron-H and others since
+    /// transformers 5; llama.cpp's `Qwen2MoeModel.modify_tensors` reads them): `gate_up_proj`
     /// `[n, 2·rows, cols]`, each expert's gate rows then its up rows, for `gate_proj` and
-    /// `up_proj`; `down_proj` `[n, rows, cols]`; named with or without `.weight`. Each expert
-    /// `[rows × cols]` dense; `None` when the checkpoint has no fused tensor there.
+    /// `up_proj`; an ungated `up_proj` `[n, rows, cols]` (Nemotron-H's ReLU² experts);
+    /// `down_proj` `[n, rows, cols]`; named with or without `.weight`. Each expert
+    /// `[rows × cols]` dense, converted from its own bytes (the fused tensor is never held
+    /// whole in f32); `None` when the checkpoint has no fused tensor there.
     ///
     /// # Errors
     /// A fused tensor of another shape or dtype, named.
@@ -326,28 +328,42 @@ impl Checkpoint {
         rows: usize,
         cols: usize,
     ) -> Result<Option<Vec<Weight>>, EngineError> {
-        let (fused, parts, part) = match proj {
-            "gate_proj" => ("gate_up_proj", 2, 0),
-            "up_proj" => ("gate_up_proj", 2, 1),
-            "down_proj" => ("down_proj", 1, 0),
+        let candidates: &[(&str, usize, usize)] = match proj {
+            "gate_proj" => &[("gate_up_proj", 2, 0)],
+            "up_proj" => &[("gate_up_proj", 2, 1), ("up_proj", 1, 0)],
+            "down_proj" => &[("down_proj", 1, 0)],
             _ => return Ok(None),
         };
-        let names = [format!("{experts}.{fused}"), format!("{experts}.{fused}.weight")];
-        let Some(name) = names.iter().find(|t| self.has(t)) else { return Ok(None) };
-        let (shape, data) = self.f32(name)?;
-        if shape != [n, parts * rows, cols] {
+        let found = candidates.iter().find_map(|&(fused, parts, part)| {
+            [format!("{experts}.{fused}"), format!("{experts}.{fused}.weight")]
+                .into_iter()
+                .find(|t| self.has(t))
+                .map(|t| (t, parts, part))
+        });
+        let Some((name, parts, part)) = found else { return Ok(None) };
+        let t = self.raw(&name)?;
+        if t.shape != [n, parts * rows, cols] {
             return Err(EngineError::model(format!(
-                "tensor {name}: shape {shape:?}, want [{n}, {}, {cols}] ({n} experts' {})",
+                "tensor {name}: shape {:?}, want [{n}, {}, {cols}] ({n} experts' {})",
+                t.shape,
                 parts * rows,
                 if parts == 2 { "gate then up rows" } else { "rows" }
             )));
         }
-        let per = parts * rows * cols;
-        Ok(Some(
-            data.chunks_exact(per)
-                .map(|e| Weight::Dense { rows, cols, data: e[part * rows * cols..(part + 1) * rows * cols].to_vec() })
-                .collect(),
-        ))
+        let values = n * parts * rows * cols;
+        let width = t.data.len() / values.max(1);
+        if width == 0 || width * values != t.data.len() {
+            return Err(EngineError::model(format!("tensor {name}: {} bytes for {values} values", t.data.len())));
+        }
+        let one = rows * cols * width;
+        (0..n)
+            .map(|e| {
+                let at = (e * parts + part) * one;
+                let bytes = RawTensor { dtype: t.dtype, shape: vec![rows, cols], data: &t.data[at..at + one] };
+                Ok(Weight::Dense { rows, cols, data: to_f32(&name, bytes)? })
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
     }
 
     /// The NVFP4 tensors of `module`, checked: `weight` U8 `[rows, cols/2]`, `weight_scale`

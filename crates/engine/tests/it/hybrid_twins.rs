@@ -298,23 +298,27 @@ fn qwen3_5_checkpoint_equals_its_gguf_twin() {
 }
 
 /// The checkpoint's per-expert tensors fused as transformers 5 stores them: per layer one
-/// `mlp.experts.gate_up_proj` `[E, 2F, H]` (each expert's gate rows, then its up rows) and one
-/// `mlp.experts.down_proj` `[E, H, F]`; `swap` puts the up rows first (the broken copy).
+/// `experts.gate_up_proj` `[E, 2F, H]` (each expert's gate rows, then its up rows; ungated
+/// experts: `experts.up_proj` `[E, F, H]`) and one `experts.down_proj` `[E, H, F]`; `swap`
+/// puts the up rows first (the broken copy).
 fn fuse_experts(ws: &[W], swap: bool) -> Vec<W> {
     let mut out: Vec<W> = Vec::new();
     for w in ws {
-        let Some((layer, rest)) = w.hf.split_once(".mlp.experts.") else {
+        let Some((layer, rest)) = w.hf.split_once(".experts.") else {
             out.push(W { hf: w.hf.clone(), gguf: w.gguf.clone(), shape: w.shape.clone(), data: w.data.clone() });
             continue;
         };
         let (e, proj) = rest.split_once('.').expect("expert index");
         let e: usize = e.parse().expect("expert index");
+        // Ungated experts (Nemotron-H's ReLU²) keep `up_proj` alone, `[E, F, H]`.
+        let gated = ws.iter().any(|o| o.hf.starts_with(layer) && o.hf.ends_with("gate_proj.weight"));
         let (name, rows, first) = match proj {
             "gate_proj.weight" => ("gate_up_proj", 2 * EXPERT_FFN, usize::from(swap) * EXPERT_FFN),
-            "up_proj.weight" => ("gate_up_proj", 2 * EXPERT_FFN, usize::from(!swap) * EXPERT_FFN),
+            "up_proj.weight" if gated => ("gate_up_proj", 2 * EXPERT_FFN, usize::from(!swap) * EXPERT_FFN),
+            "up_proj.weight" => ("up_proj", EXPERT_FFN, 0),
             _ => ("down_proj", HIDDEN, 0),
         };
-        let hf = format!("{layer}.mlp.experts.{name}");
+        let hf = format!("{layer}.experts.{name}");
         if !out.iter().any(|o| o.hf == hf) {
             let cols = w.shape[1];
             out.push(W {
@@ -617,7 +621,9 @@ fn nemotron_h_checkpoint_equals_its_gguf_twin() {
         "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS, "head_dim": HEAD_DIM,
         "mamba_num_heads": 4, "mamba_head_dim": 16, "ssm_state_size": 16, "n_groups": 2, "conv_kernel": CONV,
         "layer_norm_epsilon": EPS, "vocab_size": VOCAB, "max_position_embeddings": CTX,
-        "tie_word_embeddings": false, "use_conv_bias": true, "mlp_hidden_act": "relu2"
+        "tie_word_embeddings": false, "use_conv_bias": true, "mlp_hidden_act": "relu2",
+        // transformers 5 writes expert counts into every Nemotron-H config, dense ones too.
+        "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32
     });
     let keys: Vec<(&str, MetaValue)> = vec![
         ("block_count", u32v(4)),
@@ -660,7 +666,8 @@ fn nemotron_h_moe_checkpoint_equals_its_gguf_twin() {
     let (hf, gguf) = both(&nemotron_tensors("MEM*"), true);
     let config = serde_json::json!({
         "architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h", "hidden_size": HIDDEN,
-        "intermediate_size": FFN, "num_hidden_layers": 4, "hybrid_override_pattern": "MEM*",
+        "intermediate_size": FFN, "num_hidden_layers": 4,
+        "layers_block_type": ["mamba", "moe", "mamba", "attention"],
         "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS, "head_dim": HEAD_DIM,
         "mamba_num_heads": 4, "mamba_head_dim": 16, "ssm_state_size": 16, "n_groups": 2, "conv_kernel": CONV,
         "layer_norm_epsilon": EPS, "vocab_size": VOCAB, "max_position_embeddings": CTX,
@@ -697,16 +704,34 @@ fn nemotron_h_moe_checkpoint_equals_its_gguf_twin() {
     let path = dir.path().join("twin.gguf");
     write_gguf(&path, "nemotron_h_moe", &keys, &gguf_tensors(&gguf));
     write_hf(&dir.path().join("hf"), &config, &hf);
-    // The broken copy: the selection bias left out (the router's choice changes).
+    write_hf(&dir.path().join("fused"), &config, &fuse_experts(&hf, false));
+    let copy = |w: &W, data: Vec<f32>| W { hf: w.hf.clone(), gguf: w.gguf.clone(), shape: w.shape.clone(), data };
+    // The broken copy: the selection bias negated (the router's choice changes).
     let broken: Vec<W> = hf
         .iter()
-        .filter(|w| !w.hf.ends_with("e_score_correction_bias"))
-        .map(|w| W { hf: w.hf.clone(), gguf: w.gguf.clone(), shape: w.shape.clone(), data: w.data.clone() })
+        .map(|w| match w.hf.ends_with("e_score_correction_bias") {
+            true => copy(w, w.data.iter().map(|x| -x).collect()),
+            false => copy(w, w.data.clone()),
+        })
         .collect();
     write_hf(&dir.path().join("broken"), &config, &broken);
+    // Without the selection bias the checkpoint is refused, the tensor named.
+    let unbiased: Vec<W> =
+        hf.iter().filter(|w| !w.hf.ends_with("e_score_correction_bias")).map(|w| copy(w, w.data.clone())).collect();
+    write_hf(&dir.path().join("unbiased"), &config, &unbiased);
+    match LlamaModel::load_hf(&dir.path().join("unbiased"), 2) {
+        Ok(_) => panic!("a Nemotron-H MoE checkpoint without its selection bias loaded"),
+        Err(e) => {
+            let e = e.to_string();
+            assert!(e.contains("tensor backbone.layers.1.mixer.gate.e_score_correction_bias missing"), "{e}");
+            assert!(!e.contains("model: model:"), "{e}");
+        }
+    }
     let mut g = LlamaModel::load(&path, 2).expect("GGUF twin");
     let mut h = LlamaModel::load_hf(&dir.path().join("hf"), 2).expect("checkpoint");
+    let mut f = LlamaModel::load_hf(&dir.path().join("fused"), 2).expect("fused checkpoint");
     let mut b = LlamaModel::load_hf(&dir.path().join("broken"), 2).expect("broken checkpoint");
     assert_eq!((h.info().architecture.as_str(), g.info().architecture.as_str()), ("nemotron_h", "nemotron_h_moe"));
+    assert_eq!(run(&mut f), run(&mut h), "nemotron_h: the fused experts are the per-expert tensors");
     check_twins("nemotron_h (experts)", &mut g, &mut h, &mut b);
 }

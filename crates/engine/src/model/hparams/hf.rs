@@ -364,6 +364,7 @@ fn linear_attn(c: &Config, layers: usize) -> Result<Option<LinearAttnParams>, En
             .map(|w| match w.as_str() {
                 "mamba" | "linear_attention" => 'M',
                 "attention" | "full_attention" => '*',
+                "moe" => 'E',
                 _ => '-',
             })
             .collect(),
@@ -401,10 +402,16 @@ fn moe(c: &Config, layers: usize) -> Result<Option<MoeParams>, EngineError> {
     let shared_ffn = c.shared_expert_intermediate_size.or(c.moe_shared_expert_intermediate_size).filter(|&w| w > 0);
     // Qwen3-MoE: layer l is sparse unless listed in `mlp_only_layers`, and only every
     // `decoder_sparse_step`-th (`(l + 1) % step == 0`); Nemotron-H: the `E` layers of its
-    // pattern.
-    let pattern = c.hybrid_override_pattern.as_deref().filter(|p| p.contains('E'));
+    // pattern (`moe` in its word list).
+    let pattern: Option<Vec<bool>> = match (&c.hybrid_override_pattern, &c.layers_block_type) {
+        (Some(p), _) => Some(p.chars().map(|k| k != 'E').collect()),
+        (None, Some(t)) => Some(t.iter().map(|w| w != "moe").collect()),
+        (None, None) => None,
+    };
     let dense_layers = match (&c.mlp_only_layers, c.decoder_sparse_step) {
-        _ if pattern.is_some() => pattern.map(|p| p.chars().map(|k| k != 'E').collect()),
+        // A Nemotron-H config without expert layers keeps `dense_layers` all true, so the
+        // loader takes it for the dense family.
+        _ if pattern.is_some() => pattern,
         (None, None | Some(1)) => None,
         (only, step) => {
             let step = step.unwrap_or(1).max(1);

@@ -78,6 +78,8 @@ pub(crate) struct Scratch {
 ///
 /// # Errors
 /// A missing tensor or one of another shape, named; a quantized one (read dense only).
+///
+/// Value heads are `d_k` wide here: [`DeltaNet::load`] refuses `d_v ≠ d_k` before this runs.
 fn qwen3next_qkvz(la: &Vb<'_>, hidden: usize, dk: usize, kh: usize, vh: usize) -> Result<[Vec<f32>; 2], EngineError> {
     let (r, blk) = (vh / kh, 2 * dk + 2 * (vh / kh) * dk);
     let Weight::Dense { data, .. } = la.dense("in_proj_qkvz", kh * blk, hidden)? else {

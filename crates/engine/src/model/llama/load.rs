@@ -79,15 +79,20 @@ impl LlamaModel {
         let ck = Checkpoint::open(dir)?;
         let mt = ck.config.get("model_type").and_then(|v| v.as_str()).unwrap_or("").to_owned();
         let a = arch::by_model_type(&mt).map_err(|e| EngineError::model(format!("{}: {e}", dir.display())))?;
-        let hp = HParams::from_hf(&ck.config)?;
-        // Nemotron-H and Nemotron-H MoE share one `model_type`: experts tell them apart, as
-        // llama.cpp's converter tells them apart (`num_experts_per_tok`).
-        let a = match a.name == "nemotron_h" && hp.moe.is_some() {
+        let mut hp = HParams::from_hf(&ck.config)?;
+        // Nemotron-H and Nemotron-H MoE share one `model_type`: expert layers in the layer
+        // pattern tell them apart (transformers 5 writes expert counts into every Nemotron-H
+        // config, dense ones too).
+        let sparse = hp.moe.as_ref().and_then(|m| m.dense_layers.as_ref()).is_some_and(|d| d.iter().any(|x| !x));
+        let a = match a.name == "nemotron_h" && hp.moe.is_some() && sparse {
             true => {
                 arch::by_gguf("nemotron_h_moe").map_err(|e| EngineError::model(format!("{}: {e}", dir.display())))?
             }
             false => a,
         };
+        if a.name == "nemotron_h" {
+            hp.moe = None;
+        }
         let fam = family(a, &dir.display().to_string())?;
         ck.check_layers("num_hidden_layers", hp.layers)?;
         let cfg = LlamaConfig::from_hparams(&hp, &fam, Format::Hf, ck.has("model.layers.0.self_attn.q_norm.weight"))?;
@@ -220,7 +225,22 @@ fn load_layer(vb: &Vb<'_>, l: usize, cfg: &LlamaConfig, fam: &Family) -> Result<
     let mixer_only = matches!(cfg.recurrent, Some(RecurrentMixer::Mamba2)) && !ffn_only;
     let ffn = match &cfg.moe {
         _ if mixer_only => None,
-        Some(m) if !m.is_dense(l) => Some(FeedForward::Moe(Box::new(Moe::load(&mlp, hidden, m)?))),
+        Some(m) if !m.is_dense(l) => {
+            // Nemotron-H MoE always routes with its selection bias (llama.cpp requires
+            // `exp_probs_b`): without it the choice of experts would silently be another. The
+            // read names the tensor as the file does.
+            let bias = "gate.e_score_correction_bias";
+            if matches!(cfg.recurrent, Some(RecurrentMixer::Mamba2)) && !mlp.has(bias) {
+                let e = match mlp.vector(bias, m.n_expert) {
+                    Err(EngineError::Model(e)) => e,
+                    _ => mlp.path(bias),
+                };
+                return Err(EngineError::model(format!(
+                    "{e} (Nemotron-H MoE chooses experts with its selection bias)"
+                )));
+            }
+            Some(FeedForward::Moe(Box::new(Moe::load(&mlp, hidden, m)?)))
+        }
         _ => Some(FeedForward::Dense(Mlp::load(&mlp, hidden, cfg.ffn, cfg.variant.act)?)),
     };
     let norm = |name: &str, len: usize| norm_vector(vb, name, len, cfg.variant.norm_offset);
