@@ -230,6 +230,39 @@ fn qwen35_tensors(moe: bool) -> Vec<T> {
     v
 }
 
+/// The GGUF twin's keys of the Qwen hybrids here (llama.cpp's converter writes them from the
+/// config): with `moe`, the experts' instead of the dense MLP's width.
+fn qwen_keys(moe: bool) -> Vec<(&'static str, MetaValue)> {
+    let mut keys = vec![
+        ("block_count", u32v(LAYERS)),
+        ("context_length", u32v(CTX)),
+        ("embedding_length", u32v(HIDDEN)),
+        ("attention.head_count", u32v(HEADS)),
+        ("attention.head_count_kv", u32v(KV_HEADS)),
+        ("attention.key_length", u32v(HEAD_DIM)),
+        ("attention.value_length", u32v(HEAD_DIM)),
+        ("rope.freq_base", f32v(1e7)),
+        ("rope.dimension_count", u32v(HEAD_DIM / 4)),
+        ("attention.layer_norm_rms_epsilon", f32v(EPS)),
+        ("ssm.conv_kernel", u32v(CONV)),
+        ("ssm.state_size", u32v(DK)),
+        ("ssm.group_count", u32v(K_HEADS)),
+        ("ssm.time_step_rank", u32v(V_HEADS)),
+        ("ssm.inner_size", u32v(INNER)),
+        ("full_attention_interval", u32v(2)),
+    ];
+    match moe {
+        true => keys.extend([
+            ("expert_count", u32v(N_EXPERT)),
+            ("expert_used_count", u32v(TOP_K)),
+            ("expert_feed_forward_length", u32v(EXPERT_FFN)),
+            ("expert_shared_feed_forward_length", u32v(SHARED_FFN)),
+        ]),
+        false => keys.push(("feed_forward_length", u32v(FFN))),
+    }
+    keys
+}
+
 /// The largest difference between two sets of logit rows, relative to the rows' largest value.
 fn rel_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
     let scale = b.iter().flatten().fold(0f32, |m, x| m.max(x.abs()));
@@ -254,25 +287,7 @@ fn qwen3_5_checkpoint_equals_its_gguf_twin() {
                                 "mrope_section": [2, 1, 1], "mrope_interleaved": true}
         }
     });
-    let keys: Vec<(&str, MetaValue)> = vec![
-        ("block_count", u32v(LAYERS)),
-        ("context_length", u32v(CTX)),
-        ("embedding_length", u32v(HIDDEN)),
-        ("feed_forward_length", u32v(FFN)),
-        ("attention.head_count", u32v(HEADS)),
-        ("attention.head_count_kv", u32v(KV_HEADS)),
-        ("attention.key_length", u32v(HEAD_DIM)),
-        ("attention.value_length", u32v(HEAD_DIM)),
-        ("rope.freq_base", f32v(1e7)),
-        ("rope.dimension_count", u32v(HEAD_DIM / 4)),
-        ("attention.layer_norm_rms_epsilon", f32v(EPS)),
-        ("ssm.conv_kernel", u32v(CONV)),
-        ("ssm.state_size", u32v(DK)),
-        ("ssm.group_count", u32v(K_HEADS)),
-        ("ssm.time_step_rank", u32v(V_HEADS)),
-        ("ssm.inner_size", u32v(INNER)),
-        ("full_attention_interval", u32v(2)),
-    ];
+    let keys = qwen_keys(false);
     let dir = tempfile::tempdir().expect("tmp");
     let path = dir.path().join("twin.gguf");
     write_gguf(&path, "qwen35", &keys, &gguf_tensors(&gguf));
@@ -356,28 +371,7 @@ fn qwen3_5_moe_checkpoint_equals_its_gguf_twin() {
                                 "mrope_section": [2, 1, 1], "mrope_interleaved": true}
         }
     });
-    let keys: Vec<(&str, MetaValue)> = vec![
-        ("block_count", u32v(LAYERS)),
-        ("context_length", u32v(CTX)),
-        ("embedding_length", u32v(HIDDEN)),
-        ("attention.head_count", u32v(HEADS)),
-        ("attention.head_count_kv", u32v(KV_HEADS)),
-        ("attention.key_length", u32v(HEAD_DIM)),
-        ("attention.value_length", u32v(HEAD_DIM)),
-        ("rope.freq_base", f32v(1e7)),
-        ("rope.dimension_count", u32v(HEAD_DIM / 4)),
-        ("attention.layer_norm_rms_epsilon", f32v(EPS)),
-        ("ssm.conv_kernel", u32v(CONV)),
-        ("ssm.state_size", u32v(DK)),
-        ("ssm.group_count", u32v(K_HEADS)),
-        ("ssm.time_step_rank", u32v(V_HEADS)),
-        ("ssm.inner_size", u32v(INNER)),
-        ("full_attention_interval", u32v(2)),
-        ("expert_count", u32v(N_EXPERT)),
-        ("expert_used_count", u32v(TOP_K)),
-        ("expert_feed_forward_length", u32v(EXPERT_FFN)),
-        ("expert_shared_feed_forward_length", u32v(SHARED_FFN)),
-    ];
+    let keys = qwen_keys(true);
     let dir = tempfile::tempdir().expect("tmp");
     let path = dir.path().join("twin.gguf");
     write_gguf(&path, "qwen35moe", &keys, &gguf_tensors(&gguf));
@@ -493,28 +487,7 @@ fn qwen3_next_checkpoint_equals_its_gguf_twin() {
         "shared_expert_intermediate_size": SHARED_FFN, "norm_topk_prob": true, "decoder_sparse_step": 1,
         "mlp_only_layers": []
     });
-    let keys: Vec<(&str, MetaValue)> = vec![
-        ("block_count", u32v(LAYERS)),
-        ("context_length", u32v(CTX)),
-        ("embedding_length", u32v(HIDDEN)),
-        ("attention.head_count", u32v(HEADS)),
-        ("attention.head_count_kv", u32v(KV_HEADS)),
-        ("attention.key_length", u32v(HEAD_DIM)),
-        ("attention.value_length", u32v(HEAD_DIM)),
-        ("rope.freq_base", f32v(1e7)),
-        ("rope.dimension_count", u32v(HEAD_DIM / 4)),
-        ("attention.layer_norm_rms_epsilon", f32v(EPS)),
-        ("ssm.conv_kernel", u32v(CONV)),
-        ("ssm.state_size", u32v(DK)),
-        ("ssm.group_count", u32v(K_HEADS)),
-        ("ssm.time_step_rank", u32v(V_HEADS)),
-        ("ssm.inner_size", u32v(INNER)),
-        ("full_attention_interval", u32v(2)),
-        ("expert_count", u32v(N_EXPERT)),
-        ("expert_used_count", u32v(TOP_K)),
-        ("expert_feed_forward_length", u32v(EXPERT_FFN)),
-        ("expert_shared_feed_forward_length", u32v(SHARED_FFN)),
-    ];
+    let keys = qwen_keys(true);
     let dir = tempfile::tempdir().expect("tmp");
     let (path, broken) = (dir.path().join("twin.gguf"), dir.path().join("plain.gguf"));
     write_gguf(&path, "qwen3next", &keys, &gguf_tensors(&gguf));
@@ -604,6 +577,39 @@ fn nemotron_tensors(pattern: &str) -> Vec<T> {
     v
 }
 
+/// The GGUF twin's keys of the Nemotron-H files here (layers `M?M*`, the second an MLP block:
+/// ReLU² of `FFN`, or experts with `moe`).
+fn nemotron_keys(moe: bool) -> Vec<(&'static str, MetaValue)> {
+    let mut keys = vec![
+        ("block_count", u32v(4)),
+        ("context_length", u32v(CTX)),
+        ("embedding_length", u32v(HIDDEN)),
+        ("feed_forward_length", u32_array(&[0, if moe { EXPERT_FFN } else { FFN }, 0, 0])),
+        ("attention.head_count", u32v(HEADS)),
+        ("attention.head_count_kv", u32_array(&[0, 0, 0, KV_HEADS])),
+        ("attention.key_length", u32v(HEAD_DIM)),
+        ("attention.value_length", u32v(HEAD_DIM)),
+        ("attention.layer_norm_rms_epsilon", f32v(EPS)),
+        ("ssm.conv_kernel", u32v(CONV)),
+        ("ssm.state_size", u32v(16)),
+        ("ssm.group_count", u32v(2)),
+        ("ssm.time_step_rank", u32v(4)),
+        ("ssm.inner_size", u32v(64)),
+    ];
+    if moe {
+        keys.extend([
+            ("expert_count", u32v(N_EXPERT)),
+            ("expert_used_count", u32v(TOP_K)),
+            ("expert_feed_forward_length", u32v(EXPERT_FFN)),
+            ("expert_shared_feed_forward_length", u32v(SHARED_FFN)),
+            ("expert_shared_count", u32v(1)),
+            ("expert_weights_norm", (ggus::GGufMetaDataValueType::Bool, vec![1u8])),
+            ("expert_weights_scale", f32v(2.5)),
+        ]);
+    }
+    keys
+}
+
 /// A `u32` array metadata value.
 fn u32_array(v: &[usize]) -> MetaValue {
     let mut b = 4u32.to_le_bytes().to_vec();
@@ -625,22 +631,7 @@ fn nemotron_h_checkpoint_equals_its_gguf_twin() {
         // transformers 5 writes expert counts into every Nemotron-H config, dense ones too.
         "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32
     });
-    let keys: Vec<(&str, MetaValue)> = vec![
-        ("block_count", u32v(4)),
-        ("context_length", u32v(CTX)),
-        ("embedding_length", u32v(HIDDEN)),
-        ("feed_forward_length", u32_array(&[0, FFN, 0, 0])),
-        ("attention.head_count", u32v(HEADS)),
-        ("attention.head_count_kv", u32_array(&[0, 0, 0, KV_HEADS])),
-        ("attention.key_length", u32v(HEAD_DIM)),
-        ("attention.value_length", u32v(HEAD_DIM)),
-        ("attention.layer_norm_rms_epsilon", f32v(EPS)),
-        ("ssm.conv_kernel", u32v(CONV)),
-        ("ssm.state_size", u32v(16)),
-        ("ssm.group_count", u32v(2)),
-        ("ssm.time_step_rank", u32v(4)),
-        ("ssm.inner_size", u32v(64)),
-    ];
+    let keys = nemotron_keys(false);
     let dir = tempfile::tempdir().expect("tmp");
     let path = dir.path().join("twin.gguf");
     write_gguf(&path, "nemotron_h", &keys, &gguf_tensors(&gguf));
@@ -676,30 +667,7 @@ fn nemotron_h_moe_checkpoint_equals_its_gguf_twin() {
         "moe_shared_expert_intermediate_size": SHARED_FFN, "norm_topk_prob": true, "routed_scaling_factor": 2.5,
         "n_group": 1, "topk_group": 1
     });
-    let flag = (ggus::GGufMetaDataValueType::Bool, vec![1u8]);
-    let keys: Vec<(&str, MetaValue)> = vec![
-        ("block_count", u32v(4)),
-        ("context_length", u32v(CTX)),
-        ("embedding_length", u32v(HIDDEN)),
-        ("feed_forward_length", u32_array(&[0, EXPERT_FFN, 0, 0])),
-        ("attention.head_count", u32v(HEADS)),
-        ("attention.head_count_kv", u32_array(&[0, 0, 0, KV_HEADS])),
-        ("attention.key_length", u32v(HEAD_DIM)),
-        ("attention.value_length", u32v(HEAD_DIM)),
-        ("attention.layer_norm_rms_epsilon", f32v(EPS)),
-        ("ssm.conv_kernel", u32v(CONV)),
-        ("ssm.state_size", u32v(16)),
-        ("ssm.group_count", u32v(2)),
-        ("ssm.time_step_rank", u32v(4)),
-        ("ssm.inner_size", u32v(64)),
-        ("expert_count", u32v(N_EXPERT)),
-        ("expert_used_count", u32v(TOP_K)),
-        ("expert_feed_forward_length", u32v(EXPERT_FFN)),
-        ("expert_shared_feed_forward_length", u32v(SHARED_FFN)),
-        ("expert_shared_count", u32v(1)),
-        ("expert_weights_norm", flag),
-        ("expert_weights_scale", f32v(2.5)),
-    ];
+    let keys = nemotron_keys(true);
     let dir = tempfile::tempdir().expect("tmp");
     let path = dir.path().join("twin.gguf");
     write_gguf(&path, "nemotron_h_moe", &keys, &gguf_tensors(&gguf));
