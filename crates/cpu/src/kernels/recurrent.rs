@@ -548,6 +548,44 @@ mod tests {
         }
     }
 
+    /// A delta rule test's inputs for `n` tokens: queries and keys L2-normed, `g ≤ 0`,
+    /// `β ∈ (0, 1)`.
+    struct DeltaInputs {
+        q: Vec<f32>,
+        k: Vec<f32>,
+        v: Vec<f32>,
+        g: Vec<f32>,
+        beta: Vec<f32>,
+        dk: usize,
+        dv: usize,
+    }
+
+    impl DeltaInputs {
+        fn new(seed: &mut u64, dk: usize, dv: usize, n: usize) -> DeltaInputs {
+            let mut q = rand(seed, n * dk, 1.0);
+            let mut k = rand(seed, n * dk, 1.0);
+            let v = rand(seed, n * dv, 1.0);
+            let g = rand(seed, n, 1.0).iter().map(|x| -x.abs()).collect();
+            let beta = rand(seed, n, 2.0).iter().map(|x| sigmoid(*x)).collect();
+            for t in 0..n {
+                l2_norm_in_place(&mut q[t * dk..(t + 1) * dk], 1e-6);
+                l2_norm_in_place(&mut k[t * dk..(t + 1) * dk], 1e-6);
+            }
+            DeltaInputs { q, k, v, g, beta, dk, dv }
+        }
+
+        fn token(&self, t: usize) -> DeltaToken<'_> {
+            let (dk, dv) = (self.dk, self.dv);
+            DeltaToken {
+                q: &self.q[t * dk..(t + 1) * dk],
+                k: &self.k[t * dk..(t + 1) * dk],
+                v: &self.v[t * dv..(t + 1) * dv],
+                g: self.g[t],
+                beta: self.beta[t],
+            }
+        }
+    }
+
     /// The recurrent delta rule against its definition in f64 with the state as a matrix, and
     /// chunked equals whole.
     #[test]
@@ -555,22 +593,9 @@ mod tests {
         // 140 values: the widest column path (128 on AVX-512) and the single columns.
         let (dk, dv, n) = (16, 140, 9);
         let mut seed = 11;
-        let mut q = rand(&mut seed, n * dk, 1.0);
-        let mut kk = rand(&mut seed, n * dk, 1.0);
-        let v = rand(&mut seed, n * dv, 1.0);
-        let g: Vec<f32> = rand(&mut seed, n, 1.0).iter().map(|x| -x.abs()).collect();
-        let beta: Vec<f32> = rand(&mut seed, n, 2.0).iter().map(|x| sigmoid(*x)).collect();
-        for t in 0..n {
-            l2_norm_in_place(&mut q[t * dk..(t + 1) * dk], 1e-6);
-            l2_norm_in_place(&mut kk[t * dk..(t + 1) * dk], 1e-6);
-        }
-        let tok = |t: usize| DeltaToken {
-            q: &q[t * dk..(t + 1) * dk],
-            k: &kk[t * dk..(t + 1) * dk],
-            v: &v[t * dv..(t + 1) * dv],
-            g: g[t],
-            beta: beta[t],
-        };
+        let inp = DeltaInputs::new(&mut seed, dk, dv, n);
+        let tok = |t: usize| inp.token(t);
+        let (q, kk, v, g, beta) = (&inp.q, &inp.k, &inp.v, &inp.g, &inp.beta);
         let mut st = vec![0f32; dk * dv];
         let mut out = vec![0f32; n * dv];
         gated_delta_rule(&mut st, n, tok, &mut out);
@@ -607,22 +632,8 @@ mod tests {
     fn delta_rule_same_bits_on_every_path() {
         let (dk, dv, n) = (24, 150, 5);
         let mut seed = 23;
-        let mut q = rand(&mut seed, n * dk, 1.0);
-        let mut kk = rand(&mut seed, n * dk, 1.0);
-        let v = rand(&mut seed, n * dv, 1.0);
-        let g: Vec<f32> = rand(&mut seed, n, 1.0).iter().map(|x| -x.abs()).collect();
-        let beta: Vec<f32> = rand(&mut seed, n, 2.0).iter().map(|x| sigmoid(*x)).collect();
-        for t in 0..n {
-            l2_norm_in_place(&mut q[t * dk..(t + 1) * dk], 1e-6);
-            l2_norm_in_place(&mut kk[t * dk..(t + 1) * dk], 1e-6);
-        }
-        let tok = |t: usize| DeltaToken {
-            q: &q[t * dk..(t + 1) * dk],
-            k: &kk[t * dk..(t + 1) * dk],
-            v: &v[t * dv..(t + 1) * dv],
-            g: g[t],
-            beta: beta[t],
-        };
+        let inp = DeltaInputs::new(&mut seed, dk, dv, n);
+        let tok = |t: usize| inp.token(t);
         let init = rand(&mut seed, dk * dv, 0.5);
         let (mut st, mut out) = (init.clone(), vec![0f32; n * dv]);
         gated_delta_rule(&mut st, n, tok, &mut out);
